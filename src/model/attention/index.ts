@@ -1,0 +1,13 @@
+// Importing this module registers every attention mechanism.
+import './softmax.ts';
+import './yat-spherical.ts';
+import './slay.ts';
+import './performer.ts';
+import './darkformer.ts';
+import './schoenbat.ts';
+import './linear-elu.ts';
+import './cosformer.ts';
+
+export { createAttention, attentionNames, attentionOptionSpecs, attentionDescription } from './registry.ts';
+export type { AttentionModule, AttentionConfig, ApplyOptions } from './types.ts';
+export { linearAttention } from './linear-attention.ts';

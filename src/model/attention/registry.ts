@@ -1,0 +1,109 @@
+// The registry of attention mechanisms by name, with option validation shared by all of them.
+import type { AttentionConfig, AttentionModule, OptionSpec, OptionSpecs } from './types.ts';
+
+export type ResolvedOptions = Record<string, number | string | boolean>;
+
+interface Entry {
+  description: string;
+  options: OptionSpecs;
+  create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
+}
+
+const registry = new Map<string, Entry>();
+
+export function registerAttention(name: string, entry: Entry): void {
+  if (registry.has(name)) throw new Error(`attention '${name}' is registered twice`);
+  registry.set(name, entry);
+}
+
+export function attentionNames(): string[] {
+  return [...registry.keys()];
+}
+
+export function attentionOptionSpecs(name: string): OptionSpecs {
+  return lookup(name).options;
+}
+
+export function attentionDescription(name: string): string {
+  return lookup(name).description;
+}
+
+function lookup(name: string): Entry {
+  const entry = registry.get(name);
+  if (!entry) throw new Error(`unknown attention '${name}'; allowed: ${attentionNames().join(', ')}`);
+  return entry;
+}
+
+let anonymousScopes = 0;
+
+/**
+ * Builds a mechanism by name:
+ *   createAttention('slay', { numHeads: 4, headDim: 32, causal: true, seed: 1, quadratureNodes: 2 })
+ * Unknown names, unknown options and out-of-range values fail with an error naming them.
+ */
+export function createAttention(
+  name: string,
+  config: Partial<AttentionConfig> & { numHeads: number; headDim: number; causal?: boolean } & Record<string, unknown>,
+): AttentionModule {
+  const entry = lookup(name);
+  const { numHeads, headDim, causal = false, seed = 0, scope, ...rest } = config;
+  positiveInt(name, 'numHeads', numHeads);
+  positiveInt(name, 'headDim', headDim);
+  if (typeof causal !== 'boolean') throw new Error(`attention '${name}': option 'causal' must be true or false (got ${String(causal)})`);
+  if (!Number.isInteger(seed)) throw new Error(`attention '${name}': option 'seed' must be an integer (got ${String(seed)})`);
+  const resolved = resolveOptions(name, entry.options, rest);
+  return entry.create(
+    { numHeads, headDim, causal, seed, scope: scope ?? `attn${anonymousScopes++}` },
+    resolved,
+  );
+}
+
+function positiveInt(name: string, key: string, value: unknown): void {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
+    throw new Error(`attention '${name}': option '${key}' must be an integer ≥ 1 (got ${String(value)})`);
+  }
+}
+
+export function resolveOptions(name: string, specs: OptionSpecs, given: Record<string, unknown>): ResolvedOptions {
+  const out: ResolvedOptions = {};
+  for (const key of Object.keys(given)) {
+    if (given[key] === undefined) continue;
+    if (!(key in specs)) {
+      const allowed = ['numHeads', 'headDim', 'causal', 'seed', ...Object.keys(specs)].join(', ');
+      throw new Error(`attention '${name}': unknown option '${key}'; allowed: ${allowed}`);
+    }
+  }
+  for (const [key, spec] of Object.entries(specs)) {
+    const value = given[key] ?? spec.default;
+    out[key] = checkOption(name, key, spec, value);
+  }
+  return out;
+}
+
+function checkOption(name: string, key: string, spec: OptionSpec, value: unknown): number | string | boolean {
+  const fail = (expected: string) =>
+    new Error(`attention '${name}': option '${key}' must be ${expected} (got ${JSON.stringify(value)})`);
+  switch (spec.kind) {
+    case 'int': {
+      if (typeof value !== 'number' || !Number.isInteger(value)) throw fail('an integer');
+      if (spec.min !== undefined && value < spec.min) throw fail(`an integer ≥ ${spec.min}`);
+      if (spec.max !== undefined && value > spec.max) throw fail(`an integer ≤ ${spec.max}`);
+      return value;
+    }
+    case 'number': {
+      if (typeof value !== 'number' || !Number.isFinite(value)) throw fail('a finite number');
+      if (spec.min !== undefined && value < spec.min) throw fail(`a number ≥ ${spec.min}`);
+      if (spec.exclusiveMin !== undefined && value <= spec.exclusiveMin) throw fail(`a number > ${spec.exclusiveMin}`);
+      if (spec.max !== undefined && value > spec.max) throw fail(`a number ≤ ${spec.max}`);
+      return value;
+    }
+    case 'enum': {
+      if (typeof value !== 'string' || !spec.values.includes(value)) throw fail(`one of ${spec.values.join(', ')}`);
+      return value;
+    }
+    case 'bool': {
+      if (typeof value !== 'boolean') throw fail('true or false');
+      return value;
+    }
+  }
+}

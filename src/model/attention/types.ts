@@ -1,0 +1,42 @@
+// The one interface every attention mechanism implements.
+import type * as tf from '@tensorflow/tfjs';
+
+/** What every mechanism receives; mechanism-specific options come alongside (see each file). */
+export interface AttentionConfig {
+  numHeads: number;
+  headDim: number;
+  causal: boolean;
+  /** Seed of the mechanism's random projections (fixed unless a redraw is asked for). */
+  seed: number;
+  /** Prefix of the variable names the mechanism creates, e.g. "blocks.0.attn". */
+  scope: string;
+}
+
+export interface ApplyOptions {
+  /** [batch, length] with 1 for real tokens and 0 for padding; padded keys get no attention. */
+  keyMask?: tf.Tensor2D;
+}
+
+export interface AttentionModule {
+  readonly name: string;
+  /** Resolved options, defaults filled in (what a run log or a table should print). */
+  readonly options: Readonly<Record<string, unknown>>;
+  /** q, k, v and the result: [batch, heads, length, headDim]. */
+  apply(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, opts?: ApplyOptions): tf.Tensor4D;
+  /** Parameters the mechanism owns and trains (may be empty). */
+  readonly trainableVariables: tf.Variable[];
+  /** Fixed random projections and other non-trained state, saved with the model. */
+  readonly buffers: tf.Variable[];
+  /** Called by the trainer once per optimizer step; mechanisms with a redraw interval redraw here. */
+  onTrainStep?(step: number): void;
+  dispose(): void;
+}
+
+/** Declarative description of one option: type, default, bounds. */
+export type OptionSpec =
+  | { kind: 'int'; default: number; min?: number; max?: number; doc: string }
+  | { kind: 'number'; default: number; min?: number; exclusiveMin?: number; max?: number; doc: string }
+  | { kind: 'enum'; default: string; values: readonly string[]; doc: string }
+  | { kind: 'bool'; default: boolean; doc: string };
+
+export type OptionSpecs = Record<string, OptionSpec>;

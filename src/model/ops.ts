@@ -1,0 +1,73 @@
+// Tensor helpers shared by the attention library and the models.
+import * as tf from '@tensorflow/tfjs';
+
+/**
+ * 2-D matrix product whose gradient uses explicit transposes. The wasm backend runs XNNPACK only
+ * for the plain, non-transposed 2-D product; tf.matMul's own gradient uses transposeA/B flags and
+ * falls to a ~25× slower loop (../shared/notes/ecosystem.md §4). Neutral on other backends.
+ */
+export const matMul2d = tf.customGrad((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveFunc) => {
+  save([a, b]);
+  return {
+    value: tf.matMul(a as tf.Tensor2D, b as tf.Tensor2D),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sa, sb] = saved as tf.Tensor2D[];
+      return [tf.matMul(dy as tf.Tensor2D, tf.transpose(sb)), tf.matMul(tf.transpose(sa), dy as tf.Tensor2D)];
+    },
+  };
+}) as (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D;
+
+/** x [..., in] · w [in, out] (+ b) as one 2-D product. */
+export function dense(x: tf.Tensor, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor {
+  const inDim = x.shape[x.shape.length - 1];
+  const lead = x.shape.slice(0, -1);
+  let y: tf.Tensor = matMul2d(tf.reshape(x, [-1, inDim]) as tf.Tensor2D, w);
+  if (b) y = tf.add(y, b);
+  return tf.reshape(y, [...lead, w.shape[1]]);
+}
+
+/** Unit-normalises the last axis: x / max(‖x‖, 1e-12), as torch.nn.functional.normalize. */
+export function l2Normalize<T extends tf.Tensor>(x: T): T {
+  return tf.mul(x, tf.rsqrt(tf.maximum(tf.sum(tf.square(x), -1, true), 1e-24))) as T;
+}
+
+/** Reshapes [B, H, L, D] to [B·H, L, D] (batched matmuls are only reliable at rank 3 in tfjs). */
+export function flattenHeads(x: tf.Tensor): tf.Tensor3D {
+  const [b, h, l, d] = x.shape;
+  return tf.reshape(x, [b * h, l, d]);
+}
+
+/** Lower-triangular [n, n] matrix of ones (diagonal included): the causal 0/1 mask. */
+export function causalMask01(n: number): tf.Tensor2D {
+  const values = new Float32Array(n * n);
+  for (let i = 0; i < n; i++) for (let j = 0; j <= i; j++) values[i * n + j] = 1;
+  return tf.tensor2d(values, [n, n]);
+}
+
+/**
+ * A cache of constant tensors keyed by a string, kept outside any tf.tidy. Masks are built once
+ * per shape rather than inside differentiated code (bandPart inside gradients fails in tfjs).
+ */
+export class ConstantCache {
+  private readonly items = new Map<string, tf.Tensor>();
+
+  get<T extends tf.Tensor>(key: string, make: () => T): T {
+    let t = this.items.get(key);
+    if (!t) {
+      t = tf.tidy(make);
+      tf.keep(t);
+      this.items.set(key, t);
+    }
+    return t as T;
+  }
+
+  dispose(): void {
+    for (const t of this.items.values()) t.dispose();
+    this.items.clear();
+  }
+}
+
+/** A named variable "<scope>.<name>"; fixed buffers are created non-trainable. */
+export function namedVariable(scope: string, name: string, initial: tf.Tensor, trainable: boolean): tf.Variable {
+  return tf.variable(initial, trainable, `${scope}.${name}`);
+}

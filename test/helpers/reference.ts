@@ -1,0 +1,135 @@
+// Independent float64 references for the attention tests: plain loops over JS numbers, no tfjs.
+import * as tf from '@tensorflow/tfjs';
+import { Rng } from '../../src/model/rng.ts';
+
+/** [B][H][L][D] float64 arrays. */
+export type Array4 = number[][][][];
+
+export function toArray4(t: tf.Tensor): Array4 {
+  return t.arraySync() as Array4;
+}
+
+export function randomArray4(rng: Rng, shape: [number, number, number, number], scale = 1): Array4 {
+  const [b, h, l, d] = shape;
+  return Array.from({ length: b }, () =>
+    Array.from({ length: h }, () => Array.from({ length: l }, () => Array.from({ length: d }, () => rng.normal() * scale))),
+  );
+}
+
+export function tensor4(a: Array4): tf.Tensor4D {
+  return tf.tensor4d(a);
+}
+
+export const dot = (a: number[], b: number[]) => a.reduce((s, x, i) => s + x * b[i], 0);
+export const norm = (a: number[]) => Math.sqrt(dot(a, a));
+export const unit = (a: number[]) => {
+  const n = Math.max(norm(a), 1e-12);
+  return a.map((x) => x / n);
+};
+
+/**
+ * Kernel-normalised attention Y_i = Σ_j κ(q_i,k_j) v_j / (Σ_j κ(q_i,k_j) + δ), j ≤ i if causal.
+ * With normalize: 'softmax' the weights are exp-normalised instead (κ is then the logit).
+ */
+export function kernelAttentionRef(
+  q: Array4,
+  k: Array4,
+  v: Array4,
+  kernel: (qi: number[], kj: number[], i: number, j: number) => number,
+  { causal, delta = 0, keyMask }: { causal: boolean; delta?: number; keyMask?: number[][] },
+): Array4 {
+  return q.map((qb, b) =>
+    qb.map((qh, h) =>
+      qh.map((qi, i) => {
+        const d = v[b][h][0].length;
+        const num = new Array(d).fill(0);
+        let den = 0;
+        for (let j = 0; j < k[b][h].length; j++) {
+          if (causal && j > i) break;
+          if (keyMask && keyMask[b][j] === 0) continue;
+          const w = kernel(qi, k[b][h][j], i, j);
+          den += w;
+          for (let c = 0; c < d; c++) num[c] += w * v[b][h][j][c];
+        }
+        return num.map((x) => x / (den + delta));
+      }),
+    ),
+  );
+}
+
+export function softmaxAttentionRef(q: Array4, k: Array4, v: Array4, causal: boolean): Array4 {
+  return q.map((qb, b) =>
+    qb.map((qh, h) =>
+      qh.map((qi, i) => {
+        const d = qi.length;
+        const logits = k[b][h].map((kj, j) => (causal && j > i ? -Infinity : dot(qi, kj) / Math.sqrt(d)));
+        const m = Math.max(...logits);
+        const w = logits.map((x) => Math.exp(x - m));
+        const s = w.reduce((a, x) => a + x, 0);
+        return v[b][h][0].map((_, c) => w.reduce((acc, wj, j) => acc + wj * v[b][h][j][c], 0) / s);
+      }),
+    ),
+  );
+}
+
+/** The quadratic masked form of linear attention over given features (the chunked form's reference). */
+export function featureAttentionRef(
+  phiQ: Array4,
+  phiK: Array4,
+  v: Array4,
+  { causal, delta = 0 }: { causal: boolean; delta?: number },
+): Array4 {
+  return kernelAttentionRef(phiQ, phiK, v, (a, b) => dot(a, b), { causal, delta });
+}
+
+export function flat(a: unknown): number[] {
+  return (a as unknown[]).flat(Infinity as 1) as number[];
+}
+
+export function relL2(actual: unknown, expected: unknown): number {
+  const a = flat(actual);
+  const e = flat(expected);
+  if (a.length !== e.length) throw new Error(`length ${a.length} vs ${e.length}`);
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (a[i] - e[i]) ** 2;
+    den += e[i] ** 2;
+  }
+  return Math.sqrt(num / den);
+}
+
+export function meanAndStdErr(samples: number[]): { mean: number; stdErr: number } {
+  const n = samples.length;
+  const mean = samples.reduce((a, x) => a + x, 0) / n;
+  const variance = samples.reduce((a, x) => a + (x - mean) ** 2, 0) / (n - 1);
+  return { mean, stdErr: Math.sqrt(variance / n) };
+}
+
+/**
+ * Central-difference gradient check of a scalar function of one input, on a few random coordinates.
+ * Returns the worst relative error max |g_num − g_auto| / max(|g_num|, |g_auto|, floor).
+ */
+export function gradientCheck(
+  f: (x: tf.Tensor) => tf.Scalar,
+  x: tf.Tensor,
+  { coordinates = 12, step = 1e-2, floor = 1e-3, seed = 7 }: { coordinates?: number; step?: number; floor?: number; seed?: number } = {},
+): number {
+  const auto = tf.tidy(() => tf.grad(f)(x).dataSync().slice());
+  const base = x.dataSync().slice();
+  const rng = new Rng(seed);
+  let worst = 0;
+  for (let n = 0; n < coordinates; n++) {
+    const i = rng.int(base.length);
+    const eval_ = (delta: number) =>
+      tf.tidy(() => {
+        const shifted = base.slice();
+        shifted[i] += delta;
+        return f(tf.tensor(shifted, x.shape)).dataSync()[0];
+      });
+    const numeric = (eval_(step) - eval_(-step)) / (2 * step);
+    const err = Math.abs(numeric - auto[i]) / Math.max(Math.abs(numeric), Math.abs(auto[i]), floor);
+    worst = Math.max(worst, err);
+  }
+  return worst;
+}
