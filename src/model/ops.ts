@@ -6,10 +6,11 @@ import * as tf from '@tensorflow/tfjs';
  * for the plain, non-transposed 2-D product; tf.matMul's own gradient uses transposeA/B flags and
  * falls to a ~25× slower loop (../shared/notes/ecosystem.md §4). Neutral on other backends.
  */
-export const matMul2d = tf.customGrad((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveFunc) => {
+export const matMul2d = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [a, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.GradSaveFunc];
   save([a, b]);
   return {
-    value: tf.matMul(a as tf.Tensor2D, b as tf.Tensor2D),
+    value: tf.matMul(a, b),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sa, sb] = saved as tf.Tensor2D[];
       return [tf.matMul(dy as tf.Tensor2D, tf.transpose(sb)), tf.matMul(tf.transpose(sa), dy as tf.Tensor2D)];
@@ -70,4 +71,24 @@ export class ConstantCache {
 /** A named variable "<scope>.<name>"; fixed buffers are created non-trainable. */
 export function namedVariable(scope: string, name: string, initial: tf.Tensor, trainable: boolean): tf.Variable {
   return tf.variable(initial, trainable, `${scope}.${name}`);
+}
+
+/** Identity in the forward pass, zero gradient (tfjs has no stop_gradient op). */
+export const stopGradient = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
+  save([]);
+  return { value: tf.clone(x), gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy) };
+}) as <T extends tf.Tensor>(x: T) => T;
+
+/**
+ * x [B, H, L, d] projected by one matrix per head w [H, d, m] → [B, H, L, m], or by a matrix shared
+ * by all heads w [d, m] (one 2-D product).
+ */
+export function projectPerHead(x: tf.Tensor4D, w: tf.Tensor): tf.Tensor4D {
+  const [b, h, l, d] = x.shape;
+  if (w.rank === 2) return dense(x, w as tf.Tensor2D) as tf.Tensor4D;
+  const m = w.shape[2]!;
+  const byHead = tf.reshape(tf.transpose(x, [1, 0, 2, 3]), [h, b * l, d]);
+  const projected = tf.matMul(byHead, w as tf.Tensor3D); // [H, B·L, m]
+  return tf.transpose(tf.reshape(projected, [h, b, l, m]), [1, 0, 2, 3]) as tf.Tensor4D;
 }
