@@ -50,6 +50,8 @@ export async function initBackend(
   requested: string = process.env.SLAYFORMER_BACKEND ?? 'auto',
   { quiet = false }: { quiet?: boolean } = {},
 ): Promise<string> {
+  // PROD only silences tfjs's console warnings (among them a banner on every cpu-backend start).
+  tf.env().set('PROD', true);
   const choice = parseBackend(requested, process.env.SLAYFORMER_BACKEND === requested ? 'SLAYFORMER_BACKEND' : '--backend');
   if (choice !== 'auto') {
     if (tf.getBackend() === choice) return choice;

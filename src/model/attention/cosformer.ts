@@ -1,0 +1,67 @@
+// cosformer: ReLU features with cos-based re-weighting (Qin et al. 2022; reference notes §5.2):
+//
+//   κ(i, j) = ReLU(q_i)ᵀReLU(k_j) · cos(π/2 · (i − j)/M)
+//
+// decomposed by cos(a_i − a_j) = sin a_i sin a_j + cos a_i cos a_j, a_i = (π/2)·i/M, into the
+// 2·headDim features [ReLU(x_i) sin a_i, ReLU(x_i) cos a_i], contracted by the shared linear attention
+// with δ added to the (non-negative) denominator.
+//
+// Positions are 1-based, i = 1…L, as the official code. M: the official code uses the current
+// sequence length, so a token's weights change as the sequence grows — fine for training, wrong
+// for step-by-step generation. Option `reweightLength` fixes M (set it to the context length for
+// generation); 0 keeps the official M = L. With a fixed M the length must stay ≤ M, so that every
+// |i − j| ≤ L − 1 < M keeps the angle below π/2 and the weights positive.
+import * as tf from '@tensorflow/tfjs';
+import { ConstantCache } from '../ops.ts';
+import { linearAttention } from './linear-attention.ts';
+import { registerAttention } from './registry.ts';
+import type { AttentionModule } from './types.ts';
+
+/** The re-weighting angles a_i = (π/2)·i/M for i = 1…length. */
+export function cosformerAngles(length: number, reweightLength: number): number[] {
+  return Array.from({ length }, (_, index) => ((Math.PI / 2) * (index + 1)) / reweightLength);
+}
+
+registerAttention('cosformer', {
+  description: 'cosFormer: ReLU features re-weighted by cos(π/2·(i−j)/M), linear attention',
+  options: {
+    reweightLength: {
+      kind: 'int',
+      default: 0,
+      min: 0,
+      doc: 'M in cos(π/2·(i−j)/M) with 1-based positions; 0 = the current sequence length (official); set the context length for generation',
+    },
+    delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator' },
+    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  },
+  create(config, options): AttentionModule {
+    const fixedLength = options.reweightLength as number;
+    const delta = options.delta as number;
+    const chunkSize = options.chunkSize as number;
+    const constants = new ConstantCache();
+    return {
+      name: 'cosformer',
+      options,
+      trainableVariables: [],
+      buffers: [],
+      apply(q, k, v, opts = {}) {
+        const length = q.shape[2];
+        if (fixedLength > 0 && length > fixedLength) {
+          throw new Error(`attention 'cosformer': sequence length ${length} exceeds option 'reweightLength' = ${fixedLength}; use a length ≤ ${fixedLength} or a larger reweightLength`);
+        }
+        const m = fixedLength > 0 ? fixedLength : length;
+        const angles = cosformerAngles(length, m);
+        const sin = constants.get(`sin${length}/${m}`, () => tf.tensor4d(angles.map(Math.sin), [1, 1, length, 1]));
+        const cos = constants.get(`cos${length}/${m}`, () => tf.tensor4d(angles.map(Math.cos), [1, 1, length, 1]));
+        return tf.tidy(() => {
+          const features = (x: tf.Tensor4D) => {
+            const positive = tf.relu(x);
+            return tf.concat([tf.mul(positive, sin), tf.mul(positive, cos)], 3) as tf.Tensor4D;
+          };
+          return linearAttention(features(q), features(k), v, { causal: config.causal, chunkSize, delta, keyMask: opts.keyMask });
+        });
+      },
+      dispose: () => constants.dispose(),
+    };
+  },
+});

@@ -1,0 +1,151 @@
+// darkformer: data-aware random-feature kernel (DARKFormer, arXiv 2603.04127 §4.1, App. B; reference
+// notes §3). The kernel is exp(x̃_qᵀx̃_k) with x̃ = M(d^(−1/4)x), i.e. exp(qᵀΣk/√d), Σ = MᵀM, and
+// its positive random features are the ordinary PRF of x̃,
+//
+//   φ(x)_j = m^(−1/2)·exp(w_jᵀx̃ − ‖x̃‖²/2),  w_j ~ N(0, I_r)  (ω̃_j = Mᵀw_j ~ N(0, Σ)),
+//
+// so gradients reach M through both the projection and the −‖x̃‖²/2 term. Everything after x̃
+// (projections, stabilisers, δ on the un-stabilised scale, redraw schedule) is Performer's.
+//
+// Choices (the paper specifies none of them, §3.3 of the notes):
+// * one M per head, [H, r, d] (as the third-party darkformer-pytorch; the paper has one Σ per layer):
+//   heads see differently distributed queries and keys, and whitening is a per-head statistic;
+// * M initialised to the identity (r < d: its first r rows), with the same projection draw as
+//   Performer for the same seed, so at r = d it starts exactly as Performer;
+// * init 'whitening' is data-dependent: M stays the identity until the finetuning code calls
+//   initializeFromData with calibration queries and keys (a resumed run restores M instead).
+import * as tf from '@tensorflow/tfjs';
+import { inverseSqrtSymmetric } from '../features/linalg.ts';
+import { namedVariable, projectPerHead } from '../ops.ts';
+import { checkAttentionShapes, favorAttention, favorOptionSpecs, RedrawnProjection } from './performer.ts';
+import { registerAttention } from './registry.ts';
+import type { ApplyOptions, AttentionModule } from './types.ts';
+
+/** Ridge added to the calibration covariance, relative to its mean eigenvalue (condition number ≤ ~1e4). */
+const WHITENING_RIDGE = 1e-4;
+
+export const DARKFORMER_INITS = ['identity', 'whitening'] as const;
+
+export interface DarkformerModule extends AttentionModule {
+  /** The learnable covariance factor M, [heads, rank, headDim]; Σ = MᵀM. */
+  readonly covarianceFactor: tf.Variable;
+  /**
+   * Data-aware initialisation (paper Prop. C.1): per head, M = Λ^(−1/2) with Λ the ridge-regularised
+   * covariance of the raw queries and keys (½(Cov q + Cov k)). q, k: [batch, heads, length, headDim]
+   * calibration samples. Needs rank = headDim.
+   */
+  initializeFromData(q: tf.Tensor4D, k: tf.Tensor4D): void;
+}
+
+export function isDarkformerModule(module: AttentionModule): module is DarkformerModule {
+  return module.name === 'darkformer' && 'initializeFromData' in module;
+}
+
+registerAttention('darkformer', {
+  description: 'DARKFormer: positive random features for exp(qᵀMᵀMk/√d) with a learnable M per head',
+  options: {
+    ...favorOptionSpecs,
+    rank: { kind: 'int', default: 0, min: 0, doc: 'rows r of M (1 … headDim; 0 = headDim)' },
+    init: {
+      kind: 'enum',
+      default: 'identity',
+      values: DARKFORMER_INITS,
+      doc: "M at creation: 'identity' (starts as Performer) or 'whitening' (set by initializeFromData from calibration q/k)",
+    },
+  },
+  create(config, options): DarkformerModule {
+    const { numHeads, headDim, causal } = config;
+    const rank = (options.rank as number) || headDim;
+    if (rank > headDim) {
+      throw new Error(`attention 'darkformer': option 'rank' must be an integer in 1 … headDim = ${headDim} (0 = headDim) (got ${rank})`);
+    }
+    const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
+      heads: numHeads,
+      dim: rank,
+      features: options.features as number,
+      orthogonal: options.orthogonal as boolean,
+    });
+    const covarianceFactor = tf.tidy(() => {
+      const identityRows = tf.slice(tf.eye(headDim), [0, 0], [rank, headDim]);
+      return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
+    });
+    const scale = headDim ** -0.25;
+    const favor = { causal, chunkSize: options.chunkSize as number, delta: options.delta as number };
+
+    return {
+      name: 'darkformer',
+      options: { ...options, rank },
+      trainableVariables: [covarianceFactor],
+      buffers: [projection.variable],
+      covarianceFactor,
+      apply(q, k, v, opts: ApplyOptions = {}) {
+        checkAttentionShapes('darkformer', numHeads, headDim, q, k, v);
+        return tf.tidy(() => {
+          const mT = tf.transpose(covarianceFactor, [0, 2, 1]); // [H, d, r]: x̃ = x·Mᵀ per head
+          const qTilde = projectPerHead(tf.mul(q, scale), mT);
+          const kTilde = projectPerHead(tf.mul(k, scale), mT);
+          return favorAttention(qTilde, kTilde, v, projection.variable, { ...favor, keyMask: opts.keyMask });
+        });
+      },
+      initializeFromData(q, k) {
+        if (rank !== headDim) {
+          throw new Error(`darkformer.initializeFromData: whitening needs option 'rank' = headDim = ${headDim} (got ${rank})`);
+        }
+        for (const [label, t] of [['q', q], ['k', k]] as const) {
+          if (t.rank !== 4 || t.shape[1] !== numHeads || t.shape[3] !== headDim) {
+            throw new Error(`darkformer.initializeFromData: ${label} must be [batch, ${numHeads}, length, ${headDim}] (got [${t.shape.join(', ')}])`);
+          }
+        }
+        const values = new Float32Array(numHeads * headDim * headDim);
+        const qData = q.dataSync();
+        const kData = k.dataSync();
+        for (let h = 0; h < numHeads; h++) {
+          const cq = headCovariance(qData, q.shape, h);
+          const ck = headCovariance(kData, k.shape, h);
+          const lambda = cq.map((row, i) => row.map((x, j) => (x + ck[i][j]) / 2));
+          const meanEigen = lambda.reduce((s, row, i) => s + row[i], 0) / headDim;
+          if (!(meanEigen > 0)) throw new Error(`darkformer.initializeFromData: queries and keys of head ${h} have no variance`);
+          for (let i = 0; i < headDim; i++) lambda[i][i] += WHITENING_RIDGE * meanEigen;
+          inverseSqrtSymmetric(lambda).forEach((row, i) => values.set(row, (h * headDim + i) * headDim));
+        }
+        // Why M = Λ^(−1/2) with Λ from the *raw* q, k (not M = d^(−1/4)Λ^(−1/2)): M acts after the
+        // d^(−1/4) scale, so x̃ = d^(−1/4)Λ^(−1/2)x has covariance I/√d and the logits
+        // x̃_qᵀx̃_k = (Λ^(−1/2)q)ᵀ(Λ^(−1/2)k)/√d are standard softmax attention of whitened, unit-
+        // variance q and k — logit variance ≈ 1, the temperature softmax's 1/√d was chosen for.
+        // (darkformer-pytorch's M = s·Λ̃^(−1/2), s = d^(−1/4), Λ̃ = Cov(d^(−1/4)x), is the same matrix.)
+        // Putting another d^(−1/4) into M would give logit variance 1/d: near-uniform attention.
+        tf.tidy(() => covarianceFactor.assign(tf.tensor3d(values, [numHeads, headDim, headDim])));
+      },
+      onTrainStep: (step) => projection.onTrainStep(step),
+      dispose: () => {
+        projection.variable.dispose();
+        covarianceFactor.dispose();
+      },
+    };
+  },
+});
+
+/** Sample covariance (centred, 1/(n−1)) of head h's vectors over batch and length, in float64. */
+function headCovariance(data: tf.TypedArray, shape: readonly number[], h: number): number[][] {
+  const [b, heads, l, d] = shape;
+  const n = b * l;
+  if (n < 2) throw new Error(`darkformer.initializeFromData: need at least 2 samples per head (got ${n})`);
+  const mean = new Array<number>(d).fill(0);
+  const rows: number[][] = [];
+  for (let bi = 0; bi < b; bi++) {
+    for (let li = 0; li < l; li++) {
+      const offset = ((bi * heads + h) * l + li) * d;
+      const row = Array.from(data.subarray(offset, offset + d));
+      row.forEach((x, i) => (mean[i] += x / n));
+      rows.push(row);
+    }
+  }
+  const cov = Array.from({ length: d }, () => new Array<number>(d).fill(0));
+  for (const row of rows) {
+    for (let i = 0; i < d; i++) {
+      const ci = row[i] - mean[i];
+      for (let j = 0; j < d; j++) cov[i][j] += (ci * (row[j] - mean[j])) / (n - 1);
+    }
+  }
+  return cov;
+}

@@ -1,0 +1,39 @@
+// linear-elu: linear attention with φ(x) = elu(x) + 1 (Katharopoulos et al. 2020; reference notes §5.1):
+//
+//   Y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + δ)       j ≤ i if causal
+//
+// φ is positive (elu(x) + 1 = eˣ for x < 0, x + 1 otherwise), so every score is ≥ 0 and the
+// denominator ≥ δ. No 1/√d scaling: this is its own kernel, not a softmax approximation.
+import * as tf from '@tensorflow/tfjs';
+import { linearAttention } from './linear-attention.ts';
+import { registerAttention } from './registry.ts';
+import type { AttentionModule } from './types.ts';
+
+/** φ(x) = elu(x) + 1, element-wise. */
+export function eluPlusOne<T extends tf.Tensor>(x: T): T {
+  return tf.tidy(() => tf.add(tf.elu(x), 1) as T);
+}
+
+registerAttention('linear-elu', {
+  description: 'linear attention with the positive feature map elu(x)+1 (Katharopoulos et al. 2020)',
+  options: {
+    delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator (the reference ε)' },
+    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  },
+  create(config, options): AttentionModule {
+    const delta = options.delta as number;
+    const chunkSize = options.chunkSize as number;
+    return {
+      name: 'linear-elu',
+      options,
+      trainableVariables: [],
+      buffers: [],
+      apply(q, k, v, opts = {}) {
+        return tf.tidy(() =>
+          linearAttention(eluPlusOne(q), eluPlusOne(k), v, { causal: config.causal, chunkSize, delta, keyMask: opts.keyMask }),
+        );
+      },
+      dispose() {},
+    };
+  },
+});

@@ -1,0 +1,181 @@
+// performer: FAVOR+ (Choromanski et al. 2021; reference notes §2). Positive random features
+//
+//   φ(x)_j = m^(−1/2)·exp(ω_jᵀx̃ − ‖x̃‖²/2),  x̃ = d^(−1/4)x,  ω_j ~ N(0, I)  ⇒  E[φ(q)ᵀφ(k)] = exp(qᵀk/√d)
+//
+// and the shared linear-attention contraction Y_i = Σ_j φ(q_i)ᵀφ(k_j) v_j / (Σ_j φ(q_i)ᵀφ(k_j) + δ).
+//
+// Stabilisers as in the references: queries subtract their own row maximum c_q, keys one maximum
+// c_k over all positions of a (batch, head). Both cancel in the ratio — except through δ, and c_k
+// looks at future keys. So δ is handed to the contraction on the *un-stabilised* scale,
+// δ·e^(−c_q−c_k): the ratio is then exactly the un-stabilised one, causal outputs do not depend on
+// future keys at all, and the zero gradient of the maxima is exact. The exponent of that δ is clipped
+// to [−69, 69] (e^±69 ≈ 1e±30): the lower bound keeps the denominator > 0 when every feature
+// product underflows (huge-norm inputs; the output is then 0), the upper bound only bites where the
+// true denominator is < 1e−30·δ of the δ term, i.e. where the output is already 0 to float precision.
+// Deviation from the references: no ε is added to the features (they add 1e−6 or 1e−4, which
+// biases the kernel and, for keys, depends on the global maximum).
+import * as tf from '@tensorflow/tfjs';
+import { positiveRandomFeatures } from '../features/prf.ts';
+import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
+import { gaussianProjection } from '../features/projections.ts';
+import { namedVariable } from '../ops.ts';
+import { deriveSeed, Rng } from '../rng.ts';
+import { linearAttention } from './linear-attention.ts';
+import { registerAttention } from './registry.ts';
+import type { ApplyOptions, AttentionModule, OptionSpecs } from './types.ts';
+
+const LOG_DELTA_BOUND = 69;
+
+/** Options shared by Performer and DARKFormer (the names the registry validates). */
+export const favorOptionSpecs: OptionSpecs = {
+  features: {
+    kind: 'int',
+    default: 64,
+    min: 1,
+    doc: 'random features m per head (64 as the SLAY paper’s Performer baseline; Google uses 256, lucidrains d·ln d)',
+  },
+  orthogonal: { kind: 'bool', default: true, doc: 'orthogonal Gaussian blocks (ORF) instead of iid Gaussian projections' },
+  redrawInterval: {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    doc: 'redraw the projection every this many optimizer steps (0 = never); draw n is seeded by deriveSeed(seed, n)',
+  },
+  chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the (un-stabilised) denominator' },
+};
+
+/**
+ * Projection number `drawIndex` of a mechanism seeded `seed`: [heads, dim, features] with N(0, I)
+ * columns, from its own sub-stream so any draw can be rebuilt from (seed, drawIndex) alone.
+ */
+export function drawPrfProjection(
+  seed: number,
+  drawIndex: number,
+  heads: number,
+  dim: number,
+  features: number,
+  orthogonal: boolean,
+): tf.Tensor3D {
+  const rng = new Rng(deriveSeed(seed, `prf-projection/${drawIndex}`));
+  return (orthogonal
+    ? orthogonalGaussianProjection(rng, heads, dim, features)
+    : gaussianProjection(rng, heads, dim, features)) as tf.Tensor3D;
+}
+
+/**
+ * The projection buffer with its redraw schedule. The draw in use is floor(step / interval), a
+ * function of the optimizer step alone, so a resumed run (projection restored from the checkpoint
+ * or not) lands on the same draw as an uninterrupted one.
+ */
+export class RedrawnProjection {
+  readonly variable: tf.Variable;
+  private draw = 0;
+
+  constructor(
+    scope: string,
+    private readonly seed: number,
+    private readonly interval: number,
+    private readonly shape: { heads: number; dim: number; features: number; orthogonal: boolean },
+  ) {
+    this.variable = tf.tidy(() => namedVariable(scope, 'projection', this.make(0), false));
+  }
+
+  /** Index of the draw in use (0 until the first redraw). */
+  get drawIndex(): number {
+    return this.draw;
+  }
+
+  onTrainStep(step: number): void {
+    if (this.interval === 0) return;
+    if (!Number.isInteger(step) || step < 0) throw new Error(`onTrainStep: step must be an integer ≥ 0 (got ${step})`);
+    const target = Math.floor(step / this.interval);
+    if (target === this.draw) return;
+    tf.tidy(() => this.variable.assign(this.make(target)));
+    this.draw = target;
+  }
+
+  private make(drawIndex: number): tf.Tensor3D {
+    const { heads, dim, features, orthogonal } = this.shape;
+    return drawPrfProjection(this.seed, drawIndex, heads, dim, features, orthogonal);
+  }
+}
+
+export interface FavorOptions {
+  causal: boolean;
+  chunkSize: number;
+  delta: number;
+  keyMask?: tf.Tensor2D;
+}
+
+/**
+ * FAVOR+ on already-scaled inputs x̃ (q̃, k̃ [B, H, L, r]) with projection omega [H, r, m].
+ */
+export function favorAttention(
+  qTilde: tf.Tensor4D,
+  kTilde: tf.Tensor4D,
+  v: tf.Tensor4D,
+  omega: tf.Tensor,
+  opts: FavorOptions,
+): tf.Tensor4D {
+  return tf.tidy(() => {
+    const query = positiveRandomFeatures(qTilde, omega, { stabilizer: 'row' });
+    const key = positiveRandomFeatures(kTilde, omega, { stabilizer: 'global' });
+    const logDelta = opts.delta > 0 ? Math.log(opts.delta) : -Infinity;
+    const exponent = tf.sub(tf.sub(tf.scalar(logDelta), query.shift), key.shift); // [B, H, L, 1]
+    const delta = tf.exp(tf.clipByValue(exponent, -LOG_DELTA_BOUND, LOG_DELTA_BOUND));
+    return linearAttention(query.features, key.features, v, {
+      causal: opts.causal,
+      chunkSize: opts.chunkSize,
+      delta,
+      keyMask: opts.keyMask,
+    });
+  });
+}
+
+/** Fails unless q, k, v are [B, H, L, headDim] with the configured heads. */
+export function checkAttentionShapes(
+  name: string,
+  numHeads: number,
+  headDim: number,
+  q: tf.Tensor,
+  k: tf.Tensor,
+  v: tf.Tensor,
+): void {
+  for (const [label, t] of [['q', q], ['k', k], ['v', v]] as const) {
+    if (t.rank !== 4 || t.shape[1] !== numHeads || t.shape[3] !== headDim) {
+      throw new Error(`${name}: ${label} must be [batch, ${numHeads}, length, ${headDim}] (got [${t.shape.join(', ')}])`);
+    }
+  }
+}
+
+registerAttention('performer', {
+  description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
+  options: favorOptionSpecs,
+  create(config, options): AttentionModule {
+    const { numHeads, headDim, causal } = config;
+    const features = options.features as number;
+    const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
+      heads: numHeads,
+      dim: headDim,
+      features,
+      orthogonal: options.orthogonal as boolean,
+    });
+    const scale = headDim ** -0.25;
+    const favor = { causal, chunkSize: options.chunkSize as number, delta: options.delta as number };
+    return {
+      name: 'performer',
+      options,
+      trainableVariables: [],
+      buffers: [projection.variable],
+      apply(q, k, v, opts: ApplyOptions = {}) {
+        checkAttentionShapes('performer', numHeads, headDim, q, k, v);
+        return tf.tidy(() =>
+          favorAttention(tf.mul(q, scale), tf.mul(k, scale), v, projection.variable, { ...favor, keyMask: opts.keyMask }),
+        );
+      },
+      onTrainStep: (step) => projection.onTrainStep(step),
+      dispose: () => projection.variable.dispose(),
+    };
+  },
+});

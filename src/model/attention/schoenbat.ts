@@ -1,0 +1,89 @@
+// schoenbat: Schoenberg's-theorem attention (arXiv 2505.12252; reference notes §4):
+//
+//   q̃ = preSBN(q)·d^(−1/4), k̃ = preSBN(k)·d^(−1/4)       preSBN: centre, divide by √(var+1e-12), unit-normalise
+//   out = γ · RMFA(q̃, k̃, v) + β                             RMFA: linear attention over random Maclaurin features
+//
+// RMFA estimates kernel-normalised attention Σ_j f(q̃ᵀk̃_j) v_j / Σ_j f(q̃ᵀk̃_j) with f the chosen
+// dot-product kernel; q̃ᵀk̃ ∈ [−1/√d, 1/√d], well inside every kernel's radius of convergence.
+//
+// Departures from the released code, each deliberate:
+// * Causality follows config.causal (the released RMFA is always causal).
+// * Post-SBN is γ·out + β (β init 0, so the module starts as plain RMFA). The released forward
+//   intends γ·out^β with β init 1, but as released it reads an undefined variable, and an element-wise
+//   power of signed outputs is NaN for negative entries with fractional β and has a log|out| gradient
+//   for β that is infinite at out = 0. The affine form is the Batch-Normalisation-style rescaling the
+//   paper names ("scaling batch normalization"), well defined and smooth everywhere.
+// * The denominator guard: the features are signed, so the estimated denominator can be small or
+//   negative and must be clamped from below. The released code clamps at 1.0, which also alters exact
+//   results whenever the true denominator is below 1 (a first causal position whose only key has
+//   q̃ᵀk̃ < 0). The default here clamps at f(−1/√d), the smallest value the exact denominator can take
+//   with one visible key, so the guard never changes an exact estimate; 'reference' keeps 1.0.
+import * as tf from '@tensorflow/tfjs';
+import { l2Normalize, namedVariable } from '../ops.ts';
+import { deriveSeed, Rng } from '../rng.ts';
+import { DEFAULT_MAX_DEGREE, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
+import type { MaclaurinKernel } from '../features/random-maclaurin.ts';
+import { linearAttention } from './linear-attention.ts';
+import { registerAttention } from './registry.ts';
+import type { AttentionModule } from './types.ts';
+
+const DENOMINATOR_CLAMPS = ['kernel-min', 'reference'] as const;
+
+/** Pre-SBN over the last axis: centre, divide by √(biased var + 1e-12), then unit-normalise. */
+export function preSbn(x: tf.Tensor4D): tf.Tensor4D {
+  return tf.tidy(() => {
+    const { mean, variance } = tf.moments(x, -1, true);
+    return l2Normalize(tf.div(tf.sub(x, mean), tf.sqrt(tf.add(variance, 1e-12))) as tf.Tensor4D);
+  });
+}
+
+registerAttention('schoenbat', {
+  description: 'SchoenbAt: pre-SBN, random Maclaurin feature attention for a dot-product kernel, post-SBN γ·out+β',
+  options: {
+    kernel: { kind: 'enum', default: 'exp', values: MACLAURIN_KERNELS, doc: 'dot-product kernel f: exp eˣ, inverse 1/(1−x), logi 1−log(1−x), trigh cosh x+sinh x (= exp), sqrt 2−√(1−x)' },
+    features: { kind: 'int', default: 128, min: 2, doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)' },
+    maxDegree: { kind: 'int', default: DEFAULT_MAX_DEGREE, min: 1, max: 40, doc: 'largest sampled degree; the series is truncated there' },
+    denominatorClamp: {
+      kind: 'enum',
+      default: 'kernel-min',
+      values: DENOMINATOR_CLAMPS,
+      doc: "lower clamp of the signed-feature denominator: 'kernel-min' = f(−1/√d), the least exact value with one visible key; 'reference' = 1.0 as the released code",
+    },
+    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  },
+  create(config, options): AttentionModule {
+    const kernel = options.kernel as MaclaurinKernel;
+    const chunkSize = options.chunkSize as number;
+    const featureMap = new RandomMaclaurinFeatures({
+      rng: new Rng(deriveSeed(config.seed, 'schoenbat.maclaurin')),
+      inputDim: config.headDim,
+      numFeatures: options.features as number,
+      kernel,
+      maxDegree: options.maxDegree as number,
+      scope: config.scope,
+    });
+    const inputScale = config.headDim ** -0.25;
+    const clampMin = options.denominatorClamp === 'reference' ? 1 : featureMap.kernelValue(-1 / Math.sqrt(config.headDim));
+    const gamma = namedVariable(config.scope, 'postSbnGamma', tf.ones([1]), true);
+    const beta = namedVariable(config.scope, 'postSbnBeta', tf.zeros([config.headDim]), true);
+    return {
+      name: 'schoenbat',
+      options,
+      trainableVariables: [gamma, beta],
+      buffers: [featureMap.projections, featureMap.scales],
+      apply(q, k, v, opts = {}) {
+        return tf.tidy(() => {
+          const phiQ = featureMap.apply(tf.mul(preSbn(q), inputScale)) as tf.Tensor4D;
+          const phiK = featureMap.apply(tf.mul(preSbn(k), inputScale)) as tf.Tensor4D;
+          const attended = linearAttention(phiQ, phiK, v, { causal: config.causal, chunkSize, clampMin, keyMask: opts.keyMask });
+          return tf.add(tf.mul(attended, gamma), beta) as tf.Tensor4D;
+        });
+      },
+      dispose() {
+        featureMap.dispose();
+        gamma.dispose();
+        beta.dispose();
+      },
+    };
+  },
+});

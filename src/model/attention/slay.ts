@@ -1,0 +1,141 @@
+// slay: Spherical Linearized Attention with the Yat kernel (SLAY paper; reference notes §1).
+//
+//   x = q̂ᵀk̂ (unit-normalised q, k),  C = 2 + ε,  x²/(C − 2x) = ∫₀^∞ e^{−Cs} x² e^{2sx} ds
+//                                                  ≈ Σ_r w_r x² e^{2 s_r x}      (Gauss–Laguerre, R nodes)
+//   Ψ(u) = concat_r √w_r · (φ_poly(u) ⊗ φ_PRF(u; s_r))     (explicit outer product, P·M per node)
+//   Y_i  = Ψ(q_i)ᵀ Σ_j Ψ(k_j) v_jᵀ / (Ψ(q_i)ᵀ Σ_j Ψ(k_j) + δ)   (shared linearAttention; kernel
+//                                                                  normalisation, not a softmax)
+//
+// φ_PRF(u; s) = M^(−1/2) exp(√(2s)·ωᵀu − s), ω ~ N(0, I) iid per head and per node, exponent clamped
+// to ±20 as the reference; it is the shared PRF map at x = √(2s)·û. φ_poly is one of the maps of
+// ../features/polynomial.ts (default 'anchor'). Which kernel each variant targets in expectation:
+//   exact, random-maclaurin, tensorsketch:  Σ_r w_r x² e^{2 s_r x}          (the quadrature kernel)
+//   anchor:                                 Σ_r w_r (1 + 2x²) e^{2 s_r x} / (d(d+2))   (notes §1.8)
+//   nystrom:                                ≈ the quadrature kernel (low-rank, signed)
+//   laplace-only (no polynomial factor):    Σ_r (C/4) α_r e^{2 s_r x} ≈ (C²/4)/(C − 2x)  (notes §1.10)
+//   hadamard (ω shared by both factors, poly = (ωᵀu)²/√M, element-wise product, R·M features):
+//     Σ_r (w_r/M) e^{2 s_r x} (a⁴ + 2a²(1 + 2x) + 1 + 2x²),  a² = 2 s_r (1 + x)
+// The random matrices are drawn once from the mechanism's seed and never redrawn.
+import * as tf from '@tensorflow/tfjs';
+import { positiveRandomFeatures } from '../features/prf.ts';
+import { createPolynomialMap, POLYNOMIAL_KINDS, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
+import { gaussianProjection } from '../features/projections.ts';
+import { gaussLaguerre } from '../features/quadrature.ts';
+import { l2Normalize, namedVariable, projectPerHead } from '../ops.ts';
+import { deriveSeed, Rng } from '../rng.ts';
+import { linearAttention } from './linear-attention.ts';
+import { registerAttention } from './registry.ts';
+import type { AttentionConfig, AttentionModule } from './types.ts';
+
+export const SLAY_POLY_VARIANTS = [...POLYNOMIAL_KINDS, 'laplace-only', 'hadamard'] as const;
+export type SlayPolyVariant = (typeof SLAY_POLY_VARIANTS)[number];
+
+/** The exponent clamp of the reference implementation (e^20 still fits float32 comfortably). */
+const PRF_CLAMP = 20;
+
+export interface SlayOptions {
+  epsilon: number;
+  delta: number;
+  quadratureNodes: number;
+  prfFeatures: number;
+  anchors: number;
+  poly: SlayPolyVariant;
+  chunkSize: number;
+}
+
+/** The SLAY module, plus its feature map (for tests and analysis). */
+export interface SlayAttention extends AttentionModule {
+  /** Quadrature scales s_r and per-node weights (w_r = α_r/C; (C/4)·α_r for laplace-only). */
+  readonly quadrature: { scales: number[]; weights: number[] };
+  /** Ψ(u) for raw (not yet normalised) q or k [B, H, L, d] → [B, H, L, featureDim]. */
+  features(x: tf.Tensor4D): tf.Tensor4D;
+  readonly featureDim: number;
+}
+
+registerAttention('slay', {
+  description: 'SLAY: linearised spherical Yat attention (Gauss–Laguerre × polynomial ⊗ positive random features)',
+  options: {
+    epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε (paper LM setting 1e-3)' },
+    delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the attention denominator' },
+    quadratureNodes: { kind: 'int', default: 2, min: 1, doc: 'R, Gauss–Laguerre nodes' },
+    prfFeatures: { kind: 'int', default: 16, min: 1, doc: 'M, positive random features per node and head' },
+    anchors: { kind: 'int', default: 8, min: 1, doc: 'P, polynomial features (anchors, Maclaurin pairs, sketch size)' },
+    poly: { kind: 'enum', default: 'anchor', values: SLAY_POLY_VARIANTS, doc: 'polynomial factor x² approximation' },
+    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  },
+  create: (config, options) => createSlay(config, options as unknown as SlayOptions),
+});
+
+export function createSlay(config: AttentionConfig, options: SlayOptions): SlayAttention {
+  const { numHeads: h, headDim: d } = config;
+  const { epsilon, delta, quadratureNodes: r, prfFeatures: m, anchors: p, poly, chunkSize } = options;
+  const c = 2 + epsilon;
+  const rule = gaussLaguerre(r);
+  const scales = rule.nodes.map((t) => t / c);
+  const weights = rule.weights.map((alpha) => (poly === 'laplace-only' ? (c / 4) * alpha : alpha / c));
+
+  const buffers: tf.Variable[] = [];
+  const buffer = (name: string, value: tf.Tensor) => {
+    const v = namedVariable(config.scope, name, value, false);
+    value.dispose();
+    buffers.push(v);
+    return v;
+  };
+  let polyMap: PolynomialFeatureMap | null = null;
+  if ((POLYNOMIAL_KINDS as readonly string[]).includes(poly)) {
+    polyMap = createPolynomialMap({
+      kind: poly as PolynomialKind,
+      inputDim: d,
+      features: p,
+      rng: new Rng(deriveSeed(config.seed, `slay.${poly}`)),
+      store: (name, value) => buffer(`${poly}.${name}`, value) as tf.Variable<tf.Rank.R2>,
+    });
+  }
+  const prfRng = new Rng(deriveSeed(config.seed, 'slay.prf'));
+  const omegas = scales.map((_, node) => buffer(`prf.node${node}`, gaussianProjection(prfRng, h, d, m)));
+  const perNode = poly === 'laplace-only' || poly === 'hadamard' ? m : (polyMap!.outputDim * m);
+  const featureDim = r * perNode;
+
+  function features(x: tf.Tensor4D): tf.Tensor4D {
+    return tf.tidy(() => {
+      const [b, , l] = x.shape;
+      const rows = b * h * l;
+      const unit = l2Normalize(x);
+      const polyRows = polyMap ? polyMap.apply(tf.reshape(unit, [rows, d]) as tf.Tensor2D) : null;
+      const perNodeFeatures = scales.map((s, node) => {
+        const prf = positiveRandomFeatures(tf.mul(unit, Math.sqrt(2 * s)) as tf.Tensor4D, omegas[node], { clamp: PRF_CLAMP }).features;
+        let fused: tf.Tensor;
+        if (poly === 'laplace-only') {
+          fused = prf;
+        } else if (poly === 'hadamard') {
+          // The polynomial factor reuses this node's projections ωᵀu (the reference's shared ω).
+          fused = tf.mul(tf.mul(tf.square(projectPerHead(unit, omegas[node])), 1 / Math.sqrt(m)), prf);
+        } else {
+          const k = polyMap!.outputDim;
+          fused = tf.mul(tf.reshape(polyRows!, [rows, k, 1]), tf.reshape(prf, [rows, 1, m]));
+        }
+        return tf.mul(tf.reshape(fused, [b, h, l, perNode]), Math.sqrt(weights[node]));
+      });
+      return (perNodeFeatures.length === 1 ? perNodeFeatures[0] : tf.concat(perNodeFeatures, 3)) as tf.Tensor4D;
+    });
+  }
+
+  return {
+    name: 'slay',
+    options: { ...options },
+    trainableVariables: [],
+    buffers,
+    quadrature: { scales, weights },
+    featureDim,
+    features,
+    apply(q, k, v, opts = {}) {
+      return tf.tidy(() =>
+        linearAttention(features(q), features(k), v, { causal: config.causal, chunkSize, delta, keyMask: opts.keyMask }),
+      );
+    },
+    dispose() {
+      polyMap?.dispose();
+      for (const omega of omegas) omega.dispose();
+    },
+  };
+}

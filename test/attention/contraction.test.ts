@@ -1,0 +1,110 @@
+// The shared linear-attention contraction against the quadratic masked form in float64.
+import * as tf from '@tensorflow/tfjs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { linearAttention } from '../../src/model/attention/linear-attention.ts';
+import { Rng } from '../../src/model/rng.ts';
+import { featureAttentionRef, kernelAttentionRef, dot, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
+
+const positive = (a: Array4) => a.map((b) => b.map((h) => h.map((row) => row.map((x) => Math.exp(0.5 * x)))));
+
+describe.each(['cpu', 'wasm'])('linear-attention contraction on %s', (backend) => {
+  beforeAll(async () => {
+    await initBackend(backend);
+  });
+
+  for (const length of [16, 13, 3]) {
+    it(`causal chunked form equals the quadratic masked form (L=${length}, chunk 4)`, () => {
+      const rng = new Rng(length);
+      const phiQ = positive(randomArray4(rng, [2, 3, length, 5]));
+      const phiK = positive(randomArray4(rng, [2, 3, length, 5]));
+      const v = randomArray4(rng, [2, 3, length, 4]);
+      const expected = featureAttentionRef(phiQ, phiK, v, { causal: true, delta: 1e-3 });
+      const actual = tf.tidy(() =>
+        toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal: true, chunkSize: 4, delta: 1e-3 })),
+      );
+      expect(relL2(actual, expected)).toBeLessThan(1e-5);
+    });
+  }
+
+  it('bidirectional form equals the quadratic unmasked form', () => {
+    const rng = new Rng(99);
+    const phiQ = positive(randomArray4(rng, [1, 2, 9, 6]));
+    const phiK = positive(randomArray4(rng, [1, 2, 9, 6]));
+    const v = randomArray4(rng, [1, 2, 9, 3]);
+    const expected = featureAttentionRef(phiQ, phiK, v, { causal: false, delta: 1e-6 });
+    const actual = tf.tidy(() =>
+      toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal: false, chunkSize: 4, delta: 1e-6 })),
+    );
+    expect(relL2(actual, expected)).toBeLessThan(1e-5);
+  });
+
+  it('a key mask removes padded keys (δ denominator, positive features)', () => {
+    const rng = new Rng(4);
+    const phiQ = positive(randomArray4(rng, [2, 1, 7, 4]));
+    const phiK = positive(randomArray4(rng, [2, 1, 7, 4]));
+    const v = randomArray4(rng, [2, 1, 7, 3]);
+    const keyMask = [
+      [1, 1, 1, 1, 1, 0, 0],
+      [1, 1, 0, 1, 1, 1, 1],
+    ];
+    for (const causal of [false, true]) {
+      const expected = kernelAttentionRef(phiQ, phiK, v, (a, b) => dot(a, b), { causal, keyMask, delta: 1e-6 });
+      const actual = tf.tidy(() =>
+        toArray4(
+          linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal, chunkSize: 3, delta: 1e-6, keyMask: tf.tensor2d(keyMask) }),
+        ),
+      );
+      expect(relL2(actual, expected)).toBeLessThan(1e-5);
+    }
+  });
+
+  it('clampMin floors the denominator of signed features', () => {
+    const rng = new Rng(5);
+    const phiQ = randomArray4(rng, [2, 1, 7, 4]);
+    const phiK = randomArray4(rng, [2, 1, 7, 4]);
+    const v = randomArray4(rng, [2, 1, 7, 3]);
+    for (const causal of [false, true]) {
+      const expected = phiQ.map((qb, b) =>
+        qb.map((qh, h) =>
+          qh.map((qi, i) => {
+            let den = 0;
+            const num = new Array(3).fill(0);
+            for (let j = 0; j < 7 && (!causal || j <= i); j++) {
+              const w = dot(qi, phiK[b][h][j]);
+              den += w;
+              for (let c = 0; c < 3; c++) num[c] += w * v[b][h][j][c];
+            }
+            return num.map((x) => x / Math.max(den, 1));
+          }),
+        ),
+      );
+      const actual = tf.tidy(() =>
+        toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal, chunkSize: 3, clampMin: 1 })),
+      );
+      expect(relL2(actual, expected)).toBeLessThan(1e-5);
+    }
+  });
+
+  it('gradients of the chunked form match the gradients of the quadratic form', () => {
+    const rng = new Rng(17);
+    const phiQ = tensor4(positive(randomArray4(rng, [1, 2, 11, 4])));
+    const phiK = tensor4(positive(randomArray4(rng, [1, 2, 11, 4])));
+    const v = tensor4(randomArray4(rng, [1, 2, 11, 3]));
+    const weights = tf.tensor4d(randomArray4(rng, [1, 2, 11, 3]));
+    const mask = tf.linalg.bandPart(tf.ones([11, 11]), -1, 0);
+    const quadratic = (q: tf.Tensor, k: tf.Tensor, vv: tf.Tensor) => {
+      const scores = tf.mul(tf.matMul(tf.reshape(q, [2, 11, 4]), tf.reshape(k, [2, 11, 4]), false, true), mask);
+      const out = tf.div(tf.matMul(scores, tf.reshape(vv, [2, 11, 3])), tf.add(tf.sum(scores, -1, true), 1e-3));
+      return tf.sum(tf.mul(tf.reshape(out, [1, 2, 11, 3]), weights)) as tf.Scalar;
+    };
+    const chunked = (q: tf.Tensor, k: tf.Tensor, vv: tf.Tensor) =>
+      tf.sum(
+        tf.mul(linearAttention(q as tf.Tensor4D, k as tf.Tensor4D, vv as tf.Tensor4D, { causal: true, chunkSize: 4, delta: 1e-3 }), weights),
+      ) as tf.Scalar;
+    const gradsA = tf.grads(quadratic)([phiQ, phiK, v]);
+    const gradsB = tf.grads(chunked)([phiQ, phiK, v]);
+    for (let i = 0; i < 3; i++) expect(relL2(gradsB[i].arraySync(), gradsA[i].arraySync())).toBeLessThan(1e-4);
+    tf.dispose([...gradsA, ...gradsB, phiQ, phiK, v, weights, mask]);
+  });
+});
