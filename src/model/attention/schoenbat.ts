@@ -70,7 +70,7 @@ registerAttention('schoenbat', {
       name: 'schoenbat',
       options,
       trainableVariables: [gamma, beta],
-      buffers: [featureMap.projections, featureMap.scales],
+      buffers: [featureMap.projections],
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => {
           const phiQ = featureMap.apply(tf.mul(preSbn(q), inputScale)) as tf.Tensor4D;

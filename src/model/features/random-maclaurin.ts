@@ -10,10 +10,12 @@
 //
 // Layout for a fast, differentiable forward pass with no per-feature loop: the random features are
 // sorted by degree, highest first, so the features of degree ≥ l are a prefix of length m_l. Level l
-// of the projection matrix holds r_{j,l} for j < m_l; one matrix product x·R gives every rᵀx, and the
-// running product over levels (running_l = running_{l−1}[:, :m_l] ⊙ level_l) costs Σ_j N_j
+// of the projection matrix holds r_{j,l} for j < m_l as rows; one matrix product R·xᵀ gives every rᵀx,
+// and the running product over levels (running_l = running_{l−1}[:m_l] ⊙ level_l) costs Σ_j N_j
 // multiplications in at most maxDegree element-wise ops; the features of degree exactly l are
-// running_l[:, m_{l+1} : m_l].
+// running_l[m_{l+1} : m_l]. Features run along the first axis so that every slice is a contiguous
+// block of rows (the cpu backend copies strided column slices element by element, ~100× slower), and
+// each feature's scale is folded into its level-1 row, so no broadcast multiply is needed.
 import * as tf from '@tensorflow/tfjs';
 import { matMul2d, namedVariable } from '../ops.ts';
 import type { Rng } from '../rng.ts';
@@ -86,7 +88,7 @@ export interface MaclaurinDraw {
   degrees: number[];
   /** m_l = number of random features of degree ≥ l, for l = 1…max(degrees). */
   levelSizes: number[];
-  /** [inputDim, Σ degrees] row-major ±1 entries, level blocks of m_l columns one after the other. */
+  /** [Σ degrees, inputDim] row-major ±1 entries: one Rademacher vector per row, level blocks of m_l rows. */
   projections: Float32Array;
   /** [numFeatures]: √a₀ for the constant feature, then √(a_N/P(N))/√(D−1) per random feature. */
   scales: Float32Array;
@@ -144,7 +146,7 @@ export interface RandomMaclaurinOptions {
 }
 
 /**
- * A fixed draw of the random Maclaurin map; projections and scales are non-trainable variables
+ * A fixed draw of the random Maclaurin map; the scaled projections are a non-trainable variable
  * (drawn once, never redrawn, as in the reference).
  */
 export class RandomMaclaurinFeatures {
@@ -152,10 +154,12 @@ export class RandomMaclaurinFeatures {
   readonly coefficients: number[];
   readonly degrees: number[];
   readonly numFeatures: number;
-  /** [inputDim, Σ degrees] ±1. */
+  /**
+   * [Σ degrees, inputDim]: the Rademacher rows, those of level 1 (one per random feature) multiplied
+   * by the feature's scale √(a_N/P(N))/√(D−1).
+   */
   readonly projections: tf.Variable;
-  /** [numFeatures]. */
-  readonly scales: tf.Variable;
+  private readonly constantFeature: number;
   private readonly levelSizes: number[];
 
   constructor(opts: RandomMaclaurinOptions) {
@@ -167,8 +171,12 @@ export class RandomMaclaurinFeatures {
     this.levelSizes = draw.levelSizes;
     this.numFeatures = opts.numFeatures;
     const total = draw.levelSizes.reduce((a, m) => a + m, 0);
-    this.projections = namedVariable(opts.scope, 'maclaurinProjections', tf.tensor2d(draw.projections, [opts.inputDim, total]), false);
-    this.scales = namedVariable(opts.scope, 'maclaurinScales', tf.tensor1d(draw.scales), false);
+    const scaled = draw.projections.slice();
+    for (let j = 0; j < draw.degrees.length; j++) {
+      for (let i = 0; i < opts.inputDim; i++) scaled[j * opts.inputDim + i] *= draw.scales[j + 1];
+    }
+    this.projections = namedVariable(opts.scope, 'maclaurinProjections', tf.tensor2d(scaled, [total, opts.inputDim]), false);
+    this.constantFeature = draw.scales[0];
   }
 
   /** The kernel the features estimate, Σ_{n≤maxDegree} a_n tⁿ, at t = xᵀy. */
@@ -181,27 +189,26 @@ export class RandomMaclaurinFeatures {
     return tf.tidy(() => {
       const inputDim = x.shape[x.rank - 1];
       const lead = x.shape.slice(0, -1);
-      const rows = tf.reshape(x, [-1, inputDim]) as tf.Tensor2D;
-      const m = rows.shape[0];
-      const projected = matMul2d(rows, this.projections as tf.Tensor2D); // every rᵀx at once
+      const columns = tf.transpose(tf.reshape(x, [-1, inputDim])) as tf.Tensor2D; // [inputDim, M]
+      const m = columns.shape[1];
+      const projected = matMul2d(this.projections as tf.Tensor2D, columns); // every rᵀx at once: [Σ degrees, M]
       const byDegree: tf.Tensor[] = [];
-      let running = tf.slice(projected, [0, 0], [m, this.levelSizes[0]]);
+      let running = tf.slice(projected, [0, 0], [this.levelSizes[0], m]);
       let offset = 0;
       for (let index = 0; index < this.levelSizes.length; index++) {
         const size = this.levelSizes[index];
-        if (index > 0) running = tf.mul(tf.slice(running, [0, 0], [m, size]), tf.slice(projected, [0, offset], [m, size]));
+        if (index > 0) running = tf.mul(tf.slice(running, [0, 0], [size, m]), tf.slice(projected, [offset, 0], [size, m]));
         offset += size;
         const higher = this.levelSizes[index + 1] ?? 0;
-        // Highest degree first, matching the order of the scales.
-        if (size > higher) byDegree.unshift(tf.slice(running, [0, higher], [m, size - higher]));
+        // Highest degree first, the order of the draw.
+        if (size > higher) byDegree.unshift(tf.slice(running, [higher, 0], [size - higher, m]));
       }
-      const features = tf.mul(tf.concat([tf.ones([m, 1]), ...byDegree], 1), this.scales);
+      const features = tf.transpose(tf.concat([tf.fill([1, m], this.constantFeature), ...byDegree], 0)); // [M, D]
       return tf.reshape(features, [...lead, this.numFeatures]);
     });
   }
 
   dispose(): void {
     this.projections.dispose();
-    this.scales.dispose();
   }
 }
