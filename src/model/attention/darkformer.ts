@@ -17,16 +17,24 @@
 import * as tf from '@tensorflow/tfjs';
 import { inverseSqrtSymmetric } from '../features/linalg.ts';
 import { namedVariable, projectPerHead } from '../ops.ts';
-import { checkAttentionShapes, favorAttention, favorOptionSpecs, RedrawnProjection } from './performer.ts';
+import { positiveRandomFeatures } from '../features/prf.ts';
+import {
+  checkAttentionShapes,
+  favorAttention,
+  favorOptionSpecs,
+  RedrawnProjection,
+  type FavorOptions,
+  type RandomFeatureModule,
+} from './performer.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule } from './types.ts';
 
-/** Ridge added to the calibration covariance, relative to its mean eigenvalue (condition number ≤ ~1e4). */
+/** Ridge added to the calibration covariance, relative to its mean eigenvalue: caps the gain M puts on near-degenerate directions (≤ 100× that of an average one). */
 const WHITENING_RIDGE = 1e-4;
 
 export const DARKFORMER_INITS = ['identity', 'whitening'] as const;
 
-export interface DarkformerModule extends AttentionModule {
+export interface DarkformerModule extends RandomFeatureModule {
   /** The learnable covariance factor M, [heads, rank, headDim]; Σ = MᵀM. */
   readonly covarianceFactor: tf.Variable;
   /**
@@ -69,7 +77,6 @@ registerAttention('darkformer', {
       const identityRows = tf.slice(tf.eye(headDim), [0, 0], [rank, headDim]);
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
-    const scale = headDim ** -0.25;
     const favor = { causal, chunkSize: options.chunkSize as number, delta: options.delta as number };
 
     return {
@@ -80,12 +87,13 @@ registerAttention('darkformer', {
       covarianceFactor,
       apply(q, k, v, opts: ApplyOptions = {}) {
         checkAttentionShapes('darkformer', numHeads, headDim, q, k, v);
-        return tf.tidy(() => {
-          const mT = tf.transpose(covarianceFactor, [0, 2, 1]); // [H, d, r]: x̃ = x·Mᵀ per head
-          const qTilde = projectPerHead(tf.mul(q, scale), mT);
-          const kTilde = projectPerHead(tf.mul(k, scale), mT);
-          return favorAttention(qTilde, kTilde, v, projection.variable, { ...favor, keyMask: opts.keyMask });
-        });
+        return darkformerAttention(q, k, v, covarianceFactor, projection.variable, { ...favor, keyMask: opts.keyMask });
+      },
+      featureMap(x) {
+        return tf.tidy(() => positiveRandomFeatures(dataAlignedInputs(x, covarianceFactor), projection.variable).features);
+      },
+      get drawIndex() {
+        return projection.drawIndex;
       },
       initializeFromData(q, k) {
         if (rank !== headDim) {
@@ -124,6 +132,30 @@ registerAttention('darkformer', {
     };
   },
 });
+
+/** x̃ = M(d^(−1/4)x) per head: x [B, H, L, d], M [H, r, d] → [B, H, L, r]. */
+function dataAlignedInputs(x: tf.Tensor4D, covarianceFactor: tf.Tensor): tf.Tensor4D {
+  const d = x.shape[3];
+  return projectPerHead(tf.mul(x, d ** -0.25), tf.transpose(covarianceFactor, [0, 2, 1]));
+}
+
+/**
+ * DARKFormer attention as a function of its parameters (the module's apply; separate so that
+ * gradients with respect to M can be checked): q, k, v [B, H, L, d], covarianceFactor M [H, r, d],
+ * omega [H, r, m].
+ */
+export function darkformerAttention(
+  q: tf.Tensor4D,
+  k: tf.Tensor4D,
+  v: tf.Tensor4D,
+  covarianceFactor: tf.Tensor,
+  omega: tf.Tensor,
+  opts: FavorOptions,
+): tf.Tensor4D {
+  return tf.tidy(() =>
+    favorAttention(dataAlignedInputs(q, covarianceFactor), dataAlignedInputs(k, covarianceFactor), v, omega, opts),
+  );
+}
 
 /** Sample covariance (centred, 1/(n−1)) of head h's vectors over batch and length, in float64. */
 function headCovariance(data: tf.TypedArray, shape: readonly number[], h: number): number[][] {

@@ -120,6 +120,8 @@ export function favorAttention(
 ): tf.Tensor4D {
   return tf.tidy(() => {
     const query = positiveRandomFeatures(qTilde, omega, { stabilizer: 'row' });
+    // Padded keys (keyMask 0) still take part in the key maximum; the result does not depend on
+    // it, they can only push real keys' features towards underflow.
     const key = positiveRandomFeatures(kTilde, omega, { stabilizer: 'global' });
     const logDelta = opts.delta > 0 ? Math.log(opts.delta) : -Infinity;
     const exponent = tf.sub(tf.sub(tf.scalar(logDelta), query.shift), key.shift); // [B, H, L, 1]
@@ -131,6 +133,17 @@ export function favorAttention(
       keyMask: opts.keyMask,
     });
   });
+}
+
+/** Performer and DARKFormer modules: the attention interface plus read-outs for diagnostics and tests. */
+export interface RandomFeatureModule extends AttentionModule {
+  /**
+   * The random feature map φ(x) [B, H, L, m] without stabiliser, so E[φ(q)ᵀφ(k)] is the
+   * mechanism's kernel (exp(qᵀk/√d) for Performer). x: [B, H, L, headDim].
+   */
+  featureMap(x: tf.Tensor4D): tf.Tensor4D;
+  /** Index of the projection draw in use (0 until the first redraw). */
+  readonly drawIndex: number;
 }
 
 /** Fails unless q, k, v are [B, H, L, headDim] with the configured heads. */
@@ -152,7 +165,7 @@ export function checkAttentionShapes(
 registerAttention('performer', {
   description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
   options: favorOptionSpecs,
-  create(config, options): AttentionModule {
+  create(config, options): RandomFeatureModule {
     const { numHeads, headDim, causal } = config;
     const features = options.features as number;
     const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
@@ -173,6 +186,12 @@ registerAttention('performer', {
         return tf.tidy(() =>
           favorAttention(tf.mul(q, scale), tf.mul(k, scale), v, projection.variable, { ...favor, keyMask: opts.keyMask }),
         );
+      },
+      featureMap(x) {
+        return tf.tidy(() => positiveRandomFeatures(tf.mul(x, scale), projection.variable).features);
+      },
+      get drawIndex() {
+        return projection.drawIndex;
       },
       onTrainStep: (step) => projection.onTrainStep(step),
       dispose: () => projection.variable.dispose(),
