@@ -1,0 +1,309 @@
+// Dataset layouts on disk: resolving a path to the Arrow shards of one split (HF save_to_disk
+// folders, single split folders, plain folders and globs of *.arrow such as the HF cache of
+// allenai/c4), cheap metadata for dry runs, and writing the DatasetDict.save_to_disk layout.
+import fs from 'node:fs';
+import path from 'node:path';
+import { createHash } from 'node:crypto';
+import { ArrowShardWriter, pythonJson, scanShard, stringFeatures } from './arrow.ts';
+
+export type Split = 'train' | 'validation';
+export const SPLITS: readonly Split[] = ['train', 'validation'];
+
+const DATASET_DICT_JSON = 'dataset_dict.json';
+const STATE_JSON = 'state.json';
+const DATASET_INFO_JSON = 'dataset_info.json';
+
+export class DatasetPathError extends Error {
+  constructor(
+    readonly datasetPath: string,
+    message: string,
+  ) {
+    super(`${datasetPath}: ${message}`);
+    this.name = 'DatasetPathError';
+  }
+}
+
+function readJson(file: string): unknown {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new DatasetPathError(file, `cannot read: ${(err as Error).message}`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new DatasetPathError(file, `is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+function isDirectory(p: string): boolean {
+  try {
+    return fs.statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function isFile(p: string): boolean {
+  try {
+    return fs.statSync(p).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** Shard files named in a split folder's state.json (save_to_disk order = shard order). */
+function shardsOfSplitFolder(folder: string, split: Split): string[] {
+  const stateFile = path.join(folder, STATE_JSON);
+  const state = readJson(stateFile) as { _data_files?: unknown; _split?: unknown };
+  if (state._split !== null && state._split !== undefined && state._split !== split) {
+    throw new DatasetPathError(folder, `is the "${String(state._split)}" split (state.json _split), but the "${split}" split was asked for`);
+  }
+  if (!Array.isArray(state._data_files) || state._data_files.length === 0) {
+    throw new DatasetPathError(stateFile, 'expected "_data_files": [{"filename": "data-00000-of-0000N.arrow"}, …] with at least one entry');
+  }
+  return state._data_files.map((entry, i) => {
+    const name = (entry as { filename?: unknown })?.filename;
+    if (typeof name !== 'string' || name !== path.basename(name)) {
+      throw new DatasetPathError(stateFile, `_data_files[${i}].filename must be a plain file name, got ${JSON.stringify(name)}`);
+    }
+    const file = path.join(folder, name);
+    if (!isFile(file)) throw new DatasetPathError(folder, `shard ${name} listed in state.json is missing`);
+    return file;
+  });
+}
+
+const SPLIT_IN_NAME = /-(train|validation|test)(?=[-.])/;
+
+/** Keeps the files whose names carry the split ("c4-train-00000-of-01024.arrow"); errors say what was found. */
+function filterBySplitName(where: string, files: string[], split: Split): string[] {
+  if (files.length === 0) throw new DatasetPathError(where, 'no .arrow files found');
+  const marked = files.filter((f) => SPLIT_IN_NAME.test(path.basename(f)));
+  if (marked.length === 0) {
+    if (split === 'train') return files;
+    throw new DatasetPathError(
+      where,
+      `the .arrow file names carry no "-train-"/"-validation-" part, so they are all treated as the train split; ` +
+        `there are no validation shards (pass a save_to_disk dataset or name the files like c4-validation-00000-of-00008.arrow)`,
+    );
+  }
+  const chosen = marked.filter((f) => SPLIT_IN_NAME.exec(path.basename(f))![1] === split);
+  if (chosen.length === 0) {
+    const found = [...new Set(marked.map((f) => SPLIT_IN_NAME.exec(path.basename(f))![1]))].join(', ');
+    throw new DatasetPathError(where, `no "-${split}-" .arrow files (splits found in the file names: ${found})`);
+  }
+  return chosen;
+}
+
+function byName(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Expands a glob whose wildcards (* ? [..]) are in the file name only, e.g. "cache/c4-train-*.arrow". */
+export function expandFileGlob(pattern: string): string[] {
+  const dir = path.dirname(pattern);
+  const base = path.basename(pattern);
+  if (/[*?[]/.test(dir)) {
+    throw new DatasetPathError(pattern, 'wildcards are supported in the file name only, not in folder names');
+  }
+  // Node 20 has no fs.glob; file-name-only patterns need no more than this translation.
+  const regex = new RegExp(
+    '^' +
+      base.replace(/[.+^${}()|\\]/g, '\\$&').replace(/\*/g, '[^/]*').replace(/\?/g, '[^/]') +
+      '$',
+  );
+  if (!isDirectory(dir)) throw new DatasetPathError(pattern, `folder ${dir} does not exist`);
+  return fs
+    .readdirSync(dir)
+    .filter((name) => regex.test(name) && isFile(path.join(dir, name)))
+    .sort(byName)
+    .map((name) => path.join(dir, name));
+}
+
+/**
+ * Resolves a dataset path to the sorted list of Arrow shard files of one split: a save_to_disk
+ * DatasetDict folder, a single split folder (state.json), a folder of *.arrow files, a glob of
+ * them, or one .arrow file. File names with "-train-"/"-validation-" select the split.
+ */
+export async function listShards(datasetPath: string, split: Split): Promise<string[]> {
+  if (!SPLITS.includes(split)) throw new DatasetPathError(datasetPath, `unknown split "${split}"; expected one of ${SPLITS.join(', ')}`);
+  if (/[*?[]/.test(path.basename(datasetPath)) && !fs.existsSync(datasetPath)) {
+    const files = expandFileGlob(datasetPath).filter((f) => f.endsWith('.arrow'));
+    if (files.length === 0) throw new DatasetPathError(datasetPath, 'the glob matches no .arrow files');
+    return filterBySplitName(datasetPath, files, split);
+  }
+  if (!fs.existsSync(datasetPath)) throw new DatasetPathError(datasetPath, 'does not exist (expected a dataset folder, a .arrow file or a glob of .arrow files)');
+  if (isFile(datasetPath)) {
+    if (!datasetPath.endsWith('.arrow')) throw new DatasetPathError(datasetPath, 'expected a .arrow file, a dataset folder or a glob of .arrow files');
+    return filterBySplitName(path.dirname(datasetPath), [datasetPath], split);
+  }
+  if (isFile(path.join(datasetPath, DATASET_DICT_JSON))) {
+    const dict = readJson(path.join(datasetPath, DATASET_DICT_JSON)) as { splits?: unknown };
+    if (!Array.isArray(dict.splits)) {
+      throw new DatasetPathError(path.join(datasetPath, DATASET_DICT_JSON), 'expected {"splits": ["train", "validation", …]}');
+    }
+    if (!dict.splits.includes(split)) {
+      throw new DatasetPathError(datasetPath, `has no "${split}" split (dataset_dict.json lists: ${dict.splits.join(', ') || 'none'})`);
+    }
+    const folder = path.join(datasetPath, split);
+    if (!isFile(path.join(folder, STATE_JSON))) throw new DatasetPathError(folder, 'split folder has no state.json');
+    return shardsOfSplitFolder(folder, split);
+  }
+  if (isFile(path.join(datasetPath, STATE_JSON))) return shardsOfSplitFolder(datasetPath, split);
+  const files = fs
+    .readdirSync(datasetPath)
+    .filter((name) => name.endsWith('.arrow') && isFile(path.join(datasetPath, name)))
+    .sort(byName)
+    .map((name) => path.join(datasetPath, name));
+  if (files.length === 0) {
+    throw new DatasetPathError(datasetPath, 'has no dataset_dict.json, no state.json and no .arrow files');
+  }
+  return filterBySplitName(datasetPath, files, split);
+}
+
+/**
+ * Rows and UTF-8 text bytes of a split, from the IPC message headers of its shards (a few small
+ * reads per 1,000-row batch, no text is read). bytes is null when a shard's layout does not allow
+ * it (compressed buffers, dictionary-encoded text).
+ */
+export async function describeSplit(
+  datasetPath: string,
+  split: Split,
+  column: string,
+): Promise<{ shards: string[]; rows: number | null; bytes: number | null }> {
+  const shards = await listShards(datasetPath, split);
+  let rows = 0;
+  let bytes: number | null = 0;
+  for (const shard of shards) {
+    const scan = await scanShard(shard, column);
+    rows += scan.rows;
+    bytes = bytes === null || scan.textBytes === null ? null : bytes + scan.textBytes;
+  }
+  return { shards, rows, bytes };
+}
+
+/** Shard size limit: rows per shard, or UTF-8 bytes of string data per shard. */
+export type ShardSize = { rows: number } | { bytes: number };
+
+/** Parses "100000" (rows), "500MB", "1.5GB", "64KiB" (bytes of string data). */
+export function parseShardSize(value: string): ShardSize {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(|rows|b|kb|mb|gb|kib|mib|gib)\s*$/i.exec(value);
+  if (!match) throw new Error(`--shard-size: expected a row count (e.g. 100000) or a size (e.g. 500MB, 1GB), got "${value}"`);
+  const amount = Number(match[1]);
+  const unit = match[2].toLowerCase();
+  if (unit === '' || unit === 'rows') {
+    if (!Number.isInteger(amount) || amount < 1) throw new Error(`--shard-size: a row count must be a positive integer, got "${value}"`);
+    return { rows: amount };
+  }
+  const scale: Record<string, number> = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3 };
+  const bytes = Math.round(amount * scale[unit]);
+  if (bytes < 1) throw new Error(`--shard-size: must be positive, got "${value}"`);
+  return { bytes };
+}
+
+/** What `datasets` calls MAX_SHARD_SIZE. */
+export const DEFAULT_SHARD_SIZE: ShardSize = { bytes: 500e6 };
+
+export interface SplitSummary {
+  rows: number;
+  textBytes: number;
+  shards: string[];
+}
+
+/**
+ * Writes one split folder as `Dataset.save_to_disk` does: data-0000i-of-0000N.arrow shards,
+ * state.json and dataset_info.json. Shards are written under temporary names and renamed once
+ * the shard count N is known.
+ */
+export class SplitWriter {
+  private current: ArrowShardWriter | null = null;
+  private readonly partials: string[] = [];
+  rows = 0;
+  textBytes = 0;
+  private arrowBytes = 0;
+  private readonly hash = createHash('sha256');
+
+  constructor(
+    readonly folder: string,
+    readonly split: Split,
+    readonly columns: readonly string[],
+    readonly textColumn: string,
+    readonly shardSize: ShardSize,
+    readonly description: string,
+  ) {
+    fs.mkdirSync(folder, { recursive: true });
+  }
+
+  private shardFull(shard: ArrowShardWriter): boolean {
+    return 'rows' in this.shardSize ? shard.rows >= this.shardSize.rows : shard.arrowBytes >= this.shardSize.bytes;
+  }
+
+  async append(values: readonly (string | null)[]): Promise<void> {
+    if (!this.current) {
+      const file = path.join(this.folder, `partial-${String(this.partials.length).padStart(5, '0')}.arrow`);
+      this.current = new ArrowShardWriter(file, this.columns, this.textColumn);
+    }
+    await this.current.append(values);
+    this.rows++;
+    for (const v of values) this.hash.update(v ?? '\u0000null').update('\u0000');
+    if (this.shardFull(this.current)) await this.closeShard();
+  }
+
+  private async closeShard(): Promise<void> {
+    if (!this.current) return;
+    const shard = this.current;
+    this.current = null;
+    await shard.close();
+    this.textBytes += shard.textBytes;
+    this.arrowBytes += shard.arrowBytes;
+    this.partials.push(shard.file);
+  }
+
+  async finish(): Promise<SplitSummary> {
+    await this.closeShard();
+    if (this.partials.length === 0) {
+      // An empty split still gets one shard holding just the schema, as save_to_disk writes.
+      this.current = new ArrowShardWriter(path.join(this.folder, 'partial-00000.arrow'), this.columns, this.textColumn);
+      await this.closeShard();
+    }
+    const total = this.partials.length;
+    const names = this.partials.map((_, i) => `data-${String(i).padStart(5, '0')}-of-${String(total).padStart(5, '0')}.arrow`);
+    this.partials.forEach((partial, i) => fs.renameSync(partial, path.join(this.folder, names[i])));
+    const state = {
+      _data_files: names.map((filename) => ({ filename })),
+      _fingerprint: this.hash.digest('hex').slice(0, 16),
+      _format_columns: null,
+      _format_kwargs: {},
+      _format_type: null,
+      _output_all_columns: false,
+      _split: this.split,
+    };
+    // save_to_disk: json.dump(state, indent=2, sort_keys=True); the keys above are already sorted.
+    fs.writeFileSync(path.join(this.folder, STATE_JSON), JSON.stringify(state, null, 2));
+    // save_to_disk sorts only the top-level keys of dataset_info.json (nested feature order matters).
+    const info = {
+      citation: '',
+      dataset_size: this.arrowBytes,
+      description: this.description,
+      features: stringFeatures(this.columns),
+      homepage: '',
+      license: '',
+      size_in_bytes: this.arrowBytes,
+      splits: { [this.split]: { name: this.split, num_bytes: this.arrowBytes, num_examples: this.rows } },
+    };
+    fs.writeFileSync(path.join(this.folder, DATASET_INFO_JSON), JSON.stringify(info, null, 2));
+    return { rows: this.rows, textBytes: this.textBytes, shards: names.map((n) => path.join(this.folder, n)) };
+  }
+
+  /** Closes an open shard after an error; the caller removes the folder. */
+  async abort(): Promise<void> {
+    if (this.current) await this.current.close().catch(() => undefined);
+    this.current = null;
+  }
+}
+
+/** dataset_dict.json as DatasetDict.save_to_disk writes it: json.dumps({"splits": [...]}). */
+export function writeDatasetDictJson(folder: string, splits: readonly string[]): void {
+  fs.writeFileSync(path.join(folder, DATASET_DICT_JSON), pythonJson({ splits }));
+}

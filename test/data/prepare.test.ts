@@ -1,0 +1,201 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { spawnSync } from 'node:child_process';
+import { afterAll, describe, expect, it } from 'vitest';
+import { readTextBatches } from '../../src/data/arrow.ts';
+import { describeSplit, listShards, parseShardSize } from '../../src/data/dataset.ts';
+import { prepareDemoCorpus, sotuDataDir } from '../../src/data/demo-corpus.ts';
+import { formatSummary, prepareDataset } from '../../src/data/prepare.ts';
+import { makeTempDir, readAllBatches } from '../fixtures/data.ts';
+
+const dir = makeTempDir('prepare');
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+async function readSplit(out: string, split: 'train' | 'validation', column = 'text'): Promise<(string | null)[]> {
+  const values: (string | null)[] = [];
+  for (const shard of await listShards(out, split)) {
+    for await (const batch of readTextBatches(shard, column)) values.push(...batch.texts);
+  }
+  return values;
+}
+
+const sorted = (xs: (string | null)[]) => [...xs].map(String).sort();
+const utf8Bytes = (xs: string[]) => xs.reduce((s, t) => s + Buffer.byteLength(t), 0);
+
+// C4-like records: {"text", "timestamp", "url"}.
+function c4Records(n: number, tag: string) {
+  return Array.from({ length: n }, (_, i) => ({
+    text: `${tag} document ${i}. ${'Some words here, ünïcode too. '.repeat(1 + (i % 5))}`,
+    timestamp: `2019-04-${String(1 + (i % 28)).padStart(2, '0')}T00:00:00Z`,
+    url: `https://${tag}.example.com/${i}`,
+  }));
+}
+const jsonlRecords = c4Records(180, 'jsonl');
+const gzRecords = c4Records(120, 'gz');
+const txtDocs = Array.from({ length: 12 }, (_, i) => `Text file ${i}\nwith two lines and a trailing newline\n`);
+
+const inputs = path.join(dir, 'inputs');
+fs.mkdirSync(path.join(inputs, 'txt', 'nested'), { recursive: true });
+fs.writeFileSync(
+  path.join(inputs, 'part.jsonl'),
+  [...jsonlRecords.slice(0, 90), { text: '', url: 'empty' }, ...jsonlRecords.slice(90), { text: '   \n', url: 'blank' }]
+    .map((r) => JSON.stringify(r))
+    .join('\n') + '\n\n',
+);
+fs.writeFileSync(path.join(inputs, 'c4-train.00000-of-01024.json.gz'), zlib.gzipSync(gzRecords.map((r) => JSON.stringify(r)).join('\n')));
+txtDocs.forEach((t, i) => fs.writeFileSync(path.join(inputs, 'txt', i % 2 ? 'nested' : '', `doc-${String(i).padStart(2, '0')}.txt`), t));
+const allDocs = [...jsonlRecords.map((r) => r.text), ...gzRecords.map((r) => r.text), ...txtDocs];
+
+describe('prepareDataset', () => {
+  const out = path.join(dir, 'mixed');
+  let summary: Awaited<ReturnType<typeof prepareDataset>>;
+
+  it('writes jsonl, json.gz and .txt folders into a split whose union is exactly the input documents', async () => {
+    summary = await prepareDataset({
+      inputs: [path.join(inputs, 'part.jsonl'), path.join(inputs, 'c4-train.00000-of-01024.json.gz'), path.join(inputs, 'txt')],
+      out,
+      keepColumns: ['url', 'timestamp'],
+      validationFraction: 0.2,
+      seed: 7,
+    });
+    const train = await readSplit(out, 'train');
+    const validation = await readSplit(out, 'validation');
+    expect(sorted([...train, ...validation])).toEqual(sorted(allDocs));
+    expect(validation.length).toBeGreaterThan(0.1 * allDocs.length);
+    expect(validation.length).toBeLessThan(0.3 * allDocs.length);
+    expect(summary).toMatchObject({ inputFiles: 14, documents: allDocs.length, bytes: utf8Bytes(allDocs), skippedEmpty: 2, shards: 2 });
+    expect(summary.splits.train.documents).toBe(train.length);
+    expect(summary.splits.validation.bytes).toBe(utf8Bytes(validation as string[]));
+    expect(fs.readdirSync(out).sort()).toEqual(['dataset_dict.json', 'train', 'validation']);
+    expect(fs.readdirSync(path.join(out, 'train')).sort()).toEqual(['data-00000-of-00001.arrow', 'dataset_info.json', 'state.json']);
+  });
+
+  it('keeps the asked-for extra columns aligned with their documents (null where absent)', async () => {
+    const texts = [...(await readSplit(out, 'train')), ...(await readSplit(out, 'validation'))];
+    const urls = [...(await readSplit(out, 'train', 'url')), ...(await readSplit(out, 'validation', 'url'))];
+    const byText = new Map(texts.map((t, i) => [t, urls[i]]));
+    for (const r of [...jsonlRecords, ...gzRecords]) expect(byText.get(r.text)).toBe(r.url);
+    for (const t of txtDocs) expect(byText.get(t)).toBeNull();
+    const { batches, metadata } = await readAllBatches((await listShards(out, 'train'))[0]);
+    expect(batches[0].schema.fields.map((f) => f.name)).toEqual(['text', 'url', 'timestamp']);
+    expect(Object.keys(JSON.parse(metadata.get('huggingface')!).info.features)).toEqual(['text', 'url', 'timestamp']);
+  });
+
+  it('prints the counts it wrote', () => {
+    const lines = formatSummary(summary);
+    expect(lines[0]).toBe(`wrote ${allDocs.length} documents, ${utf8Bytes(allDocs)} bytes of text (${(utf8Bytes(allDocs) / 1e6).toFixed(2)} MB), 2 shards to ${out}`);
+    expect(lines).toContain(`  train: ${summary.splits.train.documents} documents, ${summary.splits.train.bytes} bytes, 1 shard(s)`);
+    expect(lines).toContain('skipped 2 empty documents');
+  });
+
+  it('draws the split from the seed: same seed, same split; another seed, another split', async () => {
+    const run = async (seed: number, name: string) => {
+      const o = path.join(dir, name);
+      await prepareDataset({ inputs: [path.join(inputs, 'part.jsonl')], out: o, validationFraction: 0.3, seed });
+      return { train: await readSplit(o, 'train'), validation: await readSplit(o, 'validation') };
+    };
+    const a = await run(1, 'seed1a');
+    const b = await run(1, 'seed1b');
+    const c = await run(2, 'seed2');
+    expect(b).toEqual(a);
+    expect(c.validation).not.toEqual(a.validation);
+    for (const s of [a, c]) expect(sorted([...s.train, ...s.validation])).toEqual(sorted(jsonlRecords.map((r) => r.text)));
+  });
+
+  it('cuts shards by rows or by size, with 1,000-row record batches inside', async () => {
+    const many = path.join(dir, 'many.jsonl');
+    const docs = Array.from({ length: 2600 }, (_, i) => `row ${i}`);
+    fs.writeFileSync(many, docs.map((text) => JSON.stringify({ text })).join('\n'));
+    const byRows = path.join(dir, 'by-rows');
+    const s = await prepareDataset({ inputs: [many], out: byRows, validationFraction: 0, shardSize: '1200' });
+    const shards = await listShards(byRows, 'train');
+    expect(shards.map((f) => path.basename(f))).toEqual(['data-00000-of-00003.arrow', 'data-00001-of-00003.arrow', 'data-00002-of-00003.arrow']);
+    const batchSizes = await Promise.all(shards.map(async (f) => (await readAllBatches(f)).batches.map((b) => b.numRows)));
+    expect(batchSizes).toEqual([[1000, 200], [1000, 200], [200]]);
+    expect(await readSplit(byRows, 'train')).toEqual(docs);
+    expect(s.splits.validation.documents).toBe(0);
+    expect(await readSplit(byRows, 'validation')).toEqual([]); // one schema-only shard, as save_to_disk writes
+    expect((await describeSplit(byRows, 'train', 'text')).rows).toBe(2600);
+
+    const bySize = path.join(dir, 'by-size');
+    await prepareDataset({ inputs: [many], out: bySize, validationFraction: 0, shardSize: '10KB' });
+    const sizeShards = await listShards(bySize, 'train');
+    expect(sizeShards.length).toBeGreaterThan(1);
+    expect(await readSplit(bySize, 'train')).toEqual(docs);
+    expect(parseShardSize('500MB')).toEqual({ bytes: 500e6 });
+    expect(parseShardSize('1.5GiB')).toEqual({ bytes: 1.5 * 1024 ** 3 });
+    expect(parseShardSize('100000')).toEqual({ rows: 100000 });
+  });
+
+  it('gives both splits a document even from two documents', async () => {
+    const two = path.join(dir, 'two.jsonl');
+    fs.writeFileSync(two, '{"text": "first"}\n{"text": "second"}\n');
+    for (const seed of [0, 1, 2, 3]) {
+      const o = path.join(dir, `two-${seed}`);
+      const s = await prepareDataset({ inputs: [two], out: o, validationFraction: 0.05, seed });
+      expect([s.splits.train.documents, s.splits.validation.documents]).toEqual([1, 1]);
+    }
+  });
+
+  it('reads parquet inputs row group by row group (snappy and gzip; fixtures written by pyarrow)', async () => {
+    // test/fixtures/parquet/make.py: 250 rows in row groups of 100, text null at row 7; gzip.parquet = rows 0..19.
+    const fixtures = path.join(import.meta.dirname, '..', 'fixtures', 'parquet');
+    const expected = (n: number) => Array.from({ length: n }, (_, i) => `parquet doc ${i}: ünïcode ok`).filter((_, i) => i !== 7);
+    const out = path.join(dir, 'parquet');
+    const s = await prepareDataset({
+      inputs: [path.join(fixtures, 'c4-like.parquet'), path.join(fixtures, 'gzip.parquet')],
+      out,
+      keepColumns: ['url', 'timestamp'],
+      validationFraction: 0.1,
+    });
+    expect(s).toMatchObject({ documents: 249 + 19, skippedEmpty: 2 });
+    const docs = [...(await readSplit(out, 'train')), ...(await readSplit(out, 'validation'))];
+    expect(sorted(docs)).toEqual(sorted([...expected(250), ...expected(20)]));
+    const urls = [...(await readSplit(out, 'train', 'url')), ...(await readSplit(out, 'validation', 'url'))];
+    const stamps = [...(await readSplit(out, 'train', 'timestamp')), ...(await readSplit(out, 'validation', 'timestamp'))];
+    docs.forEach((text, k) => {
+      const i = Number(/doc (\d+):/.exec(text!)![1]);
+      expect(urls[k]).toBe(`https://p.example.com/${i}`);
+      expect(stamps[k]).toBe(`2019-04-${String(1 + (i % 28)).padStart(2, '0')}T00:00:00.000Z`);
+    });
+  });
+});
+
+describe('npm run prepare (CLI)', () => {
+  it('prints documents, bytes, shards and skipped empty documents', () => {
+    const out = path.join(dir, 'cli-out');
+    const result = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out, '--seed', '3'], {
+      encoding: 'utf8',
+    });
+    expect(result.status, result.stderr).toBe(0);
+    const docs = jsonlRecords.map((r) => r.text);
+    expect(result.stdout).toContain(`wrote ${docs.length} documents, ${utf8Bytes(docs)} bytes of text`);
+    expect(result.stdout).toContain('2 shards');
+    expect(result.stdout).toContain('skipped 2 empty documents');
+    const again = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out], { encoding: 'utf8' });
+    expect(again.status).toBe(1);
+    expect(again.stderr).toContain(`${out}: the output folder already exists (pass --overwrite to replace it)`);
+  });
+});
+
+describe('prepareDemoCorpus', () => {
+  it('writes the State of the Union addresses (≥ 200 documents) and their text round-trips', async () => {
+    const out = path.join(dir, 'sotu');
+    const summary = await prepareDemoCorpus(out);
+    const expected = fs
+      .readdirSync(sotuDataDir())
+      .filter((f) => f.endsWith('.json'))
+      .map((f) => (JSON.parse(fs.readFileSync(path.join(sotuDataDir(), f), 'utf8')) as { text: string }).text);
+    expect(expected.length).toBeGreaterThanOrEqual(200);
+    expect(summary.documents).toBe(expected.length);
+    const train = await readSplit(out, 'train');
+    const validation = await readSplit(out, 'validation');
+    expect(validation.length).toBeGreaterThan(0);
+    expect(sorted([...train, ...validation])).toEqual(sorted(expected));
+    expect(summary.bytes).toBe(utf8Bytes(expected));
+    const years = await readSplit(out, 'train', 'year');
+    expect(years.every((y) => /^\d{4}$/.test(y!))).toBe(true);
+    expect(await describeSplit(out, 'validation', 'text')).toMatchObject({ rows: validation.length, bytes: utf8Bytes(validation as string[]) });
+  });
+});
