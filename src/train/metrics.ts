@@ -1,5 +1,26 @@
-// Run folders and metric records (work in progress).
+// Run folders and metric records. A run folder `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
+//   config.json    the resolved recipe (rewritten when the run is resumed)
+//   env.json       where it ran (node, platform, CPUs, memory, command line, start time)
+//   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves
+//   log.txt        the progress lines and warnings printed during the run
+//   wandb.json     the fixed W&B run id/project/entity and upload status (see src/train/wandb.ts)
+//   summary.json   written by finish()
+// Progress lines go to stdout, warnings to stderr.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { Recipe } from './recipe.ts';
+import {
+  newWandbRunId,
+  readWandbInfo,
+  toWandbConfig,
+  toWandbRow,
+  wandbDecision,
+  WandbSink,
+  WANDB_INFO_FILE,
+  writeWandbInfo,
+  type WandbRunInfo,
+} from './wandb.ts';
 
 export interface MetricRecord {
   step: number;
@@ -11,30 +32,247 @@ export interface MetricRecord {
   grad_norm: number | null;
   tokens_per_s: number;
   elapsed_s: number;
+  /** Validation: bits per byte. */
   bpb?: number;
   epoch_fraction?: number;
 }
 
+export const METRICS_FILE = 'metrics.jsonl';
+const REQUIRED_NUMBERS = ['step', 'tokens', 'loss', 'ppl', 'lr', 'tokens_per_s', 'elapsed_s'] as const;
+
 export interface RunLoggerOptions {
+  /** Parent folder of the new run folder (default recipe.train.runDir). */
   runDir?: string;
+  /** Continue this existing run folder instead of making a new one. */
   resumeDir?: string;
+  /** With resumeDir: the step of the checkpoint resumed from; records after it (logged before the crash but
+   *  not covered by the checkpoint) are dropped so metrics.jsonl stays one consistent history. */
+  resumeStep?: number;
+  /** Print progress lines (default true; tests turn it off). */
+  echo?: boolean;
+  /** Seconds to wait for W&B to flush at finish() (default 60). */
+  wandbFinishTimeoutS?: number;
+}
+
+/** The replay command for a run folder, as printed to the user. */
+export function replayCommand(dir: string): string {
+  const relative = path.relative(process.cwd(), dir);
+  const shown = relative === '' ? '.' : relative.startsWith('..') ? dir : relative;
+  return `npm run wandb:replay -- ${/\s/.test(shown) ? JSON.stringify(shown) : shown}`;
 }
 
 export class RunLogger {
   readonly dir: string;
-  private constructor(dir: string) {
+  private records = 0;
+  private sink: WandbSink | null = null;
+  private finished = false;
+  private readonly echo: boolean;
+
+  private constructor(dir: string, private readonly options: RunLoggerOptions) {
     this.dir = dir;
+    this.echo = options.echo ?? true;
   }
+
+  /** Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts W&B if enabled. */
   static async create(recipe: Recipe, opts: RunLoggerOptions = {}): Promise<RunLogger> {
-    return new RunLogger(opts.resumeDir ?? opts.runDir ?? recipe.train.runDir);
+    const dir = opts.resumeDir ? path.resolve(opts.resumeDir) : makeRunDir(opts.runDir ?? recipe.train.runDir, recipe.name);
+    if (opts.resumeDir && !fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) {
+      throw new Error(`${dir}: the run folder to resume does not exist`);
+    }
+    const logger = new RunLogger(dir, opts);
+    writeJson(path.join(dir, 'config.json'), recipe);
+    writeJson(path.join(dir, 'env.json'), environment());
+
+    const kept = opts.resumeDir ? logger.truncateForResume(opts.resumeStep) : [];
+    // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
+    const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+    const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
+    writeWandbInfo(dir, info);
+
+    const decision = wandbDecision(recipe.wandb);
+    if (decision.enabled) {
+      logger.sink = new WandbSink(info, toWandbConfig(recipe), {
+        onReady: (url) => logger.line(`W&B run: ${url}`),
+        onProblem: (reason) =>
+          logger.warn(`W&B: ${reason}. Training goes on; the metrics are kept in ${path.join(dir, METRICS_FILE)}; upload them later with: ${replayCommand(dir)}`),
+      });
+      // A resumed run re-sends the kept records first, so the W&B history has the same lines as the JSONL.
+      kept.forEach((record, index) => logger.sink!.log(toWandbRow(record), index));
+    } else if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline') {
+      logger.line(`W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`);
+    }
+    return logger;
   }
+
+  /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and forwards it to W&B. */
   log(record: MetricRecord): void {
-    void record;
+    checkRecord(record, 'RunLogger.log');
+    fs.appendFileSync(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
+    this.sink?.log(toWandbRow(record), this.records);
+    this.records += 1;
   }
+
+  /** A progress line: stdout and log.txt. */
   line(text: string): void {
-    void text;
+    if (this.echo) process.stdout.write(text + '\n');
+    fs.appendFileSync(path.join(this.dir, 'log.txt'), text + '\n');
   }
+
+  /** A warning: stderr and log.txt. */
+  warn(text: string): void {
+    if (this.echo) process.stderr.write(`warning: ${text}\n`);
+    fs.appendFileSync(path.join(this.dir, 'log.txt'), `warning: ${text}\n`);
+  }
+
+  /** Writes summary.json and flushes/finishes W&B (never throws for W&B problems). Idempotent. */
   async finish(summary: Record<string, unknown>): Promise<void> {
-    void summary;
+    if (this.finished) return;
+    this.finished = true;
+    writeJson(path.join(this.dir, 'summary.json'), { ...summary, records: this.records, finished_at: new Date().toISOString() });
+    if (!this.sink) return;
+    const result = await this.sink.finish((this.options.wandbFinishTimeoutS ?? 60) * 1000);
+    const info = readWandbInfo(this.dir);
+    if (result.ok) {
+      writeWandbInfo(this.dir, { ...info, status: 'synced', url: result.url, reason: undefined });
+    } else {
+      writeWandbInfo(this.dir, { ...info, status: 'incomplete', url: result.url, reason: result.reason });
+    }
   }
+
+  /** Keeps the records up to resumeStep (all if undefined), rewrites metrics.jsonl, returns them. */
+  private truncateForResume(resumeStep: number | undefined): MetricRecord[] {
+    const file = path.join(this.dir, METRICS_FILE);
+    const records = fs.existsSync(file) ? readMetrics(this.dir) : [];
+    const kept = resumeStep === undefined ? records : records.filter((r) => r.step <= resumeStep);
+    fs.writeFileSync(file, kept.map((r) => JSON.stringify(r) + '\n').join(''));
+    this.records = kept.length;
+    return kept;
+  }
+}
+
+export interface ReplayOptions {
+  /** Send to this project/entity instead of the one in wandb.json (then stored there). */
+  project?: string;
+  entity?: string | null;
+  /** Seconds to wait for the final flush (default 120). */
+  timeoutS?: number;
+}
+
+/** @wandb/sdk 0.5.1 sends at most 10 000 history lines per upload and, at finish, uploads only once more:
+ *  a replay therefore hands it the records in chunks of 5 000, one upload interval apart. */
+const REPLAY_CHUNK = 5000;
+
+/**
+ * Uploads a run folder (config.json + metrics.jsonl) to its W&B run, as identified by wandb.json: line i of
+ * metrics.jsonl becomes history line i, so replaying a folder twice (or after a partial live upload) rewrites
+ * the same lines and creates no duplicate run. Throws (naming the folder) when the upload fails.
+ */
+export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): Promise<{ records: number; url?: string }> {
+  const dir = path.resolve(runDir);
+  const configFile = path.join(dir, 'config.json');
+  if (!fs.existsSync(configFile) || !fs.existsSync(path.join(dir, METRICS_FILE))) {
+    throw new Error(`${dir}: not a run folder (expected config.json and ${METRICS_FILE})`);
+  }
+  const records = readMetrics(dir);
+  const recipe = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Recipe;
+  const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+  const info: WandbRunInfo = { ...stored, project: opts.project ?? stored.project, entity: opts.entity !== undefined ? opts.entity : stored.entity };
+  writeWandbInfo(dir, info);
+
+  const sink = new WandbSink(info, toWandbConfig(recipe));
+  if (await sink.started()) {
+    for (let start = 0; start < records.length; start += REPLAY_CHUNK) {
+      if (start > 0) await sleep(sink.uploadIntervalMs() + 500); // let the SDK's upload loop send the previous chunk
+      records.slice(start, start + REPLAY_CHUNK).forEach((record, i) => sink.log(toWandbRow(record), start + i));
+    }
+  }
+  const result = await sink.finish((opts.timeoutS ?? 120) * 1000);
+  writeWandbInfo(dir, { ...info, status: result.ok ? 'synced' : 'incomplete', url: result.url, reason: result.reason });
+  if (!result.ok) throw new Error(`${dir}: W&B replay failed: ${result.reason}`);
+  return { records: records.length, url: result.url };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Reads and checks every record of a run folder's metrics.jsonl (errors name the file and line). */
+export function readMetrics(runDir: string): MetricRecord[] {
+  const file = path.join(runDir, METRICS_FILE);
+  const text = fs.readFileSync(file, 'utf8');
+  const records: MetricRecord[] = [];
+  text.split('\n').forEach((line, i) => {
+    if (line.trim() === '') return;
+    let record: unknown;
+    try {
+      record = JSON.parse(line);
+    } catch {
+      throw new Error(`${file}:${i + 1}: not a JSON object: ${line.slice(0, 80)}`);
+    }
+    checkRecord(record, `${file}:${i + 1}`);
+    records.push(record as MetricRecord);
+  });
+  return records;
+}
+
+/** Throws unless `record` has every required field with the right type (NaN/Infinity read back as null). */
+export function checkRecord(record: unknown, where: string): asserts record is MetricRecord {
+  const r = record as Record<string, unknown>;
+  const fail = (problem: string) => {
+    throw new Error(`${where}: metric record ${problem} (got ${JSON.stringify(record)})`);
+  };
+  if (typeof record !== 'object' || record === null) fail('must be an object');
+  if (r.split !== 'train' && r.split !== 'val') fail(`field split must be "train" or "val"`);
+  for (const key of REQUIRED_NUMBERS) {
+    // A diverged loss is NaN, which JSON writes as null: accepted, so the record is kept rather than lost.
+    if (typeof r[key] !== 'number' && !(r[key] === null && key !== 'step' && key !== 'tokens')) fail(`field ${key} must be a number`);
+  }
+  if (!Number.isInteger(r.step) || (r.step as number) < 0) fail('field step must be an integer ≥ 0');
+  if (typeof r.grad_norm !== 'number' && r.grad_norm !== null) fail('field grad_norm must be a number or null');
+  for (const key of ['bpb', 'epoch_fraction']) {
+    if (r[key] !== undefined && typeof r[key] !== 'number' && r[key] !== null) fail(`field ${key} must be a number`);
+  }
+}
+
+function newWandbInfo(recipe: Recipe, dir: string): WandbRunInfo {
+  return {
+    id: newWandbRunId(),
+    project: recipe.wandb.project,
+    entity: recipe.wandb.entity,
+    name: recipe.wandb.runName ?? path.basename(dir),
+    status: 'pending',
+  };
+}
+
+/** `<parent>/<name>-<YYYYMMDD-HHMMSS>` (UTC), with -2, -3, … if two runs start in the same second. */
+function makeRunDir(parent: string, name: string): string {
+  fs.mkdirSync(parent, { recursive: true });
+  const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
+  const base = path.resolve(parent, `${name.replace(/[^A-Za-z0-9._-]/g, '_')}-${stamp}`);
+  for (let n = 1; ; n++) {
+    const dir = n === 1 ? base : `${base}-${n}`;
+    try {
+      fs.mkdirSync(dir);
+      return dir;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+  }
+}
+
+function environment(): Record<string, unknown> {
+  const cpus = os.cpus();
+  return {
+    node: process.version,
+    platform: `${process.platform}-${process.arch}`,
+    hostname: os.hostname(),
+    cpus: cpus.length,
+    cpuModel: cpus[0]?.model ?? null,
+    memoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+    argv: process.argv.slice(1),
+    cwd: process.cwd(),
+    startedAt: new Date().toISOString(),
+  };
+}
+
+function writeJson(file: string, value: unknown): void {
+  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
 }

@@ -1,7 +1,15 @@
-// Training recipes: plain YAML data, validated against one declarative schema (work in progress).
+// Training recipes: plain YAML data validated against ONE declarative table (RECIPE_SCHEMA). Validation,
+// defaults, command-line overrides and docs/recipes.md all derive from that table, so adding a key (e.g. the
+// fine-tuning section) means adding one row to it and one field to `Recipe`.
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+// resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
+import { resolveOptions } from '../model/attention/registry.ts';
 
 export interface Recipe {
-  name: string;
+  name: string; // defaults to the recipe file's base name
   backend: 'auto' | 'tensorflow' | 'wasm' | 'cpu';
   model: {
     kind: 'gpt' | 'bert';
@@ -49,6 +57,454 @@ export interface Recipe {
   wandb: { enabled: boolean | 'auto'; project: string; entity: string | null; runName: string | null };
 }
 
-export function loadRecipe(path: string, overrides: string[] = []): Recipe {
-  throw new Error(`${path}: not implemented yet (${overrides.length} overrides)`);
+/** Dotted paths of the leaves of T ("train.lr", "model.attention.options"); a string-indexed record is a leaf. */
+type LeafPaths<T, Prefix extends string = ''> = {
+  [K in keyof T & string]: T[K] extends Record<string, unknown>
+    ? string extends keyof T[K]
+      ? `${Prefix}${K}`
+      : LeafPaths<T[K], `${Prefix}${K}.`>
+    : `${Prefix}${K}`;
+}[keyof T & string];
+
+export type RecipeKey = LeafPaths<Recipe>;
+
+export type FieldType =
+  | { kind: 'int'; min?: number; max?: number }
+  | { kind: 'number'; min?: number; exclusiveMin?: number; max?: number; exclusiveMax?: number }
+  | { kind: 'string'; path?: boolean } // path: resolved against the current working directory
+  | { kind: 'enum'; values: readonly (string | boolean)[] }
+  | { kind: 'bool' }
+  | { kind: 'attentionName' } // any name in the attention registry
+  | { kind: 'attentionOptions' }; // a mapping checked against the registry's specs for model.attention.name
+
+/** A default computed from the rest of the recipe (documented by `doc`). */
+export interface DerivedDefault {
+  derived: string;
+  compute(recipe: Recipe, file: string): unknown;
+}
+export const REQUIRED = Symbol('required');
+
+export interface FieldSpec {
+  type: FieldType;
+  nullable?: boolean;
+  default: unknown;
+  doc: string;
+}
+
+const derived = (doc: string, compute: DerivedDefault['compute']): DerivedDefault => ({ derived: doc, compute });
+const int = (min?: number, max?: number): FieldType => ({ kind: 'int', min, max });
+const num = (bounds: Omit<Extract<FieldType, { kind: 'number' }>, 'kind'> = {}): FieldType => ({ kind: 'number', ...bounds });
+const str: FieldType = { kind: 'string' };
+const filePath: FieldType = { kind: 'string', path: true };
+const bool: FieldType = { kind: 'bool' };
+const oneOf = (...values: (string | boolean)[]): FieldType => ({ kind: 'enum', values });
+
+/**
+ * THE recipe schema: every key, its type, default and meaning. Order = order of docs/recipes.md and of the
+ * resolved config. `satisfies` makes the compiler check that it names every leaf of `Recipe` and nothing else.
+ */
+export const RECIPE_SCHEMA = {
+  name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`.' },
+  backend: { type: oneOf('auto', 'tensorflow', 'wasm', 'cpu'), default: 'auto', doc: 'TensorFlow.js backend. `auto` = tensorflow (tfjs-node-gpu) if installed, else wasm.' },
+
+  'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
+  'model.dModel': { type: int(1), default: 128, doc: 'Width of the residual stream; must be divisible by `model.numHeads`.' },
+  'model.numLayers': { type: int(1), default: 4, doc: 'Number of transformer blocks.' },
+  'model.numHeads': { type: int(1), default: 4, doc: 'Attention heads per block (head size = dModel / numHeads).' },
+  'model.mlpRatio': { type: num({ exclusiveMin: 0 }), default: 4, doc: 'MLP hidden width = mlpRatio × dModel.' },
+  'model.dropout': { type: num({ min: 0, exclusiveMax: 1 }), default: 0, doc: 'Dropout probability (0 for small CPU demos; GPU recipes use 0.1).' },
+  'model.maxSeqLen': { type: int(1), default: derived('`data.seqLen`', (r) => r.data.seqLen), doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.' },
+  'model.bias': { type: bool, default: true, doc: 'Biases in the linear layers.' },
+  'model.attention.name': { type: { kind: 'attentionName' }, default: 'softmax', doc: 'Attention mechanism, one of the registered names (see the table below).' },
+  'model.attention.options': { type: { kind: 'attentionOptions' }, default: {}, doc: "Options of that mechanism (see the table below); the resolved recipe holds every option with the mechanism's defaults filled in." },
+
+  'data.dataset': { type: filePath, default: REQUIRED, doc: 'Dataset: a `save_to_disk` folder, a split folder, a folder of `.arrow` shards, or a glob such as `cache/c4-train-*.arrow`.' },
+  'data.textColumn': { type: str, default: 'text', doc: 'Name of the text column in the Arrow shards.' },
+  'data.tokenizer': { type: filePath, default: REQUIRED, doc: 'Path to a `tokenizer.json` (Hugging Face tokenizers format).' },
+  'data.seqLen': { type: int(2), default: 128, doc: 'Tokens per training sequence.' },
+  'data.shuffleBuffer': { type: int(0), default: 1024, doc: 'Sequences held for the bounded shuffle of the training stream (0 = no shuffle).' },
+  'data.readAhead': { type: int(1), default: 2, doc: 'Shards read and tokenized ahead of the trainer.' },
+  'data.mlmProbability': { type: num({ exclusiveMin: 0, exclusiveMax: 1 }), default: 0.15, doc: 'BERT: fraction of tokens chosen for the masked-LM loss (80% mask, 10% random, 10% kept).' },
+
+  'train.batchSize': { type: int(1), default: 8, doc: 'Sequences per micro-batch.' },
+  'train.gradAccum': { type: int(1), default: 1, doc: 'Micro-batches accumulated per optimizer step (effective batch = batchSize × gradAccum).' },
+  'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
+  'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
+  'train.minLr': { type: num({ min: 0 }), default: derived('`train.lr` / 10', (r) => r.train.lr / 10), doc: 'Final learning rate of the `cosine` and `linear` schedules; must be ≤ `train.lr`.' },
+  'train.schedule': { type: oneOf('cosine', 'linear', 'constant'), default: 'cosine', doc: 'Learning-rate decay after warm-up, over the token budget (`train.maxTokens` or one epoch).' },
+  'train.warmupSteps': { type: int(0), default: 100, doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`.' },
+  'train.weightDecay': { type: num({ min: 0 }), default: 0.1, doc: 'AdamW weight decay (not applied to norms, biases and embeddings unless `train.decayEmbeddings`).' },
+  'train.beta1': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.9, doc: 'AdamW β₁.' },
+  'train.beta2': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.95, doc: 'AdamW β₂.' },
+  'train.eps': { type: num({ exclusiveMin: 0 }), default: 1e-8, doc: 'AdamW ε.' },
+  'train.decayEmbeddings': { type: bool, default: false, doc: 'Apply weight decay to the embedding tables too.' },
+  'train.clip': { type: num({ min: 0 }), default: 1, doc: 'Global gradient-norm clip (0 = off).' },
+  'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
+  'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
+  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs (0 = only at the end).' },
+  'train.evalTokens': { type: int(1), default: 32768, doc: 'Validation tokens per evaluation (read from the start of the validation split, same every time).' },
+  'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
+  'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },
+  'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in the run folder.' },
+  'train.runDir': { type: filePath, default: 'runs', doc: 'Folder that holds the run folders.' },
+
+  'wandb.enabled': { type: oneOf(true, false, 'auto'), default: 'auto', doc: 'Send the metric records to Weights & Biases; `auto` = when `WANDB_API_KEY` is set.' },
+  'wandb.project': { type: str, default: 'slayformer', doc: 'W&B project.' },
+  'wandb.entity': { type: str, nullable: true, default: null, doc: "W&B entity (user or team); `null` = the API key's default entity." },
+  'wandb.runName': { type: str, nullable: true, default: null, doc: 'W&B display name; `null` = the run folder name.' },
+} as const satisfies Record<RecipeKey, FieldSpec>;
+
+const SCHEMA: Record<string, FieldSpec> = RECIPE_SCHEMA;
+const KEYS = Object.keys(SCHEMA) as RecipeKey[];
+/** Mapping keys (sections) implied by the dotted leaf paths: "model", "model.attention", "train", … */
+const SECTIONS = new Set(KEYS.flatMap((key) => key.split('.').slice(1).map((_, i) => key.split('.').slice(0, i + 1).join('.'))));
+
+type DeepPartial<T> = { [K in keyof T]?: T[K] extends Record<string, unknown> ? DeepPartial<T[K]> : T[K] };
+
+/** The static defaults (keys that are required or derived from other keys are absent; see RECIPE_SCHEMA). */
+export const RECIPE_DEFAULTS: DeepPartial<Recipe> = Object.freeze(
+  unflatten(Object.fromEntries(KEYS.filter((k) => isStatic(SCHEMA[k].default)).map((k) => [k, SCHEMA[k].default]))),
+) as DeepPartial<Recipe>;
+
+function isStatic(value: unknown): boolean {
+  return value !== REQUIRED && !(typeof value === 'object' && value !== null && 'derived' in value);
+}
+
+export class RecipeError extends Error {
+  constructor(
+    readonly file: string,
+    readonly problems: string[],
+  ) {
+    super(problems.map((p) => `${file}: ${p}`).join('\n'));
+    this.name = 'RecipeError';
+  }
+}
+
+interface Given {
+  value: unknown;
+  /** Where the value came from, for error messages: '' for the file, the override argument otherwise. */
+  origin: string;
+}
+
+/**
+ * Reads, validates and resolves a recipe. `overrides` are command-line arguments of the form
+ * `--train.lr=1e-3` / `--model.attention.options.prfFeatures=32`; each value is parsed as a YAML scalar
+ * (`1e-3` → number, `true` → boolean, `null` → null, anything else → string) and then checked exactly like
+ * the file. Relative paths (data.dataset, data.tokenizer, train.runDir) resolve against the current
+ * working directory and come back absolute. Every error starts with the recipe file path.
+ */
+export function loadRecipe(file: string, overrides: string[] = []): Recipe {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new RecipeError(file, [`cannot read the recipe (${(err as NodeJS.ErrnoException).code ?? String(err)})`]);
+  }
+  return parseRecipe(text, file, overrides);
+}
+
+/** loadRecipe on a string (the file name is used for messages and the default `name`). */
+export function parseRecipe(text: string, file: string, overrides: string[] = []): Recipe {
+  const problems: string[] = [];
+  const doc = YAML.parseDocument(text, { prettyErrors: false });
+  if (doc.errors.length > 0) throw new RecipeError(file, doc.errors.map((e) => `invalid YAML: ${e.message}`));
+  const root: unknown = doc.toJS() ?? {};
+  const given = new Map<string, Given>();
+  if (!isMapping(root)) throw new RecipeError(file, [`the recipe must be a mapping of sections (got ${describe(root)})`]);
+  collect(root, '', '', given, problems);
+  for (const arg of overrides) applyOverride(arg, given, problems);
+  if (problems.length > 0) throw new RecipeError(file, problems);
+  return resolve(given, file);
+}
+
+function collect(node: Record<string, unknown>, prefix: string, origin: string, out: Map<string, Given>, problems: string[]): void {
+  for (const [key, value] of Object.entries(node)) {
+    const full = prefix + key;
+    if (full in SCHEMA) {
+      out.set(full, { value, origin });
+    } else if (SECTIONS.has(full)) {
+      if (value === null) continue; // an empty section ("train:" with nothing under it)
+      if (!isMapping(value)) problems.push(`${at(origin)}${full} must be a mapping of keys (got ${describe(value)})`);
+      else collect(value, `${full}.`, origin, out, problems);
+    } else {
+      problems.push(`${at(origin)}unknown key ${full}${suggest(full)}`);
+    }
+  }
+}
+
+function applyOverride(arg: string, given: Map<string, Given>, problems: string[]): void {
+  const match = /^--([A-Za-z0-9_.-]+)=(.*)$/s.exec(arg);
+  if (!match) {
+    problems.push(`override ${JSON.stringify(arg)} must look like --section.key=value (e.g. --train.lr=1e-3)`);
+    return;
+  }
+  const [, key, raw] = match;
+  let value: unknown;
+  try {
+    value = raw === '' ? '' : YAML.parse(raw);
+  } catch (err) {
+    problems.push(`override ${arg}: the value is not valid YAML (${(err as Error).message})`);
+    return;
+  }
+  const optionsKey = KEYS.find((k) => SCHEMA[k].type.kind === 'attentionOptions' && key.startsWith(`${k}.`));
+  if (optionsKey) {
+    // One attention option: merged into the file's options mapping, checked with them against the registry.
+    const previous = given.get(optionsKey);
+    const options = isMapping(previous?.value) ? { ...previous.value } : {};
+    options[key.slice(optionsKey.length + 1)] = value;
+    given.set(optionsKey, { value: options, origin: arg });
+  } else if (key in SCHEMA) {
+    given.set(key, { value, origin: arg });
+  } else if (SECTIONS.has(key)) {
+    problems.push(`override ${arg}: ${key} is a section; set its keys one by one (e.g. --${KEYS.find((k) => k.startsWith(`${key}.`))}=…)`);
+  } else {
+    problems.push(`override ${arg}: unknown key ${key}${suggest(key)}`);
+  }
+}
+
+function resolve(given: Map<string, Given>, file: string): Recipe {
+  const problems: string[] = [];
+  const flat: Record<string, unknown> = {};
+  const derivedKeys: RecipeKey[] = [];
+  for (const key of KEYS) {
+    const spec = SCHEMA[key];
+    const entry = given.get(key);
+    if (entry === undefined) {
+      if (spec.default === REQUIRED) problems.push(`missing required key ${key} (${spec.doc})`);
+      else if (isStatic(spec.default)) flat[key] = structuredClone(spec.default);
+      else derivedKeys.push(key);
+      continue;
+    }
+    const problem = checkType(key, spec, entry.value);
+    if (problem) problems.push(at(entry.origin) + problem);
+    else flat[key] = entry.value;
+  }
+  for (const key of KEYS) {
+    const type = SCHEMA[key].type;
+    if (type.kind === 'string' && type.path && typeof flat[key] === 'string') flat[key] = path.resolve(flat[key]);
+  }
+  // Attention options are checked against the specs of the mechanism named (when that name is valid).
+  const optionsEntry = given.get('model.attention.options');
+  const name = flat['model.attention.name'];
+  if (typeof name === 'string') {
+    const result = checkAttentionOptions(name, (flat['model.attention.options'] ?? {}) as Record<string, unknown>);
+    if (typeof result === 'string') problems.push(at(optionsEntry?.origin ?? '') + result);
+    else flat['model.attention.options'] = result;
+  }
+  if (problems.length > 0) throw new RecipeError(file, problems);
+
+  const partial = unflatten(flat) as unknown as Recipe;
+  for (const key of derivedKeys) flat[key] = (SCHEMA[key].default as DerivedDefault).compute(partial, file);
+  // Rebuilt in schema order so config.json reads like docs/recipes.md.
+  const recipe = unflatten(Object.fromEntries(KEYS.map((key) => [key, flat[key]]))) as unknown as Recipe;
+  const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '');
+  if (crossProblems.length > 0) throw new RecipeError(file, crossProblems);
+  return recipe;
+}
+
+/** Constraints between keys (each message names the keys involved). */
+function crossChecks(r: Recipe, origin: (key: string) => string): string[] {
+  const problems: string[] = [];
+  if (r.model.dModel % r.model.numHeads !== 0) {
+    problems.push(`${at(origin('model.numHeads'))}model.dModel (${r.model.dModel}) must be divisible by model.numHeads (${r.model.numHeads})`);
+  }
+  if (r.model.maxSeqLen < r.data.seqLen) {
+    problems.push(`${at(origin('model.maxSeqLen'))}model.maxSeqLen (${r.model.maxSeqLen}) must be ≥ data.seqLen (${r.data.seqLen})`);
+  }
+  if (r.train.minLr > r.train.lr) {
+    problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
+  }
+  return problems;
+}
+
+function checkType(key: string, spec: FieldSpec, value: unknown): string | null {
+  const type = spec.type;
+  if (value === null && spec.nullable) return null;
+  const fail = (expected: string) => `${key} must be ${expected}${spec.nullable ? ' or null' : ''} (got ${describe(value)})`;
+  switch (type.kind) {
+    case 'int':
+    case 'number': {
+      const noun = type.kind === 'int' ? 'an integer' : 'a number';
+      // The bounds are named only when the value is a number of the right kind but out of range.
+      if (typeof value !== 'number' || !Number.isFinite(value)) return fail(noun);
+      if (type.kind === 'int' && !Number.isInteger(value)) return fail(noun);
+      return violates(type, value) ? fail([noun, ...bounds(type)].join(' ')) : null;
+    }
+    case 'string':
+      return typeof value === 'string' && value !== '' ? null : fail('a non-empty string');
+    case 'bool':
+      return typeof value === 'boolean' ? null : fail('true or false');
+    case 'enum':
+      return type.values.includes(value as string | boolean) ? null : fail(`one of ${type.values.join(', ')}`);
+    case 'attentionName':
+      return typeof value === 'string' && attentionNames().includes(value) ? null : fail(`one of ${attentionNames().join(', ')}`);
+    case 'attentionOptions': // "options:" with nothing under it is null in YAML: no options
+      return value === null || isMapping(value) ? null : fail('a mapping of attention options');
+  }
+}
+
+/** The bounds of a numeric type as text, e.g. ["≥ 0", "< 1"]. */
+function bounds(type: Extract<FieldType, { kind: 'int' | 'number' }>): string[] {
+  const out: string[] = [];
+  if (type.min !== undefined) out.push(`≥ ${type.min}`);
+  if ('exclusiveMin' in type && type.exclusiveMin !== undefined) out.push(`> ${type.exclusiveMin}`);
+  if (type.max !== undefined) out.push(`≤ ${type.max}`);
+  if ('exclusiveMax' in type && type.exclusiveMax !== undefined) out.push(`< ${type.exclusiveMax}`);
+  return out.length > 1 ? [out.join(', ')] : out;
+}
+
+function violates(type: Extract<FieldType, { kind: 'int' | 'number' }>, value: number): boolean {
+  return (
+    (type.min !== undefined && value < type.min) ||
+    (type.max !== undefined && value > type.max) ||
+    ('exclusiveMin' in type && type.exclusiveMin !== undefined && value <= type.exclusiveMin) ||
+    ('exclusiveMax' in type && type.exclusiveMax !== undefined && value >= type.exclusiveMax)
+  );
+}
+
+/** Resolved options (registry defaults filled in), or a problem naming the full key path. */
+function checkAttentionOptions(name: string, options: Record<string, unknown>): Record<string, unknown> | string {
+  const specs = attentionOptionSpecs(name);
+  const allowed = Object.keys(specs);
+  for (const [option, value] of Object.entries(options)) {
+    const key = `model.attention.options.${option}`;
+    if (!(option in specs)) {
+      const hint = closest(option, allowed);
+      const list = allowed.length > 0 ? `allowed: ${allowed.join(', ')}` : `'${name}' takes no options`;
+      return `unknown key ${key} for attention '${name}'${hint ? ` (did you mean model.attention.options.${hint}?)` : ''}; ${list}`;
+    }
+    try {
+      resolveOptions(name, { [option]: specs[option] }, { [option]: value });
+    } catch (err) {
+      return `${key}: ${(err as Error).message}`;
+    }
+  }
+  return resolveOptions(name, specs, options);
+}
+
+/** " (did you mean …?)" for the closest known key or section path, or "". */
+function suggest(key: string): string {
+  const hint = closest(key, [...KEYS, ...SECTIONS]);
+  return hint ? ` (did you mean ${hint}?)` : '';
+}
+
+/** The candidate within a small edit distance of `word`, if any (hand-written: a 10-line Levenshtein beats a dependency). */
+function closest(word: string, candidates: string[]): string | null {
+  let best: string | null = null;
+  let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1;
+  for (const candidate of candidates) {
+    const d = editDistance(word.toLowerCase(), candidate.toLowerCase());
+    if (d < bestDistance) [best, bestDistance] = [candidate, d];
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length];
+}
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (Array.isArray(value)) return `a list ${JSON.stringify(value)}`;
+  if (isMapping(value)) return `a mapping ${JSON.stringify(value)}`;
+  return typeof value === 'number' && !Number.isFinite(value) ? String(value) : JSON.stringify(value);
+}
+
+function at(origin: string): string {
+  return origin ? `override ${origin}: ` : '';
+}
+
+function unflatten(flat: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(flat)) setPath(out, key, value);
+  return out;
+}
+
+function setPath(target: object, key: string, value: unknown): void {
+  const parts = key.split('.');
+  let node = target as Record<string, unknown>;
+  for (const part of parts.slice(0, -1)) node = (node[part] ??= {}) as Record<string, unknown>;
+  node[parts[parts.length - 1]] = value;
+}
+
+/**
+ * Markdown tables of every recipe key and every attention option, generated from RECIPE_SCHEMA and the
+ * attention registry; docs/recipes.md embeds this between its GENERATED markers (a test keeps them equal).
+ */
+export function renderRecipeDocs(): string {
+  const lines: string[] = [];
+  let section = '';
+  for (const key of KEYS) {
+    const top = key.includes('.') ? key.slice(0, key.indexOf('.')) : '(top level)';
+    if (top !== section) {
+      section = top;
+      lines.push('', `### ${section}`, '', '| key | type | default | meaning |', '| --- | --- | --- | --- |');
+    }
+    const spec = SCHEMA[key];
+    lines.push(`| \`${key}\` | ${typeText(spec)} | ${defaultText(spec.default)} | ${spec.doc} |`);
+  }
+  lines.push('', '### Attention options (`model.attention.options`, per `model.attention.name`)', '');
+  lines.push('| attention | option | type | default | meaning |', '| --- | --- | --- | --- | --- |');
+  for (const name of attentionNames()) {
+    const specs = Object.entries(attentionOptionSpecs(name));
+    if (specs.length === 0) lines.push(`| \`${name}\` | — | | | no options |`);
+    for (const [option, spec] of specs) {
+      const type = spec.kind === 'enum' ? spec.values.map((v) => `\`${v}\``).join(' \\| ') : optionTypeText(spec);
+      lines.push(`| \`${name}\` | \`${option}\` | ${type} | \`${String(spec.default)}\` | ${spec.doc} |`);
+    }
+  }
+  return lines.join('\n').trimStart() + '\n';
+}
+
+function typeText(spec: FieldSpec): string {
+  const t = spec.type;
+  let text: string;
+  switch (t.kind) {
+    case 'int':
+    case 'number':
+      text = [t.kind === 'int' ? 'integer' : 'number', ...bounds(t)].join(' ');
+      break;
+    case 'string':
+      text = t.path ? 'path' : 'string';
+      break;
+    case 'bool':
+      text = 'boolean';
+      break;
+    case 'enum':
+      text = t.values.map((v) => `\`${v}\``).join(' \\| ');
+      break;
+    case 'attentionName':
+      text = 'attention name';
+      break;
+    case 'attentionOptions':
+      text = 'mapping';
+      break;
+  }
+  return spec.nullable ? `${text} or \`null\`` : text;
+}
+
+function optionTypeText(spec: { kind: string; min?: number; max?: number; exclusiveMin?: number }): string {
+  const noun = spec.kind === 'int' ? 'integer' : spec.kind === 'bool' ? 'boolean' : 'number';
+  const bounds = [
+    spec.min !== undefined ? `≥ ${spec.min}` : '',
+    spec.exclusiveMin !== undefined ? `> ${spec.exclusiveMin}` : '',
+    spec.max !== undefined ? `≤ ${spec.max}` : '',
+  ].filter(Boolean);
+  return bounds.length ? `${noun} ${bounds.join(', ')}` : noun;
+}
+
+function defaultText(value: unknown): string {
+  if (value === REQUIRED) return '**required**';
+  if (!isStatic(value)) return (value as DerivedDefault).derived;
+  return `\`${JSON.stringify(value)}\``;
 }

@@ -1,0 +1,113 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { checkRecord, readMetrics, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
+import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { readWandbInfo } from '../../src/train/wandb.ts';
+
+const REQUIRED_FIELDS = ['step', 'tokens', 'split', 'loss', 'ppl', 'lr', 'grad_norm', 'tokens_per_s', 'elapsed_s'];
+
+let tmp: string;
+beforeEach(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'metrics-test-'));
+});
+afterEach(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+function recipe(): Recipe {
+  return parseRecipe(`data: {dataset: d, tokenizer: t.json}\ntrain: {runDir: ${JSON.stringify(tmp)}}\nwandb: {enabled: false}`, 'tiny run.yaml');
+}
+
+function trainRecord(step: number, loss: number): MetricRecord {
+  return { step, tokens: step * 256, split: 'train', loss, ppl: Math.exp(loss), lr: 1e-3 * Math.min(1, step / 10), grad_norm: 1 / step, tokens_per_s: 1000 + step, elapsed_s: step * 0.25 };
+}
+
+describe('RunLogger', () => {
+  it('makes a run folder with the resolved recipe, environment and W&B run id', async () => {
+    const r = recipe();
+    const a = await RunLogger.create(r, { echo: false });
+    const b = await RunLogger.create(r, { echo: false });
+    expect(a.dir).not.toBe(b.dir);
+    for (const logger of [a, b]) {
+      expect(path.dirname(logger.dir)).toBe(tmp);
+      expect(path.basename(logger.dir)).toMatch(/^tiny_run-\d{8}-\d{6}(-\d+)?$/);
+      expect(JSON.parse(fs.readFileSync(path.join(logger.dir, 'config.json'), 'utf8'))).toEqual(r);
+      const env = JSON.parse(fs.readFileSync(path.join(logger.dir, 'env.json'), 'utf8')) as Record<string, unknown>;
+      expect(env.node).toBe(process.version);
+      expect(env.cpus).toBe(os.cpus().length);
+      expect(readWandbInfo(logger.dir)).toMatchObject({ project: 'slayformer', name: path.basename(logger.dir), status: 'pending' });
+    }
+    expect(readWandbInfo(a.dir).id).not.toBe(readWandbInfo(b.dir).id);
+  });
+
+  it('writes one parseable JSON line per record with every required field', async () => {
+    const logger = await RunLogger.create(recipe(), { echo: false });
+    const logged: MetricRecord[] = [trainRecord(1, 6.2), trainRecord(2, 5.9), { ...trainRecord(2, 6.0), split: 'val', grad_norm: null, bpb: 2.1, epoch_fraction: 0.01 }];
+    logged.forEach((record) => logger.log(record));
+    const lines = fs.readFileSync(path.join(logger.dir, 'metrics.jsonl'), 'utf8').trimEnd().split('\n');
+    expect(lines).toHaveLength(3);
+    lines.forEach((line, i) => {
+      const parsed = JSON.parse(line) as Record<string, unknown>;
+      for (const field of REQUIRED_FIELDS) expect(parsed, field).toHaveProperty(field);
+      expect(parsed).toEqual(logged[i]);
+    });
+    expect(JSON.parse(lines[2])).toMatchObject({ split: 'val', bpb: 2.1, grad_norm: null });
+    expect(readMetrics(logger.dir)).toEqual(logged);
+  });
+
+  it('rejects records that miss a field or have a wrong one, naming it', async () => {
+    const logger = await RunLogger.create(recipe(), { echo: false });
+    const { lr: _lr, ...noLr } = trainRecord(1, 5);
+    expect(() => logger.log(noLr as MetricRecord)).toThrow('field lr must be a number');
+    expect(() => logger.log({ ...trainRecord(1, 5), split: 'test' as 'val' })).toThrow('field split must be "train" or "val"');
+    expect(() => logger.log({ ...trainRecord(1, 5), step: 1.5 })).toThrow('field step must be an integer');
+    expect(() => logger.log({ ...trainRecord(1, 5), bpb: 'x' as unknown as number })).toThrow('field bpb must be a number');
+    expect(fs.existsSync(path.join(logger.dir, 'metrics.jsonl'))).toBe(false); // nothing half-written
+  });
+
+  it('keeps a diverged (NaN) loss as null and reads it back', async () => {
+    const logger = await RunLogger.create(recipe(), { echo: false });
+    logger.log({ ...trainRecord(3, NaN), ppl: NaN });
+    const [record] = readMetrics(logger.dir);
+    expect(record.loss).toBeNull();
+    expect(record.step).toBe(3);
+  });
+
+  it('names the file and line of a corrupt metrics.jsonl', async () => {
+    const logger = await RunLogger.create(recipe(), { echo: false });
+    logger.log(trainRecord(1, 5));
+    fs.appendFileSync(path.join(logger.dir, 'metrics.jsonl'), '{"step": 2, "spl\n');
+    expect(() => readMetrics(logger.dir)).toThrow(`${path.join(logger.dir, 'metrics.jsonl')}:2: not a JSON object`);
+    expect(() => checkRecord({ step: 1 }, 'here')).toThrow('here: metric record field split');
+  });
+
+  it('writes progress lines to log.txt and a summary at finish', async () => {
+    const logger = await RunLogger.create(recipe(), { echo: false });
+    logger.line('step 1 loss 5.0');
+    logger.warn('slow step');
+    logger.log(trainRecord(1, 5));
+    await logger.finish({ final_val_loss: 4.2 });
+    await logger.finish({ ignored: true }); // idempotent
+    expect(fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8')).toBe('step 1 loss 5.0\nwarning: slow step\n');
+    const summary = JSON.parse(fs.readFileSync(path.join(logger.dir, 'summary.json'), 'utf8')) as Record<string, unknown>;
+    expect(summary).toMatchObject({ final_val_loss: 4.2, records: 1 });
+    expect(summary).not.toHaveProperty('ignored');
+  });
+
+  it('resumes a run folder: drops records after the checkpoint step, keeps the W&B id, appends', async () => {
+    const first = await RunLogger.create(recipe(), { echo: false });
+    for (const step of [10, 20, 30, 40]) first.log(trainRecord(step, 5 - step / 100));
+    const id = readWandbInfo(first.dir).id;
+
+    const resumed = await RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 20 });
+    expect(resumed.dir).toBe(first.dir);
+    resumed.log(trainRecord(30, 4.65));
+    expect(readMetrics(first.dir).map((r) => [r.step, r.loss])).toEqual([
+      [10, 4.9],
+      [20, 4.8],
+      [30, 4.65],
+    ]);
+    expect(readWandbInfo(first.dir).id).toBe(id);
+    await expect(RunLogger.create(recipe(), { resumeDir: path.join(tmp, 'absent') })).rejects.toThrow('the run folder to resume does not exist');
+  });
+});

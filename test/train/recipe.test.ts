@@ -1,0 +1,179 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { attentionOptionSpecs } from '../../src/model/attention/index.ts';
+import { loadRecipe, RECIPE_DEFAULTS, RECIPE_SCHEMA, renderRecipeDocs, type Recipe } from '../../src/train/recipe.ts';
+
+let dir: string;
+/** Writes `yaml` to a recipe file and returns its path. */
+function recipeFile(yaml: string, name = 'x.yaml'): string {
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, yaml);
+  return file;
+}
+const MINIMAL = 'data:\n  dataset: data/sotu\n  tokenizer: data/tok.json\n';
+
+/** The error message of loadRecipe, asserting it throws and every line starts with the file path. */
+function errorOf(file: string, overrides: string[] = []): string {
+  let message = '';
+  try {
+    loadRecipe(file, overrides);
+  } catch (err) {
+    message = (err as Error).message;
+  }
+  expect(message, 'loadRecipe should have thrown').not.toBe('');
+  for (const line of message.split('\n')) expect(line.startsWith(`${file}: `)).toBe(true);
+  return message;
+}
+
+beforeAll(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'recipe-test-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+describe('loadRecipe', () => {
+  it('fills in the defaults and derived defaults, and resolves paths against the working directory', () => {
+    const r = loadRecipe(recipeFile(MINIMAL, 'tiny-gpt.yaml'));
+    expect(r.name).toBe('tiny-gpt');
+    expect(r.model.maxSeqLen).toBe(r.data.seqLen);
+    expect(r.train.minLr).toBeCloseTo(r.train.lr / 10, 15);
+    expect(r.data.dataset).toBe(path.resolve('data/sotu'));
+    expect(r.data.tokenizer).toBe(path.resolve('data/tok.json'));
+    expect(r.train.runDir).toBe(path.resolve('runs'));
+    // Every static default of the schema comes through unchanged.
+    for (const [key, spec] of Object.entries(RECIPE_SCHEMA)) {
+      const value = key.split('.').reduce<unknown>((node, part) => (node as Record<string, unknown>)[part], r);
+      if (typeof spec.default !== 'object' && typeof spec.default !== 'symbol' && key !== 'train.runDir') expect(value, key).toBe(spec.default);
+    }
+    expect(r.model.attention).toEqual({ name: 'softmax', options: {} });
+    expect(RECIPE_DEFAULTS.train?.lr).toBe(r.train.lr);
+    expect(RECIPE_DEFAULTS.data?.dataset).toBeUndefined(); // required, so no default
+  });
+
+  it('reads values of every type from the file', () => {
+    const r = loadRecipe(
+      recipeFile(`${MINIMAL}name: custom\nbackend: wasm\nmodel:\n  kind: bert\n  dModel: 64\n  numHeads: 2\n  bias: false\n  dropout: 0.1\n  attention:\n    name: yat-spherical\n    options: {epsilon: 0.01}\ntrain:\n  lr: 1e-3\n  maxTokens: 100000\n  schedule: linear\nwandb:\n  enabled: false\n  entity: team\n`),
+    );
+    expect(r.name).toBe('custom');
+    expect(r.backend).toBe('wasm');
+    expect(r.model).toMatchObject({ kind: 'bert', dModel: 64, numHeads: 2, bias: false, dropout: 0.1 });
+    expect(r.train.lr).toBe(1e-3); // YAML 1.2: 1e-3 is a number
+    expect(r.train.maxTokens).toBe(100000);
+    expect(r.wandb).toEqual({ enabled: false, project: 'slayformer', entity: 'team', runName: null });
+    // Options hold every option of the mechanism, registry defaults filled in.
+    const specs = attentionOptionSpecs('yat-spherical');
+    expect(r.model.attention).toEqual({ name: 'yat-spherical', options: { epsilon: 0.01, delta: specs.delta.default } });
+  });
+
+  it('rejects unknown keys at the top level and nested, naming the key path and a close match', () => {
+    const top = errorOf(recipeFile(`${MINIMAL}trian:\n  lr: 1\n`));
+    expect(top).toContain('unknown key trian (did you mean train?)');
+    const nested = errorOf(recipeFile(`${MINIMAL}model:\n  atention:\n    name: softmax\n`));
+    expect(nested).toContain('unknown key model.atention (did you mean model.attention?)');
+    const deep = errorOf(recipeFile(`${MINIMAL}train:\n  learningRate: 1\n`));
+    expect(deep).toContain('unknown key train.learningRate');
+  });
+
+  it('rejects wrong types, naming the key, the expected type and the value', () => {
+    const message = errorOf(recipeFile(`${MINIMAL}train:\n  lr: fast\n  batchSize: 2.5\n  maxTokens: many\nmodel:\n  kind: lstm\n  bias: yes please\nwandb:\n  enabled: maybe\n`));
+    expect(message).toContain('train.lr must be a number (got "fast")');
+    expect(message).toContain('train.batchSize must be an integer (got 2.5)');
+    expect(message).toContain('train.maxTokens must be an integer or null (got "many")');
+    expect(message).toContain('model.kind must be one of gpt, bert (got "lstm")');
+    expect(message).toContain('model.bias must be true or false (got "yes please")');
+    expect(message).toContain('wandb.enabled must be one of true, false, auto (got "maybe")');
+    expect(errorOf(recipeFile(`${MINIMAL}train:\n  lr: -1\n`))).toContain('train.lr must be a number > 0 (got -1)');
+    expect(errorOf(recipeFile(`${MINIMAL}train:\n  maxTokens: 0\n`))).toContain('train.maxTokens must be an integer ≥ 1 or null (got 0)');
+    expect(errorOf(recipeFile(`${MINIMAL}model:\n  dropout: 1\n`))).toContain('model.dropout must be a number ≥ 0, < 1 (got 1)');
+    expect(errorOf(recipeFile(`${MINIMAL}model: 3\n`))).toContain('model must be a mapping of keys (got 3)');
+    expect(errorOf(recipeFile(`${MINIMAL}model:\n  attention:\n    name: nope\n`))).toMatch(/model\.attention\.name must be one of softmax, .*slay.* \(got "nope"\)/);
+  });
+
+  it('reports missing required keys, bad YAML, a non-mapping file and a missing file', () => {
+    expect(errorOf(recipeFile('data:\n  dataset: d\n'))).toContain('missing required key data.tokenizer');
+    expect(errorOf(recipeFile('data: [1\n'))).toContain('invalid YAML');
+    expect(errorOf(recipeFile('- a\n- b\n'))).toContain('the recipe must be a mapping');
+    expect(errorOf(path.join(dir, 'absent.yaml'))).toContain('cannot read the recipe (ENOENT)');
+  });
+
+  it('checks constraints between keys', () => {
+    expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 30, numHeads: 4}\n`))).toContain('model.dModel (30) must be divisible by model.numHeads (4)');
+    expect(errorOf(recipeFile(`${MINIMAL}model: {maxSeqLen: 64}\ndata: {dataset: d, tokenizer: t, seqLen: 128}\n`.replace(MINIMAL, '')))).toContain(
+      'model.maxSeqLen (64) must be ≥ data.seqLen (128)',
+    );
+    expect(errorOf(recipeFile(`${MINIMAL}train: {lr: 1e-3, minLr: 1e-2}\n`))).toContain('train.minLr (0.01) must be ≤ train.lr (0.001)');
+  });
+
+  it('validates attention options through the registry', () => {
+    const zeroNodes = errorOf(recipeFile(`${MINIMAL}model:\n  attention:\n    name: slay\n    options: {quadratureNodes: 0}\n`));
+    expect(zeroNodes).toContain('model.attention.options.quadratureNodes');
+    expect(zeroNodes).toContain('must be an integer ≥ 1 (got 0)');
+    const onSoftmax = errorOf(recipeFile(`${MINIMAL}model:\n  attention:\n    name: softmax\n    options: {prfFeatures: 16}\n`));
+    expect(onSoftmax).toContain("unknown key model.attention.options.prfFeatures for attention 'softmax'");
+    const typo = errorOf(recipeFile(`${MINIMAL}model:\n  attention:\n    name: yat-spherical\n    options: {epsilonn: 0.1}\n`));
+    expect(typo).toContain('did you mean model.attention.options.epsilon?');
+    const empty = loadRecipe(recipeFile(`${MINIMAL}model:\n  attention:\n    name: yat-spherical\n    options:\n`));
+    expect(empty.model.attention.options).toEqual({ epsilon: 1e-3, delta: 1e-6 });
+    const r = loadRecipe(recipeFile(`${MINIMAL}model:\n  attention:\n    name: slay\n    options: {quadratureNodes: 3}\n`));
+    expect(r.model.attention.options.quadratureNodes).toBe(3);
+    expect(Object.keys(r.model.attention.options).sort()).toEqual(Object.keys(attentionOptionSpecs('slay')).sort());
+  });
+
+  it('applies command-line overrides, type-checked like the file', () => {
+    const file = recipeFile(`${MINIMAL}model:\n  attention:\n    name: slay\n    options: {quadratureNodes: 3}\n`);
+    const r: Recipe = loadRecipe(file, [
+      '--train.lr=1e-2',
+      '--train.maxTokens=null',
+      '--wandb.enabled=true',
+      '--data.textColumn=body',
+      '--model.attention.options.prfFeatures=32',
+      '--name=override',
+    ]);
+    expect(r.train.lr).toBe(1e-2);
+    expect(r.train.minLr).toBeCloseTo(1e-3, 15); // derived from the overridden lr
+    expect(r.train.maxTokens).toBeNull();
+    expect(r.wandb.enabled).toBe(true);
+    expect(r.data.textColumn).toBe('body');
+    expect(r.model.attention.options).toMatchObject({ quadratureNodes: 3, prfFeatures: 32 }); // merged with the file's
+    expect(r.name).toBe('override');
+
+    const switched = loadRecipe(file, ['--model.attention.name=yat-spherical', '--model.attention.options={epsilon: 0.5}']);
+    expect(switched.model.attention).toEqual({ name: 'yat-spherical', options: { epsilon: 0.5, delta: 1e-6 } });
+    expect(errorOf(file, ['--model.attention.name=yat-spherical'])).toContain("unknown key model.attention.options.quadratureNodes for attention 'yat-spherical'");
+    expect(loadRecipe(file, ['--model.attention.name=softmax', '--model.attention.options={}']).model.attention).toEqual({ name: 'softmax', options: {} });
+
+    expect(errorOf(file, ['--train.lr=fast'])).toContain('override --train.lr=fast: train.lr must be a number (got "fast")');
+    expect(errorOf(file, ['--train.bogus=1'])).toContain('override --train.bogus=1: unknown key train.bogus');
+    expect(errorOf(file, ['--trian.lr=1'])).toContain('unknown key trian.lr (did you mean train.lr?)');
+    expect(errorOf(file, ['--model.attention.options.quadratureNodes=0'])).toContain('model.attention.options.quadratureNodes');
+    expect(errorOf(file, ['--train=3'])).toContain('train is a section');
+    expect(errorOf(file, ['train.lr=1'])).toContain('must look like --section.key=value');
+  });
+});
+
+describe('docs/recipes.md', () => {
+  const docsFile = path.resolve('docs/recipes.md');
+  const BEGIN = '<!-- BEGIN GENERATED: renderRecipeDocs() in src/train/recipe.ts -->';
+  const END = '<!-- END GENERATED -->';
+
+  it('holds the generated table of every key (regenerate with UPDATE_RECIPE_DOCS=1)', () => {
+    const generated = renderRecipeDocs();
+    const generatedPart = (text: string) => {
+      const start = text.indexOf(BEGIN);
+      const end = text.indexOf(END);
+      expect(start, `${docsFile} lacks the ${BEGIN} marker`).toBeGreaterThanOrEqual(0);
+      expect(end).toBeGreaterThan(start);
+      return { start: start + BEGIN.length + 1, end };
+    };
+    let text = fs.readFileSync(docsFile, 'utf8');
+    if (process.env.UPDATE_RECIPE_DOCS === '1') {
+      const { start, end } = generatedPart(text);
+      text = `${text.slice(0, start)}${generated}${text.slice(end)}`;
+      fs.writeFileSync(docsFile, text);
+    }
+    const { start, end } = generatedPart(text);
+    expect(text.slice(start, end)).toBe(generated);
+    for (const key of Object.keys(RECIPE_SCHEMA)) expect(text).toContain(`| \`${key}\` |`);
+  });
+});
