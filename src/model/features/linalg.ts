@@ -16,7 +16,7 @@ export function symmetricEigen(matrix: number[][]): SymmetricEigen {
     if (row.length !== n) throw new Error(`symmetricEigen: row ${i} has ${row.length} entries, expected ${n}`);
     return row.slice();
   });
-  const v = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => (i === j ? 1 : 0)));
+  const v: number[][] = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => (i === j ? 1 : 0)));
   for (let sweep = 0; sweep < 100; sweep++) {
     let off = 0;
     for (let p = 0; p < n; p++) for (let q = p + 1; q < n; q++) off += a[p][q] * a[p][q];

@@ -1,0 +1,74 @@
+// GPT packing: documents joined with an end-of-text token, cut into windows of seqLen + 1 tokens that
+// overlap by one token (stride seqLen), so every token after the first is a target exactly once:
+// inputIds = window[0..seqLen), labels = window[1..seqLen]. The tail shorter than a window is dropped.
+import type { Batch } from './stream.ts';
+
+/** Tokens of a document followed by the end-of-text token. */
+export function withEos(tokens: Int32Array, eos: number): Int32Array {
+  const out = new Int32Array(tokens.length + 1);
+  out.set(tokens);
+  out[tokens.length] = eos;
+  return out;
+}
+
+/** Builds windows incrementally from documents fed in pieces, so a window can span documents and
+ *  record batches. Between windows it holds only the one overlap token (`carry`). */
+export class WindowPacker {
+  private readonly window: Int32Array;
+  private filled: number;
+
+  constructor(readonly seqLen: number, carry: readonly number[] = []) {
+    if (!Number.isInteger(seqLen) || seqLen < 1) throw new Error(`seqLen must be an integer ≥ 1, got ${seqLen}`);
+    if (carry.length > seqLen) throw new Error(`packer carry of ${carry.length} tokens exceeds seqLen ${seqLen}`);
+    this.window = new Int32Array(seqLen + 1);
+    this.window.set(carry);
+    this.filled = carry.length;
+  }
+
+  get full(): boolean {
+    return this.filled === this.window.length;
+  }
+
+  /** Copies tokens from doc[offset..] until the window is full or the document ends; returns the new offset. */
+  fill(doc: Int32Array, offset: number): number {
+    const n = Math.min(this.window.length - this.filled, doc.length - offset);
+    this.window.set(doc.subarray(offset, offset + n), this.filled);
+    this.filled += n;
+    return offset + n;
+  }
+
+  /** Returns the full window and starts the next one with its last token. */
+  take(): Int32Array {
+    if (!this.full) throw new Error('WindowPacker.take() called before the window is full');
+    const out = this.window.slice();
+    this.window[0] = out[out.length - 1];
+    this.filled = 1;
+    return out;
+  }
+
+  /** Tokens of the window under construction (for the data cursor). */
+  carry(): number[] {
+    return Array.from(this.window.subarray(0, this.filled));
+  }
+}
+
+/** Number of windows a token stream of `streamTokens` tokens (eos included) yields. */
+export function windowCount(streamTokens: number, seqLen: number): number {
+  return streamTokens <= 0 ? 0 : Math.floor((streamTokens - 1) / seqLen);
+}
+
+/** Stacks windows of seqLen + 1 into a causal-LM batch. */
+export function gptBatch(windows: Int32Array[], seqLen: number, tokenBytes: (id: number) => number): Batch {
+  const rows = windows.length;
+  const inputIds = new Int32Array(rows * seqLen);
+  const labels = new Int32Array(rows * seqLen);
+  let bytes = 0;
+  for (let r = 0; r < rows; r++) {
+    const w = windows[r];
+    if (w.length !== seqLen + 1) throw new Error(`window ${r} has ${w.length} tokens, expected seqLen + 1 = ${seqLen + 1}`);
+    inputIds.set(w.subarray(0, seqLen), r * seqLen);
+    labels.set(w.subarray(1), r * seqLen);
+    for (let t = 1; t <= seqLen; t++) bytes += tokenBytes(w[t]);
+  }
+  return { kind: 'gpt', batchSize: rows, seqLen, inputIds, labels, tokens: rows * seqLen, bytes };
+}

@@ -1,0 +1,525 @@
+// The batch stream: Arrow shards → documents → tokens → GPT windows or BERT sequences → bounded shuffle →
+// batches, with a cursor that restores the stream exactly.
+//
+// Pipeline. Shards are visited in a seeded order (train) or sorted order (validation). For each shard a
+// producer reads record batches with readTextBatches and tokenizes them (the native encodeBatch runs on
+// the libuv pool) into a small bounded queue; p-limit caps how many shards have producers at once
+// (`readAhead`), and a shard's slot is released only when the consumer has finished it, so memory stays
+// bounded by readAhead × QUEUED_RECORD_BATCHES tokenized record batches.
+//
+// Cursor. The consumer pulls examples one at a time, so between two batches the state is:
+//  - the input position (shard position, record batch index, row, token offset inside that document);
+//    on restore the producer starts at that record batch (earlier ones are skipped undecoded by
+//    readTextBatches) and re-tokenizes only the rows from `row` on, so nothing consumed is read again;
+//  - GPT: the window under construction, which between windows is just the one overlap token;
+//  - the shuffle buffer's items (stored as base64 token arrays: the buffer is small, and storing the
+//    tokens avoids re-reading the record batches they came from), its RNG words and an exhausted flag;
+//  - BERT: the masking RNG's words; counters; a done flag.
+// The cursor's size is dominated by the shuffle buffer: about shuffleBuffer × (seqLen + 1) × 2.7 bytes
+// of JSON for vocabularies ≤ 65 536.
+import pLimit from 'p-limit';
+import { Rng, deriveSeed } from '../model/rng.ts';
+import type { RngState } from '../model/rng.ts';
+import { readTextBatches } from './arrow.ts';
+import { describeSplit, listShards } from './dataset.ts';
+import type { Split } from './dataset.ts';
+import { mlmBatch, mlmSpecials, ordinaryTokenIds } from './mlm.ts';
+import type { MlmOptions } from './mlm.ts';
+import { WindowPacker, gptBatch, windowCount, withEos } from './packing.ts';
+import { ShuffleBuffer } from './shuffle.ts';
+import type { TextTokenizer } from './tokenizer.ts';
+
+export interface Batch {
+  kind: 'gpt' | 'bert';
+  batchSize: number;
+  seqLen: number;
+  inputIds: Int32Array;
+  labels: Int32Array;
+  attentionMask?: Float32Array;
+  tokens: number;
+  bytes: number;
+}
+
+export interface StreamOptions {
+  dataset: string;
+  split: Split;
+  textColumn: string;
+  tokenizer: TextTokenizer;
+  kind: 'gpt' | 'bert';
+  seqLen: number;
+  batchSize: number;
+  seed: number;
+  shuffleBuffer: number;
+  readAhead: number;
+  mlmProbability?: number;
+  cursor?: DataCursor;
+}
+
+export interface StreamStats {
+  /** Documents whose tokens entered the stream. */
+  documents: number;
+  /** Tokens of those documents as the tokenizer produced them (no eos/[CLS]/[SEP] added). */
+  tokens: number;
+  /** Null, empty or whitespace-only documents passed over. */
+  skippedEmpty: number;
+  /** UTF-8 bytes of those documents. */
+  bytes: number;
+}
+
+export interface DataCursor {
+  version: 1;
+  kind: 'gpt' | 'bert';
+  split: Split;
+  seqLen: number;
+  batchSize: number;
+  seed: number;
+  shuffleBuffer: number;
+  tokenizerSha256: string;
+  /** Shard visiting order (indices into the sorted shard list). */
+  shardOrder: number[];
+  /** Position of the next token to consume: shardOrder[shard], record batch, row, token offset in that document. */
+  shard: number;
+  recordBatch: number;
+  row: number;
+  offset: number;
+  /** GPT: tokens of the window under construction. */
+  carry: number[];
+  shuffle: { items: string; lengths: number[]; width: 2 | 4; rng: RngState; exhausted: boolean } | null;
+  maskRng: RngState | null;
+  done: boolean;
+  batches: number;
+  stats: StreamStats;
+}
+
+export interface BatchStream {
+  next(): Promise<Batch | null>;
+  cursor(): DataCursor;
+  readonly stats: StreamStats;
+  close(): Promise<void>;
+}
+
+/** Tokenized record batches a shard producer may hold ahead of the consumer. */
+const QUEUED_RECORD_BATCHES = 2;
+/** Fixed masking seed for the validation split, so validation losses compare across runs and seeds. */
+const VALIDATION_MASK_SEED = 0x5eed;
+
+interface TokenizedBatch {
+  batchIndex: number;
+  /** null = empty document. Rows before the restore row are left null and never visited. */
+  docs: (Int32Array | null)[];
+  bytes: Int32Array;
+}
+
+/** Single-producer single-consumer bounded async queue. */
+class BoundedQueue<T> {
+  private readonly items: T[] = [];
+  private ended = false;
+  private error: unknown = null;
+  private cancelled = false;
+  private wakeConsumer: (() => void) | null = null;
+  private wakeProducer: (() => void) | null = null;
+  private drainedResolve!: () => void;
+  /** Resolves when the consumer has taken the end marker (or the queue was cancelled). */
+  readonly drained = new Promise<void>((resolve) => (this.drainedResolve = resolve));
+
+  constructor(private readonly capacity: number) {}
+
+  get isCancelled(): boolean {
+    return this.cancelled;
+  }
+
+  async push(item: T): Promise<void> {
+    while (this.items.length >= this.capacity && !this.cancelled) {
+      await new Promise<void>((resolve) => (this.wakeProducer = resolve));
+    }
+    if (this.cancelled) return;
+    this.items.push(item);
+    this.wake('consumer');
+  }
+
+  end(error: unknown = null): void {
+    this.ended = true;
+    this.error = error;
+    this.wake('consumer');
+  }
+
+  /** Next item; null after the producer ended. Rethrows a producer error. */
+  async pull(): Promise<T | null> {
+    while (this.items.length === 0 && !this.ended) {
+      await new Promise<void>((resolve) => (this.wakeConsumer = resolve));
+    }
+    if (this.items.length > 0) {
+      const item = this.items.shift()!;
+      this.wake('producer');
+      return item;
+    }
+    if (this.error !== null) throw this.error;
+    this.drainedResolve();
+    return null;
+  }
+
+  cancel(): void {
+    this.cancelled = true;
+    this.items.length = 0;
+    this.wake('producer');
+    this.drainedResolve();
+  }
+
+  private wake(who: 'consumer' | 'producer'): void {
+    const wake = who === 'consumer' ? this.wakeConsumer : this.wakeProducer;
+    if (who === 'consumer') this.wakeConsumer = null;
+    else this.wakeProducer = null;
+    wake?.();
+  }
+}
+
+function validateOptions(opts: StreamOptions): void {
+  const positiveInt = (name: string, v: number, min: number) => {
+    if (!Number.isInteger(v) || v < min) throw new Error(`stream option ${name} must be an integer ≥ ${min}, got ${v}`);
+  };
+  if (opts.kind !== 'gpt' && opts.kind !== 'bert') throw new Error(`stream option kind must be 'gpt' or 'bert', got ${String(opts.kind)}`);
+  if (opts.split !== 'train' && opts.split !== 'validation') {
+    throw new Error(`stream option split must be 'train' or 'validation', got ${String(opts.split)}`);
+  }
+  positiveInt('seqLen', opts.seqLen, opts.kind === 'bert' ? 3 : 1);
+  positiveInt('batchSize', opts.batchSize, 1);
+  positiveInt('shuffleBuffer', opts.shuffleBuffer, 0);
+  positiveInt('readAhead', opts.readAhead, 1);
+  if (opts.mlmProbability !== undefined && !(opts.mlmProbability > 0 && opts.mlmProbability < 1)) {
+    throw new Error(`stream option mlmProbability must be in (0, 1), got ${opts.mlmProbability}`);
+  }
+  if (!Number.isInteger(opts.seed)) throw new Error(`stream option seed must be an integer, got ${opts.seed}`);
+  if (opts.kind === 'gpt' && opts.tokenizer.specialIds.eos === undefined) {
+    throw new Error(`tokenizer ${opts.tokenizer.path} has no end-of-text token (<|endoftext|> or </s>) to join GPT documents`);
+  }
+}
+
+function checkCursor(cursor: DataCursor, opts: StreamOptions, shardCount: number): void {
+  if (cursor.version !== 1) throw new Error(`data cursor version ${String(cursor.version)} is not supported (expected 1)`);
+  const expected: [keyof DataCursor, unknown][] = [
+    ['kind', opts.kind],
+    ['split', opts.split],
+    ['seqLen', opts.seqLen],
+    ['batchSize', opts.batchSize],
+    ['seed', opts.split === 'train' ? opts.seed : 0],
+    ['shuffleBuffer', opts.split === 'train' ? opts.shuffleBuffer : 0],
+    ['tokenizerSha256', opts.tokenizer.sha256],
+  ];
+  for (const [field, value] of expected) {
+    if (cursor[field] !== value) {
+      throw new Error(`data cursor does not match this stream: cursor.${field} = ${JSON.stringify(cursor[field])}, stream has ${JSON.stringify(value)}`);
+    }
+  }
+  if (cursor.shardOrder.length !== shardCount) {
+    throw new Error(`data cursor was made for ${cursor.shardOrder.length} shards but ${opts.dataset} (${opts.split}) has ${shardCount}`);
+  }
+}
+
+function encodeTokenArrays(arrays: Int32Array[], vocabSize: number): { items: string; lengths: number[]; width: 2 | 4 } {
+  const total = arrays.reduce((n, a) => n + a.length, 0);
+  const width = vocabSize <= 65536 ? 2 : 4;
+  const flat = width === 2 ? new Uint16Array(total) : new Int32Array(total);
+  let at = 0;
+  for (const a of arrays) {
+    flat.set(a, at);
+    at += a.length;
+  }
+  return { items: Buffer.from(flat.buffer, flat.byteOffset, flat.byteLength).toString('base64'), lengths: arrays.map((a) => a.length), width };
+}
+
+function decodeTokenArrays(items: string, lengths: number[], width: 2 | 4): Int32Array[] {
+  const raw = Buffer.from(items, 'base64');
+  const bytes = new Uint8Array(raw.byteLength);
+  bytes.set(raw); // copy to an aligned buffer for the typed-array view
+  const flat = width === 2 ? new Uint16Array(bytes.buffer) : new Int32Array(bytes.buffer);
+  const out: Int32Array[] = [];
+  let at = 0;
+  for (const n of lengths) {
+    out.push(Int32Array.from(flat.subarray(at, at + n)));
+    at += n;
+  }
+  if (at !== flat.length) throw new Error(`data cursor shuffle buffer holds ${flat.length} tokens but its lengths add up to ${at}`);
+  return out;
+}
+
+export async function openBatchStream(opts: StreamOptions): Promise<BatchStream> {
+  validateOptions(opts);
+  const { tokenizer, kind, seqLen, batchSize, split } = opts;
+  const shards = await listShards(opts.dataset, split);
+  const isTrain = split === 'train';
+  const seed = isTrain ? opts.seed : 0;
+  const cursor = opts.cursor;
+  if (cursor) checkCursor(cursor, opts, shards.length);
+
+  const shardOrder = cursor
+    ? [...cursor.shardOrder]
+    : isTrain
+      ? new Rng(deriveSeed(seed, 'shard-order')).shuffle(shards.map((_, i) => i))
+      : shards.map((_, i) => i);
+
+  // Consumer position (see the cursor description at the top).
+  let shardPos = cursor?.shard ?? 0;
+  let recordBatch = cursor?.recordBatch ?? 0;
+  let row = cursor?.row ?? 0;
+  let offset = cursor?.offset ?? 0;
+  let done = cursor?.done ?? false;
+  let batches = cursor?.batches ?? 0;
+  const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
+  let current: TokenizedBatch | null = null;
+
+  const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
+  const shuffleSeed = deriveSeed(seed, 'shuffle');
+  const shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
+  const shuffle = new ShuffleBuffer<Int32Array>(
+    shuffleCapacity,
+    cursor?.shuffle
+      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width) }
+      : shuffleSeed,
+  );
+  let mlm: MlmOptions | null = null;
+  let maskRng: Rng | null = null;
+  if (kind === 'bert') {
+    const specials = mlmSpecials(tokenizer);
+    const specialIds = [...Object.values(tokenizer.specialIds), specials.cls, specials.sep, specials.pad, specials.mask];
+    mlm = {
+      seqLen,
+      specials,
+      randomPool: ordinaryTokenIds(tokenizer.vocabSize, specialIds),
+      probability: opts.mlmProbability ?? 0.15,
+      tokenBytes: (id) => tokenizer.tokenBytes(id),
+    };
+    maskRng = new Rng(cursor?.maskRng ?? (isTrain ? deriveSeed(seed, 'mlm') : VALIDATION_MASK_SEED));
+  }
+  const eos = tokenizer.specialIds.eos ?? -1;
+
+  // Producers: one bounded queue per shard position, at most readAhead shards in flight.
+  const limit = pLimit(opts.readAhead);
+  const queues = new Map<number, BoundedQueue<TokenizedBatch>>();
+  const running = new Set<Promise<void>>();
+  let closed = false;
+
+  async function produce(position: number, queue: BoundedQueue<TokenizedBatch>, fromBatch: number, fromRow: number): Promise<void> {
+    try {
+      const file = shards[shardOrder[position]];
+      for await (const { batchIndex, texts } of readTextBatches(file, opts.textColumn, fromBatch)) {
+        const skipRows = batchIndex === fromBatch ? fromRow : 0;
+        const docs: (Int32Array | null)[] = new Array(texts.length).fill(null);
+        const bytes = new Int32Array(texts.length);
+        const toEncode: string[] = [];
+        const rowsEncoded: number[] = [];
+        for (let r = skipRows; r < texts.length; r++) {
+          const text = texts[r];
+          if (text === null || text.trim().length === 0) continue;
+          toEncode.push(text);
+          rowsEncoded.push(r);
+          bytes[r] = Buffer.byteLength(text, 'utf8');
+        }
+        const encoded = await tokenizer.encodeBatch(toEncode);
+        for (let i = 0; i < encoded.length; i++) {
+          const tokens = encoded[i];
+          if (tokens.length === 0) continue;
+          docs[rowsEncoded[i]] = kind === 'gpt' ? withEos(tokens, eos) : tokens;
+        }
+        await queue.push({ batchIndex, docs, bytes });
+        if (queue.isCancelled) break;
+      }
+      queue.end();
+    } catch (err) {
+      queue.end(err);
+    }
+    await queue.drained;
+  }
+
+  function startProducers(): void {
+    for (let position = shardPos; position < shardOrder.length; position++) {
+      const queue = new BoundedQueue<TokenizedBatch>(QUEUED_RECORD_BATCHES);
+      queues.set(position, queue);
+      const fromBatch = position === shardPos ? recordBatch : 0;
+      const fromRow = position === shardPos ? row : 0;
+      // Errors travel through the queue; this catch only keeps a cleared task from being unhandled.
+      limit(() => {
+        if (closed) return;
+        const task = produce(position, queue, fromBatch, fromRow);
+        running.add(task);
+        return task.finally(() => running.delete(task));
+      }).catch(() => undefined);
+    }
+  }
+  if (!done) startProducers();
+
+  /** The document at the current position (advancing past empty ones and finished record batches/shards), or null at the end of the split. */
+  async function currentDocument(): Promise<Int32Array | null> {
+    for (;;) {
+      if (current === null) {
+        if (shardPos >= shardOrder.length) return null;
+        const queue = queues.get(shardPos)!;
+        const next = await queue.pull();
+        if (next === null) {
+          queues.delete(shardPos);
+          shardPos++;
+          recordBatch = 0;
+          row = 0;
+          continue;
+        }
+        current = next;
+        recordBatch = next.batchIndex;
+      }
+      if (row >= current.docs.length) {
+        finishRecordBatch();
+        continue;
+      }
+      const doc = current.docs[row];
+      if (doc === null) {
+        stats.skippedEmpty++;
+        row++;
+        continue;
+      }
+      if (offset === 0) {
+        stats.documents++;
+        stats.tokens += kind === 'gpt' ? doc.length - 1 : doc.length;
+        stats.bytes += current.bytes[row];
+      }
+      return doc;
+    }
+  }
+
+  function finishRecordBatch(): void {
+    recordBatch = current!.batchIndex + 1;
+    row = 0;
+    current = null;
+  }
+
+  /** Moves past a fully consumed document; leaves the position normalised (never at a document's end). */
+  function finishDocument(): void {
+    row++;
+    offset = 0;
+    if (current !== null && row >= current.docs.length) finishRecordBatch();
+  }
+
+  /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */
+  async function nextExample(): Promise<Int32Array | null> {
+    if (packer) {
+      while (!packer.full) {
+        const doc = await currentDocument();
+        if (doc === null) return null; // the tail shorter than a window is dropped
+        offset = packer.fill(doc, offset);
+        if (offset >= doc.length) finishDocument();
+      }
+      return packer.take();
+    }
+    const doc = await currentDocument();
+    if (doc === null) return null;
+    const end = Math.min(doc.length, offset + seqLen - 2);
+    const chunk = doc.slice(offset, end);
+    offset = end;
+    if (offset >= doc.length) finishDocument();
+    return chunk;
+  }
+
+  let busy = false;
+  async function next(): Promise<Batch | null> {
+    if (closed) throw new Error('batch stream is closed');
+    if (busy) throw new Error('batch stream next() called again before the previous call finished');
+    if (done) return null;
+    busy = true;
+    try {
+      const examples: Int32Array[] = [];
+      while (examples.length < batchSize) {
+        const example = await shuffle.next(nextExample);
+        if (example === null) break;
+        examples.push(example);
+      }
+      // Train drops the incomplete last batch (constant shapes, no tiny noisy step); validation keeps it.
+      if (examples.length < batchSize) {
+        done = true;
+        if (examples.length === 0 || isTrain) return null;
+      }
+      batches++;
+      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, mlm!, maskRng!);
+    } finally {
+      busy = false;
+    }
+  }
+
+  function currentCursor(): DataCursor {
+    const shuffleState = shuffle.state();
+    return {
+      version: 1,
+      kind,
+      split,
+      seqLen,
+      batchSize,
+      seed,
+      shuffleBuffer: shuffleCapacity,
+      tokenizerSha256: tokenizer.sha256,
+      shardOrder: [...shardOrder],
+      shard: shardPos,
+      recordBatch,
+      row,
+      offset,
+      carry: packer ? packer.carry() : [],
+      shuffle: shuffleCapacity > 0 ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted } : null,
+      maskRng: maskRng ? maskRng.state() : null,
+      done,
+      batches,
+      stats: { ...stats },
+    };
+  }
+
+  async function close(): Promise<void> {
+    closed = true;
+    limit.clearQueue();
+    for (const queue of queues.values()) queue.cancel();
+    queues.clear();
+    // Wait for producers mid-read, so no file stays open and nothing is read after close().
+    await Promise.allSettled([...running]);
+  }
+
+  return {
+    next,
+    cursor: currentCursor,
+    get stats() {
+      return { ...stats };
+    },
+    close,
+  };
+}
+
+/** Counts of one epoch of a stream: exact when the split is small (≤ exactLimitBytes of text, or its
+ *  size is unknown) by tokenizing all of it, otherwise extrapolated from the first `sampleDocs` documents'
+ *  tokens and examples per byte of text. `tokens` counts document tokens as StreamStats.tokens does. */
+export async function estimateEpoch(
+  opts: Omit<StreamOptions, 'cursor'>,
+  sampleDocs = 2000,
+  exactLimitBytes = 32e6,
+): Promise<{ tokens: number; batches: number; exact: boolean }> {
+  validateOptions(opts);
+  const { tokenizer, kind, seqLen, batchSize } = opts;
+  const described = await describeSplit(opts.dataset, opts.split, opts.textColumn);
+  const exact = described.bytes === null || described.bytes <= exactLimitBytes;
+  let tokens = 0;
+  let documents = 0;
+  let bytes = 0;
+  let bertChunks = 0;
+  outer: for (const shard of described.shards) {
+    for await (const { texts } of readTextBatches(shard, opts.textColumn)) {
+      const kept = texts.filter((t): t is string => t !== null && t.trim().length > 0);
+      for (const ids of await tokenizer.encodeBatch(kept)) {
+        if (ids.length === 0) continue;
+        tokens += ids.length;
+        documents++;
+        bertChunks += Math.ceil(ids.length / (seqLen - 2));
+      }
+      for (const t of kept) bytes += Buffer.byteLength(t, 'utf8');
+      if (!exact && documents >= sampleDocs) break outer;
+    }
+  }
+  let examples = kind === 'gpt' ? windowCount(tokens + documents, seqLen) : bertChunks;
+  if (!exact && bytes > 0) {
+    const scale = described.bytes! / bytes;
+    tokens = Math.round(tokens * scale);
+    examples = kind === 'gpt' ? windowCount(Math.round((tokens + documents * scale)), seqLen) : Math.round(bertChunks * scale);
+  }
+  const batches = opts.split === 'train' ? Math.floor(examples / batchSize) : Math.ceil(examples / batchSize);
+  return { tokens, batches, exact };
+}

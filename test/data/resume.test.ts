@@ -1,0 +1,140 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { openBatchStream } from '../../src/data/stream.ts';
+import type { Batch, DataCursor, StreamOptions } from '../../src/data/stream.ts';
+import { TextTokenizer } from '../../src/data/tokenizer.ts';
+import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
+import { syntheticDocuments, writeDataset } from './stream-fixtures.ts';
+
+// Records every record batch the stream reads, to check that a resumed stream reads no consumed one.
+const reads = vi.hoisted(() => [] as { shard: string; batchIndex: number }[]);
+vi.mock('../../src/data/arrow.ts', async (importOriginal) => {
+  const original = await importOriginal<typeof import('../../src/data/arrow.ts')>();
+  return {
+    ...original,
+    async *readTextBatches(file: string, column: string, fromBatch = 0) {
+      for await (const batch of original.readTextBatches(file, column, fromBatch)) {
+        reads.push({ shard: basename(file), batchIndex: batch.batchIndex });
+        yield batch;
+      }
+    },
+  };
+});
+
+let dir: string;
+let tokenizer: TextTokenizer;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'resume-test-'));
+  const docs = syntheticDocuments(420, 3);
+  await trainByteLevelBpeFromTexts(docs, 300, join(dir, 'tok.json'));
+  tokenizer = await TextTokenizer.load(join(dir, 'tok.json'));
+  const withBlank = (d: string[]) => d.flatMap((x, i) => (i % 17 === 5 ? [x, ''] : [x]));
+  await writeDataset(
+    join(dir, 'data'),
+    { train: [withBlank(docs.slice(0, 130)), withBlank(docs.slice(130, 300)), withBlank(docs.slice(300, 400))], validation: [docs.slice(400)] },
+    16,
+  );
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+function options(kind: 'gpt' | 'bert', cursor?: DataCursor): StreamOptions {
+  return {
+    dataset: join(dir, 'data'),
+    split: 'train',
+    textColumn: 'text',
+    tokenizer,
+    kind,
+    seqLen: kind === 'gpt' ? 32 : 24,
+    batchSize: 3,
+    seed: 5,
+    shuffleBuffer: 12,
+    readAhead: 2,
+    cursor,
+  };
+}
+
+const snapshot = (b: Batch) => ({
+  batchSize: b.batchSize,
+  inputIds: Array.from(b.inputIds),
+  labels: Array.from(b.labels),
+  attentionMask: b.attentionMask ? Array.from(b.attentionMask) : null,
+  tokens: b.tokens,
+  bytes: b.bytes,
+});
+
+describe.each(['gpt', 'bert'] as const)('exact resume (%s, shuffle on)', (kind) => {
+  it('a stream restored from a JSON round-tripped cursor yields exactly the remaining batches, reading no consumed record batch', async () => {
+    const full = await openBatchStream(options(kind));
+    const all: ReturnType<typeof snapshot>[] = [];
+    for (let b = await full.next(); b !== null; b = await full.next()) all.push(snapshot(b));
+    const finalStats = full.stats;
+    const finalCursor = full.cursor();
+    await full.close();
+    expect(all.length).toBeGreaterThan(20);
+    expect(finalCursor.done).toBe(true);
+
+    const stops = [1, 7, Math.floor(all.length / 2), all.length - 2, all.length];
+    let sawMidDocument = false;
+    for (const k of stops) {
+      const first = await openBatchStream(options(kind));
+      for (let i = 0; i < k; i++) expect(snapshot((await first.next())!)).toEqual(all[i]);
+      const cursor = JSON.parse(JSON.stringify(first.cursor())) as DataCursor;
+      await first.close();
+      sawMidDocument ||= cursor.offset > 0;
+      expect(cursor.batches).toBe(k);
+      // Small: the shuffle buffer's tokens (base64 uint16) dominate.
+      const seqLen = options(kind).seqLen;
+      expect(JSON.stringify(cursor).length).toBeLessThan(1500 + Math.ceil((12 * (seqLen + 1) * 2 * 4) / 3));
+
+      reads.length = 0;
+      const resumed = await openBatchStream(options(kind, cursor));
+      const rest: ReturnType<typeof snapshot>[] = [];
+      for (let b = await resumed.next(); b !== null; b = await resumed.next()) rest.push(snapshot(b));
+      // Compared batch by batch as JSON: a deep-equality diff of thousands of numbers takes minutes to print.
+      const firstMismatch = rest.findIndex((b, i) => JSON.stringify(b) !== JSON.stringify(all[k + i]));
+      expect({ remaining: rest.length, firstMismatch }).toEqual({ remaining: all.length - k, firstMismatch: -1 });
+      expect(resumed.stats).toEqual(finalStats);
+      expect(resumed.cursor()).toEqual(finalCursor);
+      await resumed.close();
+
+      // No record batch before the cursor's position is read again.
+      const shardNames = [0, 1, 2].map((i) => `corpus-train-0000${i}-of-00003.arrow`);
+      for (const r of reads) {
+        const position = cursor.shardOrder.indexOf(shardNames.indexOf(r.shard));
+        expect(position).toBeGreaterThanOrEqual(cursor.shard);
+        if (position === cursor.shard) expect(r.batchIndex).toBeGreaterThanOrEqual(cursor.recordBatch);
+      }
+      // Each record batch is read once.
+      expect(new Set(reads.map((r) => `${r.shard}#${r.batchIndex}`)).size).toBe(reads.length);
+    }
+    expect(sawMidDocument).toBe(true);
+  });
+
+  it('readAhead bounds the shards read ahead of the consumer', async () => {
+    reads.length = 0;
+    const stream = await openBatchStream({ ...options(kind), readAhead: 1 });
+    await stream.next();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const firstShard = `corpus-train-0000${stream.cursor().shardOrder[0]}-of-00003.arrow`;
+    expect(new Set(reads.map((r) => r.shard))).toEqual(new Set([firstShard]));
+    await stream.close();
+  });
+
+  it('restoring a finished cursor yields nothing', async () => {
+    const stream = await openBatchStream(options(kind));
+    while ((await stream.next()) !== null);
+    const cursor = JSON.parse(JSON.stringify(stream.cursor())) as DataCursor;
+    await stream.close();
+    reads.length = 0;
+    const resumed = await openBatchStream(options(kind, cursor));
+    expect(await resumed.next()).toBeNull();
+    expect(reads.length).toBe(0);
+    await resumed.close();
+  });
+});
