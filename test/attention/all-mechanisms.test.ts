@@ -104,7 +104,7 @@ function trainToy(name: string, steps: number) {
         const merged = tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [B, L, width]);
         return tf.mean(tf.square(tf.sub(merged, target))) as tf.Scalar;
       }, vars);
-      optimizer.applyGradients(grads);
+      optimizer.applyGradients(grads as Record<string, tf.Variable>);
       return value;
     });
     losses.push(value.dataSync()[0]);
