@@ -32,7 +32,7 @@ function prfSamples(x: number[], y: number[], m: number, seed: number, heads: nu
 function expectWithin4StdErr(samples: number[], expected: number) {
   const { mean, stdErr } = meanAndStdErr(samples);
   expect(Math.abs(mean - expected), `mean ${mean} vs ${expected} (SE ${stdErr})`).toBeLessThan(4 * stdErr);
-  // The Monte-Carlo must be informative: a few per cent at most.
+  // The Monte-Carlo must be informative: a few per cent at most (bounded tails: see the case choice below).
   expect(stdErr / expected).toBeLessThan(0.03);
 }
 
@@ -64,7 +64,7 @@ describe('positiveRandomFeatures', () => {
       return u.map((ui, i) => cos * ui + Math.sqrt(1 - cos * cos) * perp[i]);
     };
     // Large s with x̂ᵀŷ → 1 has a heavy log-normal tail (variance e^{2s‖x̂+ŷ‖²}); these pairs keep it moderate.
-    const cases: Array<[number, number, number]> = [[scales[0], 0.8, 31], [scales[0], -0.5, 32], [scales[1], -0.6, 33], [scales[1], 0.1, 34]];
+    const cases: Array<[number, number, number]> = [[scales[0], 0.8, 31], [scales[0], -0.5, 32], [scales[1], -0.6, 33], [scales[1], -0.85, 34]];
     for (const [s, cos, seed] of cases) {
       const v = along(cos);
       expect(dot(u, v)).toBeCloseTo(cos, 12);
@@ -73,15 +73,14 @@ describe('positiveRandomFeatures', () => {
     }
   });
 
-  it('clamps the exponent when asked (features ≤ e^clamp/√m)', () => {
-    const big = tf.tensor4d([[[[30, 0]]]]);
-    const omega = tf.tensor2d([[1, -1], [0, 0]]); // exponents 30 − 450 and −30 − 450
+  it('clamps the exponent to [−clamp, clamp] when asked', () => {
+    const omega = tf.tensor2d([[1, -1], [0, 0]]); // columns ω₁ = (1, 0), ω₂ = (−1, 0)
     const wide = tf.tensor4d([[[[3, 0]]]]);
     const clamped = positiveRandomFeatures(wide, omega, { clamp: 2 }).features.dataSync();
     // exponents 3 − 4.5 = −1.5 and −3 − 4.5 = −7.5 → clamp to [−2, 2]: −1.5 and −2.
     expect(clamped[0]).toBeCloseTo(Math.exp(-1.5) / Math.SQRT2, 6);
     expect(clamped[1]).toBeCloseTo(Math.exp(-2) / Math.SQRT2, 6);
-    tf.dispose([big, omega, wide]);
+    tf.dispose([omega, wide]);
   });
 
   it('leaves kernel-normalised attention unchanged under the row and global stabilisers', () => {

@@ -86,7 +86,7 @@ export function createPolynomialMap(spec: PolynomialMapSpec): PolynomialFeatureM
     case 'exact': {
       apply = (u) => {
         const n = u.shape[0];
-        return tf.reshape(tf.mul(tf.reshape(u, [n, d, 1]), tf.reshape(u, [n, 1, d])), [n, d * d]);
+        return tf.reshape(tf.matMul(tf.reshape(u, [n, d, 1]) as tf.Tensor3D, tf.reshape(u, [n, 1, d]) as tf.Tensor3D), [n, d * d]);
       };
       break;
     }
@@ -111,7 +111,9 @@ export function createPolynomialMap(spec: PolynomialMapSpec): PolynomialFeatureM
       apply = (u) => {
         const n = u.shape[0];
         const both = matMul2d(u, get('countSketch'));
-        const outer = tf.mul(tf.reshape(tf.slice(both, [0, 0], [n, p]), [n, p, 1]), tf.reshape(tf.slice(both, [0, p], [n, p]), [n, 1, p]));
+        const c1 = tf.reshape(tf.slice(both, [0, 0], [n, p]), [n, p, 1]) as tf.Tensor3D;
+        const c2 = tf.reshape(tf.slice(both, [0, p], [n, p]), [n, 1, p]) as tf.Tensor3D;
+        const outer = tf.matMul(c1, c2); // c₁c₂ᵀ per row
         return matMul2d(tf.reshape(outer, [n, p * p]), constants.get('fold', () => circularFold(p)));
       };
       break;
