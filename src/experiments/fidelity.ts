@@ -1,0 +1,174 @@
+// Kernel-fidelity ablation (SLAY paper, Tables 2 and 10): every approximate mechanism against the
+// exact attention it approximates, on the same inputs. Harness as the reference's
+// tests/ablation_poly_approx.py: embedding 64, 4 heads, batch 8, fp32, one shared random q/k/v
+// projection of x ~ N(0, I) per seed, metrics rel-ℓ2, cosine, MSE and forward latency.
+import * as tf from '@tensorflow/tfjs';
+import { createAttention } from '../model/attention/index.ts';
+import { dense } from '../model/ops.ts';
+import { deriveSeed, Rng } from '../model/rng.ts';
+
+export interface FidelityCase {
+  /** Row label, e.g. "slay/anchor". */
+  label: string;
+  mechanism: string;
+  options: Record<string, unknown>;
+  /** The exact mechanism it is compared against. */
+  reference: { mechanism: string; options: Record<string, unknown> };
+}
+
+export interface FidelityScale {
+  length: number;
+  quadratureNodes: number;
+  prfFeatures: number;
+  anchors: number;
+}
+
+/** The paper's three scales (T, R, M, P), ε = 1e-6. */
+export const PAPER_SCALES: FidelityScale[] = [
+  { length: 128, quadratureNodes: 2, prfFeatures: 8, anchors: 8 },
+  { length: 256, quadratureNodes: 2, prfFeatures: 16, anchors: 16 },
+  { length: 512, quadratureNodes: 2, prfFeatures: 32, anchors: 32 },
+];
+
+export const SLAY_POLYS = ['exact', 'anchor', 'random-maclaurin', 'tensorsketch', 'nystrom', 'laplace-only', 'hadamard'];
+
+/** The ablation set at one scale: SLAY variants vs exact spherical Yat, Performer/DARKFormer vs softmax. */
+export function paperCases(scale: FidelityScale, epsilon = 1e-6): FidelityCase[] {
+  const yat = { mechanism: 'yat-spherical', options: { epsilon, delta: 1e-6 } };
+  const softmax = { mechanism: 'softmax', options: {} };
+  const { quadratureNodes, prfFeatures, anchors } = scale;
+  return [
+    ...SLAY_POLYS.map((poly) => ({
+      label: `slay/${poly}`,
+      mechanism: 'slay',
+      options: { poly, quadratureNodes, prfFeatures, anchors, epsilon, delta: 1e-6 },
+      reference: yat,
+    })),
+    // Feature budget comparable to SLAY's R·P·M at this scale.
+    { label: 'performer', mechanism: 'performer', options: { features: quadratureNodes * prfFeatures * anchors }, reference: softmax },
+    { label: 'darkformer', mechanism: 'darkformer', options: { features: quadratureNodes * prfFeatures * anchors }, reference: softmax },
+  ];
+}
+
+export interface FidelityRow {
+  label: string;
+  length: number;
+  relL2: number;
+  cosine: number;
+  mse: number;
+  forwardMs: number;
+  /** Standard deviations over seeds of the same metrics. */
+  sd: { relL2: number; cosine: number; mse: number };
+  seeds: number;
+}
+
+export interface FidelitySettings {
+  embed: number;
+  heads: number;
+  batch: number;
+  causal: boolean;
+  seeds: number[];
+}
+
+export const PAPER_SETTINGS: FidelitySettings = { embed: 64, heads: 4, batch: 8, causal: true, seeds: [0, 1, 2] };
+
+function inputs(settings: FidelitySettings, length: number, seed: number): [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D] {
+  const rng = new Rng(deriveSeed(seed, 'fidelity-inputs'));
+  const { embed, heads, batch } = settings;
+  const headDim = embed / heads;
+  const x = tf.tensor3d(Float32Array.from(rng.normalArray(batch * length * embed)), [batch, length, embed]);
+  const project = () => {
+    const w = tf.tensor2d(Float32Array.from(rng.normalArray(embed * embed), (v) => v / Math.sqrt(embed)), [embed, embed]);
+    const y = tf.transpose(tf.reshape(dense(x, w), [batch, length, heads, headDim]), [0, 2, 1, 3]) as tf.Tensor4D;
+    w.dispose();
+    return y;
+  };
+  const qkv: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D] = [project(), project(), project()];
+  x.dispose();
+  return qkv;
+}
+
+function stats(values: number[]): { mean: number; sd: number } {
+  const mean = values.reduce((a, b) => a + b, 0) / values.length;
+  const sd = values.length > 1 ? Math.sqrt(values.reduce((a, b) => a + (b - mean) ** 2, 0) / (values.length - 1)) : 0;
+  return { mean, sd };
+}
+
+async function timedForward(fn: () => tf.Tensor): Promise<{ out: Float32Array; ms: number }> {
+  const t0 = performance.now();
+  const t = fn();
+  const out = (await t.data()) as Float32Array;
+  const ms = performance.now() - t0;
+  t.dispose();
+  return { out, ms };
+}
+
+export async function runFidelity(
+  cases: FidelityCase[],
+  length: number,
+  settings: FidelitySettings,
+): Promise<FidelityRow[]> {
+  const { heads, embed, causal } = settings;
+  const headDim = embed / heads;
+  const perCase = new Map<string, { relL2: number[]; cosine: number[]; mse: number[]; ms: number[] }>();
+  for (const seed of settings.seeds) {
+    const [q, k, v] = inputs(settings, length, seed);
+    const references = new Map<string, Float32Array>();
+    for (const c of cases) {
+      const refKey = JSON.stringify(c.reference);
+      if (!references.has(refKey)) {
+        const ref = createAttention(c.reference.mechanism, { numHeads: heads, headDim, causal, seed, ...c.reference.options });
+        references.set(refKey, (await timedForward(() => ref.apply(q, k, v))).out);
+        ref.dispose();
+      }
+      const expected = references.get(refKey)!;
+      const attn = createAttention(c.mechanism, { numHeads: heads, headDim, causal, seed, ...c.options });
+      await timedForward(() => attn.apply(q, k, v)); // warm-up
+      const { out, ms } = await timedForward(() => attn.apply(q, k, v));
+      attn.dispose();
+      let diff = 0;
+      let norm = 0;
+      let dotp = 0;
+      let outNorm = 0;
+      for (let i = 0; i < out.length; i++) {
+        diff += (out[i] - expected[i]) ** 2;
+        norm += expected[i] ** 2;
+        dotp += out[i] * expected[i];
+        outNorm += out[i] ** 2;
+      }
+      const entry = perCase.get(c.label) ?? { relL2: [], cosine: [], mse: [], ms: [] };
+      entry.relL2.push(Math.sqrt(diff / norm));
+      entry.cosine.push(dotp / Math.sqrt(norm * outNorm));
+      entry.mse.push(diff / out.length);
+      entry.ms.push(ms);
+      perCase.set(c.label, entry);
+    }
+    tf.dispose([q, k, v]);
+  }
+  return cases.map((c) => {
+    const e = perCase.get(c.label)!;
+    const [r, cs, m] = [stats(e.relL2), stats(e.cosine), stats(e.mse)];
+    return {
+      label: c.label,
+      length,
+      relL2: r.mean,
+      cosine: cs.mean,
+      mse: m.mean,
+      forwardMs: stats(e.ms).mean,
+      sd: { relL2: r.sd, cosine: cs.sd, mse: m.sd },
+      seeds: settings.seeds.length,
+    };
+  });
+}
+
+export function fidelityMarkdown(rows: FidelityRow[]): string {
+  const fmt = (x: number) => (Math.abs(x) >= 1e4 || (Math.abs(x) < 1e-3 && x !== 0) ? x.toExponential(2) : x.toFixed(4));
+  const lines = [
+    '| T | method | rel-ℓ2 (mean ± sd) | cosine | MSE | forward ms |',
+    '| ---: | --- | --- | ---: | ---: | ---: |',
+    ...rows.map(
+      (r) => `| ${r.length} | ${r.label} | ${fmt(r.relL2)} ± ${fmt(r.sd.relL2)} | ${fmt(r.cosine)} | ${fmt(r.mse)} | ${r.forwardMs.toFixed(1)} |`,
+    ),
+  ];
+  return lines.join('\n');
+}
