@@ -1,0 +1,178 @@
+// Run comparison on fabricated run folders: tables, grouping, plots, HTML, bad input.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { compareRuns, loadRun, resolveRunDirs } from '../../src/experiments/compare.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+interface FakeRun {
+  folder: string;
+  attention: string;
+  seed: number;
+  lr?: number;
+  /** Validation losses at tokens 1000, 2000, 3000. */
+  val: number[];
+  train: number[];
+  summary?: Record<string, unknown>;
+}
+
+function recipe(attention: string, seed: number, lr = 1e-3) {
+  return {
+    name: 'tiny', backend: 'wasm',
+    model: { kind: 'gpt', dModel: 32, numLayers: 1, numHeads: 2, mlpRatio: 4, dropout: 0, maxSeqLen: 16, bias: true, attention: { name: attention, options: {} } },
+    data: { dataset: 'data/x', textColumn: 'text', tokenizer: 't.json', seqLen: 16, shuffleBuffer: 0, readAhead: 1, mlmProbability: 0.15 },
+    train: { batchSize: 2, lr, seed, runDir: 'runs', maxTokens: 3000 },
+    wandb: { enabled: false, project: 'p', entity: null, runName: null },
+  };
+}
+
+function writeRun(run: FakeRun): string {
+  const dir = join(root, 'runs', run.folder);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(recipe(run.attention, run.seed, run.lr)));
+  const lines: string[] = [];
+  run.val.forEach((loss, i) => {
+    const tokens = 1000 * (i + 1);
+    const base = { step: 10 * (i + 1), tokens, lr: 1e-3, grad_norm: 1, tokens_per_s: 500, elapsed_s: tokens / 500 };
+    lines.push(JSON.stringify({ ...base, split: 'train', loss: run.train[i], ppl: Math.exp(run.train[i]) }));
+    lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4 }));
+  });
+  writeFileSync(join(dir, 'metrics.jsonl'), lines.join('\n') + '\n');
+  if (run.summary) writeFileSync(join(dir, 'summary.json'), JSON.stringify(run.summary));
+  return dir;
+}
+
+const summaryOf = (valLoss: number, params: number) => ({
+  steps: 30, tokens: 3000, elapsed_s: 6, train_tokens_per_s: 520, val_loss: valLoss, val_ppl: Math.exp(valLoss),
+  val_bpb: valLoss / Math.LN2 / 4, parameters: params, records: 6,
+});
+
+const softmax1 = writeRun({ folder: 'softmax-s1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 12345) });
+const softmax2 = writeRun({ folder: 'softmax-s2', attention: 'softmax', seed: 2, val: [3.1, 2.4, 2.4], train: [3.3, 2.5, 2.35], summary: summaryOf(2.4, 12345) });
+const slay = writeRun({ folder: 'slay-s1', attention: 'slay', seed: 1, val: [3.5, 3.0, 2.9], train: [3.6, 3.1, 3.0] });
+
+/** Checks that every tag opened is closed in order (enough to catch a truncated or mangled SVG). */
+function expectWellFormed(xml: string): void {
+  const stack: string[] = [];
+  for (const m of xml.matchAll(/<(\/?)([a-zA-Z][\w:-]*)[^>]*?(\/?)>/g)) {
+    const [, closing, name, selfClosing] = m;
+    if (selfClosing) continue;
+    if (closing) expect(stack.pop()).toBe(name);
+    else stack.push(name);
+  }
+  expect(stack).toEqual([]);
+}
+
+describe('loadRun', () => {
+  it('reads the numbers of a finished run from summary.json and metrics.jsonl', async () => {
+    const run = await loadRun(softmax1);
+    expect(run).toMatchObject({
+      attention: 'softmax', kind: 'gpt', seed: 1, params: 12345, tokens: 3000, finalValLoss: 2.2, bestValLoss: 2.2,
+      tokensPerSecond: 520, wallSeconds: 6, finished: true,
+    });
+    expect(run.finalValPpl).toBeCloseTo(Math.exp(2.2), 12);
+    expect(run.warnings).toEqual([]);
+    const second = await loadRun(softmax2);
+    expect(second.finalValLoss).toBe(2.4);
+    expect(second.bestValLoss).toBe(2.4);
+  });
+
+  it('falls back to metrics.jsonl for an unfinished run, with a warning', async () => {
+    const run = await loadRun(slay);
+    expect(run).toMatchObject({ finished: false, params: null, tokens: 3000, finalValLoss: 2.9, bestValLoss: 2.9, wallSeconds: 6 });
+    expect(run.tokensPerSecond).toBeCloseTo(500, 12);
+    expect(run.finalValBpb).toBeCloseTo(2.9 / Math.LN2 / 4, 12);
+    expect(run.warnings[0]).toMatch(/summary\.json: missing/);
+  });
+});
+
+describe('compareRuns', () => {
+  it('writes the tables, one SVG line per attention, and an HTML page embedding the plots', async () => {
+    const outDir = join(root, 'report');
+    const warnings: string[] = [];
+    const result = await compareRuns(resolveRunDirs([join(root, 'runs')]), { outDir, warn: (m) => warnings.push(m) });
+    expect(result.runs.map((r) => r.name)).toEqual(['slay-s1', 'softmax-s1', 'softmax-s2']);
+    expect(warnings).toHaveLength(1);
+    for (const name of ['report.md', 'index.html', 'runs.json', 'val-loss.svg', 'val-ppl.svg', 'train-loss.svg', 'train-ppl.svg']) {
+      expect(existsSync(join(outDir, name)), name).toBe(true);
+    }
+    const md = readFileSync(join(outDir, 'report.md'), 'utf8');
+    expect(md).toContain('| softmax-s1 | softmax | gpt | 1 | 12,345 | 3,000 | 2.2000 | 2.2000 | 9.03 | 0.7935 | 520 | 6.0 |');
+    expect(md).toContain('| slay-s1 (unfinished) | slay | gpt | 1 | — | 3,000 | 2.9000 | 2.9000 | 18.17 |');
+    // softmax: final val losses 2.2 and 2.4 → 2.3 ± 0.1414; best 2.2 and 2.4 as well.
+    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12345 ± 0 | 3000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 |');
+    expect(md).toMatch(/\| slay \| tiny \| 1 \| 1 \| — \| 3000 \| 2\.9000 \| 2\.9000 \|/);
+
+    const html = readFileSync(join(outDir, 'index.html'), 'utf8');
+    for (const file of ['val-loss.svg', 'val-ppl.svg', 'train-loss.svg', 'train-ppl.svg']) {
+      const svg = readFileSync(join(outDir, file), 'utf8');
+      expect(svg.startsWith('<svg')).toBe(true);
+      expect(svg).toContain('xmlns="http://www.w3.org/2000/svg"');
+      expectWellFormed(svg);
+      expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+      expect(svg).toContain('softmax');
+      expect(svg).toContain('slay');
+      expect(html).toContain(svg);
+    }
+    expect(html).toContain('<td>softmax-s1</td>');
+    const json = JSON.parse(readFileSync(join(outDir, 'runs.json'), 'utf8'));
+    expect(json.groups.map((g: { label: string }) => g.label)).toEqual(['slay', 'softmax']);
+    expect(json.groups[1].stats.finalValLoss.sd).toBeCloseTo(Math.SQRT2 / 10, 12);
+  });
+
+  it('averages a group over its seeds in the curves and splits groups by recipe', async () => {
+    const other = writeRun({ folder: 'softmax-lr', attention: 'softmax', seed: 1, lr: 3e-3, val: [2.9, 2.3, 2.0], train: [3, 2.4, 2.1], summary: summaryOf(2.0, 12345) });
+    try {
+      const result = await compareRuns([softmax1, softmax2, other], { outDir: join(root, 'report2'), warn: () => {} });
+      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax (tiny)', 2], ['softmax (tiny #2)', 1]]);
+      const svg = readFileSync(join(root, 'report2', 'val-loss.svg'), 'utf8');
+      expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+    } finally {
+      rmSync(other, { recursive: true });
+    }
+  });
+
+  it('names the missing or corrupt file, or skips the run with a warning when asked', async () => {
+    const broken = join(root, 'bad', 'no-metrics');
+    mkdirSync(broken, { recursive: true });
+    writeFileSync(join(broken, 'config.json'), JSON.stringify(recipe('softmax', 3)));
+    await expect(compareRuns([softmax1, broken], { outDir: join(root, 'r3') })).rejects.toThrow(`${join(broken, 'metrics.jsonl')}: cannot be read (ENOENT)`);
+    const warnings: string[] = [];
+    const result = await compareRuns([softmax1, broken], { outDir: join(root, 'r3'), skipInvalid: true, warn: (m) => warnings.push(m) });
+    expect(result.runs).toHaveLength(1);
+    expect(warnings[0]).toContain(`skipped ${broken}`);
+
+    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":5,"split":"train","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{oops\n{}\n');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'metrics.jsonl')}:2: not valid JSON`);
+    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":"5","split":"train"}\n');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'metrics.jsonl')}:1: metric record field tokens must be a number`);
+    // A diverged loss is logged as null: the record is kept; no final loss, the best is the finite one.
+    writeFileSync(
+      join(broken, 'metrics.jsonl'),
+      ['{"step":1,"tokens":5,"split":"val","loss":2,"ppl":7.4,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}',
+        '{"step":2,"tokens":9,"split":"val","loss":null,"ppl":null,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":2}', ''].join('\n'),
+    );
+    const diverged = await loadRun(broken);
+    expect(diverged).toMatchObject({ tokens: 9, finalValLoss: null, finalValPpl: null, bestValLoss: 2, wallSeconds: 2 });
+    // A last line cut short by a crash is dropped with a warning.
+    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":5,"split":"val","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{"step":2,"tok');
+    const partial = await loadRun(broken);
+    expect(partial.records).toHaveLength(1);
+    expect(partial.warnings[0]).toContain('metrics.jsonl:2: incomplete last line ignored');
+
+    writeFileSync(join(broken, 'config.json'), '{"model": {}}');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: expected the resolved recipe with model.attention.name`);
+    writeFileSync(join(broken, 'config.json'), '{not json');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: not valid JSON`);
+  });
+
+  it('resolves quoted globs and parent folders to run folders', () => {
+    expect(resolveRunDirs([join(root, 'runs', 'softmax-*')])).toEqual([softmax1, softmax2]);
+    expect(resolveRunDirs([join(root, 'runs', 's?ay-s1')])).toEqual([slay]);
+    expect(() => resolveRunDirs([join(root, 'runs', 'nothing-*')])).toThrow(/no folder matches/);
+    expect(() => resolveRunDirs([join(root, 'missing')])).toThrow(/no such folder/);
+  });
+});
