@@ -1,11 +1,17 @@
 // Attention scaling benchmark: one attention layer (q/k/v/out projections + mechanism) at the
 // SLAY paper's shape (embedding 256, 8 heads, batch 1, causal), forward and forward+backward, over
-// sequence lengths 128, 256, … up to a cap or until a length runs out of memory or time.
+// sequence lengths 128, 256, … up to a cap, until a length runs out of memory or time.
 //
-//   npm run bench:attention -- [--backend wasm] [--max-length 4096] [--lengths 1024,4096]
-//                              [--mechanisms softmax,slay] [--repeats 5] [--budget-ms 20000]
+//   npm run bench:attention -- [--backend wasm] [--max-length 16384] [--lengths 1024,4096]
+//                              [--mechanisms softmax,slay] [--repeats 5] [--timeout-s 120]
 //                              [--out reports/bench-attention.json]
+//
+// Each (mechanism, length) runs in its own child process: an allocation failure leaves the wasm
+// heap unusable ("memory access out of bounds" on every later op), so one OOM must not poison
+// the next measurement. Timings are medians after a warm-up; peak memory is tf.profile's
+// peakBytes (the backend's own accounting of live tensor bytes).
 import * as tf from '@tensorflow/tfjs';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -17,27 +23,17 @@ import { Rng } from '../src/model/rng.ts';
 const { values: args } = parseArgs({
   options: {
     backend: { type: 'string', default: 'wasm' },
-    'max-length': { type: 'string', default: '4096' },
+    'max-length': { type: 'string', default: '16384' },
     lengths: { type: 'string' },
     mechanisms: { type: 'string' },
     repeats: { type: 'string', default: '5' },
-    'budget-ms': { type: 'string', default: '20000' },
+    'timeout-s': { type: 'string', default: '120' },
     embed: { type: 'string', default: '256' },
     heads: { type: 'string', default: '8' },
     out: { type: 'string', default: 'reports/bench-attention.json' },
+    child: { type: 'string' },
   },
 });
-
-const backend = await initBackend(args.backend);
-const embed = Number(args.embed);
-const heads = Number(args.heads);
-const headDim = embed / heads;
-const repeats = Number(args.repeats);
-const budgetMs = Number(args['budget-ms']);
-const lengths = args.lengths
-  ? args.lengths.split(',').map(Number)
-  : Array.from({ length: 20 }, (_, i) => 128 * 2 ** i).filter((l) => l <= Number(args['max-length']));
-const mechanisms = args.mechanisms ? args.mechanisms.split(',') : attentionNames();
 
 interface Row {
   mechanism: string;
@@ -50,16 +46,9 @@ interface Row {
   error?: string;
 }
 
-const rng = new Rng(0);
-const weight = () => tf.variable(tf.tensor2d(Float32Array.from(rng.normalArray(embed * embed), (x) => x * 0.05), [embed, embed]));
-const [wq, wk, wv, wo] = [weight(), weight(), weight(), weight()];
-
-function layer(attn: ReturnType<typeof createAttention>, x: tf.Tensor3D): tf.Tensor {
-  const l = x.shape[1];
-  const split = (t: tf.Tensor) => tf.transpose(tf.reshape(t, [1, l, heads, headDim]), [0, 2, 1, 3]) as tf.Tensor4D;
-  const out = attn.apply(split(dense(x, wq)), split(dense(x, wk)), split(dense(x, wv)));
-  return dense(tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [1, l, embed]), wo);
-}
+const embed = Number(args.embed);
+const heads = Number(args.heads);
+const headDim = embed / heads;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -75,55 +64,102 @@ async function time(fn: () => tf.Tensor | tf.Tensor[]): Promise<number> {
   return performance.now() - t0;
 }
 
-const rows: Row[] = [];
-for (const mechanism of mechanisms) {
+/** One measurement, in this process (child mode). */
+async function measure(mechanism: string, length: number): Promise<Row> {
+  await initBackend(args.backend, { quiet: true });
+  const rng = new Rng(0);
+  const weight = () => tf.variable(tf.tensor2d(Float32Array.from(rng.normalArray(embed * embed), (x) => x * 0.05), [embed, embed]));
+  const [wq, wk, wv, wo] = [weight(), weight(), weight(), weight()];
   const attn = createAttention(mechanism, { numHeads: heads, headDim, causal: true, seed: 1 });
   const params = [wq, wk, wv, wo, ...attn.trainableVariables];
+  const x = tf.tensor3d(Float32Array.from(rng.normalArray(length * embed)), [1, length, embed]);
+  const split = (t: tf.Tensor) => tf.transpose(tf.reshape(t, [1, length, heads, headDim]), [0, 2, 1, 3]) as tf.Tensor4D;
+  const layer = () => {
+    const out = attn.apply(split(dense(x, wq)), split(dense(x, wk)), split(dense(x, wv)));
+    return dense(tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [1, length, embed]), wo);
+  };
+  const forward = () => tf.tidy(layer);
+  const train = () =>
+    tf.tidy(() => {
+      const { value, grads } = tf.variableGrads(() => tf.mean(tf.square(layer())) as tf.Scalar, params);
+      return [value, ...Object.values(grads)];
+    });
+  const repeats = Number(args.repeats);
+  await time(train); // warm-up
+  await time(forward);
+  const fwd: number[] = [];
+  const fb: number[] = [];
+  for (let r = 0; r < repeats; r++) fwd.push(await time(forward));
+  for (let r = 0; r < repeats; r++) fb.push(await time(train));
+  const profile = await tf.profile(() => {
+    tf.dispose(train());
+  });
+  const trainMs = median(fb);
+  return {
+    mechanism,
+    length,
+    forwardMs: median(fwd),
+    trainMs,
+    tokensPerS: (length / trainMs) * 1000,
+    peakMB: profile.peakBytes / 2 ** 20,
+    status: 'ok',
+  };
+}
+
+/** Runs one measurement in a child process, classifying crashes and time-outs. */
+function measureInChild(mechanism: string, length: number): Promise<Row> {
+  const empty = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakMB: null };
+  const forwarded = ['backend', 'repeats', 'embed', 'heads'].flatMap((k) => [`--${k}`, String(args[k as keyof typeof args])]);
+  const child = spawn(process.execPath, ['--import', 'tsx', new URL(import.meta.url).pathname, ...forwarded, '--child', `${mechanism}:${length}`], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  const timeoutMs = Number(args['timeout-s']) * 1000;
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const line = stdout.split('\n').find((l) => l.startsWith('ROW '));
+      if (line) return resolve(JSON.parse(line.slice(4)) as Row);
+      const message = stderr.trim().split('\n').filter((l) => /Error|memory|abort/i.test(l)).pop() ?? `exit ${code ?? signal}`;
+      if (signal === 'SIGKILL') return resolve({ ...empty, status: 'timeout', error: `over ${args['timeout-s']} s` });
+      const oom = /memory|allocat|RangeError|Aborted|OOM/i.test(stderr);
+      resolve({ ...empty, status: oom ? 'OOM' : 'error', error: message.slice(0, 200) });
+    });
+  });
+}
+
+if (args.child) {
+  const [mechanism, length] = args.child.split(':');
+  const row = await measure(mechanism, Number(length));
+  process.stdout.write(`ROW ${JSON.stringify(row)}\n`);
+  process.exit(0);
+}
+
+const backend = await initBackend(args.backend, { quiet: true });
+const lengths = args.lengths
+  ? args.lengths.split(',').map(Number)
+  : Array.from({ length: 20 }, (_, i) => 128 * 2 ** i).filter((l) => l <= Number(args['max-length']));
+const mechanisms = args.mechanisms ? args.mechanisms.split(',') : attentionNames();
+const fmt = (v: number | null, status: string, digits = 1) => (v === null ? status : v.toFixed(digits));
+
+console.log(`backend ${backend}; embedding ${embed}, ${heads} heads, batch 1, causal; median of ${args.repeats}\n`);
+console.log('mechanism          L      fwd ms   fwd+bwd ms   tokens/s    peak MB');
+const rows: Row[] = [];
+for (const mechanism of mechanisms) {
   for (const length of lengths) {
-    const x = tf.tensor3d(Float32Array.from(rng.normalArray(length * embed)), [1, length, embed]);
-    const forward = () => tf.tidy(() => layer(attn, x));
-    const train = () =>
-      tf.tidy(() => {
-        const { value, grads } = tf.variableGrads(() => tf.mean(tf.square(layer(attn, x))) as tf.Scalar, params);
-        return [value, ...Object.values(grads)];
-      });
-    const row: Row = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakMB: null, status: 'ok' };
-    try {
-      const first = await time(train); // warm-up (and the budget probe)
-      if (first > budgetMs) {
-        row.status = 'timeout';
-      } else {
-        await time(forward);
-        const n = first * repeats > budgetMs * 3 ? 1 : repeats;
-        const fwd: number[] = [];
-        const fb: number[] = [];
-        for (let r = 0; r < n; r++) fwd.push(await time(forward));
-        for (let r = 0; r < n; r++) fb.push(await time(train));
-        row.forwardMs = median(fwd);
-        row.trainMs = median(fb);
-        row.tokensPerS = (length / row.trainMs) * 1000;
-        const profile = await tf.profile(() => {
-          const outs = train();
-          tf.dispose(outs);
-        });
-        row.peakMB = profile.peakBytes / 2 ** 20;
-      }
-    } catch (err) {
-      const message = (err as Error).message ?? String(err);
-      row.status = /memory|allocation|RangeError|OOM/i.test(message) ? 'OOM' : 'error';
-      row.error = message.split('\n')[0];
-    }
-    x.dispose();
+    const row = await measureInChild(mechanism, length);
     rows.push(row);
-    const fmt = (v: number | null, digits = 1) => (v === null ? row.status : v.toFixed(digits));
     console.log(
-      `${mechanism.padEnd(14)} L=${String(length).padStart(6)}  fwd ${fmt(row.forwardMs).padStart(9)} ms  fwd+bwd ${fmt(row.trainMs).padStart(9)} ms  ${fmt(row.tokensPerS, 0).padStart(8)} tok/s  peak ${fmt(row.peakMB).padStart(8)} MB`,
+      `${mechanism.padEnd(14)} ${String(length).padStart(6)} ${fmt(row.forwardMs, row.status).padStart(11)} ${fmt(row.trainMs, row.status).padStart(12)} ${fmt(row.tokensPerS, row.status, 0).padStart(10)} ${fmt(row.peakMB, row.status).padStart(10)}`,
     );
     if (row.status !== 'ok') break;
   }
-  attn.dispose();
 }
 
 fs.mkdirSync(path.dirname(args.out), { recursive: true });
-fs.writeFileSync(args.out, JSON.stringify({ backend, embed, heads, batch: 1, causal: true, repeats, rows }, null, 2));
-console.log(`\nbackend ${backend}; wrote ${args.out}`);
+fs.writeFileSync(args.out, JSON.stringify({ backend, embed, heads, batch: 1, causal: true, repeats: Number(args.repeats), rows }, null, 2));
+console.log(`\nwrote ${args.out}`);
