@@ -16,6 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { initBackend } from '../src/backend.ts';
+import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { dense } from '../src/model/ops.ts';
 import { Rng } from '../src/model/rng.ts';
@@ -160,6 +161,54 @@ for (const mechanism of mechanisms) {
   }
 }
 
+/** Per mechanism: longest length reached, growth exponent of fwd+bwd time, crossover with softmax. */
+function scalingSummary(all: Row[]) {
+  const ok = (m: string) => all.filter((r) => r.mechanism === m && r.status === 'ok');
+  const softmax = new Map(ok('softmax').map((r) => [r.length, r]));
+  const softmaxFailedAt = all.find((r) => r.mechanism === 'softmax' && r.status !== 'ok')?.length ?? null;
+  return mechanisms.map((mechanism) => {
+    const done = ok(mechanism);
+    const last = done.at(-1);
+    const prev = done.at(-2);
+    const exponent = last && prev ? Math.log(last.trainMs! / prev.trainMs!) / Math.log(last.length / prev.length) : null;
+    // First length at which this mechanism is faster than softmax, or runs where softmax could not.
+    const crossover =
+      mechanism === 'softmax'
+        ? null
+        : (done.find((r) => {
+            const s = softmax.get(r.length);
+            return s ? r.trainMs! < s.trainMs! : softmaxFailedAt !== null && r.length >= softmaxFailedAt;
+          })?.length ?? null);
+    const failed = all.find((r) => r.mechanism === mechanism && r.status !== 'ok');
+    return { mechanism, longest: last?.length ?? null, stoppedBy: failed ? `${failed.status} at ${failed.length}` : 'cap', exponent, crossover };
+  });
+}
+
+const summary = scalingSummary(rows);
+console.log('\nmechanism       longest L   stopped by        time ∝ L^k (last two L)   faster than softmax from L');
+for (const s of summary) {
+  console.log(
+    `${s.mechanism.padEnd(14)} ${String(s.longest ?? '—').padStart(10)}   ${s.stoppedBy.padEnd(16)}  ${(s.exponent === null ? '—' : s.exponent.toFixed(2)).padStart(10)}               ${s.crossover ?? '—'}`,
+  );
+}
+
 fs.mkdirSync(path.dirname(args.out), { recursive: true });
-fs.writeFileSync(args.out, JSON.stringify({ backend, embed, heads, batch: 1, causal: true, repeats: Number(args.repeats), rows }, null, 2));
-console.log(`\nwrote ${args.out}`);
+fs.writeFileSync(
+  args.out,
+  JSON.stringify({ backend, embed, heads, batch: 1, causal: true, repeats: Number(args.repeats), rows, summary }, null, 2),
+);
+const points = (value: 'trainMs' | 'forwardMs') =>
+  rows.filter((r) => r.status === 'ok').map((r) => ({ series: r.mechanism, x: r.length, y: r[value]! }));
+const plot = args.out.replace(/\.json$/, '') + '.svg';
+fs.writeFileSync(
+  plot,
+  await lineChartSvg(points('trainMs'), {
+    title: `One attention layer, forward + backward (${backend}, E=${embed}, H=${heads}, B=1, causal)`,
+    xTitle: 'sequence length L',
+    yTitle: 'ms (median)',
+    seriesTitle: 'attention',
+    logX: true,
+    logY: true,
+  }),
+);
+console.log(`\nwrote ${args.out} and ${plot}`);

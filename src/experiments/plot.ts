@@ -18,6 +18,8 @@ export interface LineChartOptions {
   seriesTitle?: string;
   /** Logarithmic y axis (perplexity). */
   logY?: boolean;
+  /** Logarithmic x axis (sequence lengths). */
+  logX?: boolean;
   width?: number;
   height?: number;
 }
@@ -30,10 +32,12 @@ export function lineChartSpec(points: LinePoint[], opts: LineChartOptions): TopL
     width: opts.width ?? 560,
     height: opts.height ?? 320,
     background: 'white',
-    data: { values: points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y) && (!opts.logY || p.y > 0)) },
-    mark: { type: 'line', point: false, strokeWidth: 1.5 },
+    data: {
+      values: points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y) && (!opts.logY || p.y > 0) && (!opts.logX || p.x > 0)),
+    },
+    mark: { type: 'line', point: !!opts.logX, strokeWidth: 1.5 },
     encoding: {
-      x: { field: 'x', type: 'quantitative', title: opts.xTitle, axis: { format: '~s' } },
+      x: { field: 'x', type: 'quantitative', title: opts.xTitle, axis: { format: '~s' }, scale: opts.logX ? { type: 'log', base: 2 } : undefined },
       y: { field: 'y', type: 'quantitative', title: opts.yTitle, scale: opts.logY ? { type: 'log' } : { zero: false } },
       color: { field: 'series', type: 'nominal', title: opts.seriesTitle ?? 'series' },
       order: { field: 'x', type: 'quantitative' },
