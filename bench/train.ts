@@ -1,0 +1,134 @@
+// Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
+// batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
+//
+//   npm run bench:train -- [names…] [--backend=wasm|cpu|auto|tensorflow] [--steps=10] [--warmup=2]
+//                          [--seq=256] [--batch=8] [--vocab=4096] [--d=128] [--layers=4] [--heads=4] [--profile]
+//                          [--options='{"chunkSize":32}']   (attention options, applied to every named mechanism)
+//
+// --profile runs tf.profile on one extra step and prints kernel time by kernel name.
+// Besides wall time it reports the process CPU time per step: the wasm backend runs on one thread, so
+// on a shared machine CPU time is the better estimate of the uncontended step time.
+// The PyTorch peer (../shared/bench/torch_peer_gpt.py) does ~8,000 tokens/s on this shape on CPU.
+import * as tf from '@tensorflow/tfjs';
+import { initBackend } from '../src/backend.ts';
+import { attentionNames } from '../src/model/attention/index.ts';
+import { createLanguageModel } from '../src/model/lm.ts';
+import type { ModelBatch } from '../src/model/lm.ts';
+import { Rng } from '../src/model/rng.ts';
+import { AdamW } from '../src/train/optimizer.ts';
+import { trainStep } from '../src/train/trainer.ts';
+
+const NUMERIC = ['steps', 'warmup', 'seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
+
+function parseArgs(argv: string[]) {
+  const o = { names: [] as string[], options: {} as Record<string, unknown>, backend: 'wasm', profile: false, steps: 10, warmup: 2, seq: 256, batch: 8, vocab: 4096, d: 128, layers: 4, heads: 4 };
+  for (const arg of argv) {
+    const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
+    if (!m) {
+      o.names.push(arg);
+      continue;
+    }
+    const [, key, value] = m;
+    if (key === 'backend' && value) o.backend = value;
+    else if (key === 'profile') o.profile = true;
+    else if (key === 'options' && value) o.options = JSON.parse(value) as Record<string, unknown>;
+    else if ((NUMERIC as readonly string[]).includes(key) && value && Number.isInteger(Number(value)) && Number(value) >= 0) {
+      o[key as (typeof NUMERIC)[number]] = Number(value);
+    } else {
+      throw new Error(`bench:train: bad argument '${arg}'; allowed: attention names, --backend=…, --profile, --options=<json>, ${NUMERIC.map((k) => `--${k}=N`).join(', ')}`);
+    }
+  }
+  const known = attentionNames();
+  for (const n of o.names) if (!known.includes(n)) throw new Error(`bench:train: unknown attention '${n}'; allowed: ${known.join(', ')}`);
+  if (o.names.length === 0) o.names = known;
+  return o;
+}
+
+function randomBatch(rng: Rng, batch: number, seq: number, vocab: number): ModelBatch {
+  const inputIds = new Int32Array(batch * seq);
+  const labels = new Int32Array(batch * seq);
+  for (let r = 0; r < batch; r++) {
+    let prev = rng.int(vocab);
+    for (let t = 0; t < seq; t++) {
+      const next = rng.int(vocab);
+      inputIds[r * seq + t] = prev;
+      labels[r * seq + t] = next;
+      prev = next;
+    }
+  }
+  return { batchSize: batch, seqLen: seq, inputIds, labels };
+}
+
+async function main(): Promise<void> {
+  const o = parseArgs(process.argv.slice(2));
+  const backend = await initBackend(o.backend);
+  const tokensPerStep = o.batch * o.seq;
+  console.log(`bench:train on ${backend}: GPT vocab ${o.vocab}, d ${o.d}, ${o.layers} layers, ${o.heads} heads, seq ${o.seq}, batch ${o.batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
+  const rows: string[][] = [];
+  for (const name of o.names) {
+    const model = createLanguageModel({
+      kind: 'gpt', vocabSize: o.vocab, maxSeqLen: o.seq, dModel: o.d, numLayers: o.layers, numHeads: o.heads,
+      mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
+    });
+    const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    const rng = new Rng(7);
+    const times: number[] = [];
+    const cpuTimes: number[] = [];
+    let loss = NaN;
+    for (let s = 0; s < o.warmup + o.steps; s++) {
+      const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
+      const t0 = performance.now();
+      const c0 = process.cpuUsage();
+      loss = (await trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null })).loss;
+      const cpu = process.cpuUsage(c0);
+      if (s >= o.warmup) {
+        times.push(performance.now() - t0);
+        cpuTimes.push((cpu.user + cpu.system) / 1000);
+      }
+    }
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    const wall = median(times);
+    const cpu = median(cpuTimes);
+    const rate = (ms: number) => (tokensPerStep / (ms / 1000)).toFixed(0);
+    rows.push([name, rate(wall), wall.toFixed(0), rate(cpu), cpu.toFixed(0), loss.toFixed(3)]);
+    console.log(`  ${name}: median ${wall.toFixed(0)} ms/step wall (${rate(wall)} tokens/s), ${cpu.toFixed(0)} ms/step CPU (${rate(cpu)} tokens/s)`);
+    if (o.profile) {
+      const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
+      const info = await tf.profile(async () => {
+        await trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null });
+      });
+      // By kernel name, and matrix products by operand shapes. 'forward' entries are tf.customGrad
+      // wrappers whose time is already counted in the kernels they call, so they are left out.
+      const byKernel = new Map<string, { ms: number; calls: number }>();
+      let total = 0;
+      for (const k of info.kernels) {
+        if (k.name === 'forward') continue;
+        const ms = typeof k.kernelTimeMs === 'number' ? k.kernelTimeMs : 0;
+        for (const key of [k.name, ...(k.name === 'BatchMatMul' ? [`  BatchMatMul ${JSON.stringify(k.inputShapes)}`] : [])]) {
+          const e = byKernel.get(key) ?? { ms: 0, calls: 0 };
+          e.ms += ms;
+          e.calls++;
+          byKernel.set(key, e);
+        }
+        total += ms;
+      }
+      console.log(`  profile (${name}): ${total.toFixed(0)} ms kernel time`);
+      for (const [k, e] of [...byKernel].sort((a, b) => b[1].ms - a[1].ms).slice(0, 25)) {
+        console.log(`    ${k.padEnd(52)} ${e.ms.toFixed(1).padStart(8)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}%  ${e.calls} calls`);
+      }
+    }
+    optimizer.dispose();
+    model.dispose();
+  }
+  const header = ['attention', 'tokens/s (wall)', 'ms/step (wall)', 'tokens/s (CPU time)', 'ms/step (CPU time)', 'last loss'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
+  console.log('\n' + line(header));
+  console.log(`| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`);
+  for (const r of rows) console.log(line(r));
+}
+
+main().catch((err) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exit(1);
+});

@@ -1,0 +1,142 @@
+// npm run demo [-- --backend=wasm] [--recipe=recipes/demo/gpt-softmax.yaml] [--key=value …]
+//
+// From a fresh clone, no network: prepares the State of the Union corpus (data/sotu), trains a
+// byte-level BPE tokenizer on its train split (data/tokenizers/sotu-bpe-4096.json), trains a small GPT
+// for a few minutes on CPU, and compares its validation loss with the unigram entropy of the corpus.
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { initBackend, parseBackend } from '../backend.ts';
+import { prepareDemoCorpus } from '../data/demo-corpus.ts';
+import { openBatchStream } from '../data/stream.ts';
+import type { StreamOptions } from '../data/stream.ts';
+import { TextTokenizer } from '../data/tokenizer.ts';
+import { trainTokenizer } from '../data/train-tokenizer.ts';
+import { loadRecipe, RecipeError } from '../train/recipe.ts';
+import type { Recipe } from '../train/recipe.ts';
+import { runTraining, streamOptions, validateRecipeModel } from '../train/trainer.ts';
+
+export const DEMO_DATASET = 'data/sotu';
+export const DEMO_TOKENIZER = 'data/tokenizers/sotu-bpe-4096.json';
+export const DEMO_VOCAB = 4096;
+export const DEMO_RECIPE = 'recipes/demo/gpt-softmax.yaml';
+
+/**
+ * Cross-entropy (nats/token) of the unigram model of the train labels, add-one smoothed,
+ * p(t) = (count_train(t) + 1) / (N_train + V), on the validation labels: the loss of a model that
+ * ignores context. Reported on the first `evalTokens` validation tokens (the trainer's fixed
+ * evaluation set, same order) and on the whole validation split.
+ */
+export async function unigramCrossEntropy(
+  opts: Omit<StreamOptions, 'split' | 'cursor'>,
+  vocabSize: number,
+  evalTokens: number,
+): Promise<{ evalNats: number; evalTokens: number; allNats: number; validationTokens: number; trainTokens: number }> {
+  const counts = new Float64Array(vocabSize);
+  let trainTokens = 0;
+  const readLabels = async (split: 'train' | 'validation', visit: (label: number) => void, endOfBatch = () => {}) => {
+    const stream = await openBatchStream({ ...opts, split, shuffleBuffer: 0 });
+    try {
+      for (let batch = await stream.next(); batch; batch = await stream.next()) {
+        for (const label of batch.labels) if (label >= 0) visit(label);
+        endOfBatch();
+      }
+    } finally {
+      await stream.close();
+    }
+  };
+  await readLabels('train', (label) => {
+    counts[label]++;
+    trainTokens++;
+  });
+  let nats = 0;
+  let seen = 0;
+  // Whole batches until evalTokens are reached, as collectEvalBatches takes them.
+  let evalNats = 0;
+  let scored = 0;
+  await readLabels(
+    'validation',
+    (label) => {
+      nats -= Math.log((counts[label] + 1) / (trainTokens + vocabSize));
+      seen++;
+    },
+    () => {
+      if (scored < evalTokens) [evalNats, scored] = [nats, seen];
+    },
+  );
+  return { evalNats: evalNats / scored, evalTokens: scored, allNats: nats / seen, validationTokens: seen, trainTokens };
+}
+
+function seconds(t0: number): string {
+  return `${((performance.now() - t0) / 1000).toFixed(1)} s`;
+}
+
+async function main(): Promise<number> {
+  const argv = process.argv.slice(2);
+  let backend = 'wasm';
+  let recipeFile = DEMO_RECIPE;
+  const overrides: string[] = [];
+  for (const arg of argv) {
+    if (arg.startsWith('--backend=')) backend = parseBackend(arg.slice('--backend='.length), '--backend');
+    else if (arg.startsWith('--recipe=')) recipeFile = arg.slice('--recipe='.length);
+    else if (arg.startsWith('--') && arg.includes('=')) overrides.push(arg);
+    else {
+      console.error(`demo: unexpected argument '${arg}'; usage: npm run demo [-- --backend=wasm|cpu|auto] [--recipe=<file>] [--section.key=value …]`);
+      return 2;
+    }
+  }
+  const started = performance.now();
+  if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
+    console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);
+  } else {
+    const t0 = performance.now();
+    const s = await prepareDemoCorpus(DEMO_DATASET);
+    console.log(`[demo] corpus: wrote ${s.documents} State of the Union addresses (${(s.bytes / 1e6).toFixed(1)} MB) to ${DEMO_DATASET} in ${seconds(t0)}`);
+  }
+  if (existsSync(DEMO_TOKENIZER)) {
+    console.log(`[demo] tokenizer: ${DEMO_TOKENIZER} present, skipped`);
+  } else {
+    const t0 = performance.now();
+    await mkdir(path.dirname(DEMO_TOKENIZER), { recursive: true });
+    await trainTokenizer({ dataset: DEMO_DATASET, vocabSize: DEMO_VOCAB, out: DEMO_TOKENIZER });
+    console.log(`[demo] tokenizer: trained a ${DEMO_VOCAB}-token byte-level BPE on the train split → ${DEMO_TOKENIZER} in ${seconds(t0)}`);
+  }
+  let recipe: Recipe;
+  try {
+    recipe = loadRecipe(recipeFile, overrides);
+    validateRecipeModel(recipe);
+  } catch (err) {
+    console.error(err instanceof RecipeError ? err.message : `${recipeFile}: ${(err as Error).message}`);
+    return 2;
+  }
+  await initBackend(backend);
+  const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
+  const t0 = performance.now();
+  // Same batch size as training: the evaluation set is the first evalTokens labels in batch order.
+  const unigram = await unigramCrossEntropy(streamOptions(recipe, tokenizer), tokenizer.vocabSize, recipe.train.evalTokens);
+  console.log(
+    `[demo] unigram entropy (train unigram, add-one smoothed): ${unigram.evalNats.toFixed(4)} nats/token on the ${unigram.evalTokens.toLocaleString('en-US')} evaluation tokens, ` +
+      `${unigram.allNats.toFixed(4)} on all ${unigram.validationTokens.toLocaleString('en-US')} validation tokens (${seconds(t0)})`,
+  );
+  console.log(`[demo] training ${recipeFile} on ${backend}`);
+  const result = await runTraining(recipe);
+  const gap = unigram.evalNats - result.finalVal.loss;
+  console.log(
+    `[demo] final validation loss ${result.finalVal.loss.toFixed(4)} nats/token (ppl ${result.finalVal.ppl.toFixed(2)}, ${result.finalVal.bpb.toFixed(4)} bits/byte) ` +
+      `vs unigram entropy ${unigram.evalNats.toFixed(4)} (ppl ${Math.exp(unigram.evalNats).toFixed(2)}) on the same tokens: ${gap >= 0 ? `${gap.toFixed(3)} below` : `${(-gap).toFixed(3)} ABOVE`}`,
+  );
+  console.log(`[demo] total time ${seconds(started)}; run folder ${result.runDir}`);
+  return 0;
+}
+
+// Only when run as a script (tests import unigramCrossEntropy).
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main().then(
+    (code) => (process.exitCode = code),
+    (err) => {
+      console.error(`demo: ${(err as Error).message}`);
+      process.exitCode = 1;
+    },
+  );
+}

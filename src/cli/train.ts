@@ -1,0 +1,138 @@
+// npm run train -- recipes/x.yaml [--key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run]
+import { initBackend, parseBackend } from '../backend.ts';
+import { loadRecipe, RecipeError } from '../train/recipe.ts';
+import type { Recipe } from '../train/recipe.ts';
+import { planRun, runTraining, validateRecipeModel } from '../train/trainer.ts';
+
+const HELP = `Usage:
+  npm run train -- <recipe.yaml> [--section.key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run]
+
+Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
+on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final weights in …/final/.
+
+  --section.key=value   override a recipe key, e.g. --train.lr=3e-4 --model.attention.options.prfFeatures=32
+  --backend <name>      TensorFlow.js backend (overrides the recipe's 'backend')
+  --dry-run             resolve the recipe, build the model plan and print parameters, tokens per epoch,
+                        steps and a memory estimate; no training (dataset and tokenizer may be missing)
+  -h, --help            show this help
+
+Exit status: 0 done, 1 runtime error, 2 bad recipe or arguments.`;
+
+class UsageError extends Error {}
+
+interface Args {
+  recipe: string;
+  overrides: string[];
+  backend: string | null;
+  dryRun: boolean;
+}
+
+function parseArgs(argv: string[]): Args | null {
+  let recipe: string | null = null;
+  const overrides: string[] = [];
+  let backend: string | null = null;
+  let dryRun = false;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === '-h' || arg === '--help') return null;
+    if (arg === '--dry-run') dryRun = true;
+    else if (arg === '--backend') {
+      if (i + 1 >= argv.length) throw new UsageError('--backend needs a value: wasm, cpu, auto or tensorflow');
+      backend = argv[++i];
+    } else if (arg.startsWith('--backend=')) backend = arg.slice('--backend='.length);
+    else if (arg.startsWith('--')) {
+      if (!arg.includes('=')) throw new UsageError(`override '${arg}' needs a value: --section.key=value`);
+      overrides.push(arg);
+    } else if (recipe === null) recipe = arg;
+    else throw new UsageError(`unexpected argument '${arg}' (one recipe file only)`);
+  }
+  if (recipe === null) throw new UsageError('a recipe file is required');
+  if (backend !== null) parseBackend(backend, '--backend');
+  return { recipe, overrides, backend, dryRun };
+}
+
+const MB = 1024 * 1024;
+const fmt = (n: number) => n.toLocaleString('en-US');
+
+async function dryRun(recipe: Recipe, file: string, backend: string): Promise<void> {
+  // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
+  // works everywhere (a GPU recipe's 'tensorflow' backend need not be installed for a dry run).
+  await initBackend('cpu', { quiet: true });
+  const plan = await planRun(recipe);
+  const m = plan.modelConfig;
+  const options = JSON.stringify(m.attention.options);
+  const groups = Object.entries(plan.parameters.byGroup).filter(([, n]) => n > 0).map(([g, n]) => `${g} ${fmt(n)}`).join(', ');
+  const out = [
+    `recipe      ${file} (name ${recipe.name}); backend ${backend} (not started by --dry-run)`,
+    `model       ${m.kind}: ${m.numLayers} layers, dModel ${m.dModel}, ${m.numHeads} heads, MLP ${m.mlpRatio}×, dropout ${m.dropout}, attention ${m.attention.name} ${options}`,
+    `vocab       ${fmt(m.vocabSize)} (${plan.vocabSource})`,
+    `parameters  ${fmt(plan.parameters.total)} (${groups})`,
+  ];
+  const { batchSize, gradAccum } = recipe.train;
+  if (plan.epoch) {
+    out.push(`data        tokens per epoch ${fmt(plan.epoch.tokens)} (${plan.epoch.exact ? 'exact' : 'estimated'}) = ${fmt(plan.epoch.batches)} batches of ${batchSize}×${recipe.data.seqLen}`);
+  } else {
+    out.push(`data        ${plan.datasetNote}`);
+  }
+  const budget = recipe.train.maxTokens === null ? 'one epoch' : `train.maxTokens ${fmt(recipe.train.maxTokens)}`;
+  out.push(
+    plan.totalSteps === null
+      ? `steps       unknown (${budget}; ${fmt(plan.tokensPerStep)} tokens per optimizer step)`
+      : `steps       ${fmt(plan.totalSteps)} optimizer steps of ${fmt(plan.tokensPerStep)} tokens (${batchSize}×${gradAccum}×${recipe.data.seqLen}; ${budget})`,
+  );
+  const mem = plan.memory;
+  out.push(
+    `memory      ≈ ${fmt(Math.round(mem.total / MB))} MiB = parameters+gradients+AdamW m,v ${fmt(Math.round(mem.state / MB))} MiB (16 bytes × parameters${gradAccum > 1 ? ' + 4 for accumulation' : ''})` +
+      ` + activations ${fmt(Math.round(mem.activations / MB))} MiB (4 bytes × [B·L·(18d + 2·mlpRatio·d)·layers + B·H·L²·3·layers for O(L²) attention + 3·rows·V for the head])`,
+  );
+  console.log(out.join('\n'));
+}
+
+async function main(): Promise<number> {
+  let args: Args | null;
+  try {
+    args = parseArgs(process.argv.slice(2));
+  } catch (err) {
+    console.error(`train: ${(err as Error).message}\n\n${HELP}`);
+    return 2;
+  }
+  if (!args) {
+    console.log(HELP);
+    return 0;
+  }
+  let recipe: Recipe;
+  try {
+    recipe = loadRecipe(args.recipe, args.overrides);
+  } catch (err) {
+    console.error(err instanceof RecipeError ? err.message : `train: ${(err as Error).message}`);
+    return 2;
+  }
+  try {
+    validateRecipeModel(recipe);
+  } catch (err) {
+    console.error(`${args.recipe}: ${(err as Error).message}`);
+    return 2;
+  }
+  const backend = args.backend ?? recipe.backend;
+  if (args.dryRun) {
+    try {
+      await dryRun(recipe, args.recipe, backend);
+      return 0;
+    } catch (err) {
+      // Model-shape errors (e.g. dModel not divisible by numHeads) are recipe errors too.
+      console.error(`${args.recipe}: ${(err as Error).message}`);
+      return 2;
+    }
+  }
+  try {
+    await initBackend(backend);
+    await runTraining(recipe);
+    return 0;
+  } catch (err) {
+    console.error(`train: ${(err as Error).message}`);
+    if (process.env.SLAYFORMER_DEBUG) console.error((err as Error).stack);
+    return 1;
+  }
+}
+
+process.exitCode = await main();

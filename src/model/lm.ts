@@ -1,0 +1,205 @@
+// Language models on the shared transformer body:
+//   GPT   causal attention, LM head tied to the token embedding (logits = h·Eᵀ)
+//   BERT  bidirectional attention with a padding key mask, MLM head as BERT's
+//         (dense + GELU + LayerNorm, then the tied decoder h·Eᵀ plus an output bias)
+import * as tf from '@tensorflow/tfjs';
+import {
+  createParameter,
+  gelu,
+  layerNorm,
+  linear,
+  transformerParameterSpecs,
+  validateTransformerConfig,
+  Transformer,
+  INIT_STD,
+} from './transformer.ts';
+import type { ParameterSpec, TransformerConfig } from './transformer.ts';
+import { createAttention } from './attention/index.ts';
+
+export type ModelKind = 'gpt' | 'bert';
+
+export interface LanguageModelConfig extends Omit<TransformerConfig, 'causal'> {
+  kind: ModelKind;
+}
+
+/** The host-side shape of one batch the model needs (a subset of the data stream's Batch). */
+export interface ModelBatch {
+  batchSize: number;
+  seqLen: number;
+  inputIds: Int32Array;
+  /** -100 where no loss. */
+  labels: Int32Array;
+  attentionMask?: Float32Array;
+}
+
+export const IGNORE_LABEL = -100;
+
+function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
+  if (c.kind === 'gpt') return [];
+  const d = c.dModel;
+  return [
+    { name: 'mlm.dense.weight', shape: [d, d], init: { kind: 'normal', std: INIT_STD } },
+    { name: 'mlm.dense.bias', shape: [d], init: { kind: 'zeros' } },
+    { name: 'mlm.norm.weight', shape: [d], init: { kind: 'ones' } },
+    { name: 'mlm.norm.bias', shape: [d], init: { kind: 'zeros' } },
+    { name: 'mlm.decoder.bias', shape: [c.vocabSize], init: { kind: 'zeros' } },
+  ];
+}
+
+function bodyConfig(c: LanguageModelConfig): TransformerConfig {
+  if (c.kind !== 'gpt' && c.kind !== 'bert') throw new Error(`model.kind must be 'gpt' or 'bert' (got ${String(c.kind)})`);
+  return { ...c, causal: c.kind === 'gpt' };
+}
+
+/**
+ * Parameter count without allocating the model (for --dry-run of large recipes): the body and head
+ * specs plus the attention mechanisms' trainable variables (built, counted, disposed — they are small).
+ */
+export function countParameters(c: LanguageModelConfig): { total: number; byGroup: Record<string, number> } {
+  const body = bodyConfig(c);
+  validateTransformerConfig(body);
+  const size = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
+  const byGroup: Record<string, number> = { embeddings: 0, blocks: 0, head: 0, attentionMechanism: 0 };
+  for (const s of [...transformerParameterSpecs(body), ...headParameterSpecs(c)]) {
+    const group = s.name.startsWith('embed.') ? 'embeddings' : s.name.startsWith('blocks.') ? 'blocks' : 'head';
+    byGroup[group] += size(s.shape);
+  }
+  for (let i = 0; i < c.numLayers; i++) {
+    const mech = createAttention(c.attention.name, {
+      ...c.attention.options,
+      numHeads: c.numHeads,
+      headDim: c.dModel / c.numHeads,
+      causal: body.causal,
+      seed: 0,
+      scope: `count.blocks.${i}.attn`,
+    });
+    for (const v of mech.trainableVariables) byGroup.attentionMechanism += v.size;
+    mech.dispose();
+  }
+  return { total: Object.values(byGroup).reduce((a, b) => a + b, 0), byGroup };
+}
+
+/**
+ * Sum over rows of the cross-entropy −log softmax(logits)[target], with a hand-written gradient
+ * softmax − onehot: no [N, V] one-hot in the forward pass and no autodiff chain through logSoftmax.
+ */
+export const crossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [logits, targets, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
+  const [n, vocab] = logits.shape;
+  // One exp pass: probabilities are kept for the backward pass instead of recomputed.
+  const shifted = tf.sub(logits, tf.max(logits, -1, true));
+  const expShifted = tf.exp(shifted);
+  const partition = tf.sum(expShifted, -1, true); // [N, 1]
+  const rowStarts = tf.mul(tf.range(0, n, 1, 'int32'), tf.scalar(vocab, 'int32'));
+  const picked = tf.gather(tf.reshape(shifted, [-1]), tf.add(rowStarts, targets)); // [N]
+  save([tf.div(expShifted, partition), targets]);
+  return {
+    value: tf.sum(tf.sub(tf.reshape(tf.log(partition), [-1]), picked)),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [probs, st] = saved;
+      return [tf.mul(tf.sub(probs, tf.oneHot(st as tf.Tensor1D, vocab)), dy), tf.zerosLike(st)];
+    },
+  };
+}) as (logits: tf.Tensor2D, targets: tf.Tensor1D) => tf.Scalar;
+
+export class LanguageModel {
+  readonly kind: ModelKind;
+  readonly config: LanguageModelConfig;
+  readonly body: Transformer;
+  private readonly head: Map<string, tf.Variable>;
+
+  constructor(config: LanguageModelConfig) {
+    this.kind = config.kind;
+    this.config = config;
+    this.body = new Transformer(bodyConfig(config));
+    this.head = new Map();
+    for (const spec of headParameterSpecs(config)) this.head.set(spec.name, createParameter(spec, config.seed));
+  }
+
+  /** Every trained parameter by stable name (the safetensors tensor names), mechanisms' included. */
+  parameters(): Map<string, tf.Variable> {
+    const all = new Map<string, tf.Variable>(this.body.weights);
+    for (const [name, v] of this.head) all.set(name, v);
+    for (const mech of this.body.attention) for (const v of mech.trainableVariables) all.set(v.name, v);
+    return all;
+  }
+
+  /** The attention mechanisms' fixed, non-trained state (random projections), saved with the model. */
+  buffers(): Map<string, tf.Variable> {
+    const all = new Map<string, tf.Variable>();
+    for (const mech of this.body.attention) for (const v of mech.buffers) all.set(v.name, v);
+    return all;
+  }
+
+  /** Lets mechanisms with a redraw schedule redraw (once per optimizer step). */
+  onTrainStep(step: number): void {
+    for (const mech of this.body.attention) mech.onTrainStep?.(step);
+  }
+
+  private hidden(inputIds: tf.Tensor2D, attentionMask: tf.Tensor2D | undefined, dropoutSeed: number | null): tf.Tensor2D {
+    return this.body.forward(inputIds, { keyMask: this.kind === 'bert' ? attentionMask : undefined, dropoutSeed });
+  }
+
+  /** Output head on rows of hidden states [N, d] → logits [N, V]. */
+  private headLogits(h: tf.Tensor2D): tf.Tensor2D {
+    const embedding = this.body.w('embed.tokens.weight') as tf.Tensor2D;
+    // Explicit transpose: linear() runs the plain 2-D product, the fast wasm path.
+    const decoder = tf.transpose(embedding);
+    if (this.kind === 'gpt') return linear(h, decoder);
+    const get = (n: string) => this.head.get(n)!;
+    let t = linear(h, get('mlm.dense.weight') as tf.Tensor2D, get('mlm.dense.bias') as tf.Tensor1D);
+    t = layerNorm(gelu(t) as tf.Tensor2D, get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D);
+    return linear(t, decoder, get('mlm.decoder.bias') as tf.Tensor1D);
+  }
+
+  /** Logits at every position, no dropout: inputIds [B, L] → [B, L, V]. */
+  logits(inputIds: tf.Tensor2D, attentionMask?: tf.Tensor2D): tf.Tensor3D {
+    return tf.tidy(() => {
+      const [b, l] = inputIds.shape;
+      return tf.reshape(this.headLogits(this.hidden(inputIds, attentionMask, null)), [b, l, this.config.vocabSize]) as tf.Tensor3D;
+    });
+  }
+
+  /**
+   * Σ over labelled positions of the cross-entropy in nats (a scalar tensor) and the number of labelled
+   * positions. The head runs only on labelled rows (BERT: ~15% of them). Call inside tf.tidy or
+   * tf.variableGrads; `dropoutSeed` null = no dropout.
+   */
+  lossSum(batch: ModelBatch, dropoutSeed: number | null = null): { loss: tf.Scalar; count: number } {
+    const { batchSize: b, seqLen: l } = batch;
+    const rows: number[] = [];
+    const targets: number[] = [];
+    for (let i = 0; i < batch.labels.length; i++) {
+      const label = batch.labels[i];
+      if (label === IGNORE_LABEL) continue;
+      if (label < 0 || label >= this.config.vocabSize) {
+        throw new Error(`batch label ${label} at position ${i} is outside the vocabulary [0, ${this.config.vocabSize})`);
+      }
+      rows.push(i);
+      targets.push(label);
+    }
+    for (let i = 0; i < batch.inputIds.length; i++) {
+      const id = batch.inputIds[i];
+      if (!(id >= 0 && id < this.config.vocabSize)) {
+        throw new Error(`batch input id ${id} at position ${i} is outside the vocabulary [0, ${this.config.vocabSize})`);
+      }
+    }
+    if (rows.length === 0) return { loss: tf.scalar(0), count: 0 };
+    const ids = tf.tensor2d(batch.inputIds, [b, l], 'int32');
+    const mask = batch.attentionMask ? tf.tensor2d(batch.attentionMask, [b, l]) : undefined;
+    let h = this.hidden(ids, mask, dropoutSeed);
+    if (rows.length < b * l) h = tf.gather(h, tf.tensor1d(rows, 'int32'));
+    const loss = crossEntropySum(this.headLogits(h), tf.tensor1d(targets, 'int32'));
+    return { loss, count: rows.length };
+  }
+
+  dispose(): void {
+    this.body.dispose();
+    for (const v of this.head.values()) v.dispose();
+    this.head.clear();
+  }
+}
+
+export function createLanguageModel(config: LanguageModelConfig): LanguageModel {
+  return new LanguageModel(config);
+}

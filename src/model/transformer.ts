@@ -1,0 +1,332 @@
+// The transformer body shared by GPT and BERT: embeddings, pre-LayerNorm blocks of multi-head
+// attention (any registered mechanism) and a GELU MLP, final LayerNorm.
+//
+// Layout choices for the CPU backends (../shared/notes/ecosystem.md §4): activations are kept as
+// 2-D [B·L, d] between blocks so that every dense layer is one plain 2-D product (linear(), whose
+// gradient transposes explicitly — the only fast matmul path on wasm); heads are split once per
+// block by one transpose of the fused q|k|v product and merged once after attention.
+import * as tf from '@tensorflow/tfjs';
+import { createAttention } from './attention/index.ts';
+import type { AttentionModule } from './attention/index.ts';
+import { deriveSeed, Rng } from './rng.ts';
+
+export interface TransformerConfig {
+  vocabSize: number;
+  /** Rows of the position-embedding table: the longest sequence the model accepts. */
+  maxSeqLen: number;
+  dModel: number;
+  numLayers: number;
+  numHeads: number;
+  /** MLP hidden width = mlpRatio · dModel. */
+  mlpRatio: number;
+  dropout: number;
+  /** Biases in the linear layers (LayerNorms always have theirs). */
+  bias: boolean;
+  causal: boolean;
+  attention: { name: string; options: Record<string, unknown> };
+  /** Seeds the initialisation (each tensor from its own name) and the attention mechanisms. */
+  seed: number;
+}
+
+export const INIT_STD = 0.02;
+const LAYER_NORM_EPS = 1e-5;
+
+/** One parameter the model will create: its stable name, shape and initialisation. */
+export interface ParameterSpec {
+  name: string;
+  shape: number[];
+  init: { kind: 'normal'; std: number } | { kind: 'zeros' } | { kind: 'ones' };
+}
+
+/**
+ * The body's own parameters (attention mechanisms add theirs). Init as GPT-2: N(0, 0.02), residual
+ * projections (attn.out, mlp.proj) N(0, 0.02/√(2·numLayers)) so the residual stream's variance does
+ * not grow with depth; LayerNorm 1/0; biases 0. Weights are stored [in, out] (x·W), the transpose of
+ * PyTorch's nn.Linear layout.
+ */
+export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[] {
+  const d = c.dModel;
+  const hidden = mlpHidden(c);
+  const normal = { kind: 'normal', std: INIT_STD } as const;
+  const residual = { kind: 'normal', std: INIT_STD / Math.sqrt(2 * c.numLayers) } as const;
+  const specs: ParameterSpec[] = [
+    { name: 'embed.tokens.weight', shape: [c.vocabSize, d], init: normal },
+    { name: 'embed.positions.weight', shape: [c.maxSeqLen, d], init: normal },
+  ];
+  const linear = (name: string, inDim: number, outDim: number, init: ParameterSpec['init']) => {
+    specs.push({ name: `${name}.weight`, shape: [inDim, outDim], init });
+    if (c.bias) specs.push({ name: `${name}.bias`, shape: [outDim], init: { kind: 'zeros' } });
+  };
+  const norm = (name: string) => {
+    specs.push({ name: `${name}.weight`, shape: [d], init: { kind: 'ones' } });
+    specs.push({ name: `${name}.bias`, shape: [d], init: { kind: 'zeros' } });
+  };
+  for (let i = 0; i < c.numLayers; i++) {
+    const p = `blocks.${i}`;
+    norm(`${p}.ln1`);
+    linear(`${p}.attn.q`, d, d, normal);
+    linear(`${p}.attn.k`, d, d, normal);
+    linear(`${p}.attn.v`, d, d, normal);
+    linear(`${p}.attn.out`, d, d, residual);
+    norm(`${p}.ln2`);
+    linear(`${p}.mlp.fc`, d, hidden, normal);
+    linear(`${p}.mlp.proj`, hidden, d, residual);
+  }
+  norm('norm');
+  return specs;
+}
+
+export function mlpHidden(c: Pick<TransformerConfig, 'dModel' | 'mlpRatio'>): number {
+  return Math.round(c.mlpRatio * c.dModel);
+}
+
+export function validateTransformerConfig(c: TransformerConfig): void {
+  const positive = (key: keyof TransformerConfig) => {
+    const v = c[key];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw new Error(`model.${key} must be an integer ≥ 1 (got ${String(v)})`);
+  };
+  for (const key of ['vocabSize', 'maxSeqLen', 'dModel', 'numLayers', 'numHeads'] as const) positive(key);
+  if (c.dModel % c.numHeads !== 0) {
+    throw new Error(`model.dModel (${c.dModel}) must be divisible by model.numHeads (${c.numHeads})`);
+  }
+  if (!(c.mlpRatio > 0) || mlpHidden(c) < 1) throw new Error(`model.mlpRatio must be > 0 (got ${c.mlpRatio})`);
+  if (!(c.dropout >= 0 && c.dropout < 1)) throw new Error(`model.dropout must be in [0, 1) (got ${c.dropout})`);
+}
+
+/** Creates a variable from its spec, seeded by (seed, name) so init does not depend on creation order. */
+export function createParameter(spec: ParameterSpec, seed: number): tf.Variable {
+  const size = spec.shape.reduce((a, b) => a * b, 1);
+  let values: Float32Array;
+  if (spec.init.kind === 'normal') {
+    const rng = new Rng(deriveSeed(seed, spec.name));
+    values = new Float32Array(size);
+    for (let i = 0; i < size; i++) values[i] = rng.normal() * spec.init.std;
+  } else {
+    values = new Float32Array(size).fill(spec.init.kind === 'ones' ? 1 : 0);
+  }
+  return tf.tidy(() => tf.variable(tf.tensor(values, spec.shape, 'float32'), true, spec.name));
+}
+
+/**
+ * GELU, tanh approximation (GPT-2's "gelu_new", also what BERT's TF code used), rewritten with
+ * ½(1 + tanh z) = σ(2z) because the wasm sigmoid kernel is ~6× faster than its tanh, and with a
+ * hand-written gradient (one saved sigmoid instead of autodiff through the chain):
+ *   y = x·s,  s = σ(2c(x + a x³)),  y' = s + x·s(1 − s)·2c(1 + 3a x²)
+ */
+const GELU_C = Math.sqrt(2 / Math.PI);
+const GELU_A = 0.044715;
+export const gelu = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
+  const s = tf.sigmoid(tf.mul(tf.mul(x, tf.add(tf.mul(tf.square(x), GELU_A), 1)), 2 * GELU_C));
+  save([x, s]);
+  return {
+    value: tf.mul(x, s),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sx, ss] = saved;
+      const inner = tf.add(tf.mul(tf.square(sx), 6 * GELU_A * GELU_C), 2 * GELU_C);
+      const slope = tf.add(ss, tf.mul(tf.mul(sx, tf.mul(ss, tf.sub(1, ss))), inner));
+      return [tf.mul(dy, slope)];
+    },
+  };
+}) as (x: tf.Tensor) => tf.Tensor;
+
+/**
+ * LayerNorm over the last axis with a hand-written gradient (autodiff through tf.moments builds a
+ * long chain of broadcasts and reductions). With x̂ = (x − μ)·r, r = 1/√(σ² + ε), y = x̂·g + b:
+ *   dx = r · (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)),  ĝ = dy·g;   dg = Σ dy·x̂;   db = Σ dy
+ */
+const layerNormOp = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
+  const { mean, variance } = tf.moments(x, -1, true);
+  const rstd = tf.rsqrt(tf.add(variance, LAYER_NORM_EPS));
+  const normalized = tf.mul(tf.sub(x, mean), rstd);
+  save([normalized, rstd, gain]);
+  return {
+    value: tf.add(tf.mul(normalized, gain), shift),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [xhat, r, g] = saved;
+      const gHat = tf.mul(dy, g);
+      const dx = tf.mul(
+        tf.sub(tf.sub(gHat, tf.mean(gHat, -1, true)), tf.mul(xhat, tf.mean(tf.mul(gHat, xhat), -1, true))),
+        r,
+      );
+      return [dx, columnSums(tf.mul(dy, xhat) as tf.Tensor2D), columnSums(dy as tf.Tensor2D)];
+    },
+  };
+}) as (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
+
+export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D): tf.Tensor2D {
+  return layerNormOp(x, gain, shift);
+}
+
+/**
+ * Σ over rows of x [N, m] → [m], as the 2-D product ones[1, N]·x: wasm reduces a non-last axis by
+ * transposing first. (Not cached: N varies per batch for BERT's head.)
+ */
+export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
+  return tf.reshape(tf.matMul(tf.ones([1, x.shape[0]]), x), [x.shape[1]]);
+}
+
+/**
+ * ∂(x·W)/∂W = xᵀ·dy, transposing whichever of x [N, in] and dy [N, out] is smaller: (dyᵀ·x)ᵀ moves
+ * N·out + in·out values instead of N·in. Both forms are plain 2-D products (the fast wasm path).
+ */
+function weightGradient(x: tf.Tensor2D, dy: tf.Tensor2D): tf.Tensor2D {
+  const [n, inDim] = x.shape;
+  const outDim = dy.shape[1];
+  if (n * inDim <= n * outDim + inDim * outDim) return tf.matMul(tf.transpose(x), dy);
+  return tf.transpose(tf.matMul(tf.transpose(dy), x)) as tf.Tensor2D;
+}
+
+/**
+ * x [N, in]·W [in, out] + b [out] with a hand-written gradient: like ops.ts's matMul2d (explicit
+ * transposes), plus the bias gradient as a ones-row product and the cheaper transpose for ∂W.
+ */
+const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, w, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
+  save([x, w]);
+  return {
+    value: tf.add(tf.matMul(x, w), b),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sx, sw] = saved as tf.Tensor2D[];
+      const g = dy as tf.Tensor2D;
+      return [tf.matMul(g, tf.transpose(sw)), weightGradient(sx, g), columnSums(g)];
+    },
+  };
+}) as (x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D;
+
+const linearNoBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, w, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.GradSaveFunc];
+  save([x, w]);
+  return {
+    value: tf.matMul(x, w),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sx, sw] = saved as tf.Tensor2D[];
+      const g = dy as tf.Tensor2D;
+      return [tf.matMul(g, tf.transpose(sw)), weightGradient(sx, g)];
+    },
+  };
+}) as (x: tf.Tensor2D, w: tf.Tensor2D) => tf.Tensor2D;
+
+/** A dense layer on rows: x [N, in]·W [in, out] (+ b). */
+export function linear(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor2D {
+  return b ? linearWithBias(x, w, b) : linearNoBias(x, w);
+}
+
+/** Reproducible dropout: each call site draws its mask from its own seed, derived from the step's. */
+export class DropoutSource {
+  private site = 0;
+  constructor(
+    private readonly rate: number,
+    private readonly seed: number | null,
+  ) {}
+
+  apply<T extends tf.Tensor>(x: T): T {
+    if (this.seed === null || this.rate === 0) return x;
+    // tfjs treats seed 0 as "no seed", hence the | 1.
+    const siteSeed = deriveSeed(this.seed, this.site++) | 1;
+    return tf.dropout(x, this.rate, undefined, siteSeed) as T;
+  }
+}
+
+export interface ForwardOptions {
+  /** [B, L] 1 = real token, 0 = padding (BERT); padded keys get no attention. */
+  keyMask?: tf.Tensor2D;
+  /** Seed of this forward pass's dropout masks; null or absent = no dropout (evaluation). */
+  dropoutSeed?: number | null;
+}
+
+export class Transformer {
+  readonly config: TransformerConfig;
+  /** The body's own parameters by stable name. */
+  readonly weights: Map<string, tf.Variable>;
+  readonly attention: AttentionModule[];
+  private readonly headDim: number;
+
+  constructor(config: TransformerConfig) {
+    validateTransformerConfig(config);
+    this.config = config;
+    this.headDim = config.dModel / config.numHeads;
+    this.weights = new Map();
+    this.attention = [];
+    try {
+      for (const spec of transformerParameterSpecs(config)) this.weights.set(spec.name, createParameter(spec, config.seed));
+      for (let i = 0; i < config.numLayers; i++) {
+        this.attention.push(
+          createAttention(config.attention.name, {
+            ...config.attention.options,
+            numHeads: config.numHeads,
+            headDim: this.headDim,
+            causal: config.causal,
+            seed: deriveSeed(config.seed, `blocks.${i}.attn`),
+            scope: `blocks.${i}.attn`,
+          }),
+        );
+      }
+    } catch (err) {
+      this.dispose();
+      throw err;
+    }
+  }
+
+  w(name: string): tf.Variable {
+    const v = this.weights.get(name);
+    if (!v) throw new Error(`internal: no parameter '${name}'`);
+    return v;
+  }
+
+  private linear(x: tf.Tensor2D, name: string): tf.Tensor2D {
+    const bias = this.config.bias ? (this.w(`${name}.bias`) as tf.Tensor1D) : undefined;
+    return linear(x, this.w(`${name}.weight`) as tf.Tensor2D, bias);
+  }
+
+  norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
+    return layerNorm(x, this.w(`${name}.weight`) as tf.Tensor1D, this.w(`${name}.bias`) as tf.Tensor1D);
+  }
+
+  /** inputIds [B, L] int32 → hidden states after the final LayerNorm, [B·L, d]. */
+  forward(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor2D {
+    const [b, l] = inputIds.shape;
+    const c = this.config;
+    if (l > c.maxSeqLen) throw new Error(`sequence length ${l} exceeds model.maxSeqLen ${c.maxSeqLen}`);
+    const dropout = new DropoutSource(c.dropout, opts.dropoutSeed ?? null);
+    const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])); // [B·L, d]
+    const positions = tf.slice(this.w('embed.positions.weight'), [0, 0], [l, c.dModel]);
+    let x = tf.reshape(tf.add(tf.reshape(tokens, [b, l, c.dModel]), positions), [b * l, c.dModel]) as tf.Tensor2D;
+    x = dropout.apply(x);
+    for (let i = 0; i < c.numLayers; i++) {
+      x = tf.add(x, dropout.apply(this.attentionBlock(x, i, b, l, opts.keyMask)));
+      x = tf.add(x, dropout.apply(this.mlpBlock(x, i)));
+    }
+    return this.norm(x, 'norm');
+  }
+
+  private attentionBlock(x: tf.Tensor2D, i: number, b: number, l: number, keyMask?: tf.Tensor2D): tf.Tensor2D {
+    const { dModel: d, numHeads: h } = this.config;
+    const p = `blocks.${i}.attn`;
+    const normed = this.norm(x, `blocks.${i}.ln1`);
+    // q, k and v stay separate named variables (finetuning can train them alone) but run as one
+    // [d, 3d] product and one head transpose: fewer, larger kernels than three of each.
+    const weight = tf.concat([this.w(`${p}.q.weight`), this.w(`${p}.k.weight`), this.w(`${p}.v.weight`)], 1) as tf.Tensor2D;
+    const bias = this.config.bias
+      ? (tf.concat([this.w(`${p}.q.bias`), this.w(`${p}.k.bias`), this.w(`${p}.v.bias`)]) as tf.Tensor1D)
+      : undefined;
+    const qkv = linear(normed, weight, bias);
+    const heads = tf.transpose(tf.reshape(qkv, [b, l, 3 * h, this.headDim]), [0, 2, 1, 3]); // [B, 3H, L, Dh]
+    const [q, k, v] = tf.split(heads, 3, 1) as tf.Tensor4D[];
+    const attended = this.attention[i].apply(q, k, v, { keyMask }); // [B, H, L, Dh]
+    const merged = tf.reshape(tf.transpose(attended, [0, 2, 1, 3]), [b * l, d]) as tf.Tensor2D;
+    return this.linear(merged, `${p}.out`);
+  }
+
+  private mlpBlock(x: tf.Tensor2D, i: number): tf.Tensor2D {
+    const p = `blocks.${i}.mlp`;
+    return this.linear(gelu(this.linear(this.norm(x, `blocks.${i}.ln2`), `${p}.fc`)) as tf.Tensor2D, `${p}.proj`);
+  }
+
+  dispose(): void {
+    for (const v of this.weights.values()) v.dispose();
+    this.weights.clear();
+    for (const a of this.attention) a.dispose();
+  }
+}

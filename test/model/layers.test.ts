@@ -1,0 +1,154 @@
+// The hand-written gradients of the model's building blocks against float64 references.
+import * as tf from '@tensorflow/tfjs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { crossEntropySum } from '../../src/model/lm.ts';
+import { Rng } from '../../src/model/rng.ts';
+import { columnSums, gelu, layerNorm, linear } from '../../src/model/transformer.ts';
+
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+});
+
+const rng = new Rng(3);
+const randn = (n: number, scale = 1) => Array.from(rng.normalArray(n), (x) => x * scale);
+
+function geluRef(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3)));
+}
+
+/** Central differences of a float64 function of a vector. */
+function numericGradient(f: (x: number[]) => number, x: number[], h = 1e-6): number[] {
+  return x.map((_, i) => {
+    const plus = [...x];
+    const minus = [...x];
+    plus[i] += h;
+    minus[i] -= h;
+    return (f(plus) - f(minus)) / (2 * h);
+  });
+}
+
+function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+}
+
+describe('model building blocks', () => {
+  it('gelu matches the tanh formula and its derivative', () => {
+    const x = [...randn(40, 2), -8, -3, 0, 3, 8];
+    const weights = randn(x.length);
+    const y = tf.tidy(() => gelu(tf.tensor1d(x)).dataSync());
+    expect(maxAbsDiff(y, x.map(geluRef))).toBeLessThan(2e-6);
+    const grad = tf.tidy(() => tf.grad((t: tf.Tensor) => tf.sum(tf.mul(gelu(t), weights)))(tf.tensor1d(x)).dataSync());
+    const expected = numericGradient((v) => v.reduce((s, xi, i) => s + weights[i] * geluRef(xi), 0), x);
+    expect(maxAbsDiff(grad, expected)).toBeLessThan(2e-5);
+  });
+
+  it('layerNorm matches (x − μ)/√(σ² + ε)·g + b and its gradients in x, g and b', () => {
+    const rows = 3;
+    const d = 5;
+    const x = randn(rows * d, 3);
+    const g = randn(d);
+    const b = randn(d);
+    const c = randn(rows * d);
+    const lnRef = (xv: number[], gv: number[], bv: number[]) => {
+      const out: number[] = [];
+      for (let r = 0; r < rows; r++) {
+        const row = xv.slice(r * d, r * d + d);
+        const mean = row.reduce((s, v) => s + v, 0) / d;
+        const variance = row.reduce((s, v) => s + (v - mean) ** 2, 0) / d;
+        for (let j = 0; j < d; j++) out.push(((row[j] - mean) / Math.sqrt(variance + 1e-5)) * gv[j] + bv[j]);
+      }
+      return out;
+    };
+    const loss = (xv: number[], gv: number[], bv: number[]) => lnRef(xv, gv, bv).reduce((s, v, i) => s + c[i] * v, 0);
+    const value = tf.tidy(() => layerNorm(tf.tensor2d(x, [rows, d]), tf.tensor1d(g), tf.tensor1d(b)).dataSync());
+    expect(maxAbsDiff(value, lnRef(x, g, b))).toBeLessThan(1e-5);
+    const grads = tf.tidy(() =>
+      tf
+        .grads((xt: tf.Tensor, gt: tf.Tensor, bt: tf.Tensor) => tf.sum(tf.mul(layerNorm(xt as tf.Tensor2D, gt as tf.Tensor1D, bt as tf.Tensor1D), tf.tensor2d(c, [rows, d]))))(
+          [tf.tensor2d(x, [rows, d]), tf.tensor1d(g), tf.tensor1d(b)],
+        )
+        .map((t) => t.dataSync()),
+    );
+    expect(maxAbsDiff(grads[0], numericGradient((v) => loss(v, g, b), x))).toBeLessThan(1e-4);
+    expect(maxAbsDiff(grads[1], numericGradient((v) => loss(x, v, b), g))).toBeLessThan(1e-4);
+    expect(maxAbsDiff(grads[2], numericGradient((v) => loss(x, g, v), b))).toBeLessThan(1e-4);
+  });
+
+  for (const withBias of [true, false]) {
+    for (const [n, inDim, outDim] of [
+      [6, 3, 4],
+      [6, 5, 2], // the other transpose choice for ∂W
+    ]) {
+      it(`linear ${n}×${inDim}→${outDim} ${withBias ? 'with' : 'without'} bias: value and gradients are xW + b, dy·Wᵀ, xᵀ·dy, Σ dy`, () => {
+        const x = randn(n * inDim);
+        const w = randn(inDim * outDim);
+        const b = randn(outDim);
+        const dy = randn(n * outDim);
+        const at = (m: number[], cols: number, r: number, col: number) => m[r * cols + col];
+        const yRef: number[] = [];
+        for (let r = 0; r < n; r++) for (let o = 0; o < outDim; o++) {
+          let s = withBias ? b[o] : 0;
+          for (let i = 0; i < inDim; i++) s += at(x, inDim, r, i) * at(w, outDim, i, o);
+          yRef.push(s);
+        }
+        const dxRef: number[] = [];
+        for (let r = 0; r < n; r++) for (let i = 0; i < inDim; i++) {
+          let s = 0;
+          for (let o = 0; o < outDim; o++) s += at(dy, outDim, r, o) * at(w, outDim, i, o);
+          dxRef.push(s);
+        }
+        const dwRef: number[] = [];
+        for (let i = 0; i < inDim; i++) for (let o = 0; o < outDim; o++) {
+          let s = 0;
+          for (let r = 0; r < n; r++) s += at(x, inDim, r, i) * at(dy, outDim, r, o);
+          dwRef.push(s);
+        }
+        const dbRef = Array.from({ length: outDim }, (_, o) => Array.from({ length: n }, (_, r) => at(dy, outDim, r, o)).reduce((s, v) => s + v, 0));
+        const out = tf.tidy(() => {
+          const args = [tf.tensor2d(x, [n, inDim]), tf.tensor2d(w, [inDim, outDim]), ...(withBias ? [tf.tensor1d(b)] : [])];
+          const f = (...t: tf.Tensor[]) => tf.sum(tf.mul(linear(t[0] as tf.Tensor2D, t[1] as tf.Tensor2D, t[2] as tf.Tensor1D | undefined), tf.tensor2d(dy, [n, outDim])));
+          const value = linear(args[0] as tf.Tensor2D, args[1] as tf.Tensor2D, args[2] as tf.Tensor1D | undefined).dataSync();
+          return { value, grads: tf.grads(f)(args).map((t) => t.dataSync()) };
+        });
+        expect(maxAbsDiff(out.value, yRef)).toBeLessThan(1e-5);
+        expect(maxAbsDiff(out.grads[0], dxRef)).toBeLessThan(1e-5);
+        expect(maxAbsDiff(out.grads[1], dwRef)).toBeLessThan(1e-5);
+        if (withBias) expect(maxAbsDiff(out.grads[2], dbRef)).toBeLessThan(1e-5);
+      });
+    }
+  }
+
+  it('columnSums sums over rows', () => {
+    const x = randn(12);
+    const got = tf.tidy(() => columnSums(tf.tensor2d(x, [4, 3])).dataSync());
+    expect(maxAbsDiff(got, [0, 1, 2].map((j) => x[j] + x[3 + j] + x[6 + j] + x[9 + j]))).toBeLessThan(1e-6);
+  });
+
+  it('cross-entropy sum: value Σ(logsumexp − logit[target]) and gradient softmax − onehot', () => {
+    const n = 4;
+    const vocab = 7;
+    const logits = randn(n * vocab, 4);
+    const targets = [0, 6, 3, 3];
+    let ref = 0;
+    const gradRef: number[] = [];
+    for (let r = 0; r < n; r++) {
+      const row = logits.slice(r * vocab, r * vocab + vocab);
+      const max = Math.max(...row);
+      const z = row.reduce((s, v) => s + Math.exp(v - max), 0);
+      ref += max + Math.log(z) - row[targets[r]];
+      row.forEach((v, j) => gradRef.push((Math.exp(v - max) / z - (j === targets[r] ? 1 : 0)) * 0.5));
+    }
+    const out = tf.tidy(() => {
+      const l = tf.tensor2d(logits, [n, vocab]);
+      const t = tf.tensor1d(targets, 'int32');
+      const value = crossEntropySum(l, t).dataSync()[0];
+      const grad = tf.grad((x: tf.Tensor) => tf.mul(crossEntropySum(x as tf.Tensor2D, t), 0.5))(l).dataSync();
+      return { value, grad };
+    });
+    expect(out.value).toBeCloseTo(ref, 4);
+    expect(maxAbsDiff(out.grad, gradRef)).toBeLessThan(1e-6);
+  });
+});

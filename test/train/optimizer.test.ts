@@ -1,0 +1,124 @@
+import * as tf from '@tensorflow/tfjs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { Rng } from '../../src/model/rng.ts';
+import { AdamW, clipByGlobalNorm, decays } from '../../src/train/optimizer.ts';
+import type { AdamWOptions } from '../../src/train/optimizer.ts';
+
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+});
+
+const SHAPES: Record<string, number[]> = {
+  'blocks.0.mlp.fc.weight': [2, 3],
+  'blocks.0.mlp.fc.bias': [3],
+  'blocks.0.ln1.weight': [3],
+  'embed.tokens.weight': [4, 2],
+  'blocks.0.attn.covarianceFactor': [2, 2, 2],
+};
+
+function randomValues(rng: Rng, shape: number[]): Float64Array {
+  return rng.normalArray(shape.reduce((a, b) => a * b, 1));
+}
+
+/** Float64 AdamW as torch.optim.AdamW, written independently of the implementation. */
+function referenceAdamW(
+  p0: Float64Array,
+  grads: Float64Array[],
+  lrs: number[],
+  o: { beta1: number; beta2: number; eps: number; weightDecay: number },
+  decay: boolean,
+): Float64Array {
+  const p = Float64Array.from(p0);
+  const m = new Float64Array(p.length);
+  const v = new Float64Array(p.length);
+  grads.forEach((g, s) => {
+    const t = s + 1;
+    for (let i = 0; i < p.length; i++) {
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
+      if (decay) p[i] -= lrs[s] * o.weightDecay * p[i];
+      const mHat = m[i] / (1 - o.beta1 ** t);
+      const vHat = v[i] / (1 - o.beta2 ** t);
+      p[i] -= (lrs[s] * mHat) / (Math.sqrt(vHat) + o.eps);
+    }
+  });
+  return p;
+}
+
+describe('AdamW', () => {
+  it('decays only linear weight matrices (embeddings only when asked)', () => {
+    const vars = new Map(Object.entries(SHAPES).map(([n, s]) => [n, tf.variable(tf.zeros(s), true, `decay-test.${n}`)]));
+    const chosen = [...vars].filter(([n, v]) => decays(n, v)).map(([n]) => n);
+    expect(chosen).toEqual(['blocks.0.mlp.fc.weight']);
+    const withEmbeddings = [...vars].filter(([n, v]) => decays(n, v, true)).map(([n]) => n);
+    expect(withEmbeddings).toEqual(['blocks.0.mlp.fc.weight', 'embed.tokens.weight']);
+    for (const v of vars.values()) v.dispose();
+  });
+
+  const cases: Array<[string, AdamWOptions]> = [
+    ['with weight decay', { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 }],
+    ['without weight decay', { beta1: 0.8, beta2: 0.999, eps: 1e-6, weightDecay: 0 }],
+    ['decaying embeddings', { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.3, decayEmbeddings: true }],
+  ];
+  for (const [label, options] of cases) {
+    it(`three steps match a float64 hand computation (${label})`, () => {
+      const rng = new Rng(42);
+      const initial = new Map(Object.entries(SHAPES).map(([n, s]) => [n, randomValues(rng, s)]));
+      const grads = [0, 1, 2].map(() => new Map(Object.entries(SHAPES).map(([n, s]) => [n, randomValues(rng, s)])));
+      const lrs = [1e-2, 3e-2, 5e-3];
+      const params = new Map(
+        Object.entries(SHAPES).map(([n, s]) => [n, tf.variable(tf.tensor(Float32Array.from(initial.get(n)!), s), true, `adamw-test.${label}.${n}`)]),
+      );
+      const opt = new AdamW(params, options);
+      grads.forEach((g, s) => {
+        const tensors = new Map([...g].map(([n, values]) => [n, tf.tensor(Float32Array.from(values), SHAPES[n])]));
+        opt.applyGradients(tensors, lrs[s]);
+        tf.dispose([...tensors.values()]);
+      });
+      expect(opt.getState().step).toBe(3);
+      for (const [name, p] of params) {
+        const shouldDecay = name === 'blocks.0.mlp.fc.weight' || (name === 'embed.tokens.weight' && options.decayEmbeddings === true);
+        // Float32 initial values, as the variables hold them.
+        const start = Float64Array.from(Float32Array.from(initial.get(name)!));
+        const grads32 = grads.map((g) => Float64Array.from(Float32Array.from(g.get(name)!)));
+        const expected = referenceAdamW(start, grads32, lrs, options, shouldDecay && options.weightDecay > 0);
+        const got = p.dataSync();
+        for (let i = 0; i < expected.length; i++) expect(Math.abs(got[i] - expected[i])).toBeLessThan(2e-6 * Math.max(1, Math.abs(expected[i])));
+        // Moments: m after 3 steps is Σ (1−β1) β1^(2−s) g_s.
+        const m = opt.getState().m.get(name)!.dataSync();
+        const mExpected = grads32.reduce((acc, g, s) => acc.map((a, i) => a + (1 - options.beta1) * options.beta1 ** (2 - s) * g[i]), new Float64Array(start.length));
+        for (let i = 0; i < m.length; i++) expect(m[i]).toBeCloseTo(mExpected[i], 5);
+      }
+      opt.dispose();
+      for (const v of params.values()) v.dispose();
+    });
+  }
+
+  it('rejects bad hyper-parameters and unknown gradients by name', () => {
+    const p = new Map([['w.weight', tf.variable(tf.zeros([2, 2]), true, 'adamw-bad.w')]]);
+    expect(() => new AdamW(p, { beta1: 1, beta2: 0.9, eps: 1e-8, weightDecay: 0 })).toThrow(/train.beta1 must be in \[0, 1\)/);
+    const opt = new AdamW(p, { beta1: 0.9, beta2: 0.9, eps: 1e-8, weightDecay: 0 });
+    expect(() => opt.applyGradients({ 'other.weight': tf.zeros([2, 2]) }, 1e-3)).toThrow(/unknown parameter 'other.weight'/);
+    opt.dispose();
+    p.get('w.weight')!.dispose();
+  });
+});
+
+describe('global-norm clipping', () => {
+  it('reports the pre-clip norm and scales all gradients together when above the limit', () => {
+    const grads = new Map<string, tf.Tensor>([
+      ['a', tf.tensor([3, 0])],
+      ['b', tf.tensor([[0, 4]])],
+    ]); // global norm 5
+    const clipped = clipByGlobalNorm(grads, 1);
+    expect(clipped.norm.dataSync()[0]).toBeCloseTo(5, 6);
+    expect(Array.from(clipped.grads.get('a')!.dataSync())).toEqual([expect.closeTo(0.6, 6), 0]);
+    expect(Array.from(clipped.grads.get('b')!.dataSync())).toEqual([0, expect.closeTo(0.8, 6)]);
+    const loose = clipByGlobalNorm(grads, 10);
+    expect(Array.from(loose.grads.get('a')!.dataSync())).toEqual([expect.closeTo(3, 5), 0]);
+    const off = clipByGlobalNorm(grads, 0);
+    expect(off.grads).toBe(grads);
+    expect(off.norm.dataSync()[0]).toBeCloseTo(5, 6);
+  });
+});

@@ -1,0 +1,143 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import type { Batch } from '../../src/data/stream.ts';
+import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
+import { createLanguageModel } from '../../src/model/lm.ts';
+import { Rng } from '../../src/model/rng.ts';
+import { evaluate } from '../../src/train/evaluate.ts';
+import type { MetricRecord } from '../../src/train/metrics.ts';
+import { AdamW } from '../../src/train/optimizer.ts';
+import { parseRecipe } from '../../src/train/recipe.ts';
+import { readSafetensors } from '../../src/train/safetensors.ts';
+import { runTraining, trainStep } from '../../src/train/trainer.ts';
+import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
+
+let dir: string;
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+  dir = await mkdtemp(join(tmpdir(), 'slay-trainer-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+function randomBatch(rng: Rng, kind: 'gpt' | 'bert', b: number, l: number, vocab: number): Batch {
+  const inputIds = Int32Array.from({ length: b * l }, () => rng.int(vocab));
+  // BERT: a different number of labelled positions in every batch (the head runs on those rows only).
+  const labels = Int32Array.from({ length: b * l }, (_, i) => (kind === 'bert' && i > 0 && rng.uniform() < 0.6 ? -100 : rng.int(vocab)));
+  const tokens = labels.filter((x) => x !== -100).length;
+  return {
+    kind, batchSize: b, seqLen: l, inputIds, labels, tokens, bytes: 3 * tokens,
+    attentionMask: kind === 'bert' ? new Float32Array(b * l).fill(1) : undefined,
+  };
+}
+
+describe('no tensor leaks', () => {
+  for (const [kind, attention, options] of [
+    ['gpt', 'performer', { redrawInterval: 5, features: 8 }],
+    ['bert', 'softmax', {}],
+  ] as const) {
+    it(`${kind}/${attention}: numTensors stays flat over 22 train steps (dropout, accumulation, redraws) and evaluations`, async () => {
+      const model = createLanguageModel({
+        kind, vocabSize: 17, maxSeqLen: 6, dModel: 8, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0.1, bias: true,
+        attention: { name: attention, options }, seed: 1,
+      });
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+      const rng = new Rng(2);
+      const evalBatches = [randomBatch(rng, kind, 2, 6, 17), randomBatch(rng, kind, 1, 6, 17)];
+      const counts: number[] = [];
+      for (let step = 0; step < 22; step++) {
+        model.onTrainStep(step);
+        const micro = [randomBatch(rng, kind, 2, 6, 17), randomBatch(rng, kind, 2, 6, 17)];
+        await trainStep(model, optimizer, micro, { lr: 1e-3, clip: 1, dropoutSeed: 100 + step });
+        if (step % 5 === 4) await evaluate(model, evalBatches);
+        counts.push(tf.memory().numTensors);
+      }
+      // Constant caches (masks, ones rows) fill during the first steps; after that nothing may grow.
+      expect(new Set(counts.slice(5)).size).toBe(1);
+      optimizer.dispose();
+      model.dispose();
+    });
+  }
+});
+
+describe('runTraining', () => {
+  it('trains one epoch of a small dataset: logs, validates on fixed tokens, lowers the loss, saves the final model', async () => {
+    const docs = syntheticDocuments(400, 5);
+    const data = join(dir, 'data');
+    await writeDataset(data, { train: [docs.slice(0, 360)], validation: [docs.slice(360)] }, 50);
+    const tokenizer = join(dir, 'tokenizer.json');
+    await trainByteLevelBpeFromTexts(docs.slice(0, 360), 300, tokenizer);
+    const recipeText = `
+model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, attention: { name: linear-elu } }
+data: { dataset: ${data}, tokenizer: ${tokenizer}, seqLen: 16, shuffleBuffer: 8 }
+train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10, evalTokens: 256, logInterval: 5, runDir: ${join(dir, 'runs')}, seed: 3 }
+`;
+    const recipe = parseRecipe(recipeText, join(dir, 'tiny.yaml'), ['--train.maxTokens=2560']);
+    const records: MetricRecord[] = [];
+    const lines: string[] = [];
+    let summary: Record<string, unknown> | null = null;
+    const runDir = join(dir, 'runs', 'tiny');
+    const result = await runTraining(recipe, {
+      logger: { dir: runDir, log: (r) => records.push(r), line: (t) => lines.push(t), finish: async (s) => void (summary = s) },
+    });
+    // 2560 tokens / (4·2·16 tokens per step) = 20 steps.
+    expect(result.steps).toBe(20);
+    expect(result.tokens).toBe(2560);
+    const train = records.filter((r) => r.split === 'train');
+    const val = records.filter((r) => r.split === 'val');
+    expect(train.map((r) => r.step)).toEqual([5, 10, 15, 20]);
+    expect(val.map((r) => r.step)).toEqual([10, 20]);
+    for (const r of train) {
+      expect(r.grad_norm).toBeGreaterThan(0);
+      expect(r.ppl).toBeCloseTo(Math.exp(r.loss), 6);
+      expect(r.tokens_per_s).toBeGreaterThan(0);
+    }
+    expect(val[1].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
+    expect(val[1].bpb).toBeGreaterThan(0);
+    expect(result.finalVal.bpb).toBeCloseTo((result.finalVal.loss * result.finalVal.tokens) / (Math.LN2 * result.finalVal.bytes), 6);
+    expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
+    expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /.test(l))).toBe(true);
+    expect(lines.at(-1)).toMatch(/^done: 20 steps, 2,560 tokens .* final val loss [\d.]+ \| ppl/);
+    expect(summary).toMatchObject({ steps: 20, val_loss: result.finalVal.loss });
+    // The final folder: safetensors with the stable names, and the resolved recipe.
+    expect(result.finalDir).toBe(join(runDir, 'final'));
+    const { tensors, metadata } = await readSafetensors(join(result.finalDir, 'model.safetensors'));
+    expect(metadata.format).toBe('slayformer');
+    expect(tensors.get('blocks.0.attn.q.weight')!.shape).toEqual([16, 16]);
+    expect(tensors.get('embed.tokens.weight')!.shape).toEqual([300, 16]);
+    const saved = JSON.parse(readFileSync(join(result.finalDir, 'recipe.json'), 'utf8'));
+    expect(saved.model.attention.name).toBe('linear-elu');
+    expect(JSON.parse(metadata.config).vocabSize).toBe(300);
+    expect(metadata.tokenizer_sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(metadata.step).toBe('20');
+    expect(existsSync(join(runDir, `.final.tmp-${process.pid}`))).toBe(false);
+  });
+});
+
+describe('train CLI', () => {
+  const cli = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', ...args], { encoding: 'utf8', timeout: 120_000 });
+
+  it('--dry-run of a GPU recipe works without its dataset and tokenizer', () => {
+    const r = cli('recipes/gpu/gpt2-small-slay.yaml', '--dry-run', '--data.dataset=/nonexistent/c4', '--data.tokenizer=/nonexistent/tokenizer.json');
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/parameters {2}124,439,808 /); // GPT-2 small with its 50,257-token vocabulary
+    expect(r.stdout).toMatch(/dataset not found: tokens per epoch unknown/);
+    expect(r.stdout).toMatch(/attention slay \{.*"quadratureNodes":2,"prfFeatures":16,"anchors":8/);
+    expect(r.stdout).toMatch(/memory {6}≈ [\d,]+ MiB/);
+  });
+
+  it('a bad recipe value prints the message naming the key and exits 2 without a stack trace', () => {
+    const r = cli('recipes/demo/gpt-softmax.yaml', '--train.lr=fast');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/train\.lr must be a number \(got "fast"\)/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});
