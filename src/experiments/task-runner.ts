@@ -101,11 +101,7 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
   // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
   // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
   // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
-  let optimizer!: AdamW;
-  // Inside tidy: AdamW's constructor leaves the zerosLike tensors behind its moment variables.
-  tf.tidy(() => {
-    optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true });
-  });
+  const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true });
   const varList = [...params.values()];
   const lossCurve: number[] = [];
   const start = performance.now();

@@ -50,8 +50,11 @@ export class AdamW {
     this.decaySet = new Set([...params].filter(([n, v]) => decays(n, v, this.options.decayEmbeddings)).map(([n]) => n));
     this.state = { step: 0, m: new Map(), v: new Map() };
     for (const [name, p] of params) {
-      this.state.m.set(name, tf.variable(tf.zerosLike(p), false, `adamw.m.${name}`));
-      this.state.v.set(name, tf.variable(tf.zerosLike(p), false, `adamw.v.${name}`));
+      // tf.variable copies its initial value, so the zeros are built and freed inside a tidy.
+      tf.tidy(() => {
+        this.state.m.set(name, tf.variable(tf.zerosLike(p), false, `adamw.m.${name}`));
+        this.state.v.set(name, tf.variable(tf.zerosLike(p), false, `adamw.v.${name}`));
+      });
     }
   }
 
