@@ -45,6 +45,9 @@ function parseNumber(name: string, value: string | undefined, fallback: number, 
 }
 
 async function main(): Promise<void> {
+  // npm also runs a script named "prepare" by itself after `npm install` and `npm ci` (a lifecycle
+  // hook). That call has no arguments and is not `npm run`: it must do nothing.
+  if (process.argv.length <= 2 && process.env.npm_lifecycle_event === 'prepare' && process.env.npm_command !== 'run-script') return;
   let parsed;
   try {
     parsed = parseArgs({
