@@ -35,7 +35,10 @@ async function tryLoad(name: Exclude<BackendChoice, 'auto'>): Promise<{ ok: bool
     }
     if (!(await tf.setBackend(name))) return { ok: false, reason: `tf.setBackend('${name}') failed` };
     await tf.ready();
-    if (name === 'wasm') registerWasmUnsortedSegmentSum();
+    if (name === 'wasm') {
+      registerWasmUnsortedSegmentSum();
+      registerWasmContiguousSlice();
+    }
     return { ok: true };
   } catch (err) {
     return { ok: false, reason: (err as Error).message.split('\n')[0] };
@@ -109,6 +112,43 @@ function registerWasmUnsortedSegmentSum(): void {
         const xi = i * inner;
         for (let j = 0; j < inner; j++) outValues[o + j] += values[xi + j];
       }
+      return out;
+    },
+  });
+}
+
+let contiguousSliceRegistered = false;
+
+/**
+ * tfjs-backend-wasm 4.22's Slice reads its whole input through readSync, which copies the entire
+ * tensor out of the wasm heap, so taking one [1, m, k] piece of an [N, m, k] tensor costs O(N·m·k)
+ * (6 ms for a 256 KB piece of a 32 MB tensor). Contiguous slices, the common case (a batch entry,
+ * a block of rows), are re-implemented here as one copy of just the piece; other slices go to the
+ * original kernel.
+ */
+function registerWasmContiguousSlice(): void {
+  if (contiguousSliceRegistered) return;
+  const original = tf.getKernel('Slice', 'wasm');
+  if (!original) return;
+  contiguousSliceRegistered = true;
+  tf.unregisterKernel('Slice', 'wasm');
+  tf.registerKernel({
+    kernelName: 'Slice',
+    backendName: 'wasm',
+    kernelFunc: (args) => {
+      const x = args.inputs.x as tf.TensorInfo;
+      const { begin, size } = args.attrs as unknown as { begin: number | number[]; size: number | number[] };
+      const [start, extent] = tf.slice_util.parseSliceParams(x as tf.Tensor, begin, size);
+      if (x.dtype === 'string' || !tf.slice_util.isSliceContinous(x.shape, start, extent)) return original.kernelFunc(args);
+      const be = args.backend as unknown as {
+        makeOutput(shape: number[], dtype: string): tf.TensorInfo;
+        typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
+      };
+      const out = be.makeOutput(extent, x.dtype);
+      const offset = tf.slice_util.computeFlatOffset(start, tf.util.computeStrides(x.shape));
+      // Views are taken after makeOutput, which may grow (and so move) the heap.
+      const source = be.typedArrayFromHeap(x);
+      be.typedArrayFromHeap(out).set(source.subarray(offset, offset + tf.util.sizeFromShape(extent)));
       return out;
     },
   });

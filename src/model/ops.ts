@@ -89,6 +89,52 @@ export function projectPerHead(x: tf.Tensor4D, w: tf.Tensor): tf.Tensor4D {
   if (w.rank === 2) return dense(x, w as tf.Tensor2D) as tf.Tensor4D;
   const m = w.shape[2]!;
   const byHead = tf.reshape(tf.transpose(x, [1, 0, 2, 3]), [h, b * l, d]);
-  const projected = tf.matMul(byHead, w as tf.Tensor3D); // [H, B·L, m]
+  const projected = batchMatMul(byHead, w); // [H, B·L, m]
   return tf.transpose(tf.reshape(projected, [h, b, l, m]), [1, 0, 2, 3]) as tf.Tensor4D;
+}
+
+/** [N, m, k] · [N, k, n] as N plain 2-D products (XNNPACK on wasm). */
+function unstackedMatMul(a: tf.Tensor3D, b: tf.Tensor3D): tf.Tensor3D {
+  const [n, m, k] = a.shape;
+  const cols = b.shape[2];
+  // tf.slice, not tf.unstack: wasm's Unpack copies the whole input once per piece.
+  const products = Array.from({ length: n }, (_, i) =>
+    tf.matMul(tf.reshape(tf.slice(a, [i, 0, 0], [1, m, k]), [m, k]) as tf.Tensor2D, tf.reshape(tf.slice(b, [i, 0, 0], [1, k, cols]), [k, cols]) as tf.Tensor2D),
+  );
+  return tf.reshape(tf.concat(products), [n, m, cols]);
+}
+
+const swapLast = (x: tf.Tensor3D) => tf.transpose(x, [0, 2, 1]) as tf.Tensor3D;
+
+const unstackedMatMulWithGrad = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [a, b, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
+  save([a, b]);
+  return {
+    value: unstackedMatMul(a, b),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sa, sb] = saved as tf.Tensor3D[];
+      return [unstackedMatMul(dy as tf.Tensor3D, swapLast(sb)), unstackedMatMul(swapLast(sa), dy as tf.Tensor3D)];
+    },
+  };
+}) as (a: tf.Tensor3D, b: tf.Tensor3D) => tf.Tensor3D;
+
+/** Products smaller than this many multiply-adds stay on tf.matMul (per-op overhead dominates). */
+const UNSTACK_MIN_WORK = 1 << 15;
+const UNSTACK_MAX_BATCH = 2048;
+
+/**
+ * Batched matMul [N, m, k] · [N, k, n] (transposes as tf.matMul). On wasm the batched kernel and
+ * every transposed product run a naive loop at ~1–2 GFLOP/s, while the plain 2-D product runs
+ * XNNPACK at ~25 GFLOP/s (../shared/notes/ecosystem.md §4), so there the batch is split into 2-D
+ * products with explicit transposes, forward and backward. Elsewhere it is tf.matMul.
+ */
+export function batchMatMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor3D {
+  if (a.rank !== 3 || b.rank !== 3) throw new Error(`batchMatMul expects rank-3 operands (got [${a.shape}] and [${b.shape}])`);
+  const [n, m, k] = (transposeA ? [a.shape[0], a.shape[2], a.shape[1]] : a.shape) as number[];
+  const cols = (transposeB ? b.shape[1] : b.shape[2]) as number;
+  if (tf.getBackend() !== 'wasm' || m * k * cols < UNSTACK_MIN_WORK || n > UNSTACK_MAX_BATCH) {
+    return tf.matMul(a as tf.Tensor3D, b as tf.Tensor3D, transposeA, transposeB);
+  }
+  const [a3, b3] = [a as tf.Tensor3D, b as tf.Tensor3D];
+  return unstackedMatMulWithGrad(transposeA ? swapLast(a3) : a3, transposeB ? swapLast(b3) : b3);
 }

@@ -10,7 +10,7 @@
 // cumulative sum of per-position outer products. All chunks are processed at once, so there is no
 // JavaScript loop over the sequence in the graph.
 import * as tf from '@tensorflow/tfjs';
-import { causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 
 export interface ContractionOptions {
   causal: boolean;
@@ -57,8 +57,8 @@ export function normalizeDenominator(denominator: tf.Tensor, opts: Pick<Contract
 /** Σ_j φ(k_j)[v_j, 1] once, then every query reads it: [B, H, L, D+1]. */
 function bidirectionalContraction(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, values: tf.Tensor4D): tf.Tensor4D {
   const [b, h, l, dv] = values.shape;
-  const state = tf.matMul(flattenHeads(phiK), flattenHeads(values), true, false); // [BH, F, D+1]
-  return tf.reshape(tf.matMul(flattenHeads(phiQ), state), [b, h, l, dv]);
+  const state = batchMatMul(flattenHeads(phiK), flattenHeads(values), true, false); // [BH, F, D+1]
+  return tf.reshape(batchMatMul(flattenHeads(phiQ), state), [b, h, l, dv]);
 }
 
 function causalContraction(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, values: tf.Tensor4D, chunkSize: number): tf.Tensor4D {
@@ -75,15 +75,15 @@ function causalContraction(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, values: tf.Tens
   const vv = tf.reshape(pad(values), [bh * chunks, c, dv]);
 
   const mask = masks.get(`causal${c}`, () => causalMask01(c));
-  const scores = tf.mul(tf.matMul(q, k, false, true), mask); // [BH·nC, C, C]
-  let out = tf.matMul(scores, vv); // intra-chunk part
+  const scores = tf.mul(batchMatMul(q, k, false, true), mask); // [BH·nC, C, C]
+  let out = batchMatMul(scores, vv); // intra-chunk part
 
   if (chunks > 1) {
     // State entering chunk n: Σ_{m<n} φ(K_m)ᵀ[V_m, 1]. tfjs's cumsum gradient works only on the
     // last axis, so the chunk axis is moved last for the prefix sum.
-    const perChunk = tf.reshape(tf.matMul(k, vv, true, false), [bh, chunks, f * dv]);
+    const perChunk = tf.reshape(batchMatMul(k, vv, true, false), [bh, chunks, f * dv]);
     const prefix = tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
-    out = tf.add(out, tf.matMul(q, tf.reshape(prefix, [bh * chunks, f, dv])));
+    out = tf.add(out, batchMatMul(q, tf.reshape(prefix, [bh * chunks, f, dv])));
   }
   const full = tf.reshape(out, [b, h, padded, dv]) as tf.Tensor4D;
   return padded === l ? full : (tf.slice(full, [0, 0, 0, 0], [b, h, l, dv]) as tf.Tensor4D);

@@ -1,6 +1,6 @@
 // softmax: exact scaled dot-product attention, causal by a constant additive mask.
 import * as tf from '@tensorflow/tfjs';
-import { causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -21,7 +21,7 @@ registerAttention('softmax', {
         return tf.tidy(() => {
           const [b, h, l, d] = q.shape;
           let scores: tf.Tensor = tf.reshape(
-            tf.mul(tf.matMul(flattenHeads(q), flattenHeads(k), false, true), scale),
+            tf.mul(batchMatMul(flattenHeads(q), flattenHeads(k), false, true), scale),
             [b, h, l, l],
           );
           if (config.causal) {
@@ -29,7 +29,7 @@ registerAttention('softmax', {
           }
           if (opts.keyMask) scores = tf.add(scores, tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG));
           const weights = tf.reshape(tf.softmax(scores), [b * h, l, l]);
-          return tf.reshape(tf.matMul(weights, flattenHeads(v)), [b, h, l, d]) as tf.Tensor4D;
+          return tf.reshape(batchMatMul(weights, flattenHeads(v)), [b, h, l, d]) as tf.Tensor4D;
         });
       },
       dispose: () => masks.dispose(),
