@@ -58,13 +58,16 @@ function checkTextColumn(file: string, schema: Schema, column: string): void {
   }
 }
 
-async function openReader(file: string): Promise<{ handle: FileHandle; reader: RecordBatchReader }> {
-  let handle: FileHandle;
+async function openHandle(file: string): Promise<FileHandle> {
   try {
-    handle = await fs.promises.open(file, 'r');
+    return await fs.promises.open(file, 'r');
   } catch (err) {
     throw new ArrowShardError(file, `cannot open: ${(err as Error).message}`);
   }
+}
+
+async function openReader(file: string): Promise<{ handle: FileHandle; reader: RecordBatchReader }> {
+  const handle = await openHandle(file);
   try {
     // apache-arrow misreads a file-format shard that lost its footer as a stream; say what happened.
     const { size } = await handle.stat();
@@ -245,12 +248,7 @@ export interface ShardScan {
  * a few small reads per 1,000-row batch instead of reading the data.
  */
 export async function scanShard(file: string, column: string): Promise<ShardScan> {
-  let handle: FileHandle;
-  try {
-    handle = await fs.promises.open(file, 'r');
-  } catch (err) {
-    throw new ArrowShardError(file, `cannot open: ${(err as Error).message}`);
-  }
+  const handle = await openHandle(file);
   try {
     const { size } = await handle.stat();
     const readAt = async (position: number, length: number): Promise<Buffer> => {

@@ -2,6 +2,17 @@
 import * as tf from '@tensorflow/tfjs';
 
 /**
+ * ∂(x·W)/∂W = xᵀ·dy, transposing whichever of x [N, in] and dy [N, out] is smaller: (dyᵀ·x)ᵀ moves
+ * N·out + in·out values instead of N·in. Both forms are plain 2-D products (the fast wasm path).
+ */
+export function weightGradient(x: tf.Tensor2D, dy: tf.Tensor2D): tf.Tensor2D {
+  const [n, inDim] = x.shape;
+  const outDim = dy.shape[1];
+  if (n * inDim <= n * outDim + inDim * outDim) return tf.matMul(tf.transpose(x), dy);
+  return tf.transpose(tf.matMul(tf.transpose(dy), x)) as tf.Tensor2D;
+}
+
+/**
  * 2-D matrix product whose gradient uses explicit transposes. The wasm backend runs XNNPACK only
  * for the plain, non-transposed 2-D product; tf.matMul's own gradient uses transposeA/B flags and
  * falls to a ~25× slower loop (../shared/notes/ecosystem.md §4). Neutral on other backends.
@@ -13,7 +24,7 @@ export const matMul2d = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFun
     value: tf.matMul(a, b),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sa, sb] = saved as tf.Tensor2D[];
-      return [tf.matMul(dy as tf.Tensor2D, tf.transpose(sb)), tf.matMul(tf.transpose(sa), dy as tf.Tensor2D)];
+      return [tf.matMul(dy as tf.Tensor2D, tf.transpose(sb)), weightGradient(sa, dy as tf.Tensor2D)];
     },
   };
 }) as (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D;

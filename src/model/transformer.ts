@@ -8,6 +8,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
+import { matMul2d, weightGradient } from './ops.ts';
 import { deriveSeed, Rng } from './rng.ts';
 
 export interface TransformerConfig {
@@ -168,19 +169,8 @@ export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
 }
 
 /**
- * ∂(x·W)/∂W = xᵀ·dy, transposing whichever of x [N, in] and dy [N, out] is smaller: (dyᵀ·x)ᵀ moves
- * N·out + in·out values instead of N·in. Both forms are plain 2-D products (the fast wasm path).
- */
-function weightGradient(x: tf.Tensor2D, dy: tf.Tensor2D): tf.Tensor2D {
-  const [n, inDim] = x.shape;
-  const outDim = dy.shape[1];
-  if (n * inDim <= n * outDim + inDim * outDim) return tf.matMul(tf.transpose(x), dy);
-  return tf.transpose(tf.matMul(tf.transpose(dy), x)) as tf.Tensor2D;
-}
-
-/**
- * x [N, in]·W [in, out] + b [out] with a hand-written gradient: like ops.ts's matMul2d (explicit
- * transposes), plus the bias gradient as a ones-row product and the cheaper transpose for ∂W.
+ * x [N, in]·W [in, out] + b [out] with a hand-written gradient: ops.ts's matMul2d plus the bias
+ * gradient as a ones-row product.
  */
 const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [x, w, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
@@ -195,22 +185,9 @@ const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc
   };
 }) as (x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D;
 
-const linearNoBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, w, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.GradSaveFunc];
-  save([x, w]);
-  return {
-    value: tf.matMul(x, w),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [sx, sw] = saved as tf.Tensor2D[];
-      const g = dy as tf.Tensor2D;
-      return [tf.matMul(g, tf.transpose(sw)), weightGradient(sx, g)];
-    },
-  };
-}) as (x: tf.Tensor2D, w: tf.Tensor2D) => tf.Tensor2D;
-
 /** A dense layer on rows: x [N, in]·W [in, out] (+ b). */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor2D {
-  return b ? linearWithBias(x, w, b) : linearNoBias(x, w);
+  return b ? linearWithBias(x, w, b) : matMul2d(x, w);
 }
 
 /** Reproducible dropout: each call site draws its mask from its own seed, derived from the step's. */
