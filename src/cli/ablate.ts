@@ -1,6 +1,8 @@
-// npm run ablate -- [--backend wasm] [--seeds 0,1,2] [--lengths 128,256,512] [--bidirectional] [--out reports/ablate]
-// Kernel-fidelity ablation at the SLAY paper's three scales; prints a markdown table and writes
-// table.md + results.json.
+// npm run ablate -- [--backend wasm] [--seeds 0,1,2] [--lengths 128,256,512] [--epsilon 1e-6] [--bidirectional] [--out reports/ablate]
+// Kernel-fidelity ablation at the SLAY paper's three scales; prints a markdown table per scale and
+// writes table.md + results.json. Each (scale, method) runs in its own process: a failed
+// allocation leaves the wasm heap unusable, and `exact` at T = 512 needs R·M·d² features per head.
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -15,6 +17,7 @@ const { values: args } = parseArgs({
     epsilon: { type: 'string', default: '1e-6' },
     bidirectional: { type: 'boolean', default: false },
     out: { type: 'string', default: 'reports/ablate' },
+    child: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -23,21 +26,52 @@ if (args.help) {
   process.exit(0);
 }
 
-const backend = await initBackend(args.backend);
 const seeds = args.seeds.split(',').map(Number);
 const epsilon = Number(args.epsilon);
+const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
+
+if (args.child) {
+  const [length, label] = args.child.split(':');
+  const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
+  await initBackend(args.backend, { quiet: true });
+  const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
+  process.stdout.write(`ROW ${JSON.stringify(row)}\n`);
+  process.exit(0);
+}
+
+function runChild(length: number, label: string): Promise<FidelityRow> {
+  const forwarded = ['--backend', args.backend, '--seeds', args.seeds, '--epsilon', args.epsilon, ...(args.bidirectional ? ['--bidirectional'] : [])];
+  const child = spawn(process.execPath, ['--import', 'tsx', new URL(import.meta.url).pathname, ...forwarded, '--child', `${length}:${label}`], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve) => {
+    child.on('close', (code) => {
+      const line = stdout.split('\n').find((l) => l.startsWith('ROW '));
+      if (line) return resolve(JSON.parse(line.slice(4)) as FidelityRow);
+      const oom = /memory|allocat|RangeError|Aborted/i.test(stderr);
+      const none = { relL2: NaN, cosine: NaN, mse: NaN };
+      resolve({ label, length, status: oom ? 'OOM (process died)' : `error (exit ${code})`, ...none, forwardMs: NaN, sd: none, seeds: 0 });
+    });
+  });
+}
+
+const backend = await initBackend(args.backend, { quiet: true });
 const lengths = args.lengths ? new Set(args.lengths.split(',').map(Number)) : null;
 const scales = PAPER_SCALES.filter((s) => !lengths || lengths.has(s.length));
 if (scales.length === 0) {
   console.error(`--lengths: choose among ${PAPER_SCALES.map((s) => s.length).join(', ')}`);
   process.exit(2);
 }
-const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
 
 const rows: FidelityRow[] = [];
 for (const scale of scales) {
   const t0 = performance.now();
-  const scaleRows = await runFidelity(paperCases(scale, epsilon), scale.length, settings);
+  const scaleRows: FidelityRow[] = [];
+  for (const c of paperCases(scale, epsilon)) scaleRows.push(await runChild(scale.length, c.label));
   rows.push(...scaleRows);
   console.log(
     `\nT=${scale.length} R=${scale.quadratureNodes} M=${scale.prfFeatures} P=${scale.anchors} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,

@@ -30,7 +30,7 @@ export const PAPER_SCALES: FidelityScale[] = [
   { length: 512, quadratureNodes: 2, prfFeatures: 32, anchors: 32 },
 ];
 
-export const SLAY_POLYS = ['exact', 'anchor', 'random-maclaurin', 'tensorsketch', 'nystrom', 'laplace-only', 'hadamard'];
+export const SLAY_POLYS = ['anchor', 'random-maclaurin', 'tensorsketch', 'nystrom', 'laplace-only', 'hadamard', 'exact'];
 
 /** The ablation set at one scale: SLAY variants vs exact spherical Yat, Performer/DARKFormer vs softmax. */
 export function paperCases(scale: FidelityScale, epsilon = 1e-6): FidelityCase[] {
@@ -38,21 +38,23 @@ export function paperCases(scale: FidelityScale, epsilon = 1e-6): FidelityCase[]
   const softmax = { mechanism: 'softmax', options: {} };
   const { quadratureNodes, prfFeatures, anchors } = scale;
   return [
+    // Feature budget comparable to SLAY's R·P·M at this scale.
+    { label: 'performer', mechanism: 'performer', options: { features: quadratureNodes * prfFeatures * anchors }, reference: softmax },
+    { label: 'darkformer', mechanism: 'darkformer', options: { features: quadratureNodes * prfFeatures * anchors }, reference: softmax },
     ...SLAY_POLYS.map((poly) => ({
       label: `slay/${poly}`,
       mechanism: 'slay',
       options: { poly, quadratureNodes, prfFeatures, anchors, epsilon, delta: 1e-6 },
       reference: yat,
     })),
-    // Feature budget comparable to SLAY's R·P·M at this scale.
-    { label: 'performer', mechanism: 'performer', options: { features: quadratureNodes * prfFeatures * anchors }, reference: softmax },
-    { label: 'darkformer', mechanism: 'darkformer', options: { features: quadratureNodes * prfFeatures * anchors }, reference: softmax },
   ];
 }
 
 export interface FidelityRow {
   label: string;
   length: number;
+  /** 'ok', or why the case has no numbers ("OOM: …", "error: …"). */
+  status: string;
   relL2: number;
   cosine: number;
   mse: number;
@@ -94,6 +96,21 @@ function stats(values: number[]): { mean: number; sd: number } {
   return { mean, sd };
 }
 
+/** rel-ℓ2 ‖y − y*‖/‖y*‖, cosine of the flattened outputs, and mean squared error. */
+function compare(out: Float32Array, expected: Float32Array): { relL2: number; cosine: number; mse: number } {
+  let diff = 0;
+  let norm = 0;
+  let dotp = 0;
+  let outNorm = 0;
+  for (let i = 0; i < out.length; i++) {
+    diff += (out[i] - expected[i]) ** 2;
+    norm += expected[i] ** 2;
+    dotp += out[i] * expected[i];
+    outNorm += out[i] ** 2;
+  }
+  return { relL2: Math.sqrt(diff / norm), cosine: dotp / Math.sqrt(norm * outNorm), mse: diff / out.length };
+}
+
 async function timedForward(fn: () => tf.Tensor): Promise<{ out: Float32Array; ms: number }> {
   const t0 = performance.now();
   const t = fn();
@@ -111,46 +128,49 @@ export async function runFidelity(
   const { heads, embed, causal } = settings;
   const headDim = embed / heads;
   const perCase = new Map<string, { relL2: number[]; cosine: number[]; mse: number[]; ms: number[] }>();
+  const failures = new Map<string, string>();
   for (const seed of settings.seeds) {
     const [q, k, v] = inputs(settings, length, seed);
     const references = new Map<string, Float32Array>();
     for (const c of cases) {
-      const refKey = JSON.stringify(c.reference);
-      if (!references.has(refKey)) {
-        const ref = createAttention(c.reference.mechanism, { numHeads: heads, headDim, causal, seed, ...c.reference.options });
-        references.set(refKey, (await timedForward(() => ref.apply(q, k, v))).out);
-        ref.dispose();
+      if (failures.has(c.label)) continue;
+      try {
+        const refKey = JSON.stringify(c.reference);
+        if (!references.has(refKey)) {
+          const ref = createAttention(c.reference.mechanism, { numHeads: heads, headDim, causal, seed, ...c.reference.options });
+          references.set(refKey, (await timedForward(() => ref.apply(q, k, v))).out);
+          ref.dispose();
+        }
+        const attn = createAttention(c.mechanism, { numHeads: heads, headDim, causal, seed, ...c.options });
+        await timedForward(() => attn.apply(q, k, v)); // warm-up
+        const { out, ms } = await timedForward(() => attn.apply(q, k, v));
+        attn.dispose();
+        const entry = perCase.get(c.label) ?? { relL2: [], cosine: [], mse: [], ms: [] };
+        const metrics = compare(out, references.get(refKey)!);
+        entry.relL2.push(metrics.relL2);
+        entry.cosine.push(metrics.cosine);
+        entry.mse.push(metrics.mse);
+        entry.ms.push(ms);
+        perCase.set(c.label, entry);
+      } catch (err) {
+        const message = (err as Error).message?.split('\n')[0] ?? String(err);
+        failures.set(c.label, `${/memory|allocat|RangeError/i.test(message) ? 'OOM' : 'error'}: ${message.slice(0, 120)}`);
       }
-      const expected = references.get(refKey)!;
-      const attn = createAttention(c.mechanism, { numHeads: heads, headDim, causal, seed, ...c.options });
-      await timedForward(() => attn.apply(q, k, v)); // warm-up
-      const { out, ms } = await timedForward(() => attn.apply(q, k, v));
-      attn.dispose();
-      let diff = 0;
-      let norm = 0;
-      let dotp = 0;
-      let outNorm = 0;
-      for (let i = 0; i < out.length; i++) {
-        diff += (out[i] - expected[i]) ** 2;
-        norm += expected[i] ** 2;
-        dotp += out[i] * expected[i];
-        outNorm += out[i] ** 2;
-      }
-      const entry = perCase.get(c.label) ?? { relL2: [], cosine: [], mse: [], ms: [] };
-      entry.relL2.push(Math.sqrt(diff / norm));
-      entry.cosine.push(dotp / Math.sqrt(norm * outNorm));
-      entry.mse.push(diff / out.length);
-      entry.ms.push(ms);
-      perCase.set(c.label, entry);
     }
     tf.dispose([q, k, v]);
   }
   return cases.map((c) => {
-    const e = perCase.get(c.label)!;
+    const failure = failures.get(c.label);
+    const e = perCase.get(c.label);
+    if (failure || !e) {
+      const none = { relL2: NaN, cosine: NaN, mse: NaN };
+      return { label: c.label, length, status: failure ?? 'error', ...none, forwardMs: NaN, sd: none, seeds: 0 };
+    }
     const [r, cs, m] = [stats(e.relL2), stats(e.cosine), stats(e.mse)];
     return {
       label: c.label,
       length,
+      status: 'ok',
       relL2: r.mean,
       cosine: cs.mean,
       mse: m.mean,
@@ -166,8 +186,10 @@ export function fidelityMarkdown(rows: FidelityRow[]): string {
   const lines = [
     '| T | method | rel-ℓ2 (mean ± sd) | cosine | MSE | forward ms |',
     '| ---: | --- | --- | ---: | ---: | ---: |',
-    ...rows.map(
-      (r) => `| ${r.length} | ${r.label} | ${fmt(r.relL2)} ± ${fmt(r.sd.relL2)} | ${fmt(r.cosine)} | ${fmt(r.mse)} | ${r.forwardMs.toFixed(1)} |`,
+    ...rows.map((r) =>
+      r.status === 'ok'
+        ? `| ${r.length} | ${r.label} | ${fmt(r.relL2)} ± ${fmt(r.sd.relL2)} | ${fmt(r.cosine)} | ${fmt(r.mse)} | ${r.forwardMs.toFixed(1)} |`
+        : `| ${r.length} | ${r.label} | ${r.status} | | | |`,
     ),
   ];
   return lines.join('\n');
