@@ -13,7 +13,7 @@ import {
   Transformer,
   INIT_STD,
 } from './transformer.ts';
-import type { ParameterSpec, TransformerConfig } from './transformer.ts';
+import type { AttendFn, ParameterSpec, TransformerConfig } from './transformer.ts';
 import { createAttention } from './attention/index.ts';
 
 export type ModelKind = 'gpt' | 'bert';
@@ -158,6 +158,15 @@ export class LanguageModel {
       const [b, l] = inputIds.shape;
       return tf.reshape(this.headLogits(this.hidden(inputIds, attentionMask, null)), [b, l, this.config.vocabSize]) as tf.Tensor3D;
     });
+  }
+
+  /**
+   * GPT decoding: next-token logits [B, V] after token inputIds [B, 1] at `position`, each layer's
+   * attention given by `attend` (the mechanisms' step; see decode.ts).
+   */
+  stepLogits(inputIds: tf.Tensor2D, position: number, attend: AttendFn): tf.Tensor2D {
+    if (this.kind !== 'gpt') throw new Error(`incremental decoding needs a GPT (causal) model; this one is '${this.kind}'`);
+    return tf.tidy(() => this.headLogits(this.body.forwardAt(inputIds, position, attend)));
   }
 
   /**

@@ -149,3 +149,22 @@ export function batchMatMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, tran
   const [a3, b3] = [a as tf.Tensor3D, b as tf.Tensor3D];
   return unstackedMatMulWithGrad(transposeA ? swapLast(a3) : a3, transposeB ? swapLast(b3) : b3);
 }
+
+/**
+ * a / b with the gradient written as (∂a, ∂b) = (dy/b, −dy·(a/b)/b). tf.div's own gradient forms
+ * a·dy/b², and b² underflows to 0 in float32 once b < ~1e−19 (a kernel-normalised row whose whole
+ * denominator is δ-sized), turning the gradient into 0/0 = NaN. b broadcasts over a's last axis.
+ */
+export const safeDivide = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [a, b, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
+  const quotient = tf.div(a, b);
+  save([b, quotient]);
+  return {
+    value: quotient,
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sb, sq] = saved;
+      const db = tf.neg(tf.div(tf.mul(dy, sq), sb));
+      return [tf.div(dy, sb), tf.sum(db, -1, true)];
+    },
+  };
+}) as (a: tf.Tensor, b: tf.Tensor) => tf.Tensor;

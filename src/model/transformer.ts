@@ -211,7 +211,12 @@ export interface ForwardOptions {
   keyMask?: tf.Tensor2D;
   /** Seed of this forward pass's dropout masks; null or absent = no dropout (evaluation). */
   dropoutSeed?: number | null;
+  /** Sees each layer's attention inputs q, k [B, H, L, Dh] just before its mechanism runs (finetuning's whitening init). */
+  onAttentionInputs?: (layer: number, q: tf.Tensor4D, k: tf.Tensor4D) => void;
 }
+
+/** Layer i's attention on q, k, v [B, H, L, Dh] → [B, H, L, Dh]. */
+export type AttendFn = (layer: number, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D) => tf.Tensor4D;
 
 export class Transformer {
   readonly config: TransformerConfig;
@@ -263,22 +268,45 @@ export class Transformer {
 
   /** inputIds [B, L] int32 → hidden states after the final LayerNorm, [B·L, d]. */
   forward(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor2D {
-    const [b, l] = inputIds.shape;
+    const [, l] = inputIds.shape;
     const c = this.config;
     if (l > c.maxSeqLen) throw new Error(`sequence length ${l} exceeds model.maxSeqLen ${c.maxSeqLen}`);
     const dropout = new DropoutSource(c.dropout, opts.dropoutSeed ?? null);
+    return this.run(inputIds, 0, dropout, (i, q, k, v) => {
+      opts.onAttentionInputs?.(i, q, k);
+      return this.attention[i].apply(q, k, v, { keyMask: opts.keyMask });
+    });
+  }
+
+  /**
+   * One decoding position, no dropout: inputIds [B, 1] at `position`, with `attend(layer, q, k, v)`
+   * (q, k, v [B, H, 1, Dh]; normally the mechanism's step) as each layer's attention → hidden [B, d].
+   */
+  forwardAt(inputIds: tf.Tensor2D, position: number, attend: AttendFn): tf.Tensor2D {
+    const c = this.config;
+    if (inputIds.shape[1] !== 1) throw new Error(`forwardAt: inputIds must be [batch, 1] (got [${inputIds.shape.join(', ')}])`);
+    if (!(Number.isInteger(position) && position >= 0 && position < c.maxSeqLen)) {
+      throw new Error(`forwardAt: position ${position} is outside 0 … model.maxSeqLen − 1 = ${c.maxSeqLen - 1}`);
+    }
+    return this.run(inputIds, position, new DropoutSource(c.dropout, null), attend);
+  }
+
+  /** Embeddings of positions start … start+L−1, the blocks with `attend` as attention, final LayerNorm. */
+  private run(inputIds: tf.Tensor2D, start: number, dropout: DropoutSource, attend: AttendFn): tf.Tensor2D {
+    const [b, l] = inputIds.shape;
+    const c = this.config;
     const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])); // [B·L, d]
-    const positions = tf.slice(this.w('embed.positions.weight'), [0, 0], [l, c.dModel]);
+    const positions = tf.slice(this.w('embed.positions.weight'), [start, 0], [l, c.dModel]);
     let x = tf.reshape(tf.add(tf.reshape(tokens, [b, l, c.dModel]), positions), [b * l, c.dModel]) as tf.Tensor2D;
     x = dropout.apply(x);
     for (let i = 0; i < c.numLayers; i++) {
-      x = tf.add(x, dropout.apply(this.attentionBlock(x, i, b, l, opts.keyMask)));
+      x = tf.add(x, dropout.apply(this.attentionBlock(x, i, b, l, attend)));
       x = tf.add(x, dropout.apply(this.mlpBlock(x, i)));
     }
     return this.norm(x, 'norm');
   }
 
-  private attentionBlock(x: tf.Tensor2D, i: number, b: number, l: number, keyMask?: tf.Tensor2D): tf.Tensor2D {
+  private attentionBlock(x: tf.Tensor2D, i: number, b: number, l: number, attend: AttendFn): tf.Tensor2D {
     const { dModel: d, numHeads: h } = this.config;
     const p = `blocks.${i}.attn`;
     const normed = this.norm(x, `blocks.${i}.ln1`);
@@ -291,7 +319,7 @@ export class Transformer {
     const qkv = linear(normed, weight, bias);
     const heads = tf.transpose(tf.reshape(qkv, [b, l, 3 * h, this.headDim]), [0, 2, 1, 3]); // [B, 3H, L, Dh]
     const [q, k, v] = tf.split(heads, 3, 1) as tf.Tensor4D[];
-    const attended = this.attention[i].apply(q, k, v, { keyMask }); // [B, H, L, Dh]
+    const attended = attend(i, q, k, v); // [B, H, L, Dh]
     const merged = tf.reshape(tf.transpose(attended, [0, 2, 1, 3]), [b * l, d]) as tf.Tensor2D;
     return this.linear(merged, `${p}.out`);
   }

@@ -86,6 +86,20 @@ describe.each(['cpu', 'wasm'])('linear-attention contraction on %s', (backend) =
     }
   });
 
+  it('keeps gradients finite when a whole denominator is a tiny δ (no b² underflow)', () => {
+    // Row 0's query is orthogonal to key 0: its denominator is exactly δ = 1e−30, as when every
+    // stabilised feature product of a row underflows.
+    const phiQ = tf.tensor4d([[[[1, 0], [1, 1], [0.5, 0.5]]]]);
+    const phiK = tf.tensor4d([[[[0, 1], [1, 0], [1, 1]]]]);
+    const v = tf.tensor4d([[[[1], [2], [3]]]]);
+    const f = (a: tf.Tensor, b: tf.Tensor) => tf.sum(linearAttention(a as tf.Tensor4D, b as tf.Tensor4D, v, { causal: true, chunkSize: 2, delta: 1e-30 }));
+    const grads = tf.grads(f)([phiQ, phiK]);
+    for (const g of grads) expect(tf.all(tf.isFinite(g)).dataSync()[0]).toBe(1);
+    // Row 0 is 0/δ = 0, row 1 (1·1 + 1·2)/2, row 2 (½·1 + ½·2 + 1·3)/2.
+    expect(f(phiQ, phiK).dataSync()[0]).toBeCloseTo(0 + 3 / 2 + 4.5 / 2, 5);
+    tf.dispose([phiQ, phiK, v, ...grads]);
+  });
+
   it('gradients of the chunked form match the gradients of the quadratic form', () => {
     const rng = new Rng(17);
     const phiQ = tensor4(positive(randomArray4(rng, [1, 2, 11, 4])));

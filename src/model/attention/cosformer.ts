@@ -10,10 +10,13 @@
 // sequence length, so a token's weights change as the sequence grows — fine for training, wrong
 // for step-by-step generation. Option `reweightLength` fixes M (set it to the context length for
 // generation); 0 keeps the official M = L. With a fixed M the length must stay ≤ M, so that every
-// |i − j| ≤ L − 1 < M keeps the angle below π/2 and the weights positive.
+// |i − j| ≤ L − 1 < M keeps the angle below π/2 and the weights positive. Decoding one position at a
+// time (initState/step) needs one M for the whole sequence: reweightLength, or when it is 0 the
+// state's maxLength (the model's maxSeqLen) — so a decoded sequence shorter than maxSeqLen does not
+// reproduce the official M = L forward of that sequence, it reproduces the forward with M = maxSeqLen.
 import * as tf from '@tensorflow/tfjs';
 import { ConstantCache } from '../ops.ts';
-import { linearAttention } from './linear-attention.ts';
+import { featureMapMethods, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -36,31 +39,33 @@ registerAttention('cosformer', {
   },
   create(config, options): AttentionModule {
     const fixedLength = options.reweightLength as number;
-    const delta = options.delta as number;
-    const chunkSize = options.chunkSize as number;
     const constants = new ConstantCache();
+    // Features of positions start … start+L−1 in sequences of totalLength positions.
+    const maps = (totalLength: number): FeatureMaps => {
+      if (fixedLength > 0 && totalLength > fixedLength) {
+        throw new Error(`attention 'cosformer': sequence length ${totalLength} exceeds option 'reweightLength' = ${fixedLength}; use a length ≤ ${fixedLength} or a larger reweightLength`);
+      }
+      const m = fixedLength > 0 ? fixedLength : totalLength;
+      const side = (x: tf.Tensor4D, start: number) => {
+        const length = x.shape[2];
+        const angles = cosformerAngles(start + length, m).slice(start);
+        const weights = (f: (a: number) => number) => tf.tensor4d(angles.map(f), [1, 1, length, 1]);
+        // Whole sequences reuse their weights (kept until dispose); decoding steps (one position)
+        // make theirs inside the caller's tidy, so the cache does not grow with every position.
+        const [sin, cos] = start === 0 && length > 1
+          ? [constants.get(`sin${length}/${m}`, () => weights(Math.sin)), constants.get(`cos${length}/${m}`, () => weights(Math.cos))]
+          : [weights(Math.sin), weights(Math.cos)];
+        const positive = tf.relu(x);
+        return { features: tf.concat([tf.mul(positive, sin), tf.mul(positive, cos)], 3) as tf.Tensor4D };
+      };
+      return { featureDim: 2 * config.headDim, shiftedKeys: false, query: side, key: side };
+    };
     return {
       name: 'cosformer',
       options,
       trainableVariables: [],
       buffers: [],
-      apply(q, k, v, opts = {}) {
-        const length = q.shape[2];
-        if (fixedLength > 0 && length > fixedLength) {
-          throw new Error(`attention 'cosformer': sequence length ${length} exceeds option 'reweightLength' = ${fixedLength}; use a length ≤ ${fixedLength} or a larger reweightLength`);
-        }
-        const m = fixedLength > 0 ? fixedLength : length;
-        const angles = cosformerAngles(length, m);
-        const sin = constants.get(`sin${length}/${m}`, () => tf.tensor4d(angles.map(Math.sin), [1, 1, length, 1]));
-        const cos = constants.get(`cos${length}/${m}`, () => tf.tensor4d(angles.map(Math.cos), [1, 1, length, 1]));
-        return tf.tidy(() => {
-          const features = (x: tf.Tensor4D) => {
-            const positive = tf.relu(x);
-            return tf.concat([tf.mul(positive, sin), tf.mul(positive, cos)], 3) as tf.Tensor4D;
-          };
-          return linearAttention(features(q), features(k), v, { causal: config.causal, chunkSize, delta, keyMask: opts.keyMask });
-        });
-      },
+      ...featureMapMethods('cosformer', config, maps, { chunkSize: options.chunkSize as number, delta: options.delta as number }),
       dispose: () => constants.dispose(),
     };
   },

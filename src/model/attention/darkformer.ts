@@ -21,11 +21,13 @@ import { positiveRandomFeatures } from '../features/prf.ts';
 import {
   checkAttentionShapes,
   favorAttention,
+  favorFeatureMaps,
   favorOptionSpecs,
   RedrawnProjection,
   type FavorOptions,
   type RandomFeatureModule,
 } from './performer.ts';
+import { featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule } from './types.ts';
 
@@ -62,7 +64,7 @@ registerAttention('darkformer', {
     },
   },
   create(config, options): DarkformerModule {
-    const { numHeads, headDim, causal } = config;
+    const { numHeads, headDim } = config;
     const rank = (options.rank as number) || headDim;
     if (rank > headDim) {
       throw new Error(`attention 'darkformer': option 'rank' must be an integer in 1 … headDim = ${headDim} (0 = headDim) (got ${rank})`);
@@ -77,7 +79,11 @@ registerAttention('darkformer', {
       const identityRows = tf.slice(tf.eye(headDim), [0, 0], [rank, headDim]);
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
-    const favor = { causal, chunkSize: options.chunkSize as number, delta: options.delta as number };
+    const maps = favorFeatureMaps((x) => dataAlignedInputs(x, covarianceFactor), projection.variable);
+    const methods = featureMapMethods('darkformer', config, () => maps, {
+      chunkSize: options.chunkSize as number,
+      delta: options.delta as number,
+    });
 
     return {
       name: 'darkformer',
@@ -87,8 +93,10 @@ registerAttention('darkformer', {
       covarianceFactor,
       apply(q, k, v, opts: ApplyOptions = {}) {
         checkAttentionShapes('darkformer', numHeads, headDim, q, k, v);
-        return darkformerAttention(q, k, v, covarianceFactor, projection.variable, { ...favor, keyMask: opts.keyMask });
+        return methods.apply(q, k, v, opts);
       },
+      initState: methods.initState,
+      step: methods.step,
       featureMap(x) {
         return tf.tidy(() => positiveRandomFeatures(dataAlignedInputs(x, covarianceFactor), projection.variable).features);
       },

@@ -9,5 +9,5 @@ import './linear-elu.ts';
 import './cosformer.ts';
 
 export { createAttention, attentionNames, attentionOptionSpecs, attentionDescription } from './registry.ts';
-export type { AttentionModule, AttentionConfig, ApplyOptions } from './types.ts';
+export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState } from './types.ts';
 export { linearAttention } from './linear-attention.ts';

@@ -9,8 +9,14 @@
 // O(B·H·(L/C)·F·D) for the states plus O(B·H·L·C) for the score blocks, never the B·H·L·F·D of a
 // cumulative sum of per-position outer products. All chunks are processed at once, so there is no
 // JavaScript loop over the sequence in the graph.
+//
+// The recurrent form (decoding, one position at a time) keeps only S = Σ_{j≤t} φ(k_j)[v_j, 1]ᵀ,
+// [B, H, F, D+1], and reads out φ(q_t)ᵀS: O(1) state and work per token. Mechanisms describe
+// themselves once as FeatureMaps; featureMapAttention (whole sequence) and featureMapStep (one
+// position) both run from that description, so the two forms share all feature code.
 import * as tf from '@tensorflow/tfjs';
-import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { batchMatMul, causalMask01, ConstantCache, flattenHeads, safeDivide } from '../ops.ts';
+import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState } from './types.ts';
 
 export interface ContractionOptions {
   causal: boolean;
@@ -45,7 +51,7 @@ export function linearAttention(
       : bidirectionalContraction(phiQ, keys, valuesAndOnes);
     const numerator = tf.slice(out, [0, 0, 0, 0], [b, h, l, d]);
     const denominator = tf.slice(out, [0, 0, 0, d], [b, h, l, 1]);
-    return tf.div(numerator, normalizeDenominator(denominator, opts)) as tf.Tensor4D;
+    return safeDivide(numerator, normalizeDenominator(denominator, opts)) as tf.Tensor4D;
   });
 }
 
@@ -87,4 +93,193 @@ function causalContraction(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, values: tf.Tens
   }
   const full = tf.reshape(out, [b, h, padded, dv]) as tf.Tensor4D;
   return padded === l ? full : (tf.slice(full, [0, 0, 0, 0], [b, h, l, dv]) as tf.Tensor4D);
+}
+
+/**
+ * One side's features. `shift` [B, H, L, 1] (stabilised positive random features): a log-scale
+ * removed per row, the true features being features·e^shift; absent = none.
+ */
+export interface ScaledFeatures {
+  features: tf.Tensor4D;
+  shift?: tf.Tensor;
+}
+
+/** A kernel mechanism's feature maps, for sequences of a given total length (cosFormer's M). */
+export interface FeatureMaps {
+  /** F, the feature dimension. */
+  featureDim: number;
+  /** Whether key features come with a `shift` (then the contraction rescales them, see below). */
+  shiftedKeys: boolean;
+  /** x [B, H, L, d] holding positions start … start+L−1 (0-based) → features [B, H, L, F]. */
+  query(q: tf.Tensor4D, start: number): ScaledFeatures;
+  key(k: tf.Tensor4D, start: number): ScaledFeatures;
+}
+
+export interface Normalization {
+  /** δ on the un-stabilised scale (see scaledDelta). */
+  delta?: number;
+  clampMin?: number;
+}
+
+/**
+ * Bounds on the exponent of the rescaled δ. The lower one (e^−46 ≈ 1e−20) keeps the denominator
+ * well inside float32 when every feature product of a row underflows — the output is then ≈ 0 and
+ * its gradient finite (safeDivide) — and only binds when c_q + c_k > 46 + ln δ, rows whose
+ * stabilised denominator is itself ≲ 1e−20. The upper one (e^69) only bites where the true
+ * denominator is < 1e−30·δ, i.e. where the output is already 0 to float precision.
+ */
+const LOG_DELTA_MIN = -46;
+const LOG_DELTA_MAX = 69;
+
+/**
+ * Shifted features carry e^(−c_q) (queries) and e^(−c_k) (keys); both cancel in the ratio except
+ * through δ, so δ is handed over on the un-stabilised scale, δ·e^(−c_q−c_k): the ratio is then
+ * exactly the un-stabilised one and does not depend on how c_k was chosen (a maximum over all
+ * positions in the whole-sequence form, a running maximum in the recurrent one).
+ */
+function scaledDelta(delta: number, queryShift: tf.Tensor | undefined, keyShift: tf.Tensor | undefined): number | tf.Tensor {
+  if (!queryShift && !keyShift) return delta;
+  const logDelta = delta > 0 ? Math.log(delta) : -Infinity;
+  let exponent: tf.Tensor = tf.scalar(logDelta);
+  if (queryShift) exponent = tf.sub(exponent, queryShift);
+  if (keyShift) exponent = tf.sub(exponent, keyShift);
+  return tf.exp(tf.clipByValue(exponent, LOG_DELTA_MIN, LOG_DELTA_MAX));
+}
+
+function checkNormalization(maps: FeatureMaps, norm: Normalization): void {
+  if (norm.clampMin !== undefined && maps.shiftedKeys) throw new Error('internal: clampMin cannot be combined with shifted features');
+}
+
+/**
+ * The whole-sequence form. Shifted keys are brought to one scale per (batch, head): c_k = the
+ * maximum shift over positions, so every key feature is ≤ its row's unshifted maximum and nothing
+ * overflows. (Padded keys take part in that maximum; the result does not depend on it.)
+ */
+export function featureMapAttention(
+  maps: FeatureMaps,
+  q: tf.Tensor4D,
+  k: tf.Tensor4D,
+  v: tf.Tensor4D,
+  opts: Omit<ContractionOptions, 'delta'> & Normalization,
+): tf.Tensor4D {
+  checkNormalization(maps, opts);
+  return tf.tidy(() => {
+    const query = maps.query(q, 0);
+    const key = maps.key(k, 0);
+    let keys = key.features;
+    let keyShift: tf.Tensor | undefined;
+    if (key.shift) {
+      keyShift = tf.max(key.shift, 2, true); // [B, H, 1, 1]
+      keys = tf.mul(keys, tf.exp(tf.sub(key.shift, keyShift)));
+    }
+    const delta = opts.clampMin !== undefined ? undefined : scaledDelta(opts.delta ?? 0, query.shift, keyShift);
+    return linearAttention(query.features, keys, v, { ...opts, delta });
+  });
+}
+
+/**
+ * State before position 0: sums [B, H, F, D+1] = 0 and, for shifted keys, keyShift [B, H, 1, 1] =
+ * −∞ (the running maximum of the key shifts seen so far).
+ */
+export function initFeatureMapState(maps: FeatureMaps, batch: number, heads: number, headDim: number, maxLength: number): AttentionState {
+  const tensors: Record<string, tf.Tensor> = { sums: tf.zeros([batch, heads, maps.featureDim, headDim + 1]) };
+  if (maps.shiftedKeys) tensors.keyShift = tf.fill([batch, heads, 1, 1], -Infinity);
+  return { maxLength, length: 0, tensors };
+}
+
+/**
+ * The recurrent form at one position t: S_t = S_{t−1} + φ(k_t)[v_t, 1]ᵀ, out = φ(q_t)ᵀS_t normalised
+ * as the contraction (δ or clampMin). Shifted keys: S is kept on the scale e^(−c_t), c_t = max of
+ * the key shifts up to t; when c grows, S is rescaled by e^(c_{t−1} − c_t) ≤ 1, and φ(k_t) enters as
+ * features·e^(shift_t − c_t) ≤ features. Every term is thus the un-stabilised one times e^(−c_t), the
+ * same form as the whole-sequence contraction with c_t for c_k — and by scaledDelta the ratio does
+ * not depend on that constant, so the outputs agree exactly (up to rounding), while nothing
+ * overflows whatever the norms of later keys.
+ */
+export function featureMapStep(
+  maps: FeatureMaps,
+  q: tf.Tensor4D,
+  k: tf.Tensor4D,
+  v: tf.Tensor4D,
+  state: AttentionState,
+  norm: Normalization,
+): { out: tf.Tensor4D; state: AttentionState } {
+  checkNormalization(maps, norm);
+  checkStepShapes(q, k, v, state);
+  const position = state.length;
+  const tensors = tf.tidy(() => {
+    const [b, h, , d] = v.shape;
+    const query = maps.query(q, position);
+    const key = maps.key(k, position);
+    let sums = state.tensors.sums;
+    let keys = key.features;
+    let keyShift: tf.Tensor | undefined;
+    if (key.shift) {
+      const previous = state.tensors.keyShift;
+      keyShift = tf.maximum(previous, key.shift);
+      sums = tf.mul(sums, tf.exp(tf.sub(previous, keyShift)));
+      keys = tf.mul(keys, tf.exp(tf.sub(key.shift, keyShift)));
+    }
+    const valuesAndOnes = tf.concat([v, tf.ones([b, h, 1, 1])], 3);
+    const f = maps.featureDim;
+    sums = tf.add(sums, tf.reshape(batchMatMul(flattenHeads(keys), flattenHeads(valuesAndOnes), true, false), [b, h, f, d + 1]));
+    const read = tf.reshape(batchMatMul(flattenHeads(query.features), flattenHeads(sums)), [b, h, 1, d + 1]);
+    const numerator = tf.slice(read, [0, 0, 0, 0], [b, h, 1, d]);
+    const denominator = tf.slice(read, [0, 0, 0, d], [b, h, 1, 1]);
+    const guard = norm.clampMin !== undefined ? norm : { delta: scaledDelta(norm.delta ?? 0, query.shift, keyShift) };
+    const out = tf.div(numerator, normalizeDenominator(denominator, guard));
+    const kept: Record<string, tf.Tensor> = { out, sums };
+    if (keyShift) kept.keyShift = keyShift;
+    return kept;
+  });
+  const { out, ...next } = tensors;
+  return { out: out as tf.Tensor4D, state: { maxLength: state.maxLength, length: position + 1, tensors: next } };
+}
+
+/** Fails unless q, k, v are one position [B, H, 1, D] and the state has room for it. */
+export function checkStepShapes(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, state: AttentionState): void {
+  for (const [label, t] of [['q', q], ['k', k], ['v', v]] as const) {
+    if (t.rank !== 4 || t.shape[2] !== 1) throw new Error(`attention step: ${label} must be [batch, heads, 1, headDim] (got [${t.shape.join(', ')}])`);
+  }
+  if (state.length >= state.maxLength) {
+    throw new Error(`attention step: position ${state.length} is past the state's maxLength ${state.maxLength}`);
+  }
+}
+
+/** Fails for bidirectional mechanisms: decoding one position at a time needs causal attention. */
+export function requireCausal(name: string, config: AttentionConfig): void {
+  if (!config.causal) throw new Error(`attention '${name}': incremental decoding (initState/step) needs causal: true`);
+}
+
+/**
+ * apply, initState and step of a kernel mechanism from its feature maps: `maps(totalLength)` gives
+ * the maps for sequences of totalLength positions (only cosFormer's depend on it).
+ */
+export function featureMapMethods(
+  name: string,
+  config: AttentionConfig,
+  maps: (totalLength: number) => FeatureMaps,
+  opts: Normalization & { chunkSize: number },
+): Pick<AttentionModule, 'apply' | 'initState' | 'step'> {
+  const { chunkSize, ...norm } = opts;
+  return {
+    apply(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, applyOpts: ApplyOptions = {}) {
+      return featureMapAttention(maps(q.shape[2]), q, k, v, { ...norm, causal: config.causal, chunkSize, keyMask: applyOpts.keyMask });
+    },
+    initState(batch: number, maxLength: number) {
+      requireCausal(name, config);
+      return initFeatureMapState(maps(maxLength), batch, config.numHeads, config.headDim, maxLength);
+    },
+    step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number) {
+      checkPosition(state, position);
+      return featureMapStep(maps(state.maxLength), q, k, v, state, norm);
+    },
+  };
+}
+
+/** The position passed to step must be the next one the state expects. */
+export function checkPosition(state: AttentionState, position: number): void {
+  if (position !== state.length) {
+    throw new Error(`attention step: position ${position} given, but the state has consumed ${state.length} positions (steps must come in order)`);
+  }
 }

@@ -5,7 +5,7 @@
 // φ is positive (elu(x) + 1 = eˣ for x < 0, x + 1 otherwise), so every score is ≥ 0 and the
 // denominator ≥ δ. No 1/√d scaling: this is its own kernel, not a softmax approximation.
 import * as tf from '@tensorflow/tfjs';
-import { linearAttention } from './linear-attention.ts';
+import { featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -21,18 +21,14 @@ registerAttention('linear-elu', {
     chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
   },
   create(config, options): AttentionModule {
-    const delta = options.delta as number;
-    const chunkSize = options.chunkSize as number;
+    const side = (x: tf.Tensor4D) => ({ features: eluPlusOne(x) });
+    const maps = { featureDim: config.headDim, shiftedKeys: false, query: side, key: side };
     return {
       name: 'linear-elu',
       options,
       trainableVariables: [],
       buffers: [],
-      apply(q, k, v, opts = {}) {
-        return tf.tidy(() =>
-          linearAttention(eluPlusOne(q), eluPlusOne(k), v, { causal: config.causal, chunkSize, delta, keyMask: opts.keyMask }),
-        );
-      },
+      ...featureMapMethods('linear-elu', config, () => maps, { chunkSize: options.chunkSize as number, delta: options.delta as number }),
       dispose() {},
     };
   },

@@ -4,14 +4,11 @@
 //
 // and the shared linear-attention contraction Y_i = Σ_j φ(q_i)ᵀφ(k_j) v_j / (Σ_j φ(q_i)ᵀφ(k_j) + δ).
 //
-// Stabilisers as in the references: queries subtract their own row maximum c_q, keys one maximum
-// c_k over all positions of a (batch, head). Both cancel in the ratio — except through δ, and c_k
-// looks at future keys. So δ is handed to the contraction on the *un-stabilised* scale,
-// δ·e^(−c_q−c_k): the ratio is then exactly the un-stabilised one, causal outputs do not depend on
-// future keys at all, and the zero gradient of the maxima is exact. The exponent of that δ is clipped
-// to [−69, 69] (e^±69 ≈ 1e±30): the lower bound keeps the denominator > 0 when every feature
-// product underflows (huge-norm inputs; the output is then 0), the upper bound only bites where the
-// true denominator is < 1e−30·δ of the δ term, i.e. where the output is already 0 to float precision.
+// Stabilisers: every row (query or key) subtracts its own maximum exponent (the references' query
+// stabiliser); keys are then brought to one shared scale by the contraction (featureMapAttention: a
+// maximum over all positions, as the references' key stabiliser; featureMapStep: a running maximum,
+// exact for decoding). δ goes in on the un-stabilised scale, so causal outputs do not depend on
+// future keys at all and the zero gradient of the maxima is exact (see linear-attention.ts).
 // Deviation from the references: no ε is added to the features (they add 1e−6 or 1e−4, which
 // biases the kernel and, for keys, depends on the global maximum).
 import * as tf from '@tensorflow/tfjs';
@@ -20,11 +17,9 @@ import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
-import { linearAttention } from './linear-attention.ts';
+import { featureMapAttention, featureMapMethods, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule, OptionSpecs } from './types.ts';
-
-const LOG_DELTA_BOUND = 69;
 
 /** Options shared by Performer and DARKFormer (the names the registry validates). */
 export const favorOptionSpecs: OptionSpecs = {
@@ -109,6 +104,15 @@ export interface FavorOptions {
 }
 
 /**
+ * The FAVOR+ feature maps of inputs mapped to x̃ by `toTilde` (Performer: d^(−1/4)x; DARKFormer:
+ * M d^(−1/4)x), with projection omega [H, r, m]: row-stabilised positive random features.
+ */
+export function favorFeatureMaps(toTilde: (x: tf.Tensor4D) => tf.Tensor4D, omega: tf.Tensor): FeatureMaps {
+  const side = (x: tf.Tensor4D) => positiveRandomFeatures(toTilde(x), omega, { stabilizer: 'row' });
+  return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, query: side, key: side };
+}
+
+/**
  * FAVOR+ on already-scaled inputs x̃ (q̃, k̃ [B, H, L, r]) with projection omega [H, r, m].
  */
 export function favorAttention(
@@ -118,21 +122,7 @@ export function favorAttention(
   omega: tf.Tensor,
   opts: FavorOptions,
 ): tf.Tensor4D {
-  return tf.tidy(() => {
-    const query = positiveRandomFeatures(qTilde, omega, { stabilizer: 'row' });
-    // Padded keys (keyMask 0) still take part in the key maximum; the result does not depend on
-    // it, they can only push real keys' features towards underflow.
-    const key = positiveRandomFeatures(kTilde, omega, { stabilizer: 'global' });
-    const logDelta = opts.delta > 0 ? Math.log(opts.delta) : -Infinity;
-    const exponent = tf.sub(tf.sub(tf.scalar(logDelta), query.shift), key.shift); // [B, H, L, 1]
-    const delta = tf.exp(tf.clipByValue(exponent, -LOG_DELTA_BOUND, LOG_DELTA_BOUND));
-    return linearAttention(query.features, key.features, v, {
-      causal: opts.causal,
-      chunkSize: opts.chunkSize,
-      delta,
-      keyMask: opts.keyMask,
-    });
-  });
+  return featureMapAttention(favorFeatureMaps((x) => x, omega), qTilde, kTilde, v, opts);
 }
 
 /** Performer and DARKFormer modules: the attention interface plus read-outs for diagnostics and tests. */
@@ -166,7 +156,7 @@ registerAttention('performer', {
   description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
   options: favorOptionSpecs,
   create(config, options): RandomFeatureModule {
-    const { numHeads, headDim, causal } = config;
+    const { numHeads, headDim } = config;
     const features = options.features as number;
     const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
       heads: numHeads,
@@ -175,7 +165,11 @@ registerAttention('performer', {
       orthogonal: options.orthogonal as boolean,
     });
     const scale = headDim ** -0.25;
-    const favor = { causal, chunkSize: options.chunkSize as number, delta: options.delta as number };
+    const maps = favorFeatureMaps((x) => tf.mul(x, scale), projection.variable);
+    const methods = featureMapMethods('performer', config, () => maps, {
+      chunkSize: options.chunkSize as number,
+      delta: options.delta as number,
+    });
     return {
       name: 'performer',
       options,
@@ -183,10 +177,10 @@ registerAttention('performer', {
       buffers: [projection.variable],
       apply(q, k, v, opts: ApplyOptions = {}) {
         checkAttentionShapes('performer', numHeads, headDim, q, k, v);
-        return tf.tidy(() =>
-          favorAttention(tf.mul(q, scale), tf.mul(k, scale), v, projection.variable, { ...favor, keyMask: opts.keyMask }),
-        );
+        return methods.apply(q, k, v, opts);
       },
+      initState: methods.initState,
+      step: methods.step,
       featureMap(x) {
         return tf.tidy(() => positiveRandomFeatures(tf.mul(x, scale), projection.variable).features);
       },

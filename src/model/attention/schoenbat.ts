@@ -23,7 +23,7 @@ import { l2Normalize, namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
 import { DEFAULT_MAX_DEGREE, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
 import type { MaclaurinKernel } from '../features/random-maclaurin.ts';
-import { linearAttention } from './linear-attention.ts';
+import { featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -66,18 +66,25 @@ registerAttention('schoenbat', {
     const clampMin = options.denominatorClamp === 'reference' ? 1 : featureMap.kernelValue(-1 / Math.sqrt(config.headDim));
     const gamma = namedVariable(config.scope, 'postSbnGamma', tf.ones([1]), true);
     const beta = namedVariable(config.scope, 'postSbnBeta', tf.zeros([config.headDim]), true);
+    // Pre-SBN and post-SBN act per position, so the recurrent form is the plain feature-map one.
+    const side = (x: tf.Tensor4D) => ({ features: featureMap.apply(tf.mul(preSbn(x), inputScale)) as tf.Tensor4D });
+    const maps = { featureDim: options.features as number, shiftedKeys: false, query: side, key: side };
+    const methods = featureMapMethods('schoenbat', config, () => maps, { chunkSize, clampMin });
+    const postSbn = (attended: tf.Tensor4D) => tf.tidy(() => tf.add(tf.mul(attended, gamma), beta) as tf.Tensor4D);
     return {
       name: 'schoenbat',
       options,
       trainableVariables: [gamma, beta],
       buffers: [featureMap.projections],
       apply(q, k, v, opts = {}) {
-        return tf.tidy(() => {
-          const phiQ = featureMap.apply(tf.mul(preSbn(q), inputScale)) as tf.Tensor4D;
-          const phiK = featureMap.apply(tf.mul(preSbn(k), inputScale)) as tf.Tensor4D;
-          const attended = linearAttention(phiQ, phiK, v, { causal: config.causal, chunkSize, clampMin, keyMask: opts.keyMask });
-          return tf.add(tf.mul(attended, gamma), beta) as tf.Tensor4D;
-        });
+        return tf.tidy(() => postSbn(methods.apply(q, k, v, opts)));
+      },
+      initState: methods.initState,
+      step(q, k, v, state, position) {
+        const { out, state: next } = methods.step(q, k, v, state, position);
+        const scaled = postSbn(out);
+        out.dispose();
+        return { out: scaled, state: next };
       },
       dispose() {
         featureMap.dispose();

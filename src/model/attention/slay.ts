@@ -23,7 +23,7 @@ import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { l2Normalize, namedVariable, projectPerHead } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
-import { linearAttention } from './linear-attention.ts';
+import { featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionConfig, AttentionModule } from './types.ts';
 
@@ -126,6 +126,8 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     });
   }
 
+  const side = (x: tf.Tensor4D) => ({ features: features(x) });
+  const maps = { featureDim, shiftedKeys: false, query: side, key: side };
   return {
     name: 'slay',
     options: { ...options },
@@ -134,11 +136,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     quadrature: { scales, weights },
     featureDim,
     features,
-    apply(q, k, v, opts = {}) {
-      return tf.tidy(() =>
-        linearAttention(features(q), features(k), v, { causal: config.causal, chunkSize, delta, keyMask: opts.keyMask }),
-      );
-    },
+    ...featureMapMethods('slay', config, () => maps, { chunkSize, delta }),
     dispose() {
       polyMap?.dispose();
       for (const omega of omegas) omega.dispose();

@@ -1,6 +1,7 @@
 // softmax: exact scaled dot-product attention, causal by a constant additive mask.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -12,6 +13,16 @@ registerAttention('softmax', {
   create(config): AttentionModule {
     const masks = new ConstantCache();
     const scale = 1 / Math.sqrt(config.headDim);
+    // q [B, H, Lq, D] against keys/values [B, H, Lk, D]; `additiveMask` broadcasts to [B, H, Lq, Lk].
+    const attend = (q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, additiveMask?: tf.Tensor) =>
+      tf.tidy(() => {
+        const [b, h, lq, d] = q.shape;
+        const lk = k.shape[2];
+        let scores: tf.Tensor = tf.reshape(tf.mul(batchMatMul(flattenHeads(q), flattenHeads(k), false, true), scale), [b, h, lq, lk]);
+        if (additiveMask) scores = tf.add(scores, additiveMask);
+        const weights = tf.reshape(tf.softmax(scores), [b * h, lq, lk]);
+        return tf.reshape(batchMatMul(weights, flattenHeads(v)), [b, h, lq, d]) as tf.Tensor4D;
+      });
     return {
       name: 'softmax',
       options: {},
@@ -19,19 +30,17 @@ registerAttention('softmax', {
       buffers: [],
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => {
-          const [b, h, l, d] = q.shape;
-          let scores: tf.Tensor = tf.reshape(
-            tf.mul(batchMatMul(flattenHeads(q), flattenHeads(k), false, true), scale),
-            [b, h, l, l],
-          );
-          if (config.causal) {
-            scores = tf.add(scores, masks.get(`causal${l}`, () => tf.mul(tf.sub(1, causalMask01(l)), NEG)));
+          const [b, , l] = q.shape;
+          let mask: tf.Tensor | undefined;
+          if (config.causal) mask = masks.get(`causal${l}`, () => tf.mul(tf.sub(1, causalMask01(l)), NEG));
+          if (opts.keyMask) {
+            const padding = tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG);
+            mask = mask ? tf.add(mask, padding) : padding;
           }
-          if (opts.keyMask) scores = tf.add(scores, tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG));
-          const weights = tf.reshape(tf.softmax(scores), [b * h, l, l]);
-          return tf.reshape(batchMatMul(weights, flattenHeads(v)), [b, h, l, d]) as tf.Tensor4D;
+          return attend(q, k, v, mask);
         });
       },
+      ...kvCacheMethods('softmax', config, (q, keys, values) => attend(q, keys, values)),
       dispose: () => masks.dispose(),
     };
   },

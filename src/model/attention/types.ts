@@ -29,7 +29,30 @@ export interface AttentionModule {
   readonly buffers: tf.Variable[];
   /** Called by the trainer once per optimizer step; mechanisms with a redraw interval redraw here. */
   onTrainStep?(step: number): void;
+  /**
+   * Incremental (decoding) form, causal mechanisms only: the state before position 0 of `batch`
+   * sequences of at most `maxLength` positions (cosFormer with reweightLength 0 uses it as M).
+   */
+  initState(batch: number, maxLength: number): AttentionState;
+  /**
+   * One position: q, k, v [batch, heads, 1, headDim] at `position` (0, 1, 2, … in order). Returns the
+   * output there — equal to the causal apply's at that position — and the next state. The given
+   * state is left intact: the caller disposes it (tf.dispose(state.tensors)) once done with it.
+   */
+  step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number): { out: tf.Tensor4D; state: AttentionState };
   dispose(): void;
+}
+
+/**
+ * What an attention layer carries between decoding steps: for linear mechanisms the running sums
+ * Σ φ(k)[v, 1]ᵀ (size independent of position), for softmax and exact Yat a key/value cache.
+ */
+export interface AttentionState {
+  /** Positions this state may see: 0 … maxLength − 1. */
+  readonly maxLength: number;
+  /** Positions consumed so far. */
+  readonly length: number;
+  readonly tensors: Readonly<Record<string, tf.Tensor>>;
 }
 
 /** Declarative description of one option: type, default, bounds. */

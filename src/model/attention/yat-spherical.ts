@@ -3,6 +3,7 @@
 // Y = KV / (K·1 + δ) — not a softmax. Future keys get weight 0.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads, l2Normalize } from '../ops.ts';
+import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -16,6 +17,20 @@ registerAttention('yat-spherical', {
     const epsilon = options.epsilon as number;
     const delta = options.delta as number;
     const masks = new ConstantCache();
+    // Unit queries q̂ [B, H, Lq, D] against unit keys k̂ and values [B, H, Lk, D]; `mask01` (1 = attend)
+    // broadcasts to [B, H, Lq, Lk].
+    const attend = (qUnit: tf.Tensor4D, kUnit: tf.Tensor4D, v: tf.Tensor4D, mask01?: tf.Tensor) =>
+      tf.tidy(() => {
+        const [b, h, lq, d] = qUnit.shape;
+        const lk = kUnit.shape[2];
+        // Clipping x to [−1, 1] keeps C − 2x ≥ ε when rounding pushes q̂·k̂ just past 1.
+        const x = tf.clipByValue(batchMatMul(flattenHeads(qUnit), flattenHeads(kUnit), false, true), -1, 1);
+        let kernel: tf.Tensor = tf.reshape(tf.div(tf.square(x), tf.sub(2 + epsilon, tf.mul(x, 2))), [b, h, lq, lk]);
+        if (mask01) kernel = tf.mul(kernel, mask01);
+        const numerator = batchMatMul(tf.reshape(kernel, [b * h, lq, lk]), flattenHeads(v));
+        const denominator = tf.add(tf.reshape(tf.sum(kernel, -1, true), [b * h, lq, 1]), delta);
+        return tf.reshape(tf.div(numerator, denominator), [b, h, lq, d]) as tf.Tensor4D;
+      });
     return {
       name: 'yat-spherical',
       options,
@@ -23,18 +38,18 @@ registerAttention('yat-spherical', {
       buffers: [],
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => {
-          const [b, h, l, d] = q.shape;
-          // Clipping x to [−1, 1] keeps C − 2x ≥ ε when rounding pushes q̂·k̂ just past 1.
-          const x = tf.clipByValue(batchMatMul(flattenHeads(l2Normalize(q)), flattenHeads(l2Normalize(k)), false, true), -1, 1);
-          let kernel: tf.Tensor = tf.div(tf.square(x), tf.sub(2 + epsilon, tf.mul(x, 2)));
-          kernel = tf.reshape(kernel, [b, h, l, l]);
-          if (config.causal) kernel = tf.mul(kernel, masks.get(`causal${l}`, () => causalMask01(l)));
-          if (opts.keyMask) kernel = tf.mul(kernel, tf.reshape(opts.keyMask, [b, 1, 1, l]));
-          const numerator = batchMatMul(tf.reshape(kernel, [b * h, l, l]), flattenHeads(v));
-          const denominator = tf.add(tf.reshape(tf.sum(kernel, -1, true), [b * h, l, 1]), delta);
-          return tf.reshape(tf.div(numerator, denominator), [b, h, l, d]) as tf.Tensor4D;
+          const [b, , l] = q.shape;
+          let mask: tf.Tensor | undefined;
+          if (config.causal) mask = masks.get(`causal${l}`, () => causalMask01(l));
+          if (opts.keyMask) {
+            const padding = tf.reshape(opts.keyMask, [b, 1, 1, l]);
+            mask = mask ? tf.mul(mask, padding) : padding;
+          }
+          return attend(l2Normalize(q), l2Normalize(k), v, mask);
         });
       },
+      // The cache holds unit keys: normalisation is per key, so it is done once per position.
+      ...kvCacheMethods('yat-spherical', config, (q, keys, values) => attend(l2Normalize(q), keys, values), l2Normalize),
       dispose: () => masks.dispose(),
     };
   },

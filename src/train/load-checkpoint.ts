@@ -1,0 +1,73 @@
+// Loads a trained model for evaluation or generation from a model folder — a run's final/ folder or
+// a training checkpoint (both hold model.safetensors + recipe.json) — or from a run folder (its
+// final/). Reading and copying the tensors by name is finetune.ts's readModelFolder/loadWeights;
+// this file adds the eval-side checks (clear errors naming the folder) and builds the model.
+import { existsSync, statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../model/lm.ts';
+import { COMPLETE_MARKER } from './checkpoint.ts';
+import { loadWeights, MODEL_FILE, readModelFolder, RECIPE_FILE } from './finetune.ts';
+import type { Recipe } from './recipe.ts';
+import { modelConfigFromRecipe } from './trainer.ts';
+
+export interface LoadedModel {
+  /** The model folder the weights came from (absolute). */
+  dir: string;
+  model: LanguageModel;
+  recipe: Recipe;
+  /** The safetensors header metadata (tokenizer_sha256, step, …). */
+  metadata: Record<string, string>;
+}
+
+/** `dir` itself if it holds model.safetensors, else `<dir>/final`; errors name what is missing. */
+export function resolveModelFolder(dir: string): string {
+  const abs = path.resolve(dir);
+  if (!statSync(abs, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`checkpoint folder ${abs} does not exist`);
+  const candidate = existsSync(path.join(abs, MODEL_FILE)) ? abs : path.join(abs, 'final');
+  for (const file of [MODEL_FILE, RECIPE_FILE]) {
+    if (!existsSync(path.join(candidate, file))) {
+      throw new Error(
+        `checkpoint folder ${abs} is incomplete: ${path.join(candidate, file)} does not exist ` +
+          `(give a run's final/ folder, a checkpoint folder or a run folder; each model folder holds ${MODEL_FILE} and ${RECIPE_FILE})`,
+      );
+    }
+  }
+  // Training checkpoints are marked complete once fully written; final/ is renamed into place whole.
+  if (existsSync(path.join(candidate, 'state.json')) && !existsSync(path.join(candidate, COMPLETE_MARKER))) {
+    throw new Error(`checkpoint folder ${candidate} is incomplete (no ${COMPLETE_MARKER} marker: the save was interrupted); use an earlier one`);
+  }
+  return candidate;
+}
+
+/**
+ * Builds the model the folder was saved from (the config in the safetensors header; recipe.json's
+ * model section and the saved embedding's vocabulary as a fallback) and loads every parameter and
+ * buffer by name. Dropout is irrelevant here: evaluation and decoding run without it.
+ */
+export async function loadModel(dir: string): Promise<LoadedModel> {
+  const folder = resolveModelFolder(dir);
+  let recipe: Recipe;
+  try {
+    recipe = JSON.parse(await readFile(path.join(folder, RECIPE_FILE), 'utf8')) as Recipe;
+  } catch (err) {
+    throw new Error(`checkpoint folder ${folder}: ${RECIPE_FILE} cannot be read (${(err as Error).message})`);
+  }
+  const source = await readModelFolder(folder);
+  let config: LanguageModelConfig;
+  if (source.metadata.config) {
+    config = JSON.parse(source.metadata.config) as LanguageModelConfig;
+  } else {
+    const embedding = source.tensors.get('embed.tokens.weight');
+    if (!embedding) throw new Error(`checkpoint folder ${folder}: ${MODEL_FILE} has no 'embed.tokens.weight' and no config metadata`);
+    config = modelConfigFromRecipe(recipe, embedding.shape[0]);
+  }
+  const model = createLanguageModel(config);
+  try {
+    loadWeights(model, source);
+  } catch (err) {
+    model.dispose();
+    throw new Error(`checkpoint folder ${folder}: ${(err as Error).message}`);
+  }
+  return { dir: folder, model, recipe, metadata: source.metadata };
+}

@@ -1,0 +1,129 @@
+// Incremental decoding: next-token logits from the layers' recurrent states equal the full forward's
+// logits at every position; sampling honours temperature 0 (argmax) and top-k and matches
+// softmax(logits/T) in distribution; generate with temperature 0 equals greedy decoding by full forward.
+import * as tf from '@tensorflow/tfjs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { generateTokens, IncrementalDecoder, sampleToken } from '../../src/model/decode.ts';
+import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
+import { Rng } from '../../src/model/rng.ts';
+import { relL2 } from '../helpers/reference.ts';
+
+const VOCAB = 23;
+const MAX_LEN = 12;
+
+/** A tiny GPT with weights drawn larger than the init, so attention and position visibly matter. */
+function tinyGpt(attention: string, options: Record<string, unknown> = {}): LanguageModel {
+  const model = createLanguageModel({
+    kind: 'gpt', vocabSize: VOCAB, maxSeqLen: MAX_LEN, dModel: 16, numLayers: 2, numHeads: 2,
+    mlpRatio: 2, dropout: 0.1, bias: true, attention: { name: attention, options }, seed: 7,
+  });
+  const rng = new Rng(99);
+  for (const v of model.parameters().values()) {
+    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Array.from(rng.normalArray(v.size), (x) => 0.3 * x), v.shape))));
+  }
+  return model;
+}
+
+const MODELS: Array<[string, string, Record<string, unknown>]> = [
+  ['softmax', 'softmax', {}],
+  ['performer', 'performer', { features: 16, chunkSize: 4 }],
+  ['linear-elu', 'linear-elu', { chunkSize: 4 }],
+  ['cosformer (M = maxSeqLen)', 'cosformer', { chunkSize: 4, reweightLength: MAX_LEN }],
+];
+
+function randomIds(rng: Rng, n: number): number[] {
+  return Array.from({ length: n }, () => rng.int(VOCAB));
+}
+
+/** Greedy continuation recomputing the full forward over the whole prefix for every token. */
+function greedyByFullForward(model: LanguageModel, prompt: number[], count: number): number[] {
+  const ids = [...prompt];
+  for (let i = 0; i < count; i++) {
+    const row = tf.tidy(() => {
+      const logits = model.logits(tf.tensor2d([ids], [1, ids.length], 'int32'));
+      return tf.slice(logits, [0, ids.length - 1, 0], [1, 1, VOCAB]).dataSync();
+    });
+    ids.push(sampleToken(row, { temperature: 0, topK: 0 }, new Rng(0)));
+  }
+  return ids.slice(prompt.length);
+}
+
+describe.each(MODELS)('GPT with %s', (_, attention, options) => {
+  beforeAll(async () => {
+    await initBackend('cpu');
+  });
+
+  it('incremental logits equal the full forward at every position (batch of 2), without leaks', () => {
+    const model = tinyGpt(attention, options);
+    const rng = new Rng(3);
+    const rows = [randomIds(rng, MAX_LEN), randomIds(rng, MAX_LEN)];
+    const full = tf.tidy(() => model.logits(tf.tensor2d(rows, [2, MAX_LEN], 'int32')).arraySync());
+    const before = tf.memory().numTensors;
+    const decoder = new IncrementalDecoder(model, 2);
+    let worst = 0;
+    for (let t = 0; t < MAX_LEN; t++) {
+      const logits = decoder.feed([rows[0][t], rows[1][t]]);
+      const got = logits.arraySync();
+      logits.dispose();
+      worst = Math.max(worst, relL2(got, [full[0][t], full[1][t]]));
+    }
+    expect(worst).toBeLessThan(1e-5);
+    expect(() => decoder.feed([0, 0])).toThrow(/maxSeqLen 12 is reached/);
+    decoder.dispose();
+    expect(tf.memory().numTensors).toBe(before);
+    model.dispose();
+  });
+
+  it('generate at temperature 0 equals greedy decoding by full forward', () => {
+    const model = tinyGpt(attention, options);
+    const prompt = randomIds(new Rng(4), 3);
+    const { tokens, truncated } = generateTokens(model, prompt, { temperature: 0, topK: 50, maxNewTokens: 6, seed: 1 });
+    expect(truncated).toBe(false);
+    expect(tokens).toEqual(greedyByFullForward(model, prompt, 6));
+    model.dispose();
+  });
+});
+
+describe('sampling', () => {
+  beforeAll(async () => {
+    await initBackend('cpu');
+  });
+
+  it('temperature 0 is argmax; top-k never leaves the k most likely tokens', () => {
+    const logits = [0.1, 2, -1, 1.5, 1.9, 0];
+    expect(sampleToken(logits, { temperature: 0, topK: 0 }, new Rng(1))).toBe(1);
+    const rng = new Rng(2);
+    const seen = new Set<number>();
+    for (let i = 0; i < 300; i++) seen.add(sampleToken(logits, { temperature: 5, topK: 3 }, rng));
+    expect([...seen].sort()).toEqual([1, 3, 4]);
+  });
+
+  it('draws from softmax(logits / T): frequencies within 4 standard errors', () => {
+    const logits = [1, 0, -0.5, 2];
+    const temperature = 1.5;
+    const weights = logits.map((x) => Math.exp(x / temperature));
+    const total = weights.reduce((a, b) => a + b, 0);
+    const n = 4000;
+    const counts = new Array(logits.length).fill(0);
+    const rng = new Rng(5);
+    for (let i = 0; i < n; i++) counts[sampleToken(logits, { temperature, topK: 0 }, rng)]++;
+    weights.forEach((w, i) => {
+      const p = w / total;
+      expect(Math.abs(counts[i] / n - p)).toBeLessThan(4 * Math.sqrt((p * (1 - p)) / n));
+    });
+  });
+
+  it('the same seed gives the same sample; a BERT model is refused', () => {
+    const model = tinyGpt('linear-elu');
+    const opts = { temperature: 1, topK: 10, maxNewTokens: 5, seed: 11 };
+    expect(generateTokens(model, [1, 2], opts).tokens).toEqual(generateTokens(model, [1, 2], opts).tokens);
+    model.dispose();
+    const bert = createLanguageModel({
+      kind: 'bert', vocabSize: VOCAB, maxSeqLen: MAX_LEN, dModel: 8, numLayers: 1, numHeads: 1,
+      mlpRatio: 2, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 1,
+    });
+    expect(() => new IncrementalDecoder(bert)).toThrow(/needs a GPT \(causal\) model; this one is 'bert'/);
+    bert.dispose();
+  });
+});
