@@ -1,11 +1,15 @@
-// npm run train -- recipes/x.yaml [--key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run]
+// npm run train -- recipes/x.yaml [--key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run] [--resume auto|<folder>]
+import path from 'node:path';
 import { initBackend, parseBackend } from '../backend.ts';
 import { loadRecipe, RecipeError } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
 import { planRun, runTraining, validateRecipeModel } from '../train/trainer.ts';
+import { resolveResume, signalExitCode, TrainingStopped } from '../train/checkpoint.ts';
+import type { StopRequest } from '../train/checkpoint.ts';
+import { resolveInitFrom } from '../train/finetune.ts';
 
 const HELP = `Usage:
-  npm run train -- <recipe.yaml> [--section.key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run]
+  npm run train -- <recipe.yaml> [--section.key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run] [--resume auto|<folder>]
 
 Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
 on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final weights in …/final/.
@@ -14,7 +18,19 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
   --backend <name>      TensorFlow.js backend (overrides the recipe's 'backend')
   --dry-run             resolve the recipe, build the model plan and print parameters, tokens per epoch,
                         steps and a memory estimate; no training (dataset and tokenizer may be missing)
+  --resume <what>       continue a run exactly from a checkpoint in its own run folder: 'auto' = the newest
+                        complete checkpoint of the newest run folder of this recipe's name under train.runDir;
+                        or a run folder (its newest checkpoint) or a checkpoint folder (<run>/checkpoints/step-NNNNNN)
   -h, --help            show this help
+
+Finetuning (npm run finetune -- <recipe.yaml> is the same command): a recipe with initFrom: <model folder>
+(a run's final/, a checkpoint, a run folder, or auto:<recipe name> = the newest finished run of that recipe)
+starts from those weights, possibly with another model.attention; train.freeze: all-but-qkv trains only the
+q/k/v projections and the mechanism's own parameters. Example: recipes/demo/finetune-darkformer.yaml.
+
+Checkpoints go to <run>/checkpoints/step-NNNNNN/ every train.checkpointInterval steps and at the end.
+SIGINT/SIGTERM (Ctrl-C): the current step finishes, a checkpoint is saved, and the command to resume is
+printed (exit status 130/143); a second signal quits at once.
 
 Exit status: 0 done, 1 runtime error, 2 bad recipe or arguments.`;
 
@@ -25,6 +41,7 @@ interface Args {
   overrides: string[];
   backend: string | null;
   dryRun: boolean;
+  resume: string | null;
 }
 
 function parseArgs(argv: string[]): Args | null {
@@ -32,10 +49,15 @@ function parseArgs(argv: string[]): Args | null {
   const overrides: string[] = [];
   let backend: string | null = null;
   let dryRun = false;
+  let resume: string | null = null;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === '-h' || arg === '--help') return null;
     if (arg === '--dry-run') dryRun = true;
+    else if (arg === '--resume') {
+      if (i + 1 >= argv.length) throw new UsageError("--resume needs a value: 'auto', a run folder or a checkpoint folder");
+      resume = argv[++i];
+    } else if (arg.startsWith('--resume=')) resume = arg.slice('--resume='.length);
     else if (arg === '--backend') {
       if (i + 1 >= argv.length) throw new UsageError('--backend needs a value: wasm, cpu, auto or tensorflow');
       backend = argv[++i];
@@ -48,7 +70,7 @@ function parseArgs(argv: string[]): Args | null {
   }
   if (recipe === null) throw new UsageError('a recipe file is required');
   if (backend !== null) parseBackend(backend, '--backend');
-  return { recipe, overrides, backend, dryRun };
+  return { recipe, overrides, backend, dryRun, resume };
 }
 
 const MB = 1024 * 1024;
@@ -68,6 +90,10 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
     `vocab       ${fmt(m.vocabSize)} (${plan.vocabSource})`,
     `parameters  ${fmt(plan.parameters.total)} (${groups})`,
   ];
+  if (recipe.initFrom !== null || recipe.train.freeze !== 'none') {
+    const from = recipe.initFrom === null ? 'no initFrom' : `initFrom ${resolveInitFrom(recipe.initFrom, recipe.train.runDir)}`;
+    out.push(`finetune    ${from}; train.freeze ${JSON.stringify(recipe.train.freeze)}`);
+  }
   const { batchSize, gradAccum } = recipe.train;
   if (plan.epoch) {
     out.push(`data        tokens per epoch ${fmt(plan.epoch.tokens)} (${plan.epoch.exact ? 'exact' : 'estimated'}) = ${fmt(plan.epoch.batches)} batches of ${batchSize}×${recipe.data.seqLen}`);
@@ -125,13 +151,47 @@ async function main(): Promise<number> {
     }
   }
   try {
+    const resume = args.resume === null ? undefined : resolveResume(recipe, args.resume);
     await initBackend(backend);
-    await runTraining(recipe);
+    await runWithSignals(recipe, args, resume);
     return 0;
   } catch (err) {
+    if (err instanceof TrainingStopped) {
+      console.error(`train: ${err.message}\nresume with: ${resumeCommand(args, err.checkpointDir)}`);
+      return signalExitCode(err.signal);
+    }
     console.error(`train: ${(err as Error).message}`);
     if (process.env.SLAYFORMER_DEBUG) console.error((err as Error).stack);
     return 1;
+  }
+}
+
+/** The exact command that continues from `checkpointDir` (same recipe, overrides and backend). */
+function resumeCommand(args: Args, checkpointDir: string): string {
+  const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+  const relative = path.relative(process.cwd(), checkpointDir);
+  const parts = [args.recipe, ...args.overrides, ...(args.backend ? ['--backend', args.backend] : []), '--resume', relative.startsWith('..') ? checkpointDir : relative];
+  return `npm run train -- ${parts.map(quote).join(' ')}`;
+}
+
+/** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
+async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined): Promise<void> {
+  const stop: StopRequest = { signal: null };
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stop.signal) {
+      console.error(`train: second ${signal}: quitting without a checkpoint`);
+      process.exit(signalExitCode(signal));
+    }
+    stop.signal = signal;
+    console.error(`train: ${signal} received: finishing the current step and saving a checkpoint (send it again to quit at once)`);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    await runTraining(recipe, { resume, stop });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
   }
 }
 

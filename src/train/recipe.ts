@@ -7,10 +7,13 @@ import YAML from 'yaml';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
+import { freezeProblem } from './finetune.ts';
+import type { FreezeSpec } from './finetune.ts';
 
 export interface Recipe {
   name: string; // defaults to the recipe file's base name
   backend: 'auto' | 'tensorflow' | 'wasm' | 'cpu';
+  initFrom: string | null;
   model: {
     kind: 'gpt' | 'bert';
     dModel: number;
@@ -45,6 +48,7 @@ export interface Recipe {
     eps: number;
     decayEmbeddings: boolean;
     clip: number;
+    freeze: FreezeSpec;
     seed: number;
     maxTokens: number | null;
     evalInterval: number;
@@ -52,6 +56,7 @@ export interface Recipe {
     logInterval: number;
     checkpointInterval: number;
     keepCheckpoints: number;
+    nanPolicy: 'stop' | 'skip';
     runDir: string;
   };
   wandb: { enabled: boolean | 'auto'; project: string; entity: string | null; runName: string | null };
@@ -75,7 +80,8 @@ export type FieldType =
   | { kind: 'enum'; values: readonly (string | boolean)[] }
   | { kind: 'bool' }
   | { kind: 'attentionName' } // any name in the attention registry
-  | { kind: 'attentionOptions' }; // a mapping checked against the registry's specs for model.attention.name
+  | { kind: 'attentionOptions' } // a mapping checked against the registry's specs for model.attention.name
+  | { kind: 'custom'; text: string; check(value: unknown): string | null }; // check: null = valid, else what the value must be
 
 /** A default computed from the rest of the recipe (documented by `doc`). */
 export interface DerivedDefault {
@@ -106,6 +112,12 @@ const oneOf = (...values: (string | boolean)[]): FieldType => ({ kind: 'enum', v
 export const RECIPE_SCHEMA = {
   name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`.' },
   backend: { type: oneOf('auto', 'tensorflow', 'wasm', 'cpu'), default: 'auto', doc: 'TensorFlow.js backend. `auto` = tensorflow (tfjs-node-gpu) if installed, else wasm.' },
+  initFrom: {
+    type: str,
+    nullable: true,
+    default: null,
+    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), or `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
+  },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
   'model.dModel': { type: int(1), default: 128, doc: 'Width of the residual stream; must be divisible by `model.numHeads`.' },
@@ -139,13 +151,19 @@ export const RECIPE_SCHEMA = {
   'train.eps': { type: num({ exclusiveMin: 0 }), default: 1e-8, doc: 'AdamW ε.' },
   'train.decayEmbeddings': { type: bool, default: false, doc: 'Apply weight decay to the embedding tables too.' },
   'train.clip': { type: num({ min: 0 }), default: 1, doc: 'Global gradient-norm clip (0 = off).' },
+  'train.freeze': {
+    type: { kind: 'custom', text: '`none` \\| `all-but-qkv` \\| list of globs', check: freezeProblem },
+    default: 'none',
+    doc: 'Parameters kept fixed (no gradient, no optimizer state): `none`; `all-but-qkv` = train only the attention q, k, v projections (weights and biases) and the mechanism\'s own parameters (DARKFormer\'s M, SchoenbAt\'s γ, β); or a list of name globs whose matches are frozen, e.g. `["embed.*", "blocks.0.*"]` (`*` = any characters; each glob must match a parameter). The log prints both counts.',
+  },
   'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
   'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
   'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs (0 = only at the end).' },
   'train.evalTokens': { type: int(1), default: 32768, doc: 'Validation tokens per evaluation (read from the start of the validation split, same every time).' },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },
-  'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in the run folder.' },
+  'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in `<run>/checkpoints/`, plus the one with the lowest validation loss (among checkpoints taken at a validation step).' },
+  'train.nanPolicy': { type: oneOf('stop', 'skip'), default: 'stop', doc: 'A NaN or infinite loss or gradient norm: `stop` = end the run with an error naming the step (the weights are not updated, the last checkpoint stays intact); `skip` = drop that update and go on.' },
   'train.runDir': { type: filePath, default: 'runs', doc: 'Folder that holds the run folders.' },
 
   'wandb.enabled': { type: oneOf(true, false, 'auto'), default: 'auto', doc: 'Send the metric records to Weights & Biases; `auto` = when `WANDB_API_KEY` is set.' },
@@ -340,6 +358,10 @@ function checkType(key: string, spec: FieldSpec, value: unknown): string | null 
       return typeof value === 'string' && attentionNames().includes(value) ? null : fail(`one of ${attentionNames().join(', ')}`);
     case 'attentionOptions': // "options:" with nothing under it is null in YAML: no options
       return value === null || isMapping(value) ? null : fail('a mapping of attention options');
+    case 'custom': {
+      const expected = type.check(value);
+      return expected === null ? null : fail(expected);
+    }
   }
 }
 
@@ -488,6 +510,9 @@ function typeText(spec: FieldSpec): string {
       break;
     case 'attentionOptions':
       text = 'mapping';
+      break;
+    case 'custom':
+      text = t.text;
       break;
   }
   return spec.nullable ? `${text} or \`null\`` : text;

@@ -20,6 +20,9 @@ import { learningRate } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
 import { encodeSafetensors } from './safetensors.ts';
+import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
+import type { StopRequest } from './checkpoint.ts';
+import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 
 export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
@@ -55,6 +58,8 @@ export interface StepResult {
   gradNorm: number;
   /** Labelled tokens in the step. */
   tokens: number;
+  /** False when the loss or gradient norm was NaN/Inf: then nothing was updated (not even AdamW's step count). */
+  applied: boolean;
 }
 
 /**
@@ -67,10 +72,10 @@ export async function trainStep(
   model: LanguageModel,
   optimizer: AdamW,
   microBatches: readonly ModelBatch[],
-  opts: { lr: number; clip: number; dropoutSeed: number | null },
+  opts: { lr: number; clip: number; dropoutSeed: number | null; /** Only these get gradients (train.freeze); default all parameters. */ trainable?: Map<string, tf.Variable> },
 ): Promise<StepResult> {
   if (microBatches.length === 0) throw new Error('trainStep: no micro-batch');
-  const variables = [...model.parameters().values()];
+  const variables = [...(opts.trainable ?? model.parameters()).values()];
   const total = microBatches.reduce((n, b) => n + labelledCount(b), 0);
   if (total === 0) throw new Error('trainStep: the micro-batches hold no labelled token');
   let accumulated: Record<string, tf.Tensor> | null = null;
@@ -91,6 +96,13 @@ export async function trainStep(
       losses.push(out.value);
     }
     const grads = new Map(Object.entries(accumulated as Record<string, tf.Tensor>));
+    // A NaN/Inf loss or gradient norm is caught before the update, so weights and moments stay as they were.
+    const checked = tf.tidy(() => [clipByGlobalNorm(grads, 0).norm, tf.addN(losses)]);
+    const [checkedNorm, checkedLoss] = await Promise.all(checked.map((t) => t.data()));
+    tf.dispose(checked);
+    if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
+      return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
+    }
     const results = tf.tidy(() => {
       const { grads: clipped, norm } = clipByGlobalNorm(grads, opts.clip);
       optimizer.applyGradients(clipped, opts.lr);
@@ -98,7 +110,7 @@ export async function trainStep(
     });
     const [norm, loss] = await Promise.all(results.map((t) => t.data()));
     tf.dispose(results);
-    return { loss: loss[0], gradNorm: norm[0], tokens: total };
+    return { loss: loss[0], gradNorm: norm[0], tokens: total, applied: true };
   } finally {
     if (accumulated) tf.dispose(accumulated);
     tf.dispose(losses);
@@ -266,9 +278,14 @@ export type TrainLogger = Pick<RunLogger, 'dir' | 'log' | 'line' | 'finish'>;
  * train.evalInterval steps and at the end, final weights in <run>/final/. The backend must already
  * be initialised (initBackend). train.maxTokens counts input tokens (batchSize × seqLen per batch)
  * and is capped at one epoch; tokens/s counts input tokens too (BERT: not only the masked ones).
+ * Checkpoints (checkpoint.ts) every train.checkpointInterval steps and at the end; `resume` continues exactly from
+ * one in its own run folder; `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
  */
 
-export async function runTraining(recipe: Recipe, opts: { logger?: TrainLogger } = {}): Promise<TrainResult> {
+export async function runTraining(
+  recipe: Recipe,
+  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
+): Promise<TrainResult> {
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const modelConfig = modelConfigFromRecipe(recipe, tokenizer.vocabSize);
   const base = streamOptions(recipe, tokenizer);
@@ -278,16 +295,31 @@ export async function runTraining(recipe: Recipe, opts: { logger?: TrainLogger }
   const batchesPlanned = plannedBatches(recipe, epoch.batches);
   const totalSteps = Math.max(1, Math.ceil(batchesPlanned / gradAccum));
   const evalBatches = await collectEvalBatches(base, recipe.train.evalTokens);
-  const logger: TrainLogger = opts.logger ?? (await RunLogger.create(recipe));
+  const resumed = opts.resume ? await loadCheckpoint(opts.resume) : null;
+  const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
+  if (resumed && resumed.state.step >= totalSteps) {
+    throw new Error(`checkpoint ${resumed.dir} is at step ${resumed.state.step}, the end of this recipe's ${totalSteps} steps: nothing to resume (raise train.maxTokens to train longer)`);
+  }
+  const logger: TrainLogger =
+    opts.logger ?? (await RunLogger.create(recipe, resumed ? { resumeDir: resumed.runDir, resumeStep: resumed.state.step } : {}));
+  const checkpoints = new CheckpointWriter(logger.dir, recipe, { path: tokenizer.path, sha256: tokenizer.sha256 }, resumed, (t) => logger.line(t));
   const model = createLanguageModel(modelConfig);
-  const optimizer = new AdamW(model.parameters(), {
+  // initFrom and whitening are skipped on resume: the checkpoint restores every tensor.
+  const finetune = await prepareFinetune(model, recipe, {
+    tokenizerSha256: tokenizer.sha256, calibration: { ...base, split: 'train' }, line: (t) => logger.line(t), skipInit: resumed !== null,
+  }).catch((err) => {
+    model.dispose();
+    throw err;
+  });
+  const optimizer = new AdamW(finetune.trainable, {
     beta1: recipe.train.beta1,
     beta2: recipe.train.beta2,
     eps: recipe.train.eps,
     weightDecay: recipe.train.weightDecay,
     decayEmbeddings: recipe.train.decayEmbeddings,
   });
-  const stream = await openBatchStream({ ...base, split: 'train' });
+  if (resumed) restoreCheckpoint(resumed, model, optimizer);
+  const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor });
   const schedule = { lr: recipe.train.lr, minLr: recipe.train.minLr, schedule: recipe.train.schedule, warmupSteps: recipe.train.warmupSteps, totalSteps };
   const parameterCount = [...model.parameters().values()].reduce((n, v) => n + v.size, 0);
   logger.line(
@@ -295,13 +327,21 @@ export async function runTraining(recipe: Recipe, opts: { logger?: TrainLogger }
       `${totalSteps} steps of ${batchSize}×${gradAccum}×${seqLen} tokens (epoch ≈ ${epoch.tokens.toLocaleString('en-US')} tokens${epoch.exact ? '' : ', estimated'}); backend ${tf.getBackend()}`,
   );
 
-  const started = performance.now();
-  let trainSeconds = 0;
-  let tokens = 0;
-  let batchesSeen = 0;
-  let step = 0;
-  let window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
+  const restored = resumed?.state;
+  if (resumed) {
+    logger.line(`resumed from ${resumed.dir} at step ${restored!.step}${changedKeys.length ? ` (recipe keys changed since: ${changedKeys.join(', ')})` : ''}`);
+  }
+  const started = performance.now() - (restored?.elapsedS ?? 0) * 1000;
+  let trainSeconds = restored?.trainSeconds ?? 0;
+  let tokens = restored?.tokens ?? 0;
+  let batchesSeen = restored?.batchesSeen ?? 0;
+  let step = restored?.step ?? 0;
+  let window = restored ? { ...restored.window } : { loss: 0, steps: 0, tokens: 0, seconds: 0 };
+  let skippedSteps = restored?.skippedSteps ?? 0;
+  let lastVal: { step: number; loss: number } | null = null;
   const elapsed = () => (performance.now() - started) / 1000;
+  const saveCheckpoint = () =>
+    checkpoints.save(model, optimizer, stream.cursor(), { step, tokens, batchesSeen, trainSeconds, elapsedS: elapsed(), window, skippedSteps }, lastVal?.step === step ? lastVal.loss : null);
 
   const validate = async (): Promise<EvalResult> => {
     const result = await evaluate(model, evalBatches);
@@ -311,12 +351,14 @@ export async function runTraining(recipe: Recipe, opts: { logger?: TrainLogger }
       epoch_fraction: batchesSeen / Math.max(1, epoch.batches),
     };
     logger.log(record);
+    lastVal = { step, loss: result.loss };
     logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} (${result.tokens} tokens)`);
     return result;
   };
 
   let finalVal: EvalResult;
   try {
+    if (finetune.initFrom !== null && step === 0) await validate(); // the loaded model before finetuning
     while (step < totalSteps) {
       const micro: Batch[] = [];
       while (micro.length < gradAccum && batchesSeen < batchesPlanned) {
@@ -333,15 +375,24 @@ export async function runTraining(recipe: Recipe, opts: { logger?: TrainLogger }
         lr,
         clip: recipe.train.clip,
         dropoutSeed: modelConfig.dropout > 0 ? deriveSeed(seed, `dropout/${step}`) : null,
+        trainable: finetune.trainable,
       });
       const seconds = (performance.now() - t0) / 1000;
-      if (!Number.isFinite(result.loss)) throw new Error(`training diverged at step ${step}: loss is ${result.loss}`);
+      if (!result.applied) {
+        const what = `step ${step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
+        if (recipe.train.nanPolicy === 'stop') {
+          const last = checkpoints.lastDir ? `the last good checkpoint is ${checkpoints.lastDir}` : 'no checkpoint was saved yet';
+          throw new Error(`training diverged at ${what}; the update was not applied and ${last} (train.nanPolicy: skip drops such updates instead)`);
+        }
+        skippedSteps++;
+        logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${skippedSteps} dropped so far)`);
+      }
       const stepTokens = micro.length * batchSize * seqLen;
       step++;
       tokens += stepTokens;
       trainSeconds += seconds;
-      window = { loss: window.loss + result.loss, steps: window.steps + 1, tokens: window.tokens + stepTokens, seconds: window.seconds + seconds };
-      if (step % recipe.train.logInterval === 0 || step === totalSteps) {
+      if (result.applied) window = { loss: window.loss + result.loss, steps: window.steps + 1, tokens: window.tokens + stepTokens, seconds: window.seconds + seconds };
+      if ((step % recipe.train.logInterval === 0 || step === totalSteps) && window.steps > 0) {
         const loss = window.loss / window.steps;
         const rate = window.tokens / window.seconds;
         const fraction = batchesSeen / Math.max(1, epoch.batches);
@@ -357,9 +408,15 @@ export async function runTraining(recipe: Recipe, opts: { logger?: TrainLogger }
         window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
       }
       if (recipe.train.evalInterval > 0 && step % recipe.train.evalInterval === 0 && step < totalSteps) await validate();
+      // A stop asked for during the last step just lets the run finish (final validation and save follow).
+      const signal = step < totalSteps ? (opts.stop?.signal ?? null) : null;
+      const interval = recipe.train.checkpointInterval;
+      if (signal || (interval > 0 && step % interval === 0 && step < totalSteps)) await saveCheckpoint();
+      if (signal) throw new TrainingStopped(signal, step, checkpoints.lastDir!, logger.dir);
     }
     finalVal = await validate();
-    const finalDir = await saveFinalModel(logger.dir, model, recipe, { tokenizer_sha256: tokenizer.sha256, step: String(step) });
+    await saveCheckpoint();
+    const finalDir = await saveFinalModel(logger.dir, model, recipe, { tokenizer_sha256: tokenizer.sha256, step: String(step), ...finetune.metadata });
     const summary = {
       steps: step, tokens, elapsed_s: elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
       val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, parameters: parameterCount, final: finalDir,

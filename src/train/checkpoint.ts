@@ -1,0 +1,409 @@
+// Checkpoints: `<run>/checkpoints/step-000100/` holds
+//   model.safetensors      parameters and the attention mechanisms' buffers (random projections), by stable name
+//   optimizer.safetensors  AdamW moments `m.<parameter>` and `v.<parameter>`; metadata.step = AdamW's step count
+//   cursor.json            the training stream's DataCursor (exact resume of the batch order)
+//   state.json             counters (step, tokens, batches, seconds, the logging window), validation losses,
+//                          the tokenizer's path and sha256
+//   recipe.json            the resolved recipe
+//   COMPLETE               written last; a folder without it is ignored by every reader
+// Nothing else is random: dropout masks are seeded by deriveSeed(train.seed, `dropout/<step>`) and the
+// Performer/DARKFormer projection in use is draw floor(step / redrawInterval), so both follow from the step.
+//
+// Writing is crash-safe: the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced, the folder is
+// fsynced and renamed to `step-000100`, the parent is fsynced, and only then COMPLETE is written (itself through a
+// temporary name, fsync and rename). A process killed at any moment leaves every earlier checkpoint complete.
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import type { DataCursor } from '../data/stream.ts';
+import type { LanguageModel } from '../model/lm.ts';
+import type { AdamW } from './optimizer.ts';
+import type { Recipe } from './recipe.ts';
+import { decodeSafetensors, encodeSafetensors } from './safetensors.ts';
+import type { NamedArray } from './safetensors.ts';
+
+export const CHECKPOINTS_DIR = 'checkpoints';
+export const COMPLETE_MARKER = 'COMPLETE';
+const STATE_VERSION = 1;
+
+/** Loop counters a resumed run continues from. */
+export interface TrainingCounters {
+  /** Optimizer steps done. */
+  step: number;
+  /** Input tokens trained on. */
+  tokens: number;
+  /** Micro-batches taken from the training stream. */
+  batchesSeen: number;
+  /** Seconds spent in train steps, and since the start of the run (both continue across resumes). */
+  trainSeconds: number;
+  elapsedS: number;
+  /** The partial logging window (sums since the last train record), so the next record averages the same steps. */
+  window: { loss: number; steps: number; tokens: number; seconds: number };
+  /** Updates dropped by train.nanPolicy = skip. */
+  skippedSteps: number;
+}
+
+export interface CheckpointState extends TrainingCounters {
+  version: number;
+  /** Validation loss measured at this step (null when no validation ran at this step). */
+  valLoss: number | null;
+  /** Lowest validation loss of the run so far. */
+  bestValLoss: number | null;
+  tokenizer: { path: string; sha256: string };
+  savedAt: string;
+}
+
+export interface CheckpointInput {
+  model: LanguageModel;
+  optimizer: AdamW;
+  cursor: DataCursor;
+  recipe: Recipe;
+  state: Omit<CheckpointState, 'version' | 'savedAt'>;
+}
+
+export interface CheckpointInfo {
+  dir: string;
+  step: number;
+}
+
+export function checkpointName(step: number): string {
+  return `step-${String(step).padStart(6, '0')}`;
+}
+
+const NAME_PATTERN = /^step-(\d{6,})$/;
+
+async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
+  const handle = await open(file, 'w');
+  try {
+    await handle.writeFile(data);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** fsync of a folder makes the names created or renamed in it durable (Linux, macOS). */
+async function syncDir(dir: string): Promise<void> {
+  if (process.platform === 'win32') return; // folders cannot be opened for fsync there; NTFS renames are journaled
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+async function tensorsOf(variables: Map<string, tf.Variable>, prefix = ''): Promise<Map<string, NamedArray>> {
+  const out = new Map<string, NamedArray>();
+  for (const [name, v] of variables) out.set(prefix + name, { shape: v.shape, data: (await v.data()) as Float32Array });
+  return out;
+}
+
+/** Writes the checkpoint of `input.state.step` under `<runDir>/checkpoints/` (see the top of this file); returns its folder. */
+export async function saveCheckpoint(runDir: string, input: CheckpointInput): Promise<string> {
+  const { model, optimizer, cursor, recipe, state } = input;
+  const parent = path.join(runDir, CHECKPOINTS_DIR);
+  await mkdir(parent, { recursive: true });
+  const name = checkpointName(state.step);
+  const tmp = path.join(parent, `.${name}.tmp-${process.pid}`);
+  const target = path.join(parent, name);
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp);
+  const header = {
+    format: 'slayformer',
+    kind: model.kind,
+    layout: 'linear weights are [in, out] (x·W)',
+    config: JSON.stringify(model.config),
+    tokenizer_sha256: state.tokenizer.sha256,
+    step: String(state.step),
+  };
+  const weights = await tensorsOf(new Map([...model.parameters(), ...model.buffers()]));
+  await writeFileSynced(path.join(tmp, 'model.safetensors'), encodeSafetensors(weights, header));
+  const adam = optimizer.getState();
+  const moments = new Map([...(await tensorsOf(adam.m, 'm.')), ...(await tensorsOf(adam.v, 'v.'))]);
+  await writeFileSynced(path.join(tmp, 'optimizer.safetensors'), encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) }));
+  await writeFileSynced(path.join(tmp, 'cursor.json'), JSON.stringify(cursor));
+  const full: CheckpointState = { version: STATE_VERSION, ...state, savedAt: new Date().toISOString() };
+  await writeFileSynced(path.join(tmp, 'state.json'), JSON.stringify(full, null, 2) + '\n');
+  await writeFileSynced(path.join(tmp, 'recipe.json'), JSON.stringify(recipe, null, 2) + '\n');
+  await syncDir(tmp);
+  // A folder of the same step can only be a leftover without COMPLETE (or one this step overwrites).
+  await rm(target, { recursive: true, force: true });
+  await rename(tmp, target);
+  await syncDir(parent);
+  const marker = path.join(target, `${COMPLETE_MARKER}.tmp`);
+  await writeFileSynced(marker, `${full.savedAt}\n`);
+  await rename(marker, path.join(target, COMPLETE_MARKER));
+  await syncDir(target);
+  return target;
+}
+
+/** Complete checkpoints of a run folder, oldest first (temporary and unmarked folders are ignored). */
+export function listCheckpoints(runDir: string): CheckpointInfo[] {
+  const parent = path.join(runDir, CHECKPOINTS_DIR);
+  if (!existsSync(parent)) return [];
+  const out: CheckpointInfo[] = [];
+  for (const entry of readdirSync(parent)) {
+    const match = NAME_PATTERN.exec(entry);
+    const dir = path.join(parent, entry);
+    if (match && existsSync(path.join(dir, COMPLETE_MARKER))) out.push({ dir, step: Number(match[1]) });
+  }
+  return out.sort((a, b) => a.step - b.step);
+}
+
+export interface LoadedCheckpoint {
+  dir: string;
+  /** The run folder the checkpoint belongs to (`<run>/checkpoints/<step>/` → `<run>`). */
+  runDir: string;
+  state: CheckpointState;
+  recipe: Recipe;
+  cursor: DataCursor;
+  weights: Map<string, NamedArray>;
+  optimizer: { step: number; m: Map<string, NamedArray>; v: Map<string, NamedArray> };
+}
+
+/** Reads a complete checkpoint folder; errors name the folder and the missing or bad file. */
+export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
+  const abs = path.resolve(dir);
+  if (!statSync(abs, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`checkpoint ${abs} does not exist`);
+  if (!existsSync(path.join(abs, COMPLETE_MARKER))) {
+    throw new Error(`checkpoint ${abs} is incomplete (no ${COMPLETE_MARKER} marker: the save was interrupted); use an earlier one`);
+  }
+  const file = (name: string) => path.join(abs, name);
+  const json = async <T>(name: string): Promise<T> => {
+    try {
+      return JSON.parse(await readFile(file(name), 'utf8')) as T;
+    } catch (err) {
+      throw new Error(`checkpoint ${abs}: ${name} cannot be read (${(err as Error).message})`);
+    }
+  };
+  const state = await json<CheckpointState>('state.json');
+  if (state.version !== STATE_VERSION) throw new Error(`checkpoint ${abs}: state.json version ${state.version} is not supported (expected ${STATE_VERSION})`);
+  const recipe = await json<Recipe>('recipe.json');
+  const cursor = await json<DataCursor>('cursor.json');
+  const weights = decodeSafetensors(await readFile(file('model.safetensors')), file('model.safetensors')).tensors;
+  const adam = decodeSafetensors(await readFile(file('optimizer.safetensors')), file('optimizer.safetensors'));
+  const m = new Map<string, NamedArray>();
+  const v = new Map<string, NamedArray>();
+  for (const [name, t] of adam.tensors) (name.startsWith('m.') ? m : v).set(name.slice(2), t);
+  const step = Number(adam.metadata.step);
+  if (!Number.isInteger(step)) throw new Error(`checkpoint ${abs}: optimizer.safetensors has no integer metadata 'step'`);
+  return { dir: abs, runDir: path.dirname(path.dirname(abs)), state, recipe, cursor, weights, optimizer: { step, m, v } };
+}
+
+/** Copies the checkpoint's weights and buffers into `model` and its moments into `optimizer` (names and shapes must match). */
+export function restoreCheckpoint(checkpoint: LoadedCheckpoint, model: LanguageModel, optimizer: AdamW): void {
+  const variables = new Map([...model.parameters(), ...model.buffers()]);
+  const missing = [...variables.keys()].filter((n) => !checkpoint.weights.has(n));
+  const extra = [...checkpoint.weights.keys()].filter((n) => !variables.has(n));
+  if (missing.length > 0 || extra.length > 0) {
+    throw new Error(
+      `checkpoint ${checkpoint.dir}: its tensors do not match the model` +
+        (missing.length ? `; missing ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ' …' : ''}` : '') +
+        (extra.length ? `; unexpected ${extra.slice(0, 5).join(', ')}${extra.length > 5 ? ' …' : ''}` : ''),
+    );
+  }
+  const toTensors = (arrays: Map<string, NamedArray>) => new Map([...arrays].map(([n, a]) => [n, tf.tensor(a.data, a.shape)] as const));
+  for (const [name, variable] of variables) {
+    const saved = checkpoint.weights.get(name)!;
+    if (!tf.util.arraysEqual(saved.shape, variable.shape)) {
+      throw new Error(`checkpoint ${checkpoint.dir}: '${name}' has shape [${saved.shape}] but the model has [${variable.shape}]`);
+    }
+    tf.tidy(() => variable.assign(tf.tensor(saved.data, saved.shape)));
+  }
+  const m = toTensors(checkpoint.optimizer.m);
+  const v = toTensors(checkpoint.optimizer.v);
+  try {
+    optimizer.setState(checkpoint.optimizer.step, m, v);
+  } finally {
+    tf.dispose([...m.values(), ...v.values()]);
+  }
+}
+
+/** Keys that must be equal for an exact resume: they fix the model's tensors or the data order. */
+const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
+  ['model.kind', (r) => r.model.kind],
+  ['model.dModel', (r) => r.model.dModel],
+  ['model.numLayers', (r) => r.model.numLayers],
+  ['model.numHeads', (r) => r.model.numHeads],
+  ['model.mlpRatio', (r) => r.model.mlpRatio],
+  ['model.maxSeqLen', (r) => r.model.maxSeqLen],
+  ['model.bias', (r) => r.model.bias],
+  ['model.attention.name', (r) => r.model.attention.name],
+  ['model.attention.options', (r) => r.model.attention.options],
+  ['data.seqLen', (r) => r.data.seqLen],
+  ['data.shuffleBuffer', (r) => r.data.shuffleBuffer],
+  ['train.batchSize', (r) => r.train.batchSize],
+  ['train.seed', (r) => r.train.seed],
+];
+
+/** Same value, whatever the order of object keys. */
+function canonical(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+}
+
+/**
+ * Refuses a resume whose recipe would build different tensors or a different data order than the checkpoint's
+ * (model shape, attention name/options, tokenizer file content, sequence length, batch size, seed); the error
+ * names every key that differs with both values. Returns the other keys that differ (e.g. train.lr), which a
+ * resume accepts.
+ */
+export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Recipe, tokenizerSha256: string): string[] {
+  const problems: string[] = [];
+  for (const [key, get] of RESUME_KEYS) {
+    const before = canonical(get(checkpoint.recipe));
+    const now = canonical(get(recipe));
+    if (before !== now) problems.push(`${key}: checkpoint ${before}, recipe ${now}`);
+  }
+  if (checkpoint.state.tokenizer.sha256 !== tokenizerSha256) {
+    problems.push(
+      `tokenizer: checkpoint used ${checkpoint.state.tokenizer.path} (sha256 ${checkpoint.state.tokenizer.sha256.slice(0, 12)}…), ` +
+        `recipe's ${recipe.data.tokenizer} has sha256 ${tokenizerSha256.slice(0, 12)}…`,
+    );
+  }
+  if (problems.length > 0) {
+    throw new Error(`cannot resume from ${checkpoint.dir}: the recipe differs from the checkpoint's in what fixes the model or the data order:\n  ${problems.join('\n  ')}`);
+  }
+  const flat = (r: Recipe) => {
+    const out = new Map<string, string>();
+    for (const [section, values] of Object.entries(r)) {
+      if (values && typeof values === 'object' && !Array.isArray(values)) {
+        for (const [k, v] of Object.entries(values)) out.set(`${section}.${k}`, canonical(v));
+      } else out.set(section, canonical(values));
+    }
+    return out;
+  };
+  const before = flat(checkpoint.recipe);
+  const changed: string[] = [];
+  for (const [key, value] of flat(recipe)) if (before.get(key) !== value) changed.push(key);
+  return changed;
+}
+
+/**
+ * Deletes checkpoints beyond the newest `keep`, except the one with the lowest validation loss (among checkpoints
+ * taken at a validation step), and leftovers of interrupted saves (temporary or unmarked folders) other than
+ * `exceptDir`. Returns the deleted folders.
+ */
+export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?: string): Promise<string[]> {
+  const parent = path.join(runDir, CHECKPOINTS_DIR);
+  if (!existsSync(parent)) return [];
+  const complete = listCheckpoints(runDir);
+  let best: CheckpointInfo | null = null;
+  let bestLoss = Infinity;
+  for (const c of complete) {
+    try {
+      const state = JSON.parse(await readFile(path.join(c.dir, 'state.json'), 'utf8')) as CheckpointState;
+      if (state.valLoss !== null && state.valLoss < bestLoss) {
+        bestLoss = state.valLoss;
+        best = c;
+      }
+    } catch {
+      // An unreadable state.json makes that checkpoint no candidate for "best"; it is still pruned by age.
+    }
+  }
+  const kept = new Set(complete.slice(-keep).map((c) => c.dir));
+  if (best) kept.add(best.dir);
+  if (exceptDir) kept.add(path.resolve(exceptDir));
+  const deleted: string[] = [];
+  for (const entry of readdirSync(parent)) {
+    const dir = path.join(parent, entry);
+    if (kept.has(dir)) continue;
+    await rm(dir, { recursive: true, force: true });
+    deleted.push(dir);
+  }
+  return deleted;
+}
+
+/** `<name>-YYYYMMDD-HHMMSS[-n]`, as RunLogger names run folders. */
+function runFolderOrder(name: string, entry: string): [string, number] | null {
+  const escaped = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/[.]/g, '\\.');
+  const match = new RegExp(`^${escaped}-(\\d{8}-\\d{6})(?:-(\\d+))?$`).exec(entry);
+  return match ? [match[1], Number(match[2] ?? 1)] : null;
+}
+
+/**
+ * The checkpoint `--resume <what>` names. `auto`: the newest complete checkpoint of the newest run folder of
+ * this recipe name under train.runDir. A run folder: its newest complete checkpoint. Else a checkpoint folder.
+ */
+export function resolveResume(recipe: Recipe, what: string): string {
+  if (what === 'auto') {
+    const parent = recipe.train.runDir;
+    const runs = (existsSync(parent) ? readdirSync(parent) : [])
+      .map((entry) => ({ entry, order: runFolderOrder(recipe.name, entry) }))
+      .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry)).isDirectory())
+      .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1));
+    if (runs.length === 0) throw new Error(`--resume auto: no run folder of recipe '${recipe.name}' in ${path.resolve(parent)}`);
+    const runDir = path.join(parent, runs.at(-1)!.entry);
+    const newest = listCheckpoints(runDir).at(-1);
+    if (!newest) {
+      throw new Error(`--resume auto: the newest run folder of '${recipe.name}', ${path.resolve(runDir)}, has no complete checkpoint; name a checkpoint folder instead`);
+    }
+    return newest.dir;
+  }
+  const abs = path.resolve(what);
+  if (!statSync(abs, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--resume ${what}: no such folder (give 'auto', a run folder or a checkpoint folder)`);
+  if (existsSync(path.join(abs, CHECKPOINTS_DIR))) {
+    const newest = listCheckpoints(abs).at(-1);
+    if (!newest) throw new Error(`--resume ${what}: the run folder has no complete checkpoint`);
+    return newest.dir;
+  }
+  return abs;
+}
+
+/** Set by the CLI's SIGINT/SIGTERM handlers; the training loop checks it after every step. */
+export interface StopRequest {
+  signal: NodeJS.Signals | null;
+}
+
+/** Thrown by runTraining after a stop request was honoured: the checkpoint of the last finished step is saved. */
+export class TrainingStopped extends Error {
+  constructor(
+    readonly signal: NodeJS.Signals,
+    readonly step: number,
+    readonly checkpointDir: string,
+    readonly runDir: string,
+  ) {
+    super(`stopped by ${signal} after step ${step}; checkpoint saved in ${checkpointDir}`);
+  }
+}
+
+/** The exit status of a process stopped by `signal` (128 + its number, as shells report it). */
+export function signalExitCode(signal: NodeJS.Signals): number {
+  return signal === 'SIGINT' ? 130 : signal === 'SIGTERM' ? 143 : 1;
+}
+
+/** What the training loop keeps between checkpoints: where they go, the best validation loss, the newest one. */
+export class CheckpointWriter {
+  bestValLoss: number | null;
+  /** The newest complete checkpoint of this run (the one resumed from, until a new one is saved). */
+  lastDir: string | null;
+
+  constructor(
+    private readonly runDir: string,
+    private readonly recipe: Recipe,
+    private readonly tokenizer: { path: string; sha256: string },
+    resumed: LoadedCheckpoint | null,
+    private readonly line: (text: string) => void = () => {},
+  ) {
+    this.bestValLoss = resumed?.state.bestValLoss ?? null;
+    this.lastDir = resumed?.dir ?? null;
+  }
+
+  /** Saves the checkpoint of `counters.step` (valLoss: the validation loss measured at that step, if any), then prunes. */
+  async save(model: LanguageModel, optimizer: AdamW, cursor: DataCursor, counters: TrainingCounters, valLoss: number | null): Promise<string> {
+    const t0 = performance.now();
+    if (valLoss !== null && (this.bestValLoss === null || valLoss < this.bestValLoss)) this.bestValLoss = valLoss;
+    const dir = await saveCheckpoint(this.runDir, {
+      model, optimizer, cursor, recipe: this.recipe,
+      state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer },
+    });
+    this.lastDir = dir;
+    await pruneCheckpoints(this.runDir, this.recipe.train.keepCheckpoints, dir);
+    this.line(`checkpoint step ${counters.step} saved in ${((performance.now() - t0) / 1000).toFixed(2)} s: ${dir}`);
+    return dir;
+  }
+}

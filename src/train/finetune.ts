@@ -1,0 +1,332 @@
+// Finetuning: start a run from saved weights (`initFrom`), possibly with a different attention
+// mechanism, and train only part of the parameters (`train.freeze`).
+//
+// Loading is by stable tensor name. Every parameter of the new model must come from the checkpoint
+// with the same shape, except the attention mechanism's own parameters when the mechanism changed
+// (they keep their documented initialisation: DARKFormer's M = identity, or with init 'whitening' an
+// estimate from two training batches; SchoenbAt's γ = 1, β = 0). Buffers (random projections) load
+// only when the mechanism and its options are unchanged; otherwise they come from the new
+// mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
+// previous mechanism's own tensors, which are dropped when the mechanism changed.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
+import { isDarkformerModule } from '../model/attention/darkformer.ts';
+import { openBatchStream } from '../data/stream.ts';
+import type { StreamOptions } from '../data/stream.ts';
+import type { Recipe } from './recipe.ts';
+import { CHECKPOINTS_DIR, COMPLETE_MARKER, listCheckpoints } from './checkpoint.ts';
+import { readSafetensors } from './safetensors.ts';
+import type { NamedArray } from './safetensors.ts';
+
+export const FREEZE_PRESETS = ['none', 'all-but-qkv'] as const;
+/** `none`, `all-but-qkv`, or globs over parameter names whose matches are frozen (`*` any run of characters, `?` one). */
+export type FreezeSpec = (typeof FREEZE_PRESETS)[number] | string[];
+
+export const MODEL_FILE = 'model.safetensors';
+export const RECIPE_FILE = 'recipe.json';
+/** `initFrom: auto:<recipe name>` = the newest finished run of that recipe under train.runDir. */
+export const AUTO_PREFIX = 'auto:';
+/** Training batches whose queries and keys estimate DARKFormer's whitening init. */
+export const WHITENING_BATCHES = 2;
+
+/** Null when `value` is a valid train.freeze, else what it should be (for the recipe's error message). */
+export function freezeProblem(value: unknown): string | null {
+  if (typeof value === 'string' && (FREEZE_PRESETS as readonly string[]).includes(value)) return null;
+  if (Array.isArray(value) && value.length > 0 && value.every((g) => typeof g === 'string' && g !== '')) return null;
+  return `one of ${FREEZE_PRESETS.join(', ')} or a non-empty list of parameter-name globs (e.g. ["embed.*", "blocks.0.*"])`;
+}
+
+function globRegExp(glob: string): RegExp {
+  const body = glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.');
+  return new RegExp(`^${body}$`);
+}
+
+const QKV_PROJECTION = /^blocks\.\d+\.attn\.[qkv]\.(weight|bias)$/;
+/** Tensors under blocks.<i>.attn. that are not the q/k/v/out projections belong to the mechanism. */
+const MECHANISM_TENSOR = /^blocks\.\d+\.attn\.(?!(q|k|v|out)\.(weight|bias)$)/;
+
+/** Splits the model's parameters into trained and frozen ones (errors name train.freeze). */
+export function partitionParameters(model: LanguageModel, freeze: FreezeSpec): { trainable: Map<string, tf.Variable>; frozen: Map<string, tf.Variable> } {
+  const problem = freezeProblem(freeze);
+  if (problem) throw new Error(`train.freeze must be ${problem} (got ${JSON.stringify(freeze)})`);
+  const all = model.parameters();
+  let isFrozen: (name: string) => boolean;
+  if (freeze === 'none') isFrozen = () => false;
+  else if (freeze === 'all-but-qkv') {
+    const mechanism = new Set(model.body.attention.flatMap((m) => m.trainableVariables.map((v) => v.name)));
+    isFrozen = (name) => !QKV_PROJECTION.test(name) && !mechanism.has(name);
+  } else {
+    const patterns = freeze.map((glob) => ({ glob, re: globRegExp(glob) }));
+    const unmatched = patterns.filter((p) => ![...all.keys()].some((n) => p.re.test(n))).map((p) => p.glob);
+    if (unmatched.length > 0) {
+      throw new Error(`train.freeze: ${unmatched.map((g) => JSON.stringify(g)).join(', ')} match no parameter (names look like ${[...all.keys()].slice(0, 3).join(', ')}, …)`);
+    }
+    isFrozen = (name) => patterns.some((p) => p.re.test(name));
+  }
+  const trainable = new Map<string, tf.Variable>();
+  const frozen = new Map<string, tf.Variable>();
+  for (const [name, v] of all) (isFrozen(name) ? frozen : trainable).set(name, v);
+  if (trainable.size === 0) throw new Error(`train.freeze ${JSON.stringify(freeze)} freezes every parameter: nothing to train`);
+  return { trainable, frozen };
+}
+
+const RUN_STAMP = /^-(\d{8}-\d{6})(?:-(\d+))?$/;
+
+/**
+ * The folder `initFrom` names: a folder holding model.safetensors (a run's final/ or a complete
+ * checkpoint folder), a run folder (its final/, else its newest complete checkpoint), or
+ * `auto:<recipe name>` = final/ of the newest run folder `<runDir>/<name>-<timestamp>` that has one.
+ * Relative paths resolve against the working directory.
+ */
+export function resolveInitFrom(spec: string, runDir: string): string {
+  if (spec.startsWith(AUTO_PREFIX)) {
+    const name = spec.slice(AUTO_PREFIX.length);
+    const candidates = existsSync(runDir)
+      ? readdirSync(runDir)
+          .filter((entry) => entry.startsWith(name) && RUN_STAMP.test(entry.slice(name.length)))
+          .filter((entry) => existsSync(path.join(runDir, entry, 'final', MODEL_FILE)))
+          .map((entry) => {
+            const [, stamp, n] = RUN_STAMP.exec(entry.slice(name.length))!;
+            return { entry, key: `${stamp}-${(n ?? '1').padStart(6, '0')}` };
+          })
+          .sort((a, b) => (a.key < b.key ? -1 : 1))
+      : [];
+    if (candidates.length === 0) {
+      throw new Error(`initFrom ${spec}: no finished run of '${name}' (a folder ${name}-<timestamp>/final/${MODEL_FILE}) under ${runDir}; train it first, e.g. npm run train -- recipes/demo/${name}.yaml`);
+    }
+    return path.join(runDir, candidates[candidates.length - 1].entry, 'final');
+  }
+  const dir = path.resolve(spec);
+  if (existsSync(path.join(dir, MODEL_FILE))) {
+    if (path.basename(path.dirname(dir)) === CHECKPOINTS_DIR && !existsSync(path.join(dir, COMPLETE_MARKER))) {
+      throw new Error(`initFrom ${spec}: the checkpoint ${dir} is incomplete (no ${COMPLETE_MARKER} marker: its writer was interrupted)`);
+    }
+    return dir;
+  }
+  if (existsSync(path.join(dir, 'final', MODEL_FILE))) return path.join(dir, 'final');
+  const checkpoints = listCheckpoints(dir);
+  if (checkpoints.length > 0) return checkpoints[checkpoints.length - 1].dir;
+  throw new Error(`initFrom ${spec}: ${dir} holds no ${MODEL_FILE}, final/ or complete checkpoint; give a run's final/ folder, a checkpoint folder, a run folder or auto:<recipe name>`);
+}
+
+export interface ModelFolder {
+  dir: string;
+  tensors: Map<string, NamedArray>;
+  metadata: Record<string, string>;
+  /** The model config the weights were saved with. */
+  config: Pick<LanguageModelConfig, 'attention' | 'numHeads'> & Partial<LanguageModelConfig>;
+}
+
+/** Reads `<dir>/model.safetensors` and `<dir>/recipe.json` (the layout of final/ and of checkpoints). */
+export async function readModelFolder(dir: string): Promise<ModelFolder> {
+  for (const file of [MODEL_FILE, RECIPE_FILE]) {
+    if (!existsSync(path.join(dir, file))) throw new Error(`initFrom: ${path.join(dir, file)} does not exist (a model folder holds ${MODEL_FILE} and ${RECIPE_FILE})`);
+  }
+  const { tensors, metadata } = await readSafetensors(path.join(dir, MODEL_FILE));
+  let config: ModelFolder['config'];
+  try {
+    // The safetensors header holds the exact model config; recipe.json's model section is the fallback.
+    config = metadata.config ? JSON.parse(metadata.config) : (JSON.parse(readFileSync(path.join(dir, RECIPE_FILE), 'utf8')) as Recipe).model;
+  } catch (err) {
+    throw new Error(`initFrom: cannot read the model config of ${dir} (${(err as Error).message})`);
+  }
+  if (!config?.attention?.name) throw new Error(`initFrom: ${dir} does not say which attention its model used (no config in ${MODEL_FILE}, no model.attention in ${RECIPE_FILE})`);
+  return { dir, tensors, metadata, config };
+}
+
+function sameAttention(a: LanguageModelConfig['attention'], b: LanguageModelConfig['attention']): boolean {
+  const sorted = (o: Record<string, unknown>) => JSON.stringify(Object.entries(o ?? {}).sort(([x], [y]) => (x < y ? -1 : 1)));
+  return a.name === b.name && sorted(a.options) === sorted(b.options);
+}
+
+/** "blocks.0.attn.x, blocks.1.attn.x" → "blocks.*.attn.x ×2" (log lines stay short for deep models). */
+export function groupNames(names: Iterable<string>): string {
+  const counts = new Map<string, number>();
+  for (const n of names) {
+    const key = n.replace(/^blocks\.\d+\./, 'blocks.*.');
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  return [...counts].map(([k, c]) => (c > 1 ? `${k} ×${c}` : k)).join(', ');
+}
+
+export interface LoadReport {
+  loaded: string[];
+  /** The new mechanism's parameters left at their initialisation (mechanism changed). */
+  initialised: string[];
+  /** Buffers drawn from the new mechanism's seed (mechanism or its options changed). */
+  redrawn: string[];
+  /** The previous mechanism's own tensors, not used. */
+  dropped: string[];
+  mechanismChanged: boolean;
+}
+
+/**
+ * Copies a model folder's tensors into `model` by name (see the file comment for the rules).
+ * Checks everything first and throws one error listing every tensor that cannot be mapped; the
+ * model is untouched then. `tokenizerSha256`: the run's tokenizer, compared with the checkpoint's.
+ */
+export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { tokenizerSha256?: string } = {}): LoadReport {
+  const where = `initFrom ${source.dir}`;
+  const target = model.config;
+  if (source.config.numHeads !== undefined && source.config.numHeads !== target.numHeads) {
+    throw new Error(`${where}: the checkpoint has ${source.config.numHeads} heads per block but model.numHeads is ${target.numHeads} (the q/k/v weights would be split differently)`);
+  }
+  const sourceSha = source.metadata.tokenizer_sha256;
+  if (opts.tokenizerSha256 && sourceSha && sourceSha !== opts.tokenizerSha256) {
+    throw new Error(`${where}: the checkpoint was trained with another tokenizer (sha256 ${sourceSha.slice(0, 12)}…) than data.tokenizer (${opts.tokenizerSha256.slice(0, 12)}…): token ids would not match`);
+  }
+  const mechanismChanged = source.config.attention.name !== target.attention.name;
+  const loadBuffers = sameAttention(source.config.attention, target.attention);
+  const mechanismParams = new Set(model.body.attention.flatMap((m) => m.trainableVariables.map((v) => v.name)));
+  const report: LoadReport = { loaded: [], initialised: [], redrawn: [], dropped: [], mechanismChanged };
+  const missing: string[] = [];
+  const mismatched: string[] = [];
+  const assignments: [tf.Variable, NamedArray][] = [];
+  const place = (name: string, variable: tf.Variable) => {
+    const saved = source.tensors.get(name);
+    if (!saved) missing.push(name);
+    else if (!tf.util.arraysEqual(saved.shape, variable.shape)) mismatched.push(`${name} checkpoint [${saved.shape.join(', ')}] vs model [${variable.shape.join(', ')}]`);
+    else {
+      assignments.push([variable, saved]);
+      report.loaded.push(name);
+    }
+  };
+  for (const [name, variable] of model.parameters()) {
+    if (mechanismChanged && mechanismParams.has(name)) report.initialised.push(name);
+    else place(name, variable);
+  }
+  for (const [name, variable] of model.buffers()) {
+    if (loadBuffers) place(name, variable);
+    else report.redrawn.push(name);
+  }
+  const used = new Set(report.loaded);
+  const unexpected: string[] = [];
+  for (const name of source.tensors.keys()) {
+    if (used.has(name)) continue;
+    // Same mechanism, other options: its redrawn buffers are replaced too.
+    if (MECHANISM_TENSOR.test(name) && (mechanismChanged || (!loadBuffers && model.buffers().has(name)))) report.dropped.push(name);
+    else unexpected.push(name);
+  }
+  const problems = [
+    missing.length ? `missing in the checkpoint: ${missing.join(', ')}` : '',
+    mismatched.length ? `shape differs: ${mismatched.join('; ')}` : '',
+    unexpected.length ? `in the checkpoint but not in the model: ${unexpected.join(', ')}` : '',
+  ].filter(Boolean);
+  if (problems.length > 0) {
+    throw new Error(`${where}: the checkpoint does not fit the model of this recipe (same model.* settings needed, except model.attention and model.dropout):\n  ${problems.join('\n  ')}`);
+  }
+  for (const [variable, saved] of assignments) tf.tidy(() => variable.assign(tf.tensor(saved.data, saved.shape, 'float32')));
+  return report;
+}
+
+/**
+ * DARKFormer's data-aware init for the given layers: one forward pass over the batches (stacked),
+ * each listed layer's M set by initializeFromData from its own queries and keys just before that
+ * layer's attention runs, so later layers are calibrated on the already-whitened earlier ones.
+ */
+export function whitenDarkformerLayers(model: LanguageModel, batches: readonly ModelBatch[], layers: ReadonlySet<number>): void {
+  if (batches.length === 0) throw new Error('whitening: no calibration batch');
+  const seqLen = batches[0].seqLen;
+  if (batches.some((b) => b.seqLen !== seqLen)) throw new Error('whitening: calibration batches differ in sequence length');
+  const rows = batches.reduce((n, b) => n + b.batchSize, 0);
+  const ids = new Int32Array(rows * seqLen);
+  const mask = new Float32Array(rows * seqLen);
+  let at = 0;
+  for (const b of batches) {
+    ids.set(b.inputIds, at);
+    mask.set(b.attentionMask ?? new Float32Array(b.inputIds.length).fill(1), at);
+    at += b.inputIds.length;
+  }
+  tf.tidy(() => {
+    model.body.forward(tf.tensor2d(ids, [rows, seqLen], 'int32'), {
+      keyMask: model.kind === 'bert' ? tf.tensor2d(mask, [rows, seqLen]) : undefined,
+      onAttentionInputs: (layer, q, k) => {
+        const mechanism = model.body.attention[layer];
+        if (layers.has(layer) && isDarkformerModule(mechanism)) mechanism.initializeFromData(q, k);
+      },
+    });
+  });
+}
+
+async function readBatches(options: StreamOptions, count: number): Promise<ModelBatch[]> {
+  const stream = await openBatchStream(options);
+  try {
+    const batches: ModelBatch[] = [];
+    while (batches.length < count) {
+      const batch = await stream.next();
+      if (!batch) break;
+      batches.push(batch);
+    }
+    return batches;
+  } finally {
+    await stream.close();
+  }
+}
+
+export interface FinetuneSetup {
+  /** Parameters the optimizer updates (all of them without train.freeze). */
+  trainable: Map<string, tf.Variable>;
+  frozen: Map<string, tf.Variable>;
+  /** The model folder the weights came from; null = trained from scratch. */
+  initFrom: string | null;
+  /** Extra safetensors metadata for the saved model. */
+  metadata: Record<string, string>;
+}
+
+/**
+ * Applies `initFrom` and `train.freeze` to a freshly built model, and DARKFormer's whitening init
+ * (option init 'whitening') to every layer whose M did not come from a checkpoint, on
+ * WHITENING_BATCHES batches of `calibration` (the training split). Reports through `line`.
+ */
+export async function prepareFinetune(
+  model: LanguageModel,
+  recipe: Pick<Recipe, 'initFrom'> & { train: Pick<Recipe['train'], 'freeze' | 'runDir'> },
+  opts: {
+    tokenizerSha256?: string;
+    calibration?: StreamOptions;
+    line?: (text: string) => void;
+    /** Resuming: the checkpoint restores every tensor, so neither initFrom nor the whitening init runs. */
+    skipInit?: boolean;
+  } = {},
+): Promise<FinetuneSetup> {
+  const line = opts.line ?? (() => {});
+  const metadata: Record<string, string> = {};
+  let initFrom: string | null = null;
+  let loadedNames = new Set<string>();
+  if (recipe.initFrom !== null && !opts.skipInit) {
+    initFrom = resolveInitFrom(recipe.initFrom, recipe.train.runDir);
+    const source = await readModelFolder(initFrom);
+    const report = loadWeights(model, source, { tokenizerSha256: opts.tokenizerSha256 });
+    loadedNames = new Set(report.loaded);
+    metadata.init_from = initFrom;
+    const from = source.config.attention.name;
+    const step = source.metadata.step ? ` (step ${source.metadata.step})` : '';
+    const parts = [`loaded ${report.loaded.length} tensors`];
+    if (report.initialised.length) parts.push(`new mechanism parameters ${groupNames(report.initialised)}`);
+    if (report.redrawn.length) parts.push(`buffers from the new seed ${groupNames(report.redrawn)}`);
+    if (report.dropped.length) parts.push(`dropped ${groupNames(report.dropped)}`);
+    line(`initFrom ${initFrom}${step}, attention ${from} → ${model.config.attention.name}: ${parts.join('; ')}`);
+  }
+  const whitenLayers = new Set(
+    model.body.attention
+      .map((m, i) => ({ m, i }))
+      .filter(({ m }) => !opts.skipInit && isDarkformerModule(m) && m.options.init === 'whitening' && !loadedNames.has(m.covarianceFactor.name))
+      .map(({ i }) => i),
+  );
+  if (whitenLayers.size > 0) {
+    if (!opts.calibration) throw new Error(`model.attention.options.init 'whitening' needs calibration batches`);
+    const batches = await readBatches(opts.calibration, WHITENING_BATCHES);
+    whitenDarkformerLayers(model, batches, whitenLayers);
+    line(`darkformer init 'whitening': M of ${whitenLayers.size} layers from the queries and keys of ${batches.length} training batches`);
+  }
+  const { trainable, frozen } = partitionParameters(model, recipe.train.freeze);
+  const freezeText = typeof recipe.train.freeze === 'string' ? recipe.train.freeze : JSON.stringify(recipe.train.freeze);
+  if (frozen.size > 0 || initFrom !== null) {
+    const count = (m: Map<string, tf.Variable>) => [...m.values()].reduce((n, v) => n + v.size, 0).toLocaleString('en-US');
+    line(`train.freeze ${freezeText}: training ${count(trainable)} parameters in ${trainable.size} tensors, ${count(frozen)} frozen in ${frozen.size} tensors`);
+    metadata.freeze = freezeText;
+  }
+  return { trainable, frozen, initFrom, metadata };
+}

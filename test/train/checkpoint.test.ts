@@ -1,0 +1,178 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import type { DataCursor } from '../../src/data/stream.ts';
+import { createLanguageModel } from '../../src/model/lm.ts';
+import type { LanguageModel } from '../../src/model/lm.ts';
+import { Rng } from '../../src/model/rng.ts';
+import {
+  checkpointName,
+  COMPLETE_MARKER,
+  listCheckpoints,
+  loadCheckpoint,
+  pruneCheckpoints,
+  resolveResume,
+  restoreCheckpoint,
+  saveCheckpoint,
+} from '../../src/train/checkpoint.ts';
+import type { TrainingCounters } from '../../src/train/checkpoint.ts';
+import { AdamW } from '../../src/train/optimizer.ts';
+import { parseRecipe } from '../../src/train/recipe.ts';
+import type { Recipe } from '../../src/train/recipe.ts';
+import { trainStep } from '../../src/train/trainer.ts';
+
+let dir: string;
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+  dir = await mkdtemp(join(tmpdir(), 'slay-checkpoint-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const VOCAB = 23;
+const tinyModel = (seed: number) =>
+  createLanguageModel({
+    kind: 'gpt', vocabSize: VOCAB, maxSeqLen: 6, dModel: 8, numLayers: 1, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
+    attention: { name: 'performer', options: { features: 4 } }, seed,
+  });
+const adamw = (model: LanguageModel) => new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+
+function recipeFor(runDir: string): Recipe {
+  return parseRecipe(`data: { dataset: ${dir}/data, tokenizer: ${dir}/tok.json }\ntrain: { runDir: ${runDir} }\n`, join(dir, 'tiny.yaml'));
+}
+
+// The checkpoint code stores the cursor as opaque JSON; its exactness is tested in test/data/stream.test.ts.
+const cursor = { version: 1, kind: 'gpt', split: 'train', shard: 2, row: 7, carry: [1, 2, 3], batches: 9 } as unknown as DataCursor;
+
+function counters(step: number): TrainingCounters {
+  return { step, tokens: step * 48, batchesSeen: step, trainSeconds: 0.5 * step, elapsedS: step, window: { loss: 1.5, steps: 1, tokens: 48, seconds: 0.5 }, skippedSteps: 0 };
+}
+
+async function trainedPair(seed: number) {
+  const model = tinyModel(seed);
+  const optimizer = adamw(model);
+  const rng = new Rng(seed);
+  const ids = Int32Array.from({ length: 12 }, () => rng.int(VOCAB));
+  await trainStep(model, optimizer, [{ batchSize: 2, seqLen: 6, inputIds: ids, labels: ids }], { lr: 1e-2, clip: 1, dropoutSeed: null });
+  return { model, optimizer };
+}
+
+async function save(runDir: string, step: number, valLoss: number | null, pair: { model: LanguageModel; optimizer: AdamW }) {
+  return saveCheckpoint(runDir, {
+    ...pair, cursor, recipe: recipeFor(runDir),
+    state: { ...counters(step), valLoss, bestValLoss: valLoss, tokenizer: { path: 'tok.json', sha256: 'ab'.repeat(32) } },
+  });
+}
+
+describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
+  it('round-trips weights, attention buffers, AdamW moments and step, cursor, counters and recipe exactly', async () => {
+    const runDir = join(dir, 'roundtrip');
+    const pair = await trainedPair(1);
+    const saved = await save(runDir, 7, 2.5, pair);
+    expect(saved).toBe(join(runDir, 'checkpoints', 'step-000007'));
+    expect(readdirSync(saved).sort()).toEqual([COMPLETE_MARKER, 'cursor.json', 'model.safetensors', 'optimizer.safetensors', 'recipe.json', 'state.json']);
+    expect(readdirSync(join(runDir, 'checkpoints'))).toEqual(['step-000007']); // no temporary folder left
+
+    const loaded = await loadCheckpoint(saved);
+    expect(loaded.runDir).toBe(runDir);
+    expect(loaded.cursor).toEqual(cursor);
+    expect(loaded.state).toMatchObject({ ...counters(7), valLoss: 2.5, tokenizer: { sha256: 'ab'.repeat(32) } });
+    expect(loaded.recipe.train.runDir).toBe(runDir);
+    expect(loaded.optimizer.step).toBe(1);
+    const bufferNames = [...pair.model.buffers().keys()];
+    expect(bufferNames.length).toBe(1); // the Performer projection
+    expect([...loaded.weights.keys()].sort()).toEqual([...pair.model.parameters().keys(), ...bufferNames].sort());
+
+    const snapshot = (m: Map<string, tf.Variable>) => new Map([...m].map(([n, v]) => [n, Array.from(v.dataSync())]));
+    const expected = {
+      parameters: snapshot(pair.model.parameters()), buffers: snapshot(pair.model.buffers()),
+      m: snapshot(pair.optimizer.getState().m), v: snapshot(pair.optimizer.getState().v),
+    };
+    pair.model.dispose(); // tfjs variable names are global: one model at a time
+    pair.optimizer.dispose();
+
+    // A model with another seed (other weights and projection) and a fresh optimizer become identical copies.
+    const model = tinyModel(99);
+    const optimizer = adamw(model);
+    expect(snapshot(model.buffers())).not.toEqual(expected.buffers);
+    expect(snapshot(model.parameters())).not.toEqual(expected.parameters);
+    restoreCheckpoint(loaded, model, optimizer);
+    expect(snapshot(model.parameters())).toEqual(expected.parameters);
+    expect(snapshot(model.buffers())).toEqual(expected.buffers);
+    expect(snapshot(optimizer.getState().m)).toEqual(expected.m);
+    expect(snapshot(optimizer.getState().v)).toEqual(expected.v);
+    expect(optimizer.getState().step).toBe(1);
+    model.dispose();
+    optimizer.dispose();
+
+    // A model of another shape is refused with the tensor's name.
+    const wide = createLanguageModel({ ...model.config, dModel: 12, numHeads: 2 });
+    const wideOpt = adamw(wide);
+    expect(() => restoreCheckpoint(loaded, wide, wideOpt)).toThrow(/'embed\.tokens\.weight' has shape \[23,8\] but the model has \[23,12\]/);
+    wide.dispose();
+    wideOpt.dispose();
+  });
+
+  it('readers ignore temporary and unmarked folders; loading an unmarked one is refused', async () => {
+    const runDir = join(dir, 'partial');
+    const pair = await trainedPair(2);
+    await save(runDir, 1, null, pair);
+    await save(runDir, 2, null, pair);
+    // What a kill leaves behind: a temporary folder, and a renamed folder whose COMPLETE marker was not written yet.
+    mkdirSync(join(runDir, 'checkpoints', '.step-000003.tmp-4242'));
+    const unmarked = await save(runDir, 4, null, pair);
+    await rm(join(unmarked, COMPLETE_MARKER));
+    expect(listCheckpoints(runDir).map((c) => c.step)).toEqual([1, 2]);
+    await expect(loadCheckpoint(unmarked)).rejects.toThrow(/is incomplete \(no COMPLETE marker/);
+    expect(resolveResume(recipeFor(dir), runDir)).toBe(join(runDir, 'checkpoints', 'step-000002'));
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+});
+
+describe('pruneCheckpoints', () => {
+  it('keeps the newest k and the one with the lowest validation loss, and removes leftovers of interrupted saves', async () => {
+    const runDir = join(dir, 'prune');
+    const pair = await trainedPair(3);
+    const losses = [null, 1.2, null, 3.0, null, 2.0];
+    for (let step = 1; step <= 6; step++) await save(runDir, step, losses[step - 1], pair);
+    mkdirSync(join(runDir, 'checkpoints', '.step-000007.tmp-4242'));
+    const deleted = await pruneCheckpoints(runDir, 2);
+    expect(listCheckpoints(runDir).map((c) => c.step)).toEqual([2, 5, 6]);
+    expect(deleted.length).toBe(4);
+    expect(readdirSync(join(runDir, 'checkpoints')).sort()).toEqual(['step-000002', 'step-000005', 'step-000006']);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+});
+
+describe('resolveResume', () => {
+  it("'auto' takes the newest complete checkpoint of the newest run folder of the recipe's name", async () => {
+    const runs = join(dir, 'auto-runs');
+    const recipe = { ...recipeFor(runs), name: 'tiny' };
+    expect(() => resolveResume(recipe, 'auto')).toThrow(/--resume auto: no run folder of recipe 'tiny' in/);
+    const pair = await trainedPair(4);
+    const older = join(runs, 'tiny-20260101-120000');
+    const newer = join(runs, 'tiny-20260101-120000-2'); // same second: RunLogger appends -2
+    await save(older, 5, null, pair);
+    await save(older, 9, null, pair);
+    mkdirSync(join(runs, 'tiny-other-20270101-120000'), { recursive: true }); // another recipe's name
+    writeFileSync(join(runs, 'tiny-20260101-000000'), 'not a folder');
+    expect(resolveResume(recipe, 'auto')).toBe(join(older, 'checkpoints', checkpointName(9)));
+    mkdirSync(newer, { recursive: true });
+    expect(() => resolveResume(recipe, 'auto')).toThrow(/newest run folder of 'tiny', .*tiny-20260101-120000-2, has no complete checkpoint/);
+    await save(newer, 3, null, pair);
+    expect(resolveResume(recipe, 'auto')).toBe(join(newer, 'checkpoints', checkpointName(3)));
+    expect(resolveResume(recipe, join(older, 'checkpoints', 'step-000005'))).toBe(join(older, 'checkpoints', 'step-000005'));
+    expect(() => resolveResume(recipe, join(dir, 'nowhere'))).toThrow(/--resume .*nowhere: no such folder/);
+    expect(existsSync(join(older, 'checkpoints', 'step-000005', 'state.json'))).toBe(true);
+    expect(JSON.parse(readFileSync(join(older, 'checkpoints', 'step-000005', 'state.json'), 'utf8')).step).toBe(5);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+});
