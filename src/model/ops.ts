@@ -108,11 +108,15 @@ export function projectPerHead(x: tf.Tensor4D, w: tf.Tensor): tf.Tensor4D {
 function unstackedMatMul(a: tf.Tensor3D, b: tf.Tensor3D): tf.Tensor3D {
   const [n, m, k] = a.shape;
   const cols = b.shape[2];
-  // tf.slice, not tf.unstack: wasm's Unpack copies the whole input once per piece.
-  const products = Array.from({ length: n }, (_, i) =>
-    tf.matMul(tf.reshape(tf.slice(a, [i, 0, 0], [1, m, k]), [m, k]) as tf.Tensor2D, tf.reshape(tf.slice(b, [i, 0, 0], [1, k, cols]), [k, cols]) as tf.Tensor2D),
-  );
-  return tf.reshape(tf.concat(products), [n, m, cols]);
+  // Own tidy: inside a customGrad nothing else frees the pieces before the whole step ends, and
+  // they would double the peak memory. tf.slice, not tf.unstack: wasm's Unpack copies the whole
+  // input once per piece.
+  return tf.tidy(() => {
+    const products = Array.from({ length: n }, (_, i) =>
+      tf.matMul(tf.reshape(tf.slice(a, [i, 0, 0], [1, m, k]), [m, k]) as tf.Tensor2D, tf.reshape(tf.slice(b, [i, 0, 0], [1, k, cols]), [k, cols]) as tf.Tensor2D),
+    );
+    return tf.reshape(tf.concat(products), [n, m, cols]);
+  });
 }
 
 const swapLast = (x: tf.Tensor3D) => tf.transpose(x, [0, 2, 1]) as tf.Tensor3D;
@@ -124,7 +128,7 @@ const unstackedMatMulWithGrad = tf.customGrad((...args: Array<tf.Tensor | tf.Gra
     value: unstackedMatMul(a, b),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sa, sb] = saved as tf.Tensor3D[];
-      return [unstackedMatMul(dy as tf.Tensor3D, swapLast(sb)), unstackedMatMul(swapLast(sa), dy as tf.Tensor3D)];
+      return tf.tidy(() => [unstackedMatMul(dy as tf.Tensor3D, swapLast(sb)), unstackedMatMul(swapLast(sa), dy as tf.Tensor3D)]);
     },
   };
 }) as (a: tf.Tensor3D, b: tf.Tensor3D) => tf.Tensor3D;
