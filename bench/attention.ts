@@ -11,11 +11,11 @@
 // the next measurement. Timings are medians after a warm-up; peak memory is tf.profile's
 // peakBytes (the backend's own accounting of live tensor bytes).
 import * as tf from '@tensorflow/tfjs';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { initBackend } from '../src/backend.ts';
+import { emitRow, runIsolated } from '../src/experiments/isolated.ts';
 import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { dense } from '../src/model/ops.ts';
@@ -108,35 +108,18 @@ async function measure(mechanism: string, length: number): Promise<Row> {
 }
 
 /** Runs one measurement in a child process, classifying crashes and time-outs. */
-function measureInChild(mechanism: string, length: number): Promise<Row> {
+async function measureInChild(mechanism: string, length: number): Promise<Row> {
   const empty = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakMB: null };
   const forwarded = ['backend', 'repeats', 'embed', 'heads'].flatMap((k) => [`--${k}`, String(args[k as keyof typeof args])]);
-  const child = spawn(process.execPath, ['--import', 'tsx', new URL(import.meta.url).pathname, ...forwarded, '--child', `${mechanism}:${length}`], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  const timeoutMs = Number(args['timeout-s']) * 1000;
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      const line = stdout.split('\n').find((l) => l.startsWith('ROW '));
-      if (line) return resolve(JSON.parse(line.slice(4)) as Row);
-      const message = stderr.trim().split('\n').filter((l) => /Error|memory|abort/i.test(l)).pop() ?? `exit ${code ?? signal}`;
-      if (signal === 'SIGKILL') return resolve({ ...empty, status: 'timeout', error: `over ${args['timeout-s']} s` });
-      const oom = /memory|allocat|RangeError|Aborted|OOM/i.test(stderr);
-      resolve({ ...empty, status: oom ? 'OOM' : 'error', error: message.slice(0, 200) });
-    });
-  });
+  const result = await runIsolated<Row>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${mechanism}:${length}`], Number(args['timeout-s']) * 1000);
+  if (result.row) return result.row;
+  if (result.timedOut) return { ...empty, status: 'timeout', error: `over ${args['timeout-s']} s` };
+  return { ...empty, status: result.outOfMemory ? 'OOM' : 'error', error: result.message };
 }
 
 if (args.child) {
   const [mechanism, length] = args.child.split(':');
-  const row = await measure(mechanism, Number(length));
-  process.stdout.write(`ROW ${JSON.stringify(row)}\n`);
+  emitRow(await measure(mechanism, Number(length)));
   process.exit(0);
 }
 

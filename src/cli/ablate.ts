@@ -2,11 +2,11 @@
 // Kernel-fidelity ablation at the SLAY paper's three scales; prints a markdown table per scale and
 // writes table.md + results.json. Each (scale, method) runs in its own process: a failed
 // allocation leaves the wasm heap unusable, and `exact` at T = 512 needs R·M·d² features per head.
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { initBackend } from '../backend.ts';
+import { emitRow, runIsolated } from '../experiments/isolated.ts';
 import { fidelityMarkdown, PAPER_SCALES, PAPER_SETTINGS, paperCases, runFidelity, type FidelityRow } from '../experiments/fidelity.ts';
 
 const { values: args } = parseArgs({
@@ -35,28 +35,16 @@ if (args.child) {
   const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
   await initBackend(args.backend, { quiet: true });
   const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
-  process.stdout.write(`ROW ${JSON.stringify(row)}\n`);
+  emitRow(row);
   process.exit(0);
 }
 
-function runChild(length: number, label: string): Promise<FidelityRow> {
+async function runChild(length: number, label: string): Promise<FidelityRow> {
   const forwarded = ['--backend', args.backend, '--seeds', args.seeds, '--epsilon', args.epsilon, ...(args.bidirectional ? ['--bidirectional'] : [])];
-  const child = spawn(process.execPath, ['--import', 'tsx', new URL(import.meta.url).pathname, ...forwarded, '--child', `${length}:${label}`], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => {
-    child.on('close', (code) => {
-      const line = stdout.split('\n').find((l) => l.startsWith('ROW '));
-      if (line) return resolve(JSON.parse(line.slice(4)) as FidelityRow);
-      const oom = /memory|allocat|RangeError|Aborted/i.test(stderr);
-      const none = { relL2: NaN, cosine: NaN, mse: NaN };
-      resolve({ label, length, status: oom ? 'OOM (process died)' : `error (exit ${code})`, ...none, forwardMs: NaN, sd: none, seeds: 0 });
-    });
-  });
+  const result = await runIsolated<FidelityRow>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${length}:${label}`]);
+  if (result.row) return result.row;
+  const none = { relL2: NaN, cosine: NaN, mse: NaN };
+  return { label, length, status: result.outOfMemory ? 'OOM (process died)' : `error (${result.message})`, ...none, forwardMs: NaN, sd: none, seeds: 0 };
 }
 
 const backend = await initBackend(args.backend, { quiet: true });
