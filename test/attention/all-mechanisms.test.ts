@@ -6,7 +6,7 @@ import { initBackend } from '../../src/backend.ts';
 import { attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import { dense } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
-import { gradientCheck, randomArray4, relL2, tensor4 } from '../helpers/reference.ts';
+import { qkvGradientErrors, randomArray4, relL2, tensor4 } from '../helpers/reference.ts';
 
 /** Small feature counts and a chunk smaller than the sequence, so chunking is exercised. */
 const SMALL: Record<string, Record<string, unknown>> = {
@@ -69,14 +69,8 @@ describe.each(MECHANISMS)('%s', (name) => {
     const rng = new Rng(13);
     const [q, k, v] = [0, 1, 2].map(() => tensor4(randomArray4(rng, [1, H, 6, D])));
     const weights = tensor4(randomArray4(rng, [1, H, 6, D]));
-    const loss = (which: number) => (x: tf.Tensor) => {
-      const args = [q, k, v];
-      args[which] = x as tf.Tensor4D;
-      return tf.sum(tf.mul(attn.apply(args[0], args[1], args[2]), weights)) as tf.Scalar;
-    };
-    for (const [which, input] of [q, k, v].entries()) {
-      expect(gradientCheck(loss(which), input, { step: 1e-2, coordinates: 8 }), `input ${'qkv'[which]}`).toBeLessThan(5e-2);
-    }
+    const errors = qkvGradientErrors((a, b, c) => attn.apply(a, b, c), [q, k, v], weights, { step: 1e-2, coordinates: 8 });
+    errors.forEach((error, which) => expect(error, `input ${'qkv'[which]}`).toBeLessThan(5e-2));
     tf.dispose([q, k, v, weights]);
     attn.dispose();
   });

@@ -133,3 +133,20 @@ export function gradientCheck(
   }
   return worst;
 }
+
+/**
+ * Worst central-difference error of Σ w ⊙ attention(q, k, v) with respect to each of q, k and v
+ * (returned in that order), for a module with the attention interface's apply.
+ */
+export function qkvGradientErrors(
+  apply: (q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D) => tf.Tensor4D,
+  [q, k, v]: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D],
+  weights: tf.Tensor,
+  options: Parameters<typeof gradientCheck>[2] = {},
+): [number, number, number] {
+  const loss = (args: tf.Tensor4D[]) => tf.sum(tf.mul(apply(args[0], args[1], args[2]), weights)) as tf.Scalar;
+  const inputs = [q, k, v];
+  return inputs.map((input, which) =>
+    gradientCheck((x) => loss(inputs.map((t, i) => (i === which ? (x as tf.Tensor4D) : t))), input, options),
+  ) as [number, number, number];
+}
