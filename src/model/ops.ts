@@ -104,6 +104,27 @@ export function projectPerHead(x: tf.Tensor4D, w: tf.Tensor): tf.Tensor4D {
   return tf.transpose(tf.reshape(projected, [h, b, l, m]), [1, 0, 2, 3]) as tf.Tensor4D;
 }
 
+/**
+ * Row-wise outer products a [N, k], b [N, m] → [N, k·m] (row n is vec(a_n b_nᵀ), a's index major).
+ * A broadcast multiply forward; the gradient is written out, (Σ_j dy_ij b_j, Σ_i dy_ij a_i), because
+ * tfjs's broadcast-multiply gradient and the batched [k×1]·[1×m] matmul are both ~2× slower on wasm
+ * (measured: N = 8192, k = 8, m = 16, forward + backward 6.7 vs 11.4 / 13.4 ms).
+ */
+export const rowOuterProduct = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [a, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.GradSaveFunc];
+  const [n, k] = a.shape;
+  const m = b.shape[1];
+  save([a, b]);
+  return {
+    value: tf.reshape(tf.mul(tf.reshape(a, [n, k, 1]), tf.reshape(b, [n, 1, m])), [n, k * m]),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sa, sb] = saved;
+      const grid = tf.reshape(dy, [n, k, m]);
+      return [tf.sum(tf.mul(grid, tf.reshape(sb, [n, 1, m])), 2), tf.sum(tf.mul(grid, tf.reshape(sa, [n, k, 1])), 1)];
+    },
+  };
+}) as (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D;
+
 /** [N, m, k] · [N, k, n] as N plain 2-D products (XNNPACK on wasm). */
 function unstackedMatMul(a: tf.Tensor3D, b: tf.Tensor3D): tf.Tensor3D {
   const [n, m, k] = a.shape;

@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { batchMatMul } from '../../src/model/ops.ts';
+import { batchMatMul, rowOuterProduct } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
@@ -43,8 +43,101 @@ describe('wasm fast paths', () => {
     // Contiguous: one batch entry, and a block of rows of it.
     expect(tf.slice(x, [2, 0, 0], [1, 3, 5]).dataSync()).toEqual(Float32Array.from({ length: 15 }, (_, i) => 30 + i));
     expect(tf.slice(x, [1, 1, 0], [1, 2, 5]).dataSync()).toEqual(Float32Array.from({ length: 10 }, (_, i) => 20 + i));
-    // Strided (a column range): handled by the stock kernel.
+    // Strided: a column range.
     expect([...tf.slice(x, [0, 0, 1], [2, 1, 2]).dataSync()]).toEqual([1, 2, 16, 17]);
     x.dispose();
+  });
+
+  // Element (i0, …, i4) of the source holds its flat index, so a slice's values are checkable by index arithmetic.
+  const shape5 = [3, 4, 2, 5, 6];
+  const flatIndex = (idx: number[]) => idx.reduce((acc, v, d) => acc * shape5[d] + v, 0);
+  const expectedSlice = (start: number[], extent: number[]) => {
+    const out: number[] = [];
+    const walk = (d: number, idx: number[]) => {
+      if (d === extent.length) return void out.push(flatIndex(idx));
+      for (let i = 0; i < extent[d]; i++) walk(d + 1, [...idx, start[d] + i]);
+    };
+    walk(0, []);
+    return out;
+  };
+
+  it('random 5-D slices (contiguous or not, float32 and int32) equal index arithmetic', () => {
+    const rng = new Rng(3);
+    const total = shape5.reduce((a, b) => a * b, 1);
+    for (const dtype of ['float32', 'int32'] as const) {
+      const x = tf.tensor(Array.from({ length: total }, (_, i) => i), shape5, dtype);
+      for (let trial = 0; trial < 40; trial++) {
+        const start = shape5.map((n) => rng.int(n));
+        const extent = shape5.map((n, d) => 1 + rng.int(n - start[d]));
+        const piece = tf.slice(x, start, extent);
+        expect(piece.dtype).toBe(dtype);
+        expect([...piece.dataSync()]).toEqual(expectedSlice(start, extent));
+        piece.dispose();
+      }
+      x.dispose();
+    }
+  });
+
+  it('split along every axis returns the pieces, and concat then split round-trips gradients', () => {
+    const total = shape5.reduce((a, b) => a * b, 1);
+    const x = tf.tensor(Array.from({ length: total }, (_, i) => i), shape5);
+    for (let axis = 0; axis < shape5.length; axis++) {
+      const sizes = shape5[axis] === 2 ? [1, 1] : [1, shape5[axis] - 3, 2];
+      const pieces = tf.split(x, sizes, axis);
+      let offset = 0;
+      pieces.forEach((p, i) => {
+        const start = shape5.map((_, d) => (d === axis ? offset : 0));
+        const extent = shape5.map((n, d) => (d === axis ? sizes[i] : n));
+        expect(p.shape).toEqual(extent);
+        expect([...p.dataSync()]).toEqual(expectedSlice(start, extent));
+        offset += sizes[i];
+      });
+      tf.dispose(pieces);
+    }
+    // concat's gradient is a SplitV: d/dpiece Σ w·concat(pieces) = the matching block of w.
+    const w = tf.tensor(Array.from({ length: total }, (_, i) => i), shape5);
+    const parts = tf.split(x, [2, 1], 0);
+    const grads = tf.grads((a: tf.Tensor, b: tf.Tensor) => tf.sum(tf.mul(tf.concat([a, b], 0), w)))(parts);
+    expect([...grads[0].dataSync()]).toEqual(expectedSlice([0, 0, 0, 0, 0], [2, 4, 2, 5, 6]));
+    expect([...grads[1].dataSync()]).toEqual(expectedSlice([2, 0, 0, 0, 0], [1, 4, 2, 5, 6]));
+    tf.dispose([x, w, ...parts, ...grads]);
+  });
+
+  it('identity shares the buffer: a clone outlives its source and frees memory only when both are gone', () => {
+    const before = tf.memory().numDataBuffers;
+    const x = tf.tensor([1, 2, 3, 4], [2, 2]);
+    const copy = tf.clone(x);
+    expect(tf.memory().numDataBuffers - before).toBe(1); // one buffer for both
+    x.dispose();
+    expect([...copy.dataSync()]).toEqual([1, 2, 3, 4]);
+    copy.dispose();
+    expect(tf.memory().numDataBuffers).toBe(before);
+  });
+  it('rowOuterProduct: vec(a_n b_nᵀ) per row, and the closed-form gradient of Σ w·(a ⊗ b)', () => {
+    const rng = new Rng(5);
+    const [n, k, m] = [7, 3, 4];
+    const a = random(rng, [n, k]) as tf.Tensor2D;
+    const b = random(rng, [n, m]) as tf.Tensor2D;
+    const w = random(rng, [n, k * m]);
+    const [av, bv, wv] = [a.dataSync(), b.dataSync(), w.dataSync()];
+    const value = rowOuterProduct(a, b).dataSync();
+    const [da, db] = tf.grads((x: tf.Tensor, y: tf.Tensor) => tf.sum(tf.mul(rowOuterProduct(x as tf.Tensor2D, y as tf.Tensor2D), w)))([a, b]);
+    const [dav, dbv] = [da.dataSync(), db.dataSync()];
+    for (let r = 0; r < n; r++) {
+      for (let i = 0; i < k; i++) {
+        let expectedDa = 0;
+        for (let j = 0; j < m; j++) {
+          expect(value[r * k * m + i * m + j]).toBeCloseTo(av[r * k + i] * bv[r * m + j], 6);
+          expectedDa += wv[r * k * m + i * m + j] * bv[r * m + j];
+        }
+        expect(dav[r * k + i]).toBeCloseTo(expectedDa, 5);
+      }
+      for (let j = 0; j < m; j++) {
+        let expectedDb = 0;
+        for (let i = 0; i < k; i++) expectedDb += wv[r * k * m + i * m + j] * av[r * k + i];
+        expect(dbv[r * m + j]).toBeCloseTo(expectedDb, 5);
+      }
+    }
+    tf.dispose([a, b, w, da, db]);
   });
 });
