@@ -17,11 +17,12 @@ import type { ModelBatch } from '../src/model/lm.ts';
 import { Rng } from '../src/model/rng.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/trainer.ts';
+import { DataParallelGroup } from '../src/train/data-parallel.ts';
 
-const NUMERIC = ['steps', 'warmup', 'seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
+const NUMERIC = ['steps', 'warmup', 'seq', 'batch', 'vocab', 'd', 'layers', 'heads', 'replicas'] as const;
 
 function parseArgs(argv: string[]) {
-  const o = { names: [] as string[], options: {} as Record<string, unknown>, backend: 'wasm', profile: false, steps: 10, warmup: 2, seq: 256, batch: 8, vocab: 4096, d: 128, layers: 4, heads: 4 };
+  const o = { names: [] as string[], options: {} as Record<string, unknown>, backend: 'wasm', profile: false, steps: 10, warmup: 2, replicas: 1, seq: 256, batch: 8, vocab: 4096, d: 128, layers: 4, heads: 4 };
   for (const arg of argv) {
     const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
     if (!m) {
@@ -71,6 +72,11 @@ async function main(): Promise<void> {
       mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
     });
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
+    const step = (batch: ModelBatch) => {
+      const opts = { lr: 3e-4, clip: 1, dropoutSeed: null };
+      return group ? group.step(optimizer, [batch], opts) : trainStep(model, optimizer, [batch], opts);
+    };
     const rng = new Rng(7);
     const times: number[] = [];
     const cpuTimes: number[] = [];
@@ -79,7 +85,7 @@ async function main(): Promise<void> {
       const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
       const t0 = performance.now();
       const c0 = process.cpuUsage();
-      loss = (await trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null })).loss;
+      loss = (await step(batch)).loss;
       const cpu = process.cpuUsage(c0);
       if (s >= o.warmup) {
         times.push(performance.now() - t0);
@@ -95,7 +101,7 @@ async function main(): Promise<void> {
     if (o.profile) {
       const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
       const info = await tf.profile(async () => {
-        await trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null });
+        await step(batch);
       });
       // By kernel name, and matrix products by operand shapes. 'forward' entries are tf.customGrad
       // wrappers whose time is already counted in the kernels they call, so they are left out.
@@ -117,6 +123,7 @@ async function main(): Promise<void> {
         console.log(`    ${k.padEnd(52)} ${e.ms.toFixed(1).padStart(8)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}%  ${e.calls} calls`);
       }
     }
+    await group?.close();
     optimizer.dispose();
     model.dispose();
   }

@@ -62,59 +62,105 @@ export interface StepResult {
   applied: boolean;
 }
 
+export interface StepOptions {
+  lr: number;
+  clip: number;
+  dropoutSeed: number | null;
+  /** Only these get gradients (train.freeze); default all parameters. */
+  trainable?: Map<string, tf.Variable>;
+}
+
+/** Labelled tokens over all micro-batches: the divisor of every summed loss in the step. */
+export function stepTokens(microBatches: readonly ModelBatch[]): number {
+  if (microBatches.length === 0) throw new Error('trainStep: no micro-batch');
+  const total = microBatches.reduce((n, b) => n + labelledCount(b), 0);
+  if (total === 0) throw new Error('trainStep: the micro-batches hold no labelled token');
+  return total;
+}
+
+/**
+ * Σ_i ∇(lossSum(batch_i, seed_i) / total) over the given batches, and Σ_i lossSum_i / total. The
+ * caller owns the returned tensors. Shared by trainStep and by the data-parallel replicas.
+ */
+export function accumulateGradients(
+  model: LanguageModel,
+  batches: readonly ModelBatch[],
+  seeds: readonly (number | null)[],
+  total: number,
+  variables: tf.Variable[],
+): { grads: Map<string, tf.Tensor>; loss: tf.Scalar } {
+  let accumulated: Record<string, tf.Tensor> | null = null;
+  let loss: tf.Scalar | null = null;
+  try {
+    for (let i = 0; i < batches.length; i++) {
+      const previous: Record<string, tf.Tensor> | null = accumulated;
+      const previousLoss: tf.Scalar | null = loss;
+      const out: { value: tf.Scalar; grads: Record<string, tf.Tensor> } = tf.tidy(() => {
+        const { value, grads } = tf.variableGrads(() => tf.div(model.lossSum(batches[i], seeds[i]).loss, total) as tf.Scalar, variables);
+        if (!previous) return { value, grads };
+        const sum: Record<string, tf.Tensor> = {};
+        for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
+        return { value: tf.add(previousLoss!, value) as tf.Scalar, grads: sum };
+      });
+      if (previous) tf.dispose([...Object.values(previous), previousLoss!]);
+      accumulated = out.grads;
+      loss = out.value;
+    }
+  } catch (err) {
+    if (accumulated) tf.dispose([...Object.values(accumulated), loss!]);
+    throw err;
+  }
+  if (!accumulated) throw new Error('accumulateGradients: no batch');
+  return { grads: new Map(Object.entries(accumulated)), loss: loss! };
+}
+
+/**
+ * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). A
+ * NaN/Inf loss or gradient norm is caught before the update, so weights and moments stay as they
+ * were. Disposes `grads` and `loss`.
+ */
+export async function applyGradients(
+  optimizer: AdamW,
+  grads: Map<string, tf.Tensor>,
+  loss: tf.Scalar,
+  total: number,
+  opts: Pick<StepOptions, 'lr' | 'clip'>,
+): Promise<StepResult> {
+  try {
+    const checked = tf.tidy(() => [clipByGlobalNorm(grads, 0).norm, loss]);
+    const [checkedNorm, checkedLoss] = await Promise.all(checked.map((t) => t.data()));
+    tf.dispose(checked[0]);
+    if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
+      return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
+    }
+    const norm = tf.tidy(() => {
+      const { grads: clipped, norm } = clipByGlobalNorm(grads, opts.clip);
+      optimizer.applyGradients(clipped, opts.lr);
+      return norm;
+    });
+    const value = (await norm.data())[0];
+    norm.dispose();
+    return { loss: checkedLoss[0], gradNorm: value, tokens: total, applied: true };
+  } finally {
+    tf.dispose([...grads.values(), loss]);
+  }
+}
+
+/** Dropout seed of micro-batch i (null = no dropout). */
+export const microBatchSeed = (dropoutSeed: number | null, i: number) => (dropoutSeed === null ? null : deriveSeed(dropoutSeed, i));
+
 /**
  * One optimizer step over k micro-batches. Each micro-batch's summed loss is divided by the labelled
  * tokens of ALL k micro-batches, so the accumulated gradient is exactly the gradient of the mean loss
  * over the union — the update of one batch of k× rows (also for BERT, whose micro-batches hold
  * different numbers of labelled tokens). Dropout of micro-batch i uses deriveSeed(dropoutSeed, i).
  */
-export async function trainStep(
-  model: LanguageModel,
-  optimizer: AdamW,
-  microBatches: readonly ModelBatch[],
-  opts: { lr: number; clip: number; dropoutSeed: number | null; /** Only these get gradients (train.freeze); default all parameters. */ trainable?: Map<string, tf.Variable> },
-): Promise<StepResult> {
-  if (microBatches.length === 0) throw new Error('trainStep: no micro-batch');
+export async function trainStep(model: LanguageModel, optimizer: AdamW, microBatches: readonly ModelBatch[], opts: StepOptions): Promise<StepResult> {
+  const total = stepTokens(microBatches);
   const variables = [...(opts.trainable ?? model.parameters()).values()];
-  const total = microBatches.reduce((n, b) => n + labelledCount(b), 0);
-  if (total === 0) throw new Error('trainStep: the micro-batches hold no labelled token');
-  let accumulated: Record<string, tf.Tensor> | null = null;
-  const losses: tf.Scalar[] = [];
-  try {
-    for (let i = 0; i < microBatches.length; i++) {
-      const seed = opts.dropoutSeed === null ? null : deriveSeed(opts.dropoutSeed, i);
-      const previous = accumulated;
-      const out = tf.tidy(() => {
-        const { value, grads } = tf.variableGrads(() => tf.div(model.lossSum(microBatches[i], seed).loss, total) as tf.Scalar, variables);
-        if (!previous) return { value, grads };
-        const sum: Record<string, tf.Tensor> = {};
-        for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
-        return { value, grads: sum };
-      });
-      if (previous) tf.dispose(previous);
-      accumulated = out.grads;
-      losses.push(out.value);
-    }
-    const grads = new Map(Object.entries(accumulated as Record<string, tf.Tensor>));
-    // A NaN/Inf loss or gradient norm is caught before the update, so weights and moments stay as they were.
-    const checked = tf.tidy(() => [clipByGlobalNorm(grads, 0).norm, tf.addN(losses)]);
-    const [checkedNorm, checkedLoss] = await Promise.all(checked.map((t) => t.data()));
-    tf.dispose(checked);
-    if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
-      return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
-    }
-    const results = tf.tidy(() => {
-      const { grads: clipped, norm } = clipByGlobalNorm(grads, opts.clip);
-      optimizer.applyGradients(clipped, opts.lr);
-      return [norm, tf.addN(losses)];
-    });
-    const [norm, loss] = await Promise.all(results.map((t) => t.data()));
-    tf.dispose(results);
-    return { loss: loss[0], gradNorm: norm[0], tokens: total, applied: true };
-  } finally {
-    if (accumulated) tf.dispose(accumulated);
-    tf.dispose(losses);
-  }
+  const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
+  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables);
+  return applyGradients(optimizer, grads, loss, total, opts);
 }
 
 /** Checks the model part of a recipe without building anything (errors name the recipe key). */

@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { linearAttention } from '../../src/model/attention/linear-attention.ts';
+import { linearAttention, productLinearAttention } from '../../src/model/attention/linear-attention.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { featureAttentionRef, kernelAttentionRef, dot, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
 
@@ -121,4 +121,52 @@ describe.each(['cpu', 'wasm'])('linear-attention contraction on %s', (backend) =
     for (let i = 0; i < 3; i++) expect(relL2(gradsB[i].arraySync(), gradsA[i].arraySync())).toBeLessThan(1e-4);
     tf.dispose([...gradsA, ...gradsB, phiQ, phiK, v, weights, mask]);
   });
+  // Product features φ = concat_r a ⊗ b_r (SLAY's form): the output must be the quadratic form of the
+  // expanded features in float64, for L where the whole sequence is one block (L=6) and where the
+  // form is chunked (L=40, chunk 4), causal and bidirectional, with a key mask, and the gradients
+  // with respect to the factors must equal those through the explicit features.
+  const expand = (a: Array4, b: Array4, nodes: number): Array4 =>
+    a.map((ab, i) => ab.map((ah, j) => ah.map((row, t) => {
+      const bRow = b[i][j][t];
+      const m = bRow.length / nodes;
+      const out: number[] = [];
+      for (let r = 0; r < nodes; r++) for (const x of row) for (let c = 0; c < m; c++) out.push(x * bRow[r * m + c]);
+      return out;
+    })));
+  const expandTensor = (nodes: number) => ({ a, b }: { a: tf.Tensor4D; b: tf.Tensor4D }) => {
+    const [bs, h, l, fa] = a.shape;
+    const m = b.shape[3] / nodes;
+    const parts = Array.from({ length: nodes }, (_, r) =>
+      tf.reshape(tf.mul(tf.reshape(a, [bs, h, l, fa, 1]), tf.reshape(tf.slice(b, [0, 0, 0, r * m], [bs, h, l, m]), [bs, h, l, 1, m])), [bs, h, l, fa * m]),
+    );
+    return tf.concat(parts, 3) as tf.Tensor4D;
+  };
+
+  for (const [length, causal] of [[6, true], [40, true], [9, false]] as const) {
+    it(`product features: equal the expanded quadratic form, values and gradients (L=${length}, ${causal ? 'causal' : 'bidirectional'})`, () => {
+      const rng = new Rng(500 + length);
+      const nodes = 2;
+      const shape = (f: number) => [2, 2, length, f] as [number, number, number, number];
+      const [aq, ak] = [positive(randomArray4(rng, shape(3))), positive(randomArray4(rng, shape(3)))];
+      const [bq, bk] = [positive(randomArray4(rng, shape(2 * nodes))), positive(randomArray4(rng, shape(2 * nodes)))];
+      const v = randomArray4(rng, shape(3));
+      const keyMask = [Array.from({ length }, (_, t) => (t % 5 === 2 ? 0 : 1)), Array.from({ length }, () => 1)];
+      const opts = { causal, chunkSize: 4, delta: 1e-3 };
+      const expected = kernelAttentionRef(expand(aq, bq, nodes), expand(ak, bk, nodes), v, (x, y) => dot(x, y), { ...opts, keyMask });
+      const weights = tensor4(randomArray4(rng, shape(3)));
+      const mask = tf.tensor2d(keyMask);
+      const features = expandTensor(nodes);
+      const viaFactors = (x: tf.Tensor[]) =>
+        productLinearAttention({ a: x[0] as tf.Tensor4D, b: x[1] as tf.Tensor4D }, { a: x[2] as tf.Tensor4D, b: x[3] as tf.Tensor4D }, tensor4(v), features, { ...opts, keyMask: mask });
+      const viaFeatures = (x: tf.Tensor[]) =>
+        linearAttention(features({ a: x[0] as tf.Tensor4D, b: x[1] as tf.Tensor4D }), features({ a: x[2] as tf.Tensor4D, b: x[3] as tf.Tensor4D }), tensor4(v), { ...opts, keyMask: mask });
+      const inputs = [aq, bq, ak, bk].map(tensor4);
+      const actual = tf.tidy(() => toArray4(viaFactors(inputs)));
+      expect(relL2(actual, expected)).toBeLessThan(1e-5);
+      const grad = (f: (x: tf.Tensor[]) => tf.Tensor) => tf.tidy(() => tf.grads((...x: tf.Tensor[]) => tf.sum(tf.mul(f(x), weights)))(inputs).map((g) => toArray4(g)));
+      const [g1, g2] = [grad(viaFactors), grad(viaFeatures)];
+      for (let i = 0; i < 4; i++) expect(relL2(g1[i], g2[i])).toBeLessThan(1e-4);
+      tf.dispose([...inputs, weights, mask]);
+    });
+  }
 });

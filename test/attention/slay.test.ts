@@ -214,6 +214,22 @@ function featuresRef(module: SlayAttention, x: Array4, poly: string, r: number, 
   );
 }
 
+/** Ψ = concat_r a ⊗ b_r in float64 from the module's float32 factors. */
+function expandFactors(module: SlayAttention, x: Array4): Array4 {
+  const [a, b] = tf.tidy(() => {
+    const f = module.factors!(tensor4(x));
+    return [toArray4(f.a), toArray4(f.b)];
+  });
+  const nodes = module.quadrature.scales.length;
+  return a.map((ab, i) => ab.map((ah, j) => ah.map((row, t) => {
+    const bRow = b[i][j][t];
+    const m = bRow.length / nodes;
+    const out: number[] = [];
+    for (let r = 0; r < nodes; r++) for (const ai of row) for (let c = 0; c < m; c++) out.push(ai * bRow[r * m + c]);
+    return out;
+  })));
+}
+
 describe('slay: the finite-feature output is the quadratic form of its own features', () => {
   const r = 2;
   const m = 3;
@@ -232,7 +248,8 @@ describe('slay: the finite-feature output is the quadratic form of its own featu
   }
 
   for (const poly of ['anchor', 'exact', 'laplace-only', 'hadamard']) {
-    for (const [l, chunkSize, causal] of [[8, 4, true], [10, 4, true], [7, 64, true], [9, 4, false]] as const) {
+    // L=8, 10, 7: the whole sequence is one block (cheaper for these sizes); L=64, chunk 4: chunked.
+    for (const [l, chunkSize, causal] of [[8, 4, true], [10, 4, true], [7, 64, true], [64, 4, true], [9, 4, false]] as const) {
       it(`poly '${poly}', L=${l}, chunk ${chunkSize}, ${causal ? 'causal' : 'bidirectional'}: output = masked quadratic form (rel ≤ 1e-5)`, () => {
         const shape: Shape = [2, 2, l, 3];
         const { q, k, v } = inputs(8 + l, shape);
@@ -240,9 +257,9 @@ describe('slay: the finite-feature output is the quadratic form of its own featu
         const module = slay(2, 3, causal, 12, { poly, quadratureNodes: r, prfFeatures: m, anchors: p, chunkSize, delta });
         // 'exact' has signed features whose inner product x²·(…) cancels for near-orthogonal pairs, so
         // float32 rounding of the features alone moves its output by ~1e-4; its features are checked
-        // against float64 above, and here the contraction is checked on the module's own features.
-        const featuresOf = (x: Array4) =>
-          poly === 'exact' ? tf.tidy(() => toArray4(module.features(tensor4(x)))) : featuresRef(module, x, poly, r, m, p);
+        // against float64 above, and here the contraction is checked on the module's own float32
+        // factors, expanded in float64.
+        const featuresOf = (x: Array4) => (poly === 'exact' ? expandFactors(module, x) : featuresRef(module, x, poly, r, m, p));
         const want = featureAttentionRef(featuresOf(q), featuresOf(k), v, { causal, delta });
         expect(relL2(run(module, q, k, v), want)).toBeLessThan(1e-5);
         module.dispose();
@@ -309,6 +326,12 @@ describe('slay: construction and options', () => {
       'laplace-only': r * m,
       hadamard: r * m,
     };
+    // Warm-up: the contraction caches one causal mask per block length, once per process.
+    for (const poly of ['anchor', 'laplace-only']) {
+      const warm = slay(2, d, true, 42, { poly, quadratureNodes: r, prfFeatures: m, anchors: p, chunkSize: 4 });
+      run(warm, q, k, v);
+      warm.dispose();
+    }
     for (const poly of SLAY_POLY_VARIANTS) {
       const before = tf.memory().numTensors;
       const module = slay(2, d, true, 42, { poly, quadratureNodes: r, prfFeatures: m, anchors: p, chunkSize: 4 });

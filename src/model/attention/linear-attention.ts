@@ -33,6 +33,39 @@ export interface ContractionOptions {
 const masks = new ConstantCache();
 
 /**
+ * Features given as a tensor product: φ(u) = concat_r (a(u) ⊗ b_r(u)), with a [B, H, L, Fa] and
+ * b = concat_r b_r [B, H, L, Fb]. Then φ(q)ᵀφ(k) = (a(q)ᵀa(k))·(b(q)ᵀb(k)), so a block of scores
+ * costs Fa + Fb multiply-adds per pair instead of F = Fa·Fb (SLAY: 8 + 32 against 256).
+ */
+export interface ProductFactors {
+  a: tf.Tensor4D;
+  b: tf.Tensor4D;
+}
+
+/** What the contraction needs from queries and keys, whether given as features or as factors. */
+interface Sides {
+  /** Unmasked score blocks [N, C, C] from `chunked`, which cuts [B, H, L, ·] into [N, C, ·]. */
+  scores(chunked: (x: tf.Tensor4D) => tf.Tensor3D): tf.Tensor3D;
+  /** Explicit query and key features (the causal form asks only when there is more than one chunk). */
+  features(): { q: tf.Tensor4D; k: tf.Tensor4D };
+}
+
+function contract(sides: Sides, v: tf.Tensor4D, opts: ContractionOptions, chunkSize: number): tf.Tensor4D {
+  const [b, h, l, d] = v.shape;
+  const valuesAndOnes = tf.concat([v, tf.ones([b, h, l, 1])], 3) as tf.Tensor4D;
+  const out = opts.causal ? causalContraction(sides, valuesAndOnes, chunkSize) : bidirectionalContraction(sides.features(), valuesAndOnes);
+  const numerator = tf.slice(out, [0, 0, 0, 0], [b, h, l, d]);
+  const denominator = tf.slice(out, [0, 0, 0, d], [b, h, l, 1]);
+  return safeDivide(numerator, normalizeDenominator(denominator, opts)) as tf.Tensor4D;
+}
+
+const maskKeys = <T extends tf.Tensor4D>(keys: T, keyMask: tf.Tensor2D | undefined): T => {
+  if (!keyMask) return keys;
+  const [b, , l] = keys.shape;
+  return tf.mul(keys, tf.reshape(keyMask, [b, 1, l, 1])) as T;
+};
+
+/**
  * phiQ, phiK: [B, H, L, F] features; v: [B, H, L, D]. Returns [B, H, L, D].
  */
 export function linearAttention(
@@ -42,16 +75,41 @@ export function linearAttention(
   opts: ContractionOptions,
 ): tf.Tensor4D {
   return tf.tidy(() => {
-    const [b, h, l, d] = v.shape;
-    let keys: tf.Tensor4D = phiK;
-    if (opts.keyMask) keys = tf.mul(keys, tf.reshape(opts.keyMask, [b, 1, l, 1]));
-    const valuesAndOnes = tf.concat([v, tf.ones([b, h, l, 1])], 3) as tf.Tensor4D;
-    const out = opts.causal
-      ? causalContraction(phiQ, keys, valuesAndOnes, opts.chunkSize)
-      : bidirectionalContraction(phiQ, keys, valuesAndOnes);
-    const numerator = tf.slice(out, [0, 0, 0, 0], [b, h, l, d]);
-    const denominator = tf.slice(out, [0, 0, 0, d], [b, h, l, 1]);
-    return safeDivide(numerator, normalizeDenominator(denominator, opts)) as tf.Tensor4D;
+    const keys = maskKeys(phiK, opts.keyMask);
+    const sides: Sides = {
+      scores: (chunked) => batchMatMul(chunked(phiQ), chunked(keys), false, true),
+      features: () => ({ q: phiQ, k: keys }),
+    };
+    return contract(sides, v, opts, opts.chunkSize);
+  });
+}
+
+/**
+ * linearAttention for product features (ProductFactors); `features` builds the explicit ones. The
+ * causal form scores its diagonal blocks from the factors and builds explicit features only for the
+ * chunk states; when scoring the whole sequence as one block costs fewer multiply-adds than the
+ * chunked form, L·(Fa + Fb + D + 1) ≤ C·(Fa + Fb + D + 1) + F·(2D + 4)
+ * (states, their read-out, and building both sides' features), it does that and never
+ * builds them. Same values either way (up to float rounding); only the cost differs.
+ */
+export function productLinearAttention(
+  q: ProductFactors,
+  k: ProductFactors,
+  v: tf.Tensor4D,
+  features: (f: ProductFactors) => tf.Tensor4D,
+  opts: ContractionOptions,
+): tf.Tensor4D {
+  return tf.tidy(() => {
+    const keys = { a: maskKeys(k.a, opts.keyMask), b: k.b };
+    const sides: Sides = {
+      scores: (chunked) => tf.mul(batchMatMul(chunked(q.a), chunked(keys.a), false, true), batchMatMul(chunked(q.b), chunked(keys.b), false, true)) as tf.Tensor3D,
+      features: () => ({ q: features(q), k: features(keys) }),
+    };
+    const l = v.shape[2];
+    const factorDim = q.a.shape[3] + q.b.shape[3] + v.shape[3] + 1;
+    const featureDim = q.a.shape[3] * q.b.shape[3];
+    const wholeSequence = l * factorDim <= opts.chunkSize * factorDim + featureDim * (2 * v.shape[3] + 4);
+    return contract(sides, v, opts, wholeSequence ? l : opts.chunkSize);
   });
 }
 
@@ -61,35 +119,35 @@ export function normalizeDenominator(denominator: tf.Tensor, opts: Pick<Contract
 }
 
 /** Σ_j φ(k_j)[v_j, 1] once, then every query reads it: [B, H, L, D+1]. */
-function bidirectionalContraction(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, values: tf.Tensor4D): tf.Tensor4D {
+function bidirectionalContraction({ q: phiQ, k: phiK }: { q: tf.Tensor4D; k: tf.Tensor4D }, values: tf.Tensor4D): tf.Tensor4D {
   const [b, h, l, dv] = values.shape;
   const state = batchMatMul(flattenHeads(phiK), flattenHeads(values), true, false); // [BH, F, D+1]
   return tf.reshape(batchMatMul(flattenHeads(phiQ), state), [b, h, l, dv]);
 }
 
-function causalContraction(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, values: tf.Tensor4D, chunkSize: number): tf.Tensor4D {
+function causalContraction(sides: Sides, values: tf.Tensor4D, chunkSize: number): tf.Tensor4D {
   const [b, h, l, dv] = values.shape;
-  const f = phiQ.shape[3];
   const c = Math.min(chunkSize, l);
   const chunks = Math.ceil(l / c);
   const padded = chunks * c;
-  // Zero-padding at the end is harmless: padded keys come after every real query.
-  const pad = (x: tf.Tensor4D) => (padded === l ? x : tf.pad(x, [[0, 0], [0, 0], [0, padded - l], [0, 0]]));
   const bh = b * h;
-  const q = tf.reshape(pad(phiQ), [bh * chunks, c, f]);
-  const k = tf.reshape(pad(phiK), [bh * chunks, c, f]);
-  const vv = tf.reshape(pad(values), [bh * chunks, c, dv]);
+  // Zero-padding at the end is harmless: padded keys come after every real query.
+  const chunked = (x: tf.Tensor4D) =>
+    tf.reshape(padded === l ? x : tf.pad(x, [[0, 0], [0, 0], [0, padded - l], [0, 0]]), [bh * chunks, c, x.shape[3]]) as tf.Tensor3D;
+  const vv = chunked(values);
 
   const mask = masks.get(`causal${c}`, () => causalMask01(c));
-  const scores = tf.mul(batchMatMul(q, k, false, true), mask); // [BH·nC, C, C]
+  const scores = tf.mul(sides.scores(chunked), mask); // [BH·nC, C, C]
   let out = batchMatMul(scores, vv); // intra-chunk part
 
   if (chunks > 1) {
     // State entering chunk n: Σ_{m<n} φ(K_m)ᵀ[V_m, 1]. tfjs's cumsum gradient works only on the
     // last axis, so the chunk axis is moved last for the prefix sum.
-    const perChunk = tf.reshape(batchMatMul(k, vv, true, false), [bh, chunks, f * dv]);
+    const { q: phiQ, k: phiK } = sides.features();
+    const f = phiQ.shape[3];
+    const perChunk = tf.reshape(batchMatMul(chunked(phiK), vv, true, false), [bh, chunks, f * dv]);
     const prefix = tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
-    out = tf.add(out, batchMatMul(q, tf.reshape(prefix, [bh * chunks, f, dv])));
+    out = tf.add(out, batchMatMul(chunked(phiQ), tf.reshape(prefix, [bh * chunks, f, dv])));
   }
   const full = tf.reshape(out, [b, h, padded, dv]) as tf.Tensor4D;
   return padded === l ? full : (tf.slice(full, [0, 0, 0, 0], [b, h, l, dv]) as tf.Tensor4D);
@@ -113,6 +171,11 @@ export interface FeatureMaps {
   /** x [B, H, L, d] holding positions start … start+L−1 (0-based) → features [B, H, L, F]. */
   query(q: tf.Tensor4D, start: number): ScaledFeatures;
   key(k: tf.Tensor4D, start: number): ScaledFeatures;
+  /**
+   * Optional: the same (unshifted) features as ProductFactors, and how to expand them; the
+   * whole-sequence form then uses productLinearAttention. query/key must equal features(factors(x)).
+   */
+  factors?: { of(x: tf.Tensor4D): ProductFactors; features(f: ProductFactors): tf.Tensor4D };
 }
 
 export interface Normalization {
@@ -148,6 +211,7 @@ function scaledDelta(delta: number, queryShift: tf.Tensor | undefined, keyShift:
 
 function checkNormalization(maps: FeatureMaps, norm: Normalization): void {
   if (norm.clampMin !== undefined && maps.shiftedKeys) throw new Error('internal: clampMin cannot be combined with shifted features');
+  if (maps.factors && maps.shiftedKeys) throw new Error('internal: product factors cannot be combined with shifted features');
 }
 
 /**
@@ -164,6 +228,10 @@ export function featureMapAttention(
 ): tf.Tensor4D {
   checkNormalization(maps, opts);
   return tf.tidy(() => {
+    if (maps.factors) {
+      const { of, features } = maps.factors;
+      return productLinearAttention(of(q), of(k), v, features, { ...opts, delta: opts.delta ?? 0 });
+    }
     const query = maps.query(q, 0);
     const key = maps.key(k, 0);
     let keys = key.features;

@@ -23,7 +23,7 @@ import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
-import { featureMapMethods } from './linear-attention.ts';
+import { featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionConfig, AttentionModule } from './types.ts';
 
@@ -49,6 +49,8 @@ export interface SlayAttention extends AttentionModule {
   readonly quadrature: { scales: number[]; weights: number[] };
   /** Ψ(u) for raw (not yet normalised) q or k [B, H, L, d] → [B, H, L, featureDim]. */
   features(x: tf.Tensor4D): tf.Tensor4D;
+  /** Tensor-product variants (not laplace-only, hadamard): Ψ's factors, Ψ = concat_r a ⊗ b_r; else null. */
+  readonly factors: ((x: tf.Tensor4D) => ProductFactors) | null;
   readonly featureDim: number;
 }
 
@@ -96,35 +98,61 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   const perNode = poly === 'laplace-only' || poly === 'hadamard' ? m : (polyMap!.outputDim * m);
   const featureDim = r * perNode;
 
-  function features(x: tf.Tensor4D): tf.Tensor4D {
+  /** q or k [B, H, L, d] unit-normalised per row (after checking the shape). */
+  const unitRows = (x: tf.Tensor4D) => {
+    const [, heads, , dim] = x.shape;
+    if (heads !== h || dim !== d) {
+      throw new Error(`slay: expected q/k of shape [batch, ${h}, length, ${d}], got [${x.shape.join(', ')}]`);
+    }
+    return l2Normalize(x);
+  };
+  // √w_r goes on the small PRF factor, before the P·M expansion.
+  const prfFeatures = (unit: tf.Tensor4D, node: number) =>
+    tf.mul(positiveRandomFeatures(tf.mul(unit, Math.sqrt(2 * scales[node])) as tf.Tensor4D, omegas[node], { clamp: PRF_CLAMP }).features, Math.sqrt(weights[node])) as tf.Tensor4D;
+  const concatNodes = (parts: tf.Tensor4D[]) => (parts.length === 1 ? parts[0] : (tf.concat(parts, 3) as tf.Tensor4D));
+
+  /** Tensor-product variants: Ψ = concat_r φ_poly ⊗ φ_PRF,r, as factors a = φ_poly, b = concat_r φ_PRF,r. */
+  function factors(x: tf.Tensor4D): ProductFactors {
     return tf.tidy(() => {
-      const [b, heads, l, dim] = x.shape;
-      if (heads !== h || dim !== d) {
-        throw new Error(`slay: expected q/k of shape [batch, ${h}, length, ${d}], got [${x.shape.join(', ')}]`);
-      }
+      const unit = unitRows(x);
+      const [b, , l] = x.shape;
+      const a = tf.reshape(polyMap!.apply(tf.reshape(unit, [b * h * l, d]) as tf.Tensor2D), [b, h, l, polyMap!.outputDim]) as tf.Tensor4D;
+      return { a, b: concatNodes(scales.map((_, node) => prfFeatures(unit, node))) };
+    });
+  }
+
+  /** Ψ from its factors: one row-wise outer product per node. */
+  function expand({ a, b: prf }: ProductFactors): tf.Tensor4D {
+    return tf.tidy(() => {
+      const [b, , l, k] = a.shape;
       const rows = b * h * l;
-      const unit = l2Normalize(x);
-      const polyRows = polyMap ? polyMap.apply(tf.reshape(unit, [rows, d]) as tf.Tensor2D) : null;
-      const perNodeFeatures = scales.map((s, node) => {
-        // √w_r goes on the small PRF factor, before the P·M expansion.
-        const prf = tf.mul(
-          positiveRandomFeatures(tf.mul(unit, Math.sqrt(2 * s)) as tf.Tensor4D, omegas[node], { clamp: PRF_CLAMP }).features,
-          Math.sqrt(weights[node]),
-        );
-        if (poly === 'laplace-only') return prf;
-        if (poly === 'hadamard') {
-          // The polynomial factor reuses this node's projections ωᵀu (the reference's shared ω).
-          return tf.mul(tf.mul(tf.square(projectPerHead(unit, omegas[node])), 1 / Math.sqrt(m)), prf);
-        }
-        const outer = rowOuterProduct(polyRows!, tf.reshape(prf, [rows, m]) as tf.Tensor2D);
-        return tf.reshape(outer, [b, h, l, perNode]);
-      });
-      return (perNodeFeatures.length === 1 ? perNodeFeatures[0] : tf.concat(perNodeFeatures, 3)) as tf.Tensor4D;
+      const aRows = tf.reshape(a, [rows, k]) as tf.Tensor2D;
+      return concatNodes(
+        scales.map((_, node) => {
+          const prfRows = tf.reshape(tf.slice(prf, [0, 0, 0, node * m], [b, h, l, m]), [rows, m]) as tf.Tensor2D;
+          return tf.reshape(rowOuterProduct(aRows, prfRows), [b, h, l, perNode]) as tf.Tensor4D;
+        }),
+      );
+    });
+  }
+
+  function features(x: tf.Tensor4D): tf.Tensor4D {
+    if (polyMap) return tf.tidy(() => expand(factors(x)));
+    return tf.tidy(() => {
+      const unit = unitRows(x);
+      return concatNodes(
+        scales.map((_, node) => {
+          const prf = prfFeatures(unit, node);
+          if (poly === 'laplace-only') return prf;
+          // hadamard: the polynomial factor reuses this node's projections ωᵀu (the reference's shared ω).
+          return tf.mul(tf.mul(tf.square(projectPerHead(unit, omegas[node])), 1 / Math.sqrt(m)), prf) as tf.Tensor4D;
+        }),
+      );
     });
   }
 
   const side = (x: tf.Tensor4D) => ({ features: features(x) });
-  const maps = { featureDim, shiftedKeys: false, query: side, key: side };
+  const maps: FeatureMaps = { featureDim, shiftedKeys: false, query: side, key: side, ...(polyMap ? { factors: { of: factors, features: expand } } : {}) };
   return {
     name: 'slay',
     options: { ...options },
@@ -133,6 +161,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     quadrature: { scales, weights },
     featureDim,
     features,
+    factors: polyMap ? factors : null,
     ...featureMapMethods('slay', config, () => maps, { chunkSize, delta }),
     dispose() {
       polyMap?.dispose();

@@ -1,0 +1,50 @@
+// A data-parallel replica (see data-parallel.ts), run in a worker thread by replica-worker.mjs: builds
+// the model from the main thread's config on its own backend instance, takes the weights it is sent
+// and answers each step with the sum of its shards' gradients, packed in the order asked for.
+import { parentPort, workerData } from 'node:worker_threads';
+import * as tf from '@tensorflow/tfjs';
+import { initBackend } from '../backend.ts';
+import { createLanguageModel } from '../model/lm.ts';
+import type { LanguageModelConfig } from '../model/lm.ts';
+import { packTensors, unpackTensors } from './data-parallel.ts';
+import type { ReplicaReply, ReplicaRequest } from './data-parallel.ts';
+import { accumulateGradients } from './trainer.ts';
+
+const { config, backend } = workerData as { config: LanguageModelConfig; backend: string };
+const port = parentPort!;
+const reply = (message: ReplicaReply, transfer: ArrayBuffer[] = []) => port.postMessage(message, transfer);
+
+try {
+  await initBackend(backend, { quiet: true });
+  const model = createLanguageModel(config);
+  const tensors = new Map([...model.parameters(), ...model.buffers()]);
+
+  const assign = (names: string[], values: Float32Array) => {
+    const targets = names.map((n) => {
+      const v = tensors.get(n);
+      if (!v) throw new Error(`no tensor named '${n}' in the replica`);
+      return v;
+    });
+    tf.tidy(() => unpackTensors(values, targets.map((v) => v.shape)).forEach((t, i) => targets[i].assign(t)));
+  };
+
+  port.on('message', (message: ReplicaRequest) => {
+    try {
+      assign(message.names, message.values);
+      if (message.type === 'weights') return;
+      const variables = message.gradNames.map((n) => tensors.get(n)!);
+      const { grads, loss } = accumulateGradients(model, message.batches, message.seeds, message.total, variables);
+      try {
+        const values = packTensors(message.gradNames.map((n) => grads.get(n)!));
+        reply({ type: 'grads', id: message.id, values, loss: loss.dataSync()[0] }, [values.buffer as ArrayBuffer]);
+      } finally {
+        tf.dispose([...grads.values(), loss]);
+      }
+    } catch (err) {
+      reply({ type: 'error', message: err instanceof Error ? err.message : String(err) });
+    }
+  });
+  reply({ type: 'ready' });
+} catch (err) {
+  reply({ type: 'error', message: `start failed: ${err instanceof Error ? err.message : String(err)}` });
+}
