@@ -1,14 +1,18 @@
 // Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
-//   npm run bench:train -- [names…] [--backend=wasm|cpu|auto|tensorflow] [--steps=10] [--warmup=2]
-//                          [--seq=256] [--batch=8] [--vocab=4096] [--d=128] [--layers=4] [--heads=4] [--profile]
-//                          [--options='{"chunkSize":32}']   (attention options, applied to every named mechanism)
+//   npm run bench:train -- [names…] [--replicas=1,auto] [--backend=wasm|cpu|auto|tensorflow] [--steps=10]
+//                          [--warmup=2] [--seq=256] [--batch=8] [--vocab=4096] [--d=128] [--layers=4] [--heads=4]
+//                          [--profile] [--options='{"chunkSize":32}']   (attention options, applied to every named mechanism)
 //
-// --profile runs tf.profile on one extra step and prints kernel time by kernel name.
-// Besides wall time it reports the process CPU time per step: the wasm backend runs on one thread, so
-// on a shared machine CPU time is the better estimate of the uncontended step time.
-// The PyTorch peer (../shared/bench/torch_peer_gpt.py) does ~8,000 tokens/s on this shape on CPU.
+// --replicas: data-parallel replica counts to measure (train.dataParallel; auto = one per core); by
+// default 1 (one thread) and auto.
+// --profile runs tf.profile on one extra step (main thread only) and prints kernel time by kernel name.
+// Besides wall time it reports the process CPU time per step, all threads together: with one replica
+// on a shared machine it is the better estimate of the uncontended step time, and with several it
+// shows what the parallelism costs in total work.
+// The PyTorch peer (../shared/bench/torch_peer_gpt.py) does ~8,000 tokens/s on this shape on CPU
+// (OpenBLAS on both cores).
 import * as tf from '@tensorflow/tfjs';
 import { initBackend } from '../src/backend.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
@@ -17,12 +21,12 @@ import type { ModelBatch } from '../src/model/lm.ts';
 import { Rng } from '../src/model/rng.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/trainer.ts';
-import { DataParallelGroup } from '../src/train/data-parallel.ts';
+import { DataParallelGroup, resolveDataParallel } from '../src/train/data-parallel.ts';
 
-const NUMERIC = ['steps', 'warmup', 'seq', 'batch', 'vocab', 'd', 'layers', 'heads', 'replicas'] as const;
+const NUMERIC = ['steps', 'warmup', 'seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
 
 function parseArgs(argv: string[]) {
-  const o = { names: [] as string[], options: {} as Record<string, unknown>, backend: 'wasm', profile: false, steps: 10, warmup: 2, replicas: 1, seq: 256, batch: 8, vocab: 4096, d: 128, layers: 4, heads: 4 };
+  const o = { names: [] as string[], options: {} as Record<string, unknown>, backend: 'wasm', profile: false, steps: 10, warmup: 2, replicas: ['1', 'auto'], seq: 256, batch: 8, vocab: 4096, d: 128, layers: 4, heads: 4 };
   for (const arg of argv) {
     const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
     if (!m) {
@@ -33,10 +37,11 @@ function parseArgs(argv: string[]) {
     if (key === 'backend' && value) o.backend = value;
     else if (key === 'profile') o.profile = true;
     else if (key === 'options' && value) o.options = JSON.parse(value) as Record<string, unknown>;
+    else if (key === 'replicas' && value && value.split(',').every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) o.replicas = value.split(',');
     else if ((NUMERIC as readonly string[]).includes(key) && value && Number.isInteger(Number(value)) && Number(value) >= 0) {
       o[key as (typeof NUMERIC)[number]] = Number(value);
     } else {
-      throw new Error(`bench:train: bad argument '${arg}'; allowed: attention names, --backend=…, --profile, --options=<json>, ${NUMERIC.map((k) => `--${k}=N`).join(', ')}`);
+      throw new Error(`bench:train: bad argument '${arg}'; allowed: attention names, --backend=…, --profile, --options=<json>, --replicas=N|auto[,…], ${NUMERIC.map((k) => `--${k}=N`).join(', ')}`);
     }
   }
   const known = attentionNames();
@@ -65,14 +70,15 @@ async function main(): Promise<void> {
   const backend = await initBackend(o.backend);
   const tokensPerStep = o.batch * o.seq;
   console.log(`bench:train on ${backend}: GPT vocab ${o.vocab}, d ${o.d}, ${o.layers} layers, ${o.heads} heads, seq ${o.seq}, batch ${o.batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
+  const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), backend, o.batch)))];
   const rows: string[][] = [];
-  for (const name of o.names) {
+  for (const name of o.names) for (const replicas of replicaCounts) {
     const model = createLanguageModel({
       kind: 'gpt', vocabSize: o.vocab, maxSeqLen: o.seq, dModel: o.d, numLayers: o.layers, numHeads: o.heads,
       mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
     });
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
-    const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
+    const group = replicas > 1 ? await DataParallelGroup.start(model, replicas) : null;
     const step = (batch: ModelBatch) => {
       const opts = { lr: 3e-4, clip: 1, dropoutSeed: null };
       return group ? group.step(optimizer, [batch], opts) : trainStep(model, optimizer, [batch], opts);
@@ -96,8 +102,8 @@ async function main(): Promise<void> {
     const wall = median(times);
     const cpu = median(cpuTimes);
     const rate = (ms: number) => (tokensPerStep / (ms / 1000)).toFixed(0);
-    rows.push([name, rate(wall), wall.toFixed(0), rate(cpu), cpu.toFixed(0), loss.toFixed(3)]);
-    console.log(`  ${name}: median ${wall.toFixed(0)} ms/step wall (${rate(wall)} tokens/s), ${cpu.toFixed(0)} ms/step CPU (${rate(cpu)} tokens/s)`);
+    rows.push([name, String(replicas), rate(wall), wall.toFixed(0), rate(cpu), cpu.toFixed(0), loss.toFixed(3)]);
+    console.log(`  ${name} × ${replicas}: median ${wall.toFixed(0)} ms/step wall (${rate(wall)} tokens/s), ${cpu.toFixed(0)} CPU-ms/step (${rate(cpu)} tokens per CPU-second)`);
     if (o.profile) {
       const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
       const info = await tf.profile(async () => {
@@ -127,7 +133,7 @@ async function main(): Promise<void> {
     optimizer.dispose();
     model.dispose();
   }
-  const header = ['attention', 'tokens/s (wall)', 'ms/step (wall)', 'tokens/s (CPU time)', 'ms/step (CPU time)', 'last loss'];
+  const header = ['attention', 'replicas', 'tokens/s (wall)', 'ms/step (wall)', 'tokens per CPU-s', 'CPU-ms/step', 'last loss'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
   console.log('\n' + line(header));

@@ -14,12 +14,22 @@
 // R = 1 is trainStep itself, and a run is reproducible for a given R (dropout masks depend on R).
 //
 // Only the main thread holds optimizer state, evaluates and checkpoints; replicas hold weights.
+import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import type { AdamW } from './optimizer.ts';
 import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './trainer.ts';
 import type { StepOptions, StepResult } from './trainer.ts';
+
+/**
+ * The number of replicas for train.dataParallel: `auto` = one per core on the CPU backends (1 on the
+ * tensorflow backend, which has its own thread pool or a GPU); never more than the rows of a batch.
+ */
+export function resolveDataParallel(setting: number | 'auto', backend: string, batchSize: number): number {
+  const wanted = setting === 'auto' ? (backend === 'tensorflow' ? 1 : availableParallelism()) : setting;
+  return Math.max(1, Math.min(wanted, batchSize));
+}
 
 /** Rows [start, start + count) of a batch, as a batch that owns its arrays (they are posted to a worker). */
 export function sliceRows(batch: ModelBatch, start: number, count: number): ModelBatch {

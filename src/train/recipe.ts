@@ -37,6 +37,7 @@ export interface Recipe {
   train: {
     batchSize: number;
     gradAccum: number;
+    dataParallel: number | 'auto';
     optimizer: 'adamw';
     lr: number;
     minLr: number;
@@ -140,6 +141,11 @@ export const RECIPE_SCHEMA = {
 
   'train.batchSize': { type: int(1), default: 8, doc: 'Sequences per micro-batch.' },
   'train.gradAccum': { type: int(1), default: 1, doc: 'Micro-batches accumulated per optimizer step (effective batch = batchSize × gradAccum).' },
+  'train.dataParallel': {
+    type: { kind: 'custom', text: '`auto` \\| integer ≥ 1', check: (v) => (v === 'auto' || (Number.isInteger(v) && (v as number) >= 1) ? null : "'auto' or an integer ≥ 1") },
+    default: 1,
+    doc: 'Data-parallel replicas: each optimizer step\'s rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.',
+  },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
   'train.minLr': { type: num({ min: 0 }), default: derived('`train.lr` / 10', (r) => r.train.lr / 10), doc: 'Final learning rate of the `cosine` and `linear` schedules; must be ≤ `train.lr`.' },

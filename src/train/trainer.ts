@@ -24,6 +24,7 @@ import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpo
 import type { StopRequest } from './checkpoint.ts';
 import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
+import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 
 export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
   const m = recipe.model;
@@ -365,12 +366,14 @@ export async function runTraining(
     decayEmbeddings: recipe.train.decayEmbeddings,
   });
   if (resumed) restoreCheckpoint(resumed, model, optimizer);
+  const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), batchSize);
   const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor });
   const schedule = { lr: recipe.train.lr, minLr: recipe.train.minLr, schedule: recipe.train.schedule, warmupSteps: recipe.train.warmupSteps, totalSteps };
   const parameterCount = [...model.parameters().values()].reduce((n, v) => n + v.size, 0);
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
-      `${totalSteps} steps of ${batchSize}×${gradAccum}×${seqLen} tokens (epoch ≈ ${epoch.tokens.toLocaleString('en-US')} tokens${epoch.exact ? '' : ', estimated'}); backend ${tf.getBackend()}`,
+      `${totalSteps} steps of ${batchSize}×${gradAccum}×${seqLen} tokens (epoch ≈ ${epoch.tokens.toLocaleString('en-US')} tokens${epoch.exact ? '' : ', estimated'}); backend ${tf.getBackend()}` +
+      (replicas > 1 ? `, ${replicas} data-parallel replicas` : ''),
   );
 
   const restored = resumed?.state;
@@ -403,7 +406,10 @@ export async function runTraining(
   };
 
   let finalVal: EvalResult;
+  let group: DataParallelGroup | null = null;
   try {
+    // Started after initFrom and restore: the replicas receive the weights as they now are.
+    if (replicas > 1) group = await DataParallelGroup.start(model, replicas);
     if (finetune.initFrom !== null && step === 0) await validate(); // the loaded model before finetuning
     while (step < totalSteps) {
       const micro: Batch[] = [];
@@ -417,12 +423,13 @@ export async function runTraining(
       const lr = learningRate(step, schedule);
       model.onTrainStep(step);
       const t0 = performance.now();
-      const result = await trainStep(model, optimizer, micro, {
+      const stepOptions: StepOptions = {
         lr,
         clip: recipe.train.clip,
         dropoutSeed: modelConfig.dropout > 0 ? deriveSeed(seed, `dropout/${step}`) : null,
         trainable: finetune.trainable,
-      });
+      };
+      const result = group ? await group.step(optimizer, micro, stepOptions) : await trainStep(model, optimizer, micro, stepOptions);
       const seconds = (performance.now() - t0) / 1000;
       if (!result.applied) {
         const what = `step ${step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
@@ -474,6 +481,7 @@ export async function runTraining(
     );
     return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: elapsed(), finalVal, parameters: parameterCount };
   } finally {
+    await group?.close();
     await stream.close();
     optimizer.dispose();
     model.dispose();

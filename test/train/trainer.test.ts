@@ -121,6 +121,36 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
   });
 });
 
+describe('runTraining with train.dataParallel', () => {
+  it('2 replicas log the same losses as 1 (no dropout: equal up to float summation order)', async () => {
+    const docs = syntheticDocuments(200, 7);
+    const data = join(dir, 'data-dp');
+    await writeDataset(data, { train: [docs.slice(0, 180)], validation: [docs.slice(180)] }, 50);
+    const tokenizer = join(dir, 'tokenizer-dp.json');
+    await trainByteLevelBpeFromTexts(docs.slice(0, 180), 300, tokenizer);
+    const recipeText = `
+model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, attention: { name: slay, options: { prfFeatures: 4, anchors: 4 } } }
+data: { dataset: ${data}, tokenizer: ${tokenizer}, seqLen: 16, shuffleBuffer: 8 }
+train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 5, evalTokens: 128, logInterval: 5, runDir: ${join(dir, 'runs-dp')}, seed: 3, maxTokens: 640 }
+`;
+    const run = async (replicas: number) => {
+      const records: MetricRecord[] = [];
+      const lines: string[] = [];
+      const recipe = parseRecipe(recipeText, join(dir, 'dp.yaml'), [`--train.dataParallel=${replicas}`]);
+      await runTraining(recipe, { logger: { dir: join(dir, 'runs-dp', `r${replicas}`), log: (r) => records.push(r), line: (t) => lines.push(t), finish: async () => {} } });
+      return { records, lines };
+    };
+    const single = await run(1);
+    const parallel = await run(2);
+    expect(parallel.lines[0]).toMatch(/2 data-parallel replicas/);
+    expect(single.lines[0]).not.toMatch(/data-parallel/);
+    expect(parallel.records.map((r) => [r.step, r.split])).toEqual(single.records.map((r) => [r.step, r.split]));
+    expect(single.records.length).toBeGreaterThanOrEqual(4);
+    parallel.records.forEach((r, i) => expect(r.loss).toBeCloseTo(single.records[i].loss, 4));
+    expect(() => parseRecipe(recipeText, join(dir, 'dp.yaml'), ['--train.dataParallel=0'])).toThrow(/train\.dataParallel/);
+  });
+});
+
 describe('train CLI', () => {
   const cli = (...args: string[]) =>
     spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', ...args], { encoding: 'utf8', timeout: 120_000 });
