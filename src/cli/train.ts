@@ -7,6 +7,7 @@ import { planRun, runTraining, validateRecipeModel } from '../train/trainer.ts';
 import { resolveResume, signalExitCode, TrainingStopped } from '../train/checkpoint.ts';
 import type { StopRequest } from '../train/checkpoint.ts';
 import { resolveInitFrom } from '../train/finetune.ts';
+import { resolveDataParallel } from '../train/data-parallel.ts';
 
 const HELP = `Usage:
   npm run train -- <recipe.yaml> [--section.key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run] [--resume auto|<folder>]
@@ -106,6 +107,12 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
       ? `steps       unknown (${budget}; ${fmt(plan.tokensPerStep)} tokens per optimizer step)`
       : `steps       ${fmt(plan.totalSteps)} optimizer steps of ${fmt(plan.tokensPerStep)} tokens (${batchSize}×${gradAccum}×${recipe.data.seqLen}; ${budget})`,
   );
+  const { dataParallel } = recipe.train;
+  if (dataParallel !== 1) {
+    const count = (b: string) => resolveDataParallel(dataParallel, b, batchSize);
+    const resolved = backend === 'auto' ? `${count('wasm')} on wasm/cpu, 1 on tensorflow` : String(count(backend));
+    out.push(`replicas    ${resolved} (train.dataParallel ${dataParallel}): each holds the weights and its share of the activations`);
+  }
   const mem = plan.memory;
   out.push(
     `memory      ≈ ${fmt(Math.round(mem.total / MB))} MiB = parameters+gradients+AdamW m,v ${fmt(Math.round(mem.state / MB))} MiB (16 bytes × parameters${gradAccum > 1 ? ' + 4 for accumulation' : ''})` +
