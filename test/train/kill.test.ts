@@ -144,9 +144,10 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     expect(comparable(readMetrics(runDir))).toEqual(comparable(reference));
   }, 120_000);
 
-  it('SIGTERM: finishes the step, saves a checkpoint, exits 143 and prints the resume command, which completes the run', async () => {
+  // With 2 data-parallel replicas: the worker threads must not keep the process alive or change the records.
+  it('SIGTERM (2 data-parallel replicas): finishes the step, saves a checkpoint, exits 143 and prints the resume command, which completes the run', async () => {
     const runs = join(dir, 'runs-term');
-    const recipeFile = await writeTinyRecipe(join(dir, 'tiny-term.yaml'), setup, runs, { ...TRAIN, checkpointInterval: 5 });
+    const recipeFile = await writeTinyRecipe(join(dir, 'tiny-term.yaml'), setup, runs, { ...TRAIN, checkpointInterval: 5, dataParallel: 2 });
     const child = startCli([recipeFile, '--train.logInterval=3']);
     const deadline = Date.now() + 30_000;
     while (Date.now() < deadline && child.process.exitCode === null) {
@@ -167,7 +168,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     const resumed = startCli(command.split(' '));
     const done = await resumed.exited;
     expect(done.code, resumed.output()).toBe(0);
-    const reference = await referenceRun(await writeTinyRecipe(join(dir, 'tiny-term-ref.yaml'), setup, join(dir, 'runs-term-ref'), { ...TRAIN, checkpointInterval: 5, logInterval: 3 }));
+    const reference = await referenceRun(await writeTinyRecipe(join(dir, 'tiny-term-ref.yaml'), setup, join(dir, 'runs-term-ref'), { ...TRAIN, checkpointInterval: 5, logInterval: 3, dataParallel: 2 }));
     expect(comparable(readMetrics(runFolders(runs)[0]))).toEqual(comparable(reference));
   }, 60_000);
 });
