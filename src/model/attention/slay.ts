@@ -5,6 +5,9 @@
 //   Ψ(u) = concat_r √w_r · (φ_poly(u) ⊗ φ_PRF(u; s_r))     (explicit outer product, P·M per node)
 //   Y_i  = Ψ(q_i)ᵀ Σ_j Ψ(k_j) v_jᵀ / (Ψ(q_i)ᵀ Σ_j Ψ(k_j) + δ)   (shared linearAttention; kernel
 //                                                                  normalisation, not a softmax)
+// The tensor-product variants hand the contraction Ψ's two factors, φ_poly and concat_r √w_r φ_PRF,r
+// (productLinearAttention): Ψ(q)ᵀΨ(k) = (φ_poly(q)ᵀφ_poly(k))·Σ_r w_r φ_PRF,r(q)ᵀφ_PRF,r(k), so causal
+// score blocks cost P + R·M instead of R·P·M per pair, and short sequences never build Ψ.
 //
 // φ_PRF(u; s) = M^(−1/2) exp(√(2s)·ωᵀu − s), ω ~ N(0, I) iid per head and per node, exponent clamped
 // to ±20 as the reference; it is the shared PRF map at x = √(2s)·û. φ_poly is one of the maps of
@@ -63,7 +66,7 @@ registerAttention('slay', {
     prfFeatures: { kind: 'int', default: 16, min: 1, doc: 'M, positive random features per node and head' },
     anchors: { kind: 'int', default: 8, min: 1, doc: 'P, polynomial features: anchors, Maclaurin pairs, sketch size or Nyström anchors (unused by exact, laplace-only, hadamard)' },
     poly: { kind: 'enum', default: 'anchor', values: SLAY_POLY_VARIANTS, doc: 'polynomial factor x² approximation' },
-    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction (tensor-product variants score the whole sequence as one block instead when that costs fewer multiply-adds: L ≤ ~300 at the defaults with head size 32)' },
   },
   create: (config, options) => createSlay(config, options as unknown as SlayOptions),
 });
