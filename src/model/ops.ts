@@ -84,12 +84,18 @@ export function namedVariable(scope: string, name: string, initial: tf.Tensor, t
   return tf.variable(initial, trainable, `${scope}.${name}`);
 }
 
-/** Identity in the forward pass, zero gradient (tfjs has no stop_gradient op). */
-export const stopGradient = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
-  save([]);
-  return { value: tf.clone(x), gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy) };
-}) as <T extends tf.Tensor>(x: T) => T;
+/**
+ * tf.max(x, axis, keepDims) with a zero gradient (tfjs has no stop_gradient op). The max runs inside
+ * the customGrad's forward, off the tape: tf.max's own gradient (an x == max mask, broadcast) would
+ * run even with a zero upstream gradient, and that broadcast Equal is slow on wasm — 70 ms for a
+ * [8, 4, 256, 64] input, more than the whole Performer layer it stabilises.
+ */
+export function maxWithoutGradient(x: tf.Tensor, axis: number | number[]): tf.Tensor {
+  return tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+    const input = args[0] as tf.Tensor;
+    return { value: tf.max(input, axis, true), gradFunc: () => tf.zeros(input.shape) };
+  })(x);
+}
 
 /**
  * x [B, H, L, d] projected by one matrix per head w [H, d, m] → [B, H, L, m], or by a matrix shared

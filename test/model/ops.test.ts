@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { batchMatMul, rowOuterProduct } from '../../src/model/ops.ts';
+import { batchMatMul, maxWithoutGradient, rowOuterProduct } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
@@ -139,5 +139,16 @@ describe('wasm fast paths', () => {
       }
     }
     tf.dispose([a, b, w, da, db]);
+  });
+  it('maxWithoutGradient: tf.max with keepDims in value, zero gradient, over one axis or several', () => {
+    const rng = new Rng(8);
+    const x = random(rng, [2, 3, 4, 5]);
+    for (const axis of [-1, [2, 3]]) {
+      expect(maxWithoutGradient(x, axis).arraySync()).toEqual(tf.max(x, axis, true).arraySync());
+      // d/dx Σ (x − max) = 1 everywhere when the max carries no gradient.
+      const [g] = tf.grads((t: tf.Tensor) => tf.sum(tf.sub(t, maxWithoutGradient(t, axis))))([x]);
+      expect(new Set(g.dataSync())).toEqual(new Set([1]));
+    }
+    x.dispose();
   });
 });

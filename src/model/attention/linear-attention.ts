@@ -15,7 +15,7 @@
 // themselves once as FeatureMaps; featureMapAttention (whole sequence) and featureMapStep (one
 // position) both run from that description, so the two forms share all feature code.
 import * as tf from '@tensorflow/tfjs';
-import { batchMatMul, causalMask01, ConstantCache, flattenHeads, safeDivide } from '../ops.ts';
+import { batchMatMul, causalMask01, ConstantCache, flattenHeads, maxWithoutGradient, safeDivide } from '../ops.ts';
 import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState } from './types.ts';
 
 export interface ContractionOptions {
@@ -237,7 +237,7 @@ export function featureMapAttention(
     let keys = key.features;
     let keyShift: tf.Tensor | undefined;
     if (key.shift) {
-      keyShift = tf.max(key.shift, 2, true); // [B, H, 1, 1]
+      keyShift = maxWithoutGradient(key.shift, 2); // [B, H, 1, 1]; the shifts carry no gradient anyway
       keys = tf.mul(keys, tf.exp(tf.sub(key.shift, keyShift)));
     }
     const delta = opts.clampMin !== undefined ? undefined : scaledDelta(opts.delta ?? 0, query.shift, keyShift);

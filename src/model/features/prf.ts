@@ -5,7 +5,7 @@
 // (FAVOR+, Choromanski et al. 2021; "Cheap Attention" in ../shared/papers). SLAY's
 // exp(√(2s)ωᵀu − s) for a unit u is this map at x = √(2s)·u.
 import * as tf from '@tensorflow/tfjs';
-import { projectPerHead, stopGradient } from '../ops.ts';
+import { maxWithoutGradient, projectPerHead } from '../ops.ts';
 
 export type Stabilizer = 'none' | 'row' | 'global';
 
@@ -33,8 +33,8 @@ export function positiveRandomFeatures(x: tf.Tensor4D, omega: tf.Tensor, opts: P
   const m = omega.shape[omega.rank - 1]!;
   let logits: tf.Tensor = tf.sub(projectPerHead(x, omega), tf.mul(tf.sum(tf.square(x), -1, true), 0.5));
   let shift: tf.Tensor = tf.scalar(0);
-  if (opts.stabilizer === 'row') shift = stopGradient(tf.max(logits, -1, true));
-  else if (opts.stabilizer === 'global') shift = stopGradient(tf.max(logits, [2, 3], true));
+  if (opts.stabilizer === 'row') shift = maxWithoutGradient(logits, -1);
+  else if (opts.stabilizer === 'global') shift = maxWithoutGradient(logits, [2, 3]);
   if (opts.stabilizer && opts.stabilizer !== 'none') logits = tf.sub(logits, shift);
   if (opts.clamp !== undefined) logits = tf.clipByValue(logits, -opts.clamp, opts.clamp);
   return { features: tf.mul(tf.exp(logits), 1 / Math.sqrt(m)) as tf.Tensor4D, shift };
