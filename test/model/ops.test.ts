@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { batchMatMul, maxWithoutGradient, rowOuterProduct } from '../../src/model/ops.ts';
+import { batchMatMul, maxWithoutGradient, roundingClamp, rowOuterProduct } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
@@ -150,5 +150,12 @@ describe('wasm fast paths', () => {
       expect(new Set(g.dataSync())).toEqual(new Set([1]));
     }
     x.dispose();
+  });
+  it('roundingClamp: clipByValue in value, identity gradient', () => {
+    const x = tf.tensor1d([-1.5, -0.5, 0.25, 1 + 1e-6, 3]);
+    expect([...roundingClamp(x, -1, 1).dataSync()]).toEqual([...tf.clipByValue(x, -1, 1).dataSync()]);
+    const [g] = tf.grads((t: tf.Tensor) => tf.sum(tf.mul(roundingClamp(t, -1, 1), tf.tensor1d([1, 2, 3, 4, 5]))))([x]);
+    expect([...g.dataSync()]).toEqual([1, 2, 3, 4, 5]);
+    tf.dispose([x, g]);
   });
 });
