@@ -122,9 +122,9 @@ describe.each(['cpu', 'wasm'])('linear-attention contraction on %s', (backend) =
     tf.dispose([...gradsA, ...gradsB, phiQ, phiK, v, weights, mask]);
   });
   // Product features φ = concat_r a ⊗ b_r (SLAY's form): the output must be the quadratic form of the
-  // expanded features in float64, for L where the whole sequence is one block (L=6) and where the
-  // form is chunked (L=40, chunk 4), causal and bidirectional, with a key mask, and the gradients
-  // with respect to the factors must equal those through the explicit features.
+  // expanded features in float64 — where the whole sequence is one block (L=6, 9) and where the form
+  // is chunked or goes through states (L=40, chunk 4), causal and bidirectional, with a key mask —
+  // and the gradients with respect to the factors must equal those through the explicit features.
   const expand = (a: Array4, b: Array4, nodes: number): Array4 =>
     a.map((ab, i) => ab.map((ah, j) => ah.map((row, t) => {
       const bRow = b[i][j][t];
@@ -142,7 +142,7 @@ describe.each(['cpu', 'wasm'])('linear-attention contraction on %s', (backend) =
     return tf.concat(parts, 3) as tf.Tensor4D;
   };
 
-  for (const [length, causal] of [[6, true], [40, true], [9, false]] as const) {
+  for (const [length, causal] of [[6, true], [40, true], [9, false], [40, false]] as const) {
     it(`product features: equal the expanded quadratic form, values and gradients (L=${length}, ${causal ? 'causal' : 'bidirectional'})`, () => {
       const rng = new Rng(500 + length);
       const nodes = 2;

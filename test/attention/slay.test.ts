@@ -248,8 +248,8 @@ describe('slay: the finite-feature output is the quadratic form of its own featu
   }
 
   for (const poly of ['anchor', 'exact', 'laplace-only', 'hadamard']) {
-    // L=8, 10, 7: the whole sequence is one block (cheaper for these sizes); L=64, chunk 4: chunked.
-    for (const [l, chunkSize, causal] of [[8, 4, true], [10, 4, true], [7, 64, true], [64, 4, true], [9, 4, false]] as const) {
+    // L=8, 10, 7, 9: the whole sequence is one block (cheaper for these sizes); L=64: chunked or states.
+    for (const [l, chunkSize, causal] of [[8, 4, true], [10, 4, true], [7, 64, true], [64, 4, true], [9, 4, false], [64, 4, false]] as const) {
       it(`poly '${poly}', L=${l}, chunk ${chunkSize}, ${causal ? 'causal' : 'bidirectional'}: output = masked quadratic form (rel ≤ 1e-5)`, () => {
         const shape: Shape = [2, 2, l, 3];
         const { q, k, v } = inputs(8 + l, shape);

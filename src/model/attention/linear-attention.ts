@@ -50,10 +50,17 @@ interface Sides {
   features(): { q: tf.Tensor4D; k: tf.Tensor4D };
 }
 
-function contract(sides: Sides, v: tf.Tensor4D, opts: ContractionOptions, chunkSize: number): tf.Tensor4D {
+/**
+ * `wholeSequence`: score the sequence as one block, (masked) scores × [V, 1], instead of going
+ * through states — for the causal form the same as chunkSize = L.
+ */
+function contract(sides: Sides, v: tf.Tensor4D, opts: ContractionOptions, wholeSequence = false): tf.Tensor4D {
   const [b, h, l, d] = v.shape;
   const valuesAndOnes = tf.concat([v, tf.ones([b, h, l, 1])], 3) as tf.Tensor4D;
-  const out = opts.causal ? causalContraction(sides, valuesAndOnes, chunkSize) : bidirectionalContraction(sides.features(), valuesAndOnes);
+  let out: tf.Tensor4D;
+  if (opts.causal) out = causalContraction(sides, valuesAndOnes, wholeSequence ? l : opts.chunkSize);
+  else if (wholeSequence) out = tf.reshape(batchMatMul(sides.scores(flattenHeads), flattenHeads(valuesAndOnes)), [b, h, l, d + 1]);
+  else out = bidirectionalContraction(sides.features(), valuesAndOnes);
   const numerator = tf.slice(out, [0, 0, 0, 0], [b, h, l, d]);
   const denominator = tf.slice(out, [0, 0, 0, d], [b, h, l, 1]);
   return safeDivide(numerator, normalizeDenominator(denominator, opts)) as tf.Tensor4D;
@@ -80,17 +87,18 @@ export function linearAttention(
       scores: (chunked) => batchMatMul(chunked(phiQ), chunked(keys), false, true),
       features: () => ({ q: phiQ, k: keys }),
     };
-    return contract(sides, v, opts, opts.chunkSize);
+    return contract(sides, v, opts);
   });
 }
 
 /**
  * linearAttention for product features (ProductFactors); `features` builds the explicit ones. The
  * causal form scores its diagonal blocks from the factors and builds explicit features only for the
- * chunk states; when scoring the whole sequence as one block costs fewer multiply-adds than the
- * chunked form, L·(Fa + Fb + D + 1) ≤ C·(Fa + Fb + D + 1) + F·(2D + 4)
- * (states, their read-out, and building both sides' features), it does that and never
- * builds them. Same values either way (up to float rounding); only the cost differs.
+ * chunk states. When scoring the whole sequence as one block costs fewer multiply-adds per position
+ * than the chunked (or, bidirectional, the state) form, L·(Fa + Fb + D + 1) ≤ C·(Fa + Fb + D + 1) +
+ * F·(2D + 4) with C = 0 when bidirectional (states, their read-out, and building both sides'
+ * features), it does that and never builds them. Same values either way (up to float rounding); only
+ * the cost differs.
  */
 export function productLinearAttention(
   q: ProductFactors,
@@ -108,8 +116,8 @@ export function productLinearAttention(
     const l = v.shape[2];
     const factorDim = q.a.shape[3] + q.b.shape[3] + v.shape[3] + 1;
     const featureDim = q.a.shape[3] * q.b.shape[3];
-    const wholeSequence = l * factorDim <= opts.chunkSize * factorDim + featureDim * (2 * v.shape[3] + 4);
-    return contract(sides, v, opts, wholeSequence ? l : opts.chunkSize);
+    const blockPerPosition = opts.causal ? Math.min(opts.chunkSize, l) * factorDim : 0; // no blocks without a mask
+    return contract(sides, v, opts, l * factorDim <= blockPerPosition + featureDim * (2 * v.shape[3] + 4));
   });
 }
 
