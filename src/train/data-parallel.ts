@@ -96,6 +96,7 @@ export type ReplicaReply =
   | { type: 'error'; message: string };
 
 interface Pending {
+  id: number;
   resolve: (reply: { values: Float32Array; loss: number }) => void;
   reject: (err: Error) => void;
 }
@@ -129,8 +130,9 @@ class Replica {
     this.worker.on('message', (reply: ReplicaReply) => {
       if (reply.type === 'ready') markReady();
       else if (reply.type === 'error') fail(new Error(`data-parallel replica ${rank}: ${reply.message}`));
-      else {
-        this.pending?.resolve(reply);
+      else if (reply.id === this.pending?.id) {
+        // A reply to an abandoned request (its step failed on another replica) is dropped.
+        this.pending.resolve(reply);
         this.pending = null;
       }
     });
@@ -152,7 +154,7 @@ class Replica {
     const transfer = [message.values.buffer as ArrayBuffer, ...message.batches.flatMap((b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : [])] as ArrayBuffer[])];
     return new Promise((resolve, reject) => {
       if (this.failure) return reject(this.failure);
-      this.pending = { resolve, reject };
+      this.pending = { id: message.id, resolve, reject };
       this.worker.postMessage(message, transfer);
     });
   }
@@ -222,9 +224,13 @@ export class DataParallelGroup {
       if (batches.length === 0) return Promise.resolve(null);
       return replica.request({ type: 'step', id, names, values: packTensors(synced.map(([, v]) => v)), batches, seeds, total, gradNames });
     });
-    const local = shards[0].batches.length
-      ? accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v))
-      : null;
+    let local: ReturnType<typeof accumulateGradients> | null = null;
+    try {
+      if (shards[0].batches.length) local = accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v));
+    } catch (err) {
+      await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled
+      throw err;
+    }
     let replies: ({ values: Float32Array; loss: number } | null)[];
     try {
       replies = await Promise.all(remote);

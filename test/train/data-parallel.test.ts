@@ -137,7 +137,7 @@ describe('data-parallel replicas', () => {
     expect(new Set(counts).size).toBe(1);
   });
 
-  it("a replica's error reaches the caller, naming the replica and the cause", async () => {
+  it("a replica's error reaches the caller, naming the replica and the cause; the main thread's too", async () => {
     const model = createLanguageModel(config('gpt', { name: 'softmax', options: {} }));
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     const group = await DataParallelGroup.start(model, 2);
@@ -145,6 +145,14 @@ describe('data-parallel replicas', () => {
     bad.labels[SEQ + 1] = VOCAB + 5; // row 1 → replica 1
     await expect(group.step(optimizer, [bad], { lr: 1e-3, clip: 1, dropoutSeed: null })).rejects.toThrow(/data-parallel replica 1: batch label 24 at position 1 is outside the vocabulary/);
     await group.close();
+    // The main thread's own shard failing while a replica computes: its error, and nothing left unhandled.
+    const other = await DataParallelGroup.start(model, 2);
+    const badHere = makeBatch('gpt', 2, new Rng(7));
+    badHere.labels[2] = VOCAB + 1; // row 0 → the main thread
+    await expect(other.step(optimizer, [badHere], { lr: 1e-3, clip: 1, dropoutSeed: null })).rejects.toThrow(/^batch label 20 at position 2 is outside the vocabulary/);
+    const fine = await other.step(optimizer, [makeBatch('gpt', 2, new Rng(8))], { lr: 1e-3, clip: 1, dropoutSeed: null });
+    expect(fine.applied).toBe(true); // the group still works after a step that failed on the main thread
+    await other.close();
     optimizer.dispose();
     model.dispose();
   });
