@@ -2,7 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { batchMatMul, maxWithoutGradient, roundingClamp, rowOuterProduct } from '../../src/model/ops.ts';
+import { batchMatMul, clamp, maxWithoutGradient, rowOuterProduct } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
@@ -151,11 +151,14 @@ describe('wasm fast paths', () => {
     }
     x.dispose();
   });
-  it('roundingClamp: clipByValue in value, identity gradient', () => {
-    const x = tf.tensor1d([-1.5, -0.5, 0.25, 1 + 1e-6, 3]);
-    expect([...roundingClamp(x, -1, 1).dataSync()]).toEqual([...tf.clipByValue(x, -1, 1).dataSync()]);
-    const [g] = tf.grads((t: tf.Tensor) => tf.sum(tf.mul(roundingClamp(t, -1, 1), tf.tensor1d([1, 2, 3, 4, 5]))))([x]);
-    expect([...g.dataSync()]).toEqual([1, 2, 3, 4, 5]);
-    tf.dispose([x, g]);
+  it('clamp: tf.clipByValue in value and in gradient (boundaries inclusive), asymmetric bounds too', () => {
+    for (const [lo, hi] of [[-1, 1], [-46, 69]]) {
+      const x = tf.tensor1d([lo - 0.5, lo, lo + 1e-3, (lo + hi) / 2, hi - 1e-3, hi, hi + 2, 1 + 1e-6]);
+      const w = tf.tensor1d([1, 2, 3, 4, 5, 6, 7, 8]);
+      const f = (c: (t: tf.Tensor) => tf.Tensor) => tf.grads((t: tf.Tensor) => tf.sum(tf.mul(c(t), w)))([x])[0];
+      expect([...clamp(x, lo, hi).dataSync()]).toEqual([...tf.clipByValue(x, lo, hi).dataSync()]);
+      expect([...f((t) => clamp(t, lo, hi)).dataSync()]).toEqual([...f((t) => tf.clipByValue(t, lo, hi)).dataSync()]);
+      tf.dispose([x, w]);
+    }
   });
 });

@@ -2,7 +2,7 @@
 // notes §1.9). x = q̂·k̂, K = x²/(C − 2x) with C = 2 + ε, and kernel normalisation
 // Y = KV / (K·1 + δ) — not a softmax. Future keys get weight 0.
 import * as tf from '@tensorflow/tfjs';
-import { batchMatMul, causalMask01, ConstantCache, flattenHeads, l2Normalize, roundingClamp } from '../ops.ts';
+import { batchMatMul, causalMask01, clamp, ConstantCache, flattenHeads, l2Normalize } from '../ops.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
@@ -24,7 +24,7 @@ registerAttention('yat-spherical', {
         const [b, h, lq, d] = qUnit.shape;
         const lk = kUnit.shape[2];
         // Clamping x to [−1, 1] keeps C − 2x ≥ ε when rounding pushes q̂·k̂ just past 1.
-        const x = roundingClamp(batchMatMul(flattenHeads(qUnit), flattenHeads(kUnit), false, true), -1, 1);
+        const x = clamp(batchMatMul(flattenHeads(qUnit), flattenHeads(kUnit), false, true), -1, 1);
         let kernel: tf.Tensor = tf.reshape(tf.div(tf.square(x), tf.sub(2 + epsilon, tf.mul(x, 2))), [b, h, lq, lk]);
         if (mask01) kernel = tf.mul(kernel, mask01);
         const numerator = batchMatMul(tf.reshape(kernel, [b * h, lq, lk]), flattenHeads(v));

@@ -5,7 +5,7 @@
 // (FAVOR+, Choromanski et al. 2021; "Cheap Attention" in ../shared/papers). SLAY's
 // exp(√(2s)ωᵀu − s) for a unit u is this map at x = √(2s)·u.
 import * as tf from '@tensorflow/tfjs';
-import { maxWithoutGradient, projectPerHead } from '../ops.ts';
+import { clamp, maxWithoutGradient, projectPerHead } from '../ops.ts';
 
 export type Stabilizer = 'none' | 'row' | 'global';
 
@@ -36,7 +36,7 @@ export function positiveRandomFeatures(x: tf.Tensor4D, omega: tf.Tensor, opts: P
   if (opts.stabilizer === 'row') shift = maxWithoutGradient(logits, -1);
   else if (opts.stabilizer === 'global') shift = maxWithoutGradient(logits, [2, 3]);
   if (opts.stabilizer && opts.stabilizer !== 'none') logits = tf.sub(logits, shift);
-  if (opts.clamp !== undefined) logits = tf.clipByValue(logits, -opts.clamp, opts.clamp);
+  if (opts.clamp !== undefined) logits = clamp(logits, -opts.clamp, opts.clamp);
   return { features: tf.mul(tf.exp(logits), 1 / Math.sqrt(m)) as tf.Tensor4D, shift };
 }
 
