@@ -192,16 +192,21 @@ export class RandomMaclaurinFeatures {
       const columns = tf.transpose(tf.reshape(x, [-1, inputDim])) as tf.Tensor2D; // [inputDim, M]
       const m = columns.shape[1];
       const projected = matMul2d(this.projections as tf.Tensor2D, columns); // every rᵀx at once: [Σ degrees, M]
+      // Level l holds one factor of every feature of degree ≥ l. Cut with tf.split, not tf.slice: a
+      // slice's gradient is padded back to its whole input, so every level would add a [Σ degrees, M]
+      // tensor in backward; split's gradient is one concat.
+      const levels = tf.split(projected, this.levelSizes, 0);
       const byDegree: tf.Tensor[] = [];
-      let running = tf.slice(projected, [0, 0], [this.levelSizes[0], m]);
-      let offset = 0;
-      for (let index = 0; index < this.levelSizes.length; index++) {
+      let running = levels[0];
+      for (let index = 0; index < levels.length; index++) {
+        if (index > 0) running = tf.mul(running, levels[index]);
         const size = this.levelSizes[index];
-        if (index > 0) running = tf.mul(tf.slice(running, [0, 0], [size, m]), tf.slice(projected, [offset, 0], [size, m]));
-        offset += size;
         const higher = this.levelSizes[index + 1] ?? 0;
-        // Highest degree first, the order of the draw.
-        if (size > higher) byDegree.unshift(tf.slice(running, [higher, 0], [size - higher, m]));
+        if (size === higher) continue;
+        // Rows [higher, size) are complete (degree index + 1); the first `higher` go on. Highest degree first, the order of the draw.
+        const [continuing, finished] = higher > 0 ? tf.split(running, [higher, size - higher], 0) : [running, running];
+        byDegree.unshift(finished);
+        running = continuing;
       }
       const features = tf.transpose(tf.concat([tf.fill([1, m], this.constantFeature), ...byDegree], 0)); // [M, D]
       return tf.reshape(features, [...lead, this.numFeatures]);
