@@ -113,7 +113,7 @@ class Replica {
     config: LanguageModelConfig,
     backend: string,
   ) {
-    this.worker = new Worker(new URL('./replica-worker.mjs', import.meta.url), { workerData: { config, backend, rank } });
+    this.worker = new Worker(new URL('./replica-worker.mjs', import.meta.url), { workerData: { config, backend } });
     let markReady: () => void = () => {};
     let failReady: (err: Error) => void = () => {};
     this.ready = new Promise((resolve, reject) => {
@@ -130,8 +130,8 @@ class Replica {
     this.worker.on('message', (reply: ReplicaReply) => {
       if (reply.type === 'ready') markReady();
       else if (reply.type === 'error') fail(new Error(`data-parallel replica ${rank}: ${reply.message}`));
+      // Gradients answer the pending request with their id; a late answer to an abandoned one is dropped.
       else if (reply.id === this.pending?.id) {
-        // A reply to an abandoned request (its step failed on another replica) is dropped.
         this.pending.resolve(reply);
         this.pending = null;
       }
