@@ -51,6 +51,12 @@ function uniformTokens(rng: Rng, x: Int32Array, high: number): void {
   for (let t = 0; t < x.length; t++) x[t] = rng.int(high);
 }
 
+/** Uniform tokens below 32, target = input (copy and long_copy differ only in length). */
+function copyTokens(rng: Rng, x: Int32Array, y: Int32Array): void {
+  uniformTokens(rng, x, 32);
+  y.set(x);
+}
+
 function countOf(x: Int32Array, token: number): number {
   let n = 0;
   for (const v of x) if (v === token) n++;
@@ -79,10 +85,7 @@ const DEFINITIONS: TaskDefinition[] = [
   {
     name: 'copy', category: 'basic', seqLen: 32, vocabSize: 32, mode: 'sequence',
     description: 'uniform tokens; target = input',
-    fill(rng, x, y) {
-      uniformTokens(rng, x, 32);
-      y.set(x);
-    },
+    fill: copyTokens,
   },
   {
     name: 'sort', category: 'basic', seqLen: 16, vocabSize: 32, mode: 'sequence',
@@ -153,10 +156,7 @@ const DEFINITIONS: TaskDefinition[] = [
   {
     name: 'long_copy', category: 'long_range', seqLen: 256, vocabSize: 32, mode: 'sequence',
     description: 'copy at length 256',
-    fill(rng, x, y) {
-      uniformTokens(rng, x, 32);
-      y.set(x);
-    },
+    fill: copyTokens,
   },
   {
     name: 'distant_match', category: 'long_range', seqLen: 128, vocabSize: 32, mode: 'position',

@@ -198,12 +198,18 @@ export class DataParallelGroup {
     return this.replicas.length + 1;
   }
 
+  /** Replica i's copy of packed values: a transferred buffer is detached from the sender, so all but the last get a copy. */
+  private copyFor(packed: Float32Array, i: number): Float32Array {
+    return i === this.replicas.length - 1 ? packed : packed.slice();
+  }
+
   private sendAll(tensors: [string, tf.Variable][]): void {
     const names = tensors.map(([n]) => n);
-    for (const replica of this.replicas) {
-      const values = packTensors(tensors.map(([, v]) => v));
+    const packed = packTensors(tensors.map(([, v]) => v));
+    this.replicas.forEach((replica, i) => {
+      const values = this.copyFor(packed, i);
       replica.post({ type: 'weights', names, values }, [values.buffer as ArrayBuffer]);
-    }
+    });
   }
 
   /**
@@ -219,10 +225,11 @@ export class DataParallelGroup {
     const names = synced.map(([n]) => n);
     const gradNames = trainable.map(([n]) => n);
     const id = this.nextId++;
-    const remote = this.replicas.map((replica) => {
+    const packed = packTensors(synced.map(([, v]) => v)); // read from the backend once, copied per replica
+    const remote = this.replicas.map((replica, i) => {
       const { batches, seeds } = shards[replica.rank];
       if (batches.length === 0) return Promise.resolve(null);
-      return replica.request({ type: 'step', id, names, values: packTensors(synced.map(([, v]) => v)), batches, seeds, total, gradNames });
+      return replica.request({ type: 'step', id, names, values: this.copyFor(packed, i), batches, seeds, total, gradNames });
     });
     let local: ReturnType<typeof accumulateGradients> | null = null;
     try {

@@ -16,30 +16,20 @@ import {
   randomArray4,
   relL2,
   tensor4,
-  toArray4,
   type Array4,
 } from '../helpers/reference.ts';
+import { attentionTracker, runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
   await initBackend('cpu');
 });
 
-const created: RandomFeatureModule[] = [];
-afterEach(() => {
-  for (const m of created.splice(0)) m.dispose();
-});
+const modules = attentionTracker<RandomFeatureModule>();
+afterEach(() => modules.disposeAll());
 
-function make<T extends RandomFeatureModule>(name: string, options: Record<string, unknown> & { numHeads: number; headDim: number }): T {
-  const module = createAttention(name, options) as T;
-  created.push(module);
-  return module;
-}
+const make = modules.create;
 const darkformer = (options: Record<string, unknown> & { numHeads: number; headDim: number }) =>
   make<DarkformerModule>('darkformer', options);
-
-function run(module: RandomFeatureModule, q: Array4, k: Array4, v: Array4): Array4 {
-  return tf.tidy(() => toArray4(module.apply(tensor4(q), tensor4(k), tensor4(v))));
-}
 
 /** A random r×d factor per head, away from the identity. */
 function randomFactors(rng: Rng, heads: number, r: number, d: number, scale: number): number[][][] {

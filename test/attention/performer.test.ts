@@ -14,28 +14,18 @@ import {
   relL2,
   softmaxAttentionRef,
   tensor4,
-  toArray4,
   type Array4,
 } from '../helpers/reference.ts';
+import { attentionTracker, runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
   await initBackend('cpu');
 });
 
-const created: RandomFeatureModule[] = [];
-afterEach(() => {
-  for (const m of created.splice(0)) m.dispose();
-});
+const modules = attentionTracker<RandomFeatureModule>();
+afterEach(() => modules.disposeAll());
 
-function performer(options: Record<string, unknown> & { numHeads: number; headDim: number }): RandomFeatureModule {
-  const module = createAttention('performer', options) as RandomFeatureModule;
-  created.push(module);
-  return module;
-}
-
-function run(module: RandomFeatureModule, q: Array4, k: Array4, v: Array4): Array4 {
-  return tf.tidy(() => toArray4(module.apply(tensor4(q), tensor4(k), tensor4(v))));
-}
+const performer = (options: Record<string, unknown> & { numHeads: number; headDim: number }) => modules.create<RandomFeatureModule>('performer', options);
 
 describe('performer features', () => {
   it.each([true, false])('are unbiased for exp(qᵀk/√d) (orthogonal %s)', (orthogonal) => {

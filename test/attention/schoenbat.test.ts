@@ -7,7 +7,8 @@ import '../../src/model/attention/schoenbat.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import type { AttentionModule } from '../../src/model/attention/types.ts';
 import { Rng } from '../../src/model/rng.ts';
-import { dot, gradientCheck, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
+import { dot, gradientCheck, kernelAttentionRef, randomArray4, relL2, tensor4, type Array4 } from '../helpers/reference.ts';
+import { runAttention as run } from '../helpers/modules.ts';
 
 const closedForm: Record<string, (x: number) => number> = {
   exp: Math.exp,
@@ -33,10 +34,6 @@ function schoenbatRef(q: Array4, k: Array4, v: Array4, kernel: string, causal: b
 
 function create(options: Record<string, unknown>, causal = true, headDim = 8): AttentionModule {
   return createAttention('schoenbat', { numHeads: 2, headDim, causal, seed: 3, ...options });
-}
-
-function run(module: AttentionModule, q: Array4, k: Array4, v: Array4): Array4 {
-  return tf.tidy(() => toArray4(module.apply(tensor4(q), tensor4(k), tensor4(v))));
 }
 
 describe('schoenbat', () => {

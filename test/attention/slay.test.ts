@@ -28,6 +28,7 @@ import {
   toArray4,
   unit,
 } from '../helpers/reference.ts';
+import { runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
   await initBackend('cpu');
@@ -37,10 +38,6 @@ type Shape = [number, number, number, number];
 
 function slay(numHeads: number, headDim: number, causal: boolean, seed: number, options: Record<string, unknown>): SlayAttention {
   return createAttention('slay', { numHeads, headDim, causal, seed, ...options }) as SlayAttention;
-}
-
-function run(module: SlayAttention, q: Array4, k: Array4, v: Array4): Array4 {
-  return tf.tidy(() => toArray4(module.apply(tensor4(q), tensor4(k), tensor4(v))));
 }
 
 function inputs(seed: number, shape: Shape, scale = 1) {

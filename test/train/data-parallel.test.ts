@@ -1,7 +1,7 @@
 // Data parallelism (train.dataParallel): replicas in worker threads give the update of trainStep over
 // the same shards, with dropout, redrawn buffers, frozen weights and BERT's uneven label counts.
 import * as tf from '@tensorflow/tfjs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
@@ -85,10 +85,6 @@ const config = (kind: 'gpt' | 'bert', attention: LanguageModelConfig['attention'
 });
 
 describe('data-parallel replicas', () => {
-  afterAll(() => {
-    tf.disposeVariables();
-  });
-
   it('shards: contiguous rows, sizes differing by at most one, none empty, seeds in (micro-batch, replica) order', () => {
     const rng = new Rng(3);
     const batches = [makeBatch('gpt', 5, rng), makeBatch('gpt', 1, rng)];
@@ -115,9 +111,10 @@ describe('data-parallel replicas', () => {
     const trainable = (name: string) => /\.attn\.(q|k|v)\./.test(name);
     const parallel = await train(c, steps, 3, { trainable });
     const whole = await train(c, steps.map((micro) => [concat(micro)]), 1, { trainable });
-    expectSameRun(parallel, whole, initialParameters(c));
+    const initial = initialParameters(c);
+    expectSameRun(parallel, whole, initial);
     for (const [name, values] of parallel.params) {
-      if (!trainable(name)) expect(values, name).toEqual(initialParameters(c).get(name)); // frozen stay bit-identical
+      if (!trainable(name)) expect(values, name).toEqual(initial.get(name)); // frozen stay bit-identical
     }
   });
 

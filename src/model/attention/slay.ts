@@ -130,11 +130,10 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
       const [b, , l, k] = a.shape;
       const rows = b * h * l;
       const aRows = tf.reshape(a, [rows, k]) as tf.Tensor2D;
+      // tf.split, not one tf.slice per node: a slice's gradient is padded back to all R·M columns.
+      const prfByNode = scales.length === 1 ? [prf] : tf.split(prf, scales.length, 3);
       return concatNodes(
-        scales.map((_, node) => {
-          const prfRows = tf.reshape(tf.slice(prf, [0, 0, 0, node * m], [b, h, l, m]), [rows, m]) as tf.Tensor2D;
-          return tf.reshape(rowOuterProduct(aRows, prfRows), [b, h, l, perNode]) as tf.Tensor4D;
-        }),
+        prfByNode.map((prfNode) => tf.reshape(rowOuterProduct(aRows, tf.reshape(prfNode, [rows, m]) as tf.Tensor2D), [b, h, l, perNode]) as tf.Tensor4D),
       );
     });
   }
