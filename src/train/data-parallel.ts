@@ -92,12 +92,12 @@ export type ReplicaRequest =
 /** replica → main messages. */
 export type ReplicaReply =
   | { type: 'ready' }
-  | { type: 'grads'; id: number; values: Float32Array; loss: number }
+  | { type: 'grads'; id: number; values: Float32Array; loss: number; /** tf.memory().numTensors in the replica after the step. */ tensors: number }
   | { type: 'error'; message: string };
 
 interface Pending {
   id: number;
-  resolve: (reply: { values: Float32Array; loss: number }) => void;
+  resolve: (reply: { values: Float32Array; loss: number; tensors: number }) => void;
   reject: (err: Error) => void;
 }
 
@@ -150,7 +150,7 @@ class Replica {
   }
 
   /** Sends one step's work; resolves with the replica's gradient sum and loss. */
-  request(message: Extract<ReplicaRequest, { type: 'step' }>): Promise<{ values: Float32Array; loss: number }> {
+  request(message: Extract<ReplicaRequest, { type: 'step' }>): Promise<{ values: Float32Array; loss: number; tensors: number }> {
     const transfer = [message.values.buffer as ArrayBuffer, ...message.batches.flatMap((b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : [])] as ArrayBuffer[])];
     return new Promise((resolve, reject) => {
       if (this.failure) return reject(this.failure);
@@ -172,6 +172,8 @@ class Replica {
  */
 export class DataParallelGroup {
   private nextId = 0;
+  /** Live tensors in each worker replica after its last step (for leak checks). */
+  readonly replicaTensors: number[] = [];
 
   private constructor(
     private readonly model: LanguageModel,
@@ -238,13 +240,16 @@ export class DataParallelGroup {
       await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled
       throw err;
     }
-    let replies: ({ values: Float32Array; loss: number } | null)[];
+    let replies: ({ values: Float32Array; loss: number; tensors: number } | null)[];
     try {
       replies = await Promise.all(remote);
     } catch (err) {
       if (local) tf.dispose([...local.grads.values(), local.loss]);
       throw err;
     }
+    replies.forEach((reply, i) => {
+      if (reply) this.replicaTensors[i] = reply.tensors;
+    });
     const summed = tf.tidy(() => {
       // Cloned (a shared buffer, no copy) so that the local tensors can be freed whatever arrived.
       let sums = trainable.map(([name, v]) => (local ? tf.clone(local.grads.get(name)!) : tf.zeros(v.shape)));

@@ -34,12 +34,15 @@ try {
       if (message.type === 'weights') return;
       const variables = message.gradNames.map((n) => tensors.get(n)!);
       const { grads, loss } = accumulateGradients(model, message.batches, message.seeds, message.total, variables);
+      let values: Float32Array;
+      let lossValue: number;
       try {
-        const values = packTensors(message.gradNames.map((n) => grads.get(n)!));
-        reply({ type: 'grads', id: message.id, values, loss: loss.dataSync()[0] }, [values.buffer as ArrayBuffer]);
+        values = packTensors(message.gradNames.map((n) => grads.get(n)!));
+        lossValue = loss.dataSync()[0];
       } finally {
         tf.dispose([...grads.values(), loss]);
       }
+      reply({ type: 'grads', id: message.id, values, loss: lossValue, tensors: tf.memory().numTensors }, [values.buffer as ArrayBuffer]);
     } catch (err) {
       reply({ type: 'error', message: err instanceof Error ? err.message : String(err) });
     }

@@ -118,20 +118,24 @@ describe('data-parallel replicas', () => {
     }
   });
 
-  it('keeps the main thread free of leaked tensors across steps', async () => {
+  it('leaks no tensors across steps, on the main thread or in the replicas', async () => {
     const model = createLanguageModel(config('gpt', { name: 'softmax', options: {} }));
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     const group = await DataParallelGroup.start(model, 2);
     const rng = new Rng(5);
     const counts: number[] = [];
+    const replicaCounts: number[] = [];
     for (let s = 0; s < 4; s++) {
       await group.step(optimizer, [makeBatch('gpt', 4, rng)], { lr: 1e-3, clip: 1, dropoutSeed: null });
       counts.push(tf.memory().numTensors);
+      replicaCounts.push(group.replicaTensors[0]);
     }
     await group.close();
     optimizer.dispose();
     model.dispose();
     expect(new Set(counts).size).toBe(1);
+    expect(replicaCounts[0]).toBeGreaterThan(0);
+    expect(new Set(replicaCounts).size).toBe(1);
   });
 
   it("a replica's error reaches the caller, naming the replica and the cause; the main thread's too", async () => {
