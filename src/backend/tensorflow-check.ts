@@ -3,7 +3,8 @@
 import * as tf from '@tensorflow/tfjs';
 import { initBackend } from '../backend.ts';
 import { Rng } from '../model/rng.ts';
-import { readBuildStamp, tensorflowInfo } from './tensorflow.ts';
+import { readBuildStamp } from './native-build.ts';
+import { tensorflowInfo } from './tensorflow.ts';
 
 export interface Check {
   name: string;

@@ -19,7 +19,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BUILD_STAMP, NATIVE_PACKAGE_DIR, PROJECT_ROOT, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './tensorflow.ts';
+import { BUILD_STAMP, NATIVE_PACKAGE_DIR, PROJECT_ROOT, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
 
 export interface SetupOptions {
   gpu: boolean;

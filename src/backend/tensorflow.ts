@@ -1,50 +1,11 @@
 // The native TensorFlow backend: @tensorflow/tfjs-node built against the TensorFlow C library of
 // the TensorFlow pip wheel by `npm run setup:tensorflow` (tensorflow-setup.ts), kept in
 // .cache/tensorflow/ so that `npm ci` (which empties node_modules) does not lose it.
-import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import * as tf from '@tensorflow/tfjs';
-
-export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const SETUP_COMMAND = 'npm run setup:tensorflow';
-
-/**
- * The cache must stay inside the project: the built package's `require('@tensorflow/tfjs')` walks up
- * the folders to the project's node_modules, so both share one tfjs (its kernel and gradient
- * registries are process-global; a second copy would silently diverge).
- */
-export const TENSORFLOW_CACHE = path.join(PROJECT_ROOT, '.cache', 'tensorflow');
-export const NATIVE_PACKAGE_DIR = path.join(TENSORFLOW_CACHE, 'node_modules', '@tensorflow', 'tfjs-node');
-export const BUILD_STAMP = path.join(TENSORFLOW_CACHE, 'build.json');
-
-/** What `setup:tensorflow` built, written last, so its presence means a complete build. */
-export interface NativeBuild {
-  tfjsNode: string;
-  tensorflow: string;
-  gpu: boolean;
-  wheel: string;
-  bindingPath: string;
-  /** Folders of the pip `nvidia-*` libraries the GPU build links to (empty on CPU builds). */
-  cudaLibraryDirs: string[];
-  builtAt: string;
-  seconds: number;
-}
-
-export function readBuildStamp(): NativeBuild | undefined {
-  try {
-    return JSON.parse(fs.readFileSync(BUILD_STAMP, 'utf8')) as NativeBuild;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Whether the wheel-built backend is present (the binding of a complete build exists). */
-export function isTensorflowSetUp(): boolean {
-  const stamp = readBuildStamp();
-  return stamp !== undefined && fs.existsSync(stamp.bindingPath);
-}
+import { SPARSE_CROSS_ENTROPY } from './fused-kernels.ts';
+import { isTensorflowSetUp, NATIVE_PACKAGE_DIR, PROJECT_ROOT, SETUP_COMMAND } from './native-build.ts';
 
 /**
  * Loads the native package: the wheel-built one from the cache, else an installed
@@ -64,7 +25,7 @@ export function loadTensorflowPackage(): string | undefined {
   for (const candidate of candidates) {
     try {
       require(candidate);
-      registerTensorflowFixes();
+      registerTensorflowKernels();
       return undefined;
     } catch (err) {
       reasons.push(`${path.isAbsolute(candidate) ? path.relative(PROJECT_ROOT, candidate) : candidate}: ${(err as Error).message.split('\n')[0]}`);
@@ -80,18 +41,27 @@ export function tensorflowInfo(): { tensorflow: string; gpu: boolean } {
   return { tensorflow: backend.binding?.TF_Version ?? 'unknown', gpu: backend.isUsingGpuDevice === true };
 }
 
-let fixesRegistered = false;
+let kernelsRegistered = false;
+
+/** The part of tfjs-node's backend object that runs a raw TensorFlow op. */
+interface NativeBackendView {
+  binding: { TF_ATTR_TYPE: number; TF_FLOAT: number; TF_INT32: number };
+  executeMultipleOutputs(name: string, attrs: Array<{ name: string; type: number; value: number }>, inputs: tf.TensorInfo[], outputs: number): tf.TensorInfo[];
+}
 
 /**
- * tfjs-node 4.22 was written for TF 2.9; two ops changed behaviour since (../shared/notes/native-backend.md):
+ * Fixes and fused kernels for tfjs-node 4.22 on TF 2.21. tfjs-node was written for TF 2.9; two ops
+ * changed behaviour since (../shared/notes/native-backend.md):
  *   Round     on int32 returns zeros since TF 2.17 (tensorflow/tensorflow#74789): integers are
  *             already round, so int32 input is passed through;
  *   ConcatV2  refuses scalars in TF 2.21, where tfjs concatenates rank-0 tensors as length-1
  *             vectors (cpu/wasm): scalars are reshaped to [1] first.
+ * The fused cross-entropy runs TF's own SparseSoftmaxCrossEntropyWithLogits: one pass over the
+ * [N, V] logits instead of seven element-wise ops and a gather (fused-kernels.ts).
  */
-function registerTensorflowFixes(): void {
-  if (fixesRegistered) return;
-  fixesRegistered = true;
+function registerTensorflowKernels(): void {
+  if (kernelsRegistered) return;
+  kernelsRegistered = true;
   override('Round', (args, original) => {
     const x = args.inputs.x as tf.TensorInfo;
     if (x.dtype !== 'int32') return original(args);
@@ -109,6 +79,20 @@ function registerTensorflowFixes(): void {
       // The reshaped views are this kernel's own temporaries.
       for (const v of vectors) if (!inputs.includes(v)) (args.backend as tf.KernelBackend).disposeData(v.dataId);
     }
+  });
+  tf.registerKernel({
+    kernelName: SPARSE_CROSS_ENTROPY,
+    backendName: 'tensorflow',
+    kernelFunc: ({ inputs, backend }) => {
+      const native = backend as unknown as NativeBackendView;
+      const { TF_ATTR_TYPE, TF_FLOAT, TF_INT32 } = native.binding;
+      const attrs = [
+        { name: 'T', type: TF_ATTR_TYPE, value: TF_FLOAT },
+        { name: 'Tlabels', type: TF_ATTR_TYPE, value: TF_INT32 },
+      ];
+      const { logits, labels } = inputs as { logits: tf.TensorInfo; labels: tf.TensorInfo };
+      return native.executeMultipleOutputs('SparseSoftmaxCrossEntropyWithLogits', attrs, [logits, labels], 2);
+    },
   });
 }
 
