@@ -119,3 +119,22 @@ describe('setup:tensorflow', () => {
     expect(bad.stderr.split('\n')[0]).toMatch(/^setup:tensorflow: Unknown option '--gpuu'/);
   });
 });
+
+describe.skipIf(!available)('check:gpu on this (CPU) build', () => {
+  const checkGpu = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/check-gpu.ts', ...args], { cwd: PROJECT_ROOT, encoding: 'utf8' });
+
+  it('refuses a CPU build with the command that makes a GPU one', () => {
+    const r = checkGpu();
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split('\n').pop()).toBe(`check:gpu: this is a CPU build: run \`${SETUP_COMMAND} -- --gpu --force\` (or pass --cpu to check it anyway)`);
+  });
+
+  it('with --cpu runs every other check and a recipe\'s first steps, printing tokens/s', () => {
+    const r = checkGpu('recipes/demo/gpt-softmax.yaml', '--cpu', '--steps', '1');
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/ok {3}gradient vs cpu: relative error/);
+    expect(r.stdout).toMatch(/\d+ ms per step, [\d,]+ tokens\/s, loss \d+\.\d{3}/);
+    expect(r.stdout.trim().split('\n').pop()).toBe('check:gpu: ok');
+  });
+});
