@@ -62,17 +62,15 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
 
   fs.rmSync(STAGING, { recursive: true, force: true });
   fs.mkdirSync(STAGING, { recursive: true });
-  step(options.gpu ? `installing tensorflow[and-cuda]==${options.tensorflow} into a virtual environment (several GB)` : `getting the tensorflow-cpu==${options.tensorflow} wheel`);
-  const source = options.gpu ? installGpuWheel(options) : extractCpuWheel(options);
-
-  step(`getting the @tensorflow/tfjs-node ${tfjsVersion} sources and their run-time dependencies`);
-  const packageDir = stageNativePackage(tfjsVersion, tools.npm);
-
-  step(`copying the TensorFlow ${source.version} C library and headers`);
-  installLibrary(source, packageDir, tools);
-
-  step('compiling the binding with node-gyp');
-  const bindingInStaging = compileBinding(packageDir, tools, options.log);
+  let staged: Staged;
+  try {
+    staged = buildInStaging(options, tools, tfjsVersion, step);
+  } catch (err) {
+    // The half-built tree is this command's own; the previous build, if any, is untouched.
+    fs.rmSync(STAGING, { recursive: true, force: true });
+    throw err;
+  }
+  const { source, packageDir, binding } = staged;
 
   step('installing into .cache/tensorflow');
   swapIntoCache();
@@ -82,13 +80,32 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
     tensorflow: source.version,
     gpu: options.gpu,
     wheel: source.wheel,
-    bindingPath: path.join(NATIVE_PACKAGE_DIR, path.relative(packageDir, bindingInStaging)),
+    bindingPath: path.join(NATIVE_PACKAGE_DIR, path.relative(packageDir, binding)),
     cudaLibraryDirs: source.cudaLibraryDirs,
     builtAt: new Date().toISOString(),
     seconds: Math.round((Date.now() - started) / 1000),
   };
   writeFileAtomic(BUILD_STAMP, JSON.stringify(build, null, 2) + '\n');
   return { build, reused: false };
+}
+
+interface Staged {
+  source: TensorflowSource;
+  packageDir: string;
+  binding: string;
+}
+
+/** Steps 2–5: the complete package, compiled, under .cache/tensorflow/staging. */
+function buildInStaging(options: SetupOptions, tools: Tools, tfjsVersion: string, step: (what: string) => void): Staged {
+  step(options.gpu ? `installing tensorflow[and-cuda]==${options.tensorflow} into a virtual environment (several GB)` : `getting the tensorflow-cpu==${options.tensorflow} wheel`);
+  const source = options.gpu ? installGpuWheel(options) : extractCpuWheel(options);
+  step(`getting the @tensorflow/tfjs-node ${tfjsVersion} sources and their run-time dependencies`);
+  const packageDir = stageNativePackage(tfjsVersion, tools.npm);
+  step(`copying the TensorFlow ${source.version} C library and headers`);
+  installLibrary(source, packageDir, tools);
+  step('compiling the binding with node-gyp');
+  const binding = compileBinding(packageDir, tools, options.log);
+  return { source, packageDir, binding };
 }
 
 function matches(build: NativeBuild, options: SetupOptions, tfjsVersion: string): boolean {
