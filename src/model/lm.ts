@@ -2,10 +2,12 @@
 //   GPT   causal attention, LM head tied to the token embedding (logits = h·Eᵀ)
 //   BERT  bidirectional attention with a padding key mask, MLM head as BERT's
 //         (dense + GELU + LayerNorm, then the tied decoder h·Eᵀ plus an output bias)
+// The architecture options (transformer.ts) apply to both: BERT as Hugging Face's takes post-LN
+// blocks, the embedding LayerNorm, token types, erf GELU and ε 1e-12.
 import * as tf from '@tensorflow/tfjs';
 import {
+  activate,
   createParameter,
-  gelu,
   layerNorm,
   linear,
   transformerParameterSpecs,
@@ -46,6 +48,11 @@ function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
   ];
 }
 
+/** Every parameter the model creates (body and head; the attention mechanisms add theirs). */
+export function languageModelParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
+  return [...transformerParameterSpecs(bodyConfig(c)), ...headParameterSpecs(c)];
+}
+
 function bodyConfig(c: LanguageModelConfig): TransformerConfig {
   if (c.kind !== 'gpt' && c.kind !== 'bert') throw new Error(`model.kind must be 'gpt' or 'bert' (got ${String(c.kind)})`);
   return { ...c, causal: c.kind === 'gpt' };
@@ -60,7 +67,7 @@ export function countParameters(c: LanguageModelConfig): { total: number; byGrou
   validateTransformerConfig(body);
   const size = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
   const byGroup: Record<string, number> = { embeddings: 0, blocks: 0, head: 0, attentionMechanism: 0 };
-  for (const s of [...transformerParameterSpecs(body), ...headParameterSpecs(c)]) {
+  for (const s of languageModelParameterSpecs(c)) {
     const group = s.name.startsWith('embed.') ? 'embeddings' : s.name.startsWith('blocks.') ? 'blocks' : 'head';
     byGroup[group] += size(s.shape);
   }
@@ -147,8 +154,9 @@ export class LanguageModel {
     const decoder = tf.transpose(embedding);
     if (this.kind === 'gpt') return linear(h, decoder);
     const get = (n: string) => this.head.get(n)!;
+    const { activation, layerNormEps } = this.body.architecture;
     let t = linear(h, get('mlm.dense.weight') as tf.Tensor2D, get('mlm.dense.bias') as tf.Tensor1D);
-    t = layerNorm(gelu(t) as tf.Tensor2D, get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D);
+    t = layerNorm(activate(t, activation), get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D, layerNormEps);
     return linear(t, decoder, get('mlm.decoder.bias') as tf.Tensor1D);
   }
 
