@@ -45,6 +45,7 @@ export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalC
       throw new Error(`${tokenizerPath} has ${tokenizer.vocabSize} tokens but the model of ${dir} has a vocabulary of ${model.config.vocabSize}`);
     }
     const dataset = opts.data ?? recipe.data.dataset;
+    if (!dataset) throw new Error(`${dir} names no dataset (a Hugging Face folder): give --data PATH`);
     const tokens = opts.tokens ?? recipe.train.evalTokens;
     const batches = await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset }, tokens);
     const result = await evaluate(model, batches);

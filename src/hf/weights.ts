@@ -101,7 +101,7 @@ export const IGNORED: Record<HfLayout, [RegExp, string][]> = {
   gpt2: [[/^transformer\.h\.\d+\.attn\.(bias|masked_bias)$/, 'causal-mask buffers of older transformers']],
   bert: [
     [/^bert\.embeddings\.(position_ids|token_type_ids)$/, 'index buffers'],
-    [/^bert\.pooler\./, "BertModel's pooler, not part of the MLM model"],
+    [/^bert\.pooler\./, "BertModel's pooler (not used by the MLM model)"],
     [/^cls\.seq_relationship\./, 'the next-sentence head of BertForPreTraining'],
   ],
 };

@@ -1,11 +1,13 @@
 // Loads a trained model for evaluation or generation from a model folder — a run's final/ folder or
 // a training checkpoint (both hold model.safetensors + recipe.json) — or from a run folder (its
-// final/). Reading and copying the tensors by name is finetune.ts's readModelFolder/loadWeights;
+// final/); Hugging Face folders go to src/hf/load.ts. Reading and copying the tensors by name is finetune.ts's readModelFolder/loadWeights;
 // this file adds the eval-side checks (clear errors naming the folder) and builds the model.
 import { existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../model/lm.ts';
+import { hfFolderOf } from '../hf/folder.ts';
+import { loadHfModel } from '../hf/load.ts';
 import { COMPLETE_MARKER } from './checkpoint.ts';
 import { loadWeights, MODEL_FILE, readModelFolder, RECIPE_FILE } from './finetune.ts';
 import type { Recipe } from './recipe.ts';
@@ -46,6 +48,8 @@ export function resolveModelFolder(dir: string): string {
  * buffer by name. Dropout is irrelevant here: evaluation and decoding run without it.
  */
 export async function loadModel(dir: string): Promise<LoadedModel> {
+  const hfDir = hfFolderOf(dir); // `hf:<folder>`, or a folder whose config.json has a model_type
+  if (hfDir) return loadHfModel(hfDir);
   const folder = resolveModelFolder(dir);
   let recipe: Recipe;
   try {
