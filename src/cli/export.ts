@@ -24,7 +24,7 @@ interface ExportArgs {
 }
 
 /** The command line as options; null = print the usage (exit status 1 unless --help). */
-function parseExportArgs(argv: string[]): ExportArgs | null {
+export function parseExportArgs(argv: string[]): ExportArgs | null {
   const { values, positionals } = parseArgs({
     args: argv,
     options: {

@@ -139,7 +139,7 @@ function checkReplaceable(out: string, overwrite: boolean): void {
     section = undefined;
   }
   if (section === undefined || foreign.length > 0) {
-    const why = section === undefined ? `its ${CONFIG_FILE} has no "${SECTION}" section` : `it holds files export does not write (${foreign.join(', ')})`;
+    const why = section === undefined ? `its ${CONFIG_FILE} has no "${SECTION}" section` : `it holds ${foreign.join(', ')}, which export does not write`;
     throw new Error(`${out} was not written by npm run export (${why}); not replacing it`);
   }
 }

@@ -72,11 +72,18 @@ export interface HfFolder {
   tokenizer: { path: string; sha256: string } | null;
 }
 
+/**
+ * Checks a folder's config.json and the headers of its weights against each other without reading any
+ * tensor (synchronous: recipes check an initFrom folder this way before a model is built from it).
+ */
+export function checkHfFolder(dir: string): { config: HfConfig; plan: TensorPlan } {
+  const config = readHfConfig(dir);
+  return { config, plan: planTensors(dir, config, readWeightHeaders(dir, config.layout)) };
+}
+
 /** Reads and checks a Hugging Face folder (see the file comment); errors name the folder, the file and the field. */
 export async function readHfFolder(dir: string): Promise<HfFolder> {
-  const config = readHfConfig(dir);
-  const entries = await readWeightHeaders(dir, config.layout);
-  const plan = planTensors(dir, config, entries);
+  const { config, plan } = checkHfFolder(dir);
   const tokenizer = await checkTokenizer(dir, config, plan.rules);
   const tensors = new Map<string, NamedArray>();
   const read = new Map<string, Float32Array>();
@@ -100,11 +107,11 @@ export async function readHfFolder(dir: string): Promise<HfFolder> {
 }
 
 /** Header entries by canonical name, from model.safetensors or the shards of its index. */
-async function readWeightHeaders(dir: string, layout: HfLayout): Promise<Map<string, TensorEntry>> {
+function readWeightHeaders(dir: string, layout: HfLayout): Map<string, TensorEntry> {
   const files = weightFiles(dir);
   const entries = new Map<string, TensorEntry>();
   for (const file of files) {
-    for (const entry of (await readSafetensorsHeader(file)).entries.values()) {
+    for (const entry of readSafetensorsHeader(file).entries.values()) {
       const name = canonicalName(layout, entry.name);
       const previous = entries.get(name);
       if (previous) throw new Error(`${file}: tensor '${entry.name}' is also in ${previous.file} as '${previous.name}'`);
@@ -261,11 +268,14 @@ export interface HfRecipeSettings {
   tokenizer: string | null;
 }
 
-/** What an `initFrom` Hugging Face folder fixes in a recipe; null when `initFrom` names no such folder. */
+/**
+ * What an `initFrom` Hugging Face folder fixes in a recipe (null when `initFrom` names no such folder),
+ * after checking its weights against its config.json: the run builds its model from these settings.
+ */
 export function hfRecipeSettings(initFrom: string): HfRecipeSettings | null {
   const dir = hfFolderOf(initFrom);
   if (!dir) return null;
-  const config = readHfConfig(dir);
+  const { config } = checkHfFolder(dir);
   // The vocabulary comes from data.tokenizer (checked against the weights); the attention is the run's choice.
   const settings = Object.entries(config.fields)
     .filter(([key]) => key !== 'model.vocabSize' && key !== 'model.attention')

@@ -3,6 +3,7 @@
 // converted to float32. Written here rather than with src/train/safetensors.ts's reader, which reads
 // whole files and only F32: Hugging Face checkpoints also carry tensors this project skips (int64
 // position ids, causal-mask buffers) and half-precision weights, and can be several GB.
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 
 /** Bytes per element of the safetensors dtypes. */
@@ -24,20 +25,23 @@ export interface TensorEntry {
   end: number;
 }
 
-/** The tensors a safetensors file describes (header only); errors name the file and the tensor. */
-export async function readSafetensorsHeader(file: string): Promise<{ entries: Map<string, TensorEntry>; metadata: Record<string, string> }> {
-  const handle = await open(file, 'r');
+/**
+ * The tensors a safetensors file describes (header only; synchronous, so that recipes can check a
+ * folder while they are validated); errors name the file and the tensor.
+ */
+export function readSafetensorsHeader(file: string): { entries: Map<string, TensorEntry>; metadata: Record<string, string> } {
+  const fd = openSync(file, 'r');
   try {
-    const { size } = await handle.stat();
+    const { size } = fstatSync(fd);
     if (size < 8) throw new Error(`${file}: too short for a safetensors file (${size} bytes)`);
     const prefix = Buffer.alloc(8);
-    await handle.read(prefix, 0, 8, 0);
+    readSync(fd, prefix, 0, 8, 0);
     const headerLength = Number(prefix.readBigUInt64LE(0));
     if (headerLength > Math.min(size - 8, MAX_HEADER_BYTES)) {
       throw new Error(`${file}: the header length ${headerLength} runs past the end of the file (${size} bytes) or the format's 100 MB limit: not a safetensors file`);
     }
     const headerBytes = Buffer.alloc(headerLength);
-    await handle.read(headerBytes, 0, headerLength, 8);
+    readSync(fd, headerBytes, 0, headerLength, 8);
     let header: unknown;
     try {
       header = JSON.parse(headerBytes.toString('utf8'));
@@ -54,7 +58,7 @@ export async function readSafetensorsHeader(file: string): Promise<{ entries: Ma
     }
     return { entries, metadata };
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
 }
 

@@ -4,7 +4,11 @@
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import type { LanguageModel } from '../../src/model/lm.ts';
+import { TextTokenizer } from '../../src/data/tokenizer.ts';
+import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
+import { Rng } from '../../src/model/rng.ts';
+import type { Recipe } from '../../src/train/recipe.ts';
+import { modelConfigFromRecipe, saveFinalModel } from '../../src/train/trainer.ts';
 
 export const FIXTURES = path.resolve('../shared/fixtures/hf');
 export const GPT2_DIR = path.join(FIXTURES, 'gpt2-tiny');
@@ -107,3 +111,21 @@ export function valuesOf(model: LanguageModel): Map<string, Float32Array> {
 
 export const sameBytes = (a: Float32Array, b: Float32Array) =>
   Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+
+/** Moves every parameter by N(0, scale²) noise, so that a misplaced tensor changes the outputs. */
+export function perturb(model: LanguageModel, seed: number, scale = 0.05): void {
+  const rng = new Rng(seed);
+  for (const v of model.parameters().values()) {
+    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Float32Array.from(rng.normalArray(v.size), (x) => scale * x), v.shape))));
+  }
+}
+
+/** A model of the recipe with perturbed weights, saved as a run's final/ folder the way training saves it. */
+export async function savedRun(recipe: Recipe, runDir: string, seed: number): Promise<string> {
+  const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
+  const model = createLanguageModel(modelConfigFromRecipe(recipe, tokenizer.vocabSize));
+  perturb(model, seed);
+  const folder = await saveFinalModel(runDir, model, recipe, { tokenizer_sha256: tokenizer.sha256, step: '3' });
+  model.dispose();
+  return folder;
+}
