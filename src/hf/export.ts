@@ -18,7 +18,7 @@ import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import type { LanguageModel } from '../model/lm.ts';
 import { syncDir, writeFileSynced } from '../train/checkpoint.ts';
-import { loadModel } from '../train/load-checkpoint.ts';
+import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
 import { modelTensors } from '../train/trainer.ts';
 import { hfConfigJson, nonStandardSettings, SECTION, type HfLayout } from './config.ts';
@@ -50,16 +50,11 @@ export interface ExportResult {
 export async function exportHf(checkpoint: string, opts: ExportOptions): Promise<ExportResult> {
   const out = path.resolve(opts.out);
   checkReplaceable(out, opts.overwrite ?? false);
-  const { dir, model, recipe, metadata } = await loadModel(checkpoint);
+  const loaded = await loadModel(checkpoint);
+  const { dir, model } = loaded;
   try {
-    const tokenizerPath = opts.tokenizer ?? recipe.data.tokenizer;
-    const tokenizer = await TextTokenizer.load(tokenizerPath);
-    if (metadata.tokenizer_sha256 && metadata.tokenizer_sha256 !== tokenizer.sha256) {
-      throw new Error(`${tokenizerPath} is not the tokenizer ${dir} was trained with (sha256 ${tokenizer.sha256.slice(0, 12)}… vs ${metadata.tokenizer_sha256.slice(0, 12)}…)`);
-    }
-    if (tokenizer.vocabSize !== model.config.vocabSize) {
-      throw new Error(`${tokenizerPath} has ${tokenizer.vocabSize} tokens but the model of ${dir} has a vocabulary of ${model.config.vocabSize}`);
-    }
+    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
+    const tokenizerPath = tokenizer.path;
     const config = hfConfigJson(model.config, { specialIds: tokenizer.specialIds, source: dir });
     const tensors = await hfTensors(model);
     const files = new Map<string, string | Uint8Array>([

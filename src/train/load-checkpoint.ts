@@ -5,6 +5,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { TextTokenizer } from '../data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../model/lm.ts';
 import { hfFolderOf } from '../hf/folder.ts';
 import { loadHfModel } from '../hf/load.ts';
@@ -74,4 +75,21 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
     throw new Error(`checkpoint folder ${folder}: ${(err as Error).message}`);
   }
   return { dir: folder, model, recipe, metadata: source.metadata };
+}
+
+/**
+ * The tokenizer of a loaded model: `override` or its recipe's data.tokenizer, refused when it is not
+ * the one the model was trained with (sha256) or its vocabulary differs from the model's.
+ */
+export async function loadModelTokenizer(loaded: LoadedModel, override?: string): Promise<TextTokenizer> {
+  const { dir, model, recipe, metadata } = loaded;
+  const file = override ?? recipe.data.tokenizer;
+  const tokenizer = await TextTokenizer.load(file);
+  if (metadata.tokenizer_sha256 && metadata.tokenizer_sha256 !== tokenizer.sha256) {
+    throw new Error(`${file} is not the tokenizer ${dir} was trained with (sha256 ${tokenizer.sha256.slice(0, 12)}… vs ${metadata.tokenizer_sha256.slice(0, 12)}…)`);
+  }
+  if (tokenizer.vocabSize !== model.config.vocabSize) {
+    throw new Error(`${file} has ${tokenizer.vocabSize} tokens but the model of ${dir} has a vocabulary of ${model.config.vocabSize}`);
+  }
+  return tokenizer;
 }
