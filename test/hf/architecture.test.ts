@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { geluErf, layerNorm } from '../../src/model/transformer.ts';
@@ -12,7 +13,7 @@ import { loadWeights } from '../../src/train/finetune.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
 });
 
 /** Φ(x) by Simpson's rule on the normal density (2,000 intervals: error far below 1e-12), independent of any erf. */

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { readHfFolder } from '../../src/hf/folder.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
@@ -20,7 +21,7 @@ let count = 0;
 const fresh = () => path.join(dir, `v${count++}`);
 let otherTokenizer: string;
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-bad-'));
   otherTokenizer = path.join(dir, 'other-tokenizer.json');
   await trainByteLevelBpeFromTexts(syntheticDocuments(100, 4), 300, otherTokenizer);

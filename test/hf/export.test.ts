@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { parseExportArgs } from '../../src/cli/export.ts';
 import { exportHf } from '../../src/hf/export.ts';
 import { architectureOf } from '../../src/model/transformer.ts';
@@ -19,7 +20,7 @@ let dir: string;
 let count = 0;
 const fresh = () => path.join(dir, `x${count++}`);
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-export-'));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

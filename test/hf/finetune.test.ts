@@ -8,6 +8,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { evalCheckpoint } from '../../src/cli/eval.ts';
 import { generateFromCheckpoint } from '../../src/cli/generate.ts';
 import { readHfFolder } from '../../src/hf/folder.ts';
@@ -28,7 +29,7 @@ let dir: string;
 let data: string;
 beforeAll(async () => {
   // wasm: these are training runs, not numerical comparisons (the fixtures' logits are checked on cpu and wasm in import.test.ts).
-  await initBackend('wasm', { quiet: true });
+  await initBackend(testBackend('wasm'), { quiet: true });
   dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-finetune-'));
   data = path.join(dir, 'data');
   const docs = syntheticDocuments(400, 11);

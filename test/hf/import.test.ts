@@ -7,6 +7,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend, testBackends } from '../helpers/backend.ts';
 import { readHfFolder, readHfInitFrom } from '../../src/hf/folder.ts';
 import { toFloat32 } from '../../src/hf/safetensors-files.ts';
 import { IGNORE_LABEL } from '../../src/model/lm.ts';
@@ -19,7 +20,7 @@ let dir: string;
 let count = 0;
 const fresh = () => path.join(dir, `v${count++}`);
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-import-'));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -37,7 +38,7 @@ async function logitError(folder: string, reference = readReference(GPT2_DIR)): 
 describe('the transformers fixtures', () => {
   // Observed: 3.0e-7 (GPT-2) and 2.1e-7 (BERT) on cpu, 2.4e-7 on wasm; float32 summation order only.
   const TOLERANCE = 1e-5;
-  for (const backend of ['cpu', 'wasm'] as const) {
+  for (const backend of testBackends()) {
     it(`GPT2LMHeadModel reproduces PyTorch's logits (≤ ${TOLERANCE}) and loss on ${backend}`, async () => {
       await initBackend(backend, { quiet: true });
       try {
@@ -56,7 +57,7 @@ describe('the transformers fixtures', () => {
         expect(recipe.data.tokenizer).toBe(path.join(GPT2_DIR, 'tokenizer.json'));
         model.dispose();
       } finally {
-        await initBackend('cpu', { quiet: true });
+        await initBackend(testBackend(), { quiet: true });
       }
     });
 
@@ -69,7 +70,7 @@ describe('the transformers fixtures', () => {
         expect(maxAbsDiff(logitsOf(model, reference.input_ids), reference.logits)).toBeLessThan(TOLERANCE);
         model.dispose();
       } finally {
-        await initBackend('cpu', { quiet: true });
+        await initBackend(testBackend(), { quiet: true });
       }
     });
   }

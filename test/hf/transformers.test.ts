@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { exportHf } from '../../src/hf/export.ts';
@@ -40,7 +41,7 @@ interface PythonResult {
 
 let dir: string;
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-transformers-'));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
