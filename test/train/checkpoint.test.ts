@@ -89,7 +89,7 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     expect(bufferNames.length).toBe(1); // the Performer projection
     expect([...loaded.weights.keys()].sort()).toEqual([...pair.model.parameters().keys(), ...bufferNames].sort());
 
-    const snapshot = (m: Map<string, tf.Variable>) => new Map([...m].map(([n, v]) => [n, Array.from(v.dataSync())]));
+    const snapshot = (m: Map<string, tf.Tensor>) => new Map([...m].map(([n, v]) => [n, Array.from(v.dataSync())]));
     const expected = {
       parameters: snapshot(pair.model.parameters()), buffers: snapshot(pair.model.buffers()),
       m: snapshot(pair.optimizer.getState().m), v: snapshot(pair.optimizer.getState().v),
