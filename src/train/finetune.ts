@@ -8,6 +8,8 @@
 // only when the mechanism and its options are unchanged; otherwise they come from the new
 // mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
 // previous mechanism's own tensors, which are dropped when the mechanism changed.
+// A Hugging Face folder (src/hf) is read into the same shape; the parameters it does not hold (a
+// bare BertModel's MLM head) keep their initialisation and are reported.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
