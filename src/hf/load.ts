@@ -17,7 +17,7 @@ export async function loadHfModel(dir: string): Promise<LoadedModel> {
     );
   }
   const config = { ...hf.config.model, dropout: 0, seed: 0 };
-  const model = createLanguageModel(config);
+  const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next (a missing one is an error)
   const source = asModelFolder(hf);
   try {
     loadWeights(model, source);

@@ -16,7 +16,7 @@ import {
   Transformer,
   INIT_STD,
 } from './transformer.ts';
-import type { AttendFn, ParameterSpec, TransformerConfig } from './transformer.ts';
+import type { AttendFn, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
 import { createAttention } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
 import { hasFusedKernel, SPARSE_CROSS_ENTROPY } from '../backend/fused-kernels.ts';
@@ -134,12 +134,13 @@ export class LanguageModel {
   readonly body: Transformer;
   private readonly head: Map<string, tf.Variable>;
 
-  constructor(config: LanguageModelConfig) {
+  /** `start: 'zeros'` for a model whose parameters are then all loaded (the attention mechanisms' own still start at their init). */
+  constructor(config: LanguageModelConfig, start: ParameterStart = 'random') {
     this.kind = config.kind;
     this.config = config;
-    this.body = new Transformer(bodyConfig(config));
+    this.body = new Transformer(bodyConfig(config), start);
     this.head = new Map();
-    for (const spec of headParameterSpecs(config)) this.head.set(spec.name, createParameter(spec, config.seed));
+    for (const spec of headParameterSpecs(config)) this.head.set(spec.name, createParameter(spec, config.seed, start));
   }
 
   /** Every trained parameter by stable name (the safetensors tensor names), mechanisms' included. */
@@ -238,6 +239,6 @@ export class LanguageModel {
   }
 }
 
-export function createLanguageModel(config: LanguageModelConfig): LanguageModel {
-  return new LanguageModel(config);
+export function createLanguageModel(config: LanguageModelConfig, start: ParameterStart = 'random'): LanguageModel {
+  return new LanguageModel(config, start);
 }

@@ -140,11 +140,19 @@ export function validateTransformerConfig(c: TransformerConfig): void {
   if (!(arch.layerNormEps > 0 && Number.isFinite(arch.layerNormEps))) throw new Error(`model.layerNormEps must be a number > 0 (got ${arch.layerNormEps})`);
 }
 
-/** Creates a variable from its spec, seeded by (seed, name) so init does not depend on creation order. */
-export function createParameter(spec: ParameterSpec, seed: number): tf.Variable {
+/** How a model's parameters start: 'random' = their init (ParameterSpec.init); 'zeros' = for a model whose every tensor is then loaded. */
+export type ParameterStart = 'random' | 'zeros';
+
+/**
+ * Creates a variable from its spec, seeded by (seed, name) so init does not depend on creation order.
+ * `start: 'zeros'` skips the init (drawing GPT-2 small's 124M normals takes tens of seconds).
+ */
+export function createParameter(spec: ParameterSpec, seed: number, start: ParameterStart = 'random'): tf.Variable {
   const size = spec.shape.reduce((a, b) => a * b, 1);
   let values: Float32Array;
-  if (spec.init.kind === 'normal') {
+  if (start === 'zeros') {
+    values = new Float32Array(size);
+  } else if (spec.init.kind === 'normal') {
     const rng = new Rng(deriveSeed(seed, spec.name));
     values = new Float32Array(size);
     for (let i = 0; i < size; i++) values[i] = rng.normal() * spec.init.std;
@@ -309,7 +317,7 @@ export class Transformer {
   readonly attention: AttentionModule[];
   private readonly headDim: number;
 
-  constructor(config: TransformerConfig) {
+  constructor(config: TransformerConfig, start: ParameterStart = 'random') {
     validateTransformerConfig(config);
     this.config = config;
     this.architecture = architectureOf(config);
@@ -317,7 +325,7 @@ export class Transformer {
     this.weights = new Map();
     this.attention = [];
     try {
-      for (const spec of transformerParameterSpecs(config)) this.weights.set(spec.name, createParameter(spec, config.seed));
+      for (const spec of transformerParameterSpecs(config)) this.weights.set(spec.name, createParameter(spec, config.seed, start));
       for (let i = 0; i < config.numLayers; i++) {
         this.attention.push(
           createAttention(config.attention.name, {

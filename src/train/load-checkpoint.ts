@@ -67,7 +67,7 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
     if (!embedding) throw new Error(`checkpoint folder ${folder}: ${MODEL_FILE} has no 'embed.tokens.weight' and no config metadata`);
     config = modelConfigFromRecipe(recipe, embedding.shape[0]);
   }
-  const model = createLanguageModel(config);
+  const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next
   try {
     loadWeights(model, source);
   } catch (err) {
