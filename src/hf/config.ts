@@ -28,8 +28,8 @@ export interface HfConfig {
   /** config.json's architectures[0], if any. */
   architecture: string | null;
   model: HfModelConfig;
-  /** The config.json field each model key comes from (for error messages), e.g. 'model.dModel' → 'n_embd'. */
-  fields: Record<`model.${keyof HfModelConfig}`, string>;
+  /** The config.json field each model key but the attention comes from (for messages), e.g. 'model.dModel' → 'n_embd'. */
+  fields: Record<`model.${Exclude<keyof HfModelConfig, 'attention'>}`, string>;
 }
 
 const CUSTOM_PREFIX = 'slayformer-';
@@ -166,7 +166,6 @@ function gpt2Model(f: FieldReader): ModelFields {
     'model.numLayers': 'n_layer', 'model.numHeads': 'n_head', 'model.mlpRatio': 'n_inner / n_embd', 'model.bias': 'model_type',
     'model.normPosition': 'model_type', 'model.embeddingNorm': 'model_type', 'model.typeVocabSize': 'model_type',
     'model.activation': 'activation_function', 'model.layerNormEps': 'layer_norm_epsilon',
-    'model.attention': 'model_type',
   };
   return { model, fieldNames };
 }
@@ -198,7 +197,7 @@ function bertModel(f: FieldReader, custom: boolean): ModelFields {
     'model.kind': 'model_type', 'model.vocabSize': 'vocab_size', 'model.maxSeqLen': 'max_position_embeddings', 'model.dModel': 'hidden_size',
     'model.numLayers': 'num_hidden_layers', 'model.numHeads': 'num_attention_heads', 'model.mlpRatio': 'intermediate_size / hidden_size',
     'model.bias': 'model_type', 'model.normPosition': 'model_type', 'model.embeddingNorm': 'model_type', 'model.typeVocabSize': 'type_vocab_size',
-    'model.activation': 'hidden_act', 'model.layerNormEps': 'layer_norm_eps', 'model.attention': 'model_type',
+    'model.activation': 'hidden_act', 'model.layerNormEps': 'layer_norm_eps',
   };
   return { model, fieldNames };
 }

@@ -79,7 +79,7 @@ export async function hfTensors(model: LanguageModel): Promise<Map<string, Named
   const rules = tensorRules(layout, ours.keys()).sort((a, b) => (a.hf < b.hf ? -1 : 1));
   for (const rule of rules) {
     const shape = ours.get(rule.ours[0])!.shape;
-    out.set(rule.hf, { shape: hfShape(rule, () => shape), data: encodeTensor(rule, rule.ours.map((n) => ours.get(n)!.data), shape) });
+    out.set(rule.hf, { shape: hfShape(rule, shape), data: encodeTensor(rule, rule.ours.map((n) => ours.get(n)!.data), shape) });
   }
   return out;
 }

@@ -86,19 +86,14 @@ export async function readHfFolder(dir: string): Promise<HfFolder> {
   const { config, plan } = checkHfFolder(dir);
   const tokenizer = await checkTokenizer(dir, config, plan.rules);
   const tensors = new Map<string, NamedArray>();
-  const read = new Map<string, Float32Array>();
-  const readHf = async (entry: TensorEntry) => {
-    if (!read.has(entry.name)) read.set(entry.name, await readTensor(entry));
-    return read.get(entry.name)!;
-  };
   for (const { rule, entry, shape } of plan.matched) {
-    const parts = decodeTensor(rule, await readHf(entry), shape);
+    const parts = decodeTensor(rule, await readTensor(entry), shape);
     rule.ours.forEach((name, i) => tensors.set(name, { shape, data: parts[i] }));
   }
-  for (const entry of plan.custom) tensors.set(entry.name.slice(CUSTOM_TENSOR_PREFIX.length), { shape: entry.shape, data: await readHf(entry) });
+  for (const entry of plan.custom) tensors.set(entry.name.slice(CUSTOM_TENSOR_PREFIX.length), { shape: entry.shape, data: await readTensor(entry) });
   for (const [copy, target] of plan.tied) {
-    const a = await readHf(copy);
-    const b = await readHf(target);
+    const a = await readTensor(copy);
+    const b = await readTensor(target);
     if (a.length !== b.length || a.some((v, i) => !Object.is(v, b[i]))) {
       throw new Error(`${copy.file}: ${copy.name} differs from ${target.name}: untied output weights (tie_word_embeddings false) are not supported; this project ties them`);
     }
@@ -181,7 +176,7 @@ function planTensors(dir: string, config: HfConfig, entries: Map<string, TensorE
     }
     used.add(canonicalName(layout, entry.name));
     const shape = shapes.get(rule.ours[0])!;
-    const expected = hfShape(rule, () => shape);
+    const expected = hfShape(rule, shape);
     if (!sameShape(entry.shape, expected)) problems.push(`${entry.file}: ${entry.name} is [${entry.shape.join(', ')}] but ${path.basename(config.file)} implies [${expected.join(', ')}]`);
     else if (!isFloat(entry)) problems.push(`${entry.file}: ${entry.name} has dtype ${entry.dtype} (weights must be ${FLOAT_DTYPES.join(', ')})`);
     else plan.matched.push({ rule, entry, shape });
@@ -276,9 +271,9 @@ export function hfRecipeSettings(initFrom: string): HfRecipeSettings | null {
   const dir = hfFolderOf(initFrom);
   if (!dir) return null;
   const { config } = checkHfFolder(dir);
-  // The vocabulary comes from data.tokenizer (checked against the weights); the attention is the run's choice.
+  // The vocabulary comes from data.tokenizer (checked against the weights).
   const settings = Object.entries(config.fields)
-    .filter(([key]) => key !== 'model.vocabSize' && key !== 'model.attention')
+    .filter(([key]) => key !== 'model.vocabSize')
     .map(([key, field]) => ({ key, value: config.model[key.slice('model.'.length) as keyof HfModelConfig], field }));
   return { configFile: config.file, settings, tokenizer: hfTokenizerFile(dir) };
 }

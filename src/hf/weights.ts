@@ -115,9 +115,8 @@ export const TIED: Record<HfLayout, Record<string, string>> = {
   },
 };
 
-/** The Hugging Face shape of a rule's tensor, from our parameters' shapes. */
-export function hfShape(rule: TensorRule, shapeOf: (name: string) => number[]): number[] {
-  const shape = shapeOf(rule.ours[0]);
+/** The Hugging Face shape of a rule's tensor, from our parameters' shape (the same for the fused three). */
+export function hfShape(rule: TensorRule, shape: number[]): number[] {
   if (rule.codec === 'transpose') return [...shape].reverse();
   if (rule.codec === 'fused') return shape.length === 2 ? [shape[0], 3 * shape[1]] : [3 * shape[0]];
   return shape;

@@ -360,7 +360,7 @@ function applyHfInitFrom(given: Map<string, Given>, problems: string[]): void {
     const entry = given.get(key);
     if (entry === undefined) given.set(key, { value, origin: '' });
     else if (entry.value !== value) {
-      problems.push(`${at(entry.origin)}${key} is ${describe(entry.value)} but ${hf.configFile} (initFrom) has ${field} ${JSON.stringify(value)}: leave ${key} out or set it to that`);
+      problems.push(`${at(entry.origin)}${key} is ${describe(entry.value)} but ${hf.configFile} (initFrom) makes it ${JSON.stringify(value)} (from ${field}): leave ${key} out or set it to that`);
     }
   }
   if (!given.has('data.tokenizer') && hf.tokenizer) given.set('data.tokenizer', { value: hf.tokenizer, origin: '' });

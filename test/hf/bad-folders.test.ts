@@ -143,11 +143,11 @@ describe('recipes with a Hugging Face initFrom', () => {
     expect(r.data.tokenizer).toBe(path.join(BERT_DIR, 'tokenizer.json'));
     expect(() => recipe(`initFrom: hf:${GPT2_DIR}\nmodel: { dModel: 128, numLayers: 2, layerNormEps: 1e-6 }\ndata: { dataset: d, seqLen: 16 }`)).toThrow(
       new RegExp(
-        `r\\.yaml: model\\.dModel is 128 but ${GPT2_DIR}/config\\.json \\(initFrom\\) has n_embd 64: leave model\\.dModel out or set it to that\\n` +
-          `.*r\\.yaml: model\\.layerNormEps is 0\\.000001 but .*config\\.json \\(initFrom\\) has layer_norm_epsilon 0\\.00001`,
+        `r\\.yaml: model\\.dModel is 128 but ${GPT2_DIR}/config\\.json \\(initFrom\\) makes it 64 \\(from n_embd\\): leave model\\.dModel out or set it to that\\n` +
+          `.*r\\.yaml: model\\.layerNormEps is 0\\.000001 but .*config\\.json \\(initFrom\\) makes it 0\\.00001 \\(from layer_norm_epsilon\\)`,
       ),
     );
-    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16 }`, ['--model.kind=bert'])).toThrow(/override --model\.kind=bert: model\.kind is "bert" but .* has model_type "gpt"/);
+    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16 }`, ['--model.kind=bert'])).toThrow(/override --model\.kind=bert: model\.kind is "bert" but .*config\.json \(initFrom\) makes it "gpt" \(from model_type\)/);
     expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 64 }`)).toThrow(/model\.maxSeqLen \(32\) must be ≥ data\.seqLen \(64\)/);
   });
 
