@@ -5,9 +5,8 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { initBackend } from '../backend.ts';
-import { TextTokenizer } from '../data/tokenizer.ts';
 import { collectEvalBatches, evaluate, type EvalResult } from '../train/evaluate.ts';
-import { loadModel } from '../train/load-checkpoint.ts';
+import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { streamOptions } from '../train/trainer.ts';
 
 const USAGE = `usage: npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME]
@@ -34,17 +33,12 @@ export interface EvalCheckpointResult extends EvalResult {
 
 /** Loads the checkpoint, reads validation batches as training does, evaluates (the backend must be initialised). */
 export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalCheckpointResult> {
-  const { dir, model, recipe, metadata } = await loadModel(opts.checkpoint);
+  const loaded = await loadModel(opts.checkpoint);
+  const { dir, model, recipe, metadata } = loaded;
   try {
-    const tokenizerPath = opts.tokenizer ?? recipe.data.tokenizer;
-    const tokenizer = await TextTokenizer.load(tokenizerPath);
-    if (metadata.tokenizer_sha256 && metadata.tokenizer_sha256 !== tokenizer.sha256) {
-      throw new Error(`${tokenizerPath} is not the tokenizer ${dir} was trained with (sha256 ${tokenizer.sha256.slice(0, 12)}… vs ${metadata.tokenizer_sha256.slice(0, 12)}…)`);
-    }
-    if (tokenizer.vocabSize !== model.config.vocabSize) {
-      throw new Error(`${tokenizerPath} has ${tokenizer.vocabSize} tokens but the model of ${dir} has a vocabulary of ${model.config.vocabSize}`);
-    }
+    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
     const dataset = opts.data ?? recipe.data.dataset;
+    if (!dataset) throw new Error(`${dir} names no dataset (a Hugging Face folder): give --data PATH`);
     const tokens = opts.tokens ?? recipe.train.evalTokens;
     const batches = await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset }, tokens);
     const result = await evaluate(model, batches);

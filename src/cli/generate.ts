@@ -5,9 +5,8 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { initBackend } from '../backend.ts';
-import { TextTokenizer } from '../data/tokenizer.ts';
 import { generateTokens, validateSampling } from '../model/decode.ts';
-import { loadModel } from '../train/load-checkpoint.ts';
+import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 
 const USAGE = `usage: npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
   <checkpoint>       a GPT run's final/ folder, a checkpoint folder or a run folder
@@ -44,14 +43,11 @@ export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): P
   if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0)) throw new Error(`--max-tokens must be an integer ≥ 0 (got ${opts.maxTokens})`);
   if (!Number.isInteger(opts.seed)) throw new Error(`--seed must be an integer (got ${opts.seed})`);
   validateSampling(opts);
-  const { dir, model, recipe, metadata } = await loadModel(opts.checkpoint);
+  const loaded = await loadModel(opts.checkpoint);
+  const { dir, model } = loaded;
   try {
     if (model.kind !== 'gpt') throw new Error(`${dir} holds a '${model.kind}' model; generation needs a GPT (causal) model`);
-    const tokenizerPath = opts.tokenizer ?? recipe.data.tokenizer;
-    const tokenizer = await TextTokenizer.load(tokenizerPath);
-    if (metadata.tokenizer_sha256 && metadata.tokenizer_sha256 !== tokenizer.sha256) {
-      throw new Error(`${tokenizerPath} is not the tokenizer ${dir} was trained with (sha256 differs)`);
-    }
+    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
     const eos = tokenizer.specialIds.eos;
     let promptTokens = Array.from((await tokenizer.encodeBatch([opts.prompt]))[0]);
     if (promptTokens.length === 0) {

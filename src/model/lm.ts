@@ -2,10 +2,12 @@
 //   GPT   causal attention, LM head tied to the token embedding (logits = h·Eᵀ)
 //   BERT  bidirectional attention with a padding key mask, MLM head as BERT's
 //         (dense + GELU + LayerNorm, then the tied decoder h·Eᵀ plus an output bias)
+// The architecture options (transformer.ts) apply to both: BERT as Hugging Face's takes post-LN
+// blocks, the embedding LayerNorm, token types, erf GELU and ε 1e-12.
 import * as tf from '@tensorflow/tfjs';
 import {
+  activate,
   createParameter,
-  gelu,
   layerNorm,
   linear,
   linearTransposed,
@@ -14,7 +16,7 @@ import {
   Transformer,
   INIT_STD,
 } from './transformer.ts';
-import type { AttendFn, ParameterSpec, TransformerConfig } from './transformer.ts';
+import type { AttendFn, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
 import { createAttention } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
 import { hasFusedKernel, SPARSE_CROSS_ENTROPY } from '../backend/fused-kernels.ts';
@@ -49,6 +51,11 @@ function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
   ];
 }
 
+/** Every parameter the model creates (body and head; the attention mechanisms add theirs). */
+export function languageModelParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
+  return [...transformerParameterSpecs(bodyConfig(c)), ...headParameterSpecs(c)];
+}
+
 function bodyConfig(c: LanguageModelConfig): TransformerConfig {
   if (c.kind !== 'gpt' && c.kind !== 'bert') throw new Error(`model.kind must be 'gpt' or 'bert' (got ${String(c.kind)})`);
   return { ...c, causal: c.kind === 'gpt' };
@@ -63,7 +70,7 @@ export function countParameters(c: LanguageModelConfig): { total: number; byGrou
   validateTransformerConfig(body);
   const size = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
   const byGroup: Record<string, number> = { embeddings: 0, blocks: 0, head: 0, attentionMechanism: 0 };
-  for (const s of [...transformerParameterSpecs(body), ...headParameterSpecs(c)]) {
+  for (const s of languageModelParameterSpecs(c)) {
     const group = s.name.startsWith('embed.') ? 'embeddings' : s.name.startsWith('blocks.') ? 'blocks' : 'head';
     byGroup[group] += size(s.shape);
   }
@@ -127,12 +134,13 @@ export class LanguageModel {
   readonly body: Transformer;
   private readonly head: Map<string, tf.Variable>;
 
-  constructor(config: LanguageModelConfig) {
+  /** `start: 'zeros'` for a model whose parameters are then all loaded (the attention mechanisms' own still start at their init). */
+  constructor(config: LanguageModelConfig, start: ParameterStart = 'random') {
     this.kind = config.kind;
     this.config = config;
-    this.body = new Transformer(bodyConfig(config));
+    this.body = new Transformer(bodyConfig(config), start);
     this.head = new Map();
-    for (const spec of headParameterSpecs(config)) this.head.set(spec.name, createParameter(spec, config.seed));
+    for (const spec of headParameterSpecs(config)) this.head.set(spec.name, createParameter(spec, config.seed, start));
   }
 
   /** Every trained parameter by stable name (the safetensors tensor names), mechanisms' included. */
@@ -168,8 +176,9 @@ export class LanguageModel {
       explicitTransposes() ? linear(x, tf.transpose(embedding), bias) : linearTransposed(x, embedding, bias);
     if (this.kind === 'gpt') return decode(h);
     const get = (n: string) => this.head.get(n)!;
+    const { activation, layerNormEps } = this.body.architecture;
     let t = linear(h, get('mlm.dense.weight') as tf.Tensor2D, get('mlm.dense.bias') as tf.Tensor1D);
-    t = layerNorm(gelu(t) as tf.Tensor2D, get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D);
+    t = layerNorm(activate(t, activation), get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D, layerNormEps);
     return decode(t, get('mlm.decoder.bias') as tf.Tensor1D);
   }
 
@@ -230,6 +239,6 @@ export class LanguageModel {
   }
 }
 
-export function createLanguageModel(config: LanguageModelConfig): LanguageModel {
-  return new LanguageModel(config);
+export function createLanguageModel(config: LanguageModelConfig, start: ParameterStart = 'random'): LanguageModel {
+  return new LanguageModel(config, start);
 }

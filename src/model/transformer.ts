@@ -1,5 +1,7 @@
-// The transformer body shared by GPT and BERT: embeddings, pre-LayerNorm blocks of multi-head
-// attention (any registered mechanism) and a GELU MLP, final LayerNorm.
+// The transformer body shared by GPT and BERT: embeddings, blocks of multi-head attention (any
+// registered mechanism) and a GELU MLP. By default as GPT-2 (pre-LayerNorm blocks, final LayerNorm,
+// tanh GELU, ε 1e-5); the architecture options cover Hugging Face BERT too (post-LayerNorm blocks,
+// LayerNorm on the embeddings, token-type embeddings, erf GELU, ε 1e-12).
 //
 // Layout choices for the CPU backends (../shared/notes/ecosystem.md §4): activations are kept as
 // 2-D [B·L, d] between blocks so that every dense layer is one plain 2-D product (linear(), whose
@@ -27,10 +29,45 @@ export interface TransformerConfig {
   attention: { name: string; options: Record<string, unknown> };
   /** Seeds the initialisation (each tensor from its own name) and the attention mechanisms. */
   seed: number;
+  // Architecture options; absent = ARCHITECTURE_DEFAULTS (GPT-2's choices, and every model saved before they existed).
+  /** 'pre': x + f(LN(x)) and a final LayerNorm (GPT-2); 'post': LN(x + f(x)), no final LayerNorm (BERT). */
+  normPosition?: 'pre' | 'post';
+  /** A LayerNorm on the summed embeddings (BERT). */
+  embeddingNorm?: boolean;
+  /** Rows of the token-type (segment) embedding table, 0 = none. Every token is type 0 (one segment per sequence). */
+  typeVocabSize?: number;
+  /** Activation of the MLP and of BERT's MLM head: 'gelu-tanh' (GPT-2's gelu_new) or 'gelu-erf' (exact, BERT's gelu). */
+  activation?: Activation;
+  /** ε of every LayerNorm. */
+  layerNormEps?: number;
+}
+
+export const ACTIVATIONS = ['gelu-tanh', 'gelu-erf'] as const;
+export type Activation = (typeof ACTIVATIONS)[number];
+export const NORM_POSITIONS = ['pre', 'post'] as const;
+
+export type Architecture = Required<Pick<TransformerConfig, 'normPosition' | 'embeddingNorm' | 'typeVocabSize' | 'activation' | 'layerNormEps'>>;
+export const ARCHITECTURE_DEFAULTS: Readonly<Architecture> = Object.freeze({
+  normPosition: 'pre',
+  embeddingNorm: false,
+  typeVocabSize: 0,
+  activation: 'gelu-tanh',
+  layerNormEps: 1e-5,
+});
+
+/** The architecture options of a config with the defaults filled in. */
+export function architectureOf(c: Partial<Architecture>): Architecture {
+  const d = ARCHITECTURE_DEFAULTS;
+  return {
+    normPosition: c.normPosition ?? d.normPosition,
+    embeddingNorm: c.embeddingNorm ?? d.embeddingNorm,
+    typeVocabSize: c.typeVocabSize ?? d.typeVocabSize,
+    activation: c.activation ?? d.activation,
+    layerNormEps: c.layerNormEps ?? d.layerNormEps,
+  };
 }
 
 export const INIT_STD = 0.02;
-const LAYER_NORM_EPS = 1e-5;
 
 /** One parameter the model will create: its stable name, shape and initialisation. */
 export interface ParameterSpec {
@@ -48,12 +85,14 @@ export interface ParameterSpec {
 export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[] {
   const d = c.dModel;
   const hidden = mlpHidden(c);
+  const arch = architectureOf(c);
   const normal = { kind: 'normal', std: INIT_STD } as const;
   const residual = { kind: 'normal', std: INIT_STD / Math.sqrt(2 * c.numLayers) } as const;
   const specs: ParameterSpec[] = [
     { name: 'embed.tokens.weight', shape: [c.vocabSize, d], init: normal },
     { name: 'embed.positions.weight', shape: [c.maxSeqLen, d], init: normal },
   ];
+  if (arch.typeVocabSize > 0) specs.push({ name: 'embed.types.weight', shape: [arch.typeVocabSize, d], init: normal });
   const linear = (name: string, inDim: number, outDim: number, init: ParameterSpec['init']) => {
     specs.push({ name: `${name}.weight`, shape: [inDim, outDim], init });
     if (c.bias) specs.push({ name: `${name}.bias`, shape: [outDim], init: { kind: 'zeros' } });
@@ -62,6 +101,7 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
     specs.push({ name: `${name}.weight`, shape: [d], init: { kind: 'ones' } });
     specs.push({ name: `${name}.bias`, shape: [d], init: { kind: 'zeros' } });
   };
+  if (arch.embeddingNorm) norm('embed.norm');
   for (let i = 0; i < c.numLayers; i++) {
     const p = `blocks.${i}`;
     norm(`${p}.ln1`);
@@ -73,7 +113,7 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
     linear(`${p}.mlp.fc`, d, hidden, normal);
     linear(`${p}.mlp.proj`, hidden, d, residual);
   }
-  norm('norm');
+  if (arch.normPosition === 'pre') norm('norm');
   return specs;
 }
 
@@ -92,13 +132,27 @@ export function validateTransformerConfig(c: TransformerConfig): void {
   }
   if (!(c.mlpRatio > 0) || mlpHidden(c) < 1) throw new Error(`model.mlpRatio must be > 0 (got ${c.mlpRatio})`);
   if (!(c.dropout >= 0 && c.dropout < 1)) throw new Error(`model.dropout must be in [0, 1) (got ${c.dropout})`);
+  const arch = architectureOf(c);
+  if (!NORM_POSITIONS.includes(arch.normPosition)) throw new Error(`model.normPosition must be one of ${NORM_POSITIONS.join(', ')} (got ${String(arch.normPosition)})`);
+  if (typeof arch.embeddingNorm !== 'boolean') throw new Error(`model.embeddingNorm must be true or false (got ${String(arch.embeddingNorm)})`);
+  if (!(Number.isInteger(arch.typeVocabSize) && arch.typeVocabSize >= 0)) throw new Error(`model.typeVocabSize must be an integer ≥ 0 (got ${arch.typeVocabSize})`);
+  if (!ACTIVATIONS.includes(arch.activation)) throw new Error(`model.activation must be one of ${ACTIVATIONS.join(', ')} (got ${String(arch.activation)})`);
+  if (!(arch.layerNormEps > 0 && Number.isFinite(arch.layerNormEps))) throw new Error(`model.layerNormEps must be a number > 0 (got ${arch.layerNormEps})`);
 }
 
-/** Creates a variable from its spec, seeded by (seed, name) so init does not depend on creation order. */
-export function createParameter(spec: ParameterSpec, seed: number): tf.Variable {
+/** How a model's parameters start: 'random' = their init (ParameterSpec.init); 'zeros' = for a model whose every tensor is then loaded. */
+export type ParameterStart = 'random' | 'zeros';
+
+/**
+ * Creates a variable from its spec, seeded by (seed, name) so init does not depend on creation order.
+ * `start: 'zeros'` skips the init (drawing GPT-2 small's 124M normals takes tens of seconds).
+ */
+export function createParameter(spec: ParameterSpec, seed: number, start: ParameterStart = 'random'): tf.Variable {
   const size = spec.shape.reduce((a, b) => a * b, 1);
   let values: Float32Array;
-  if (spec.init.kind === 'normal') {
+  if (start === 'zeros') {
+    values = new Float32Array(size);
+  } else if (spec.init.kind === 'normal') {
     const rng = new Rng(deriveSeed(seed, spec.name));
     values = new Float32Array(size);
     for (let i = 0; i < size; i++) values[i] = rng.normal() * spec.init.std;
@@ -132,14 +186,39 @@ export const gelu = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) 
 }) as (x: tf.Tensor) => tf.Tensor;
 
 /**
+ * GELU, exact: x·Φ(x) = ½x(1 + erf(x/√2)) (BERT's "gelu", PyTorch's default), with the gradient
+ * Φ(x) + x·φ(x) written out (one saved Φ instead of autodiff through erf).
+ */
+const SQRT_HALF = Math.SQRT1_2;
+const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
+export const geluErf = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
+  const cdf = tf.mul(tf.add(tf.erf(tf.mul(x, SQRT_HALF)), 1), 0.5);
+  save([x, cdf]);
+  return {
+    value: tf.mul(x, cdf),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [sx, scdf] = saved;
+      const pdf = tf.mul(tf.exp(tf.mul(tf.square(sx), -0.5)), INV_SQRT_2PI);
+      return [tf.mul(dy, tf.add(scdf, tf.mul(sx, pdf)))];
+    },
+  };
+}) as (x: tf.Tensor) => tf.Tensor;
+
+export function activate(x: tf.Tensor2D, activation: Activation): tf.Tensor2D {
+  return (activation === 'gelu-erf' ? geluErf(x) : gelu(x)) as tf.Tensor2D;
+}
+
+/**
  * LayerNorm over the last axis with a hand-written gradient (autodiff through tf.moments builds a
  * long chain of broadcasts and reductions). With x̂ = (x − μ)·r, r = 1/√(σ² + ε), y = x̂·g + b:
  *   dx = r · (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)),  ĝ = dy·g;   dg = Σ dy·x̂;   db = Σ dy
  */
-const layerNormOp = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+type LayerNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
+const layerNormOp = (eps: number): LayerNormOp => tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
   const { mean, variance } = tf.moments(x, -1, true);
-  const rstd = tf.rsqrt(tf.add(variance, LAYER_NORM_EPS));
+  const rstd = tf.rsqrt(tf.add(variance, eps));
   const normalized = tf.mul(tf.sub(x, mean), rstd);
   save([normalized, rstd, gain]);
   return {
@@ -154,10 +233,15 @@ const layerNormOp = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) 
       return [dx, columnSums(tf.mul(dy, xhat) as tf.Tensor2D), columnSums(dy as tf.Tensor2D)];
     },
   };
-}) as (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
+}) as LayerNormOp;
 
-export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D): tf.Tensor2D {
-  return layerNormOp(x, gain, shift);
+/** One op per ε (tf.customGrad takes tensors only, so ε is closed over). */
+const layerNormOps = new Map<number, LayerNormOp>();
+
+export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D, eps = ARCHITECTURE_DEFAULTS.layerNormEps): tf.Tensor2D {
+  let op = layerNormOps.get(eps);
+  if (!op) layerNormOps.set(eps, (op = layerNormOp(eps)));
+  return op(x, gain, shift);
 }
 
 /**
@@ -227,19 +311,21 @@ export type AttendFn = (layer: number, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Ten
 
 export class Transformer {
   readonly config: TransformerConfig;
+  readonly architecture: Architecture;
   /** The body's own parameters by stable name. */
   readonly weights: Map<string, tf.Variable>;
   readonly attention: AttentionModule[];
   private readonly headDim: number;
 
-  constructor(config: TransformerConfig) {
+  constructor(config: TransformerConfig, start: ParameterStart = 'random') {
     validateTransformerConfig(config);
     this.config = config;
+    this.architecture = architectureOf(config);
     this.headDim = config.dModel / config.numHeads;
     this.weights = new Map();
     this.attention = [];
     try {
-      for (const spec of transformerParameterSpecs(config)) this.weights.set(spec.name, createParameter(spec, config.seed));
+      for (const spec of transformerParameterSpecs(config)) this.weights.set(spec.name, createParameter(spec, config.seed, start));
       for (let i = 0; i < config.numLayers; i++) {
         this.attention.push(
           createAttention(config.attention.name, {
@@ -270,7 +356,7 @@ export class Transformer {
   }
 
   norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
-    return layerNorm(x, this.w(`${name}.weight`) as tf.Tensor1D, this.w(`${name}.bias`) as tf.Tensor1D);
+    return layerNorm(x, this.w(`${name}.weight`) as tf.Tensor1D, this.w(`${name}.bias`) as tf.Tensor1D, this.architecture.layerNormEps);
   }
 
   /** inputIds [B, L] int32 → hidden states after the final LayerNorm, [B·L, d]. */
@@ -298,32 +384,46 @@ export class Transformer {
     return this.run(inputIds, position, new DropoutSource(c.dropout, null), attend);
   }
 
-  /** Embeddings of positions start … start+L−1, the blocks with `attend` as attention, final LayerNorm. */
+  /** Embeddings of positions start … start+L−1, the blocks with `attend` as attention, final LayerNorm (pre-LN). */
   private run(inputIds: tf.Tensor2D, start: number, dropout: DropoutSource, attend: AttendFn): tf.Tensor2D {
     const [b, l] = inputIds.shape;
     const c = this.config;
-    const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])); // [B·L, d]
-    const positions = tf.slice(this.w('embed.positions.weight'), [start, 0], [l, c.dModel]);
-    let x = tf.reshape(tf.add(tf.reshape(tokens, [b, l, c.dModel]), positions), [b * l, c.dModel]) as tf.Tensor2D;
-    x = dropout.apply(x);
+    let x = dropout.apply(this.embed(inputIds, start));
     for (let i = 0; i < c.numLayers; i++) {
-      x = tf.add(x, dropout.apply(this.attentionBlock(x, i, b, l, attend)));
-      x = tf.add(x, dropout.apply(this.mlpBlock(x, i)));
+      x = this.residual(x, `blocks.${i}.ln1`, dropout, (h) => this.attentionBlock(h, i, b, l, attend));
+      x = this.residual(x, `blocks.${i}.ln2`, dropout, (h) => this.mlpBlock(h, i));
     }
-    return this.norm(x, 'norm');
+    return this.architecture.normPosition === 'pre' ? this.norm(x, 'norm') : x;
   }
 
-  private attentionBlock(x: tf.Tensor2D, i: number, b: number, l: number, attend: AttendFn): tf.Tensor2D {
+  /** Token + position (+ type 0) embeddings of positions start … start+L−1, [B·L, d], LayerNorm'd if embeddingNorm. */
+  private embed(inputIds: tf.Tensor2D, start: number): tf.Tensor2D {
+    const [b, l] = inputIds.shape;
+    const d = this.config.dModel;
+    const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])); // [B·L, d]
+    let positions: tf.Tensor = tf.slice(this.w('embed.positions.weight'), [start, 0], [l, d]);
+    if (this.architecture.typeVocabSize > 0) positions = tf.add(positions, tf.slice(this.w('embed.types.weight'), [0, 0], [1, d]));
+    const x = tf.reshape(tf.add(tf.reshape(tokens, [b, l, d]), positions), [b * l, d]) as tf.Tensor2D;
+    return this.architecture.embeddingNorm ? this.norm(x, 'embed.norm') : x;
+  }
+
+  /** A residual branch f with its LayerNorm `norm`: x + f(LN(x)) (pre-LN) or LN(x + f(x)) (post-LN). */
+  private residual(x: tf.Tensor2D, norm: string, dropout: DropoutSource, f: (h: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
+    if (this.architecture.normPosition === 'pre') return tf.add(x, dropout.apply(f(this.norm(x, norm))));
+    return this.norm(tf.add(x, dropout.apply(f(x))), norm);
+  }
+
+  /** Attention on the (normalised) block input [B·L, d], through the output projection. */
+  private attentionBlock(input: tf.Tensor2D, i: number, b: number, l: number, attend: AttendFn): tf.Tensor2D {
     const { dModel: d, numHeads: h } = this.config;
     const p = `blocks.${i}.attn`;
-    const normed = this.norm(x, `blocks.${i}.ln1`);
     // q, k and v stay separate named variables (finetuning can train them alone) but run as one
     // [d, 3d] product and one head transpose: fewer, larger kernels than three of each.
     const weight = tf.concat([this.w(`${p}.q.weight`), this.w(`${p}.k.weight`), this.w(`${p}.v.weight`)], 1) as tf.Tensor2D;
     const bias = this.config.bias
       ? (tf.concat([this.w(`${p}.q.bias`), this.w(`${p}.k.bias`), this.w(`${p}.v.bias`)]) as tf.Tensor1D)
       : undefined;
-    const qkv = linear(normed, weight, bias);
+    const qkv = linear(input, weight, bias);
     const heads = tf.transpose(tf.reshape(qkv, [b, l, 3 * h, this.headDim]), [0, 2, 1, 3]); // [B, 3H, L, Dh]
     const [q, k, v] = tf.split(heads, 3, 1) as tf.Tensor4D[];
     const attended = attend(i, q, k, v); // [B, H, L, Dh]
@@ -331,9 +431,10 @@ export class Transformer {
     return this.linear(merged, `${p}.out`);
   }
 
-  private mlpBlock(x: tf.Tensor2D, i: number): tf.Tensor2D {
+  /** The MLP on the (normalised) block input [B·L, d]. */
+  private mlpBlock(input: tf.Tensor2D, i: number): tf.Tensor2D {
     const p = `blocks.${i}.mlp`;
-    return this.linear(gelu(this.linear(this.norm(x, `blocks.${i}.ln2`), `${p}.fc`)) as tf.Tensor2D, `${p}.proj`);
+    return this.linear(activate(this.linear(input, `${p}.fc`), this.architecture.activation), `${p}.proj`);
   }
 
   dispose(): void {

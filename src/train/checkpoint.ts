@@ -18,6 +18,8 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import type { DataCursor } from '../data/stream.ts';
 import type { LanguageModel } from '../model/lm.ts';
+import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
+import type { Architecture } from '../model/transformer.ts';
 import type { AdamW } from './optimizer.ts';
 import type { Recipe } from './recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from './safetensors.ts';
@@ -73,7 +75,7 @@ export function checkpointName(step: number): string {
 
 const NAME_PATTERN = /^step-(\d{6,})$/;
 
-async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
+export async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
   const handle = await open(file, 'w');
   try {
     await handle.writeFile(data);
@@ -84,7 +86,7 @@ async function writeFileSynced(file: string, data: string | Uint8Array): Promise
 }
 
 /** fsync of a folder makes the names created or renamed in it durable (Linux, macOS). */
-async function syncDir(dir: string): Promise<void> {
+export async function syncDir(dir: string): Promise<void> {
   if (process.platform === 'win32') return; // folders cannot be opened for fsync there; NTFS renames are journaled
   const handle = await open(dir, 'r');
   try {
@@ -235,6 +237,8 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
   ['model.mlpRatio', (r) => r.model.mlpRatio],
   ['model.maxSeqLen', (r) => r.model.maxSeqLen],
   ['model.bias', (r) => r.model.bias],
+  // Recipes saved before these options existed have the defaults.
+  ...(Object.keys(ARCHITECTURE_DEFAULTS) as (keyof Architecture)[]).map((key) => [`model.${key}`, (r: Recipe) => architectureOf(r.model)[key]] as [string, (r: Recipe) => unknown]),
   ['model.attention.name', (r) => r.model.attention.name],
   ['model.attention.options', (r) => r.model.attention.options],
   ['data.seqLen', (r) => r.data.seqLen],

@@ -8,11 +8,16 @@
 // only when the mechanism and its options are unchanged; otherwise they come from the new
 // mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
 // previous mechanism's own tensors, which are dropped when the mechanism changed.
+// A Hugging Face folder (src/hf) is read into the same shape; the parameters it does not hold (a
+// bare BertModel's MLM head) keep their initialisation and are reported.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { isDarkformerModule } from '../model/attention/darkformer.ts';
+import { architectureOf } from '../model/transformer.ts';
+import type { Architecture } from '../model/transformer.ts';
+import { hfFolderOf, readHfInitFrom } from '../hf/folder.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
 import type { Recipe } from './recipe.ts';
@@ -117,6 +122,8 @@ export interface ModelFolder {
   metadata: Record<string, string>;
   /** The model config the weights were saved with. */
   config: Pick<LanguageModelConfig, 'attention' | 'numHeads'> & Partial<LanguageModelConfig>;
+  /** Parameters the source does not hold that keep their initialisation (the MLM head of a bare Hugging Face BertModel). */
+  fresh?: ReadonlySet<string>;
 }
 
 /** Reads `<dir>/model.safetensors` and `<dir>/recipe.json` (the layout of final/ and of checkpoints). */
@@ -159,6 +166,8 @@ export interface LoadReport {
   redrawn: string[];
   /** The previous mechanism's own tensors, not used. */
   dropped: string[];
+  /** Parameters the source does not hold, left at their initialisation (ModelFolder.fresh). */
+  fresh: string[];
   mechanismChanged: boolean;
 }
 
@@ -173,6 +182,13 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
   if (source.config.numHeads !== undefined && source.config.numHeads !== target.numHeads) {
     throw new Error(`${where}: the checkpoint has ${source.config.numHeads} heads per block but model.numHeads is ${target.numHeads} (the q/k/v weights would be split differently)`);
   }
+  // Settings that change the function without changing any tensor's shape (absent in older checkpoints: the defaults).
+  const sourceArch = architectureOf(source.config);
+  const targetArch = model.body.architecture;
+  const archDiffers = (Object.keys(sourceArch) as (keyof Architecture)[]).filter((key) => sourceArch[key] !== targetArch[key]);
+  if (archDiffers.length > 0) {
+    throw new Error(`${where}: ${archDiffers.map((key) => `model.${key} is ${JSON.stringify(targetArch[key])} but the checkpoint's model has ${JSON.stringify(sourceArch[key])}`).join('; ')}`);
+  }
   const sourceSha = source.metadata.tokenizer_sha256;
   if (opts.tokenizerSha256 && sourceSha && sourceSha !== opts.tokenizerSha256) {
     throw new Error(`${where}: the checkpoint was trained with another tokenizer (sha256 ${sourceSha.slice(0, 12)}…) than data.tokenizer (${opts.tokenizerSha256.slice(0, 12)}…): token ids would not match`);
@@ -180,13 +196,14 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
   const mechanismChanged = source.config.attention.name !== target.attention.name;
   const loadBuffers = sameAttention(source.config.attention, target.attention);
   const mechanismParams = new Set(model.body.attention.flatMap((m) => m.trainableVariables.map((v) => v.name)));
-  const report: LoadReport = { loaded: [], initialised: [], redrawn: [], dropped: [], mechanismChanged };
+  const report: LoadReport = { loaded: [], initialised: [], redrawn: [], dropped: [], fresh: [], mechanismChanged };
   const missing: string[] = [];
   const mismatched: string[] = [];
   const assignments: [tf.Variable, NamedArray][] = [];
   const place = (name: string, variable: tf.Variable) => {
     const saved = source.tensors.get(name);
-    if (!saved) missing.push(name);
+    if (!saved && source.fresh?.has(name)) report.fresh.push(name);
+    else if (!saved) missing.push(name);
     else if (!tf.util.arraysEqual(saved.shape, variable.shape)) mismatched.push(`${name} checkpoint [${saved.shape.join(', ')}] vs model [${variable.shape.join(', ')}]`);
     else {
       assignments.push([variable, saved]);
@@ -296,8 +313,14 @@ export async function prepareFinetune(
   let initFrom: string | null = null;
   let loadedNames = new Set<string>();
   if (recipe.initFrom !== null && !opts.skipInit) {
-    initFrom = resolveInitFrom(recipe.initFrom, recipe.train.runDir);
-    const source = await readModelFolder(initFrom);
+    const hfDir = hfFolderOf(recipe.initFrom);
+    initFrom = hfDir ?? resolveInitFrom(recipe.initFrom, recipe.train.runDir);
+    let source: ModelFolder;
+    if (hfDir) {
+      const hf = await readHfInitFrom(hfDir, model.config.vocabSize);
+      line(`initFrom Hugging Face ${hf.description}`);
+      source = hf.source;
+    } else source = await readModelFolder(initFrom);
     const report = loadWeights(model, source, { tokenizerSha256: opts.tokenizerSha256 });
     loadedNames = new Set(report.loaded);
     metadata.init_from = initFrom;
@@ -305,6 +328,7 @@ export async function prepareFinetune(
     const step = source.metadata.step ? ` (step ${source.metadata.step})` : '';
     const parts = [`loaded ${report.loaded.length} tensors`];
     if (report.initialised.length) parts.push(`new mechanism parameters ${groupNames(report.initialised)}`);
+    if (report.fresh.length) parts.push(`initialised fresh ${groupNames(report.fresh)}`);
     if (report.redrawn.length) parts.push(`buffers from the new seed ${groupNames(report.redrawn)}`);
     if (report.dropped.length) parts.push(`dropped ${groupNames(report.dropped)}`);
     line(`initFrom ${initFrom}${step}, attention ${from} → ${model.config.attention.name}: ${parts.join('; ')}`);

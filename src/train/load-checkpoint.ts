@@ -1,11 +1,14 @@
 // Loads a trained model for evaluation or generation from a model folder — a run's final/ folder or
 // a training checkpoint (both hold model.safetensors + recipe.json) — or from a run folder (its
-// final/). Reading and copying the tensors by name is finetune.ts's readModelFolder/loadWeights;
+// final/); Hugging Face folders go to src/hf/load.ts. Reading and copying the tensors by name is finetune.ts's readModelFolder/loadWeights;
 // this file adds the eval-side checks (clear errors naming the folder) and builds the model.
 import { existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { TextTokenizer } from '../data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../model/lm.ts';
+import { hfFolderOf } from '../hf/folder.ts';
+import { loadHfModel } from '../hf/load.ts';
 import { COMPLETE_MARKER } from './checkpoint.ts';
 import { loadWeights, MODEL_FILE, readModelFolder, RECIPE_FILE } from './finetune.ts';
 import type { Recipe } from './recipe.ts';
@@ -46,6 +49,8 @@ export function resolveModelFolder(dir: string): string {
  * buffer by name. Dropout is irrelevant here: evaluation and decoding run without it.
  */
 export async function loadModel(dir: string): Promise<LoadedModel> {
+  const hfDir = hfFolderOf(dir); // `hf:<folder>`, or a folder whose config.json has a model_type
+  if (hfDir) return loadHfModel(hfDir);
   const folder = resolveModelFolder(dir);
   let recipe: Recipe;
   try {
@@ -62,7 +67,7 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
     if (!embedding) throw new Error(`checkpoint folder ${folder}: ${MODEL_FILE} has no 'embed.tokens.weight' and no config metadata`);
     config = modelConfigFromRecipe(recipe, embedding.shape[0]);
   }
-  const model = createLanguageModel(config);
+  const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next
   try {
     loadWeights(model, source);
   } catch (err) {
@@ -70,4 +75,21 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
     throw new Error(`checkpoint folder ${folder}: ${(err as Error).message}`);
   }
   return { dir: folder, model, recipe, metadata: source.metadata };
+}
+
+/**
+ * The tokenizer of a loaded model: `override` or its recipe's data.tokenizer, refused when it is not
+ * the one the model was trained with (sha256) or its vocabulary differs from the model's.
+ */
+export async function loadModelTokenizer(loaded: LoadedModel, override?: string): Promise<TextTokenizer> {
+  const { dir, model, recipe, metadata } = loaded;
+  const file = override ?? recipe.data.tokenizer;
+  const tokenizer = await TextTokenizer.load(file);
+  if (metadata.tokenizer_sha256 && metadata.tokenizer_sha256 !== tokenizer.sha256) {
+    throw new Error(`${file} is not the tokenizer ${dir} was trained with (sha256 ${tokenizer.sha256.slice(0, 12)}… vs ${metadata.tokenizer_sha256.slice(0, 12)}…)`);
+  }
+  if (tokenizer.vocabSize !== model.config.vocabSize) {
+    throw new Error(`${file} has ${tokenizer.vocabSize} tokens but the model of ${dir} has a vocabulary of ${model.config.vocabSize}`);
+  }
+  return tokenizer;
 }

@@ -7,6 +7,9 @@ import YAML from 'yaml';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
+import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
+import type { Activation } from '../model/transformer.ts';
+import { hfRecipeSettings } from '../hf/folder.ts';
 import { freezeProblem } from './finetune.ts';
 import type { FreezeSpec } from './finetune.ts';
 
@@ -23,6 +26,11 @@ export interface Recipe {
     dropout: number;
     maxSeqLen: number;
     bias: boolean;
+    normPosition: (typeof NORM_POSITIONS)[number];
+    embeddingNorm: boolean;
+    typeVocabSize: number;
+    activation: Activation;
+    layerNormEps: number;
     attention: { name: string; options: Record<string, unknown> };
   };
   data: {
@@ -117,7 +125,7 @@ export const RECIPE_SCHEMA = {
     type: str,
     nullable: true,
     default: null,
-    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), or `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
+    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final`, or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
   },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
@@ -128,6 +136,11 @@ export const RECIPE_SCHEMA = {
   'model.dropout': { type: num({ min: 0, exclusiveMax: 1 }), default: 0, doc: 'Dropout probability (0 for small CPU demos; GPU recipes use 0.1).' },
   'model.maxSeqLen': { type: int(1), default: derived('`data.seqLen`', (r) => r.data.seqLen), doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.' },
   'model.bias': { type: bool, default: true, doc: 'Biases in the linear layers.' },
+  'model.normPosition': { type: oneOf(...NORM_POSITIONS), default: 'pre', doc: "Where each block's LayerNorms sit: `pre` = x + f(LN(x)) and a final LayerNorm (GPT-2); `post` = LN(x + f(x)), no final LayerNorm (BERT)." },
+  'model.embeddingNorm': { type: bool, default: false, doc: 'A LayerNorm on the summed embeddings (BERT).' },
+  'model.typeVocabSize': { type: int(0), default: 0, doc: 'Rows of a token-type (segment) embedding table (BERT: 2); every token is type 0, one segment per sequence. 0 = none.' },
+  'model.activation': { type: oneOf(...ACTIVATIONS), default: 'gelu-tanh', doc: "Activation of the MLP and of BERT's MLM head: `gelu-tanh` (the tanh approximation, GPT-2's `gelu_new`) or `gelu-erf` (exact, BERT's `gelu`)." },
+  'model.layerNormEps': { type: num({ exclusiveMin: 0 }), default: 1e-5, doc: 'ε of every LayerNorm (GPT-2: 1e-5, BERT: 1e-12).' },
   'model.attention.name': { type: { kind: 'attentionName' }, default: 'softmax', doc: 'Attention mechanism, one of the registered names (see the table below).' },
   'model.attention.options': { type: { kind: 'attentionOptions' }, default: {}, doc: "Options of that mechanism (see the table below); the resolved recipe holds every option with the mechanism's defaults filled in." },
 
@@ -288,6 +301,7 @@ function applyOverride(arg: string, given: Map<string, Given>, problems: string[
 
 function resolve(given: Map<string, Given>, file: string): Recipe {
   const problems: string[] = [];
+  applyHfInitFrom(given, problems);
   const flat: Record<string, unknown> = {};
   const derivedKeys: RecipeKey[] = [];
   for (const key of KEYS) {
@@ -324,6 +338,32 @@ function resolve(given: Map<string, Given>, file: string): Recipe {
   const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '');
   if (crossProblems.length > 0) throw new RecipeError(file, crossProblems);
   return recipe;
+}
+
+/**
+ * A Hugging Face `initFrom` folder fixes the model: its config.json's settings fill the model keys the
+ * recipe leaves out, a recipe value that contradicts one is an error naming both; its tokenizer.json
+ * is the default data.tokenizer.
+ */
+function applyHfInitFrom(given: Map<string, Given>, problems: string[]): void {
+  const initFrom = given.get('initFrom');
+  if (typeof initFrom?.value !== 'string') return;
+  let hf: ReturnType<typeof hfRecipeSettings>;
+  try {
+    hf = hfRecipeSettings(initFrom.value);
+  } catch (err) {
+    problems.push(`${at(initFrom.origin)}initFrom ${initFrom.value}: ${(err as Error).message}`);
+    return;
+  }
+  if (!hf) return;
+  for (const { key, value, field } of hf.settings) {
+    const entry = given.get(key);
+    if (entry === undefined) given.set(key, { value, origin: '' });
+    else if (entry.value !== value) {
+      problems.push(`${at(entry.origin)}${key} is ${describe(entry.value)} but ${hf.configFile} (initFrom) makes it ${JSON.stringify(value)} (from ${field}): leave ${key} out or set it to that`);
+    }
+  }
+  if (!given.has('data.tokenizer') && hf.tokenizer) given.set('data.tokenizer', { value: hf.tokenizer, origin: '' });
 }
 
 /** Constraints between keys (each message names the keys involved). */

@@ -41,6 +41,11 @@ export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): Langua
     mlpRatio: m.mlpRatio,
     dropout: m.dropout,
     bias: m.bias,
+    normPosition: m.normPosition,
+    embeddingNorm: m.embeddingNorm,
+    typeVocabSize: m.typeVocabSize,
+    activation: m.activation,
+    layerNormEps: m.layerNormEps,
     attention: m.attention,
     seed: recipe.train.seed,
   };

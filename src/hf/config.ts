@@ -1,0 +1,306 @@
+// Hugging Face config.json ⇄ this project's model config, for GPT-2 (GPT2LMHeadModel, GPT2Model) and
+// BERT (BertForMaskedLM, BertModel). Field names and defaults are transformers' (GPT2Config and
+// BertConfig, transformers 5.x): a field the file leaves out has transformers' default. Every field
+// that changes what the model computes is mapped, or — when this project cannot compute it — reported,
+// all such fields in one error. Fields that matter only to PyTorch training (the dropouts,
+// initializer_range) or to other heads (GPT-2's summary_*) are not read: dropout is the recipe's
+// model.dropout.
+//
+// This project's own exports of models transformers cannot compute (another attention, pre-LN BERT, no
+// biases, …) have model_type `slayformer-gpt2` / `slayformer-bert` — so that transformers' AutoModel
+// refuses them instead of silently computing softmax attention — and a `slayformer` section with the
+// settings the standard fields cannot express. Both kinds write that section; it also marks the
+// folder as written by this project (export --overwrite replaces only such folders).
+import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+import { resolveOptions } from '../model/attention/registry.ts';
+import type { LanguageModelConfig } from '../model/lm.ts';
+import { architectureOf, NORM_POSITIONS, type Activation, type Architecture } from '../model/transformer.ts';
+
+export type HfLayout = 'gpt2' | 'bert';
+
+/** What a config.json fixes: the model config less the run's choices (seed, dropout), architecture filled in. */
+export type HfModelConfig = Omit<LanguageModelConfig, 'seed' | 'dropout'> & Architecture;
+
+export interface HfConfig {
+  file: string;
+  layout: HfLayout;
+  modelType: string;
+  /** config.json's architectures[0], if any. */
+  architecture: string | null;
+  model: HfModelConfig;
+  /** The config.json field each model key but the attention comes from (for messages), e.g. 'model.dModel' → 'n_embd'. */
+  fields: Record<`model.${Exclude<keyof HfModelConfig, 'attention'>}`, string>;
+}
+
+const CUSTOM_PREFIX = 'slayformer-';
+export const SECTION = 'slayformer';
+const LAYOUT_OF: Record<string, HfLayout> = { gpt2: 'gpt2', bert: 'bert', [`${CUSTOM_PREFIX}gpt2`]: 'gpt2', [`${CUSTOM_PREFIX}bert`]: 'bert' };
+export const SUPPORTED_ARCHITECTURES: Record<HfLayout, readonly string[]> = {
+  gpt2: ['GPT2LMHeadModel', 'GPT2Model'],
+  bert: ['BertForMaskedLM', 'BertModel'],
+};
+/** transformers' ACT2FN names this project computes. */
+const ACTIVATION_OF: Record<string, Activation> = {
+  gelu_new: 'gelu-tanh',
+  gelu_pytorch_tanh: 'gelu-tanh',
+  gelu_fast: 'gelu-tanh',
+  gelu: 'gelu-erf',
+  gelu_python: 'gelu-erf',
+};
+const HF_ACTIVATION: Record<Activation, string> = { 'gelu-tanh': 'gelu_new', 'gelu-erf': 'gelu' };
+
+/** Reads typed fields of a config object, collecting problems instead of throwing at the first. */
+class FieldReader {
+  readonly problems: string[] = [];
+  readonly unsupported: string[] = [];
+  constructor(readonly json: Record<string, unknown>) {}
+
+  private raw(key: string): unknown {
+    const v = this.json[key];
+    return v === null ? undefined : v;
+  }
+
+  int(key: string, fallback: number, min = 1): number {
+    const v = this.raw(key) ?? fallback;
+    if (typeof v === 'number' && Number.isInteger(v) && v >= min) return v;
+    this.problems.push(`${key} must be an integer ≥ ${min} (got ${JSON.stringify(v)})`);
+    return fallback;
+  }
+
+  positive(key: string, fallback: number): number {
+    const v = this.raw(key) ?? fallback;
+    if (typeof v === 'number' && Number.isFinite(v) && v > 0) return v;
+    this.problems.push(`${key} must be a number > 0 (got ${JSON.stringify(v)})`);
+    return fallback;
+  }
+
+  bool(key: string, fallback: boolean): boolean {
+    const v = this.raw(key) ?? fallback;
+    if (typeof v === 'boolean') return v;
+    this.problems.push(`${key} must be true or false (got ${JSON.stringify(v)})`);
+    return fallback;
+  }
+
+  activation(key: string, fallback: string): Activation {
+    const v = this.raw(key) ?? fallback;
+    const mapped = typeof v === 'string' ? ACTIVATION_OF[v] : undefined;
+    if (mapped) return mapped;
+    this.unsupported.push(`${key}: ${JSON.stringify(v)} (supported: ${Object.keys(ACTIVATION_OF).join(', ')})`);
+    return 'gelu-tanh';
+  }
+
+  /** Records `key: value` as unsupported when the file's value (or transformers' default) is not `computed`. */
+  expect(key: string, fallback: unknown, computed: unknown, why: string): void {
+    const v = this.raw(key) ?? fallback;
+    if (v !== computed) this.unsupported.push(`${key}: ${JSON.stringify(v)} (${why})`);
+  }
+}
+
+/**
+ * Parses a config.json (already JSON-decoded); `file` names it in errors. Throws one error listing every
+ * bad or unsupported field.
+ */
+export function parseHfConfig(json: unknown, file: string): HfConfig {
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new Error(`${file}: not a JSON object`);
+  const obj = json as Record<string, unknown>;
+  const modelType = obj.model_type;
+  const layout = typeof modelType === 'string' ? LAYOUT_OF[modelType] : undefined;
+  if (!layout) {
+    throw new Error(`${file}: model_type ${JSON.stringify(modelType)} is not supported (supported: ${Object.keys(LAYOUT_OF).join(', ')})`);
+  }
+  const custom = (modelType as string).startsWith(CUSTOM_PREFIX);
+  const fields = new FieldReader(obj);
+  const architecture = readArchitecture(obj, layout, fields);
+  const { model, fieldNames } = layout === 'gpt2' ? gpt2Model(fields) : bertModel(fields, custom);
+  if (custom) applySection(obj[SECTION], model, fields);
+  else if (model.dModel % model.numHeads !== 0) fields.problems.push(`${fieldNames['model.dModel']} (${model.dModel}) must be divisible by ${fieldNames['model.numHeads']} (${model.numHeads})`);
+  const lines = [
+    ...fields.problems,
+    ...(fields.unsupported.length ? [`settings this project does not compute: ${fields.unsupported.join('; ')}`] : []),
+  ];
+  if (lines.length > 0) throw new Error(`${file}: ${lines.join('\n  ')}`);
+  return { file, layout, modelType: modelType as string, architecture, model, fields: fieldNames };
+}
+
+function readArchitecture(obj: Record<string, unknown>, layout: HfLayout, fields: FieldReader): string | null {
+  const list = obj.architectures;
+  if (list === undefined || list === null) return null;
+  if (!Array.isArray(list) || list.length !== 1 || typeof list[0] !== 'string') {
+    fields.problems.push(`architectures must be a list of one class name (got ${JSON.stringify(list)})`);
+    return null;
+  }
+  if (!SUPPORTED_ARCHITECTURES[layout].includes(list[0])) {
+    fields.unsupported.push(`architectures: ${JSON.stringify(list)} (supported: ${SUPPORTED_ARCHITECTURES[layout].join(', ')})`);
+  }
+  return list[0];
+}
+
+type ModelFields = { model: HfModelConfig; fieldNames: HfConfig['fields'] };
+
+function gpt2Model(f: FieldReader): ModelFields {
+  const dModel = f.int('n_embd', 768);
+  const inner = f.json.n_inner === null || f.json.n_inner === undefined ? 4 * dModel : f.int('n_inner', 4 * dModel);
+  f.expect('scale_attn_weights', true, true, 'attention scores not divided by √head_dim');
+  f.expect('scale_attn_by_inverse_layer_idx', false, false, 'scores divided by the layer index');
+  f.expect('add_cross_attention', false, false, 'encoder–decoder cross-attention');
+  f.expect('tie_word_embeddings', true, true, 'an output matrix of its own; this project ties it to the token embedding');
+  // reorder_and_upcast_attn only changes the precision of half-precision runs: float32 computes the same.
+  const model: HfModelConfig = {
+    kind: 'gpt',
+    vocabSize: f.int('vocab_size', 50257),
+    maxSeqLen: f.int('n_positions', 1024),
+    dModel,
+    numLayers: f.int('n_layer', 12),
+    numHeads: f.int('n_head', 12),
+    mlpRatio: inner / dModel,
+    bias: true,
+    attention: { name: 'softmax', options: {} },
+    normPosition: 'pre',
+    embeddingNorm: false,
+    typeVocabSize: 0,
+    activation: f.activation('activation_function', 'gelu_new'),
+    layerNormEps: f.positive('layer_norm_epsilon', 1e-5),
+  };
+  const fieldNames = {
+    'model.kind': 'model_type', 'model.vocabSize': 'vocab_size', 'model.maxSeqLen': 'n_positions', 'model.dModel': 'n_embd',
+    'model.numLayers': 'n_layer', 'model.numHeads': 'n_head', 'model.mlpRatio': 'n_inner / n_embd', 'model.bias': 'model_type',
+    'model.normPosition': 'model_type', 'model.embeddingNorm': 'model_type', 'model.typeVocabSize': 'model_type',
+    'model.activation': 'activation_function', 'model.layerNormEps': 'layer_norm_epsilon',
+  };
+  return { model, fieldNames };
+}
+
+function bertModel(f: FieldReader, custom: boolean): ModelFields {
+  const dModel = f.int('hidden_size', 768);
+  f.expect('is_decoder', false, false, 'causal BERT');
+  f.expect('add_cross_attention', false, false, 'encoder–decoder cross-attention');
+  f.expect('position_embedding_type', 'absolute', 'absolute', 'only learned absolute positions are computed');
+  f.expect('tie_word_embeddings', true, true, 'an MLM decoder matrix of its own; this project ties it to the token embedding');
+  const model: HfModelConfig = {
+    kind: 'bert',
+    vocabSize: f.int('vocab_size', 30522),
+    maxSeqLen: f.int('max_position_embeddings', 512),
+    dModel,
+    numLayers: f.int('num_hidden_layers', 12),
+    numHeads: f.int('num_attention_heads', 12),
+    mlpRatio: f.int('intermediate_size', 3072) / dModel,
+    bias: true,
+    attention: { name: 'softmax', options: {} },
+    normPosition: 'post',
+    embeddingNorm: true,
+    // transformers' BERT always adds a token-type row; this project's exports may have none.
+    typeVocabSize: f.int('type_vocab_size', 2, custom ? 0 : 1),
+    activation: f.activation('hidden_act', 'gelu'),
+    layerNormEps: f.positive('layer_norm_eps', 1e-12),
+  };
+  const fieldNames = {
+    'model.kind': 'model_type', 'model.vocabSize': 'vocab_size', 'model.maxSeqLen': 'max_position_embeddings', 'model.dModel': 'hidden_size',
+    'model.numLayers': 'num_hidden_layers', 'model.numHeads': 'num_attention_heads', 'model.mlpRatio': 'intermediate_size / hidden_size',
+    'model.bias': 'model_type', 'model.normPosition': 'model_type', 'model.embeddingNorm': 'model_type', 'model.typeVocabSize': 'type_vocab_size',
+    'model.activation': 'hidden_act', 'model.layerNormEps': 'layer_norm_eps',
+  };
+  return { model, fieldNames };
+}
+
+/** The `slayformer` section of a custom export: the settings the standard fields cannot express. */
+export interface Section {
+  exported_by: string;
+  attention: { name: string; options: Record<string, unknown> };
+  bias: boolean;
+  normPosition: Architecture['normPosition'];
+  embeddingNorm: boolean;
+  typeVocabSize: number;
+  /** Where the weights came from (informational). */
+  source?: string;
+}
+
+function applySection(value: unknown, model: HfModelConfig, f: FieldReader): void {
+  if (typeof value !== 'object' || value === null) {
+    f.problems.push(`${SECTION} must be an object with the settings of this project's export (got ${JSON.stringify(value)})`);
+    return;
+  }
+  const s = new FieldReader(value as Record<string, unknown>);
+  const section = value as Partial<Section>;
+  const attention = section.attention;
+  if (typeof attention?.name !== 'string' || !attentionNames().includes(attention.name)) {
+    f.problems.push(`${SECTION}.attention.name must be one of ${attentionNames().join(', ')} (got ${JSON.stringify(attention?.name)})`);
+  } else {
+    try {
+      model.attention = { name: attention.name, options: resolveOptions(attention.name, attentionOptionSpecs(attention.name), attention.options ?? {}) };
+    } catch (err) {
+      f.problems.push(`${SECTION}.attention.options: ${(err as Error).message}`);
+    }
+  }
+  model.bias = s.bool('bias', true);
+  model.embeddingNorm = s.bool('embeddingNorm', model.embeddingNorm);
+  model.typeVocabSize = s.int('typeVocabSize', model.typeVocabSize, 0);
+  const position = section.normPosition ?? model.normPosition;
+  if (NORM_POSITIONS.includes(position)) model.normPosition = position;
+  else s.problems.push(`normPosition must be one of ${NORM_POSITIONS.join(', ')} (got ${JSON.stringify(position)})`);
+  f.problems.push(...s.problems.map((p) => `${SECTION}.${p}`));
+  if (model.dModel % model.numHeads !== 0) f.problems.push(`the model width (${model.dModel}) must be divisible by the number of heads (${model.numHeads})`);
+}
+
+/** Why transformers' own GPT-2/BERT class would compute another function than this model (empty: it computes the same). */
+export function nonStandardSettings(c: LanguageModelConfig): string[] {
+  const arch = architectureOf(c);
+  const out: string[] = [];
+  if (c.attention.name !== 'softmax') out.push(`attention ${c.attention.name}`);
+  if (!c.bias) out.push('no biases (model.bias false)');
+  const expected: Partial<Architecture> = c.kind === 'gpt' ? { normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 } : { normPosition: 'post', embeddingNorm: true };
+  for (const [key, value] of Object.entries(expected)) {
+    if (arch[key as keyof Architecture] !== value) out.push(`model.${key} ${JSON.stringify(arch[key as keyof Architecture])}`);
+  }
+  if (c.kind === 'bert' && arch.typeVocabSize === 0) out.push('no token-type embeddings (model.typeVocabSize 0)');
+  return out;
+}
+
+export interface ExportConfigOptions {
+  /** Special token ids of the exported tokenizer. */
+  specialIds: { eos?: number; pad?: number };
+  /** Where the weights came from, recorded in the `slayformer` section. */
+  source: string;
+}
+
+/** config.json for `c`: the standard model_type when transformers computes the same function, else the custom one. */
+export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions): Record<string, unknown> {
+  const arch = architectureOf(c);
+  const custom = nonStandardSettings(c).length > 0;
+  const layout: HfLayout = c.kind === 'gpt' ? 'gpt2' : 'bert';
+  const hidden = Math.round(c.mlpRatio * c.dModel);
+  const section: Section = {
+    exported_by: 'slayformer npm run export',
+    attention: c.attention,
+    bias: c.bias,
+    normPosition: arch.normPosition,
+    embeddingNorm: arch.embeddingNorm,
+    typeVocabSize: arch.typeVocabSize,
+    source: opts.source,
+  };
+  const common = {
+    architectures: [SUPPORTED_ARCHITECTURES[layout][0]],
+    model_type: custom ? `${CUSTOM_PREFIX}${layout}` : layout,
+    vocab_size: c.vocabSize,
+    tie_word_embeddings: true,
+    add_cross_attention: false,
+    initializer_range: 0.02,
+    dtype: 'float32',
+  };
+  const body =
+    layout === 'gpt2'
+      ? {
+          n_positions: c.maxSeqLen, n_embd: c.dModel, n_layer: c.numLayers, n_head: c.numHeads, n_inner: hidden,
+          activation_function: HF_ACTIVATION[arch.activation], layer_norm_epsilon: arch.layerNormEps,
+          // This project drops out the embeddings, attention outputs and MLP outputs, never the attention weights.
+          embd_pdrop: c.dropout, resid_pdrop: c.dropout, attn_pdrop: 0,
+          scale_attn_weights: true, scale_attn_by_inverse_layer_idx: false, reorder_and_upcast_attn: false,
+          bos_token_id: opts.specialIds.eos ?? null, eos_token_id: opts.specialIds.eos ?? null, pad_token_id: opts.specialIds.pad ?? null,
+        }
+      : {
+          max_position_embeddings: c.maxSeqLen, hidden_size: c.dModel, num_hidden_layers: c.numLayers, num_attention_heads: c.numHeads,
+          intermediate_size: hidden, hidden_act: HF_ACTIVATION[arch.activation], layer_norm_eps: arch.layerNormEps,
+          type_vocab_size: arch.typeVocabSize, hidden_dropout_prob: c.dropout, attention_probs_dropout_prob: 0,
+          is_decoder: false, pad_token_id: opts.specialIds.pad ?? null,
+        };
+  return { ...common, ...body, [SECTION]: section };
+}

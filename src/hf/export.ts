@@ -1,0 +1,157 @@
+// `npm run export -- <checkpoint> --format hf --out DIR`: a trained model as a Hugging Face folder.
+//
+//   config.json             GPT2Config / BertConfig fields (config.ts), model_type gpt2 or bert when
+//                           transformers' class computes the same function as this model, else
+//                           slayformer-gpt2 / slayformer-bert; the `slayformer` section records the
+//                           attention and the settings the standard fields cannot express
+//   model.safetensors       float32, transformers' names and layouts (weights.ts), metadata format "pt"
+//   tokenizer.json          the run's tokenizer, byte for byte
+//   tokenizer_config.json   PreTrainedTokenizerFast with the special tokens, so AutoTokenizer loads it
+//   README.md               what the folder holds and what loading it in PyTorch needs
+//
+// The folder is written under a temporary name, fsynced and renamed into place. An existing folder is
+// replaced only with --overwrite and only when it is an earlier export (nothing but the files above,
+// and a config.json with the `slayformer` section): the project never deletes files it did not write.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { TextTokenizer } from '../data/tokenizer.ts';
+import type { LanguageModel } from '../model/lm.ts';
+import { syncDir, writeFileSynced } from '../train/checkpoint.ts';
+import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
+import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
+import { modelTensors } from '../train/trainer.ts';
+import { hfConfigJson, nonStandardSettings, SECTION, type HfLayout } from './config.ts';
+import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from './folder.ts';
+import { encodeTensor, hfShape, tensorRules } from './weights.ts';
+
+export const EXPORT_FORMATS = ['hf'] as const;
+const TOKENIZER_CONFIG_FILE = 'tokenizer_config.json';
+const README_FILE = 'README.md';
+const EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, README_FILE];
+
+export interface ExportOptions {
+  out: string;
+  /** tokenizer.json to ship (default: the one the model was trained with, data.tokenizer of its recipe). */
+  tokenizer?: string;
+  /** Replace an earlier export at `out`. */
+  overwrite?: boolean;
+}
+
+export interface ExportResult {
+  out: string;
+  modelType: string;
+  /** Why transformers' own class would compute another function (empty: from_pretrained loads it as is). */
+  nonStandard: string[];
+  tensors: number;
+}
+
+/** Loads `checkpoint` (any model folder eval accepts) and writes it as a Hugging Face folder; the backend must be initialised. */
+export async function exportHf(checkpoint: string, opts: ExportOptions): Promise<ExportResult> {
+  const out = path.resolve(opts.out);
+  checkReplaceable(out, opts.overwrite ?? false);
+  const loaded = await loadModel(checkpoint);
+  const { dir, model } = loaded;
+  try {
+    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
+    const tokenizerPath = tokenizer.path;
+    const config = hfConfigJson(model.config, { specialIds: tokenizer.specialIds, source: dir });
+    const tensors = await hfTensors(model);
+    const files = new Map<string, string | Uint8Array>([
+      [CONFIG_FILE, JSON.stringify(config, null, 2) + '\n'],
+      [WEIGHTS_FILE, encodeSafetensors(tensors, { format: 'pt' })],
+      [TOKENIZER_FILE, readFileSync(tokenizerPath)],
+      [TOKENIZER_CONFIG_FILE, JSON.stringify(tokenizerConfig(tokenizerPath, tokenizer, model.config.maxSeqLen), null, 2) + '\n'],
+      [README_FILE, modelCard(model, config.model_type as string, dir)],
+    ]);
+    await writeFolder(out, files);
+    return { out, modelType: config.model_type as string, nonStandard: nonStandardSettings(model.config), tensors: tensors.size };
+  } finally {
+    model.dispose();
+  }
+}
+
+/** The model's parameters and buffers under transformers' names and layouts, sorted by name (as transformers writes them). */
+export async function hfTensors(model: LanguageModel): Promise<Map<string, NamedArray>> {
+  const ours = await modelTensors(model);
+  const layout: HfLayout = model.kind === 'gpt' ? 'gpt2' : 'bert';
+  const out = new Map<string, NamedArray>();
+  const rules = tensorRules(layout, ours.keys()).sort((a, b) => (a.hf < b.hf ? -1 : 1));
+  for (const rule of rules) {
+    const shape = ours.get(rule.ours[0])!.shape;
+    out.set(rule.hf, { shape: hfShape(rule, shape), data: encodeTensor(rule, rule.ours.map((n) => ours.get(n)!.data), shape) });
+  }
+  return out;
+}
+
+/** AutoTokenizer's settings: the fast tokenizer over tokenizer.json, with its special tokens named. */
+function tokenizerConfig(file: string, tokenizer: TextTokenizer, maxLength: number): Record<string, unknown> {
+  const json = JSON.parse(readFileSync(file, 'utf8')) as { added_tokens?: { id: number; content: string }[]; model?: { vocab?: unknown } };
+  const contentOf = new Map<number, string>();
+  if (json.model?.vocab && typeof json.model.vocab === 'object' && !Array.isArray(json.model.vocab)) {
+    for (const [content, id] of Object.entries(json.model.vocab as Record<string, number>)) contentOf.set(id, content);
+  }
+  for (const t of json.added_tokens ?? []) contentOf.set(t.id, t.content);
+  const s = tokenizer.specialIds;
+  const named = (id: number | undefined) => (id === undefined ? undefined : contentOf.get(id));
+  const specials = {
+    bos_token: named(s.eos), eos_token: named(s.eos), unk_token: named(s.unk), pad_token: named(s.pad),
+    mask_token: named(s.mask), cls_token: named(s.cls), sep_token: named(s.sep),
+  };
+  return {
+    tokenizer_class: 'PreTrainedTokenizerFast',
+    model_max_length: maxLength,
+    clean_up_tokenization_spaces: false,
+    ...Object.fromEntries(Object.entries(specials).filter(([, v]) => v !== undefined)),
+  };
+}
+
+function modelCard(model: LanguageModel, modelType: string, source: string): string {
+  const c = model.config;
+  const what = `${c.kind === 'gpt' ? 'A causal (GPT-2 layout)' : 'A masked (BERT layout)'} language model trained with slayformer: ${c.numLayers} layers, width ${c.dModel}, ${c.numHeads} heads, ${c.attention.name} attention.`;
+  const load = c.kind === 'gpt' ? 'AutoModelForCausalLM' : 'AutoModelForMaskedLM';
+  const nonStandard = nonStandardSettings(c);
+  const how = nonStandard.length === 0
+    ? `transformers loads it as is: \`${load}.from_pretrained(folder)\` and \`AutoTokenizer.from_pretrained(folder)\`.`
+    : [
+        `transformers has no class for it (${nonStandard.join('; ')}), so its model_type is \`${modelType}\` and AutoModel refuses it.`,
+        `The \`${SECTION}\` section of config.json records the attention and the architecture; tensors with no place in`,
+        `transformers' layout are stored as \`slayformer.<name>\` (the mechanism's parameters and random projections).`,
+        `Loading it in PyTorch needs an implementation of that attention: see the slayformer README, "Export".`,
+      ].join('\n');
+  return `# ${path.basename(source)}\n\n${what}\n\nExported from \`${source}\`.\n\n${how}\n`;
+}
+
+/** Throws unless `out` is free, or --overwrite was given and it is an earlier export (see the file comment). */
+function checkReplaceable(out: string, overwrite: boolean): void {
+  if (!existsSync(out)) return;
+  if (!overwrite) throw new Error(`${out} already exists; pass --overwrite to replace an earlier export`);
+  const foreign = readdirSync(out).filter((f) => !EXPORT_FILES.includes(f));
+  let section: unknown;
+  try {
+    section = (JSON.parse(readFileSync(path.join(out, CONFIG_FILE), 'utf8')) as Record<string, unknown>)[SECTION];
+  } catch {
+    section = undefined;
+  }
+  if (section === undefined || foreign.length > 0) {
+    const why = section === undefined ? `its ${CONFIG_FILE} has no "${SECTION}" section` : `it holds ${foreign.join(', ')}, which export does not write`;
+    throw new Error(`${out} was not written by npm run export (${why}); not replacing it`);
+  }
+}
+
+async function writeFolder(out: string, files: Map<string, string | Uint8Array>): Promise<void> {
+  const tmp = `${out}.partial-${process.pid}`;
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp, { recursive: true });
+  for (const [name, data] of files) await writeFileSynced(path.join(tmp, name), data);
+  await syncDir(tmp);
+  if (existsSync(out)) {
+    const old = `${out}.old-${process.pid}`;
+    await rename(out, old);
+    await rename(tmp, out);
+    await rm(old, { recursive: true, force: true });
+  } else {
+    await rename(tmp, out);
+  }
+  await syncDir(path.dirname(out));
+}

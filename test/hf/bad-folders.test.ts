@@ -1,0 +1,165 @@
+// Bad Hugging Face folders fail with one message naming the file and the field — before anything is
+// allocated from what the files say — and recipes that contradict a folder's config.json name the key.
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
+import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
+import { readHfFolder } from '../../src/hf/folder.ts';
+import { createLanguageModel } from '../../src/model/lm.ts';
+import { prepareFinetune } from '../../src/train/finetune.ts';
+import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { parseRecipe } from '../../src/train/recipe.ts';
+import { modelConfigFromRecipe } from '../../src/train/trainer.ts';
+import { syntheticDocuments } from '../data/stream-fixtures.ts';
+import { BERT_DIR, GPT2_DIR, rawF32, renamed, variant } from './fixtures.ts';
+
+let dir: string;
+let count = 0;
+const fresh = () => path.join(dir, `v${count++}`);
+let otherTokenizer: string;
+beforeAll(async () => {
+  await initBackend(testBackend(), { quiet: true });
+  dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-bad-'));
+  otherTokenizer = path.join(dir, 'other-tokenizer.json');
+  await trainByteLevelBpeFromTexts(syntheticDocuments(100, 4), 300, otherTokenizer);
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const failure = async (folder: string) => (await readHfFolder(folder).then(() => null, (err: Error) => err))?.message ?? 'no error';
+const gpt2 = (change: Parameters<typeof variant>[2]) => variant(GPT2_DIR, fresh(), change);
+
+describe('missing and unreadable files', () => {
+  it('a folder that does not exist, a folder without config.json, a config.json that is not JSON', async () => {
+    await expect(loadModel(`hf:${path.join(dir, 'nowhere')}`)).rejects.toThrow(/Hugging Face folder .*nowhere does not exist/);
+    const empty = fresh();
+    mkdirSync(empty);
+    await expect(loadModel(`hf:${empty}`)).rejects.toThrow(`${path.join(empty, 'config.json')} does not exist (a Hugging Face model folder holds config.json, model.safetensors and tokenizer.json)`);
+    const folder = gpt2({});
+    writeFileSync(path.join(folder, 'config.json'), '{"model_type": "gpt2",');
+    expect(await failure(folder)).toMatch(new RegExp(`^${path.join(folder, 'config.json')} is not valid JSON`));
+  });
+
+  it('no model.safetensors (a PyTorch .bin is named with the conversion), a shard outside the folder or missing', async () => {
+    const folder = gpt2({ writeWeights: (d) => writeFileSync(path.join(d, 'pytorch_model.bin'), '') });
+    expect(await failure(folder)).toBe(
+      `${path.join(folder, 'model.safetensors')} does not exist, nor model.safetensors.index.json (it holds pytorch_model.bin: convert it with transformers, AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True))`,
+    );
+    const index = (weightMap: Record<string, string>) => gpt2({ writeWeights: (d) => writeFileSync(path.join(d, 'model.safetensors.index.json'), JSON.stringify({ weight_map: weightMap })) });
+    expect(await failure(index({ 'transformer.wte.weight': '../elsewhere.safetensors' }))).toMatch(/model\.safetensors\.index\.json: weight_map names "\.\.\/elsewhere\.safetensors"; shards must be \.safetensors files in the same folder/);
+    expect(await failure(index({ 'transformer.wte.weight': 'model-00001-of-00002.safetensors' }))).toMatch(/model\.safetensors\.index\.json: the shard .*model-00001-of-00002\.safetensors does not exist/);
+  });
+
+  it('a corrupt safetensors header is refused before anything is allocated from it', async () => {
+    const hugeHeader = gpt2({ writeWeights: (d) => {
+      const bytes = Buffer.alloc(64);
+      bytes.writeBigUInt64LE(2n ** 50n); // Buffer.alloc(2^50) would throw a RangeError: the check comes first
+      writeFileSync(path.join(d, 'model.safetensors'), bytes);
+    } });
+    expect(await failure(hugeHeader)).toMatch(/model\.safetensors: the header length 1125899906842624 runs past the end of the file \(64 bytes\)/);
+    const pastTheEnd = gpt2({ writeWeights: (d) => {
+      const json = Buffer.from(JSON.stringify({ 'transformer.wte.weight': { dtype: 'F32', shape: [1000000, 64], data_offsets: [0, 256000000] } }));
+      const prefix = Buffer.alloc(8);
+      prefix.writeBigUInt64LE(BigInt(json.length));
+      writeFileSync(path.join(d, 'model.safetensors'), Buffer.concat([prefix, json, Buffer.alloc(16)]));
+    } });
+    expect(await failure(pastTheEnd)).toMatch(/model\.safetensors: tensor 'transformer\.wte\.weight' has data_offsets \[0, 256000000\] that do not hold F32 \[1000000, 64\] inside the file \(16 data bytes\)/);
+  });
+});
+
+describe('config.json', () => {
+  it('an unsupported model_type or architecture', async () => {
+    expect(await failure(gpt2({ config: (c) => ({ ...c, model_type: 'llama' }) }))).toMatch(/config\.json: model_type "llama" is not supported \(supported: gpt2, bert, slayformer-gpt2, slayformer-bert\)$/);
+    expect(await failure(gpt2({ config: (c) => ({ ...c, architectures: ['GPT2ForSequenceClassification'] }) }))).toMatch(
+      /config\.json: settings this project does not compute: architectures: \["GPT2ForSequenceClassification"\] \(supported: GPT2LMHeadModel, GPT2Model\)$/,
+    );
+  });
+
+  it('every setting that would change the computation is listed in one error; a field of the wrong type names it', async () => {
+    const message = await failure(gpt2({ config: (c) => ({ ...c, scale_attn_weights: false, activation_function: 'relu', add_cross_attention: true, scale_attn_by_inverse_layer_idx: true, tie_word_embeddings: false }) }));
+    expect(message.split('\n')).toHaveLength(1);
+    expect(message).toMatch(/config\.json: settings this project does not compute: /);
+    for (const field of ['activation_function: "relu" (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, gelu_python)', 'scale_attn_weights: false', 'scale_attn_by_inverse_layer_idx: true', 'add_cross_attention: true', 'tie_word_embeddings: false']) {
+      expect(message).toContain(field);
+    }
+    const bert = variant(BERT_DIR, fresh(), { config: (c) => ({ ...c, is_decoder: true, position_embedding_type: 'relative_key', hidden_act: 'quick_gelu' }) });
+    const bertMessage = await failure(bert);
+    expect(bertMessage).toMatch(/config\.json: settings this project does not compute: /);
+    for (const field of ['hidden_act: "quick_gelu"', 'is_decoder: true (causal BERT)', 'position_embedding_type: "relative_key"']) expect(bertMessage).toContain(field);
+    expect(await failure(gpt2({ config: (c) => ({ ...c, n_embd: '64', layer_norm_epsilon: -1 }) }))).toMatch(/config\.json: n_embd must be an integer ≥ 1 \(got "64"\)\n {2}layer_norm_epsilon must be a number > 0 \(got -1\)/);
+  });
+
+  it("this project's exports: a slayformer section with an unknown attention is refused", async () => {
+    const folder = gpt2({ config: (c) => ({ ...c, model_type: 'slayformer-gpt2', slayformer: { attention: { name: 'flash', options: {} }, bias: true } }) });
+    expect(await failure(folder)).toMatch(/config\.json: slayformer\.attention\.name must be one of softmax, .* \(got "flash"\)/);
+  });
+});
+
+describe('weights that do not fit config.json', () => {
+  it('a tensor of another shape, a missing tensor, an unknown tensor and a non-float weight: all named in one error', async () => {
+    const folder = gpt2({
+      tensors: (t) => {
+        const out = renamed(t, (n) => (n === 'transformer.h.1.ln_2.weight' ? null : n));
+        out.set('transformer.h.0.mlp.c_fc.weight', rawF32([64, 255], new Float32Array(64 * 255)));
+        out.set('transformer.h.0.attn.rotary.inv_freq', rawF32([8], new Float32Array(8)));
+        out.set('transformer.ln_f.bias', { dtype: 'I32', shape: [64], bytes: Buffer.alloc(256) });
+        return out;
+      },
+    });
+    const message = await failure(folder);
+    const file = path.join(folder, 'model.safetensors');
+    expect(message).toContain(`Hugging Face folder ${folder}: the weights do not fit ${path.join(folder, 'config.json')}:`);
+    expect(message).toContain('missing: transformer.h.1.ln_2.weight');
+    expect(message).toContain(`${file}: transformer.h.0.mlp.c_fc.weight is [64, 255] but config.json implies [64, 256]`);
+    expect(message).toContain(`${file}: transformer.ln_f.bias has dtype I32 (weights must be F32, F16, BF16, F64)`);
+    expect(message).toContain('not part of a GPT2LMHeadModel this project can load: transformer.h.0.attn.rotary.inv_freq (model.safetensors)');
+  });
+
+  it('a config.json that promises a larger model than the weights hold is refused before the model is built', async () => {
+    // n_embd 4096 with 64-wide weights: every shape differs; nothing of 4096 width is ever allocated.
+    const message = await failure(gpt2({ config: (c) => ({ ...c, n_embd: 4096, n_layer: 48 }) }));
+    expect(message).toContain('transformer.wte.weight is [320, 64] but config.json implies [320, 4096]');
+    expect(message).toContain('missing: transformer.h.2.ln_1.weight');
+  });
+
+  it('a tokenizer.json whose vocabulary differs from the embedding', async () => {
+    const folder = gpt2({ tokenizer: false });
+    copyFileSync(otherTokenizer, path.join(folder, 'tokenizer.json'));
+    expect(await failure(folder)).toBe(
+      `${path.join(folder, 'tokenizer.json')} has 300 tokens but ${path.join(folder, 'config.json')} has vocab_size 320 (the rows of transformer.wte.weight): the tokenizer does not belong to these weights`,
+    );
+  });
+});
+
+describe('recipes with a Hugging Face initFrom', () => {
+  const recipe = (text: string, overrides: string[] = []) => parseRecipe(text, path.join(dir, 'r.yaml'), overrides);
+
+  it("take every model setting from config.json and the folder's tokenizer; a contradicting key is an error naming it and the field", () => {
+    const r = recipe(`initFrom: hf:${BERT_DIR}\nmodel: { attention: { name: performer } }\ndata: { dataset: d, seqLen: 16 }`);
+    expect(r.model).toMatchObject({ kind: 'bert', dModel: 64, numLayers: 2, numHeads: 4, mlpRatio: 2, maxSeqLen: 64, normPosition: 'post', embeddingNorm: true, typeVocabSize: 2, activation: 'gelu-erf', layerNormEps: 1e-12 });
+    expect(r.model.attention.name).toBe('performer');
+    expect(r.data.tokenizer).toBe(path.join(BERT_DIR, 'tokenizer.json'));
+    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\nmodel: { dModel: 128, numLayers: 2, layerNormEps: 1e-6 }\ndata: { dataset: d, seqLen: 16 }`)).toThrow(
+      new RegExp(
+        `r\\.yaml: model\\.dModel is 128 but ${GPT2_DIR}/config\\.json \\(initFrom\\) makes it 64 \\(from n_embd\\): leave model\\.dModel out or set it to that\\n` +
+          `.*r\\.yaml: model\\.layerNormEps is 0\\.000001 but .*config\\.json \\(initFrom\\) makes it 0\\.00001 \\(from layer_norm_epsilon\\)`,
+      ),
+    );
+    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16 }`, ['--model.kind=bert'])).toThrow(/override --model\.kind=bert: model\.kind is "bert" but .*config\.json \(initFrom\) makes it "gpt" \(from model_type\)/);
+    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 64 }`)).toThrow(/model\.maxSeqLen \(32\) must be ≥ data\.seqLen \(64\)/);
+  });
+
+  it('a bad folder fails the recipe, naming initFrom', () => {
+    const folder = gpt2({ config: (c) => ({ ...c, n_head: 5 }) });
+    expect(() => recipe(`initFrom: hf:${folder}\ndata: { dataset: d, seqLen: 16 }`)).toThrow(/r\.yaml: initFrom hf:.*: .*config\.json: n_embd \(64\) must be divisible by n_head \(5\)/);
+  });
+
+  it('a run whose tokenizer has another vocabulary than the folder is refused, naming data.tokenizer and vocab_size', async () => {
+    const r = recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16, tokenizer: ${otherTokenizer} }`);
+    const model = createLanguageModel(modelConfigFromRecipe(r, 300));
+    await expect(prepareFinetune(model, r)).rejects.toThrow(`initFrom ${GPT2_DIR}: the run's tokenizer (data.tokenizer) has 300 tokens but ${GPT2_DIR}/config.json has vocab_size 320: use the folder's tokenizer.json`);
+    model.dispose();
+  });
+});

@@ -1,0 +1,129 @@
+// npm run export: export → import is the identity (every parameter and buffer bit for bit, the same
+// model config) for imported and native models, standard and custom; the exported GPT-2/BERT
+// tensors are byte-identical to what transformers wrote; existing folders are never clobbered.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
+import { parseExportArgs } from '../../src/cli/export.ts';
+import { exportHf } from '../../src/hf/export.ts';
+import { architectureOf } from '../../src/model/transformer.ts';
+import type { LanguageModelConfig } from '../../src/model/lm.ts';
+import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { parseRecipe } from '../../src/train/recipe.ts';
+import { BERT_DIR, GPT2_DIR, readRaw, sameBytes, savedRun, valuesOf } from './fixtures.ts';
+
+let dir: string;
+let count = 0;
+const fresh = () => path.join(dir, `x${count++}`);
+beforeAll(async () => {
+  await initBackend(testBackend(), { quiet: true });
+  dir = mkdtempSync(path.join(tmpdir(), 'slay-hf-export-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const TOKENIZER = path.join(GPT2_DIR, 'tokenizer.json');
+const nativeRecipe = (model: string) =>
+  parseRecipe(`model: ${model}\ndata: { dataset: d, tokenizer: ${TOKENIZER}, seqLen: 16 }\ntrain: { seed: 4 }`, path.join(dir, 'native.yaml'));
+
+/** What defines the function of a model (dropout and seed do not). */
+const definition = (c: LanguageModelConfig) => ({
+  kind: c.kind, vocabSize: c.vocabSize, maxSeqLen: c.maxSeqLen, dModel: c.dModel, numLayers: c.numLayers, numHeads: c.numHeads,
+  mlpRatio: c.mlpRatio, bias: c.bias, attention: c.attention, ...architectureOf(c),
+});
+
+/** Exports `checkpoint`, imports the export, and checks every tensor and the config; returns the export folder. */
+async function roundTrip(checkpoint: string, modelType: string): Promise<string> {
+  const out = fresh();
+  const result = await exportHf(checkpoint, { out });
+  expect(result.modelType).toBe(modelType);
+  expect(readdirSync(out).sort()).toEqual(['README.md', 'config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
+  const before = await snapshot(checkpoint);
+  const after = await snapshot(out);
+  expect(after.config).toEqual(before.config);
+  expect([...after.values.keys()].sort()).toEqual([...before.values.keys()].sort());
+  for (const [name, values] of before.values) expect(sameBytes(after.values.get(name)!, values), name).toBe(true);
+  return out;
+}
+
+/** The loaded model's definition and tensors (models are loaded one at a time: tfjs variable names are global). */
+async function snapshot(folder: string) {
+  const { model } = await loadModel(folder);
+  try {
+    return { config: definition(model.config), values: valuesOf(model) };
+  } finally {
+    model.dispose();
+  }
+}
+
+describe('export → import is the identity', () => {
+  for (const [name, fixture, modelType] of [['GPT2LMHeadModel', GPT2_DIR, 'gpt2'], ['BertForMaskedLM', BERT_DIR, 'bert']] as const) {
+    it(`the ${name} fixture, whose exported tensors are byte for byte the ones transformers wrote`, async () => {
+      const out = await roundTrip(`hf:${fixture}`, modelType);
+      const original = readRaw(path.join(fixture, 'model.safetensors'));
+      const exported = readRaw(path.join(out, 'model.safetensors'));
+      expect([...exported.keys()].sort()).toEqual([...original.keys()].sort());
+      for (const [tensor, raw] of original) {
+        expect(exported.get(tensor)!.shape, tensor).toEqual(raw.shape);
+        expect(exported.get(tensor)!.bytes.equals(raw.bytes), tensor).toBe(true);
+      }
+      expect(readFileSync(path.join(out, 'tokenizer.json')).equals(readFileSync(path.join(fixture, 'tokenizer.json')))).toBe(true);
+    });
+  }
+
+  it('a native GPT with the exact GELU and ε 1e-6 is a standard GPT-2 (activation_function "gelu")', async () => {
+    const run = await savedRun(nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, activation: gelu-erf, layerNormEps: 1e-6 }'), fresh(), 1);
+    const out = await roundTrip(run, 'gpt2');
+    const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as Record<string, unknown>;
+    expect(config).toMatchObject({ activation_function: 'gelu', layer_norm_epsilon: 1e-6, n_inner: 128, eos_token_id: 0, pad_token_id: 1 });
+    expect(JSON.parse(readFileSync(path.join(out, 'tokenizer_config.json'), 'utf8'))).toMatchObject({ tokenizer_class: 'PreTrainedTokenizerFast', eos_token: '<|endoftext|>', pad_token: '[PAD]', model_max_length: 16 });
+  });
+
+  it('a DARKFormer GPT is a slayformer-gpt2 folder: M and the random projection travel as slayformer.* tensors', async () => {
+    const run = await savedRun(nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: darkformer, options: { features: 8, rank: 4 } } }'), fresh(), 2);
+    const out = await roundTrip(run, 'slayformer-gpt2');
+    const tensors = [...readRaw(path.join(out, 'model.safetensors')).keys()];
+    expect(tensors.filter((t) => t.startsWith('slayformer.')).sort()).toEqual([0, 1].flatMap((i) => [`slayformer.blocks.${i}.attn.covarianceFactor`, `slayformer.blocks.${i}.attn.projection`]));
+    expect(readFileSync(path.join(out, 'README.md'), 'utf8')).toContain('transformers has no class for it (attention darkformer)');
+  });
+
+  it('a native pre-LN BERT without biases or token types, with SLAY attention, is a slayformer-bert folder', async () => {
+    const run = await savedRun(nativeRecipe('{ kind: bert, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, bias: false, attention: { name: slay } }'), fresh(), 3);
+    const out = await roundTrip(run, 'slayformer-bert');
+    const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as { slayformer: Record<string, unknown> };
+    expect(config.slayformer).toMatchObject({ bias: false, normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 });
+    expect(readRaw(path.join(out, 'model.safetensors')).has('slayformer.norm.weight')).toBe(true); // the final LayerNorm BERT lacks
+  });
+});
+
+describe('the output folder', () => {
+  it('is never replaced unless it is an earlier export and --overwrite is given; files of others are never touched', async () => {
+    const foreign = fresh();
+    mkdirSync(foreign);
+    writeFileSync(path.join(foreign, 'notes.txt'), 'mine');
+    await expect(exportHf(`hf:${GPT2_DIR}`, { out: foreign })).rejects.toThrow(`${foreign} already exists; pass --overwrite to replace an earlier export`);
+    await expect(exportHf(`hf:${GPT2_DIR}`, { out: foreign, overwrite: true })).rejects.toThrow(`${foreign} was not written by npm run export (its config.json has no "slayformer" section); not replacing it`);
+    expect(readdirSync(foreign)).toEqual(['notes.txt']);
+    const out = fresh();
+    await exportHf(`hf:${GPT2_DIR}`, { out });
+    await exportHf(`hf:${BERT_DIR}`, { out, overwrite: true });
+    expect((JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as { model_type: string }).model_type).toBe('bert');
+    writeFileSync(path.join(out, 'notes.txt'), 'mine');
+    await expect(exportHf(`hf:${GPT2_DIR}`, { out, overwrite: true })).rejects.toThrow(`${out} was not written by npm run export (it holds notes.txt, which export does not write); not replacing it`);
+    expect(readdirSync(dir).filter((e) => e.includes('.partial-') || e.includes('.old-'))).toEqual([]);
+  });
+
+  it('npm run export: the command line writes the folder; an unknown --format is an error', () => {
+    const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/export.ts', ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 120_000 });
+    const out = fresh();
+    const ok = cli(GPT2_DIR, '--format', 'hf', '--out', out);
+    expect(ok.stdout).toContain(`wrote ${out}: model_type gpt2, 28 tensors`);
+    expect(ok.status).toBe(0);
+    expect(existsSync(path.join(out, 'model.safetensors'))).toBe(true);
+    expect(() => parseExportArgs(['run', '--format', 'onnx', '--out', 'x'])).toThrow('--format must be one of hf (got onnx)');
+    expect(parseExportArgs(['run', '--format', 'hf'])).toBeNull(); // no --out: the usage
+  });
+});
