@@ -11,6 +11,7 @@ const NATIVE_SUITES = [
   'test/features/**/*.test.ts',
   'test/model/{layers,lm,decode,learning,ops}.test.ts',
   'test/train/{trainer,resume,finetune,accumulation,optimizer,checkpoint,eval-generate}.test.ts',
+  'test/hf/{import,architecture,export}.test.ts',
 ];
 
 const native = isTensorflowSetUp();
