@@ -242,66 +242,61 @@ function decodeTokenArrays(items: string, lengths: number[], width: 2 | 4): Int3
   return out;
 }
 
-export async function openBatchStream(opts: StreamOptions): Promise<BatchStream> {
-  validateOptions(opts);
-  const { tokenizer, kind, seqLen, batchSize, split } = opts;
-  const shards = await listShards(opts.dataset, split);
-  const isTrain = split === 'train';
-  const seed = isTrain ? opts.seed : 0;
-  const cursor = opts.cursor;
-  if (cursor) checkCursor(cursor, opts, shards.length);
+/** Where the consumer is: shardOrder[shard], record batch, row, token offset inside that document. */
+interface Position {
+  shard: number;
+  recordBatch: number;
+  row: number;
+  offset: number;
+}
 
-  const shardOrder = cursor
-    ? [...cursor.shardOrder]
-    : isTrain
-      ? new Rng(deriveSeed(seed, 'shard-order')).shuffle(shards.map((_, i) => i))
-      : shards.map((_, i) => i);
+/**
+ * Reads and tokenizes the shards ahead of the consumer: one bounded queue per shard position (the index into the
+ * visiting order), at most readAhead shards with a producer at once.
+ */
+class ShardProducers {
+  private readonly limit: ReturnType<typeof pLimit>;
+  private readonly queues = new Map<number, BoundedQueue<TokenizedBatch>>();
+  private readonly running = new Set<Promise<void>>();
+  private closed = false;
 
-  // Consumer position (see the cursor description at the top).
-  let shardPos = cursor?.shard ?? 0;
-  let recordBatch = cursor?.recordBatch ?? 0;
-  let row = cursor?.row ?? 0;
-  let offset = cursor?.offset ?? 0;
-  let done = cursor?.done ?? false;
-  let batches = cursor?.batches ?? 0;
-  const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
-  let current: TokenizedBatch | null = null;
-
-  const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
-  const shuffleSeed = deriveSeed(seed, 'shuffle');
-  const shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
-  const shuffle = new ShuffleBuffer<Int32Array>(
-    shuffleCapacity,
-    cursor?.shuffle
-      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width) }
-      : shuffleSeed,
-  );
-  let mlm: MlmOptions | null = null;
-  let maskRng: Rng | null = null;
-  if (kind === 'bert') {
-    const specials = mlmSpecials(tokenizer);
-    const specialIds = [...Object.values(tokenizer.specialIds), specials.cls, specials.sep, specials.pad, specials.mask];
-    mlm = {
-      seqLen,
-      specials,
-      randomPool: ordinaryTokenIds(tokenizer.vocabSize, specialIds),
-      probability: opts.mlmProbability ?? 0.15,
-      tokenBytes: (id) => tokenizer.tokenBytes(id),
-    };
-    maskRng = new Rng(cursor?.maskRng ?? (isTrain ? deriveSeed(seed, 'mlm') : VALIDATION_MASK_SEED));
+  constructor(
+    /** Shard files in visiting order. */
+    private readonly files: readonly string[],
+    private readonly opts: Pick<StreamOptions, 'textColumn' | 'tokenizer' | 'kind' | 'readAhead'>,
+  ) {
+    this.limit = pLimit(opts.readAhead);
   }
-  const eos = tokenizer.specialIds.eos ?? -1;
 
-  // Producers: one bounded queue per shard position, at most readAhead shards in flight.
-  const limit = pLimit(opts.readAhead);
-  const queues = new Map<number, BoundedQueue<TokenizedBatch>>();
-  const running = new Set<Promise<void>>();
-  let closed = false;
+  /** Queues a producer for every shard from `from.shard` on; the first starts at the record batch and row of `from`. */
+  start(from: Position): void {
+    for (let position = from.shard; position < this.files.length; position++) {
+      const queue = new BoundedQueue<TokenizedBatch>(QUEUED_RECORD_BATCHES);
+      this.queues.set(position, queue);
+      const fromBatch = position === from.shard ? from.recordBatch : 0;
+      const fromRow = position === from.shard ? from.row : 0;
+      // Errors travel through the queue; this catch only keeps a cleared task from being unhandled.
+      this.limit(() => {
+        if (this.closed) return;
+        const task = this.produce(position, queue, fromBatch, fromRow);
+        this.running.add(task);
+        return task.finally(() => this.running.delete(task));
+      }).catch(() => undefined);
+    }
+  }
 
-  async function produce(position: number, queue: BoundedQueue<TokenizedBatch>, fromBatch: number, fromRow: number): Promise<void> {
+  /** The next tokenized record batch of the shard at `position`; null when that shard is finished. */
+  async pull(position: number): Promise<TokenizedBatch | null> {
+    const next = await this.queues.get(position)!.pull();
+    if (next === null) this.queues.delete(position);
+    return next;
+  }
+
+  private async produce(position: number, queue: BoundedQueue<TokenizedBatch>, fromBatch: number, fromRow: number): Promise<void> {
+    const { textColumn, tokenizer, kind } = this.opts;
+    const eos = tokenizer.specialIds.eos ?? -1;
     try {
-      const file = shards[shardOrder[position]];
-      for await (const { batchIndex, texts } of readTextBatches(file, opts.textColumn, fromBatch)) {
+      for await (const { batchIndex, texts } of readTextBatches(this.files[position], textColumn, fromBatch)) {
         const skipRows = batchIndex === fromBatch ? fromRow : 0;
         const docs: (Int32Array | null)[] = new Array(texts.length).fill(null);
         const bytes = new Int32Array(texts.length);
@@ -330,93 +325,148 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
     await queue.drained;
   }
 
-  function startProducers(): void {
-    for (let position = shardPos; position < shardOrder.length; position++) {
-      const queue = new BoundedQueue<TokenizedBatch>(QUEUED_RECORD_BATCHES);
-      queues.set(position, queue);
-      const fromBatch = position === shardPos ? recordBatch : 0;
-      const fromRow = position === shardPos ? row : 0;
-      // Errors travel through the queue; this catch only keeps a cleared task from being unhandled.
-      limit(() => {
-        if (closed) return;
-        const task = produce(position, queue, fromBatch, fromRow);
-        running.add(task);
-        return task.finally(() => running.delete(task));
-      }).catch(() => undefined);
-    }
+  async close(): Promise<void> {
+    this.closed = true;
+    this.limit.clearQueue();
+    for (const queue of this.queues.values()) queue.cancel();
+    this.queues.clear();
+    // Wait for producers mid-read, so no file stays open and nothing is read after close().
+    await Promise.allSettled([...this.running]);
   }
-  if (!done) startProducers();
+}
+
+/** Walks the tokenized documents in corpus order, keeping the Position and the StreamStats of what it passed. */
+class DocumentWalker {
+  private current: TokenizedBatch | null = null;
+
+  constructor(
+    private readonly producers: ShardProducers,
+    private readonly shardCount: number,
+    private readonly kind: 'gpt' | 'bert',
+    readonly position: Position,
+    readonly stats: StreamStats,
+  ) {}
 
   /** The document at the current position (advancing past empty ones and finished record batches/shards), or null at the end of the split. */
-  async function currentDocument(): Promise<Int32Array | null> {
+  async document(): Promise<Int32Array | null> {
+    const at = this.position;
     for (;;) {
-      if (current === null) {
-        if (shardPos >= shardOrder.length) return null;
-        const queue = queues.get(shardPos)!;
-        const next = await queue.pull();
+      if (this.current === null) {
+        if (at.shard >= this.shardCount) return null;
+        const next = await this.producers.pull(at.shard);
         if (next === null) {
-          queues.delete(shardPos);
-          shardPos++;
-          recordBatch = 0;
-          row = 0;
+          at.shard++;
+          at.recordBatch = 0;
+          at.row = 0;
           continue;
         }
-        current = next;
-        recordBatch = next.batchIndex;
+        this.current = next;
+        at.recordBatch = next.batchIndex;
       }
-      if (row >= current.docs.length) {
-        finishRecordBatch();
+      if (at.row >= this.current.docs.length) {
+        this.finishRecordBatch();
         continue;
       }
-      const doc = current.docs[row];
+      const doc = this.current.docs[at.row];
       if (doc === null) {
-        stats.skippedEmpty++;
-        row++;
+        this.stats.skippedEmpty++;
+        at.row++;
         continue;
       }
-      if (offset === 0) {
-        stats.documents++;
-        stats.tokens += kind === 'gpt' ? doc.length - 1 : doc.length;
-        stats.bytes += current.bytes[row];
+      if (at.offset === 0) {
+        this.stats.documents++;
+        this.stats.tokens += this.kind === 'gpt' ? doc.length - 1 : doc.length;
+        this.stats.bytes += this.current.bytes[at.row];
       }
       return doc;
     }
   }
 
-  function finishRecordBatch(): void {
-    recordBatch = current!.batchIndex + 1;
-    row = 0;
-    current = null;
+  /** Moves past a fully consumed document; leaves the position normalised (never at a document's end). */
+  finishDocument(): void {
+    this.position.row++;
+    this.position.offset = 0;
+    if (this.current !== null && this.position.row >= this.current.docs.length) this.finishRecordBatch();
   }
 
-  /** Moves past a fully consumed document; leaves the position normalised (never at a document's end). */
-  function finishDocument(): void {
-    row++;
-    offset = 0;
-    if (current !== null && row >= current.docs.length) finishRecordBatch();
+  private finishRecordBatch(): void {
+    this.position.recordBatch = this.current!.batchIndex + 1;
+    this.position.row = 0;
+    this.current = null;
   }
+}
+
+/** BERT's masking options for this tokenizer and its masking RNG (restored from the cursor, else seeded). */
+function bertMasking(opts: StreamOptions, seed: number): { mlm: MlmOptions; maskRng: Rng } {
+  const { tokenizer } = opts;
+  const specials = mlmSpecials(tokenizer);
+  const specialIds = [...Object.values(tokenizer.specialIds), specials.cls, specials.sep, specials.pad, specials.mask];
+  const mlm: MlmOptions = {
+    seqLen: opts.seqLen,
+    specials,
+    randomPool: ordinaryTokenIds(tokenizer.vocabSize, specialIds),
+    probability: opts.mlmProbability ?? 0.15,
+    tokenBytes: (id) => tokenizer.tokenBytes(id),
+  };
+  const maskRng = new Rng(opts.cursor?.maskRng ?? (opts.split === 'train' ? deriveSeed(seed, 'mlm') : VALIDATION_MASK_SEED));
+  return { mlm, maskRng };
+}
+
+export async function openBatchStream(opts: StreamOptions): Promise<BatchStream> {
+  validateOptions(opts);
+  const { tokenizer, kind, seqLen, batchSize, split } = opts;
+  const shards = await listShards(opts.dataset, split);
+  const isTrain = split === 'train';
+  const seed = isTrain ? opts.seed : 0;
+  const cursor = opts.cursor;
+  if (cursor) checkCursor(cursor, opts, shards.length);
+
+  const shardOrder = cursor
+    ? [...cursor.shardOrder]
+    : isTrain
+      ? new Rng(deriveSeed(seed, 'shard-order')).shuffle(shards.map((_, i) => i))
+      : shards.map((_, i) => i);
+  let done = cursor?.done ?? false;
+  let batches = cursor?.batches ?? 0;
+  const producers = new ShardProducers(shardOrder.map((i) => shards[i]), opts);
+  const start: Position = { shard: cursor?.shard ?? 0, recordBatch: cursor?.recordBatch ?? 0, row: cursor?.row ?? 0, offset: cursor?.offset ?? 0 };
+  const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
+  const walker = new DocumentWalker(producers, shardOrder.length, kind, start, stats);
+  if (!done) producers.start(start);
+
+  const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
+  const shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
+  const shuffle = new ShuffleBuffer<Int32Array>(
+    shuffleCapacity,
+    cursor?.shuffle
+      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width) }
+      : deriveSeed(seed, 'shuffle'),
+  );
+  const masking = kind === 'bert' ? bertMasking(opts, seed) : null;
 
   /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */
   async function nextExample(): Promise<Int32Array | null> {
+    const at = walker.position;
     if (packer) {
       while (!packer.full) {
-        const doc = await currentDocument();
+        const doc = await walker.document();
         if (doc === null) return null; // the tail shorter than a window is dropped
-        offset = packer.fill(doc, offset);
-        if (offset >= doc.length) finishDocument();
+        at.offset = packer.fill(doc, at.offset);
+        if (at.offset >= doc.length) walker.finishDocument();
       }
       return packer.take();
     }
-    const doc = await currentDocument();
+    const doc = await walker.document();
     if (doc === null) return null;
-    const end = Math.min(doc.length, offset + seqLen - 2);
-    const chunk = doc.slice(offset, end);
-    offset = end;
-    if (offset >= doc.length) finishDocument();
+    const end = Math.min(doc.length, at.offset + seqLen - 2);
+    const chunk = doc.slice(at.offset, end);
+    at.offset = end;
+    if (at.offset >= doc.length) walker.finishDocument();
     return chunk;
   }
 
   let busy = false;
+  let closed = false;
   async function next(): Promise<Batch | null> {
     if (closed) throw new Error('batch stream is closed');
     if (busy) throw new Error('batch stream next() called again before the previous call finished');
@@ -435,7 +485,7 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
         if (examples.length === 0 || isTrain) return null;
       }
       batches++;
-      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, mlm!, maskRng!);
+      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, masking!.mlm, masking!.maskRng);
     } finally {
       busy = false;
     }
@@ -453,26 +503,14 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
       shuffleBuffer: shuffleCapacity,
       tokenizerSha256: tokenizer.sha256,
       shardOrder: [...shardOrder],
-      shard: shardPos,
-      recordBatch,
-      row,
-      offset,
+      ...walker.position,
       carry: packer ? packer.carry() : [],
       shuffle: shuffleCapacity > 0 ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted } : null,
-      maskRng: maskRng ? maskRng.state() : null,
+      maskRng: masking ? masking.maskRng.state() : null,
       done,
       batches,
       stats: { ...stats },
     };
-  }
-
-  async function close(): Promise<void> {
-    closed = true;
-    limit.clearQueue();
-    for (const queue of queues.values()) queue.cancel();
-    queues.clear();
-    // Wait for producers mid-read, so no file stays open and nothing is read after close().
-    await Promise.allSettled([...running]);
   }
 
   return {
@@ -481,7 +519,10 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
     get stats() {
       return { ...stats };
     },
-    close,
+    async close() {
+      closed = true;
+      await producers.close();
+    },
   };
 }
 
