@@ -239,6 +239,8 @@ function bufferCount(type: DataType): number | null {
 export interface ShardScan {
   rows: number;
   batches: number;
+  /** Rows of each record batch. */
+  batchRows: number[];
   /** UTF-8 bytes of the text column (exact, from the offsets buffer), null when it cannot be told cheaply. */
   textBytes: number | null;
 }
@@ -285,6 +287,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
 
     let rows = 0;
     let batches = 0;
+    const batchRows: number[] = [];
     let textBytes: number | null = 0;
     let bufferIndex: number | null = null;
     let large = false;
@@ -312,10 +315,11 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
         buffers: { offset: number | bigint; length: number | bigint }[];
         compression: unknown;
       };
-      const batchRows = Number(header.length);
-      rows += batchRows;
+      const count = Number(header.length);
+      rows += count;
+      batchRows.push(count);
       if (header.compression) textBytes = null;
-      if (textBytes !== null && bufferIndex !== null && batchRows > 0) {
+      if (textBytes !== null && bufferIndex !== null && count > 0) {
         // Text bytes = last offset - first offset of the column's offsets buffer.
         const width = large ? 8 : 4;
         const base = bodyStart + Number(header.buffers[bufferIndex + 1].offset);
@@ -323,7 +327,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
           const buf = await readAt(base + i * width, width);
           return large ? Number(buf.readBigInt64LE(0)) : buf.readInt32LE(0);
         };
-        textBytes += (await value(batchRows)) - (await value(0));
+        textBytes += (await value(count)) - (await value(0));
       }
       batches++;
     };
@@ -347,7 +351,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
       } finally {
         await readerHandle.close();
       }
-      return { rows, batches, textBytes };
+      return { rows, batches, batchRows, textBytes };
     }
     let position = 0;
     let sawSchema = false;
@@ -364,7 +368,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
       }
     }
     if (!sawSchema) throw new ArrowShardError(file, 'corrupt: no schema message');
-    return { rows, batches, textBytes };
+    return { rows, batches, batchRows, textBytes };
   } catch (err) {
     if (err instanceof ArrowShardError) throw err;
     throw new ArrowShardError(file, `not a valid Arrow IPC file: ${(err as Error).message}`);

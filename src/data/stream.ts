@@ -19,8 +19,9 @@
 // of JSON for vocabularies ≤ 65 536.
 import pLimit from 'p-limit';
 import { Rng, deriveSeed } from '../model/rng.ts';
-import type { RngState } from '../model/rng.ts';
-import { readTextBatches } from './arrow.ts';
+import { readTextBatches, scanShard } from './arrow.ts';
+import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays } from './cursor.ts';
+import type { DataCursor, StreamStats } from './cursor.ts';
 import { describeSplit, listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
 import { mlmBatch, mlmSpecials, ordinaryTokenIds } from './mlm.ts';
@@ -53,43 +54,12 @@ export interface StreamOptions {
   readAhead: number;
   mlmProbability?: number;
   cursor?: DataCursor;
+  /** Where the cursor was read from, named in its errors (default 'data cursor'). */
+  cursorFile?: string;
 }
 
-export interface StreamStats {
-  /** Documents whose tokens entered the stream. */
-  documents: number;
-  /** Tokens of those documents as the tokenizer produced them (no eos/[CLS]/[SEP] added). */
-  tokens: number;
-  /** Null, empty or whitespace-only documents passed over. */
-  skippedEmpty: number;
-  /** UTF-8 bytes of those documents. */
-  bytes: number;
-}
-
-export interface DataCursor {
-  version: 1;
-  kind: 'gpt' | 'bert';
-  split: Split;
-  seqLen: number;
-  batchSize: number;
-  seed: number;
-  shuffleBuffer: number;
-  tokenizerSha256: string;
-  /** Shard visiting order (indices into the sorted shard list). */
-  shardOrder: number[];
-  /** Position of the next token to consume: shardOrder[shard], record batch, row, token offset in that document. */
-  shard: number;
-  recordBatch: number;
-  row: number;
-  offset: number;
-  /** GPT: tokens of the window under construction. */
-  carry: number[];
-  shuffle: { items: string; lengths: number[]; width: 2 | 4; rng: RngState; exhausted: boolean } | null;
-  maskRng: RngState | null;
-  done: boolean;
-  batches: number;
-  stats: StreamStats;
-}
+export type { DataCursor, StreamStats };
+export { parseCursor } from './cursor.ts';
 
 export interface BatchStream {
   next(): Promise<Batch | null>;
@@ -194,54 +164,6 @@ function validateOptions(opts: StreamOptions): void {
   }
 }
 
-function checkCursor(cursor: DataCursor, opts: StreamOptions, shardCount: number): void {
-  if (cursor.version !== 1) throw new Error(`data cursor version ${String(cursor.version)} is not supported (expected 1)`);
-  const expected: [keyof DataCursor, unknown][] = [
-    ['kind', opts.kind],
-    ['split', opts.split],
-    ['seqLen', opts.seqLen],
-    ['batchSize', opts.batchSize],
-    ['seed', opts.split === 'train' ? opts.seed : 0],
-    ['shuffleBuffer', opts.split === 'train' ? opts.shuffleBuffer : 0],
-    ['tokenizerSha256', opts.tokenizer.sha256],
-  ];
-  for (const [field, value] of expected) {
-    if (cursor[field] !== value) {
-      throw new Error(`data cursor does not match this stream: cursor.${field} = ${JSON.stringify(cursor[field])}, stream has ${JSON.stringify(value)}`);
-    }
-  }
-  if (cursor.shardOrder.length !== shardCount) {
-    throw new Error(`data cursor was made for ${cursor.shardOrder.length} shards but ${opts.dataset} (${opts.split}) has ${shardCount}`);
-  }
-}
-
-function encodeTokenArrays(arrays: Int32Array[], vocabSize: number): { items: string; lengths: number[]; width: 2 | 4 } {
-  const total = arrays.reduce((n, a) => n + a.length, 0);
-  const width = vocabSize <= 65536 ? 2 : 4;
-  const flat = width === 2 ? new Uint16Array(total) : new Int32Array(total);
-  let at = 0;
-  for (const a of arrays) {
-    flat.set(a, at);
-    at += a.length;
-  }
-  return { items: Buffer.from(flat.buffer, flat.byteOffset, flat.byteLength).toString('base64'), lengths: arrays.map((a) => a.length), width };
-}
-
-function decodeTokenArrays(items: string, lengths: number[], width: 2 | 4): Int32Array[] {
-  const raw = Buffer.from(items, 'base64');
-  const bytes = new Uint8Array(raw.byteLength);
-  bytes.set(raw); // copy to an aligned buffer for the typed-array view
-  const flat = width === 2 ? new Uint16Array(bytes.buffer) : new Int32Array(bytes.buffer);
-  const out: Int32Array[] = [];
-  let at = 0;
-  for (const n of lengths) {
-    out.push(Int32Array.from(flat.subarray(at, at + n)));
-    at += n;
-  }
-  if (at !== flat.length) throw new Error(`data cursor shuffle buffer holds ${flat.length} tokens but its lengths add up to ${at}`);
-  return out;
-}
-
 /** Where the consumer is: shardOrder[shard], record batch, row, token offset inside that document. */
 interface Position {
   shard: number;
@@ -338,6 +260,8 @@ class ShardProducers {
 /** Walks the tokenized documents in corpus order, keeping the Position and the StreamStats of what it passed. */
 class DocumentWalker {
   private current: TokenizedBatch | null = null;
+  /** A restored position inside a document: checked against that document once it is read (the cursor file). */
+  private offsetToCheck: string | null;
 
   constructor(
     private readonly producers: ShardProducers,
@@ -345,7 +269,10 @@ class DocumentWalker {
     private readonly kind: 'gpt' | 'bert',
     readonly position: Position,
     readonly stats: StreamStats,
-  ) {}
+    cursorFile: string,
+  ) {
+    this.offsetToCheck = position.offset > 0 ? cursorFile : null;
+  }
 
   /** The document at the current position (advancing past empty ones and finished record batches/shards), or null at the end of the split. */
   async document(): Promise<Int32Array | null> {
@@ -368,6 +295,10 @@ class DocumentWalker {
         continue;
       }
       const doc = this.current.docs[at.row];
+      if (this.offsetToCheck !== null) {
+        checkRestoredOffset(at.offset, doc?.length ?? null, this.offsetToCheck);
+        this.offsetToCheck = null;
+      }
       if (doc === null) {
         this.stats.skippedEmpty++;
         at.row++;
@@ -396,6 +327,17 @@ class DocumentWalker {
   }
 }
 
+/** checkCursor against this stream's settings and its shards. */
+function checkCursorAgainst(cursor: DataCursor, opts: StreamOptions, shards: string[], source: string): Promise<void> {
+  const isTrain = opts.split === 'train';
+  return checkCursor(cursor, {
+    kind: opts.kind, split: opts.split, seqLen: opts.seqLen, batchSize: opts.batchSize, seed: isTrain ? opts.seed : 0,
+    shuffleBuffer: isTrain ? opts.shuffleBuffer : 0, tokenizerSha256: opts.tokenizer.sha256, vocabSize: opts.tokenizer.vocabSize,
+    dataset: opts.dataset, shardCount: shards.length,
+    recordBatchRows: async (shard) => (await scanShard(shards[shard], opts.textColumn)).batchRows,
+  }, source);
+}
+
 /** BERT's masking options for this tokenizer and its masking RNG (restored from the cursor, else seeded). */
 function bertMasking(opts: StreamOptions, seed: number): { mlm: MlmOptions; maskRng: Rng } {
   const { tokenizer } = opts;
@@ -419,7 +361,8 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   const isTrain = split === 'train';
   const seed = isTrain ? opts.seed : 0;
   const cursor = opts.cursor;
-  if (cursor) checkCursor(cursor, opts, shards.length);
+  const cursorFile = opts.cursorFile ?? 'data cursor';
+  if (cursor) await checkCursorAgainst(cursor, opts, shards, cursorFile);
 
   const shardOrder = cursor
     ? [...cursor.shardOrder]
@@ -431,7 +374,7 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   const producers = new ShardProducers(shardOrder.map((i) => shards[i]), opts);
   const start: Position = { shard: cursor?.shard ?? 0, recordBatch: cursor?.recordBatch ?? 0, row: cursor?.row ?? 0, offset: cursor?.offset ?? 0 };
   const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
-  const walker = new DocumentWalker(producers, shardOrder.length, kind, start, stats);
+  const walker = new DocumentWalker(producers, shardOrder.length, kind, start, stats, cursorFile);
   if (!done) producers.start(start);
 
   const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
@@ -439,7 +382,7 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   const shuffle = new ShuffleBuffer<Int32Array>(
     shuffleCapacity,
     cursor?.shuffle
-      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width) }
+      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width, tokenizer.vocabSize, cursorFile) }
       : deriveSeed(seed, 'shuffle'),
   );
   const masking = kind === 'bert' ? bertMasking(opts, seed) : null;

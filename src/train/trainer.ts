@@ -2,7 +2,6 @@
 // warm-up + decay, global-norm clipping, gradient accumulation, periodic logging and validation on
 // a fixed token set, and a final save of the weights as safetensors.
 import { existsSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
@@ -12,6 +11,7 @@ import { validateTransformerConfig } from '../model/transformer.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
 import type { Batch, BatchStream, StreamOptions } from '../data/stream.ts';
+import { QUADRATIC_ATTENTIONS, tensorSizeProblems } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { RunLogger } from './metrics.ts';
 import { AdamW, clipByGlobalNorm } from './optimizer.ts';
@@ -20,7 +20,9 @@ import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
 import { encodeSafetensors } from './safetensors.ts';
-import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
+import { writeFolderAtomically } from './atomic-folder.ts';
+import { checkResumeCompatible, CHECKPOINTS_DIR, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
+import { checkModelTensors } from './model-check.ts';
 import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
 import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
@@ -31,6 +33,8 @@ export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): Langua
   if (m.maxSeqLen < recipe.data.seqLen) {
     throw new Error(`model.maxSeqLen (${m.maxSeqLen}) must be ≥ data.seqLen (${recipe.data.seqLen})`);
   }
+  const tooLarge = tensorSizeProblems(m, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen }, vocabSize);
+  if (tooLarge.length > 0) throw new Error(tooLarge.join('; '));
   return {
     kind: m.kind,
     vocabSize,
@@ -178,16 +182,16 @@ export async function modelTensors(model: LanguageModel): Promise<Map<string, Na
   return out;
 }
 
+/** What final/ holds besides COMPLETE. */
+const FINAL_FILES = new Set(['model.safetensors', 'recipe.json']);
+
 /**
- * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out];
- * metadata: the model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe), atomically: a
- * temporary folder renamed into place.
+ * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out]; metadata: the
+ * model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe) + COMPLETE (their sha256),
+ * atomically (atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is replaced only if
+ * it holds nothing but those files.
  */
 export async function saveFinalModel(runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}): Promise<string> {
-  const finalDir = path.join(runDir, 'final');
-  const tmpDir = path.join(runDir, `.final.tmp-${process.pid}`);
-  await rm(tmpDir, { recursive: true, force: true });
-  await mkdir(tmpDir, { recursive: true });
   const header = {
     format: 'slayformer',
     kind: model.kind,
@@ -195,11 +199,11 @@ export async function saveFinalModel(runDir: string, model: LanguageModel, recip
     config: JSON.stringify(model.config),
     ...metadata,
   };
-  await writeFile(path.join(tmpDir, 'model.safetensors'), encodeSafetensors(await modelTensors(model), header));
-  await writeFile(path.join(tmpDir, 'recipe.json'), JSON.stringify(recipe, null, 2) + '\n');
-  await rm(finalDir, { recursive: true, force: true });
-  await rename(tmpDir, finalDir);
-  return finalDir;
+  const files = new Map<string, string | Uint8Array>([
+    ['model.safetensors', encodeSafetensors(await modelTensors(model), header)],
+    ['recipe.json', JSON.stringify(recipe, null, 2) + '\n'],
+  ]);
+  return writeFolderAtomically(runDir, 'final', files, FINAL_FILES);
 }
 
 /**
@@ -214,7 +218,7 @@ export function estimateMemory(config: LanguageModelConfig, parameters: number, 
   const bytes = 4;
   const state = parameters * bytes * (gradAccum > 1 ? 5 : 4);
   const tokens = batchSize * seqLen;
-  const quadratic = ['softmax', 'yat-spherical'].includes(config.attention.name);
+  const quadratic = QUADRATIC_ATTENTIONS.includes(config.attention.name);
   const perLayer = tokens * (18 * config.dModel + 2 * config.mlpRatio * config.dModel) * bytes +
     (quadratic ? batchSize * config.numHeads * seqLen * seqLen * 3 * bytes : 0);
   const headRows = config.kind === 'bert' ? Math.ceil(tokens * 0.15) : tokens;
@@ -344,10 +348,27 @@ async function readRunInputs(recipe: Recipe, resume: string | undefined): Promis
   const evalBatches = await collectEvalBatches(base, recipe.train.evalTokens);
   const resumed = resume ? await loadCheckpoint(resume) : null;
   const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
-  if (resumed && resumed.state.step >= totalSteps) {
-    throw new Error(`checkpoint ${resumed.dir} is at step ${resumed.state.step}, the end of this recipe's ${totalSteps} steps: nothing to resume (raise train.maxTokens to train longer)`);
+  if (resumed) {
+    checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, 'model.safetensors'));
+    checkNotFinished(resumed, totalSteps);
   }
   return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalBatches, resumed, changedKeys };
+}
+
+/**
+ * A checkpoint at the end of the plan resumes only to finish its run (final validation, final/, summary.json: the
+ * process died after the last checkpoint); past the end, or when its run has finished, there is nothing to resume.
+ */
+function checkNotFinished(resumed: LoadedCheckpoint, totalSteps: number): void {
+  const { step } = resumed.state;
+  const advice = '(raise train.maxTokens to train longer)';
+  if (step > totalSteps) {
+    throw new Error(`checkpoint ${resumed.dir} is at step ${step}, past the end of this recipe's ${totalSteps} steps: nothing to resume ${advice}`);
+  }
+  const summary = resumed.runDir ? path.join(resumed.runDir, 'summary.json') : null;
+  if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, 'final'))) {
+    throw new Error(`checkpoint ${resumed.dir} is at step ${step}, the end of this recipe's ${totalSteps} steps, and its run finished (${summary}): nothing to resume ${advice}`);
+  }
 }
 
 /** The model, its optimizer and the training stream of a run. */
@@ -359,28 +380,36 @@ interface RunParts {
   replicas: number;
 }
 
-/** Builds the model (initFrom, freeze, or the resumed checkpoint's tensors), the optimizer and the training stream. */
+/**
+ * Builds the model (initFrom, freeze, or the resumed checkpoint's tensors), the optimizer and the training stream
+ * (whose cursor is checked against the dataset). On any failure everything built so far is freed.
+ */
 async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: string) => void): Promise<RunParts> {
   const { resumed, tokenizer, base } = inputs;
   const model = createLanguageModel(inputs.modelConfig);
-  // initFrom and whitening are skipped on resume: the checkpoint restores every tensor.
-  const finetune = await prepareFinetune(model, recipe, {
-    tokenizerSha256: tokenizer.sha256, calibration: { ...base, split: 'train' }, line, skipInit: resumed !== null,
-  }).catch((err) => {
+  let optimizer: AdamW | null = null;
+  try {
+    // initFrom and whitening are skipped on resume: the checkpoint restores every tensor.
+    const finetune = await prepareFinetune(model, recipe, {
+      tokenizerSha256: tokenizer.sha256, calibration: { ...base, split: 'train' }, line, skipInit: resumed !== null,
+    });
+    optimizer = new AdamW(finetune.trainable, {
+      beta1: recipe.train.beta1,
+      beta2: recipe.train.beta2,
+      eps: recipe.train.eps,
+      weightDecay: recipe.train.weightDecay,
+      decayEmbeddings: recipe.train.decayEmbeddings,
+    });
+    if (resumed) restoreCheckpoint(resumed, model, optimizer);
+    const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);
+    const cursorFile = resumed ? path.join(resumed.dir, 'cursor.json') : undefined;
+    const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
+    return { model, optimizer, finetune, stream, replicas };
+  } catch (err) {
+    optimizer?.dispose();
     model.dispose();
     throw err;
-  });
-  const optimizer = new AdamW(finetune.trainable, {
-    beta1: recipe.train.beta1,
-    beta2: recipe.train.beta2,
-    eps: recipe.train.eps,
-    weightDecay: recipe.train.weightDecay,
-    decayEmbeddings: recipe.train.decayEmbeddings,
-  });
-  if (resumed) restoreCheckpoint(resumed, model, optimizer);
-  const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);
-  const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor });
-  return { model, optimizer, finetune, stream, replicas };
+  }
 }
 
 /**
@@ -395,6 +424,7 @@ class TrainingLoop {
   private step: number;
   private window: TrainingCounters['window'];
   private skippedSteps: number;
+  private consecutiveSkips: number;
   private lastVal: { step: number; loss: number } | null = null;
   private readonly schedule: ScheduleOptions;
   private readonly checkpoints: CheckpointWriter;
@@ -414,6 +444,7 @@ class TrainingLoop {
     this.step = restored?.step ?? 0;
     this.window = restored ? { ...restored.window } : { loss: 0, steps: 0, tokens: 0, seconds: 0 };
     this.skippedSteps = restored?.skippedSteps ?? 0;
+    this.consecutiveSkips = restored?.consecutiveSkips ?? 0;
     const { lr, minLr, schedule, warmupSteps } = recipe.train;
     this.schedule = { lr, minLr, schedule, warmupSteps, totalSteps: inputs.totalSteps };
     const { tokenizer } = inputs;
@@ -429,8 +460,8 @@ class TrainingLoop {
   }
 
   private saveCheckpoint(): Promise<string> {
-    const { step, tokens, batchesSeen, trainSeconds, window, skippedSteps } = this;
-    const counters = { step, tokens, batchesSeen, trainSeconds, elapsedS: this.elapsed(), window, skippedSteps };
+    const { step, tokens, batchesSeen, trainSeconds, window, skippedSteps, consecutiveSkips } = this;
+    const counters = { step, tokens, batchesSeen, trainSeconds, elapsedS: this.elapsed(), window, skippedSteps, consecutiveSkips };
     return this.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), counters, this.lastVal?.step === this.step ? this.lastVal.loss : null);
   }
 
@@ -491,7 +522,8 @@ class TrainingLoop {
     };
     const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
     const seconds = (performance.now() - t0) / 1000;
-    if (!result.applied) this.dropUpdate(result);
+    if (result.applied) this.consecutiveSkips = 0;
+    else this.dropUpdate(result);
     const stepTokens = micro.length * recipe.train.batchSize * recipe.data.seqLen;
     this.step++;
     this.tokens += stepTokens;
@@ -501,15 +533,23 @@ class TrainingLoop {
     if ((this.step % recipe.train.logInterval === 0 || this.step === this.inputs.totalSteps) && this.window.steps > 0) this.logProgress(lr, result.gradNorm);
   }
 
-  /** A NaN/Inf step (nothing was updated): train.nanPolicy decides whether the run ends. */
+  /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */
   private dropUpdate(result: StepResult): void {
+    const { nanPolicy, nanSkipLimit } = this.recipe.train;
     const what = `step ${this.step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
-    if (this.recipe.train.nanPolicy === 'stop') {
-      const last = this.checkpoints.lastDir ? `the last good checkpoint is ${this.checkpoints.lastDir}` : 'no checkpoint was saved yet';
+    const last = this.checkpoints.lastDir ? `the last good checkpoint is ${this.checkpoints.lastDir}` : 'no checkpoint was saved yet';
+    if (nanPolicy === 'stop') {
       throw new Error(`training diverged at ${what}; the update was not applied and ${last} (train.nanPolicy: skip drops such updates instead)`);
     }
     this.skippedSteps++;
-    this.logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${this.skippedSteps} dropped so far)`);
+    this.consecutiveSkips++;
+    if (this.consecutiveSkips >= nanSkipLimit) {
+      throw new Error(
+        `training diverged: ${this.consecutiveSkips} updates in a row were dropped (steps ${this.step + 2 - this.consecutiveSkips}–${this.step + 1}, the last with ${what.slice(what.indexOf(':') + 2)}; ` +
+          `train.nanSkipLimit ${nanSkipLimit}); ${last}`,
+      );
+    }
+    this.logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${this.skippedSteps} dropped so far, ${this.consecutiveSkips} in a row)`);
   }
 
   /** The train record and progress line of the logging window that ends at this step. */
@@ -535,12 +575,12 @@ class TrainingLoop {
   async finish(): Promise<TrainResult> {
     const { step, tokens, trainSeconds, recipe, logger } = this;
     const finalVal = await this.validate();
-    await this.saveCheckpoint();
+    if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
     const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata });
     const parameters = this.parameterCount;
     const summary = {
       steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
-      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, parameters, final: finalDir,
+      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, parameters, final: path.relative(logger.dir, finalDir),
     };
     await logger.finish(summary);
     logger.line(
@@ -552,9 +592,7 @@ class TrainingLoop {
 
   async close(): Promise<void> {
     await this.group?.close();
-    await this.parts.stream.close();
-    this.parts.optimizer.dispose();
-    this.parts.model.dispose();
+    await closeRunParts(this.parts);
   }
 }
 
@@ -570,26 +608,56 @@ export async function runTraining(
   recipe: Recipe,
   opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
 ): Promise<TrainResult> {
+  // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const inputs = await readRunInputs(recipe, opts.resume);
-  const { resumed, modelConfig, totalSteps, epoch } = inputs;
-  const logger: TrainLogger =
-    opts.logger ?? (await RunLogger.create(recipe, resumed ? { resumeDir: resumed.runDir, resumeStep: resumed.state.step } : {}));
-  const parts = await buildRunParts(recipe, inputs, (t) => logger.line(t));
-  const loop = new TrainingLoop(recipe, inputs, parts, logger);
+  const pending: string[] = [];
+  const parts = await buildRunParts(recipe, inputs, (t) => pending.push(t));
+  let loop: TrainingLoop | null = null;
+  try {
+    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    pending.forEach((t) => logger.line(t));
+    loop = new TrainingLoop(recipe, inputs, parts, logger);
+    logStart(recipe, inputs, parts, logger, loop.parameterCount);
+    await loop.train(opts.stop);
+    return await loop.finish();
+  } finally {
+    if (loop) await loop.close();
+    else await closeRunParts(parts);
+  }
+}
+
+/** The run folder: the checkpoint's own when it is inside a run, else a new one. */
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<TrainLogger> {
+  if (resumed?.runDir) {
+    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+  }
+  const logger = await RunLogger.create(recipe);
+  if (resumed) {
+    logger.line(
+      `checkpoint ${resumed.dir} is not inside a run folder (<run>/${CHECKPOINTS_DIR}/step-NNNNNN next to the run's config.json and env.json): ` +
+        `continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`,
+    );
+  }
+  return logger;
+}
+
+function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: TrainLogger, parameterCount: number): void {
+  const { modelConfig, totalSteps, epoch, resumed } = inputs;
   const { batchSize, gradAccum } = recipe.train;
   logger.line(
-    `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(loop.parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
+    `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
       `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (epoch ≈ ${epoch.tokens.toLocaleString('en-US')} tokens${epoch.exact ? '' : ', estimated'}); backend ${tf.getBackend()}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
   if (resumed) {
     const changed = inputs.changedKeys.length ? ` (recipe keys changed since: ${inputs.changedKeys.join(', ')})` : '';
-    logger.line(`resumed from ${resumed.dir} at step ${resumed.state.step}${changed}`);
+    const finishing = resumed.state.step === totalSteps ? '; it is the last step of the plan: finishing the run (final validation, final/, summary.json)' : '';
+    logger.line(`resumed from ${resumed.dir} at step ${resumed.state.step}${changed}${finishing}`);
   }
-  try {
-    await loop.train(opts.stop);
-    return await loop.finish();
-  } finally {
-    await loop.close();
-  }
+}
+
+async function closeRunParts(parts: RunParts): Promise<void> {
+  await parts.stream.close();
+  parts.optimizer.dispose();
+  parts.model.dispose();
 }

@@ -227,8 +227,8 @@ describe('bad input', () => {
     await stream.next();
     const cursor = stream.cursor();
     await stream.close();
-    await expect(openBatchStream(options({ shuffleBuffer: 4, seed: 12, cursor }))).rejects.toThrow(/cursor.seed = 11, stream has 12/);
-    await expect(openBatchStream(options({ shuffleBuffer: 4, kind: 'bert', cursor }))).rejects.toThrow(/cursor.kind/);
+    await expect(openBatchStream(options({ shuffleBuffer: 4, seed: 12, cursor }))).rejects.toThrow(/data cursor: the data cursor does not match this stream: seed = 11, the stream has 12/);
+    await expect(openBatchStream(options({ shuffleBuffer: 4, kind: 'bert', cursor }))).rejects.toThrow(/does not match this stream: kind = "gpt"/);
     const wrongColumn = await openBatchStream(options({ textColumn: 'body' }));
     await expect(wrongColumn.next()).rejects.toThrow(/no column "body"; columns present: "text"/);
     await wrongColumn.close();
