@@ -56,6 +56,8 @@ export interface StreamOptions {
   cursor?: DataCursor;
   /** Where the cursor was read from, named in its errors (default 'data cursor'). */
   cursorFile?: string;
+  /** Problems that do not stop the stream (invalid UTF-8, once per shard); default: a line on stderr. */
+  onWarning?: (message: string) => void;
 }
 
 export type { DataCursor, StreamStats };
@@ -185,7 +187,7 @@ class ShardProducers {
   constructor(
     /** Shard files in visiting order. */
     private readonly files: readonly string[],
-    private readonly opts: Pick<StreamOptions, 'textColumn' | 'tokenizer' | 'kind' | 'readAhead'>,
+    private readonly opts: Pick<StreamOptions, 'textColumn' | 'tokenizer' | 'kind' | 'readAhead' | 'onWarning'>,
   ) {
     this.limit = pLimit(opts.readAhead);
   }
@@ -217,8 +219,11 @@ class ShardProducers {
   private async produce(position: number, queue: BoundedQueue<TokenizedBatch>, fromBatch: number, fromRow: number): Promise<void> {
     const { textColumn, tokenizer, kind } = this.opts;
     const eos = tokenizer.specialIds.eos ?? -1;
+    const invalid = { count: 0, firstBatch: -1 };
     try {
-      for await (const { batchIndex, texts } of readTextBatches(this.files[position], textColumn, fromBatch)) {
+      for await (const { batchIndex, texts, invalidUtf8 } of readTextBatches(this.files[position], textColumn, fromBatch)) {
+        if (invalidUtf8 > 0 && invalid.count === 0) invalid.firstBatch = batchIndex;
+        invalid.count += invalidUtf8;
         const skipRows = batchIndex === fromBatch ? fromRow : 0;
         const docs: (Int32Array | null)[] = new Array(texts.length).fill(null);
         const bytes = new Int32Array(texts.length);
@@ -243,6 +248,13 @@ class ShardProducers {
       queue.end();
     } catch (err) {
       queue.end(err);
+    }
+    if (invalid.count > 0) {
+      const warn = this.opts.onWarning ?? ((message: string) => process.stderr.write(`warning: ${message}\n`));
+      warn(
+        `${this.files[position]}: ${invalid.count.toLocaleString('en-US')} invalid UTF-8 sequence${invalid.count === 1 ? ' was' : 's were'} replaced by U+FFFD ` +
+          `(the first in record batch ${invalid.firstBatch}); the text around them was kept`,
+      );
     }
     await queue.drained;
   }

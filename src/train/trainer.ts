@@ -338,10 +338,10 @@ interface RunInputs {
   changedKeys: string[];
 }
 
-async function readRunInputs(recipe: Recipe, resume: string | undefined): Promise<RunInputs> {
+async function readRunInputs(recipe: Recipe, resume: string | undefined, warn: (message: string) => void): Promise<RunInputs> {
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const modelConfig = modelConfigFromRecipe(recipe, tokenizer.vocabSize);
-  const base = streamOptions(recipe, tokenizer);
+  const base = { ...streamOptions(recipe, tokenizer), onWarning: warn };
   const epoch = await estimateEpoch({ ...base, split: 'train' });
   const batchesPlanned = plannedBatches(recipe, epoch.batches);
   const totalSteps = Math.max(1, Math.ceil(batchesPlanned / recipe.train.gradAccum));
@@ -609,13 +609,13 @@ export async function runTraining(
   opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
 ): Promise<TrainResult> {
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
-  const inputs = await readRunInputs(recipe, opts.resume);
-  const pending: string[] = [];
-  const parts = await buildRunParts(recipe, inputs, (t) => pending.push(t));
+  const lines = deferredLines();
+  const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
+  const parts = await buildRunParts(recipe, inputs, lines.line);
   let loop: TrainingLoop | null = null;
   try {
     const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
-    pending.forEach((t) => logger.line(t));
+    lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
     await loop.train(opts.stop);
@@ -624,6 +624,19 @@ export async function runTraining(
     if (loop) await loop.close();
     else await closeRunParts(parts);
   }
+}
+
+/** A line function whose lines wait until a logger is attached (the run folder does not exist before the checks pass). */
+function deferredLines(): { line: (text: string) => void; attach: (logger: TrainLogger) => void } {
+  const pending: string[] = [];
+  let target: TrainLogger | null = null;
+  return {
+    line: (text) => (target ? target.line(text) : pending.push(text)),
+    attach: (logger) => {
+      target = logger;
+      for (const text of pending.splice(0)) logger.line(text);
+    },
+  };
 }
 
 /** The run folder: the checkpoint's own when it is inside a run, else a new one. */
