@@ -118,6 +118,7 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
     `memory      ≈ ${fmt(Math.round(mem.total / MB))} MiB = parameters+gradients+AdamW m,v ${fmt(Math.round(mem.state / MB))} MiB (16 bytes × parameters${gradAccum > 1 ? ' + 4 for accumulation' : ''})` +
       ` + activations ${fmt(Math.round(mem.activations / MB))} MiB (4 bytes × [B·L·(18d + 2·mlpRatio·d)·layers + B·H·L²·3·layers for O(L²) attention + 3·rows·V for the head])`,
   );
+  for (const warning of plan.warnings) out.push(`warning     ${warning}`);
   console.log(out.join('\n'));
 }
 

@@ -481,24 +481,43 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   };
 }
 
-/** Counts of one epoch of a stream: exact when the split is small (≤ exactLimitBytes of text, or its
- *  size is unknown) by tokenizing all of it, otherwise extrapolated from the first `sampleDocs` documents'
- *  tokens and examples per byte of text. `tokens` counts document tokens as StreamStats.tokens does. */
-export async function estimateEpoch(
-  opts: Omit<StreamOptions, 'cursor'>,
-  sampleDocs = 2000,
-  exactLimitBytes = 32e6,
-): Promise<{ tokens: number; batches: number; exact: boolean }> {
+/** The sample estimateEpoch reads: the first documents of the split, up to either limit. */
+export interface EpochSample {
+  documents: number;
+  bytes: number;
+}
+export const DEFAULT_EPOCH_SAMPLE: EpochSample = { documents: 1000, bytes: 4e6 };
+
+export interface EpochEstimate {
+  /** Document tokens (as StreamStats.tokens counts them) and batches of one epoch. */
+  tokens: number;
+  batches: number;
+  /** True when the sample was the whole split (then the counts are exact). */
+  exact: boolean;
+  /** What the estimate rests on: the sample's documents and text bytes, and the split's text bytes (null: unknown, rows used). */
+  sample: { documents: number; bytes: number };
+  splitBytes: number | null;
+}
+
+/**
+ * Counts of one epoch, estimated without reading the split: the split's text bytes come from the shards' IPC headers
+ * (a few small reads per record batch; rows when the bytes cannot be told, e.g. dictionary-encoded text), and tokens
+ * and examples per byte (or per row) from the first documents of the split, at most `sample.documents` documents or
+ * `sample.bytes` of text. When the sample reaches the end of the split the counts are exact. `tokens` counts
+ * document tokens as StreamStats.tokens does.
+ */
+export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample: EpochSample = DEFAULT_EPOCH_SAMPLE): Promise<EpochEstimate> {
   validateOptions(opts);
   const { tokenizer, kind, seqLen, batchSize } = opts;
   const described = await describeSplit(opts.dataset, opts.split, opts.textColumn);
-  const exact = described.bytes === null || described.bytes <= exactLimitBytes;
   let tokens = 0;
   let documents = 0;
   let bytes = 0;
+  let rows = 0;
   let bertChunks = 0;
   outer: for (const shard of described.shards) {
     for await (const { texts } of readTextBatches(shard, opts.textColumn)) {
+      rows += texts.length;
       const kept = texts.filter((t): t is string => t !== null && t.trim().length > 0);
       for (const ids of await tokenizer.encodeBatch(kept)) {
         if (ids.length === 0) continue;
@@ -507,15 +526,13 @@ export async function estimateEpoch(
         bertChunks += Math.ceil(ids.length / (seqLen - 2));
       }
       for (const t of kept) bytes += Buffer.byteLength(t, 'utf8');
-      if (!exact && documents >= sampleDocs) break outer;
+      if (documents >= sample.documents || bytes >= sample.bytes) break outer;
     }
   }
-  let examples = kind === 'gpt' ? windowCount(tokens + documents, seqLen) : bertChunks;
-  if (!exact && bytes > 0) {
-    const scale = described.bytes! / bytes;
-    tokens = Math.round(tokens * scale);
-    examples = kind === 'gpt' ? windowCount(Math.round((tokens + documents * scale)), seqLen) : Math.round(bertChunks * scale);
-  }
+  const exact = rows === described.rows;
+  // Scale the sample to the split: by text bytes when the headers tell them, else by rows.
+  const scale = exact ? 1 : described.bytes !== null && bytes > 0 ? described.bytes / bytes : described.rows! / Math.max(1, rows);
+  const examples = kind === 'gpt' ? windowCount(Math.round((tokens + documents) * scale), seqLen) : Math.round(bertChunks * scale);
   const batches = opts.split === 'train' ? Math.floor(examples / batchSize) : Math.ceil(examples / batchSize);
-  return { tokens, batches, exact };
+  return { tokens: Math.round(tokens * scale), batches, exact, sample: { documents, bytes }, splitBytes: described.bytes };
 }

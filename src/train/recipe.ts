@@ -43,6 +43,7 @@ export interface Recipe {
     minLr: number;
     schedule: 'cosine' | 'linear' | 'constant';
     warmupSteps: number;
+    warmupFraction: number | null;
     weightDecay: number;
     beta1: number;
     beta2: number;
@@ -156,7 +157,8 @@ export const RECIPE_SCHEMA = {
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
   'train.minLr': { type: num({ min: 0 }), default: derived('`train.lr` / 10', (r) => r.train.lr / 10), doc: 'Final learning rate of the `cosine` and `linear` schedules; must be ≤ `train.lr`.' },
   'train.schedule': { type: oneOf('cosine', 'linear', 'constant'), default: 'cosine', doc: 'Learning-rate decay after warm-up, over the token budget (`train.maxTokens` or one epoch).' },
-  'train.warmupSteps': { type: int(0), default: 100, doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`.' },
+  'train.warmupSteps': { type: int(0), default: 100, doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`. A warm-up longer than a fifth of the run (e.g. after shortening it with `train.maxTokens`) is warned about.' },
+  'train.warmupFraction': { type: num({ min: 0, exclusiveMax: 1 }), nullable: true, default: null, doc: 'Warm-up as a fraction of the run\'s optimizer steps (e.g. `0.05`), rounded to whole steps, instead of `train.warmupSteps` (set one of the two); it follows `train.maxTokens`. `null` = use `train.warmupSteps`.' },
   'train.weightDecay': { type: num({ min: 0 }), default: 0.1, doc: 'AdamW weight decay (not applied to norms, biases and embeddings unless `train.decayEmbeddings`).' },
   'train.beta1': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.9, doc: 'AdamW β₁.' },
   'train.beta2': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.95, doc: 'AdamW β₂.' },
@@ -334,14 +336,17 @@ function resolve(given: Map<string, Given>, file: string): Recipe {
   for (const key of derivedKeys) flat[key] = (SCHEMA[key].default as DerivedDefault).compute(partial, file);
   // Rebuilt in schema order so config.json reads like docs/recipes.md.
   const recipe = unflatten(Object.fromEntries(KEYS.map((key) => [key, flat[key]]))) as unknown as Recipe;
-  const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '');
+  const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '', (key) => given.has(key));
   if (crossProblems.length > 0) throw new RecipeError(file, crossProblems);
   return recipe;
 }
 
 /** Constraints between keys (each message names the keys involved). */
-function crossChecks(r: Recipe, origin: (key: string) => string): string[] {
+function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: string) => boolean): string[] {
   const problems: string[] = [];
+  if (r.train.warmupFraction !== null && isGiven('train.warmupSteps')) {
+    problems.push(`${at(origin('train.warmupFraction'))}train.warmupFraction and train.warmupSteps are both set; set one of them`);
+  }
   if (r.model.dModel % r.model.numHeads !== 0) {
     problems.push(`${at(origin('model.numHeads'))}model.dModel (${r.model.dModel}) must be divisible by model.numHeads (${r.model.numHeads})`);
   }

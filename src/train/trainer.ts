@@ -10,12 +10,12 @@ import { deriveSeed } from '../model/rng.ts';
 import { validateTransformerConfig } from '../model/transformer.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
-import type { Batch, BatchStream, StreamOptions } from '../data/stream.ts';
+import type { Batch, BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
 import { QUADRATIC_ATTENTIONS, tensorSizeProblems } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { RunLogger } from './metrics.ts';
 import { AdamW, clipByGlobalNorm } from './optimizer.ts';
-import { learningRate } from './schedule.ts';
+import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
@@ -230,11 +230,13 @@ export interface RunPlan {
   modelConfig: LanguageModelConfig;
   vocabSource: string;
   parameters: { total: number; byGroup: Record<string, number> };
-  epoch: { tokens: number; batches: number; exact: boolean } | null;
+  epoch: EpochEstimate | null;
   datasetNote: string | null;
   totalSteps: number | null;
   tokensPerStep: number;
   memory: ReturnType<typeof estimateMemory>;
+  /** What the run would warn about at its start (a warm-up too long for its steps). */
+  warnings: string[];
 }
 
 /** Assumed when the tokenizer file is absent (dry runs of GPU recipes on a machine without the data). */
@@ -278,7 +280,8 @@ export async function planRun(recipe: Recipe): Promise<RunPlan> {
   if (epoch) totalSteps = Math.ceil(plannedBatches(recipe, epoch.batches) / gradAccum);
   else if (recipe.train.maxTokens !== null) totalSteps = Math.ceil(recipe.train.maxTokens / tokensPerStep);
   const memory = estimateMemory(modelConfig, parameters.total, batchSize, recipe.data.seqLen, gradAccum);
-  return { modelConfig, vocabSource, parameters, epoch, datasetNote, totalSteps, tokensPerStep, memory };
+  const warmupWarning = totalSteps === null ? null : resolveWarmup(recipe.train, totalSteps).warning;
+  return { modelConfig, vocabSource, parameters, epoch, datasetNote, totalSteps, tokensPerStep, memory, warnings: warmupWarning ? [warmupWarning] : [] };
 }
 
 /** The folder part of a dataset path that may end in a glob. */
@@ -329,7 +332,7 @@ interface RunInputs {
   tokenizer: TextTokenizer;
   modelConfig: LanguageModelConfig;
   base: Omit<StreamOptions, 'split' | 'cursor'>;
-  epoch: { tokens: number; batches: number; exact: boolean };
+  epoch: EpochEstimate;
   batchesPlanned: number;
   totalSteps: number;
   evalBatches: Batch[];
@@ -445,8 +448,8 @@ class TrainingLoop {
     this.window = restored ? { ...restored.window } : { loss: 0, steps: 0, tokens: 0, seconds: 0 };
     this.skippedSteps = restored?.skippedSteps ?? 0;
     this.consecutiveSkips = restored?.consecutiveSkips ?? 0;
-    const { lr, minLr, schedule, warmupSteps } = recipe.train;
-    this.schedule = { lr, minLr, schedule, warmupSteps, totalSteps: inputs.totalSteps };
+    const { lr, minLr, schedule } = recipe.train;
+    this.schedule = { lr, minLr, schedule, warmupSteps: resolveWarmup(recipe.train, inputs.totalSteps).steps, totalSteps: inputs.totalSteps };
     const { tokenizer } = inputs;
     this.checkpoints = new CheckpointWriter(logger.dir, recipe, { path: tokenizer.path, sha256: tokenizer.sha256 }, inputs.resumed, (t) => logger.line(t));
   }
@@ -659,14 +662,25 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
   const { batchSize, gradAccum } = recipe.train;
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
-      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (epoch ≈ ${epoch.tokens.toLocaleString('en-US')} tokens${epoch.exact ? '' : ', estimated'}); backend ${tf.getBackend()}` +
+      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${tf.getBackend()}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
+  const { warning } = resolveWarmup(recipe.train, totalSteps);
+  if (warning) logger.line(`warning: ${warning}`);
   if (resumed) {
     const changed = inputs.changedKeys.length ? ` (recipe keys changed since: ${inputs.changedKeys.join(', ')})` : '';
     const finishing = resumed.state.step === totalSteps ? '; it is the last step of the plan: finishing the run (final validation, final/, summary.json)' : '';
     logger.line(`resumed from ${resumed.dir} at step ${resumed.state.step}${changed}${finishing}`);
   }
+}
+
+/** "epoch 1,234 tokens" or, estimated, "epoch ≈ 1,234 tokens, estimated from the first 2,000 documents (5.1 MB) of 812 MB of text". */
+export function describeEpoch(epoch: EpochEstimate): string {
+  const n = (x: number) => x.toLocaleString('en-US');
+  if (epoch.exact) return `epoch ${n(epoch.tokens)} tokens`;
+  const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
+  const of = epoch.splitBytes === null ? 'of the split (scaled by rows)' : `of ${mb(epoch.splitBytes)} of text`;
+  return `epoch ≈ ${n(epoch.tokens)} tokens, estimated from the first ${n(epoch.sample.documents)} documents (${mb(epoch.sample.bytes)}) ${of}`;
 }
 
 async function closeRunParts(parts: RunParts): Promise<void> {

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { openBatchStream, parseCursor } from '../../src/data/stream.ts';
+import { estimateEpoch, openBatchStream, parseCursor } from '../../src/data/stream.ts';
 import type { Batch, DataCursor, StreamOptions } from '../../src/data/stream.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
@@ -184,5 +184,26 @@ describe('untrusted cursors are checked against the dataset, naming the file and
     const restored = await openBatchStream({ ...options('gpt', good), cursorFile: source });
     expect(await restored.next()).not.toBeNull();
     await restored.close();
+  });
+});
+
+describe('the epoch estimate before the first step', () => {
+  it('reads only a sample of the split (the first record batches), and says it is an estimate', async () => {
+    reads.length = 0;
+    const estimate = await estimateEpoch(options('gpt'), { documents: 40, bytes: Infinity });
+    // 16-row record batches: 40 documents are in the first three of the first shard; the header scan reads no text.
+    expect(reads.map((r) => r.batchIndex)).toEqual([0, 1, 2]);
+    expect(new Set(reads.map((r) => r.shard)).size).toBe(1);
+    expect(estimate.exact).toBe(false);
+    expect(estimate.sample.documents).toBeGreaterThanOrEqual(40);
+    expect(estimate.splitBytes).toBeGreaterThan(estimate.sample.bytes);
+    // Close to the real counts (the stream's own, read in full).
+    const stream = await openBatchStream({ ...options('gpt'), shuffleBuffer: 0 });
+    let batches = 0;
+    while (await stream.next()) batches++;
+    const { tokens } = stream.stats;
+    await stream.close();
+    expect(Math.abs(estimate.tokens / tokens - 1)).toBeLessThan(0.15);
+    expect(Math.abs(estimate.batches / batches - 1)).toBeLessThan(0.15);
   });
 });

@@ -103,6 +103,8 @@ describe('loadRecipe', () => {
       'model.maxSeqLen (64) must be ≥ data.seqLen (128)',
     );
     expect(errorOf(recipeFile(`${MINIMAL}train: {lr: 1e-3, minLr: 1e-2}\n`))).toContain('train.minLr (0.01) must be ≤ train.lr (0.001)');
+    expect(errorOf(recipeFile(`${MINIMAL}train: {warmupSteps: 10, warmupFraction: 0.05}\n`))).toContain('train.warmupFraction and train.warmupSteps are both set; set one of them');
+    expect(loadRecipe(recipeFile(`${MINIMAL}train: {warmupFraction: 0.05}\n`)).train.warmupFraction).toBe(0.05);
   });
 
   it('gives the line and column of a YAML error', () => {
