@@ -3,9 +3,9 @@
 // greedy decoding by full forward, and bad checkpoints fail with errors naming the folder.
 import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { copyFile, cp, mkdir, mkdtemp, rename, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evalCheckpoint, formatEval } from '../../src/cli/eval.ts';
@@ -17,6 +17,7 @@ import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { RunLogger } from '../../src/train/metrics.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
 import { modelConfigFromRecipe, saveFinalModel, streamOptions } from '../../src/train/trainer.ts';
@@ -93,6 +94,27 @@ describe('eval', () => {
     expect(run.stdout.trim()).toBe(formatEval(result));
     expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}tokens \d+/);
   }, 60_000);
+
+  it('a run folder moved together with its data still evaluates (paths recorded relative to the run too)', async () => {
+    const project = join(dir, 'project');
+    await mkdir(project);
+    await cp(join(dir, 'data'), join(project, 'data'), { recursive: true });
+    await copyFile(join(dir, 'tokenizer.json'), join(project, 'tokenizer.json'));
+    const recipe = parseRecipe(
+      JSON.stringify({ ...gptRecipe, name: 'moved', data: { ...gptRecipe.data, dataset: join(project, 'data'), tokenizer: join(project, 'tokenizer.json') }, train: { ...gptRecipe.train, runDir: join(project, 'runs') }, wandb: { ...gptRecipe.wandb, enabled: false } }),
+      join(dir, 'moved.yaml'),
+    );
+    const logger = await RunLogger.create(recipe, { echo: false });
+    const model = perturbedModel(recipe);
+    await saveFinalModel(logger.dir, model, recipe, { tokenizer_sha256: tokenizer.sha256 });
+    model.dispose();
+    const before = await evalCheckpoint({ checkpoint: logger.dir });
+    await rename(project, join(dir, 'project-moved'));
+    const movedRun = join(dir, 'project-moved', 'runs', basename(logger.dir));
+    const after = await evalCheckpoint({ checkpoint: movedRun });
+    expect(after.dataset).toBe(join(dir, 'project-moved', 'data'));
+    expect(after.loss).toBe(before.loss);
+  });
 
   it('names a missing or incomplete checkpoint folder', async () => {
     await expect(evalCheckpoint({ checkpoint: join(dir, 'nowhere') })).rejects.toThrow(/checkpoint folder .*nowhere does not exist/);
