@@ -41,16 +41,11 @@ export interface DataCursor {
   stats: StreamStats;
 }
 
+/** The stream settings a cursor must match: its seed and shuffle buffer are the split's (0 for validation). */
+const STREAM_FIELDS = ['kind', 'split', 'seqLen', 'batchSize', 'seed', 'shuffleBuffer', 'tokenizerSha256'] as const;
+
 /** What a cursor is checked against: the stream to restore and its dataset. */
-export interface CursorContext {
-  kind: 'gpt' | 'bert';
-  split: Split;
-  seqLen: number;
-  batchSize: number;
-  /** The split's seed and shuffle buffer (0 for validation). */
-  seed: number;
-  shuffleBuffer: number;
-  tokenizerSha256: string;
+export interface CursorContext extends Pick<DataCursor, (typeof STREAM_FIELDS)[number]> {
   vocabSize: number;
   dataset: string;
   shardCount: number;
@@ -109,17 +104,8 @@ export async function checkCursor(cursor: DataCursor, context: CursorContext, so
   const fail = (message: string): never => {
     throw new CursorError(`${source}: ${message}`);
   };
-  const expected: [keyof DataCursor & keyof CursorContext, unknown][] = [
-    ['kind', context.kind],
-    ['split', context.split],
-    ['seqLen', context.seqLen],
-    ['batchSize', context.batchSize],
-    ['seed', context.seed],
-    ['shuffleBuffer', context.shuffleBuffer],
-    ['tokenizerSha256', context.tokenizerSha256],
-  ];
-  for (const [field, value] of expected) {
-    if (cursor[field] !== value) fail(`the data cursor does not match this stream: ${field} = ${JSON.stringify(cursor[field])}, the stream has ${JSON.stringify(value)}`);
+  for (const field of STREAM_FIELDS) {
+    if (cursor[field] !== context[field]) fail(`the data cursor does not match this stream: ${field} = ${JSON.stringify(cursor[field])}, the stream has ${JSON.stringify(context[field])}`);
   }
   const n = context.shardCount;
   if (cursor.shardOrder.length !== n) fail(`shardOrder lists ${cursor.shardOrder.length} shards but ${context.dataset} (${context.split}) has ${n}`);
