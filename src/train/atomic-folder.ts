@@ -14,7 +14,7 @@ import path from 'node:path';
 export const COMPLETE_MARKER = 'COMPLETE';
 const CHECKSUM_LINE = /^([0-9a-f]{64}) {2}(\S+)$/;
 
-export async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
+async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
   const handle = await open(file, 'w');
   try {
     await handle.writeFile(data);
@@ -25,7 +25,7 @@ export async function writeFileSynced(file: string, data: string | Uint8Array): 
 }
 
 /** fsync of a folder makes the names created or renamed in it durable (Linux, macOS). */
-export async function syncDir(dir: string): Promise<void> {
+async function syncDir(dir: string): Promise<void> {
   if (process.platform === 'win32') return; // folders cannot be opened for fsync there; NTFS renames are journaled
   const handle = await open(dir, 'r');
   try {
@@ -36,11 +36,6 @@ export async function syncDir(dir: string): Promise<void> {
 }
 
 const sha256 = (data: string | Uint8Array) => createHash('sha256').update(data).digest('hex');
-
-/** The temporary and set-aside names of `<parent>/<name>` that writeFolderAtomically uses (any pid). */
-export function isLeftoverOf(name: string, entry: string): boolean {
-  return new RegExp(`^\\.${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.(tmp|old)-\\d+$`).test(entry);
-}
 
 /**
  * Writes `files` (name → content) as `<parent>/<name>/` plus its COMPLETE marker (see the top of this file), replacing

@@ -14,7 +14,6 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import * as tf from '@tensorflow/tfjs';
 import type { Recipe } from './recipe.ts';
 import {
   newWandbRunId,
@@ -90,7 +89,7 @@ export class RunLogger {
     }
     const logger = new RunLogger(dir, opts);
     writeJson(path.join(dir, 'config.json'), recipe);
-    writeEnvironment(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
+    await writeEnvironment(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
 
     const kept = opts.resumeDir ? logger.truncateForResume(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
@@ -267,7 +266,7 @@ function makeRunDir(parent: string, name: string): string {
   }
 }
 
-export const ENV_FILE = 'env.json';
+const ENV_FILE = 'env.json';
 const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
 
 /** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
@@ -281,8 +280,12 @@ function gitSource(): { commit: string | null; dirty: boolean | null; reason?: s
   }
 }
 
-/** Versions of the TensorFlow.js packages and of the running backend; TensorFlow's own on the tensorflow backend. */
-function backendVersions(): Record<string, unknown> {
+/**
+ * Versions of the TensorFlow.js packages and of the running backend; TensorFlow's own on the tensorflow backend.
+ * tfjs is imported here, not at the top: readers of run folders (compare, replay) import this file and need no tfjs.
+ */
+async function backendVersions(): Promise<Record<string, unknown>> {
+  const tf = await import('@tensorflow/tfjs');
   const backend = tf.engine().backendName ?? null;
   const versions: Record<string, string | null> = { ...tf.version };
   try {
@@ -301,7 +304,7 @@ function recordedPath(runDir: string, file: string | null) {
   return file === null ? null : { absolute: file, fromRun: path.relative(runDir, file) };
 }
 
-function environment(runDir: string, recipe: Recipe): Record<string, unknown> {
+async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
   const cpus = os.cpus();
   return {
     node: process.version,
@@ -314,7 +317,7 @@ function environment(runDir: string, recipe: Recipe): Record<string, unknown> {
     cwd: process.cwd(),
     startedAt: new Date().toISOString(),
     git: gitSource(),
-    backend: backendVersions(),
+    backend: await backendVersions(),
     paths: {
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),
@@ -325,9 +328,9 @@ function environment(runDir: string, recipe: Recipe): Record<string, unknown> {
 }
 
 /** env.json of a new run; a resume (resumedAtStep defined) keeps the first session's and appends its own. */
-function writeEnvironment(runDir: string, recipe: Recipe, resumedAtStep?: number | null): void {
+async function writeEnvironment(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<void> {
   const file = path.join(runDir, ENV_FILE);
-  const current = environment(runDir, recipe);
+  const current = await environment(runDir, recipe);
   let previous: Record<string, unknown> | null = null;
   if (resumedAtStep !== undefined) {
     try {
