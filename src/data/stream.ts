@@ -20,7 +20,7 @@
 import pLimit from 'p-limit';
 import { Rng, deriveSeed } from '../model/rng.ts';
 import { readTextBatches, scanShard } from './arrow.ts';
-import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays } from './cursor.ts';
+import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays, parseCursor } from './cursor.ts';
 import type { DataCursor, StreamStats } from './cursor.ts';
 import { describeSplit, listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
@@ -372,8 +372,8 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   const shards = await listShards(opts.dataset, split);
   const isTrain = split === 'train';
   const seed = isTrain ? opts.seed : 0;
-  const cursor = opts.cursor;
   const cursorFile = opts.cursorFile ?? 'data cursor';
+  const cursor = opts.cursor ? parseCursor(opts.cursor, cursorFile) : undefined;
   if (cursor) await checkCursorAgainst(cursor, opts, shards, cursorFile);
 
   const shardOrder = cursor
