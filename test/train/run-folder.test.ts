@@ -99,17 +99,21 @@ describe('resume never touches files outside its run', () => {
 
     const runs = join(dir, 'runs-copied');
     const recipeFile = await writeTinyRecipe(join(dir, 'tiny-copied.yaml'), setup, runs);
-    for (const [copy, n] of [[join(home, 'saved', 'step-000005'), 1], [join(home, 'project', 'checkpoints', 'step-000005'), 2]] as const) {
-      const r = cli(recipeFile, '--resume', copy);
-      expect(r.status, r.stderr + r.stdout).toBe(0);
-      expect(r.stdout).toContain(`checkpoint ${copy} is not inside a run folder`);
-      expect(r.stdout).toMatch(/continuing in the new run folder .*runs-copied/);
-      expect(digest(home)).toEqual(before);
-      const folders = runFolders(runs);
-      expect(folders.length).toBe(n);
-      const created = folders.sort().at(-1)!;
+    // As a user runs it (the CLI), and in-process for the second copy.
+    const saved = join(home, 'saved', 'step-000005');
+    const r = cli(recipeFile, '--resume', saved);
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    expect(r.stdout).toContain(`checkpoint ${saved} is not inside a run folder`);
+    expect(r.stdout).toMatch(/continuing in the new run folder .*runs-copied/);
+    const project = join(home, 'project', 'checkpoints', 'step-000005');
+    await quietly(() => runTraining(recipeIn(runs), { resume: project }));
+    expect(digest(home)).toEqual(before);
+    const folders = runFolders(runs);
+    expect(folders.length).toBe(2);
+    for (const created of folders) {
       expect(existsSync(join(created, 'final', 'model.safetensors'))).toBe(true);
       expect(readMetrics(created)[0].step).toBeGreaterThan(5); // the new folder's history starts after the checkpoint
+      expect(readFileSync(join(created, 'log.txt'), 'utf8')).toMatch(/is not inside a run folder .*: continuing in the new run folder/);
     }
   }, 120_000);
 });
