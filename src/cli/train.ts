@@ -20,8 +20,9 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
   --dry-run             resolve the recipe, build the model plan and print parameters, tokens per epoch,
                         steps and a memory estimate; no training (dataset and tokenizer may be missing)
   --resume <what>       continue a run exactly from a checkpoint in its own run folder: 'auto' = the newest
-                        complete checkpoint of the newest run folder of this recipe's name under train.runDir;
-                        or a run folder (its newest checkpoint) or a checkpoint folder (<run>/checkpoints/step-NNNNNN)
+                        complete checkpoint of the newest run folder of this recipe's name under train.runDir
+                        that has one; or a run folder (its newest checkpoint) or a checkpoint folder
+                        (<run>/checkpoints/step-NNNNNN; one outside a run continues in a new run folder)
   -h, --help            show this help
 
 Finetuning (npm run finetune -- <recipe.yaml> is the same command): a recipe with initFrom: <model folder>
@@ -118,6 +119,7 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
     `memory      ≈ ${fmt(Math.round(mem.total / MB))} MiB = parameters+gradients+AdamW m,v ${fmt(Math.round(mem.state / MB))} MiB (16 bytes × parameters${gradAccum > 1 ? ' + 4 for accumulation' : ''})` +
       ` + activations ${fmt(Math.round(mem.activations / MB))} MiB (4 bytes × [B·L·(18d + 2·mlpRatio·d)·layers + B·H·L²·3·layers for O(L²) attention + 3·rows·V for the head])`,
   );
+  for (const warning of plan.warnings) out.push(`warning     ${warning}`);
   console.log(out.join('\n'));
 }
 

@@ -66,8 +66,43 @@ async function openHandle(file: string): Promise<FileHandle> {
   }
 }
 
+/**
+ * Throws, saying what the file starts with, unless it starts like an Arrow IPC file: the file format's magic
+ * `ARROW1`, the stream format's continuation marker ff ff ff ff, or (pre-0.15 streams) a length followed by a schema
+ * message. Without this check a text file named *.arrow reads as "truncated record batch 0".
+ */
+async function assertArrowIpc(handle: FileHandle, file: string): Promise<void> {
+  const { size } = await handle.stat();
+  if (size === 0) throw new ArrowShardError(file, 'not an Arrow IPC file: the file is empty');
+  const head = Buffer.alloc(Math.min(size, 8));
+  await handle.read(head, 0, head.length, 0);
+  if (head.subarray(0, 6).toString('latin1') === 'ARROW1' || (head.length >= 4 && head.readUInt32LE(0) === 0xffffffff)) return;
+  const legacyLength = head.length >= 4 ? head.readInt32LE(0) : 0;
+  if (legacyLength > 0 && 4 + legacyLength <= size && legacyLength <= 1 << 24) {
+    const metadata = Buffer.alloc(legacyLength);
+    await handle.read(metadata, 0, legacyLength, 4);
+    try {
+      if (Message.decode(new Uint8Array(metadata)).headerType === MessageHeader.Schema) return;
+    } catch {
+      // not a message: reported below
+    }
+  }
+  const printable = head.toString('latin1').replace(/[^\x20-\x7e]/g, '.');
+  throw new ArrowShardError(
+    file,
+    `not an Arrow IPC file: it starts with ${head.toString('hex').replace(/(..)/g, '$1 ').trim()} ("${printable}"), ` +
+      'while Arrow files start with the stream marker ff ff ff ff or the magic "ARROW1" (is it JSON, Parquet or text? `npm run prepare` converts those)',
+  );
+}
+
 async function openReader(file: string): Promise<{ handle: FileHandle; reader: RecordBatchReader }> {
   const handle = await openHandle(file);
+  try {
+    await assertArrowIpc(handle, file);
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
   try {
     // apache-arrow misreads a file-format shard that lost its footer as a stream; say what happened.
     const { size } = await handle.stat();
@@ -107,20 +142,41 @@ async function hasEndOfStream(handle: FileHandle): Promise<boolean> {
 
 const utf8 = new TextDecoder();
 
-/** The strings of a Utf8/LargeUtf8 (or dictionary-of-string) column chunk, nulls kept. */
-function columnTexts(vector: Vector): (string | null)[] {
+/** Occurrences of U+FFFD (the replacement character) in a string. */
+function replacementChars(text: string): number {
+  let n = 0;
+  for (let at = text.indexOf('\uFFFD'); at >= 0; at = text.indexOf('\uFFFD', at + 1)) n++;
+  return n;
+}
+
+/** Occurrences of U+FFFD's own UTF-8 encoding (ef bf bd) in raw bytes: replacement characters that were in the text. */
+function encodedReplacementChars(bytes: Uint8Array): number {
+  const raw = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let n = 0;
+  for (let at = raw.indexOf(REPLACEMENT_UTF8); at >= 0; at = raw.indexOf(REPLACEMENT_UTF8, at + 3)) n++;
+  return n;
+}
+const REPLACEMENT_UTF8 = Buffer.from([0xef, 0xbf, 0xbd]);
+
+/**
+ * The strings of a Utf8/LargeUtf8 (or dictionary-of-string) column chunk, nulls kept, and how many invalid UTF-8
+ * sequences the decoder replaced by U+FFFD (counted for plain string columns: U+FFFD characters in the decoded text
+ * minus those encoded in the bytes; dictionary columns count 0).
+ */
+function columnTexts(vector: Vector): { texts: (string | null)[]; invalidUtf8: number } {
   const out: (string | null)[] = new Array(vector.length);
   const data = vector.data.length === 1 ? vector.data[0] : null;
   if (data && (data.typeId === Type.Utf8 || data.typeId === Type.LargeUtf8)) {
     // Fast path: one TextDecoder call per batch. When the batch is pure ASCII (as most of C4 is)
     // characters and bytes coincide, so rows are cut from the decoded string by their byte offsets.
-    // (Every multi-byte UTF-8 sequence decodes to fewer UTF-16 units than bytes, so equal lengths
-    // mean one unit per byte.)
+    // (Every valid multi-byte UTF-8 sequence decodes to fewer UTF-16 units than bytes and an invalid
+    // byte to one U+FFFD, so equal lengths mean one unit per byte.)
     const offsets = data.valueOffsets as Int32Array | BigInt64Array;
     const at = (i: number) => Number(offsets[data.offset + i]);
     const first = at(0);
     const last = at(data.length);
-    const whole = utf8.decode(data.values.subarray(first, last));
+    const bytes = data.values.subarray(first, last);
+    const whole = utf8.decode(bytes);
     const ascii = whole.length === last - first;
     for (let i = 0; i < data.length; i++) {
       if (data.nullCount > 0 && !data.getValid(i)) {
@@ -131,10 +187,15 @@ function columnTexts(vector: Vector): (string | null)[] {
         out[i] = utf8.decode(data.values.subarray(at(i), at(i + 1)));
       }
     }
-    return out;
+    // One unit per byte holds only if every byte is ASCII or an invalid byte (each becomes one U+FFFD), so there any
+    // U+FFFD is a replacement. Otherwise rows were decoded apart: count on them, less the U+FFFD the text itself held.
+    const invalidUtf8 = ascii
+      ? replacementChars(whole)
+      : out.reduce((n, t) => n + (t === null ? 0 : replacementChars(t)), 0) - encodedReplacementChars(bytes);
+    return { texts: out, invalidUtf8: Math.max(0, invalidUtf8) };
   }
   for (let i = 0; i < vector.length; i++) out[i] = (vector.get(i) as string | null) ?? null;
-  return out;
+  return { texts: out, invalidUtf8: 0 };
 }
 
 /**
@@ -146,7 +207,7 @@ export async function* readTextBatches(
   file: string,
   column: string,
   fromBatch = 0,
-): AsyncGenerator<{ batchIndex: number; texts: (string | null)[] }> {
+): AsyncGenerator<{ batchIndex: number; texts: (string | null)[]; invalidUtf8: number }> {
   if (!Number.isInteger(fromBatch) || fromBatch < 0) {
     throw new ArrowShardError(file, `fromBatch must be a non-negative integer, got ${fromBatch}`);
   }
@@ -163,7 +224,7 @@ export async function* readTextBatches(
           throw new ArrowShardError(file, `corrupt or truncated record batch: ${(err as Error).message}`, batchIndex);
         }
         if (!batch) throw new ArrowShardError(file, 'record batch listed in the footer is missing', batchIndex);
-        yield { batchIndex, texts: columnTexts(batch.getChild(column)!) };
+        yield { batchIndex, ...columnTexts(batch.getChild(column)!) };
       }
       return;
     }
@@ -183,7 +244,7 @@ export async function* readTextBatches(
       if (batchIndex >= fromBatch) {
         const vector = step.value.getChild(column);
         if (!vector) throw new ArrowShardError(file, `column "${column}" missing from the record batch`, batchIndex);
-        yield { batchIndex, texts: columnTexts(vector) };
+        yield { batchIndex, ...columnTexts(vector) };
       }
       batchIndex++;
     }
@@ -239,6 +300,8 @@ function bufferCount(type: DataType): number | null {
 export interface ShardScan {
   rows: number;
   batches: number;
+  /** Rows of each record batch. */
+  batchRows: number[];
   /** UTF-8 bytes of the text column (exact, from the offsets buffer), null when it cannot be told cheaply. */
   textBytes: number | null;
 }
@@ -250,6 +313,7 @@ export interface ShardScan {
 export async function scanShard(file: string, column: string): Promise<ShardScan> {
   const handle = await openHandle(file);
   try {
+    await assertArrowIpc(handle, file);
     const { size } = await handle.stat();
     const readAt = async (position: number, length: number): Promise<Buffer> => {
       const buf = Buffer.alloc(length);
@@ -285,6 +349,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
 
     let rows = 0;
     let batches = 0;
+    const batchRows: number[] = [];
     let textBytes: number | null = 0;
     let bufferIndex: number | null = null;
     let large = false;
@@ -312,10 +377,11 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
         buffers: { offset: number | bigint; length: number | bigint }[];
         compression: unknown;
       };
-      const batchRows = Number(header.length);
-      rows += batchRows;
+      const count = Number(header.length);
+      rows += count;
+      batchRows.push(count);
       if (header.compression) textBytes = null;
-      if (textBytes !== null && bufferIndex !== null && batchRows > 0) {
+      if (textBytes !== null && bufferIndex !== null && count > 0) {
         // Text bytes = last offset - first offset of the column's offsets buffer.
         const width = large ? 8 : 4;
         const base = bodyStart + Number(header.buffers[bufferIndex + 1].offset);
@@ -323,7 +389,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
           const buf = await readAt(base + i * width, width);
           return large ? Number(buf.readBigInt64LE(0)) : buf.readInt32LE(0);
         };
-        textBytes += (await value(batchRows)) - (await value(0));
+        textBytes += (await value(count)) - (await value(0));
       }
       batches++;
     };
@@ -347,7 +413,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
       } finally {
         await readerHandle.close();
       }
-      return { rows, batches, textBytes };
+      return { rows, batches, batchRows, textBytes };
     }
     let position = 0;
     let sawSchema = false;
@@ -364,7 +430,7 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
       }
     }
     if (!sawSchema) throw new ArrowShardError(file, 'corrupt: no schema message');
-    return { rows, batches, textBytes };
+    return { rows, batches, batchRows, textBytes };
   } catch (err) {
     if (err instanceof ArrowShardError) throw err;
     throw new ArrowShardError(file, `not a valid Arrow IPC file: ${(err as Error).message}`);

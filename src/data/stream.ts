@@ -19,8 +19,9 @@
 // of JSON for vocabularies ≤ 65 536.
 import pLimit from 'p-limit';
 import { Rng, deriveSeed } from '../model/rng.ts';
-import type { RngState } from '../model/rng.ts';
-import { readTextBatches } from './arrow.ts';
+import { readTextBatches, scanShard } from './arrow.ts';
+import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays, parseCursor } from './cursor.ts';
+import type { DataCursor, StreamStats } from './cursor.ts';
 import { describeSplit, listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
 import { mlmBatch, mlmSpecials, ordinaryTokenIds } from './mlm.ts';
@@ -53,43 +54,14 @@ export interface StreamOptions {
   readAhead: number;
   mlmProbability?: number;
   cursor?: DataCursor;
+  /** Where the cursor was read from, named in its errors (default 'data cursor'). */
+  cursorFile?: string;
+  /** Problems that do not stop the stream (invalid UTF-8, once per shard); default: a line on stderr. */
+  onWarning?: (message: string) => void;
 }
 
-export interface StreamStats {
-  /** Documents whose tokens entered the stream. */
-  documents: number;
-  /** Tokens of those documents as the tokenizer produced them (no eos/[CLS]/[SEP] added). */
-  tokens: number;
-  /** Null, empty or whitespace-only documents passed over. */
-  skippedEmpty: number;
-  /** UTF-8 bytes of those documents. */
-  bytes: number;
-}
-
-export interface DataCursor {
-  version: 1;
-  kind: 'gpt' | 'bert';
-  split: Split;
-  seqLen: number;
-  batchSize: number;
-  seed: number;
-  shuffleBuffer: number;
-  tokenizerSha256: string;
-  /** Shard visiting order (indices into the sorted shard list). */
-  shardOrder: number[];
-  /** Position of the next token to consume: shardOrder[shard], record batch, row, token offset in that document. */
-  shard: number;
-  recordBatch: number;
-  row: number;
-  offset: number;
-  /** GPT: tokens of the window under construction. */
-  carry: number[];
-  shuffle: { items: string; lengths: number[]; width: 2 | 4; rng: RngState; exhausted: boolean } | null;
-  maskRng: RngState | null;
-  done: boolean;
-  batches: number;
-  stats: StreamStats;
-}
+export type { DataCursor, StreamStats };
+export { parseCursor } from './cursor.ts';
 
 export interface BatchStream {
   next(): Promise<Batch | null>;
@@ -194,114 +166,64 @@ function validateOptions(opts: StreamOptions): void {
   }
 }
 
-function checkCursor(cursor: DataCursor, opts: StreamOptions, shardCount: number): void {
-  if (cursor.version !== 1) throw new Error(`data cursor version ${String(cursor.version)} is not supported (expected 1)`);
-  const expected: [keyof DataCursor, unknown][] = [
-    ['kind', opts.kind],
-    ['split', opts.split],
-    ['seqLen', opts.seqLen],
-    ['batchSize', opts.batchSize],
-    ['seed', opts.split === 'train' ? opts.seed : 0],
-    ['shuffleBuffer', opts.split === 'train' ? opts.shuffleBuffer : 0],
-    ['tokenizerSha256', opts.tokenizer.sha256],
-  ];
-  for (const [field, value] of expected) {
-    if (cursor[field] !== value) {
-      throw new Error(`data cursor does not match this stream: cursor.${field} = ${JSON.stringify(cursor[field])}, stream has ${JSON.stringify(value)}`);
+/** Where the consumer is: shardOrder[shard], record batch, row, token offset inside that document. */
+interface Position {
+  shard: number;
+  recordBatch: number;
+  row: number;
+  offset: number;
+}
+
+/**
+ * Reads and tokenizes the shards ahead of the consumer: one bounded queue per shard position (the index into the
+ * visiting order), at most readAhead shards with a producer at once.
+ */
+class ShardProducers {
+  private readonly limit: ReturnType<typeof pLimit>;
+  private readonly queues = new Map<number, BoundedQueue<TokenizedBatch>>();
+  private readonly running = new Set<Promise<void>>();
+  private closed = false;
+
+  constructor(
+    /** Shard files in visiting order. */
+    private readonly files: readonly string[],
+    private readonly opts: Pick<StreamOptions, 'textColumn' | 'tokenizer' | 'kind' | 'readAhead' | 'onWarning'>,
+  ) {
+    this.limit = pLimit(opts.readAhead);
+  }
+
+  /** Queues a producer for every shard from `from.shard` on; the first starts at the record batch and row of `from`. */
+  start(from: Position): void {
+    for (let position = from.shard; position < this.files.length; position++) {
+      const queue = new BoundedQueue<TokenizedBatch>(QUEUED_RECORD_BATCHES);
+      this.queues.set(position, queue);
+      const fromBatch = position === from.shard ? from.recordBatch : 0;
+      const fromRow = position === from.shard ? from.row : 0;
+      // Errors travel through the queue; this catch only keeps a cleared task from being unhandled.
+      this.limit(() => {
+        if (this.closed) return;
+        const task = this.produce(position, queue, fromBatch, fromRow);
+        this.running.add(task);
+        return task.finally(() => this.running.delete(task));
+      }).catch(() => undefined);
     }
   }
-  if (cursor.shardOrder.length !== shardCount) {
-    throw new Error(`data cursor was made for ${cursor.shardOrder.length} shards but ${opts.dataset} (${opts.split}) has ${shardCount}`);
+
+  /** The next tokenized record batch of the shard at `position`; null when that shard is finished. */
+  async pull(position: number): Promise<TokenizedBatch | null> {
+    const next = await this.queues.get(position)!.pull();
+    if (next === null) this.queues.delete(position);
+    return next;
   }
-}
 
-function encodeTokenArrays(arrays: Int32Array[], vocabSize: number): { items: string; lengths: number[]; width: 2 | 4 } {
-  const total = arrays.reduce((n, a) => n + a.length, 0);
-  const width = vocabSize <= 65536 ? 2 : 4;
-  const flat = width === 2 ? new Uint16Array(total) : new Int32Array(total);
-  let at = 0;
-  for (const a of arrays) {
-    flat.set(a, at);
-    at += a.length;
-  }
-  return { items: Buffer.from(flat.buffer, flat.byteOffset, flat.byteLength).toString('base64'), lengths: arrays.map((a) => a.length), width };
-}
-
-function decodeTokenArrays(items: string, lengths: number[], width: 2 | 4): Int32Array[] {
-  const raw = Buffer.from(items, 'base64');
-  const bytes = new Uint8Array(raw.byteLength);
-  bytes.set(raw); // copy to an aligned buffer for the typed-array view
-  const flat = width === 2 ? new Uint16Array(bytes.buffer) : new Int32Array(bytes.buffer);
-  const out: Int32Array[] = [];
-  let at = 0;
-  for (const n of lengths) {
-    out.push(Int32Array.from(flat.subarray(at, at + n)));
-    at += n;
-  }
-  if (at !== flat.length) throw new Error(`data cursor shuffle buffer holds ${flat.length} tokens but its lengths add up to ${at}`);
-  return out;
-}
-
-export async function openBatchStream(opts: StreamOptions): Promise<BatchStream> {
-  validateOptions(opts);
-  const { tokenizer, kind, seqLen, batchSize, split } = opts;
-  const shards = await listShards(opts.dataset, split);
-  const isTrain = split === 'train';
-  const seed = isTrain ? opts.seed : 0;
-  const cursor = opts.cursor;
-  if (cursor) checkCursor(cursor, opts, shards.length);
-
-  const shardOrder = cursor
-    ? [...cursor.shardOrder]
-    : isTrain
-      ? new Rng(deriveSeed(seed, 'shard-order')).shuffle(shards.map((_, i) => i))
-      : shards.map((_, i) => i);
-
-  // Consumer position (see the cursor description at the top).
-  let shardPos = cursor?.shard ?? 0;
-  let recordBatch = cursor?.recordBatch ?? 0;
-  let row = cursor?.row ?? 0;
-  let offset = cursor?.offset ?? 0;
-  let done = cursor?.done ?? false;
-  let batches = cursor?.batches ?? 0;
-  const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
-  let current: TokenizedBatch | null = null;
-
-  const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
-  const shuffleSeed = deriveSeed(seed, 'shuffle');
-  const shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
-  const shuffle = new ShuffleBuffer<Int32Array>(
-    shuffleCapacity,
-    cursor?.shuffle
-      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width) }
-      : shuffleSeed,
-  );
-  let mlm: MlmOptions | null = null;
-  let maskRng: Rng | null = null;
-  if (kind === 'bert') {
-    const specials = mlmSpecials(tokenizer);
-    const specialIds = [...Object.values(tokenizer.specialIds), specials.cls, specials.sep, specials.pad, specials.mask];
-    mlm = {
-      seqLen,
-      specials,
-      randomPool: ordinaryTokenIds(tokenizer.vocabSize, specialIds),
-      probability: opts.mlmProbability ?? 0.15,
-      tokenBytes: (id) => tokenizer.tokenBytes(id),
-    };
-    maskRng = new Rng(cursor?.maskRng ?? (isTrain ? deriveSeed(seed, 'mlm') : VALIDATION_MASK_SEED));
-  }
-  const eos = tokenizer.specialIds.eos ?? -1;
-
-  // Producers: one bounded queue per shard position, at most readAhead shards in flight.
-  const limit = pLimit(opts.readAhead);
-  const queues = new Map<number, BoundedQueue<TokenizedBatch>>();
-  const running = new Set<Promise<void>>();
-  let closed = false;
-
-  async function produce(position: number, queue: BoundedQueue<TokenizedBatch>, fromBatch: number, fromRow: number): Promise<void> {
+  private async produce(position: number, queue: BoundedQueue<TokenizedBatch>, fromBatch: number, fromRow: number): Promise<void> {
+    const { textColumn, tokenizer, kind } = this.opts;
+    const eos = tokenizer.specialIds.eos ?? -1;
+    const invalid = { count: 0, firstBatch: -1 };
     try {
-      const file = shards[shardOrder[position]];
-      for await (const { batchIndex, texts } of readTextBatches(file, opts.textColumn, fromBatch)) {
+      for await (const { batchIndex, texts, invalidUtf8 } of readTextBatches(this.files[position], textColumn, fromBatch)) {
+        if (invalidUtf8 > 0 && invalid.count === 0) invalid.firstBatch = batchIndex;
+        invalid.count += invalidUtf8;
         const skipRows = batchIndex === fromBatch ? fromRow : 0;
         const docs: (Int32Array | null)[] = new Array(texts.length).fill(null);
         const bytes = new Int32Array(texts.length);
@@ -327,96 +249,179 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
     } catch (err) {
       queue.end(err);
     }
+    if (invalid.count > 0) {
+      const warn = this.opts.onWarning ?? ((message: string) => process.stderr.write(`warning: ${message}\n`));
+      warn(
+        `${this.files[position]}: ${invalid.count.toLocaleString('en-US')} invalid UTF-8 sequence${invalid.count === 1 ? ' was' : 's were'} replaced by U+FFFD ` +
+          `(the first in record batch ${invalid.firstBatch}); the text around them was kept`,
+      );
+    }
     await queue.drained;
   }
 
-  function startProducers(): void {
-    for (let position = shardPos; position < shardOrder.length; position++) {
-      const queue = new BoundedQueue<TokenizedBatch>(QUEUED_RECORD_BATCHES);
-      queues.set(position, queue);
-      const fromBatch = position === shardPos ? recordBatch : 0;
-      const fromRow = position === shardPos ? row : 0;
-      // Errors travel through the queue; this catch only keeps a cleared task from being unhandled.
-      limit(() => {
-        if (closed) return;
-        const task = produce(position, queue, fromBatch, fromRow);
-        running.add(task);
-        return task.finally(() => running.delete(task));
-      }).catch(() => undefined);
-    }
+  async close(): Promise<void> {
+    this.closed = true;
+    this.limit.clearQueue();
+    for (const queue of this.queues.values()) queue.cancel();
+    this.queues.clear();
+    // Wait for producers mid-read, so no file stays open and nothing is read after close().
+    await Promise.allSettled([...this.running]);
   }
-  if (!done) startProducers();
+}
+
+/** Walks the tokenized documents in corpus order, keeping the Position and the StreamStats of what it passed. */
+class DocumentWalker {
+  private current: TokenizedBatch | null = null;
+  /** A restored position inside a document: checked against that document once it is read (the cursor file). */
+  private offsetToCheck: string | null;
+
+  constructor(
+    private readonly producers: ShardProducers,
+    private readonly shardCount: number,
+    private readonly kind: 'gpt' | 'bert',
+    readonly position: Position,
+    readonly stats: StreamStats,
+    cursorFile: string,
+  ) {
+    this.offsetToCheck = position.offset > 0 ? cursorFile : null;
+  }
 
   /** The document at the current position (advancing past empty ones and finished record batches/shards), or null at the end of the split. */
-  async function currentDocument(): Promise<Int32Array | null> {
+  async document(): Promise<Int32Array | null> {
+    const at = this.position;
     for (;;) {
-      if (current === null) {
-        if (shardPos >= shardOrder.length) return null;
-        const queue = queues.get(shardPos)!;
-        const next = await queue.pull();
+      if (this.current === null) {
+        if (at.shard >= this.shardCount) return null;
+        const next = await this.producers.pull(at.shard);
         if (next === null) {
-          queues.delete(shardPos);
-          shardPos++;
-          recordBatch = 0;
-          row = 0;
+          at.shard++;
+          at.recordBatch = 0;
+          at.row = 0;
           continue;
         }
-        current = next;
-        recordBatch = next.batchIndex;
+        this.current = next;
+        at.recordBatch = next.batchIndex;
       }
-      if (row >= current.docs.length) {
-        finishRecordBatch();
+      if (at.row >= this.current.docs.length) {
+        this.finishRecordBatch();
         continue;
       }
-      const doc = current.docs[row];
+      const doc = this.current.docs[at.row];
+      if (this.offsetToCheck !== null) {
+        checkRestoredOffset(at.offset, doc?.length ?? null, this.offsetToCheck);
+        this.offsetToCheck = null;
+      }
       if (doc === null) {
-        stats.skippedEmpty++;
-        row++;
+        this.stats.skippedEmpty++;
+        at.row++;
         continue;
       }
-      if (offset === 0) {
-        stats.documents++;
-        stats.tokens += kind === 'gpt' ? doc.length - 1 : doc.length;
-        stats.bytes += current.bytes[row];
+      if (at.offset === 0) {
+        this.stats.documents++;
+        this.stats.tokens += this.kind === 'gpt' ? doc.length - 1 : doc.length;
+        this.stats.bytes += this.current.bytes[at.row];
       }
       return doc;
     }
   }
 
-  function finishRecordBatch(): void {
-    recordBatch = current!.batchIndex + 1;
-    row = 0;
-    current = null;
+  /** Moves past a fully consumed document; leaves the position normalised (never at a document's end). */
+  finishDocument(): void {
+    this.position.row++;
+    this.position.offset = 0;
+    if (this.current !== null && this.position.row >= this.current.docs.length) this.finishRecordBatch();
   }
 
-  /** Moves past a fully consumed document; leaves the position normalised (never at a document's end). */
-  function finishDocument(): void {
-    row++;
-    offset = 0;
-    if (current !== null && row >= current.docs.length) finishRecordBatch();
+  private finishRecordBatch(): void {
+    this.position.recordBatch = this.current!.batchIndex + 1;
+    this.position.row = 0;
+    this.current = null;
   }
+}
+
+/** checkCursor against this stream's settings and its shards. */
+function checkCursorAgainst(cursor: DataCursor, opts: StreamOptions, shards: string[], source: string): Promise<void> {
+  const isTrain = opts.split === 'train';
+  return checkCursor(cursor, {
+    kind: opts.kind, split: opts.split, seqLen: opts.seqLen, batchSize: opts.batchSize, seed: isTrain ? opts.seed : 0,
+    shuffleBuffer: isTrain ? opts.shuffleBuffer : 0, tokenizerSha256: opts.tokenizer.sha256, vocabSize: opts.tokenizer.vocabSize,
+    dataset: opts.dataset, shardCount: shards.length,
+    recordBatchRows: async (shard) => (await scanShard(shards[shard], opts.textColumn)).batchRows,
+  }, source);
+}
+
+/** BERT's masking options for this tokenizer and its masking RNG (restored from the cursor, else seeded). */
+function bertMasking(opts: StreamOptions, seed: number): { mlm: MlmOptions; maskRng: Rng } {
+  const { tokenizer } = opts;
+  const specials = mlmSpecials(tokenizer);
+  const specialIds = [...Object.values(tokenizer.specialIds), specials.cls, specials.sep, specials.pad, specials.mask];
+  const mlm: MlmOptions = {
+    seqLen: opts.seqLen,
+    specials,
+    randomPool: ordinaryTokenIds(tokenizer.vocabSize, specialIds),
+    probability: opts.mlmProbability ?? 0.15,
+    tokenBytes: (id) => tokenizer.tokenBytes(id),
+  };
+  const maskRng = new Rng(opts.cursor?.maskRng ?? (opts.split === 'train' ? deriveSeed(seed, 'mlm') : VALIDATION_MASK_SEED));
+  return { mlm, maskRng };
+}
+
+export async function openBatchStream(opts: StreamOptions): Promise<BatchStream> {
+  validateOptions(opts);
+  const { tokenizer, kind, seqLen, batchSize, split } = opts;
+  const shards = await listShards(opts.dataset, split);
+  const isTrain = split === 'train';
+  const seed = isTrain ? opts.seed : 0;
+  const cursorFile = opts.cursorFile ?? 'data cursor';
+  const cursor = opts.cursor ? parseCursor(opts.cursor, cursorFile) : undefined;
+  if (cursor) await checkCursorAgainst(cursor, opts, shards, cursorFile);
+
+  const shardOrder = cursor
+    ? [...cursor.shardOrder]
+    : isTrain
+      ? new Rng(deriveSeed(seed, 'shard-order')).shuffle(shards.map((_, i) => i))
+      : shards.map((_, i) => i);
+  let done = cursor?.done ?? false;
+  let batches = cursor?.batches ?? 0;
+  const producers = new ShardProducers(shardOrder.map((i) => shards[i]), opts);
+  const start: Position = { shard: cursor?.shard ?? 0, recordBatch: cursor?.recordBatch ?? 0, row: cursor?.row ?? 0, offset: cursor?.offset ?? 0 };
+  const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
+  const walker = new DocumentWalker(producers, shardOrder.length, kind, start, stats, cursorFile);
+  if (!done) producers.start(start);
+
+  const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
+  const shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
+  const shuffle = new ShuffleBuffer<Int32Array>(
+    shuffleCapacity,
+    cursor?.shuffle
+      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width, tokenizer.vocabSize, cursorFile) }
+      : deriveSeed(seed, 'shuffle'),
+  );
+  const masking = kind === 'bert' ? bertMasking(opts, seed) : null;
 
   /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */
   async function nextExample(): Promise<Int32Array | null> {
+    const at = walker.position;
     if (packer) {
       while (!packer.full) {
-        const doc = await currentDocument();
+        const doc = await walker.document();
         if (doc === null) return null; // the tail shorter than a window is dropped
-        offset = packer.fill(doc, offset);
-        if (offset >= doc.length) finishDocument();
+        at.offset = packer.fill(doc, at.offset);
+        if (at.offset >= doc.length) walker.finishDocument();
       }
       return packer.take();
     }
-    const doc = await currentDocument();
+    const doc = await walker.document();
     if (doc === null) return null;
-    const end = Math.min(doc.length, offset + seqLen - 2);
-    const chunk = doc.slice(offset, end);
-    offset = end;
-    if (offset >= doc.length) finishDocument();
+    const end = Math.min(doc.length, at.offset + seqLen - 2);
+    const chunk = doc.slice(at.offset, end);
+    at.offset = end;
+    if (at.offset >= doc.length) walker.finishDocument();
     return chunk;
   }
 
   let busy = false;
+  let closed = false;
   async function next(): Promise<Batch | null> {
     if (closed) throw new Error('batch stream is closed');
     if (busy) throw new Error('batch stream next() called again before the previous call finished');
@@ -435,7 +440,7 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
         if (examples.length === 0 || isTrain) return null;
       }
       batches++;
-      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, mlm!, maskRng!);
+      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, masking!.mlm, masking!.maskRng);
     } finally {
       busy = false;
     }
@@ -453,26 +458,14 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
       shuffleBuffer: shuffleCapacity,
       tokenizerSha256: tokenizer.sha256,
       shardOrder: [...shardOrder],
-      shard: shardPos,
-      recordBatch,
-      row,
-      offset,
+      ...walker.position,
       carry: packer ? packer.carry() : [],
       shuffle: shuffleCapacity > 0 ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted } : null,
-      maskRng: maskRng ? maskRng.state() : null,
+      maskRng: masking ? masking.maskRng.state() : null,
       done,
       batches,
       stats: { ...stats },
     };
-  }
-
-  async function close(): Promise<void> {
-    closed = true;
-    limit.clearQueue();
-    for (const queue of queues.values()) queue.cancel();
-    queues.clear();
-    // Wait for producers mid-read, so no file stays open and nothing is read after close().
-    await Promise.allSettled([...running]);
   }
 
   return {
@@ -481,28 +474,50 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
     get stats() {
       return { ...stats };
     },
-    close,
+    async close() {
+      closed = true;
+      await producers.close();
+    },
   };
 }
 
-/** Counts of one epoch of a stream: exact when the split is small (≤ exactLimitBytes of text, or its
- *  size is unknown) by tokenizing all of it, otherwise extrapolated from the first `sampleDocs` documents'
- *  tokens and examples per byte of text. `tokens` counts document tokens as StreamStats.tokens does. */
-export async function estimateEpoch(
-  opts: Omit<StreamOptions, 'cursor'>,
-  sampleDocs = 2000,
-  exactLimitBytes = 32e6,
-): Promise<{ tokens: number; batches: number; exact: boolean }> {
+/** The sample estimateEpoch reads: the first documents of the split, up to either limit. */
+export interface EpochSample {
+  documents: number;
+  bytes: number;
+}
+export const DEFAULT_EPOCH_SAMPLE: EpochSample = { documents: 1000, bytes: 4e6 };
+
+export interface EpochEstimate {
+  /** Document tokens (as StreamStats.tokens counts them) and batches of one epoch. */
+  tokens: number;
+  batches: number;
+  /** True when the sample was the whole split (then the counts are exact). */
+  exact: boolean;
+  /** What the estimate rests on: the sample's documents and text bytes, and the split's text bytes (null: unknown, rows used). */
+  sample: { documents: number; bytes: number };
+  splitBytes: number | null;
+}
+
+/**
+ * Counts of one epoch, estimated without reading the split: the split's text bytes come from the shards' IPC headers
+ * (a few small reads per record batch; rows when the bytes cannot be told, e.g. dictionary-encoded text), and tokens
+ * and examples per byte (or per row) from the first documents of the split, at most `sample.documents` documents or
+ * `sample.bytes` of text. When the sample reaches the end of the split the counts are exact. `tokens` counts
+ * document tokens as StreamStats.tokens does.
+ */
+export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample: EpochSample = DEFAULT_EPOCH_SAMPLE): Promise<EpochEstimate> {
   validateOptions(opts);
   const { tokenizer, kind, seqLen, batchSize } = opts;
   const described = await describeSplit(opts.dataset, opts.split, opts.textColumn);
-  const exact = described.bytes === null || described.bytes <= exactLimitBytes;
   let tokens = 0;
   let documents = 0;
   let bytes = 0;
+  let rows = 0;
   let bertChunks = 0;
   outer: for (const shard of described.shards) {
     for await (const { texts } of readTextBatches(shard, opts.textColumn)) {
+      rows += texts.length;
       const kept = texts.filter((t): t is string => t !== null && t.trim().length > 0);
       for (const ids of await tokenizer.encodeBatch(kept)) {
         if (ids.length === 0) continue;
@@ -511,15 +526,13 @@ export async function estimateEpoch(
         bertChunks += Math.ceil(ids.length / (seqLen - 2));
       }
       for (const t of kept) bytes += Buffer.byteLength(t, 'utf8');
-      if (!exact && documents >= sampleDocs) break outer;
+      if (documents >= sample.documents || bytes >= sample.bytes) break outer;
     }
   }
-  let examples = kind === 'gpt' ? windowCount(tokens + documents, seqLen) : bertChunks;
-  if (!exact && bytes > 0) {
-    const scale = described.bytes! / bytes;
-    tokens = Math.round(tokens * scale);
-    examples = kind === 'gpt' ? windowCount(Math.round((tokens + documents * scale)), seqLen) : Math.round(bertChunks * scale);
-  }
+  const exact = rows === described.rows;
+  // Scale the sample to the split: by text bytes when the headers tell them, else by rows.
+  const scale = exact ? 1 : described.bytes !== null && bytes > 0 ? described.bytes / bytes : described.rows! / Math.max(1, rows);
+  const examples = kind === 'gpt' ? windowCount(Math.round((tokens + documents) * scale), seqLen) : Math.round(bertChunks * scale);
   const batches = opts.split === 'train' ? Math.floor(examples / batchSize) : Math.ceil(examples / batchSize);
-  return { tokens, batches, exact };
+  return { tokens: Math.round(tokens * scale), batches, exact, sample: { documents, bytes }, splitBytes: described.bytes };
 }

@@ -27,9 +27,78 @@ const SPECIAL_NAMES: Record<keyof SpecialIds, string[]> = {
 
 interface TokenizerJson {
   added_tokens?: { id: number; content: string; special?: boolean }[];
-  pre_tokenizer?: { type?: string; pretokenizers?: { type?: string }[] } | null;
+  normalizer?: { type?: string; normalizers?: { type?: string }[] } | null;
+  pre_tokenizer?: { type?: string; add_prefix_space?: boolean; use_regex?: boolean; pretokenizers?: { type?: string }[] } | null;
   decoder?: { type?: string; decoders?: { type?: string }[] } | null;
   model?: { type?: string; continuing_subword_prefix?: string | null; byte_fallback?: boolean };
+}
+
+/**
+ * Long documents are tokenized in pieces, so that memory is set by the piece size (the native tokenizer needs ~170
+ * bytes per input character) and not by the longest document. A piece ends just before a space that has a
+ * non-space character on each side: a pre-tokenizer boundary of byte-level BPE (GPT-2's split regex keeps a space
+ * with the word after it and never joins a non-space character to the space after it) and of the whitespace and
+ * BERT pre-tokenizers, so the pieces give exactly the ids of the whole. Only a run of more than HARD_PIECE_CHARS
+ * characters without such a space is cut anywhere (outside surrogate pairs and special tokens); its ids may then
+ * differ at the cut.
+ */
+const PIECE_CHARS = 16_384;
+const HARD_PIECE_CHARS = 4 * PIECE_CHARS;
+/** Characters given to one native encodeBatch call (its peak memory is ~170 bytes per character). */
+const CALL_CHARS = 1 << 18;
+/** Unicode White_Space: JavaScript's \s plus U+0085, which the tokenizers' regex engine also counts. */
+const SPACE = /[\s\u0085]/;
+/** Normalizers that work character by character (nothing at the edges of the input, such as Strip). */
+const LOCAL_NORMALIZERS = new Set(['NFC', 'NFD', 'NFKC', 'NFKD', 'Lowercase', 'BertNormalizer']);
+const SPLIT_PRE_TOKENIZERS = new Set(['BertPreTokenizer', 'Whitespace', 'WhitespaceSplit']);
+
+/** Whether cutting at the boundaries above gives the ids of the whole text, from the tokenizer.json. */
+function canEncodeInPieces(json: TokenizerJson): boolean {
+  const normalizers = json.normalizer ? (json.normalizer.type === 'Sequence' ? json.normalizer.normalizers ?? [] : [json.normalizer]) : [];
+  if (!normalizers.every((n) => LOCAL_NORMALIZERS.has(n.type ?? ''))) return false;
+  if ((json.added_tokens ?? []).some((t) => SPACE.test(t.content))) return false;
+  const pre = json.pre_tokenizer;
+  if (!pre) return false;
+  if (pre.type === 'ByteLevel') return pre.add_prefix_space === false && pre.use_regex !== false;
+  return SPLIT_PRE_TOKENIZERS.has(pre.type ?? '');
+}
+
+/**
+ * [start, end) pieces of `text`, each ending before a space with non-space characters on both sides once at least
+ * PIECE_CHARS long (see above), or at HARD_PIECE_CHARS when there is none.
+ */
+export function pieceRanges(text: string, specials: readonly string[]): [number, number][] {
+  const out: [number, number][] = [];
+  let start = 0;
+  while (text.length - start > PIECE_CHARS) {
+    let cut = -1;
+    for (let i = start + PIECE_CHARS; i < Math.min(text.length - 1, start + HARD_PIECE_CHARS); i++) {
+      if (text[i] === ' ' && !SPACE.test(text[i - 1]) && !SPACE.test(text[i + 1])) {
+        cut = i;
+        break;
+      }
+    }
+    if (cut < 0) {
+      if (text.length - start <= HARD_PIECE_CHARS) break;
+      cut = hardCut(text, start + HARD_PIECE_CHARS, specials);
+    }
+    out.push([start, cut]);
+    start = cut;
+  }
+  out.push([start, text.length]);
+  return out;
+}
+
+/** `at`, moved back out of a surrogate pair and out of any special token that spans it. */
+function hardCut(text: string, at: number, specials: readonly string[]): number {
+  let cut = at;
+  const code = text.charCodeAt(cut);
+  if (code >= 0xdc00 && code <= 0xdfff) cut--; // a low surrogate: cut before its pair
+  for (const special of specials) {
+    const from = text.lastIndexOf(special, cut - 1);
+    if (from >= 0 && from < cut && from + special.length > cut) cut = from;
+  }
+  return cut;
 }
 
 type TokenStyle = 'byte-level' | 'wordpiece' | 'metaspace' | 'plain';
@@ -39,6 +108,9 @@ export class TextTokenizer {
   readonly specialIds: SpecialIds;
   /** UTF-8 byte count of every id (index = id). */
   private readonly bytesPerToken: Uint16Array;
+  /** Whether long texts may be encoded in pieces (see PIECE_CHARS), and the added tokens a hard cut must avoid. */
+  private readonly inPieces: boolean;
+  private readonly addedTokens: string[];
 
   private constructor(
     readonly path: string,
@@ -60,6 +132,8 @@ export class TextTokenizer {
       }
     }
     this.bytesPerToken = computeTokenBytes(native, this.vocabSize, specials, tokenStyle(json));
+    this.inPieces = canEncodeInPieces(json);
+    this.addedTokens = (json.added_tokens ?? []).map((t) => t.content);
   }
 
   /** Loads any `tokenizer.json`; errors name the file. */
@@ -90,11 +164,28 @@ export class TextTokenizer {
     return new TextTokenizer(path, sha256, native, json);
   }
 
-  /** Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added). */
+  /**
+   * Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added). Long texts are
+   * encoded in pieces with the ids of the whole (see PIECE_CHARS), and the native calls take at most CALL_CHARS
+   * characters each (or one piece), so memory is bounded by those sizes and not by the longest text.
+   */
   async encodeBatch(texts: string[]): Promise<Int32Array[]> {
-    if (texts.length === 0) return [];
-    const encodings = await this.native.encodeBatch(texts, { addSpecialTokens: false });
-    return encodings.map((e) => Int32Array.from(e.getIds()));
+    const pieces: { text: number; start: number; end: number }[] = [];
+    texts.forEach((text, i) => {
+      const ranges: [number, number][] = this.inPieces ? pieceRanges(text, this.addedTokens) : [[0, text.length]];
+      for (const [start, end] of ranges) pieces.push({ text: i, start, end });
+    });
+    const parts: Int32Array[][] = texts.map(() => []);
+    for (let first = 0; first < pieces.length; ) {
+      let last = first + 1;
+      let chars = pieces[first].end - pieces[first].start;
+      while (last < pieces.length && chars + pieces[last].end - pieces[last].start <= CALL_CHARS) chars += pieces[last].end - pieces[last++].start;
+      const call = pieces.slice(first, last);
+      const encodings = await this.native.encodeBatch(call.map((p) => texts[p.text].slice(p.start, p.end)), { addSpecialTokens: false });
+      encodings.forEach((e, k) => parts[call[k].text].push(Int32Array.from(e.getIds())));
+      first = last;
+    }
+    return parts.map(concatenate);
   }
 
   async decode(ids: ArrayLike<number>, skipSpecial = false): Promise<string> {
@@ -138,6 +229,17 @@ function computeTokenBytes(native: Tokenizer, vocabSize: number, specials: Set<n
       bytes = utf8.encode(token).length;
     }
     out[id] = bytes;
+  }
+  return out;
+}
+
+function concatenate(parts: Int32Array[]): Int32Array {
+  if (parts.length === 1) return parts[0];
+  const out = new Int32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
   }
   return out;
 }

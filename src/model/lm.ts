@@ -39,7 +39,7 @@ export interface ModelBatch {
 
 export const IGNORE_LABEL = -100;
 
-function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
+export function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
   if (c.kind === 'gpt') return [];
   const d = c.dModel;
   return [

@@ -9,25 +9,36 @@
 // Nothing else is random: dropout masks are seeded by deriveSeed(train.seed, `dropout/<step>`) and the
 // Performer/DARKFormer projection in use is draw floor(step / redrawInterval), so both follow from the step.
 //
-// Writing is crash-safe: the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced, the folder is
-// fsynced and renamed to `step-000100`, the parent is fsynced, and only then COMPLETE is written (itself through a
-// temporary name, fsync and rename). A process killed at any moment leaves every earlier checkpoint complete.
+// Writing is crash-safe (atomic-folder.ts): the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced,
+// COMPLETE records their sha256, the folder is fsynced and renamed to `step-000100`, and the parent is fsynced. A
+// process killed at any moment leaves every earlier checkpoint complete. Loading checks the checksums, and treats
+// every file as untrusted: state, recipe and cursor are validated and the tensors decoded with bounds checks.
+//
+// A checkpoint belongs to a run when it sits in `<run>/checkpoints/step-NNNNNN/` and `<run>` holds the config.json and
+// env.json that RunLogger writes; only then does a resume continue in (and prune, and replace final/ of) that folder.
 import { existsSync, readdirSync, statSync } from 'node:fs';
-import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { parseCursor } from '../data/stream.ts';
 import type { DataCursor } from '../data/stream.ts';
 import type { LanguageModel } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
+import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from './atomic-folder.ts';
 import type { AdamW } from './optimizer.ts';
+import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from './safetensors.ts';
 import type { NamedArray } from './safetensors.ts';
 
+export { COMPLETE_MARKER };
 export const CHECKPOINTS_DIR = 'checkpoints';
-export const COMPLETE_MARKER = 'COMPLETE';
 const STATE_VERSION = 1;
+/** What a checkpoint folder holds besides COMPLETE: the only names pruning may delete. */
+const CHECKPOINT_FILES = new Set(['model.safetensors', 'optimizer.safetensors', 'cursor.json', 'state.json', 'recipe.json']);
+/** Files RunLogger writes first into every run folder: their presence is what makes a folder a run. */
+const RUN_FILES = ['config.json', 'env.json'];
 
 /** Loop counters a resumed run continues from. */
 export interface TrainingCounters {
@@ -42,8 +53,9 @@ export interface TrainingCounters {
   elapsedS: number;
   /** The partial logging window (sums since the last train record), so the next record averages the same steps. */
   window: { loss: number; steps: number; tokens: number; seconds: number };
-  /** Updates dropped by train.nanPolicy = skip. */
+  /** Updates dropped by train.nanPolicy = skip, in all and in a row up to this step. */
   skippedSteps: number;
+  consecutiveSkips: number;
 }
 
 export interface CheckpointState extends TrainingCounters {
@@ -75,27 +87,6 @@ export function checkpointName(step: number): string {
 
 const NAME_PATTERN = /^step-(\d{6,})$/;
 
-export async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
-  const handle = await open(file, 'w');
-  try {
-    await handle.writeFile(data);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
-/** fsync of a folder makes the names created or renamed in it durable (Linux, macOS). */
-export async function syncDir(dir: string): Promise<void> {
-  if (process.platform === 'win32') return; // folders cannot be opened for fsync there; NTFS renames are journaled
-  const handle = await open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
 async function tensorsOf(variables: Map<string, tf.Tensor>, prefix = ''): Promise<Map<string, NamedArray>> {
   const out = new Map<string, NamedArray>();
   for (const [name, v] of variables) out.set(prefix + name, { shape: v.shape, data: (await v.data()) as Float32Array });
@@ -105,13 +96,6 @@ async function tensorsOf(variables: Map<string, tf.Tensor>, prefix = ''): Promis
 /** Writes the checkpoint of `input.state.step` under `<runDir>/checkpoints/` (see the top of this file); returns its folder. */
 export async function saveCheckpoint(runDir: string, input: CheckpointInput): Promise<string> {
   const { model, optimizer, cursor, recipe, state } = input;
-  const parent = path.join(runDir, CHECKPOINTS_DIR);
-  await mkdir(parent, { recursive: true });
-  const name = checkpointName(state.step);
-  const tmp = path.join(parent, `.${name}.tmp-${process.pid}`);
-  const target = path.join(parent, name);
-  await rm(tmp, { recursive: true, force: true });
-  await mkdir(tmp);
   const header = {
     format: 'slayformer',
     kind: model.kind,
@@ -121,7 +105,6 @@ export async function saveCheckpoint(runDir: string, input: CheckpointInput): Pr
     step: String(state.step),
   };
   const weights = await tensorsOf(new Map([...model.parameters(), ...model.buffers()]));
-  await writeFileSynced(path.join(tmp, 'model.safetensors'), encodeSafetensors(weights, header));
   const adam = optimizer.getState();
   let moments: Map<string, NamedArray>;
   try {
@@ -129,21 +112,15 @@ export async function saveCheckpoint(runDir: string, input: CheckpointInput): Pr
   } finally {
     tf.dispose([...adam.m.values(), ...adam.v.values()]);
   }
-  await writeFileSynced(path.join(tmp, 'optimizer.safetensors'), encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) }));
-  await writeFileSynced(path.join(tmp, 'cursor.json'), JSON.stringify(cursor));
   const full: CheckpointState = { version: STATE_VERSION, ...state, savedAt: new Date().toISOString() };
-  await writeFileSynced(path.join(tmp, 'state.json'), JSON.stringify(full, null, 2) + '\n');
-  await writeFileSynced(path.join(tmp, 'recipe.json'), JSON.stringify(recipe, null, 2) + '\n');
-  await syncDir(tmp);
-  // A folder of the same step can only be a leftover without COMPLETE (or one this step overwrites).
-  await rm(target, { recursive: true, force: true });
-  await rename(tmp, target);
-  await syncDir(parent);
-  const marker = path.join(target, `${COMPLETE_MARKER}.tmp`);
-  await writeFileSynced(marker, `${full.savedAt}\n`);
-  await rename(marker, path.join(target, COMPLETE_MARKER));
-  await syncDir(target);
-  return target;
+  const files = new Map<string, string | Uint8Array>([
+    ['model.safetensors', encodeSafetensors(weights, header)],
+    ['optimizer.safetensors', encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) })],
+    ['cursor.json', JSON.stringify(cursor)],
+    ['state.json', JSON.stringify(full, null, 2) + '\n'],
+    ['recipe.json', JSON.stringify(recipe, null, 2) + '\n'],
+  ]);
+  return writeFolderAtomically(path.join(runDir, CHECKPOINTS_DIR), checkpointName(state.step), files, CHECKPOINT_FILES);
 }
 
 /** Complete checkpoints of a run folder, oldest first (temporary and unmarked folders are ignored). */
@@ -161,8 +138,8 @@ export function listCheckpoints(runDir: string): CheckpointInfo[] {
 
 export interface LoadedCheckpoint {
   dir: string;
-  /** The run folder the checkpoint belongs to (`<run>/checkpoints/<step>/` → `<run>`). */
-  runDir: string;
+  /** The run folder the checkpoint belongs to (`<run>/checkpoints/<step>/` → `<run>`), or null when it is not inside one. */
+  runDir: string | null;
   state: CheckpointState;
   recipe: Recipe;
   cursor: DataCursor;
@@ -170,33 +147,83 @@ export interface LoadedCheckpoint {
   optimizer: { step: number; m: Map<string, NamedArray>; v: Map<string, NamedArray> };
 }
 
-/** Reads a complete checkpoint folder; errors name the folder and the missing or bad file. */
+/** The run folder a checkpoint folder belongs to (see the top of this file), or null. */
+export function runFolderOf(checkpointDir: string): string | null {
+  const abs = path.resolve(checkpointDir);
+  const parent = path.dirname(abs);
+  if (!NAME_PATTERN.test(path.basename(abs)) || path.basename(parent) !== CHECKPOINTS_DIR) return null;
+  const runDir = path.dirname(parent);
+  return RUN_FILES.every((f) => statSync(path.join(runDir, f), { throwIfNoEntry: false })?.isFile()) ? runDir : null;
+}
+
+/** Reads a complete checkpoint folder, checking every file (see the top of this file); errors name the file and the field. */
 export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
   const abs = path.resolve(dir);
   if (!statSync(abs, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`checkpoint ${abs} does not exist`);
   if (!existsSync(path.join(abs, COMPLETE_MARKER))) {
     throw new Error(`checkpoint ${abs} is incomplete (no ${COMPLETE_MARKER} marker: the save was interrupted); use an earlier one`);
   }
+  const files = await readCheckedFiles(abs, [...CHECKPOINT_FILES]);
   const file = (name: string) => path.join(abs, name);
-  const json = async <T>(name: string): Promise<T> => {
+  const json = (name: string): unknown => {
     try {
-      return JSON.parse(await readFile(file(name), 'utf8')) as T;
+      return JSON.parse(files.get(name)!.toString('utf8'));
     } catch (err) {
-      throw new Error(`checkpoint ${abs}: ${name} cannot be read (${(err as Error).message})`);
+      throw new Error(`${file(name)} is not valid JSON (${(err as Error).message})`);
     }
   };
-  const state = await json<CheckpointState>('state.json');
-  if (state.version !== STATE_VERSION) throw new Error(`checkpoint ${abs}: state.json version ${state.version} is not supported (expected ${STATE_VERSION})`);
-  const recipe = await json<Recipe>('recipe.json');
-  const cursor = await json<DataCursor>('cursor.json');
-  const weights = decodeSafetensors(await readFile(file('model.safetensors')), file('model.safetensors')).tensors;
-  const adam = decodeSafetensors(await readFile(file('optimizer.safetensors')), file('optimizer.safetensors'));
+  const state = checkState(json('state.json'), file('state.json'));
+  const recipe = parseRecipe(files.get('recipe.json')!.toString('utf8'), file('recipe.json'));
+  const cursor = parseCursor(json('cursor.json'), file('cursor.json'));
+  const weights = decodeSafetensors(files.get('model.safetensors')!, file('model.safetensors')).tensors;
+  const optimizer = readMoments(files.get('optimizer.safetensors')!, file('optimizer.safetensors'));
+  return { dir: abs, runDir: runFolderOf(abs), state, recipe, cursor, weights, optimizer };
+}
+
+/** AdamW's step count and moments m.<name> / v.<name>, each m with its v of the same shape. */
+function readMoments(bytes: Uint8Array, source: string): LoadedCheckpoint['optimizer'] {
+  const adam = decodeSafetensors(bytes, source);
   const m = new Map<string, NamedArray>();
   const v = new Map<string, NamedArray>();
-  for (const [name, t] of adam.tensors) (name.startsWith('m.') ? m : v).set(name.slice(2), t);
+  for (const [name, t] of adam.tensors) {
+    if (!/^[mv]\./.test(name)) throw new Error(`${source}: tensor '${name}' is neither m.<parameter> nor v.<parameter>`);
+    (name.startsWith('m.') ? m : v).set(name.slice(2), t);
+  }
+  for (const [name, t] of m) {
+    if (!tf.util.arraysEqual(v.get(name)?.shape ?? [-1], t.shape)) throw new Error(`${source}: m.${name} has no v.${name} of the same shape`);
+  }
+  if (v.size !== m.size) throw new Error(`${source}: ${v.size} v moments but ${m.size} m moments`);
   const step = Number(adam.metadata.step);
-  if (!Number.isInteger(step)) throw new Error(`checkpoint ${abs}: optimizer.safetensors has no integer metadata 'step'`);
-  return { dir: abs, runDir: path.dirname(path.dirname(abs)), state, recipe, cursor, weights, optimizer: { step, m, v } };
+  if (!Number.isSafeInteger(step) || step < 0) throw new Error(`${source}: metadata 'step' must be an integer ≥ 0 (got ${JSON.stringify(adam.metadata.step)})`);
+  return { step, m, v };
+}
+
+/** state.json, checked field by field (errors name the file and the field). */
+function checkState(value: unknown, file: string): CheckpointState {
+  const fail = (field: string, expected: string, got: unknown): never => {
+    throw new Error(`${file}: ${field} must be ${expected} (got ${String(JSON.stringify(got)).slice(0, 80)})`);
+  };
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) fail('the file', 'a JSON object', value);
+  const s = value as Record<string, unknown>;
+  if (s.version !== STATE_VERSION) throw new Error(`${file}: version ${JSON.stringify(s.version)} is not supported (expected ${STATE_VERSION})`);
+  const count = (field: string, v: unknown) => (Number.isSafeInteger(v) && (v as number) >= 0 ? v : fail(field, 'an integer ≥ 0', v));
+  const seconds = (field: string, v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : fail(field, 'a finite number ≥ 0', v));
+  const lossOrNull = (field: string, v: unknown) => (v === null || (typeof v === 'number' && Number.isFinite(v)) ? v : fail(field, 'a finite number or null', v));
+  s.consecutiveSkips ??= 0; // checkpoints written before train.nanSkipLimit existed
+  for (const field of ['step', 'tokens', 'batchesSeen', 'skippedSteps', 'consecutiveSkips']) count(field, s[field]);
+  for (const field of ['trainSeconds', 'elapsedS']) seconds(field, s[field]);
+  for (const field of ['valLoss', 'bestValLoss']) lossOrNull(field, s[field]);
+  const w = s.window as Record<string, unknown> | null;
+  if (typeof w !== 'object' || w === null) fail('window', 'an object {loss, steps, tokens, seconds}', w);
+  count('window.steps', w!.steps);
+  count('window.tokens', w!.tokens);
+  seconds('window.seconds', w!.seconds);
+  if (typeof w!.loss !== 'number' || !Number.isFinite(w!.loss)) fail('window.loss', 'a finite number', w!.loss);
+  const t = s.tokenizer as Record<string, unknown> | null;
+  if (typeof t !== 'object' || t === null || typeof t.path !== 'string' || typeof t.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(t.sha256)) {
+    fail('tokenizer', 'an object {path, sha256 (64 hex digits)}', t);
+  }
+  return value as CheckpointState;
 }
 
 /** Copies the checkpoint's weights and buffers into `model` and its moments into `optimizer` (names and shapes must match). */
@@ -295,7 +322,8 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
 /**
  * Deletes checkpoints beyond the newest `keep`, except the one with the lowest validation loss (among checkpoints
  * taken at a validation step), and leftovers of interrupted saves (temporary or unmarked folders) other than
- * `exceptDir`. Returns the deleted folders.
+ * `exceptDir`. Only folders named as this project names them and holding nothing but checkpoint files are deleted;
+ * anything else under checkpoints/ is left alone. Returns the deleted folders.
  */
 export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?: string): Promise<string[]> {
   const parent = path.join(runDir, CHECKPOINTS_DIR);
@@ -306,7 +334,7 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
   for (const c of complete) {
     try {
       const state = JSON.parse(await readFile(path.join(c.dir, 'state.json'), 'utf8')) as CheckpointState;
-      if (state.valLoss !== null && state.valLoss < bestLoss) {
+      if (typeof state.valLoss === 'number' && state.valLoss < bestLoss) {
         bestLoss = state.valLoss;
         best = c;
       }
@@ -320,9 +348,9 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
   const deleted: string[] = [];
   for (const entry of readdirSync(parent)) {
     const dir = path.join(parent, entry);
-    if (kept.has(dir)) continue;
-    await rm(dir, { recursive: true, force: true });
-    deleted.push(dir);
+    const ours = NAME_PATTERN.test(entry) || /^\.step-\d{6,}\.(tmp|old)-\d+$/.test(entry);
+    if (!ours || kept.has(dir)) continue;
+    if (await removeOwnFolder(dir, CHECKPOINT_FILES)) deleted.push(dir);
   }
   return deleted;
 }
@@ -335,8 +363,9 @@ function runFolderOrder(name: string, entry: string): [string, number] | null {
 }
 
 /**
- * The checkpoint `--resume <what>` names. `auto`: the newest complete checkpoint of the newest run folder of
- * this recipe name under train.runDir. A run folder: its newest complete checkpoint. Else a checkpoint folder.
+ * The checkpoint `--resume <what>` names. `auto`: the newest complete checkpoint of the newest run folder of this
+ * recipe name under train.runDir that has one (folders of failed starts are passed over). A run folder: its newest
+ * complete checkpoint. Else a checkpoint folder.
  */
 export function resolveResume(recipe: Recipe, what: string): string {
   if (what === 'auto') {
@@ -346,12 +375,11 @@ export function resolveResume(recipe: Recipe, what: string): string {
       .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry)).isDirectory())
       .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1));
     if (runs.length === 0) throw new Error(`--resume auto: no run folder of recipe '${recipe.name}' in ${path.resolve(parent)}`);
-    const runDir = path.join(parent, runs.at(-1)!.entry);
-    const newest = listCheckpoints(runDir).at(-1);
-    if (!newest) {
-      throw new Error(`--resume auto: the newest run folder of '${recipe.name}', ${path.resolve(runDir)}, has no complete checkpoint; name a checkpoint folder instead`);
+    for (const run of runs.reverse()) {
+      const newest = listCheckpoints(path.join(parent, run.entry)).at(-1);
+      if (newest) return newest.dir;
     }
-    return newest.dir;
+    throw new Error(`--resume auto: none of the ${runs.length} run folders of '${recipe.name}' in ${path.resolve(parent)} has a complete checkpoint; name a checkpoint folder instead`);
   }
   const abs = path.resolve(what);
   if (!statSync(abs, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--resume ${what}: no such folder (give 'auto', a run folder or a checkpoint folder)`);
@@ -388,8 +416,9 @@ export function signalExitCode(signal: NodeJS.Signals): number {
 /** What the training loop keeps between checkpoints: where they go, the best validation loss, the newest one. */
 export class CheckpointWriter {
   bestValLoss: number | null;
-  /** The newest complete checkpoint of this run (the one resumed from, until a new one is saved). */
+  /** The newest complete checkpoint of this run (the one resumed from, until a new one is saved), and its step. */
   lastDir: string | null;
+  lastStep: number | null;
 
   constructor(
     private readonly runDir: string,
@@ -400,6 +429,7 @@ export class CheckpointWriter {
   ) {
     this.bestValLoss = resumed?.state.bestValLoss ?? null;
     this.lastDir = resumed?.dir ?? null;
+    this.lastStep = resumed?.state.step ?? null;
   }
 
   /** Saves the checkpoint of `counters.step` (valLoss: the validation loss measured at that step, if any), then prunes. */
@@ -411,6 +441,7 @@ export class CheckpointWriter {
       state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer },
     });
     this.lastDir = dir;
+    this.lastStep = counters.step;
     await pruneCheckpoints(this.runDir, this.recipe.train.keepCheckpoints, dir);
     this.line(`checkpoint step ${counters.step} saved in ${((performance.now() - t0) / 1000).toFixed(2)} s: ${dir}`);
     return dir;

@@ -1,17 +1,21 @@
 // Loads a trained model for evaluation or generation from a model folder — a run's final/ folder or
 // a training checkpoint (both hold model.safetensors + recipe.json) — or from a run folder (its
-// final/); Hugging Face folders go to src/hf/load.ts. Reading and copying the tensors by name is finetune.ts's readModelFolder/loadWeights;
-// this file adds the eval-side checks (clear errors naming the folder) and builds the model.
+// final/); Hugging Face folders go to src/hf/load.ts. Copying the tensors by name is finetune.ts's
+// loadWeights; this file checks the untrusted files first (clear errors naming the file) and builds the model.
 import { existsSync, statSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../model/lm.ts';
 import { hfFolderOf } from '../hf/folder.ts';
 import { loadHfModel } from '../hf/load.ts';
-import { COMPLETE_MARKER } from './checkpoint.ts';
-import { loadWeights, MODEL_FILE, readModelFolder, RECIPE_FILE } from './finetune.ts';
+import { COMPLETE_MARKER, readCheckedFiles } from './atomic-folder.ts';
+import { loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
+import { runFolderOf } from './checkpoint.ts';
+import { relocateRecipePaths } from './metrics.ts';
+import { checkModelConfig, checkModelTensors } from './model-check.ts';
+import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
+import { decodeSafetensors } from './safetensors.ts';
 import { modelConfigFromRecipe } from './trainer.ts';
 
 export interface LoadedModel {
@@ -44,37 +48,45 @@ export function resolveModelFolder(dir: string): string {
 }
 
 /**
- * Builds the model the folder was saved from (the config in the safetensors header; recipe.json's
- * model section and the saved embedding's vocabulary as a fallback) and loads every parameter and
- * buffer by name. Dropout is irrelevant here: evaluation and decoding run without it.
+ * Builds the model the folder was saved from (the config in the safetensors header; recipe.json's model section and
+ * the saved embedding's vocabulary as a fallback) and loads every parameter and buffer by name. The files are
+ * untrusted: checksums (when the folder's COMPLETE marker has them), the recipe, the config and every tensor's name
+ * and shape are checked before the model is built (model-check.ts). Dropout is irrelevant here: evaluation and
+ * decoding run without it.
  */
 export async function loadModel(dir: string): Promise<LoadedModel> {
   const hfDir = hfFolderOf(dir); // `hf:<folder>`, or a folder whose config.json has a model_type
   if (hfDir) return loadHfModel(hfDir);
   const folder = resolveModelFolder(dir);
-  let recipe: Recipe;
-  try {
-    recipe = JSON.parse(await readFile(path.join(folder, RECIPE_FILE), 'utf8')) as Recipe;
-  } catch (err) {
-    throw new Error(`checkpoint folder ${folder}: ${RECIPE_FILE} cannot be read (${(err as Error).message})`);
-  }
-  const source = await readModelFolder(folder);
+  const files = await readCheckedFiles(folder, [MODEL_FILE, RECIPE_FILE]);
+  const modelFile = path.join(folder, MODEL_FILE);
+  const saved = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), path.join(folder, RECIPE_FILE));
+  const runDir = path.basename(folder) === 'final' ? path.dirname(folder) : runFolderOf(folder);
+  const recipe = runDir ? relocateRecipePaths(saved, runDir) : saved;
+  const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
   let config: LanguageModelConfig;
-  if (source.metadata.config) {
-    config = JSON.parse(source.metadata.config) as LanguageModelConfig;
+  if (metadata.config) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(metadata.config);
+    } catch (err) {
+      throw new Error(`${modelFile}: metadata 'config' is not valid JSON (${(err as Error).message})`);
+    }
+    config = checkModelConfig(parsed, `${modelFile} (metadata 'config')`);
   } else {
-    const embedding = source.tensors.get('embed.tokens.weight');
-    if (!embedding) throw new Error(`checkpoint folder ${folder}: ${MODEL_FILE} has no 'embed.tokens.weight' and no config metadata`);
+    const embedding = tensors.get('embed.tokens.weight');
+    if (!embedding || embedding.shape.length !== 2) throw new Error(`${modelFile} has no 'embed.tokens.weight' matrix and no config metadata`);
     config = modelConfigFromRecipe(recipe, embedding.shape[0]);
   }
+  checkModelTensors(config, tensors, modelFile);
   const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next
   try {
-    loadWeights(model, source);
+    loadWeights(model, { dir: folder, tensors, metadata, config });
   } catch (err) {
     model.dispose();
     throw new Error(`checkpoint folder ${folder}: ${(err as Error).message}`);
   }
-  return { dir: folder, model, recipe, metadata: source.metadata };
+  return { dir: folder, model, recipe, metadata };
 }
 
 /**

@@ -1,12 +1,17 @@
 // Run folders and metric records. A run folder `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
 //   config.json    the resolved recipe (rewritten when the run is resumed)
-//   env.json       where it ran (node, platform, CPUs, memory, command line, start time)
+//   env.json       where it came from and ran: the git commit (and whether the tree was dirty), the versions of
+//                  Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
+//                  start time, and the data paths both absolute and relative to the run folder (a moved run folder
+//                  still finds data that moved with it); each resume appends its own entry under `resumes`
 //   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves
 //   log.txt        the progress lines and warnings printed during the run
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/train/wandb.ts)
 //   summary.json   written by finish()
 // Progress lines go to stdout, warnings to stderr.
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import type { Recipe } from './recipe.ts';
@@ -48,6 +53,9 @@ export interface RunLoggerOptions {
   /** With resumeDir: the step of the checkpoint resumed from; records after it (logged before the crash but
    *  not covered by the checkpoint) are dropped so metrics.jsonl stays one consistent history. */
   resumeStep?: number;
+  /** With resumeStep: that checkpoint is the run's last step and the run is being finished, which validates at that
+   *  step again, so a validation record already logged there is dropped too. */
+  finishing?: boolean;
   /** Print progress lines (default true; tests turn it off). */
   echo?: boolean;
   /** Seconds to wait for W&B to flush at finish() (default 60). */
@@ -81,9 +89,9 @@ export class RunLogger {
     }
     const logger = new RunLogger(dir, opts);
     writeJson(path.join(dir, 'config.json'), recipe);
-    writeJson(path.join(dir, 'env.json'), environment());
+    await writeEnvironment(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
 
-    const kept = opts.resumeDir ? logger.truncateForResume(opts.resumeStep) : [];
+    const kept = opts.resumeDir ? logger.truncateForResume(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
@@ -139,11 +147,11 @@ export class RunLogger {
     }
   }
 
-  /** Keeps the records up to resumeStep (all if undefined), rewrites metrics.jsonl, returns them. */
-  private truncateForResume(resumeStep: number | undefined): MetricRecord[] {
+  /** Keeps the records up to resumeStep (all if undefined; see `finishing`), rewrites metrics.jsonl, returns them. */
+  private truncateForResume(resumeStep: number | undefined, finishing: boolean): MetricRecord[] {
     const file = path.join(this.dir, METRICS_FILE);
     const records = fs.existsSync(file) ? readMetrics(this.dir) : [];
-    const kept = resumeStep === undefined ? records : records.filter((r) => r.step <= resumeStep);
+    const kept = resumeStep === undefined ? records : records.filter((r) => r.step < resumeStep || (r.step === resumeStep && !(finishing && r.split === 'val')));
     fs.writeFileSync(file, kept.map((r) => JSON.stringify(r) + '\n').join(''));
     this.records = kept.length;
     return kept;
@@ -258,7 +266,45 @@ function makeRunDir(parent: string, name: string): string {
   }
 }
 
-function environment(): Record<string, unknown> {
+const ENV_FILE = 'env.json';
+const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
+
+/** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
+function gitSource(): { commit: string | null; dirty: boolean | null; reason?: string } {
+  const git = (...args: string[]) => execFileSync('git', ['-C', REPO_ROOT, ...args], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    const commit = git('rev-parse', 'HEAD').trim();
+    return { commit, dirty: git('status', '--porcelain').trim() !== '' };
+  } catch (err) {
+    return { commit: null, dirty: null, reason: `not a git checkout, or git is missing (${(err as Error).message.split('\n')[0]})` };
+  }
+}
+
+/**
+ * Versions of the TensorFlow.js packages and of the running backend; TensorFlow's own on the tensorflow backend.
+ * tfjs is imported here, not at the top: readers of run folders (compare, replay) import this file and need no tfjs.
+ */
+async function backendVersions(): Promise<Record<string, unknown>> {
+  const tf = await import('@tensorflow/tfjs');
+  const backend = tf.engine().backendName ?? null;
+  const versions: Record<string, string | null> = { ...tf.version };
+  try {
+    versions['tfjs-backend-wasm'] = requireFromHere('@tensorflow/tfjs-backend-wasm/package.json').version;
+  } catch {
+    versions['tfjs-backend-wasm'] = null;
+  }
+  // tfjs-node's backend carries its libtensorflow binding, whose TF_Version is TensorFlow's version string.
+  const binding = backend === 'tensorflow' ? (tf.engine().backend as unknown as { binding?: { TF_Version?: string } }).binding : undefined;
+  return { name: backend, tensorflow: binding?.TF_Version ?? null, versions };
+}
+const requireFromHere = createRequire(import.meta.url);
+
+/** An external path as recorded in env.json: absolute, and relative to the run folder. */
+function recordedPath(runDir: string, file: string | null) {
+  return file === null ? null : { absolute: file, fromRun: path.relative(runDir, file) };
+}
+
+async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
   const cpus = os.cpus();
   return {
     node: process.version,
@@ -270,7 +316,52 @@ function environment(): Record<string, unknown> {
     argv: process.argv.slice(1),
     cwd: process.cwd(),
     startedAt: new Date().toISOString(),
+    git: gitSource(),
+    backend: await backendVersions(),
+    paths: {
+      run: runDir,
+      dataset: recordedPath(runDir, recipe.data.dataset),
+      tokenizer: recordedPath(runDir, recipe.data.tokenizer),
+      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith('auto:') ? null : path.resolve(recipe.initFrom)),
+    },
   };
+}
+
+/** env.json of a new run; a resume (resumedAtStep defined) keeps the first session's and appends its own. */
+async function writeEnvironment(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<void> {
+  const file = path.join(runDir, ENV_FILE);
+  const current = await environment(runDir, recipe);
+  let previous: Record<string, unknown> | null = null;
+  if (resumedAtStep !== undefined) {
+    try {
+      previous = JSON.parse(fs.readFileSync(file, 'utf8'));
+    } catch {
+      previous = null; // missing or damaged: this session's environment stands alone
+    }
+  }
+  const resumes = Array.isArray(previous?.resumes) ? previous.resumes : [];
+  writeJson(file, previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current);
+}
+
+/**
+ * `recipe` with data.dataset and data.tokenizer pointing where they are now for a run folder that may have moved:
+ * a recorded absolute path that no longer exists is replaced by its run-relative form from env.json when that one
+ * exists. Returns the recipe unchanged when nothing moved (or the run has no env.json).
+ */
+export function relocateRecipePaths(recipe: Recipe, runDir: string): Recipe {
+  let paths: Record<string, { absolute?: unknown; fromRun?: unknown } | null> | undefined;
+  try {
+    paths = JSON.parse(fs.readFileSync(path.join(runDir, ENV_FILE), 'utf8')).paths;
+  } catch {
+    return recipe;
+  }
+  const moved = (key: 'dataset' | 'tokenizer', current: string): string => {
+    const recorded = paths?.[key];
+    if (fs.existsSync(current) || typeof recorded?.fromRun !== 'string') return current;
+    const candidate = path.resolve(runDir, recorded.fromRun);
+    return fs.existsSync(candidate) ? candidate : current;
+  };
+  return { ...recipe, data: { ...recipe.data, dataset: moved('dataset', recipe.data.dataset), tokenizer: moved('tokenizer', recipe.data.tokenizer) } };
 }
 
 function writeJson(file: string, value: unknown): void {

@@ -3,7 +3,7 @@
 // fine-tuning section) means adding one row to it and one field to `Recipe`.
 import fs from 'node:fs';
 import path from 'node:path';
-import YAML from 'yaml';
+import YAML, { LineCounter } from 'yaml';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
@@ -51,6 +51,7 @@ export interface Recipe {
     minLr: number;
     schedule: 'cosine' | 'linear' | 'constant';
     warmupSteps: number;
+    warmupFraction: number | null;
     weightDecay: number;
     beta1: number;
     beta2: number;
@@ -66,6 +67,7 @@ export interface Recipe {
     checkpointInterval: number;
     keepCheckpoints: number;
     nanPolicy: 'stop' | 'skip';
+    nanSkipLimit: number;
     runDir: string;
   };
   wandb: { enabled: boolean | 'auto'; project: string; entity: string | null; runName: string | null };
@@ -106,6 +108,11 @@ export interface FieldSpec {
   doc: string;
 }
 
+/** Longest sequence a recipe may ask for (2^20 tokens; the position table and activations grow with it). */
+const MAX_SEQ_LEN = 1 << 20;
+/** Most elements one float32 tensor may hold: TensorFlow.js indexes tensors with 32-bit integers. */
+export const MAX_TENSOR_ELEMENTS = 2 ** 31 - 1;
+
 const derived = (doc: string, compute: DerivedDefault['compute']): DerivedDefault => ({ derived: doc, compute });
 const int = (min?: number, max?: number): FieldType => ({ kind: 'int', min, max });
 const num = (bounds: Omit<Extract<FieldType, { kind: 'number' }>, 'kind'> = {}): FieldType => ({ kind: 'number', ...bounds });
@@ -129,12 +136,12 @@ export const RECIPE_SCHEMA = {
   },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
-  'model.dModel': { type: int(1), default: 128, doc: 'Width of the residual stream; must be divisible by `model.numHeads`.' },
-  'model.numLayers': { type: int(1), default: 4, doc: 'Number of transformer blocks.' },
-  'model.numHeads': { type: int(1), default: 4, doc: 'Attention heads per block (head size = dModel / numHeads).' },
-  'model.mlpRatio': { type: num({ exclusiveMin: 0 }), default: 4, doc: 'MLP hidden width = mlpRatio × dModel.' },
+  'model.dModel': { type: int(1, 65536), default: 128, doc: 'Width of the residual stream; must be divisible by `model.numHeads`.' },
+  'model.numLayers': { type: int(1, 1024), default: 4, doc: 'Number of transformer blocks.' },
+  'model.numHeads': { type: int(1, 4096), default: 4, doc: 'Attention heads per block (head size = dModel / numHeads).' },
+  'model.mlpRatio': { type: num({ exclusiveMin: 0, max: 64 }), default: 4, doc: 'MLP hidden width = mlpRatio × dModel.' },
   'model.dropout': { type: num({ min: 0, exclusiveMax: 1 }), default: 0, doc: 'Dropout probability (0 for small CPU demos; GPU recipes use 0.1).' },
-  'model.maxSeqLen': { type: int(1), default: derived('`data.seqLen`', (r) => r.data.seqLen), doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.' },
+  'model.maxSeqLen': { type: int(1, MAX_SEQ_LEN), default: derived('`data.seqLen`', (r) => r.data.seqLen), doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.' },
   'model.bias': { type: bool, default: true, doc: 'Biases in the linear layers.' },
   'model.normPosition': { type: oneOf(...NORM_POSITIONS), default: 'pre', doc: "Where each block's LayerNorms sit: `pre` = x + f(LN(x)) and a final LayerNorm (GPT-2); `post` = LN(x + f(x)), no final LayerNorm (BERT)." },
   'model.embeddingNorm': { type: bool, default: false, doc: 'A LayerNorm on the summed embeddings (BERT).' },
@@ -147,13 +154,13 @@ export const RECIPE_SCHEMA = {
   'data.dataset': { type: filePath, default: REQUIRED, doc: 'Dataset: a `save_to_disk` folder, a split folder, a folder of `.arrow` shards, or a glob such as `cache/c4-train-*.arrow`.' },
   'data.textColumn': { type: str, default: 'text', doc: 'Name of the text column in the Arrow shards.' },
   'data.tokenizer': { type: filePath, default: REQUIRED, doc: 'Path to a `tokenizer.json` (Hugging Face tokenizers format).' },
-  'data.seqLen': { type: int(2), default: 128, doc: 'Tokens per training sequence.' },
-  'data.shuffleBuffer': { type: int(0), default: 1024, doc: 'Sequences held for the bounded shuffle of the training stream (0 = no shuffle).' },
-  'data.readAhead': { type: int(1), default: 2, doc: 'Shards read and tokenized ahead of the trainer.' },
+  'data.seqLen': { type: int(2, MAX_SEQ_LEN), default: 128, doc: 'Tokens per training sequence.' },
+  'data.shuffleBuffer': { type: int(0, 1_000_000), default: 1024, doc: 'Sequences held for the bounded shuffle of the training stream (0 = no shuffle).' },
+  'data.readAhead': { type: int(1, 64), default: 2, doc: 'Shards read and tokenized ahead of the trainer.' },
   'data.mlmProbability': { type: num({ exclusiveMin: 0, exclusiveMax: 1 }), default: 0.15, doc: 'BERT: fraction of tokens chosen for the masked-LM loss (80% mask, 10% random, 10% kept).' },
 
-  'train.batchSize': { type: int(1), default: 8, doc: 'Sequences per micro-batch.' },
-  'train.gradAccum': { type: int(1), default: 1, doc: 'Micro-batches accumulated per optimizer step (effective batch = batchSize × gradAccum).' },
+  'train.batchSize': { type: int(1, 65536), default: 8, doc: 'Sequences per micro-batch.' },
+  'train.gradAccum': { type: int(1, 65536), default: 1, doc: 'Micro-batches accumulated per optimizer step (effective batch = batchSize × gradAccum).' },
   'train.dataParallel': {
     type: { kind: 'custom', text: '`auto` \\| integer ≥ 1', check: (v) => (v === 'auto' || (Number.isInteger(v) && (v as number) >= 1) ? null : "'auto' or an integer ≥ 1") },
     default: 1,
@@ -163,7 +170,8 @@ export const RECIPE_SCHEMA = {
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
   'train.minLr': { type: num({ min: 0 }), default: derived('`train.lr` / 10', (r) => r.train.lr / 10), doc: 'Final learning rate of the `cosine` and `linear` schedules; must be ≤ `train.lr`.' },
   'train.schedule': { type: oneOf('cosine', 'linear', 'constant'), default: 'cosine', doc: 'Learning-rate decay after warm-up, over the token budget (`train.maxTokens` or one epoch).' },
-  'train.warmupSteps': { type: int(0), default: 100, doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`.' },
+  'train.warmupSteps': { type: int(0), default: 100, doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`. A warm-up longer than a fifth of the run (e.g. after shortening it with `train.maxTokens`) is warned about.' },
+  'train.warmupFraction': { type: num({ min: 0, exclusiveMax: 1 }), nullable: true, default: null, doc: 'Warm-up as a fraction of the run\'s optimizer steps (e.g. `0.05`), rounded to whole steps, instead of `train.warmupSteps` (set one of the two); it follows `train.maxTokens`. `null` = use `train.warmupSteps`.' },
   'train.weightDecay': { type: num({ min: 0 }), default: 0.1, doc: 'AdamW weight decay (not applied to norms, biases and embeddings unless `train.decayEmbeddings`).' },
   'train.beta1': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.9, doc: 'AdamW β₁.' },
   'train.beta2': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.95, doc: 'AdamW β₂.' },
@@ -182,7 +190,8 @@ export const RECIPE_SCHEMA = {
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },
   'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in `<run>/checkpoints/`, plus the one with the lowest validation loss (among checkpoints taken at a validation step).' },
-  'train.nanPolicy': { type: oneOf('stop', 'skip'), default: 'stop', doc: 'A NaN or infinite loss or gradient norm: `stop` = end the run with an error naming the step (the weights are not updated, the last checkpoint stays intact); `skip` = drop that update and go on.' },
+  'train.nanPolicy': { type: oneOf('stop', 'skip'), default: 'stop', doc: 'A NaN or infinite loss or gradient norm: `stop` = end the run with an error naming the step (the weights are not updated, the last checkpoint stays intact); `skip` = drop that update and go on (up to `train.nanSkipLimit` in a row).' },
+  'train.nanSkipLimit': { type: int(1), default: 10, doc: 'With `train.nanPolicy: skip`: this many dropped updates in a row end the run with an error (non-zero exit) naming the steps and the last good checkpoint, instead of skipping every remaining step of a diverged run.' },
   'train.runDir': { type: filePath, default: 'runs', doc: 'Folder that holds the run folders.' },
 
   'wandb.enabled': { type: oneOf(true, false, 'auto'), default: 'auto', doc: 'Send the metric records to Weights & Biases; `auto` = when `WANDB_API_KEY` is set.' },
@@ -243,8 +252,14 @@ export function loadRecipe(file: string, overrides: string[] = []): Recipe {
 /** loadRecipe on a string (the file name is used for messages and the default `name`). */
 export function parseRecipe(text: string, file: string, overrides: string[] = []): Recipe {
   const problems: string[] = [];
-  const doc = YAML.parseDocument(text, { prettyErrors: false });
-  if (doc.errors.length > 0) throw new RecipeError(file, doc.errors.map((e) => `invalid YAML: ${e.message}`));
+  const lines = new LineCounter();
+  const doc = YAML.parseDocument(text, { prettyErrors: false, lineCounter: lines });
+  if (doc.errors.length > 0) {
+    throw new RecipeError(file, doc.errors.map((e) => {
+      const { line, col } = lines.linePos(e.pos[0]);
+      return `invalid YAML at line ${line}, column ${col}: ${e.message}`;
+    }));
+  }
   const root: unknown = doc.toJS() ?? {};
   const given = new Map<string, Given>();
   if (!isMapping(root)) throw new RecipeError(file, [`the recipe must be a mapping of sections (got ${describe(root)})`]);
@@ -335,7 +350,7 @@ function resolve(given: Map<string, Given>, file: string): Recipe {
   for (const key of derivedKeys) flat[key] = (SCHEMA[key].default as DerivedDefault).compute(partial, file);
   // Rebuilt in schema order so config.json reads like docs/recipes.md.
   const recipe = unflatten(Object.fromEntries(KEYS.map((key) => [key, flat[key]]))) as unknown as Recipe;
-  const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '');
+  const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '', (key) => given.has(key));
   if (crossProblems.length > 0) throw new RecipeError(file, crossProblems);
   return recipe;
 }
@@ -367,8 +382,11 @@ function applyHfInitFrom(given: Map<string, Given>, problems: string[]): void {
 }
 
 /** Constraints between keys (each message names the keys involved). */
-function crossChecks(r: Recipe, origin: (key: string) => string): string[] {
+function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: string) => boolean): string[] {
   const problems: string[] = [];
+  if (r.train.warmupFraction !== null && isGiven('train.warmupSteps')) {
+    problems.push(`${at(origin('train.warmupFraction'))}train.warmupFraction and train.warmupSteps are both set; set one of them`);
+  }
   if (r.model.dModel % r.model.numHeads !== 0) {
     problems.push(`${at(origin('model.numHeads'))}model.dModel (${r.model.dModel}) must be divisible by model.numHeads (${r.model.numHeads})`);
   }
@@ -378,7 +396,60 @@ function crossChecks(r: Recipe, origin: (key: string) => string): string[] {
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }
+  problems.push(...tensorSizeProblems(r.model, { batchSize: r.train.batchSize, seqLen: r.data.seqLen }));
   return problems;
+}
+
+/**
+ * Problems of a saved model config (a checkpoint's, untrusted) checked like a recipe's model section: every model.*
+ * key with its type and bounds, the attention options against the registry, divisibility and tensor sizes. Each
+ * problem names the key.
+ */
+export function modelSectionProblems(config: Record<string, unknown>): string[] {
+  const problems: string[] = [];
+  const attention = isMapping(config.attention) ? config.attention : {};
+  const value = (key: string) => (key.startsWith('model.attention.') ? attention[key.slice('model.attention.'.length)] : config[key.slice('model.'.length)]);
+  for (const key of KEYS.filter((k) => k.startsWith('model.'))) {
+    const problem = checkType(key, SCHEMA[key], value(key));
+    if (problem) problems.push(problem);
+  }
+  if (problems.length > 0) return problems;
+  const options = checkAttentionOptions(attention.name as string, (attention.options ?? {}) as Record<string, unknown>);
+  if (typeof options === 'string') problems.push(options);
+  const m = config as unknown as Recipe['model'] & { vocabSize: number };
+  if (m.dModel % m.numHeads !== 0) problems.push(`model.dModel (${m.dModel}) must be divisible by model.numHeads (${m.numHeads})`);
+  problems.push(...tensorSizeProblems(m, undefined, Number.isSafeInteger(m.vocabSize) ? m.vocabSize : undefined));
+  return problems;
+}
+
+/** Mechanisms that form the L×L score matrix (the others are linear in L). */
+export const QUADRATIC_ATTENTIONS: readonly string[] = ['softmax', 'yat-spherical'];
+
+/**
+ * Sizes that cannot fit: the model's largest tensors and one micro-batch's largest activations, each against the
+ * most one TensorFlow.js tensor can hold, named by the keys that set them (the vocabulary once it is known).
+ */
+export function tensorSizeProblems(
+  m: Pick<Recipe['model'], 'dModel' | 'mlpRatio' | 'maxSeqLen' | 'numHeads' | 'attention'>,
+  batch?: { batchSize: number; seqLen: number },
+  vocabSize?: number,
+): string[] {
+  const d = m.dModel;
+  const hidden = Math.round(m.mlpRatio * d);
+  const sizes: [string, number][] = [
+    ['model.dModel × model.mlpRatio·model.dModel (an MLP weight)', d * hidden],
+    ['model.maxSeqLen × model.dModel (the position table)', m.maxSeqLen * d],
+  ];
+  if (vocabSize !== undefined) sizes.push([`the vocabulary (${vocabSize}) × model.dModel (the token embedding)`, vocabSize * d]);
+  if (batch) {
+    const { batchSize: b, seqLen: l } = batch;
+    sizes.push(['train.batchSize × data.seqLen × model.mlpRatio·model.dModel (the MLP activations of a micro-batch)', b * l * hidden]);
+    if (QUADRATIC_ATTENTIONS.includes(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
+    if (vocabSize !== undefined) sizes.push([`train.batchSize × data.seqLen × the vocabulary (${vocabSize}) (the logits of a micro-batch)`, b * l * vocabSize]);
+  }
+  return sizes
+    .filter(([, elements]) => elements > MAX_TENSOR_ELEMENTS)
+    .map(([what, elements]) => `${what} = ${elements.toLocaleString('en-US')} elements: more than one TensorFlow.js tensor can hold (2^31 − 1); lower those keys`);
 }
 
 function checkType(key: string, spec: FieldSpec, value: unknown): string | null {

@@ -46,42 +46,89 @@ export function encodeSafetensors(tensors: Map<string, NamedArray>, metadata: Re
   return out;
 }
 
-/** Parses a safetensors buffer (F32 tensors); `source` names the file in errors. */
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A header value in an error message, cut short (the header may be large). */
+const show = (value: unknown) => String(JSON.stringify(value)).slice(0, 120);
+
+/**
+ * Parses a safetensors buffer (F32 tensors); `source` names the file in every error. The file is untrusted: the
+ * header must be a JSON object of entries {dtype, shape: [non-negative integers], data_offsets: [begin, end]} that
+ * tile the data part exactly (no gap, no overlap, as the format requires), metadata a map of strings, and every
+ * value finite (a NaN or ±Inf weight is refused, naming the tensor). Nothing is allocated from what the header says
+ * before it is checked against the file's size.
+ */
 export function decodeSafetensors(
   bytes: Uint8Array,
   source = 'safetensors buffer',
 ): { tensors: Map<string, NamedArray>; metadata: Record<string, string> } {
-  if (bytes.length < 8) throw new Error(`${source}: too short for a safetensors header (${bytes.length} bytes)`);
+  const fail = (problem: string): never => {
+    throw new Error(`${source}: ${problem}`);
+  };
+  if (bytes.length < 8) fail(`too short for a safetensors header (${bytes.length} bytes)`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const headerLength = Number(view.getBigUint64(0, true));
-  if (8 + headerLength > bytes.length) {
-    throw new Error(`${source}: header length ${headerLength} runs past the end of the file (${bytes.length} bytes)`);
-  }
-  let header: Record<string, unknown>;
+  const declared = view.getBigUint64(0, true);
+  if (declared > BigInt(bytes.length - 8)) fail(`header length ${declared} runs past the end of the file (${bytes.length} bytes)`);
+  const headerLength = Number(declared);
+  let header: unknown;
   try {
     header = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset + 8, headerLength).toString('utf8'));
   } catch (err) {
-    throw new Error(`${source}: header is not valid JSON (${(err as Error).message})`);
+    fail(`header is not valid JSON (${(err as Error).message})`);
+  }
+  if (!isObject(header)) fail(`header must be a JSON object of tensor entries (got ${show(header)})`);
+  const entries = header as Record<string, unknown>;
+  const metadata = entries.__metadata__ ?? {};
+  if (!isObject(metadata) || Object.values(metadata).some((v) => typeof v !== 'string')) {
+    fail(`__metadata__ must be a map of strings (got ${show(metadata)})`);
   }
   const dataStart = 8 + headerLength;
   const dataLength = bytes.length - dataStart;
+  const spans = Object.entries(entries)
+    .filter(([name]) => name !== '__metadata__')
+    .map(([name, entry], order) => ({ name, order, ...checkEntry(name, entry, dataLength, fail) }));
+  // The format requires the entries to cover the data part exactly, in some order.
+  spans.sort((a, b) => a.begin - b.begin);
+  let covered = 0;
+  for (const span of spans) {
+    if (span.begin !== covered) fail(`tensor '${span.name}' starts at byte ${span.begin} of the data but the previous one ends at ${covered} (gap or overlap)`);
+    covered = span.end;
+  }
+  if (covered !== dataLength) fail(`the tensors cover ${covered} of the ${dataLength} data bytes`);
   const tensors = new Map<string, NamedArray>();
-  const metadata = (header.__metadata__ ?? {}) as Record<string, string>;
-  for (const [name, entry] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    const { dtype, shape, data_offsets: offsets } = entry as { dtype: string; shape: number[]; data_offsets: [number, number] };
-    if (dtype !== 'F32') throw new Error(`${source}: tensor '${name}' has dtype ${dtype}; only F32 is supported`);
-    const [begin, end] = offsets;
-    const elements = shape.reduce((a, b) => a * b, 1);
-    if (!(begin >= 0 && end <= dataLength && end - begin === elements * 4)) {
-      throw new Error(`${source}: tensor '${name}' has data_offsets [${begin}, ${end}] that do not fit shape [${shape.join(', ')}] in ${dataLength} data bytes`);
-    }
+  for (const { name, begin, end, shape } of [...spans].sort((a, b) => a.order - b.order)) {
     // Copy: the file's data part need not be 4-byte aligned in memory.
-    const data = new Float32Array(elements);
+    const data = new Float32Array((end - begin) / 4);
     new Uint8Array(data.buffer).set(bytes.subarray(dataStart + begin, dataStart + end));
+    const bad = data.findIndex((x) => !Number.isFinite(x));
+    if (bad >= 0) fail(`tensor '${name}' holds a non-finite value (${data[bad]} at index ${bad}); refusing to load it`);
     tensors.set(name, { shape, data });
   }
-  return { tensors, metadata };
+  return { tensors, metadata: metadata as Record<string, string> };
+}
+
+/** One header entry, checked: F32, a shape of non-negative integers, offsets inside the data whose length fits the shape. */
+function checkEntry(name: string, entry: unknown, dataLength: number, fail: (problem: string) => never): { begin: number; end: number; shape: number[] } {
+  const what = `tensor '${name}'`;
+  if (!isObject(entry)) return fail(`${what}: entry must be an object {dtype, shape, data_offsets} (got ${show(entry)})`);
+  const { dtype, shape, data_offsets: offsets } = entry;
+  if (dtype !== 'F32') fail(`${what} has dtype ${typeof dtype === 'string' ? dtype : show(dtype)}; only F32 is supported`);
+  if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+    fail(`${what}: shape must be a list of non-negative integers (got ${show(shape)})`);
+  }
+  if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) {
+    fail(`${what}: data_offsets must be [begin, end] byte offsets (got ${show(offsets)})`);
+  }
+  const [begin, end] = offsets as [number, number];
+  // Multiplied step by step so that a huge shape cannot overflow before it is compared with the data.
+  let bytes = 4;
+  for (const d of shape as number[]) bytes = Math.min(bytes * d, dataLength + 1);
+  if (!(begin <= end && end <= dataLength && end - begin === bytes)) {
+    fail(`${what} has data_offsets [${begin}, ${end}] that do not fit shape [${(shape as number[]).join(', ')}] in ${dataLength} data bytes`);
+  }
+  return { begin, end, shape: shape as number[] };
 }
 
 export async function readSafetensors(path: string): Promise<{ tensors: Map<string, NamedArray>; metadata: Record<string, string> }> {

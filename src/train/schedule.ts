@@ -30,3 +30,22 @@ export function learningRate(step: number, o: ScheduleOptions): number {
   if (o.schedule === 'linear') return o.lr - (o.lr - o.minLr) * progress;
   throw new Error(`learning rate: unknown schedule '${String(o.schedule)}'; allowed: cosine, linear, constant`);
 }
+
+/** Warm-ups longer than this fraction of a run are warned about: the learning rate would peak late in it. */
+export const WARMUP_WARNING_FRACTION = 0.2;
+
+/**
+ * The warm-up steps of a run of `totalSteps` (train.warmupFraction × totalSteps rounded, else train.warmupSteps), and a
+ * warning when they are more than WARMUP_WARNING_FRACTION of the run.
+ */
+export function resolveWarmup(train: { warmupSteps: number; warmupFraction: number | null }, totalSteps: number): { steps: number; warning: string | null } {
+  const steps = train.warmupFraction === null ? train.warmupSteps : Math.round(train.warmupFraction * totalSteps);
+  if (steps <= WARMUP_WARNING_FRACTION * totalSteps) return { steps, warning: null };
+  const share = `${Math.round((100 * steps) / totalSteps)}% of the run's ${totalSteps} steps`;
+  const what =
+    steps >= totalSteps
+      ? `the run ends before the learning rate reaches train.lr (its last step uses ${((100 * totalSteps) / steps).toFixed(0)}% of it)`
+      : `the learning rate peaks at step ${steps} and decays over only the last ${totalSteps - steps}`;
+  const source = train.warmupFraction === null ? `train.warmupSteps ${steps}` : `train.warmupFraction ${train.warmupFraction}`;
+  return { steps, warning: `warm-up of ${steps} steps (${source}) is ${share}: ${what}; set train.warmupFraction (e.g. 0.05) or lower train.warmupSteps` };
+}

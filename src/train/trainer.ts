@@ -2,7 +2,6 @@
 // warm-up + decay, global-norm clipping, gradient accumulation, periodic logging and validation on
 // a fixed token set, and a final save of the weights as safetensors.
 import { existsSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
@@ -11,17 +10,20 @@ import { deriveSeed } from '../model/rng.ts';
 import { validateTransformerConfig } from '../model/transformer.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
-import type { Batch, StreamOptions } from '../data/stream.ts';
+import type { Batch, BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
+import { QUADRATIC_ATTENTIONS, tensorSizeProblems } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { RunLogger } from './metrics.ts';
-import type { MetricRecord } from './metrics.ts';
 import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
-import { learningRate } from './schedule.ts';
+import { learningRate, resolveWarmup } from './schedule.ts';
+import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
 import { encodeSafetensors } from './safetensors.ts';
-import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
-import type { StopRequest } from './checkpoint.ts';
+import { writeFolderAtomically } from './atomic-folder.ts';
+import { checkResumeCompatible, CHECKPOINTS_DIR, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
+import { checkModelTensors } from './model-check.ts';
+import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
 import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
@@ -31,6 +33,8 @@ export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): Langua
   if (m.maxSeqLen < recipe.data.seqLen) {
     throw new Error(`model.maxSeqLen (${m.maxSeqLen}) must be ≥ data.seqLen (${recipe.data.seqLen})`);
   }
+  const tooLarge = tensorSizeProblems(m, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen }, vocabSize);
+  if (tooLarge.length > 0) throw new Error(tooLarge.join('; '));
   return {
     kind: m.kind,
     vocabSize,
@@ -182,16 +186,16 @@ export async function modelTensors(model: LanguageModel): Promise<Map<string, Na
   return out;
 }
 
+/** What final/ holds besides COMPLETE. */
+const FINAL_FILES = new Set(['model.safetensors', 'recipe.json']);
+
 /**
- * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out];
- * metadata: the model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe), atomically: a
- * temporary folder renamed into place.
+ * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out]; metadata: the
+ * model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe) + COMPLETE (their sha256),
+ * atomically (atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is replaced only if
+ * it holds nothing but those files.
  */
 export async function saveFinalModel(runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}): Promise<string> {
-  const finalDir = path.join(runDir, 'final');
-  const tmpDir = path.join(runDir, `.final.tmp-${process.pid}`);
-  await rm(tmpDir, { recursive: true, force: true });
-  await mkdir(tmpDir, { recursive: true });
   const header = {
     format: 'slayformer',
     kind: model.kind,
@@ -199,11 +203,11 @@ export async function saveFinalModel(runDir: string, model: LanguageModel, recip
     config: JSON.stringify(model.config),
     ...metadata,
   };
-  await writeFile(path.join(tmpDir, 'model.safetensors'), encodeSafetensors(await modelTensors(model), header));
-  await writeFile(path.join(tmpDir, 'recipe.json'), JSON.stringify(recipe, null, 2) + '\n');
-  await rm(finalDir, { recursive: true, force: true });
-  await rename(tmpDir, finalDir);
-  return finalDir;
+  const files = new Map<string, string | Uint8Array>([
+    ['model.safetensors', encodeSafetensors(await modelTensors(model), header)],
+    ['recipe.json', JSON.stringify(recipe, null, 2) + '\n'],
+  ]);
+  return writeFolderAtomically(runDir, 'final', files, FINAL_FILES);
 }
 
 /**
@@ -218,7 +222,7 @@ export function estimateMemory(config: LanguageModelConfig, parameters: number, 
   const bytes = 4;
   const state = parameters * bytes * (gradAccum > 1 ? 5 : 4);
   const tokens = batchSize * seqLen;
-  const quadratic = ['softmax', 'yat-spherical'].includes(config.attention.name);
+  const quadratic = QUADRATIC_ATTENTIONS.includes(config.attention.name);
   const perLayer = tokens * (18 * config.dModel + 2 * config.mlpRatio * config.dModel) * bytes +
     (quadratic ? batchSize * config.numHeads * seqLen * seqLen * 3 * bytes : 0);
   const headRows = config.kind === 'bert' ? Math.ceil(tokens * 0.15) : tokens;
@@ -230,11 +234,13 @@ export interface RunPlan {
   modelConfig: LanguageModelConfig;
   vocabSource: string;
   parameters: { total: number; byGroup: Record<string, number> };
-  epoch: { tokens: number; batches: number; exact: boolean } | null;
+  epoch: EpochEstimate | null;
   datasetNote: string | null;
   totalSteps: number | null;
   tokensPerStep: number;
   memory: ReturnType<typeof estimateMemory>;
+  /** What the run would warn about at its start (a warm-up too long for its steps). */
+  warnings: string[];
 }
 
 /** Assumed when the tokenizer file is absent (dry runs of GPU recipes on a machine without the data). */
@@ -278,7 +284,8 @@ export async function planRun(recipe: Recipe): Promise<RunPlan> {
   if (epoch) totalSteps = Math.ceil(plannedBatches(recipe, epoch.batches) / gradAccum);
   else if (recipe.train.maxTokens !== null) totalSteps = Math.ceil(recipe.train.maxTokens / tokensPerStep);
   const memory = estimateMemory(modelConfig, parameters.total, batchSize, recipe.data.seqLen, gradAccum);
-  return { modelConfig, vocabSource, parameters, epoch, datasetNote, totalSteps, tokensPerStep, memory };
+  const warmupWarning = totalSteps === null ? null : resolveWarmup(recipe.train, totalSteps).warning;
+  return { modelConfig, vocabSource, parameters, epoch, datasetNote, totalSteps, tokensPerStep, memory, warnings: warmupWarning ? [warmupWarning] : [] };
 }
 
 /** The folder part of a dataset path that may end in a glob. */
@@ -324,170 +331,366 @@ function formatDuration(seconds: number): string {
 /** What the loop needs from RunLogger (tests pass a recorder). */
 export type TrainLogger = Pick<RunLogger, 'dir' | 'log' | 'line' | 'finish'>;
 
+/** What a run reads before it builds anything: tokenizer, plan of steps, validation batches, the checkpoint to resume. */
+interface RunInputs {
+  tokenizer: TextTokenizer;
+  modelConfig: LanguageModelConfig;
+  base: Omit<StreamOptions, 'split' | 'cursor'>;
+  epoch: EpochEstimate;
+  batchesPlanned: number;
+  totalSteps: number;
+  evalBatches: Batch[];
+  resumed: LoadedCheckpoint | null;
+  /** Recipe keys that differ from the resumed checkpoint's (accepted ones, e.g. train.lr). */
+  changedKeys: string[];
+}
+
+async function readRunInputs(recipe: Recipe, resume: string | undefined, warn: (message: string) => void): Promise<RunInputs> {
+  const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
+  const modelConfig = modelConfigFromRecipe(recipe, tokenizer.vocabSize);
+  const base = { ...streamOptions(recipe, tokenizer), onWarning: warn };
+  const epoch = await estimateEpoch({ ...base, split: 'train' });
+  const batchesPlanned = plannedBatches(recipe, epoch.batches);
+  const totalSteps = Math.max(1, Math.ceil(batchesPlanned / recipe.train.gradAccum));
+  const evalBatches = await collectEvalBatches(base, recipe.train.evalTokens);
+  const resumed = resume ? await loadCheckpoint(resume) : null;
+  const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
+  if (resumed) {
+    checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, 'model.safetensors'));
+    checkNotFinished(resumed, totalSteps);
+  }
+  return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalBatches, resumed, changedKeys };
+}
+
+/**
+ * A checkpoint at the end of the plan resumes only to finish its run (final validation, final/, summary.json: the
+ * process died after the last checkpoint); past the end, or when its run has finished, there is nothing to resume.
+ */
+function checkNotFinished(resumed: LoadedCheckpoint, totalSteps: number): void {
+  const { step } = resumed.state;
+  const advice = '(raise train.maxTokens to train longer)';
+  if (step > totalSteps) {
+    throw new Error(`checkpoint ${resumed.dir} is at step ${step}, past the end of this recipe's ${totalSteps} steps: nothing to resume ${advice}`);
+  }
+  const summary = resumed.runDir ? path.join(resumed.runDir, 'summary.json') : null;
+  if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, 'final'))) {
+    throw new Error(`checkpoint ${resumed.dir} is at step ${step}, the end of this recipe's ${totalSteps} steps, and its run finished (${summary}): nothing to resume ${advice}`);
+  }
+}
+
+/** The model, its optimizer and the training stream of a run. */
+interface RunParts {
+  model: LanguageModel;
+  optimizer: AdamW;
+  finetune: Awaited<ReturnType<typeof prepareFinetune>>;
+  stream: BatchStream;
+  replicas: number;
+}
+
+/**
+ * Builds the model (initFrom, freeze, or the resumed checkpoint's tensors), the optimizer and the training stream
+ * (whose cursor is checked against the dataset). On any failure everything built so far is freed.
+ */
+async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: string) => void): Promise<RunParts> {
+  const { resumed, tokenizer, base } = inputs;
+  const model = createLanguageModel(inputs.modelConfig);
+  let optimizer: AdamW | null = null;
+  try {
+    // initFrom and whitening are skipped on resume: the checkpoint restores every tensor.
+    const finetune = await prepareFinetune(model, recipe, {
+      tokenizerSha256: tokenizer.sha256, calibration: { ...base, split: 'train' }, line, skipInit: resumed !== null,
+    });
+    optimizer = new AdamW(finetune.trainable, {
+      beta1: recipe.train.beta1,
+      beta2: recipe.train.beta2,
+      eps: recipe.train.eps,
+      weightDecay: recipe.train.weightDecay,
+      decayEmbeddings: recipe.train.decayEmbeddings,
+    });
+    if (resumed) restoreCheckpoint(resumed, model, optimizer);
+    const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);
+    const cursorFile = resumed ? path.join(resumed.dir, 'cursor.json') : undefined;
+    const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
+    return { model, optimizer, finetune, stream, replicas };
+  } catch (err) {
+    optimizer?.dispose();
+    model.dispose();
+    throw err;
+  }
+}
+
+/**
+ * One run's training loop: its counters (continued from a checkpoint when resuming), the optimizer steps with their
+ * logging, validation and checkpoints, and the final save.
+ */
+class TrainingLoop {
+  private readonly started: number;
+  private trainSeconds: number;
+  private tokens: number;
+  private batchesSeen: number;
+  private step: number;
+  private window: TrainingCounters['window'];
+  private skippedSteps: number;
+  private consecutiveSkips: number;
+  private lastVal: { step: number; loss: number } | null = null;
+  private readonly schedule: ScheduleOptions;
+  private readonly checkpoints: CheckpointWriter;
+  private group: DataParallelGroup | null = null;
+
+  constructor(
+    private readonly recipe: Recipe,
+    private readonly inputs: RunInputs,
+    private readonly parts: RunParts,
+    private readonly logger: TrainLogger,
+  ) {
+    const restored = inputs.resumed?.state;
+    this.started = performance.now() - (restored?.elapsedS ?? 0) * 1000;
+    this.trainSeconds = restored?.trainSeconds ?? 0;
+    this.tokens = restored?.tokens ?? 0;
+    this.batchesSeen = restored?.batchesSeen ?? 0;
+    this.step = restored?.step ?? 0;
+    this.window = restored ? { ...restored.window } : { loss: 0, steps: 0, tokens: 0, seconds: 0 };
+    this.skippedSteps = restored?.skippedSteps ?? 0;
+    this.consecutiveSkips = restored?.consecutiveSkips ?? 0;
+    const { lr, minLr, schedule } = recipe.train;
+    this.schedule = { lr, minLr, schedule, warmupSteps: resolveWarmup(recipe.train, inputs.totalSteps).steps, totalSteps: inputs.totalSteps };
+    const { tokenizer } = inputs;
+    this.checkpoints = new CheckpointWriter(logger.dir, recipe, { path: tokenizer.path, sha256: tokenizer.sha256 }, inputs.resumed, (t) => logger.line(t));
+  }
+
+  get parameterCount(): number {
+    return [...this.parts.model.parameters().values()].reduce((n, v) => n + v.size, 0);
+  }
+
+  private elapsed(): number {
+    return (performance.now() - this.started) / 1000;
+  }
+
+  private saveCheckpoint(): Promise<string> {
+    const { step, tokens, batchesSeen, trainSeconds, window, skippedSteps, consecutiveSkips } = this;
+    const counters = { step, tokens, batchesSeen, trainSeconds, elapsedS: this.elapsed(), window, skippedSteps, consecutiveSkips };
+    return this.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), counters, this.lastVal?.step === this.step ? this.lastVal.loss : null);
+  }
+
+  async validate(): Promise<EvalResult> {
+    const result = await evaluate(this.parts.model, this.inputs.evalBatches);
+    const { step, tokens, trainSeconds } = this;
+    this.logger.log({
+      step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
+      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: this.elapsed(), bpb: result.bpb,
+      epoch_fraction: this.batchesSeen / Math.max(1, this.inputs.epoch.batches),
+    });
+    this.lastVal = { step, loss: result.loss };
+    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} (${result.tokens} tokens)`);
+    return result;
+  }
+
+  /** Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw TrainingStopped. */
+  async train(stop: StopRequest | undefined): Promise<void> {
+    const { totalSteps } = this.inputs;
+    // Started after initFrom and restore: the replicas receive the weights as they now are.
+    if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas);
+    if (this.parts.finetune.initFrom !== null && this.step === 0) await this.validate(); // the loaded model before finetuning
+    while (this.step < totalSteps) {
+      const micro = await this.nextMicroBatches();
+      if (micro.length === 0) break; // the epoch ended before the estimate said
+      await this.trainOneStep(micro);
+      if (this.recipe.train.evalInterval > 0 && this.step % this.recipe.train.evalInterval === 0 && this.step < totalSteps) await this.validate();
+      // A stop asked for during the last step just lets the run finish (final validation and save follow).
+      const signal = this.step < totalSteps ? (stop?.signal ?? null) : null;
+      const interval = this.recipe.train.checkpointInterval;
+      if (signal || (interval > 0 && this.step % interval === 0 && this.step < totalSteps)) await this.saveCheckpoint();
+      if (signal) throw new TrainingStopped(signal, this.step, this.checkpoints.lastDir!, this.logger.dir);
+    }
+  }
+
+  /** Up to train.gradAccum batches of the stream, within the plan. */
+  private async nextMicroBatches(): Promise<Batch[]> {
+    const micro: Batch[] = [];
+    while (micro.length < this.recipe.train.gradAccum && this.batchesSeen < this.inputs.batchesPlanned) {
+      const batch = await this.parts.stream.next();
+      if (!batch) break;
+      micro.push(batch);
+      this.batchesSeen++;
+    }
+    return micro;
+  }
+
+  private async trainOneStep(micro: Batch[]): Promise<void> {
+    const { recipe, parts } = this;
+    const lr = learningRate(this.step, this.schedule);
+    parts.model.onTrainStep(this.step);
+    const t0 = performance.now();
+    const stepOptions: StepOptions = {
+      lr,
+      clip: recipe.train.clip,
+      dropoutSeed: this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${this.step}`) : null,
+      trainable: parts.finetune.trainable,
+    };
+    const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
+    const seconds = (performance.now() - t0) / 1000;
+    if (result.applied) this.consecutiveSkips = 0;
+    else this.dropUpdate(result);
+    const stepTokens = micro.length * recipe.train.batchSize * recipe.data.seqLen;
+    this.step++;
+    this.tokens += stepTokens;
+    this.trainSeconds += seconds;
+    const w = this.window;
+    if (result.applied) this.window = { loss: w.loss + result.loss, steps: w.steps + 1, tokens: w.tokens + stepTokens, seconds: w.seconds + seconds };
+    if ((this.step % recipe.train.logInterval === 0 || this.step === this.inputs.totalSteps) && this.window.steps > 0) this.logProgress(lr, result.gradNorm);
+  }
+
+  /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */
+  private dropUpdate(result: StepResult): void {
+    const { nanPolicy, nanSkipLimit } = this.recipe.train;
+    const what = `step ${this.step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
+    const last = this.checkpoints.lastDir ? `the last good checkpoint is ${this.checkpoints.lastDir}` : 'no checkpoint was saved yet';
+    if (nanPolicy === 'stop') {
+      throw new Error(`training diverged at ${what}; the update was not applied and ${last} (train.nanPolicy: skip drops such updates instead)`);
+    }
+    this.skippedSteps++;
+    this.consecutiveSkips++;
+    if (this.consecutiveSkips >= nanSkipLimit) {
+      throw new Error(
+        `training diverged: ${this.consecutiveSkips} updates in a row were dropped (steps ${this.step + 2 - this.consecutiveSkips}–${this.step + 1}, the last with ${what.slice(what.indexOf(':') + 2)}; ` +
+          `train.nanSkipLimit ${nanSkipLimit}); ${last}`,
+      );
+    }
+    this.logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${this.skippedSteps} dropped so far, ${this.consecutiveSkips} in a row)`);
+  }
+
+  /** The train record and progress line of the logging window that ends at this step. */
+  private logProgress(lr: number, gradNorm: number): void {
+    const { step, tokens, window } = this;
+    const { totalSteps, epoch } = this.inputs;
+    const loss = window.loss / window.steps;
+    const rate = window.tokens / window.seconds;
+    const fraction = this.batchesSeen / Math.max(1, epoch.batches);
+    this.logger.log({
+      step, tokens, split: 'train', loss, ppl: Math.exp(loss), lr, grad_norm: gradNorm,
+      tokens_per_s: rate, elapsed_s: this.elapsed(), epoch_fraction: fraction,
+    });
+    const eta = ((totalSteps - step) * window.seconds) / window.steps;
+    this.logger.line(
+      `step ${step}/${totalSteps} | epoch ${(100 * fraction).toFixed(1)}% | loss ${loss.toFixed(4)} | ppl ${Math.exp(loss).toFixed(2)} | ` +
+        `lr ${lr.toExponential(2)} | grad ${gradNorm.toFixed(3)} | ${Math.round(rate).toLocaleString('en-US')} tok/s | ETA ${formatDuration(eta)}`,
+    );
+    this.window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
+  }
+
+  /** Final validation, the last checkpoint, final/ and summary.json. */
+  async finish(): Promise<TrainResult> {
+    const { step, tokens, trainSeconds, recipe, logger } = this;
+    const finalVal = await this.validate();
+    if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
+    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata });
+    const parameters = this.parameterCount;
+    const summary = {
+      steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
+      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, parameters, final: path.relative(logger.dir, finalDir),
+    };
+    await logger.finish(summary);
+    logger.line(
+      `done: ${step} steps, ${tokens.toLocaleString('en-US')} tokens in ${formatDuration(this.elapsed())} ` +
+        `(${Math.round(summary.train_tokens_per_s).toLocaleString('en-US')} tok/s) | final val loss ${finalVal.loss.toFixed(4)} | ppl ${finalVal.ppl.toFixed(2)} | bpb ${finalVal.bpb.toFixed(4)} | saved ${finalDir}`,
+    );
+    return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: this.elapsed(), finalVal, parameters };
+  }
+
+  async close(): Promise<void> {
+    await this.group?.close();
+    await closeRunParts(this.parts);
+  }
+}
+
 /**
  * Trains `recipe` from scratch: progress lines and metrics.jsonl through RunLogger, validation every
  * train.evalInterval steps and at the end, final weights in <run>/final/. The backend must already
  * be initialised (initBackend). train.maxTokens counts input tokens (batchSize × seqLen per batch)
  * and is capped at one epoch; tokens/s counts input tokens too (BERT: not only the masked ones).
  * Checkpoints (checkpoint.ts) every train.checkpointInterval steps and at the end; `resume` continues exactly from
- * one in its own run folder; `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
+ * one in its own run folder (in a new run folder when the checkpoint is not inside a run; a checkpoint at the plan's
+ * last step finishes its run); `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
+ * Nothing is written, and nothing stays allocated, when a check fails before the first step.
  */
-
 export async function runTraining(
   recipe: Recipe,
   opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
 ): Promise<TrainResult> {
-  const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
-  const modelConfig = modelConfigFromRecipe(recipe, tokenizer.vocabSize);
-  const base = streamOptions(recipe, tokenizer);
-  const epoch = await estimateEpoch({ ...base, split: 'train' });
-  const { batchSize, gradAccum, seed } = recipe.train;
-  const seqLen = recipe.data.seqLen;
-  const batchesPlanned = plannedBatches(recipe, epoch.batches);
-  const totalSteps = Math.max(1, Math.ceil(batchesPlanned / gradAccum));
-  const evalBatches = await collectEvalBatches(base, recipe.train.evalTokens);
-  const resumed = opts.resume ? await loadCheckpoint(opts.resume) : null;
-  const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
-  if (resumed && resumed.state.step >= totalSteps) {
-    throw new Error(`checkpoint ${resumed.dir} is at step ${resumed.state.step}, the end of this recipe's ${totalSteps} steps: nothing to resume (raise train.maxTokens to train longer)`);
+  // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
+  const lines = deferredLines();
+  const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
+  const parts = await buildRunParts(recipe, inputs, lines.line);
+  let loop: TrainingLoop | null = null;
+  try {
+    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    lines.attach(logger);
+    loop = new TrainingLoop(recipe, inputs, parts, logger);
+    logStart(recipe, inputs, parts, logger, loop.parameterCount);
+    await loop.train(opts.stop);
+    return await loop.finish();
+  } finally {
+    if (loop) await loop.close();
+    else await closeRunParts(parts);
   }
-  const logger: TrainLogger =
-    opts.logger ?? (await RunLogger.create(recipe, resumed ? { resumeDir: resumed.runDir, resumeStep: resumed.state.step } : {}));
-  const checkpoints = new CheckpointWriter(logger.dir, recipe, { path: tokenizer.path, sha256: tokenizer.sha256 }, resumed, (t) => logger.line(t));
-  const model = createLanguageModel(modelConfig);
-  // initFrom and whitening are skipped on resume: the checkpoint restores every tensor.
-  const finetune = await prepareFinetune(model, recipe, {
-    tokenizerSha256: tokenizer.sha256, calibration: { ...base, split: 'train' }, line: (t) => logger.line(t), skipInit: resumed !== null,
-  }).catch((err) => {
-    model.dispose();
-    throw err;
-  });
-  const optimizer = new AdamW(finetune.trainable, {
-    beta1: recipe.train.beta1,
-    beta2: recipe.train.beta2,
-    eps: recipe.train.eps,
-    weightDecay: recipe.train.weightDecay,
-    decayEmbeddings: recipe.train.decayEmbeddings,
-  });
-  if (resumed) restoreCheckpoint(resumed, model, optimizer);
-  const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), batchSize);
-  const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor });
-  const schedule = { lr: recipe.train.lr, minLr: recipe.train.minLr, schedule: recipe.train.schedule, warmupSteps: recipe.train.warmupSteps, totalSteps };
-  const parameterCount = [...model.parameters().values()].reduce((n, v) => n + v.size, 0);
+}
+
+/** A line function whose lines wait until a logger is attached (the run folder does not exist before the checks pass). */
+function deferredLines(): { line: (text: string) => void; attach: (logger: TrainLogger) => void } {
+  const pending: string[] = [];
+  let target: TrainLogger | null = null;
+  return {
+    line: (text) => (target ? target.line(text) : pending.push(text)),
+    attach: (logger) => {
+      target = logger;
+      for (const text of pending.splice(0)) logger.line(text);
+    },
+  };
+}
+
+/** The run folder: the checkpoint's own when it is inside a run, else a new one. */
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<TrainLogger> {
+  if (resumed?.runDir) {
+    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+  }
+  const logger = await RunLogger.create(recipe);
+  if (resumed) {
+    logger.line(
+      `checkpoint ${resumed.dir} is not inside a run folder (<run>/${CHECKPOINTS_DIR}/step-NNNNNN next to the run's config.json and env.json): ` +
+        `continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`,
+    );
+  }
+  return logger;
+}
+
+function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: TrainLogger, parameterCount: number): void {
+  const { modelConfig, totalSteps, epoch, resumed } = inputs;
+  const { batchSize, gradAccum } = recipe.train;
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
-      `${totalSteps} steps of ${batchSize}×${gradAccum}×${seqLen} tokens (epoch ≈ ${epoch.tokens.toLocaleString('en-US')} tokens${epoch.exact ? '' : ', estimated'}); backend ${tf.getBackend()}` +
-      (replicas > 1 ? `, ${replicas} data-parallel replicas` : ''),
+      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${tf.getBackend()}` +
+      (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
-
-  const restored = resumed?.state;
+  const { warning } = resolveWarmup(recipe.train, totalSteps);
+  if (warning) logger.line(`warning: ${warning}`);
   if (resumed) {
-    logger.line(`resumed from ${resumed.dir} at step ${restored!.step}${changedKeys.length ? ` (recipe keys changed since: ${changedKeys.join(', ')})` : ''}`);
+    const changed = inputs.changedKeys.length ? ` (recipe keys changed since: ${inputs.changedKeys.join(', ')})` : '';
+    const finishing = resumed.state.step === totalSteps ? '; it is the last step of the plan: finishing the run (final validation, final/, summary.json)' : '';
+    logger.line(`resumed from ${resumed.dir} at step ${resumed.state.step}${changed}${finishing}`);
   }
-  const started = performance.now() - (restored?.elapsedS ?? 0) * 1000;
-  let trainSeconds = restored?.trainSeconds ?? 0;
-  let tokens = restored?.tokens ?? 0;
-  let batchesSeen = restored?.batchesSeen ?? 0;
-  let step = restored?.step ?? 0;
-  let window = restored ? { ...restored.window } : { loss: 0, steps: 0, tokens: 0, seconds: 0 };
-  let skippedSteps = restored?.skippedSteps ?? 0;
-  let lastVal: { step: number; loss: number } | null = null;
-  const elapsed = () => (performance.now() - started) / 1000;
-  const saveCheckpoint = () =>
-    checkpoints.save(model, optimizer, stream.cursor(), { step, tokens, batchesSeen, trainSeconds, elapsedS: elapsed(), window, skippedSteps }, lastVal?.step === step ? lastVal.loss : null);
+}
 
-  const validate = async (): Promise<EvalResult> => {
-    const result = await evaluate(model, evalBatches);
-    const record: MetricRecord = {
-      step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), schedule),
-      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: elapsed(), bpb: result.bpb,
-      epoch_fraction: batchesSeen / Math.max(1, epoch.batches),
-    };
-    logger.log(record);
-    lastVal = { step, loss: result.loss };
-    logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} (${result.tokens} tokens)`);
-    return result;
-  };
+/** "epoch 1,234 tokens" or, estimated, "epoch ≈ 1,234 tokens, estimated from the first 2,000 documents (5.1 MB) of 812 MB of text". */
+export function describeEpoch(epoch: EpochEstimate): string {
+  const n = (x: number) => x.toLocaleString('en-US');
+  if (epoch.exact) return `epoch ${n(epoch.tokens)} tokens`;
+  const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
+  const of = epoch.splitBytes === null ? 'of the split (scaled by rows)' : `of ${mb(epoch.splitBytes)} of text`;
+  return `epoch ≈ ${n(epoch.tokens)} tokens, estimated from the first ${n(epoch.sample.documents)} documents (${mb(epoch.sample.bytes)}) ${of}`;
+}
 
-  let finalVal: EvalResult;
-  let group: DataParallelGroup | null = null;
-  try {
-    // Started after initFrom and restore: the replicas receive the weights as they now are.
-    if (replicas > 1) group = await DataParallelGroup.start(model, replicas);
-    if (finetune.initFrom !== null && step === 0) await validate(); // the loaded model before finetuning
-    while (step < totalSteps) {
-      const micro: Batch[] = [];
-      while (micro.length < gradAccum && batchesSeen < batchesPlanned) {
-        const batch = await stream.next();
-        if (!batch) break;
-        micro.push(batch);
-        batchesSeen++;
-      }
-      if (micro.length === 0) break; // the epoch ended before the estimate said
-      const lr = learningRate(step, schedule);
-      model.onTrainStep(step);
-      const t0 = performance.now();
-      const stepOptions: StepOptions = {
-        lr,
-        clip: recipe.train.clip,
-        dropoutSeed: modelConfig.dropout > 0 ? deriveSeed(seed, `dropout/${step}`) : null,
-        trainable: finetune.trainable,
-      };
-      const result = group ? await group.step(optimizer, micro, stepOptions) : await trainStep(model, optimizer, micro, stepOptions);
-      const seconds = (performance.now() - t0) / 1000;
-      if (!result.applied) {
-        const what = `step ${step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
-        if (recipe.train.nanPolicy === 'stop') {
-          const last = checkpoints.lastDir ? `the last good checkpoint is ${checkpoints.lastDir}` : 'no checkpoint was saved yet';
-          throw new Error(`training diverged at ${what}; the update was not applied and ${last} (train.nanPolicy: skip drops such updates instead)`);
-        }
-        skippedSteps++;
-        logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${skippedSteps} dropped so far)`);
-      }
-      const stepTokens = micro.length * batchSize * seqLen;
-      step++;
-      tokens += stepTokens;
-      trainSeconds += seconds;
-      if (result.applied) window = { loss: window.loss + result.loss, steps: window.steps + 1, tokens: window.tokens + stepTokens, seconds: window.seconds + seconds };
-      if ((step % recipe.train.logInterval === 0 || step === totalSteps) && window.steps > 0) {
-        const loss = window.loss / window.steps;
-        const rate = window.tokens / window.seconds;
-        const fraction = batchesSeen / Math.max(1, epoch.batches);
-        logger.log({
-          step, tokens, split: 'train', loss, ppl: Math.exp(loss), lr, grad_norm: result.gradNorm,
-          tokens_per_s: rate, elapsed_s: elapsed(), epoch_fraction: fraction,
-        });
-        const eta = ((totalSteps - step) * window.seconds) / window.steps;
-        logger.line(
-          `step ${step}/${totalSteps} | epoch ${(100 * fraction).toFixed(1)}% | loss ${loss.toFixed(4)} | ppl ${Math.exp(loss).toFixed(2)} | ` +
-            `lr ${lr.toExponential(2)} | grad ${result.gradNorm.toFixed(3)} | ${Math.round(rate).toLocaleString('en-US')} tok/s | ETA ${formatDuration(eta)}`,
-        );
-        window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
-      }
-      if (recipe.train.evalInterval > 0 && step % recipe.train.evalInterval === 0 && step < totalSteps) await validate();
-      // A stop asked for during the last step just lets the run finish (final validation and save follow).
-      const signal = step < totalSteps ? (opts.stop?.signal ?? null) : null;
-      const interval = recipe.train.checkpointInterval;
-      if (signal || (interval > 0 && step % interval === 0 && step < totalSteps)) await saveCheckpoint();
-      if (signal) throw new TrainingStopped(signal, step, checkpoints.lastDir!, logger.dir);
-    }
-    finalVal = await validate();
-    await saveCheckpoint();
-    const finalDir = await saveFinalModel(logger.dir, model, recipe, { tokenizer_sha256: tokenizer.sha256, step: String(step), ...finetune.metadata });
-    const summary = {
-      steps: step, tokens, elapsed_s: elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
-      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, parameters: parameterCount, final: finalDir,
-    };
-    await logger.finish(summary);
-    logger.line(
-      `done: ${step} steps, ${tokens.toLocaleString('en-US')} tokens in ${formatDuration(elapsed())} ` +
-        `(${Math.round(summary.train_tokens_per_s).toLocaleString('en-US')} tok/s) | final val loss ${finalVal.loss.toFixed(4)} | ppl ${finalVal.ppl.toFixed(2)} | bpb ${finalVal.bpb.toFixed(4)} | saved ${finalDir}`,
-    );
-    return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: elapsed(), finalVal, parameters: parameterCount };
-  } finally {
-    await group?.close();
-    await stream.close();
-    optimizer.dispose();
-    model.dispose();
-  }
+async function closeRunParts(parts: RunParts): Promise<void> {
+  await parts.stream.close();
+  parts.optimizer.dispose();
+  parts.model.dispose();
 }

@@ -82,6 +82,7 @@ describe('shards written by the project', () => {
     expect(await scanShard(copy, 'text')).toEqual({
       rows: 2500,
       batches: 3,
+      batchRows: [1000, 1000, 500],
       textBytes: docs.reduce((s, t) => s + Buffer.byteLength(t), 0),
     });
   });
@@ -129,7 +130,7 @@ describe('shards written by others', () => {
     const values = ['spam', 'eggs', 'spam', null, 'ham'];
     await writeBatches(f, columnBatches('text', [values, values], new Dictionary(new Utf8(), new Int32Type())), 'stream');
     expect((await collect(f, 'text', 1)).flatMap((b) => b.texts)).toEqual(values);
-    expect(await scanShard(f, 'text')).toEqual({ rows: 10, batches: 2, textBytes: null });
+    expect(await scanShard(f, 'text')).toEqual({ rows: 10, batches: 2, batchRows: [5, 5], textBytes: null });
   });
 
   it('scans rows and text bytes with an earlier non-string column in the way', async () => {
@@ -140,7 +141,7 @@ describe('shards written by others', () => {
       text: vectorFromArray(['x', null, 'yz'], new Utf8()),
     }).batches[0];
     await writeBatches(f, [batch, batch], 'stream');
-    expect(await scanShard(f, 'text')).toEqual({ rows: 6, batches: 2, textBytes: 6 });
+    expect(await scanShard(f, 'text')).toEqual({ rows: 6, batches: 2, batchRows: [3, 3], textBytes: 6 });
     expect((await collect(f)).flatMap((b) => b.texts)).toEqual(['x', null, 'yz', 'x', null, 'yz']);
   });
 });

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Int32, Utf8 } from 'apache-arrow';
+import { Field, Int32, makeData, RecordBatch, Schema, Struct, Utf8 } from 'apache-arrow';
 import { ArrowShardWriter, readTextBatches, scanShard } from '../../src/data/arrow.ts';
 import { describeSplit, listShards, parseShardSize } from '../../src/data/dataset.ts';
 import { prepareDataset } from '../../src/data/prepare.ts';
@@ -81,7 +81,7 @@ describe('bad Arrow shards', () => {
     const cutFile = write('file-format-cut.arrow', whole.subarray(0, Math.floor(whole.length * 0.7)));
     await expect(drain(cutFile)).rejects.toThrow(regex(`${cutFile}: truncated or corrupt: not a readable Arrow IPC file (stream or file format): IPC file format without its footer`));
     const garbage = write('garbage.arrow', Buffer.from('this is not an arrow file at all, just text'));
-    await expect(drain(garbage)).rejects.toThrow(regex(`${garbage}: truncated or corrupt: not a readable Arrow IPC file`));
+    await expect(drain(garbage)).rejects.toThrow(regex(`${garbage}: not an Arrow IPC file: it starts with 74 68 69 73 20 69 73 20 ("this is ")`));
     // A flipped byte in batch 1's message header (its metadata length) is corrupt, and said so with the batch.
     const corrupt = Buffer.from(bytes);
     const schemaLength = 8 + corrupt.readInt32LE(4);
@@ -93,10 +93,59 @@ describe('bad Arrow shards', () => {
     await expect(drain(corruptFile)).rejects.toThrow(regex(`${corruptFile} (record batch 1)`));
   });
 
+  it('a file named *.arrow that is not Arrow is reported as that, by the reader and the header scan', async () => {
+    const jsonl = write('notarrow/c4-train-00000-of-00001.arrow', '{"text": "a JSON line"}\n'.repeat(50));
+    const empty = write('notarrow/empty-train-00000-of-00001.arrow', '');
+    for (const file of [jsonl, empty]) {
+      const what = file === empty ? 'not an Arrow IPC file: the file is empty' : 'not an Arrow IPC file: it starts with 7b 22 74 65 78 74 22 3a ("{"text":")';
+      await expect(drain(file), file).rejects.toThrow(regex(`${file}: ${what}`));
+      await expect(describeSplit(file, 'train', 'text'), file).rejects.toThrow(regex(`${file}: ${what}`));
+      await expect(scanShard(file, 'text')).rejects.not.toThrow(/truncated/);
+    }
+  });
+
+  it('invalid UTF-8 in the text column is counted and reported once per file, naming it; genuine U+FFFD is not counted', async () => {
+    const file = path.join(dir, 'latin1-train-00000-of-00001.arrow');
+    const rows = [
+      Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x20, 0x6f, 0x6b]), // "caf\xe9 ok": one invalid byte
+      Buffer.from([0xff, 0xfe]), // two invalid bytes
+      Buffer.from('genuine \uFFFD replacement', 'utf8'), // a real U+FFFD: not an error
+      Buffer.from([0x61, 0xe2, 0x82]), // a truncated 3-byte sequence: one replacement
+      Buffer.from('plain', 'utf8'),
+    ];
+    await writeBatches(file, [rawUtf8Batch(rows.slice(0, 2)), rawUtf8Batch(rows.slice(2))], 'stream');
+    const { readTextBatches: read } = await import('../../src/data/arrow.ts');
+    const counts: number[] = [];
+    for await (const batch of read(file, 'text')) counts.push(batch.invalidUtf8);
+    expect(counts).toEqual([3, 1]);
+    const { openBatchStream } = await import('../../src/data/stream.ts');
+    const { TextTokenizer } = await import('../../src/data/tokenizer.ts');
+    const { trainByteLevelBpeFromTexts } = await import('../../src/data/train-tokenizer.ts');
+    await trainByteLevelBpeFromTexts(texts(50), 270, path.join(dir, 'utf8-tok.json'));
+    const tokenizer = await TextTokenizer.load(path.join(dir, 'utf8-tok.json'));
+    const warnings: string[] = [];
+    const stream = await openBatchStream({
+      dataset: file, split: 'train', textColumn: 'text', tokenizer, kind: 'gpt', seqLen: 4, batchSize: 1, seed: 0, shuffleBuffer: 0, readAhead: 1,
+      onWarning: (m) => warnings.push(m),
+    });
+    while (await stream.next());
+    await stream.close();
+    expect(warnings).toEqual([`${file}: 4 invalid UTF-8 sequences were replaced by U+FFFD (the first in record batch 0); the text around them was kept`]);
+  });
+
   it('nonsense fromBatch is refused', async () => {
     await expect(drain(good, 'text', -1)).rejects.toThrow(regex(`${good}: fromBatch must be a non-negative integer`));
   });
 });
+
+/** A one-column Utf8 record batch whose rows are the given raw bytes (valid UTF-8 or not). */
+function rawUtf8Batch(rows: Buffer[]): RecordBatch {
+  const valueOffsets = new Int32Array(rows.length + 1);
+  rows.forEach((r, i) => (valueOffsets[i + 1] = valueOffsets[i] + r.length));
+  const text = makeData({ type: new Utf8(), length: rows.length, nullCount: 0, valueOffsets, data: new Uint8Array(Buffer.concat(rows)) });
+  const schema = new Schema([new Field('text', new Utf8(), true)]);
+  return new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows.length, nullCount: 0, children: [text] }));
+}
 
 /** Body length of the first record batch, read from its message header with apache-arrow. */
 async function firstBatchBody(file: string, at: number, length: number): Promise<{ bodyLength: number }> {

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { openBatchStream } from '../../src/data/stream.ts';
+import { estimateEpoch, openBatchStream, parseCursor } from '../../src/data/stream.ts';
 import type { Batch, DataCursor, StreamOptions } from '../../src/data/stream.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
@@ -136,5 +136,74 @@ describe.each(['gpt', 'bert'] as const)('exact resume (%s, shuffle on)', (kind) 
     expect(await resumed.next()).toBeNull();
     expect(reads.length).toBe(0);
     await resumed.close();
+  });
+});
+
+describe('untrusted cursors are checked against the dataset, naming the file and the field', () => {
+  const source = '/ck/step-000004/cursor.json';
+  /** A GPT cursor taken in the middle of a document of the first shard visited. */
+  async function midDocumentCursor(): Promise<DataCursor> {
+    const stream = await openBatchStream(options('gpt'));
+    for (let i = 0; i < 40; i++) {
+      await stream.next();
+      const cursor = stream.cursor();
+      if (cursor.offset > 0 && cursor.shard === 0) {
+        await stream.close();
+        return JSON.parse(JSON.stringify(cursor)) as DataCursor;
+      }
+    }
+    throw new Error('no mid-document cursor in the first 40 batches');
+  }
+
+  it('its structure: null, wrong types, missing fields', () => {
+    expect(() => parseCursor(null, source)).toThrow(`${source}: the data cursor must be a JSON object (got null)`);
+    expect(() => parseCursor([], source)).toThrow(/must be a JSON object/);
+    expect(() => parseCursor({ version: 1, kind: 'gpt', split: 'train', seqLen: '32' }, source)).toThrow(`${source}: seqLen must be an integer ≥ 0 (got "32")`);
+  });
+
+  it('its position: shard, record batch, row, offset and shard order inside the dataset; tokens inside the vocabulary', async () => {
+    const good = await midDocumentCursor();
+    const cases: [Partial<DataCursor>, RegExp][] = [
+      [{ shard: 99 }, /shard = 99 is past the dataset's 3 shards/],
+      [{ recordBatch: 999 }, /recordBatch = 999, row = \d+ is past the end of shard \d, which has \d+ record batches/],
+      [{ row: 999 }, /row = 999 is past the end of record batch \d+ \(16 rows\) of shard \d/],
+      [{ shardOrder: [0, 0, 1] }, /shardOrder must be an order of the shards 0…2/],
+      [{ shardOrder: [0, 1] }, /shardOrder lists 2 shards but .* \(train\) has 3/],
+      [{ carry: [100000] }, /carry holds a token id ≥ the vocabulary size 300/],
+      [{ shuffle: null }, /shuffle must be an object for shuffleBuffer 12/],
+    ];
+    for (const [change, message] of cases) {
+      const cursor = { ...good, ...change };
+      await expect(openBatchStream({ ...options('gpt', cursor), cursorFile: source }), JSON.stringify(change)).rejects.toThrow(new RegExp(`^${source.replace(/[./]/g, '\\$&')}: ${message.source}`));
+    }
+    // The offset is checked once the document it points into is read.
+    const stream = await openBatchStream({ ...options('gpt', { ...good, offset: 1_000_000 }), cursorFile: source });
+    await expect(stream.next()).rejects.toThrow(`${source}: offset = 1000000 is past the end of the document it points into`);
+    await stream.close();
+    // The unchanged cursor restores.
+    const restored = await openBatchStream({ ...options('gpt', good), cursorFile: source });
+    expect(await restored.next()).not.toBeNull();
+    await restored.close();
+  });
+});
+
+describe('the epoch estimate before the first step', () => {
+  it('reads only a sample of the split (the first record batches), and says it is an estimate', async () => {
+    reads.length = 0;
+    const estimate = await estimateEpoch(options('gpt'), { documents: 40, bytes: Infinity });
+    // 16-row record batches: 40 documents are in the first three of the first shard; the header scan reads no text.
+    expect(reads.map((r) => r.batchIndex)).toEqual([0, 1, 2]);
+    expect(new Set(reads.map((r) => r.shard)).size).toBe(1);
+    expect(estimate.exact).toBe(false);
+    expect(estimate.sample.documents).toBeGreaterThanOrEqual(40);
+    expect(estimate.splitBytes).toBeGreaterThan(estimate.sample.bytes);
+    // Close to the real counts (the stream's own, read in full).
+    const stream = await openBatchStream({ ...options('gpt'), shuffleBuffer: 0 });
+    let batches = 0;
+    while (await stream.next()) batches++;
+    const { tokens } = stream.stats;
+    await stream.close();
+    expect(Math.abs(estimate.tokens / tokens - 1)).toBeLessThan(0.15);
+    expect(Math.abs(estimate.batches / batches - 1)).toBeLessThan(0.15);
   });
 });

@@ -1,9 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { byteLevelAlphabet } from 'tokenizers';
+import { byteLevelAlphabet, Tokenizer } from 'tokenizers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TextTokenizer } from '../../src/data/tokenizer.ts';
+import { pieceRanges, TextTokenizer } from '../../src/data/tokenizer.ts';
 import { BYTE_LEVEL_SPECIALS, finalizeByteLevelBpe, trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import type { TokenizerJsonDoc } from '../../src/data/train-tokenizer.ts';
 import { syntheticDocuments } from './stream-fixtures.ts';
@@ -85,6 +86,57 @@ describe('trained byte-level BPE', () => {
     expect(() => finalizeByteLevelBpe(raw, 200)).toThrow(/≥ 259/);
     expect(() => finalizeByteLevelBpe(raw, VOCAB + 50)).toThrow(/yields only 400 tokens/);
   });
+});
+
+describe('long documents', () => {
+  /** ~`chars` characters of documents joined by varied whitespace, with unicode, digits and end-of-text tokens. */
+  function longText(chars: number, seed: number): string {
+    const docs = syntheticDocuments(400, seed);
+    const separators = [' ', '\n', '  ', '\t', ' \n ', '\u00a0', ' <|endoftext|> ', '<|endoftext|>', ' naïve 中文 😀 ', '\r\n'];
+    let text = '';
+    for (let i = 0; text.length < chars; i++) text += docs[i % docs.length] + separators[i % separators.length];
+    return text;
+  }
+
+  for (const [name, file] of [
+    ['our byte-level BPE', () => path],
+    ['GPT-2 (shared/fixtures/hf/gpt2-tiny)', () => join(import.meta.dirname, '..', '..', '..', 'shared', 'fixtures', 'hf', 'gpt2-tiny', 'tokenizer.json')],
+  ] as const) {
+    it(`are encoded in pieces with exactly the ids of the whole document: ${name}`, async () => {
+      const t = await TextTokenizer.load(file());
+      const text = longText(300_000, 4);
+      const ranges = pieceRanges(text, ['<|endoftext|>']);
+      expect(ranges.length).toBeGreaterThan(10);
+      for (const [start] of ranges.slice(1)) expect([text[start - 1] !== ' ', text[start], text[start + 1] !== ' ']).toEqual([true, ' ', true]);
+      // The reference: the native tokenizer on the whole text, without our wrapper.
+      const whole = (await Tokenizer.fromFile(file()).encode(text, undefined, { addSpecialTokens: false })).getIds();
+      const [pieces] = await t.encodeBatch([text]);
+      expect(pieces.length).toBe(whole.length);
+      expect(Array.from(pieces).findIndex((id, i) => id !== whole[i])).toBe(-1);
+    });
+  }
+
+  it('a run without spaces longer than the hard limit is cut outside surrogate pairs and special tokens', () => {
+    const run = 'x'.repeat(70_000) + '😀'.repeat(10) + '<|endoftext|>' + 'y'.repeat(70_000);
+    for (const [start, end] of pieceRanges(run, ['<|endoftext|>'])) {
+      expect(end - start).toBeLessThanOrEqual(65_536);
+      expect(run.charCodeAt(start) >= 0xdc00 && run.charCodeAt(start) <= 0xdfff).toBe(false);
+      const inside = run.indexOf('<|endoftext|>');
+      expect(start > inside && start < inside + 13).toBe(false);
+    }
+  });
+
+  it('streams a 4 MB document with a bounded peak memory (a child process; the whole document at once needs ~700 MB more)', async () => {
+    const work = join(dir, 'long');
+    const script = join(import.meta.dirname, 'scripts', 'long-document.mts');
+    const root = join(import.meta.dirname, '..', '..');
+    const r = spawnSync(process.execPath, ['--import', 'tsx', script, root, work, path, '4'], { encoding: 'utf8', timeout: 240_000 });
+    expect(r.status, r.stderr).toBe(0);
+    const { batches, maxRssMiB, beforeMiB } = JSON.parse(r.stdout.trim().split('\n').at(-1)!);
+    console.log(`long document: ${batches} batches, peak RSS ${maxRssMiB.toFixed(0)} MiB (${beforeMiB.toFixed(0)} before the stream)`);
+    expect(batches).toBeGreaterThan(2000);
+    expect(maxRssMiB - beforeMiB).toBeLessThan(300);
+  }, 240_000);
 });
 
 describe('loading tokenizer files', () => {

@@ -2,6 +2,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
+import type { StopRequest } from '../../src/train/checkpoint.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 export interface TinySetup {
@@ -44,4 +45,15 @@ wandb: { enabled: false }
 export async function writeTinyRecipe(file: string, setup: TinySetup, runDir: string, train: Record<string, number | string> = {}): Promise<string> {
   await writeFile(file, tinyRecipeText(setup, runDir, train));
   return file;
+}
+
+/** A stop request that fires when the loop checks it for the n-th time, i.e. after step n. */
+export function stopAfter(n: number): StopRequest {
+  let reads = 0;
+  return {
+    get signal() {
+      reads++;
+      return reads >= n ? 'SIGTERM' : null;
+    },
+  };
 }

@@ -23,8 +23,10 @@ import {
 import type { TrainingCounters } from '../../src/train/checkpoint.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe } from '../../src/train/recipe.ts';
+import { readSafetensors } from '../../src/train/safetensors.ts';
 import type { Recipe } from '../../src/train/recipe.ts';
-import { trainStep } from '../../src/train/trainer.ts';
+import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { saveFinalModel, trainStep } from '../../src/train/trainer.ts';
 
 let dir: string;
 beforeAll(async () => {
@@ -47,11 +49,15 @@ function recipeFor(runDir: string): Recipe {
   return parseRecipe(`data: { dataset: ${dir}/data, tokenizer: ${dir}/tok.json }\ntrain: { runDir: ${runDir} }\n`, join(dir, 'tiny.yaml'));
 }
 
-// The checkpoint code stores the cursor as opaque JSON; its exactness is tested in test/data/stream.test.ts.
-const cursor = { version: 1, kind: 'gpt', split: 'train', shard: 2, row: 7, carry: [1, 2, 3], batches: 9 } as unknown as DataCursor;
+// The checkpoint code stores the cursor as JSON and checks its structure; its exactness is tested in test/data.
+const cursor: DataCursor = {
+  version: 1, kind: 'gpt', split: 'train', seqLen: 6, batchSize: 2, seed: 3, shuffleBuffer: 0, tokenizerSha256: 'ab'.repeat(32),
+  shardOrder: [2, 0, 1], shard: 2, recordBatch: 1, row: 7, offset: 3, carry: [1, 2, 3], shuffle: null, maskRng: null, done: false, batches: 9,
+  stats: { documents: 30, tokens: 600, skippedEmpty: 1, bytes: 2400 },
+};
 
 function counters(step: number): TrainingCounters {
-  return { step, tokens: step * 48, batchesSeen: step, trainSeconds: 0.5 * step, elapsedS: step, window: { loss: 1.5, steps: 1, tokens: 48, seconds: 0.5 }, skippedSteps: 0 };
+  return { step, tokens: step * 48, batchesSeen: step, trainSeconds: 0.5 * step, elapsedS: step, window: { loss: 1.5, steps: 1, tokens: 48, seconds: 0.5 }, skippedSteps: 0, consecutiveSkips: 0 };
 }
 
 async function trainedPair(seed: number) {
@@ -80,7 +86,10 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     expect(readdirSync(join(runDir, 'checkpoints'))).toEqual(['step-000007']); // no temporary folder left
 
     const loaded = await loadCheckpoint(saved);
-    expect(loaded.runDir).toBe(runDir);
+    expect(loaded.runDir).toBeNull(); // no config.json and env.json beside checkpoints/: not a run folder
+    writeFileSync(join(runDir, 'config.json'), '{}');
+    writeFileSync(join(runDir, 'env.json'), '{}');
+    expect((await loadCheckpoint(saved)).runDir).toBe(runDir);
     expect(loaded.cursor).toEqual(cursor);
     expect(loaded.state).toMatchObject({ ...counters(7), valLoss: 2.5, tokenizer: { sha256: 'ab'.repeat(32) } });
     expect(loaded.recipe.train.runDir).toBe(runDir);
@@ -152,8 +161,56 @@ describe('pruneCheckpoints', () => {
   });
 });
 
+describe('only what this project wrote is deleted or replaced', () => {
+  it('pruning leaves foreign entries of checkpoints/ alone, and step folders that hold a foreign file', async () => {
+    const runDir = join(dir, 'prune-foreign');
+    const pair = await trainedPair(5);
+    for (let step = 1; step <= 4; step++) await save(runDir, step, null, pair);
+    const parent = join(runDir, 'checkpoints');
+    writeFileSync(join(parent, 'step-000001', 'my-notes.txt'), 'mine');
+    mkdirSync(join(parent, 'my-folder'));
+    writeFileSync(join(parent, 'README'), 'mine');
+    mkdirSync(join(parent, '.step-000009.tmp-77'));
+    writeFileSync(join(parent, '.step-000009.tmp-77', 'model.safetensors'), 'partial');
+    mkdirSync(join(parent, '.step-000008.tmp-78'));
+    writeFileSync(join(parent, '.step-000008.tmp-78', 'other.bin'), 'not ours');
+    const deleted = await pruneCheckpoints(runDir, 1);
+    expect(deleted.map((d) => d.slice(parent.length + 1)).sort()).toEqual(['.step-000009.tmp-77', 'step-000002', 'step-000003']);
+    expect(readdirSync(parent).sort()).toEqual(['.step-000008.tmp-78', 'README', 'my-folder', 'step-000001', 'step-000004']);
+    expect(readFileSync(join(parent, 'step-000001', 'my-notes.txt'), 'utf8')).toBe('mine');
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+
+  it("final/ is replaced whole (the previous one removed only if it holds nothing but this project's files), with checksums that loading verifies", async () => {
+    const runDir = join(dir, 'final-replace');
+    const pair = await trainedPair(6);
+    const recipe = recipeFor(runDir);
+    const first = await saveFinalModel(runDir, pair.model, recipe, { step: '1' });
+    expect(readdirSync(first).sort()).toEqual([COMPLETE_MARKER, 'model.safetensors', 'recipe.json']);
+    // COMPLETE holds `sha256sum -c` lines for both files.
+    const sums = readFileSync(join(first, COMPLETE_MARKER), 'utf8').trim().split('\n');
+    expect(sums.map((l) => l.split('  ')[1]).sort()).toEqual(['model.safetensors', 'recipe.json']);
+    expect(sums[0]).toMatch(/^[0-9a-f]{64} {2}\S+$/);
+    await saveFinalModel(runDir, pair.model, recipe, { step: '2' });
+    expect((await readSafetensors(join(runDir, 'final', 'model.safetensors'))).metadata.step).toBe('2');
+    expect(readdirSync(runDir).filter((e) => e.startsWith('.'))).toEqual([]); // nothing left aside
+    // A user's file in final/: the run refuses to replace it rather than delete the file.
+    writeFileSync(join(first, 'exported.bin'), 'mine');
+    await expect(saveFinalModel(runDir, pair.model, recipe, { step: '3' })).rejects.toThrow(/final holds files this project did not write \(exported\.bin\)/);
+    expect(readFileSync(join(first, 'exported.bin'), 'utf8')).toBe('mine');
+    pair.model.dispose();
+    pair.optimizer.dispose();
+    // A changed byte is caught by the checksum.
+    const model = readFileSync(join(first, 'model.safetensors'));
+    model[model.length - 1] ^= 1;
+    writeFileSync(join(first, 'model.safetensors'), model);
+    await expect(loadModel(runDir)).rejects.toThrow(/final\/model\.safetensors does not match the sha256 its folder's COMPLETE marker recorded/);
+  });
+});
+
 describe('resolveResume', () => {
-  it("'auto' takes the newest complete checkpoint of the newest run folder of the recipe's name", async () => {
+  it("'auto' takes the newest complete checkpoint of the newest run folder of the recipe's name that has one", async () => {
     const runs = join(dir, 'auto-runs');
     const recipe = { ...recipeFor(runs), name: 'tiny' };
     expect(() => resolveResume(recipe, 'auto')).toThrow(/--resume auto: no run folder of recipe 'tiny' in/);
@@ -165,8 +222,11 @@ describe('resolveResume', () => {
     mkdirSync(join(runs, 'tiny-other-20270101-120000'), { recursive: true }); // another recipe's name
     writeFileSync(join(runs, 'tiny-20260101-000000'), 'not a folder');
     expect(resolveResume(recipe, 'auto')).toBe(join(older, 'checkpoints', checkpointName(9)));
+    // A newer folder without a checkpoint (a start that failed) is passed over: auto looks back to the newest that has one.
     mkdirSync(newer, { recursive: true });
-    expect(() => resolveResume(recipe, 'auto')).toThrow(/newest run folder of 'tiny', .*tiny-20260101-120000-2, has no complete checkpoint/);
+    expect(resolveResume(recipe, 'auto')).toBe(join(older, 'checkpoints', checkpointName(9)));
+    const onlyEmpty = { ...recipe, name: 'tiny-other' };
+    expect(() => resolveResume(onlyEmpty, 'auto')).toThrow(/none of the 1 run folders of 'tiny-other' in .* has a complete checkpoint/);
     await save(newer, 3, null, pair);
     expect(resolveResume(recipe, 'auto')).toBe(join(newer, 'checkpoints', checkpointName(3)));
     expect(resolveResume(recipe, join(older, 'checkpoints', 'step-000005'))).toBe(join(older, 'checkpoints', 'step-000005'));

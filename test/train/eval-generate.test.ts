@@ -2,9 +2,10 @@
 // evaluate() on the same validation batches, generate at temperature 0 is deterministic and equals
 // greedy decoding by full forward, and bad checkpoints fail with errors naming the folder.
 import { spawnSync } from 'node:child_process';
-import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { copyFile, cp, mkdir, mkdtemp, rename, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evalCheckpoint, formatEval } from '../../src/cli/eval.ts';
@@ -17,7 +18,9 @@ import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { RunLogger } from '../../src/train/metrics.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
 import { modelConfigFromRecipe, saveFinalModel, streamOptions } from '../../src/train/trainer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
@@ -93,6 +96,27 @@ describe('eval', () => {
     expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}tokens \d+/);
   }, 60_000);
 
+  it('a run folder moved together with its data still evaluates (paths recorded relative to the run too)', async () => {
+    const project = join(dir, 'project');
+    await mkdir(project);
+    await cp(join(dir, 'data'), join(project, 'data'), { recursive: true });
+    await copyFile(join(dir, 'tokenizer.json'), join(project, 'tokenizer.json'));
+    const recipe = parseRecipe(
+      JSON.stringify({ ...gptRecipe, name: 'moved', data: { ...gptRecipe.data, dataset: join(project, 'data'), tokenizer: join(project, 'tokenizer.json') }, train: { ...gptRecipe.train, runDir: join(project, 'runs') }, wandb: { ...gptRecipe.wandb, enabled: false } }),
+      join(dir, 'moved.yaml'),
+    );
+    const logger = await RunLogger.create(recipe, { echo: false });
+    const model = perturbedModel(recipe);
+    await saveFinalModel(logger.dir, model, recipe, { tokenizer_sha256: tokenizer.sha256 });
+    model.dispose();
+    const before = await evalCheckpoint({ checkpoint: logger.dir });
+    await rename(project, join(dir, 'project-moved'));
+    const movedRun = join(dir, 'project-moved', 'runs', basename(logger.dir));
+    const after = await evalCheckpoint({ checkpoint: movedRun });
+    expect(after.dataset).toBe(join(dir, 'project-moved', 'data'));
+    expect(after.loss).toBe(before.loss);
+  });
+
   it('names a missing or incomplete checkpoint folder', async () => {
     await expect(evalCheckpoint({ checkpoint: join(dir, 'nowhere') })).rejects.toThrow(/checkpoint folder .*nowhere does not exist/);
     const partial = join(dir, 'partial');
@@ -103,6 +127,43 @@ describe('eval', () => {
     expect(run.status).toBe(1);
     expect(run.stderr).toMatch(/^eval: checkpoint folder .*partial is incomplete/);
   }, 30_000);
+});
+
+describe('untrusted model folders', () => {
+  /** A copy of the GPT's final/ whose safetensors metadata config (or recipe.json) is replaced; no checksums. */
+  async function crafted(name: string, change: { config?: unknown; recipe?: string }): Promise<string> {
+    const folder = join(dir, 'crafted', name);
+    await mkdir(folder, { recursive: true });
+    const { tensors, metadata } = decodeSafetensors(readFileSync(join(gptFinal, 'model.safetensors')));
+    const config = change.config === undefined ? metadata.config : typeof change.config === 'string' ? change.config : JSON.stringify(change.config);
+    writeFileSync(join(folder, 'model.safetensors'), encodeSafetensors(tensors, { ...metadata, config }));
+    writeFileSync(join(folder, 'recipe.json'), change.recipe ?? readFileSync(join(gptFinal, 'recipe.json')));
+    return folder;
+  }
+  const saved = () => JSON.parse(decodeSafetensors(readFileSync(join(gptFinal, 'model.safetensors'))).metadata.config);
+
+  it('a config that does not fit the file is refused before any model is built, naming the file (time and memory bounded)', async () => {
+    const cases: [string, { config?: unknown; recipe?: string }, RegExp][] = [
+      ['huge', { config: { ...saved(), dModel: 65536, numLayers: 512 } }, /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.dModel × model\.mlpRatio·model\.dModel \(an MLP weight\) = 17,179,869,184 elements/],
+      ['large', { config: { ...saved(), dModel: 2048, numLayers: 24 } }, /model\.safetensors: the tensors do not match the model config:[\s\S]*other shape: embed\.tokens\.weight \[300, 16\], the config builds \[300, 2048\]/],
+      ['deep', { config: { ...saved(), numLayers: 1024 } }, /model\.safetensors: the tensors do not match the model config:\n {2}missing: blocks\.2\.ln1\.weight/],
+      ['typed', { config: { ...saved(), dModel: 'big' } }, /the saved model config is not valid:\n {2}model\.dModel must be an integer \(got "big"\)/],
+      ['options', { config: { ...saved(), attention: { name: 'performer', options: { features: -3 } } } }, /model\.attention\.options\.features/],
+      ['no-json', { config: '{"dModel": ' }, /model\.safetensors: metadata 'config' is not valid JSON/],
+      ['null', { config: 'null' }, /model\.safetensors \(metadata 'config'\): the model config must be a JSON object \(got null\)/],
+      ['recipe', { recipe: '{"model": {"dModel": "x"}' }, /recipe\.json: invalid YAML at line 1, column \d+/],
+    ];
+    for (const [name, change, message] of cases) {
+      const folder = await crafted(name, change);
+      const before = process.memoryUsage().rss;
+      const t0 = performance.now();
+      const tensors = tf.memory().numTensors;
+      await expect(loadModel(folder), name).rejects.toThrow(message);
+      expect(performance.now() - t0, name).toBeLessThan(3000);
+      expect(process.memoryUsage().rss - before, name).toBeLessThan(200 * 2 ** 20);
+      expect(tf.memory().numTensors, name).toBe(tensors);
+    }
+  });
 });
 
 describe('generate', () => {

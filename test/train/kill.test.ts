@@ -170,5 +170,5 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     expect(done.code, resumed.output()).toBe(0);
     const reference = await referenceRun(await writeTinyRecipe(join(dir, 'tiny-term-ref.yaml'), setup, join(dir, 'runs-term-ref'), { ...TRAIN, checkpointInterval: 5, logInterval: 3, dataParallel: 2 }));
     expect(comparable(readMetrics(runFolders(runs)[0]))).toEqual(comparable(reference));
-  }, 60_000);
+  }, 120_000);
 });

@@ -1,7 +1,9 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
 import { checkRecord, readMetrics, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { readWandbInfo } from '../../src/train/wandb.ts';
@@ -38,6 +40,30 @@ describe('RunLogger', () => {
       expect(readWandbInfo(logger.dir)).toMatchObject({ project: 'slayformer', name: path.basename(logger.dir), status: 'pending' });
     }
     expect(readWandbInfo(a.dir).id).not.toBe(readWandbInfo(b.dir).id);
+  });
+
+  it('env.json records where the run came from: the git commit and whether the tree was dirty, the versions, the backend, the CPU, the data paths in both forms; a resume appends its own', async () => {
+    await initBackend('cpu', { quiet: true });
+    const root = path.resolve(import.meta.dirname, '..', '..');
+    const git = (...args: string[]) => execFileSync('git', ['-C', root, ...args], { encoding: 'utf8' });
+    const r = recipe();
+    const logger = await RunLogger.create(r, { echo: false });
+    const envFile = path.join(logger.dir, 'env.json');
+    const env = JSON.parse(fs.readFileSync(envFile, 'utf8'));
+    expect(env.git).toEqual({ commit: git('rev-parse', 'HEAD').trim(), dirty: git('status', '--porcelain').trim() !== '' });
+    const installed = (name: string) => JSON.parse(fs.readFileSync(path.join(root, 'node_modules', ...name.split('/'), 'package.json'), 'utf8')).version;
+    expect(env.backend).toMatchObject({ name: 'cpu', tensorflow: null });
+    expect(env.backend.versions).toMatchObject({ 'tfjs-core': installed('@tensorflow/tfjs-core'), tfjs: installed('@tensorflow/tfjs'), 'tfjs-backend-wasm': installed('@tensorflow/tfjs-backend-wasm') });
+    expect(env).toMatchObject({ node: process.version, cpus: os.cpus().length, cpuModel: os.cpus()[0].model, platform: `${process.platform}-${process.arch}` });
+    expect(env.paths.run).toBe(logger.dir);
+    expect(env.paths.dataset).toEqual({ absolute: r.data.dataset, fromRun: path.relative(logger.dir, r.data.dataset) });
+    expect(path.resolve(logger.dir, env.paths.tokenizer.fromRun)).toBe(r.data.tokenizer);
+    const resumed = await RunLogger.create(r, { echo: false, resumeDir: logger.dir, resumeStep: 0 });
+    const after = JSON.parse(fs.readFileSync(envFile, 'utf8'));
+    expect(after.startedAt).toBe(env.startedAt); // the first session's environment stays
+    expect(after.resumes).toHaveLength(1);
+    expect(after.resumes[0]).toMatchObject({ resumedAtStep: 0, git: env.git });
+    expect(resumed.dir).toBe(logger.dir);
   });
 
   it('writes one parseable JSON line per record with every required field', async () => {

@@ -103,6 +103,26 @@ describe('loadRecipe', () => {
       'model.maxSeqLen (64) must be ≥ data.seqLen (128)',
     );
     expect(errorOf(recipeFile(`${MINIMAL}train: {lr: 1e-3, minLr: 1e-2}\n`))).toContain('train.minLr (0.01) must be ≤ train.lr (0.001)');
+    expect(errorOf(recipeFile(`${MINIMAL}train: {warmupSteps: 10, warmupFraction: 0.05}\n`))).toContain('train.warmupFraction and train.warmupSteps are both set; set one of them');
+    expect(loadRecipe(recipeFile(`${MINIMAL}train: {warmupFraction: 0.05}\n`)).train.warmupFraction).toBe(0.05);
+  });
+
+  it('gives the line and column of a YAML error', () => {
+    expect(errorOf(recipeFile(`${MINIMAL}model:\n  dModel: 16\n  bad: [1, 2\ntrain: {lr: 1}\n`))).toMatch(/invalid YAML at line 7, column 1: Flow sequence/);
+    expect(errorOf(recipeFile('train:\n  lr: 1\n  lr: 2\n'))).toMatch(/invalid YAML at line 3, column 3: Map keys must be unique/);
+  });
+
+  it('catches sizes that cannot fit, naming the key, before anything is allocated', () => {
+    expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 1e12}\n`))).toMatch(/model\.dModel must be an integer ≥ 1, ≤ 65536 \(got 1000000000000\)/);
+    expect(errorOf(recipeFile(`${MINIMAL}model: {numLayers: 100000}\n`))).toMatch(/model\.numLayers must be an integer ≥ 1, ≤ 1024/);
+    expect(errorOf(recipeFile(`${MINIMAL}data: {dataset: d, tokenizer: t, seqLen: 1e9}\n`.replace(MINIMAL, '')))).toMatch(/data\.seqLen must be an integer ≥ 2, ≤ 1048576/);
+    // Each key within its bounds, together too large for one tensor.
+    expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 32768, numHeads: 8}\n`))).toContain(
+      'model.dModel × model.mlpRatio·model.dModel (an MLP weight) = 4,294,967,296 elements: more than one TensorFlow.js tensor can hold (2^31 − 1)',
+    );
+    expect(errorOf(recipeFile(`${MINIMAL}model: {maxSeqLen: 65536}\ndata: {dataset: d, tokenizer: t, seqLen: 65536}\ntrain: {batchSize: 64}\n`.replace(MINIMAL, '')))).toContain(
+      'train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch) =',
+    );
   });
 
   it('validates attention options through the registry', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { learningRate } from '../../src/train/schedule.ts';
+import { learningRate, resolveWarmup } from '../../src/train/schedule.ts';
 
 describe('learning-rate schedule', () => {
   const base = { lr: 1e-3, minLr: 1e-4, warmupSteps: 10, totalSteps: 110 };
@@ -37,3 +37,21 @@ describe('learning-rate schedule', () => {
     expect(() => learningRate(-1, { ...base, schedule: 'cosine' })).toThrow(/step must be an integer ≥ 0/);
   });
 });
+
+describe('warm-up of a run', () => {
+  it('as a fraction of the run follows its length; a warm-up longer than a fifth of the run is warned about', () => {
+    expect(resolveWarmup({ warmupSteps: 100, warmupFraction: null }, 1000)).toEqual({ steps: 100, warning: null });
+    expect(resolveWarmup({ warmupSteps: 100, warmupFraction: 0.05 }, 1000)).toEqual({ steps: 50, warning: null });
+    expect(resolveWarmup({ warmupSteps: 100, warmupFraction: 0.05 }, 30).steps).toBe(2); // round(1.5)
+    // The demo's 25 of 250 steps is 10%: no warning. A run shortened to 40 steps keeps its 25 warm-up steps: warned.
+    expect(resolveWarmup({ warmupSteps: 25, warmupFraction: null }, 250).warning).toBeNull();
+    expect(resolveWarmup({ warmupSteps: 25, warmupFraction: null }, 40).warning).toBe(
+      "warm-up of 25 steps (train.warmupSteps 25) is 63% of the run's 40 steps: the learning rate peaks at step 25 and decays over only the last 15; set train.warmupFraction (e.g. 0.05) or lower train.warmupSteps",
+    );
+    // Shorter than its warm-up: the run never reaches train.lr (its last step, index 9, uses 10/100 of it).
+    const short = resolveWarmup({ warmupSteps: 100, warmupFraction: null }, 10);
+    expect(short.warning).toMatch(/is 1000% of the run's 10 steps: the run ends before the learning rate reaches train\.lr \(its last step uses 10% of it\)/);
+    expect(learningRate(9, { lr: 1, minLr: 0.1, schedule: 'cosine', warmupSteps: short.steps, totalSteps: 10 })).toBeCloseTo(0.1, 15);
+  });
+});
+

@@ -106,6 +106,14 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
     expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /.test(l))).toBe(true);
     expect(lines.at(-1)).toMatch(/^done: 20 steps, 2,560 tokens .* final val loss [\d.]+ \| ppl/);
+    // 2 warm-up steps of 20: no warning. Shortened to 2 steps, the same warm-up is the whole run: warned, with its cause.
+    expect(lines.some((l) => l.startsWith('warning: warm-up'))).toBe(false);
+    const short = parseRecipe(recipeText, join(dir, 'tiny.yaml'), ['--train.maxTokens=256']);
+    const shortLines: string[] = [];
+    await runTraining(short, { logger: { dir: join(dir, 'runs', 'short'), log: () => {}, line: (t) => shortLines.push(t), finish: async () => {} } });
+    expect(shortLines).toContain(
+      "warning: warm-up of 2 steps (train.warmupSteps 2) is 100% of the run's 2 steps: the run ends before the learning rate reaches train.lr (its last step uses 100% of it); set train.warmupFraction (e.g. 0.05) or lower train.warmupSteps",
+    );
     expect(summary).toMatchObject({ steps: 20, val_loss: result.finalVal.loss });
     // The final folder: safetensors with the stable names, and the resolved recipe.
     expect(result.finalDir).toBe(join(runDir, 'final'));
@@ -163,6 +171,11 @@ describe('train CLI', () => {
     expect(r.stdout).toMatch(/dataset not found: tokens per epoch unknown/);
     expect(r.stdout).toMatch(/attention slay \{.*"quadratureNodes":2,"prfFeatures":16,"anchors":8/);
     expect(r.stdout).toMatch(/memory {6}≈ [\d,]+ MiB/);
+    expect(r.stdout).not.toMatch(/warning/);
+    // Shortened to 100 optimizer steps, its 2,000 warm-up steps are warned about.
+    const short = cli('recipes/gpu/gpt2-small-slay.yaml', '--dry-run', '--data.dataset=/nonexistent/c4', '--data.tokenizer=/nonexistent/tokenizer.json', '--train.maxTokens=6553600');
+    expect(short.stdout).toMatch(/steps {7}100 optimizer steps/);
+    expect(short.stdout).toMatch(/warning {5}warm-up of 2000 steps \(train\.warmupSteps 2000\) is 2000% of the run's 100 steps: the run ends before the learning rate reaches train\.lr/);
   });
 
   it('a bad recipe value prints the message naming the key and exits 2 without a stack trace', () => {

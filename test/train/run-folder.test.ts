@@ -1,0 +1,181 @@
+// What a start and a resume may touch: only the run folder they own. A checkpoint copied out of its run resumes into
+// a new run folder and leaves every neighbouring file byte for byte as it was; a start that fails its checks creates
+// no folder and frees its model; a run that died between its last checkpoint and final/ is finished by --resume;
+// nanPolicy skip gives up after train.nanSkipLimit dropped updates in a row.
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { COMPLETE_MARKER, listCheckpoints, TrainingStopped } from '../../src/train/checkpoint.ts';
+import { readMetrics, RunLogger } from '../../src/train/metrics.ts';
+import type { MetricRecord } from '../../src/train/metrics.ts';
+import { parseRecipe } from '../../src/train/recipe.ts';
+import type { Recipe } from '../../src/train/recipe.ts';
+import { readSafetensors } from '../../src/train/safetensors.ts';
+import { runTraining } from '../../src/train/trainer.ts';
+import { makeTinySetup, stopAfter, tinyRecipeText, writeTinyRecipe } from './checkpoint-fixtures.ts';
+import type { TinySetup } from './checkpoint-fixtures.ts';
+
+let dir: string;
+let setup: TinySetup;
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+  dir = await mkdtemp(join(tmpdir(), 'slay-run-folder-'));
+  setup = await makeTinySetup(dir);
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const recipeIn = (runs: string, train: Record<string, number | string> = {}) => parseRecipe(tinyRecipeText(setup, runs, train), join(dir, 'tiny.yaml'));
+
+/** runTraining with its own RunLogger, its progress lines kept off the test output. */
+async function quietly<T>(run: () => Promise<T>): Promise<T> {
+  const write = vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
+  try {
+    return await run();
+  } finally {
+    write.mockRestore();
+  }
+}
+
+/** Every file and folder under `root`: relative path → sha256 of the content ('dir' for folders). */
+function digest(root: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (d: string) => {
+    for (const entry of readdirSync(d)) {
+      const p = join(d, entry);
+      if (statSync(p).isDirectory()) {
+        out.set(relative(root, p), 'dir');
+        walk(p);
+      } else out.set(relative(root, p), createHash('sha256').update(readFileSync(p)).digest('hex'));
+    }
+  };
+  walk(root);
+  return out;
+}
+
+function write(file: string, content: string | Buffer): void {
+  mkdirSync(join(file, '..'), { recursive: true });
+  writeFileSync(file, content);
+}
+
+/** A run stopped after step 5 (checkpoints at 3 and 5); returns the step-5 checkpoint. */
+async function stoppedRun(runs: string): Promise<string> {
+  const recipe = recipeIn(runs);
+  const logger = await RunLogger.create(recipe, { echo: false });
+  const error = await runTraining(recipe, { logger, stop: stopAfter(5) }).catch((e) => e);
+  expect(error).toBeInstanceOf(TrainingStopped);
+  return (error as TrainingStopped).checkpointDir;
+}
+
+const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', ...args], { encoding: 'utf8', timeout: 120_000 });
+const runFolders = (runs: string) => (existsSync(runs) ? readdirSync(runs).map((e) => join(runs, e)) : []);
+
+describe('resume never touches files outside its run', () => {
+  it('a checkpoint copied out of its run (~/saved/step-N, or a checkpoints/ folder with no run around it) resumes into a new run folder; the neighbours survive byte for byte', async () => {
+    const checkpoint = await stoppedRun(join(dir, 'runs-source'));
+    // The user's home: files named like a run's, a final/ folder, checkpoint-like folders holding the user's files.
+    const home = join(dir, 'home');
+    write(join(home, 'config.json'), '{"mine": true}\n');
+    write(join(home, 'log.txt'), 'my notes\n');
+    write(join(home, 'metrics.jsonl'), 'not metrics\n');
+    write(join(home, 'final', 'model.safetensors'), Buffer.from([1, 2, 3, 4]));
+    write(join(home, 'checkpoints', 'notes.txt'), 'keep me\n');
+    write(join(home, 'saved', 'notes.txt'), 'keep me too\n');
+    cpSync(checkpoint, join(home, 'saved', 'step-000005'), { recursive: true });
+    // A folder called checkpoints/ with the copy, beside the user's own step-like folders (one without COMPLETE).
+    write(join(home, 'project', 'config.json'), '{"also": "mine"}\n');
+    write(join(home, 'project', 'checkpoints', 'step-000001', 'mine.txt'), 'user data\n');
+    write(join(home, 'project', 'checkpoints', '.step-000002.tmp-1', 'mine.bin'), Buffer.from([9]));
+    write(join(home, 'project', 'checkpoints', 'README'), 'mine\n');
+    cpSync(checkpoint, join(home, 'project', 'checkpoints', 'step-000005'), { recursive: true });
+    const before = digest(home);
+
+    const runs = join(dir, 'runs-copied');
+    const recipeFile = await writeTinyRecipe(join(dir, 'tiny-copied.yaml'), setup, runs);
+    // As a user runs it (the CLI), and in-process for the second copy.
+    const saved = join(home, 'saved', 'step-000005');
+    const r = cli(recipeFile, '--resume', saved);
+    expect(r.status, r.stderr + r.stdout).toBe(0);
+    expect(r.stdout).toContain(`checkpoint ${saved} is not inside a run folder`);
+    expect(r.stdout).toMatch(/continuing in the new run folder .*runs-copied/);
+    const project = join(home, 'project', 'checkpoints', 'step-000005');
+    await quietly(() => runTraining(recipeIn(runs), { resume: project }));
+    expect(digest(home)).toEqual(before);
+    const folders = runFolders(runs);
+    expect(folders.length).toBe(2);
+    for (const created of folders) {
+      expect(existsSync(join(created, 'final', 'model.safetensors'))).toBe(true);
+      expect(readMetrics(created)[0].step).toBeGreaterThan(5); // the new folder's history starts after the checkpoint
+      expect(readFileSync(join(created, 'log.txt'), 'utf8')).toMatch(/is not inside a run folder .*: continuing in the new run folder/);
+    }
+  }, 120_000);
+});
+
+describe('starts that fail', () => {
+  it('a start that fails its checks creates no run folder, frees its model, and a second start in the same process works', async () => {
+    const runs = join(dir, 'runs-failing');
+    const baseline = tf.memory().numTensors;
+    // A freeze glob that matches nothing: refused after the model is built.
+    const typo = parseRecipe(tinyRecipeText(setup, runs), join(dir, 'tiny.yaml'), ['--train.freeze=["blocks.9.*"]']);
+    await expect(quietly(() => runTraining(typo))).rejects.toThrow(/train\.freeze: "blocks\.9\.\*" match no parameter/);
+    // A checkpoint whose cursor belongs to another stream (seqLen) — with its checksums gone, so only the stream
+    // notices it, after the model and optimizer were built and restored.
+    const checkpoint = await stoppedRun(join(dir, 'runs-failing-source'));
+    const cursorFile = join(checkpoint, 'cursor.json');
+    writeFileSync(cursorFile, JSON.stringify({ ...JSON.parse(readFileSync(cursorFile, 'utf8')), seqLen: 8 }));
+    writeFileSync(join(checkpoint, COMPLETE_MARKER), '2026-01-01T00:00:00.000Z\n'); // a marker of an older version: no checksums
+    const tensorsBefore = tf.memory().numTensors;
+    await expect(quietly(() => runTraining(recipeIn(runs), { resume: checkpoint }))).rejects.toThrow(/cursor\.json: the data cursor does not match this stream: seqLen = 8, the stream has 16/);
+    expect(tf.memory().numTensors).toBe(tensorsBefore);
+    expect(tf.memory().numTensors).toBe(baseline);
+    expect(runFolders(runs)).toEqual([]);
+    // Nothing of the failed starts is left registered: the same model builds again.
+    const result = await quietly(() => runTraining(recipeIn(runs, { maxTokens: 128 })));
+    expect(result.steps).toBe(2);
+    expect(runFolders(runs).length).toBe(1);
+  });
+
+  it('train.nanPolicy skip ends a diverged run after train.nanSkipLimit dropped updates in a row, naming the steps; no final/', async () => {
+    const runs = join(dir, 'runs-nan');
+    // lr 1e30: the first update moves every weight by ~1e30, so every later step is NaN/Inf.
+    const recipe = recipeIn(runs, { lr: 1e30, minLr: 0, warmupSteps: 0, nanPolicy: 'skip', nanSkipLimit: 3 });
+    const logger = await RunLogger.create(recipe, { echo: false });
+    await expect(runTraining(recipe, { logger })).rejects.toThrow(/training diverged: 3 updates in a row were dropped \(steps 2–4, the last with loss \S+, gradient norm \S+; train\.nanSkipLimit 3\); the last good checkpoint is .*step-000003/);
+    expect(existsSync(join(logger.dir, 'final'))).toBe(false);
+    expect(existsSync(join(logger.dir, 'summary.json'))).toBe(false);
+  });
+});
+
+describe('a run that died between its last checkpoint and final/', () => {
+  it('--resume finishes it (final validation, final/, summary.json) with the records of the uninterrupted run; a finished run has nothing to resume', async () => {
+    const runs = join(dir, 'runs-finish');
+    const recipe: Recipe = recipeIn(runs);
+    const full = await quietly(() => runTraining(recipe));
+    const reference = readMetrics(full.runDir);
+    const finalWeights = (await readSafetensors(join(full.finalDir, 'model.safetensors'))).tensors;
+    // What a process killed after its last checkpoint leaves.
+    rmSync(join(full.runDir, 'final'), { recursive: true });
+    rmSync(join(full.runDir, 'summary.json'));
+    const last = listCheckpoints(full.runDir).at(-1)!;
+    expect(last.step).toBe(12);
+
+    const finished = await quietly(() => runTraining(recipe, { resume: last.dir }));
+    expect(finished.runDir).toBe(full.runDir);
+    expect(finished.steps).toBe(12);
+    const untimed = (records: MetricRecord[]) => records.map(({ tokens_per_s: _r, elapsed_s: _e, ...rest }) => rest);
+    expect(untimed(readMetrics(full.runDir))).toEqual(untimed(reference));
+    const again = (await readSafetensors(join(finished.finalDir, 'model.safetensors'))).tensors;
+    for (const [name, t] of finalWeights) expect(Array.from(again.get(name)!.data), name).toEqual(Array.from(t.data));
+    expect(JSON.parse(readFileSync(join(full.runDir, 'summary.json'), 'utf8'))).toMatchObject({ steps: 12, final: 'final' });
+    expect(readFileSync(join(full.runDir, 'log.txt'), 'utf8')).toMatch(/it is the last step of the plan: finishing the run/);
+
+    await expect(quietly(() => runTraining(recipe, { resume: last.dir }))).rejects.toThrow(/at step 12, the end of this recipe's 12 steps, and its run finished .*summary\.json\): nothing to resume/);
+  });
+});
