@@ -95,13 +95,15 @@ async function referenceRun(recipeFile: string): Promise<MetricRecord[]> {
 }
 
 describe('train CLI under SIGKILL and SIGTERM', () => {
-  it('SIGKILL during checkpoint saves (4 times) never breaks the last complete checkpoint; --resume auto finishes the run exactly', async () => {
+  it('SIGKILL during checkpoint saves (4 times or more) never breaks the last complete checkpoint; --resume auto finishes the run exactly', async () => {
     const runs = join(dir, 'runs-kill');
     const recipeFile = await writeTinyRecipe(join(dir, 'tiny.yaml'), setup, runs, TRAIN);
     const vocabSize = (await TextTokenizer.load(setup.tokenizer)).vocabSize;
     let caughtDuringSave = 0;
     const killedAt: number[] = [];
-    for (let round = 0; round < 4; round++) {
+    // Four kills, and more (up to ten, within the run's 24 steps) until one has landed mid-save: on a busy host
+    // the ~1 ms poll can miss a few-ms save several times in a row.
+    for (let round = 0; round < 4 || (caughtDuringSave === 0 && round < 10); round++) {
       const child = startCli(round === 0 ? [recipeFile] : [recipeFile, '--resume', 'auto']);
       // Wait for a first new checkpoint of this process, then kill it the moment a save is seen in progress.
       const before = round === 0 ? 0 : listCheckpoints(runFolders(runs)[0]).at(-1)!.step;
@@ -114,7 +116,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
         if (runDir && newest > before && (saveInProgress(runDir) || Date.now() > deadline - 25_000)) {
           caughtDuringSave += saveInProgress(runDir) ? 1 : 0;
           // 0–3 ms later each round, so the kills land in different phases of the save (writing, rename, marker).
-          if (round > 0) await sleep(round);
+          if (round > 0) await sleep(round % 4);
           child.process.kill('SIGKILL');
           killed = true;
           break;
@@ -138,11 +140,11 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     // Leftovers of the killed saves are gone; what remains is the newest 2 plus the best by validation loss.
     expect(readdirSync(join(runDir, CHECKPOINTS_DIR)).filter((e) => e.startsWith('.'))).toEqual([]);
     expect(listCheckpoints(runDir).length).toBeLessThanOrEqual(3);
-    console.log(`SIGKILL at checkpoint steps ${killedAt.join(', ')}; ${caughtDuringSave}/4 kills landed during a save`);
+    console.log(`SIGKILL at checkpoint steps ${killedAt.join(', ')}; ${caughtDuringSave}/${killedAt.length} kills landed during a save`);
 
     const reference = await referenceRun(recipeFile);
     expect(comparable(readMetrics(runDir))).toEqual(comparable(reference));
-  }, 120_000);
+  }, 240_000);
 
   // With 2 data-parallel replicas: the worker threads must not keep the process alive or change the records.
   it('SIGTERM (2 data-parallel replicas): finishes the step, saves a checkpoint, exits 143 and prints the resume command, which completes the run', async () => {
