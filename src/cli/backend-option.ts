@@ -1,0 +1,22 @@
+// The --backend and --verbose options of the commands that start a TensorFlow.js backend, and the one line
+// that says which backend runs.
+import { BACKENDS, initBackend } from '../backend.ts';
+import type { OptionSpec } from './command.ts';
+
+/** --backend NAME; without a default, $SLAYFORMER_BACKEND and then auto decide. */
+export function backendOption(fallback?: (typeof BACKENDS)[number]) {
+  const option = { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend' } satisfies OptionSpec;
+  return fallback ? { ...option, default: fallback } : { ...option, defaultText: '$SLAYFORMER_BACKEND, else auto' };
+}
+
+export const VERBOSE_OPTION = { type: 'boolean', help: 'also say why other backends were skipped (with auto)' } satisfies OptionSpec;
+
+/**
+ * Starts the backend and prints `[<command>] backend <name>` on stderr: one short line. The reasons `auto`
+ * skipped other backends (long: one per package it tried) only with `verbose`.
+ */
+export async function startBackend(command: string, requested: string | undefined, verbose: boolean): Promise<string> {
+  const name = await initBackend(requested, { quiet: !verbose });
+  process.stderr.write(`[${command}] backend ${name}\n`);
+  return name;
+}
