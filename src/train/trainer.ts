@@ -461,6 +461,9 @@ export async function runTraining(
         window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
       }
       if (recipe.train.evalInterval > 0 && step % recipe.train.evalInterval === 0 && step < totalSteps) await validate();
+      // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
+      // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
+      await new Promise((resolve) => setImmediate(resolve));
       // A stop asked for during the last step just lets the run finish (final validation and save follow).
       const signal = step < totalSteps ? (opts.stop?.signal ?? null) : null;
       const interval = recipe.train.checkpointInterval;
