@@ -1,9 +1,9 @@
 // Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
-//   npm run bench:train -- [names…] [--replicas=1,auto] [--backend=wasm|cpu|auto|tensorflow] [--steps=10]
-//                          [--warmup=2] [--seq=256] [--batch=8] [--vocab=4096] [--d=128] [--layers=4] [--heads=4]
-//                          [--profile] [--options='{"chunkSize":32}']   (attention options, applied to every named mechanism)
+//   npm run bench:train -- [names…] [--replicas 1,auto] [--backend wasm|cpu|auto|tensorflow] [--steps 10]
+//                          [--warmup 2] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
+//                          [--profile] [--options '{"chunkSize":32}']   (attention options, applied to every named mechanism)
 //
 // --replicas: data-parallel replica counts to measure (train.dataParallel; auto = one per core); by
 // default 1 (one thread) and auto.
@@ -22,32 +22,46 @@ import { Rng } from '../src/model/rng.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/trainer.ts';
 import { DataParallelGroup, resolveDataParallel } from '../src/train/data-parallel.ts';
+import { backendOption } from '../src/cli/backend-option.ts';
+import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
 
-const NUMERIC = ['steps', 'warmup', 'seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
+const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+
+const COMMAND = {
+  name: 'bench:train',
+  usage: '[attention names…] [options]',
+  description: 'Training throughput of the reference GPT shape with each attention mechanism (default: all registered).',
+  options: {
+    replicas: { type: 'string', value: 'N,…', default: '1,auto', help: 'data-parallel replica counts to measure (auto = one per core)' },
+    backend: backendOption('wasm'),
+    steps: int(1, 10, 'timed steps'),
+    warmup: int(0, 2, 'warm-up steps'),
+    seq: int(1, 256, 'sequence length'),
+    batch: int(1, 8, 'batch size'),
+    vocab: int(1, 4096, 'vocabulary size'),
+    d: int(1, 128, 'model width'),
+    layers: int(1, 4, 'layers'),
+    heads: int(1, 4, 'attention heads'),
+    profile: { type: 'boolean', help: 'tf.profile one extra step (main thread) and print kernel time by kernel name' },
+    options: { type: 'string', value: 'JSON', default: '{}', help: 'attention options applied to every named mechanism, e.g. \'{"chunkSize":32}\'' },
+  },
+  positionals: { max: Infinity, name: 'attention names' },
+} as const;
 
 function parseArgs(argv: string[]) {
-  const o = { names: [] as string[], options: {} as Record<string, unknown>, backend: 'wasm', profile: false, steps: 10, warmup: 2, replicas: ['1', 'auto'], seq: 256, batch: 8, vocab: 4096, d: 128, layers: 4, heads: 4 };
-  for (const arg of argv) {
-    const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
-    if (!m) {
-      o.names.push(arg);
-      continue;
-    }
-    const [, key, value] = m;
-    if (key === 'backend' && value) o.backend = value;
-    else if (key === 'profile') o.profile = true;
-    else if (key === 'options' && value) o.options = JSON.parse(value) as Record<string, unknown>;
-    else if (key === 'replicas' && value && value.split(',').every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) o.replicas = value.split(',');
-    else if ((NUMERIC as readonly string[]).includes(key) && value && Number.isInteger(Number(value)) && Number(value) >= 0) {
-      o[key as (typeof NUMERIC)[number]] = Number(value);
-    } else {
-      throw new Error(`bench:train: bad argument '${arg}'; allowed: attention names, --backend=…, --profile, --options=<json>, --replicas=N|auto[,…], ${NUMERIC.map((k) => `--${k}=N`).join(', ')}`);
-    }
+  const { values, positionals } = parseOrExit(COMMAND, argv);
+  let options: Record<string, unknown>;
+  try {
+    options = JSON.parse(values.options) as Record<string, unknown>;
+  } catch (err) {
+    exitWithUsage(COMMAND, `--options is not JSON (${(err as Error).message})`);
   }
+  const replicas = values.replicas.split(',');
+  if (!replicas.every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) exitWithUsage(COMMAND, `--replicas must be replica counts or auto, separated by commas (got '${values.replicas}')`);
   const known = attentionNames();
-  for (const n of o.names) if (!known.includes(n)) throw new Error(`bench:train: unknown attention '${n}'; allowed: ${known.join(', ')}`);
-  if (o.names.length === 0) o.names = known;
-  return o;
+  const unknown = positionals.filter((n) => !known.includes(n));
+  if (unknown.length > 0) exitWithUsage(COMMAND, `unknown attention '${unknown.join("', '")}'; allowed: ${known.join(', ')}`);
+  return { ...values, names: positionals.length > 0 ? positionals : known, options, replicas };
 }
 
 function randomBatch(rng: Rng, batch: number, seq: number, vocab: number): ModelBatch {

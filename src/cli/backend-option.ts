@@ -1,12 +1,15 @@
 // The --backend and --verbose options of the commands that start a TensorFlow.js backend, and the one line
 // that says which backend runs.
-import { BACKENDS, initBackend } from '../backend.ts';
+import { BACKENDS, initBackend, type BackendChoice } from '../backend.ts';
 import type { OptionSpec } from './command.ts';
 
+const BACKEND_OPTION = { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend' } as const satisfies OptionSpec;
+
 /** --backend NAME; without a default, $SLAYFORMER_BACKEND and then auto decide. */
-export function backendOption(fallback?: (typeof BACKENDS)[number]) {
-  const option = { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend' } satisfies OptionSpec;
-  return fallback ? { ...option, default: fallback } : { ...option, defaultText: '$SLAYFORMER_BACKEND, else auto' };
+export function backendOption(): typeof BACKEND_OPTION & { defaultText: string };
+export function backendOption(fallback: BackendChoice): typeof BACKEND_OPTION & { default: BackendChoice };
+export function backendOption(fallback?: BackendChoice): OptionSpec {
+  return fallback ? { ...BACKEND_OPTION, default: fallback } : { ...BACKEND_OPTION, defaultText: '$SLAYFORMER_BACKEND, else auto' };
 }
 
 export const VERBOSE_OPTION = { type: 'boolean', help: 'also say why other backends were skipped (with auto)' } satisfies OptionSpec;

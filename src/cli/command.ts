@@ -21,6 +21,8 @@ export interface OptionSpec {
   defaultText?: string;
   /** The only values a string option accepts. */
   choices?: readonly string[];
+  /** A numeric option: its value (and string default) must be such a number and is returned as one. */
+  number?: NumberBounds;
   help: string;
   /** Accepted but not listed (the --child protocol of the benchmarks that isolate each measurement). */
   hidden?: boolean;
@@ -42,9 +44,12 @@ export interface CommandSpec<O extends Record<string, OptionSpec> = Record<strin
   notes?: string;
 }
 
-/** The parsed values: booleans are always set; a string option is `string` when it has a default. */
+/** A string option's value: a number, one of its choices, or any string. */
+type StringValue<S> = S extends { number: object } ? number : S extends { choices: readonly (infer C extends string)[] } ? C : string;
+
+/** The parsed values: booleans are always set; a string option is never undefined when it has a default. */
 export type OptionValues<O extends Record<string, OptionSpec>> = {
-  -readonly [K in keyof O]: O[K]['type'] extends 'boolean' ? boolean : O[K] extends { default: string } ? string : string | undefined;
+  -readonly [K in keyof O]: O[K]['type'] extends 'boolean' ? boolean : O[K] extends { default: string } ? StringValue<O[K]> : StringValue<O[K]> | undefined;
 };
 
 export interface ParsedCommand<O extends Record<string, OptionSpec>> {
@@ -67,7 +72,7 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
   const options = optionsWithHelp(spec);
   const config = Object.fromEntries(Object.entries(options).map(([name, o]) => [name, { type: o.type, ...(o.short ? { short: o.short } : {}) }]));
   const { tokens } = parseArgs({ args: [...argv], options: config, strict: false, allowPositionals: true, tokens: true });
-  const values: Record<string, string | boolean | undefined> = {};
+  const values: Record<string, string | number | boolean | undefined> = {};
   for (const [name, o] of Object.entries(options)) values[name] = o.default ?? (o.type === 'boolean' ? false : undefined);
   const positionals: string[] = [];
   const overrides: string[] = [];
@@ -100,6 +105,9 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
     values[token.name] = token.value;
   }
   if (values.help) return 'help';
+  for (const [name, o] of Object.entries(options)) {
+    if (o.number && typeof values[name] === 'string') values[name] = numberOption(values[name] as string, name, o.number) as never;
+  }
   const { min = 0, max = 0, name = 'argument' } = spec.positionals ?? {};
   if (positionals.length > max) {
     const extra = positionals.slice(max).map((p) => `'${p}'`).join(' ');
@@ -137,22 +145,40 @@ export function usageErrorText(spec: CommandSpec, message: string): string {
 }
 
 /**
- * Parses the process's arguments and runs `main`; its result is the exit status (default 0). Help goes to
- * stdout (exit 0); a UsageError, thrown while parsing or by `main`, prints one line plus the usage (exit 2);
- * any other error prints `<name>: <message>` (the stack with SLAYFORMER_DEBUG set) and exits 1 at once, so
- * that nothing left running after a failure keeps the process alive.
+ * For scripts whose body reads the options at top level (the benchmarks): the parsed arguments, or, after
+ * printing the help (exit 0) or a usage error (exit 2), the process ends here.
+ */
+export function parseOrExit<const O extends Record<string, OptionSpec>>(spec: CommandSpec<O>, argv: readonly string[] = process.argv.slice(2)): ParsedCommand<O> {
+  try {
+    const args = parseCommandLine(spec, argv);
+    if (args !== 'help') return args;
+    process.stdout.write(helpText(spec));
+    process.exit(0);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    exitWithUsage(spec, err.message);
+  }
+}
+
+/** Prints one line naming the problem plus the usage, and exits 2. */
+export function exitWithUsage(spec: CommandSpec, message: string): never {
+  process.stderr.write(usageErrorText(spec, message));
+  process.exit(2);
+}
+
+/**
+ * Parses the process's arguments (as parseOrExit) and runs `main`; its result is the exit status (default 0).
+ * A UsageError thrown by `main` prints one line plus the usage (exit 2); any other error prints
+ * `<name>: <message>` (the stack with SLAYFORMER_DEBUG set) and exits 1 at once, so that nothing left
+ * running after a failure keeps the process alive.
  */
 export async function runCommand<const O extends Record<string, OptionSpec>>(
   spec: CommandSpec<O>,
   main: (args: ParsedCommand<O>) => Promise<number | void> | number | void,
   argv: readonly string[] = process.argv.slice(2),
 ): Promise<void> {
+  const args = parseOrExit(spec, argv);
   try {
-    const args = parseCommandLine(spec, argv);
-    if (args === 'help') {
-      process.stdout.write(helpText(spec));
-      return;
-    }
     process.exitCode = (await main(args)) ?? 0;
   } catch (err) {
     if (err instanceof UsageError) {
@@ -166,7 +192,7 @@ export async function runCommand<const O extends Record<string, OptionSpec>>(
   }
 }
 
-interface NumberBounds {
+export interface NumberBounds {
   integer?: boolean;
   min?: number;
   /** min itself is not allowed. */

@@ -6,7 +6,7 @@ import { collectEvalBatches, evaluate, type EvalResult } from '../train/evaluate
 import { loadModel } from '../train/load-checkpoint.ts';
 import { streamOptions } from '../train/trainer.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
-import { isMainModule, numberOption, runCommand, UsageError } from './command.ts';
+import { isMainModule, runCommand, UsageError } from './command.ts';
 
 const COMMAND = {
   name: 'eval',
@@ -16,7 +16,7 @@ dataset (or --data), read in whole batches as during training, so the numbers ma
 <checkpoint> is a run's final/ folder, a checkpoint folder (model.safetensors + recipe.json) or a run folder.`,
   options: {
     data: { type: 'string', value: 'PATH', help: "dataset whose validation split is read (default: the recipe's data.dataset)" },
-    tokens: { type: 'string', value: 'N', help: "evaluate the first N validation tokens, in whole batches (default: the recipe's train.evalTokens)" },
+    tokens: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "evaluate the first N validation tokens, in whole batches (default: the recipe's train.evalTokens)" },
     all: { type: 'boolean', help: 'evaluate the whole validation split' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
     backend: backendOption(),
@@ -73,7 +73,7 @@ export function formatEval(r: EvalCheckpointResult): string {
 if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
-    const tokens = values.all ? Infinity : numberOption(values.tokens, 'tokens', { integer: true, min: 1 });
+    const tokens = values.all ? Infinity : values.tokens;
     await startBackend(COMMAND.name, values.backend, values.verbose);
     const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, tokenizer: values.tokenizer });
     console.log(formatEval(result));

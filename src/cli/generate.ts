@@ -5,7 +5,7 @@ import { TextTokenizer } from '../data/tokenizer.ts';
 import { generateTokens, validateSampling } from '../model/decode.ts';
 import { loadModel } from '../train/load-checkpoint.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
-import { isMainModule, numberOption, runCommand, UsageError } from './command.ts';
+import { isMainModule, runCommand, UsageError } from './command.ts';
 
 const COMMAND = {
   name: 'generate',
@@ -14,10 +14,10 @@ const COMMAND = {
 one token at a time with each attention layer's recurrent state. The text goes to stdout, timing to stderr.`,
   options: {
     prompt: { type: 'string', value: 'TEXT', help: 'the text to continue (empty: start from the end-of-text token); required' },
-    'max-tokens': { type: 'string', value: 'N', default: '100', help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token" },
-    temperature: { type: 'string', value: 'T', default: '1', help: 'softmax temperature (0 = greedy)' },
-    'top-k': { type: 'string', value: 'K', default: '50', help: 'sample among the K most likely tokens (0 = all)' },
-    seed: { type: 'string', value: 'S', default: '0', help: 'sampling seed' },
+    'max-tokens': { type: 'string', value: 'N', default: '100', number: { integer: true, min: 0 }, help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token" },
+    temperature: { type: 'string', value: 'T', default: '1', number: { min: 0 }, help: 'softmax temperature (0 = greedy)' },
+    'top-k': { type: 'string', value: 'K', default: '50', number: { integer: true, min: 0 }, help: 'sample among the K most likely tokens (0 = all)' },
+    seed: { type: 'string', value: 'S', default: '0', number: { integer: true }, help: 'sampling seed' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer)" },
     backend: backendOption(),
     verbose: VERBOSE_OPTION,
@@ -77,12 +77,7 @@ export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): P
 if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.prompt === undefined) throw new UsageError('--prompt is required (--prompt "" starts from the end-of-text token)');
-    const options = {
-      maxTokens: numberOption(values['max-tokens'], 'max-tokens', { integer: true, min: 0 })!,
-      temperature: numberOption(values.temperature, 'temperature')!,
-      topK: numberOption(values['top-k'], 'top-k')!,
-      seed: numberOption(values.seed, 'seed', { integer: true })!,
-    };
+    const options = { maxTokens: values['max-tokens'], temperature: values.temperature, topK: values['top-k'], seed: values.seed };
     await startBackend(COMMAND.name, values.backend, values.verbose);
     const result = await generateFromCheckpoint({ checkpoint: positionals[0], prompt: values.prompt, tokenizer: values.tokenizer, ...options });
     console.log(result.text);

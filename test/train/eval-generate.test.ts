@@ -86,7 +86,7 @@ describe('eval', () => {
     expect(all.tokens).toBeGreaterThan(result.tokens);
 
     const run = cli('eval', gptFinal);
-    expect(run.stderr).toBe('');
+    expect(run.stderr).toBe('[eval] backend cpu\n'); // one short line
     expect(run.status).toBe(0);
     expect(run.stdout.trim()).toBe(formatEval(result));
     expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}tokens \d+/);
@@ -100,7 +100,7 @@ describe('eval', () => {
     await expect(evalCheckpoint({ checkpoint: partial })).rejects.toThrow(/checkpoint folder .*partial is incomplete: .*recipe\.json does not exist/);
     const run = cli('eval', partial);
     expect(run.status).toBe(1);
-    expect(run.stderr).toMatch(/^eval: checkpoint folder .*partial is incomplete/);
+    expect(run.stderr).toMatch(/^\[eval\] backend cpu\neval: checkpoint folder .*partial is incomplete/);
   }, 30_000);
 });
 
