@@ -1,29 +1,43 @@
 // Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
-//   npm run bench:train -- [names…] [--replicas 1,auto] [--backend wasm|cpu|auto|tensorflow] [--steps 10]
-//                          [--warmup 2] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
-//                          [--profile] [--options '{"chunkSize":32}']   (attention options, applied to every named mechanism)
+//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--peer PYTHON]
+//                          [--steps 10] [--warmup 2] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
+//                          [--layers 4] [--heads 4] [--profile] [--options '{"chunkSize":32}']
 //
-// --replicas: data-parallel replica counts to measure (train.dataParallel; auto = one per core); by
-// default 1 (one thread) and auto.
-// --profile runs tf.profile on one extra step (main thread only) and prints kernel time by kernel name.
-// Besides wall time it reports the process CPU time per step, all threads together: with one replica
-// on a shared machine it is the better estimate of the uncontended step time, and with several it
-// shows what the parallelism costs in total work.
-// The PyTorch peer (../shared/bench/torch_peer_gpt.py) does ~8,000 tokens/s on this shape on CPU
-// (OpenBLAS on both cores).
+// Each backend runs in its own process (a process holds one tfjs backend), one after the other, so
+// that one invocation compares them back to back; --peer adds the PyTorch peer
+// (../shared/bench/torch_peer_gpt.py, same shape, --threads 1 and 2) run by that Python, and the
+// table gives every row's ratio to the peer's faster run.
+// --replicas: data-parallel replica counts (train.dataParallel; auto = what a recipe's `auto` picks
+// on that backend). Besides wall time it reports the process CPU time per step, all threads
+// together: on a shared machine it is the steadier figure, and with several replicas it shows what
+// the parallelism costs in total work.
+// --profile runs tf.profile on one extra step (main thread) and prints kernel time by kernel name.
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { initBackend } from '../src/backend.ts';
+import { BACKENDS, initBackend } from '../src/backend.ts';
+import { PROJECT_ROOT } from '../src/backend/native-build.ts';
+import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
-import type { ModelBatch } from '../src/model/lm.ts';
-import { Rng } from '../src/model/rng.ts';
-import { AdamW } from '../src/train/optimizer.ts';
-import { trainStep } from '../src/train/trainer.ts';
-import { DataParallelGroup, resolveDataParallel } from '../src/train/data-parallel.ts';
-import { backendOption } from '../src/cli/backend-option.ts';
-import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
+import { resolveDataParallel } from '../src/train/data-parallel.ts';
+import { measureThroughput } from '../src/train/throughput.ts';
+
+const PEER = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');
+const SHAPE = ['seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
+
+interface Row {
+  label: string;
+  attention: string;
+  replicas: number;
+  tokensPerSecond: number;
+  msPerStep: number;
+  tokensPerCpuSecond?: number;
+  lastLoss: number;
+}
 
 const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
 
@@ -32,8 +46,10 @@ const COMMAND = {
   usage: '[attention names…] [options]',
   description: 'Training throughput of the reference GPT shape with each attention mechanism (default: all registered).',
   options: {
-    replicas: { type: 'string', value: 'N,…', default: '1,auto', help: 'data-parallel replica counts to measure (auto = one per core)' },
-    backend: backendOption('wasm'),
+    backends: { type: 'string', value: 'LIST', default: 'wasm', help: 'comma-separated backends, each in its own process' },
+    backend: { type: 'string', choices: BACKENDS, hidden: true, help: 'internal: the backend of one child process' },
+    replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
+    peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
     steps: int(1, 10, 'timed steps'),
     warmup: int(0, 2, 'warm-up steps'),
     seq: int(1, 256, 'sequence length'),
@@ -42,120 +58,150 @@ const COMMAND = {
     d: int(1, 128, 'model width'),
     layers: int(1, 4, 'layers'),
     heads: int(1, 4, 'attention heads'),
-    profile: { type: 'boolean', help: 'tf.profile one extra step (main thread) and print kernel time by kernel name' },
     options: { type: 'string', value: 'JSON', default: '{}', help: 'attention options applied to every named mechanism, e.g. \'{"chunkSize":32}\'' },
+    profile: { type: 'boolean', help: 'kernel time by kernel name for one extra step' },
+    json: { type: 'boolean', help: 'one JSON line per measurement (used between the processes)' },
   },
   positionals: { max: Infinity, name: 'attention names' },
 } as const;
 
-function parseArgs(argv: string[]) {
+function parse(argv: string[]) {
   const { values, positionals } = parseOrExit(COMMAND, argv);
-  let options: Record<string, unknown>;
+  const fail = (message: string) => exitWithUsage(COMMAND, message);
+  const backends = (values.backend ?? values.backends).split(',');
+  const unknownBackend = backends.find((b) => !(BACKENDS as readonly string[]).includes(b));
+  if (unknownBackend !== undefined) fail(`--backends: unknown backend '${unknownBackend}'; allowed: ${BACKENDS.join(', ')}`);
+  const replicas = values.replicas.split(',');
+  if (!replicas.every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) fail(`--replicas takes N or auto, comma-separated (got '${values.replicas}')`);
+  const known = attentionNames();
+  const unknown = positionals.filter((n) => !known.includes(n));
+  if (unknown.length > 0) fail(`unknown attention '${unknown.join("', '")}'; allowed: ${known.join(', ')}`);
+  let options: Record<string, unknown> = {};
   try {
     options = JSON.parse(values.options) as Record<string, unknown>;
   } catch (err) {
-    exitWithUsage(COMMAND, `--options is not JSON (${(err as Error).message})`);
+    fail(`--options is not JSON (${(err as Error).message})`);
   }
-  const replicas = values.replicas.split(',');
-  if (!replicas.every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) exitWithUsage(COMMAND, `--replicas must be replica counts or auto, separated by commas (got '${values.replicas}')`);
-  const known = attentionNames();
-  const unknown = positionals.filter((n) => !known.includes(n));
-  if (unknown.length > 0) exitWithUsage(COMMAND, `unknown attention '${unknown.join("', '")}'; allowed: ${known.join(', ')}`);
-  return { ...values, names: positionals.length > 0 ? positionals : known, options, replicas };
+  return {
+    names: positionals.length ? positionals : known,
+    backends,
+    replicas,
+    peer: values.peer,
+    steps: values.steps,
+    warmup: values.warmup,
+    shape: Object.fromEntries(SHAPE.map((k) => [k, values[k]])) as Record<(typeof SHAPE)[number], number>,
+    options,
+    profile: values.profile,
+    json: values.json,
+  };
 }
 
-function randomBatch(rng: Rng, batch: number, seq: number, vocab: number): ModelBatch {
-  const inputIds = new Int32Array(batch * seq);
-  const labels = new Int32Array(batch * seq);
-  for (let r = 0; r < batch; r++) {
-    let prev = rng.int(vocab);
-    for (let t = 0; t < seq; t++) {
-      const next = rng.int(vocab);
-      inputIds[r * seq + t] = prev;
-      labels[r * seq + t] = next;
-      prev = next;
-    }
+type Options = ReturnType<typeof parse>;
+
+/** This process: one backend, every mechanism × replica count. */
+async function measureHere(o: Options): Promise<Row[]> {
+  const backend = await initBackend(o.backends[0], { quiet: true });
+  const { seq, batch, vocab, d, layers, heads } = o.shape;
+  if (!o.json) console.log(`bench:train on ${backend}: GPT vocab ${vocab}, d ${d}, ${layers} layers, ${heads} heads, seq ${seq}, batch ${batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
+  const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), backend, batch)))];
+  const rows: Row[] = [];
+  for (const name of o.names) for (const replicas of replicaCounts) {
+    const model = createLanguageModel({
+      kind: 'gpt', vocabSize: vocab, maxSeqLen: seq, dModel: d, numLayers: layers, numHeads: heads,
+      mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
+    });
+    const r = await measureThroughput(model, {
+      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas,
+      afterTimed: o.profile ? (step) => profile(name, step) : undefined,
+    });
+    model.dispose();
+    const row: Row = { label: backend, attention: name, replicas, ...r };
+    rows.push(row);
+    if (o.json) console.log(JSON.stringify(row));
+    else console.log(`  ${name} × ${replicas}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second)`);
   }
-  return { batchSize: batch, seqLen: seq, inputIds, labels };
+  return rows;
+}
+
+/** Kernel time of one step by kernel name ('forward' entries are customGrad wrappers, counted in their kernels). */
+async function profile(name: string, step: () => Promise<void>): Promise<void> {
+  const info = await tf.profile(step);
+  const byKernel = new Map<string, { ms: number; calls: number }>();
+  let total = 0;
+  for (const k of info.kernels) {
+    if (k.name === 'forward') continue;
+    const ms = typeof k.kernelTimeMs === 'number' ? k.kernelTimeMs : 0;
+    const e = byKernel.get(k.name) ?? { ms: 0, calls: 0 };
+    byKernel.set(k.name, { ms: e.ms + ms, calls: e.calls + 1 });
+    total += ms;
+  }
+  console.log(`  profile (${name}): ${total.toFixed(0)} ms kernel time, ${info.kernels.length} kernels`);
+  for (const [k, e] of [...byKernel].sort((a, b) => b[1].ms - a[1].ms).slice(0, 25)) {
+    console.log(`    ${k.padEnd(32)} ${e.ms.toFixed(1).padStart(8)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}%  ${e.calls} calls`);
+  }
+}
+
+/** Every backend in a child process of its own, then the peer; one table at the end. */
+function measureAll(o: Options, argv: string[]): Row[] {
+  const passOn = argv.filter((a, i) => !/^--(backends?|peer)(=|$)/.test(a) && !/^--(backends?|peer)$/.test(argv[i - 1] ?? ''));
+  const rows: Row[] = [];
+  for (const backend of o.backends) {
+    console.log(`bench:train: ${backend} …`);
+    const child = spawnSync(process.execPath, ['--import', 'tsx', import.meta.filename, ...passOn, '--backend', backend, '--json'], {
+      cwd: PROJECT_ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const got = child.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Row);
+    if (child.status !== 0 || got.length === 0) console.log(`  ${backend}: failed (exit ${child.status}); left out`);
+    rows.push(...got);
+  }
+  if (o.peer) rows.push(...measurePeer(o));
+  return rows;
+}
+
+function measurePeer(o: Options): Row[] {
+  if (!fs.existsSync(PEER)) {
+    console.log(`  PyTorch peer: ${PEER} not found; left out`);
+    return [];
+  }
+  const rows: Row[] = [];
+  const attentions = [...new Set(o.names.map((n) => (n === 'softmax' ? 'softmax' : n === 'linear-elu' ? 'linear' : null)).filter((n) => n !== null))];
+  for (const attn of attentions) for (const threads of [1, 2]) {
+    console.log(`bench:train: PyTorch peer, ${attn}, ${threads} thread(s) …`);
+    const shape = SHAPE.flatMap((k) => [`--${k}`, String(o.shape[k])]);
+    const child = spawnSync(o.peer!, [PEER, ...shape, '--steps', String(o.steps), '--warmup', String(o.warmup), '--attn', attn, '--threads', String(threads)], { encoding: 'utf8' });
+    const line = child.stdout?.split('\n').find((l) => l.startsWith('{'));
+    if (child.status !== 0 || !line) {
+      console.log(`  PyTorch peer failed: ${(child.stderr || child.error?.message || '').trim().split('\n').pop()}`);
+      continue;
+    }
+    const r = JSON.parse(line) as { peer: string; tokens_per_s: number; step_ms: number; final_loss: number };
+    rows.push({ label: `${r.peer}, ${threads} thread${threads > 1 ? 's' : ''}`, attention: attn === 'linear' ? 'linear-elu' : 'softmax', replicas: 1, tokensPerSecond: r.tokens_per_s, msPerStep: r.step_ms, lastLoss: r.final_loss });
+  }
+  return rows;
+}
+
+function printTable(rows: Row[]): void {
+  const peerBest = new Map<string, number>();
+  for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
+  const header = ['attention', 'backend', 'replicas', 'tokens/s (wall)', 'ms/step', 'tokens per CPU-s', 'last loss', ...(peerBest.size ? ['× PyTorch'] : [])];
+  const cells = rows.map((r) => [
+    r.attention, r.label, String(r.replicas), r.tokensPerSecond.toFixed(0), r.msPerStep.toFixed(0),
+    r.tokensPerCpuSecond?.toFixed(0) ?? '', r.lastLoss.toFixed(3),
+    ...(peerBest.size ? [peerBest.has(r.attention) ? (r.tokensPerSecond / peerBest.get(r.attention)!).toFixed(2) : ''] : []),
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
+  const line = (c: string[]) => `| ${c.map((x, i) => x.padEnd(widths[i])).join(' | ')} |`;
+  console.log(['', line(header), `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`, ...cells.map(line)].join('\n'));
 }
 
 async function main(): Promise<void> {
-  const o = parseArgs(process.argv.slice(2));
-  const backend = await initBackend(o.backend);
-  const tokensPerStep = o.batch * o.seq;
-  console.log(`bench:train on ${backend}: GPT vocab ${o.vocab}, d ${o.d}, ${o.layers} layers, ${o.heads} heads, seq ${o.seq}, batch ${o.batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
-  const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), backend, o.batch)))];
-  const rows: string[][] = [];
-  for (const name of o.names) for (const replicas of replicaCounts) {
-    const model = createLanguageModel({
-      kind: 'gpt', vocabSize: o.vocab, maxSeqLen: o.seq, dModel: o.d, numLayers: o.layers, numHeads: o.heads,
-      mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
-    });
-    const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
-    const group = replicas > 1 ? await DataParallelGroup.start(model, replicas) : null;
-    const step = (batch: ModelBatch) => {
-      const opts = { lr: 3e-4, clip: 1, dropoutSeed: null };
-      return group ? group.step(optimizer, [batch], opts) : trainStep(model, optimizer, [batch], opts);
-    };
-    const rng = new Rng(7);
-    const times: number[] = [];
-    const cpuTimes: number[] = [];
-    let loss = NaN;
-    for (let s = 0; s < o.warmup + o.steps; s++) {
-      const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
-      const t0 = performance.now();
-      const c0 = process.cpuUsage();
-      loss = (await step(batch)).loss;
-      const cpu = process.cpuUsage(c0);
-      if (s >= o.warmup) {
-        times.push(performance.now() - t0);
-        cpuTimes.push((cpu.user + cpu.system) / 1000);
-      }
-    }
-    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-    const wall = median(times);
-    const cpu = median(cpuTimes);
-    const rate = (ms: number) => (tokensPerStep / (ms / 1000)).toFixed(0);
-    rows.push([name, String(replicas), rate(wall), wall.toFixed(0), rate(cpu), cpu.toFixed(0), loss.toFixed(3)]);
-    console.log(`  ${name} × ${replicas}: median ${wall.toFixed(0)} ms/step wall (${rate(wall)} tokens/s), ${cpu.toFixed(0)} CPU-ms/step (${rate(cpu)} tokens per CPU-second)`);
-    if (o.profile) {
-      const batch = randomBatch(rng, o.batch, o.seq, o.vocab);
-      const info = await tf.profile(async () => {
-        await step(batch);
-      });
-      // By kernel name, and matrix products by operand shapes. 'forward' entries are tf.customGrad
-      // wrappers whose time is already counted in the kernels they call, so they are left out.
-      const byKernel = new Map<string, { ms: number; calls: number }>();
-      let total = 0;
-      for (const k of info.kernels) {
-        if (k.name === 'forward') continue;
-        const ms = typeof k.kernelTimeMs === 'number' ? k.kernelTimeMs : 0;
-        for (const key of [k.name, ...(k.name === 'BatchMatMul' ? [`  BatchMatMul ${JSON.stringify(k.inputShapes)}`] : [])]) {
-          const e = byKernel.get(key) ?? { ms: 0, calls: 0 };
-          e.ms += ms;
-          e.calls++;
-          byKernel.set(key, e);
-        }
-        total += ms;
-      }
-      console.log(`  profile (${name}): ${total.toFixed(0)} ms kernel time`);
-      for (const [k, e] of [...byKernel].sort((a, b) => b[1].ms - a[1].ms).slice(0, 25)) {
-        console.log(`    ${k.padEnd(52)} ${e.ms.toFixed(1).padStart(8)} ms ${((100 * e.ms) / total).toFixed(1).padStart(5)}%  ${e.calls} calls`);
-      }
-    }
-    await group?.close();
-    optimizer.dispose();
-    model.dispose();
-  }
-  const header = ['attention', 'replicas', 'tokens/s (wall)', 'ms/step (wall)', 'tokens per CPU-s', 'CPU-ms/step', 'last loss'];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
-  console.log('\n' + line(header));
-  console.log(`| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`);
-  for (const r of rows) console.log(line(r));
+  const argv = process.argv.slice(2);
+  const o = parse(argv);
+  const oneProcess = o.backends.length === 1 && !o.peer;
+  printTable(oneProcess ? await measureHere(o) : measureAll(o, argv));
 }
 
 main().catch((err) => {
-  console.error(err instanceof Error ? err.message : err);
+  console.error(`bench:train: ${err instanceof Error ? err.message : err}`);
   process.exit(1);
 });

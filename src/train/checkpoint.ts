@@ -94,7 +94,7 @@ async function syncDir(dir: string): Promise<void> {
   }
 }
 
-async function tensorsOf(variables: Map<string, tf.Variable>, prefix = ''): Promise<Map<string, NamedArray>> {
+async function tensorsOf(variables: Map<string, tf.Tensor>, prefix = ''): Promise<Map<string, NamedArray>> {
   const out = new Map<string, NamedArray>();
   for (const [name, v] of variables) out.set(prefix + name, { shape: v.shape, data: (await v.data()) as Float32Array });
   return out;
@@ -121,7 +121,12 @@ export async function saveCheckpoint(runDir: string, input: CheckpointInput): Pr
   const weights = await tensorsOf(new Map([...model.parameters(), ...model.buffers()]));
   await writeFileSynced(path.join(tmp, 'model.safetensors'), encodeSafetensors(weights, header));
   const adam = optimizer.getState();
-  const moments = new Map([...(await tensorsOf(adam.m, 'm.')), ...(await tensorsOf(adam.v, 'v.'))]);
+  let moments: Map<string, NamedArray>;
+  try {
+    moments = new Map([...(await tensorsOf(adam.m, 'm.')), ...(await tensorsOf(adam.v, 'v.'))]);
+  } finally {
+    tf.dispose([...adam.m.values(), ...adam.v.values()]);
+  }
   await writeFileSynced(path.join(tmp, 'optimizer.safetensors'), encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) }));
   await writeFileSynced(path.join(tmp, 'cursor.json'), JSON.stringify(cursor));
   const full: CheckpointState = { version: STATE_VERSION, ...state, savedAt: new Date().toISOString() };

@@ -15,7 +15,7 @@ import type { Batch, StreamOptions } from '../data/stream.ts';
 import type { Recipe } from './recipe.ts';
 import { RunLogger } from './metrics.ts';
 import type { MetricRecord } from './metrics.ts';
-import { AdamW, clipByGlobalNorm } from './optimizer.ts';
+import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
 import { learningRate } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
@@ -127,23 +127,22 @@ export async function applyGradients(
   total: number,
   opts: Pick<StepOptions, 'lr' | 'clip'>,
 ): Promise<StepResult> {
+  let flat: FlatGradients | null = null;
   try {
-    const checked = tf.tidy(() => [clipByGlobalNorm(grads, 0).norm, loss]);
-    const [checkedNorm, checkedLoss] = await Promise.all(checked.map((t) => t.data()));
-    tf.dispose(checked[0]);
+    flat = optimizer.flatten(grads);
+    tf.dispose([...grads.values()]);
+    const { values } = flat;
+    const norm = tf.tidy(() => clipByGlobalNorm(values, 0).norm);
+    const [checkedNorm, checkedLoss] = await Promise.all([norm.data(), loss.data()]);
+    norm.dispose();
     if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
       return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
     }
-    const norm = tf.tidy(() => {
-      const { grads: clipped, norm } = clipByGlobalNorm(grads, opts.clip);
-      optimizer.applyGradients(clipped, opts.lr);
-      return norm;
-    });
-    const value = (await norm.data())[0];
-    norm.dispose();
-    return { loss: checkedLoss[0], gradNorm: value, tokens: total, applied: true };
+    tf.tidy(() => optimizer.applyGradients({ ...flat!, values: clipByGlobalNorm(values, opts.clip).grad }, opts.lr));
+    return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: true };
   } finally {
     tf.dispose([...grads.values(), loss]);
+    if (flat) disposeFlat(flat);
   }
 }
 

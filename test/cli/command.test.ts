@@ -130,7 +130,7 @@ function run(file: string, ...args: string[]): Promise<Ran> {
 describe('every command', () => {
   it('is an npm script started with node --import tsx (tsx’s own CLI would relay Ctrl-C and kill a busy trainer)', () => {
     expect(COMMANDS.map((c) => c.name).sort()).toEqual(
-      ['ablate', 'bench', 'bench:attention', 'bench:data', 'bench:train', 'compare', 'demo', 'eval', 'finetune', 'generate', 'prepare', 'tasks', 'tokenizer', 'train', 'wandb:replay'].sort(),
+      ['ablate', 'bench', 'bench:attention', 'bench:data', 'bench:train', 'check:gpu', 'compare', 'demo', 'eval', 'finetune', 'generate', 'prepare', 'setup:tensorflow', 'tasks', 'tokenizer', 'train', 'wandb:replay'].sort(),
     );
     expect(Object.values(scripts).filter((c) => /^tsx /.test(c))).toEqual([]);
   });
@@ -145,7 +145,7 @@ describe('every command', () => {
 });
 
 // Spawned, as a user starts them: the benchmarks whose --help crashed, the commands with recipe overrides or a
-// backend, and compare. Each spawn loads TensorFlow.js (seconds on a loaded machine), so not all fifteen.
+// backend, and compare. Each spawn loads TensorFlow.js (seconds on a loaded machine), so not all of them.
 const SPAWNED = ['bench:attention', 'bench:data', 'train', 'eval', 'compare', 'bench'];
 
 describe('commands, spawned', () => {

@@ -1,12 +1,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { AdamW, clipByGlobalNorm, decays } from '../../src/train/optimizer.ts';
 import type { AdamWOptions } from '../../src/train/optimizer.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
 });
 
 const SHAPES: Record<string, number[]> = {
@@ -105,20 +106,41 @@ describe('AdamW', () => {
   });
 });
 
-describe('global-norm clipping', () => {
-  it('reports the pre-clip norm and scales all gradients together when above the limit', () => {
-    const grads = new Map<string, tf.Tensor>([
-      ['a', tf.tensor([3, 0])],
-      ['b', tf.tensor([[0, 4]])],
-    ]); // global norm 5
-    const clipped = clipByGlobalNorm(grads, 1);
+describe('flat gradients and global-norm clipping', () => {
+  const shapes = new Map([['a.weight', [2]], ['b.weight', [1, 2]]]);
+  const params = () => new Map([...shapes].map(([n, s]) => [n, tf.variable(tf.zeros(s), true, `flat-test.${n}.${Math.random()}`)]));
+
+  it('ravels the gradients in parameter order; the norm is the global one and clipping scales them together', () => {
+    const vars = params();
+    const opt = new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
+    const grads = new Map<string, tf.Tensor>([['b.weight', tf.tensor([[0, 4]])], ['a.weight', tf.tensor([3, 0])]]); // global norm 5
+    const flat = opt.flatten(grads);
+    expect(Array.from(flat.values.dataSync())).toEqual([3, 0, 0, 4]);
+    expect(flat.present).toBeNull();
+    const clipped = clipByGlobalNorm(flat.values, 1);
     expect(clipped.norm.dataSync()[0]).toBeCloseTo(5, 6);
-    expect(Array.from(clipped.grads.get('a')!.dataSync())).toEqual([expect.closeTo(0.6, 6), 0]);
-    expect(Array.from(clipped.grads.get('b')!.dataSync())).toEqual([0, expect.closeTo(0.8, 6)]);
-    const loose = clipByGlobalNorm(grads, 10);
-    expect(Array.from(loose.grads.get('a')!.dataSync())).toEqual([expect.closeTo(3, 5), 0]);
-    const off = clipByGlobalNorm(grads, 0);
-    expect(off.grads).toBe(grads);
+    expect(Array.from(clipped.grad.dataSync())).toEqual([expect.closeTo(0.6, 6), 0, 0, expect.closeTo(0.8, 6)]);
+    expect(Array.from(clipByGlobalNorm(flat.values, 10).grad.dataSync())).toEqual([expect.closeTo(3, 5), 0, 0, expect.closeTo(4, 5)]);
+    const off = clipByGlobalNorm(flat.values, 0);
+    expect(off.grad).toBe(flat.values);
     expect(off.norm.dataSync()[0]).toBeCloseTo(5, 6);
+    opt.dispose();
+    for (const v of vars.values()) v.dispose();
+  });
+
+  it('leaves a parameter without a gradient, and its moments, exactly as they were', () => {
+    const vars = params();
+    vars.get('a.weight')!.assign(tf.tensor([1, -1]));
+    vars.get('b.weight')!.assign(tf.tensor([[2, 5]]));
+    const opt = new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.5 });
+    opt.applyGradients(new Map([['a.weight', tf.tensor([1, 1])], ['b.weight', tf.tensor([[1, 1]])]]), 0.1);
+    const before = { b: Array.from(vars.get('b.weight')!.dataSync()), m: opt.getState().m.get('b.weight')!.dataSync().slice() };
+    opt.applyGradients(new Map([['a.weight', tf.tensor([1, 1])]]), 0.1);
+    expect(Array.from(vars.get('b.weight')!.dataSync())).toEqual(before.b);
+    expect(opt.getState().m.get('b.weight')!.dataSync()).toEqual(before.m);
+    // a moved on: its second step changed it again.
+    expect(Array.from(vars.get('a.weight')!.dataSync()).every((x, i) => x < [1, -1][i] - 0.1)).toBe(true);
+    opt.dispose();
+    for (const v of vars.values()) v.dispose();
   });
 });

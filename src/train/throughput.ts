@@ -1,0 +1,74 @@
+// Timed optimizer steps on random tokens: what bench:train and check:gpu measure. Wall time and the
+// process's CPU time (all threads) per step, medians after warm-up steps.
+import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import { IGNORE_LABEL } from '../model/lm.ts';
+import { Rng } from '../model/rng.ts';
+import { DataParallelGroup } from './data-parallel.ts';
+import { AdamW } from './optimizer.ts';
+import { trainStep } from './trainer.ts';
+
+/** Uniform random tokens; GPT labels every position, BERT about one in seven (its masking rate order). */
+export function randomBatch(rng: Rng, kind: LanguageModel['kind'], batchSize: number, seqLen: number, vocab: number): ModelBatch {
+  const n = batchSize * seqLen;
+  const inputIds = new Int32Array(n);
+  const labels = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    inputIds[i] = rng.int(vocab);
+    labels[i] = kind === 'gpt' || rng.int(7) === 0 ? rng.int(vocab) : IGNORE_LABEL;
+  }
+  return { batchSize, seqLen, inputIds, labels, ...(kind === 'bert' ? { attentionMask: new Float32Array(n).fill(1) } : {}) };
+}
+
+export interface ThroughputOptions {
+  batchSize: number;
+  seqLen: number;
+  warmup: number;
+  steps: number;
+  /** Data-parallel replicas (worker threads); 1 = this thread alone. */
+  replicas: number;
+  /** Called once after the timed steps with a function that runs one more step (e.g. to profile it). */
+  afterTimed?: (step: () => Promise<void>) => Promise<void>;
+}
+
+export interface Throughput {
+  msPerStep: number;
+  cpuMsPerStep: number;
+  tokensPerSecond: number;
+  tokensPerCpuSecond: number;
+  lastLoss: number;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
+export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
+  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
+  try {
+    const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null };
+    const rng = new Rng(7);
+    const step = async () => {
+      const batch = randomBatch(rng, model.kind, o.batchSize, o.seqLen, model.config.vocabSize);
+      return (await (group ? group.step(optimizer, [batch], stepOptions) : trainStep(model, optimizer, [batch], stepOptions))).loss;
+    };
+    const wall: number[] = [];
+    const cpu: number[] = [];
+    let lastLoss = NaN;
+    for (let s = 0; s < o.warmup + o.steps; s++) {
+      const t0 = performance.now();
+      const c0 = process.cpuUsage();
+      lastLoss = await step();
+      const used = process.cpuUsage(c0);
+      if (s < o.warmup) continue;
+      wall.push(performance.now() - t0);
+      cpu.push((used.user + used.system) / 1000);
+    }
+    await o.afterTimed?.(async () => void (await step()));
+    const tokens = o.batchSize * o.seqLen;
+    const [msPerStep, cpuMsPerStep] = [median(wall), median(cpu)];
+    return { msPerStep, cpuMsPerStep, tokensPerSecond: (1000 * tokens) / msPerStep, tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep, lastLoss };
+  } finally {
+    await group?.close();
+    optimizer.dispose();
+  }
+}
