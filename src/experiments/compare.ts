@@ -159,7 +159,8 @@ export async function loadRun(dir: string): Promise<RunSummary> {
   // The last validation record, even a diverged one (loss null → no final value).
   const lastVal = val.length ? val.reduce((a, b) => (b.step >= a.step ? b : a)) : null;
   const finalValLoss = finite(summary.val_loss) ?? finite(lastVal?.loss);
-  const finalValTokens = finite(summary.val_loss) !== null ? (finite(summary.tokens) ?? lastVal?.tokens ?? null) : (lastVal?.tokens ?? null);
+  // A finished run validates last at its end; an unfinished one where its last validation record says.
+  const finalValTokens = (finite(summary.val_loss) !== null ? finite(summary.tokens) : null) ?? lastVal?.tokens ?? null;
   const valLosses = [...val.map((r) => r.loss), finalValLoss].filter((v): v is number => finite(v) !== null);
   const tokens = finite(summary.tokens) ?? lastRecord.tokens;
   const wallSeconds = finite(summary.elapsed_s) ?? finite(lastRecord.elapsed_s);
@@ -329,7 +330,6 @@ export function groupRuns(runs: RunSummary[]): RunGroup[] {
     };
   });
 }
-
 
 /** Markdown table, one row per run. */
 export function runsTable(runs: RunSummary[]): string {
