@@ -93,6 +93,19 @@ describe('eval', () => {
     expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}tokens \d+/);
   }, 60_000);
 
+  it('says which backend runs in one short line; --verbose adds why auto skipped the backends before it', () => {
+    const evalAuto = (...extra: string[]) =>
+      spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/eval.ts', gptFinal, '--backend', 'auto', ...extra], { encoding: 'utf8', timeout: 60_000 });
+    const quiet = evalAuto();
+    expect(quiet.status, quiet.stderr).toBe(0);
+    const lines = quiet.stderr.trim().split('\n');
+    expect(lines).toEqual([expect.stringMatching(/^\[eval\] backend (tensorflow|wasm|cpu)$/)]);
+    const verbose = evalAuto('--verbose');
+    expect(verbose.status, verbose.stderr).toBe(0);
+    expect(verbose.stderr).toContain(lines[0]);
+    if (!lines[0].endsWith('tensorflow')) expect(verbose.stderr).toMatch(/skipped tensorflow: /);
+  }, 60_000);
+
   it('names a missing or incomplete checkpoint folder', async () => {
     await expect(evalCheckpoint({ checkpoint: join(dir, 'nowhere') })).rejects.toThrow(/checkpoint folder .*nowhere does not exist/);
     const partial = join(dir, 'partial');
