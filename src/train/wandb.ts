@@ -95,7 +95,7 @@ export function toWandbRow(record: MetricRecord): Record<string, number> {
  * field number — 1 name, 5 one-based index of the step metric, 6 options as the numbers of the flags set:
  * 1 step_sync, 3 defined): `tokens` is a defined metric and the x-axis of every measurement of both splits.
  */
-export function wandbMetricDefinitions(): Record<string, unknown>[] {
+function wandbMetricDefinitions(): Record<string, unknown>[] {
   const measured = Object.entries(FIELD_ROLES).filter(([, role]) => role === 'measured').map(([field]) => field);
   const keys = ['train', 'val'].flatMap((split) => measured.map((field) => `${split}/${field}`));
   return [{ 1: 'tokens', 6: [3] }, ...keys.map((name) => ({ 1: name, 5: 1, 6: [1] }))];
