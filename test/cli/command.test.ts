@@ -3,6 +3,7 @@
 // (exit 2, no stack trace), and --backend takes its value after a space or an equals sign.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import pLimit from 'p-limit';
 import { describe, expect, it } from 'vitest';
 import { helpText, parseCommandLine, UsageError, usageErrorText } from '../../src/cli/command.ts';
 import type { CommandSpec } from '../../src/cli/command.ts';
@@ -115,16 +116,20 @@ interface Ran {
   stderr: string;
 }
 
-/** A command as `npm run` starts it (node --import tsx <file>), run asynchronously so that several overlap. */
+// Two at a time: each loads TensorFlow.js, and a burst of them starves the timing-sensitive tests that run
+// beside this file (the kill test polls for a checkpoint save in progress every millisecond).
+const limit = pLimit(2);
+
+/** A command as `npm run` starts it (node --import tsx <file>), two running at once. */
 function run(file: string, ...args: string[]): Promise<Ran> {
-  return new Promise((resolve) => {
+  return limit(() => new Promise<Ran>((resolve) => {
     const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
     child.on('close', (status) => resolve({ status, stdout, stderr }));
-  });
+  }));
 }
 
 describe('every command', () => {
