@@ -13,26 +13,32 @@
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { initBackend } from '../src/backend.ts';
+import { backendOption } from '../src/cli/backend-option.ts';
+import { parseOrExit } from '../src/cli/command.ts';
 import { emitRow, runIsolated } from '../src/experiments/isolated.ts';
 import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { dense } from '../src/model/ops.ts';
 import { Rng } from '../src/model/rng.ts';
 
-const { values: args } = parseArgs({
+const { values: args } = parseOrExit({
+  name: 'bench:attention',
+  usage: '[options]',
+  description: `Times one attention layer (q/k/v/out projections + mechanism) at the SLAY paper's shape, forward and
+forward + backward, for L = 128, 256, … until a length runs out of memory or time; each measurement
+runs in its own process. Prints the table and the scaling summary; writes JSON and a log-log SVG.`,
   options: {
-    backend: { type: 'string', default: 'wasm' },
-    'max-length': { type: 'string', default: '16384' },
-    lengths: { type: 'string' },
-    mechanisms: { type: 'string' },
-    repeats: { type: 'string', default: '5' },
-    'timeout-s': { type: 'string', default: '120' },
-    embed: { type: 'string', default: '256' },
-    heads: { type: 'string', default: '8' },
-    out: { type: 'string', default: 'reports/bench-attention.json' },
-    child: { type: 'string' },
+    backend: backendOption('wasm'),
+    'max-length': { type: 'string', value: 'L', number: { integer: true, min: 1 }, default: '16384', help: 'longest sequence length' },
+    lengths: { type: 'string', value: 'L,…', help: 'exactly these lengths instead of 128, 256, … up to --max-length' },
+    mechanisms: { type: 'string', value: 'a,b', help: 'attention mechanisms (default all registered)' },
+    repeats: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '5', help: 'timed repetitions (the median is reported)' },
+    'timeout-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, default: '120', help: 'time limit of one measurement' },
+    embed: { type: 'string', value: 'E', number: { integer: true, min: 1 }, default: '256', help: 'embedding width' },
+    heads: { type: 'string', value: 'H', number: { integer: true, min: 1 }, default: '8', help: 'attention heads' },
+    out: { type: 'string', value: 'FILE', default: 'reports/bench-attention.json', help: 'JSON output (the SVG goes next to it)' },
+    child: { type: 'string', hidden: true, help: 'internal: one mechanism:length measurement' },
   },
 });
 

@@ -6,7 +6,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseOrExit } from '../src/cli/command.ts';
 import { readTextBatches } from '../src/data/arrow.ts';
 import { generateSyntheticShard } from '../src/data/prepare.ts';
 import { openBatchStream } from '../src/data/stream.ts';
@@ -14,20 +14,20 @@ import type { StreamOptions } from '../src/data/stream.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
 
-const { values } = parseArgs({
+const { values } = parseOrExit({
+  name: 'bench:data',
+  usage: '[options]',
+  description: `Data-pipeline throughput on a generated C4-like shard (in a temporary folder, removed afterwards): Arrow read
+(MB/s of text), then tokenize + pack (tokens/s through the trainer's batch stream, GPT windows, then BERT masking).`,
   options: {
-    mb: { type: 'string', default: '100' },
-    'seq-len': { type: 'string', default: '256' },
-    'batch-size': { type: 'string', default: '32' },
-    'read-ahead': { type: 'string', default: '2' },
-    vocab: { type: 'string', default: '4096' },
+    mb: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '100', help: 'MB of text to generate' },
+    'seq-len': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '256', help: 'sequence length' },
+    'batch-size': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '32', help: 'batch size' },
+    'read-ahead': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '2', help: 'shards read and tokenized ahead' },
+    vocab: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '4096', help: 'vocabulary of the BPE trained on the first 5 MB' },
   },
 });
-const megabytes = Number(values.mb);
-const seqLen = Number(values['seq-len']);
-const batchSize = Number(values['batch-size']);
-const readAhead = Number(values['read-ahead']);
-const vocabSize = Number(values.vocab);
+const { mb: megabytes, 'seq-len': seqLen, 'batch-size': batchSize, 'read-ahead': readAhead, vocab: vocabSize } = values;
 
 const seconds = (start: number) => (performance.now() - start) / 1000;
 

@@ -17,10 +17,10 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs';
-import { initBackend } from '../src/backend.ts';
+import { BACKENDS, initBackend } from '../src/backend.ts';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
+import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { resolveDataParallel } from '../src/train/data-parallel.ts';
@@ -28,17 +28,6 @@ import { measureThroughput } from '../src/train/throughput.ts';
 
 const PEER = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');
 const SHAPE = ['seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
-
-const USAGE = `usage: npm run bench:train -- [names…] [options]
-  names               attention mechanisms (default: all)
-  --backends LIST     comma-separated backends, each in its own process (default: wasm)
-  --replicas LIST     data-parallel replica counts, N or auto (default: 1,auto)
-  --peer PYTHON       also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python
-  --steps N --warmup N              timed and warm-up steps (10, 2)
-  --seq --batch --vocab --d --layers --heads N   the shape (256, 8, 4096, 128, 4, 4)
-  --options JSON      attention options applied to every named mechanism
-  --profile           kernel time by kernel name for one extra step
-  --json              one JSON line per measurement (used between the processes)`;
 
 interface Row {
   label: string;
@@ -50,48 +39,58 @@ interface Row {
   lastLoss: number;
 }
 
+const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+
+const COMMAND = {
+  name: 'bench:train',
+  usage: '[attention names…] [options]',
+  description: 'Training throughput of the reference GPT shape with each attention mechanism (default: all registered).',
+  options: {
+    backends: { type: 'string', value: 'LIST', default: 'wasm', help: 'comma-separated backends, each in its own process' },
+    backend: { type: 'string', choices: BACKENDS, hidden: true, help: 'internal: the backend of one child process' },
+    replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
+    peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
+    steps: int(1, 10, 'timed steps'),
+    warmup: int(0, 2, 'warm-up steps'),
+    seq: int(1, 256, 'sequence length'),
+    batch: int(1, 8, 'batch size'),
+    vocab: int(1, 4096, 'vocabulary size'),
+    d: int(1, 128, 'model width'),
+    layers: int(1, 4, 'layers'),
+    heads: int(1, 4, 'attention heads'),
+    options: { type: 'string', value: 'JSON', default: '{}', help: 'attention options applied to every named mechanism, e.g. \'{"chunkSize":32}\'' },
+    profile: { type: 'boolean', help: 'kernel time by kernel name for one extra step' },
+    json: { type: 'boolean', help: 'one JSON line per measurement (used between the processes)' },
+  },
+  positionals: { max: Infinity, name: 'attention names' },
+} as const;
+
 function parse(argv: string[]) {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      backends: { type: 'string', default: 'wasm' },
-      backend: { type: 'string' },
-      replicas: { type: 'string', default: '1,auto' },
-      peer: { type: 'string' },
-      steps: { type: 'string', default: '10' },
-      warmup: { type: 'string', default: '2' },
-      seq: { type: 'string', default: '256' },
-      batch: { type: 'string', default: '8' },
-      vocab: { type: 'string', default: '4096' },
-      d: { type: 'string', default: '128' },
-      layers: { type: 'string', default: '4' },
-      heads: { type: 'string', default: '4' },
-      options: { type: 'string', default: '{}' },
-      profile: { type: 'boolean', default: false },
-      json: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  const int = (key: 'steps' | 'warmup' | (typeof SHAPE)[number]) => {
-    const n = Number(values[key]);
-    if (!Number.isInteger(n) || n < 0) throw new Error(`--${key} must be a whole number (got '${values[key]}')`);
-    return n;
-  };
+  const { values, positionals } = parseOrExit(COMMAND, argv);
+  const fail = (message: string) => exitWithUsage(COMMAND, message);
+  const backends = (values.backend ?? values.backends).split(',');
+  const unknownBackend = backends.find((b) => !(BACKENDS as readonly string[]).includes(b));
+  if (unknownBackend !== undefined) fail(`--backends: unknown backend '${unknownBackend}'; allowed: ${BACKENDS.join(', ')}`);
   const replicas = values.replicas.split(',');
-  if (!replicas.every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) throw new Error(`--replicas takes N or auto, comma-separated (got '${values.replicas}')`);
+  if (!replicas.every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) fail(`--replicas takes N or auto, comma-separated (got '${values.replicas}')`);
   const known = attentionNames();
-  for (const n of positionals) if (!known.includes(n)) throw new Error(`unknown attention '${n}'; allowed: ${known.join(', ')}`);
+  const unknown = positionals.filter((n) => !known.includes(n));
+  if (unknown.length > 0) fail(`unknown attention '${unknown.join("', '")}'; allowed: ${known.join(', ')}`);
+  let options: Record<string, unknown> = {};
+  try {
+    options = JSON.parse(values.options) as Record<string, unknown>;
+  } catch (err) {
+    fail(`--options is not JSON (${(err as Error).message})`);
+  }
   return {
-    help: values.help,
     names: positionals.length ? positionals : known,
-    backends: (values.backend ?? values.backends).split(','),
+    backends,
     replicas,
     peer: values.peer,
-    steps: int('steps'),
-    warmup: int('warmup'),
-    shape: Object.fromEntries(SHAPE.map((k) => [k, int(k)])) as Record<(typeof SHAPE)[number], number>,
-    options: JSON.parse(values.options) as Record<string, unknown>,
+    steps: values.steps,
+    warmup: values.warmup,
+    shape: Object.fromEntries(SHAPE.map((k) => [k, values[k]])) as Record<(typeof SHAPE)[number], number>,
+    options,
     profile: values.profile,
     json: values.json,
   };
@@ -198,13 +197,11 @@ function printTable(rows: Row[]): void {
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const o = parse(argv);
-  if (o.help) return console.log(USAGE);
   const oneProcess = o.backends.length === 1 && !o.peer;
   printTable(oneProcess ? await measureHere(o) : measureAll(o, argv));
 }
 
 main().catch((err) => {
   console.error(`bench:train: ${err instanceof Error ? err.message : err}`);
-  if ((err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) console.error(USAGE);
   process.exit(1);
 });

@@ -1,74 +1,75 @@
-// npm run ablate -- [--backend wasm] [--seeds 0,1,2] [--lengths 128,256,512] [--epsilon 1e-6] [--bidirectional] [--out reports/ablate]
+// npm run ablate -- [--backend NAME] [--seeds 0,1,2] [--lengths 128,256,512] [--epsilon 1e-6] [--bidirectional] [--out reports/ablate]
 // Kernel-fidelity ablation at the SLAY paper's three scales; prints a markdown table per scale and
 // writes table.md + results.json. Each (scale, method) runs in its own process: a failed
 // allocation leaves the wasm heap unusable, and `exact` at T = 512 needs R·M·d² features per head.
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { initBackend } from '../backend.ts';
 import { emitRow, runIsolated } from '../experiments/isolated.ts';
 import { fidelityMarkdown, PAPER_SCALES, PAPER_SETTINGS, paperCases, runFidelity, type FidelityRow } from '../experiments/fidelity.ts';
+import { backendOption } from './backend-option.ts';
+import { listOption, numberListOption, runCommand, type OptionValues } from './command.ts';
 
-const { values: args } = parseArgs({
+const COMMAND = {
+  name: 'ablate',
+  usage: '[options]',
+  description: `Kernel-fidelity ablation at the SLAY paper's scales (T, R, M, P) = (128, 2, 8, 8), (256, 2, 16, 16), (512, 2, 32, 32):
+every SLAY polynomial variant against exact spherical Yat, Performer/DARKFormer against softmax (rel-ℓ2, cosine,
+MSE, forward latency; mean ± sd over seeds). Each (scale, method) runs in its own process.`,
   options: {
-    backend: { type: 'string', default: 'wasm' },
-    seeds: { type: 'string', default: PAPER_SETTINGS.seeds.join(',') },
-    lengths: { type: 'string' },
-    epsilon: { type: 'string', default: '1e-6' },
-    bidirectional: { type: 'boolean', default: false },
-    out: { type: 'string', default: 'reports/ablate' },
-    child: { type: 'string' },
-    help: { type: 'boolean', default: false },
+    backend: backendOption('wasm'),
+    seeds: { type: 'string', value: '0,1,2', default: PAPER_SETTINGS.seeds.join(','), help: 'seeds' },
+    lengths: { type: 'string', value: 'T,…', help: `scales to run, by sequence length (default all: ${PAPER_SCALES.map((s) => s.length).join(',')})` },
+    epsilon: { type: 'string', value: 'ε', default: '1e-6', number: { min: 0, exclusiveMin: true }, help: 'spherical Yat ε' },
+    bidirectional: { type: 'boolean', help: 'non-causal attention' },
+    out: { type: 'string', value: 'DIR', default: 'reports/ablate', help: 'folder for table.md and results.json' },
+    child: { type: 'string', hidden: true, help: 'internal: run one (length, method) and print its row' },
   },
-});
-if (args.help) {
-  console.log('usage: npm run ablate -- [--backend wasm|cpu] [--seeds 0,1,2] [--lengths 128,256,512] [--epsilon 1e-6] [--bidirectional] [--out DIR]');
-  process.exit(0);
-}
+} as const;
 
-const seeds = args.seeds.split(',').map(Number);
-const epsilon = Number(args.epsilon);
-const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
+type Args = OptionValues<typeof COMMAND.options>;
 
-if (args.child) {
-  const [length, label] = args.child.split(':');
-  const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
-  await initBackend(args.backend, { quiet: true });
-  const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
-  emitRow(row);
-  process.exit(0);
-}
-
-async function runChild(length: number, label: string): Promise<FidelityRow> {
-  const forwarded = ['--backend', args.backend, '--seeds', args.seeds, '--epsilon', args.epsilon, ...(args.bidirectional ? ['--bidirectional'] : [])];
+async function runChild(args: Args, length: number, label: string): Promise<FidelityRow> {
+  const forwarded = ['--backend', args.backend, '--seeds', args.seeds, '--epsilon', String(args.epsilon), ...(args.bidirectional ? ['--bidirectional'] : [])];
   const result = await runIsolated<FidelityRow>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${length}:${label}`]);
   if (result.row) return result.row;
   const none = { relL2: NaN, cosine: NaN, mse: NaN };
   return { label, length, status: result.outOfMemory ? 'OOM (process died)' : `error (${result.message})`, ...none, forwardMs: NaN, sd: none, seeds: 0 };
 }
 
-const backend = await initBackend(args.backend, { quiet: true });
-const lengths = args.lengths ? new Set(args.lengths.split(',').map(Number)) : null;
-const scales = PAPER_SCALES.filter((s) => !lengths || lengths.has(s.length));
-if (scales.length === 0) {
-  console.error(`--lengths: choose among ${PAPER_SCALES.map((s) => s.length).join(', ')}`);
-  process.exit(2);
-}
+await runCommand(COMMAND, async ({ values: args }) => {
+  const seeds = numberListOption(args.seeds, 'seeds', { integer: true })!;
+  const epsilon = args.epsilon;
+  const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
 
-const rows: FidelityRow[] = [];
-for (const scale of scales) {
-  const t0 = performance.now();
-  const scaleRows: FidelityRow[] = [];
-  for (const c of paperCases(scale, epsilon)) scaleRows.push(await runChild(scale.length, c.label));
-  rows.push(...scaleRows);
-  console.log(
-    `\nT=${scale.length} R=${scale.quadratureNodes} M=${scale.prfFeatures} P=${scale.anchors} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
-  );
-  console.log(fidelityMarkdown(scaleRows));
-}
+  if (args.child) {
+    const [length, label] = args.child.split(':');
+    const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
+    await initBackend(args.backend, { quiet: true });
+    const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
+    emitRow(row);
+    process.exit(0);
+  }
 
-fs.mkdirSync(args.out, { recursive: true });
-const header = `Kernel fidelity on ${backend}: E=${settings.embed}, H=${settings.heads}, B=${settings.batch}, ${settings.causal ? 'causal' : 'bidirectional'}, ε=${epsilon}, seeds ${seeds.join(',')}. SLAY variants vs exact spherical Yat; Performer/DARKFormer (m = R·P·M) vs softmax.\n\n`;
-fs.writeFileSync(path.join(args.out, 'table.md'), header + fidelityMarkdown(rows) + '\n');
-fs.writeFileSync(path.join(args.out, 'results.json'), JSON.stringify({ backend, epsilon, settings, scales, rows }, null, 2));
-console.log(`\nwrote ${path.join(args.out, 'table.md')} and results.json`);
+  const backend = await initBackend(args.backend, { quiet: true });
+  const lengths = listOption(args.lengths, 'lengths', PAPER_SCALES.map((s) => String(s.length)));
+  const scales = PAPER_SCALES.filter((s) => !lengths || lengths.includes(String(s.length)));
+
+  const rows: FidelityRow[] = [];
+  for (const scale of scales) {
+    const t0 = performance.now();
+    const scaleRows: FidelityRow[] = [];
+    for (const c of paperCases(scale, epsilon)) scaleRows.push(await runChild(args, scale.length, c.label));
+    rows.push(...scaleRows);
+    console.log(
+      `\nT=${scale.length} R=${scale.quadratureNodes} M=${scale.prfFeatures} P=${scale.anchors} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
+    );
+    console.log(fidelityMarkdown(scaleRows));
+  }
+
+  fs.mkdirSync(args.out, { recursive: true });
+  const header = `Kernel fidelity on ${backend}: E=${settings.embed}, H=${settings.heads}, B=${settings.batch}, ${settings.causal ? 'causal' : 'bidirectional'}, ε=${epsilon}, seeds ${seeds.join(',')}. SLAY variants vs exact spherical Yat; Performer/DARKFormer (m = R·P·M) vs softmax.\n\n`;
+  fs.writeFileSync(path.join(args.out, 'table.md'), header + fidelityMarkdown(rows) + '\n');
+  fs.writeFileSync(path.join(args.out, 'results.json'), JSON.stringify({ backend, epsilon, settings, scales, rows }, null, 2));
+  console.log(`\nwrote ${path.join(args.out, 'table.md')} and results.json`);
+});

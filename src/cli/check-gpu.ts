@@ -4,7 +4,6 @@
 // random tokens at the recipe's batch shape, so no dataset is needed), with tokens/s.
 import { existsSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
-import { parseArgs } from 'node:util';
 import { formatChecks, verifyTensorflow } from '../backend/tensorflow-check.ts';
 import { readBuildStamp, SETUP_COMMAND } from '../backend/native-build.ts';
 import { tensorflowInfo } from '../backend/tensorflow.ts';
@@ -13,24 +12,26 @@ import { countParameters, createLanguageModel } from '../model/lm.ts';
 import { loadRecipe } from '../train/recipe.ts';
 import { measureThroughput } from '../train/throughput.ts';
 import { GPT2_VOCAB_SIZE, modelConfigFromRecipe } from '../train/trainer.ts';
+import { runCommand, type ParsedCommand } from './command.ts';
 
 const DEFAULT_RECIPE = 'recipes/gpu/gpt2-small-softmax.yaml';
-const USAGE = `usage: npm run check:gpu -- [recipe.yaml] [--steps N] [--cpu]
-  recipe.yaml  whose model and batch shape to train for a few steps (default ${DEFAULT_RECIPE})
-  --steps N    timed steps after 2 warm-up steps (default 5)
-  --cpu        accept a CPU build (checks everything but the GPU; for trying the command without one)`;
+const COMMAND = {
+  name: 'check:gpu',
+  usage: '[recipe.yaml] [options]',
+  description: `End-to-end check of a GPU host: the GPU build of the native backend loads, TensorFlow sees the GPU, its
+numbers agree with the cpu backend, and the recipe's model (default ${DEFAULT_RECIPE}) trains a few
+steps on random tokens at the recipe's batch shape (no dataset needed), with tokens/s.`,
+  options: {
+    steps: { type: 'string', value: 'N', default: '5', number: { integer: true, min: 1 }, help: 'timed steps after 2 warm-up steps' },
+    cpu: { type: 'boolean', help: 'accept a CPU build (checks everything but the GPU; for trying the command without one)' },
+  },
+  positionals: { max: 1, name: 'recipe.yaml' },
+} as const;
 
 class CheckFailed extends Error {}
 
-async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({
-    args: process.argv.slice(2),
-    allowPositionals: true,
-    options: { steps: { type: 'string', default: '5' }, cpu: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } },
-  });
-  if (values.help) return console.log(USAGE);
-  const steps = Number(values.steps);
-  if (!Number.isInteger(steps) || steps < 1) throw new CheckFailed(`--steps must be a whole number ≥ 1 (got '${values.steps}')`);
+async function main({ values, positionals }: ParsedCommand<typeof COMMAND.options>): Promise<void> {
+  const steps = values.steps;
   const recipeFile = positionals[0] ?? DEFAULT_RECIPE;
 
   console.log('[1/4] the native backend');
@@ -74,9 +75,4 @@ function describeDriver(): string {
   return `nvidia-smi: ${smi.stdout.trim().split('\n').join('; ')}`;
 }
 
-main().catch((err) => {
-  const known = err instanceof CheckFailed || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
-  console.error(`check:gpu: ${known ? err.message : (err as Error).stack}`);
-  if (!(err instanceof CheckFailed)) console.error(USAGE);
-  process.exit(1);
-});
+await runCommand(COMMAND, main);

@@ -1,4 +1,4 @@
-// npm run demo [-- --backend=wasm] [--recipe=recipes/demo/gpt-softmax.yaml] [--key=value …]
+// npm run demo [-- --backend NAME] [--recipe recipes/demo/gpt-softmax.yaml] [--section.key=value …]
 //
 // From a fresh clone, no network: prepares the State of the Union corpus (data/sotu), trains a
 // byte-level BPE tokenizer on its train split (data/tokenizers/sotu-bpe-4096.json), trains a small GPT
@@ -6,8 +6,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { initBackend, parseBackend } from '../backend.ts';
+import { initBackend } from '../backend.ts';
 import { prepareDemoCorpus } from '../data/demo-corpus.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
@@ -16,6 +15,8 @@ import { trainTokenizer } from '../data/train-tokenizer.ts';
 import { loadRecipe, RecipeError } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
 import { runTraining, streamOptions, validateRecipeModel } from '../train/trainer.ts';
+import { backendOption } from './backend-option.ts';
+import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
 
 export const DEMO_DATASET = 'data/sotu';
 export const DEMO_TOKENIZER = 'data/tokenizers/sotu-bpe-4096.json';
@@ -72,20 +73,21 @@ function seconds(t0: number): string {
   return `${((performance.now() - t0) / 1000).toFixed(1)} s`;
 }
 
-async function main(): Promise<number> {
-  const argv = process.argv.slice(2);
-  let backend = 'wasm';
-  let recipeFile = DEMO_RECIPE;
-  const overrides: string[] = [];
-  for (const arg of argv) {
-    if (arg.startsWith('--backend=')) backend = parseBackend(arg.slice('--backend='.length), '--backend');
-    else if (arg.startsWith('--recipe=')) recipeFile = arg.slice('--recipe='.length);
-    else if (arg.startsWith('--') && arg.includes('=')) overrides.push(arg);
-    else {
-      console.error(`demo: unexpected argument '${arg}'; usage: npm run demo [-- --backend=wasm|cpu|auto] [--recipe=<file>] [--section.key=value …]`);
-      return 2;
-    }
-  }
+const COMMAND = {
+  name: 'demo',
+  usage: '[--backend NAME] [--recipe FILE] [--section.key=value …]',
+  description: `From a fresh clone, no network: prepares the State of the Union corpus (${DEMO_DATASET}), trains a byte-level BPE
+tokenizer on its train split (${DEMO_TOKENIZER}), trains a small GPT for a few minutes on CPU, and compares its
+validation loss with the unigram entropy of the corpus.`,
+  options: {
+    backend: backendOption('wasm'),
+    recipe: { type: 'string', value: 'FILE', default: DEMO_RECIPE, help: 'the recipe to train' },
+  },
+  overrides: true,
+} as const;
+
+async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>): Promise<number> {
+  const { backend, recipe: recipeFile } = values;
   const started = performance.now();
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);
@@ -131,12 +133,4 @@ async function main(): Promise<number> {
 }
 
 // Only when run as a script (tests import unigramCrossEntropy).
-if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  main().then(
-    (code) => (process.exitCode = code),
-    (err) => {
-      console.error(`demo: ${(err as Error).message}`);
-      process.exitCode = 1;
-    },
-  );
-}
+if (isMainModule(import.meta.url)) await runCommand(COMMAND, main);

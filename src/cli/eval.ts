@@ -1,21 +1,28 @@
-// npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME]
+// npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME] [--verbose]
 // Validation loss, perplexity and bits per byte of a trained model (a run's final/ folder, a
 // checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data.
-import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
-import { initBackend } from '../backend.ts';
 import { collectEvalBatches, evaluate, type EvalResult } from '../train/evaluate.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { streamOptions } from '../train/trainer.ts';
+import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
+import { isMainModule, runCommand, UsageError } from './command.ts';
 
-const USAGE = `usage: npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME]
-  <checkpoint>      a run's final/ folder, a checkpoint folder (model.safetensors + recipe.json) or a run folder
-  --data PATH       dataset whose validation split is read (default: the recipe's data.dataset)
-  --tokens N        evaluate the first N validation tokens, in whole batches (default: the recipe's train.evalTokens)
-  --all             evaluate the whole validation split
-  --tokenizer FILE  tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)
-  --backend NAME    auto | tensorflow | wasm | cpu (default $SLAYFORMER_BACKEND, else auto)`;
+const COMMAND = {
+  name: 'eval',
+  usage: '<checkpoint> [options]',
+  description: `Validation loss, perplexity and bits per byte of a trained model on the validation split of its recipe's
+dataset (or --data), read in whole batches as during training, so the numbers match its log.
+<checkpoint> is a run's final/ folder, a checkpoint folder (model.safetensors + recipe.json) or a run folder.`,
+  options: {
+    data: { type: 'string', value: 'PATH', help: "dataset whose validation split is read (default: the recipe's data.dataset)" },
+    tokens: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "evaluate the first N validation tokens, in whole batches (default: the recipe's train.evalTokens)" },
+    all: { type: 'boolean', help: 'evaluate the whole validation split' },
+    tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
+    backend: backendOption(),
+    verbose: VERBOSE_OPTION,
+  },
+  positionals: { min: 1, max: 1, name: '<checkpoint>' },
+} as const;
 
 export interface EvalCheckpointOptions {
   checkpoint: string;
@@ -57,40 +64,12 @@ export function formatEval(r: EvalCheckpointResult): string {
   ].join('\n');
 }
 
-function positiveInt(value: string, flag: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${flag} must be an integer ≥ 1 (got ${value})`);
-  return n;
-}
-
-async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({
-    options: {
-      data: { type: 'string' },
-      tokens: { type: 'string' },
-      all: { type: 'boolean', default: false },
-      tokenizer: { type: 'string' },
-      backend: { type: 'string' },
-      help: { type: 'boolean', default: false },
-    },
-    allowPositionals: true,
-    strict: true,
-  });
-  if (values.help || positionals.length !== 1) {
-    console.log(USAGE);
-    if (!values.help) process.exitCode = 1;
-    return;
-  }
-  if (values.all && values.tokens !== undefined) throw new Error('give either --tokens or --all, not both');
-  const tokens = values.all ? Infinity : values.tokens !== undefined ? positiveInt(values.tokens, '--tokens') : undefined;
-  await initBackend(values.backend);
-  const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, tokenizer: values.tokenizer });
-  console.log(formatEval(result));
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  main().catch((err: Error) => {
-    console.error(`eval: ${err.message}`);
-    process.exit(1);
+if (isMainModule(import.meta.url)) {
+  await runCommand(COMMAND, async ({ values, positionals }) => {
+    if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
+    const tokens = values.all ? Infinity : values.tokens;
+    await startBackend(COMMAND.name, values.backend, values.verbose);
+    const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, tokenizer: values.tokenizer });
+    console.log(formatEval(result));
   });
 }

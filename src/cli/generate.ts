@@ -1,22 +1,28 @@
-// npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
+// npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--backend NAME] [--verbose]
 // Samples a continuation from a trained GPT, one token at a time with each attention layer's
 // recurrent state (src/model/decode.ts): O(1) work per new token for the linear mechanisms.
-import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
-import { initBackend } from '../backend.ts';
 import { generateTokens, validateSampling } from '../model/decode.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
+import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
+import { isMainModule, runCommand, UsageError } from './command.ts';
 
-const USAGE = `usage: npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--seed S]
-  <checkpoint>       a GPT run's final/ folder, a checkpoint folder or a run folder
-  --prompt TEXT      the text to continue (empty: start from the end-of-text token)
-  --max-tokens N     new tokens to sample (default 100; generation also stops at the model's maxSeqLen and after an end-of-text token)
-  --temperature T    softmax temperature (default 1; 0 = greedy)
-  --top-k K          sample among the K most likely tokens (default 50; 0 = all)
-  --seed S           sampling seed (default 0)
-  --tokenizer FILE   tokenizer.json (default: the recipe's data.tokenizer)
-  --backend NAME     auto | tensorflow | wasm | cpu (default $SLAYFORMER_BACKEND, else auto)`;
+const COMMAND = {
+  name: 'generate',
+  usage: '<checkpoint> --prompt TEXT [options]',
+  description: `Samples a continuation of TEXT from a trained GPT (a run's final/ folder, a checkpoint folder or a run folder),
+one token at a time with each attention layer's recurrent state. The text goes to stdout, timing to stderr.`,
+  options: {
+    prompt: { type: 'string', value: 'TEXT', help: 'the text to continue (empty: start from the end-of-text token); required' },
+    'max-tokens': { type: 'string', value: 'N', default: '100', number: { integer: true, min: 0 }, help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token" },
+    temperature: { type: 'string', value: 'T', default: '1', number: { min: 0 }, help: 'softmax temperature (0 = greedy)' },
+    'top-k': { type: 'string', value: 'K', default: '50', number: { integer: true, min: 0 }, help: 'sample among the K most likely tokens (0 = all)' },
+    seed: { type: 'string', value: 'S', default: '0', number: { integer: true }, help: 'sampling seed' },
+    tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer)" },
+    backend: backendOption(),
+    verbose: VERBOSE_OPTION,
+  },
+  positionals: { min: 1, max: 1, name: '<checkpoint>' },
+} as const;
 
 export interface GenerateCheckpointOptions {
   checkpoint: string;
@@ -64,54 +70,17 @@ export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): P
   }
 }
 
-function parseNumber(value: string | undefined, fallback: number, flag: string): number {
-  if (value === undefined) return fallback;
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n)) throw new Error(`${flag} must be a number (got ${value})`);
-  return n;
-}
-
-async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({
-    options: {
-      prompt: { type: 'string' },
-      'max-tokens': { type: 'string' },
-      temperature: { type: 'string' },
-      'top-k': { type: 'string' },
-      seed: { type: 'string' },
-      tokenizer: { type: 'string' },
-      backend: { type: 'string' },
-      help: { type: 'boolean', default: false },
-    },
-    allowPositionals: true,
-    strict: true,
-  });
-  if (values.help || positionals.length !== 1 || values.prompt === undefined) {
-    console.log(USAGE);
-    if (!values.help) process.exitCode = 1;
-    return;
-  }
-  await initBackend(values.backend);
-  const result = await generateFromCheckpoint({
-    checkpoint: positionals[0],
-    prompt: values.prompt,
-    maxTokens: parseNumber(values['max-tokens'], 100, '--max-tokens'),
-    temperature: parseNumber(values.temperature, 1, '--temperature'),
-    topK: parseNumber(values['top-k'], 50, '--top-k'),
-    seed: parseNumber(values.seed, 0, '--seed'),
-    tokenizer: values.tokenizer,
-  });
-  console.log(result.text);
-  const rate = result.newTokens.length / Math.max(result.seconds, 1e-9);
-  process.stderr.write(
-    `[generate] ${result.promptTokens.length} prompt + ${result.newTokens.length} new tokens in ${result.seconds.toFixed(2)} s (${rate.toFixed(1)} tokens/s)` +
-      `${result.truncated ? '; stopped at the model’s maxSeqLen' : ''}\n`,
-  );
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  main().catch((err: Error) => {
-    console.error(`generate: ${err.message}`);
-    process.exit(1);
+if (isMainModule(import.meta.url)) {
+  await runCommand(COMMAND, async ({ values, positionals }) => {
+    if (values.prompt === undefined) throw new UsageError('--prompt is required (--prompt "" starts from the end-of-text token)');
+    const options = { maxTokens: values['max-tokens'], temperature: values.temperature, topK: values['top-k'], seed: values.seed };
+    await startBackend(COMMAND.name, values.backend, values.verbose);
+    const result = await generateFromCheckpoint({ checkpoint: positionals[0], prompt: values.prompt, tokenizer: values.tokenizer, ...options });
+    console.log(result.text);
+    const rate = result.newTokens.length / Math.max(result.seconds, 1e-9);
+    process.stderr.write(
+      `[generate] ${result.promptTokens.length} prompt + ${result.newTokens.length} new tokens in ${result.seconds.toFixed(2)} s (${rate.toFixed(1)} tokens/s)` +
+        `${result.truncated ? '; stopped at the model’s maxSeqLen' : ''}\n`,
+    );
   });
 }

@@ -1,6 +1,6 @@
-// npm run train -- recipes/x.yaml [--key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run] [--resume auto|<folder>]
+// npm run train -- recipes/x.yaml [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>]   (also npm run finetune)
 import path from 'node:path';
-import { initBackend, parseBackend } from '../backend.ts';
+import { initBackend } from '../backend.ts';
 import { loadRecipe, RecipeError } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
 import { planRun, runTraining, validateRecipeModel } from '../train/trainer.ts';
@@ -8,24 +8,31 @@ import { resolveResume, signalExitCode, TrainingStopped } from '../train/checkpo
 import type { StopRequest } from '../train/checkpoint.ts';
 import { resolveInitFrom } from '../train/finetune.ts';
 import { resolveDataParallel } from '../train/data-parallel.ts';
+import { backendOption } from './backend-option.ts';
+import { runCommand } from './command.ts';
 
-const HELP = `Usage:
-  npm run train -- <recipe.yaml> [--section.key=value …] [--backend wasm|cpu|auto|tensorflow] [--dry-run] [--resume auto|<folder>]
-
-Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
+const COMMAND = {
+  name: 'train',
+  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>]',
+  description: `Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
 on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final weights in …/final/.
 
-  --section.key=value   override a recipe key, e.g. --train.lr=3e-4 --model.attention.options.prfFeatures=32
-  --backend <name>      TensorFlow.js backend (overrides the recipe's 'backend')
-  --dry-run             resolve the recipe, build the model plan and print parameters, tokens per epoch,
-                        steps and a memory estimate; no training (dataset and tokenizer may be missing)
-  --resume <what>       continue a run exactly from a checkpoint in its own run folder: 'auto' = the newest
-                        complete checkpoint of the newest run folder of this recipe's name under train.runDir
-                        that has one; or a run folder (its newest checkpoint) or a checkpoint folder
-                        (<run>/checkpoints/step-NNNNNN; one outside a run continues in a new run folder)
-  -h, --help            show this help
-
-Finetuning (npm run finetune -- <recipe.yaml> is the same command): a recipe with initFrom: <model folder>
+  --section.key=value   override a recipe key, e.g. --train.lr=3e-4 --model.attention.options.prfFeatures=32`,
+  options: {
+    backend: { ...backendOption(), defaultText: "the recipe's backend" },
+    'dry-run': {
+      type: 'boolean',
+      help: 'resolve the recipe, build the model plan and print parameters, tokens per epoch, steps and a memory estimate; no training (dataset and tokenizer may be missing)',
+    },
+    resume: {
+      type: 'string',
+      value: 'WHAT',
+      help: "continue a run exactly from a checkpoint in its own run folder: 'auto' = the newest complete checkpoint of the newest run folder of this recipe's name under train.runDir that has one; or a run folder (its newest checkpoint) or a checkpoint folder (<run>/checkpoints/step-NNNNNN; one outside a run continues in a new run folder)",
+    },
+  },
+  positionals: { min: 1, max: 1, name: '<recipe.yaml>' },
+  overrides: true,
+  notes: `Finetuning (npm run finetune -- <recipe.yaml> is the same command): a recipe with initFrom: <model folder>
 (a run's final/, a checkpoint, a run folder, or auto:<recipe name> = the newest finished run of that recipe)
 starts from those weights, possibly with another model.attention; train.freeze: all-but-qkv trains only the
 q/k/v projections and the mechanism's own parameters. Example: recipes/demo/finetune-darkformer.yaml.
@@ -34,45 +41,15 @@ Checkpoints go to <run>/checkpoints/step-NNNNNN/ every train.checkpointInterval 
 SIGINT/SIGTERM (Ctrl-C): the current step finishes, a checkpoint is saved, and the command to resume is
 printed (exit status 130/143); a second signal quits at once.
 
-Exit status: 0 done, 1 runtime error, 2 bad recipe or arguments.`;
-
-class UsageError extends Error {}
+Exit status: 0 done, 1 runtime error, 2 bad recipe or arguments.`,
+} as const;
 
 interface Args {
   recipe: string;
   overrides: string[];
-  backend: string | null;
+  backend: string | undefined;
   dryRun: boolean;
-  resume: string | null;
-}
-
-function parseArgs(argv: string[]): Args | null {
-  let recipe: string | null = null;
-  const overrides: string[] = [];
-  let backend: string | null = null;
-  let dryRun = false;
-  let resume: string | null = null;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    if (arg === '-h' || arg === '--help') return null;
-    if (arg === '--dry-run') dryRun = true;
-    else if (arg === '--resume') {
-      if (i + 1 >= argv.length) throw new UsageError("--resume needs a value: 'auto', a run folder or a checkpoint folder");
-      resume = argv[++i];
-    } else if (arg.startsWith('--resume=')) resume = arg.slice('--resume='.length);
-    else if (arg === '--backend') {
-      if (i + 1 >= argv.length) throw new UsageError('--backend needs a value: wasm, cpu, auto or tensorflow');
-      backend = argv[++i];
-    } else if (arg.startsWith('--backend=')) backend = arg.slice('--backend='.length);
-    else if (arg.startsWith('--')) {
-      if (!arg.includes('=')) throw new UsageError(`override '${arg}' needs a value: --section.key=value`);
-      overrides.push(arg);
-    } else if (recipe === null) recipe = arg;
-    else throw new UsageError(`unexpected argument '${arg}' (one recipe file only)`);
-  }
-  if (recipe === null) throw new UsageError('a recipe file is required');
-  if (backend !== null) parseBackend(backend, '--backend');
-  return { recipe, overrides, backend, dryRun, resume };
+  resume: string | undefined;
 }
 
 const MB = 1024 * 1024;
@@ -123,18 +100,7 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
   console.log(out.join('\n'));
 }
 
-async function main(): Promise<number> {
-  let args: Args | null;
-  try {
-    args = parseArgs(process.argv.slice(2));
-  } catch (err) {
-    console.error(`train: ${(err as Error).message}\n\n${HELP}`);
-    return 2;
-  }
-  if (!args) {
-    console.log(HELP);
-    return 0;
-  }
+async function main(args: Args): Promise<number> {
   let recipe: Recipe;
   try {
     recipe = loadRecipe(args.recipe, args.overrides);
@@ -160,7 +126,7 @@ async function main(): Promise<number> {
     }
   }
   try {
-    const resume = args.resume === null ? undefined : resolveResume(recipe, args.resume);
+    const resume = args.resume === undefined ? undefined : resolveResume(recipe, args.resume);
     await initBackend(backend);
     await runWithSignals(recipe, args, resume);
     return 0;
@@ -204,4 +170,6 @@ async function runWithSignals(recipe: Recipe, args: Args, resume: string | undef
   }
 }
 
-process.exitCode = await main();
+await runCommand(COMMAND, ({ values, positionals, overrides }) =>
+  main({ recipe: positionals[0], overrides, backend: values.backend, dryRun: values['dry-run'], resume: values.resume }),
+);

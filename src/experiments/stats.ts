@@ -19,10 +19,16 @@ export function meanSd(values: ReadonlyArray<number | null | undefined>): MeanSd
   return { mean, sd: Math.sqrt(ss / (n - 1)), n };
 }
 
-/** "0.512 ± 0.013 (n=3)"; "0.512 (n=1)" without an sd; "—" when there is no value. */
+/** A number with thousands separators and exactly `digits` decimals ("12,345.68"); "—" for null or non-finite. */
+export function formatNumber(value: number | null | undefined, digits = 0): string {
+  if (typeof value !== 'number' || !Number.isFinite(value)) return '—';
+  return value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+/** "0.512 ± 0.013 (n=3)"; "0.512 (n=1)" without an sd; "—" when there is no value. Thousands separated. */
 export function formatMeanSd(stat: MeanSd, digits = 3, { showN = true }: { showN?: boolean } = {}): string {
   if (stat.n === 0) return '—';
-  const body = stat.sd === null ? stat.mean.toFixed(digits) : `${stat.mean.toFixed(digits)} ± ${stat.sd.toFixed(digits)}`;
+  const body = stat.sd === null ? formatNumber(stat.mean, digits) : `${formatNumber(stat.mean, digits)} ± ${formatNumber(stat.sd, digits)}`;
   return showN ? `${body} (n=${stat.n})` : body;
 }
 

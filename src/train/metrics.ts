@@ -19,7 +19,6 @@ import {
   newWandbRunId,
   readWandbInfo,
   toWandbConfig,
-  toWandbRow,
   wandbDecision,
   WandbSink,
   WANDB_INFO_FILE,
@@ -105,7 +104,7 @@ export class RunLogger {
           logger.warn(`W&B: ${reason}. Training goes on; the metrics are kept in ${path.join(dir, METRICS_FILE)}; upload them later with: ${replayCommand(dir)}`),
       });
       // A resumed run re-sends the kept records first, so the W&B history has the same lines as the JSONL.
-      kept.forEach((record, index) => logger.sink!.log(toWandbRow(record), index));
+      for (const record of kept) logger.sink.log(record);
     } else if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline') {
       logger.line(`W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`);
     }
@@ -116,7 +115,7 @@ export class RunLogger {
   log(record: MetricRecord): void {
     checkRecord(record, 'RunLogger.log');
     fs.appendFileSync(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
-    this.sink?.log(toWandbRow(record), this.records);
+    this.sink?.log(record);
     this.records += 1;
   }
 
@@ -191,7 +190,7 @@ export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): P
   if (await sink.started()) {
     for (let start = 0; start < records.length; start += REPLAY_CHUNK) {
       if (start > 0) await sleep(sink.uploadIntervalMs() + 500); // let the SDK's upload loop send the previous chunk
-      records.slice(start, start + REPLAY_CHUNK).forEach((record, i) => sink.log(toWandbRow(record), start + i));
+      for (const record of records.slice(start, start + REPLAY_CHUNK)) sink.log(record);
     }
   }
   const result = await sink.finish((opts.timeoutS ?? 120) * 1000);

@@ -496,6 +496,9 @@ class TrainingLoop {
       if (micro.length === 0) break; // the epoch ended before the estimate said
       await this.trainOneStep(micro);
       if (this.recipe.train.evalInterval > 0 && this.step % this.recipe.train.evalInterval === 0 && this.step < totalSteps) await this.validate();
+      // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
+      // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
+      await new Promise((resolve) => setImmediate(resolve));
       // A stop asked for during the last step just lets the run finish (final validation and save follow).
       const signal = this.step < totalSteps ? (stop?.signal ?? null) : null;
       const interval = this.recipe.train.checkpointInterval;

@@ -7,7 +7,7 @@
 //   worker → main: { type: 'ready', url, entity, project } | { type: 'failed', reason } | { type: 'finished' }
 //                | { type: 'crashed', reason } | { type: 'sdk-error', text } | { type: 'sdk-log', text }
 // After 'failed' or 'crashed' the main thread terminates the worker.
-//   main → worker: { type: 'log', row, index } | { type: 'finish', code }
+//   main → worker: { type: 'log', row, step } | { type: 'finish', code }
 import { parentPort, workerData } from 'node:worker_threads';
 
 // The SDK gives up on a failed upload by printing "Fatal error: …" and dropping the data, without throwing.
@@ -31,9 +31,10 @@ try {
 parentPort.on('message', async (msg) => {
   if (!run) return;
   if (msg.type === 'log') {
-    // `index` (the record's line number in metrics.jsonl) is the W&B step: every record becomes exactly one
-    // history line at that offset, so a replay overwrites the same lines instead of appending duplicates.
-    run.log(msg.row, msg.index);
+    // One row per optimizer step, at W&B step = the optimizer step. The SDK numbers history lines itself (0, 1,
+    // …, committing a row when its step is ≥ the lines sent so far, which increasing steps from 0 always are),
+    // so a replay of the same records rewrites the same lines instead of appending duplicates.
+    run.log(msg.row, msg.step);
   } else if (msg.type === 'finish') {
     await run.finish(msg.code);
     parentPort.postMessage({ type: 'finished' });

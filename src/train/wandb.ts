@@ -2,6 +2,9 @@
 // no W&B failure can stop training. The run folder's metrics.jsonl stays the source of truth; `wandb.json`
 // in the folder fixes the W&B run id, so `npm run wandb:replay -- <run folder>` re-sends the same lines to
 // the same run instead of creating a duplicate.
+// History rows: one per optimizer step (the step's train and val records merged), at W&B step = the optimizer
+// step, with `tokens` defined as the x-axis of every measured metric (the run config's `_wandb.m`, which is
+// what the Python client's define_metric writes; the JS SDK has no define_metric).
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -55,27 +58,53 @@ export function wandbDecision(settings: Recipe['wandb'], env: NodeJS.ProcessEnv 
   return { enabled: true, reason: settings.enabled === true ? 'wandb.enabled is true' : 'WANDB_API_KEY is set' };
 }
 
-/** Fields that describe where a record sits rather than what it measured: sent without a split prefix. */
-const POSITION_FIELDS = new Set(['step', 'tokens', 'elapsed_s', 'epoch_fraction']);
+/**
+ * Each record field: where the record sits (sent as it is) or what it measured (sent with the split as prefix).
+ * A Record over every field, so that a new MetricRecord field does not compile until it is placed here.
+ */
+const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'measured'> = {
+  step: 'position',
+  tokens: 'position',
+  elapsed_s: 'position',
+  epoch_fraction: 'position',
+  loss: 'measured',
+  ppl: 'measured',
+  lr: 'measured',
+  grad_norm: 'measured',
+  tokens_per_s: 'measured',
+  bpb: 'measured',
+};
 
 /**
- * One metric record as a W&B history row: measurements get the split as prefix (`train/loss`, `val/loss`,
+ * One metric record as W&B history fields: measurements get the split as prefix (`train/loss`, `val/loss`,
  * `val/bpb`, `train/lr`, …) so that training and validation curves are separate charts; `step`, `tokens`,
- * `elapsed_s` and `epoch_fraction` are sent as they are (use `step` or `tokens` as the x-axis in the UI).
- * Null values (e.g. grad_norm of validation records) are left out.
+ * `elapsed_s` and `epoch_fraction` are sent as they are. Null values (e.g. grad_norm of validation records)
+ * are left out.
  */
 export function toWandbRow(record: MetricRecord): Record<string, number> {
   const row: Record<string, number> = {};
   for (const [key, value] of Object.entries(record)) {
     if (key === 'split' || value === null || value === undefined) continue;
-    row[POSITION_FIELDS.has(key) ? key : `${record.split}/${key}`] = value as number;
+    row[FIELD_ROLES[key as keyof typeof FIELD_ROLES] === 'position' ? key : `${record.split}/${key}`] = value as number;
   }
   return row;
 }
 
-/** The resolved recipe as W&B config, in the wire format of the Python client ({section: {value}}). */
+/**
+ * define_metric as the Python client stores it in the run config (`_wandb.m`: MetricRecord protos keyed by
+ * field number — 1 name, 5 one-based index of the step metric, 6 options as the numbers of the flags set:
+ * 1 step_sync, 3 defined): `tokens` is a defined metric and the x-axis of every measurement of both splits.
+ */
+function wandbMetricDefinitions(): Record<string, unknown>[] {
+  const measured = Object.entries(FIELD_ROLES).filter(([, role]) => role === 'measured').map(([field]) => field);
+  const keys = ['train', 'val'].flatMap((split) => measured.map((field) => `${split}/${field}`));
+  return [{ 1: 'tokens', 6: [3] }, ...keys.map((name) => ({ 1: name, 5: 1, 6: [1] }))];
+}
+
+/** The resolved recipe as W&B config, in the wire format of the Python client ({section: {value}}), with the metric definitions. */
 export function toWandbConfig(recipe: unknown): Record<string, { value: unknown }> {
-  return Object.fromEntries(Object.entries(recipe as Record<string, unknown>).map(([key, value]) => [key, { value }]));
+  const sections = Object.entries(recipe as Record<string, unknown>).map(([key, value]) => [key, { value }]);
+  return { ...Object.fromEntries(sections), _wandb: { value: { m: wandbMetricDefinitions() } } };
 }
 
 export interface WandbSinkResult {
@@ -106,6 +135,8 @@ export class WandbSink {
   private initErrors: string[] = [];
   private startWaiters: ((ok: boolean) => void)[] = [];
   private onFinished: (() => void) | null = null;
+  /** The row of the latest optimizer step, held until a record of a later step (or finish) completes it. */
+  private pending: { step: number; row: Record<string, number> } | null = null;
 
   constructor(
     info: Pick<WandbRunInfo, 'id' | 'project' | 'entity' | 'name'>,
@@ -173,10 +204,25 @@ export class WandbSink {
     for (const resolve of this.startWaiters.splice(0)) resolve(ok);
   }
 
-  /** Sends one row as history line `index` (the record's line number in metrics.jsonl). */
-  log(row: Record<string, number>, index: number): void {
+  /**
+   * Adds one record to the history row of its optimizer step. A step's rows are merged (its train record,
+   * then its validation record) and sent when a later step begins or at finish: one history line per step,
+   * at W&B step = the optimizer step. Lines are numbered in order from 0, so a replay of the same records
+   * rewrites the same lines. Records come in order of step (metrics.jsonl is written so).
+   */
+  log(record: MetricRecord): void {
     if (this.state === 'failed' || this.state === 'finished') return;
-    this.worker.postMessage({ type: 'log', row, index });
+    if (this.pending && this.pending.step === record.step) {
+      Object.assign(this.pending.row, toWandbRow(record));
+      return;
+    }
+    this.flush();
+    this.pending = { step: record.step, row: toWandbRow(record) };
+  }
+
+  private flush(): void {
+    if (this.pending && this.state !== 'failed' && this.state !== 'finished') this.worker.postMessage({ type: 'log', ...this.pending });
+    this.pending = null;
   }
 
   /** Flushes and marks the run complete; gives up after `timeoutMs` (the SDK retries for up to 30 minutes). */
@@ -195,6 +241,7 @@ export class WandbSink {
       }, timeoutMs);
       this.onFinished = done;
       if (this.state === 'failed' || this.state === 'finished') return done();
+      this.flush();
       this.worker.ref();
       this.worker.postMessage({ type: 'finish', code: exitCode });
     });

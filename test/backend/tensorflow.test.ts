@@ -113,10 +113,10 @@ describe('setup:tensorflow', () => {
       spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/setup-tensorflow.ts', ...args], { cwd: PROJECT_ROOT, encoding: 'utf8' });
     const help = cli('--help');
     expect(help.status).toBe(0);
-    expect(help.stdout).toMatch(/^usage: npm run setup:tensorflow/);
+    expect(help.stdout).toMatch(/^Usage:\n {2}npm run setup:tensorflow -- /);
     const bad = cli('--gpuu');
-    expect(bad.status).toBe(1);
-    expect(bad.stderr.split('\n')[0]).toMatch(/^setup:tensorflow: Unknown option '--gpuu'/);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr.split('\n')[0]).toBe("setup:tensorflow: unknown option '--gpuu'");
   });
 });
 

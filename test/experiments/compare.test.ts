@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { compareRuns, loadRun, resolveRunDirs } from '../../src/experiments/compare.ts';
+import { compareRuns, groupCurves, groupRuns, loadRun, resolveRunDirs } from '../../src/experiments/compare.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -17,6 +17,8 @@ interface FakeRun {
   val: number[];
   train: number[];
   summary?: Record<string, unknown>;
+  /** Learning rate logged at each step (default 1e-3). */
+  lrAt?: (step: number) => number;
 }
 
 function recipe(attention: string, seed: number, lr = 1e-3) {
@@ -36,7 +38,8 @@ function writeRun(run: FakeRun): string {
   const lines: string[] = [];
   run.val.forEach((loss, i) => {
     const tokens = 1000 * (i + 1);
-    const base = { step: 10 * (i + 1), tokens, lr: 1e-3, grad_norm: 1, tokens_per_s: 500, elapsed_s: tokens / 500 };
+    const step = 10 * (i + 1);
+    const base = { step, tokens, lr: run.lrAt?.(step) ?? 1e-3, grad_norm: 1, tokens_per_s: 500, elapsed_s: tokens / 500 };
     lines.push(JSON.stringify({ ...base, split: 'train', loss: run.train[i], ppl: Math.exp(run.train[i]) }));
     lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4 }));
   });
@@ -102,9 +105,10 @@ describe('compareRuns', () => {
     const md = readFileSync(join(outDir, 'report.md'), 'utf8');
     expect(md).toContain('| softmax-s1 | softmax | gpt | 1 | 12,345 | 3,000 | 2.2000 | 2.2000 | 9.03 | 0.7935 | 520 | 6.0 |');
     expect(md).toContain('| slay-s1 (unfinished) | slay | gpt | 1 | — | 3,000 | 2.9000 | 2.9000 | 18.17 |');
-    // softmax: final val losses 2.2 and 2.4 → 2.3 ± 0.1414; best 2.2 and 2.4 as well.
-    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12345 ± 0 | 3000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 |');
-    expect(md).toMatch(/\| slay \| tiny \| 1 \| 1 \| — \| 3000 \| 2\.9000 \| 2\.9000 \|/);
+    // softmax: final val losses 2.2 and 2.4 → 2.3 ± 0.1414; best 2.2 and 2.4 as well; perplexity exp(2.3) = 9.97
+    // (the mean of the perplexities, (e^2.2 + e^2.4)/2 = 10.02, would weight the worse seed more).
+    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12,345 ± 0 | 3,000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 | 9.97 |');
+    expect(md).toMatch(/\| slay \| tiny \| 1 \| 1 \| — \| 3,000 \| 2\.9000 \| 2\.9000 \| 18\.17 \|/);
 
     const html = readFileSync(join(outDir, 'index.html'), 'utf8');
     for (const file of ['val-loss.svg', 'val-ppl.svg', 'train-loss.svg', 'train-ppl.svg']) {
@@ -113,11 +117,14 @@ describe('compareRuns', () => {
       expect(svg).toContain('xmlns="http://www.w3.org/2000/svg"');
       expectWellFormed(svg);
       expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+      // A ±sd band for softmax (two seeds), none for slay (one run).
+      expect(svg.match(/class="mark-area role-mark/g)).toHaveLength(1);
       expect(svg).toContain('softmax');
       expect(svg).toContain('slay');
       expect(html).toContain(svg);
     }
-    expect(html).toContain('<td>softmax-s1</td>');
+    expect(html).toContain('<td style="text-align:left">softmax-s1</td>');
+    expect(html).toContain('<td style="text-align:right">12,345</td>');
     const json = JSON.parse(readFileSync(join(outDir, 'runs.json'), 'utf8'));
     expect(json.groups.map((g: { label: string }) => g.label)).toEqual(['slay', 'softmax']);
     expect(json.groups[1].stats.finalValLoss.sd).toBeCloseTo(Math.SQRT2 / 10, 12);
@@ -127,12 +134,78 @@ describe('compareRuns', () => {
     const other = writeRun({ folder: 'softmax-lr', attention: 'softmax', seed: 1, lr: 3e-3, val: [2.9, 2.3, 2.0], train: [3, 2.4, 2.1], summary: summaryOf(2.0, 12345) });
     try {
       const result = await compareRuns([softmax1, softmax2, other], { outDir: join(root, 'report2'), warn: () => {} });
-      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax (tiny)', 2], ['softmax (tiny #2)', 1]]);
+      // Labelled by the setting that tells the groups apart.
+      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax (train.lr=0.001)', 2], ['softmax (train.lr=0.003)', 1]]);
       const svg = readFileSync(join(root, 'report2', 'val-loss.svg'), 'utf8');
       expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
     } finally {
       rmSync(other, { recursive: true });
     }
+  });
+
+  it('refuses a group whose runs differ in more than the seed, and with force marks it in the report', async () => {
+    // Seed 3 stopped after 2,000 tokens (no summary.json): same recipe, but its final loss is from earlier in training.
+    const short = writeRun({ folder: 'softmax-s3', attention: 'softmax', seed: 3, val: [3.05, 2.45], train: [3.2, 2.55] });
+    try {
+      const dirs = [softmax1, softmax2, short, slay];
+      await expect(compareRuns(dirs, { outDir: join(root, 'mixed'), warn: () => {} })).rejects.toThrow(
+        /1 group mixes runs that differ in more than the seed[^]*softmax: final validation after different token counts \(3,000: softmax-s1, softmax-s2; 2,000: softmax-s3 \(unfinished\)\)[^]*--force/,
+      );
+      expect(existsSync(join(root, 'mixed'))).toBe(false); // nothing written
+      const warnings: string[] = [];
+      const result = await compareRuns(dirs, { outDir: join(root, 'mixed'), force: true, warn: (m) => warnings.push(m) });
+      expect(result.groups.find((g) => g.label === 'softmax')!.mixed).toHaveLength(1);
+      expect(result.groups.find((g) => g.label === 'slay')!.mixed).toEqual([]);
+      expect(warnings.filter((w) => w.startsWith('MIXED GROUP'))).toHaveLength(1);
+      const md = readFileSync(join(root, 'mixed', 'report.md'), 'utf8');
+      expect(md).toMatch(/## ⚠ Groups whose runs differ in more than the seed[^]*- softmax: final validation after different token counts/);
+      expect(md).toContain('| ⚠ softmax | tiny | 3 | 1, 2, 3 |');
+      expect(readFileSync(join(root, 'mixed', 'index.html'), 'utf8')).toContain('<div class="warning">');
+    } finally {
+      rmSync(short, { recursive: true });
+    }
+  });
+
+  it('refuses a group whose runs followed different learning-rate schedules (a resume with other train keys)', async () => {
+    const resumed = writeRun({
+      folder: 'softmax-s4', attention: 'softmax', seed: 4, val: [3, 2.5, 2.3], train: [3.2, 2.6, 2.3], summary: summaryOf(2.3, 12345),
+      lrAt: (step) => (step < 20 ? 1e-3 : 5e-4),
+    });
+    try {
+      await expect(compareRuns([softmax1, resumed], { outDir: join(root, 'mixed-lr'), warn: () => {} })).rejects.toThrow(
+        /softmax: different learning rates at step 20 \(0\.001: softmax-s1; 0\.0005: softmax-s4\)/,
+      );
+    } finally {
+      rmSync(resumed, { recursive: true });
+    }
+  });
+
+  it('draws each group as its mean over seeds with a ±sd band; perplexity curves are exp of the loss curves', async () => {
+    const groups = groupRuns([await loadRun(softmax1), await loadRun(softmax2), await loadRun(slay)]);
+    const loss = groupCurves(groups, 'val', 'loss');
+    const ppl = groupCurves(groups, 'val', 'ppl');
+    // softmax at 2,000 tokens: validation losses 2.5 and 2.4.
+    const mean = 2.45;
+    const sd = Math.sqrt(((2.5 - mean) ** 2 + (2.4 - mean) ** 2) / 1);
+    const at = (points: typeof loss, series: string, x: number) => points.find((p) => p.series === series && p.x === x)!;
+    expect(at(loss, 'softmax', 2000).y).toBeCloseTo(mean, 12);
+    expect(at(loss, 'softmax', 2000).lo).toBeCloseTo(mean - sd, 12);
+    expect(at(loss, 'softmax', 2000).hi).toBeCloseTo(mean + sd, 12);
+    expect(at(ppl, 'softmax', 2000).y).toBeCloseTo(Math.exp(mean), 10);
+    expect(at(ppl, 'softmax', 2000).lo).toBeCloseTo(Math.exp(mean - sd), 10);
+    expect(at(ppl, 'softmax', 2000).hi).toBeCloseTo(Math.exp(mean + sd), 10);
+    expect(at(loss, 'slay', 2000)).toEqual({ series: 'slay', x: 2000, y: 3.0 }); // one run: no band
+  });
+
+  it('lays the page out to the window’s width', async () => {
+    await compareRuns([softmax1, softmax2], { outDir: join(root, 'page'), warn: () => {} });
+    const html = readFileSync(join(root, 'page', 'index.html'), 'utf8');
+    expect(html).not.toMatch(/max-width:\s*\d+px/);
+    expect(html).toContain('<meta name="viewport" content="width=device-width');
+    expect(html).toMatch(/figure svg\{width:100%;height:auto\}/);
+    expect(html).toMatch(/grid-template-columns:repeat\(auto-fill/);
+    // The inlined SVGs scale: they carry a viewBox.
+    expect(html.match(/<svg [^>]*viewBox="0 0 \d+ \d+"/g)!.length).toBe(4);
   });
 
   it('names the missing or corrupt file, or skips the run with a warning when asked', async () => {

@@ -1,6 +1,6 @@
 // Mean ± sample sd over seeds and the grouping helper.
 import { describe, expect, it } from 'vitest';
-import { formatMeanSd, groupBy, meanSd } from '../../src/experiments/stats.ts';
+import { formatMeanSd, formatNumber, groupBy, meanSd } from '../../src/experiments/stats.ts';
 
 describe('meanSd', () => {
   it('uses the sample standard deviation (n − 1)', () => {
@@ -29,6 +29,16 @@ describe('meanSd', () => {
     expect(formatMeanSd(meanSd([0.5]), 3)).toBe('0.500 (n=1)');
     expect(formatMeanSd(meanSd([0.5, 0.7]), 1, { showN: false })).toBe('0.6 ± 0.1');
     expect(formatMeanSd(meanSd([]))).toBe('—');
+    expect(formatMeanSd(meanSd([12_000, 14_000]), 0, { showN: false })).toBe('13,000 ± 1,414');
+  });
+
+  it('separates thousands and keeps the requested decimals', () => {
+    expect(formatNumber(1234567.891, 2)).toBe('1,234,567.89');
+    expect(formatNumber(999.5, 0)).toBe('1,000');
+    expect(formatNumber(0.5, 3)).toBe('0.500');
+    expect(formatNumber(-2500, 1)).toBe('-2,500.0');
+    expect(formatNumber(null)).toBe('—');
+    expect(formatNumber(Number.NaN, 2)).toBe('—');
   });
 });
 

@@ -90,7 +90,7 @@ describe('eval', () => {
     expect(all.tokens).toBeGreaterThan(result.tokens);
 
     const run = cli('eval', gptFinal);
-    expect(run.stderr).toBe('');
+    expect(run.stderr).toBe('[eval] backend cpu\n'); // one short line
     expect(run.status).toBe(0);
     expect(run.stdout.trim()).toBe(formatEval(result));
     expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}tokens \d+/);
@@ -117,6 +117,19 @@ describe('eval', () => {
     expect(after.loss).toBe(before.loss);
   });
 
+  it('says which backend runs in one short line; --verbose adds why auto skipped the backends before it', () => {
+    const evalAuto = (...extra: string[]) =>
+      spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/eval.ts', gptFinal, '--backend', 'auto', ...extra], { encoding: 'utf8', timeout: 60_000 });
+    const quiet = evalAuto();
+    expect(quiet.status, quiet.stderr).toBe(0);
+    const lines = quiet.stderr.trim().split('\n');
+    expect(lines).toEqual([expect.stringMatching(/^\[eval\] backend (tensorflow|wasm|cpu)$/)]);
+    const verbose = evalAuto('--verbose');
+    expect(verbose.status, verbose.stderr).toBe(0);
+    expect(verbose.stderr).toContain(lines[0]);
+    if (!lines[0].endsWith('tensorflow')) expect(verbose.stderr).toMatch(/skipped tensorflow: /);
+  }, 60_000);
+
   it('names a missing or incomplete checkpoint folder', async () => {
     await expect(evalCheckpoint({ checkpoint: join(dir, 'nowhere') })).rejects.toThrow(/checkpoint folder .*nowhere does not exist/);
     const partial = join(dir, 'partial');
@@ -125,7 +138,7 @@ describe('eval', () => {
     await expect(evalCheckpoint({ checkpoint: partial })).rejects.toThrow(/checkpoint folder .*partial is incomplete: .*recipe\.json does not exist/);
     const run = cli('eval', partial);
     expect(run.status).toBe(1);
-    expect(run.stderr).toMatch(/^eval: checkpoint folder .*partial is incomplete/);
+    expect(run.stderr).toMatch(/^\[eval\] backend cpu\neval: checkpoint folder .*partial is incomplete/);
   }, 30_000);
 });
 

@@ -85,6 +85,13 @@ function historyLines(mock: MockWandb): Map<number, Record<string, unknown>> {
   return lines;
 }
 
+/** The history rows the records should become: one per optimizer step, its records' fields merged. */
+function rowsByStep(list: MetricRecord[]): Record<string, number>[] {
+  const rows = new Map<number, Record<string, number>>();
+  for (const record of list) rows.set(record.step, { ...rows.get(record.step), ...toWandbRow(record) });
+  return [...rows.values()];
+}
+
 function records(): MetricRecord[] {
   const base = { lr: 1e-3, tokens_per_s: 900, grad_norm: 0.5 };
   return [
@@ -129,7 +136,7 @@ function useMock(): void {
 }
 
 describe('W&B sink (loopback mock)', () => {
-  it('sends every record as one history line, upserts the config and marks the run complete', async () => {
+  it('sends one history line per optimizer step at W&B step = that step, upserts the config with tokens as the x-axis, and marks the run complete', async () => {
     useMock();
     const r = recipe(true);
     const logger = await RunLogger.create(r, { echo: false });
@@ -146,19 +153,24 @@ describe('W&B sink (loopback mock)', () => {
     const config = JSON.parse(String(mock.upserts[0].config)) as Record<string, { value: unknown }>;
     expect(config.train.value).toEqual(r.train);
     expect(config.model.value).toEqual(r.model);
+    // define_metric('tokens') and define_metric(<every measurement>, step_metric='tokens') in the Python client's
+    // encoding: MetricRecord field numbers, step metric as a one-based index into the list.
+    const metrics = (config._wandb.value as { m: Record<string, unknown>[] }).m;
+    expect(metrics[0]).toEqual({ 1: 'tokens', 6: [3] });
+    for (const name of ['train/loss', 'train/ppl', 'train/lr', 'train/grad_norm', 'train/tokens_per_s', 'val/loss', 'val/ppl', 'val/bpb']) {
+      expect(metrics).toContainEqual({ 1: name, 5: 1, 6: [1] });
+    }
+    expect(metrics.map((m) => m[1])).not.toContain('step');
 
     expect(mock.streams.every((s) => s.path === `/files/mock-entity/proj/${info.id}/file_stream`)).toBe(true);
     const lines = historyLines(mock);
-    const sent = readMetrics(logger.dir);
-    expect(sent).toEqual(records());
-    expect([...lines.keys()].sort()).toEqual([0, 1, 2, 3]);
-    sent.forEach((record, i) => {
-      const line = lines.get(i)!;
-      expect(line).toMatchObject(toWandbRow(record));
-      expect(line._step).toBe(i);
-    });
-    expect(lines.get(2)).toMatchObject({ step: 20, 'val/loss': 4.9, 'val/bpb': 1.9 });
-    expect(lines.get(2)).not.toHaveProperty('val/grad_norm');
+    expect(readMetrics(logger.dir)).toEqual(records());
+    // Steps 10, 20 (train and validation in one row) and 30.
+    expect([...lines.keys()].sort()).toEqual([0, 1, 2]);
+    expect([...lines.values()].map((line) => line._step)).toEqual([10, 20, 30]);
+    rowsByStep(records()).forEach((row, i) => expect(lines.get(i)).toMatchObject(row));
+    expect(lines.get(1)).toMatchObject({ step: 20, tokens: 2560, 'train/loss': 4.7, 'val/loss': 4.9, 'val/bpb': 1.9 });
+    expect(lines.get(1)).not.toHaveProperty('val/grad_norm');
     expect(lines.get(0)).toMatchObject({ step: 10, tokens: 1280, 'train/loss': 5.1, 'train/grad_norm': 0.5, 'train/lr': 1e-3 });
     expect(mock.streams.at(-1)!.body).toEqual({ complete: true, exitcode: 0 });
   });
@@ -178,15 +190,16 @@ describe('W&B sink (loopback mock)', () => {
     expect(result.records).toBe(4);
     expect(mock.upserts.map((u) => u.name)).toEqual([id]);
     const contents = mock.streams.flatMap((s) => (s.body.files as Record<string, { content: string[] }> | undefined)?.['wandb-history.jsonl']?.content ?? []);
-    expect(contents).toHaveLength(4); // every record exactly once
+    expect(contents).toHaveLength(3); // every step exactly once
     const lines = historyLines(mock);
-    records().forEach((record, i) => expect(lines.get(i)).toMatchObject(toWandbRow(record)));
+    rowsByStep(records()).forEach((row, i) => expect(lines.get(i)).toMatchObject(row));
+    expect([...lines.values()].map((line) => line._step)).toEqual([10, 20, 30]);
     expect(readWandbInfo(logger.dir).status).toBe('synced');
 
     mock.reset();
     await replayToWandb(logger.dir);
     expect(mock.upserts.map((u) => u.name)).toEqual([id]); // same run, same offsets: no duplicate run
-    expect([...historyLines(mock).keys()].sort()).toEqual([0, 1, 2, 3]);
+    expect([...historyLines(mock).keys()].sort()).toEqual([0, 1, 2]);
   });
 
   it('replays more records than the SDK sends in one request, each exactly once', async () => {
@@ -202,7 +215,7 @@ describe('W&B sink (loopback mock)', () => {
     expect(contents).toHaveLength(count);
     const lines = historyLines(mock);
     expect(lines.size).toBe(count);
-    for (let i = 0; i < count; i += 1000) expect(lines.get(i)).toMatchObject({ step: i + 1, _step: i });
+    for (let i = 0; i < count; i += 1000) expect(lines.get(i)).toMatchObject({ step: i + 1, _step: i + 1 });
     expect(lines.get(count - 1)).toMatchObject({ step: count });
   });
 
@@ -222,8 +235,9 @@ describe('W&B sink (loopback mock)', () => {
     const expected = [...records().slice(0, 3), next];
     expect(readMetrics(first.dir)).toEqual(expected);
     const lines = historyLines(mock);
-    expect(lines.size).toBe(4);
-    expected.forEach((record, i) => expect(lines.get(i)).toMatchObject(toWandbRow(record)));
+    expect(lines.size).toBe(3);
+    rowsByStep(expected).forEach((row, i) => expect(lines.get(i)).toMatchObject(row));
+    expect([...lines.values()].map((line) => line._step)).toEqual([10, 20, 30]);
   });
 
   it('keeps the JSONL and does not throw when W&B cannot be reached', async () => {
