@@ -1,4 +1,4 @@
-// npm run bench -- startup [--gb 2] [--dir <folder>] [--backend cpu]
+// npm run bench:startup [-- --gb 2] [--dir <folder>] [--backend cpu]  (also: npm run bench -- startup …)
 // Start-up time of a training run on a generated multi-GB dataset (C4-like shards of 500 MB, train split only large):
 //  1. the header scan of the train split (describeSplit: text bytes and rows from the IPC headers);
 //  2. the epoch estimate (the scan plus a tokenized sample of the first documents);
@@ -9,8 +9,9 @@ import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { initBackend } from '../src/backend.ts';
+import { backendOption } from '../src/cli/backend-option.ts';
+import { parseOrExit } from '../src/cli/command.ts';
 import { describeSplit } from '../src/data/dataset.ts';
 import { generateSyntheticShard } from '../src/data/prepare.ts';
 import { estimateEpoch } from '../src/data/stream.ts';
@@ -19,14 +20,18 @@ import { trainTokenizer } from '../src/data/train-tokenizer.ts';
 import { parseRecipe } from '../src/train/recipe.ts';
 import { describeEpoch, runTraining, streamOptions } from '../src/train/trainer.ts';
 
-const { values } = parseArgs({
+const { values } = parseOrExit({
+  name: 'bench:startup',
+  usage: '[options]',
+  description: `Start-up time of a training run on a generated multi-GB dataset: header scan of the train split, epoch
+estimate, and runTraining of a tiny GPT until its first step is logged.`,
   options: {
-    gb: { type: 'string', default: '2' },
-    dir: { type: 'string' },
-    backend: { type: 'string', default: 'cpu' },
+    gb: { type: 'string', value: 'N', number: { min: 0.001 }, default: '2', help: 'GB of text to generate' },
+    dir: { type: 'string', value: 'FOLDER', help: 'where the dataset goes (kept and reused); default a temporary folder, removed' },
+    backend: backendOption('cpu'),
   },
 });
-const gigabytes = Number(values.gb);
+const gigabytes = values.gb;
 const SHARD_MB = 500;
 const seconds = (start: number) => (performance.now() - start) / 1000;
 

@@ -8,7 +8,6 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { parseExportArgs } from '../../src/cli/export.ts';
 import { exportHf } from '../../src/hf/export.ts';
 import { architectureOf } from '../../src/model/transformer.ts';
 import type { LanguageModelConfig } from '../../src/model/lm.ts';
@@ -123,7 +122,11 @@ describe('the output folder', () => {
     expect(ok.stdout).toContain(`wrote ${out}: model_type gpt2, 28 tensors`);
     expect(ok.status).toBe(0);
     expect(existsSync(path.join(out, 'model.safetensors'))).toBe(true);
-    expect(() => parseExportArgs(['run', '--format', 'onnx', '--out', 'x'])).toThrow('--format must be one of hf (got onnx)');
-    expect(parseExportArgs(['run', '--format', 'hf'])).toBeNull(); // no --out: the usage
+    const badFormat = cli(GPT2_DIR, '--format', 'onnx', '--out', fresh());
+    expect(badFormat.status).toBe(2);
+    expect(badFormat.stderr.split('\n')[0]).toBe("export: option --format: 'onnx' is not one of hf");
+    const noOut = cli(GPT2_DIR);
+    expect(noOut.status).toBe(2);
+    expect(noOut.stderr.split('\n')[0]).toBe('export: --out DIR is required');
   });
 });
