@@ -15,6 +15,8 @@ export const SETUP_COMMAND = 'npm run setup:tensorflow';
 export const TENSORFLOW_CACHE = path.join(PROJECT_ROOT, '.cache', 'tensorflow');
 export const NATIVE_PACKAGE_DIR = path.join(TENSORFLOW_CACHE, 'node_modules', '@tensorflow', 'tfjs-node');
 export const BUILD_STAMP = path.join(TENSORFLOW_CACHE, 'build.json');
+/** Our dup/dup2 addon (native/quiet_stderr.c), relative to the package folder. */
+export const QUIET_STDERR_ADDON = path.join('lib', 'quiet_stderr.node');
 
 /** What `setup:tensorflow` built, written last, so its presence means a complete build. */
 export interface NativeBuild {

@@ -10,7 +10,8 @@
 //      dependencies (all but @tensorflow/tfjs, which must stay the project's own copy);
 //   4. puts the C library and the headers the binding includes where binding.gyp expects them
 //      (deps/lib, deps/include), stripped of debug symbols (788 → 583 MB);
-//   5. compiles the binding with npm's node-gyp against the local Node headers (no download);
+//   5. compiles the binding with npm's node-gyp against the local Node headers (no download), and a
+//      small addon of ours that silences TF's start-up lines (native/quiet_stderr.c);
 //   6. swaps the finished tree into .cache/tensorflow/node_modules and writes build.json last.
 // Everything happens inside .cache/tensorflow/staging until step 6, so an interrupted or failed
 // build leaves the previous one working.
@@ -19,7 +20,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BUILD_STAMP, NATIVE_PACKAGE_DIR, PROJECT_ROOT, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
+import { BUILD_STAMP, NATIVE_PACKAGE_DIR, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
 
 export interface SetupOptions {
   gpu: boolean;
@@ -50,7 +51,8 @@ const LIBRARIES = ['libtensorflow_cc.so.2', 'libtensorflow_framework.so.2'];
 export function setupTensorflow(options: SetupOptions): { build: NativeBuild; reused: boolean } {
   const tfjsVersion = projectTfjsVersion();
   const existing = readBuildStamp();
-  if (!options.force && existing && matches(existing, options, tfjsVersion) && fs.existsSync(existing.bindingPath)) {
+  const complete = existing && fs.existsSync(existing.bindingPath) && fs.existsSync(path.join(NATIVE_PACKAGE_DIR, QUIET_STDERR_ADDON));
+  if (!options.force && existing && complete && matches(existing, options, tfjsVersion)) {
     options.log(`already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`);
     return { build: existing, reused: true };
   }
@@ -319,18 +321,31 @@ function compileBinding(packageDir: string, tools: Tools, log: (line: string) =>
   const bindingPath = (require('@mapbox/node-pre-gyp') as { find(p: string): string }).find(path.join(packageDir, 'package.json'));
   const napi = /napi-v(\d+)/.exec(bindingPath)?.[1];
   if (!napi) throw new SetupError(`unexpected binding path ${bindingPath}`);
-  const args = [
-    tools.nodeGyp, 'rebuild', `--nodedir=${tools.nodedir}`, `--jobs=${Math.max(1, os.availableParallelism())}`,
-    '--module_name=tfjs_binding', `--module_path=${path.dirname(bindingPath)}`, `--napi_build_version=${napi}`,
-  ];
-  const result = spawnSync(process.execPath, args, { cwd: packageDir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  if (result.status !== 0 || !fs.existsSync(bindingPath)) {
+  nodeGyp(packageDir, tools, log, 'the binding', ['--module_name=tfjs_binding', `--module_path=${path.dirname(bindingPath)}`, `--napi_build_version=${napi}`]);
+  if (!fs.existsSync(bindingPath)) throw new SetupError(`node-gyp built no binding at ${bindingPath}`);
+  fs.rmSync(path.join(packageDir, 'build'), { recursive: true, force: true });
+  compileQuietStderr(packageDir, tools, log);
+  return bindingPath;
+}
+
+/** native/quiet_stderr.c as lib/quiet_stderr.node of the package (QUIET_STDERR_ADDON; see tensorflow.ts). */
+function compileQuietStderr(packageDir: string, tools: Tools, log: (line: string) => void): void {
+  const dir = path.join(STAGING, 'quiet-stderr');
+  fs.mkdirSync(dir, { recursive: true });
+  fs.copyFileSync(path.join(import.meta.dirname, 'native', 'quiet_stderr.c'), path.join(dir, 'quiet_stderr.c'));
+  fs.writeFileSync(path.join(dir, 'binding.gyp'), JSON.stringify({ targets: [{ target_name: 'quiet_stderr', sources: ['quiet_stderr.c'] }] }));
+  nodeGyp(dir, tools, log, 'quiet_stderr', []);
+  fs.copyFileSync(path.join(dir, 'build', 'Release', 'quiet_stderr.node'), path.join(packageDir, QUIET_STDERR_ADDON));
+}
+
+function nodeGyp(cwd: string, tools: Tools, log: (line: string) => void, what: string, extra: string[]): void {
+  const args = [tools.nodeGyp, 'rebuild', `--nodedir=${tools.nodedir}`, `--jobs=${Math.max(1, os.availableParallelism())}`, ...extra];
+  const result = spawnSync(process.execPath, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  if (result.status !== 0) {
     const errors = `${result.stdout}\n${result.stderr}`.split('\n').filter((l) => /error/i.test(l) && !/^gyp (ERR|info)/.test(l));
     for (const line of errors.slice(0, 5)) log(`    ${line.trim()}`);
-    throw new SetupError(`node-gyp could not compile the binding: ${errors[0]?.trim() ?? lastLine(result.stderr)}`);
+    throw new SetupError(`node-gyp could not compile ${what}: ${errors[0]?.trim() ?? lastLine(result.stderr)}`);
   }
-  fs.rmSync(path.join(packageDir, 'build'), { recursive: true, force: true });
-  return bindingPath;
 }
 
 // ---------------------------------------------------------------------------------------------

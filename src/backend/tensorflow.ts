@@ -1,11 +1,12 @@
 // The native TensorFlow backend: @tensorflow/tfjs-node built against the TensorFlow C library of
 // the TensorFlow pip wheel by `npm run setup:tensorflow` (tensorflow-setup.ts), kept in
 // .cache/tensorflow/ so that `npm ci` (which empties node_modules) does not lose it.
+import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { SPARSE_CROSS_ENTROPY } from './fused-kernels.ts';
-import { isTensorflowSetUp, NATIVE_PACKAGE_DIR, PROJECT_ROOT, SETUP_COMMAND } from './native-build.ts';
+import { isTensorflowSetUp, NATIVE_PACKAGE_DIR, PROJECT_ROOT, QUIET_STDERR_ADDON, SETUP_COMMAND } from './native-build.ts';
 
 /**
  * Loads the native package: the wheel-built one from the cache, else an installed
@@ -24,7 +25,8 @@ export function loadTensorflowPackage(): string | undefined {
   ];
   for (const candidate of candidates) {
     try {
-      require(candidate);
+      const quietAddon = candidate === NATIVE_PACKAGE_DIR ? path.join(NATIVE_PACKAGE_DIR, QUIET_STDERR_ADDON) : null;
+      withoutStartupLines(quietAddon, () => require(candidate));
       registerTensorflowKernels();
       return undefined;
     } catch (err) {
@@ -33,6 +35,24 @@ export function loadTensorflowPackage(): string | undefined {
   }
   if (!isTensorflowSetUp()) reasons.unshift(`not set up (run \`${SETUP_COMMAND}\`)`);
   return reasons.join('; ');
+}
+
+/**
+ * Runs `load` with file descriptor 2 on /dev/null, so that the INFO lines TensorFlow's C++ static
+ * initialisers print while the library loads (absl writes everything to stderr before its logging is
+ * set up, whatever TF_CPP_MIN_LOG_LEVEL says; e.g. "oneDNN custom operations are on") do not reach
+ * the user. Node has no dup2: the set-up builds a small addon for it (native/quiet_stderr.c); without
+ * it (an installed tfjs-node) the lines are left alone, as they are with TF_CPP_MIN_LOG_LEVEL=0.
+ */
+function withoutStartupLines<T>(addon: string | null, load: () => T): T {
+  if (!addon || process.env.TF_CPP_MIN_LOG_LEVEL === '0' || !fs.existsSync(addon)) return load();
+  const quiet = createRequire(import.meta.url)(addon) as { silence(): number; restore(saved: number): void };
+  const saved = quiet.silence();
+  try {
+    return load();
+  } finally {
+    quiet.restore(saved);
+  }
 }
 
 /** The binding's view of itself, for logs and env records. */

@@ -6,7 +6,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import { headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import { transformerParameterSpecs } from '../model/transformer.ts';
+import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';
 import { modelSectionProblems, MAX_TENSOR_ELEMENTS } from './recipe.ts';
 import type { NamedArray } from './safetensors.ts';
 
@@ -15,14 +15,15 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new Error(`${source}: the model config must be a JSON object (got ${String(JSON.stringify(value)).slice(0, 80)})`);
   }
-  const c = value as Record<string, unknown>;
+  // Models saved before the architecture options existed have none of them: they are GPT-2's (the defaults).
+  const c: Record<string, unknown> = { ...ARCHITECTURE_DEFAULTS, ...(value as Record<string, unknown>) };
   const problems = modelSectionProblems(c);
   if (!Number.isSafeInteger(c.vocabSize) || (c.vocabSize as number) < 1 || (c.vocabSize as number) > MAX_TENSOR_ELEMENTS) {
     problems.push(`vocabSize must be an integer ≥ 1 (got ${JSON.stringify(c.vocabSize)})`);
   }
   if (!Number.isSafeInteger(c.seed)) problems.push(`seed must be an integer (got ${JSON.stringify(c.seed)})`);
   if (problems.length > 0) throw new Error(`${source}: the saved model config is not valid:\n  ${problems.join('\n  ')}`);
-  return value as LanguageModelConfig;
+  return c as unknown as LanguageModelConfig;
 }
 
 /**

@@ -79,6 +79,25 @@ describe.skipIf(!available)(`tensorflow backend (skipped when not built: ${SETUP
   });
 });
 
+describe.skipIf(!available)('TensorFlow\'s start-up lines', () => {
+  // absl prints INFO lines from TF's static initialisers while the library loads ("oneDNN custom operations
+  // are on"); the loader silences them through native/quiet_stderr.c. A child's stderr here is a socket.
+  const load = (env: Record<string, string>) =>
+    spawnSync(process.execPath, ['--import', 'tsx', '-e', "import('./src/backend.ts').then(async (m) => { await m.initBackend('tensorflow', { quiet: true }); process.stderr.write('loaded\\n'); })"], {
+      cwd: PROJECT_ROOT, encoding: 'utf8', env: { ...process.env, ...env },
+    });
+
+  it('do not reach stderr; TF_CPP_MIN_LOG_LEVEL=0 shows them again', () => {
+    // oneDNN on explicitly: TF logs that line whenever it is on, whatever the CPU's default.
+    const quiet = load({ TF_CPP_MIN_LOG_LEVEL: '2', TF_ENABLE_ONEDNN_OPTS: '1' });
+    expect(quiet.status, quiet.stderr).toBe(0);
+    expect(quiet.stderr).toBe('loaded\n');
+    const loud = load({ TF_CPP_MIN_LOG_LEVEL: '0', TF_ENABLE_ONEDNN_OPTS: '1' });
+    expect(loud.stderr).toMatch(/oneDNN custom operations are on/);
+    expect(loud.stderr.trim().split('\n').pop()).toBe('loaded');
+  });
+});
+
 describe('backends without the fused kernel fall back to the composed form', () => {
   it.each(['cpu', 'wasm'])('%s', async (name) => {
     await initBackend(name, { quiet: true });

@@ -177,6 +177,14 @@ describe('untrusted model folders', () => {
       expect(tf.memory().numTensors, name).toBe(tensors);
     }
   });
+  it('a model saved before the architecture options existed (config without them) loads as GPT-2 style and evaluates alike', async () => {
+    const old = saved();
+    for (const key of ['normPosition', 'embeddingNorm', 'typeVocabSize', 'activation', 'layerNormEps']) delete old[key];
+    const folder = await crafted('pre-architecture', { config: old });
+    const current = await evalCheckpoint({ checkpoint: gptFinal });
+    const before = await evalCheckpoint({ checkpoint: folder });
+    expect(before.loss).toBe(current.loss);
+  });
 });
 
 describe('generate', () => {
