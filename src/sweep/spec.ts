@@ -116,7 +116,7 @@ export function loadSweep(file: string): Sweep {
 
   const combos = expand(cases.length > 0 ? cases : [{ where: 'recipe', recipeFile: null, label: null, values: new Map() }], axes);
   const varying = varyingKeys(combos, baseRecipe);
-  const named = combos.map((combo) => ({ combo, ...runName(combo, varying, axes) }));
+  const named = combos.map((combo) => ({ combo, ...runName(combo, varying, axes, name) }));
   checkUniqueNames(named.map((n) => ({ name: n.name, where: n.combo.map((s) => s.where).join(' × ') })), problems);
   if (problems.length > 0) throw new SweepError(file, problems);
 
@@ -275,10 +275,10 @@ function varyingKeys(combos: Source[][], baseRecipe: string | null): string[] {
 
 /**
  * The run's name: its case's label (or the case's varying values), then one part per varying grid axis, joined by
- * '-'. Numbers and booleans are `<last key segment><value>` (`seed2`, `lr0.001`), strings their value, attention
+ * '-' (the sweep's name when nothing varies). Numbers and booleans are `<last key segment><value>` (`seed2`, `lr0.001`), strings their value, attention
  * entries their name (plus the options that tell apart entries of the same name), other values their position.
  */
-function runName(combo: Source[], varying: string[], axes: Axis[]): { name: string; group: string } {
+function runName(combo: Source[], varying: string[], axes: Axis[], sweepName: string): { name: string; group: string } {
   const parts: { part: string; key: string }[] = [];
   for (const source of combo) {
     const axis = axes.find((a) => source.where.startsWith(`grid.${a.key}[`));
@@ -294,8 +294,8 @@ function runName(combo: Source[], varying: string[], axes: Axis[]): { name: stri
       if (own.length > 0) parts.push({ part: own.join('-'), key: 'case' });
     }
   }
-  const name = parts.map((p) => p.part).join('-') || 'run';
-  const group = parts.filter((p) => p.key !== SEED_KEY).map((p) => p.part).join('-') || 'all';
+  const name = parts.map((p) => p.part).join('-') || sweepName;
+  const group = parts.filter((p) => p.key !== SEED_KEY).map((p) => p.part).join('-') || sweepName;
   return { name, group };
 }
 
