@@ -187,7 +187,7 @@ export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableS
     const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, slurmJob: currentSlurmJob(), endedAt: new Date().toISOString() };
     writeFileSync(path.join(paths.attempts, `${run.name}.json`), JSON.stringify(attempt, null, 2) + '\n');
     appendFileSync(log, `=== ${attempt.endedAt} ${run.name}: ${outcome} (exit ${result.exitCode ?? result.signal})\n`);
-    if (result.stopRequested) requeueSelf(err);
+    if (result.stopRequested && outcome === 'stopped') requeueSelf(err);
     return { action: 'trained', exitCode: result.exitCode ?? 1, message: `${run.name}: ${outcome}${outcome === 'done' ? '' : `: ${result.lastLine}`}` };
   } finally {
     lock.release();

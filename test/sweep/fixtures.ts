@@ -62,13 +62,13 @@ export function killChildren(): void {
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Polls `check` every 200 ms until it returns a value or `timeoutMs` passes (then throws `what`). */
-export async function waitFor<T>(what: string, timeoutMs: number, check: () => T | null | undefined | false): Promise<T> {
+/** Polls `check` every 200 ms until it returns a value or `timeoutMs` passes (then throws `what` and `diagnose()`). */
+export async function waitFor<T>(what: string, timeoutMs: number, check: () => T | null | undefined | false, diagnose: () => string = () => ''): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = check();
     if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}\n${diagnose()}`);
     await sleep(200);
   }
 }
