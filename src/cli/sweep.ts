@@ -2,11 +2,7 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ParseArgsConfig } from 'node:util';
-import { initBackend } from '../backend.ts';
-import { planRun } from '../train/trainer.ts';
-import { formatPlan, planSweep } from '../sweep/plan.ts';
 import { runLocal } from '../sweep/local.ts';
-import { buildReport } from '../sweep/report.ts';
 import { findRun, loadSweep, REPORT_METRICS, selectRuns, SweepError } from '../sweep/spec.ts';
 import type { ReportMetric, Sweep } from '../sweep/spec.ts';
 import { queueState, readSubmissions, renderSbatchScript, SLURM_FIELDS, submitSweep } from '../sweep/slurm.ts';
@@ -98,6 +94,9 @@ function positiveNumber(value: unknown, flag: string): number | undefined {
 
 async function plan(sweep: Sweep, args: string[]): Promise<number> {
   const values = parse(args, { 'tokens-per-s': { type: 'string' } });
+  // Imported here, not at the top: every task process starts this CLI, and needs neither the trainer's planning
+  // nor the report's plotting libraries.
+  const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/trainer.ts'), import('../sweep/plan.ts')]);
   await initBackend('cpu', { quiet: true }); // counting parameters builds the mechanisms' small buffers
   const planned = await planSweep(sweep, { planRun, tokensPerSecond: positiveNumber(values['tokens-per-s'], '--tokens-per-s') });
   console.log(formatPlan(sweep, planned));
@@ -179,6 +178,7 @@ async function report(sweep: Sweep, args: string[]): Promise<number> {
     throw new UsageError(`--baseline ${baseline}: no run of the sweep uses that attention`);
   }
   const outDir = (values.out as string | undefined) ?? path.join('reports', `sweep-${sweep.name}`);
+  const { buildReport } = await import('../sweep/report.ts');
   const result = await buildReport(sweep, { outDir, baseline, metric: metric as ReportMetric | undefined });
   console.log(`sweep ${sweep.name}: ${result.groups.length} groups from ${sweep.runs.length - result.missing.length} finished runs; wrote:\n${result.files.map((f) => `  ${f}`).join('\n')}`);
   return 0;

@@ -12,7 +12,7 @@ import { availableParallelism } from 'node:os';
 import { resolveDataParallel } from '../train/data-parallel.ts';
 import type { Recipe } from '../train/recipe.ts';
 import type { Sweep, SweepRun } from './spec.ts';
-import { runFolders, taskArgs } from './task.ts';
+import { lockIsLive, readLock, runFolders, taskArgs } from './task.ts';
 
 export interface LocalOptions {
   /** Cores to fill (default: this machine's). */
@@ -64,13 +64,17 @@ export async function runLocal(sweep: Sweep, opts: LocalOptions = {}): Promise<L
   const cores = opts.cores ?? availableParallelism();
   const result: LocalResult = { done: [], failed: [], stopped: [], skipped: [] };
   const queue: SweepRun[] = [];
+  const elsewhere: string[] = [];
   for (const run of sweep.runs) {
+    const lock = readLock(sweep, run);
     if (runFolders(sweep, run).some((f) => f.done)) result.skipped.push(run.name);
+    else if (lock && lockIsLive(lock)) elsewhere.push(`${run.name} (${lock.slurmJob ? `Slurm task ${lock.slurmJob}` : `pid ${lock.pid} on ${lock.host}`})`);
     else queue.push(run);
   }
   const running = new Map<number, Running>();
   const display = new ProgressDisplay(out, tty, (opts.logIntervalS ?? 30) * 1000);
   display.event(`sweep ${sweep.name}: ${sweep.runs.length} runs, ${result.skipped.length} done already, ${queue.length} to run on ${cores} cores → ${sweep.runDir}`);
+  if (elsewhere.length > 0) display.event(`left alone, being trained by another process: ${elsewhere.join(', ')}`);
 
   let stopping = 0;
   const onSignal = (signal: NodeJS.Signals) => {

@@ -11,7 +11,7 @@ import { formatMeanSd, groupBy, meanSd } from '../experiments/stats.ts';
 import type { MeanSd } from '../experiments/stats.ts';
 import { pairedT } from './paired.ts';
 import type { PairedResult } from './paired.ts';
-import { canonical, REPORT_METRICS, SEED_KEY } from './spec.ts';
+import { REPORT_METRICS } from './spec.ts';
 import type { ReportMetric, Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './task.ts';
 
@@ -25,6 +25,8 @@ export interface ReportOptions {
 
 export interface GroupReport {
   group: string;
+  /** Shared with the baseline group it is compared with (see SweepRun.pairing). */
+  pairing: string;
   attention: string;
   /** Finished runs (seed → value of the metric). */
   values: { seed: number; value: number; run: string }[];
@@ -43,12 +45,6 @@ export interface SweepReport {
   /** Runs of the sweep that have not finished (left out). */
   missing: string[];
   files: string[];
-}
-
-/** The settings a run shares with its baseline partner: every sweep value but the attention and the seed. */
-function pairingKey(run: SweepRun): string {
-  const rest = Object.fromEntries(Object.entries(run.values).filter(([k]) => k !== SEED_KEY && !k.startsWith('model.attention')));
-  return canonical({ ...rest, kind: run.recipe.model.kind });
 }
 
 export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<SweepReport> {
@@ -77,6 +73,7 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
     });
     return {
       group: members[0].run.group,
+      pairing: members[0].run.pairing,
       attention: members[0].run.recipe.model.attention.name,
       values,
       stats: meanSd(values.map((v) => v.value)),
@@ -84,7 +81,7 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
       paired: null,
     };
   });
-  if (baseline !== null) pairWithBaseline(groups, finished, baseline, level);
+  if (baseline !== null) pairWithBaseline(groups, baseline, level);
 
   await mkdir(opts.outDir, { recursive: true });
   const compareDir = path.join(opts.outDir, 'compare');
@@ -99,17 +96,13 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
   return report;
 }
 
-function pairWithBaseline(groups: GroupReport[], finished: { run: SweepRun; summary: RunSummary }[], baseline: string, level: number): void {
-  const groupOf = new Map(finished.map((f) => [f.run.name, f.run]));
+/** Pairs each group with the baseline group of the same settings (its run names without seed and attention). */
+function pairWithBaseline(groups: GroupReport[], baseline: string, level: number): void {
   const baselineGroups = new Map<string, GroupReport>();
-  for (const g of groups) {
-    if (g.attention !== baseline || g.values.length === 0) continue;
-    const key = pairingKey(groupOf.get(g.values[0].run)!);
-    if (!baselineGroups.has(key)) baselineGroups.set(key, g);
-  }
+  for (const g of groups) if (g.attention === baseline && !baselineGroups.has(g.pairing)) baselineGroups.set(g.pairing, g);
   for (const g of groups) {
     if (g.attention === baseline || g.values.length === 0) continue;
-    const partner = baselineGroups.get(pairingKey(groupOf.get(g.values[0].run)!));
+    const partner = baselineGroups.get(g.pairing);
     if (!partner) continue;
     const bySeed = new Map(partner.values.map((v) => [v.seed, v.value]));
     const pairs = g.values.filter((v) => bySeed.has(v.seed));

@@ -46,6 +46,8 @@ export interface SweepRun {
   name: string;
   /** The name without the seed part: runs that differ only in their seed share it. */
   group: string;
+  /** The name without the seed and attention parts: a run and its baseline (same seed) share it. */
+  pairing: string;
   /** The sweep's value of every key it sets for this run (after merging), for the report's pairing. */
   values: Record<string, unknown>;
   /** The resolved recipe (absolute paths, every default filled in). */
@@ -125,10 +127,10 @@ export function loadSweep(file: string): Sweep {
   if (!firstRecipe) throw new SweepError(file, problems);
   const runDir = path.resolve(runDirSetting ?? path.join(firstRecipe.train.runDir, name));
   const runs: SweepRun[] = [];
-  named.forEach(({ combo, name: runName, group }, index) => {
+  named.forEach(({ combo, name: runName, group, pairing }, index) => {
     const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? baseRecipe!;
     const recipe = resolveRunRecipe(file, recipeFile, base, [set, ...combo], runName, runDir, problems);
-    if (recipe) runs.push({ index, name: runName, group, values: mergedValues([set, ...combo]), recipe });
+    if (recipe) runs.push({ index, name: runName, group, pairing, values: mergedValues([set, ...combo]), recipe });
   });
   if (problems.length > 0) throw new SweepError(file, dedupe(problems));
   if (report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === report.baseline)) {
@@ -194,7 +196,7 @@ function readGrid(value: unknown, problems: string[]): Axis[] {
     return [];
   }
   const axes: Axis[] = [];
-  for (const [key, values] of flattenKeys(value, 'grid', problems, true)) {
+  for (const [key, values] of flattenKeys(value, true)) {
     if (!Array.isArray(values) || values.length === 0) {
       problems.push(`grid.${key} must be a non-empty list of values (got ${describe(values)})`);
       continue;
@@ -212,7 +214,7 @@ function keyValues(value: unknown, where: string, problems: string[]): Map<strin
     problems.push(`${where} must be a mapping of recipe keys (got ${describe(value)})`);
     return new Map();
   }
-  const out = flattenKeys(value, where, problems, false);
+  const out = flattenKeys(value, false);
   for (const [key, v] of out) {
     if (RESERVED_KEYS.has(key)) problems.push(`${where}.${key}: the sweep sets ${key} itself (runs are named by their varying values; use runDir for the folder)`);
     checkAttentionEntry(key, v, `${where}.${key}`, problems);
@@ -225,13 +227,13 @@ function keyValues(value: unknown, where: string, problems: string[]): Map<strin
  * `model.attention` and `model.attention.options` stop the descent (their values are mappings). An unknown key is
  * kept as written; the recipe loader then names it (with a suggestion).
  */
-function flattenKeys(node: Record<string, unknown>, where: string, problems: string[], listsAreLeaves: boolean, prefix = ''): Map<string, unknown> {
+function flattenKeys(node: Record<string, unknown>, listsAreLeaves: boolean, prefix = ''): Map<string, unknown> {
   const out = new Map<string, unknown>();
   for (const [key, value] of Object.entries(node)) {
     const full = prefix + key;
     const isLeaf = LEAF_KEYS.has(full) || full.startsWith(`${ATTENTION_KEY}.options.`) || !isMapping(value) || (listsAreLeaves && Array.isArray(value));
     if (isLeaf) out.set(full, value);
-    else for (const [k, v] of flattenKeys(value, where, problems, listsAreLeaves, `${full}.`)) out.set(k, v);
+    else for (const [k, v] of flattenKeys(value, listsAreLeaves, `${full}.`)) out.set(k, v);
   }
   return out;
 }
@@ -278,7 +280,7 @@ function varyingKeys(combos: Source[][], baseRecipe: string | null): string[] {
  * '-' (the sweep's name when nothing varies). Numbers and booleans are `<last key segment><value>` (`seed2`, `lr0.001`), strings their value, attention
  * entries their name (plus the options that tell apart entries of the same name), other values their position.
  */
-function runName(combo: Source[], varying: string[], axes: Axis[], sweepName: string): { name: string; group: string } {
+function runName(combo: Source[], varying: string[], axes: Axis[], sweepName: string): { name: string; group: string; pairing: string } {
   const parts: { part: string; key: string }[] = [];
   for (const source of combo) {
     const axis = axes.find((a) => source.where.startsWith(`grid.${a.key}[`));
@@ -294,9 +296,8 @@ function runName(combo: Source[], varying: string[], axes: Axis[], sweepName: st
       if (own.length > 0) parts.push({ part: own.join('-'), key: 'case' });
     }
   }
-  const name = parts.map((p) => p.part).join('-') || sweepName;
-  const group = parts.filter((p) => p.key !== SEED_KEY).map((p) => p.part).join('-') || sweepName;
-  return { name, group };
+  const without = (...keys: string[]) => parts.filter((p) => !keys.includes(p.key)).map((p) => p.part).join('-') || sweepName;
+  return { name: without(), group: without(SEED_KEY), pairing: without(SEED_KEY, ATTENTION_KEY, `${ATTENTION_KEY}.name`) };
 }
 
 function valuePart(key: string, value: unknown, index: number, all: unknown[]): string {

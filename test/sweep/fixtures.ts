@@ -36,6 +36,14 @@ export function writeTinySweep(file: string, corpus: Corpus, runDir: string, edi
   return file;
 }
 
+/** For writeTinySweep: one run long enough to be interrupted in the middle (100 steps, a checkpoint every 4). */
+export function oneLongerRun(sweep: Record<string, any>): void {
+  sweep.set.model = { dModel: 64, numLayers: 2, numHeads: 2, mlpRatio: 2 };
+  sweep.set.data = { seqLen: 64, shuffleBuffer: 16 };
+  sweep.set.train = { ...sweep.set.train, batchSize: 8, maxTokens: 51200, evalInterval: 50 };
+  sweep.grid = { 'model.attention': ['softmax'], 'train.seed': [1] };
+}
+
 export interface Cli {
   process: ChildProcess;
   output: () => string;

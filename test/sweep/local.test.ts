@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readMetrics } from '../../src/train/metrics.ts';
-import { killChildren, makeCorpus, sweepCli, waitFor, writeTinySweep } from './fixtures.ts';
+import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitFor, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
 
 let dir: string;
@@ -79,17 +79,10 @@ describe('local executor', () => {
   });
 
   it("stops on Ctrl-C with a checkpoint, and a re-run resumes to an uninterrupted run's final loss", async () => {
-    // One run, long enough to be caught in the middle (100 steps, a checkpoint every 4).
-    const longer = (sweep: Record<string, any>) => {
-      sweep.set.model = { dModel: 64, numLayers: 2, numHeads: 2, mlpRatio: 2 };
-      sweep.set.data = { seqLen: 64, shuffleBuffer: 16 };
-      sweep.set.train = { ...sweep.set.train, batchSize: 8, maxTokens: 51200, evalInterval: 50 };
-      sweep.grid = { 'model.attention': ['softmax'], 'train.seed': [1] };
-    };
     const referenceDir = join(dir, 'runs-reference');
-    const reference = sweepCli(['task', writeTinySweep(join(dir, 'reference.yaml'), corpus, referenceDir, longer), '0']);
+    const reference = sweepCli(['task', writeTinySweep(join(dir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
     const runDir = join(dir, 'runs-interrupted');
-    const file = writeTinySweep(join(dir, 'interrupted.yaml'), corpus, runDir, longer);
+    const file = writeTinySweep(join(dir, 'interrupted.yaml'), corpus, runDir, oneLongerRun);
     const run = sweepCli(['run', file]);
     const checkpoints = () => runFolders(runDir).flatMap((f) => (existsSync(join(runDir, f, 'checkpoints')) ? readdirSync(join(runDir, f, 'checkpoints')) : []));
     await waitFor('the first checkpoint', 120_000, () => checkpoints().some((c) => c.startsWith('step-')));

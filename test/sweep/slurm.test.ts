@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { killChildren, makeCorpus, sweepCli, waitFor, writeTinySweep } from './fixtures.ts';
+import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitFor, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
 
 const SETUP = 'bash scripts/slurm-local.sh install';
@@ -81,16 +81,10 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
   });
 
   it("resumes after the time-limit warning and after a requeue, to an uninterrupted run's final loss", async () => {
-    const longer = (sweep: Record<string, any>) => {
-      sweep.set.model = { dModel: 64, numLayers: 2, numHeads: 2, mlpRatio: 2 };
-      sweep.set.data = { seqLen: 64, shuffleBuffer: 16 };
-      sweep.set.train = { ...sweep.set.train, batchSize: 8, maxTokens: 51200, evalInterval: 50 };
-      sweep.grid = { 'model.attention': ['softmax'], 'train.seed': [1] };
-    };
     const referenceDir = join(clusterDir, 'runs-reference');
-    const reference = sweepCli(['task', writeTinySweep(join(clusterDir, 'reference.yaml'), corpus, referenceDir, longer), '0']);
+    const reference = sweepCli(['task', writeTinySweep(join(clusterDir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
     const runDir = join(clusterDir, 'runs-requeued');
-    const file = writeTinySweep(join(clusterDir, 'requeued.yaml'), corpus, runDir, longer);
+    const file = writeTinySweep(join(clusterDir, 'requeued.yaml'), corpus, runDir, oneLongerRun);
     const task = `${await submit(file)}_0`;
     const folder = () => runFolders(runDir)[0];
     const newestCheckpoint = () => (folder() ? Math.max(0, ...checkpointSteps(join(runDir, folder()))) : 0);

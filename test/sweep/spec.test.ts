@@ -59,6 +59,8 @@ grid:
     ]);
     expect(sweep.runs.map((r) => r.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(sweep.runs[3].group).toBe('gpt-slay');
+    // A run is compared with the baseline run of its own case and seed: the pairing ignores only attention and seed.
+    expect(sweep.runs.map((r) => r.pairing)).toEqual(['gpt', 'gpt', 'gpt', 'gpt', 'bert', 'bert', 'bert', 'bert']);
     expect(sweep.varying).toEqual(['recipe', 'model.attention', 'train.seed']);
     // Default run folder: <base recipe's train.runDir>/<sweep name>; each recipe is named and placed by the sweep.
     expect(sweep.runDir).toBe(join(dir, 'runs', 'cmp'));
