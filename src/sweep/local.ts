@@ -31,7 +31,7 @@ export interface LocalResult {
 }
 
 /** Cores one run keeps busy: its replicas on the CPU backends; a native (tensorflow) run gets the machine to itself. */
-export function coresOf(recipe: Recipe, cores: number): number {
+function coresOf(recipe: Recipe, cores: number): number {
   const backend = recipe.backend === 'auto' ? (nativeBackendInstalled() ? 'tensorflow' : 'wasm') : recipe.backend;
   if (backend === 'tensorflow') return cores;
   return Math.min(cores, resolveDataParallel(recipe.train.dataParallel, backend, recipe.train.batchSize));

@@ -26,7 +26,7 @@ import { SLURM_FIELDS } from './slurm.ts';
 import type { SlurmOptions } from './slurm.ts';
 
 /** The key whose values are seeds: the report groups runs over it and pairs runs by it. */
-export const SEED_KEY = 'train.seed';
+const SEED_KEY = 'train.seed';
 const ATTENTION_KEY = 'model.attention';
 /** What the report compares (fields of compare.ts's RunSummary), lower is better for all of them. */
 export const REPORT_METRICS = {
@@ -89,6 +89,33 @@ interface Source {
 
 /** Reads, validates and expands a sweep file; every problem names the file and the key. */
 export function loadSweep(file: string): Sweep {
+  const spec = readSweepFile(file);
+  const problems: string[] = [];
+  const combos = expand(spec.cases.length > 0 ? spec.cases : [{ where: 'recipe', recipeFile: null, label: null, values: new Map() }], spec.axes);
+  const varying = varyingKeys(combos, spec.baseRecipe);
+  const named = combos.map((combo) => ({ combo, ...runName(combo, varying, spec.axes, spec.name) }));
+  checkUniqueNames(named.map((n) => ({ name: n.name, where: n.combo.map((s) => s.where).join(' × ') })), problems);
+  if (problems.length > 0) throw new SweepError(file, problems);
+
+  const cache = new Map<string, Record<string, unknown>>();
+  const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set], 'base', null, problems);
+  if (!firstRecipe) throw new SweepError(file, problems);
+  const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
+  const runs: SweepRun[] = [];
+  named.forEach(({ combo, name, group, pairing }, index) => {
+    const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? spec.baseRecipe!;
+    const recipe = resolveRunRecipe(recipeFile, cache, [spec.set, ...combo], name, runDir, problems);
+    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, ...combo]), recipe });
+  });
+  if (problems.length > 0) throw new SweepError(file, dedupe(problems));
+  if (spec.report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === spec.report.baseline)) {
+    throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
+  }
+  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report };
+}
+
+/** The sweep file's sections, each checked on its own (not yet expanded into recipes). */
+function readSweepFile(file: string) {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -101,42 +128,23 @@ export function loadSweep(file: string): Sweep {
   if (!isMapping(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
   const problems: string[] = [];
   for (const key of Object.keys(root)) if (!TOP_KEYS.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${TOP_KEYS.join(', ')}`);
-
   const name = optionalString(root, 'name', problems) ?? path.basename(file, path.extname(file));
   if (!/^[A-Za-z0-9._-]+$/.test(name)) problems.push(`name ${JSON.stringify(name)} may only hold letters, digits, '.', '_' and '-' (it names folders)`);
-  const baseRecipe = optionalString(root, 'recipe', problems);
-  const set: Source = { where: 'set', recipeFile: null, label: null, values: keyValues(root.set ?? {}, 'set', problems) };
-  const cases = readCases(root.cases, problems);
-  const axes = readGrid(root.grid, problems);
-  if (baseRecipe === null && (cases.length === 0 || cases.some((c) => c.recipeFile === null))) {
+  const spec = {
+    name,
+    baseRecipe: optionalString(root, 'recipe', problems),
+    set: { where: 'set', recipeFile: null, label: null, values: keyValues(root.set ?? {}, 'set', problems) } as Source,
+    cases: readCases(root.cases, problems),
+    axes: readGrid(root.grid, problems),
+    runDir: optionalString(root, 'runDir', problems),
+    slurm: readSlurm(root.slurm, problems),
+    report: readReport(root.report, problems),
+  };
+  if (spec.baseRecipe === null && (spec.cases.length === 0 || spec.cases.some((c) => c.recipeFile === null))) {
     problems.push('recipe (the base recipe file) is required unless every case names its own recipe');
   }
-  const slurm = readSlurm(root.slurm, problems);
-  const report = readReport(root.report, problems);
-  const runDirSetting = optionalString(root, 'runDir', problems);
   if (problems.length > 0) throw new SweepError(file, problems);
-
-  const combos = expand(cases.length > 0 ? cases : [{ where: 'recipe', recipeFile: null, label: null, values: new Map() }], axes);
-  const varying = varyingKeys(combos, baseRecipe);
-  const named = combos.map((combo) => ({ combo, ...runName(combo, varying, axes, name) }));
-  checkUniqueNames(named.map((n) => ({ name: n.name, where: n.combo.map((s) => s.where).join(' × ') })), problems);
-  if (problems.length > 0) throw new SweepError(file, problems);
-
-  const base = new Map<string, Record<string, unknown>>();
-  const firstRecipe = resolveRunRecipe(file, baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, base, [set], 'base', null, problems);
-  if (!firstRecipe) throw new SweepError(file, problems);
-  const runDir = path.resolve(runDirSetting ?? path.join(firstRecipe.train.runDir, name));
-  const runs: SweepRun[] = [];
-  named.forEach(({ combo, name: runName, group, pairing }, index) => {
-    const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? baseRecipe!;
-    const recipe = resolveRunRecipe(file, recipeFile, base, [set, ...combo], runName, runDir, problems);
-    if (recipe) runs.push({ index, name: runName, group, pairing, values: mergedValues([set, ...combo]), recipe });
-  });
-  if (problems.length > 0) throw new SweepError(file, dedupe(problems));
-  if (report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === report.baseline)) {
-    throw new SweepError(file, [`report.baseline: no run uses attention '${report.baseline}'`]);
-  }
-  return { file, name, runDir, runs, varying, slurm, report };
+  return spec;
 }
 
 /** The run of a sweep by index (as a Slurm array task gets it) or by name. */
@@ -337,7 +345,7 @@ function checkUniqueNames(runs: { name: string; where: string }[], problems: str
  * loader. Its problems are added to `problems` prefixed with the run's name; returns null when there are any.
  */
 function resolveRunRecipe(
-  sweepFile: string, recipeFile: string, cache: Map<string, Record<string, unknown>>, sources: Source[], runName: string, runDir: string | null, problems: string[],
+  recipeFile: string, cache: Map<string, Record<string, unknown>>, sources: Source[], runName: string, runDir: string | null, problems: string[],
 ): Recipe | null {
   let base = cache.get(recipeFile);
   if (!base) {

@@ -74,7 +74,7 @@ function summaryLine(dir: string): string {
 }
 
 /** The last non-empty line of the run's log (the trainer's output over all attempts), without the task's markers. */
-export function lastLogLine(sweep: Sweep, run: SweepRun): string {
+function lastLogLine(sweep: Sweep, run: SweepRun): string {
   const file = path.join(sweepPaths(sweep).logs, `${run.name}.log`);
   if (!existsSync(file)) return '';
   const lines = readFileSync(file, 'utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('=== '));

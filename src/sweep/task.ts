@@ -20,7 +20,7 @@ import { listCheckpoints, runFolderOrder, signalExitCode } from '../train/checkp
 import type { Sweep, SweepRun } from './spec.ts';
 
 const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-export const SWEEP_CLI = path.join(SRC, 'cli', 'sweep.ts');
+const SWEEP_CLI = path.join(SRC, 'cli', 'sweep.ts');
 const TRAIN_CLI = path.join(SRC, 'cli', 'train.ts');
 
 export function sweepPaths(sweep: Pick<Sweep, 'runDir'>) {
@@ -81,7 +81,7 @@ export interface Attempt {
 }
 
 /** `<array job>_<index>` inside a Slurm array task, else null. */
-export function currentSlurmJob(): string | null {
+function currentSlurmJob(): string | null {
   const { SLURM_ARRAY_JOB_ID: job, SLURM_ARRAY_TASK_ID: task } = process.env;
   return job && task ? `${job}_${task}` : null;
 }
@@ -142,7 +142,7 @@ function takeLock(file: string): { held: true; release(): void } | { held: false
 }
 
 /** Writes the run's resolved recipe where the trainer reads it (atomically: tasks of other runs write beside it). */
-export function writeRunRecipe(sweep: Sweep, run: SweepRun): string {
+function writeRunRecipe(sweep: Sweep, run: SweepRun): string {
   const dir = sweepPaths(sweep).recipes;
   mkdirSync(dir, { recursive: true });
   const file = path.join(dir, `${run.name}.yaml`);

@@ -59,7 +59,7 @@ describe('local executor', () => {
     expect(markdown).toMatch(/\| softmax \| softmax \| 2 \| 1, 2 \| \d\.\d{4} ± \d\.\d{4} \|.*\(baseline\)/);
     expect(markdown).toMatch(/\| slay \| slay \| 2 \| 1, 2 \| \d\.\d{4} ± \d\.\d{4} \| .* \| [+−]\d\.\d{4} \[[+−]\d\.\d{4}, [+−]\d\.\d{4}\] \| [\d.]+ \| [012]\/2 \|/);
     expect(existsSync(join(outDir, 'compare', 'val-loss.svg'))).toBe(true);
-  });
+  }, 900_000);
 
   it('goes on when a run fails, and status shows the failure with its last log line', async () => {
     const runDir = join(dir, 'runs-failing');
@@ -76,7 +76,7 @@ describe('local executor', () => {
     expect(await status.exited).toEqual({ code: 1, signal: null });
     expect(status.output()).toMatch(/0\s+broken\s+failed\s+exit 1: train: .*nope/);
     expect(status.output()).toMatch(/1\s+fine\s+done/);
-  });
+  }, 900_000);
 
   it("stops on Ctrl-C with a checkpoint, and a re-run resumes to an uninterrupted run's final loss", async () => {
     const referenceDir = join(dir, 'runs-reference');
@@ -110,5 +110,5 @@ describe('local executor', () => {
     const b = losses(join(referenceDir, referenceFolder));
     expect(a).toHaveLength(b.length);
     a.forEach((loss, i) => expect(Math.abs(loss - b[i])).toBeLessThanOrEqual(1e-6 * b[i]));
-  });
+  }, 900_000);
 });

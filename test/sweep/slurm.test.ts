@@ -78,7 +78,7 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     expect(await report.exited, report.output()).toEqual({ code: 0, signal: null });
     expect(readFileSync(join(outDir, 'report.md'), 'utf8')).toMatch(/\| softmax \| softmax \| 2 \| 1, 2 \|/);
     expect(existsSync(join(outDir, 'compare', 'val-loss.svg'))).toBe(true);
-  });
+  }, 900_000);
 
   it("resumes after the time-limit warning and after a requeue, to an uninterrupted run's final loss", async () => {
     const referenceDir = join(clusterDir, 'runs-reference');
@@ -112,5 +112,5 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     const want = summary(join(referenceDir, runFolders(referenceDir)[0]));
     expect(got.steps).toBe(want.steps);
     expect(Math.abs(got.val_loss - want.val_loss)).toBeLessThanOrEqual(1e-6 * want.val_loss);
-  });
+  }, 900_000);
 });
