@@ -1,4 +1,5 @@
 // npm run sweep -- plan|run|status|report|task <sweep.yaml> …   (see HELP; the sweep file format: src/sweep/spec.ts)
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ParseArgsConfig } from 'node:util';
@@ -109,6 +110,10 @@ async function run(sweep: Sweep, args: string[]): Promise<number> {
   );
   const values = parse(args, { executor: { type: 'string' }, cores: { type: 'string' }, 'dry-run': { type: 'boolean' }, ...slurmFlags });
   const executor = (values.executor as string | undefined) ?? 'local';
+  const missing = missingInputs(sweep);
+  if (missing.length > 0 && executor === 'local') throw new SweepError(sweep.file, missing);
+  // A cluster's nodes may see paths this host does not: only a warning there.
+  for (const line of missing) console.error(`warning: ${line}`);
   if (executor === 'local') {
     const result = await runLocal(sweep, { cores: positiveNumber(values.cores, '--cores') });
     console.log(
@@ -132,6 +137,20 @@ async function run(sweep: Sweep, args: string[]): Promise<number> {
   const submission = submitSweep(sweep, todo, options);
   console.log(`submitted job array ${submission.jobId} (${todo.length} of ${sweep.runs.length} runs): ${submission.script}\nstatus: npm run sweep -- status ${sweep.file}`);
   return 0;
+}
+
+/** Datasets and tokenizers the runs name that do not exist here, one line each with the runs that need them. */
+function missingInputs(sweep: Sweep): string[] {
+  const needs = new Map<string, string[]>();
+  for (const run of sweep.runs) {
+    const { dataset, tokenizer } = run.recipe.data;
+    for (const [key, file] of [['data.dataset', dataset], ['data.tokenizer', tokenizer]]) {
+      if (/[*?[]/.test(file) || existsSync(file)) continue; // globs are the trainer's to resolve
+      const line = `${key} ${file} does not exist`;
+      needs.set(line, [...(needs.get(line) ?? []), run.name]);
+    }
+  }
+  return [...needs].map(([line, runs]) => `${line} (needed by ${runs.length === sweep.runs.length ? 'every run' : runs.join(', ')})`);
 }
 
 /** The sweep file's slurm: settings with the command-line flags on top, checked like the file's. */

@@ -78,6 +78,17 @@ describe('local executor', () => {
     expect(status.output()).toMatch(/1\s+fine\s+done/);
   }, 900_000);
 
+  it('refuses to start when a dataset or tokenizer is missing, naming it and the runs that need it', async () => {
+    const file = writeTinySweep(join(dir, 'missing.yaml'), { data: join(dir, 'no-such-data'), tokenizer: corpus.tokenizer }, join(dir, 'runs-missing'), (sweep) => {
+      sweep.cases = [{ label: 'a' }, { label: 'b', 'data.tokenizer': join(dir, 'no-such-tokenizer.json') }];
+    });
+    const run = sweepCli(['run', file]);
+    expect(await run.exited).toEqual({ code: 2, signal: null });
+    expect(run.output()).toContain(`${file}: data.dataset ${join(dir, 'no-such-data')} does not exist (needed by every run)`);
+    expect(run.output()).toContain(`${file}: data.tokenizer ${join(dir, 'no-such-tokenizer.json')} does not exist (needed by b-softmax-seed1, b-softmax-seed2, b-slay-seed1, b-slay-seed2)`);
+    expect(existsSync(join(dir, 'runs-missing'))).toBe(false);
+  });
+
   it("stops on Ctrl-C with a checkpoint, and a re-run resumes to an uninterrupted run's final loss", async () => {
     const referenceDir = join(dir, 'runs-reference');
     const reference = sweepCli(['task', writeTinySweep(join(dir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
