@@ -10,6 +10,8 @@
 #   bash scripts/slurm-local.sh stop DIR       stops the daemons started in DIR (by their pid files)
 #
 # The daemons run as root with free ports picked at start, so several copies (one per test run) do not meet.
+# Credentials live 20 s (cred_expire; Slurm's default is 120 s), which is also how long a requeued job waits before it
+# may start again, and the scheduler looks at waiting jobs every 2 s: a requeue test takes seconds, not minutes.
 # Client commands reach this cluster only with SLURM_CONF set: sbatch/squeue/scontrol read it from the environment.
 set -uo pipefail
 
@@ -93,7 +95,7 @@ SlurmdPort=$slurmd_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=20
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
@@ -105,6 +107,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2

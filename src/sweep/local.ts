@@ -83,7 +83,7 @@ export async function runLocal(sweep: Sweep, opts: LocalOptions = {}): Promise<L
     display.event(stopping === 1
       ? `sweep: ${signal}: the running runs save a checkpoint and stop (again to quit at once); run the sweep again to resume`
       : `sweep: ${signal} again: the running runs quit at once`);
-    for (const r of running.values()) if (r.child.pid) process.kill(r.child.pid, 'SIGUSR1');
+    for (const r of running.values()) r.child.kill('SIGUSR1'); // a task that has just exited is skipped by kill()
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);

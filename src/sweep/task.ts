@@ -166,9 +166,6 @@ export interface TaskResult {
  */
 export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<TaskResult> {
   const paths = sweepPaths(sweep);
-  const folders = runFolders(sweep, run);
-  const finished = folders.findLast((f) => f.done);
-  if (finished) return { action: 'skipped-done', exitCode: 0, message: `${run.name}: done already (${finished.dir})` };
   for (const dir of [paths.locks, paths.logs, paths.attempts]) mkdirSync(dir, { recursive: true });
   const lock = takeLock(path.join(paths.locks, `${run.name}.lock`));
   if (!lock.held) {
@@ -176,8 +173,12 @@ export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableS
     return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${where}, since ${lock.holder.startedAt})` };
   }
   try {
+    // Looked at under the lock: a task that just released it may have finished the run.
+    const current = runFolders(sweep, run);
+    const finished = current.findLast((f) => f.done);
+    if (finished) return { action: 'skipped-done', exitCode: 0, message: `${run.name}: done already (${finished.dir})` };
     const recipeFile = writeRunRecipe(sweep, run);
-    const resumeFrom = folders.findLast((f) => f.checkpointStep !== null);
+    const resumeFrom = current.findLast((f) => f.checkpointStep !== null);
     const args = [...(resumeFrom ? ['--resume', resumeFrom.dir] : [])];
     const log = path.join(paths.logs, `${run.name}.log`);
     const banner = resumeFrom ? `resuming from step ${resumeFrom.checkpointStep} in ${resumeFrom.dir}` : 'starting';
