@@ -172,6 +172,7 @@ export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableS
     const where = lock.holder.slurmJob ? `Slurm task ${lock.holder.slurmJob}` : `pid ${lock.holder.pid} on ${lock.holder.host}`;
     return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${where}, since ${lock.holder.startedAt})` };
   }
+  let requeue = false;
   try {
     // Looked at under the lock: a task that just released it may have finished the run.
     const current = runFolders(sweep, run);
@@ -188,10 +189,11 @@ export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableS
     const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, slurmJob: currentSlurmJob(), endedAt: new Date().toISOString() };
     writeFileSync(path.join(paths.attempts, `${run.name}.json`), JSON.stringify(attempt, null, 2) + '\n');
     appendFileSync(log, `=== ${attempt.endedAt} ${run.name}: ${outcome} (exit ${result.exitCode ?? result.signal})\n`);
-    if (result.stopRequested && outcome === 'stopped') requeueSelf(err);
+    requeue = result.stopRequested && outcome === 'stopped';
     return { action: 'trained', exitCode: result.exitCode ?? 1, message: `${run.name}: ${outcome}${outcome === 'done' ? '' : `: ${result.lastLine}`}` };
   } finally {
     lock.release();
+    if (requeue) requeueSelf(err); // after the release: Slurm's requeue ends this process
   }
 }
 
