@@ -119,7 +119,7 @@ describe('slurm pieces', () => {
 
 describe('report', () => {
   it('gives mean ± sd per group and the paired difference to the baseline over the seeds both finished', async () => {
-    const reportDir = mkdtempSync(join(tmpdir(), 'sweep-report-'));
+    const reportDir = join(dir, 'report');
     const reportSweep: Sweep = { ...sweep, runDir: join(reportDir, 'runs') };
     const losses: Record<string, number[]> = { softmax: [5.3, 5.4, 5.35], slay: [5.32, 5.44, 5.36], performer: [5.5, 5.45] };
     const make = (name: string, loss: number) => {
@@ -148,6 +148,5 @@ describe('report', () => {
     expect(performer.paired!.mean).toBeCloseTo((0.2 + 0.05) / 2, 12);
     const markdown = report.files.find((f) => f.endsWith('report.md'))!;
     expect(readFileSync(markdown, 'utf8')).toMatch(/\| slay \| slay \| 3 \| 1, 2, 3 \| 5\.3733 ± 0\.0611 \| 100 ± 0 \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \|/);
-    rmSync(reportDir, { recursive: true, force: true });
   });
 });
