@@ -204,7 +204,7 @@ function readGrid(value: unknown, problems: string[]): Axis[] {
     return [];
   }
   const axes: Axis[] = [];
-  for (const [key, values] of flattenKeys(value, true)) {
+  for (const [key, values] of flattenKeys(value)) {
     if (!Array.isArray(values) || values.length === 0) {
       problems.push(`grid.${key} must be a non-empty list of values (got ${describe(values)})`);
       continue;
@@ -222,7 +222,7 @@ function keyValues(value: unknown, where: string, problems: string[]): Map<strin
     problems.push(`${where} must be a mapping of recipe keys (got ${describe(value)})`);
     return new Map();
   }
-  const out = flattenKeys(value, false);
+  const out = flattenKeys(value);
   for (const [key, v] of out) {
     if (RESERVED_KEYS.has(key)) problems.push(`${where}.${key}: the sweep sets ${key} itself (runs are named by their varying values; use runDir for the folder)`);
     checkAttentionEntry(key, v, `${where}.${key}`, problems);
@@ -235,13 +235,13 @@ function keyValues(value: unknown, where: string, problems: string[]): Map<strin
  * `model.attention` and `model.attention.options` stop the descent (their values are mappings). An unknown key is
  * kept as written; the recipe loader then names it (with a suggestion).
  */
-function flattenKeys(node: Record<string, unknown>, listsAreLeaves: boolean, prefix = ''): Map<string, unknown> {
+function flattenKeys(node: Record<string, unknown>, prefix = ''): Map<string, unknown> {
   const out = new Map<string, unknown>();
   for (const [key, value] of Object.entries(node)) {
     const full = prefix + key;
-    const isLeaf = LEAF_KEYS.has(full) || full.startsWith(`${ATTENTION_KEY}.options.`) || !isMapping(value) || (listsAreLeaves && Array.isArray(value));
+    const isLeaf = LEAF_KEYS.has(full) || full.startsWith(`${ATTENTION_KEY}.options.`) || !isMapping(value);
     if (isLeaf) out.set(full, value);
-    else for (const [k, v] of flattenKeys(value, listsAreLeaves, `${full}.`)) out.set(k, v);
+    else for (const [k, v] of flattenKeys(value, `${full}.`)) out.set(k, v);
   }
   return out;
 }
