@@ -356,7 +356,7 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
 }
 
 /** `<name>-YYYYMMDD-HHMMSS[-n]`, as RunLogger names run folders. */
-function runFolderOrder(name: string, entry: string): [string, number] | null {
+export function runFolderOrder(name: string, entry: string): [string, number] | null {
   const escaped = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/[.]/g, '\\.');
   const match = new RegExp(`^${escaped}-(\\d{8}-\\d{6})(?:-(\\d+))?$`).exec(entry);
   return match ? [match[1], Number(match[2] ?? 1)] : null;

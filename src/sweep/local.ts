@@ -1,0 +1,196 @@
+// The local executor: the sweep's runs as separate task processes (task.ts), as many at a time as the cores allow
+// given each run's data-parallel replicas, with one progress line per running run. A failing run does not stop the
+// others; runs that are done are skipped, interrupted ones resume from their checkpoint.
+//
+// Tasks get their own process group, so a Ctrl-C in the terminal reaches only this process, which passes it on once
+// per task as SIGUSR1 (the task stops its trainer with SIGTERM: a checkpoint, then exit); a second Ctrl-C passes it
+// on again and the trainers quit at once.
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
+import { resolveDataParallel } from '../train/data-parallel.ts';
+import type { Recipe } from '../train/recipe.ts';
+import type { Sweep, SweepRun } from './spec.ts';
+import { lockIsLive, readLock, runFolders, taskArgs } from './task.ts';
+
+export interface LocalOptions {
+  /** Cores to fill (default: this machine's). */
+  cores?: number;
+  /** Where progress goes (default stdout); redrawn in place when it is a terminal. */
+  out?: NodeJS.WriteStream | NodeJS.WritableStream;
+  /** Seconds between progress lines when `out` is not a terminal (default 30). */
+  logIntervalS?: number;
+}
+
+export interface LocalResult {
+  done: string[];
+  failed: { name: string; lastLine: string }[];
+  stopped: string[];
+  skipped: string[];
+}
+
+/** Cores one run keeps busy: its replicas on the CPU backends; a native (tensorflow) run gets the machine to itself. */
+function coresOf(recipe: Recipe, cores: number): number {
+  const backend = recipe.backend === 'auto' ? (nativeBackendInstalled() ? 'tensorflow' : 'wasm') : recipe.backend;
+  if (backend === 'tensorflow') return cores;
+  return Math.min(cores, resolveDataParallel(recipe.train.dataParallel, backend, recipe.train.batchSize));
+}
+
+function nativeBackendInstalled(): boolean {
+  const require = createRequire(import.meta.url);
+  return ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'].some((pkg) => {
+    try {
+      require.resolve(pkg);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+interface Running {
+  run: SweepRun;
+  child: ChildProcess;
+  cores: number;
+  lastLine: string;
+  shownLine: string;
+  shownAt: number;
+}
+
+export async function runLocal(sweep: Sweep, opts: LocalOptions = {}): Promise<LocalResult> {
+  const out = opts.out ?? process.stdout;
+  const tty = 'isTTY' in out && out.isTTY === true;
+  const cores = opts.cores ?? availableParallelism();
+  const result: LocalResult = { done: [], failed: [], stopped: [], skipped: [] };
+  const queue: SweepRun[] = [];
+  const elsewhere: string[] = [];
+  for (const run of sweep.runs) {
+    const lock = readLock(sweep, run);
+    if (runFolders(sweep, run).some((f) => f.done)) result.skipped.push(run.name);
+    else if (lock && lockIsLive(lock)) elsewhere.push(`${run.name} (${lock.slurmJob ? `Slurm task ${lock.slurmJob}` : `pid ${lock.pid} on ${lock.host}`})`);
+    else queue.push(run);
+  }
+  const running = new Map<number, Running>();
+  const display = new ProgressDisplay(out, tty, (opts.logIntervalS ?? 30) * 1000);
+  display.event(`sweep ${sweep.name}: ${sweep.runs.length} runs, ${result.skipped.length} done already, ${queue.length} to run on ${cores} cores → ${sweep.runDir}`);
+  if (elsewhere.length > 0) display.event(`left alone, being trained by another process: ${elsewhere.join(', ')}`);
+
+  let stopping = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    stopping++;
+    queue.length = 0;
+    display.event(stopping === 1
+      ? `sweep: ${signal}: the running runs save a checkpoint and stop (again to quit at once); run the sweep again to resume`
+      : `sweep: ${signal} again: the running runs quit at once`);
+    for (const r of running.values()) r.child.kill('SIGUSR1'); // a task that has just exited is skipped by kill()
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  const used = () => [...running.values()].reduce((n, r) => n + r.cores, 0);
+  try {
+    await new Promise<void>((resolve) => {
+      const launch = () => {
+        // First fit in sweep order; a run that wants more cores than there are starts when nothing else runs.
+        for (let i = 0; i < queue.length; ) {
+          const run = queue[i];
+          const need = coresOf(run.recipe, cores);
+          if (running.size > 0 && used() + need > cores) {
+            i++;
+            continue;
+          }
+          queue.splice(i, 1);
+          start(run, need);
+        }
+        display.render(running.values(), summaryLine());
+        if (running.size === 0 && queue.length === 0) resolve();
+      };
+      const start = (run: SweepRun, need: number) => {
+        const child = spawn(process.execPath, taskArgs(sweep.file, run.index), { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+        const entry: Running = { run, child, cores: need, lastLine: 'starting', shownLine: '', shownAt: 0 };
+        running.set(run.index, entry);
+        display.event(`start  ${run.name} (run ${run.index}, ${need} core${need === 1 ? '' : 's'})`);
+        const onData = (chunk: Buffer) => {
+          const lines = chunk.toString('utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '');
+          if (lines.length === 0) return;
+          entry.lastLine = lines.at(-1)!;
+          display.render(running.values(), summaryLine());
+        };
+        child.stdout!.on('data', onData);
+        child.stderr!.on('data', onData);
+        child.on('close', (code, signal) => {
+          running.delete(run.index);
+          if (code === 0) {
+            result.done.push(run.name);
+            display.event(`done   ${run.name}: ${entry.lastLine}`);
+          } else if (stopping > 0 || code === 130 || code === 143) {
+            result.stopped.push(run.name);
+            display.event(`stop   ${run.name}: ${entry.lastLine}`);
+          } else {
+            result.failed.push({ name: run.name, lastLine: entry.lastLine });
+            display.event(`FAILED ${run.name} (exit ${code ?? signal}): ${entry.lastLine}`);
+          }
+          launch();
+        });
+      };
+      const summaryLine = () =>
+        `${result.done.length + result.skipped.length}/${sweep.runs.length} done, ${running.size} running, ${queue.length} waiting, ${result.failed.length} failed`;
+      launch();
+    });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    display.close();
+  }
+  return result;
+}
+
+/**
+ * One line per running run. On a terminal the block is redrawn in place under the permanent event lines; otherwise
+ * each run's latest line is printed at most once per interval.
+ */
+class ProgressDisplay {
+  private drawn = 0;
+
+  constructor(
+    private readonly out: NodeJS.WritableStream,
+    private readonly tty: boolean,
+    private readonly intervalMs: number,
+  ) {}
+
+  event(text: string): void {
+    this.clear();
+    this.out.write(`${text}\n`);
+  }
+
+  render(running: Iterable<Running>, summary: string): void {
+    const entries = [...running];
+    if (!this.tty) {
+      const now = Date.now();
+      for (const r of entries) {
+        if (r.lastLine === r.shownLine || now - r.shownAt < this.intervalMs) continue;
+        this.out.write(`       ${r.run.name}: ${r.lastLine}\n`);
+        r.shownLine = r.lastLine;
+        r.shownAt = now;
+      }
+      return;
+    }
+    const width = Math.max(40, ('columns' in this.out ? (this.out.columns as number) : 120) - 1);
+    const nameWidth = Math.max(0, ...entries.map((r) => r.run.name.length));
+    const lines = [...entries.map((r) => `  ${r.run.name.padEnd(nameWidth)}  ${r.lastLine}`), `  ${summary}`].map((l) => l.slice(0, width));
+    this.clear();
+    this.out.write(lines.map((l) => `${l}\n`).join(''));
+    this.drawn = lines.length;
+  }
+
+  close(): void {
+    this.clear();
+  }
+
+  private clear(): void {
+    if (!this.tty || this.drawn === 0) return;
+    this.out.write(`\x1b[${this.drawn}A\x1b[0J`);
+    this.drawn = 0;
+  }
+}

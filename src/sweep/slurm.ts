@@ -1,0 +1,198 @@
+// The Slurm executor: one sbatch job array per submission, array index = the run's index in the sweep, every task
+// running the same command as the local executor (`sweep task <file> <index>`). Queue state comes from squeue (and
+// sacct where accounting is on); what each task did is recorded by the task itself (see task.ts).
+//
+// Signals. The script `exec`s the task, so the task is the batch shell: `--signal=B:USR1@<s>` reaches only it, some
+// seconds before the time limit, and it asks the trainer to checkpoint (SIGTERM) and then requeues the array task, which
+// resumes from that checkpoint. scancel, requeue and preemption signal every process of the job, the trainer included,
+// so the task passes nothing on then (a second SIGTERM would make the trainer quit without its checkpoint). USR1 rather
+// than TERM for the warning is what tells the two cases apart.
+import { execFileSync } from 'node:child_process';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Recipe } from '../train/recipe.ts';
+import type { Sweep } from './spec.ts';
+import { sweepPaths, taskCommand } from './task.ts';
+
+export interface SlurmOptions {
+  partition?: string;
+  time?: string;
+  gpus?: number | string;
+  mem?: string;
+  cpusPerTask?: number;
+  /** At most this many array tasks at once (`--array=…%N`). */
+  maxParallel?: number;
+  /** Seconds before the time limit at which the task checkpoints (and requeues itself). */
+  signalSeconds?: number;
+  /** After that checkpoint, requeue the array task so that it goes on (default true). */
+  requeueOnTimeLimit?: boolean;
+  /** Extra sbatch options, one per line, e.g. `--account=lab` or `--constraint=a100`. */
+  sbatch?: string[];
+  /** Shell lines run before the task, e.g. `module load nodejs/20`. */
+  setup?: string[];
+}
+
+const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
+const word = (v: unknown) => (typeof v === 'string' && /^[^\s'"\\]+$/.test(v) ? null : 'a string without spaces or quotes');
+const lines = (v: unknown) => (Array.isArray(v) && v.every((l) => typeof l === 'string' && !l.includes('\n')) ? null : 'a list of one-line strings');
+
+/** Each option's check (null = valid, else what it must be), its sbatch flag and its help. */
+export const SLURM_FIELDS: Record<keyof SlurmOptions, { check(v: unknown): string | null; flag: string; help: string }> = {
+  partition: { check: word, flag: '--partition', help: 'partition (queue)' },
+  time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
+  gpus: { check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'), flag: '--gpus', help: 'GPUs per task, e.g. 1 or a100:1' },
+  mem: { check: word, flag: '--mem', help: 'memory per task, e.g. 64G' },
+  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: 'CPU cores per task (default: the run\'s data-parallel replicas)' },
+  maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
+  signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
+  requeueOnTimeLimit: { check: (v) => (typeof v === 'boolean' ? null : 'true or false'), flag: '--requeue-on-time-limit', help: 'requeue a task stopped by its time limit (default true)' },
+  sbatch: { check: lines, flag: '--sbatch', help: 'an extra sbatch option (repeatable), e.g. --sbatch=--account=lab' },
+  setup: { check: lines, flag: '--setup', help: 'a shell line run before the task (repeatable), e.g. "module load nodejs"' },
+};
+
+const DEFAULT_SIGNAL_SECONDS = 120;
+
+/** The sbatch script of an array over `indices` (runs of the sweep). Paths are absolute; the job runs in `cwd`. */
+export function renderSbatchScript(sweep: Sweep, indices: number[], options: SlurmOptions, cwd: string): string {
+  const paths = sweepPaths(sweep);
+  const cpus = options.cpusPerTask ?? Math.max(...sweep.runs.filter((r) => indices.includes(r.index)).map((r) => cpuDemand(r.recipe)));
+  const directives = [
+    `--job-name=${sweep.name}`,
+    `--array=${compressIndices(indices)}${options.maxParallel ? `%${options.maxParallel}` : ''}`,
+    `--output=${path.join(paths.slurm, '%A_%a.out')}`,
+    `--chdir=${cwd}`,
+    '--requeue',
+    `--signal=B:USR1@${options.signalSeconds ?? DEFAULT_SIGNAL_SECONDS}`,
+    `--cpus-per-task=${cpus}`,
+    ...(options.partition ? [`--partition=${options.partition}`] : []),
+    ...(options.time ? [`--time=${options.time}`] : []),
+    ...(options.gpus !== undefined ? [`--gpus=${options.gpus}`] : []),
+    ...(options.mem ? [`--mem=${options.mem}`] : []),
+    ...(options.sbatch ?? []),
+  ];
+  const command = taskCommand(sweep.file, '"$SLURM_ARRAY_TASK_ID"', { shell: true, node: 'node' });
+  return [
+    '#!/bin/bash',
+    `# Generated by npm run sweep for ${sweep.file}: one array task per run (the array index is the run's index in`,
+    '# the sweep). Each task runs the same command as the local executor; a requeued or preempted task resumes from',
+    '# its last checkpoint. USR1 before the time limit: checkpoint, then requeue (see src/sweep/slurm.ts).',
+    ...directives.map((d) => `#SBATCH ${d}`),
+    ...(options.requeueOnTimeLimit === false ? ['export SLAYFORMER_SWEEP_NO_REQUEUE=1'] : []),
+    ...(options.setup ?? []),
+    `exec ${command}`,
+    '',
+  ].join('\n');
+}
+
+/** Cores a run uses: its data-parallel replicas (`auto` = all the node gives it, so 1 is asked for unless set). */
+function cpuDemand(recipe: Recipe): number {
+  const dp = recipe.train.dataParallel;
+  return dp === 'auto' ? 1 : Math.min(dp, recipe.train.batchSize);
+}
+
+/** 0,1,2,5,7,8 → "0-2,5,7-8". */
+export function compressIndices(indices: number[]): string {
+  const sorted = [...new Set(indices)].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    parts.push(i === j ? String(sorted[i]) : `${sorted[i]}-${sorted[j]}`);
+    i = j + 1;
+  }
+  return parts.join(',');
+}
+
+export interface Submission {
+  jobId: string;
+  indices: number[];
+  script: string;
+  submittedAt: string;
+}
+
+/** Writes the script, submits it with sbatch and records the job in `_sweep/slurm/jobs.jsonl`. */
+export function submitSweep(sweep: Sweep, indices: number[], options: SlurmOptions, cwd = process.cwd()): Submission {
+  const paths = sweepPaths(sweep);
+  mkdirSync(paths.slurm, { recursive: true });
+  const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
+  const script = path.join(paths.slurm, `${sweep.name}-${stamp}.sbatch`);
+  writeFileSync(script, renderSbatchScript(sweep, indices, options, cwd), { mode: 0o755 });
+  let out: string;
+  try {
+    out = execFileSync('sbatch', ['--parsable', script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`sbatch ${script} failed: ${(e.stderr || e.message).trim()}`);
+  }
+  const jobId = out.trim().split(';')[0];
+  if (!/^\d+$/.test(jobId)) throw new Error(`sbatch ${script}: unexpected answer ${JSON.stringify(out.trim())}`);
+  const submission: Submission = { jobId, indices, script, submittedAt: new Date().toISOString() };
+  appendFileSync(path.join(paths.slurm, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
+  return submission;
+}
+
+export function readSubmissions(sweep: Sweep): Submission[] {
+  const file = path.join(sweepPaths(sweep).slurm, 'jobs.jsonl');
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim() !== '').map((l, i) => {
+    try {
+      return JSON.parse(l) as Submission;
+    } catch {
+      throw new Error(`${file}:${i + 1}: not a JSON object`);
+    }
+  });
+}
+
+/** What Slurm says about one array task. */
+export interface QueueEntry {
+  jobId: string;
+  /** `<array job>_<index>`, as scontrol and scancel take it. */
+  taskId: string;
+  state: string;
+  /** squeue's reason (pending jobs) or sacct's exit code. */
+  detail: string;
+  /** From squeue (the job is known to the controller and not finished) or sacct (accounting). */
+  source: 'squeue' | 'sacct';
+}
+
+/**
+ * The newest queue entry of each run index across the sweep's submissions: squeue first (pending, running,
+ * requeued…), then sacct for tasks squeue no longer lists. Commands that are missing or fail (no accounting) are
+ * skipped: the tasks' own records still tell what happened.
+ */
+export function queueState(submissions: Submission[], run: (cmd: string, args: string[]) => string | null = runQuiet): Map<number, QueueEntry> {
+  const out = new Map<number, QueueEntry>();
+  for (const { jobId } of submissions) {
+    const listed = new Map<number, QueueEntry>();
+    const squeue = run('squeue', ['-h', '-r', '-j', jobId, '-o', '%i|%T|%r']);
+    for (const entry of parseQueueLines(squeue ?? '', jobId, 'squeue')) listed.set(entry.index, entry);
+    const sacct = run('sacct', ['-n', '-X', '-P', '-j', jobId, '-o', 'JobID,State,ExitCode']);
+    for (const entry of parseQueueLines(sacct ?? '', jobId, 'sacct')) if (!listed.has(entry.index)) listed.set(entry.index, entry);
+    for (const [index, entry] of listed) out.set(index, entry); // later submissions win
+  }
+  return out;
+}
+
+/** Lines `<job>_<index>|STATE|detail` of squeue -o '%i|%T|%r' or sacct -P -o JobID,State,ExitCode. */
+export function parseQueueLines(text: string, jobId: string, source: QueueEntry['source']): (QueueEntry & { index: number })[] {
+  const out: (QueueEntry & { index: number })[] = [];
+  for (const line of text.split('\n')) {
+    const [id, state, detail = ''] = line.trim().split('|');
+    const match = /^(\d+)_(\d+)$/.exec(id ?? '');
+    if (!match || match[1] !== jobId || !state) continue;
+    // sacct writes "CANCELLED by 0"; the first word is the state.
+    out.push({ index: Number(match[2]), jobId, taskId: id, state: state.split(' ')[0], detail, source });
+  }
+  return out;
+}
+
+function runQuiet(cmd: string, args: string[]): string | null {
+  try {
+    return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 30_000 });
+  } catch {
+    return null;
+  }
+}
+
+/** Slurm states in which a task still holds (or will get) an allocation. */
+export const ACTIVE_STATES = new Set(['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESIZING', 'SUSPENDED', 'STOPPED', 'SIGNALING', 'STAGE_OUT']);

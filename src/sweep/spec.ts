@@ -1,0 +1,465 @@
+// Sweep files: a base recipe plus axes (a grid) and/or an explicit list of cases, expanded into runs. Each run is a
+// complete recipe, validated by the recipe loader itself, with a deterministic name made of the values that vary.
+//
+//   name: demo-lm                               # default: the file's base name
+//   recipe: recipes/demo/gpt-softmax.yaml       # the base recipe (a case may name another one)
+//   set: { train.dataParallel: 1 }              # recipe keys for every run
+//   cases:                                      # explicit runs; crossed with the grid when both are given
+//     - { label: gpt }
+//     - { label: bert, recipe: recipes/demo/bert-softmax.yaml }
+//   grid:                                       # axes: every combination is a run
+//     model.attention: [softmax, { name: slay, options: { prfFeatures: 16 } }]
+//     train.seed: [1, 2, 3]
+//   runDir: runs/demo-lm                        # default: <base recipe's train.runDir>/<name>
+//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }
+//   report: { baseline: softmax, metric: finalValLoss }
+//
+// Keys are recipe keys, dotted (`train.seed`) or nested (`train: { seed: 1 }`), or `model.attention`: a whole
+// attention entry (a name, or { name, options }) that replaces the base recipe's, options included, so that every
+// mechanism carries its own options. Later sources win: base recipe < set < case < grid axes.
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { parseRecipe, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
+import type { Recipe } from '../train/recipe.ts';
+import { SLURM_FIELDS } from './slurm.ts';
+import type { SlurmOptions } from './slurm.ts';
+
+/** The key whose values are seeds: the report groups runs over it and pairs runs by it. */
+const SEED_KEY = 'train.seed';
+const ATTENTION_KEY = 'model.attention';
+/** What the report compares (fields of compare.ts's RunSummary), lower is better for all of them. */
+export const REPORT_METRICS = {
+  finalValLoss: 'final validation loss (nats/token)',
+  bestValLoss: 'best validation loss (nats/token)',
+  finalValBpb: 'final validation bits per byte',
+  finalValPpl: 'final validation perplexity',
+} as const;
+export type ReportMetric = keyof typeof REPORT_METRICS;
+/** Keys the sweep sets itself for every run. */
+const RESERVED_KEYS = new Set(['name', 'train.runDir']);
+
+export interface SweepRun {
+  /** Position in the sweep (the Slurm array index). */
+  index: number;
+  /** Deterministic name from the varying values: the recipe's `name`, so run folders are `<runDir>/<name>-<time>/`. */
+  name: string;
+  /** The name without the seed part: runs that differ only in their seed share it. */
+  group: string;
+  /** The name without the seed and attention parts: a run and its baseline (same seed) share it. */
+  pairing: string;
+  /** The sweep's value of every key it sets for this run (after merging), for the report's pairing. */
+  values: Record<string, unknown>;
+  /** The resolved recipe (absolute paths, every default filled in). */
+  recipe: Recipe;
+}
+
+export interface Sweep {
+  file: string;
+  name: string;
+  /** Folder that holds the run folders and the sweep's own files (`_sweep/`). */
+  runDir: string;
+  runs: SweepRun[];
+  /** Keys whose value differs between runs, in name order. */
+  varying: string[];
+  slurm: SlurmOptions;
+  report: { baseline: string | null; metric: ReportMetric };
+}
+
+export class SweepError extends Error {
+  constructor(
+    readonly file: string,
+    readonly problems: string[],
+  ) {
+    super(problems.map((p) => `${file}: ${p}`).join('\n'));
+    this.name = 'SweepError';
+  }
+}
+
+const TOP_KEYS = ['name', 'recipe', 'set', 'grid', 'cases', 'runDir', 'slurm', 'report'];
+const LEAF_KEYS = new Set<string>([...Object.keys(RECIPE_SCHEMA), ATTENTION_KEY]);
+
+interface Source {
+  /** Where the values were written, for messages: "set", "cases[1]", "grid.train.seed[2]". */
+  where: string;
+  recipeFile: string | null;
+  label: string | null;
+  values: Map<string, unknown>;
+}
+
+/** Reads, validates and expands a sweep file; every problem names the file and the key. */
+export function loadSweep(file: string): Sweep {
+  const spec = readSweepFile(file);
+  const problems: string[] = [];
+  const combos = expand(spec.cases.length > 0 ? spec.cases : [{ where: 'recipe', recipeFile: null, label: null, values: new Map() }], spec.axes);
+  const varying = varyingKeys(combos, spec.baseRecipe);
+  const named = combos.map((combo) => ({ combo, ...runName(combo, varying, spec.axes, spec.name) }));
+  checkUniqueNames(named.map((n) => ({ name: n.name, where: n.combo.map((s) => s.where).join(' × ') })), problems);
+  if (problems.length > 0) throw new SweepError(file, problems);
+
+  const cache = new Map<string, Record<string, unknown>>();
+  const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set], 'base', null, problems);
+  if (!firstRecipe) throw new SweepError(file, problems);
+  const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
+  const runs: SweepRun[] = [];
+  named.forEach(({ combo, name, group, pairing }, index) => {
+    const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? spec.baseRecipe!;
+    const recipe = resolveRunRecipe(recipeFile, cache, [spec.set, ...combo], name, runDir, problems);
+    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, ...combo]), recipe });
+  });
+  if (problems.length > 0) throw new SweepError(file, dedupe(problems));
+  if (spec.report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === spec.report.baseline)) {
+    throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
+  }
+  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report };
+}
+
+/** The sweep file's sections, each checked on its own (not yet expanded into recipes). */
+function readSweepFile(file: string) {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new SweepError(file, [`cannot read the sweep file (${(err as NodeJS.ErrnoException).code ?? String(err)})`]);
+  }
+  const doc = YAML.parseDocument(text, { prettyErrors: false });
+  if (doc.errors.length > 0) throw new SweepError(file, doc.errors.map((e) => `invalid YAML: ${e.message}`));
+  const root: unknown = doc.toJS();
+  if (!isMapping(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
+  const problems: string[] = [];
+  for (const key of Object.keys(root)) if (!TOP_KEYS.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${TOP_KEYS.join(', ')}`);
+  const name = optionalString(root, 'name', problems) ?? path.basename(file, path.extname(file));
+  if (!/^[A-Za-z0-9._-]+$/.test(name)) problems.push(`name ${JSON.stringify(name)} may only hold letters, digits, '.', '_' and '-' (it names folders)`);
+  const spec = {
+    name,
+    baseRecipe: optionalString(root, 'recipe', problems),
+    set: { where: 'set', recipeFile: null, label: null, values: keyValues(root.set ?? {}, 'set', problems) } as Source,
+    cases: readCases(root.cases, problems),
+    axes: readGrid(root.grid, problems),
+    runDir: optionalString(root, 'runDir', problems),
+    slurm: readSlurm(root.slurm, problems),
+    report: readReport(root.report, problems),
+  };
+  if (spec.baseRecipe === null && (spec.cases.length === 0 || spec.cases.some((c) => c.recipeFile === null))) {
+    problems.push('recipe (the base recipe file) is required unless every case names its own recipe');
+  }
+  if (problems.length > 0) throw new SweepError(file, problems);
+  return spec;
+}
+
+/** The run of a sweep by index (as a Slurm array task gets it) or by name. */
+export function findRun(sweep: Sweep, which: string): SweepRun {
+  const run = /^\d+$/.test(which) ? sweep.runs[Number(which)] : sweep.runs.find((r) => r.name === which);
+  if (!run) throw new Error(`${sweep.file}: no run ${which} (the sweep has runs 0–${sweep.runs.length - 1}: ${sweep.runs.map((r) => r.name).join(', ')})`);
+  return run;
+}
+
+/**
+ * The sweep restricted to the runs `only` names: a comma-separated list of run names, globs (`gpt-*`) or indices.
+ * Runs keep their index (and so their Slurm array index).
+ */
+export function selectRuns(sweep: Sweep, only: string | undefined): Sweep {
+  if (only === undefined) return sweep;
+  const patterns = only.split(',').map((p) => p.trim()).filter((p) => p !== '');
+  const matchers = patterns.map((p) => {
+    if (/^\d+$/.test(p)) return (r: SweepRun) => r.index === Number(p);
+    const re = new RegExp(`^${p.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+    return (r: SweepRun) => re.test(r.name);
+  });
+  const runs = sweep.runs.filter((r) => matchers.some((m) => m(r)));
+  if (runs.length === 0) throw new Error(`--only ${only}: no run of ${sweep.file} matches (runs: ${sweep.runs.map((r) => r.name).join(', ')})`);
+  return { ...sweep, runs };
+}
+
+function readCases(value: unknown, problems: string[]): Source[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value) || value.length === 0) {
+    problems.push(`cases must be a non-empty list of mappings of recipe keys (got ${describe(value)})`);
+    return [];
+  }
+  return value.map((entry, i) => {
+    const where = `cases[${i}]`;
+    if (!isMapping(entry)) {
+      problems.push(`${where} must be a mapping of recipe keys (got ${describe(entry)})`);
+      return { where, recipeFile: null, label: null, values: new Map() };
+    }
+    const { recipe, label, ...keys } = entry;
+    if (recipe !== undefined && (typeof recipe !== 'string' || recipe === '')) problems.push(`${where}.recipe must be a recipe file path (got ${describe(recipe)})`);
+    if (label !== undefined && (typeof label !== 'string' || !/^[A-Za-z0-9._-]+$/.test(label))) {
+      problems.push(`${where}.label must be a word of letters, digits, '.', '_' and '-' (got ${describe(label)})`);
+    }
+    return { where, recipeFile: typeof recipe === 'string' ? recipe : null, label: typeof label === 'string' ? label : null, values: keyValues(keys, where, problems) };
+  });
+}
+
+interface Axis {
+  key: string;
+  values: unknown[];
+}
+
+function readGrid(value: unknown, problems: string[]): Axis[] {
+  if (value === undefined || value === null) return [];
+  if (!isMapping(value)) {
+    problems.push(`grid must be a mapping of recipe keys to lists of values (got ${describe(value)})`);
+    return [];
+  }
+  const axes: Axis[] = [];
+  for (const [key, values] of flattenKeys(value)) {
+    if (!Array.isArray(values) || values.length === 0) {
+      problems.push(`grid.${key} must be a non-empty list of values (got ${describe(values)})`);
+      continue;
+    }
+    if (RESERVED_KEYS.has(key)) problems.push(`grid.${key}: the sweep sets ${key} itself`);
+    values.forEach((v, i) => checkAttentionEntry(key, v, `grid.${key}[${i}]`, problems));
+    axes.push({ key, values });
+  }
+  return axes;
+}
+
+/** A mapping of recipe keys (dotted or nested) as one map of dotted keys. */
+function keyValues(value: unknown, where: string, problems: string[]): Map<string, unknown> {
+  if (!isMapping(value)) {
+    problems.push(`${where} must be a mapping of recipe keys (got ${describe(value)})`);
+    return new Map();
+  }
+  const out = flattenKeys(value);
+  for (const [key, v] of out) {
+    if (RESERVED_KEYS.has(key)) problems.push(`${where}.${key}: the sweep sets ${key} itself (runs are named by their varying values; use runDir for the folder)`);
+    checkAttentionEntry(key, v, `${where}.${key}`, problems);
+  }
+  return out;
+}
+
+/**
+ * Nested mappings down to recipe keys: `{ train: { seed: 1 } }` and `{ 'train.seed': 1 }` both give `train.seed`.
+ * `model.attention` and `model.attention.options` stop the descent (their values are mappings). An unknown key is
+ * kept as written; the recipe loader then names it (with a suggestion).
+ */
+function flattenKeys(node: Record<string, unknown>, prefix = ''): Map<string, unknown> {
+  const out = new Map<string, unknown>();
+  for (const [key, value] of Object.entries(node)) {
+    const full = prefix + key;
+    const isLeaf = LEAF_KEYS.has(full) || full.startsWith(`${ATTENTION_KEY}.options.`) || !isMapping(value);
+    if (isLeaf) out.set(full, value);
+    else for (const [k, v] of flattenKeys(value, `${full}.`)) out.set(k, v);
+  }
+  return out;
+}
+
+function checkAttentionEntry(key: string, value: unknown, where: string, problems: string[]): void {
+  if (key !== ATTENTION_KEY) return;
+  if (typeof value === 'string') return;
+  if (!isMapping(value) || typeof value.name !== 'string' || Object.keys(value).some((k) => k !== 'name' && k !== 'options')) {
+    problems.push(`${where} must be an attention name or a mapping { name, options } (got ${describe(value)})`);
+  } else if (value.options !== undefined && value.options !== null && !isMapping(value.options)) {
+    problems.push(`${where}.options must be a mapping of attention options (got ${describe(value.options)})`);
+  }
+}
+
+/** Every case × every combination of the axes, first axis slowest; each run is its list of sources. */
+function expand(cases: Source[], axes: Axis[]): Source[][] {
+  let combos: Source[][] = cases.map((c) => [c]);
+  for (const axis of axes) {
+    combos = combos.flatMap((combo) =>
+      axis.values.map((value, i) => [...combo, { where: `grid.${axis.key}[${i}]`, recipeFile: null, label: null, values: new Map([[axis.key, value]]) }]),
+    );
+  }
+  return combos;
+}
+
+function mergedValues(sources: Source[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const source of sources) for (const [k, v] of source.values) out[k] = v;
+  return out;
+}
+
+/** Keys (and `recipe` for cases that switch the base file) whose value is not the same in every run. */
+function varyingKeys(combos: Source[][], baseRecipe: string | null): string[] {
+  const keys: string[] = [];
+  const valuesOf = (key: string) => combos.map((combo) => canonical(key === 'recipe' ? ([...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? baseRecipe) : mergedValues(combo)[key]));
+  for (const key of ['recipe', ...new Set(combos.flatMap((combo) => combo.flatMap((s) => [...s.values.keys()])))]) {
+    if (new Set(valuesOf(key)).size > 1) keys.push(key);
+  }
+  return keys;
+}
+
+/**
+ * The run's name: its case's label (or the case's varying values), then one part per varying grid axis, joined by
+ * '-' (the sweep's name when nothing varies). Numbers and booleans are `<last key segment><value>` (`seed2`, `lr0.001`), strings their value, attention
+ * entries their name (plus the options that tell apart entries of the same name), other values their position.
+ */
+function runName(combo: Source[], varying: string[], axes: Axis[], sweepName: string): { name: string; group: string; pairing: string } {
+  const parts: { part: string; key: string }[] = [];
+  for (const source of combo) {
+    const axis = axes.find((a) => source.where.startsWith(`grid.${a.key}[`));
+    if (axis) {
+      if (!varying.includes(axis.key)) continue;
+      const index = Number(/\[(\d+)\]$/.exec(source.where)![1]);
+      parts.push({ part: valuePart(axis.key, axis.values[index], index, axis.values), key: axis.key });
+    } else if (source.label !== null) {
+      parts.push({ part: source.label, key: 'label' });
+    } else {
+      const own = [...source.values].filter(([k]) => varying.includes(k)).map(([k, v]) => valuePart(k, v, 0, [v]));
+      if (source.recipeFile !== null && varying.includes('recipe')) own.unshift(sanitize(path.basename(source.recipeFile, path.extname(source.recipeFile))));
+      if (own.length > 0) parts.push({ part: own.join('-'), key: 'case' });
+    }
+  }
+  const without = (...keys: string[]) => parts.filter((p) => !keys.includes(p.key)).map((p) => p.part).join('-') || sweepName;
+  return { name: without(), group: without(SEED_KEY), pairing: without(SEED_KEY, ATTENTION_KEY, `${ATTENTION_KEY}.name`) };
+}
+
+function valuePart(key: string, value: unknown, index: number, all: unknown[]): string {
+  if (key === ATTENTION_KEY) {
+    const entry = attentionEntry(value);
+    const sameName = all.map(attentionEntry).filter((e) => e.name === entry.name);
+    if (sameName.length < 2) return sanitize(entry.name);
+    const differing = Object.keys(entry.options).filter((k) => sameName.some((e) => canonical(e.options[k]) !== canonical(entry.options[k])));
+    return sanitize([entry.name, ...differing.map((k) => `${k}${String(entry.options[k])}`)].join('-'));
+  }
+  const last = key.split('.').at(-1)!;
+  if (typeof value === 'string') return sanitize(path.basename(value));
+  if (typeof value === 'number' || typeof value === 'boolean' || value === null) return sanitize(`${last}${String(value)}`);
+  return `${last}${index}`;
+}
+
+function attentionEntry(value: unknown): { name: string; options: Record<string, unknown> } {
+  if (typeof value === 'string') return { name: value, options: {} };
+  const entry = value as { name: string; options?: Record<string, unknown> | null };
+  return { name: entry.name, options: entry.options ?? {} };
+}
+
+const sanitize = (text: string) => text.replace(/[^A-Za-z0-9._-]+/g, '_');
+
+function checkUniqueNames(runs: { name: string; where: string }[], problems: string[]): void {
+  const seen = new Map<string, string>();
+  for (const run of runs) {
+    const other = seen.get(run.name);
+    if (other !== undefined) problems.push(`two runs get the name ${run.name} (${other} and ${run.where}); give the cases a label`);
+    else seen.set(run.name, run.where);
+  }
+}
+
+/**
+ * The recipe of one run: the base recipe file's mapping with the sources' keys written in (an attention entry
+ * replaces the whole `model.attention`), `name` and `train.runDir` set by the sweep, then validated by the recipe
+ * loader. Its problems are added to `problems` prefixed with the run's name; returns null when there are any.
+ */
+function resolveRunRecipe(
+  recipeFile: string, cache: Map<string, Record<string, unknown>>, sources: Source[], runName: string, runDir: string | null, problems: string[],
+): Recipe | null {
+  let base = cache.get(recipeFile);
+  if (!base) {
+    let text: string;
+    try {
+      text = fs.readFileSync(recipeFile, 'utf8');
+    } catch (err) {
+      problems.push(`recipe ${recipeFile}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+      return null;
+    }
+    const parsed: unknown = YAML.parse(text) ?? {};
+    base = isMapping(parsed) ? parsed : {};
+    cache.set(recipeFile, base);
+  }
+  const mapping = structuredClone(base);
+  for (const source of sources) {
+    for (const [key, value] of source.values) {
+      setPath(mapping, key, key === ATTENTION_KEY ? attentionEntry(value) : structuredClone(value));
+    }
+  }
+  setPath(mapping, 'name', runName);
+  if (runDir !== null) setPath(mapping, 'train.runDir', runDir);
+  try {
+    return parseRecipe(YAML.stringify(mapping), recipeFile);
+  } catch (err) {
+    if (!(err instanceof RecipeError)) throw err;
+    const where = sources.length > 1 || runDir !== null ? `run ${runName} (${recipeFile} with ${sources.map((s) => s.where).join(', ')})` : `recipe ${recipeFile}`;
+    for (const problem of err.problems) problems.push(`${where}: ${problem}`);
+    return null;
+  }
+}
+
+/** The same problem reported by many runs is listed once, with the number of runs. */
+function dedupe(problems: string[]): string[] {
+  const byText = new Map<string, number>();
+  for (const p of problems) {
+    const text = p.replace(/^run \S+ \((\S+) with [^)]*\): /, 'runs of $1: ');
+    byText.set(text, (byText.get(text) ?? 0) + 1);
+  }
+  if (byText.size === problems.length) return problems;
+  return [...byText].map(([text, n]) => (n > 1 ? `${text} (${n} runs)` : text));
+}
+
+function readSlurm(value: unknown, problems: string[]): SlurmOptions {
+  const out: SlurmOptions = {};
+  if (value === undefined || value === null) return out;
+  if (!isMapping(value)) {
+    problems.push(`slurm must be a mapping (got ${describe(value)})`);
+    return out;
+  }
+  for (const [key, v] of Object.entries(value)) {
+    const field = SLURM_FIELDS[key as keyof SlurmOptions];
+    if (!field) {
+      problems.push(`unknown key slurm.${key}; allowed: ${Object.keys(SLURM_FIELDS).join(', ')}`);
+      continue;
+    }
+    const problem = field.check(v);
+    if (problem) problems.push(`slurm.${key} must be ${problem} (got ${describe(v)})`);
+    else (out as Record<string, unknown>)[key] = v;
+  }
+  return out;
+}
+
+function readReport(value: unknown, problems: string[]): Sweep['report'] {
+  const out: Sweep['report'] = { baseline: null, metric: 'finalValLoss' };
+  if (value === undefined || value === null) return out;
+  if (!isMapping(value)) {
+    problems.push(`report must be a mapping (got ${describe(value)})`);
+    return out;
+  }
+  for (const [key, v] of Object.entries(value)) {
+    if (key === 'baseline') {
+      if (typeof v === 'string' && v !== '') out.baseline = v;
+      else problems.push(`report.baseline must be an attention name (got ${describe(v)})`);
+    } else if (key === 'metric') {
+      if (typeof v === 'string' && v in REPORT_METRICS) out.metric = v as ReportMetric;
+      else problems.push(`report.metric must be one of ${Object.keys(REPORT_METRICS).join(', ')} (got ${describe(v)})`);
+    } else {
+      problems.push(`unknown key report.${key}; allowed: baseline, metric`);
+    }
+  }
+  return out;
+}
+
+function optionalString(node: Record<string, unknown>, key: string, problems: string[]): string | null {
+  const value = node[key];
+  if (value === undefined || value === null) return null;
+  if (typeof value === 'string' && value !== '') return value;
+  problems.push(`${key} must be a non-empty string (got ${describe(value)})`);
+  return null;
+}
+
+function setPath(target: Record<string, unknown>, key: string, value: unknown): void {
+  const parts = key.split('.');
+  let node = target;
+  for (const part of parts.slice(0, -1)) {
+    if (!isMapping(node[part])) node[part] = {};
+    node = node[part] as Record<string, unknown>;
+  }
+  node[parts.at(-1)!] = value;
+}
+
+/** Stable JSON (sorted keys), to compare values. */
+export function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (isMapping(value)) return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(',')}}`;
+  return JSON.stringify(value) ?? 'undefined';
+}
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  return JSON.stringify(value);
+}
