@@ -21,6 +21,8 @@ export interface OptionSpec {
   defaultText?: string;
   /** The only values a string option accepts. */
   choices?: readonly string[];
+  /** A string option that may be given several times: its value is the list, in order ([] when absent). */
+  multiple?: boolean;
   /** A numeric option: its value (and string default) must be such a number and is returned as one. */
   number?: NumberBounds;
   help: string;
@@ -49,7 +51,13 @@ type StringValue<S> = S extends { number: object } ? number : S extends { choice
 
 /** The parsed values: booleans are always set; a string option is never undefined when it has a default. */
 export type OptionValues<O extends Record<string, OptionSpec>> = {
-  -readonly [K in keyof O]: O[K]['type'] extends 'boolean' ? boolean : O[K] extends { default: string } ? StringValue<O[K]> : StringValue<O[K]> | undefined;
+  -readonly [K in keyof O]: O[K]['type'] extends 'boolean'
+    ? boolean
+    : O[K] extends { multiple: true }
+      ? StringValue<O[K]>[]
+      : O[K] extends { default: string }
+        ? StringValue<O[K]>
+        : StringValue<O[K]> | undefined;
 };
 
 export interface ParsedCommand<O extends Record<string, OptionSpec>> {
@@ -72,8 +80,8 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
   const options = optionsWithHelp(spec);
   const config = Object.fromEntries(Object.entries(options).map(([name, o]) => [name, { type: o.type, ...(o.short ? { short: o.short } : {}) }]));
   const { tokens } = parseArgs({ args: [...argv], options: config, strict: false, allowPositionals: true, tokens: true });
-  const values: Record<string, string | number | boolean | undefined> = {};
-  for (const [name, o] of Object.entries(options)) values[name] = o.default ?? (o.type === 'boolean' ? false : undefined);
+  const values: Record<string, string | number | boolean | string[] | undefined> = {};
+  for (const [name, o] of Object.entries(options)) values[name] = o.multiple ? [] : (o.default ?? (o.type === 'boolean' ? false : undefined));
   const positionals: string[] = [];
   const overrides: string[] = [];
   for (const token of tokens) {
@@ -102,7 +110,7 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
     if (option.choices && !option.choices.includes(token.value)) {
       throw new UsageError(`option ${token.rawName}: '${token.value}' is not one of ${option.choices.join(', ')}`);
     }
-    values[token.name] = token.value;
+    values[token.name] = option.multiple ? [...(values[token.name] as string[]), token.value] : token.value;
   }
   if (values.help) return 'help';
   for (const [name, o] of Object.entries(options)) {

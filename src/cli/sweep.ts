@@ -1,8 +1,6 @@
-// npm run sweep -- plan|run|status|report|task <sweep.yaml> …   (see HELP; the sweep file format: src/sweep/spec.ts)
+// npm run sweep -- plan|run|status|report|task <sweep.yaml> …   (--help; the sweep file format: src/sweep/spec.ts)
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
-import type { ParseArgsConfig } from 'node:util';
 import { runLocal } from '../sweep/local.ts';
 import { findRun, loadSweep, REPORT_METRICS, selectRuns, SweepError } from '../sweep/spec.ts';
 import type { ReportMetric, Sweep } from '../sweep/spec.ts';
@@ -11,111 +9,112 @@ import type { SlurmOptions } from '../sweep/slurm.ts';
 import { formatStatus, runState } from '../sweep/status.ts';
 import { runFolders, runTask } from '../sweep/task.ts';
 import { execFileSync } from 'node:child_process';
+import { runCommand, UsageError, type OptionSpec, type ParsedCommand } from './command.ts';
 
-const HELP = `Usage: npm run sweep -- <command> <sweep.yaml> [options]
+const SUBCOMMANDS = ['plan', 'run', 'status', 'report', 'task'] as const;
+type Subcommand = (typeof SUBCOMMANDS)[number];
 
-A sweep file (sweeps/*.yaml) is a base recipe plus a grid of recipe keys and/or a list of cases; each
+/** The Slurm settings as options (--partition …), from the one table the sweep file's slurm: section is checked by. */
+const SLURM_OPTIONS = Object.fromEntries(
+  Object.entries(SLURM_FIELDS).map(([key, f]) => [f.flag.slice(2), { type: 'string', value: 'VALUE', help: `run, slurm: ${f.help}`, ...(key === 'sbatch' || key === 'setup' ? { multiple: true } : {}) }]),
+) as Record<string, OptionSpec>;
+
+const COMMAND = {
+  name: 'sweep',
+  usage: ['plan|run|status <sweep.yaml> [options]', 'report <sweep.yaml> [options]', 'task <sweep.yaml> <index|name>'],
+  description: `A sweep file (sweeps/*.yaml) is a base recipe plus a grid of recipe keys and/or a list of cases; each
 combination is a run named by its varying values, trained under <runDir>/<name>-<timestamp>/.
 
-  plan <file> [--tokens-per-s N]     the runs, their names and planned tokens, and the estimated time (from
-                                     runs of the sweep that already logged a speed, else --tokens-per-s)
-  run <file> [--executor local|slurm]
-      local (default): the runs as separate processes, as many at a time as the cores allow given each
-        run's data-parallel replicas (--cores N to change the count), one progress line per run. A failing
-        run does not stop the others; run it again to skip finished runs and resume interrupted ones.
-        Ctrl-C: the running runs save a checkpoint and stop.
-      slurm: one sbatch job array, one task per run that is not done; every task runs the local command
-        of its run (sweep task <file> <index>), so a requeued or preempted task resumes from its checkpoint.
-        Settings from the sweep file's slurm: section or these flags:
-${Object.values(SLURM_FIELDS).map((f) => `          ${f.flag.padEnd(24)} ${f.help}`).join('\n')}
-        --dry-run prints the sbatch script instead of submitting it.
-  status <file>                      every run: done, running, pending, stopped or failed (with its last log line),
-                                     from the run folders, the tasks' records and squeue/sacct
-  report <file> [--baseline NAME] [--metric ${Object.keys(REPORT_METRICS).join('|')}] [--out DIR]
-                                     mean ± sd over seeds per group, a paired comparison with the baseline
-                                     mechanism (95% t interval, p-value) and the compare plots; default
-                                     reports/sweep-<name>/
-  task <file> <index|name>           run one run of the sweep (what both executors start)
+  plan    the runs, their names and planned tokens, and the estimated time (from runs of the sweep that
+          already logged a speed, else --tokens-per-s)
+  run     local (default): the runs as separate processes, as many at a time as the cores allow given each
+          run's data-parallel replicas (--cores N to change the count), one progress line per run. A
+          failing run does not stop the others; run it again to skip finished runs and resume interrupted
+          ones. Ctrl-C: the running runs save a checkpoint and stop.
+          slurm: one sbatch job array, one task per run that is not done; every task runs the local
+          command of its run (sweep task <file> <index>), so a requeued or preempted task resumes from its
+          checkpoint. Settings from the sweep file's slurm: section or the options below; --dry-run prints
+          the sbatch script instead of submitting it.
+  status  every run: done, running, pending, stopped or failed (with its last log line), from the run
+          folders, the tasks' records and squeue/sacct
+  report  mean ± sd over seeds per group, a paired comparison with the baseline mechanism (95% t
+          interval, p-value) and the compare plots; default folder reports/sweep-<name>/
+  task    run one run of the sweep (what both executors start)`,
+  options: {
+    only: { type: 'string', value: 'RUNS', help: "plan, run, status: only these runs (names, globs or indices, comma-separated, e.g. 'gpt-*')" },
+    'tokens-per-s': { type: 'string', value: 'N', number: { min: 0, exclusiveMin: true }, help: 'plan: assumed training speed when no run has logged one' },
+    executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'run: where the runs go (default local)' },
+    cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'run, local: cores to fill (default: this machine\'s)' },
+    'dry-run': { type: 'boolean', help: 'run, slurm: print the sbatch script instead of submitting it' },
+    ...SLURM_OPTIONS,
+    baseline: { type: 'string', value: 'NAME', help: 'report: the mechanism the others are paired with (default softmax, if present)' },
+    metric: { type: 'string', value: 'NAME', choices: Object.keys(REPORT_METRICS), help: 'report: the compared number' },
+    out: { type: 'string', value: 'DIR', help: 'report: the report folder' },
+  },
+  positionals: { min: 2, max: 3, name: 'command, sweep file and (task) run' },
+  notes: 'Exit status: 0 fine, 1 a run failed or a command went wrong, 2 bad sweep file or arguments.',
+} as const;
 
-plan, run and status take --only <names, globs or indices>, comma-separated, e.g. --only 'gpt-*'.
+type Args = ParsedCommand<typeof COMMAND.options>;
 
-Exit status: 0 fine, 1 a run failed or a command went wrong, 2 bad sweep file or arguments.`;
+/** The options each subcommand takes; giving another's is a usage error. */
+const ALLOWED: Record<Subcommand, readonly string[]> = {
+  plan: ['only', 'tokens-per-s'],
+  run: ['only', 'executor', 'cores', 'dry-run', ...Object.keys(SLURM_OPTIONS)],
+  status: ['only'],
+  report: ['baseline', 'metric', 'out'],
+  task: [],
+};
 
-class UsageError extends Error {}
-
-async function main(argv: string[]): Promise<number> {
-  const [command, file, ...rest] = argv;
-  if (!command || command === '-h' || command === '--help') {
-    console.log(HELP);
-    return command ? 0 : 2;
+function checkOptionsFor(command: Subcommand, values: Record<string, unknown>): void {
+  for (const [name, value] of Object.entries(values)) {
+    const given = value !== undefined && value !== false && !(Array.isArray(value) && value.length === 0);
+    if (given && !ALLOWED[command].includes(name)) throw new UsageError(`option --${name} is not one of ${command}'s`);
   }
-  if (!['plan', 'run', 'status', 'report', 'task'].includes(command)) throw new UsageError(`unknown command '${command}'`);
-  if (!file) throw new UsageError(`${command} needs a sweep file`);
+}
+
+async function main({ values, positionals }: Args): Promise<number> {
+  const [command, file, run] = positionals as [Subcommand, string, string | undefined];
+  if (!SUBCOMMANDS.includes(command)) throw new UsageError(`unknown command '${command}' (one of ${SUBCOMMANDS.join(', ')})`);
+  if ((command === 'task') !== (run !== undefined)) throw new UsageError(command === 'task' ? 'task needs one run: its index or name' : `unexpected argument '${run}'`);
+  checkOptionsFor(command, values);
   const sweep = loadSweep(file);
   if (command === 'task') {
-    if (rest.length !== 1) throw new UsageError('task needs one run: its index or name');
-    const result = await runTask(sweep, findRun(sweep, rest[0]));
+    const result = await runTask(sweep, findRun(sweep, run!));
     if (result.action !== 'trained') console.log(result.message);
     return result.exitCode;
   }
-  const onlyAt = rest.findIndex((a) => a === '--only' || a.startsWith('--only='));
-  let only: string | undefined;
-  if (onlyAt >= 0) {
-    only = rest[onlyAt].startsWith('--only=') ? rest[onlyAt].slice('--only='.length) : rest[onlyAt + 1];
-    if (!only) throw new UsageError('--only needs run names, globs or indices, e.g. --only "gpt-*"');
-    rest.splice(onlyAt, rest[onlyAt].startsWith('--only=') ? 1 : 2);
-  }
-  const selected = selectRuns(sweep, only);
+  const selected = selectRuns(sweep, values.only);
   switch (command) {
     case 'plan':
-      return plan(selected, rest);
+      return plan(selected, values);
     case 'run':
-      return run(selected, rest);
+      return runSweep(selected, values);
     case 'status':
-      return status(selected, rest);
+      return status(selected);
     default:
-      return report(sweep, rest);
+      return report(sweep, values);
   }
 }
 
-function parse(args: string[], options: NonNullable<ParseArgsConfig['options']>) {
-  try {
-    return parseArgs({ args, options, allowPositionals: false, strict: true }).values as Record<string, unknown>;
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-}
-
-function positiveNumber(value: unknown, flag: string): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!(n > 0)) throw new UsageError(`${flag} must be a positive number (got '${value}')`);
-  return n;
-}
-
-async function plan(sweep: Sweep, args: string[]): Promise<number> {
-  const values = parse(args, { 'tokens-per-s': { type: 'string' } });
+async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
   // Imported here, not at the top: every task process starts this CLI, and needs neither the trainer's planning
   // nor the report's plotting libraries.
   const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/trainer.ts'), import('../sweep/plan.ts')]);
   await initBackend('cpu', { quiet: true }); // counting parameters builds the mechanisms' small buffers
-  const planned = await planSweep(sweep, { planRun, tokensPerSecond: positiveNumber(values['tokens-per-s'], '--tokens-per-s') });
+  const planned = await planSweep(sweep, { planRun, tokensPerSecond: values['tokens-per-s'] });
   console.log(formatPlan(sweep, planned));
   return 0;
 }
 
-async function run(sweep: Sweep, args: string[]): Promise<number> {
-  const slurmFlags = Object.fromEntries(
-    Object.entries(SLURM_FIELDS).map(([key, f]) => [f.flag.slice(2), { type: 'string' as const, multiple: key === 'sbatch' || key === 'setup' }]),
-  );
-  const values = parse(args, { executor: { type: 'string' }, cores: { type: 'string' }, 'dry-run': { type: 'boolean' }, ...slurmFlags });
-  const executor = (values.executor as string | undefined) ?? 'local';
+async function runSweep(sweep: Sweep, values: Args['values']): Promise<number> {
+  const executor = values.executor ?? 'local';
   const missing = missingInputs(sweep);
   if (missing.length > 0 && executor === 'local') throw new SweepError(sweep.file, missing);
   // A cluster's nodes may see paths this host does not: only a warning there.
   for (const line of missing) console.error(`warning: ${line}`);
   if (executor === 'local') {
-    const result = await runLocal(sweep, { cores: positiveNumber(values.cores, '--cores') });
+    const result = await runLocal(sweep, { cores: values.cores });
     console.log(
       `sweep ${sweep.name}: ${result.done.length} done now, ${result.skipped.length} done before, ${result.stopped.length} stopped, ${result.failed.length} failed` +
         (result.failed.length ? `\n${result.failed.map((f) => `  failed: ${f.name}: ${f.lastLine}`).join('\n')}` : '') +
@@ -123,8 +122,7 @@ async function run(sweep: Sweep, args: string[]): Promise<number> {
     );
     return result.failed.length > 0 ? 1 : result.stopped.length > 0 ? 130 : 0;
   }
-  if (executor !== 'slurm') throw new UsageError(`--executor must be local or slurm (got '${executor}')`);
-  const options = slurmOptions(sweep.slurm, values);
+  const options = slurmOptions(sweep.slurm, values as Record<string, unknown>);
   const todo = sweep.runs.filter((r) => !runFolders(sweep, r).some((f) => f.done)).map((r) => r.index);
   if (todo.length === 0) {
     console.log(`sweep ${sweep.name}: every run is done; nothing to submit`);
@@ -158,7 +156,7 @@ function slurmOptions(fromFile: SlurmOptions, values: Record<string, unknown>): 
   const options: Record<string, unknown> = { ...fromFile };
   for (const [key, field] of Object.entries(SLURM_FIELDS)) {
     const raw = values[field.flag.slice(2)];
-    if (raw === undefined) continue;
+    if (raw === undefined || (Array.isArray(raw) && raw.length === 0)) continue;
     const value = Array.isArray(raw) ? raw : key === 'requeueOnTimeLimit' ? raw === 'true' || (raw === 'false' ? false : raw) : /^\d+$/.test(raw as string) ? Number(raw) : raw;
     const problem = field.check(value);
     if (problem) throw new UsageError(`${field.flag} must be ${problem} (got '${raw}')`);
@@ -167,8 +165,7 @@ function slurmOptions(fromFile: SlurmOptions, values: Record<string, unknown>): 
   return options as SlurmOptions;
 }
 
-function status(sweep: Sweep, args: string[]): number {
-  parse(args, {});
+function status(sweep: Sweep): number {
   const submissions = readSubmissions(sweep);
   const reachable = submissions.length > 0 && commandAnswers('squeue', ['-h', '-o', '%i', '-j', submissions.at(-1)!.jobId]);
   const queue = reachable ? queueState(submissions) : new Map();
@@ -188,33 +185,26 @@ function commandAnswers(cmd: string, args: string[]): boolean {
   }
 }
 
-async function report(sweep: Sweep, args: string[]): Promise<number> {
-  const values = parse(args, { baseline: { type: 'string' }, metric: { type: 'string' }, out: { type: 'string' } });
-  const metric = values.metric as string | undefined;
-  if (metric !== undefined && !(metric in REPORT_METRICS)) throw new UsageError(`--metric must be one of ${Object.keys(REPORT_METRICS).join(', ')}`);
-  const baseline = values.baseline as string | undefined;
+async function report(sweep: Sweep, values: Args['values']): Promise<number> {
+  const metric = values.metric as ReportMetric | undefined;
+  const baseline = values.baseline;
   if (baseline !== undefined && !sweep.runs.some((r) => r.recipe.model.attention.name === baseline)) {
     throw new UsageError(`--baseline ${baseline}: no run of the sweep uses that attention`);
   }
-  const outDir = (values.out as string | undefined) ?? path.join('reports', `sweep-${sweep.name}`);
+  const outDir = values.out ?? path.join('reports', `sweep-${sweep.name}`);
   const { buildReport } = await import('../sweep/report.ts');
-  const result = await buildReport(sweep, { outDir, baseline, metric: metric as ReportMetric | undefined });
+  const result = await buildReport(sweep, { outDir, baseline, metric });
   console.log(`sweep ${sweep.name}: ${result.groups.length} groups from ${sweep.runs.length - result.missing.length} finished runs; wrote:\n${result.files.map((f) => `  ${f}`).join('\n')}`);
   return 0;
 }
 
-try {
-  process.exitCode = await main(process.argv.slice(2));
-} catch (err) {
-  if (err instanceof SweepError) {
+await runCommand(COMMAND, async (args) => {
+  try {
+    return await main(args);
+  } catch (err) {
+    // A bad sweep file is reported as its own lines (file, run, key), exit 2 like a usage error.
+    if (!(err instanceof SweepError)) throw err;
     console.error(err.message);
-    process.exitCode = 2;
-  } else if (err instanceof UsageError) {
-    console.error(`sweep: ${err.message}\n\n${HELP}`);
-    process.exitCode = 2;
-  } else {
-    console.error(`sweep: ${(err as Error).message}`);
-    if (process.env.SLAYFORMER_DEBUG) console.error((err as Error).stack);
-    process.exitCode = 1;
+    return 2;
   }
-}
+});
