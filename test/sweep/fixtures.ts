@@ -1,11 +1,10 @@
 // The shipped tiny sweep on a small corpus of its own, and the sweep CLI in a child process.
-import { spawn } from 'node:child_process';
-import type { ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
+import { killStartedClis, startCli, type StartedCli } from '../helpers/cli.ts';
 
 export interface Corpus {
   data: string;
@@ -44,29 +43,13 @@ export function oneLongerRun(sweep: Record<string, any>): void {
   sweep.grid = { 'model.attention': ['softmax'], 'train.seed': [1] };
 }
 
-export interface Cli {
-  process: ChildProcess;
-  output: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-const children: ChildProcess[] = [];
-
 /** `npm run sweep -- <args>` without npm and the tsx CLI (which relay signals), output collected. */
-export function sweepCli(args: string[], env: NodeJS.ProcessEnv = process.env): Cli {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/sweep.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
-  children.push(child);
-  let text = '';
-  child.stdout!.on('data', (d) => (text += d));
-  child.stderr!.on('data', (d) => (text += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
-  return { process: child, output: () => text, exited };
+export function sweepCli(args: string[], env: NodeJS.ProcessEnv = process.env): StartedCli {
+  return startCli('src/cli/sweep.ts', args, env);
 }
 
 /** Kills what the tests started and left running (after a failed assertion). */
-export function killChildren(): void {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-}
+export const killChildren = killStartedClis;
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

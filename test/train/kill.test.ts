@@ -2,8 +2,6 @@
 // every step): SIGKILL during checkpoint saves leaves the previous checkpoint loadable, `--resume auto` continues
 // from it, and the run killed four times ends with the same metrics.jsonl as an uninterrupted run. SIGTERM
 // finishes the step, saves, exits 143 and prints the command that resumes.
-import { spawn } from 'node:child_process';
-import type { ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,40 +16,26 @@ import type { MetricRecord } from '../../src/train/metrics.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { loadRecipe } from '../../src/train/recipe.ts';
 import { modelConfigFromRecipe, runTraining } from '../../src/train/trainer.ts';
+import { killStartedClis, startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
+
+const TRAIN_CLI = 'src/cli/train.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
 let dir: string;
 let setup: TinySetup;
-const children: ChildProcess[] = [];
 beforeAll(async () => {
   await initBackend('cpu', { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-kill-'));
   setup = await makeTinySetup(dir);
 });
 afterAll(async () => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  killStartedClis();
   await rm(dir, { recursive: true, force: true });
 });
 
 // 24 steps of 4×16 tokens, a checkpoint after every step.
 const TRAIN = { maxTokens: 1536, checkpointInterval: 1, keepCheckpoints: 2 };
-
-interface Child {
-  process: ChildProcess;
-  output: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function startCli(args: string[]): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let text = '';
-  child.stdout!.on('data', (d) => (text += d));
-  child.stderr!.on('data', (d) => (text += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
-  return { process: child, output: () => text, exited };
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -104,7 +88,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     // Four kills, and more (up to ten, within the run's 24 steps) until one has landed mid-save: on a busy host
     // the ~1 ms poll can miss a few-ms save several times in a row.
     for (let round = 0; round < 4 || (caughtDuringSave === 0 && round < 10); round++) {
-      const child = startCli(round === 0 ? [recipeFile] : [recipeFile, '--resume', 'auto']);
+      const child = startCli(TRAIN_CLI, round === 0 ? [recipeFile] : [recipeFile, '--resume', 'auto']);
       // Wait for a first new checkpoint of this process, then kill it the moment a save is seen in progress.
       const before = round === 0 ? 0 : listCheckpoints(runFolders(runs)[0]).at(-1)!.step;
       const deadline = Date.now() + 30_000;
@@ -131,7 +115,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     }
     // Killed mid-save at least once (usually all four; a save takes a few ms and the poll runs every ~1 ms).
     expect(caughtDuringSave).toBeGreaterThanOrEqual(1);
-    const last = startCli([recipeFile, '--resume', 'auto']);
+    const last = startCli(TRAIN_CLI, [recipeFile, '--resume', 'auto']);
     const exit = await last.exited;
     expect(exit.code, last.output()).toBe(0);
     expect(last.output()).toMatch(/resumed from .*step-\d{6} at step \d+/);
@@ -150,7 +134,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
   it('SIGTERM (2 data-parallel replicas): finishes the step, saves a checkpoint, exits 143 and prints the resume command, which completes the run', async () => {
     const runs = join(dir, 'runs-term');
     const recipeFile = await writeTinyRecipe(join(dir, 'tiny-term.yaml'), setup, runs, { ...TRAIN, checkpointInterval: 5, dataParallel: 2 });
-    const child = startCli([recipeFile, '--train.logInterval=3']);
+    const child = startCli(TRAIN_CLI, [recipeFile, '--train.logInterval=3']);
     const deadline = Date.now() + 30_000;
     while (Date.now() < deadline && child.process.exitCode === null) {
       const runDir = runFolders(runs)[0];
@@ -167,7 +151,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     expect(command).toBe(`${recipeFile} --train.logInterval=3 --resume ${checkpoint}`);
     await assertLoadable(runFolders(runs)[0], (await TextTokenizer.load(setup.tokenizer)).vocabSize);
 
-    const resumed = startCli(command.split(' '));
+    const resumed = startCli(TRAIN_CLI, command.split(' '));
     const done = await resumed.exited;
     expect(done.code, resumed.output()).toBe(0);
     const reference = await referenceRun(await writeTinyRecipe(join(dir, 'tiny-term-ref.yaml'), setup, join(dir, 'runs-term-ref'), { ...TRAIN, checkpointInterval: 5, logInterval: 3, dataParallel: 2 }));
