@@ -147,13 +147,14 @@ export class AdamW {
         if (skipped.has(name)) return;
         const p = this.params.get(name)!;
         const decayed = this.decaySet.has(name) && weightDecay > 0 ? tf.mul(p, 1 - lr * weightDecay) : p;
-        p.assign(tf.sub(decayed, tf.reshape(pieces[i], p.shape)));
+        p.assign(tf.sub(decayed, p.rank === 1 ? pieces[i] : tf.reshape(pieces[i], p.shape)));
       });
     });
   }
 
   private ravel(tensors: tf.Tensor[]): tf.Tensor1D {
-    return tensors.length ? tf.concat(tensors.map((x) => tf.reshape(x, [-1]))) as tf.Tensor1D : tf.zeros([0]);
+    // A reshape is a kernel call on the native backend even when nothing changes: vectors go in as they are.
+    return tensors.length ? (tf.concat(tensors.map((x) => (x.rank === 1 ? x : tf.reshape(x, [-1])))) as tf.Tensor1D) : tf.zeros([0]);
   }
 
   dispose(): void {
