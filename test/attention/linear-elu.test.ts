@@ -26,7 +26,7 @@ describe('linear-elu', () => {
     const shape: [number, number, number, number] = [2, 2, length, 5];
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, shape));
     const module = createAttention('linear-elu', { numHeads: 2, headDim: 5, causal, chunkSize });
-    expect(module.options).toEqual({ delta: 1e-6, chunkSize });
+    expect(module.options).toEqual({ delta: 1e-6, chunkSize, segmentLength: 0 });
     const actual = tf.tidy(() => toArray4(module.apply(tensor4(q), tensor4(k), tensor4(v))));
     expect(relL2(actual, kernelAttentionRef(q, k, v, kernel, { causal, delta: 1e-6 }))).toBeLessThan(1e-5);
     module.dispose();

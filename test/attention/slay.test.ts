@@ -349,7 +349,7 @@ describe('slay: construction and options', () => {
     const a = slay(2, 4, true, 5, {});
     const b = slay(2, 4, true, 5, {});
     const c = slay(2, 4, true, 6, {});
-    expect(a.options).toEqual({ epsilon: 1e-3, delta: 1e-6, quadratureNodes: 2, prfFeatures: 16, anchors: 8, poly: 'anchor', chunkSize: 64 });
+    expect(a.options).toEqual({ epsilon: 1e-3, delta: 1e-6, quadratureNodes: 2, prfFeatures: 16, anchors: 8, poly: 'anchor', chunkSize: 64, segmentLength: 0 });
     expect(a.featureDim).toBe(2 * 8 * 16);
     const values = (x: SlayAttention) => x.buffers.map((t) => Array.from(t.dataSync()));
     expect(values(a)).toEqual(values(b));

@@ -27,7 +27,7 @@ import {
   type FavorOptions,
   type RandomFeatureModule,
 } from './performer.ts';
-import { featureMapMethods } from './linear-attention.ts';
+import { contractionOptions, featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule } from './types.ts';
 
@@ -80,10 +80,7 @@ registerAttention('darkformer', {
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
     const maps = favorFeatureMaps((x) => dataAlignedInputs(x, covarianceFactor), projection.variable);
-    const methods = featureMapMethods('darkformer', config, () => maps, {
-      chunkSize: options.chunkSize as number,
-      delta: options.delta as number,
-    });
+    const methods = featureMapMethods('darkformer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
 
     return {
       name: 'darkformer',
