@@ -150,3 +150,36 @@ export function qkvGradientErrors(
     gradientCheck((x) => loss(inputs.map((t, i) => (i === which ? (x as tf.Tensor4D) : t))), input, options),
   ) as [number, number, number];
 }
+
+/** Positive random features in float64, m^(−1/2)·exp(ω_jᵀx − ‖x‖²/2), for one head's projection omega [d][m]. */
+export function prfRef(x: number[], omega: number[][]): number[] {
+  const m = omega[0].length;
+  const half = dot(x, x) / 2;
+  return Array.from({ length: m }, (_, j) => Math.exp(x.reduce((s, c, i) => s + c * omega[i][j], 0) - half) / Math.sqrt(m));
+}
+
+/**
+ * Performer / DARKFormer attention in float64, un-stabilised: kernel-normalised attention over the
+ * positive random features of x̃ = M·d^(−1/4)x (M = I for Performer), with the module's projection
+ * omega [H][r][m] and covariance factor M [H][r][d].
+ */
+export function favorAttentionRef(
+  q: Array4,
+  k: Array4,
+  v: Array4,
+  omega: number[][][],
+  { causal, delta, keyMask, covarianceFactor }: { causal: boolean; delta: number; keyMask?: number[][]; covarianceFactor?: number[][][] },
+): Array4 {
+  const tilde = (x: number[], head: number) => {
+    const scaled = x.map((c) => c * x.length ** -0.25);
+    return covarianceFactor ? covarianceFactor[head].map((row) => dot(row, scaled)) : scaled;
+  };
+  return q.map((qb, b) =>
+    qb.map((_, head) => {
+      const one = (a: Array4) => [[a[b][head]]];
+      const mask = keyMask && [keyMask[b]];
+      const kernel = (qi: number[], kj: number[]) => dot(prfRef(tilde(qi, head), omega[head]), prfRef(tilde(kj, head), omega[head]));
+      return kernelAttentionRef(one(q), one(k), one(v), kernel, { causal, delta, keyMask: mask })[0][0];
+    }),
+  );
+}
