@@ -29,6 +29,7 @@ import {
   unit,
 } from '../helpers/reference.ts';
 import { runAttention as run } from '../helpers/modules.ts';
+import { slayFeaturesRef } from '../helpers/mechanisms.ts';
 
 beforeAll(async () => {
   await initBackend('cpu');
@@ -151,66 +152,6 @@ describe('slay: convergence to the kernel each estimator targets (float64 refere
   });
 });
 
-/** Ψ(x) in float64 from the module's stored buffers, written independently of slay.ts. */
-function featuresRef(module: SlayAttention, x: Array4, poly: string, r: number, m: number, p: number): Array4 {
-  const buffer = (suffix: string) => {
-    const found = module.buffers.find((b) => b.name.endsWith(suffix));
-    if (!found) throw new Error(`no buffer ${suffix}`);
-    return found.arraySync() as number[][] & number[][][];
-  };
-  const rule = slayQuadrature(r, EPS);
-  const alphas = gaussLaguerre(r).weights;
-  const weights = poly === 'laplace-only' ? alphas.map((a) => (C / 4) * a) : rule.weights;
-  const omegas = rule.scales.map((_, node) => buffer(`.prf.node${node}`) as number[][][]); // [H][d][M]
-  const column = (matrix: number[][], j: number) => matrix.map((row) => row[j]);
-  const polyOf = (u: number[]): number[] => {
-    switch (poly) {
-      case 'anchor': {
-        const a = buffer('.anchor.anchors'); // [d, P]
-        return Array.from({ length: p }, (_, i) => dot(u, column(a, i)) ** 2 / Math.sqrt(p));
-      }
-      case 'exact':
-        return u.flatMap((ui) => u.map((uj) => ui * uj));
-      case 'random-maclaurin': {
-        const s = buffer('.maclaurin');
-        return Array.from({ length: p }, (_, i) => (dot(u, column(s, i)) * dot(u, column(s, p + i))) / Math.sqrt(p));
-      }
-      case 'tensorsketch': {
-        const s = buffer('.countSketch');
-        const c1 = Array.from({ length: p }, (_, i) => dot(u, column(s, i)));
-        const c2 = Array.from({ length: p }, (_, i) => dot(u, column(s, p + i)));
-        return Array.from({ length: p }, (_, kk) => c1.reduce((acc, a, i) => acc + a * c2[(kk - i + p) % p], 0));
-      }
-      case 'nystrom': {
-        const a = buffer('.nystrom.anchors');
-        const w = buffer('.whitening');
-        const kernel = Array.from({ length: p }, (_, i) => dot(u, column(a, i)) ** 2);
-        return Array.from({ length: p }, (_, j) => dot(kernel, column(w, j)));
-      }
-      default:
-        return [];
-    }
-  };
-  return x.map((xb) =>
-    xb.map((xh, h) =>
-      xh.map((xi) => {
-        const n = Math.hypot(...xi);
-        const u = xi.map((e) => e / Math.max(n, 1e-12));
-        const uu = dot(u, u);
-        const polyFeatures = polyOf(u);
-        return rule.scales.flatMap((s, node) => {
-          const proj = Array.from({ length: m }, (_, j) => dot(u, column(omegas[node][h], j)));
-          const prf = proj.map((pj) => Math.exp(Math.min(20, Math.max(-20, Math.sqrt(2 * s) * pj - s * uu))) / Math.sqrt(m));
-          const root = Math.sqrt(weights[node]);
-          if (poly === 'laplace-only') return prf.map((f) => root * f);
-          if (poly === 'hadamard') return prf.map((f, j) => (root * proj[j] ** 2 * f) / Math.sqrt(m));
-          return polyFeatures.flatMap((a) => prf.map((f) => root * a * f));
-        });
-      }),
-    ),
-  );
-}
-
 /** Ψ = concat_r a ⊗ b_r in float64 from the module's float32 factors. */
 function expandFactors(module: SlayAttention, x: Array4): Array4 {
   const [a, b] = tf.tidy(() => {
@@ -237,7 +178,7 @@ describe('slay: the finite-feature output is the quadratic form of its own featu
       const { q } = inputs(7, shape, 2);
       const module = slay(2, 3, true, 11, { poly, quadratureNodes: r, prfFeatures: m, anchors: p });
       const got = tf.tidy(() => toArray4(module.features(tensor4(q))));
-      const want = featuresRef(module, q, poly, r, m, p);
+      const want = slayFeaturesRef(module, q);
       expect(got[0][0][0]).toHaveLength(module.featureDim);
       expect(relL2(got, want)).toBeLessThan(1e-5);
       module.dispose();
@@ -256,7 +197,7 @@ describe('slay: the finite-feature output is the quadratic form of its own featu
         // float32 rounding of the features alone moves its output by ~1e-4; its features are checked
         // against float64 above, and here the contraction is checked on the module's own float32
         // factors, expanded in float64.
-        const featuresOf = (x: Array4) => (poly === 'exact' ? expandFactors(module, x) : featuresRef(module, x, poly, r, m, p));
+        const featuresOf = (x: Array4) => (poly === 'exact' ? expandFactors(module, x) : slayFeaturesRef(module, x));
         const want = featureAttentionRef(featuresOf(q), featuresOf(k), v, { causal, delta });
         expect(relL2(run(module, q, k, v), want)).toBeLessThan(1e-5);
         module.dispose();

@@ -28,7 +28,8 @@ export const unit = (a: number[]) => {
 };
 
 /**
- * Kernel-normalised attention Y_i = Σ_j κ(q_i,k_j) v_j / (Σ_j κ(q_i,k_j) + δ), j ≤ i if causal.
+ * Kernel-normalised attention Y_i = Σ_j κ(q_i,k_j) v_j / (Σ_j κ(q_i,k_j) + δ), j ≤ i if causal (or
+ * the denominator clamped from below at clampMin instead of adding δ).
  * With normalize: 'softmax' the weights are exp-normalised instead (κ is then the logit).
  */
 export function kernelAttentionRef(
@@ -36,7 +37,7 @@ export function kernelAttentionRef(
   k: Array4,
   v: Array4,
   kernel: (qi: number[], kj: number[], i: number, j: number) => number,
-  { causal, delta = 0, keyMask }: { causal: boolean; delta?: number; keyMask?: number[][] },
+  { causal, delta = 0, keyMask, clampMin }: { causal: boolean; delta?: number; keyMask?: number[][]; clampMin?: number },
 ): Array4 {
   return q.map((qb, b) =>
     qb.map((qh, h) =>
@@ -51,7 +52,7 @@ export function kernelAttentionRef(
           den += w;
           for (let c = 0; c < d; c++) num[c] += w * v[b][h][j][c];
         }
-        return num.map((x) => x / (den + delta));
+        return num.map((x) => x / (clampMin === undefined ? den + delta : Math.max(den, clampMin)));
       }),
     ),
   );
