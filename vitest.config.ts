@@ -1,12 +1,31 @@
 import { defineConfig } from 'vitest/config';
+import { isTensorflowSetUp, SETUP_COMMAND } from './src/backend/native-build.ts';
+
+/**
+ * The numerical suites that also run on the native tensorflow backend (test/helpers/backend.ts):
+ * attention outputs and gradients against float64 references, causality, recurrent decoding,
+ * feature maps, the model, a training step, resume, finetune freezing, tensor leaks.
+ */
+const NATIVE_SUITES = [
+  'test/attention/**/*.test.ts',
+  'test/features/**/*.test.ts',
+  'test/model/{layers,lm,decode,learning,ops}.test.ts',
+  'test/train/{trainer,resume,finetune,accumulation,optimizer,checkpoint,eval-generate}.test.ts',
+];
+
+const native = isTensorflowSetUp();
+if (!native) console.log(`[slayformer] tensorflow backend not set up: its suites are skipped (\`${SETUP_COMMAND}\` sets it up)`);
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     // Numerical tests run many small tfjs programs; the cpu backend is slow, so give them room.
     testTimeout: 300_000,
     hookTimeout: 300_000,
     pool: 'forks',
     maxWorkers: 2,
+    projects: [
+      { extends: true, test: { name: 'default', include: ['test/**/*.test.ts'] } },
+      ...(native ? [{ extends: true as const, test: { name: 'tensorflow', include: NATIVE_SUITES, env: { SLAYFORMER_TEST_BACKEND: 'tensorflow' } } }] : []),
+    ],
   },
 });

@@ -8,6 +8,7 @@ import {
   gelu,
   layerNorm,
   linear,
+  linearTransposed,
   transformerParameterSpecs,
   validateTransformerConfig,
   Transformer,
@@ -15,6 +16,8 @@ import {
 } from './transformer.ts';
 import type { AttendFn, ParameterSpec, TransformerConfig } from './transformer.ts';
 import { createAttention } from './attention/index.ts';
+import { explicitTransposes } from './ops.ts';
+import { hasFusedKernel, SPARSE_CROSS_ENTROPY } from '../backend/fused-kernels.ts';
 
 export type ModelKind = 'gpt' | 'bert';
 
@@ -83,7 +86,7 @@ export function countParameters(c: LanguageModelConfig): { total: number; byGrou
  * Sum over rows of the cross-entropy −log softmax(logits)[target], with a hand-written gradient
  * softmax − onehot: no [N, V] one-hot in the forward pass and no autodiff chain through logSoftmax.
  */
-export const crossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+const composedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [logits, targets, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
   const [n, vocab] = logits.shape;
   // One exp pass: probabilities are kept for the backward pass instead of recomputed.
@@ -101,6 +104,22 @@ export const crossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.Grad
     },
   };
 }) as (logits: tf.Tensor2D, targets: tf.Tensor1D) => tf.Scalar;
+
+/** The same on a backend's fused kernel, which returns the per-row losses and softmax − onehot at once. */
+const fusedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [logits, targets, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
+  const [losses, backprop] = tf.engine().runKernel(SPARSE_CROSS_ENTROPY, { logits, labels: targets }) as tf.Tensor[];
+  save([backprop, targets]);
+  return {
+    value: tf.sum(losses),
+    gradFunc: (dy: tf.Tensor, [savedBackprop, savedTargets]: tf.Tensor[]) => [tf.mul(savedBackprop, dy), tf.zerosLike(savedTargets)],
+  };
+}) as (logits: tf.Tensor2D, targets: tf.Tensor1D) => tf.Scalar;
+
+/** Σ over rows of −log softmax(logits)[target], fused where the backend has the kernel. */
+export function crossEntropySum(logits: tf.Tensor2D, targets: tf.Tensor1D): tf.Scalar {
+  return hasFusedKernel(SPARSE_CROSS_ENTROPY) ? fusedCrossEntropySum(logits, targets) : composedCrossEntropySum(logits, targets);
+}
 
 export class LanguageModel {
   readonly kind: ModelKind;
@@ -143,13 +162,15 @@ export class LanguageModel {
   /** Output head on rows of hidden states [N, d] → logits [N, V]. */
   private headLogits(h: tf.Tensor2D): tf.Tensor2D {
     const embedding = this.body.w('embed.tokens.weight') as tf.Tensor2D;
-    // Explicit transpose: linear() runs the plain 2-D product, the fast wasm path.
-    const decoder = tf.transpose(embedding);
-    if (this.kind === 'gpt') return linear(h, decoder);
+    // The tied decoder x·Eᵀ: on wasm E is transposed once so that linear() runs the plain 2-D product
+    // (XNNPACK); elsewhere MatMul's transpose flag does it, forward and backward, without a copy.
+    const decode = (x: tf.Tensor2D, bias?: tf.Tensor1D) =>
+      explicitTransposes() ? linear(x, tf.transpose(embedding), bias) : linearTransposed(x, embedding, bias);
+    if (this.kind === 'gpt') return decode(h);
     const get = (n: string) => this.head.get(n)!;
     let t = linear(h, get('mlm.dense.weight') as tf.Tensor2D, get('mlm.dense.bias') as tf.Tensor1D);
     t = layerNorm(gelu(t) as tf.Tensor2D, get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D);
-    return linear(t, decoder, get('mlm.decoder.bias') as tf.Tensor1D);
+    return decode(t, get('mlm.decoder.bias') as tf.Tensor1D);
   }
 
   /** Logits at every position, no dropout: inputIds [B, L] → [B, L, V]. */

@@ -2,10 +2,26 @@
 import * as tf from '@tensorflow/tfjs';
 
 /**
- * ∂(x·W)/∂W = xᵀ·dy, transposing whichever of x [N, in] and dy [N, out] is smaller: (dyᵀ·x)ᵀ moves
- * N·out + in·out values instead of N·in. Both forms are plain 2-D products (the fast wasm path).
+ * Whether 2-D products get explicit transposes instead of transposeA/B flags. The wasm backend runs
+ * XNNPACK only for the plain, non-transposed 2-D product; its transposed products fall to a ~25×
+ * slower loop (../shared/notes/ecosystem.md §4). Elsewhere (tensorflow: MatMul's adjoint flags) the
+ * flags are free and a transpose is a copy.
+ */
+export function explicitTransposes(): boolean {
+  return tf.getBackend() === 'wasm';
+}
+
+/** a·bᵀ for 2-D operands, the transpose explicit where explicitTransposes() says so. */
+export function matMulTransposeB(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
+  return explicitTransposes() ? tf.matMul(a, tf.transpose(b)) : tf.matMul(a, b, false, true);
+}
+
+/**
+ * ∂(x·W)/∂W = xᵀ·dy. With explicit transposes, whichever of x [N, in] and dy [N, out] is smaller is
+ * transposed: (dyᵀ·x)ᵀ moves N·out + in·out values instead of N·in.
  */
 export function weightGradient(x: tf.Tensor2D, dy: tf.Tensor2D): tf.Tensor2D {
+  if (!explicitTransposes()) return tf.matMul(x, dy, true, false);
   const [n, inDim] = x.shape;
   const outDim = dy.shape[1];
   if (n * inDim <= n * outDim + inDim * outDim) return tf.matMul(tf.transpose(x), dy);
@@ -13,9 +29,8 @@ export function weightGradient(x: tf.Tensor2D, dy: tf.Tensor2D): tf.Tensor2D {
 }
 
 /**
- * 2-D matrix product whose gradient uses explicit transposes. The wasm backend runs XNNPACK only
- * for the plain, non-transposed 2-D product; tf.matMul's own gradient uses transposeA/B flags and
- * falls to a ~25× slower loop (../shared/notes/ecosystem.md §4). Neutral on other backends.
+ * 2-D matrix product whose gradient takes its transposes as explicitTransposes() says (tf.matMul's
+ * own gradient always uses the flags, the slow path on wasm).
  */
 export const matMul2d = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [a, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.GradSaveFunc];
@@ -24,7 +39,7 @@ export const matMul2d = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFun
     value: tf.matMul(a, b),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sa, sb] = saved as tf.Tensor2D[];
-      return [tf.matMul(dy as tf.Tensor2D, tf.transpose(sb)), weightGradient(sa, dy as tf.Tensor2D)];
+      return [matMulTransposeB(dy as tf.Tensor2D, sb), weightGradient(sa, dy as tf.Tensor2D)];
     },
   };
 }) as (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor2D;

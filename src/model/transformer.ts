@@ -8,7 +8,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
-import { matMul2d, weightGradient } from './ops.ts';
+import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 import { deriveSeed, Rng } from './rng.ts';
 
 export interface TransformerConfig {
@@ -161,10 +161,11 @@ export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D)
 }
 
 /**
- * Σ over rows of x [N, m] → [m], as the 2-D product ones[1, N]·x: wasm reduces a non-last axis by
- * transposing first. (Not cached: N varies per batch for BERT's head.)
+ * Σ over rows of x [N, m] → [m]. On wasm as the 2-D product ones[1, N]·x: wasm reduces a non-last
+ * axis by transposing first. (Not cached: N varies per batch for BERT's head.)
  */
 export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
+  if (!explicitTransposes()) return tf.sum(x, 0);
   return tf.reshape(tf.matMul(tf.ones([1, x.shape[0]]), x), [x.shape[1]]);
 }
 
@@ -180,7 +181,7 @@ const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sx, sw] = saved as tf.Tensor2D[];
       const g = dy as tf.Tensor2D;
-      return [tf.matMul(g, tf.transpose(sw)), weightGradient(sx, g), columnSums(g)];
+      return [matMulTransposeB(g, sw), weightGradient(sx, g), columnSums(g)];
     },
   };
 }) as (x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D;
@@ -188,6 +189,12 @@ const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc
 /** A dense layer on rows: x [N, in]·W [in, out] (+ b). */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor2D {
   return b ? linearWithBias(x, w, b) : matMul2d(x, w);
+}
+
+/** x [N, in]·Wᵀ (+ b) for W [out, in] by MatMul's transpose flag (not for wasm: see ops.explicitTransposes). */
+export function linearTransposed(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor2D {
+  const y: tf.Tensor2D = tf.matMul(x, w, false, true);
+  return b ? (tf.add(y, b) as tf.Tensor2D) : y;
 }
 
 /** Reproducible dropout: each call site draws its mask from its own seed, derived from the step's. */

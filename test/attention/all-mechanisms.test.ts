@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend, testBackends } from '../helpers/backend.ts';
 import { attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import { dense } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -36,7 +37,7 @@ it('the table above covers every registered mechanism', () => {
 
 describe.each(MECHANISMS)('%s', (name) => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it('is strictly causal: outputs up to i ignore every later token, even huge ones', () => {
@@ -196,12 +197,12 @@ function trainToy(name: string, steps: number) {
   return { losses, tensorsAfterStep };
 }
 
-describe.each(['cpu', 'wasm'])('training on %s', (backend) => {
+describe.each(testBackends())('training on %s', (backend) => {
   beforeAll(async () => {
     await initBackend(backend);
   });
   afterAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it.each(MECHANISMS)('%s: a few Adam steps lower the loss, with no tensor leak', (name) => {

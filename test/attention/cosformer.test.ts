@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { cosformerAngles } from '../../src/model/attention/cosformer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -14,7 +15,7 @@ const cosformerKernel = (m: number) => (qi: number[], kj: number[], i: number, j
 
 describe('cosformer', () => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it.each([

@@ -1,6 +1,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/performer.ts';
 import '../../src/model/attention/darkformer.ts';
 import { darkformerAttention, isDarkformerModule, type DarkformerModule } from '../../src/model/attention/darkformer.ts';
@@ -21,7 +22,7 @@ import {
 import { attentionTracker, runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 const modules = attentionTracker<RandomFeatureModule>();

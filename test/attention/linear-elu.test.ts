@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { eluPlusOne } from '../../src/model/attention/linear-elu.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -14,7 +15,7 @@ const mapArray4 = (a: Array4, f: (x: number) => number): Array4 => a.map((b) => 
 
 describe('linear-elu', () => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it.each([

@@ -1,6 +1,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/performer.ts';
 import { drawPrfProjection, type RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
@@ -19,7 +20,7 @@ import {
 import { attentionTracker, runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 const modules = attentionTracker<RandomFeatureModule>();

@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import type { AttentionState } from '../../src/model/attention/types.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -80,7 +81,7 @@ function compare(attn: AttentionModule, q: Array4, k: Array4, v: Array4) {
 
 describe.each(CASES)('%s', (label, name, options) => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
   const make = () => createAttention(name, { numHeads: H, headDim: D, causal: true, seed: 5, ...options });
 
@@ -144,7 +145,7 @@ describe.each(CASES)('%s', (label, name, options) => {
 
 describe('decoding errors', () => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it('bidirectional mechanisms refuse initState; steps must come in order and within maxLength', () => {

@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/schoenbat.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import type { AttentionModule } from '../../src/model/attention/types.ts';
@@ -38,7 +39,7 @@ function create(options: Record<string, unknown>, causal = true, headDim = 8): A
 
 describe('schoenbat', () => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   const rng = new Rng(21);

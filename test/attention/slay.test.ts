@@ -11,6 +11,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { SLAY_POLY_VARIANTS, type SlayAttention } from '../../src/model/attention/slay.ts';
 import { gaussLaguerre, slayQuadrature } from '../../src/model/features/quadrature.ts';
@@ -32,7 +33,7 @@ import { runAttention as run } from '../helpers/modules.ts';
 import { slayFeaturesRef } from '../helpers/mechanisms.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 type Shape = [number, number, number, number];

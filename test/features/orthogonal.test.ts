@@ -1,12 +1,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { orthogonalGaussianProjection, orthogonalGaussianRows } from '../../src/model/features/orthogonal.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { meanAndStdErr } from '../helpers/reference.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 const row = (rows: Float64Array, d: number, i: number) => Array.from(rows.subarray(i * d, (i + 1) * d));

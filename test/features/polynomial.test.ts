@@ -2,12 +2,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { createPolynomialMap, type PolynomialKind } from '../../src/model/features/polynomial.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { dot, gradientCheck, meanAndStdErr, unit } from '../helpers/reference.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 const rows = (t: tf.Tensor) => t.arraySync() as number[][];

@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { linearAttention } from '../../src/model/attention/linear-attention.ts';
 import { positiveRandomFeatures, type Stabilizer } from '../../src/model/features/prf.ts';
 import { gaussianProjection } from '../../src/model/features/projections.ts';
@@ -11,7 +12,7 @@ import { Rng } from '../../src/model/rng.ts';
 import { dot, meanAndStdErr, randomArray4, relL2, tensor4, toArray4, unit } from '../helpers/reference.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 /**

@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import {
   degreeProbabilities,
   drawRandomMaclaurin,
@@ -45,7 +46,7 @@ const truncatedSeries = (kernel: MaclaurinKernel, x: number, maxDegree = 20) =>
 
 describe('random Maclaurin features', () => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it.each(MACLAURIN_KERNELS)('coefficients of %s match the closed form, and their series sums to f', (kernel) => {

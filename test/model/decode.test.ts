@@ -4,6 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { generateTokens, IncrementalDecoder, sampleToken } from '../../src/model/decode.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -51,7 +52,7 @@ function greedyByFullForward(model: LanguageModel, prompt: number[], count: numb
 
 describe.each(MODELS)('GPT with %s', (_, attention, options) => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it('incremental logits equal the full forward at every position (batch of 2), without leaks', () => {
@@ -87,7 +88,7 @@ describe.each(MODELS)('GPT with %s', (_, attention, options) => {
 
 describe('sampling', () => {
   beforeAll(async () => {
-    await initBackend('cpu');
+    await initBackend(testBackend());
   });
 
   it('temperature 0 is argmax; top-k never leaves the k most likely tokens', () => {

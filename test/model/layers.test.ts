@@ -2,12 +2,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { columnSums, gelu, layerNorm, linear } from '../../src/model/transformer.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
 });
 
 const rng = new Rng(3);

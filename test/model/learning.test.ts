@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { prepareDemoCorpus } from '../../src/data/demo-corpus.ts';
 import { listShards } from '../../src/data/dataset.ts';
 import { readTextBatches } from '../../src/data/arrow.ts';
@@ -45,7 +46,7 @@ async function take(kind: 'gpt' | 'bert', split: 'train' | 'validation', count: 
 }
 
 beforeAll(async () => {
-  await initBackend('wasm', { quiet: true });
+  await initBackend(testBackend('wasm'), { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-learning-'));
   const corpus = join(dir, 'sotu');
   await prepareDemoCorpus(corpus);

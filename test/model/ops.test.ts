@@ -2,6 +2,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { batchMatMul, clamp, rowOuterProduct, untaped, vjp } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
@@ -10,7 +11,7 @@ const random = (rng: Rng, shape: number[]) => tf.tensor(Float32Array.from(rng.no
 
 describe('wasm fast paths', () => {
   beforeAll(async () => {
-    await initBackend('wasm');
+    await initBackend(testBackend('wasm'));
   });
 
   it.each([

@@ -1,6 +1,7 @@
 // Gradient accumulation over k micro-batches gives the same update as one batch of k× rows.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -9,7 +10,7 @@ import { trainStep } from '../../src/train/trainer.ts';
 import { concat, makeBatch, SEQ, VOCAB } from './batch-fixtures.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
 });
 
 async function parametersAfterSteps(config: LanguageModelConfig, steps: ModelBatch[][]): Promise<{ params: Map<string, Float32Array>; losses: number[]; norms: number[] }> {

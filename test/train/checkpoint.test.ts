@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import type { DataCursor } from '../../src/data/stream.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel } from '../../src/model/lm.ts';
@@ -27,7 +28,7 @@ import { trainStep } from '../../src/train/trainer.ts';
 
 let dir: string;
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-checkpoint-'));
 });
 afterAll(async () => {

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evalCheckpoint, formatEval } from '../../src/cli/eval.ts';
 import { generateFromCheckpoint } from '../../src/cli/generate.ts';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
@@ -53,7 +54,7 @@ async function save(recipe: Recipe, name: string): Promise<string> {
 }
 
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-eval-generate-'));
   const docs = syntheticDocuments(120, 9);
   await writeDataset(join(dir, 'data'), { train: [docs.slice(0, 100)], validation: [docs.slice(100)] }, 20);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { isDarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
@@ -20,7 +21,7 @@ import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-finetune-'));
 });
 afterAll(async () => {

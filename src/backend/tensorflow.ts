@@ -1,0 +1,104 @@
+// The native TensorFlow backend: @tensorflow/tfjs-node built against the TensorFlow C library of
+// the TensorFlow pip wheel by `npm run setup:tensorflow` (tensorflow-setup.ts), kept in
+// .cache/tensorflow/ so that `npm ci` (which empties node_modules) does not lose it.
+import { createRequire } from 'node:module';
+import * as path from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { SPARSE_CROSS_ENTROPY } from './fused-kernels.ts';
+import { isTensorflowSetUp, NATIVE_PACKAGE_DIR, PROJECT_ROOT, SETUP_COMMAND } from './native-build.ts';
+
+/**
+ * Loads the native package: the wheel-built one from the cache, else an installed
+ * @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node (e.g. a host whose stock install still works).
+ * Returns undefined on success, else why nothing loaded.
+ */
+export function loadTensorflowPackage(): string | undefined {
+  // TF's INFO lines on start-up are noise for a training log; a user's own setting wins.
+  process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
+  const require = createRequire(import.meta.url);
+  const reasons: string[] = [];
+  const candidates = [
+    ...(isTensorflowSetUp() ? [NATIVE_PACKAGE_DIR] : []),
+    '@tensorflow/tfjs-node-gpu',
+    '@tensorflow/tfjs-node',
+  ];
+  for (const candidate of candidates) {
+    try {
+      require(candidate);
+      registerTensorflowKernels();
+      return undefined;
+    } catch (err) {
+      reasons.push(`${path.isAbsolute(candidate) ? path.relative(PROJECT_ROOT, candidate) : candidate}: ${(err as Error).message.split('\n')[0]}`);
+    }
+  }
+  if (!isTensorflowSetUp()) reasons.unshift(`not set up (run \`${SETUP_COMMAND}\`)`);
+  return reasons.join('; ');
+}
+
+/** The binding's view of itself, for logs and env records. */
+export function tensorflowInfo(): { tensorflow: string; gpu: boolean } {
+  const backend = tf.backend() as unknown as { binding?: { TF_Version?: string }; isUsingGpuDevice?: boolean };
+  return { tensorflow: backend.binding?.TF_Version ?? 'unknown', gpu: backend.isUsingGpuDevice === true };
+}
+
+let kernelsRegistered = false;
+
+/** The part of tfjs-node's backend object that runs a raw TensorFlow op. */
+interface NativeBackendView {
+  binding: { TF_ATTR_TYPE: number; TF_FLOAT: number; TF_INT32: number };
+  executeMultipleOutputs(name: string, attrs: Array<{ name: string; type: number; value: number }>, inputs: tf.TensorInfo[], outputs: number): tf.TensorInfo[];
+}
+
+/**
+ * Fixes and fused kernels for tfjs-node 4.22 on TF 2.21. tfjs-node was written for TF 2.9; two ops
+ * changed behaviour since (../shared/notes/native-backend.md):
+ *   Round     on int32 returns zeros since TF 2.17 (tensorflow/tensorflow#74789): integers are
+ *             already round, so int32 input is passed through;
+ *   ConcatV2  refuses scalars in TF 2.21, where tfjs concatenates rank-0 tensors as length-1
+ *             vectors (cpu/wasm): scalars are reshaped to [1] first.
+ * The fused cross-entropy runs TF's own SparseSoftmaxCrossEntropyWithLogits: one pass over the
+ * [N, V] logits instead of seven element-wise ops and a gather (fused-kernels.ts).
+ */
+function registerTensorflowKernels(): void {
+  if (kernelsRegistered) return;
+  kernelsRegistered = true;
+  override('Round', (args, original) => {
+    const x = args.inputs.x as tf.TensorInfo;
+    if (x.dtype !== 'int32') return original(args);
+    return tf.getKernel('Identity', 'tensorflow')!.kernelFunc({ ...args, attrs: {} });
+  });
+  override('Concat', (args, original) => {
+    const inputs = Object.values(args.inputs) as tf.TensorInfo[];
+    if (!inputs.some((t) => t.shape.length === 0)) return original(args);
+    const reshape = tf.getKernel('Reshape', 'tensorflow')!.kernelFunc;
+    const vectors = inputs.map((x) => (x.shape.length === 0 ? (reshape({ inputs: { x }, attrs: { shape: [1] }, backend: args.backend }) as tf.TensorInfo) : x));
+    try {
+      // Concat's inputs are the tensor list itself (an array), not a name map.
+      return original({ ...args, inputs: vectors as unknown as tf.NamedTensorInfoMap, attrs: { ...args.attrs, axis: 0 } });
+    } finally {
+      // The reshaped views are this kernel's own temporaries.
+      for (const v of vectors) if (!inputs.includes(v)) (args.backend as tf.KernelBackend).disposeData(v.dataId);
+    }
+  });
+  tf.registerKernel({
+    kernelName: SPARSE_CROSS_ENTROPY,
+    backendName: 'tensorflow',
+    kernelFunc: ({ inputs, backend }) => {
+      const native = backend as unknown as NativeBackendView;
+      const { TF_ATTR_TYPE, TF_FLOAT, TF_INT32 } = native.binding;
+      const attrs = [
+        { name: 'T', type: TF_ATTR_TYPE, value: TF_FLOAT },
+        { name: 'Tlabels', type: TF_ATTR_TYPE, value: TF_INT32 },
+      ];
+      const { logits, labels } = inputs as { logits: tf.TensorInfo; labels: tf.TensorInfo };
+      return native.executeMultipleOutputs('SparseSoftmaxCrossEntropyWithLogits', attrs, [logits, labels], 2);
+    },
+  });
+}
+
+function override(kernelName: string, kernelFunc: (args: Parameters<tf.KernelFunc>[0], original: tf.KernelFunc) => ReturnType<tf.KernelFunc>): void {
+  const original = tf.getKernel(kernelName, 'tensorflow');
+  if (!original) throw new Error(`tensorflow backend: no ${kernelName} kernel to fix`);
+  tf.unregisterKernel(kernelName, 'tensorflow');
+  tf.registerKernel({ kernelName, backendName: 'tensorflow', kernelFunc: (args) => kernelFunc(args, original.kernelFunc) });
+}
