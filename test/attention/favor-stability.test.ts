@@ -7,6 +7,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/index.ts';
 import type { RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import type { AttentionState } from '../../src/model/attention/types.ts';
@@ -15,7 +16,7 @@ import { attentionTracker } from '../helpers/modules.ts';
 import { dot, favorAttentionRef, prfRef, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
 
 beforeAll(async () => {
-  await initBackend('cpu');
+  await initBackend(testBackend());
 });
 
 const modules = attentionTracker<RandomFeatureModule>();
