@@ -22,7 +22,7 @@
 // un-stabilised one, whatever the shifts (decoding reaches the same a_i position by position). The
 // maxima are computed off the autodiff tape: the output does not depend on them.
 import * as tf from '@tensorflow/tfjs';
-import { batchMatMul, ConstantCache, flattenHeads, safeDivide, untaped } from '../ops.ts';
+import { batchMatMul, flattenHeads, safeDivide, untaped } from '../ops.ts';
 
 /** Features given as a tensor product φ(u) = concat_r a(u) ⊗ b_r(u): a [B, H, L, Fa], b = concat_r b_r [B, H, L, Fb]. */
 export interface ProductFactors {
@@ -65,13 +65,16 @@ export const EMPTY_SHIFT = -1e30;
 const LOG_DELTA_MAX = 69;
 const SMALLEST_NORMAL = 2 ** -126;
 
-const constants = new ConstantCache();
-/** [n, n] 1 where j ≤ i (strict: j < i), else 0. */
-const lowerOnes = (n: number, strict = false) =>
-  constants.get(`lower${n}${strict}`, () => tf.tensor2d(Array.from({ length: n * n }, (_, e) => (e % n <= Math.floor(e / n) - (strict ? 1 : 0) ? 1 : 0)), [n, n]));
-/** [n, n] 0 where j ≤ i (strict: j < i), else EMPTY_SHIFT: added before a max over j, a masked maximum. */
-const lowerShifts = (n: number, strict = false) =>
-  constants.get(`lowerShift${n}${strict}`, () => tf.mul(tf.sub(1, lowerOnes(n, strict)), EMPTY_SHIFT));
+/**
+ * [n, n] `inside` where j ≤ i (strict: j < i), else `outside`. Built per call (n² values), not
+ * cached: sizes vary with segments and decoding blocks.
+ */
+const lowerTriangle = (n: number, strict: boolean, inside: number, outside: number) =>
+  tf.tensor2d(Float32Array.from({ length: n * n }, (_, e) => (e % n <= Math.floor(e / n) - (strict ? 1 : 0) ? inside : outside)), [n, n]);
+/** The causal 0/1 mask. */
+const lowerOnes = (n: number, strict = false) => lowerTriangle(n, strict, 1, 0);
+/** Added before a maximum over j: a masked maximum. */
+const lowerShifts = (n: number, strict = false) => lowerTriangle(n, strict, 0, EMPTY_SHIFT);
 
 /** v [B, H, S, D] → [v, 1] [B, H, S, D+1]. */
 const withOnes = (v: tf.Tensor4D) => {

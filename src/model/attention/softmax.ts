@@ -44,7 +44,7 @@ registerAttention('softmax', {
           return tf.mul(attend(q, k, v, mask ? tf.add(mask, padding) : padding), seesAKey) as tf.Tensor4D;
         });
       },
-      ...kvCacheMethods('softmax', config, (q, keys, values) => attend(q, keys, values)),
+      ...kvCacheMethods('softmax', config, (q, keys, values, visible) => attend(q, keys, values, visible && tf.mul(tf.sub(1, visible), NEG))),
       dispose: () => masks.dispose(),
     };
   },
