@@ -79,7 +79,7 @@ registerAttention('darkformer', {
       const identityRows = tf.slice(tf.eye(headDim), [0, 0], [rank, headDim]);
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
-    const maps = favorFeatureMaps((x) => dataAlignedInputs(x, covarianceFactor), projection.variable);
+    const maps = favorFeatureMaps(projection.variable, 1, (x) => dataAlignedInputs(x, covarianceFactor));
     const methods = featureMapMethods('darkformer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
 
     return {

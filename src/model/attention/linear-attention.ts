@@ -55,16 +55,27 @@ export interface ContractionOptions extends Normalization {
   segmentLength?: number;
 }
 
-/** Feature values per segment (B·H·S·F) chosen by default: 16 MB per feature tensor. */
-export const SEGMENT_FEATURE_VALUES = 2 ** 22;
+/**
+ * The default memory policy. Autodiff of the contraction keeps ~12–26 tensors of F + C values per
+ * position and head (features and a row of chunk scores; measured on wasm: 34 KB per position and
+ * head for SLAY's F = 256, 4.8 KB for ELU+1's F = 32, at C = 64). So a whole sequence runs as one
+ * segment while B·H·L·(F + C) ≤ 2^22 (≤ ~0.6 GB; every training shape of the recipes on CPU), and
+ * longer ones in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory: 384 positions of
+ * SLAY at 8 heads), each recomputed in the backward pass.
+ */
+export const WHOLE_SEQUENCE_VALUES = 2 ** 22;
+export const SEGMENT_VALUES = 2 ** 20;
 
 /**
- * Positions per segment: the given one, else as many whole chunks as keep B·H·S·F within
- * SEGMENT_FEATURE_VALUES (at least one chunk).
+ * Positions per segment for a sequence of `length`: `given` if set (> 0), else the whole sequence
+ * within WHOLE_SEQUENCE_VALUES, else as many whole chunks as keep B·H·S·(F + C) within
+ * SEGMENT_VALUES (at least one chunk).
  */
-export function segmentLength(given: number | undefined, batch: number, heads: number, featureDim: number, chunkSize: number): number {
+export function segmentLength(given: number | undefined, batch: number, heads: number, featureDim: number, chunkSize: number, length: number): number {
   if (given) return given;
-  return chunkSize * Math.max(1, Math.floor(SEGMENT_FEATURE_VALUES / (batch * heads * featureDim * chunkSize)));
+  const perPosition = batch * heads * (featureDim + chunkSize);
+  if (length * perPosition <= WHOLE_SEQUENCE_VALUES) return length;
+  return chunkSize * Math.max(1, Math.floor(SEGMENT_VALUES / (perPosition * chunkSize)));
 }
 
 /** The options of the contraction every kernel mechanism takes (the registry validates them). */
@@ -74,7 +85,7 @@ export const contractionOptionSpecs: OptionSpecs = {
     kind: 'int',
     default: 0,
     min: 0,
-    doc: 'positions per segment of the memory-bounded form: longer sequences run segment by segment, saving one state per segment and recomputing each segment in the backward pass; 0 = whole chunks up to batch·heads·positions·features ≤ 2²² (≥ the context: no recomputation)',
+    doc: 'positions per segment of the memory-bounded form: longer sequences run segment by segment, saving one state per segment and recomputing each segment in the backward pass; 0 = the whole sequence while batch·heads·length·(features + chunkSize) ≤ 2²², else whole chunks up to 2²⁰ such values (≥ the context length: never segmented)',
   },
 };
 
@@ -160,7 +171,7 @@ export function featureMapAttention(maps: FeatureMaps, q: tf.Tensor4D, k: tf.Ten
     const [qq, kk] = maps.prepare ? [maps.prepare(q), maps.prepare(k)] : [q, k];
     const norm = { delta: opts.delta, clampMin: opts.clampMin };
     const fns = segmentFunctions(maps, opts.chunkSize, norm, opts.keyMask);
-    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize);
+    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, l);
     if (l > segment) return (opts.causal ? causalRecomputed(fns, segment) : bidirectionalRecomputed(fns, segment))(qq, kk, v);
     if (opts.causal) return fns.causal(qq, kk, v, null, 0, false).out;
     const qs = sideOf(maps, qq, 0, 'query');
@@ -234,7 +245,7 @@ export function featureMapStep(
     const norm = { delta: opts.delta, clampMin: opts.clampMin };
     const fns = segmentFunctions(maps, opts.chunkSize, norm);
     const carry: Carry = { sums: state.tensors.sums as tf.Tensor4D, shift: state.tensors.keyShift as tf.Tensor4D | undefined };
-    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize);
+    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, q.shape[2]);
     const result = causalSegments(fns, [qq, kk, v], carry, position, segment, true);
     const kept: Record<string, tf.Tensor> = { out: result.out, sums: result.carry!.sums };
     if (result.carry!.shift) kept.keyShift = result.carry!.shift;

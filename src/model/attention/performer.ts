@@ -99,13 +99,14 @@ export class RedrawnProjection {
 export type FavorOptions = Omit<ContractionOptions, 'clampMin'> & { delta: number };
 
 /**
- * The FAVOR+ feature maps of inputs mapped to x̃ by `toTilde` (Performer: d^(−1/4)x; DARKFormer:
- * M d^(−1/4)x; absent: the inputs are x̃), with projection omega [H, r, m]: row-stabilised positive
- * random features.
+ * The FAVOR+ feature maps with projection omega [H, r, m]: row-stabilised positive random features of
+ * x̃, where x̃ = scale·x (Performer: scale = d^(−1/4); 1: the inputs are x̃) or, when `prepare` is
+ * given (DARKFormer: x̃ = M d^(−1/4)x, M trainable), x̃ = prepare(x).
  */
-export function favorFeatureMaps(toTilde: ((x: tf.Tensor4D) => tf.Tensor4D) | null, omega: tf.Tensor): FeatureMaps {
-  const side = (x: tf.Tensor4D) => positiveRandomFeatures(x, omega, { stabilizer: 'row' }) as { features: tf.Tensor4D; shift: tf.Tensor4D };
-  return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, ...(toTilde ? { prepare: toTilde } : {}), query: side, key: side };
+export function favorFeatureMaps(omega: tf.Tensor, scale: number, prepare?: (x: tf.Tensor4D) => tf.Tensor4D): FeatureMaps {
+  const side = (x: tf.Tensor4D) =>
+    positiveRandomFeatures(scale === 1 ? x : (tf.mul(x, scale) as tf.Tensor4D), omega, { stabilizer: 'row' }) as { features: tf.Tensor4D; shift: tf.Tensor4D };
+  return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, ...(prepare ? { prepare } : {}), query: side, key: side };
 }
 
 /**
@@ -118,7 +119,7 @@ export function favorAttention(
   omega: tf.Tensor,
   opts: FavorOptions,
 ): tf.Tensor4D {
-  return featureMapAttention(favorFeatureMaps(null, omega), qTilde, kTilde, v, opts);
+  return featureMapAttention(favorFeatureMaps(omega, 1), qTilde, kTilde, v, opts);
 }
 
 /** Performer and DARKFormer modules: the attention interface plus read-outs for diagnostics and tests. */
@@ -161,7 +162,7 @@ registerAttention('performer', {
       orthogonal: options.orthogonal as boolean,
     });
     const scale = headDim ** -0.25;
-    const maps = favorFeatureMaps((x) => tf.mul(x, scale), projection.variable);
+    const maps = favorFeatureMaps(projection.variable, scale);
     const methods = featureMapMethods('performer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
     return {
       name: 'performer',
