@@ -13,9 +13,8 @@
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { initBackend } from '../src/backend.ts';
-import { emitRow, runIsolated } from '../src/experiments/isolated.ts';
+import { benchmarkEntry, measureInChild, parseBenchmarkArgs, type MeasurementStatus } from '../src/experiments/isolated.ts';
 import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { matMulTransposeB, weightGradient } from '../src/model/ops.ts';
@@ -36,11 +35,9 @@ const USAGE = `npm run bench:attention -- [options]
 
 /** The command line as typed options (the only place that reads process.argv). */
 function parseOptions(argv: string[]) {
-  let parsed;
-  try {
-    parsed = parseArgs({
-    args: argv,
-    options: {
+  const { int, text, help, child } = parseBenchmarkArgs(
+    argv,
+    {
       backend: { type: 'string', default: 'wasm' },
       'max-length': { type: 'string', default: '16384' },
       lengths: { type: 'string' },
@@ -50,33 +47,22 @@ function parseOptions(argv: string[]) {
       embed: { type: 'string', default: '256' },
       heads: { type: 'string', default: '8' },
       out: { type: 'string', default: 'reports/bench-attention.json' },
-      child: { type: 'string' },
-      help: { type: 'boolean', default: false },
     },
-    });
-  } catch (err) {
-    console.error(`${(err as Error).message}\n\n${USAGE}`);
-    process.exit(2);
-  }
-  const values = parsed.values;
-  const int = (key: keyof typeof values) => {
-    const n = Number(values[key]);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--${key} must be an integer ≥ 1 (got ${values[key]})`);
-    return n;
-  };
-  const list = (text: string | undefined) => (text ? text.split(',').filter(Boolean) : undefined);
+    USAGE,
+  );
+  const list = (value: string | undefined) => value?.split(',').filter(Boolean);
   return {
-    help: values.help as boolean,
-    backend: values.backend as string,
+    help,
+    child,
+    backend: text('backend')!,
     maxLength: int('max-length'),
-    lengths: list(values.lengths as string | undefined)?.map(Number),
-    mechanisms: list(values.mechanisms as string | undefined),
+    lengths: list(text('lengths'))?.map(Number),
+    mechanisms: list(text('mechanisms')),
     repeats: int('repeats'),
     timeoutS: int('timeout-s'),
     embed: int('embed'),
     heads: int('heads'),
-    out: values.out as string,
-    child: values.child as string | undefined,
+    out: text('out')!,
   };
 }
 
@@ -92,7 +78,7 @@ interface Row {
   peakTensorMB: number | null;
   /** wasm only: the heap's size after the measurement (its high-water mark). */
   heapMB: number | null;
-  status: 'ok' | 'OOM' | 'timeout' | 'error';
+  status: MeasurementStatus;
   error?: string;
 }
 
@@ -203,14 +189,11 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
   };
 }
 
-/** Runs one measurement in a child process, classifying crashes and time-outs. */
-async function measureInChild(opts: Options, mechanism: string, length: number): Promise<Row> {
-  const empty = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakTensorMB: null, heapMB: null };
+/** One measurement in its own process (its arguments forwarded). */
+function measureIsolated(opts: Options, mechanism: string, length: number): Promise<Row> {
   const forwarded = ['--backend', opts.backend, '--repeats', String(opts.repeats), '--embed', String(opts.embed), '--heads', String(opts.heads)];
-  const result = await runIsolated<Row>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${mechanism}:${length}`], opts.timeoutS * 1000);
-  if (result.row) return result.row;
-  if (result.timedOut) return { ...empty, status: 'timeout', error: `over ${opts.timeoutS} s` };
-  return { ...empty, status: result.outOfMemory ? 'OOM' : 'error', error: result.message };
+  const empty = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakTensorMB: null, heapMB: null };
+  return measureInChild(new URL(import.meta.url).pathname, forwarded, [mechanism, length], opts.timeoutS, empty);
 }
 
 /** Growth exponent k of fwd+bwd time ∝ L^k between two rows. */
@@ -250,15 +233,7 @@ function scalingSummary(all: Row[], mechanisms: string[]) {
 
 async function main(): Promise<void> {
   const opts = parseOptions(process.argv.slice(2));
-  if (opts.help) {
-    console.log(USAGE);
-    return;
-  }
-  if (opts.child) {
-    const [mechanism, length] = opts.child.split(':');
-    emitRow(await measure(opts, mechanism, Number(length)));
-    process.exit(0);
-  }
+  if (!(await benchmarkEntry(opts, USAGE, (mechanism, length) => measure(opts, mechanism, length)))) return;
   const backend = await initBackend(opts.backend, { quiet: true });
   const lengths = opts.lengths ?? Array.from({ length: 20 }, (_, i) => 128 * 2 ** i).filter((l) => l <= opts.maxLength);
   const mechanisms = opts.mechanisms ?? attentionNames();
@@ -269,7 +244,7 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   for (const mechanism of mechanisms) {
     for (const length of lengths) {
-      const row = await measureInChild(opts, mechanism, length);
+      const row = await measureIsolated(opts, mechanism, length);
       rows.push(row);
       console.log(
         `${mechanism.padEnd(14)} ${String(length).padStart(7)} ${fmt(row.forwardMs, row.status).padStart(11)} ${fmt(row.trainMs, row.status).padStart(12)} ${fmt(row.tokensPerS, row.status, 0).padStart(10)} ${fmt(row.peakTensorMB, row.status).padStart(16)} ${fmt(row.heapMB, row.status === 'ok' ? '—' : row.status).padStart(9)}`,

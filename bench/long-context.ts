@@ -13,9 +13,8 @@
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { initBackend } from '../src/backend.ts';
-import { emitRow, runIsolated } from '../src/experiments/isolated.ts';
+import { benchmarkEntry, measureInChild, parseBenchmarkArgs, type MeasurementStatus } from '../src/experiments/isolated.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { IncrementalDecoder, sampleToken } from '../src/model/decode.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
@@ -35,44 +34,31 @@ const USAGE = `npm run bench -- long-context [options]
 
 /** The command line as typed options (the only place that reads process.argv). */
 function parseOptions(argv: string[]) {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      options: {
-        backend: { type: 'string', default: 'wasm' },
-        lengths: { type: 'string', default: '4096,16384,65536,131072' },
-        mechanisms: { type: 'string' },
-        generate: { type: 'string', default: '32' },
-        block: { type: 'string', default: '2048' },
-        'budget-mb': { type: 'string', default: '4096' },
-        'timeout-s': { type: 'string', default: '1800' },
-        out: { type: 'string', default: 'reports/bench-long-context.json' },
-        child: { type: 'string' },
-        help: { type: 'boolean', default: false },
-      },
-    });
-  } catch (err) {
-    console.error(`${(err as Error).message}\n\n${USAGE}`);
-    process.exit(2);
-  }
-  const values = parsed.values;
-  const int = (key: 'generate' | 'block' | 'budget-mb' | 'timeout-s') => {
-    const n = Number(values[key]);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--${key} must be an integer ≥ 1 (got ${values[key]})`);
-    return n;
-  };
+  const { int, text, help, child } = parseBenchmarkArgs(
+    argv,
+    {
+      backend: { type: 'string', default: 'wasm' },
+      lengths: { type: 'string', default: '4096,16384,65536,131072' },
+      mechanisms: { type: 'string' },
+      generate: { type: 'string', default: '32' },
+      block: { type: 'string', default: '2048' },
+      'budget-mb': { type: 'string', default: '4096' },
+      'timeout-s': { type: 'string', default: '1800' },
+      out: { type: 'string', default: 'reports/bench-long-context.json' },
+    },
+    USAGE,
+  );
   return {
-    help: values.help as boolean,
-    backend: values.backend as string,
-    lengths: (values.lengths as string).split(',').map(Number),
-    mechanisms: values.mechanisms ? (values.mechanisms as string).split(',') : attentionNames(),
+    help,
+    child,
+    backend: text('backend')!,
+    lengths: text('lengths')!.split(',').map(Number),
+    mechanisms: text('mechanisms')?.split(',') ?? attentionNames(),
     generate: int('generate'),
     block: int('block'),
     budgetMB: int('budget-mb'),
     timeoutS: int('timeout-s'),
-    out: values.out as string,
-    child: values.child as string | undefined,
+    out: text('out')!,
   };
 }
 
@@ -88,7 +74,7 @@ interface Row {
   stateMB: number | null;
   /** wasm: the heap's high-water mark; elsewhere the largest live tensor bytes seen between blocks. */
   peakMB: number | null;
-  status: 'ok' | 'over budget' | 'OOM' | 'timeout' | 'error';
+  status: MeasurementStatus | 'over budget';
   error?: string;
 }
 
@@ -140,26 +126,16 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
   };
 }
 
-async function measureInChild(opts: Options, mechanism: string, length: number): Promise<Row> {
-  const empty = { mechanism, length, prefillS: null, prefillTokensPerS: null, decodeMsPerToken: null, stateMB: null, peakMB: null };
+/** One measurement in its own process (its arguments forwarded). */
+function measureIsolated(opts: Options, mechanism: string, length: number): Promise<Row> {
   const forwarded = ['--backend', opts.backend, '--generate', String(opts.generate), '--block', String(opts.block), '--budget-mb', String(opts.budgetMB)];
-  const result = await runIsolated<Row>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${mechanism}:${length}`], opts.timeoutS * 1000);
-  if (result.row) return result.row;
-  if (result.timedOut) return { ...empty, status: 'timeout', error: `over ${opts.timeoutS} s` };
-  return { ...empty, status: result.outOfMemory ? 'OOM' : 'error', error: result.message };
+  const empty = { mechanism, length, prefillS: null, prefillTokensPerS: null, decodeMsPerToken: null, stateMB: null, peakMB: null };
+  return measureInChild(new URL(import.meta.url).pathname, forwarded, [mechanism, length], opts.timeoutS, empty);
 }
 
 async function main(): Promise<void> {
   const opts = parseOptions(process.argv.slice(2));
-  if (opts.help) {
-    console.log(USAGE);
-    return;
-  }
-  if (opts.child) {
-    const [mechanism, length] = opts.child.split(':');
-    emitRow(await measure(opts, mechanism, Number(length)));
-    process.exit(0);
-  }
+  if (!(await benchmarkEntry(opts, USAGE, (mechanism, length) => measure(opts, mechanism, length)))) return;
   const backend = await initBackend(opts.backend, { quiet: true });
   console.log(`backend ${backend}; GPT vocab ${VOCAB}, width 128, 4 layers × 4 heads; prompt in blocks of ${opts.block}, then ${opts.generate} tokens; budget ${opts.budgetMB} MB\n`);
   console.log('mechanism           L   prefill s   prefill tok/s   decode ms/token   state MB    peak MB   status');
@@ -167,7 +143,7 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   for (const mechanism of opts.mechanisms) {
     for (const length of opts.lengths) {
-      const row = await measureInChild(opts, mechanism, length);
+      const row = await measureIsolated(opts, mechanism, length);
       rows.push(row);
       console.log(
         `${mechanism.padEnd(14)} ${String(length).padStart(7)} ${fmt(row.prefillS).padStart(11)} ${fmt(row.prefillTokensPerS, 0).padStart(15)} ${fmt(row.decodeMsPerToken).padStart(17)} ${fmt(row.stateMB, 2).padStart(10)} ${fmt(row.peakMB, 0).padStart(10)}   ${row.status}`,

@@ -2,6 +2,7 @@
 // wasm heap unusable for every later op, so benchmarks that probe memory limits isolate each
 // measurement; the child prints its result as one "ROW <json>" line.
 import { spawn } from 'node:child_process';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 
 export interface IsolatedResult<T> {
   /** The child's row, or null when it died or timed out. */
@@ -39,4 +40,69 @@ export function runIsolated<T>(script: string, args: string[], timeoutMs = Infin
       });
     });
   });
+}
+
+/** How an isolated measurement ended. */
+export type MeasurementStatus = 'ok' | 'OOM' | 'timeout' | 'error';
+
+/**
+ * Runs `script --child <mechanism>:<length>` (after `args`) and returns its row; a crash or time-out
+ * becomes `empty` with the status and the reason.
+ */
+export async function measureInChild<T extends object>(
+  script: string,
+  args: string[],
+  [mechanism, length]: [string, number],
+  timeoutS: number,
+  empty: T,
+): Promise<T & { status: MeasurementStatus; error?: string }> {
+  const result = await runIsolated<T & { status: MeasurementStatus }>(script, [...args, '--child', `${mechanism}:${length}`], timeoutS * 1000);
+  if (result.row) return result.row;
+  if (result.timedOut) return { ...empty, status: 'timeout', error: `over ${timeoutS} s` };
+  return { ...empty, status: result.outOfMemory ? 'OOM' : 'error', error: result.message };
+}
+
+/**
+ * The start of a benchmark script that measures in child processes: prints `usage` for --help, or in
+ * a child (`--child <mechanism>:<length>`) emits measure's row and exits. Returns whether the caller
+ * should go on as the parent.
+ */
+export async function benchmarkEntry(
+  opts: { help: boolean; child?: string },
+  usage: string,
+  measure: (mechanism: string, length: number) => Promise<unknown>,
+): Promise<boolean> {
+  if (opts.help) {
+    console.log(usage);
+    return false;
+  }
+  if (!opts.child) return true;
+  const [mechanism, length] = opts.child.split(':');
+  emitRow(await measure(mechanism, Number(length)));
+  process.exit(0);
+}
+
+/**
+ * A benchmark script's command line by node:util parseArgs (with --child and --help added): an unknown
+ * or malformed option prints the message and `usage` and exits with status 2. `int(key)` reads an
+ * option that must be an integer ≥ 1.
+ */
+export function parseBenchmarkArgs<O extends NonNullable<ParseArgsConfig['options']>>(argv: string[], options: O, usage: string) {
+  const all = { ...options, child: { type: 'string' }, help: { type: 'boolean', default: false } } as const;
+  const fail = (message: string): never => {
+    console.error(`${message}\n\n${usage}`);
+    process.exit(2);
+  };
+  let values: Record<string, string | boolean | undefined> = {};
+  try {
+    values = parseArgs({ args: argv, options: all }).values as Record<string, string | boolean | undefined>;
+  } catch (err) {
+    fail((err as Error).message);
+  }
+  const int = (key: keyof O & string) => {
+    const n = Number(values[key]);
+    return Number.isInteger(n) && n >= 1 ? n : fail(`--${key} must be an integer ≥ 1 (got ${values[key]})`);
+  };
+  const text = (key: keyof O & string) => values[key] as string | undefined;
+  return { values, int, text, help: values.help as boolean, child: values.child as string | undefined };
 }
