@@ -27,6 +27,7 @@ const USAGE = `npm run bench:attention -- [options]
   --lengths <a,b,…>     these lengths instead of the series
   --mechanisms <a,b,…>  these mechanisms (default: all registered)
   --repeats <n>         timed runs per measurement, median reported (default 5)
+  --max-timed-s <s>     fewer repeats once a measurement's timed runs took this long (default 120; at least one)
   --timeout-s <s>       a measurement running longer is stopped and reported as a time-out (default 600)
   --embed <n>           embedding width (default 256)
   --heads <n>           heads (default 8)
@@ -43,6 +44,7 @@ function parseOptions(argv: string[]) {
       lengths: { type: 'string' },
       mechanisms: { type: 'string' },
       repeats: { type: 'string', default: '5' },
+      'max-timed-s': { type: 'string', default: '120' },
       'timeout-s': { type: 'string', default: '600' },
       embed: { type: 'string', default: '256' },
       heads: { type: 'string', default: '8' },
@@ -59,6 +61,7 @@ function parseOptions(argv: string[]) {
     lengths: list(text('lengths'))?.map(Number),
     mechanisms: list(text('mechanisms')),
     repeats: int('repeats'),
+    maxTimedS: int('max-timed-s'),
     timeoutS: int('timeout-s'),
     embed: int('embed'),
     heads: int('heads'),
@@ -171,10 +174,14 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
     tf.dispose(train()); // doubles as the warm-up
   });
   await time(forward);
-  const fwd: number[] = [];
-  const fb: number[] = [];
-  for (let r = 0; r < opts.repeats; r++) fwd.push(await time(forward));
-  for (let r = 0; r < opts.repeats; r++) fb.push(await time(train));
+  // Up to `repeats` timed runs of each, fewer once they have taken maxTimedS (long sequences).
+  const timed = async (fn: () => tf.Tensor | tf.Tensor[]) => {
+    const ms: number[] = [];
+    while (ms.length < opts.repeats && (ms.length === 0 || ms.reduce((a, b) => a + b) < opts.maxTimedS * 500)) ms.push(await time(fn));
+    return ms;
+  };
+  const fwd = await timed(forward);
+  const fb = await timed(train);
   const trainMs = median(fb);
   const heap = wasmHeapBytes();
   return {
@@ -191,7 +198,7 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
 
 /** One measurement in its own process (its arguments forwarded). */
 function measureIsolated(opts: Options, mechanism: string, length: number): Promise<Row> {
-  const forwarded = ['--backend', opts.backend, '--repeats', String(opts.repeats), '--embed', String(opts.embed), '--heads', String(opts.heads)];
+  const forwarded = ['--backend', opts.backend, '--repeats', String(opts.repeats), '--max-timed-s', String(opts.maxTimedS), '--embed', String(opts.embed), '--heads', String(opts.heads)];
   const empty = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakTensorMB: null, heapMB: null };
   return measureInChild(new URL(import.meta.url).pathname, forwarded, [mechanism, length], opts.timeoutS, empty);
 }
@@ -239,7 +246,7 @@ async function main(): Promise<void> {
   const mechanisms = opts.mechanisms ?? attentionNames();
   const fmt = (v: number | null, status: string, digits = 1) => (v === null ? status : v.toFixed(digits));
 
-  console.log(`backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats}\n`);
+  console.log(`backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats} (fewer past ${opts.maxTimedS} s of timed runs)\n`);
   console.log('mechanism           L      fwd ms   fwd+bwd ms   tokens/s  tensor peak MB   heap MB');
   const rows: Row[] = [];
   for (const mechanism of mechanisms) {
@@ -263,7 +270,7 @@ async function main(): Promise<void> {
   }
 
   fs.mkdirSync(path.dirname(opts.out), { recursive: true });
-  fs.writeFileSync(opts.out, JSON.stringify({ backend, embed: opts.embed, heads: opts.heads, batch: 1, causal: true, repeats: opts.repeats, rows, summary }, null, 2));
+  fs.writeFileSync(opts.out, JSON.stringify({ backend, embed: opts.embed, heads: opts.heads, batch: 1, causal: true, repeats: opts.repeats, maxTimedS: opts.maxTimedS, rows, summary }, null, 2));
   const base = opts.out.replace(/\.json$/, '');
   const points = (value: (r: Row) => number | null) =>
     rows.filter((r) => r.status === 'ok').map((r) => ({ series: r.mechanism, x: r.length, y: value(r)! }));
