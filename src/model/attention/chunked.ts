@@ -196,31 +196,47 @@ export function causalSegment(
   if (chunks > 1 || carry || wantCarry) {
     const keys = scales ? (tf.mul(k.features(), scales.keyScale) as tf.Tensor4D) : k.features();
     const f = keys.shape[3];
-    const perChunk = tf.reshape(batchMatMul(cut(keys), values, true, false), [bh, chunks, f * dv]);
-    // State entering chunk n: the carry plus Σ_{m<n} of the chunk states. tfjs's cumsum gradient works
-    // only on the last axis, so the chunk axis is moved last for the prefix sum.
-    let entering: tf.Tensor | null = null;
-    if (chunks > 1) {
-      entering = scales ? batchMatMul(scales.combine, perChunk) : tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
-    }
-    if (carry) {
-      const incoming = tf.reshape(carry.sums, [bh, 1, f * dv]);
-      const rescaled = scales ? tf.mul(incoming, scales.carryIn) : incoming;
-      entering = entering ? tf.add(entering, rescaled) : rescaled;
-    }
+    const perChunk = tf.reshape(batchMatMul(cut(keys), values, true, false), [bh, chunks, f * dv]) as tf.Tensor3D; // φ(K_m)ᵀ[V_m, 1]
+    const entering = statesEnteringChunks(perChunk, carry, scales);
     if (entering) {
       const read = batchMatMul(cut(q.features()), tf.reshape(entering, [bh * chunks, f, dv]));
       out = tf.add(out, scales ? tf.mul(read, scales.read) : read);
     }
-    if (wantCarry) {
-      let sums: tf.Tensor = scales ? batchMatMul(scales.total, perChunk) : tf.sum(perChunk, 1, true);
-      if (carry) sums = tf.add(sums, scales ? tf.mul(tf.reshape(carry.sums, [bh, 1, f * dv]), scales.carryOut) : tf.reshape(carry.sums, [bh, 1, f * dv]));
-      next = { sums: tf.reshape(sums, [b, h, f, dv]) as tf.Tensor4D, ...(scales ? { shift: scales.shiftOut } : {}) };
-    }
+    if (wantCarry) next = carryAfter(perChunk, carry, scales, [b, h, f, dv]);
   }
   const full = tf.reshape(out, [b, h, padded, dv]) as tf.Tensor4D;
   const raw = padded === s ? full : (tf.slice(full, [0, 0, 0, 0], [b, h, s, dv]) as tf.Tensor4D);
   return { out: normalize(raw, norm, scales?.delta), carry: next };
+}
+
+/**
+ * The state entering each chunk [BH, nC, F·(D+1)]: the carry plus Σ_{m<n} of the chunk states
+ * perChunk [BH, nC, F·(D+1)], rescaled for shifted keys; null when there is neither.
+ */
+function statesEnteringChunks(perChunk: tf.Tensor3D, carry: Carry | null, scales: CausalScales | null): tf.Tensor | null {
+  const [bh, chunks, width] = perChunk.shape;
+  let entering: tf.Tensor | null = null;
+  if (chunks > 1) {
+    // tfjs's cumsum gradient works only on the last axis, so the chunk axis is moved last.
+    entering = scales ? batchMatMul(scales.combine, perChunk) : tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
+  }
+  if (carry) {
+    const incoming = tf.reshape(carry.sums, [bh, 1, width]);
+    const rescaled = scales ? tf.mul(incoming, scales.carryIn) : incoming;
+    entering = entering ? tf.add(entering, rescaled) : rescaled;
+  }
+  return entering;
+}
+
+/** The carry after the segment, shaped [B, H, F, D+1]: the incoming carry plus every chunk state, on the outgoing scale. */
+function carryAfter(perChunk: tf.Tensor3D, carry: Carry | null, scales: CausalScales | null, shape: [number, number, number, number]): Carry {
+  const [bh, , width] = perChunk.shape;
+  let sums: tf.Tensor = scales ? batchMatMul(scales.total, perChunk) : tf.sum(perChunk, 1, true);
+  if (carry) {
+    const incoming = tf.reshape(carry.sums, [bh, 1, width]);
+    sums = tf.add(sums, scales ? tf.mul(incoming, scales.carryOut) : incoming);
+  }
+  return { sums: tf.reshape(sums, shape) as tf.Tensor4D, ...(scales ? { shift: scales.shiftOut } : {}) };
 }
 
 /** Bidirectional: the carry plus every key of the segment, Σ_j φ(k_j)[v_j, 1]ᵀ (shifted keys brought to their largest shift). */
