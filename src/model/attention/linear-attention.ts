@@ -162,7 +162,7 @@ function checkNormalization(maps: FeatureMaps, norm: Normalization): void {
 
 /**
  * The whole-sequence form: q, k, v [B, H, L, ·] → [B, H, L, D]. One segment under ordinary autodiff
- * when B·H·L·F fits the segment budget, else segments with the recomputing gradient.
+ * while segmentLength allows, else segments with the recomputing gradient.
  */
 export function featureMapAttention(maps: FeatureMaps, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, opts: ContractionOptions): tf.Tensor4D {
   checkNormalization(maps, opts);
