@@ -58,23 +58,24 @@ export interface ContractionOptions extends Normalization {
 /**
  * The default memory policy. Autodiff of the contraction keeps ~12–26 tensors of F + C values per
  * position and head (features and a row of chunk scores; measured on wasm: 34 KB per position and
- * head for SLAY's F = 256, 4.8 KB for ELU+1's F = 32, at C = 64). So a whole sequence runs as one
- * segment while B·H·L·(F + C) ≤ 2^22 (≤ ~0.6 GB; every training shape of the recipes on CPU), and
- * longer ones in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory: 384 positions of
- * SLAY at 8 heads), each recomputed in the backward pass.
+ * head for SLAY's F = 256, 4.8 KB for ELU+1's F = 32, at C = 64). On wasm (a 4 GB heap) and cpu a
+ * whole sequence runs as one segment while B·H·L·(F + C) ≤ 2^22 (≤ ~0.6 GB; every training shape of
+ * the CPU recipes); on other backends (a GPU's memory) while it is ≤ 2^26 (the GPT-2-small recipes
+ * at batch 8). Longer ones run in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory:
+ * 384 positions of SLAY at 8 heads), each recomputed in the backward pass.
  */
-export const WHOLE_SEQUENCE_VALUES = 2 ** 22;
 export const SEGMENT_VALUES = 2 ** 20;
+const wholeSequenceValues = () => (['wasm', 'cpu'].includes(tf.getBackend()) ? 2 ** 22 : 2 ** 26);
 
 /**
  * Positions per segment for a sequence of `length`: `given` if set (> 0), else the whole sequence
- * within WHOLE_SEQUENCE_VALUES, else as many whole chunks as keep B·H·S·(F + C) within
- * SEGMENT_VALUES (at least one chunk).
+ * within the backend's budget, else as many whole chunks as keep B·H·S·(F + C) within SEGMENT_VALUES
+ * (at least one chunk).
  */
 export function segmentLength(given: number | undefined, batch: number, heads: number, featureDim: number, chunkSize: number, length: number): number {
   if (given) return given;
   const perPosition = batch * heads * (featureDim + chunkSize);
-  if (length * perPosition <= WHOLE_SEQUENCE_VALUES) return length;
+  if (length * perPosition <= wholeSequenceValues()) return length;
   return chunkSize * Math.max(1, Math.floor(SEGMENT_VALUES / (perPosition * chunkSize)));
 }
 
@@ -85,7 +86,7 @@ export const contractionOptionSpecs: OptionSpecs = {
     kind: 'int',
     default: 0,
     min: 0,
-    doc: 'positions per segment of the memory-bounded form: longer sequences run segment by segment, saving one state per segment and recomputing each segment in the backward pass; 0 = the whole sequence while batch·heads·length·(features + chunkSize) ≤ 2²², else whole chunks up to 2²⁰ such values (≥ the context length: never segmented)',
+    doc: 'positions per segment of the memory-bounded form: longer sequences run segment by segment, saving one state per segment and recomputing each segment in the backward pass; 0 = the whole sequence while batch·heads·length·(features + chunkSize) ≤ 2²² (wasm, cpu; 2²⁶ on other backends), else whole chunks up to 2²⁰ such values (≥ the context length: never segmented)',
   },
 };
 
