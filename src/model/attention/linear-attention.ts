@@ -64,7 +64,7 @@ export interface ContractionOptions extends Normalization {
  * at batch 8). Longer ones run in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory:
  * 384 positions of SLAY at 8 heads), each recomputed in the backward pass.
  */
-export const SEGMENT_VALUES = 2 ** 20;
+const SEGMENT_VALUES = 2 ** 20;
 const wholeSequenceValues = () => (['wasm', 'cpu'].includes(tf.getBackend()) ? 2 ** 22 : 2 ** 26);
 
 /**
