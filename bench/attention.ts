@@ -7,9 +7,9 @@
 // unusable ("memory access out of bounds" on every later op), so one OOM must not poison the next
 // measurement; a fresh process also makes its memory high-water mark that of this measurement alone.
 // Timings are medians after a warm-up. Memory is reported two ways: the peak of live tensor bytes
-// during one forward + backward (tf.profile's peakBytes, any backend) and, on wasm, the heap's size
-// at the end (WebAssembly memory only grows, so this is the allocator's high-water mark, fragmentation
-// included — what must fit in the 4 GB wasm heap).
+// during one forward + backward (peakTensorBytes) and, on wasm, the heap's size at the end
+// (WebAssembly memory only grows, so this is the allocator's high-water mark, fragmentation included
+// — what must fit in the 4 GB wasm heap).
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -108,6 +108,55 @@ function wasmHeapBytes(): number | null {
 }
 
 /**
+ * The peak of live tensor bytes while `fn` runs. On wasm the allocator's own count (its malloc and
+ * free wrapped: every buffer once); elsewhere the engine's tensor bytes after every kernel (views of
+ * one buffer counted each). Not tf.profile: it keeps a record per kernel, and spreading ~10⁵ of them
+ * into Math.max fails at long lengths.
+ */
+function peakTensorBytes(fn: () => void): number {
+  const wasm = (tf.backend() as unknown as { wasm?: { _malloc(n: number): number; _free(p: number): void } }).wasm;
+  if (wasm) {
+    wasm._free(wasm._malloc(8)); // emscripten replaces these stubs with the raw exports on first call
+    const [malloc, free] = [wasm._malloc, wasm._free];
+    const sizes = new Map<number, number>();
+    let live = 0;
+    let peak = 0;
+    wasm._malloc = (n) => {
+      const pointer = malloc(n) >>> 0;
+      sizes.set(pointer, n);
+      live += n;
+      peak = Math.max(peak, live);
+      return pointer;
+    };
+    wasm._free = (pointer) => {
+      live -= sizes.get(pointer >>> 0) ?? 0;
+      sizes.delete(pointer >>> 0);
+      free(pointer);
+    };
+    try {
+      fn();
+    } finally {
+      [wasm._malloc, wasm._free] = [malloc, free];
+    }
+    return peak;
+  }
+  const engine = tf.engine();
+  const runKernel = engine.runKernel;
+  let peak = engine.state.numBytes;
+  engine.runKernel = ((...args: Parameters<typeof runKernel>) => {
+    const out = runKernel.apply(engine, args);
+    peak = Math.max(peak, engine.state.numBytes);
+    return out;
+  }) as typeof runKernel;
+  try {
+    fn();
+  } finally {
+    engine.runKernel = runKernel;
+  }
+  return peak;
+}
+
+/**
  * The layer's projections as ops that keep only their inputs for the backward pass, as a fused
  * kernel would: x [L, E]·W → heads [1, H, L, E/H], and back, heads → [L, E]·W. Written out because
  * tfjs's autodiff of the same matMul/reshape/transpose keeps every intermediate until the backward
@@ -170,9 +219,7 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
       const { value, grads } = tf.variableGrads(() => loss(layer()), params);
       return [value, ...Object.values(grads)];
     });
-  const profile = await tf.profile(() => {
-    tf.dispose(train()); // doubles as the warm-up
-  });
+  const peakBytes = peakTensorBytes(() => tf.dispose(train())); // doubles as the warm-up
   await time(forward);
   // Up to `repeats` timed runs of each, fewer once they have taken maxTimedS (long sequences).
   const timed = async (fn: () => tf.Tensor | tf.Tensor[]) => {
@@ -190,7 +237,7 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
     forwardMs: median(fwd),
     trainMs,
     tokensPerS: (length / trainMs) * 1000,
-    peakTensorMB: profile.peakBytes / MB,
+    peakTensorMB: peakBytes / MB,
     heapMB: heap === null ? null : heap / MB,
     status: 'ok',
   };
