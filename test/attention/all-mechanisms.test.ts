@@ -72,13 +72,9 @@ describe.each(MECHANISMS)('%s', (name) => {
   // The gradient of Σ w ⊙ attention with respect to q, k, v (and the mechanism's own parameters),
   // against float64 central differences of the mechanism's float64 reference (test/helpers/mechanisms.ts):
   // causal, and bidirectional with a key mask, in one segment and in segments (recomputing gradient).
-  it.each([
-    [true, false, 0],
-    [false, true, 0],
-    [true, false, 4],
-    [false, true, 4],
-  ])('gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)', (causal, masked, segmentLength) => {
-    if (segmentLength > 0 && QUADRATIC.has(name)) return; // no segments: quadratic attention
+  const gradientCases: Array<[boolean, boolean, number]> = [[true, false, 0], [false, true, 0]];
+  if (!QUADRATIC.has(name)) gradientCases.push([true, false, 4], [false, true, 4]);
+  it.each(gradientCases)('gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)', (causal, masked, segmentLength) => {
     const [b, l] = [2, 6];
     const attn = createAttention(name, { numHeads: H, headDim: D, causal, seed: 3, ...SMALL[name], ...(QUADRATIC.has(name) ? {} : { segmentLength }) });
     const rng = new Rng(13);
@@ -102,7 +98,9 @@ describe.each(MECHANISMS)('%s', (name) => {
       return result;
     });
     const numeric = centralDifferences(reference, [q, k, v], params.values, rng);
-    numeric.forEach(({ at, values }, i) => expect(relL2(at.map((j) => auto[i][j]), values), `${["q", "k", "v", ...params.names][i]}`).toBeLessThan(1e-5));
+    const names = ['q', 'k', 'v', ...params.names];
+    // Measured ≤ 3.3e-7 (float32 autodiff against float64); a 2% error in one gradient term gives ~1e-2.
+    numeric.forEach(({ at, values }, i) => expect(relL2(at.map((j) => auto[i][j]), values), names[i]).toBeLessThan(1e-5));
     attn.dispose();
   });
 });
