@@ -32,6 +32,7 @@ const USAGE = `npm run bench:attention -- [options]
   --embed <n>           embedding width (default 256)
   --heads <n>           heads (default 8)
   --out <file.json>     results (default reports/bench-attention.json); plots beside it (-time.svg, -memory.svg)
+  --merge <a.json,…>    no measurement: the table and plots of earlier runs' results (a mechanism's rows in a later file replace earlier ones)
   --help                this text`;
 
 /** The command line as typed options (the only place that reads process.argv). */
@@ -49,6 +50,7 @@ function parseOptions(argv: string[]) {
       embed: { type: 'string', default: '256' },
       heads: { type: 'string', default: '8' },
       out: { type: 'string', default: 'reports/bench-attention.json' },
+      merge: { type: 'string' },
     },
     USAGE,
   );
@@ -66,6 +68,7 @@ function parseOptions(argv: string[]) {
     embed: int('embed'),
     heads: int('heads'),
     out: text('out')!,
+    merge: list(text('merge')),
   };
 }
 
@@ -285,15 +288,10 @@ function scalingSummary(all: Row[], mechanisms: string[]) {
   });
 }
 
-async function main(): Promise<void> {
-  const opts = parseOptions(process.argv.slice(2));
-  if (!(await benchmarkEntry(opts, USAGE, (mechanism, length) => measure(opts, mechanism, length)))) return;
-  const backend = await initBackend(opts.backend, { quiet: true });
+/** Measures every (mechanism, length), printing each row as it comes; a mechanism stops at its first failure. */
+async function measureAll(opts: Options, mechanisms: string[]): Promise<Row[]> {
   const lengths = opts.lengths ?? Array.from({ length: 20 }, (_, i) => 128 * 2 ** i).filter((l) => l <= opts.maxLength);
-  const mechanisms = opts.mechanisms ?? attentionNames();
   const fmt = (v: number | null, status: string, digits = 1) => (v === null ? status : v.toFixed(digits));
-
-  console.log(`backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats} (fewer past ${opts.maxTimedS} s of timed runs)\n`);
   console.log('mechanism           L      fwd ms   fwd+bwd ms   tokens/s  tensor peak MB   heap MB');
   const rows: Row[] = [];
   for (const mechanism of mechanisms) {
@@ -306,8 +304,22 @@ async function main(): Promise<void> {
       if (row.status !== 'ok') break;
     }
   }
+  return rows;
+}
 
-  const summary = scalingSummary(rows, mechanisms);
+/** Rows of earlier runs' JSON files (and the first one's backend); a mechanism's rows in a later file replace those of earlier ones. */
+function mergedResults(files: string[]): { backend: string; rows: Row[] } {
+  const byMechanism = new Map<string, Row[]>();
+  let backend = '';
+  for (const file of files) {
+    const results = JSON.parse(fs.readFileSync(file, 'utf8')) as { backend: string; rows: Row[] };
+    backend ||= results.backend;
+    for (const mechanism of new Set(results.rows.map((r) => r.mechanism))) byMechanism.set(mechanism, results.rows.filter((r) => r.mechanism === mechanism));
+  }
+  return { backend, rows: [...byMechanism.values()].flat() };
+}
+
+function printSummary(summary: ReturnType<typeof scalingSummary>): void {
   console.log('\nmechanism       longest L   stopped by        k (last two L)   k (4096 → longest)   bytes/token at longest   faster than softmax from L');
   const k = (v: number | null) => (v === null ? '—' : v.toFixed(2));
   for (const s of summary) {
@@ -315,7 +327,10 @@ async function main(): Promise<void> {
       `${s.mechanism.padEnd(14)} ${String(s.longest ?? '—').padStart(10)}   ${s.stoppedBy.padEnd(16)}  ${k(s.exponentLastTwo).padStart(14)}   ${k(s.exponentFrom4096).padStart(18)}   ${(s.bytesPerToken === null ? '—' : Math.round(s.bytesPerToken).toLocaleString('en-US')).padStart(22)}   ${s.crossover ?? '—'}`,
     );
   }
+}
 
+/** The JSON results and the log-log plots of time and memory against L beside them. */
+async function writeResults(opts: Options, backend: string, rows: Row[], summary: ReturnType<typeof scalingSummary>): Promise<void> {
   fs.mkdirSync(path.dirname(opts.out), { recursive: true });
   fs.writeFileSync(opts.out, JSON.stringify({ backend, embed: opts.embed, heads: opts.heads, batch: 1, causal: true, repeats: opts.repeats, maxTimedS: opts.maxTimedS, rows, summary }, null, 2));
   const base = opts.out.replace(/\.json$/, '');
@@ -335,6 +350,23 @@ async function main(): Promise<void> {
     fs.writeFileSync(file, await lineChartSvg(points(value), { title, xTitle: 'sequence length L', yTitle, seriesTitle: 'attention', logX: true, logY: true }));
   }
   console.log(`\nwrote ${opts.out}, ${plots.map(([file]) => file).join(' and ')}`);
+}
+
+async function main(): Promise<void> {
+  const opts = parseOptions(process.argv.slice(2));
+  if (!(await benchmarkEntry(opts, USAGE, (mechanism, length) => measure(opts, mechanism, length)))) return;
+  let backend: string;
+  let rows: Row[];
+  if (opts.merge) {
+    ({ backend, rows } = mergedResults(opts.merge));
+  } else {
+    backend = await initBackend(opts.backend, { quiet: true });
+    console.log(`backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats} (fewer past ${opts.maxTimedS} s of timed runs)\n`);
+    rows = await measureAll(opts, opts.mechanisms ?? attentionNames());
+  }
+  const summary = scalingSummary(rows, [...new Set(rows.map((r) => r.mechanism))]);
+  printSummary(summary);
+  await writeResults(opts, backend, rows, summary);
 }
 
 await main();
