@@ -40,3 +40,35 @@ export function runIsolated<T>(script: string, args: string[], timeoutMs = Infin
     });
   });
 }
+
+/** How an isolated measurement ended. */
+export type MeasurementStatus = 'ok' | 'OOM' | 'timeout' | 'error';
+
+/**
+ * Runs `script --child <mechanism>:<length>` (after `args`) and returns its row; a crash or time-out
+ * becomes `empty` with the status and the reason.
+ */
+export async function measureInChild<T extends object>(
+  script: string,
+  args: string[],
+  [mechanism, length]: [string, number],
+  timeoutS: number,
+  empty: T,
+): Promise<T & { status: MeasurementStatus; error?: string }> {
+  const result = await runIsolated<T & { status: MeasurementStatus }>(script, [...args, '--child', `${mechanism}:${length}`], timeoutS * 1000);
+  if (result.row) return result.row;
+  if (result.timedOut) return { ...empty, status: 'timeout', error: `over ${timeoutS} s` };
+  return { ...empty, status: result.outOfMemory ? 'OOM' : 'error', error: result.message };
+}
+
+/**
+ * The start of a benchmark script that measures in child processes: in a child (`--child
+ * <mechanism>:<length>`) emits measure's row and exits. Returns whether the caller should go on as
+ * the parent.
+ */
+export async function benchmarkEntry(opts: { child?: string }, measure: (mechanism: string, length: number) => Promise<unknown>): Promise<boolean> {
+  if (!opts.child) return true;
+  const [mechanism, length] = opts.child.split(':');
+  emitRow(await measure(mechanism, Number(length)));
+  process.exit(0);
+}

@@ -1,7 +1,8 @@
-// Incremental decoding of a GPT: one token per step, each attention layer carrying its recurrent
-// state (linear mechanisms: the O(1) sums Σ φ(k)[v, 1]ᵀ; softmax and exact Yat: a key/value cache),
-// so a new token costs the same whatever the length for linear mechanisms — the prefix is never
-// re-run. Plus sampling (temperature, top-k, seeded) and a generate loop over token ids.
+// Incremental decoding of a GPT: a block of tokens (the prompt) or one token per step, each attention
+// layer carrying its recurrent state (linear mechanisms: the O(1) sums Σ φ(k)[v, 1]ᵀ; softmax and
+// exact Yat: a key/value cache), so a new token costs the same whatever the length for linear
+// mechanisms — the prefix is never re-run. Plus sampling (temperature, top-k, seeded) and a generate
+// loop over token ids.
 import * as tf from '@tensorflow/tfjs';
 import type { AttentionState } from './attention/types.ts';
 import type { LanguageModel } from './lm.ts';
@@ -33,15 +34,31 @@ export class IncrementalDecoder {
   /** Feeds one token per sequence; returns the next-token logits [batch, V] (the caller disposes them). */
   feed(tokens: ArrayLike<number>): tf.Tensor2D {
     if (tokens.length !== this.batch) throw new Error(`IncrementalDecoder.feed: expected ${this.batch} tokens (one per sequence), got ${tokens.length}`);
-    if (this.remaining <= 0) throw new Error(`IncrementalDecoder.feed: the model's maxSeqLen ${this.model.config.maxSeqLen} is reached`);
+    return this.feedBlock(Array.from(tokens, (id) => [id]));
+  }
+
+  /**
+   * Feeds the next n tokens of every sequence at once (rows[b], all of length n: a prompt, or a block
+   * of it) through the whole-sequence form of each layer, from its state; returns the next-token
+   * logits after the last of them [batch, V] (the caller disposes them).
+   */
+  feedBlock(rows: ArrayLike<number>[]): tf.Tensor2D {
+    const n = rows[0]?.length ?? 0;
+    if (rows.length !== this.batch || n < 1 || rows.some((row) => row.length !== n)) {
+      throw new Error(`IncrementalDecoder.feedBlock: expected ${this.batch} rows of the same length ≥ 1 (one per sequence)`);
+    }
+    if (this.remaining < n) {
+      throw new Error(this.remaining === 0 ? `IncrementalDecoder.feed: the model's maxSeqLen ${this.model.config.maxSeqLen} is reached` : `IncrementalDecoder.feedBlock: ${n} tokens do not fit: ${this.remaining} positions left before maxSeqLen ${this.model.config.maxSeqLen}`);
+    }
     const vocab = this.model.config.vocabSize;
-    for (const id of Array.from(tokens)) {
+    const ids = rows.flatMap((row) => Array.from(row));
+    for (const id of ids) {
       if (!(Number.isInteger(id) && id >= 0 && id < vocab)) throw new Error(`IncrementalDecoder.feed: token id ${id} is outside the vocabulary [0, ${vocab})`);
     }
     const position = this.consumed;
     const next: AttentionState[] = [];
     const logits = tf.tidy(() =>
-      this.model.stepLogits(tf.tensor2d(Array.from(tokens), [this.batch, 1], 'int32'), position, (layer, q, k, v) => {
+      this.model.stepLogits(tf.tensor2d(ids, [this.batch, n], 'int32'), position, (layer, q, k, v) => {
         const { out, state } = this.model.body.attention[layer].step(q, k, v, this.states[layer], position);
         for (const t of Object.values(state.tensors)) tf.keep(t); // the state outlives this tidy
         next[layer] = state;
@@ -50,7 +67,7 @@ export class IncrementalDecoder {
     );
     for (const state of this.states) tf.dispose(Object.values(state.tensors));
     this.states = next;
-    this.consumed++;
+    this.consumed += n;
     return logits;
   }
 
@@ -105,11 +122,17 @@ export interface GenerateOptions extends SamplingOptions {
   seed: number;
   /** Stop early after this token (e.g. end of text); it is included in the output. */
   stopToken?: number;
+  /** The prompt goes in blocks of this many tokens (each through the layers' whole-sequence form); default PREFILL_BLOCK. */
+  prefillBlock?: number;
 }
 
+/** Prompt tokens per block: long enough to run at the whole-sequence speed, short enough that one block's activations stay small. */
+export const PREFILL_BLOCK = 512;
+
 /**
- * Feeds the prompt one token at a time (each step O(1) for linear mechanisms), then samples up to
- * maxNewTokens more, stopping at model.maxSeqLen. Returns the new token ids and whether the length
+ * Feeds the prompt in blocks (prefill: each layer's whole-sequence form, from its state), then samples
+ * up to maxNewTokens more one token at a time (O(1) per token for linear mechanisms), stopping at
+ * model.maxSeqLen. Returns the new token ids and whether the length
  * limit cut generation short.
  */
 export function generateTokens(model: LanguageModel, prompt: ArrayLike<number>, opts: GenerateOptions): { tokens: number[]; truncated: boolean } {
@@ -123,9 +146,11 @@ export function generateTokens(model: LanguageModel, prompt: ArrayLike<number>, 
   const tokens: number[] = [];
   try {
     let logits: tf.Tensor2D | null = null;
-    for (const id of Array.from(prompt)) {
+    const ids = Array.from(prompt);
+    const block = opts.prefillBlock ?? PREFILL_BLOCK;
+    for (let start = 0; start < ids.length; start += block) {
       logits?.dispose();
-      logits = decoder.feed([id]);
+      logits = decoder.feedBlock([ids.slice(start, start + block)]);
     }
     while (tokens.length < opts.maxNewTokens) {
       const row = logits!.dataSync();

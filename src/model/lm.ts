@@ -191,12 +191,18 @@ export class LanguageModel {
   }
 
   /**
-   * GPT decoding: next-token logits [B, V] after token inputIds [B, 1] at `position`, each layer's
-   * attention given by `attend` (the mechanisms' step; see decode.ts).
+   * GPT decoding: next-token logits [B, V] after tokens inputIds [B, n] at positions position …
+   * position+n−1 (the head runs on the last one only), each layer's attention given by `attend` (the
+   * mechanisms' step; see decode.ts).
    */
   stepLogits(inputIds: tf.Tensor2D, position: number, attend: AttendFn): tf.Tensor2D {
     if (this.kind !== 'gpt') throw new Error(`incremental decoding needs a GPT (causal) model; this one is '${this.kind}'`);
-    return tf.tidy(() => this.headLogits(this.body.forwardAt(inputIds, position, attend)));
+    return tf.tidy(() => {
+      const [b, n] = inputIds.shape;
+      const hidden = this.body.forwardAt(inputIds, position, attend);
+      const last = n === 1 ? hidden : (tf.reshape(tf.slice(tf.reshape(hidden, [b, n, -1]), [0, n - 1, 0], [b, 1, -1]), [b, -1]) as tf.Tensor2D);
+      return this.headLogits(last);
+    });
   }
 
   /**

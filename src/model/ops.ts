@@ -119,16 +119,40 @@ export const clamp = (x: tf.Tensor, lo: number, hi: number): tf.Tensor =>
   })(x);
 
 /**
- * tf.max(x, axis, keepDims) with a zero gradient (tfjs has no stop_gradient op). The max runs inside
- * the customGrad's forward, off the tape: tf.max's own gradient (an x == max mask, broadcast) would
- * run even with a zero upstream gradient, and that broadcast Equal is slow on wasm — 70 ms for a
- * [8, 4, 256, 64] input, more than the whole Performer layer it stabilises.
+ * Runs `fn` off the autodiff tape: what it computes is a constant to any surrounding tf.grads (a
+ * stop-gradient; tfjs has no such op). Stabiliser maxima use it: tf.max's own gradient (a broadcast
+ * x == max mask) is slow on wasm — 70 ms for a [8, 4, 256, 64] input, more than the whole Performer
+ * layer it stabilises — and a zero-gradient customGrad would still cost a zeros tensor and the
+ * gradients of every op between it and the output. The engine records no tape inside a kernel
+ * (kernelDepth > 0), which is the state set here.
  */
-export function maxWithoutGradient(x: tf.Tensor, axis: number | number[]): tf.Tensor {
-  return tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-    const input = args[0] as tf.Tensor;
-    return { value: tf.max(input, axis, true), gradFunc: () => tf.zeros(input.shape) };
-  })(x);
+export function untaped<T>(fn: () => T): T {
+  const state = tf.engine().state;
+  state.kernelDepth++;
+  try {
+    return fn();
+  } finally {
+    state.kernelDepth--;
+  }
+}
+
+/**
+ * The gradients of the scalar f(...xs) with respect to each of xs (zeros where f does not depend on
+ * one), callable inside a customGrad's gradFunc, i.e. while an outer backward pass runs: the engine
+ * keeps one active tape, which an inner tf.grads would replace and, when done, clear, so it is put
+ * back afterwards. This is what lets a custom gradient recompute part of the forward pass and
+ * differentiate it (gradient checkpointing), which tfjs has no API for.
+ */
+export function vjp(f: (...xs: tf.Tensor[]) => tf.Scalar, xs: tf.Tensor[]): tf.Tensor[] {
+  const engine = tf.engine();
+  const outerTape = engine.state.activeTape;
+  try {
+    const { value, grads } = engine.gradients(() => f(...xs), xs, undefined, true);
+    value.dispose();
+    return grads.map((g, i) => g ?? tf.zerosLike(xs[i]));
+  } finally {
+    engine.state.activeTape = outerTape;
+  }
 }
 
 /**

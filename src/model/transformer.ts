@@ -372,14 +372,14 @@ export class Transformer {
   }
 
   /**
-   * One decoding position, no dropout: inputIds [B, 1] at `position`, with `attend(layer, q, k, v)`
-   * (q, k, v [B, H, 1, Dh]; normally the mechanism's step) as each layer's attention → hidden [B, d].
+   * Decoding positions position … position+n−1, no dropout: inputIds [B, n], with `attend(layer, q, k, v)`
+   * (q, k, v [B, H, n, Dh]; normally the mechanism's step) as each layer's attention → hidden [B·n, d].
    */
   forwardAt(inputIds: tf.Tensor2D, position: number, attend: AttendFn): tf.Tensor2D {
     const c = this.config;
-    if (inputIds.shape[1] !== 1) throw new Error(`forwardAt: inputIds must be [batch, 1] (got [${inputIds.shape.join(', ')}])`);
-    if (!(Number.isInteger(position) && position >= 0 && position < c.maxSeqLen)) {
-      throw new Error(`forwardAt: position ${position} is outside 0 … model.maxSeqLen − 1 = ${c.maxSeqLen - 1}`);
+    const n = inputIds.shape[1];
+    if (!(Number.isInteger(position) && position >= 0 && position + n <= c.maxSeqLen)) {
+      throw new Error(`forwardAt: positions ${position} … ${position + n - 1} are outside 0 … model.maxSeqLen − 1 = ${c.maxSeqLen - 1}`);
     }
     return this.run(inputIds, position, new DropoutSource(c.dropout, null), attend);
   }

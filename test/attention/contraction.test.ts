@@ -122,6 +122,31 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
     for (let i = 0; i < 3; i++) expect(relL2(gradsB[i].arraySync(), gradsA[i].arraySync())).toBeLessThan(1e-4);
     tf.dispose([...gradsA, ...gradsB, phiQ, phiK, v, weights, mask]);
   });
+  // Segments (the memory-bounded form): lengths that are not multiples of the segment, segments that
+  // are not multiples of the chunk; values against the float64 quadratic form, gradients against the
+  // one-segment form (ordinary autodiff).
+  for (const [causal, segmentLength] of [[true, 6], [true, 8], [false, 6]] as const) {
+    it(`segments of ${segmentLength} (chunk 4, L=21, ${causal ? 'causal' : 'bidirectional'}, key mask): the quadratic form, and the one-segment gradients`, () => {
+      const rng = new Rng(700 + segmentLength);
+      const l = 21;
+      const phiQ = positive(randomArray4(rng, [2, 2, l, 5]));
+      const phiK = positive(randomArray4(rng, [2, 2, l, 5]));
+      const v = randomArray4(rng, [2, 2, l, 3]);
+      const keyMask = [Array.from({ length: l }, (_, j) => (j % 7 === 3 ? 0 : 1)), Array.from({ length: l }, (_, j) => (j < 15 ? 1 : 0))];
+      const mask = tf.tensor2d(keyMask);
+      const opts = { causal, chunkSize: 4, delta: 1e-3, keyMask: mask };
+      const expected = kernelAttentionRef(phiQ, phiK, v, (a, b) => dot(a, b), { causal, keyMask, delta: 1e-3 });
+      const inputs = [phiQ, phiK, v].map(tensor4);
+      const run = (segment: number) => (x: tf.Tensor[]) => linearAttention(x[0] as tf.Tensor4D, x[1] as tf.Tensor4D, x[2] as tf.Tensor4D, { ...opts, segmentLength: segment });
+      expect(relL2(tf.tidy(() => toArray4(run(segmentLength)(inputs))), expected)).toBeLessThan(1e-5);
+      const weights = tensor4(randomArray4(rng, [2, 2, l, 3]));
+      const grad = (f: (x: tf.Tensor[]) => tf.Tensor) => tf.tidy(() => tf.grads((...x: tf.Tensor[]) => tf.sum(tf.mul(f(x), weights)))(inputs).map((g) => toArray4(g)));
+      const [segmented, whole] = [grad(run(segmentLength)), grad(run(l))];
+      for (let i = 0; i < 3; i++) expect(relL2(segmented[i], whole[i])).toBeLessThan(1e-5);
+      tf.dispose([...inputs, weights, mask]);
+    });
+  }
+
   // Product features φ = concat_r a ⊗ b_r (SLAY's form): the output must be the quadratic form of the
   // expanded features in float64 — where the whole sequence is one block (L=6, 9) and where the form
   // is chunked or goes through states (L=40, chunk 4), causal and bidirectional, with a key mask —

@@ -7,7 +7,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { cosformerAngles } from '../../src/model/attention/cosformer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { Rng } from '../../src/model/rng.ts';
-import { dot, qkvGradientErrors, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4 } from '../helpers/reference.ts';
+import { dot, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4 } from '../helpers/reference.ts';
 
 const relu = (row: number[]) => row.map((x) => Math.max(x, 0));
 const cosformerKernel = (m: number) => (qi: number[], kj: number[], i: number, j: number) =>
@@ -48,18 +48,5 @@ describe('cosformer', () => {
     x.dispose();
     module.dispose();
     expect(() => createAttention('cosformer', { numHeads: 1, headDim: 2, reweightLength: -1 })).toThrow(/'reweightLength' must be an integer ≥ 0/);
-  });
-
-  it('passes a numerical gradient check (q, k and v)', () => {
-    const module = createAttention('cosformer', { numHeads: 1, headDim: 3, causal: true, chunkSize: 2 });
-    const gradRng = new Rng(13);
-    const small: [number, number, number, number] = [1, 1, 5, 3];
-    // Entries pushed at least 0.05 away from 0, so the ±0.01 finite differences never straddle the ReLU kink.
-    const awayFromKink = (x: number) => x + 0.05 * Math.sign(x);
-    const [q, k] = [0, 1].map(() => tensor4(randomArray4(gradRng, small).map((b) => b.map((h) => h.map((row) => row.map(awayFromKink))))));
-    const [v, w] = [2, 3].map(() => tensor4(randomArray4(gradRng, small)));
-    for (const error of qkvGradientErrors((a, b, c) => module.apply(a, b, c), [q, k, v], w)) expect(error).toBeLessThan(1e-2);
-    tf.dispose([q, k, v, w]);
-    module.dispose();
   });
 });

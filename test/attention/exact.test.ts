@@ -5,7 +5,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { attentionNames, createAttention } from '../../src/model/attention/index.ts';
 import { Rng } from '../../src/model/rng.ts';
-import { dot, kernelAttentionRef, randomArray4, relL2, softmaxAttentionRef, tensor4, toArray4, unit } from '../helpers/reference.ts';
+import { dot, kernelAttentionRef, randomArray4, relL2, softmaxAttentionRef, tensor4, toArray4, unit, type Array4 } from '../helpers/reference.ts';
 
 beforeAll(async () => {
   await initBackend(testBackend());
@@ -31,6 +31,27 @@ describe('softmax', () => {
     const attn = createAttention('softmax', { numHeads: 2, headDim: 4, causal: false });
     const actual = tf.tidy(() => toArray4(attn.apply(tensor4(q), tensor4(k), tensor4(v), { keyMask: tf.tensor2d(keyMask) })));
     expect(relL2(actual, expected)).toBeLessThan(1e-5);
+  });
+
+  it('causal with a key mask: a row that sees only padded keys outputs 0 and never sees the future', () => {
+    const rng = new Rng(4);
+    const [b, h, l, d] = [2, 2, 9, 4];
+    const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [b, h, l, d]));
+    // Left padding: sequence 0's first three keys and sequence 1's first key are padding.
+    const keyMask = [[0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 1, 1, 1, 1]];
+    const attn = createAttention('softmax', { numHeads: h, headDim: d, causal: true });
+    const run = (keys: Array4, values: Array4) => tf.tidy(() => toArray4(attn.apply(tensor4(q), tensor4(keys), tensor4(values), { keyMask: tf.tensor2d(keyMask) })));
+    const actual = run(k, v);
+    // δ = 1e−300 turns a row with no visible real key into 0/δ = 0 and changes no other row.
+    const expected = kernelAttentionRef(q, k, v, (a, c) => Math.exp(dot(a, c) / 2), { causal: true, keyMask, delta: 1e-300 });
+    expect(relL2(actual, expected)).toBeLessThan(1e-5);
+    expect(actual[0].every((head) => head.slice(0, 3).every((row) => row.every((x) => x === 0)))).toBe(true);
+    // Real future keys and values changed: rows up to 5 keep their outputs (and rows 0–2 stay 0).
+    const future = (a: Array4, s: number) => a.map((bb) => bb.map((hh) => hh.map((row, i) => (i > 5 ? row.map((x) => x * s + 2) : row))));
+    const after = run(future(k, 7), future(v, -3));
+    const prefix = (a: Array4) => a.map((bb) => bb.map((hh) => hh.slice(0, 6)));
+    expect(relL2(prefix(after), prefix(actual))).toBeLessThan(1e-6);
+    attn.dispose();
   });
 });
 

@@ -7,7 +7,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { eluPlusOne } from '../../src/model/attention/linear-elu.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { Rng } from '../../src/model/rng.ts';
-import { dot, qkvGradientErrors, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
+import { dot, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
 
 const eluPlusOneRef = (row: number[]) => row.map((x) => (x > 0 ? x + 1 : Math.exp(x)));
 const kernel = (qi: number[], kj: number[]) => dot(eluPlusOneRef(qi), eluPlusOneRef(kj));
@@ -27,7 +27,7 @@ describe('linear-elu', () => {
     const shape: [number, number, number, number] = [2, 2, length, 5];
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, shape));
     const module = createAttention('linear-elu', { numHeads: 2, headDim: 5, causal, chunkSize });
-    expect(module.options).toEqual({ delta: 1e-6, chunkSize });
+    expect(module.options).toEqual({ delta: 1e-6, chunkSize, segmentLength: 0 });
     const actual = tf.tidy(() => toArray4(module.apply(tensor4(q), tensor4(k), tensor4(v))));
     expect(relL2(actual, kernelAttentionRef(q, k, v, kernel, { causal, delta: 1e-6 }))).toBeLessThan(1e-5);
     module.dispose();
@@ -72,15 +72,5 @@ describe('linear-elu', () => {
       module.dispose();
     }
     tf.dispose([phiQ, phiK, scores, causalDenominators]);
-  });
-
-  it('passes a numerical gradient check (q, k and v)', () => {
-    const module = createAttention('linear-elu', { numHeads: 1, headDim: 3, causal: true, chunkSize: 2 });
-    const gradRng = new Rng(12);
-    const small: [number, number, number, number] = [1, 1, 5, 3];
-    const [q, k, v, w] = [0, 1, 2, 3].map(() => tensor4(randomArray4(gradRng, small)));
-    for (const error of qkvGradientErrors((a, b, c) => module.apply(a, b, c), [q, k, v], w)) expect(error).toBeLessThan(1e-2);
-    tf.dispose([q, k, v, w]);
-    module.dispose();
   });
 });

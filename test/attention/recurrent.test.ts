@@ -30,14 +30,17 @@ it('the cases cover every registered mechanism', () => {
   expect(new Set(CASES.map(([, name]) => name))).toEqual(new Set(attentionNames()));
 });
 
-/** Runs step over all positions; returns the outputs [B, H, L, D] and each state's tensor shapes. */
-function stepThrough(attn: AttentionModule, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, onStep?: () => void) {
+/**
+ * Runs step over all positions, `blocks[i]` positions per call (default one at a time); returns the
+ * outputs [B, H, L, D] and each state's tensor shapes.
+ */
+function stepThrough(attn: AttentionModule, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, onStep?: () => void, blocks?: number[]) {
   const [b, h, l, d] = q.shape;
   let state: AttentionState = attn.initState(b, l);
   const outputs: tf.Tensor4D[] = [];
   const shapes: string[] = [];
-  for (let t = 0; t < l; t++) {
-    const at = (x: tf.Tensor4D) => tf.slice(x, [0, 0, t, 0], [b, h, 1, d]);
+  for (const [t, n] of (blocks ?? Array.from({ length: l }, () => 1)).map((n, i, all) => [all.slice(0, i).reduce((a, x) => a + x, 0), n])) {
+    const at = (x: tf.Tensor4D) => tf.slice(x, [0, 0, t, 0], [b, h, n, d]);
     const [qt, kt, vt] = [at(q), at(k), at(v)];
     const { out, state: next } = attn.step(qt, kt, vt, state, t);
     tf.dispose([qt, kt, vt, ...Object.values(state.tensors)]);
@@ -71,10 +74,10 @@ function worstPositionError(stepped: Array4, full: Array4): number[] {
   });
 }
 
-function compare(attn: AttentionModule, q: Array4, k: Array4, v: Array4) {
+function compare(attn: AttentionModule, q: Array4, k: Array4, v: Array4, blocks?: number[]) {
   const [tq, tk, tv] = [tensor4(q), tensor4(k), tensor4(v)];
   const full = tf.tidy(() => attn.apply(tq, tk, tv).arraySync() as Array4);
-  const stepped = stepThrough(attn, tq, tk, tv);
+  const stepped = stepThrough(attn, tq, tk, tv, undefined, blocks);
   tf.dispose([tq, tk, tv]);
   return { errors: worstPositionError(stepped.outputs, full), shapes: stepped.shapes, full };
 }
@@ -93,6 +96,18 @@ describe.each(CASES)('%s', (label, name, options) => {
     expect(full.flat(3).some((x) => Math.abs(x) > 1e-2)).toBe(true);
     for (const e of errors) expect(e).toBeLessThan(1e-5);
     attn.dispose();
+  });
+
+  it('blocks of positions at once (a prompt, then single tokens), from any state, equal the causal apply', () => {
+    // Linear mechanisms also with segments of 2 positions, so that a block runs in segments from the state.
+    for (const segmentLength of QUADRATIC.has(name) ? [undefined] : [undefined, 2]) {
+      const attn = createAttention(name, { numHeads: H, headDim: D, causal: true, seed: 5, ...options, segmentLength });
+      const rng = new Rng(25);
+      const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [B, H, L, D]));
+      const { errors } = compare(attn, q, k, v, [5, 1, 3]);
+      for (const e of errors) expect(e).toBeLessThan(1e-5);
+      attn.dispose();
+    }
   });
 
   it('linear mechanisms keep a state whose size does not depend on the position; caches grow by one', () => {

@@ -28,7 +28,8 @@ export const unit = (a: number[]) => {
 };
 
 /**
- * Kernel-normalised attention Y_i = Σ_j κ(q_i,k_j) v_j / (Σ_j κ(q_i,k_j) + δ), j ≤ i if causal.
+ * Kernel-normalised attention Y_i = Σ_j κ(q_i,k_j) v_j / (Σ_j κ(q_i,k_j) + δ), j ≤ i if causal (or
+ * the denominator clamped from below at clampMin instead of adding δ).
  * With normalize: 'softmax' the weights are exp-normalised instead (κ is then the logit).
  */
 export function kernelAttentionRef(
@@ -36,7 +37,7 @@ export function kernelAttentionRef(
   k: Array4,
   v: Array4,
   kernel: (qi: number[], kj: number[], i: number, j: number) => number,
-  { causal, delta = 0, keyMask }: { causal: boolean; delta?: number; keyMask?: number[][] },
+  { causal, delta = 0, keyMask, clampMin }: { causal: boolean; delta?: number; keyMask?: number[][]; clampMin?: number },
 ): Array4 {
   return q.map((qb, b) =>
     qb.map((qh, h) =>
@@ -51,7 +52,7 @@ export function kernelAttentionRef(
           den += w;
           for (let c = 0; c < d; c++) num[c] += w * v[b][h][j][c];
         }
-        return num.map((x) => x / (den + delta));
+        return num.map((x) => x / (clampMin === undefined ? den + delta : Math.max(den, clampMin)));
       }),
     ),
   );
@@ -134,19 +135,35 @@ export function gradientCheck(
   return worst;
 }
 
+/** Positive random features in float64, m^(−1/2)·exp(ω_jᵀx − ‖x‖²/2), for one head's projection omega [d][m]. */
+export function prfRef(x: number[], omega: number[][]): number[] {
+  const m = omega[0].length;
+  const half = dot(x, x) / 2;
+  return Array.from({ length: m }, (_, j) => Math.exp(x.reduce((s, c, i) => s + c * omega[i][j], 0) - half) / Math.sqrt(m));
+}
+
 /**
- * Worst central-difference error of Σ w ⊙ attention(q, k, v) with respect to each of q, k and v
- * (returned in that order), for a module with the attention interface's apply.
+ * Performer / DARKFormer attention in float64, un-stabilised: kernel-normalised attention over the
+ * positive random features of x̃ = M·d^(−1/4)x (M = I for Performer), with the module's projection
+ * omega [H][r][m] and covariance factor M [H][r][d].
  */
-export function qkvGradientErrors(
-  apply: (q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D) => tf.Tensor4D,
-  [q, k, v]: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D],
-  weights: tf.Tensor,
-  options: Parameters<typeof gradientCheck>[2] = {},
-): [number, number, number] {
-  const loss = (args: tf.Tensor4D[]) => tf.sum(tf.mul(apply(args[0], args[1], args[2]), weights)) as tf.Scalar;
-  const inputs = [q, k, v];
-  return inputs.map((input, which) =>
-    gradientCheck((x) => loss(inputs.map((t, i) => (i === which ? (x as tf.Tensor4D) : t))), input, options),
-  ) as [number, number, number];
+export function favorAttentionRef(
+  q: Array4,
+  k: Array4,
+  v: Array4,
+  omega: number[][][],
+  { causal, delta, keyMask, covarianceFactor }: { causal: boolean; delta: number; keyMask?: number[][]; covarianceFactor?: number[][][] },
+): Array4 {
+  const tilde = (x: number[], head: number) => {
+    const scaled = x.map((c) => c * x.length ** -0.25);
+    return covarianceFactor ? covarianceFactor[head].map((row) => dot(row, scaled)) : scaled;
+  };
+  return q.map((qb, b) =>
+    qb.map((_, head) => {
+      const one = (a: Array4) => [[a[b][head]]];
+      const mask = keyMask && [keyMask[b]];
+      const kernel = (qi: number[], kj: number[]) => dot(prfRef(tilde(qi, head), omega[head]), prfRef(tilde(kj, head), omega[head]));
+      return kernelAttentionRef(one(q), one(k), one(v), kernel, { causal, delta, keyMask: mask })[0][0];
+    }),
+  );
 }

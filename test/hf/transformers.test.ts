@@ -57,7 +57,9 @@ describe.skipIf(!python)(`transformers from_pretrained on exported folders (need
     // The fixture BERT with every weight moved (as a finetune would), saved as a run and exported.
     const imported = await loadModel(`hf:${BERT_DIR}`);
     perturb(imported.model, 3);
-    const bertRun = await saveFinalModel(path.join(dir, 'bert'), imported.model, imported.recipe, imported.metadata);
+    // A finetune's recipe names its dataset (an imported folder's is empty, which a saved recipe may not be).
+    const finetuned = { ...imported.recipe, data: { ...imported.recipe.data, dataset: path.join(dir, 'finetune-data') } };
+    const bertRun = await saveFinalModel(path.join(dir, 'bert'), imported.model, finetuned, imported.metadata);
     imported.model.dispose();
     const bert = await exportHf(bertRun, { out: path.join(dir, 'bert-hf') });
 

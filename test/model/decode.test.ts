@@ -84,6 +84,26 @@ describe.each(MODELS)('GPT with %s', (_, attention, options) => {
     expect(tokens).toEqual(greedyByFullForward(model, prompt, 6));
     model.dispose();
   });
+
+  it('a prompt fed in blocks (prefill) gives the logits of the full forward, then decoding goes on from there', () => {
+    const model = tinyGpt(attention, options);
+    const rng = new Rng(6);
+    const rows = [randomIds(rng, MAX_LEN), randomIds(rng, MAX_LEN)];
+    const full = tf.tidy(() => model.logits(tf.tensor2d(rows, [2, MAX_LEN], 'int32')).arraySync());
+    const decoder = new IncrementalDecoder(model, 2);
+    const after = (t: number) => [full[0][t], full[1][t]];
+    for (const [start, end] of [[0, 7], [7, 8], [8, 12]]) {
+      const logits = decoder.feedBlock(rows.map((row) => row.slice(start, end)));
+      expect(relL2(logits.arraySync(), after(end - 1)), `after ${end} tokens`).toBeLessThan(1e-5);
+      logits.dispose();
+    }
+    expect(() => decoder.feedBlock([[1], [2]])).toThrow(/maxSeqLen 12 is reached/);
+    decoder.dispose();
+    const prompt = randomIds(new Rng(7), 7);
+    const greedy = { temperature: 0, topK: 0, maxNewTokens: 4, seed: 1 };
+    expect(generateTokens(model, prompt, { ...greedy, prefillBlock: 3 }).tokens).toEqual(generateTokens(model, prompt, { ...greedy, prefillBlock: 1 }).tokens);
+    model.dispose();
+  });
 });
 
 describe('sampling', () => {

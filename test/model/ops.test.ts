@@ -3,7 +3,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { batchMatMul, clamp, maxWithoutGradient, rowOuterProduct } from '../../src/model/ops.ts';
+import { batchMatMul, clamp, rowOuterProduct, untaped, vjp } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
@@ -141,16 +141,37 @@ describe('wasm fast paths', () => {
     }
     tf.dispose([a, b, w, da, db]);
   });
-  it('maxWithoutGradient: tf.max with keepDims in value, zero gradient, over one axis or several', () => {
+  it('untaped: values as computed, no gradient flows through them', () => {
     const rng = new Rng(8);
     const x = random(rng, [2, 3, 4, 5]);
     for (const axis of [-1, [2, 3]]) {
-      expect(maxWithoutGradient(x, axis).arraySync()).toEqual(tf.max(x, axis, true).arraySync());
+      expect(untaped(() => tf.max(x, axis, true)).arraySync()).toEqual(tf.max(x, axis, true).arraySync());
       // d/dx Σ (x − max) = 1 everywhere when the max carries no gradient.
-      const [g] = tf.grads((t: tf.Tensor) => tf.sum(tf.sub(t, maxWithoutGradient(t, axis))))([x]);
+      const [g] = tf.grads((t: tf.Tensor) => tf.sum(tf.sub(t, untaped(() => tf.max(t, axis, true)))))([x]);
       expect(new Set(g.dataSync())).toEqual(new Set([1]));
     }
     x.dispose();
+  });
+  it('vjp: gradients inside a custom gradient (recomputation) equal plain autodiff, leave the outer tape intact, leak nothing', () => {
+    const inner = (t: tf.Tensor) => tf.sum(tf.exp(tf.sin(t)), -1, true);
+    const recomputed = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+      const [t, save] = args as [tf.Tensor, tf.GradSaveFunc];
+      save([t]);
+      return { value: inner(t), gradFunc: (dy: tf.Tensor, [saved]: tf.Tensor[]) => vjp((s) => tf.sum(tf.mul(inner(s), dy)) as tf.Scalar, [saved]) };
+    });
+    const x = tf.variable(random(new Rng(9), [3, 5]));
+    const w = random(new Rng(10), [3, 1]);
+    const gradient = (f: (t: tf.Tensor) => tf.Tensor) =>
+      tf.tidy(() => tf.variableGrads(() => tf.sum(tf.mul(f(tf.mul(x, 2)), w)) as tf.Scalar).grads[x.name].dataSync().slice());
+    const expected = gradient(inner);
+    gradient(recomputed);
+    const before = tf.memory().numTensors;
+    expect([...gradient(recomputed)]).toEqual([...expected]);
+    expect(tf.memory().numTensors).toBe(before);
+    // A variable f does not depend on gets zeros.
+    const [none] = vjp(() => tf.scalar(1), [w]);
+    expect(new Set(none.dataSync())).toEqual(new Set([0]));
+    tf.dispose([x, w, none]);
   });
   it('clamp: tf.clipByValue in value and in gradient (boundaries inclusive), asymmetric bounds too', () => {
     for (const [lo, hi] of [[-1, 1], [-46, 69]]) {

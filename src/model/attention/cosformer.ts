@@ -16,7 +16,7 @@
 // reproduce the official M = L forward of that sequence, it reproduces the forward with M = maxSeqLen.
 import * as tf from '@tensorflow/tfjs';
 import { ConstantCache } from '../ops.ts';
-import { featureMapMethods, type FeatureMaps } from './linear-attention.ts';
+import { contractionOptions, contractionOptionSpecs, featureMapMethods, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -35,7 +35,7 @@ registerAttention('cosformer', {
       doc: 'M in cos(π/2·(i−j)/M) with 1-based positions; 0 = the current sequence length (official); set the context length for generation',
     },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator' },
-    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+    ...contractionOptionSpecs,
   },
   create(config, options): AttentionModule {
     const fixedLength = options.reweightLength as number;
@@ -65,7 +65,7 @@ registerAttention('cosformer', {
       options,
       trainableVariables: [],
       buffers: [],
-      ...featureMapMethods('cosformer', config, maps, { chunkSize: options.chunkSize as number, delta: options.delta as number }),
+      ...featureMapMethods('cosformer', config, maps, { ...contractionOptions(options), delta: options.delta as number }),
       dispose: () => constants.dispose(),
     };
   },

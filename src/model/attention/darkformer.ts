@@ -16,7 +16,7 @@
 //   initializeFromData with calibration queries and keys (a resumed run restores M instead).
 import * as tf from '@tensorflow/tfjs';
 import { inverseSqrtSymmetric } from '../features/linalg.ts';
-import { namedVariable, projectPerHead } from '../ops.ts';
+import { batchMatMul, namedVariable, projectPerHead } from '../ops.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import {
   checkAttentionShapes,
@@ -27,7 +27,7 @@ import {
   type FavorOptions,
   type RandomFeatureModule,
 } from './performer.ts';
-import { featureMapMethods } from './linear-attention.ts';
+import { contractionOptions, featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule } from './types.ts';
 
@@ -79,11 +79,8 @@ registerAttention('darkformer', {
       const identityRows = tf.slice(tf.eye(headDim), [0, 0], [rank, headDim]);
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
-    const maps = favorFeatureMaps((x) => dataAlignedInputs(x, covarianceFactor), projection.variable);
-    const methods = featureMapMethods('darkformer', config, () => maps, {
-      chunkSize: options.chunkSize as number,
-      delta: options.delta as number,
-    });
+    const maps = favorFeatureMaps(projection.variable, 1, (x) => dataAlignedInputs(x, covarianceFactor));
+    const methods = featureMapMethods('darkformer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
 
     return {
       name: 'darkformer',
@@ -141,11 +138,29 @@ registerAttention('darkformer', {
   },
 });
 
-/** x̃ = M(d^(−1/4)x) per head: x [B, H, L, d], M [H, r, d] → [B, H, L, r]. */
-function dataAlignedInputs(x: tf.Tensor4D, covarianceFactor: tf.Tensor): tf.Tensor4D {
-  const d = x.shape[3];
-  return projectPerHead(tf.mul(x, d ** -0.25), tf.transpose(covarianceFactor, [0, 2, 1]));
-}
+/**
+ * x̃ = M(d^(−1/4)x) per head: x [B, H, L, d], M [H, r, d] → [B, H, L, r]. The gradient is written out,
+ * (∂x, ∂M) = (s·∂x̃·M, s·Σ_{b,l} ∂x̃ᵀx) with s = d^(−1/4), so that only x and M are kept for it: autodiff
+ * of the per-head product keeps its transposes and reshapes, ~8 KB per position at 8 heads of 32 —
+ * for long sequences more than the attention itself.
+ */
+const dataAlignedInputs = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, m, save] = args as [tf.Tensor4D, tf.Tensor3D, tf.GradSaveFunc];
+  const scale = x.shape[3] ** -0.25;
+  save([x, m]);
+  return {
+    value: tf.mul(projectPerHead(x, tf.transpose(m, [0, 2, 1])), scale),
+    gradFunc: (dy: tf.Tensor, [sx, sm]: tf.Tensor[]) =>
+      tf.tidy(() => {
+        const [b, h, l, d] = sx.shape;
+        const r = sm.shape[1]!;
+        const byHead = (t: tf.Tensor, width: number) => tf.reshape(tf.transpose(t, [1, 0, 2, 3]), [h, b * l, width]);
+        const dx = tf.mul(projectPerHead(dy as tf.Tensor4D, sm), scale);
+        const dm = tf.mul(batchMatMul(byHead(dy, r), byHead(sx, d), true, false), scale);
+        return [dx, dm];
+      }),
+  };
+}) as (x: tf.Tensor4D, covarianceFactor: tf.Tensor) => tf.Tensor4D;
 
 /**
  * DARKFormer attention as a function of its parameters (the module's apply; separate so that

@@ -1,18 +1,20 @@
-// The key/value cache of the quadratic mechanisms (softmax, exact spherical Yat) for decoding one
-// position at a time: the state holds every key and value so far, [B, H, t, D] each, and a step
-// appends one position and attends over all of them (no mask needed: the cache holds only the past).
+// The key/value cache of the quadratic mechanisms (softmax, exact spherical Yat) for decoding: the
+// state holds every key and value so far, [B, H, t, D] each, and a step appends n positions and
+// attends over all of them (one position needs no mask: the cache holds only the past; n > 1 are
+// masked causally among themselves).
 import * as tf from '@tensorflow/tfjs';
 import { checkPosition, checkStepShapes, requireCausal } from './linear-attention.ts';
 import type { AttentionConfig, AttentionModule, AttentionState } from './types.ts';
 
 /**
- * initState and step from `attend(q, keys, values)` (q [B, H, 1, D] against keys/values [B, H, t, D]);
- * `prepareKey` maps a key once before it is cached (exact Yat caches unit keys).
+ * initState and step from `attend(q, keys, values, visible)` (q [B, H, n, D] against keys/values
+ * [B, H, t, D]; visible [n, t] 1/0, absent when every key is visible); `prepareKey` maps a key once
+ * before it is cached (exact Yat caches unit keys).
  */
 export function kvCacheMethods(
   name: string,
   config: AttentionConfig,
-  attend: (q: tf.Tensor4D, keys: tf.Tensor4D, values: tf.Tensor4D) => tf.Tensor4D,
+  attend: (q: tf.Tensor4D, keys: tf.Tensor4D, values: tf.Tensor4D, visible?: tf.Tensor2D) => tf.Tensor4D,
   prepareKey: (k: tf.Tensor4D) => tf.Tensor4D = (k) => k,
 ): Pick<AttentionModule, 'initState' | 'step'> {
   return {
@@ -27,9 +29,17 @@ export function kvCacheMethods(
       const { out, keys, values } = tf.tidy(() => {
         const keys = tf.concat([state.tensors.keys, prepareKey(k)], 2) as tf.Tensor4D;
         const values = tf.concat([state.tensors.values, v], 2) as tf.Tensor4D;
-        return { out: attend(q, keys, values), keys, values };
+        const n = q.shape[2];
+        return { out: attend(q, keys, values, n === 1 ? undefined : visibleFrom(position, n)), keys, values };
       });
-      return { out, state: { maxLength: state.maxLength, length: position + 1, tensors: { keys, values } } };
+      return { out, state: { maxLength: state.maxLength, length: position + q.shape[2], tensors: { keys, values } } };
     },
   };
+}
+
+/** [n, t+n] 1 where key j is visible from query i at position t+i (j ≤ t + i). */
+function visibleFrom(t: number, n: number): tf.Tensor2D {
+  const values = new Float32Array(n * (t + n));
+  for (let i = 0; i < n; i++) values.fill(1, i * (t + n), i * (t + n) + t + i + 1);
+  return tf.tensor2d(values, [n, t + n]);
 }

@@ -1,220 +1,159 @@
-// The linear-attention contraction, written once for every kernel (feature-map) mechanism.
+// Linear attention for every kernel (feature-map) mechanism. A mechanism describes its features once
+// (FeatureMaps); apply, initState and step all run from that description through one contraction
+// (chunked.ts):
 //
 //   Y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + δ)       j over all keys, or j ≤ i if causal
 //
-// The denominator rides along as an extra value column of ones, so numerator and denominator come
-// out of the same products. The causal form is chunkwise-parallel (as flash-linear-attention's
-// naive chunk form): inside a chunk of C positions a masked C×C product, across chunks the
-// per-chunk states φ(K_c)ᵀV_c combined by an exclusive prefix sum over the chunk axis. Memory is
-// O(B·H·(L/C)·F·D) for the states plus O(B·H·L·C) for the score blocks, never the B·H·L·F·D of a
-// cumulative sum of per-position outer products. All chunks are processed at once, so there is no
-// JavaScript loop over the sequence in the graph.
-//
-// The recurrent form (decoding, one position at a time) keeps only S = Σ_{j≤t} φ(k_j)[v_j, 1]ᵀ,
-// [B, H, F, D+1], and reads out φ(q_t)ᵀS: O(1) state and work per token. Mechanisms describe
-// themselves once as FeatureMaps; featureMapAttention (whole sequence) and featureMapStep (one
-// position) both run from that description, so the two forms share all feature code.
+// apply runs the whole sequence as one segment under ordinary autodiff when its features fit a
+// memory budget, and in segments with a recomputing gradient beyond it (segmented.ts), so a layer's
+// memory grows linearly in L with a small constant. step decodes one or more positions from the
+// recurrent state S = Σ_{j<t} φ(k_j)[v_j, 1]ᵀ, [B, H, F, D+1] — O(1) state and work per token — which
+// is exactly the carry between segments.
 import * as tf from '@tensorflow/tfjs';
-import { batchMatMul, causalMask01, ConstantCache, flattenHeads, maxWithoutGradient, safeDivide } from '../ops.ts';
-import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState } from './types.ts';
+import { untaped } from '../ops.ts';
+import { accumulateKeys, bidirectionalBlock, causalSegment, EMPTY_SHIFT, readQueries, type Carry, type Normalization, type ProductFactors, type Side } from './chunked.ts';
+import { bidirectionalRecomputed, causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';
+import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState, OptionSpecs } from './types.ts';
 
-export interface ContractionOptions {
-  causal: boolean;
-  /** Chunk length of the causal form. */
-  chunkSize: number;
-  /** Added to the denominator: a number, or a tensor broadcastable to [B, H, L, 1]. */
-  delta?: number | tf.Tensor;
-  /** Instead of adding δ, clamp the denominator from below (for signed features, e.g. SchoenbAt's 1.0). */
-  clampMin?: number;
-  /** [B, L] 1/0: padded keys contribute nothing. */
-  keyMask?: tf.Tensor2D;
-}
-
-const masks = new ConstantCache();
+export type { Normalization, ProductFactors } from './chunked.ts';
 
 /**
- * Features given as a tensor product: φ(u) = concat_r (a(u) ⊗ b_r(u)), with a [B, H, L, Fa] and
- * b = concat_r b_r [B, H, L, Fb]. Then φ(q)ᵀφ(k) = (a(q)ᵀa(k))·(b(q)ᵀb(k)), so a block of scores
- * costs Fa + Fb multiply-adds per pair instead of F = Fa·Fb (SLAY: 8 + 32 against 256).
- */
-export interface ProductFactors {
-  a: tf.Tensor4D;
-  b: tf.Tensor4D;
-}
-
-/** What the contraction needs from queries and keys, whether given as features or as factors. */
-interface Sides {
-  /** Unmasked score blocks [N, C, C] from `chunked`, which cuts [B, H, L, ·] into [N, C, ·]. */
-  scores(chunked: (x: tf.Tensor4D) => tf.Tensor3D): tf.Tensor3D;
-  /** Explicit query and key features (the causal form asks only when there is more than one chunk). */
-  features(): { q: tf.Tensor4D; k: tf.Tensor4D };
-}
-
-/**
- * `wholeSequence`: score the sequence as one block, (masked) scores × [V, 1], instead of going
- * through states — for the causal form the same as chunkSize = L.
- */
-function contract(sides: Sides, v: tf.Tensor4D, opts: ContractionOptions, wholeSequence = false): tf.Tensor4D {
-  const [b, h, l, d] = v.shape;
-  const valuesAndOnes = tf.concat([v, tf.ones([b, h, l, 1])], 3) as tf.Tensor4D;
-  let out: tf.Tensor4D;
-  if (opts.causal) out = causalContraction(sides, valuesAndOnes, wholeSequence ? l : opts.chunkSize);
-  else if (wholeSequence) out = tf.reshape(batchMatMul(sides.scores(flattenHeads), flattenHeads(valuesAndOnes)), [b, h, l, d + 1]);
-  else out = bidirectionalContraction(sides.features(), valuesAndOnes);
-  const numerator = tf.slice(out, [0, 0, 0, 0], [b, h, l, d]);
-  const denominator = tf.slice(out, [0, 0, 0, d], [b, h, l, 1]);
-  return safeDivide(numerator, normalizeDenominator(denominator, opts)) as tf.Tensor4D;
-}
-
-const maskKeys = <T extends tf.Tensor4D>(keys: T, keyMask: tf.Tensor2D | undefined): T => {
-  if (!keyMask) return keys;
-  const [b, , l] = keys.shape;
-  return tf.mul(keys, tf.reshape(keyMask, [b, 1, l, 1])) as T;
-};
-
-/**
- * phiQ, phiK: [B, H, L, F] features; v: [B, H, L, D]. Returns [B, H, L, D].
- */
-export function linearAttention(
-  phiQ: tf.Tensor4D,
-  phiK: tf.Tensor4D,
-  v: tf.Tensor4D,
-  opts: ContractionOptions,
-): tf.Tensor4D {
-  return tf.tidy(() => {
-    const keys = maskKeys(phiK, opts.keyMask);
-    const sides: Sides = {
-      scores: (chunked) => batchMatMul(chunked(phiQ), chunked(keys), false, true),
-      features: () => ({ q: phiQ, k: keys }),
-    };
-    return contract(sides, v, opts);
-  });
-}
-
-/**
- * linearAttention for product features (ProductFactors); `features` builds the explicit ones. The
- * causal form scores its diagonal blocks from the factors and builds explicit features only for the
- * chunk states. When scoring the whole sequence as one block costs fewer multiply-adds per position
- * than the chunked (or, bidirectional, the state) form, L·(Fa + Fb + D + 1) ≤ C·(Fa + Fb + D + 1) +
- * F·(2D + 4) with C = 0 when bidirectional (states, their read-out, and building both sides'
- * features), it does that and never builds them. Same values either way (up to float rounding); only
- * the cost differs.
- */
-export function productLinearAttention(
-  q: ProductFactors,
-  k: ProductFactors,
-  v: tf.Tensor4D,
-  features: (f: ProductFactors) => tf.Tensor4D,
-  opts: ContractionOptions,
-): tf.Tensor4D {
-  return tf.tidy(() => {
-    const keys = { a: maskKeys(k.a, opts.keyMask), b: k.b };
-    const sides: Sides = {
-      scores: (chunked) => tf.mul(batchMatMul(chunked(q.a), chunked(keys.a), false, true), batchMatMul(chunked(q.b), chunked(keys.b), false, true)) as tf.Tensor3D,
-      features: () => ({ q: features(q), k: features(keys) }),
-    };
-    const l = v.shape[2];
-    const factorDim = q.a.shape[3] + q.b.shape[3] + v.shape[3] + 1;
-    const featureDim = q.a.shape[3] * q.b.shape[3];
-    const blockPerPosition = opts.causal ? Math.min(opts.chunkSize, l) * factorDim : 0; // no blocks without a mask
-    return contract(sides, v, opts, l * factorDim <= blockPerPosition + featureDim * (2 * v.shape[3] + 4));
-  });
-}
-
-export function normalizeDenominator(denominator: tf.Tensor, opts: Pick<ContractionOptions, 'delta' | 'clampMin'>): tf.Tensor {
-  if (opts.clampMin !== undefined) return tf.maximum(denominator, opts.clampMin);
-  return tf.add(denominator, opts.delta ?? 0);
-}
-
-/** Σ_j φ(k_j)[v_j, 1] once, then every query reads it: [B, H, L, D+1]. */
-function bidirectionalContraction({ q: phiQ, k: phiK }: { q: tf.Tensor4D; k: tf.Tensor4D }, values: tf.Tensor4D): tf.Tensor4D {
-  const [b, h, l, dv] = values.shape;
-  const state = batchMatMul(flattenHeads(phiK), flattenHeads(values), true, false); // [BH, F, D+1]
-  return tf.reshape(batchMatMul(flattenHeads(phiQ), state), [b, h, l, dv]);
-}
-
-function causalContraction(sides: Sides, values: tf.Tensor4D, chunkSize: number): tf.Tensor4D {
-  const [b, h, l, dv] = values.shape;
-  const c = Math.min(chunkSize, l);
-  const chunks = Math.ceil(l / c);
-  const padded = chunks * c;
-  const bh = b * h;
-  // Zero-padding at the end is harmless: padded keys come after every real query.
-  const chunked = (x: tf.Tensor4D) =>
-    tf.reshape(padded === l ? x : tf.pad(x, [[0, 0], [0, 0], [0, padded - l], [0, 0]]), [bh * chunks, c, x.shape[3]]) as tf.Tensor3D;
-  const vv = chunked(values);
-
-  const mask = masks.get(`causal${c}`, () => causalMask01(c));
-  const scores = tf.mul(sides.scores(chunked), mask); // [BH·nC, C, C]
-  let out = batchMatMul(scores, vv); // intra-chunk part
-
-  if (chunks > 1) {
-    // State entering chunk n: Σ_{m<n} φ(K_m)ᵀ[V_m, 1]. tfjs's cumsum gradient works only on the
-    // last axis, so the chunk axis is moved last for the prefix sum.
-    const { q: phiQ, k: phiK } = sides.features();
-    const f = phiQ.shape[3];
-    const perChunk = tf.reshape(batchMatMul(chunked(phiK), vv, true, false), [bh, chunks, f * dv]);
-    const prefix = tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
-    out = tf.add(out, batchMatMul(chunked(phiQ), tf.reshape(prefix, [bh * chunks, f, dv])));
-  }
-  const full = tf.reshape(out, [b, h, padded, dv]) as tf.Tensor4D;
-  return padded === l ? full : (tf.slice(full, [0, 0, 0, 0], [b, h, l, dv]) as tf.Tensor4D);
-}
-
-/**
- * One side's features. `shift` [B, H, L, 1] (stabilised positive random features): a log-scale
- * removed per row, the true features being features·e^shift; absent = none.
+ * One side's features. `shift` [B, H, L, 1] (row-stabilised positive random features): a log-scale
+ * removed per row, the true features being features·e^shift; computed off the tape (untaped).
  */
 export interface ScaledFeatures {
   features: tf.Tensor4D;
-  shift?: tf.Tensor;
+  shift?: tf.Tensor4D;
 }
 
 /** A kernel mechanism's feature maps, for sequences of a given total length (cosFormer's M). */
 export interface FeatureMaps {
   /** F, the feature dimension. */
   featureDim: number;
-  /** Whether key features come with a `shift` (then the contraction rescales them, see below). */
+  /** Whether key (and query) features come with a `shift`. */
   shiftedKeys: boolean;
+  /**
+   * A per-position map of q and k with trainable parameters (DARKFormer's M), run before everything
+   * else under ordinary autodiff. query, key and factors must not read trainable variables: the
+   * memory-bounded form recomputes them under its own gradient, which reaches only q, k and v.
+   */
+  prepare?(x: tf.Tensor4D): tf.Tensor4D;
   /** x [B, H, L, d] holding positions start … start+L−1 (0-based) → features [B, H, L, F]. */
   query(q: tf.Tensor4D, start: number): ScaledFeatures;
   key(k: tf.Tensor4D, start: number): ScaledFeatures;
-  /**
-   * Optional: the same (unshifted) features as ProductFactors, and how to expand them; the
-   * whole-sequence form then uses productLinearAttention. query/key must equal features(factors(x)).
-   */
+  /** Optional: the same (unshifted) features as ProductFactors, and how to expand them. */
   factors?: { of(x: tf.Tensor4D): ProductFactors; features(f: ProductFactors): tf.Tensor4D };
 }
 
-export interface Normalization {
-  /** δ on the un-stabilised scale (see scaledDelta). */
-  delta?: number;
-  clampMin?: number;
+export interface ContractionOptions extends Normalization {
+  causal: boolean;
+  /** Chunk length of the causal form. */
+  chunkSize: number;
+  /** [B, L] 1/0: padded keys contribute nothing (and do not take part in the key stabiliser). */
+  keyMask?: tf.Tensor2D;
+  /** Positions per segment of the memory-bounded form; 0 or absent: see segmentLength. */
+  segmentLength?: number;
 }
 
 /**
- * Bounds on the exponent of the rescaled δ. The lower one (e^−46 ≈ 1e−20) keeps the denominator
- * well inside float32 when every feature product of a row underflows — the output is then ≈ 0 and
- * its gradient finite (safeDivide) — and only binds when c_q + c_k > 46 + ln δ, rows whose
- * stabilised denominator is itself ≲ 1e−20. The upper one (e^69) only bites where the true
- * denominator is < 1e−30·δ, i.e. where the output is already 0 to float precision.
+ * The default memory policy. Autodiff of the contraction keeps ~12–26 tensors of F + C values per
+ * position and head (features and a row of chunk scores; measured on wasm: 34 KB per position and
+ * head for SLAY's F = 256, 4.8 KB for ELU+1's F = 32, at C = 64). On wasm (a 4 GB heap) and cpu a
+ * whole sequence runs as one segment while B·H·L·(F + C) ≤ 2^22 (≤ ~0.6 GB; every training shape of
+ * the CPU recipes); on other backends (a GPU's memory) while it is ≤ 2^26 (the GPT-2-small recipes
+ * at batch 8). Longer ones run in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory:
+ * 384 positions of SLAY at 8 heads), each recomputed in the backward pass.
  */
-const LOG_DELTA_MIN = -46;
-const LOG_DELTA_MAX = 69;
+const SEGMENT_VALUES = 2 ** 20;
+const wholeSequenceValues = () => (['wasm', 'cpu'].includes(tf.getBackend()) ? 2 ** 22 : 2 ** 26);
 
 /**
- * Shifted features carry e^(−c_q) (queries) and e^(−c_k) (keys); both cancel in the ratio except
- * through δ, so δ is handed over on the un-stabilised scale, δ·e^(−c_q−c_k): the ratio is then
- * exactly the un-stabilised one and does not depend on how c_k was chosen (a maximum over all
- * positions in the whole-sequence form, a running maximum in the recurrent one).
+ * Positions per segment for a sequence of `length`: `given` if set (> 0), else the whole sequence
+ * within the backend's budget, else as many whole chunks as keep B·H·S·(F + C) within SEGMENT_VALUES
+ * (at least one chunk).
  */
-function scaledDelta(delta: number, queryShift: tf.Tensor | undefined, keyShift: tf.Tensor | undefined): number | tf.Tensor {
-  if (!queryShift && !keyShift) return delta;
-  const logDelta = delta > 0 ? Math.log(delta) : -Infinity;
-  let exponent: tf.Tensor = tf.scalar(logDelta);
-  if (queryShift) exponent = tf.sub(exponent, queryShift);
-  if (keyShift) exponent = tf.sub(exponent, keyShift);
-  return tf.exp(tf.clipByValue(exponent, LOG_DELTA_MIN, LOG_DELTA_MAX));
+export function segmentLength(given: number | undefined, batch: number, heads: number, featureDim: number, chunkSize: number, length: number): number {
+  if (given) return given;
+  const perPosition = batch * heads * (featureDim + chunkSize);
+  if (length * perPosition <= wholeSequenceValues()) return length;
+  return chunkSize * Math.max(1, Math.floor(SEGMENT_VALUES / (perPosition * chunkSize)));
+}
+
+/** The options of the contraction every kernel mechanism takes (the registry validates them). */
+export const contractionOptionSpecs: OptionSpecs = {
+  chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  segmentLength: {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    doc: 'positions per segment of the memory-bounded form: longer sequences run segment by segment, saving one state per segment and recomputing each segment in the backward pass; 0 = the whole sequence while batch·heads·length·(features + chunkSize) ≤ 2²² (wasm, cpu; 2²⁶ on other backends), else whole chunks up to 2²⁰ such values (≥ the context length: never segmented)',
+  },
+};
+
+/** chunkSize and segmentLength from resolved options. */
+export const contractionOptions = (options: Record<string, unknown>) => ({
+  chunkSize: options.chunkSize as number,
+  segmentLength: options.segmentLength as number,
+});
+
+/** Keys' rows scaled by the mask [B, L] (padded keys contribute nothing). */
+const maskRows = <T extends tf.Tensor4D>(x: T, keyMask: tf.Tensor2D | undefined): T => {
+  if (!keyMask) return x;
+  const [b, , l] = x.shape;
+  return tf.mul(x, tf.reshape(keyMask, [b, 1, l, 1])) as T;
+};
+
+/** A Side whose explicit features are built once, on first use. */
+function lazySide(build: () => tf.Tensor4D, rest: Omit<Side, 'features'> = {}): Side {
+  let built: tf.Tensor4D | null = null;
+  return { ...rest, features: () => (built ??= build()) };
+}
+
+/** Queries, or keys (with their mask), as the contraction consumes them. */
+function sideOf(maps: FeatureMaps, x: tf.Tensor4D, start: number, role: 'query' | 'key', keyMask?: tf.Tensor2D): Side {
+  const mask = role === 'key' ? keyMask : undefined;
+  if (maps.factors) {
+    const { of, features } = maps.factors;
+    const raw = of(x);
+    const factors = mask ? { a: maskRows(raw.a, mask), b: raw.b } : raw;
+    return lazySide(() => features(factors), { factors });
+  }
+  const { features, shift } = role === 'key' ? maps.key(x, start) : maps.query(x, start);
+  if (!mask) return { features: () => features, shift };
+  // Padded keys get the empty shift: they do not set the scale of the keys a query sees.
+  const maskedShift = shift && (untaped(() => tf.add(shift, tf.mul(tf.sub(1, tf.reshape(mask, [x.shape[0], 1, x.shape[2], 1])), EMPTY_SHIFT))) as tf.Tensor4D);
+  return lazySide(() => maskRows(features, mask), { shift: maskedShift });
+}
+
+/**
+ * Product factors score a block in Fa + Fb + D + 1 multiply-adds per pair; when one block over all
+ * L positions costs no more per position than the chunked form (or, bidirectional, the sums: both
+ * sides' features, the states and their read-out, F·(2D + 4)), it is used and no feature is built.
+ */
+function blockIsCheaper(q: Side, l: number, d: number, chunkSize: number | null): boolean {
+  if (!q.factors) return false;
+  const fa = q.factors.a.shape[3];
+  const fb = q.factors.b.shape[3];
+  const factorDim = fa + fb + d + 1;
+  const chunked = chunkSize === null ? 0 : Math.min(chunkSize, l) * factorDim;
+  return l * factorDim <= chunked + fa * fb * (2 * d + 4);
+}
+
+/** The contraction of one segment, from the maps (positions are relative to the sequence the key mask covers). */
+function segmentFunctions(maps: FeatureMaps, chunkSize: number, norm: Normalization, keyMask?: tf.Tensor2D): SegmentFunctions {
+  const maskAt = (start: number, length: number) =>
+    keyMask && (length === keyMask.shape[1] ? keyMask : (tf.slice(keyMask, [0, start], [keyMask.shape[0], length]) as tf.Tensor2D));
+  const query = (q: tf.Tensor4D, start: number) => sideOf(maps, q, start, 'query');
+  const key = (k: tf.Tensor4D, start: number) => sideOf(maps, k, start, 'key', maskAt(start, k.shape[2]));
+  return {
+    causal(q, k, v, carry, start, wantCarry) {
+      const qs = query(q, start);
+      const whole = !carry && !wantCarry && blockIsCheaper(qs, q.shape[2], v.shape[3], chunkSize);
+      return causalSegment(qs, key(k, start), v, carry, whole ? q.shape[2] : chunkSize, norm, wantCarry);
+    },
+    accumulate: (k, v, carry, start) => accumulateKeys(key(k, start), v, carry),
+    read: (q, carry, start) => readQueries(query(q, start), carry, norm),
+  };
 }
 
 function checkNormalization(maps: FeatureMaps, norm: Normalization): void {
@@ -223,54 +162,72 @@ function checkNormalization(maps: FeatureMaps, norm: Normalization): void {
 }
 
 /**
- * The whole-sequence form. Shifted keys are brought to one scale per (batch, head): c_k = the
- * maximum shift over positions, so every key feature is ≤ its row's unshifted maximum and nothing
- * overflows. (Padded keys take part in that maximum; the result does not depend on it.)
+ * The whole-sequence form: q, k, v [B, H, L, ·] → [B, H, L, D]. One segment under ordinary autodiff
+ * while segmentLength allows, else segments with the recomputing gradient.
  */
-export function featureMapAttention(
-  maps: FeatureMaps,
-  q: tf.Tensor4D,
-  k: tf.Tensor4D,
-  v: tf.Tensor4D,
-  opts: Omit<ContractionOptions, 'delta'> & Normalization,
-): tf.Tensor4D {
+export function featureMapAttention(maps: FeatureMaps, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, opts: ContractionOptions): tf.Tensor4D {
   checkNormalization(maps, opts);
   return tf.tidy(() => {
-    if (maps.factors) {
-      const { of, features } = maps.factors;
-      return productLinearAttention(of(q), of(k), v, features, { ...opts, delta: opts.delta ?? 0 });
-    }
-    const query = maps.query(q, 0);
-    const key = maps.key(k, 0);
-    let keys = key.features;
-    let keyShift: tf.Tensor | undefined;
-    if (key.shift) {
-      keyShift = maxWithoutGradient(key.shift, 2); // [B, H, 1, 1]; the shifts carry no gradient anyway
-      keys = tf.mul(keys, tf.exp(tf.sub(key.shift, keyShift)));
-    }
-    const delta = opts.clampMin !== undefined ? undefined : scaledDelta(opts.delta ?? 0, query.shift, keyShift);
-    return linearAttention(query.features, keys, v, { ...opts, delta });
+    const [b, h, l, d] = v.shape;
+    const [qq, kk] = maps.prepare ? [maps.prepare(q), maps.prepare(k)] : [q, k];
+    const norm = { delta: opts.delta, clampMin: opts.clampMin };
+    const fns = segmentFunctions(maps, opts.chunkSize, norm, opts.keyMask);
+    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, l);
+    if (l > segment) return (opts.causal ? causalRecomputed(fns, segment) : bidirectionalRecomputed(fns, segment))(qq, kk, v);
+    if (opts.causal) return fns.causal(qq, kk, v, null, 0, false).out;
+    const qs = sideOf(maps, qq, 0, 'query');
+    const ks = sideOf(maps, kk, 0, 'key', opts.keyMask);
+    return blockIsCheaper(qs, l, d, null) ? bidirectionalBlock(qs, ks, v, norm) : readQueries(qs, accumulateKeys(ks, v, null), norm);
+  });
+}
+
+/** Maps of features given as they are (the contraction alone). */
+const givenFeatures = (featureDim: number): FeatureMaps => {
+  const side = (x: tf.Tensor4D) => ({ features: x });
+  return { featureDim, shiftedKeys: false, query: side, key: side };
+};
+
+/** The contraction of given features phiQ, phiK [B, H, L, F] with v [B, H, L, D]. */
+export function linearAttention(phiQ: tf.Tensor4D, phiK: tf.Tensor4D, v: tf.Tensor4D, opts: ContractionOptions): tf.Tensor4D {
+  return featureMapAttention(givenFeatures(phiQ.shape[3]), phiQ, phiK, v, opts);
+}
+
+/** The contraction of given product factors; `features` expands them (concat_r a ⊗ b_r). */
+export function productLinearAttention(
+  q: ProductFactors,
+  k: ProductFactors,
+  v: tf.Tensor4D,
+  features: (f: ProductFactors) => tf.Tensor4D,
+  opts: ContractionOptions,
+): tf.Tensor4D {
+  return tf.tidy(() => {
+    const fa = q.a.shape[3];
+    const fb = q.b.shape[3];
+    // The maps take one input per side: the two factors side by side.
+    const split = (x: tf.Tensor4D) => {
+      const [a, b] = tf.split(x, [fa, fb], 3) as tf.Tensor4D[];
+      return { a, b };
+    };
+    const maps: FeatureMaps = { ...givenFeatures(fa * fb), factors: { of: split, features } };
+    const joined = (f: ProductFactors) => tf.concat([f.a, f.b], 3) as tf.Tensor4D;
+    return featureMapAttention(maps, joined(q), joined(k), v, opts);
   });
 }
 
 /**
  * State before position 0: sums [B, H, F, D+1] = 0 and, for shifted keys, keyShift [B, H, 1, 1] =
- * −∞ (the running maximum of the key shifts seen so far).
+ * EMPTY_SHIFT (the running maximum of the key shifts seen so far).
  */
 export function initFeatureMapState(maps: FeatureMaps, batch: number, heads: number, headDim: number, maxLength: number): AttentionState {
   const tensors: Record<string, tf.Tensor> = { sums: tf.zeros([batch, heads, maps.featureDim, headDim + 1]) };
-  if (maps.shiftedKeys) tensors.keyShift = tf.fill([batch, heads, 1, 1], -Infinity);
+  if (maps.shiftedKeys) tensors.keyShift = tf.fill([batch, heads, 1, 1], EMPTY_SHIFT);
   return { maxLength, length: 0, tensors };
 }
 
 /**
- * The recurrent form at one position t: S_t = S_{t−1} + φ(k_t)[v_t, 1]ᵀ, out = φ(q_t)ᵀS_t normalised
- * as the contraction (δ or clampMin). Shifted keys: S is kept on the scale e^(−c_t), c_t = max of
- * the key shifts up to t; when c grows, S is rescaled by e^(c_{t−1} − c_t) ≤ 1, and φ(k_t) enters as
- * features·e^(shift_t − c_t) ≤ features. Every term is thus the un-stabilised one times e^(−c_t), the
- * same form as the whole-sequence contraction with c_t for c_k — and by scaledDelta the ratio does
- * not depend on that constant, so the outputs agree exactly (up to rounding), while nothing
- * overflows whatever the norms of later keys.
+ * The recurrent form: positions t … t+n−1 from the state after t positions — the causal
+ * contraction of those positions with the state as its carry (in segments when they are many), so
+ * the outputs equal the whole-sequence apply's and the state after them is the carry it hands on.
  */
 export function featureMapStep(
   maps: FeatureMaps,
@@ -278,47 +235,38 @@ export function featureMapStep(
   k: tf.Tensor4D,
   v: tf.Tensor4D,
   state: AttentionState,
-  norm: Normalization,
+  opts: Normalization & { chunkSize: number; segmentLength?: number },
 ): { out: tf.Tensor4D; state: AttentionState } {
-  checkNormalization(maps, norm);
+  checkNormalization(maps, opts);
   checkStepShapes(q, k, v, state);
   const position = state.length;
   const tensors = tf.tidy(() => {
-    const [b, h, , d] = v.shape;
-    const query = maps.query(q, position);
-    const key = maps.key(k, position);
-    let sums = state.tensors.sums;
-    let keys = key.features;
-    let keyShift: tf.Tensor | undefined;
-    if (key.shift) {
-      const previous = state.tensors.keyShift;
-      keyShift = tf.maximum(previous, key.shift);
-      sums = tf.mul(sums, tf.exp(tf.sub(previous, keyShift)));
-      keys = tf.mul(keys, tf.exp(tf.sub(key.shift, keyShift)));
-    }
-    const valuesAndOnes = tf.concat([v, tf.ones([b, h, 1, 1])], 3);
-    const f = maps.featureDim;
-    sums = tf.add(sums, tf.reshape(batchMatMul(flattenHeads(keys), flattenHeads(valuesAndOnes), true, false), [b, h, f, d + 1]));
-    const read = tf.reshape(batchMatMul(flattenHeads(query.features), flattenHeads(sums)), [b, h, 1, d + 1]);
-    const numerator = tf.slice(read, [0, 0, 0, 0], [b, h, 1, d]);
-    const denominator = tf.slice(read, [0, 0, 0, d], [b, h, 1, 1]);
-    const guard = norm.clampMin !== undefined ? norm : { delta: scaledDelta(norm.delta ?? 0, query.shift, keyShift) };
-    const out = tf.div(numerator, normalizeDenominator(denominator, guard));
-    const kept: Record<string, tf.Tensor> = { out, sums };
-    if (keyShift) kept.keyShift = keyShift;
+    const [b, h] = v.shape;
+    const [qq, kk] = maps.prepare ? [maps.prepare(q), maps.prepare(k)] : [q, k];
+    const norm = { delta: opts.delta, clampMin: opts.clampMin };
+    const fns = segmentFunctions(maps, opts.chunkSize, norm);
+    const carry: Carry = { sums: state.tensors.sums as tf.Tensor4D, shift: state.tensors.keyShift as tf.Tensor4D | undefined };
+    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, q.shape[2]);
+    const result = causalSegments(fns, [qq, kk, v], carry, position, segment, true);
+    const kept: Record<string, tf.Tensor> = { out: result.out, sums: result.carry!.sums };
+    if (result.carry!.shift) kept.keyShift = result.carry!.shift;
     return kept;
   });
   const { out, ...next } = tensors;
-  return { out: out as tf.Tensor4D, state: { maxLength: state.maxLength, length: position + 1, tensors: next } };
+  return { out: out as tf.Tensor4D, state: { maxLength: state.maxLength, length: position + q.shape[2], tensors: next } };
 }
 
-/** Fails unless q, k, v are one position [B, H, 1, D] and the state has room for it. */
+/** Fails unless q, k, v are [B, H, n, D] with the same n ≥ 1 and the state has room for n more positions. */
 export function checkStepShapes(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, state: AttentionState): void {
   for (const [label, t] of [['q', q], ['k', k], ['v', v]] as const) {
-    if (t.rank !== 4 || t.shape[2] !== 1) throw new Error(`attention step: ${label} must be [batch, heads, 1, headDim] (got [${t.shape.join(', ')}])`);
+    if (t.rank !== 4 || !(q.shape[2]! >= 1) || t.shape[2] !== q.shape[2]) {
+      throw new Error(`attention step: ${label} must be [batch, heads, n, headDim] with the same n ≥ 1 as q (got [${t.shape.join(', ')}])`);
+    }
   }
-  if (state.length >= state.maxLength) {
-    throw new Error(`attention step: position ${state.length} is past the state's maxLength ${state.maxLength}`);
+  const n = q.shape[2]!;
+  if (state.length + n > state.maxLength) {
+    const which = n === 1 ? `position ${state.length}` : `positions ${state.length} … ${state.length + n - 1}`;
+    throw new Error(`attention step: ${which} past the state's maxLength ${state.maxLength}`);
   }
 }
 
@@ -335,12 +283,11 @@ export function featureMapMethods(
   name: string,
   config: AttentionConfig,
   maps: (totalLength: number) => FeatureMaps,
-  opts: Normalization & { chunkSize: number },
+  opts: Normalization & { chunkSize: number; segmentLength?: number },
 ): Pick<AttentionModule, 'apply' | 'initState' | 'step'> {
-  const { chunkSize, ...norm } = opts;
   return {
     apply(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, applyOpts: ApplyOptions = {}) {
-      return featureMapAttention(maps(q.shape[2]), q, k, v, { ...norm, causal: config.causal, chunkSize, keyMask: applyOpts.keyMask });
+      return featureMapAttention(maps(q.shape[2]), q, k, v, { ...opts, causal: config.causal, keyMask: applyOpts.keyMask });
     },
     initState(batch: number, maxLength: number) {
       requireCausal(name, config);
@@ -348,7 +295,7 @@ export function featureMapMethods(
     },
     step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number) {
       checkPosition(state, position);
-      return featureMapStep(maps(state.maxLength), q, k, v, state, norm);
+      return featureMapStep(maps(state.maxLength), q, k, v, state, opts);
     },
   };
 }

@@ -5,7 +5,7 @@
 // φ is positive (elu(x) + 1 = eˣ for x < 0, x + 1 otherwise), so every score is ≥ 0 and the
 // denominator ≥ δ. No 1/√d scaling: this is its own kernel, not a softmax approximation.
 import * as tf from '@tensorflow/tfjs';
-import { featureMapMethods } from './linear-attention.ts';
+import { contractionOptions, contractionOptionSpecs, featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -18,7 +18,7 @@ registerAttention('linear-elu', {
   description: 'linear attention with the positive feature map elu(x)+1 (Katharopoulos et al. 2020)',
   options: {
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator (the reference ε)' },
-    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+    ...contractionOptionSpecs,
   },
   create(config, options): AttentionModule {
     const side = (x: tf.Tensor4D) => ({ features: eluPlusOne(x) });
@@ -28,7 +28,7 @@ registerAttention('linear-elu', {
       options,
       trainableVariables: [],
       buffers: [],
-      ...featureMapMethods('linear-elu', config, () => maps, { chunkSize: options.chunkSize as number, delta: options.delta as number }),
+      ...featureMapMethods('linear-elu', config, () => maps, { ...contractionOptions(options), delta: options.delta as number }),
       dispose() {},
     };
   },

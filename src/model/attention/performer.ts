@@ -17,7 +17,7 @@ import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
-import { featureMapAttention, featureMapMethods, type FeatureMaps } from './linear-attention.ts';
+import { contractionOptions, contractionOptionSpecs, featureMapAttention, featureMapMethods, type ContractionOptions, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule, OptionSpecs } from './types.ts';
 
@@ -36,7 +36,7 @@ export const favorOptionSpecs: OptionSpecs = {
     min: 0,
     doc: 'redraw the projection every this many optimizer steps (0 = never); draw n is seeded by deriveSeed(seed, n)',
   },
-  chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  ...contractionOptionSpecs,
   delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the (un-stabilised) denominator' },
 };
 
@@ -96,20 +96,17 @@ export class RedrawnProjection {
   }
 }
 
-export interface FavorOptions {
-  causal: boolean;
-  chunkSize: number;
-  delta: number;
-  keyMask?: tf.Tensor2D;
-}
+export type FavorOptions = Omit<ContractionOptions, 'clampMin'> & { delta: number };
 
 /**
- * The FAVOR+ feature maps of inputs mapped to x̃ by `toTilde` (Performer: d^(−1/4)x; DARKFormer:
- * M d^(−1/4)x), with projection omega [H, r, m]: row-stabilised positive random features.
+ * The FAVOR+ feature maps with projection omega [H, r, m]: row-stabilised positive random features of
+ * x̃, where x̃ = scale·x (Performer: scale = d^(−1/4); 1: the inputs are x̃) or, when `prepare` is
+ * given (DARKFormer: x̃ = M d^(−1/4)x, M trainable), x̃ = prepare(x).
  */
-export function favorFeatureMaps(toTilde: (x: tf.Tensor4D) => tf.Tensor4D, omega: tf.Tensor): FeatureMaps {
-  const side = (x: tf.Tensor4D) => positiveRandomFeatures(toTilde(x), omega, { stabilizer: 'row' });
-  return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, query: side, key: side };
+export function favorFeatureMaps(omega: tf.Tensor, scale: number, prepare?: (x: tf.Tensor4D) => tf.Tensor4D): FeatureMaps {
+  const side = (x: tf.Tensor4D) =>
+    positiveRandomFeatures(scale === 1 ? x : (tf.mul(x, scale) as tf.Tensor4D), omega, { stabilizer: 'row' }) as { features: tf.Tensor4D; shift: tf.Tensor4D };
+  return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, ...(prepare ? { prepare } : {}), query: side, key: side };
 }
 
 /**
@@ -122,7 +119,7 @@ export function favorAttention(
   omega: tf.Tensor,
   opts: FavorOptions,
 ): tf.Tensor4D {
-  return featureMapAttention(favorFeatureMaps((x) => x, omega), qTilde, kTilde, v, opts);
+  return featureMapAttention(favorFeatureMaps(omega, 1), qTilde, kTilde, v, opts);
 }
 
 /** Performer and DARKFormer modules: the attention interface plus read-outs for diagnostics and tests. */
@@ -165,11 +162,8 @@ registerAttention('performer', {
       orthogonal: options.orthogonal as boolean,
     });
     const scale = headDim ** -0.25;
-    const maps = favorFeatureMaps((x) => tf.mul(x, scale), projection.variable);
-    const methods = featureMapMethods('performer', config, () => maps, {
-      chunkSize: options.chunkSize as number,
-      delta: options.delta as number,
-    });
+    const maps = favorFeatureMaps(projection.variable, scale);
+    const methods = featureMapMethods('performer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
     return {
       name: 'performer',
       options,

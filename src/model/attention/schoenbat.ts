@@ -23,7 +23,7 @@ import { l2Normalize, namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
 import { DEFAULT_MAX_DEGREE, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
 import type { MaclaurinKernel } from '../features/random-maclaurin.ts';
-import { featureMapMethods } from './linear-attention.ts';
+import { contractionOptions, contractionOptionSpecs, featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
@@ -49,11 +49,10 @@ registerAttention('schoenbat', {
       values: DENOMINATOR_CLAMPS,
       doc: "lower clamp of the signed-feature denominator: 'kernel-min' = f(−1/√d), the least exact value with one visible key; 'reference' = 1.0 as the released code",
     },
-    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+    ...contractionOptionSpecs,
   },
   create(config, options): AttentionModule {
     const kernel = options.kernel as MaclaurinKernel;
-    const chunkSize = options.chunkSize as number;
     const featureMap = new RandomMaclaurinFeatures({
       rng: new Rng(deriveSeed(config.seed, 'schoenbat.maclaurin')),
       inputDim: config.headDim,
@@ -69,7 +68,7 @@ registerAttention('schoenbat', {
     // Pre-SBN and post-SBN act per position, so the recurrent form is the plain feature-map one.
     const side = (x: tf.Tensor4D) => ({ features: featureMap.apply(tf.mul(preSbn(x), inputScale)) as tf.Tensor4D });
     const maps = { featureDim: options.features as number, shiftedKeys: false, query: side, key: side };
-    const methods = featureMapMethods('schoenbat', config, () => maps, { chunkSize, clampMin });
+    const methods = featureMapMethods('schoenbat', config, () => maps, { ...contractionOptions(options), clampMin });
     const postSbn = (attended: tf.Tensor4D) => tf.tidy(() => tf.add(tf.mul(attended, gamma), beta) as tf.Tensor4D);
     return {
       name: 'schoenbat',

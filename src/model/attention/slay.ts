@@ -26,7 +26,7 @@ import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
-import { featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
+import { contractionOptionSpecs, featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionConfig, AttentionModule } from './types.ts';
 
@@ -44,6 +44,7 @@ export interface SlayOptions {
   anchors: number;
   poly: SlayPolyVariant;
   chunkSize: number;
+  segmentLength: number;
 }
 
 /** The SLAY module, plus its feature map (for tests and analysis). */
@@ -66,6 +67,7 @@ registerAttention('slay', {
     prfFeatures: { kind: 'int', default: 16, min: 1, doc: 'M, positive random features per node and head' },
     anchors: { kind: 'int', default: 8, min: 1, doc: 'P, polynomial features: anchors, Maclaurin pairs, sketch size or Nyström anchors (unused by exact, laplace-only, hadamard)' },
     poly: { kind: 'enum', default: 'anchor', values: SLAY_POLY_VARIANTS, doc: 'polynomial factor x² approximation' },
+    ...contractionOptionSpecs,
     chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction (tensor-product variants score the whole sequence as one block instead when that costs fewer multiply-adds: L ≤ ~300 at the defaults with head size 32)' },
   },
   create: (config, options) => createSlay(config, options as unknown as SlayOptions),
@@ -73,7 +75,7 @@ registerAttention('slay', {
 
 export function createSlay(config: AttentionConfig, options: SlayOptions): SlayAttention {
   const { numHeads: h, headDim: d } = config;
-  const { epsilon, delta, quadratureNodes: r, prfFeatures: m, anchors: p, poly, chunkSize } = options;
+  const { epsilon, delta, quadratureNodes: r, prfFeatures: m, anchors: p, poly, chunkSize, segmentLength } = options;
   const c = 2 + epsilon;
   const { scales, weights: quadratureWeights } = slayQuadrature(r, epsilon);
   // Laplace-only discretises (C²/4)/(C − 2x) (notes §1.10): weights (C²/4)·w_r = (C/4)·α_r.
@@ -164,7 +166,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     featureDim,
     features,
     factors: polyMap ? factors : null,
-    ...featureMapMethods('slay', config, () => maps, { chunkSize, delta }),
+    ...featureMapMethods('slay', config, () => maps, { chunkSize, segmentLength, delta }),
     dispose() {
       polyMap?.dispose();
       for (const omega of omegas) omega.dispose();

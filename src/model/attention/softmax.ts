@@ -1,4 +1,6 @@
-// softmax: exact scaled dot-product attention, causal by a constant additive mask.
+// softmax: exact scaled dot-product attention, causal by a constant additive mask. With a key mask, a
+// row none of whose visible keys is real outputs 0 (nothing to attend to), never a mix of padded and
+// future keys.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 import { kvCacheMethods } from './kv-cache.ts';
@@ -33,14 +35,16 @@ registerAttention('softmax', {
           const [b, , l] = q.shape;
           let mask: tf.Tensor | undefined;
           if (config.causal) mask = masks.get(`causal${l}`, () => tf.mul(tf.sub(1, causalMask01(l)), NEG));
-          if (opts.keyMask) {
-            const padding = tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG);
-            mask = mask ? tf.add(mask, padding) : padding;
-          }
-          return attend(q, k, v, mask);
+          if (!opts.keyMask) return attend(q, k, v, mask);
+          const padding = tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG);
+          // A row that sees no real key (causal, every key up to it padded) would average over padded
+          // and future keys alike; it outputs 0 instead, as kernel-normalised attention does (0/δ).
+          const seen = config.causal ? tf.cumsum(opts.keyMask, 1) : tf.sum(opts.keyMask, 1, true);
+          const seesAKey = tf.reshape(tf.cast(tf.greater(seen, 0), 'float32'), [b, 1, config.causal ? l : 1, 1]);
+          return tf.mul(attend(q, k, v, mask ? tf.add(mask, padding) : padding), seesAKey) as tf.Tensor4D;
         });
       },
-      ...kvCacheMethods('softmax', config, (q, keys, values) => attend(q, keys, values)),
+      ...kvCacheMethods('softmax', config, (q, keys, values, visible) => attend(q, keys, values, visible && tf.mul(tf.sub(1, visible), NEG))),
       dispose: () => masks.dispose(),
     };
   },

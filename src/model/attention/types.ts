@@ -35,9 +35,11 @@ export interface AttentionModule {
    */
   initState(batch: number, maxLength: number): AttentionState;
   /**
-   * One position: q, k, v [batch, heads, 1, headDim] at `position` (0, 1, 2, … in order). Returns the
-   * output there — equal to the causal apply's at that position — and the next state. The given
-   * state is left intact: the caller disposes it (tf.dispose(state.tensors)) once done with it.
+   * n ≥ 1 positions: q, k, v [batch, heads, n, headDim] at positions position … position+n−1 (steps
+   * come in order). Returns the outputs there — equal to the causal apply's at those positions — and
+   * the next state (linear mechanisms run the n positions as the whole-sequence form does, from the
+   * state: a long prompt is one call). The given state is left intact: the caller disposes it
+   * (tf.dispose(state.tensors)) once done with it.
    */
   step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number): { out: tf.Tensor4D; state: AttentionState };
   dispose(): void;

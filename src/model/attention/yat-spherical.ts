@@ -49,7 +49,7 @@ registerAttention('yat-spherical', {
         });
       },
       // The cache holds unit keys: normalisation is per key, so it is done once per position.
-      ...kvCacheMethods('yat-spherical', config, (q, keys, values) => attend(l2Normalize(q), keys, values), l2Normalize),
+      ...kvCacheMethods('yat-spherical', config, (q, keys, values, visible) => attend(l2Normalize(q), keys, values, visible), l2Normalize),
       dispose: () => masks.dispose(),
     };
   },

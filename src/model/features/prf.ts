@@ -5,7 +5,7 @@
 // (FAVOR+, Choromanski et al. 2021; "Cheap Attention" in ../shared/papers). SLAY's
 // exp(√(2s)ωᵀu − s) for a unit u is this map at x = √(2s)·u.
 import * as tf from '@tensorflow/tfjs';
-import { clamp, maxWithoutGradient, projectPerHead } from '../ops.ts';
+import { clamp, projectPerHead, untaped } from '../ops.ts';
 
 export type Stabilizer = 'none' | 'row' | 'global';
 
@@ -31,12 +31,10 @@ export interface PrfResult {
  */
 export function positiveRandomFeatures(x: tf.Tensor4D, omega: tf.Tensor, opts: PrfOptions = {}): PrfResult {
   const m = omega.shape[omega.rank - 1]!;
-  let logits: tf.Tensor = tf.sub(projectPerHead(x, omega), tf.mul(tf.sum(tf.square(x), -1, true), 0.5));
-  let shift: tf.Tensor = tf.scalar(0);
-  if (opts.stabilizer === 'row') shift = maxWithoutGradient(logits, -1);
-  else if (opts.stabilizer === 'global') shift = maxWithoutGradient(logits, [2, 3]);
-  if (opts.stabilizer && opts.stabilizer !== 'none') logits = tf.sub(logits, shift);
-  if (opts.clamp !== undefined) logits = clamp(logits, -opts.clamp, opts.clamp);
-  return { features: tf.mul(tf.exp(logits), 1 / Math.sqrt(m)) as tf.Tensor4D, shift };
+  const logits = tf.sub(projectPerHead(x, omega), tf.mul(tf.sum(tf.square(x), -1, true), 0.5));
+  const axes = opts.stabilizer === 'row' ? -1 : opts.stabilizer === 'global' ? [2, 3] : null;
+  const shift = axes === null ? tf.scalar(0) : untaped(() => tf.max(logits, axes, true));
+  let exponents = axes === null ? logits : tf.sub(logits, shift);
+  if (opts.clamp !== undefined) exponents = clamp(exponents, -opts.clamp, opts.clamp);
+  return { features: tf.mul(tf.exp(exponents), 1 / Math.sqrt(m)) as tf.Tensor4D, shift };
 }
-
