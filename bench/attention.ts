@@ -15,8 +15,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { initBackend } from '../src/backend.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
-import { exitWithUsage, listOption, numberListOption, parseOrExit, UsageError, type CommandSpec } from '../src/cli/command.ts';
-import { benchmarkEntry, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
+import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
+import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
 import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { matMulTransposeB, weightGradient } from '../src/model/ops.ts';
@@ -31,43 +31,39 @@ time; each measurement runs in its own process. Prints the table and the scaling
 JSON and log-log SVGs of time and memory.`,
   options: {
     backend: backendOption('wasm'),
+    ...ISOLATED_OPTIONS,
+    'timeout-s': { ...ISOLATED_OPTIONS['timeout-s'], default: '600' },
     'max-length': { type: 'string', value: 'L', number: { integer: true, min: 1 }, default: '16384', help: "longest L of the series 128, 256, … (131072 reaches the paper's range)" },
     lengths: { type: 'string', value: 'L,…', help: 'exactly these lengths instead of the series' },
-    mechanisms: { type: 'string', value: 'a,b', help: 'attention mechanisms (default all registered)' },
     repeats: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '5', help: 'timed runs per measurement (the median is reported)' },
     'max-timed-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, default: '120', help: "fewer repeats once a measurement's timed runs took this long (at least one)" },
-    'timeout-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, default: '600', help: 'a measurement running longer is stopped and reported as a time-out' },
     embed: { type: 'string', value: 'E', number: { integer: true, min: 1 }, default: '256', help: 'embedding width' },
     heads: { type: 'string', value: 'H', number: { integer: true, min: 1 }, default: '8', help: 'attention heads' },
     out: { type: 'string', value: 'FILE', default: 'reports/bench-attention.json', help: 'JSON output (plots beside it: -time.svg, -memory.svg)' },
     merge: { type: 'string', value: 'a.json,…', help: "no measurement: the table and plots of earlier runs' results (a mechanism's rows in a later file replace earlier ones)" },
-    child: { type: 'string', hidden: true, help: 'internal: one mechanism:length measurement' },
   },
 } as const satisfies CommandSpec;
 
 /** The command line as typed options (the only place that reads process.argv). */
-function parseOptions(argv: string[]) {
-  const { values } = parseOrExit(SPEC, argv);
-  try {
-    return {
-      child: values.child,
-      backend: values.backend,
-      maxLength: values['max-length'],
-      lengths: numberListOption(values.lengths, 'lengths', { integer: true, min: 1 }),
-      mechanisms: listOption(values.mechanisms, 'mechanisms', attentionNames()),
-      repeats: values.repeats,
-      maxTimedS: values['max-timed-s'],
-      timeoutS: values['timeout-s'],
-      embed: values.embed,
-      heads: values.heads,
-      out: values.out,
-      merge: listOption(values.merge, 'merge'),
-    };
-  } catch (err) {
-    if (err instanceof UsageError) exitWithUsage(SPEC, err.message);
-    throw err;
-  }
-}
+const parseOptions = (argv: string[]) =>
+  optionsOrExit(
+    SPEC,
+    (v) => ({
+      child: v.child,
+      backend: v.backend,
+      maxLength: v['max-length'],
+      lengths: numberListOption(v.lengths, 'lengths', { integer: true, min: 1 }),
+      mechanisms: listOption(v.mechanisms, 'mechanisms', attentionNames()),
+      repeats: v.repeats,
+      maxTimedS: v['max-timed-s'],
+      timeoutS: v['timeout-s'],
+      embed: v.embed,
+      heads: v.heads,
+      out: v.out,
+      merge: listOption(v.merge, 'merge'),
+    }),
+    argv,
+  );
 
 type Options = ReturnType<typeof parseOptions>;
 

@@ -15,8 +15,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { initBackend } from '../src/backend.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
-import { exitWithUsage, listOption, numberListOption, parseOrExit, UsageError, type CommandSpec } from '../src/cli/command.ts';
-import { benchmarkEntry, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
+import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
+import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { IncrementalDecoder, sampleToken } from '../src/model/decode.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
@@ -30,37 +30,33 @@ each layer's recurrent state, per mechanism and L, each in its own process: pref
 time per token, the state's size and the memory high-water mark against a budget.`,
   options: {
     backend: backendOption('wasm'),
+    ...ISOLATED_OPTIONS,
+    'timeout-s': { ...ISOLATED_OPTIONS['timeout-s'], default: '1800' },
     lengths: { type: 'string', value: 'L,…', default: '4096,16384,65536,131072', help: 'prompt lengths' },
-    mechanisms: { type: 'string', value: 'a,b', help: 'attention mechanisms (default all registered)' },
     generate: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '32', help: 'tokens generated after the prompt' },
     block: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '2048', help: 'prompt tokens per prefill block' },
     'budget-mb': { type: 'string', value: 'MB', number: { integer: true, min: 1 }, default: '4096', help: 'memory budget: a run whose high-water mark exceeds it does not fit (the wasm heap)' },
-    'timeout-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, default: '1800', help: 'a run taking longer is stopped and reported as a time-out' },
     out: { type: 'string', value: 'FILE', default: 'reports/bench-long-context.json', help: 'JSON output' },
-    child: { type: 'string', hidden: true, help: 'internal: one mechanism:length measurement' },
   },
 } as const satisfies CommandSpec;
 
 /** The command line as typed options (the only place that reads process.argv). */
-function parseOptions(argv: string[]) {
-  const { values } = parseOrExit(SPEC, argv);
-  try {
-    return {
-      child: values.child,
-      backend: values.backend,
-      lengths: numberListOption(values.lengths, 'lengths', { integer: true, min: 1 })!,
-      mechanisms: listOption(values.mechanisms, 'mechanisms', attentionNames()) ?? attentionNames(),
-      generate: values.generate,
-      block: values.block,
-      budgetMB: values['budget-mb'],
-      timeoutS: values['timeout-s'],
-      out: values.out,
-    };
-  } catch (err) {
-    if (err instanceof UsageError) exitWithUsage(SPEC, err.message);
-    throw err;
-  }
-}
+const parseOptions = (argv: string[]) =>
+  optionsOrExit(
+    SPEC,
+    (v) => ({
+      child: v.child,
+      backend: v.backend,
+      lengths: numberListOption(v.lengths, 'lengths', { integer: true, min: 1 })!,
+      mechanisms: listOption(v.mechanisms, 'mechanisms', attentionNames()) ?? attentionNames(),
+      generate: v.generate,
+      block: v.block,
+      budgetMB: v['budget-mb'],
+      timeoutS: v['timeout-s'],
+      out: v.out,
+    }),
+    argv,
+  );
 
 type Options = ReturnType<typeof parseOptions>;
 

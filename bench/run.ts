@@ -1,4 +1,4 @@
-// `npm run bench -- <name> [args…]` runs bench/<name>.ts (attention, data, train) with the arguments after the name.
+// `npm run bench -- <name> [args…]` runs bench/<name>.ts (attention, data, train, long-context, startup) with the arguments after the name.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';

@@ -168,6 +168,24 @@ export function parseOrExit<const O extends Record<string, OptionSpec>>(spec: Co
   }
 }
 
+/**
+ * parseOrExit, then `convert` of the values (a list option's items checked, names mapped): a UsageError
+ * thrown by `convert` ends the process like one from the parser.
+ */
+export function optionsOrExit<const O extends Record<string, OptionSpec>, T>(
+  spec: CommandSpec<O>,
+  convert: (values: OptionValues<O>) => T,
+  argv: readonly string[] = process.argv.slice(2),
+): T {
+  const { values } = parseOrExit(spec, argv);
+  try {
+    return convert(values);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    exitWithUsage(spec, err.message);
+  }
+}
+
 /** Prints one line naming the problem plus the usage, and exits 2. */
 export function exitWithUsage(spec: CommandSpec, message: string): never {
   process.stderr.write(usageErrorText(spec, message));

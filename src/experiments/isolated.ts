@@ -2,6 +2,7 @@
 // wasm heap unusable for every later op, so benchmarks that probe memory limits isolate each
 // measurement; the child prints its result as one "ROW <json>" line.
 import { spawn } from 'node:child_process';
+import type { OptionSpec } from '../cli/command.ts';
 
 export interface IsolatedResult<T> {
   /** The child's row, or null when it died or timed out. */
@@ -40,6 +41,13 @@ export function runIsolated<T>(script: string, args: string[], timeoutMs = Infin
     });
   });
 }
+
+/** The options every benchmark that measures mechanism × length in child processes takes. */
+export const ISOLATED_OPTIONS = {
+  mechanisms: { type: 'string', value: 'a,b', help: 'attention mechanisms (default all registered)' },
+  'timeout-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, help: 'a measurement running longer is stopped and reported as a time-out' },
+  child: { type: 'string', hidden: true, help: 'internal: one mechanism:length measurement' },
+} as const satisfies Record<string, OptionSpec>;
 
 /** How an isolated measurement ended. */
 export type MeasurementStatus = 'ok' | 'OOM' | 'timeout' | 'error';

@@ -147,7 +147,7 @@ describe('every command', () => {
     expect(entryPoints.length).toBeGreaterThanOrEqual(COMMANDS.length - 1); // finetune shares train's file
     for (const file of entryPoints) {
       const source = readFileSync(file, 'utf8');
-      expect(source, file).toMatch(/\b(runCommand|parseOrExit)\(/);
+      expect(source, file).toMatch(/\b(runCommand|parseOrExit|optionsOrExit)\(/);
       expect(source, file).not.toMatch(/import \{[^}]*\bparseArgs\b[^}]*\} from 'node:util'|for \(const arg of argv\)/);
     }
   });
