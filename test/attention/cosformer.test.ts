@@ -39,6 +39,8 @@ describe('cosformer', () => {
     const angles = cosformerAngles(4, 4);
     angles.forEach((a, index) => expect(a).toBeCloseTo((Math.PI / 2) * ((index + 1) / 4), 15));
     expect(Math.cos(angles[3] - angles[0])).toBeGreaterThan(0);
+    // A later segment or decoding step gets its own positions' angles (and only those).
+    expect(cosformerAngles(2, 8, 5)).toEqual(cosformerAngles(7, 8).slice(5));
   });
 
   it('rejects a sequence longer than a fixed reweightLength, naming the option', () => {

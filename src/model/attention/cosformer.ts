@@ -20,9 +20,12 @@ import { contractionOptions, contractionOptionSpecs, featureMapMethods, type Fea
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
-/** The re-weighting angles a_i = (π/2)·i/M for i = 1…length. */
-export function cosformerAngles(length: number, reweightLength: number): number[] {
-  return Array.from({ length }, (_, index) => ((Math.PI / 2) * (index + 1)) / reweightLength);
+/**
+ * The re-weighting angles a_i = (π/2)·i/M of the 1-based positions i = start+1 … start+length (only
+ * those: a segment or a decoding step late in a long sequence must not cost O(start)).
+ */
+export function cosformerAngles(length: number, reweightLength: number, start = 0): number[] {
+  return Array.from({ length }, (_, index) => ((Math.PI / 2) * (start + index + 1)) / reweightLength);
 }
 
 registerAttention('cosformer', {
@@ -48,7 +51,7 @@ registerAttention('cosformer', {
       const m = fixedLength > 0 ? fixedLength : totalLength;
       const side = (x: tf.Tensor4D, start: number) => {
         const length = x.shape[2];
-        const angles = cosformerAngles(start + length, m).slice(start);
+        const angles = cosformerAngles(length, m, start);
         const weights = (f: (a: number) => number) => tf.tensor4d(angles.map(f), [1, 1, length, 1]);
         // Whole sequences reuse their weights (kept until dispose); decoding steps (one position)
         // make theirs inside the caller's tidy, so the cache does not grow with every position.
