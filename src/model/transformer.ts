@@ -143,6 +143,11 @@ export function validateTransformerConfig(c: TransformerConfig): void {
 /** How a model's parameters start: 'random' = their init (ParameterSpec.init); 'zeros' = for a model whose every tensor is then loaded. */
 export type ParameterStart = 'random' | 'zeros';
 
+/** The seed of layer `layer`'s attention mechanism (its random features), from the model's seed. */
+export function attentionSeed(seed: number, layer: number): number {
+  return deriveSeed(seed, `blocks.${layer}.attn`);
+}
+
 /**
  * Creates a variable from its spec, seeded by (seed, name) so init does not depend on creation order.
  * `start: 'zeros'` skips the init (drawing GPT-2 small's 124M normals takes tens of seconds).
@@ -333,7 +338,7 @@ export class Transformer {
             numHeads: config.numHeads,
             headDim: this.headDim,
             causal: config.causal,
-            seed: deriveSeed(config.seed, `blocks.${i}.attn`),
+            seed: attentionSeed(config.seed, i),
             scope: `blocks.${i}.attn`,
           }),
         );

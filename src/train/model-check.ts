@@ -6,7 +6,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import { headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';
+import { ARCHITECTURE_DEFAULTS, attentionSeed, transformerParameterSpecs } from '../model/transformer.ts';
 import { modelSectionProblems, MAX_TENSOR_ELEMENTS } from './recipe.ts';
 import type { NamedArray } from './safetensors.ts';
 
@@ -29,8 +29,8 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
 /**
  * Checks that `tensors` are exactly what a model of `config` holds, by name and shape, without building the model:
  * first the body and head (their shapes follow from the config: this ties dModel, layers and vocabulary to the
- * file's size), then the attention mechanism's own tensors, taken from one mechanism built for layer 0 and disposed
- * (every layer's are alike). One error, naming `source`, lists everything that does not fit.
+ * file's size), then the attention mechanisms' own tensors, from each layer's mechanism built with that layer's seed and
+ * disposed. One error, naming `source`, lists everything that does not fit.
  */
 export function checkModelTensors(config: LanguageModelConfig, tensors: Map<string, NamedArray>, source: string): void {
   const body = { ...config, causal: config.kind === 'gpt' };
@@ -39,24 +39,28 @@ export function checkModelTensors(config: LanguageModelConfig, tensors: Map<stri
   fit(new Map([...specs, ...mechanismTensorShapes(config, body.causal)]), tensors, source, true);
 }
 
-/** Name → shape of the attention mechanisms' own tensors (trainable and buffers) in every layer. */
+/**
+ * Name → shape of the attention mechanisms' own tensors (trainable and buffers), from each layer's mechanism built
+ * with that layer's seed and disposed: some shapes are drawn (SchoenbAt's random Maclaurin features per degree),
+ * so one layer's shapes do not stand for another's.
+ */
 function mechanismTensorShapes(config: LanguageModelConfig, causal: boolean): Map<string, number[]> {
-  const probeScope = 'check.blocks.0.attn';
-  const probe = createAttention(config.attention.name, {
-    ...config.attention.options,
-    numHeads: config.numHeads,
-    headDim: config.dModel / config.numHeads,
-    causal,
-    seed: 0,
-    scope: probeScope,
-  });
   const out = new Map<string, number[]>();
-  try {
-    for (const v of [...probe.trainableVariables, ...probe.buffers]) {
-      for (let i = 0; i < config.numLayers; i++) out.set(`blocks.${i}.attn${v.name.slice(probeScope.length)}`, v.shape);
+  for (let i = 0; i < config.numLayers; i++) {
+    const scope = `blocks.${i}.attn`;
+    const probe = createAttention(config.attention.name, {
+      ...config.attention.options,
+      numHeads: config.numHeads,
+      headDim: config.dModel / config.numHeads,
+      causal,
+      seed: attentionSeed(config.seed, i),
+      scope: `check.${scope}`,
+    });
+    try {
+      for (const v of [...probe.trainableVariables, ...probe.buffers]) out.set(`${scope}${v.name.slice(`check.${scope}`.length)}`, v.shape);
+    } finally {
+      probe.dispose();
     }
-  } finally {
-    probe.dispose();
   }
   return out;
 }

@@ -8,7 +8,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import type { DataCursor } from '../../src/data/stream.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
-import type { LanguageModel } from '../../src/model/lm.ts';
+import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
 import {
   checkpointName,
@@ -38,11 +38,11 @@ afterAll(async () => {
 });
 
 const VOCAB = 23;
-const tinyModel = (seed: number) =>
-  createLanguageModel({
-    kind: 'gpt', vocabSize: VOCAB, maxSeqLen: 6, dModel: 8, numLayers: 1, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-    attention: { name: 'performer', options: { features: 4 } }, seed,
-  });
+const tinyConfig = (seed: number): LanguageModelConfig => ({
+  kind: 'gpt', vocabSize: VOCAB, maxSeqLen: 6, dModel: 8, numLayers: 1, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
+  attention: { name: 'performer', options: { features: 4 } }, seed,
+});
+const tinyModel = (seed: number) => createLanguageModel(tinyConfig(seed));
 const adamw = (model: LanguageModel) => new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
 
 function recipeFor(runDir: string): Recipe {
@@ -126,6 +126,19 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     expect(() => restoreCheckpoint(loaded, wide, wideOpt)).toThrow(/'embed\.tokens\.weight' has shape \[23,8\] but the model has \[23,12\]/);
     wide.dispose();
     wideOpt.dispose();
+  });
+
+  it('a SchoenbAt model, whose random-Maclaurin feature counts are drawn per layer, loads back with every buffer', async () => {
+    const model = createLanguageModel({ ...tinyConfig(5), dModel: 16, numLayers: 3, attention: { name: 'schoenbat', options: {} } });
+    const buffers = new Map([...model.buffers()].map(([n, v]) => [n, { shape: v.shape, values: Array.from(v.dataSync()) }]));
+    const drawn = [...buffers].filter(([n]) => n.endsWith('maclaurinProjections')).map(([, b]) => b.shape[0]);
+    expect(new Set(drawn).size, 'layers drew different feature counts').toBeGreaterThan(1);
+    const runDir = join(dir, 'schoenbat');
+    const folder = await saveFinalModel(runDir, model, recipeFor(runDir), { tokenizer_sha256: 'ab'.repeat(32), step: '1' });
+    model.dispose();
+    const loaded = await loadModel(folder);
+    expect(new Map([...loaded.model.buffers()].map(([n, v]) => [n, { shape: v.shape, values: Array.from(v.dataSync()) }]))).toEqual(buffers);
+    loaded.model.dispose();
   });
 
   it('readers ignore temporary and unmarked folders; loading an unmarked one is refused', async () => {
