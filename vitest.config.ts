@@ -1,5 +1,6 @@
 import { defineConfig } from 'vitest/config';
 import { isTensorflowSetUp, SETUP_COMMAND } from './src/backend/native-build.ts';
+import { hasHfFixtures, HF_FIXTURE_SUITES, HF_FIXTURES, SHARED_DIR } from './test/helpers/shared.ts';
 
 /**
  * The numerical suites that also run on the native tensorflow backend (test/helpers/backend.ts):
@@ -17,16 +18,20 @@ const NATIVE_SUITES = [
 const native = isTensorflowSetUp();
 if (!native) console.log(`[slayformer] tensorflow backend not set up: its suites are skipped (\`${SETUP_COMMAND}\` sets it up)`);
 
+if (!hasHfFixtures) console.log(`[slayformer] ${HF_FIXTURES} not found: the Hugging Face fixture suites are skipped (set SLAYFORMER_SHARED=<the shared folder>)`);
+const excluded = hasHfFixtures ? [] : HF_FIXTURE_SUITES;
+
 export default defineConfig({
   test: {
     // Numerical tests run many small tfjs programs; the cpu backend is slow, so give them room.
     testTimeout: 300_000,
     hookTimeout: 300_000,
+    env: { SLAYFORMER_SHARED: SHARED_DIR },
     pool: 'forks',
     maxWorkers: 2,
     projects: [
-      { extends: true, test: { name: 'default', include: ['test/**/*.test.ts'] } },
-      ...(native ? [{ extends: true as const, test: { name: 'tensorflow', include: NATIVE_SUITES, env: { SLAYFORMER_TEST_BACKEND: 'tensorflow' } } }] : []),
+      { extends: true, test: { name: 'default', include: ['test/**/*.test.ts'], exclude: [...excluded, '**/node_modules/**'] } },
+      ...(native ? [{ extends: true as const, test: { name: 'tensorflow', include: NATIVE_SUITES, exclude: [...excluded, '**/node_modules/**'], env: { SLAYFORMER_TEST_BACKEND: 'tensorflow' } } }] : []),
     ],
   },
 });

@@ -8,6 +8,7 @@ import { pieceRanges, TextTokenizer } from '../../src/data/tokenizer.ts';
 import { BYTE_LEVEL_SPECIALS, finalizeByteLevelBpe, trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import type { TokenizerJsonDoc } from '../../src/data/train-tokenizer.ts';
 import { syntheticDocuments } from './stream-fixtures.ts';
+import { hasHfFixtures, HF_FIXTURES } from '../helpers/shared.ts';
 
 const VOCAB = 400;
 let dir: string;
@@ -100,9 +101,9 @@ describe('long documents', () => {
 
   for (const [name, file] of [
     ['our byte-level BPE', () => path],
-    ['GPT-2 (shared/fixtures/hf/gpt2-tiny)', () => join(import.meta.dirname, '..', '..', '..', 'shared', 'fixtures', 'hf', 'gpt2-tiny', 'tokenizer.json')],
+    ['GPT-2 (shared/fixtures/hf/gpt2-tiny)', () => join(HF_FIXTURES, 'gpt2-tiny', 'tokenizer.json')],
   ] as const) {
-    it(`are encoded in pieces with exactly the ids of the whole document: ${name}`, async () => {
+    it.skipIf(name.startsWith('GPT-2') && !hasHfFixtures)(`are encoded in pieces with exactly the ids of the whole document: ${name}`, async () => {
       const t = await TextTokenizer.load(file());
       const text = longText(300_000, 4);
       const ranges = pieceRanges(text, ['<|endoftext|>']);

@@ -9,8 +9,9 @@ import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
 import type { Recipe } from '../../src/train/recipe.ts';
 import { modelConfigFromRecipe, saveFinalModel } from '../../src/train/trainer.ts';
+import { HF_FIXTURES } from '../helpers/shared.ts';
 
-export const FIXTURES = path.resolve('../shared/fixtures/hf');
+export const FIXTURES = HF_FIXTURES;
 export const GPT2_DIR = path.join(FIXTURES, 'gpt2-tiny');
 export const BERT_DIR = path.join(FIXTURES, 'bert-tiny');
 
