@@ -1,8 +1,8 @@
 // Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
-//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--peer PYTHON]
-//                          [--steps 10] [--warmup 2] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
+//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--graph on,off] [--peer PYTHON]
+//                          [--steps 10] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
 //                          [--layers 4] [--heads 4] [--profile] [--options '{"chunkSize":32}']
 //
 // Each backend runs in its own process (a process holds one tfjs backend), one after the other, so
@@ -13,6 +13,7 @@
 // on that backend). Besides wall time it reports the process CPU time per step, all threads
 // together: on a shared machine it is the steadier figure, and with several replicas it shows what
 // the parallelism costs in total work.
+// --graph: on tensorflow, measure the step as one TF graph (train.graph, the default) and op by op.
 // --profile runs tf.profile on one extra step (main thread) and prints kernel time by kernel name.
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -51,7 +52,8 @@ const COMMAND = {
     replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
     steps: int(1, 10, 'timed steps'),
-    warmup: int(0, 2, 'warm-up steps'),
+    warmup: int(0, 4, 'warm-up steps (on tensorflow the first two record the step and the third builds its graph)'),
+    graph: { type: 'string', value: 'LIST', default: 'on,off', help: 'tensorflow only: train.graph settings to measure (on = the step as one TF graph, off = op by op)' },
     seq: int(1, 256, 'sequence length'),
     batch: int(1, 8, 'batch size'),
     vocab: int(1, 4096, 'vocabulary size'),
@@ -93,6 +95,10 @@ function parse(argv: string[]) {
     options,
     profile: values.profile,
     json: values.json,
+    graph: values.graph.split(',').map((g) => {
+      if (g !== 'on' && g !== 'off') fail(`--graph takes on, off or on,off (got '${g}')`);
+      return g === 'on';
+    }),
   };
 }
 
@@ -105,20 +111,22 @@ async function measureHere(o: Options): Promise<Row[]> {
   if (!o.json) console.log(`bench:train on ${backend}: GPT vocab ${vocab}, d ${d}, ${layers} layers, ${heads} heads, seq ${seq}, batch ${batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
   const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), backend, batch)))];
   const rows: Row[] = [];
-  for (const name of o.names) for (const replicas of replicaCounts) {
+  const graphModes = backend === 'tensorflow' ? o.graph : [true];
+  for (const name of o.names) for (const replicas of replicaCounts) for (const graph of graphModes) {
     const model = createLanguageModel({
       kind: 'gpt', vocabSize: vocab, maxSeqLen: seq, dModel: d, numLayers: layers, numHeads: heads,
       mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
     });
     const r = await measureThroughput(model, {
-      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas,
+      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph,
       afterTimed: o.profile ? (step) => profile(name, step) : undefined,
     });
     model.dispose();
-    const row: Row = { label: backend, attention: name, replicas, ...r };
+    const label = backend === 'tensorflow' ? `${backend} (${graph ? 'graph' : 'eager'})` : backend;
+    const row: Row = { label, attention: name, replicas, ...r };
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));
-    else console.log(`  ${name} × ${replicas}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second)`);
+    else console.log(`  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second)`);
   }
   return rows;
 }

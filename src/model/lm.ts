@@ -39,6 +39,15 @@ export interface ModelBatch {
 
 export const IGNORE_LABEL = -100;
 
+/** A batch as tensors (LanguageModel.lossInputs): token ids [B, L], targets of the labelled rows, their row indices (absent when every row is labelled), BERT's key mask [B, L]. */
+export interface LossInputs {
+  ids: tf.Tensor2D;
+  targets: tf.Tensor1D;
+  rows?: tf.Tensor1D;
+  mask?: tf.Tensor2D;
+  count: number;
+}
+
 export function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
   if (c.kind === 'gpt') return [];
   const d = c.dModel;
@@ -133,6 +142,7 @@ export class LanguageModel {
   readonly config: LanguageModelConfig;
   readonly body: Transformer;
   private readonly head: Map<string, tf.Variable>;
+  private readonly cleanups: Array<() => void> = [];
 
   /** `start: 'zeros'` for a model whose parameters are then all loaded (the attention mechanisms' own still start at their init). */
   constructor(config: LanguageModelConfig, start: ParameterStart = 'random') {
@@ -211,6 +221,15 @@ export class LanguageModel {
    * tf.variableGrads; `dropoutSeed` null = no dropout.
    */
   lossSum(batch: ModelBatch, dropoutSeed: number | null = null): { loss: tf.Scalar; count: number } {
+    const inputs = this.lossInputs(batch);
+    return { loss: inputs ? this.lossOf(inputs, dropoutSeed) : tf.scalar(0), count: inputs?.count ?? 0 };
+  }
+
+  /**
+   * The batch checked against the vocabulary and uploaded: what lossOf reads (null when no position
+   * is labelled). Kept apart from lossOf so that a compiled step can take these tensors as its inputs.
+   */
+  lossInputs(batch: ModelBatch): LossInputs | null {
     const { batchSize: b, seqLen: l } = batch;
     const rows: number[] = [];
     const targets: number[] = [];
@@ -229,16 +248,30 @@ export class LanguageModel {
         throw new Error(`batch input id ${id} at position ${i} is outside the vocabulary [0, ${this.config.vocabSize})`);
       }
     }
-    if (rows.length === 0) return { loss: tf.scalar(0), count: 0 };
-    const ids = tf.tensor2d(batch.inputIds, [b, l], 'int32');
-    const mask = batch.attentionMask ? tf.tensor2d(batch.attentionMask, [b, l]) : undefined;
-    let h = this.hidden(ids, mask, dropoutSeed);
-    if (rows.length < b * l) h = tf.gather(h, tf.tensor1d(rows, 'int32'));
-    const loss = crossEntropySum(this.headLogits(h), tf.tensor1d(targets, 'int32'));
-    return { loss, count: rows.length };
+    if (rows.length === 0) return null;
+    return {
+      ids: tf.tensor2d(batch.inputIds, [b, l], 'int32'),
+      targets: tf.tensor1d(targets, 'int32'),
+      ...(rows.length < b * l ? { rows: tf.tensor1d(rows, 'int32') } : {}),
+      ...(batch.attentionMask ? { mask: tf.tensor2d(batch.attentionMask, [b, l]) } : {}),
+      count: rows.length,
+    };
+  }
+
+  /** Σ of the cross-entropy over the labelled rows of `inputs` (see lossInputs). */
+  lossOf(inputs: LossInputs, dropoutSeed: number | null = null): tf.Scalar {
+    let h = this.hidden(inputs.ids, inputs.mask, dropoutSeed);
+    if (inputs.rows) h = tf.gather(h, inputs.rows);
+    return crossEntropySum(this.headLogits(h), inputs.targets);
+  }
+
+  /** Runs `cleanup` when the model is disposed (e.g. to free graphs built for it). */
+  onDispose(cleanup: () => void): void {
+    this.cleanups.push(cleanup);
   }
 
   dispose(): void {
+    for (const cleanup of this.cleanups.splice(0)) cleanup();
     this.body.dispose();
     for (const v of this.head.values()) v.dispose();
     this.head.clear();

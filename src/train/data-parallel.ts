@@ -235,7 +235,7 @@ export class DataParallelGroup {
     });
     let local: ReturnType<typeof accumulateGradients> | null = null;
     try {
-      if (shards[0].batches.length) local = accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v));
+      if (shards[0].batches.length) local = accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v), opts.graph ?? true);
     } catch (err) {
       await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled
       throw err;

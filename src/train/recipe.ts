@@ -46,6 +46,7 @@ export interface Recipe {
     batchSize: number;
     gradAccum: number;
     dataParallel: number | 'auto';
+    graph: boolean;
     optimizer: 'adamw';
     lr: number;
     minLr: number;
@@ -165,6 +166,11 @@ export const RECIPE_SCHEMA = {
     type: { kind: 'custom', text: '`auto` \\| integer ≥ 1', check: (v) => (v === 'auto' || (Number.isInteger(v) && (v as number) >= 1) ? null : "'auto' or an integer ≥ 1") },
     default: 1,
     doc: 'Data-parallel replicas: each optimizer step\'s rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.',
+  },
+  'train.graph': {
+    type: bool,
+    default: true,
+    doc: 'On the `tensorflow` backend (CPU device): run each micro-batch\'s forward and backward pass as one TensorFlow graph instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, ~1.5× faster on the bench GPT. Steps with dropout, and BERT batches whose count of masked positions changes, stay op by op. `false` = always op by op. Other backends ignore it.',
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },

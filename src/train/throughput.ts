@@ -26,6 +26,8 @@ export interface ThroughputOptions {
   steps: number;
   /** Data-parallel replicas (worker threads); 1 = this thread alone. */
   replicas: number;
+  /** train.graph: forward + backward as one TensorFlow graph where the backend can (default true). */
+  graph?: boolean;
   /** Called once after the timed steps with a function that runs one more step (e.g. to profile it). */
   afterTimed?: (step: () => Promise<void>) => Promise<void>;
 }
@@ -45,7 +47,7 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
   const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
   try {
-    const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null };
+    const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null, graph: o.graph ?? true };
     const rng = new Rng(7);
     const step = async () => {
       const batch = randomBatch(rng, model.kind, o.batchSize, o.seqLen, model.config.vocabSize);

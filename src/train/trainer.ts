@@ -27,6 +27,7 @@ import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoi
 import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
+import { microBatchGradients } from './compiled-step.ts';
 
 export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
   const m = recipe.model;
@@ -78,6 +79,8 @@ export interface StepOptions {
   dropoutSeed: number | null;
   /** Only these get gradients (train.freeze); default all parameters. */
   trainable?: Map<string, tf.Variable>;
+  /** Run forward and backward as a TensorFlow graph where the backend can (train.graph; default true). */
+  graph?: boolean;
 }
 
 /** Labelled tokens over all micro-batches: the divisor of every summed loss in the step. */
@@ -98,6 +101,7 @@ export function accumulateGradients(
   seeds: readonly (number | null)[],
   total: number,
   variables: tf.Variable[],
+  graph = true,
 ): { grads: Map<string, tf.Tensor>; loss: tf.Scalar } {
   let accumulated: Record<string, tf.Tensor> | null = null;
   let loss: tf.Scalar | null = null;
@@ -106,7 +110,7 @@ export function accumulateGradients(
       const previous: Record<string, tf.Tensor> | null = accumulated;
       const previousLoss: tf.Scalar | null = loss;
       const out: { value: tf.Scalar; grads: Record<string, tf.Tensor> } = tf.tidy(() => {
-        const { value, grads } = tf.variableGrads(() => tf.div(model.lossSum(batches[i], seeds[i]).loss, total) as tf.Scalar, variables);
+        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph);
         if (!previous) return { value, grads };
         const sum: Record<string, tf.Tensor> = {};
         for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
@@ -168,7 +172,7 @@ export async function trainStep(model: LanguageModel, optimizer: AdamW, microBat
   const total = stepTokens(microBatches);
   const variables = [...(opts.trainable ?? model.parameters()).values()];
   const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
-  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables);
+  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true);
   return applyGradients(optimizer, grads, loss, total, opts);
 }
 
@@ -529,6 +533,7 @@ class TrainingLoop {
       clip: recipe.train.clip,
       dropoutSeed: this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${this.step}`) : null,
       trainable: parts.finetune.trainable,
+      graph: recipe.train.graph,
     };
     const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
     const seconds = (performance.now() - t0) / 1000;

@@ -1,0 +1,121 @@
+// Graph execution on the native backend (src/backend/tf-graph.ts): a recorded computation, loaded
+// as a TensorFlow graph, computes the function of its feeds (checked on new feed values against a
+// float64 reference, gradient included), freezes what is not a feed, and the cache only builds a
+// graph for a program that repeats.
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
+import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
+import { CompiledGraph, GraphCache, graphsAvailable, recordTrace } from '../../src/backend/tf-graph.ts';
+import { Rng } from '../../src/model/rng.ts';
+
+const available = isTensorflowSetUp();
+
+/** y = ½ Σ relu(x·w) and ∂y/∂w = ½ xᵀ·[x·w > 0], in float64. */
+function reference(x: number[][], w: number[][]): { y: number; dw: number[][] } {
+  const [n, k, m] = [x.length, w.length, w[0].length];
+  let y = 0;
+  const dw = Array.from({ length: k }, () => new Array<number>(m).fill(0));
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < m; j++) {
+      let s = 0;
+      for (let t = 0; t < k; t++) s += x[i][t] * w[t][j];
+      if (s <= 0) continue;
+      y += 0.5 * s;
+      for (let t = 0; t < k; t++) dw[t][j] += 0.5 * x[i][t];
+    }
+  }
+  return { y, dw };
+}
+
+const randomMatrix = (rng: Rng, rows: number, cols: number) => Array.from({ length: rows }, () => Array.from({ length: cols }, () => rng.normal()));
+const maxDiff = (a: number[], b: number[]) => Math.max(...a.map((v, i) => Math.abs(v - b[i])));
+
+describe.skipIf(!available)(`graph execution on the tensorflow backend (skipped when not built: ${SETUP_COMMAND})`, () => {
+  beforeAll(async () => {
+    await initBackend('tensorflow', { quiet: true });
+  });
+  afterAll(async () => {
+    await initBackend('cpu', { quiet: true });
+  });
+
+  const program = (x: tf.Tensor2D, w: tf.Tensor2D) => () => {
+    const f = (v: tf.Tensor) => tf.mul(tf.sum(tf.relu(tf.matMul(x, v as tf.Tensor2D))), 0.5);
+    const { value, grads } = tf.variableGrads(() => f(w) as tf.Scalar, [w as tf.Variable]);
+    return [value, grads[(w as tf.Variable).name]];
+  };
+
+  it('runs a recorded value and gradient as a graph on new feed values, equal to a float64 reference', () => {
+    expect(graphsAvailable()).toBe(true);
+    const rng = new Rng(3);
+    const w = tf.variable(tf.tensor2d(randomMatrix(rng, 4, 3)), true, 'graph-test.w');
+    const x = tf.tensor2d(randomMatrix(rng, 5, 4));
+    const { outputs, trace } = recordTrace([x, w], program(x, w));
+    tf.dispose(outputs);
+    const graph = CompiledGraph.load(trace);
+    try {
+      const [x2, w2] = [randomMatrix(rng, 5, 4), randomMatrix(rng, 4, 3)];
+      const before = tf.memory().numTensors;
+      const [y, dw] = tf.tidy(() => graph.run([tf.tensor2d(x2), tf.tensor2d(w2)]).map((t) => Array.from(t.dataSync())));
+      expect(tf.memory().numTensors).toBe(before);
+      const want = reference(x2, w2);
+      expect(Math.abs(y[0] - want.y)).toBeLessThan(1e-5 * Math.max(1, Math.abs(want.y)));
+      expect(maxDiff(dw, want.dw.flat())).toBeLessThan(1e-5);
+      expect(() => tf.tidy(() => graph.run([tf.zeros([5, 3]), tf.tensor2d(w2)]))).toThrow(/feed 0 is float32 \[5,3\], the graph takes float32 \[5,4\]/);
+    } finally {
+      graph.dispose();
+      tf.dispose([w, x]);
+    }
+  });
+
+  it('freezes what is not a feed: a tensor uploaded inside keeps its recorded value', () => {
+    const x = tf.tensor1d([1, 2, 3]);
+    let offset = 10;
+    const { outputs, trace } = recordTrace([x], () => [tf.add(x, tf.scalar(offset))]);
+    tf.dispose(outputs);
+    const graph = CompiledGraph.load(trace);
+    offset = 20;
+    try {
+      const got = tf.tidy(() => Array.from(graph.run([tf.tensor1d([4, 5, 6])])[0].dataSync()));
+      expect(got).toEqual([14, 15, 16]);
+    } finally {
+      graph.dispose();
+      x.dispose();
+    }
+  });
+
+  it('builds a graph once two calls repeat the program, and keeps a changing program eager with its results right', () => {
+    const cache = new GraphCache();
+    const w = tf.variable(tf.tensor2d([[1, -1], [2, 0.5]]), true, 'graph-test.cache');
+    const stable = (x: tf.Tensor2D) => () => program(x, w)();
+    const states: string[] = [];
+    const counts: number[] = [];
+    try {
+      for (let step = 0; step < 5; step++) {
+        const xs = [[step + 1, -1], [0.5, step]];
+        const got = tf.tidy(() => {
+          const x = tf.tensor2d(xs);
+          return Array.from(cache.call('stable', [x, w], stable(x))[0].dataSync());
+        });
+        expect(got[0]).toBeCloseTo(reference(xs, w.arraySync()).y, 5);
+        states.push(cache.status('stable'));
+        counts.push(tf.memory().numTensors);
+      }
+      expect(states).toEqual(['recording', 'graph', 'graph', 'graph', 'graph']);
+      expect(new Set(counts.slice(1)).size).toBe(1);
+
+      let calls = 0;
+      for (let step = 0; step < 4; step++) {
+        const got = tf.tidy(() => {
+          const x = tf.tensor1d([1, 2]);
+          return Array.from(cache.call('changing', [x], () => [tf.mul(x, tf.scalar(++calls))])[0].dataSync());
+        });
+        expect(got).toEqual([calls, 2 * calls]);
+      }
+      expect(cache.status('changing')).toMatch(/^eager: 3 calls recorded different programs or constants/);
+    } finally {
+      cache.dispose();
+      w.dispose();
+    }
+  });
+});
