@@ -46,6 +46,8 @@ export interface Trace {
   constants: FrozenValue[];
   outputs: Source[];
   feeds: Array<{ dtype: tf.DataType; shape: number[] }>;
+  /** Why the recording cannot be a graph, if it cannot. */
+  unfollowable?: string;
 }
 
 /** The parts of tfjs-node's backend and binding this module uses. */
@@ -106,15 +108,18 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
     return { kind: 'const', value: constants.length - 1 };
   };
   const uploads = new Map<number, FrozenValue>();
+  // A program the recorder could not follow is still run (eagerly) to the end, then refused.
+  let unknown: string | undefined;
   const sourceOf = (id: number, tensor: tf.TensorInfo): Source => {
     const known = sources.get(id);
     if (known) return known;
     const feed = feedIndex.get(tensor.dataId);
     // A feed's handle may first be created here (tfjs-node uploads lazily): it is still the feed.
-    const source =
-      feed !== undefined
-        ? ({ kind: 'feed', index: feed } as const)
-        : freeze(uploads.get(id) ?? { dtype: dtypeEnum(binding, tensor.dtype), shape: [...tensor.shape], bytes: bytesOf(binding.tensorDataSync(id)) });
+    const frozen = () => {
+      if (!(tensor.dtype in DTYPES)) unknown ??= `a ${tensor.dtype} tensor from before the recording`;
+      return { dtype: dtypeEnum(binding, DTYPES[tensor.dtype] ? tensor.dtype : 'float32'), shape: [...tensor.shape], bytes: bytesOf(binding.tensorDataSync(id)) };
+    };
+    const source = feed !== undefined ? ({ kind: 'feed', index: feed } as const) : freeze(uploads.get(id) ?? frozen());
     sources.set(id, source);
     return source;
   };
@@ -131,7 +136,11 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
     executeOp: {
       value: (op: string, attrs: OpAttr[], inputIds: number[], count: number) => {
         const results = binding.executeOp(op, attrs, inputIds, count);
-        const inputs = inputIds.map((id) => sources.get(id) ?? freeze(uploads.get(id) ?? unknownInput(op, id)));
+        const inputs = inputIds.map((id) => {
+          const source = sources.get(id) ?? (uploads.has(id) ? freeze(uploads.get(id)!) : undefined);
+          if (!source) unknown ??= `input ${id} of ${op} came from outside the recording`;
+          return source ?? ({ kind: 'const', value: -1 } as const);
+        });
         ops.push({ op, attrs: attrs.map((a) => ({ ...a })), inputs });
         results.forEach((r, index) => sources.set(r.id, { kind: 'op', op: ops.length - 1, index }));
         return results;
@@ -148,25 +157,24 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
   try {
     const outputs = fn();
     const outputSources = outputs.map((t) => sourceOf(handleId(backend, t), t));
-    return { outputs, trace: { ops, constants, outputs: outputSources, feeds: feeds.map((t) => ({ dtype: t.dtype, shape: [...t.shape] })) } };
+    return { outputs, trace: { ops, constants, outputs: outputSources, feeds: feeds.map((t) => ({ dtype: t.dtype, shape: [...t.shape] })), unfollowable: unknown } };
   } finally {
     backend.binding = binding;
     backend.getInputTensorIds = getInputTensorIds;
   }
 }
 
-function unknownInput(op: string, id: number): never {
-  throw new Error(`graph recording: input ${id} of ${op} was neither recorded nor uploaded`);
-}
-
 function handleId(backend: NativeBackend, t: tf.Tensor): number {
   return backend.getInputTensorIds([t])[0];
 }
 
+/** The dtypes a graph feed or frozen tensor may have, by their binding enum name. */
+const DTYPES: Record<string, 'TF_FLOAT' | 'TF_INT32' | 'TF_BOOL'> = { float32: 'TF_FLOAT', int32: 'TF_INT32', bool: 'TF_BOOL' };
+
 function dtypeEnum(binding: NativeBinding, dtype: tf.DataType): number {
-  const e = { float32: binding.TF_FLOAT, int32: binding.TF_INT32, bool: binding.TF_BOOL }[dtype as string];
-  if (e === undefined) throw new Error(`graph recording: dtype ${dtype} is not supported`);
-  return e;
+  const name = DTYPES[dtype];
+  if (!name) throw new Error(`graph: dtype ${dtype} is not supported`);
+  return binding[name];
 }
 
 /** Whether two traces are the same program with the same constants. */
@@ -329,7 +337,8 @@ export class GraphCache {
     if (state?.kind === 'compiled') return state.graph.run(feeds);
     if (state?.kind === 'eager' || (!state && this.keys.size >= this.maxKeys)) return fn();
     const { outputs, trace } = recordTrace(feeds, fn);
-    if (!state) this.keys.set(key, { kind: 'recorded', trace, attempts: 1 });
+    if (trace.unfollowable) this.keys.set(key, { kind: 'eager', why: trace.unfollowable });
+    else if (!state) this.keys.set(key, { kind: 'recorded', trace, attempts: 1 });
     else if (!sameTrace(state.trace, trace)) {
       const attempts = state.attempts + 1;
       this.keys.set(key, attempts < this.maxRecordings ? { kind: 'recorded', trace, attempts } : { kind: 'eager', why: `${attempts} calls recorded different programs or constants` });
