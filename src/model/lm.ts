@@ -39,12 +39,18 @@ export interface ModelBatch {
 
 export const IGNORE_LABEL = -100;
 
-/** A batch as tensors (LanguageModel.lossInputs): token ids [B, L], targets of the labelled rows, their row indices (absent when every row is labelled), BERT's key mask [B, L]. */
+/**
+ * A batch as tensors (LanguageModel.lossInputs): token ids [B, L], targets of the labelled rows,
+ * their row indices (absent when every row is labelled), BERT's key mask [B, L], and when the rows
+ * are padded to a bucket, weights [rows] (1 = labelled, 0 = padding).
+ */
 export interface LossInputs {
   ids: tf.Tensor2D;
   targets: tf.Tensor1D;
   rows?: tf.Tensor1D;
+  weights?: tf.Tensor1D;
   mask?: tf.Tensor2D;
+  /** Labelled rows (padding not counted). */
   count: number;
 }
 
@@ -132,8 +138,32 @@ const fusedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSa
   };
 }) as (logits: tf.Tensor2D, targets: tf.Tensor1D) => tf.Scalar;
 
-/** Σ over rows of −log softmax(logits)[target], fused where the backend has the kernel. */
-export function crossEntropySum(logits: tf.Tensor2D, targets: tf.Tensor1D): tf.Scalar {
+/** Per-row cross-entropy [N] and its gradient softmax − onehot [N, V], fused where the backend has the kernel. */
+function rowCrossEntropy(logits: tf.Tensor2D, targets: tf.Tensor1D): [tf.Tensor1D, tf.Tensor2D] {
+  if (hasFusedKernel(SPARSE_CROSS_ENTROPY)) return tf.engine().runKernel(SPARSE_CROSS_ENTROPY, { logits, labels: targets }) as [tf.Tensor1D, tf.Tensor2D];
+  const logProbs = tf.logSoftmax(logits);
+  const losses = tf.neg(tf.sum(tf.mul(logProbs, tf.oneHot(targets, logits.shape[1])), -1)) as tf.Tensor1D;
+  return [losses, tf.sub(tf.exp(logProbs), tf.oneHot(targets, logits.shape[1])) as tf.Tensor2D];
+}
+
+/** Σ_rows weight·cross-entropy: rows of weight 0 are padding (LanguageModel.lossInputs' row buckets). */
+const weightedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [logits, targets, weights, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
+  const [losses, backprop] = rowCrossEntropy(logits, targets);
+  save([backprop, targets, weights]);
+  return {
+    value: tf.sum(tf.mul(losses, weights)),
+    gradFunc: (dy: tf.Tensor, [savedBackprop, savedTargets, savedWeights]: tf.Tensor[]) => [
+      tf.mul(savedBackprop, tf.reshape(tf.mul(savedWeights, dy), [-1, 1])),
+      tf.zerosLike(savedTargets),
+      tf.zerosLike(savedWeights),
+    ],
+  };
+}) as (logits: tf.Tensor2D, targets: tf.Tensor1D, weights: tf.Tensor1D) => tf.Scalar;
+
+/** Σ over rows of −log softmax(logits)[target] (× weights when given), fused where the backend has the kernel. */
+export function crossEntropySum(logits: tf.Tensor2D, targets: tf.Tensor1D, weights?: tf.Tensor1D): tf.Scalar {
+  if (weights) return weightedCrossEntropySum(logits, targets, weights);
   return hasFusedKernel(SPARSE_CROSS_ENTROPY) ? fusedCrossEntropySum(logits, targets) : composedCrossEntropySum(logits, targets);
 }
 
@@ -227,9 +257,11 @@ export class LanguageModel {
 
   /**
    * The batch checked against the vocabulary and uploaded: what lossOf reads (null when no position
-   * is labelled). Kept apart from lossOf so that a compiled step can take these tensors as its inputs.
+   * is labelled). Kept apart from lossOf so that a compiled step can take these tensors as its
+   * inputs. `rowBucket` > 1 pads a partial set of labelled rows (BERT's masked positions) with
+   * weight-0 rows to a multiple of it, so that the tensor shapes repeat from batch to batch.
    */
-  lossInputs(batch: ModelBatch): LossInputs | null {
+  lossInputs(batch: ModelBatch, rowBucket = 1): LossInputs | null {
     const { batchSize: b, seqLen: l } = batch;
     const rows: number[] = [];
     const targets: number[] = [];
@@ -248,13 +280,21 @@ export class LanguageModel {
         throw new Error(`batch input id ${id} at position ${i} is outside the vocabulary [0, ${this.config.vocabSize})`);
       }
     }
-    if (rows.length === 0) return null;
+    const count = rows.length;
+    if (count === 0) return null;
+    const padded = count < b * l && rowBucket > 1 ? Math.min(b * l, Math.ceil(count / rowBucket) * rowBucket) : count;
+    const weights = padded > count ? Array.from({ length: padded }, (_, i) => (i < count ? 1 : 0)) : null;
+    while (rows.length < padded) {
+      rows.push(0);
+      targets.push(0);
+    }
     return {
       ids: tf.tensor2d(batch.inputIds, [b, l], 'int32'),
       targets: tf.tensor1d(targets, 'int32'),
-      ...(rows.length < b * l ? { rows: tf.tensor1d(rows, 'int32') } : {}),
+      ...(count < b * l ? { rows: tf.tensor1d(rows, 'int32') } : {}),
+      ...(weights ? { weights: tf.tensor1d(weights) } : {}),
       ...(batch.attentionMask ? { mask: tf.tensor2d(batch.attentionMask, [b, l]) } : {}),
-      count: rows.length,
+      count,
     };
   }
 
@@ -262,7 +302,7 @@ export class LanguageModel {
   lossOf(inputs: LossInputs, dropoutSeed: number | null = null): tf.Scalar {
     let h = this.hidden(inputs.ids, inputs.mask, dropoutSeed);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
-    return crossEntropySum(this.headLogits(h), inputs.targets);
+    return crossEntropySum(this.headLogits(h), inputs.targets, inputs.weights);
   }
 
   /** Runs `cleanup` when the model is disposed (e.g. to free graphs built for it). */

@@ -38,12 +38,13 @@ export function microBatchGradients(
   variables: tf.Variable[],
   graph: boolean,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
-  const inputs = model.lossInputs(batch);
+  const asGraph = graph && (dropoutSeed === null || model.config.dropout === 0) && graphsAvailable();
+  const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
   const divisor = tf.scalar(total);
   const eager = () => tf.variableGrads(() => tf.div(inputs ? model.lossOf(inputs, dropoutSeed) : tf.scalar(0), divisor) as tf.Scalar, variables);
-  if (!graph || !inputs || (dropoutSeed !== null && model.config.dropout > 0) || !graphsAvailable()) return eager();
+  if (!asGraph || !inputs) return eager();
   const graphs = graphsOf(model);
-  const batchTensors = [inputs.ids, inputs.targets, ...(inputs.rows ? [inputs.rows] : []), ...(inputs.mask ? [inputs.mask] : [])];
+  const batchTensors = batchTensorsOf(inputs);
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
   const key = stepKey(inputs, variables);
   const outputs = graphs.cache.call(key, [...batchTensors, divisor, ...modelTensors], () => {
@@ -56,9 +57,17 @@ export function microBatchGradients(
   return { value: outputs[0] as tf.Scalar, grads: Object.fromEntries(names.map((n, i) => [n, outputs[i + 1]])) };
 }
 
+/**
+ * Labelled rows are padded to a multiple of this in graph steps (LanguageModel.lossInputs), so that
+ * BERT batches, whose count of masked positions varies (~15% ± a few of B·L), share a few shapes.
+ */
+const ROW_BUCKET = 64;
+
+const batchTensorsOf = (inputs: LossInputs) => [inputs.ids, inputs.targets, inputs.rows, inputs.weights, inputs.mask].filter((t) => t !== undefined);
+
 /** What a recorded program depends on besides tensor values: the batch shapes and which parameters train. */
 function stepKey(inputs: LossInputs, variables: tf.Variable[]): string {
-  const shapes = [inputs.ids, inputs.targets, inputs.rows, inputs.mask].map((t) => (t ? t.shape.join('x') : '-'));
+  const shapes = [inputs.ids, inputs.targets, inputs.rows, inputs.weights, inputs.mask].map((t) => (t ? t.shape.join('x') : '-'));
   return `${shapes.join(',')}|${variables.map((v) => v.name).join(',')}`;
 }
 
@@ -66,7 +75,7 @@ function stepKey(inputs: LossInputs, variables: tf.Variable[]): string {
 export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: tf.Variable[]): string {
   if (!graphsAvailable()) return 'eager: backend';
   const key = tf.tidy(() => {
-    const inputs = model.lossInputs(batch);
+    const inputs = model.lossInputs(batch, ROW_BUCKET);
     return inputs ? stepKey(inputs, variables) : '';
   });
   return key ? graphsOf(model).cache.status(key) : 'eager: no labelled position';

@@ -27,7 +27,10 @@ import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoi
 import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
-import { microBatchGradients } from './compiled-step.ts';
+import { graphStatus, microBatchGradients } from './compiled-step.ts';
+
+/** Steps 1 and 2 of a batch shape record it, step 3 builds its graph (compiled-step.ts). */
+const GRAPH_DECIDED_STEP = 3;
 
 export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
   const m = recipe.model;
@@ -436,6 +439,8 @@ class TrainingLoop {
   private window: TrainingCounters['window'];
   private skippedSteps: number;
   private consecutiveSkips: number;
+  /** Steps run by this process (a resumed run records its step graph again). */
+  private stepsInProcess = 0;
   private lastVal: { step: number; loss: number } | null = null;
   private readonly schedule: ScheduleOptions;
   private readonly checkpoints: CheckpointWriter;
@@ -539,6 +544,7 @@ class TrainingLoop {
     const seconds = (performance.now() - t0) / 1000;
     if (result.applied) this.consecutiveSkips = 0;
     else this.dropUpdate(result);
+    if (++this.stepsInProcess === GRAPH_DECIDED_STEP && !this.group) this.reportGraph(micro, stepOptions);
     const stepTokens = micro.length * recipe.train.batchSize * recipe.data.seqLen;
     this.step++;
     this.tokens += stepTokens;
@@ -546,6 +552,15 @@ class TrainingLoop {
     const w = this.window;
     if (result.applied) this.window = { loss: w.loss + result.loss, steps: w.steps + 1, tokens: w.tokens + stepTokens, seconds: w.seconds + seconds };
     if ((this.step % recipe.train.logInterval === 0 || this.step === this.inputs.totalSteps) && this.window.steps > 0) this.logProgress(lr, result.gradNorm);
+  }
+
+  /** One line after the step that builds the step graph (train.graph, tensorflow only): whether steps now run as one graph, and if not why. */
+  private reportGraph(micro: Batch[], stepOptions: StepOptions): void {
+    if (!stepOptions.graph || tf.getBackend() !== 'tensorflow') return;
+    const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
+    const status = stepOptions.dropoutSeed !== null ? 'eager: dropout masks are drawn per step' : graphStatus(this.parts.model, micro[0], variables);
+    const why = status === 'recording' ? 'the batch shape changes from step to step, e.g. BERT\'s count of masked positions' : status.replace(/^eager: /, '');
+    this.logger.line(status === 'graph' ? 'train.graph: steps run as one TensorFlow graph' : `train.graph: steps run op by op (${why})`);
   }
 
   /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */

@@ -153,6 +153,29 @@ describe('loss and dropout', () => {
     expect(value).toBeCloseTo(ref, 4);
   });
 
+  it('labelled rows padded to a bucket (weight-0 rows) give the same loss and gradients as unpadded', () => {
+    model = createLanguageModel(config('bert'));
+    const rng = new Rng(15);
+    const [b, l] = [2, 8];
+    const labels = new Int32Array(b * l).fill(-100);
+    for (const i of [0, 3, 6, 10, 13]) labels[i] = rng.int(23);
+    const batch = { batchSize: b, seqLen: l, inputIds: randomIds(rng, b * l, 23), labels, attentionMask: new Float32Array(b * l).fill(1) };
+    const variables = [...model.parameters().values()];
+    const run = (bucket: number) =>
+      tf.tidy(() => {
+        const inputs = model!.lossInputs(batch, bucket)!;
+        const { value, grads } = tf.variableGrads(() => model!.lossOf(inputs), variables);
+        return { rows: inputs.rows!.shape[0], count: inputs.count, value: value.dataSync()[0], grads: variables.map((v) => Array.from(grads[v.name].dataSync())) };
+      });
+    const plain = run(1);
+    const padded = run(4);
+    expect([plain.rows, padded.rows, padded.count]).toEqual([5, 8, 5]);
+    expect(Math.abs(padded.value - plain.value)).toBeLessThan(1e-6 * plain.value);
+    const worst = Math.max(...padded.grads.flatMap((g, i) => g.map((x, j) => Math.abs(x - plain.grads[i][j]))));
+    const scale = Math.max(...plain.grads.flat().map(Math.abs));
+    expect(worst / scale).toBeLessThan(1e-5);
+  });
+
   it('dropout masks are reproducible from the seed and off without one', () => {
     model = createLanguageModel({ ...config('gpt'), dropout: 0.3 });
     const rng = new Rng(14);
