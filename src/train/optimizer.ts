@@ -6,6 +6,7 @@
 //   p ← p·(1 − lr·λ)                   (only parameters that decay)
 //   p ← p − (lr / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε)
 import * as tf from '@tensorflow/tfjs';
+import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
 
 export interface AdamWOptions {
   beta1: number;
@@ -14,6 +15,8 @@ export interface AdamWOptions {
   weightDecay: number;
   /** Also decay the token/position embeddings (off by default, as nanoGPT/HF). */
   decayEmbeddings?: boolean;
+  /** Run the update as one TensorFlow graph where the backend can (train.graph, backend/tf-graph.ts; default true). */
+  graph?: boolean;
 }
 
 /**
@@ -52,9 +55,11 @@ export class AdamW {
   private readonly m: tf.Variable<tf.Rank.R1>;
   private readonly v: tf.Variable<tf.Rank.R1>;
   private step = 0;
+  private graphs: GraphCache | null = null;
+  private lastKey = '';
 
   constructor(params: Map<string, tf.Variable>, options: AdamWOptions) {
-    this.options = { decayEmbeddings: false, ...options };
+    this.options = { decayEmbeddings: false, graph: true, ...options };
     const { beta1, beta2, eps, weightDecay } = this.options;
     if (!(beta1 >= 0 && beta1 < 1)) throw new Error(`train.beta1 must be in [0, 1) (got ${beta1})`);
     if (!(beta2 >= 0 && beta2 < 1)) throw new Error(`train.beta2 must be in [0, 1) (got ${beta2})`);
@@ -67,6 +72,11 @@ export class AdamW {
     const total = this.sizes.reduce((a, b) => a + b, 0);
     // tf.variable copies its initial value, so the zeros are built and freed inside a tidy.
     [this.m, this.v] = tf.tidy(() => [tf.variable(tf.zeros([total]), false), tf.variable(tf.zeros([total]), false)]) as [tf.Variable<tf.Rank.R1>, tf.Variable<tf.Rank.R1>];
+  }
+
+  /** How the last update ran: 'graph', 'recording' or 'eager…' (GraphCache.status), for logs and tests. */
+  graphStatus(): string {
+    return this.graphs ? this.graphs.status(this.lastKey) : 'eager';
   }
 
   /** Names of the parameters that receive weight decay. */
@@ -128,28 +138,43 @@ export class AdamW {
   }
 
   // Element for element the formulas of torch.optim.AdamW (module comment), in the same float32
-  // order as a per-parameter loop, so flattening changes no value.
+  // order as a per-parameter loop, so flattening changes no value. The values that change from step
+  // to step are tensors given to the update, so that it can run as a recorded graph (GraphCache).
   private applyFlat({ values: g, skipped, present }: FlatGradients, lr: number): void {
     this.step += 1;
-    const { beta1, beta2, eps, weightDecay } = this.options;
+    const { beta1, beta2, weightDecay } = this.options;
     const t = this.step;
-    const stepSize = lr / (1 - beta1 ** t);
-    const sqrtBias2 = Math.sqrt(1 - beta2 ** t);
+    const updated = this.names.filter((n) => !skipped.has(n));
+    const params = updated.map((n) => this.params.get(n)!);
     tf.tidy(() => {
-      const keepSkipped = (next: tf.Tensor, old: tf.Tensor) => (present ? tf.where(present, next, old) : next);
-      const mNew = keepSkipped(tf.add(tf.mul(this.m, beta1), tf.mul(g, 1 - beta1)), this.m);
-      const vNew = keepSkipped(tf.add(tf.mul(this.v, beta2), tf.mul(tf.square(g), 1 - beta2)), this.v);
+      const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay].map((x) => tf.scalar(x));
+      const inputs = [g, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params];
+      const update = () => this.update(g, scalars, present, skipped, updated);
+      if (this.options.graph && graphsAvailable()) this.graphs ??= new GraphCache();
+      const key = `${[...skipped].join(',')}|${weightDecay > 0}`;
+      this.lastKey = key;
+      const [mNew, vNew, ...next] = this.graphs && graphsAvailable() ? this.graphs.call(key, inputs, update) : update();
       this.m.assign(mNew as tf.Tensor1D);
       this.v.assign(vNew as tf.Tensor1D);
-      const update = tf.mul(tf.div(mNew, tf.add(tf.div(tf.sqrt(vNew), sqrtBias2), eps)), stepSize);
-      const pieces = tf.split(update, this.sizes);
-      this.names.forEach((name, i) => {
-        if (skipped.has(name)) return;
-        const p = this.params.get(name)!;
-        const decayed = this.decaySet.has(name) && weightDecay > 0 ? tf.mul(p, 1 - lr * weightDecay) : p;
-        p.assign(tf.sub(decayed, p.rank === 1 ? pieces[i] : tf.reshape(pieces[i], p.shape)));
-      });
+      params.forEach((p, i) => p.assign(next[i]));
     });
+  }
+
+  /** The new m, v and the new value of each parameter in `updated` (stepSize, √(1 − β2ᵗ), 1 − lr·λ given as scalars). */
+  private update(g: tf.Tensor1D, [stepSize, sqrtBias2, decay]: tf.Scalar[], present: tf.Tensor1D | null, skipped: ReadonlySet<string>, updated: string[]): tf.Tensor[] {
+    const { beta1, beta2, eps, weightDecay } = this.options;
+    const keepSkipped = (next: tf.Tensor, old: tf.Tensor) => (present ? tf.where(present, next, old) : next);
+    const mNew = keepSkipped(tf.add(tf.mul(this.m, beta1), tf.mul(g, 1 - beta1)), this.m);
+    const vNew = keepSkipped(tf.add(tf.mul(this.v, beta2), tf.mul(tf.square(g), 1 - beta2)), this.v);
+    const step = tf.mul(tf.div(mNew, tf.add(tf.div(tf.sqrt(vNew), sqrtBias2), eps)), stepSize);
+    const pieces = new Map(tf.split(step, this.sizes).map((piece, i) => [this.names[i], piece] as const));
+    const next = updated.map((name) => {
+      const p = this.params.get(name)!;
+      const decayed = this.decaySet.has(name) && weightDecay > 0 ? tf.mul(p, decay) : p;
+      const piece = pieces.get(name)!;
+      return tf.sub(decayed, p.rank === 1 ? piece : tf.reshape(piece, p.shape));
+    });
+    return [mNew, vNew, ...next];
   }
 
   private ravel(tensors: tf.Tensor[]): tf.Tensor1D {
@@ -158,6 +183,7 @@ export class AdamW {
   }
 
   dispose(): void {
+    this.graphs?.dispose();
     this.m.dispose();
     this.v.dispose();
   }

@@ -44,7 +44,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
-  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: o.graph ?? true });
   const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
   try {
     const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null, graph: o.graph ?? true };

@@ -413,6 +413,7 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: str
       eps: recipe.train.eps,
       weightDecay: recipe.train.weightDecay,
       decayEmbeddings: recipe.train.decayEmbeddings,
+      graph: recipe.train.graph,
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
     const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);

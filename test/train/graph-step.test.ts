@@ -1,6 +1,7 @@
 // Training steps run as TensorFlow graphs (train.graph, src/train/compiled-step.ts) against the same
 // steps run op by op: every mechanism's losses and updated weights agree, the graph is really what
-// ran, finetune freezing holds, nothing leaks. Native backend only.
+// ran (forward + backward, and AdamW's update), finetune freezing holds, nothing leaks. Native
+// backend only.
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
@@ -37,19 +38,22 @@ async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: Mode
 /** STEPS optimizer steps on fixed batches: the losses, the weights after, and how the last step ran. */
 async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean, trainable = model.parameters()) {
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
-  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
   const losses: number[] = [];
   const tensorCounts: number[] = [];
+  let optimizerStatus: string;
   try {
-    for (const batch of batches) {
-      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2, clip: 1, dropoutSeed: null, trainable, graph })).loss);
+    for (const [i, batch] of batches.entries()) {
+      // A learning rate that changes every step: it must reach the graph as an input, not a constant.
+      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: null, trainable, graph })).loss);
       tensorCounts.push(tf.memory().numTensors);
     }
+    optimizerStatus = optimizer.graphStatus();
   } finally {
     optimizer.dispose();
   }
   const weights = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
-  return { losses, initial, weights, status: graphStatus(model, batches[0], [...trainable.values()]), tensorCounts };
+  return { losses, initial, weights, status: graphStatus(model, batches[0], [...trainable.values()]), optimizerStatus, tensorCounts };
 }
 
 function maxRelativeDifference(a: Map<string, number[]>, b: Map<string, number[]>): number {
@@ -79,8 +83,8 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     const batches = batchesFor('gpt', 9);
     const graph = await trainFresh(attention, 'gpt', batches, true);
     const eager = await trainFresh(attention, 'gpt', batches, false);
-    expect(graph.status).toBe('graph');
-    expect(eager.status).toBe('recording'); // never recorded: op by op throughout
+    expect([graph.status, graph.optimizerStatus]).toEqual(['graph', 'graph']);
+    expect([eager.status, eager.optimizerStatus]).toEqual(['recording', 'eager']); // never recorded: op by op throughout
     graph.losses.forEach((loss, i) => expect(Math.abs(loss - eager.losses[i]), `step ${i + 1}`).toBeLessThan(1e-5 * Math.abs(eager.losses[i])));
     // Softmax is invariant to a shift of every key, so ∂loss/∂(k bias) is 0 and what either run
     // computes for it is float rounding, which Adam's normalisation turns into lr-sized steps.
@@ -92,13 +96,46 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     expect(new Set(graph.tensorCounts.slice(2)).size).toBe(1);
   });
 
+  it('AdamW as a graph: the op-by-op update for every step and learning rate; a parameter without a gradient keeps its value and moments', () => {
+    const rng = new Rng(12);
+    const start = { a: Array.from({ length: 6 }, () => rng.normal()), b: Array.from({ length: 4 }, () => rng.normal()) };
+    const grads = Array.from({ length: 5 }, () => Array.from({ length: 6 }, () => rng.normal()));
+    const run = (graph: boolean) => {
+      const a = tf.variable(tf.tensor2d(start.a, [2, 3]), true, `graph-adamw-${graph}.a.weight`);
+      const b = tf.variable(tf.tensor1d(start.b), true, `graph-adamw-${graph}.b`);
+      const optimizer = new AdamW(new Map([[a.name, a], [b.name, b]]), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      try {
+        const counts: number[] = [];
+        grads.forEach((g, i) => {
+          tf.tidy(() => optimizer.applyGradients(new Map([[a.name, tf.tensor2d(g, [2, 3])]]), 0.1 / (i + 1)));
+          counts.push(tf.memory().numTensors);
+        });
+        const state = optimizer.getState();
+        const bMoments = [...state.m.get(b.name)!.dataSync(), ...state.v.get(b.name)!.dataSync()];
+        tf.dispose([...state.m.values(), ...state.v.values()]);
+        return { a: Array.from(a.dataSync()), b: Array.from(b.dataSync()), bMoments, status: optimizer.graphStatus(), counts };
+      } finally {
+        optimizer.dispose();
+        tf.dispose([a, b]);
+      }
+    };
+    const graph = run(true);
+    const eager = run(false);
+    expect([graph.status, eager.status]).toEqual(['graph', 'eager']);
+    expect(Math.max(...graph.a.map((x, i) => Math.abs(x - eager.a[i])))).toBeLessThan(1e-6);
+    expect(Math.max(...graph.a.map((x, i) => Math.abs(x - start.a[i])))).toBeGreaterThan(0.1);
+    expect(graph.b).toEqual(Array.from(Float32Array.from(start.b)));
+    expect(graph.bMoments.every((x) => x === 0)).toBe(true);
+    expect(new Set(graph.counts.slice(2)).size).toBe(1);
+  });
+
   it('keeps frozen weights fixed under train.freeze all-but-qkv', async () => {
     const model = tinyModel('darkformer');
     try {
       const { trainable, frozen } = partitionParameters(model, 'all-but-qkv');
       const before = new Map([...frozen].map(([n, v]) => [n, Array.from(v.dataSync())]));
       const run = await train(model, batchesFor('gpt', 10), true, trainable);
-      expect(run.status).toBe('graph');
+      expect([run.status, run.optimizerStatus]).toEqual(['graph', 'graph']);
       for (const [name, values] of before) expect(run.weights.get(name), name).toEqual(values);
       const moved = [...trainable.keys()].filter((n) => maxRelativeDifference(new Map([[n, run.weights.get(n)!]]), new Map([[n, run.initial.get(n)!]])) > 0);
       expect(moved.length).toBe(trainable.size);
