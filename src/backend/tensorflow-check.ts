@@ -5,6 +5,7 @@ import { initBackend } from '../backend.ts';
 import { Rng } from '../model/rng.ts';
 import { readBuildStamp } from './native-build.ts';
 import { tensorflowInfo } from './tensorflow.ts';
+import { CompiledGraph, graphsAvailable, recordTrace } from './tf-graph.ts';
 
 export interface Check {
   name: string;
@@ -23,17 +24,42 @@ function relativeError(a: Float32Array | Int32Array | Uint8Array, b: Float32Arra
   return diff / scale;
 }
 
-/** A matmul and the gradient of a small network, whose outputs each backend computes. */
-function probe(): { product: Float32Array; gradient: Float32Array } {
+/** The probe's inputs: a [96, 64], w [64, 48] and labels [96] (the same numbers on every backend). */
+function probeInputs(): { a: tf.Tensor2D; w: tf.Tensor2D; labels: tf.Tensor1D } {
   const rng = new Rng(20261124);
   const normal = (n: number) => Float32Array.from({ length: n }, () => rng.normal());
+  return {
+    a: tf.tensor2d(normal(96 * 64), [96, 64]),
+    w: tf.tensor2d(normal(64 * 48), [64, 48]),
+    labels: tf.tensor1d(Array.from({ length: 96 }, (_, i) => (i * 7) % 48), 'int32'),
+  };
+}
+
+/** ∂/∂w of a small network's cross-entropy. */
+function probeGradient(a: tf.Tensor2D, w: tf.Tensor2D, labels: tf.Tensor1D): tf.Tensor {
+  const loss = (weights: tf.Tensor) => tf.losses.softmaxCrossEntropy(tf.oneHot(labels, 48), tf.tanh(tf.matMul(a, weights as tf.Tensor2D)).mul(3)) as tf.Scalar;
+  return tf.grad(loss)(w);
+}
+
+/** A matmul and the gradient of a small network, whose outputs each backend computes. */
+function probe(): { product: Float32Array; gradient: Float32Array } {
   return tf.tidy(() => {
-    const a = tf.tensor2d(normal(96 * 64), [96, 64]);
-    const w = tf.tensor2d(normal(64 * 48), [64, 48]);
-    const labels = tf.tensor1d(Array.from({ length: 96 }, (_, i) => (i * 7) % 48), 'int32');
-    const loss = (weights: tf.Tensor) =>
-      tf.losses.softmaxCrossEntropy(tf.oneHot(labels, 48), tf.tanh(tf.matMul(a, weights as tf.Tensor2D)).mul(3)) as tf.Scalar;
-    return { product: tf.matMul(a, w).dataSync() as Float32Array, gradient: tf.grad(loss)(w).dataSync() as Float32Array };
+    const { a, w, labels } = probeInputs();
+    return { product: tf.matMul(a, w).dataSync() as Float32Array, gradient: probeGradient(a, w, labels).dataSync() as Float32Array };
+  });
+}
+
+/** The probe's gradient recorded, loaded as a TensorFlow graph (train.graph's route) and run. */
+function graphProbe(): Float32Array {
+  return tf.tidy(() => {
+    const { a, w, labels } = probeInputs();
+    const { trace } = recordTrace([w], () => [probeGradient(a, w, labels)]);
+    const graph = CompiledGraph.load(trace);
+    try {
+      return graph.run([w])[0].dataSync() as Float32Array;
+    } finally {
+      graph.dispose();
+    }
   });
 }
 
@@ -60,6 +86,12 @@ export async function verifyTensorflow(): Promise<Check[]> {
     tf.round(tf.tensor1d([3, -2], 'int32')).dataSync(),
     tf.concat([tf.scalar(1), tf.scalar(2)]).dataSync(),
   ]);
+  if (graphsAvailable()) {
+    const graphError = relativeError(graphProbe(), reference.gradient);
+    checks.push({ name: 'graph execution (train.graph) vs cpu', ok: graphError < gradientTolerance, detail: `gradient relative error ${graphError.toExponential(1)}` });
+  } else {
+    checks.push({ name: 'graph execution (train.graph)', ok: true, detail: 'not used on this device: training steps run op by op' });
+  }
   checks.push({ name: 'TF 2.21 fixes', ok: rounded.join() === '3,-2' && joined.join() === '1,2', detail: `round(int32) ${rounded.join()}, concat(scalars) ${joined.join()}` });
   return checks;
 }

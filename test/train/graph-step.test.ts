@@ -103,7 +103,7 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     const run = (graph: boolean) => {
       const a = tf.variable(tf.tensor2d(start.a, [2, 3]), true, `graph-adamw-${graph}.a.weight`);
       const b = tf.variable(tf.tensor1d(start.b), true, `graph-adamw-${graph}.b`);
-      const optimizer = new AdamW(new Map([[a.name, a], [b.name, b]]), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      const optimizer = new AdamW(new Map<string, tf.Variable>([[a.name, a], [b.name, b]]), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
       try {
         const counts: number[] = [];
         grads.forEach((g, i) => {
