@@ -1,7 +1,7 @@
 // Exact resume: a run stopped at step 5 (the SIGINT/SIGTERM path: finish the step, checkpoint, stop) and resumed,
 // or resumed from its periodic checkpoint at step 3, writes the same metrics.jsonl and final weights as the
 // uninterrupted run, on the cpu backend. Model: Performer with redraws every 2 steps and dropout 0.1.
-import { cpSync, existsSync, readdirSync } from 'node:fs';
+import { cpSync, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -116,6 +116,25 @@ describe('exact resume on the cpu backend', () => {
     expect(weightsThree).toBeLessThanOrEqual(1e-6);
     // No temporary folders are left behind.
     expect(readdirSync(join(stopped.dir, 'checkpoints')).filter((e) => e.startsWith('.'))).toEqual([]);
+  });
+
+  // Without dropout, tensorflow runs steps as graphs (train.graph): the first two steps after a start
+  // or a resume record, later ones run the graph; the resumed run must still match the uninterrupted one.
+  // Defined in the tensorflow project only (vitest.config.ts says when that project is not set up).
+  if (testBackend() === 'tensorflow') it('tensorflow graph steps (dropout 0): stop after step 5 + resume reproduces the uninterrupted run', async () => {
+    const runs = join(dir, 'runs-graph');
+    const recipe = parseRecipe(tinyRecipeText(setup, runs).replace('dropout: 0.1', 'dropout: 0'), join(dir, 'tiny.yaml'));
+    expect(recipe.model.dropout).toBe(0);
+    const full = await train(recipe);
+    expect(full.error).toBeNull();
+    expect(readFileSync(join(full.dir, 'log.txt'), 'utf8')).toContain('train.graph: steps run as one TensorFlow graph');
+    const stopped = await train(recipe, { stop: stopAfter(5) });
+    const stop = stopped.error as TrainingStopped;
+    expect(stop.step).toBe(5);
+    const resumed = await train(recipe, { resume: stop.checkpointDir, resumeDir: stopped.dir, resumeStep: 5 });
+    expect(resumed.error).toBeNull();
+    expect(maxRelativeDifference(readMetrics(full.dir), readMetrics(stopped.dir))).toBeLessThanOrEqual(1e-6);
+    expect(await finalWeightsDifference(full.dir, stopped.dir)).toBeLessThanOrEqual(1e-6);
   });
 
   it('refuses a recipe that changes the model shape, the attention or the tokenizer, naming what differs', async () => {
