@@ -366,119 +366,144 @@ function bertMasking(opts: StreamOptions, seed: number): { mlm: MlmOptions; mask
   return { mlm, maskRng };
 }
 
+/**
+ * Opens the split as a stream of batches: shards in (seeded) order → documents (DocumentWalker) →
+ * GPT windows or BERT chunks → the bounded shuffle → batches. A cursor restores every stage.
+ */
 export async function openBatchStream(opts: StreamOptions): Promise<BatchStream> {
   validateOptions(opts);
-  const { tokenizer, kind, seqLen, batchSize, split } = opts;
-  const shards = await listShards(opts.dataset, split);
-  const isTrain = split === 'train';
-  const seed = isTrain ? opts.seed : 0;
+  const shards = await listShards(opts.dataset, opts.split);
   const cursorFile = opts.cursorFile ?? 'data cursor';
   const cursor = opts.cursor ? parseCursor(opts.cursor, cursorFile) : undefined;
   if (cursor) await checkCursorAgainst(cursor, opts, shards, cursorFile);
+  return new ArrowBatchStream(opts, shards, cursor, cursorFile);
+}
 
-  const shardOrder = cursor
-    ? [...cursor.shardOrder]
-    : isTrain
-      ? new Rng(deriveSeed(seed, 'shard-order')).shuffle(shards.map((_, i) => i))
-      : shards.map((_, i) => i);
-  let done = cursor?.done ?? false;
-  let batches = cursor?.batches ?? 0;
-  const producers = new ShardProducers(shardOrder.map((i) => shards[i]), opts);
-  const start: Position = { shard: cursor?.shard ?? 0, recordBatch: cursor?.recordBatch ?? 0, row: cursor?.row ?? 0, offset: cursor?.offset ?? 0 };
-  const stats: StreamStats = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
-  const walker = new DocumentWalker(producers, shardOrder.length, kind, start, stats, cursorFile);
-  if (!done) producers.start(start);
+/** The stages of one open stream and the counters its cursor records. */
+class ArrowBatchStream implements BatchStream {
+  private readonly seed: number;
+  private readonly shardOrder: number[];
+  private readonly producers: ShardProducers;
+  private readonly walker: DocumentWalker;
+  private readonly statistics: StreamStats;
+  private readonly packer: WindowPacker | null;
+  private readonly shuffleCapacity: number;
+  private readonly shuffle: ShuffleBuffer<Int32Array>;
+  private readonly masking: { mlm: MlmOptions; maskRng: Rng } | null;
+  private done: boolean;
+  private batches: number;
+  private busy = false;
+  private closed = false;
 
-  const packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
-  const shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
-  const shuffle = new ShuffleBuffer<Int32Array>(
-    shuffleCapacity,
-    cursor?.shuffle
-      ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width, tokenizer.vocabSize, cursorFile) }
-      : deriveSeed(seed, 'shuffle'),
-  );
-  const masking = kind === 'bert' ? bertMasking(opts, seed) : null;
-
-  /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */
-  async function nextExample(): Promise<Int32Array | null> {
-    const at = walker.position;
-    if (packer) {
-      while (!packer.full) {
-        const doc = await walker.document();
-        if (doc === null) return null; // the tail shorter than a window is dropped
-        at.offset = packer.fill(doc, at.offset);
-        if (at.offset >= doc.length) walker.finishDocument();
-      }
-      return packer.take();
-    }
-    const doc = await walker.document();
-    if (doc === null) return null;
-    const end = Math.min(doc.length, at.offset + seqLen - 2);
-    const chunk = doc.slice(at.offset, end);
-    at.offset = end;
-    if (at.offset >= doc.length) walker.finishDocument();
-    return chunk;
+  constructor(
+    private readonly opts: StreamOptions,
+    shards: string[],
+    cursor: DataCursor | undefined,
+    cursorFile: string,
+  ) {
+    const { kind, seqLen, tokenizer, split } = opts;
+    const isTrain = split === 'train';
+    this.seed = isTrain ? opts.seed : 0;
+    this.shardOrder = cursor
+      ? [...cursor.shardOrder]
+      : isTrain
+        ? new Rng(deriveSeed(this.seed, 'shard-order')).shuffle(shards.map((_, i) => i))
+        : shards.map((_, i) => i);
+    this.done = cursor?.done ?? false;
+    this.batches = cursor?.batches ?? 0;
+    this.producers = new ShardProducers(this.shardOrder.map((i) => shards[i]), opts);
+    const start: Position = { shard: cursor?.shard ?? 0, recordBatch: cursor?.recordBatch ?? 0, row: cursor?.row ?? 0, offset: cursor?.offset ?? 0 };
+    this.statistics = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
+    this.walker = new DocumentWalker(this.producers, this.shardOrder.length, kind, start, this.statistics, cursorFile);
+    if (!this.done) this.producers.start(start);
+    this.packer = kind === 'gpt' ? new WindowPacker(seqLen, cursor?.carry ?? []) : null;
+    this.shuffleCapacity = isTrain ? opts.shuffleBuffer : 0;
+    this.shuffle = new ShuffleBuffer<Int32Array>(
+      this.shuffleCapacity,
+      cursor?.shuffle
+        ? { ...cursor.shuffle, items: decodeTokenArrays(cursor.shuffle.items, cursor.shuffle.lengths, cursor.shuffle.width, tokenizer.vocabSize, cursorFile) }
+        : deriveSeed(this.seed, 'shuffle'),
+    );
+    this.masking = kind === 'bert' ? bertMasking(opts, this.seed) : null;
   }
 
-  let busy = false;
-  let closed = false;
-  async function next(): Promise<Batch | null> {
-    if (closed) throw new Error('batch stream is closed');
-    if (busy) throw new Error('batch stream next() called again before the previous call finished');
-    if (done) return null;
-    busy = true;
+  async next(): Promise<Batch | null> {
+    if (this.closed) throw new Error('batch stream is closed');
+    if (this.busy) throw new Error('batch stream next() called again before the previous call finished');
+    if (this.done) return null;
+    this.busy = true;
     try {
+      const { batchSize, kind, seqLen, tokenizer, split } = this.opts;
       const examples: Int32Array[] = [];
       while (examples.length < batchSize) {
-        const example = await shuffle.next(nextExample);
+        const example = await this.shuffle.next(() => this.nextExample());
         if (example === null) break;
         examples.push(example);
       }
       // Train drops the incomplete last batch (constant shapes, no tiny noisy step); validation keeps it.
       if (examples.length < batchSize) {
-        done = true;
-        if (examples.length === 0 || isTrain) return null;
+        this.done = true;
+        if (examples.length === 0 || split === 'train') return null;
       }
-      batches++;
-      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, masking!.mlm, masking!.maskRng);
+      this.batches++;
+      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, this.masking!.mlm, this.masking!.maskRng);
     } finally {
-      busy = false;
+      this.busy = false;
     }
   }
 
-  function currentCursor(): DataCursor {
-    const shuffleState = shuffle.state();
+  /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */
+  private async nextExample(): Promise<Int32Array | null> {
+    const at = this.walker.position;
+    if (this.packer) {
+      while (!this.packer.full) {
+        const doc = await this.walker.document();
+        if (doc === null) return null; // the tail shorter than a window is dropped
+        at.offset = this.packer.fill(doc, at.offset);
+        if (at.offset >= doc.length) this.walker.finishDocument();
+      }
+      return this.packer.take();
+    }
+    const doc = await this.walker.document();
+    if (doc === null) return null;
+    const end = Math.min(doc.length, at.offset + this.opts.seqLen - 2);
+    const chunk = doc.slice(at.offset, end);
+    at.offset = end;
+    if (at.offset >= doc.length) this.walker.finishDocument();
+    return chunk;
+  }
+
+  cursor(): DataCursor {
+    const { kind, split, seqLen, batchSize, tokenizer } = this.opts;
+    const shuffleState = this.shuffle.state();
     return {
       version: 1,
       kind,
       split,
       seqLen,
       batchSize,
-      seed,
-      shuffleBuffer: shuffleCapacity,
+      seed: this.seed,
+      shuffleBuffer: this.shuffleCapacity,
       tokenizerSha256: tokenizer.sha256,
-      shardOrder: [...shardOrder],
-      ...walker.position,
-      carry: packer ? packer.carry() : [],
-      shuffle: shuffleCapacity > 0 ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted } : null,
-      maskRng: masking ? masking.maskRng.state() : null,
-      done,
-      batches,
-      stats: { ...stats },
+      shardOrder: [...this.shardOrder],
+      ...this.walker.position,
+      carry: this.packer ? this.packer.carry() : [],
+      shuffle: this.shuffleCapacity > 0 ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted } : null,
+      maskRng: this.masking ? this.masking.maskRng.state() : null,
+      done: this.done,
+      batches: this.batches,
+      stats: { ...this.statistics },
     };
   }
 
-  return {
-    next,
-    cursor: currentCursor,
-    get stats() {
-      return { ...stats };
-    },
-    async close() {
-      closed = true;
-      await producers.close();
-    },
-  };
+  get stats(): StreamStats {
+    return { ...this.statistics };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.producers.close();
+  }
 }
 
 /** The sample estimateEpoch reads: the first documents of the split, up to either limit. */
