@@ -9,6 +9,13 @@ import * as tf from '@tensorflow/tfjs';
  */
 export const SPARSE_CROSS_ENTROPY = 'SlayformerSparseSoftmaxCrossEntropy';
 
+/**
+ * shape [rank] int32, seed [2] int32 → float32 uniform on [0, 1) of that shape from a counter-based
+ * generator (TensorFlow's StatelessRandomUniform): the numbers are a function of the seed tensor, so
+ * a recorded graph draws new ones when it is fed a new seed (dropout in graph steps).
+ */
+export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
+
 export function hasFusedKernel(name: string): boolean {
   return tf.getKernel(name, tf.getBackend()) !== undefined;
 }

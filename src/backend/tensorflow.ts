@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { SPARSE_CROSS_ENTROPY } from './fused-kernels.ts';
+import { SPARSE_CROSS_ENTROPY, STATELESS_UNIFORM } from './fused-kernels.ts';
 import { isTensorflowSetUp, NATIVE_PACKAGE_DIR, PROJECT_ROOT, QUIET_STDERR_ADDON, SETUP_COMMAND } from './native-build.ts';
 
 /**
@@ -77,7 +77,8 @@ interface NativeBackendView {
  *   ConcatV2  refuses scalars in TF 2.21, where tfjs concatenates rank-0 tensors as length-1
  *             vectors (cpu/wasm): scalars are reshaped to [1] first.
  * The fused cross-entropy runs TF's own SparseSoftmaxCrossEntropyWithLogits: one pass over the
- * [N, V] logits instead of seven element-wise ops and a gather (fused-kernels.ts).
+ * [N, V] logits instead of seven element-wise ops and a gather; dropout masks come from TF's
+ * StatelessRandomUniform, seeded by a tensor (fused-kernels.ts).
  */
 function registerTensorflowKernels(): void {
   if (kernelsRegistered) return;
@@ -112,6 +113,21 @@ function registerTensorflowKernels(): void {
       ];
       const { logits, labels } = inputs as { logits: tf.TensorInfo; labels: tf.TensorInfo };
       return native.executeMultipleOutputs('SparseSoftmaxCrossEntropyWithLogits', attrs, [logits, labels], 2);
+    },
+  });
+  tf.registerKernel({
+    kernelName: STATELESS_UNIFORM,
+    backendName: 'tensorflow',
+    kernelFunc: ({ inputs, backend }) => {
+      const native = backend as unknown as NativeBackendView;
+      const { TF_ATTR_TYPE, TF_FLOAT, TF_INT32 } = native.binding;
+      const attrs = [
+        { name: 'dtype', type: TF_ATTR_TYPE, value: TF_FLOAT },
+        { name: 'T', type: TF_ATTR_TYPE, value: TF_INT32 },
+        { name: 'Tseed', type: TF_ATTR_TYPE, value: TF_INT32 },
+      ];
+      const { shape, seed } = inputs as { shape: tf.TensorInfo; seed: tf.TensorInfo };
+      return native.executeMultipleOutputs('StatelessRandomUniform', attrs, [shape, seed], 1)[0];
     },
   });
 }

@@ -16,7 +16,7 @@ import {
   Transformer,
   INIT_STD,
 } from './transformer.ts';
-import type { AttendFn, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
+import type { AttendFn, DropoutSeed, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
 import { createAttention } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
 import { hasFusedKernel, SPARSE_CROSS_ENTROPY } from '../backend/fused-kernels.ts';
@@ -203,7 +203,7 @@ export class LanguageModel {
     for (const mech of this.body.attention) mech.onTrainStep?.(step);
   }
 
-  private hidden(inputIds: tf.Tensor2D, attentionMask: tf.Tensor2D | undefined, dropoutSeed: number | null): tf.Tensor2D {
+  private hidden(inputIds: tf.Tensor2D, attentionMask: tf.Tensor2D | undefined, dropoutSeed: DropoutSeed): tf.Tensor2D {
     return this.body.forward(inputIds, { keyMask: this.kind === 'bert' ? attentionMask : undefined, dropoutSeed });
   }
 
@@ -250,7 +250,7 @@ export class LanguageModel {
    * positions. The head runs only on labelled rows (BERT: ~15% of them). Call inside tf.tidy or
    * tf.variableGrads; `dropoutSeed` null = no dropout.
    */
-  lossSum(batch: ModelBatch, dropoutSeed: number | null = null): { loss: tf.Scalar; count: number } {
+  lossSum(batch: ModelBatch, dropoutSeed: DropoutSeed = null): { loss: tf.Scalar; count: number } {
     const inputs = this.lossInputs(batch);
     return { loss: inputs ? this.lossOf(inputs, dropoutSeed) : tf.scalar(0), count: inputs?.count ?? 0 };
   }
@@ -299,7 +299,7 @@ export class LanguageModel {
   }
 
   /** Σ of the cross-entropy over the labelled rows of `inputs` (see lossInputs). */
-  lossOf(inputs: LossInputs, dropoutSeed: number | null = null): tf.Scalar {
+  lossOf(inputs: LossInputs, dropoutSeed: DropoutSeed = null): tf.Scalar {
     let h = this.hidden(inputs.ids, inputs.mask, dropoutSeed);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
     return crossEntropySum(this.headLogits(h), inputs.targets, inputs.weights);

@@ -12,6 +12,7 @@ import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 import { deriveSeed, Rng } from './rng.ts';
+import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 
 export interface TransformerConfig {
   vocabSize: number;
@@ -286,19 +287,42 @@ export function linearTransposed(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D
   return b ? (tf.add(y, b) as tf.Tensor2D) : y;
 }
 
-/** Reproducible dropout: each call site draws its mask from its own seed, derived from the step's. */
+/**
+ * A step's dropout seed: a number, or (where the backend draws masks itself, STATELESS_UNIFORM) the
+ * same seed as an int32 [2] tensor (dropoutSeedTensor), which a recorded graph takes as an input.
+ */
+export type DropoutSeed = number | tf.Tensor1D | null;
+
+/** The dropout seed as the tensor the stateless mask kernel takes. */
+export function dropoutSeedTensor(seed: number): tf.Tensor1D {
+  return tf.tensor1d([seed | 0, 0], 'int32');
+}
+
+/**
+ * Reproducible dropout: each call site draws its mask from its own seed, derived from the step's.
+ * Where the backend has the stateless uniform kernel (tensorflow), site i uses the seed tensor
+ * + [0, i + 1], so the masks are a function of a tensor a graph can be fed; elsewhere tf.dropout
+ * with deriveSeed(seed, i). The two draw different (equally distributed) masks from the same seed.
+ */
 export class DropoutSource {
   private site = 0;
   constructor(
     private readonly rate: number,
-    private readonly seed: number | null,
+    private readonly seed: DropoutSeed,
   ) {}
 
   apply<T extends tf.Tensor>(x: T): T {
     if (this.seed === null || this.rate === 0) return x;
+    const site = this.site++;
+    if (hasFusedKernel(STATELESS_UNIFORM)) {
+      const seed = typeof this.seed === 'number' ? dropoutSeedTensor(this.seed) : this.seed;
+      const uniform = tf.engine().runKernel(STATELESS_UNIFORM, { shape: tf.tensor1d(x.shape, 'int32'), seed: tf.add(seed, tf.tensor1d([0, site + 1], 'int32')) }) as tf.Tensor;
+      // As tf.dropout: keep where u ≥ rate, kept values scaled by 1 / (1 − rate).
+      return tf.mul(tf.mul(x, 1 / (1 - this.rate)), tf.floor(tf.add(uniform, 1 - this.rate))) as T;
+    }
+    if (typeof this.seed !== 'number') throw new Error(`a dropout seed tensor needs the ${STATELESS_UNIFORM} kernel, which the ${tf.getBackend()} backend lacks`);
     // tfjs treats seed 0 as "no seed", hence the | 1.
-    const siteSeed = deriveSeed(this.seed, this.site++) | 1;
-    return tf.dropout(x, this.rate, undefined, siteSeed) as T;
+    return tf.dropout(x, this.rate, undefined, deriveSeed(this.seed, site) | 1) as T;
   }
 }
 
@@ -306,7 +330,7 @@ export interface ForwardOptions {
   /** [B, L] 1 = real token, 0 = padding (BERT); padded keys get no attention. */
   keyMask?: tf.Tensor2D;
   /** Seed of this forward pass's dropout masks; null or absent = no dropout (evaluation). */
-  dropoutSeed?: number | null;
+  dropoutSeed?: DropoutSeed;
   /** Sees each layer's attention inputs q, k [B, H, L, Dh] just before its mechanism runs (finetuning's whitening init). */
   onAttentionInputs?: (layer: number, q: tf.Tensor4D, k: tf.Tensor4D) => void;
 }

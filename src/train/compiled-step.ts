@@ -4,7 +4,9 @@
 // finetune freezing reach it); anything else it reads is checked to be constant by recording two
 // steps before the graph is built.
 import * as tf from '@tensorflow/tfjs';
+import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
+import { dropoutSeedTensor } from '../model/transformer.ts';
 import type { LanguageModel, LossInputs, ModelBatch } from '../model/lm.ts';
 
 interface ModelGraphs {
@@ -27,8 +29,8 @@ function graphsOf(model: LanguageModel): ModelGraphs {
 
 /**
  * ∇(lossSum(batch) / total) with respect to `variables`, and that loss. `graph`: run it as a graph
- * when the backend supports it and the step draws no dropout mask (masks are drawn in JavaScript,
- * so a recorded program would freeze one). Call inside tf.tidy.
+ * where the backend supports it; the dropout seed is then a tensor input of the graph (the backend
+ * draws the masks from it: DropoutSource). Call inside tf.tidy.
  */
 export function microBatchGradients(
   model: LanguageModel,
@@ -38,15 +40,17 @@ export function microBatchGradients(
   variables: tf.Variable[],
   graph: boolean,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
-  const asGraph = graph && (dropoutSeed === null || model.config.dropout === 0) && graphsAvailable();
+  const dropout = dropoutSeed !== null && model.config.dropout > 0;
+  const asGraph = graph && graphsAvailable() && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
   const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
   const divisor = tf.scalar(total);
-  const eager = () => tf.variableGrads(() => tf.div(inputs ? model.lossOf(inputs, dropoutSeed) : tf.scalar(0), divisor) as tf.Scalar, variables);
+  const seed = asGraph && dropout ? dropoutSeedTensor(dropoutSeed!) : dropoutSeed;
+  const eager = () => tf.variableGrads(() => tf.div(inputs ? model.lossOf(inputs, seed) : tf.scalar(0), divisor) as tf.Scalar, variables);
   if (!asGraph || !inputs) return eager();
   const graphs = graphsOf(model);
-  const batchTensors = batchTensorsOf(inputs);
+  const batchTensors = [...batchTensorsOf(inputs), ...(seed instanceof tf.Tensor ? [seed] : [])];
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
-  const key = stepKey(inputs, variables);
+  const key = stepKey(inputs, variables, seed instanceof tf.Tensor);
   const outputs = graphs.cache.call(key, [...batchTensors, divisor, ...modelTensors], () => {
     const { value, grads } = eager();
     const names = Object.keys(grads);
@@ -65,18 +69,18 @@ const ROW_BUCKET = 64;
 
 const batchTensorsOf = (inputs: LossInputs) => [inputs.ids, inputs.targets, inputs.rows, inputs.weights, inputs.mask].filter((t) => t !== undefined);
 
-/** What a recorded program depends on besides tensor values: the batch shapes and which parameters train. */
-function stepKey(inputs: LossInputs, variables: tf.Variable[]): string {
+/** What a recorded program depends on besides tensor values: the batch shapes, which parameters train, dropout or not. */
+function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
   const shapes = [inputs.ids, inputs.targets, inputs.rows, inputs.weights, inputs.mask].map((t) => (t ? t.shape.join('x') : '-'));
-  return `${shapes.join(',')}|${variables.map((v) => v.name).join(',')}`;
+  return `${shapes.join(',')}|${variables.map((v) => v.name).join(',')}|${dropout ? 'dropout' : ''}`;
 }
 
 /** How the step with this batch would run now ('graph', 'recording', 'eager: …'), for logs and tests. */
-export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: tf.Variable[]): string {
+export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {
   if (!graphsAvailable()) return 'eager: backend';
   const key = tf.tidy(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
-    return inputs ? stepKey(inputs, variables) : '';
+    return inputs ? stepKey(inputs, variables, dropout && model.config.dropout > 0) : '';
   });
   return key ? graphsOf(model).cache.status(key) : 'eager: no labelled position';
 }

@@ -559,7 +559,7 @@ class TrainingLoop {
   private reportGraph(micro: Batch[], stepOptions: StepOptions): void {
     if (!stepOptions.graph || tf.getBackend() !== 'tensorflow') return;
     const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
-    const status = stepOptions.dropoutSeed !== null ? 'eager: dropout masks are drawn per step' : graphStatus(this.parts.model, micro[0], variables);
+    const status = graphStatus(this.parts.model, micro[0], variables, stepOptions.dropoutSeed !== null);
     const why = status === 'recording' ? 'the batch shape changes from step to step, e.g. BERT\'s count of masked positions' : status.replace(/^eager: /, '');
     this.logger.line(status === 'graph' ? 'train.graph: steps run as one TensorFlow graph' : `train.graph: steps run op by op (${why})`);
   }

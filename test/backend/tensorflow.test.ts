@@ -12,6 +12,7 @@ import { SetupError, setupTensorflow } from '../../src/backend/tensorflow-setup.
 import { tensorflowInfo } from '../../src/backend/tensorflow.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
 import { explicitTransposes } from '../../src/model/ops.ts';
+import { DropoutSource, dropoutSeedTensor } from '../../src/model/transformer.ts';
 import { Rng } from '../../src/model/rng.ts';
 
 const available = isTensorflowSetUp();
@@ -71,6 +72,32 @@ describe.skipIf(!available)(`tensorflow backend (skipped when not built: ${SETUP
     });
     expect(Math.abs(value - want) / want).toBeLessThan(1e-6);
     expect(Math.max(...grad.map((g, i) => Math.abs(g - gradWant[i])))).toBeLessThan(1e-6);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('draws dropout masks from a seed tensor: the rate within binomial bounds, kept values scaled, a function of the seed and the site', () => {
+    const rate = 0.25;
+    const [rows, cols] = [200, 100];
+    const draw = (seed: number | tf.Tensor1D, sites = 1) =>
+      tf.tidy(() => {
+        const source = new DropoutSource(rate, seed);
+        let out: tf.Tensor = tf.ones([rows, cols]);
+        for (let i = 0; i < sites; i++) out = source.apply(tf.ones([rows, cols]));
+        return Array.from(out.dataSync());
+      });
+    const before = tf.memory().numTensors;
+    const a = draw(41);
+    const n = a.length;
+    const dropped = a.filter((x) => x === 0).length;
+    // Binomial(n, rate): 5 standard deviations.
+    expect(Math.abs(dropped - n * rate)).toBeLessThan(5 * Math.sqrt(n * rate * (1 - rate)));
+    expect(a.every((x) => x === 0 || x === Math.fround(1 / (1 - rate)))).toBe(true);
+    expect(draw(41)).toEqual(a);
+    expect(tf.tidy(() => draw(dropoutSeedTensor(41)))).toEqual(a);
+    const agree = (b: number[]) => b.filter((x, i) => (x === 0) === (a[i] === 0)).length / n;
+    // Independent masks agree on (1 − rate)² + rate² = 62.5% of positions.
+    expect(agree(draw(42))).toBeLessThan(0.7);
+    expect(agree(draw(41, 2))).toBeLessThan(0.7);
     expect(tf.memory().numTensors).toBe(before);
   });
 

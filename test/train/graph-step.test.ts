@@ -18,25 +18,25 @@ import { trainStep } from '../../src/train/trainer.ts';
 const available = isTensorflowSetUp();
 const STEPS = 5;
 
-function tinyModel(attention: string, kind: 'gpt' | 'bert' = 'gpt'): LanguageModel {
+function tinyModel(attention: string, kind: 'gpt' | 'bert' = 'gpt', dropout = 0): LanguageModel {
   return createLanguageModel({
-    kind, vocabSize: 61, maxSeqLen: 16, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 4, dropout: 0, bias: true,
+    kind, vocabSize: 61, maxSeqLen: 16, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 4, dropout, bias: true,
     attention: { name: attention, options: {} }, seed: 4,
   });
 }
 
 /** A fresh tiny model trained by `train` and disposed (models share variable names: one at a time). */
-async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: ModelBatch[], graph: boolean) {
-  const model = tinyModel(attention, kind);
+async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: ModelBatch[], graph: boolean, dropoutSeed: ((step: number) => number) | null = null) {
+  const model = tinyModel(attention, kind, dropoutSeed ? 0.2 : 0);
   try {
-    return await train(model, batches, graph);
+    return await train(model, batches, graph, model.parameters(), dropoutSeed);
   } finally {
     model.dispose();
   }
 }
 
 /** STEPS optimizer steps on fixed batches: the losses, the weights after, and how the last step ran. */
-async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean, trainable = model.parameters()) {
+async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean, trainable = model.parameters(), dropoutSeed: ((step: number) => number) | null = null) {
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
   const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
   const losses: number[] = [];
@@ -45,7 +45,7 @@ async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean
   try {
     for (const [i, batch] of batches.entries()) {
       // A learning rate that changes every step: it must reach the graph as an input, not a constant.
-      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: null, trainable, graph })).loss);
+      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph })).loss);
       tensorCounts.push(tf.memory().numTensors);
     }
     optimizerStatus = optimizer.graphStatus();
@@ -53,7 +53,7 @@ async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean
     optimizer.dispose();
   }
   const weights = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
-  return { losses, initial, weights, status: graphStatus(model, batches[0], [...trainable.values()]), optimizerStatus, tensorCounts };
+  return { losses, initial, weights, status: graphStatus(model, batches[0], [...trainable.values()], dropoutSeed !== null), optimizerStatus, tensorCounts };
 }
 
 function maxRelativeDifference(a: Map<string, number[]>, b: Map<string, number[]>): number {
@@ -94,6 +94,24 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     expect(maxRelativeDifference(graph.weights, graph.initial)).toBeGreaterThan(1e-2);
     // Steps 3… ran as graphs: the tensor count stays flat.
     expect(new Set(graph.tensorCounts.slice(2)).size).toBe(1);
+  });
+
+  it('dropout: graph steps draw the masks from the fed step seed, as op-by-op steps do', async () => {
+    const batches = batchesFor('gpt', 13);
+    const seeds = (offset: number) => (step: number) => 7919 * (step + offset);
+    const graph = await trainFresh('performer', 'gpt', batches, true, seeds(1));
+    const eager = await trainFresh('performer', 'gpt', batches, false, seeds(1));
+    const otherMasks = await trainFresh('performer', 'gpt', batches, true, seeds(2));
+    const noDropout = await trainFresh('performer', 'gpt', batches, true);
+    expect(graph.status).toBe('graph');
+    graph.losses.forEach((loss, i) => expect(Math.abs(loss - eager.losses[i]), `step ${i + 1}`).toBeLessThan(1e-5 * eager.losses[i]));
+    expect(maxRelativeDifference(graph.weights, eager.weights)).toBeLessThan(1e-4);
+    // Equal to eager steps, which draw each step's masks afresh: a graph that froze a mask would differ
+    // from step 3 on. And the masks are on and follow the seed:
+    for (const i of [2, 3, 4]) {
+      expect(Math.abs(graph.losses[i] - otherMasks.losses[i]), `step ${i + 1}`).toBeGreaterThan(1e-4);
+      expect(Math.abs(graph.losses[i] - noDropout.losses[i]), `step ${i + 1}`).toBeGreaterThan(1e-4);
+    }
   });
 
   it('AdamW as a graph: the op-by-op update for every step and learning rate; a parameter without a gradient keeps its value and moments', () => {
