@@ -170,7 +170,7 @@ export const RECIPE_SCHEMA = {
   'train.graph': {
     type: bool,
     default: true,
-    doc: 'On the `tensorflow` backend (CPU device): run each micro-batch\'s forward and backward pass as one TensorFlow graph instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–2.2× faster on the bench GPT. BERT\'s labelled rows are padded to a multiple of 64 so that its shapes repeat. Steps with dropout stay op by op. `false` = always op by op. Other backends ignore it.',
+    doc: 'On the `tensorflow` backend (CPU device): run each micro-batch\'s forward and backward pass as one TensorFlow graph instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–2.2× faster on the bench GPT. BERT\'s labelled rows are padded to a multiple of 64 so that its shapes repeat, and dropout masks come from TensorFlow\'s stateless generator fed the step\'s seed (a different draw from the wasm/cpu masks). `false` = always op by op. Other backends ignore it.',
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
