@@ -101,33 +101,22 @@ function registerTensorflowKernels(): void {
       for (const v of vectors) if (!inputs.includes(v)) (args.backend as tf.KernelBackend).disposeData(v.dataId);
     }
   });
+  // Inputs in the kernel's order; attrs map names to 'float32' / 'int32' type attributes.
+  registerTensorflowOp(SPARSE_CROSS_ENTROPY, 'SparseSoftmaxCrossEntropyWithLogits', ['logits', 'labels'], { T: 'float32', Tlabels: 'int32' }, 2);
+  registerTensorflowOp(STATELESS_UNIFORM, 'StatelessRandomUniform', ['shape', 'seed'], { dtype: 'float32', T: 'int32', Tseed: 'int32' }, 1);
+}
+
+/** Registers `kernelName` on the tensorflow backend as the TensorFlow op `op`, whose attributes are all types. */
+function registerTensorflowOp(kernelName: string, op: string, inputNames: string[], typeAttrs: Record<string, 'float32' | 'int32'>, outputs: number): void {
   tf.registerKernel({
-    kernelName: SPARSE_CROSS_ENTROPY,
+    kernelName,
     backendName: 'tensorflow',
     kernelFunc: ({ inputs, backend }) => {
       const native = backend as unknown as NativeBackendView;
       const { TF_ATTR_TYPE, TF_FLOAT, TF_INT32 } = native.binding;
-      const attrs = [
-        { name: 'T', type: TF_ATTR_TYPE, value: TF_FLOAT },
-        { name: 'Tlabels', type: TF_ATTR_TYPE, value: TF_INT32 },
-      ];
-      const { logits, labels } = inputs as { logits: tf.TensorInfo; labels: tf.TensorInfo };
-      return native.executeMultipleOutputs('SparseSoftmaxCrossEntropyWithLogits', attrs, [logits, labels], 2);
-    },
-  });
-  tf.registerKernel({
-    kernelName: STATELESS_UNIFORM,
-    backendName: 'tensorflow',
-    kernelFunc: ({ inputs, backend }) => {
-      const native = backend as unknown as NativeBackendView;
-      const { TF_ATTR_TYPE, TF_FLOAT, TF_INT32 } = native.binding;
-      const attrs = [
-        { name: 'dtype', type: TF_ATTR_TYPE, value: TF_FLOAT },
-        { name: 'T', type: TF_ATTR_TYPE, value: TF_INT32 },
-        { name: 'Tseed', type: TF_ATTR_TYPE, value: TF_INT32 },
-      ];
-      const { shape, seed } = inputs as { shape: tf.TensorInfo; seed: tf.TensorInfo };
-      return native.executeMultipleOutputs('StatelessRandomUniform', attrs, [shape, seed], 1)[0];
+      const attrs = Object.entries(typeAttrs).map(([name, dtype]) => ({ name, type: TF_ATTR_TYPE, value: dtype === 'float32' ? TF_FLOAT : TF_INT32 }));
+      const results = native.executeMultipleOutputs(op, attrs, inputNames.map((n) => (inputs as Record<string, tf.TensorInfo>)[n]), outputs);
+      return outputs === 1 ? results[0] : results;
     },
   });
 }
