@@ -1,8 +1,8 @@
 // One micro-batch's loss and gradients, run as a TensorFlow graph where the backend can
 // (backend/tf-graph.ts) and eagerly everywhere else. The graph's inputs are the batch tensors, the
-// loss divisor and every model tensor (parameters and buffers, so that updates, redraws and
-// finetune freezing reach it); anything else it reads is checked to be constant by recording two
-// steps before the graph is built.
+// loss divisor, the dropout seed and every model tensor (parameters and buffers, so that updates,
+// redraws and finetune freezing reach it); anything else it reads is checked to be constant by
+// recording two steps before the graph is built.
 import * as tf from '@tensorflow/tfjs';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
