@@ -3,8 +3,8 @@
 // and a training step of the bench GPT is ~1,000 ops (`npm run bench:train -- --profile`). Here a
 // computation is recorded once, op by op, as the binding executes it, written out as a TensorFlow
 // GraphDef and loaded as a session (the binding's SavedModel entry points, the only graph API it
-// has), so that later calls are one TF_SessionRun: TF's executor runs independent ops side by side,
-// Grappler folds and fuses, and no JavaScript runs per op.
+// has), so that later calls are one TF_SessionRun: no JavaScript runs per op, TF's executor runs
+// independent ops side by side, and Grappler (on by default for sessions) may fold and fuse.
 //
 // What a graph may depend on is explicit: the feeds (tensors given at each call, matched by tensor
 // identity while recording) are placeholders; everything else the ops read — values uploaded from
