@@ -14,7 +14,8 @@
 // together: on a shared machine it is the steadier figure, and with several replicas it shows what
 // the parallelism costs in total work.
 // --graph: on tensorflow, measure the step as one TF graph (train.graph, the default) and op by op.
-// --profile runs tf.profile on one extra step (main thread) and prints kernel time by kernel name.
+// --profile runs tf.profile on one extra step (main thread) and prints kernel time by kernel name (on
+// tensorflow for the op-by-op rows only: a graph step is one session run that tf.profile cannot see into).
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -119,7 +120,8 @@ async function measureHere(o: Options): Promise<Row[]> {
     });
     const r = await measureThroughput(model, {
       batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph,
-      afterTimed: o.profile ? (step) => profile(name, step) : undefined,
+      // A graph step is one session run, which tf.profile does not see into: profiles are of op-by-op steps.
+      afterTimed: o.profile && !(backend === 'tensorflow' && graph) ? (step) => profile(name, step) : undefined,
     });
     model.dispose();
     const label = backend === 'tensorflow' ? `${backend} (${graph ? 'graph' : 'eager'})` : backend;
