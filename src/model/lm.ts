@@ -142,8 +142,8 @@ const fusedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSa
 function rowCrossEntropy(logits: tf.Tensor2D, targets: tf.Tensor1D): [tf.Tensor1D, tf.Tensor2D] {
   if (hasFusedKernel(SPARSE_CROSS_ENTROPY)) return tf.engine().runKernel(SPARSE_CROSS_ENTROPY, { logits, labels: targets }) as [tf.Tensor1D, tf.Tensor2D];
   const logProbs = tf.logSoftmax(logits);
-  const losses = tf.neg(tf.sum(tf.mul(logProbs, tf.oneHot(targets, logits.shape[1])), -1)) as tf.Tensor1D;
-  return [losses, tf.sub(tf.exp(logProbs), tf.oneHot(targets, logits.shape[1])) as tf.Tensor2D];
+  const oneHot = tf.oneHot(targets, logits.shape[1]);
+  return [tf.neg(tf.sum(tf.mul(logProbs, oneHot), -1)) as tf.Tensor1D, tf.sub(tf.exp(logProbs), oneHot) as tf.Tensor2D];
 }
 
 /** Σ_rows weight·cross-entropy: rows of weight 0 are padding (LanguageModel.lossInputs' row buckets). */

@@ -44,13 +44,13 @@ export function microBatchGradients(
   const asGraph = graph && graphsAvailable() && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
   const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
   const divisor = tf.scalar(total);
-  const seed = asGraph && dropout ? dropoutSeedTensor(dropoutSeed!) : dropoutSeed;
-  const eager = () => tf.variableGrads(() => tf.div(inputs ? model.lossOf(inputs, seed) : tf.scalar(0), divisor) as tf.Scalar, variables);
+  const seedTensor = asGraph && dropout ? dropoutSeedTensor(dropoutSeed!) : null;
+  const eager = () => tf.variableGrads(() => tf.div(inputs ? model.lossOf(inputs, seedTensor ?? dropoutSeed) : tf.scalar(0), divisor) as tf.Scalar, variables);
   if (!asGraph || !inputs) return eager();
   const graphs = graphsOf(model);
-  const batchTensors = [...batchTensorsOf(inputs), ...(seed instanceof tf.Tensor ? [seed] : [])];
+  const batchTensors = [...LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []), ...(seedTensor ? [seedTensor] : [])];
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
-  const key = stepKey(inputs, variables, seed instanceof tf.Tensor);
+  const key = stepKey(inputs, variables, seedTensor !== null);
   const outputs = graphs.cache.call(key, [...batchTensors, divisor, ...modelTensors], () => {
     const { value, grads } = eager();
     const names = Object.keys(grads);
@@ -67,11 +67,12 @@ export function microBatchGradients(
  */
 const ROW_BUCKET = 64;
 
-const batchTensorsOf = (inputs: LossInputs) => [inputs.ids, inputs.targets, inputs.rows, inputs.weights, inputs.mask].filter((t) => t !== undefined);
+/** The tensors of LossInputs, in the order the graph takes them. */
+const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask'] as const;
 
 /** What a recorded program depends on besides tensor values: the batch shapes, which parameters train, dropout or not. */
 function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
-  const shapes = [inputs.ids, inputs.targets, inputs.rows, inputs.weights, inputs.mask].map((t) => (t ? t.shape.join('x') : '-'));
+  const shapes = LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-');
   return `${shapes.join(',')}|${variables.map((v) => v.name).join(',')}|${dropout ? 'dropout' : ''}`;
 }
 

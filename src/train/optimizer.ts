@@ -149,11 +149,10 @@ export class AdamW {
     tf.tidy(() => {
       const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay].map((x) => tf.scalar(x));
       const inputs = [g, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params];
-      const update = () => this.update(g, scalars, present, skipped, updated);
-      if (this.options.graph && graphsAvailable()) this.graphs ??= new GraphCache();
-      const key = `${[...skipped].join(',')}|${weightDecay > 0}`;
-      this.lastKey = key;
-      const [mNew, vNew, ...next] = this.graphs && graphsAvailable() ? this.graphs.call(key, inputs, update) : update();
+      const update = () => this.update(g, scalars, present, updated);
+      const graphs = this.options.graph && graphsAvailable() ? (this.graphs ??= new GraphCache()) : null;
+      this.lastKey = `${[...skipped].join(',')}|${weightDecay > 0}`;
+      const [mNew, vNew, ...next] = graphs ? graphs.call(this.lastKey, inputs, update) : update();
       this.m.assign(mNew as tf.Tensor1D);
       this.v.assign(vNew as tf.Tensor1D);
       params.forEach((p, i) => p.assign(next[i]));
@@ -161,7 +160,7 @@ export class AdamW {
   }
 
   /** The new m, v and the new value of each parameter in `updated` (stepSize, √(1 − β2ᵗ), 1 − lr·λ given as scalars). */
-  private update(g: tf.Tensor1D, [stepSize, sqrtBias2, decay]: tf.Scalar[], present: tf.Tensor1D | null, skipped: ReadonlySet<string>, updated: string[]): tf.Tensor[] {
+  private update(g: tf.Tensor1D, [stepSize, sqrtBias2, decay]: tf.Scalar[], present: tf.Tensor1D | null, updated: string[]): tf.Tensor[] {
     const { beta1, beta2, eps, weightDecay } = this.options;
     const keepSkipped = (next: tf.Tensor, old: tf.Tensor) => (present ? tf.where(present, next, old) : next);
     const mNew = keepSkipped(tf.add(tf.mul(this.m, beta1), tf.mul(g, 1 - beta1)), this.m);
