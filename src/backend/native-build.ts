@@ -13,18 +13,29 @@ export const SETUP_COMMAND = 'npm run setup:tensorflow';
  * registries are process-global; a second copy would silently diverge).
  */
 export const TENSORFLOW_CACHE = path.join(PROJECT_ROOT, '.cache', 'tensorflow');
-export const NATIVE_PACKAGE_DIR = path.join(TENSORFLOW_CACHE, 'node_modules', '@tensorflow', 'tfjs-node');
 export const BUILD_STAMP = path.join(TENSORFLOW_CACHE, 'build.json');
 /** Our dup/dup2 addon (native/quiet_stderr.c), relative to the package folder. */
 export const QUIET_STDERR_ADDON = path.join('lib', 'quiet_stderr.node');
+/**
+ * The version of what the set-up adds to tfjs-node's binding (native/tfjs_functions.cc: TensorFlow
+ * functions); a build with another version is rebuilt by the set-up and not loaded until then.
+ */
+export const BINDING_PATCH = 1;
 
-/** What `setup:tensorflow` built, written last, so its presence means a complete build. */
+/**
+ * What `setup:tensorflow` built, written last (atomically), so its presence means a complete build.
+ * Paths are relative, so that the project folder can move: `tree` to the cache folder, `binding` to
+ * the package folder.
+ */
 export interface NativeBuild {
   tfjsNode: string;
   tensorflow: string;
   gpu: boolean;
   wheel: string;
-  bindingPath: string;
+  /** The folder under .cache/tensorflow that holds this build's node_modules. */
+  tree: string;
+  binding: string;
+  bindingPatch: number;
   /** Folders of the pip `nvidia-*` libraries the GPU build links to (empty on CPU builds). */
   cudaLibraryDirs: string[];
   builtAt: string;
@@ -33,14 +44,26 @@ export interface NativeBuild {
 
 export function readBuildStamp(): NativeBuild | undefined {
   try {
-    return JSON.parse(fs.readFileSync(BUILD_STAMP, 'utf8')) as NativeBuild;
+    const stamp = JSON.parse(fs.readFileSync(BUILD_STAMP, 'utf8')) as NativeBuild;
+    return typeof stamp.tree === 'string' && typeof stamp.binding === 'string' ? stamp : undefined;
   } catch {
     return undefined;
   }
 }
 
-/** Whether the wheel-built backend is present (the binding of a complete build exists). */
-export function isTensorflowSetUp(): boolean {
+/** The tfjs-node package folder of a build. */
+export function nativePackageDir(build: NativeBuild): string {
+  return path.join(TENSORFLOW_CACHE, build.tree, 'node_modules', '@tensorflow', 'tfjs-node');
+}
+
+/** The complete, current build, if there is one: its binding exists and carries this project's additions. */
+export function currentBuild(): NativeBuild | undefined {
   const stamp = readBuildStamp();
-  return stamp !== undefined && fs.existsSync(stamp.bindingPath);
+  const complete = stamp && stamp.bindingPatch === BINDING_PATCH && fs.existsSync(path.join(nativePackageDir(stamp), stamp.binding));
+  return complete ? stamp : undefined;
+}
+
+/** Whether the wheel-built backend is present and current. */
+export function isTensorflowSetUp(): boolean {
+  return currentBuild() !== undefined;
 }

@@ -2,7 +2,7 @@
 //
 // tfjs-node's own install downloads libtensorflow 2.9.1, which answers 403 since August 2026 and
 // wants CUDA 11.2. Its binding compiles unchanged against the TensorFlow C library inside today's
-// pip wheel (../shared/notes/native-backend.md), so this:
+// pip wheel (docs/native-backend.md), so this:
 //   1. checks the tools it needs (python3 with pip, g++, make, tar, Node's headers, disk space);
 //   2. gets TensorFlow: `pip download tensorflow-cpu` (CPU), or `pip install tensorflow[and-cuda]`
 //      into a virtual environment (GPU, whose nvidia-* wheels carry CUDA 12 and cuDNN);
@@ -10,17 +10,20 @@
 //      dependencies (all but @tensorflow/tfjs, which must stay the project's own copy);
 //   4. puts the C library and the headers the binding includes where binding.gyp expects them
 //      (deps/lib, deps/include), stripped of debug symbols (788 → 583 MB);
-//   5. compiles the binding with npm's node-gyp against the local Node headers (no download), and a
-//      small addon of ours that silences TF's start-up lines (native/quiet_stderr.c);
-//   6. swaps the finished tree into .cache/tensorflow/node_modules and writes build.json last.
-// Everything happens inside .cache/tensorflow/staging until step 6, so an interrupted or failed
-// build leaves the previous one working.
+//   5. adds TensorFlow functions to the binding (native/tfjs_functions.cc), compiles it with npm's
+//      node-gyp against the local Node headers (no download), and a small addon of ours that
+//      silences TF's start-up lines (native/quiet_stderr.c);
+//   6. makes the new tree the live one by writing build.json (a rename), then removes older trees.
+// Each build is its own folder .cache/tensorflow/tree-<time>; build.json names the live one with
+// paths relative to the cache. Until the rename in step 6 the previous build stays live, so an
+// interrupted or failed build (at any step) leaves it working; leftover trees of interrupted builds
+// are removed by the next run.
 import { spawnSync, type SpawnSyncOptions } from 'node:child_process';
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BUILD_STAMP, NATIVE_PACKAGE_DIR, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
+import { BINDING_PATCH, BUILD_STAMP, currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
 
 export interface SetupOptions {
   gpu: boolean;
@@ -41,7 +44,8 @@ export const DEFAULT_TENSORFLOW = '2.21.*';
 export class SetupError extends Error {}
 
 const GiB = 1024 ** 3;
-const STAGING = path.join(TENSORFLOW_CACHE, 'staging');
+/** Build trees are named tree-<time>; anything else in the cache but build.json and the GPU venv is left by older versions. */
+const TREE_PREFIX = 'tree-';
 
 /** Headers that c_api.h and eager/c_api.h include (checked against TF 2.21), as wheel paths under tensorflow/. */
 const HEADER_FOLDERS = ['include/tensorflow/c', 'include/tensorflow/core/platform', 'include/tsl/platform', 'include/xla/tsl/c'];
@@ -50,9 +54,8 @@ const LIBRARIES = ['libtensorflow_cc.so.2', 'libtensorflow_framework.so.2'];
 /** Builds (or, when an identical build is there, keeps) the native backend; returns what was built. */
 export function setupTensorflow(options: SetupOptions): { build: NativeBuild; reused: boolean } {
   const tfjsVersion = projectTfjsVersion();
-  const existing = readBuildStamp();
-  const complete = existing && fs.existsSync(existing.bindingPath) && fs.existsSync(path.join(NATIVE_PACKAGE_DIR, QUIET_STDERR_ADDON));
-  if (!options.force && existing && complete && matches(existing, options, tfjsVersion)) {
+  const existing = currentBuild();
+  if (!options.force && existing && fs.existsSync(path.join(nativePackageDir(existing), QUIET_STDERR_ADDON)) && matches(existing, options, tfjsVersion)) {
     options.log(`already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`);
     return { build: existing, reused: true };
   }
@@ -61,34 +64,52 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
 
   step('checking prerequisites');
   const tools = checkPrerequisites(options);
+  removeUnusedTrees();
 
-  fs.rmSync(STAGING, { recursive: true, force: true });
-  fs.mkdirSync(STAGING, { recursive: true });
+  const tree = `${TREE_PREFIX}${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}`;
+  const staging = path.join(TENSORFLOW_CACHE, tree);
+  fs.mkdirSync(staging, { recursive: true });
   let staged: Staged;
   try {
-    staged = buildInStaging(options, tools, tfjsVersion, step);
+    staged = buildInStaging(staging, options, tools, tfjsVersion, step);
   } catch (err) {
-    // The half-built tree is this command's own; the previous build, if any, is untouched.
-    fs.rmSync(STAGING, { recursive: true, force: true });
+    // The half-built tree is this command's own; the live build, if any, is untouched.
+    fs.rmSync(staging, { recursive: true, force: true });
     throw err;
   }
   const { source, packageDir, binding } = staged;
 
-  step('installing into .cache/tensorflow');
-  swapIntoCache();
-  done();
+  step('making the new build the live one');
   const build: NativeBuild = {
     tfjsNode: tfjsVersion,
     tensorflow: source.version,
     gpu: options.gpu,
     wheel: source.wheel,
-    bindingPath: path.join(NATIVE_PACKAGE_DIR, path.relative(packageDir, binding)),
+    tree,
+    binding: path.relative(packageDir, binding),
+    bindingPatch: BINDING_PATCH,
     cudaLibraryDirs: source.cudaLibraryDirs,
     builtAt: new Date().toISOString(),
     seconds: Math.round((Date.now() - started) / 1000),
   };
   writeFileAtomic(BUILD_STAMP, JSON.stringify(build, null, 2) + '\n');
+  removeUnusedTrees();
+  done();
   return { build, reused: false };
+}
+
+/**
+ * Removes what no build.json refers to: build trees of interrupted or replaced builds, and the
+ * folders older versions of this set-up used (staging/, node_modules/, node_modules.old/). All of
+ * it is this command's own output inside its own cache folder.
+ */
+function removeUnusedTrees(): void {
+  if (!fs.existsSync(TENSORFLOW_CACHE)) return;
+  const live = readBuildStamp()?.tree;
+  for (const entry of fs.readdirSync(TENSORFLOW_CACHE)) {
+    const ours = entry.startsWith(TREE_PREFIX) || ['staging', 'node_modules', 'node_modules.old'].includes(entry);
+    if (ours && entry !== live) fs.rmSync(path.join(TENSORFLOW_CACHE, entry), { recursive: true, force: true });
+  }
 }
 
 interface Staged {
@@ -97,16 +118,19 @@ interface Staged {
   binding: string;
 }
 
-/** Steps 2–5: the complete package, compiled, under .cache/tensorflow/staging. */
-function buildInStaging(options: SetupOptions, tools: Tools, tfjsVersion: string, step: (what: string) => void): Staged {
+/** Steps 2–5: the complete package, compiled, in `staging` (its node_modules is the build). */
+function buildInStaging(staging: string, options: SetupOptions, tools: Tools, tfjsVersion: string, step: (what: string) => void): Staged {
+  const work = path.join(staging, 'work');
   step(options.gpu ? `installing tensorflow[and-cuda]==${options.tensorflow} into a virtual environment (several GB)` : `getting the tensorflow-cpu==${options.tensorflow} wheel`);
-  const source = options.gpu ? installGpuWheel(options) : extractCpuWheel(options);
+  const source = options.gpu ? installGpuWheel(options) : extractCpuWheel(options, work);
   step(`getting the @tensorflow/tfjs-node ${tfjsVersion} sources and their run-time dependencies`);
-  const packageDir = stageNativePackage(tfjsVersion, tools.npm);
+  const packageDir = stageNativePackage(staging, work, tfjsVersion, tools.npm);
   step(`copying the TensorFlow ${source.version} C library and headers`);
   installLibrary(source, packageDir, tools);
-  step('compiling the binding with node-gyp');
-  const binding = compileBinding(packageDir, tools, options.log);
+  step('adding TensorFlow functions to the binding and compiling it with node-gyp');
+  patchBindingSources(packageDir);
+  const binding = compileBinding(packageDir, work, tools, options.log);
+  fs.rmSync(work, { recursive: true, force: true });
   return { source, packageDir, binding };
 }
 
@@ -215,11 +239,11 @@ with zipfile.ZipFile(wheel) as z:
             z.extract(name, dest)
 `;
 
-function extractCpuWheel(options: SetupOptions): TensorflowSource {
-  const wheel = options.wheel ? path.resolve(options.wheel) : downloadCpuWheel(options);
+function extractCpuWheel(options: SetupOptions, work: string): TensorflowSource {
+  const wheel = options.wheel ? path.resolve(options.wheel) : downloadCpuWheel(options, work);
   const version = /tensorflow(?:_cpu)?-([^-]+)-/.exec(path.basename(wheel))?.[1];
   if (!version || !fs.existsSync(wheel)) throw new SetupError(`${wheel}: not a TensorFlow wheel`);
-  const into = path.join(STAGING, 'wheel');
+  const into = path.join(work, 'wheel');
   const patterns = [...LIBRARIES, ...HEADER_FOLDERS.map((f) => `${f}/*`)].map((p) => `tensorflow/${p}`);
   run(options.python, ['-c', EXTRACT_MEMBERS, wheel, into, ...patterns], `extracting ${path.basename(wheel)}`);
   for (const lib of LIBRARIES) {
@@ -228,8 +252,8 @@ function extractCpuWheel(options: SetupOptions): TensorflowSource {
   return { root: path.join(into, 'tensorflow'), version, wheel: path.basename(wheel), cudaLibraryDirs: [] };
 }
 
-function downloadCpuWheel(options: SetupOptions): string {
-  const dest = path.join(STAGING, 'download');
+function downloadCpuWheel(options: SetupOptions, work: string): string {
+  const dest = path.join(work, 'download');
   const requirement = `tensorflow-cpu==${options.tensorflow}`;
   const result = spawnSync(options.python, ['-m', 'pip', 'download', '--no-deps', '--only-binary=:all:', '--dest', dest, requirement], {
     encoding: 'utf8',
@@ -263,23 +287,23 @@ function installGpuWheel(options: SetupOptions): TensorflowSource {
 // ---------------------------------------------------------------------------------------------
 // 3. The tfjs-node package
 
-/** Unpacks tfjs-node into staging/node_modules/@tensorflow/tfjs-node with its dependencies beside it. */
-function stageNativePackage(version: string, npm: string[]): string {
-  const downloads = path.join(STAGING, 'npm');
+/** Unpacks tfjs-node into <staging>/node_modules/@tensorflow/tfjs-node with its dependencies beside it. */
+function stageNativePackage(staging: string, work: string, version: string, npm: string[]): string {
+  const downloads = path.join(work, 'npm');
   fs.mkdirSync(downloads, { recursive: true });
   const packed = capture(npm[0], [...npm.slice(1), 'pack', `@tensorflow/tfjs-node@${version}`, '--pack-destination', downloads, '--silent'], {
-    cwd: STAGING,
+    cwd: staging,
   }).trim().split('\n').pop()!;
   run('tar', ['-xzf', path.join(downloads, packed), '-C', downloads], 'unpacking tfjs-node');
   const manifest = JSON.parse(fs.readFileSync(path.join(downloads, 'package', 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
   // The project's @tensorflow/tfjs is found by walking up from .cache/tensorflow; a second copy
   // here would register its kernels in a registry the project never reads.
   const dependencies = Object.entries(manifest.dependencies).filter(([name]) => !name.startsWith('@tensorflow/'));
-  fs.writeFileSync(path.join(STAGING, 'package.json'), JSON.stringify({ private: true, description: 'run-time dependencies of the wheel-built @tensorflow/tfjs-node' }) + '\n');
+  fs.writeFileSync(path.join(staging, 'package.json'), JSON.stringify({ private: true, description: 'run-time dependencies of the wheel-built @tensorflow/tfjs-node' }) + '\n');
   run(npm[0], [...npm.slice(1), 'install', '--ignore-scripts', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error', ...dependencies.map(([n, r]) => `${n}@${r}`)], 'npm install of the run-time dependencies', {
-    cwd: STAGING,
+    cwd: staging,
   });
-  const packageDir = path.join(STAGING, 'node_modules', '@tensorflow', 'tfjs-node');
+  const packageDir = path.join(staging, 'node_modules', '@tensorflow', 'tfjs-node');
   fs.mkdirSync(path.dirname(packageDir), { recursive: true });
   fs.renameSync(path.join(downloads, 'package'), packageDir);
   return packageDir;
@@ -315,7 +339,27 @@ function installLibrary(source: TensorflowSource, packageDir: string, tools: Too
 // ---------------------------------------------------------------------------------------------
 // 5. The binding
 
-function compileBinding(packageDir: string, tools: Tools, log: (line: string) => void): string {
+/**
+ * Adds native/tfjs_functions.cc to tfjs-node's binding: the file itself, a friend declaration so it
+ * can reach the backend's eager context, handle table and device, the call that exports its
+ * functions, and its line in binding.gyp. Each edit is anchored on text of tfjs-node 4.22's sources
+ * and refused, naming the file, when the anchor is not there exactly once.
+ */
+function patchBindingSources(packageDir: string): void {
+  fs.copyFileSync(path.join(import.meta.dirname, 'native', 'tfjs_functions.cc'), path.join(packageDir, 'binding', 'tfjs_functions.cc'));
+  const edit = (file: string, anchor: string, replacement: string) => {
+    const full = path.join(packageDir, file);
+    const text = fs.readFileSync(full, 'utf8');
+    if (text.split(anchor).length !== 2) throw new SetupError(`${file} of tfjs-node does not contain '${anchor.trim()}' exactly once: this tfjs-node version's binding cannot take TensorFlow functions`);
+    fs.writeFileSync(full, text.replace(anchor, replacement));
+  };
+  edit('binding/tfjs_backend.h', 'class TFJSBackend {\n', 'class TFJSBackend {\n  friend struct FunctionOps;  // slayformer: tfjs_functions.cc\n');
+  edit('binding/tfjs_binding.cc', 'static napi_value InitTFNodeJSBinding(', 'void RegisterFunctionOps(napi_env env, napi_value exports);  // slayformer: tfjs_functions.cc\n\nstatic napi_value InitTFNodeJSBinding(');
+  edit('binding/tfjs_binding.cc', '  // Export TF property types to JS\n', '  RegisterFunctionOps(env, exports);\n\n  // Export TF property types to JS\n');
+  edit('binding.gyp', "'binding/tfjs_binding.cc'", "'binding/tfjs_binding.cc',\n      'binding/tfjs_functions.cc'");
+}
+
+function compileBinding(packageDir: string, work: string, tools: Tools, log: (line: string) => void): string {
   const require = createRequire(path.join(packageDir, 'package.json'));
   // node-pre-gyp decides where tfjs-node looks for its binding (lib/napi-v<N>/): build exactly there.
   const bindingPath = (require('@mapbox/node-pre-gyp') as { find(p: string): string }).find(path.join(packageDir, 'package.json'));
@@ -324,13 +368,13 @@ function compileBinding(packageDir: string, tools: Tools, log: (line: string) =>
   nodeGyp(packageDir, tools, log, 'the binding', ['--module_name=tfjs_binding', `--module_path=${path.dirname(bindingPath)}`, `--napi_build_version=${napi}`]);
   if (!fs.existsSync(bindingPath)) throw new SetupError(`node-gyp built no binding at ${bindingPath}`);
   fs.rmSync(path.join(packageDir, 'build'), { recursive: true, force: true });
-  compileQuietStderr(packageDir, tools, log);
+  compileQuietStderr(packageDir, work, tools, log);
   return bindingPath;
 }
 
 /** native/quiet_stderr.c as lib/quiet_stderr.node of the package (QUIET_STDERR_ADDON; see tensorflow.ts). */
-function compileQuietStderr(packageDir: string, tools: Tools, log: (line: string) => void): void {
-  const dir = path.join(STAGING, 'quiet-stderr');
+function compileQuietStderr(packageDir: string, work: string, tools: Tools, log: (line: string) => void): void {
+  const dir = path.join(work, 'quiet-stderr');
   fs.mkdirSync(dir, { recursive: true });
   fs.copyFileSync(path.join(import.meta.dirname, 'native', 'quiet_stderr.c'), path.join(dir, 'quiet_stderr.c'));
   fs.writeFileSync(path.join(dir, 'binding.gyp'), JSON.stringify({ targets: [{ target_name: 'quiet_stderr', sources: ['quiet_stderr.c'] }] }));
@@ -350,17 +394,6 @@ function nodeGyp(cwd: string, tools: Tools, log: (line: string) => void, what: s
 
 // ---------------------------------------------------------------------------------------------
 // 6. Into place
-
-function swapIntoCache(): void {
-  const live = path.join(TENSORFLOW_CACHE, 'node_modules');
-  const old = path.join(TENSORFLOW_CACHE, 'node_modules.old');
-  fs.rmSync(old, { recursive: true, force: true });
-  fs.rmSync(BUILD_STAMP, { force: true });
-  if (fs.existsSync(live)) fs.renameSync(live, old);
-  fs.renameSync(path.join(STAGING, 'node_modules'), live);
-  fs.rmSync(old, { recursive: true, force: true });
-  fs.rmSync(STAGING, { recursive: true, force: true });
-}
 
 function writeFileAtomic(file: string, text: string): void {
   const tmp = `${file}.tmp-${process.pid}`;

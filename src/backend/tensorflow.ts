@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { SPARSE_CROSS_ENTROPY, STATELESS_UNIFORM } from './fused-kernels.ts';
-import { isTensorflowSetUp, NATIVE_PACKAGE_DIR, PROJECT_ROOT, QUIET_STDERR_ADDON, SETUP_COMMAND } from './native-build.ts';
+import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
 
 /**
  * Loads the native package: the wheel-built one from the cache, else an installed
@@ -18,14 +18,16 @@ export function loadTensorflowPackage(): string | undefined {
   process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
   const require = createRequire(import.meta.url);
   const reasons: string[] = [];
+  const build = currentBuild();
+  const wheelBuilt = build ? nativePackageDir(build) : null;
   const candidates = [
-    ...(isTensorflowSetUp() ? [NATIVE_PACKAGE_DIR] : []),
+    ...(wheelBuilt ? [wheelBuilt] : []),
     '@tensorflow/tfjs-node-gpu',
     '@tensorflow/tfjs-node',
   ];
   for (const candidate of candidates) {
     try {
-      const quietAddon = candidate === NATIVE_PACKAGE_DIR ? path.join(NATIVE_PACKAGE_DIR, QUIET_STDERR_ADDON) : null;
+      const quietAddon = candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null;
       withoutStartupLines(quietAddon, () => require(candidate));
       registerTensorflowKernels();
       return undefined;
@@ -33,7 +35,7 @@ export function loadTensorflowPackage(): string | undefined {
       reasons.push(`${path.isAbsolute(candidate) ? path.relative(PROJECT_ROOT, candidate) : candidate}: ${(err as Error).message.split('\n')[0]}`);
     }
   }
-  if (!isTensorflowSetUp()) reasons.unshift(`not set up (run \`${SETUP_COMMAND}\`)`);
+  if (!build) reasons.unshift(readBuildStamp() ? `the native build predates this version of the project (run \`${SETUP_COMMAND}\` again)` : `not set up (run \`${SETUP_COMMAND}\`)`);
   return reasons.join('; ');
 }
 

@@ -2,19 +2,20 @@
 // op is a TFE_Execute through the binding plus the engine's bookkeeping, ~25–45 µs before any work,
 // and a training step of the bench GPT is ~1,000 ops (`npm run bench:train -- --profile`). Here a
 // computation is recorded once, op by op, as the binding executes it, written out as a TensorFlow
-// GraphDef and loaded as a session (the binding's SavedModel entry points, the only graph API it
-// has), so that later calls are one TF_SessionRun: no JavaScript runs per op, TF's executor runs
-// independent ops side by side, and Grappler (on by default for sessions) may fold and fuse.
+// GraphDef and registered in the binding's eager context as a TensorFlow function (what tf.function
+// does in eager mode; native/tfjs_functions.cc, added to the binding by the set-up), so that later
+// calls are one op: no JavaScript runs per op, TF's executor runs independent ops side by side, and
+// the call names the backend's device (GPU:0 where there is one), whose tensors never leave it —
+// inputs and outputs are tensor handles on the device (docs/graph-functions.md). With `xla` the call
+// asks TensorFlow to compile the function with XLA.
 //
 // What a graph may depend on is explicit: the feeds (tensors given at each call, matched by tensor
-// identity while recording) are placeholders; everything else the ops read — values uploaded from
+// identity while recording) are function inputs; everything else the ops read — values uploaded from
 // JavaScript while recording, tensors that existed before — is frozen into the graph as constants.
 // A graph is only built once two calls under the same key recorded the same program with the same
 // constants (GraphCache), so values that change from call to call (dropout masks drawn in JS, a
 // loss divisor, a redrawn projection that is not a feed) keep that key on eager execution.
-import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 
@@ -55,9 +56,12 @@ interface NativeBinding {
   executeOp(op: string, attrs: OpAttr[], inputs: number[], outputs: number): Array<{ id: number; shape: number[]; dtype: number }>;
   createTensor(shape: number[], dtype: number, values: ArrayBufferView): number;
   tensorDataSync(id: number): ArrayBufferView;
-  loadSavedModel(dir: string, tags: string): number;
-  runSavedModel(id: number, inputs: number[], inputNames: string, outputNames: string): Array<{ id: number; shape: number[]; dtype: number }>;
-  deleteSavedModel(id: number): void;
+  /** Added by the set-up (native/tfjs_functions.cc). */
+  registerFunction?(name: string, graphDef: Uint8Array, inputs: string[], outputs: string[]): void;
+  callFunction(name: string, inputs: number[], outputs: number, xla: boolean): Array<{ id: number; shape: number[]; dtype: number }>;
+  removeFunction(name: string): void;
+  hasFunction(name: string): boolean;
+  deviceName(): string;
   TF_ATTR_STRING: number;
   TF_ATTR_INT: number;
   TF_ATTR_FLOAT: number;
@@ -80,14 +84,16 @@ interface NativeBackend {
 const nativeBackend = () => tf.backend() as unknown as NativeBackend;
 
 /**
- * Whether graphs can run here: the tensorflow backend on its CPU device. On a GPU the binding's
- * session entry point resolves every feed to host memory (TFE_TensorHandleResolve), which would copy
- * all parameters off the device each step, so GPU runs stay eager.
+ * Whether graphs can run here: the tensorflow backend, with a binding that has TensorFlow functions
+ * (every build of `npm run setup:tensorflow`; an installed stock tfjs-node has none). Any device.
  */
 export function graphsAvailable(): boolean {
-  if (tf.getBackend() !== 'tensorflow') return false;
-  const backend = nativeBackend();
-  return typeof backend.binding?.runSavedModel === 'function' && backend.isUsingGpuDevice !== true;
+  return tf.getBackend() === 'tensorflow' && typeof nativeBackend().binding?.registerFunction === 'function';
+}
+
+/** The device graph functions and ops run on, e.g. /job:localhost/replica:0/task:0/device:GPU:0. */
+export function graphDevice(): string {
+  return graphsAvailable() ? nativeBackend().binding.deviceName() : tf.getBackend();
 }
 
 const bytesOf = (v: ArrayBufferView) => new Uint8Array(v.buffer, v.byteOffset, v.byteLength).slice();
@@ -187,41 +193,41 @@ export function sameTrace(a: Trace, b: Trace): boolean {
   });
 }
 
-/** A loaded graph: call run() with tensors shaped as the recorded feeds. */
+let functionCount = 0;
+
+/** A recorded trace registered as a TensorFlow function: call run() with tensors shaped as its feeds. */
 export class CompiledGraph {
   private constructor(
-    private readonly sessionId: number,
-    private readonly feedNames: string,
-    private readonly fetchNames: string,
+    readonly name: string,
+    private readonly outputCount: number,
     private readonly feedShapes: Trace['feeds'],
   ) {}
 
-  /** Writes `trace` as a SavedModel into a temporary folder, loads it, and removes the folder. */
+  /** Registers `trace` as a function of the backend's eager context (under a fresh name). */
   static load(trace: Trace): CompiledGraph {
     const binding = nativeBackend().binding;
-    const { savedModel, feedNames, fetchNames } = buildSavedModel(trace, binding);
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'slayformer-graph-'));
-    try {
-      fs.writeFileSync(path.join(dir, 'saved_model.pb'), savedModel);
-      return new CompiledGraph(binding.loadSavedModel(dir, 'serve'), feedNames.join(','), fetchNames.join(','), trace.feeds);
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
+    if (!binding.registerFunction) throw new Error('graph: this tensorflow binding has no TensorFlow functions (run `npm run setup:tensorflow` again)');
+    const { graphDef, feedNames, fetchNames } = buildGraphDef(trace, binding);
+    const name = `slayformer_step_${process.pid}_${++functionCount}`;
+    binding.registerFunction(name, graphDef, feedNames, fetchNames);
+    return new CompiledGraph(name, fetchNames.length, trace.feeds);
   }
 
-  run(feeds: readonly tf.Tensor[]): tf.Tensor[] {
+  /** Calls the function on the backend's device; `xla` compiles it with XLA (on first call per shape). */
+  run(feeds: readonly tf.Tensor[], xla = false): tf.Tensor[] {
     if (feeds.length !== this.feedShapes.length) throw new Error(`graph: ${feeds.length} feeds given, the graph takes ${this.feedShapes.length}`);
     feeds.forEach((t, i) => {
       const want = this.feedShapes[i];
       if (t.dtype !== want.dtype || !tf.util.arraysEqual(t.shape, want.shape)) throw new Error(`graph: feed ${i} is ${t.dtype} [${t.shape}], the graph takes ${want.dtype} [${want.shape}]`);
     });
     const backend = nativeBackend();
-    const results = backend.binding.runSavedModel(this.sessionId, backend.getInputTensorIds([...feeds]), this.feedNames, this.fetchNames);
+    const results = backend.binding.callFunction(this.name, backend.getInputTensorIds([...feeds]), this.outputCount, xla);
     return results.map((m) => backend.createOutputTensor(m));
   }
 
   dispose(): void {
-    nativeBackend().binding.deleteSavedModel(this.sessionId);
+    const binding = nativeBackend().binding;
+    if (binding.hasFunction(this.name)) binding.removeFunction(this.name);
   }
 }
 
@@ -245,7 +251,8 @@ function nativePackageDir(): string {
   return path.dirname(path.dirname(loaded));
 }
 
-function buildSavedModel(trace: Trace, binding: NativeBinding): { savedModel: Uint8Array; feedNames: string[]; fetchNames: string[] } {
+/** The trace as a GraphDef: feeds are placeholders feed_i, frozen values constants const_i, ops op_k. */
+function buildGraphDef(trace: Trace, binding: NativeBinding): { graphDef: Uint8Array; feedNames: string[]; fetchNames: string[] } {
   const pb = proto();
   const shape = (dims: number[]) => {
     const s = new pb.TensorShape();
@@ -287,15 +294,14 @@ function buildSavedModel(trace: Trace, binding: NativeBinding): { savedModel: Ui
   });
   const ref = (s: Source) => (s.kind === 'op' ? `op_${s.op}:${s.index}` : s.kind === 'feed' ? `feed_${s.index}:0` : `const_${s.value}:0`);
   trace.ops.forEach((o, k) => graph.addNode(node(`op_${k}`, o.op, o.inputs.map(ref), o.attrs.map((a) => [a.name, attrValue(pb, binding, a, shape)]))));
-  const metaInfo = new pb.MetaGraphDef.MetaInfoDef();
-  metaInfo.addTags('serve');
-  const meta = new pb.MetaGraphDef();
-  meta.setMetaInfoDef(metaInfo);
-  meta.setGraphDef(graph);
-  const savedModel = new pb.SavedModel();
-  savedModel.setSavedModelSchemaVersion(1);
-  savedModel.addMetaGraphs(meta);
-  return { savedModel: savedModel.serializeBinary(), feedNames: feedNames.map((n) => `${n}:0`), fetchNames: trace.outputs.map(ref) };
+  // A function's outputs must be computed by its body: an output that is a feed or a constant gets an Identity.
+  const fetchNames = trace.outputs.map((s, i) => {
+    if (s.kind === 'op') return ref(s);
+    const dtype = s.kind === 'feed' ? dtypeEnum(binding, trace.feeds[s.index].dtype) : trace.constants[s.value].dtype;
+    graph.addNode(node(`output_${i}`, 'Identity', [ref(s)], [['T', attr((v) => v.setType(dtype))]]));
+    return `output_${i}:0`;
+  });
+  return { graphDef: graph.serializeBinary(), feedNames: feedNames.map((n) => `${n}:0`), fetchNames };
 }
 
 function attrValue(pb: Proto, binding: NativeBinding, a: OpAttr, shape: (dims: number[]) => Proto): Proto {
@@ -315,14 +321,15 @@ function attrValue(pb: Proto, binding: NativeBinding, a: OpAttr, shape: (dims: n
   return v;
 }
 
-type KeyState = { kind: 'recorded'; trace: Trace; attempts: number } | { kind: 'compiled'; graph: CompiledGraph } | { kind: 'eager'; why: string };
+type KeyState = { kind: 'recorded'; trace: Trace; attempts: number } | { kind: 'compiled'; graph: CompiledGraph; xlaFailure?: string } | { kind: 'eager'; why: string };
 
 /**
  * Runs a function eagerly until two consecutive calls under the same key recorded the same program
- * with the same constants, then as a graph. The first call often differs from the next (constant
- * caches fill on first use), so a key gets `maxRecordings` tries; a key that never repeats, or
- * whose graph fails to load, stays eager (status() says why). At most `maxKeys` keys are recorded;
- * later ones run eagerly.
+ * with the same constants, then as a TensorFlow function. The first call often differs from the
+ * next (constant caches fill on first use), so a key gets `maxRecordings` tries; a key that never
+ * repeats, or whose graph fails to load, stays eager (status() says why). At most `maxKeys` keys are
+ * recorded; later ones run eagerly. `xla` asks for XLA compilation of the function; where the
+ * library cannot compile it for this device, that key runs without XLA and status() says why.
  */
 export class GraphCache {
   private readonly keys = new Map<string, KeyState>();
@@ -332,9 +339,9 @@ export class GraphCache {
     private readonly maxRecordings = 3,
   ) {}
 
-  call(key: string, feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]): tf.Tensor[] {
+  call(key: string, feeds: readonly tf.Tensor[], fn: () => tf.Tensor[], xla = false): tf.Tensor[] {
     const state = this.keys.get(key);
-    if (state?.kind === 'compiled') return state.graph.run(feeds);
+    if (state?.kind === 'compiled') return this.run(state, feeds, xla);
     if (state?.kind === 'eager' || (!state && this.keys.size >= this.maxKeys)) return fn();
     const { outputs, trace } = recordTrace(feeds, fn);
     if (trace.unfollowable) this.keys.set(key, { kind: 'eager', why: trace.unfollowable });
@@ -352,15 +359,42 @@ export class GraphCache {
     return outputs;
   }
 
-  /** How `key` runs now: 'graph', 'recording', or why it stays eager. */
+  private run(state: Extract<KeyState, { kind: 'compiled' }>, feeds: readonly tf.Tensor[], xla: boolean): tf.Tensor[] {
+    if (!xla || state.xlaFailure) return state.graph.run(feeds);
+    try {
+      return state.graph.run(feeds, true);
+    } catch (err) {
+      state.xlaFailure = (err as Error).message.split('\n').find((l) => l.trim()) ?? 'failed';
+      return state.graph.run(feeds);
+    }
+  }
+
+  /** How `key` runs now: 'graph', 'recording', or why it stays eager; ' (XLA …)' after 'graph' when XLA was asked for and failed. */
   status(key: string): string {
     const state = this.keys.get(key);
     if (!state) return this.keys.size >= this.maxKeys ? 'eager: too many shapes' : 'recording';
-    return state.kind === 'compiled' ? 'graph' : state.kind === 'recorded' ? 'recording' : `eager: ${state.why}`;
+    if (state.kind === 'compiled') return state.xlaFailure ? `graph (without XLA: ${state.xlaFailure})` : 'graph';
+    return state.kind === 'recorded' ? 'recording' : `eager: ${state.why}`;
   }
 
   dispose(): void {
     for (const state of this.keys.values()) if (state.kind === 'compiled') state.graph.dispose();
     this.keys.clear();
   }
+}
+
+/** train.xla: compile graph functions with XLA (on), not (off), or what was measured faster on this kind of device (auto). */
+export type XlaSetting = 'auto' | 'on' | 'off';
+
+/**
+ * XLA's effect measured at the reference shape of `npm run bench:train` (README, "XLA"): on a CPU
+ * device TensorFlow's own executor (oneDNN kernels) was faster, so auto leaves XLA off there; on a GPU
+ * it has not been measured yet (no GPU host with TensorFlow was available), so auto leaves it off too.
+ */
+const XLA_AUTO: Record<'CPU' | 'GPU', boolean> = { CPU: false, GPU: false };
+
+/** Whether graph functions are to be compiled with XLA, decided once for the backend in use. */
+export function resolveXla(setting: XlaSetting): boolean {
+  if (!graphsAvailable() || setting === 'off') return false;
+  return setting === 'on' || XLA_AUTO[/GPU/.test(graphDevice()) ? 'GPU' : 'CPU'];
 }

@@ -29,8 +29,8 @@ function graphsOf(model: LanguageModel): ModelGraphs {
 
 /**
  * ∇(lossSum(batch) / total) with respect to `variables`, and that loss. `graph`: run it as a graph
- * where the backend supports it; the dropout seed is then a tensor input of the graph (the backend
- * draws the masks from it: DropoutSource). Call inside tf.tidy.
+ * function where the backend supports it (`xla`: compiled by XLA); the dropout seed is then a tensor
+ * input of the graph (the backend draws the masks from it: DropoutSource). Call inside tf.tidy.
  */
 export function microBatchGradients(
   model: LanguageModel,
@@ -39,6 +39,7 @@ export function microBatchGradients(
   total: number,
   variables: tf.Variable[],
   graph: boolean,
+  xla = false,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
   const dropout = dropoutSeed !== null && model.config.dropout > 0;
   const asGraph = graph && graphsAvailable() && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
@@ -56,7 +57,7 @@ export function microBatchGradients(
     const names = Object.keys(grads);
     graphs.gradNames.set(key, names);
     return [value, ...names.map((n) => grads[n])];
-  });
+  }, xla);
   const names = graphs.gradNames.get(key)!;
   return { value: outputs[0] as tf.Scalar, grads: Object.fromEntries(names.map((n, i) => [n, outputs[i + 1]])) };
 }

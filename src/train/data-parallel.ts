@@ -88,7 +88,7 @@ export function unpackTensors(packed: Float32Array, shapes: readonly number[][])
 /** main → replica messages. */
 export type ReplicaRequest =
   | { type: 'weights'; names: string[]; values: Float32Array }
-  | { type: 'step'; id: number; names: string[]; values: Float32Array; batches: ModelBatch[]; seeds: (number | null)[]; total: number; gradNames: string[] };
+  | { type: 'step'; id: number; names: string[]; values: Float32Array; batches: ModelBatch[]; seeds: (number | null)[]; total: number; gradNames: string[]; graph: boolean; xla: boolean };
 /** replica → main messages. */
 export type ReplicaReply =
   | { type: 'ready' }
@@ -231,11 +231,11 @@ export class DataParallelGroup {
     const remote = this.replicas.map((replica, i) => {
       const { batches, seeds } = shards[replica.rank];
       if (batches.length === 0) return Promise.resolve(null);
-      return replica.request({ type: 'step', id, names, values: this.copyFor(packed, i), batches, seeds, total, gradNames });
+      return replica.request({ type: 'step', id, names, values: this.copyFor(packed, i), batches, seeds, total, gradNames, graph: opts.graph ?? true, xla: opts.xla ?? false });
     });
     let local: ReturnType<typeof accumulateGradients> | null = null;
     try {
-      if (shards[0].batches.length) local = accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v), opts.graph ?? true);
+      if (shards[0].batches.length) local = accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v), opts.graph ?? true, opts.xla ?? false);
     } catch (err) {
       await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled
       throw err;

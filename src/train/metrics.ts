@@ -39,6 +39,9 @@ export interface MetricRecord {
   /** Validation: bits per byte. */
   bpb?: number;
   epoch_fraction?: number;
+  /** Train, tensorflow backend: values and bytes the last step read back into JavaScript (backend/readback.ts). */
+  readback_values?: number;
+  readback_bytes?: number;
 }
 
 export const METRICS_FILE = 'metrics.jsonl';

@@ -17,6 +17,8 @@ export interface AdamWOptions {
   decayEmbeddings?: boolean;
   /** Run the update as one TensorFlow graph where the backend can (train.graph, backend/tf-graph.ts; default true). */
   graph?: boolean;
+  /** Compile that graph with XLA (train.xla resolved for the device; default false). */
+  xla?: boolean;
 }
 
 /**
@@ -59,7 +61,7 @@ export class AdamW {
   private lastKey = '';
 
   constructor(params: Map<string, tf.Variable>, options: AdamWOptions) {
-    this.options = { decayEmbeddings: false, graph: true, ...options };
+    this.options = { decayEmbeddings: false, graph: true, xla: false, ...options };
     const { beta1, beta2, eps, weightDecay } = this.options;
     if (!(beta1 >= 0 && beta1 < 1)) throw new Error(`train.beta1 must be in [0, 1) (got ${beta1})`);
     if (!(beta2 >= 0 && beta2 < 1)) throw new Error(`train.beta2 must be in [0, 1) (got ${beta2})`);
@@ -152,7 +154,7 @@ export class AdamW {
       const update = () => this.update(g, scalars, present, updated);
       const graphs = this.options.graph && graphsAvailable() ? (this.graphs ??= new GraphCache()) : null;
       this.lastKey = `${[...skipped].join(',')}|${weightDecay > 0}`;
-      const [mNew, vNew, ...next] = graphs ? graphs.call(this.lastKey, inputs, update) : update();
+      const [mNew, vNew, ...next] = graphs ? graphs.call(this.lastKey, inputs, update, this.options.xla) : update();
       this.m.assign(mNew as tf.Tensor1D);
       this.v.assign(vNew as tf.Tensor1D);
       params.forEach((p, i) => p.assign(next[i]));

@@ -47,6 +47,7 @@ export interface Recipe {
     gradAccum: number;
     dataParallel: number | 'auto';
     graph: boolean;
+    xla: 'auto' | 'on' | 'off';
     optimizer: 'adamw';
     lr: number;
     minLr: number;
@@ -170,7 +171,12 @@ export const RECIPE_SCHEMA = {
   'train.graph': {
     type: bool,
     default: true,
-    doc: 'On the `tensorflow` backend (CPU device): run each micro-batch\'s forward and backward pass as one TensorFlow graph instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–2.2× faster on the bench GPT. BERT\'s labelled rows are padded to a multiple of 64 so that its shapes repeat, and dropout masks come from TensorFlow\'s stateless generator fed the step\'s seed (a different draw from the wasm/cpu masks). `false` = always op by op. Other backends ignore it.',
+    doc: 'On the `tensorflow` backend (CPU or GPU device): run each micro-batch\'s forward and backward pass, and AdamW\'s update, as TensorFlow functions on the device instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–3× faster on the bench GPT, and on a GPU the parameters and moments never leave the device. BERT\'s labelled rows are padded to a multiple of 64 so that its shapes repeat, and dropout masks come from TensorFlow\'s stateless generator fed the step\'s seed (a different draw from the wasm/cpu masks). `false` = always op by op. Other backends ignore it.',
+  },
+  'train.xla': {
+    type: oneOf('auto', 'on', 'off'),
+    default: 'auto',
+    doc: 'With `train.graph` on the `tensorflow` backend: compile each step\'s graph function with XLA (`on`), not (`off`), or what was measured faster on this kind of device (`auto`: off on CPU devices, where TensorFlow\'s own executor was faster at the bench shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.',
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },

@@ -28,6 +28,8 @@ import { prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus, microBatchGradients } from './compiled-step.ts';
+import { readback, readSince, type Readback } from '../backend/readback.ts';
+import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
 
 /** Steps 1 and 2 of a batch shape record it, step 3 builds its graph (compiled-step.ts). */
 const GRAPH_DECIDED_STEP = 3;
@@ -84,6 +86,8 @@ export interface StepOptions {
   trainable?: Map<string, tf.Variable>;
   /** Run forward and backward as a TensorFlow graph where the backend can (train.graph; default true). */
   graph?: boolean;
+  /** Compile those graphs with XLA (train.xla resolved for the device: resolveXla; default false). */
+  xla?: boolean;
 }
 
 /** Labelled tokens over all micro-batches: the divisor of every summed loss in the step. */
@@ -105,6 +109,7 @@ export function accumulateGradients(
   total: number,
   variables: tf.Variable[],
   graph = true,
+  xla = false,
 ): { grads: Map<string, tf.Tensor>; loss: tf.Scalar } {
   let accumulated: Record<string, tf.Tensor> | null = null;
   let loss: tf.Scalar | null = null;
@@ -113,7 +118,7 @@ export function accumulateGradients(
       const previous: Record<string, tf.Tensor> | null = accumulated;
       const previousLoss: tf.Scalar | null = loss;
       const out: { value: tf.Scalar; grads: Record<string, tf.Tensor> } = tf.tidy(() => {
-        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph);
+        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph, xla);
         if (!previous) return { value, grads };
         const sum: Record<string, tf.Tensor> = {};
         for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
@@ -175,7 +180,7 @@ export async function trainStep(model: LanguageModel, optimizer: AdamW, microBat
   const total = stepTokens(microBatches);
   const variables = [...(opts.trainable ?? model.parameters()).values()];
   const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
-  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true);
+  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.xla ?? false);
   return applyGradients(optimizer, grads, loss, total, opts);
 }
 
@@ -414,6 +419,7 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: str
       weightDecay: recipe.train.weightDecay,
       decayEmbeddings: recipe.train.decayEmbeddings,
       graph: recipe.train.graph,
+      xla: resolveXla(recipe.train.xla),
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
     const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);
@@ -438,6 +444,8 @@ class TrainingLoop {
   private batchesSeen: number;
   private step: number;
   private window: TrainingCounters['window'];
+  /** What the last step read back from the backend's tensors into JavaScript (tensorflow; readback.ts). */
+  private lastReadback: Readback | null = null;
   private skippedSteps: number;
   private consecutiveSkips: number;
   /** Steps run by this process (a resumed run records its step graph again). */
@@ -534,15 +542,18 @@ class TrainingLoop {
     const lr = learningRate(this.step, this.schedule);
     parts.model.onTrainStep(this.step);
     const t0 = performance.now();
+    const readBefore = readback();
     const stepOptions: StepOptions = {
       lr,
       clip: recipe.train.clip,
       dropoutSeed: this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${this.step}`) : null,
       trainable: parts.finetune.trainable,
       graph: recipe.train.graph,
+      xla: parts.optimizer.options.xla,
     };
     const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
     const seconds = (performance.now() - t0) / 1000;
+    if (tf.getBackend() === 'tensorflow') this.lastReadback = readSince(readBefore);
     if (result.applied) this.consecutiveSkips = 0;
     else this.dropUpdate(result);
     if (++this.stepsInProcess === GRAPH_DECIDED_STEP && !this.group) this.reportGraph(micro, stepOptions);
@@ -561,7 +572,8 @@ class TrainingLoop {
     const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
     const status = graphStatus(this.parts.model, micro[0], variables, stepOptions.dropoutSeed !== null);
     const why = status === 'recording' ? 'the batch shape changes from step to step, e.g. BERT\'s count of masked positions' : status.replace(/^eager: /, '');
-    this.logger.line(status === 'graph' ? 'train.graph: steps run as one TensorFlow graph' : `train.graph: steps run op by op (${why})`);
+    const xla = stepOptions.xla ? ' compiled by XLA' : '';
+    this.logger.line(status.startsWith('graph') ? `train.graph: steps run as TensorFlow functions${xla} on ${graphDevice()}${status.slice('graph'.length)}` : `train.graph: steps run op by op (${why})`);
   }
 
   /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */
@@ -593,11 +605,13 @@ class TrainingLoop {
     this.logger.log({
       step, tokens, split: 'train', loss, ppl: Math.exp(loss), lr, grad_norm: gradNorm,
       tokens_per_s: rate, elapsed_s: this.elapsed(), epoch_fraction: fraction,
+      ...(this.lastReadback ? { readback_values: this.lastReadback.values, readback_bytes: this.lastReadback.bytes } : {}),
     });
     const eta = ((totalSteps - step) * window.seconds) / window.steps;
+    const reads = this.lastReadback ? ` | host reads ${this.lastReadback.values} values/step` : '';
     this.logger.line(
       `step ${step}/${totalSteps} | epoch ${(100 * fraction).toFixed(1)}% | loss ${loss.toFixed(4)} | ppl ${Math.exp(loss).toFixed(2)} | ` +
-        `lr ${lr.toExponential(2)} | grad ${gradNorm.toFixed(3)} | ${Math.round(rate).toLocaleString('en-US')} tok/s | ETA ${formatDuration(eta)}`,
+        `lr ${lr.toExponential(2)} | grad ${gradNorm.toFixed(3)} | ${Math.round(rate).toLocaleString('en-US')} tok/s${reads} | ETA ${formatDuration(eta)}`,
     );
     this.window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
   }
