@@ -67,6 +67,8 @@ const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'me
   tokens: 'position',
   elapsed_s: 'position',
   epoch_fraction: 'position',
+  readback_values: 'measured',
+  readback_bytes: 'measured',
   loss: 'measured',
   ppl: 'measured',
   lr: 'measured',
