@@ -1,21 +1,23 @@
 // Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
-//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--graph on,off] [--peer PYTHON]
+//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--graph on,off] [--xla off,on] [--peer PYTHON]
 //                          [--steps 10] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
 //                          [--layers 4] [--heads 4] [--profile] [--options '{"chunkSize":32}']
 //
 // Each backend runs in its own process (a process holds one tfjs backend), one after the other, so
 // that one invocation compares them back to back; --peer adds the PyTorch peer
-// (../shared/bench/torch_peer_gpt.py, same shape, --threads 1 and 2) run by that Python, and the
-// table gives every row's ratio to the peer's faster run.
+// (../shared/bench/torch_peer_gpt.py, same shape, eager and torch.compile, --threads 1 and 2) run by
+// that Python, and the table gives every row's ratio to the peer's fastest run.
 // --replicas: data-parallel replica counts (train.dataParallel; auto = what a recipe's `auto` picks
 // on that backend). Besides wall time it reports the process CPU time per step, all threads
 // together: on a shared machine it is the steadier figure, and with several replicas it shows what
 // the parallelism costs in total work.
-// --graph: on tensorflow, measure the step as one TF graph (train.graph, the default) and op by op.
+// --graph: on tensorflow, measure the step as TF functions (train.graph, the default) and op by op;
+// --xla: the function rows with and/or without XLA (train.xla). Each row also gives the values read
+// back into JavaScript per step (backend/readback.ts).
 // --profile runs tf.profile on one extra step (main thread) and prints kernel time by kernel name (on
-// tensorflow for the op-by-op rows only: a graph step is one session run that tf.profile cannot see into).
+// tensorflow for the op-by-op rows only: a function call is one op that tf.profile cannot see into).
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -39,6 +41,8 @@ interface Row {
   msPerStep: number;
   tokensPerCpuSecond?: number;
   lastLoss: number;
+  readbackValues?: number;
+  readbackBytes?: number;
 }
 
 const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
@@ -54,7 +58,8 @@ const COMMAND = {
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
     steps: int(1, 10, 'timed steps'),
     warmup: int(0, 4, 'warm-up steps (on tensorflow the first two record the step and the third builds its graph)'),
-    graph: { type: 'string', value: 'LIST', default: 'on,off', help: 'tensorflow only: train.graph settings to measure (on = the step as one TF graph, off = op by op)' },
+    graph: { type: 'string', value: 'LIST', default: 'on,off', help: 'tensorflow only: train.graph settings to measure (on = the step as TF functions, off = op by op)' },
+    xla: { type: 'string', value: 'LIST', default: 'off', help: 'tensorflow only: train.xla settings of the function rows (on, off or off,on)' },
     seq: int(1, 256, 'sequence length'),
     batch: int(1, 8, 'batch size'),
     vocab: int(1, 4096, 'vocabulary size'),
@@ -96,11 +101,16 @@ function parse(argv: string[]) {
     options,
     profile: values.profile,
     json: values.json,
-    graph: values.graph.split(',').map((g) => {
-      if (g !== 'on' && g !== 'off') fail(`--graph takes on, off or on,off (got '${g}')`);
-      return g === 'on';
-    }),
+    graph: onOff(values.graph, '--graph', fail),
+    xla: onOff(values.xla, '--xla', fail),
   };
+}
+
+function onOff(list: string, flag: string, fail: (message: string) => never): boolean[] {
+  return list.split(',').map((g) => {
+    if (g !== 'on' && g !== 'off') fail(`${flag} takes on, off or on,off (got '${g}')`);
+    return g === 'on';
+  });
 }
 
 type Options = ReturnType<typeof parse>;
@@ -112,23 +122,25 @@ async function measureHere(o: Options): Promise<Row[]> {
   if (!o.json) console.log(`bench:train on ${backend}: GPT vocab ${vocab}, d ${d}, ${layers} layers, ${heads} heads, seq ${seq}, batch ${batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
   const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), backend, batch)))];
   const rows: Row[] = [];
-  const graphModes = backend === 'tensorflow' ? o.graph : [true];
-  for (const name of o.names) for (const replicas of replicaCounts) for (const graph of graphModes) {
+  // (graph, xla) pairs: XLA applies to the function rows only.
+  type Mode = { graph: boolean; xla: boolean };
+  const modes: Mode[] = backend === 'tensorflow' ? o.graph.flatMap((graph): Mode[] => (graph ? o.xla.map((xla) => ({ graph, xla })) : [{ graph, xla: false }])) : [{ graph: true, xla: false }];
+  for (const name of o.names) for (const replicas of replicaCounts) for (const { graph, xla } of modes) {
     const model = createLanguageModel({
       kind: 'gpt', vocabSize: vocab, maxSeqLen: seq, dModel: d, numLayers: layers, numHeads: heads,
       mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
     });
     const r = await measureThroughput(model, {
-      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph,
-      // A graph step is one session run, which tf.profile does not see into: profiles are of op-by-op steps.
+      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph, xla,
+      // A function call is one op, which tf.profile does not see into: profiles are of op-by-op steps.
       afterTimed: o.profile && !(backend === 'tensorflow' && graph) ? (step) => profile(name, step) : undefined,
     });
     model.dispose();
-    const label = backend === 'tensorflow' ? `${backend} (${graph ? 'graph' : 'eager'})` : backend;
+    const label = backend === 'tensorflow' ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
     const row: Row = { label, attention: name, replicas, ...r };
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));
-    else console.log(`  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second)`);
+    else console.log(`  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second), ${r.readbackValues} values read back per step`);
   }
   return rows;
 }
@@ -175,10 +187,11 @@ function measurePeer(o: Options): Row[] {
   }
   const rows: Row[] = [];
   const attentions = [...new Set(o.names.map((n) => (n === 'softmax' ? 'softmax' : n === 'linear-elu' ? 'linear' : null)).filter((n) => n !== null))];
-  for (const attn of attentions) for (const threads of [1, 2]) {
-    console.log(`bench:train: PyTorch peer, ${attn}, ${threads} thread(s) …`);
+  for (const attn of attentions) for (const compile of [false, true]) for (const threads of [1, 2]) {
+    console.log(`bench:train: PyTorch peer, ${attn}, ${compile ? 'torch.compile' : 'eager'}, ${threads} thread(s) …`);
     const shape = SHAPE.flatMap((k) => [`--${k}`, String(o.shape[k])]);
-    const child = spawnSync(o.peer!, [PEER, ...shape, '--steps', String(o.steps), '--warmup', String(o.warmup), '--attn', attn, '--threads', String(threads)], { encoding: 'utf8' });
+    const args = [PEER, ...shape, '--steps', String(o.steps), '--warmup', String(o.warmup), '--attn', attn, '--threads', String(threads), ...(compile ? ['--compile'] : [])];
+    const child = spawnSync(o.peer!, args, { encoding: 'utf8' });
     const line = child.stdout?.split('\n').find((l) => l.startsWith('{'));
     if (child.status !== 0 || !line) {
       console.log(`  PyTorch peer failed: ${(child.stderr || child.error?.message || '').trim().split('\n').pop()}`);
@@ -193,10 +206,10 @@ function measurePeer(o: Options): Row[] {
 function printTable(rows: Row[]): void {
   const peerBest = new Map<string, number>();
   for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
-  const header = ['attention', 'backend', 'replicas', 'tokens/s (wall)', 'ms/step', 'tokens per CPU-s', 'last loss', ...(peerBest.size ? ['× PyTorch'] : [])];
+  const header = ['attention', 'backend', 'replicas', 'tokens/s (wall)', 'ms/step', 'tokens per CPU-s', 'host reads/step', 'last loss', ...(peerBest.size ? ['× PyTorch'] : [])];
   const cells = rows.map((r) => [
     r.attention, r.label, String(r.replicas), r.tokensPerSecond.toFixed(0), r.msPerStep.toFixed(0),
-    r.tokensPerCpuSecond?.toFixed(0) ?? '', r.lastLoss.toFixed(3),
+    r.tokensPerCpuSecond?.toFixed(0) ?? '', r.readbackValues !== undefined && r.label.startsWith('tensorflow') ? `${r.readbackValues} (${r.readbackBytes} B)` : '', r.lastLoss.toFixed(3),
     ...(peerBest.size ? [peerBest.has(r.attention) ? (r.tokensPerSecond / peerBest.get(r.attention)!).toFixed(2) : ''] : []),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));

@@ -1,5 +1,6 @@
 // Timed optimizer steps on random tokens: what bench:train and check:gpu measure. Wall time and the
 // process's CPU time (all threads) per step, medians after warm-up steps.
+import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { Rng } from '../model/rng.ts';
@@ -28,6 +29,8 @@ export interface ThroughputOptions {
   replicas: number;
   /** train.graph: forward + backward as one TensorFlow graph where the backend can (default true). */
   graph?: boolean;
+  /** train.xla resolved: compile those graphs with XLA (default false). */
+  xla?: boolean;
   /** Called once after the timed steps with a function that runs one more step (e.g. to profile it). */
   afterTimed?: (step: () => Promise<void>) => Promise<void>;
 }
@@ -38,16 +41,20 @@ export interface Throughput {
   tokensPerSecond: number;
   tokensPerCpuSecond: number;
   lastLoss: number;
+  /** Values and bytes the last timed step read back into JavaScript (tensorflow backend; backend/readback.ts). */
+  readbackValues: number;
+  readbackBytes: number;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
-  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: o.graph ?? true });
+  const [graph, xla] = [o.graph ?? true, o.xla ?? false];
+  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla });
   const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
   try {
-    const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null, graph: o.graph ?? true };
+    const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null, graph, xla };
     const rng = new Rng(7);
     const step = async () => {
       const batch = randomBatch(rng, model.kind, o.batchSize, o.seqLen, model.config.vocabSize);
@@ -56,11 +63,14 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
     const wall: number[] = [];
     const cpu: number[] = [];
     let lastLoss = NaN;
+    let read = readback();
     for (let s = 0; s < o.warmup + o.steps; s++) {
+      const r0 = readback();
       const t0 = performance.now();
       const c0 = process.cpuUsage();
       lastLoss = await step();
       const used = process.cpuUsage(c0);
+      read = readSince(r0);
       if (s < o.warmup) continue;
       wall.push(performance.now() - t0);
       cpu.push((used.user + used.system) / 1000);
@@ -68,7 +78,10 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
     await o.afterTimed?.(async () => void (await step()));
     const tokens = o.batchSize * o.seqLen;
     const [msPerStep, cpuMsPerStep] = [median(wall), median(cpu)];
-    return { msPerStep, cpuMsPerStep, tokensPerSecond: (1000 * tokens) / msPerStep, tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep, lastLoss };
+    return {
+      msPerStep, cpuMsPerStep, tokensPerSecond: (1000 * tokens) / msPerStep, tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep, lastLoss,
+      readbackValues: read.values, readbackBytes: read.bytes,
+    };
   } finally {
     await group?.close();
     optimizer.dispose();
