@@ -20,6 +20,8 @@ import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatu
 import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { matMulTransposeB, weightGradient } from '../src/model/ops.ts';
+import { GraphCache, graphsAvailable } from '../src/backend/tf-graph.ts';
+import { gradientsThroughGraph } from '../src/train/compiled-step.ts';
 import { Rng } from '../src/model/rng.ts';
 
 const SPEC = {
@@ -209,14 +211,19 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
   const { split, merge } = projections(heads, headDim);
   const loss = probe(tf.tensor2d(Float32Array.from(rng.normalArray(embed)), [1, embed]));
   const layer = () => merge(attn.apply(split(x, wq), split(x, wk), split(x, wv)), wo);
-  const forward = () => tf.tidy(layer);
+  // On tensorflow both run as TensorFlow functions once recorded twice (train.graph's path,
+  // src/train/compiled-step.ts): the input and every weight and buffer are feeds.
+  const graphs = graphsAvailable() ? new GraphCache() : null;
+  const state = [...params, ...attn.buffers];
+  const forward = () => tf.tidy(() => (graphs ? graphs.call('forward', [x, ...state], () => [layer()])[0] : layer()));
   const train = () =>
     tf.tidy(() => {
-      const { value, grads } = tf.variableGrads(() => loss(layer()), params);
+      const { value, grads } = gradientsThroughGraph(graphs, 'train', [x], state, params, () => loss(layer()));
       return [value, ...Object.values(grads)];
     });
   const peakBytes = peakTensorBytes(() => tf.dispose(train())); // doubles as the warm-up
-  await time(forward);
+  for (let i = 0; i < (graphs ? 2 : 0); i++) tf.dispose(train()); // the function is built on the third call
+  for (let i = 0; i < (graphs ? 3 : 1); i++) await time(forward);
   // Up to `repeats` timed runs of each, fewer once they have taken maxTimedS (long sequences).
   const timed = async (fn: () => tf.Tensor | tf.Tensor[]) => {
     const ms: number[] = [];

@@ -1,10 +1,11 @@
 // npm run tasks -- [--quick] [--tasks a,b | --category C] [--mechanisms a,b] [--seeds 42,43] [--steps N]
-//                  [--batch N] [--eval-samples N] [--lr X] [--backend wasm] [--out DIR]
+//                  [--batch N] [--eval-samples N] [--lr X] [--backend wasm] [--graph on|off] [--xla auto|on|off] [--out DIR]
 // Trains the paper's small attention-only model on the synthetic tasks for every mechanism and
 // seed; prints accuracy mean ± sd per task and per category, and writes results.json + results.md.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { initBackend } from '../backend.ts';
+import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
 import { attentionNames } from '../model/attention/index.ts';
 import { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown } from '../experiments/task-runner.ts';
 import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../experiments/tasks.ts';
@@ -31,9 +32,21 @@ prints accuracy mean ± sd per task and per category and writes results.json and
     'eval-samples': { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'final evaluation samples (default 4 × batch)' },
     lr: { type: 'string', value: 'X', number: { min: 0, exclusiveMin: true }, help: 'AdamW learning rate (default 1e-3)' },
     backend: backendOption('wasm'),
+    graph: { type: 'string', value: 'on|off', choices: ['on', 'off'], default: 'on', help: 'tensorflow: steps as TensorFlow functions (on) or op by op (off), as train.graph' },
+    xla: { type: 'string', value: 'auto|on|off', choices: ['auto', 'on', 'off'], default: 'auto', help: 'tensorflow: compile those functions with XLA, as train.xla' },
     out: { type: 'string', value: 'DIR', help: 'report folder (default reports/tasks-<timestamp>)' },
   },
 } as const;
+
+/** How the runs' steps ran, e.g. "as TensorFlow functions on …/device:CPU:0 (66 runs)" or "op by op (5 runs)". */
+function describeExecution(executions: string[], xla: boolean): string {
+  const counts = new Map<string, number>();
+  for (const e of executions) {
+    const how = e === 'graph' ? `as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${graphDevice()}` : e === 'eager' ? 'op by op' : e.replace(/^eager: /, 'op by op: ');
+    counts.set(how, (counts.get(how) ?? 0) + 1);
+  }
+  return [...counts].map(([how, n]) => `${how} (${n} run${n === 1 ? '' : 's'})`).join(', ');
+}
 
 function timestamp(): string {
   return new Date().toISOString().replace(/[:.]/g, '-').replace('T', '_').slice(0, 19);
@@ -56,7 +69,8 @@ await runCommand(COMMAND, async ({ values }) => {
   const backend = await initBackend(values.backend);
   const outDir = values.out ?? join('reports', `tasks-${timestamp()}`);
 
-  const settings = { backend, tasks, attentions, seeds, steps, batchSize, evalSamples, lr, weightDecay: PAPER_PROTOCOL.weightDecay };
+  const [graph, xla] = [values.graph === 'on', resolveXla(values.xla)];
+  const settings = { backend, tasks, attentions, seeds, steps, batchSize, evalSamples, lr, weightDecay: PAPER_PROTOCOL.weightDecay, graph, xla };
   console.log(`[tasks] ${tasks.length} tasks × ${attentions.length} mechanisms × ${seeds.length} seeds; ${steps} steps, batch ${batchSize}, eval ${evalSamples}, lr ${lr}, backend ${backend}`);
   const started = performance.now();
   const results = await runTaskBenchmark({
@@ -69,16 +83,17 @@ await runCommand(COMMAND, async ({ values }) => {
   const wallSeconds = (performance.now() - started) / 1000;
   const summary = summarizeTaskResults(results);
   const markdown = taskResultsMarkdown(summary);
-  console.log(`\n${markdown}\ntotal wall time ${wallSeconds.toFixed(1)} s`);
+  const execution = describeExecution(results.map((r) => r.execution), xla);
+  console.log(`\n${markdown}\ntotal wall time ${wallSeconds.toFixed(1)} s; steps ran ${execution}`);
 
   await mkdir(outDir, { recursive: true });
   const attentionOptions = Object.fromEntries(attentions.map((a) => [a, TASK_ATTENTION_OPTIONS[a] ?? {}]));
   await writeFile(
     join(outDir, 'results.json'),
-    JSON.stringify({ settings: { ...settings, attentionOptions, quick: values.quick }, wallSeconds, summary, runs: results }, null, 2) + '\n',
+    JSON.stringify({ settings: { ...settings, attentionOptions, quick: values.quick }, wallSeconds, execution, summary, runs: results }, null, 2) + '\n',
   );
   const header = `# Synthetic tasks\n\n${tasks.length} tasks × ${attentions.length} mechanisms × seeds ${seeds.join(', ')}; ${steps} steps, batch ${batchSize}, ` +
-    `${evalSamples} evaluation samples, AdamW lr ${lr}, backend ${backend}; wall time ${wallSeconds.toFixed(1)} s.\n\n`;
+    `${evalSamples} evaluation samples, AdamW lr ${lr}, backend ${backend}; wall time ${wallSeconds.toFixed(1)} s; steps ran ${execution}.\n\n`;
   await writeFile(join(outDir, 'results.md'), header + markdown);
   console.log(`[tasks] wrote ${join(outDir, 'results.json')} and ${join(outDir, 'results.md')}`);
 });

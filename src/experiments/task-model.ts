@@ -97,6 +97,11 @@ export class TaskModel {
     return all;
   }
 
+  /** The attention mechanisms' fixed state (random projections, anchors), which a redraw changes. */
+  buffers(): tf.Variable[] {
+    return this.attention.flatMap((module) => module.buffers);
+  }
+
   /** Number of trained scalars. */
   parameterCount(): number {
     let n = 0;

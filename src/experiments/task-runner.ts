@@ -3,6 +3,8 @@
 // lr 1e-3 (PyTorch's default weight decay 0.01, β = (0.9, 0.999), ε = 1e-8), one freshly generated
 // batch per optimizer step, final accuracy on 4 × batch fresh samples, seeds 42/43/44.
 import * as tf from '@tensorflow/tfjs';
+import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
+import { gradientsThroughGraph } from '../train/compiled-step.ts';
 import { AdamW } from '../train/optimizer.ts';
 import { groupBy, meanSd, formatMeanSd } from './stats.ts';
 import type { MeanSd } from './stats.ts';
@@ -34,6 +36,10 @@ export interface TaskTrainOptions {
   weightDecay: number;
   /** Overrides TASK_ATTENTION_OPTIONS for this mechanism. */
   attentionOptions?: Record<string, unknown>;
+  /** Steps (forward + backward, and AdamW's update) as TensorFlow functions where the backend can, as train.graph (default true). */
+  graph?: boolean;
+  /** Those functions compiled by XLA (train.xla resolved; default false). */
+  xla?: boolean;
 }
 
 export const PAPER_PROTOCOL = { steps: 200, batchSize: 32, evalSamples: 128, lr: 1e-3, weightDecay: 0.01, seeds: [42, 43, 44] } as const;
@@ -51,6 +57,8 @@ export interface TaskRunResult {
   lossCurve: number[];
   params: number;
   trainSeconds: number;
+  /** How the last training step ran: 'graph', 'eager' (op by op) or why it stayed eager. */
+  execution: string;
   error?: string;
 }
 
@@ -101,8 +109,11 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
   // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
   // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
   // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
-  const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true });
+  const [graph, xla] = [(opts.graph ?? true) && graphsAvailable(), opts.xla ?? false];
+  const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true, graph, xla });
+  const graphs = graph ? new GraphCache() : null;
   const varList = [...params.values()];
+  const state = [...varList, ...model.buffers()];
   const lossCurve: number[] = [];
   const start = performance.now();
   try {
@@ -110,10 +121,8 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
       const batch = generator.trainBatch(opts.batchSize);
       const loss = tf.tidy(() => {
         const { inputs, targets, mask } = batchTensors(batch);
-        const { value, grads } = tf.variableGrads(
-          () => maskedCrossEntropy(model.logits(inputs), targets, mask, spec.vocabSize),
-          varList,
-        );
+        const { value, grads } = gradientsThroughGraph(graphs, `${batch.batchSize}x${batch.seqLen}`, [inputs, targets, mask], state, varList, () =>
+          maskedCrossEntropy(model.logits(inputs), targets, mask, spec.vocabSize), xla);
         optimizer.applyGradients(grads, opts.lr);
         return value;
       });
@@ -137,8 +146,10 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
       accuracy: scored > 0 ? correct / scored : null,
       loss: scored > 0 ? lossSum / scored : null,
       lossCurve, params: model.parameterCount(), trainSeconds,
+      execution: graphs ? graphs.status(`${opts.batchSize}x${spec.seqLen}`) : 'eager',
     };
   } finally {
+    graphs?.dispose();
     optimizer.dispose();
     model.dispose();
   }
@@ -172,7 +183,7 @@ export async function runTaskBenchmark(opts: BenchmarkOptions): Promise<TaskRunR
           const spec = taskSpec(task);
           result = {
             task, category: spec.category, attention, seed, accuracy: null, loss: null,
-            lossCurve: [], params: 0, trainSeconds: 0, error: (err as Error).message,
+            lossCurve: [], params: 0, trainSeconds: 0, execution: 'failed', error: (err as Error).message,
           };
         }
         results.push(result);

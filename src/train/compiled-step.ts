@@ -9,23 +9,50 @@ import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
 import { dropoutSeedTensor } from '../model/transformer.ts';
 import type { LanguageModel, LossInputs, ModelBatch } from '../model/lm.ts';
 
-interface ModelGraphs {
-  cache: GraphCache;
-  /** Names of the gradients each key's program returns, in output order. */
-  gradNames: Map<string, string[]>;
-}
+const graphsByModel = new WeakMap<object, GraphCache>();
 
-const graphsByModel = new WeakMap<LanguageModel, ModelGraphs>();
-
-function graphsOf(model: LanguageModel): ModelGraphs {
+/** The graph cache of a model (any object owning tensors), freed with it through `onDispose`. */
+export function graphsOf(model: { onDispose(free: () => void): void }): GraphCache {
   let graphs = graphsByModel.get(model);
   if (!graphs) {
-    const created: ModelGraphs = { cache: new GraphCache(), gradNames: new Map() };
-    model.onDispose(() => created.cache.dispose());
+    const created = new GraphCache();
+    model.onDispose(() => created.dispose());
     graphsByModel.set(model, (graphs = created));
   }
   return graphs;
 }
+
+/**
+ * The value of `loss` and its gradients with respect to `variables` (in their order), as a graph
+ * function under `key` of `cache` where the backend can (null = eagerly). Feeds: `batch`, then `state`,
+ * every tensor the computation reads whose value may change between calls (parameters, buffers), so
+ * that updates, redraws and freezing reach the graph; the key must name whatever else changes the
+ * program (shapes, which variables train). Call inside tf.tidy.
+ */
+export function gradientsThroughGraph(
+  cache: GraphCache | null,
+  key: string,
+  batch: readonly tf.Tensor[],
+  state: readonly tf.Tensor[],
+  variables: tf.Variable[],
+  loss: () => tf.Scalar,
+  xla = false,
+): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
+  const eager = () => tf.variableGrads(loss, variables);
+  if (!cache) return eager();
+  let names: string[] = [];
+  const [value, ...grads] = cache.call(key, [...batch, ...state], () => {
+    const out = eager();
+    names = Object.keys(out.grads);
+    gradNames.set(cache, { ...gradNames.get(cache), [key]: names });
+    return [out.value, ...names.map((n) => out.grads[n])];
+  }, xla);
+  names = gradNames.get(cache)![key];
+  return { value: value as tf.Scalar, grads: Object.fromEntries(names.map((n, i) => [n, grads[i]])) };
+}
+
+/** Names of the gradients each key's program returns, in output order (a variable no path reaches has none). */
+const gradNames = new WeakMap<GraphCache, Record<string, string[]>>();
 
 /**
  * ∇(lossSum(batch) / total) with respect to `variables`, and that loss. `graph`: run it as a graph
@@ -46,20 +73,11 @@ export function microBatchGradients(
   const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
   const divisor = tf.scalar(total);
   const seedTensor = asGraph && dropout ? dropoutSeedTensor(dropoutSeed!) : null;
-  const eager = () => tf.variableGrads(() => tf.div(inputs ? model.lossOf(inputs, seedTensor ?? dropoutSeed) : tf.scalar(0), divisor) as tf.Scalar, variables);
-  if (!asGraph || !inputs) return eager();
-  const graphs = graphsOf(model);
-  const batchTensors = [...LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []), ...(seedTensor ? [seedTensor] : [])];
+  const loss = () => tf.div(inputs ? model.lossOf(inputs, seedTensor ?? dropoutSeed) : tf.scalar(0), divisor) as tf.Scalar;
+  if (!asGraph || !inputs) return tf.variableGrads(loss, variables);
+  const batchTensors = [...LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []), ...(seedTensor ? [seedTensor] : []), divisor];
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
-  const key = stepKey(inputs, variables, seedTensor !== null);
-  const outputs = graphs.cache.call(key, [...batchTensors, divisor, ...modelTensors], () => {
-    const { value, grads } = eager();
-    const names = Object.keys(grads);
-    graphs.gradNames.set(key, names);
-    return [value, ...names.map((n) => grads[n])];
-  }, xla);
-  const names = graphs.gradNames.get(key)!;
-  return { value: outputs[0] as tf.Scalar, grads: Object.fromEntries(names.map((n, i) => [n, outputs[i + 1]])) };
+  return gradientsThroughGraph(graphsOf(model), stepKey(inputs, variables, seedTensor !== null), batchTensors, modelTensors, variables, loss, xla);
 }
 
 /**
@@ -84,5 +102,5 @@ export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: 
     const inputs = model.lossInputs(batch, ROW_BUCKET);
     return inputs ? stepKey(inputs, variables, dropout && model.config.dropout > 0) : '';
   });
-  return key ? graphsOf(model).cache.status(key) : 'eager: no labelled position';
+  return key ? graphsOf(model).status(key) : 'eager: no labelled position';
 }

@@ -251,7 +251,7 @@ describe('task model and runner', () => {
   it('summarises per task and per category: per-seed category means, then mean ± sd over seeds', () => {
     const run = (task: string, seed: number, accuracy: number | null, error?: string): TaskRunResult => ({
       task, category: taskSpec(task).category, attention: 'softmax', seed, accuracy, loss: accuracy === null ? null : 1,
-      lossCurve: [], params: 1, trainSeconds: 2, error,
+      lossCurve: [], params: 1, trainSeconds: 2, execution: 'eager', error,
     });
     const results = [run('copy', 1, 1.0), run('sort', 1, 0.5), run('copy', 2, 0.8), run('sort', 2, 0.3), run('parity', 1, null, 'boom')];
     const summary = summarizeTaskResults(results);
