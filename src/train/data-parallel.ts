@@ -92,12 +92,16 @@ export type ReplicaRequest =
 /** replica → main messages. */
 export type ReplicaReply =
   | { type: 'ready' }
-  | { type: 'grads'; id: number; values: Float32Array; loss: number; /** tf.memory().numTensors in the replica after the step. */ tensors: number }
+  | {
+      type: 'grads'; id: number; values: Float32Array; loss: number;
+      /** tf.memory().numTensors in the replica after the step. */ tensors: number;
+      /** How the replica's step ran (compiled-step.ts graphStatus: 'graph', 'recording', 'eager: …'). */ execution: string;
+    }
   | { type: 'error'; message: string };
 
 interface Pending {
   id: number;
-  resolve: (reply: { values: Float32Array; loss: number; tensors: number }) => void;
+  resolve: (reply: Extract<ReplicaReply, { type: 'grads' }>) => void;
   reject: (err: Error) => void;
 }
 
@@ -150,7 +154,7 @@ class Replica {
   }
 
   /** Sends one step's work; resolves with the replica's gradient sum and loss. */
-  request(message: Extract<ReplicaRequest, { type: 'step' }>): Promise<{ values: Float32Array; loss: number; tensors: number }> {
+  request(message: Extract<ReplicaRequest, { type: 'step' }>): Promise<Extract<ReplicaReply, { type: 'grads' }>> {
     const transfer = [message.values.buffer as ArrayBuffer, ...message.batches.flatMap((b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : [])] as ArrayBuffer[])];
     return new Promise((resolve, reject) => {
       if (this.failure) return reject(this.failure);
@@ -174,6 +178,8 @@ export class DataParallelGroup {
   private nextId = 0;
   /** Live tensors in each worker replica after its last step (for leak checks). */
   readonly replicaTensors: number[] = [];
+  /** How each worker replica's last step ran ('graph', 'recording', 'eager: …'). */
+  readonly replicaExecution: string[] = [];
 
   private constructor(
     private readonly model: LanguageModel,
@@ -240,7 +246,7 @@ export class DataParallelGroup {
       await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled
       throw err;
     }
-    let replies: ({ values: Float32Array; loss: number; tensors: number } | null)[];
+    let replies: (Extract<ReplicaReply, { type: 'grads' }> | null)[];
     try {
       replies = await Promise.all(remote);
     } catch (err) {
@@ -248,7 +254,9 @@ export class DataParallelGroup {
       throw err;
     }
     replies.forEach((reply, i) => {
-      if (reply) this.replicaTensors[i] = reply.tensors;
+      if (!reply) return;
+      this.replicaTensors[i] = reply.tensors;
+      this.replicaExecution[i] = reply.execution;
     });
     const summed = tf.tidy(() => {
       // Cloned (a shared buffer, no copy) so that the local tensors can be freed whatever arrived.

@@ -8,6 +8,7 @@ import { createLanguageModel } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { packTensors, unpackTensors } from './data-parallel.ts';
 import type { ReplicaReply, ReplicaRequest } from './data-parallel.ts';
+import { graphStatus } from './compiled-step.ts';
 import { accumulateGradients } from './trainer.ts';
 
 const { config, backend } = workerData as { config: LanguageModelConfig; backend: string };
@@ -42,7 +43,8 @@ try {
       } finally {
         tf.dispose([...grads.values(), loss]);
       }
-      reply({ type: 'grads', id: message.id, values, loss: lossValue, tensors: tf.memory().numTensors }, [values.buffer as ArrayBuffer]);
+      const execution = graphStatus(model, message.batches[0], variables, message.seeds[0] !== null);
+      reply({ type: 'grads', id: message.id, values, loss: lossValue, tensors: tf.memory().numTensors, execution }, [values.buffer as ArrayBuffer]);
     } catch (err) {
       reply({ type: 'error', message: err instanceof Error ? err.message : String(err) });
     }

@@ -1,7 +1,9 @@
-// Graph execution on the native backend (src/backend/tf-graph.ts): a recorded computation, loaded
-// as a TensorFlow graph, computes the function of its feeds (checked on new feed values against a
-// float64 reference, gradient included), freezes what is not a feed, and the cache only builds a
-// graph for a program that repeats.
+// Graph execution on the native backend (src/backend/tf-graph.ts): a recorded computation,
+// registered as a TensorFlow function, computes the function of its feeds (checked on new feed
+// values against a float64 reference, gradient included, with and without XLA), freezes what is not
+// a feed, and the cache only builds a graph for a program that repeats. The binding's function entry
+// points (native/tfjs_functions.cc) refuse a second registration, a call after removal and a tensor
+// that is not live, with errors that name the function.
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
@@ -62,6 +64,52 @@ describe.skipIf(!available)(`graph execution on the tensorflow backend (skipped 
       expect(Math.abs(y[0] - want.y)).toBeLessThan(1e-5 * Math.max(1, Math.abs(want.y)));
       expect(maxDiff(dw, want.dw.flat())).toBeLessThan(1e-5);
       expect(() => tf.tidy(() => graph.run([tf.zeros([5, 3]), tf.tensor2d(w2)]))).toThrow(/feed 0 is float32 \[5,3\], the graph takes float32 \[5,4\]/);
+    } finally {
+      graph.dispose();
+      tf.dispose([w, x]);
+    }
+  });
+
+  it('registers a function once, calls it by name on the backend\'s device, and refuses misuse with errors naming it', () => {
+    const binding = (tf.backend() as unknown as { binding: Record<string, (...args: unknown[]) => unknown> }).binding;
+    const x = tf.tensor1d([1, 2, 3]);
+    const { outputs, trace } = recordTrace([x], () => [tf.mul(x, x)]);
+    tf.dispose(outputs);
+    const graph = CompiledGraph.load(trace);
+    try {
+      expect(binding.deviceName()).toMatch(/^\/job:localhost\/replica:0\/task:0\/device:(CPU|GPU):0$/);
+      expect(binding.hasFunction(graph.name)).toBe(true);
+      expect(tf.tidy(() => Array.from(graph.run([tf.tensor1d([4, 5, 6])])[0].dataSync()))).toEqual([16, 25, 36]);
+      // Registering the same name again is refused; nothing else is registered.
+      expect(() => binding.registerFunction(graph.name, new Uint8Array(), [], [])).toThrow(`a function named '${graph.name}' is already registered`);
+      expect(() => binding.callFunction(graph.name, [123456789], 1, false)).toThrow(`function '${graph.name}': input 0 is not a live tensor (id 123456789)`);
+      expect(() => binding.registerFunction('slayformer_bad', new Uint8Array([1, 2, 3]), [], [])).toThrow(/importing the graph of function 'slayformer_bad'/);
+      expect(binding.hasFunction('slayformer_bad')).toBe(false);
+    } finally {
+      graph.dispose();
+      x.dispose();
+    }
+    expect(binding.hasFunction(graph.name)).toBe(false);
+    expect(() => binding.removeFunction(graph.name)).toThrow(`no function named '${graph.name}' is registered`);
+    expect(() => tf.tidy(() => graph.run([tf.tensor1d([1, 2, 3])]))).toThrow(new RegExp(`calling function '${graph.name}'`));
+  });
+
+  it('with XLA: the same value and gradient on new feeds, and no tensor leak', () => {
+    const rng = new Rng(5);
+    const w = tf.variable(tf.tensor2d(randomMatrix(rng, 4, 3)), true, 'graph-test.xla');
+    const x = tf.tensor2d(randomMatrix(rng, 5, 4));
+    const { outputs, trace } = recordTrace([x, w], program(x, w));
+    tf.dispose(outputs);
+    const graph = CompiledGraph.load(trace);
+    try {
+      const [x2, w2] = [randomMatrix(rng, 5, 4), randomMatrix(rng, 4, 3)];
+      tf.tidy(() => graph.run([tf.tensor2d(x2), tf.tensor2d(w2)], true)); // compiles
+      const before = tf.memory().numTensors;
+      const [y, dw] = tf.tidy(() => graph.run([tf.tensor2d(x2), tf.tensor2d(w2)], true).map((t) => Array.from(t.dataSync())));
+      expect(tf.memory().numTensors).toBe(before);
+      const want = reference(x2, w2);
+      expect(Math.abs(y[0] - want.y)).toBeLessThan(1e-5 * Math.max(1, Math.abs(want.y)));
+      expect(maxDiff(dw, want.dw.flat())).toBeLessThan(1e-5);
     } finally {
       graph.dispose();
       tf.dispose([w, x]);

@@ -1,6 +1,8 @@
-// Training steps run as TensorFlow graphs (train.graph, src/train/compiled-step.ts) against the same
-// steps run op by op: every mechanism's losses and updated weights agree, the graph is really what
-// ran (forward + backward, and AdamW's update), finetune freezing holds, nothing leaks. Native
+// Training steps run as TensorFlow functions (train.graph, src/train/compiled-step.ts) against the
+// same steps run op by op: every mechanism's losses and updated weights agree, also compiled by XLA
+// (train.xla), the graph is really what ran (forward + backward, and AdamW's update), finetune
+// freezing holds, a step reads back O(1) values whatever the model's size, data-parallel replicas
+// follow train.graph, the synthetic-task runner gives the same accuracies, nothing leaks. Native
 // backend only.
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,6 +14,9 @@ import { Rng } from '../../src/model/rng.ts';
 import { graphStatus } from '../../src/train/compiled-step.ts';
 import { partitionParameters } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
+import { readback, readSince } from '../../src/backend/readback.ts';
+import { trainOnTask } from '../../src/experiments/task-runner.ts';
+import { DataParallelGroup } from '../../src/train/data-parallel.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { trainStep } from '../../src/train/trainer.ts';
 
@@ -26,26 +31,26 @@ function tinyModel(attention: string, kind: 'gpt' | 'bert' = 'gpt', dropout = 0)
 }
 
 /** A fresh tiny model trained by `train` and disposed (models share variable names: one at a time). */
-async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: ModelBatch[], graph: boolean, dropoutSeed: ((step: number) => number) | null = null) {
+async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: ModelBatch[], graph: boolean, dropoutSeed: ((step: number) => number) | null = null, xla = false) {
   const model = tinyModel(attention, kind, dropoutSeed ? 0.2 : 0);
   try {
-    return await train(model, batches, graph, model.parameters(), dropoutSeed);
+    return await train(model, batches, graph, model.parameters(), dropoutSeed, xla);
   } finally {
     model.dispose();
   }
 }
 
 /** STEPS optimizer steps on fixed batches: the losses, the weights after, and how the last step ran. */
-async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean, trainable = model.parameters(), dropoutSeed: ((step: number) => number) | null = null) {
+async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean, trainable = model.parameters(), dropoutSeed: ((step: number) => number) | null = null, xla = false) {
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
-  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla });
   const losses: number[] = [];
   const tensorCounts: number[] = [];
   let optimizerStatus: string;
   try {
     for (const [i, batch] of batches.entries()) {
       // A learning rate that changes every step: it must reach the graph as an input, not a constant.
-      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph })).loss);
+      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph, xla })).loss);
       tensorCounts.push(tf.memory().numTensors);
     }
     optimizerStatus = optimizer.graphStatus();
@@ -94,6 +99,71 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     expect(maxRelativeDifference(graph.weights, graph.initial)).toBeGreaterThan(1e-2);
     // Steps 3… ran as graphs: the tensor count stays flat.
     expect(new Set(graph.tensorCounts.slice(2)).size).toBe(1);
+  });
+
+  it.each(['softmax', 'slay', 'performer', 'darkformer'])('%s compiled by XLA: the losses and weights of op-by-op steps', async (attention) => {
+    const batches = batchesFor('gpt', 21);
+    const xla = await trainFresh(attention, 'gpt', batches, true, null, true);
+    const eager = await trainFresh(attention, 'gpt', batches, false);
+    expect([xla.status, xla.optimizerStatus]).toEqual(['graph', 'graph']); // 'graph (without XLA: …)' where XLA failed
+    xla.losses.forEach((loss, i) => expect(Math.abs(loss - eager.losses[i]), `step ${i + 1}`).toBeLessThan(1e-5 * Math.abs(eager.losses[i])));
+    const compared = (w: Map<string, number[]>) => new Map([...w].filter(([n]) => !(attention === 'softmax' && n.endsWith('.attn.k.bias'))));
+    expect(maxRelativeDifference(compared(xla.weights), compared(eager.weights))).toBeLessThan(1e-4);
+    expect(new Set(xla.tensorCounts.slice(2)).size).toBe(1);
+  });
+
+  it('a step reads back a constant handful of values into JavaScript, whatever the model\'s size', async () => {
+    const readPerStep: number[] = [];
+    for (const [dModel, numLayers] of [[16, 1], [64, 3]]) {
+      const model = createLanguageModel({
+        kind: 'gpt', vocabSize: 61, maxSeqLen: 16, dModel, numLayers, numHeads: 2, mlpRatio: 4, dropout: 0, bias: true, attention: { name: 'performer', options: {} }, seed: 4,
+      });
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: true });
+      try {
+        const batches = batchesFor('gpt', 17);
+        let read = readback();
+        for (const batch of batches) {
+          const before = readback();
+          await trainStep(model, optimizer, [batch], { lr: 1e-3, clip: 1, dropoutSeed: null, graph: true });
+          read = readSince(before);
+        }
+        expect(graphStatus(model, batches[0], [...model.parameters().values()])).toBe('graph');
+        readPerStep.push(read.values);
+      } finally {
+        optimizer.dispose();
+        model.dispose();
+      }
+    }
+    // The loss and the gradient norm: the same two values for 4× the width and 3× the layers.
+    expect(readPerStep).toEqual([2, 2]);
+  });
+
+  it('data-parallel replicas follow train.graph: op by op when it is off, TensorFlow functions when on', async () => {
+    for (const graph of [false, true]) {
+      const model = tinyModel('performer');
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      const group = await DataParallelGroup.start(model, 2);
+      try {
+        for (const batch of batchesFor('gpt', 19)) await group.step(optimizer, [batch], { lr: 1e-3, clip: 1, dropoutSeed: null, graph });
+        // A replica that never recorded its step reports 'recording' (the key was never seen).
+        expect(group.replicaExecution[0], `train.graph ${graph}`).toBe(graph ? 'graph' : 'recording');
+      } finally {
+        await group.close();
+        optimizer.dispose();
+        model.dispose();
+      }
+    }
+  });
+
+  it('the synthetic-task runner: function steps give the accuracies and losses of op-by-op steps', () => {
+    for (const task of ['copy', 'sort']) {
+      const run = (graph: boolean) => trainOnTask({ task, attention: 'slay', seed: 42, steps: 12, batchSize: 8, evalSamples: 16, lr: 1e-3, weightDecay: 0.01, graph });
+      const [functions, eager] = [run(true), run(false)];
+      expect([functions.execution, eager.execution]).toEqual(['graph', 'eager']);
+      expect(functions.accuracy, task).toBe(eager.accuracy);
+      expect(Math.abs(functions.loss! - eager.loss!)).toBeLessThan(1e-5 * eager.loss!);
+      functions.lossCurve.forEach((loss, i) => expect(Math.abs(loss - eager.lossCurve[i])).toBeLessThan(1e-5 * eager.lossCurve[i]));
+    }
   });
 
   it('dropout: graph steps draw the masks from the fed step seed, as op-by-op steps do', async () => {
