@@ -97,8 +97,9 @@ export function parseCursor(value: unknown, source: string): DataCursor {
 
 /**
  * Checks a parsed cursor against the stream it restores and the dataset: the stream's settings, a shard order that
- * is a permutation of the dataset's shards, a position inside them (shard, record batch, row), tokens inside the
- * vocabulary. Errors name `source` and the field.
+ * is a permutation of the dataset's shards, a position inside them (shard, record batch, row), an end (done, an
+ * exhausted shuffle) only at the end of the split, tokens inside the vocabulary. Errors name `source` and the field.
+ * The offset inside the document is checked when the stream opens (stream.ts, checkRestoredOffset).
  */
 export async function checkCursor(cursor: DataCursor, context: CursorContext, source: string): Promise<void> {
   const fail = (message: string): never => {
@@ -119,9 +120,16 @@ export async function checkCursor(cursor: DataCursor, context: CursorContext, so
     if (cursor.recordBatch < rows.length && cursor.row >= rows[cursor.recordBatch]) {
       fail(`row = ${cursor.row} is past the end of record batch ${cursor.recordBatch} (${rows[cursor.recordBatch]} rows) of shard ${cursor.shardOrder[cursor.shard]}`);
     }
-  } else if (!cursor.done && (cursor.recordBatch !== 0 || cursor.row !== 0 || cursor.offset !== 0)) {
+  } else if (cursor.recordBatch !== 0 || cursor.row !== 0 || cursor.offset !== 0) {
     fail(`shard = ${cursor.shard} (the end of the split) with recordBatch ${cursor.recordBatch}, row ${cursor.row}, offset ${cursor.offset}: expected 0, 0, 0`);
   }
+  // A cursor never ends an epoch early: the stream is done, and the shuffle buffer's source ended, only at the end of
+  // the split, with nothing left in the buffer once done (what the stream itself records there).
+  const atEnd = cursor.shard === n;
+  const position = `shard ${cursor.shard} of ${n}, record batch ${cursor.recordBatch}, row ${cursor.row}`;
+  if (cursor.done && !atEnd) fail(`done = true, but the position (${position}) is not the end of the split`);
+  if (cursor.shuffle?.exhausted && !atEnd) fail(`shuffle.exhausted = true, but the position (${position}) is not the end of the split`);
+  if (cursor.done && cursor.shuffle && cursor.shuffle.lengths.length > 0) fail(`done = true, but the shuffle buffer still holds ${cursor.shuffle.lengths.length} items`);
   if (cursor.kind === 'gpt' && cursor.carry.length > cursor.seqLen) fail(`carry holds ${cursor.carry.length} tokens, more than seqLen ${cursor.seqLen}`);
   if (cursor.kind === 'bert' && cursor.carry.length > 0) fail('carry must be empty for a BERT stream');
   if (cursor.carry.some((t) => t >= context.vocabSize)) fail(`carry holds a token id ≥ the vocabulary size ${context.vocabSize}`);

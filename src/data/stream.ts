@@ -376,7 +376,14 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   const cursorFile = opts.cursorFile ?? 'data cursor';
   const cursor = opts.cursor ? parseCursor(opts.cursor, cursorFile) : undefined;
   if (cursor) await checkCursorAgainst(cursor, opts, shards, cursorFile);
-  return new ArrowBatchStream(opts, shards, cursor, cursorFile);
+  const stream = new ArrowBatchStream(opts, shards, cursor, cursorFile);
+  try {
+    await stream.readRestoredDocument();
+  } catch (err) {
+    await stream.close();
+    throw err;
+  }
+  return stream;
 }
 
 /** The stages of one open stream and the counters its cursor records. */
@@ -425,6 +432,15 @@ class ArrowBatchStream implements BatchStream {
         : deriveSeed(this.seed, 'shuffle'),
     );
     this.masking = kind === 'bert' ? bertMasking(opts, this.seed) : null;
+  }
+
+  /**
+   * A restored position inside a document: reads that document now, so that a cursor whose offset does not fit it
+   * fails when the stream opens (before a resume changes its run folder), not at the first batch. The document stays
+   * current: the first batch starts from it without reading it again.
+   */
+  async readRestoredDocument(): Promise<void> {
+    if (!this.done && this.walker.position.offset > 0) await this.walker.document();
   }
 
   async next(): Promise<Batch | null> {
@@ -529,7 +545,7 @@ export interface EpochEstimate {
  * (a few small reads per record batch; rows when the bytes cannot be told, e.g. dictionary-encoded text), and tokens
  * and examples per byte (or per row) from the first documents of the split, at most `sample.documents` documents or
  * `sample.bytes` of text. When the sample reaches the end of the split the counts are exact. `tokens` counts
- * document tokens as StreamStats.tokens does.
+ * document tokens as StreamStats.tokens does. A train split without one full batch is an error.
  */
 export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample: EpochSample = DEFAULT_EPOCH_SAMPLE): Promise<EpochEstimate> {
   validateOptions(opts);
@@ -559,5 +575,10 @@ export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample:
   const scale = exact ? 1 : described.bytes !== null && bytes > 0 ? described.bytes / bytes : described.rows! / Math.max(1, rows);
   const examples = kind === 'gpt' ? windowCount(Math.round((tokens + documents) * scale), seqLen) : Math.round(bertChunks * scale);
   const batches = opts.split === 'train' ? Math.floor(examples / batchSize) : Math.ceil(examples / batchSize);
+  // As collectEvalBatches refuses a validation split without a batch: a run of no step is no run.
+  if (opts.split === 'train' && batches === 0) {
+    const how = exact ? 'gave' : `is estimated (from its first ${documents} documents) to give`;
+    throw new Error(`${opts.dataset}: the train split ${how} no batch of ${batchSize}×${seqLen} tokens; a train split with enough text is needed`);
+  }
   return { tokens: Math.round(tokens * scale), batches, exact, sample: { documents, bytes }, splitBytes: described.bytes };
 }

@@ -7,6 +7,13 @@
 // resumes from that checkpoint. scancel, requeue and preemption signal every process of the job, the trainer included,
 // so the task passes nothing on then (a second SIGTERM would make the trainer quit without its checkpoint). USR1 rather
 // than TERM for the warning is what tells the two cases apart.
+//
+// Script text. Every value is refused or quoted before it reaches the script, so that each line is one of the
+// shapes renderSbatchScript writes: values of `#SBATCH` lines (a comment to bash, options to sbatch) are words of a
+// safe alphabet or double-quoted as sbatch's own parser reads them (`\` escapes `"`, `\` and `#`, which ends an
+// argument even inside quotes in older Slurm versions); the task command is quoted for bash (task.ts); control
+// characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
+// exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -32,9 +39,19 @@ export interface SlurmOptions {
   setup?: string[];
 }
 
+/** Characters an sbatch option value may hold unquoted (and a shell word too). */
+const SAFE_WORD = /^[A-Za-z0-9._:,+@%=\/-]+$/;
+/** C0 controls and DEL: a newline or carriage return would split a line of the script. */
+const CONTROL = /[\u0000-\u001f\u007f]/;
 const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
-const word = (v: unknown) => (typeof v === 'string' && /^[^\s'"\\]+$/.test(v) ? null : 'a string without spaces or quotes');
-const lines = (v: unknown) => (Array.isArray(v) && v.every((l) => typeof l === 'string' && !l.includes('\n')) ? null : 'a list of one-line strings');
+const word = (v: unknown) => (typeof v === 'string' && SAFE_WORD.test(v) ? null : 'a word of letters, digits and . _ : , + @ % = / -');
+const oneLine = (l: unknown) => typeof l === 'string' && l.trim() !== '' && !CONTROL.test(l);
+const lines = (v: unknown) => (Array.isArray(v) && v.every(oneLine) ? null : 'a list of one-line strings without control characters');
+/** Extra sbatch options: `--name` or `--name=value` each (the value is quoted for sbatch, see the top of this file). */
+const options = (v: unknown) =>
+  Array.isArray(v) && v.every((o) => oneLine(o) && /^--[A-Za-z][A-Za-z0-9-]*(=|$)/.test(o as string))
+    ? null
+    : 'a list of sbatch options --name or --name=value (the value as it is, unquoted), without control characters';
 
 /** Each option's check (null = valid, else what it must be), its sbatch flag and its help. */
 export const SLURM_FIELDS: Record<keyof SlurmOptions, { check(v: unknown): string | null; flag: string; help: string }> = {
@@ -46,21 +63,50 @@ export const SLURM_FIELDS: Record<keyof SlurmOptions, { check(v: unknown): strin
   maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
   signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
   requeueOnTimeLimit: { check: (v) => (typeof v === 'boolean' ? null : 'true or false'), flag: '--requeue-on-time-limit', help: 'requeue a task stopped by its time limit (default true)' },
-  sbatch: { check: lines, flag: '--sbatch', help: 'an extra sbatch option (repeatable), e.g. --sbatch=--account=lab' },
+  sbatch: { check: options, flag: '--sbatch', help: 'an extra sbatch option (repeatable), e.g. --sbatch=--account=lab' },
   setup: { check: lines, flag: '--setup', help: 'a shell line run before the task (repeatable), e.g. "module load nodejs"' },
 };
 
 const DEFAULT_SIGNAL_SECONDS = 120;
 
+/** An sbatch option value as sbatch's parser reads it back: as it is when it is a safe word, else double-quoted. */
+function sbatchValue(value: string): string {
+  return SAFE_WORD.test(value) ? value : `"${value.replace(/[\\"#]/g, '\\$&')}"`;
+}
+
+/** `--name=value` with the value quoted for sbatch. */
+function directive(option: string): string {
+  const eq = option.indexOf('=');
+  return eq < 0 ? option : `${option.slice(0, eq)}=${sbatchValue(option.slice(eq + 1))}`;
+}
+
+/** Throws unless every value that reaches the script is acceptable (see the top of this file); errors name the field. */
+function checkScriptValues(sweep: Sweep, options: SlurmOptions, cwd: string): void {
+  const problems: string[] = [];
+  for (const [key, value] of Object.entries(options)) {
+    const field = SLURM_FIELDS[key as keyof SlurmOptions];
+    const problem = field ? field.check(value) : 'not a Slurm option';
+    if (problem) problems.push(`slurm.${key} must be ${problem} (got ${JSON.stringify(value)})`);
+  }
+  const outputDir = sweepPaths(sweep).slurm;
+  for (const [what, text] of [['the sweep file', sweep.file], ['the working folder (--chdir)', cwd], ['runDir', outputDir], ['the sweep name', sweep.name]]) {
+    if (CONTROL.test(text)) problems.push(`${what} ${JSON.stringify(text)} holds a control character (a newline would start a line of its own in the sbatch script)`);
+  }
+  // Slurm replaces %A, %j, … in --output (and %% by %): a '%' of the folder's own would change the path.
+  if (outputDir.includes('%')) problems.push(`runDir ${JSON.stringify(sweep.runDir)} holds '%', which Slurm reads as a pattern in --output`);
+  if (problems.length > 0) throw new Error(`cannot write the sbatch script of ${JSON.stringify(sweep.file)}:\n  ${problems.join('\n  ')}`);
+}
+
 /** The sbatch script of an array over `indices` (runs of the sweep). Paths are absolute; the job runs in `cwd`. */
 export function renderSbatchScript(sweep: Sweep, indices: number[], options: SlurmOptions, cwd: string): string {
+  checkScriptValues(sweep, options, cwd);
   const paths = sweepPaths(sweep);
   const cpus = options.cpusPerTask ?? Math.max(...sweep.runs.filter((r) => indices.includes(r.index)).map((r) => cpuDemand(r.recipe)));
   const directives = [
-    `--job-name=${sweep.name}`,
+    `--job-name=${sbatchValue(sweep.name)}`,
     `--array=${compressIndices(indices)}${options.maxParallel ? `%${options.maxParallel}` : ''}`,
-    `--output=${path.join(paths.slurm, '%A_%a.out')}`,
-    `--chdir=${cwd}`,
+    `--output=${sbatchValue(path.join(paths.slurm, '%A_%a.out'))}`,
+    `--chdir=${sbatchValue(cwd)}`,
     '--requeue',
     `--signal=B:USR1@${options.signalSeconds ?? DEFAULT_SIGNAL_SECONDS}`,
     `--cpus-per-task=${cpus}`,
@@ -68,7 +114,7 @@ export function renderSbatchScript(sweep: Sweep, indices: number[], options: Slu
     ...(options.time ? [`--time=${options.time}`] : []),
     ...(options.gpus !== undefined ? [`--gpus=${options.gpus}`] : []),
     ...(options.mem ? [`--mem=${options.mem}`] : []),
-    ...(options.sbatch ?? []),
+    ...(options.sbatch ?? []).map(directive),
   ];
   const command = taskCommand(sweep.file, '"$SLURM_ARRAY_TASK_ID"', { shell: true, node: 'node' });
   return [

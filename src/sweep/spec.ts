@@ -101,6 +101,11 @@ export function loadSweep(file: string): Sweep {
   const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set], 'base', null, problems);
   if (!firstRecipe) throw new SweepError(file, problems);
   const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
+  // It names folders and reaches the Slurm script (slurm.ts): a newline there would be a shell line of its own.
+  if (/[\u0000-\u001f\u007f]/.test(runDir)) {
+    const from = spec.runDir === null ? ` (the base recipe's train.runDir + the sweep's name)` : '';
+    throw new SweepError(file, [`runDir ${JSON.stringify(runDir)}${from} holds a control character (newline, tab, …); name a folder without one`]);
+  }
   const runs: SweepRun[] = [];
   named.forEach(({ combo, name, group, pairing }, index) => {
     const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? spec.baseRecipe!;

@@ -14,9 +14,11 @@
 // process killed at any moment leaves every earlier checkpoint complete. Loading checks the checksums, and treats
 // every file as untrusted: state, recipe and cursor are validated and the tensors decoded with bounds checks.
 //
-// A checkpoint belongs to a run when it sits in `<run>/checkpoints/step-NNNNNN/` and `<run>` holds the config.json and
-// env.json that RunLogger writes; only then does a resume continue in (and prune, and replace final/ of) that folder.
-import { existsSync, readdirSync, statSync } from 'node:fs';
+// A checkpoint belongs to a run when it sits in `<run>/checkpoints/step-NNNNNN/`, `<run>` carries the run marker that
+// RunLogger writes (run-folder.ts) and the marker's run id is the one in the checkpoint's state.json (when both have
+// one); only then does a resume continue in (and prune, and replace final/ of) that folder. File names alone
+// (config.json, env.json) make no folder a run.
+import { existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
@@ -27,8 +29,10 @@ import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from './atomic-folder.ts';
 import type { AdamW } from './optimizer.ts';
+import { relocateRecipePaths } from './metrics.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
+import { markAdvice, readRunMarker, RUN_ID_PATTERN, RUN_MARKER } from './run-folder.ts';
 import { decodeSafetensors, encodeSafetensors } from './safetensors.ts';
 import type { NamedArray } from './safetensors.ts';
 
@@ -37,8 +41,6 @@ export const CHECKPOINTS_DIR = 'checkpoints';
 const STATE_VERSION = 1;
 /** What a checkpoint folder holds besides COMPLETE: the only names pruning may delete. */
 const CHECKPOINT_FILES = new Set(['model.safetensors', 'optimizer.safetensors', 'cursor.json', 'state.json', 'recipe.json']);
-/** Files RunLogger writes first into every run folder: their presence is what makes a folder a run. */
-const RUN_FILES = ['config.json', 'env.json'];
 
 /** Loop counters a resumed run continues from. */
 export interface TrainingCounters {
@@ -65,6 +67,8 @@ export interface CheckpointState extends TrainingCounters {
   /** Lowest validation loss of the run so far. */
   bestValLoss: number | null;
   tokenizer: { path: string; sha256: string };
+  /** The id in the run folder's marker when the checkpoint was saved (null: none, or a checkpoint of an older version). */
+  runId: string | null;
   savedAt: string;
 }
 
@@ -73,7 +77,7 @@ export interface CheckpointInput {
   optimizer: AdamW;
   cursor: DataCursor;
   recipe: Recipe;
-  state: Omit<CheckpointState, 'version' | 'savedAt'>;
+  state: Omit<CheckpointState, 'version' | 'savedAt' | 'runId'> & { runId?: string | null };
 }
 
 export interface CheckpointInfo {
@@ -112,7 +116,7 @@ export async function saveCheckpoint(runDir: string, input: CheckpointInput): Pr
   } finally {
     tf.dispose([...adam.m.values(), ...adam.v.values()]);
   }
-  const full: CheckpointState = { version: STATE_VERSION, ...state, savedAt: new Date().toISOString() };
+  const full: CheckpointState = { version: STATE_VERSION, ...state, runId: state.runId ?? null, savedAt: new Date().toISOString() };
   const files = new Map<string, string | Uint8Array>([
     ['model.safetensors', encodeSafetensors(weights, header)],
     ['optimizer.safetensors', encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) })],
@@ -140,6 +144,8 @@ export interface LoadedCheckpoint {
   dir: string;
   /** The run folder the checkpoint belongs to (`<run>/checkpoints/<step>/` → `<run>`), or null when it is not inside one. */
   runDir: string | null;
+  /** When runDir is null: why the checkpoint is not inside a run folder, for the log ("is not inside a run folder (…)"). */
+  outsideRun: string | null;
   state: CheckpointState;
   recipe: Recipe;
   cursor: DataCursor;
@@ -147,13 +153,23 @@ export interface LoadedCheckpoint {
   optimizer: { step: number; m: Map<string, NamedArray>; v: Map<string, NamedArray> };
 }
 
-/** The run folder a checkpoint folder belongs to (see the top of this file), or null. */
-export function runFolderOf(checkpointDir: string): string | null {
+/**
+ * The run folder a checkpoint folder belongs to (see the top of this file), or null and why not. `runId`: the
+ * checkpoint's own (state.json), null when it has none.
+ */
+export function runFolderOf(checkpointDir: string, runId: string | null = null): { runDir: string; outsideRun: null } | { runDir: null; outsideRun: string } {
   const abs = path.resolve(checkpointDir);
   const parent = path.dirname(abs);
-  if (!NAME_PATTERN.test(path.basename(abs)) || path.basename(parent) !== CHECKPOINTS_DIR) return null;
+  if (!NAME_PATTERN.test(path.basename(abs)) || path.basename(parent) !== CHECKPOINTS_DIR) {
+    return { runDir: null, outsideRun: `is not inside a run folder (<run>/${CHECKPOINTS_DIR}/step-NNNNNN)` };
+  }
   const runDir = path.dirname(parent);
-  return RUN_FILES.every((f) => statSync(path.join(runDir, f), { throwIfNoEntry: false })?.isFile()) ? runDir : null;
+  const marker = readRunMarker(runDir);
+  if (!marker.marked) return { runDir: null, outsideRun: `is not inside a run folder (${marker.why}; ${markAdvice(runDir)})` };
+  if (marker.id !== '' && runId !== null && marker.id !== runId) {
+    return { runDir: null, outsideRun: `is not inside a run folder (${runDir} belongs to another run: its ${RUN_MARKER} id differs from the checkpoint's runId)` };
+  }
+  return { runDir, outsideRun: null };
 }
 
 /** Reads a complete checkpoint folder, checking every file (see the top of this file); errors name the file and the field. */
@@ -177,7 +193,7 @@ export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
   const cursor = parseCursor(json('cursor.json'), file('cursor.json'));
   const weights = decodeSafetensors(files.get('model.safetensors')!, file('model.safetensors')).tensors;
   const optimizer = readMoments(files.get('optimizer.safetensors')!, file('optimizer.safetensors'));
-  return { dir: abs, runDir: runFolderOf(abs), state, recipe, cursor, weights, optimizer };
+  return { dir: abs, ...runFolderOf(abs, state.runId), state, recipe, cursor, weights, optimizer };
 }
 
 /** AdamW's step count and moments m.<name> / v.<name>, each m with its v of the same shape. */
@@ -210,6 +226,8 @@ function checkState(value: unknown, file: string): CheckpointState {
   const seconds = (field: string, v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : fail(field, 'a finite number ≥ 0', v));
   const lossOrNull = (field: string, v: unknown) => (v === null || (typeof v === 'number' && Number.isFinite(v)) ? v : fail(field, 'a finite number or null', v));
   s.consecutiveSkips ??= 0; // checkpoints written before train.nanSkipLimit existed
+  s.runId ??= null; // checkpoints written before run folders were marked
+  if (s.runId !== null && (typeof s.runId !== 'string' || !RUN_ID_PATTERN.test(s.runId))) fail('runId', 'null or a run id (a UUID)', s.runId);
   for (const field of ['step', 'tokens', 'batchesSeen', 'skippedSteps', 'consecutiveSkips']) count(field, s[field]);
   for (const field of ['trainSeconds', 'elapsedS']) seconds(field, s[field]);
   for (const field of ['valLoss', 'bestValLoss']) lossOrNull(field, s[field]);
@@ -268,6 +286,7 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
   ...(Object.keys(ARCHITECTURE_DEFAULTS) as (keyof Architecture)[]).map((key) => [`model.${key}`, (r: Recipe) => architectureOf(r.model)[key]] as [string, (r: Recipe) => unknown]),
   ['model.attention.name', (r) => r.model.attention.name],
   ['model.attention.options', (r) => r.model.attention.options],
+  ['data.textColumn', (r) => r.data.textColumn],
   ['data.seqLen', (r) => r.data.seqLen],
   ['data.shuffleBuffer', (r) => r.data.shuffleBuffer],
   ['train.batchSize', (r) => r.train.batchSize],
@@ -283,8 +302,26 @@ function canonical(value: unknown): string {
 }
 
 /**
+ * Whether `dataset` is the checkpoint's dataset: the same path, the same folder through links, or the recorded path
+ * of a run folder that moved together with its data (env.json's run-relative path, as eval finds it).
+ */
+function sameDataset(checkpoint: LoadedCheckpoint, dataset: string): boolean {
+  const saved = checkpoint.recipe.data.dataset;
+  const candidates = [saved, ...(checkpoint.runDir ? [relocateRecipePaths(checkpoint.recipe, checkpoint.runDir).data.dataset] : [])];
+  const real = (p: string) => {
+    try {
+      return realpathSync(p);
+    } catch {
+      return path.resolve(p); // a glob, or a path that does not exist (any more)
+    }
+  };
+  return candidates.some((c) => path.resolve(c) === path.resolve(dataset) || real(c) === real(dataset));
+}
+
+/**
  * Refuses a resume whose recipe would build different tensors or a different data order than the checkpoint's
- * (model shape, attention name/options, tokenizer file content, sequence length, batch size, seed); the error
+ * (model shape, attention name/options, tokenizer file content, dataset, text column, sequence length, batch size,
+ * seed); the error
  * names every key that differs with both values. Returns the other keys that differ (e.g. train.lr), which a
  * resume accepts.
  */
@@ -294,6 +331,13 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
     const before = canonical(get(checkpoint.recipe));
     const now = canonical(get(recipe));
     if (before !== now) problems.push(`${key}: checkpoint ${before}, recipe ${now}`);
+  }
+  const savedData = checkpoint.recipe.data.dataset;
+  if (!sameDataset(checkpoint, recipe.data.dataset)) {
+    problems.push(
+      `data.dataset: checkpoint ${JSON.stringify(savedData)}, recipe ${JSON.stringify(recipe.data.dataset)} ` +
+        `(the data cursor is a position in the checkpoint's dataset; to train on other data, start a new run, e.g. with initFrom: ${checkpoint.dir})`,
+    );
   }
   if (checkpoint.state.tokenizer.sha256 !== tokenizerSha256) {
     problems.push(
@@ -322,12 +366,13 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
 /**
  * Deletes checkpoints beyond the newest `keep`, except the one with the lowest validation loss (among checkpoints
  * taken at a validation step), and leftovers of interrupted saves (temporary or unmarked folders) other than
- * `exceptDir`. Only folders named as this project names them and holding nothing but checkpoint files are deleted;
- * anything else under checkpoints/ is left alone. Returns the deleted folders.
+ * `exceptDir`. Only in a run folder (its marker, run-folder.ts), only folders named as this project names them and
+ * holding nothing but checkpoint files are deleted; anything else under checkpoints/ is left alone. Returns the
+ * deleted folders.
  */
 export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?: string): Promise<string[]> {
   const parent = path.join(runDir, CHECKPOINTS_DIR);
-  if (!existsSync(parent)) return [];
+  if (!existsSync(parent) || !readRunMarker(runDir).marked) return []; // not a run folder: nothing there is ours to delete
   const complete = listCheckpoints(runDir);
   let best: CheckpointInfo | null = null;
   let bestLoss = Infinity;
@@ -419,6 +464,8 @@ export class CheckpointWriter {
   /** The newest complete checkpoint of this run (the one resumed from, until a new one is saved), and its step. */
   lastDir: string | null;
   lastStep: number | null;
+  /** The id in the run folder's marker, recorded in every checkpoint (null: no marker, or an empty one). */
+  private readonly runId: string | null;
 
   constructor(
     private readonly runDir: string,
@@ -430,6 +477,8 @@ export class CheckpointWriter {
     this.bestValLoss = resumed?.state.bestValLoss ?? null;
     this.lastDir = resumed?.dir ?? null;
     this.lastStep = resumed?.state.step ?? null;
+    const marker = readRunMarker(runDir);
+    this.runId = marker.marked && marker.id !== '' ? marker.id : null;
   }
 
   /** Saves the checkpoint of `counters.step` (valLoss: the validation loss measured at that step, if any), then prunes. */
@@ -438,7 +487,7 @@ export class CheckpointWriter {
     if (valLoss !== null && (this.bestValLoss === null || valLoss < this.bestValLoss)) this.bestValLoss = valLoss;
     const dir = await saveCheckpoint(this.runDir, {
       model, optimizer, cursor, recipe: this.recipe,
-      state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer },
+      state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer, runId: this.runId },
     });
     this.lastDir = dir;
     this.lastStep = counters.step;

@@ -15,6 +15,7 @@ import { relocateRecipePaths } from './metrics.ts';
 import { checkModelConfig, checkModelTensors } from './model-check.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
+import { readRunMarker } from './run-folder.ts';
 import { decodeSafetensors } from './safetensors.ts';
 import { modelConfigFromRecipe } from './trainer.ts';
 
@@ -61,7 +62,8 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
   const files = await readCheckedFiles(folder, [MODEL_FILE, RECIPE_FILE]);
   const modelFile = path.join(folder, MODEL_FILE);
   const saved = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), path.join(folder, RECIPE_FILE));
-  const runDir = path.basename(folder) === 'final' ? path.dirname(folder) : runFolderOf(folder);
+  // Only a run folder's env.json (its marker, run-folder.ts) may point the recipe's data paths elsewhere.
+  const runDir = path.basename(folder) === 'final' ? (readRunMarker(path.dirname(folder)).marked ? path.dirname(folder) : null) : runFolderOf(folder).runDir;
   const recipe = runDir ? relocateRecipePaths(saved, runDir) : saved;
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
   let config: LanguageModelConfig;

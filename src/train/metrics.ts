@@ -1,4 +1,5 @@
 // Run folders and metric records. A run folder `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
+//   .slayformer-run  the marker that makes it a run folder (a random run id, see run-folder.ts)
 //   config.json    the resolved recipe (rewritten when the run is resumed)
 //   env.json       where it came from and ran: the git commit (and whether the tree was dirty), the versions of
 //                  Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
@@ -15,6 +16,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import type { Recipe } from './recipe.ts';
+import { assertRunFolder, markRunFolder } from './run-folder.ts';
 import {
   newWandbRunId,
   readWandbInfo,
@@ -83,19 +85,26 @@ export class RunLogger {
     this.echo = options.echo ?? true;
   }
 
-  /** Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts W&B if enabled. */
+  /**
+   * Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts W&B if enabled. A
+   * resumed folder must carry the run marker (run-folder.ts), and everything it holds that a resume reads is read and
+   * checked before its first byte changes.
+   */
   static async create(recipe: Recipe, opts: RunLoggerOptions = {}): Promise<RunLogger> {
     const dir = opts.resumeDir ? path.resolve(opts.resumeDir) : makeRunDir(opts.runDir ?? recipe.train.runDir, recipe.name);
-    if (opts.resumeDir && !fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) {
-      throw new Error(`${dir}: the run folder to resume does not exist`);
+    if (opts.resumeDir) {
+      if (!fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`${dir}: the run folder to resume does not exist`);
+      assertRunFolder(dir, 'resume in');
     }
     const logger = new RunLogger(dir, opts);
-    writeJson(path.join(dir, 'config.json'), recipe);
-    await writeEnvironment(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
-
-    const kept = opts.resumeDir ? logger.truncateForResume(opts.resumeStep, opts.finishing ?? false) : [];
+    const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+    const env = await environmentRecord(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
+
+    writeJson(path.join(dir, 'config.json'), recipe);
+    writeJson(path.join(dir, ENV_FILE), env);
+    if (opts.resumeDir) fs.writeFileSync(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
 
@@ -149,12 +158,11 @@ export class RunLogger {
     }
   }
 
-  /** Keeps the records up to resumeStep (all if undefined; see `finishing`), rewrites metrics.jsonl, returns them. */
-  private truncateForResume(resumeStep: number | undefined, finishing: boolean): MetricRecord[] {
+  /** The records a resume keeps: those up to resumeStep (all if undefined; see `finishing`). */
+  private recordsToKeep(resumeStep: number | undefined, finishing: boolean): MetricRecord[] {
     const file = path.join(this.dir, METRICS_FILE);
     const records = fs.existsSync(file) ? readMetrics(this.dir) : [];
     const kept = resumeStep === undefined ? records : records.filter((r) => r.step < resumeStep || (r.step === resumeStep && !(finishing && r.split === 'val')));
-    fs.writeFileSync(file, kept.map((r) => JSON.stringify(r) + '\n').join(''));
     this.records = kept.length;
     return kept;
   }
@@ -261,6 +269,7 @@ function makeRunDir(parent: string, name: string): string {
     const dir = n === 1 ? base : `${base}-${n}`;
     try {
       fs.mkdirSync(dir);
+      markRunFolder(dir);
       return dir;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
@@ -330,7 +339,7 @@ async function environment(runDir: string, recipe: Recipe): Promise<Record<strin
 }
 
 /** env.json of a new run; a resume (resumedAtStep defined) keeps the first session's and appends its own. */
-async function writeEnvironment(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<void> {
+async function environmentRecord(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<Record<string, unknown>> {
   const file = path.join(runDir, ENV_FILE);
   const current = await environment(runDir, recipe);
   let previous: Record<string, unknown> | null = null;
@@ -342,7 +351,7 @@ async function writeEnvironment(runDir: string, recipe: Recipe, resumedAtStep?: 
     }
   }
   const resumes = Array.isArray(previous?.resumes) ? previous.resumes : [];
-  writeJson(file, previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current);
+  return previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current;
 }
 
 /**

@@ -21,7 +21,7 @@ import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
 import { encodeSafetensors } from './safetensors.ts';
 import { writeFolderAtomically } from './atomic-folder.ts';
-import { checkResumeCompatible, CHECKPOINTS_DIR, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
+import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
 import { checkModelTensors } from './model-check.ts';
 import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
 import { prepareFinetune } from './finetune.ts';
@@ -693,10 +693,7 @@ async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, t
   }
   const logger = await RunLogger.create(recipe);
   if (resumed) {
-    logger.line(
-      `checkpoint ${resumed.dir} is not inside a run folder (<run>/${CHECKPOINTS_DIR}/step-NNNNNN next to the run's config.json and env.json): ` +
-        `continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`,
-    );
+    logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
   }
   return logger;
 }

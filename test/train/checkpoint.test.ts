@@ -26,6 +26,7 @@ import { parseRecipe } from '../../src/train/recipe.ts';
 import { readSafetensors } from '../../src/train/safetensors.ts';
 import type { Recipe } from '../../src/train/recipe.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { markRunFolder } from '../../src/train/run-folder.ts';
 import { saveFinalModel, trainStep } from '../../src/train/trainer.ts';
 
 let dir: string;
@@ -86,9 +87,11 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     expect(readdirSync(join(runDir, 'checkpoints'))).toEqual(['step-000007']); // no temporary folder left
 
     const loaded = await loadCheckpoint(saved);
-    expect(loaded.runDir).toBeNull(); // no config.json and env.json beside checkpoints/: not a run folder
+    expect(loaded.runDir).toBeNull(); // no run marker beside checkpoints/: not a run folder, even with a run's file names
     writeFileSync(join(runDir, 'config.json'), '{}');
     writeFileSync(join(runDir, 'env.json'), '{}');
+    expect((await loadCheckpoint(saved)).runDir).toBeNull();
+    markRunFolder(runDir);
     expect((await loadCheckpoint(saved)).runDir).toBe(runDir);
     expect(loaded.cursor).toEqual(cursor);
     expect(loaded.state).toMatchObject({ ...counters(7), valLoss: 2.5, tokenizer: { sha256: 'ab'.repeat(32) } });
@@ -165,6 +168,9 @@ describe('pruneCheckpoints', () => {
     const losses = [null, 1.2, null, 3.0, null, 2.0];
     for (let step = 1; step <= 6; step++) await save(runDir, step, losses[step - 1], pair);
     mkdirSync(join(runDir, 'checkpoints', '.step-000007.tmp-4242'));
+    expect(await pruneCheckpoints(runDir, 2)).toEqual([]); // no run marker: not a run folder, nothing in it is pruned
+    expect(listCheckpoints(runDir).length).toBe(6);
+    markRunFolder(runDir);
     const deleted = await pruneCheckpoints(runDir, 2);
     expect(listCheckpoints(runDir).map((c) => c.step)).toEqual([2, 5, 6]);
     expect(deleted.length).toBe(4);
@@ -187,6 +193,7 @@ describe('only what this project wrote is deleted or replaced', () => {
     writeFileSync(join(parent, '.step-000009.tmp-77', 'model.safetensors'), 'partial');
     mkdirSync(join(parent, '.step-000008.tmp-78'));
     writeFileSync(join(parent, '.step-000008.tmp-78', 'other.bin'), 'not ours');
+    markRunFolder(runDir);
     const deleted = await pruneCheckpoints(runDir, 1);
     expect(deleted.map((d) => d.slice(parent.length + 1)).sort()).toEqual(['.step-000009.tmp-77', 'step-000002', 'step-000003']);
     expect(readdirSync(parent).sort()).toEqual(['.step-000008.tmp-78', 'README', 'my-folder', 'step-000001', 'step-000004']);

@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { checkRecord, readMetrics, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { RUN_MARKER } from '../../src/train/run-folder.ts';
 import { readWandbInfo } from '../../src/train/wandb.ts';
 
 const REQUIRED_FIELDS = ['step', 'tokens', 'split', 'loss', 'ppl', 'lr', 'grad_norm', 'tokens_per_s', 'elapsed_s'];
@@ -135,5 +136,16 @@ describe('RunLogger', () => {
     ]);
     expect(readWandbInfo(first.dir).id).toBe(id);
     await expect(RunLogger.create(recipe(), { resumeDir: path.join(tmp, 'absent') })).rejects.toThrow('the run folder to resume does not exist');
+    // A folder without the run marker is not a run, whatever its files: nothing is written into it.
+    const lookalike = path.join(tmp, 'lookalike');
+    fs.mkdirSync(lookalike);
+    fs.cpSync(first.dir, lookalike, { recursive: true });
+    fs.rmSync(path.join(lookalike, RUN_MARKER));
+    const files = () => Object.fromEntries(fs.readdirSync(lookalike).map((f) => [f, fs.readFileSync(path.join(lookalike, f), 'utf8')]));
+    const before = files();
+    await expect(RunLogger.create(recipe(), { echo: false, resumeDir: lookalike, resumeStep: 20 })).rejects.toThrow(
+      `cannot resume in ${lookalike}: it is not a run folder (${lookalike} has no ${RUN_MARKER} marker; a run folder written by slayformer before it marked its run folders becomes one again with: touch ${path.join(lookalike, RUN_MARKER)})`,
+    );
+    expect(files()).toEqual(before);
   });
 });

@@ -142,11 +142,15 @@ describe('exact resume on the cpu backend', () => {
     const recipe = parseRecipe(tinyRecipeText(setup, runs), join(dir, 'tiny.yaml'));
     const stopped = await train(recipe, { stop: stopAfter(1) });
     const checkpoint = (stopped.error as TrainingStopped).checkpointDir;
+    const otherData = join(dir, 'data-copy');
+    cpSync(setup.data, otherData, { recursive: true });
     const cases: [string[], RegExp][] = [
       [['--model.dModel=32'], /model\.dModel: checkpoint 16, recipe 32/],
       [['--model.attention.options.features=16'], /model\.attention\.options: checkpoint \{.*"features":8.*\}, recipe \{.*"features":16/],
       [['--model.attention.name=linear-elu', '--model.attention.options={}'], /model\.attention\.name: checkpoint "performer", recipe "linear-elu"/],
       [[`--data.tokenizer=${setup.otherTokenizer}`], /tokenizer: checkpoint used .*tokenizer\.json \(sha256 [0-9a-f]{12}…\), recipe's .*tokenizer-other\.json has sha256/],
+      // The cursor is a position in the checkpoint's data: other data (even a copy) is a new run, not a resume.
+      [[`--data.dataset=${otherData}`], new RegExp(`data\\.dataset: checkpoint "${setup.data}", recipe "${otherData}"`)],
     ];
     for (const [overrides, message] of cases) {
       const changed = parseRecipe(tinyRecipeText(setup, runs), join(dir, 'tiny.yaml'), overrides);

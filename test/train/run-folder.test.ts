@@ -1,13 +1,14 @@
-// What a start and a resume may touch: only the run folder they own. A checkpoint copied out of its run resumes into
-// a new run folder and leaves every neighbouring file byte for byte as it was; a start that fails its checks creates
-// no folder and frees its model; a run that died between its last checkpoint and final/ is finished by --resume;
-// nanPolicy skip gives up after train.nanSkipLimit dropped updates in a row.
+// What a start and a resume may touch: only the run folder they own, recognised by the marker the trainer writes
+// into it. A checkpoint copied out of its run, or under a folder that merely looks like a run, resumes into a new run
+// folder and leaves every neighbouring file byte for byte as it was; a start or a resume that fails its checks
+// changes no byte of any folder and frees its model; a run that died between its last checkpoint and final/ is
+// finished by --resume; nanPolicy skip gives up after train.nanSkipLimit dropped updates in a row.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
@@ -18,6 +19,8 @@ import { parseRecipe } from '../../src/train/recipe.ts';
 import type { Recipe } from '../../src/train/recipe.ts';
 import { readSafetensors } from '../../src/train/safetensors.ts';
 import { runTraining } from '../../src/train/trainer.ts';
+import { RUN_MARKER } from '../../src/train/run-folder.ts';
+import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 import { makeTinySetup, stopAfter, tinyRecipeText, writeTinyRecipe } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
@@ -118,7 +121,99 @@ describe('resume never touches files outside its run', () => {
   }, 120_000);
 });
 
+describe('a run folder is recognised only by the marker its trainer wrote', () => {
+  it("a checkpoint copied into the user's folder that holds config.json, env.json, final/ and checkpoints/ resumes into a new run folder; that folder is left byte for byte", async () => {
+    const checkpoint = await stoppedRun(join(dir, 'runs-marker-source'));
+    const source = dirname(dirname(checkpoint));
+    expect(existsSync(join(source, RUN_MARKER))).toBe(true);
+    // The user's folder: the files a run folder holds, and a checkpoint-shaped folder of the user's (a copy).
+    const user = join(dir, 'user-folder');
+    write(join(user, 'config.json'), '{"mine": true}\n');
+    write(join(user, 'env.json'), '{"also": "mine"}\n');
+    write(join(user, 'summary.json'), '{"notes": 1}\n');
+    write(join(user, 'log.txt'), 'my log\n');
+    write(join(user, 'metrics.jsonl'), '');
+    write(join(user, 'final', 'model.safetensors'), Buffer.from([1, 2, 3, 4]));
+    write(join(user, 'final', 'recipe.json'), '{}\n');
+    cpSync(join(source, 'checkpoints', 'step-000003'), join(user, 'checkpoints', 'step-000001'), { recursive: true });
+    cpSync(checkpoint, join(user, 'checkpoints', 'step-000005'), { recursive: true });
+    const before = digest(user);
+
+    const runs = join(dir, 'runs-marker');
+    const result = await quietly(() => runTraining(recipeIn(runs), { resume: join(user, 'checkpoints', 'step-000005') }));
+    expect(digest(user)).toEqual(before);
+    expect(dirname(result.runDir)).toBe(runs);
+    expect(existsSync(join(result.runDir, RUN_MARKER))).toBe(true);
+    expect(readFileSync(join(result.runDir, 'log.txt'), 'utf8')).toContain(`is not inside a run folder (${user} has no ${RUN_MARKER} marker`);
+  }, 120_000);
+
+  it("a checkpoint of another run copied into a run folder does not continue there; a run folder of an older version continues in place once marked", async () => {
+    const a = dirname(dirname(await stoppedRun(join(dir, 'runs-marker-a'))));
+    const b = dirname(dirname(await stoppedRun(join(dir, 'runs-marker-b'))));
+    cpSync(join(a, 'checkpoints', 'step-000005'), join(b, 'checkpoints', 'step-000007'), { recursive: true });
+    const before = digest(b);
+    const runs = join(dir, 'runs-marker-other');
+    const moved = await quietly(() => runTraining(recipeIn(runs), { resume: join(b, 'checkpoints', 'step-000007') }));
+    expect(digest(b)).toEqual(before);
+    expect(dirname(moved.runDir)).toBe(runs);
+    expect(readFileSync(join(moved.runDir, 'log.txt'), 'utf8')).toMatch(/is not inside a run folder \(.* belongs to another run: its .slayformer-run id differs/);
+
+    // A run folder written before the marker existed: not a run until the user marks it (an empty marker will do).
+    rmSync(join(a, RUN_MARKER));
+    const beforeA = digest(a);
+    const unmarked = await quietly(() => runTraining(recipeIn(join(dir, 'runs-marker-old')), { resume: join(a, 'checkpoints', 'step-000005') }));
+    expect(digest(a)).toEqual(beforeA);
+    expect(readFileSync(join(unmarked.runDir, 'log.txt'), 'utf8')).toContain(`touch ${join(a, RUN_MARKER)}`);
+    writeFileSync(join(a, RUN_MARKER), '');
+    const inPlace = await quietly(() => runTraining(recipeIn(join(dir, 'runs-marker-a')), { resume: join(a, 'checkpoints', 'step-000005') }));
+    expect(inPlace.runDir).toBe(a);
+    expect(inPlace.steps).toBe(12);
+  }, 120_000);
+});
+
+describe('resumes that fail', () => {
+  it('every check of a resume runs before the first byte of the run folder changes: a cursor offset past its document, done: true in the middle of the split, a damaged metrics.jsonl', async () => {
+    const runs = join(dir, 'runs-failing-resume');
+    const checkpoint = await stoppedRun(runs);
+    const run = dirname(dirname(checkpoint));
+    const cursorFile = join(checkpoint, 'cursor.json');
+    const cursor = JSON.parse(readFileSync(cursorFile, 'utf8'));
+    writeFileSync(join(checkpoint, COMPLETE_MARKER), '2026-01-01T00:00:00.000Z\n'); // a marker of an older version: no checksums
+    const resumeFails = async (message: RegExp) => {
+      const before = digest(run);
+      const tensors = tf.memory().numTensors;
+      await expect(quietly(() => runTraining(recipeIn(runs), { resume: checkpoint }))).rejects.toThrow(message);
+      expect(digest(run)).toEqual(before);
+      expect(tf.memory().numTensors).toBe(tensors);
+      expect(runFolders(runs)).toEqual([run]);
+    };
+    writeFileSync(cursorFile, JSON.stringify({ ...cursor, offset: 1e12 }));
+    await resumeFails(/cursor\.json: offset = 1000000000000 is past the end of the document it points into/);
+    // The README promises that a cursor never ends an epoch early: done (and an exhausted shuffle) only at the end.
+    writeFileSync(cursorFile, JSON.stringify({ ...cursor, done: true }));
+    await resumeFails(/cursor\.json: done = true, but the position .* is not the end of the split/);
+    writeFileSync(cursorFile, JSON.stringify({ ...cursor, shuffle: { ...cursor.shuffle, exhausted: true } }));
+    await resumeFails(/cursor\.json: shuffle\.exhausted = true, but the position .* is not the end of the split/);
+    writeFileSync(cursorFile, JSON.stringify(cursor));
+    writeFileSync(join(run, 'metrics.jsonl'), readFileSync(join(run, 'metrics.jsonl'), 'utf8') + '{"step": "x"}\n');
+    await resumeFails(/metrics\.jsonl:\d+: metric record field split must be "train" or "val"/);
+  }, 120_000);
+});
+
 describe('starts that fail', () => {
+  it('an empty train split, or one too short for a batch, is an error before a run folder exists (as an empty validation split is)', async () => {
+    const validation = syntheticDocuments(40, 9);
+    for (const [name, train] of [['empty', []], ['blank', ['', '  \n ']], ['short', ['A few words.']]] as const) {
+      const data = join(dir, `data-train-${name}`);
+      await writeDataset(data, { train: [[...train]], validation: [validation] }, 40);
+      const runs = join(dir, `runs-train-${name}`);
+      const recipe = parseRecipe(tinyRecipeText({ ...setup, data }, runs), join(dir, 'tiny.yaml'));
+      await expect(quietly(() => runTraining(recipe)), name).rejects.toThrow(/the train split gave no batch of 4×16 tokens; a train split with enough text is needed/);
+      expect(runFolders(runs)).toEqual([]);
+    }
+  });
+
+
   it('a start that fails its checks creates no run folder, frees its model, and a second start in the same process works', async () => {
     const runs = join(dir, 'runs-failing');
     const baseline = tf.memory().numTensors;
