@@ -30,7 +30,9 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const TIMING = new Set(['tokens_per_s', 'elapsed_s']);
+// What the process measured rather than what the model computed: timings, and the host reads of the
+// logged step (a resumed process records its step functions again, which reads their constants).
+const TIMING = new Set(['tokens_per_s', 'elapsed_s', 'readback_values', 'readback_bytes']);
 
 /** Largest relative difference over the non-timing fields; fails on a structural difference. */
 function maxRelativeDifference(a: MetricRecord[], b: MetricRecord[]): number {
@@ -127,7 +129,7 @@ describe('exact resume on the cpu backend', () => {
     expect(recipe.model.dropout).toBe(0);
     const full = await train(recipe);
     expect(full.error).toBeNull();
-    expect(readFileSync(join(full.dir, 'log.txt'), 'utf8')).toContain('train.graph: steps run as one TensorFlow graph');
+    expect(readFileSync(join(full.dir, 'log.txt'), 'utf8')).toMatch(/train\.graph: steps run as TensorFlow functions on \/job:localhost\/replica:0\/task:0\/device:CPU:0\n/);
     const stopped = await train(recipe, { stop: stopAfter(5) });
     const stop = stopped.error as TrainingStopped;
     expect(stop.step).toBe(5);
