@@ -5,7 +5,7 @@ import { initBackend } from '../backend.ts';
 import { Rng } from '../model/rng.ts';
 import { readBuildStamp } from './native-build.ts';
 import { tensorflowInfo } from './tensorflow.ts';
-import { CompiledGraph, graphsAvailable, recordTrace } from './tf-graph.ts';
+import { CompiledGraph, graphDevice, graphsAvailable, recordTrace } from './tf-graph.ts';
 
 export interface Check {
   name: string;
@@ -49,14 +49,21 @@ function probe(): { product: Float32Array; gradient: Float32Array } {
   });
 }
 
-/** The probe's gradient recorded, loaded as a TensorFlow graph (train.graph's route) and run. */
-function graphProbe(): Float32Array {
+/** The probe's gradient recorded, registered as a TensorFlow function (train.graph's route) and called, without and with XLA. */
+function graphProbe(): { gradient: Float32Array; xla: Float32Array | string } {
   return tf.tidy(() => {
     const { a, w, labels } = probeInputs();
     const { trace } = recordTrace([w], () => [probeGradient(a, w, labels)]);
     const graph = CompiledGraph.load(trace);
     try {
-      return graph.run([w])[0].dataSync() as Float32Array;
+      const gradient = graph.run([w])[0].dataSync() as Float32Array;
+      let xla: Float32Array | string;
+      try {
+        xla = graph.run([w], true)[0].dataSync() as Float32Array;
+      } catch (err) {
+        xla = (err as Error).message.split('\n').find((l) => l.trim()) ?? 'failed';
+      }
+      return { gradient, xla };
     } finally {
       graph.dispose();
     }
@@ -87,10 +94,17 @@ export async function verifyTensorflow(): Promise<Check[]> {
     tf.concat([tf.scalar(1), tf.scalar(2)]).dataSync(),
   ]);
   if (graphsAvailable()) {
-    const graphError = relativeError(graphProbe(), reference.gradient);
-    checks.push({ name: 'graph execution (train.graph) vs cpu', ok: graphError < gradientTolerance, detail: `gradient relative error ${graphError.toExponential(1)}` });
+    const { gradient, xla } = graphProbe();
+    const graphError = relativeError(gradient, reference.gradient);
+    checks.push({ name: 'graph execution (train.graph) vs cpu', ok: graphError < gradientTolerance, detail: `gradient relative error ${graphError.toExponential(1)}, as a TensorFlow function on ${graphDevice()}` });
+    const xlaError = typeof xla === 'string' ? null : relativeError(xla, reference.gradient);
+    // XLA is optional (train.xla auto decides per device): its absence is reported, not a failure.
+    checks.push({
+      name: 'XLA (train.xla) vs cpu', ok: xlaError === null || xlaError < gradientTolerance,
+      detail: xlaError === null ? `not available on this device: ${xla}` : `gradient relative error ${xlaError.toExponential(1)}`,
+    });
   } else {
-    checks.push({ name: 'graph execution (train.graph)', ok: true, detail: 'not used on this device: training steps run op by op' });
+    checks.push({ name: 'graph execution (train.graph)', ok: true, detail: 'this binding has no TensorFlow functions (a stock tfjs-node): training steps run op by op' });
   }
   checks.push({ name: 'TF 2.21 fixes', ok: rounded.join() === '3,-2' && joined.join() === '1,2', detail: `round(int32) ${rounded.join()}, concat(scalars) ${joined.join()}` });
   return checks;

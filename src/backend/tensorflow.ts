@@ -16,6 +16,9 @@ import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, readB
 export function loadTensorflowPackage(): string | undefined {
   // TF's INFO lines on start-up are noise for a training log; a user's own setting wins.
   process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
+  // On a GPU, TensorFlow's allocator takes what it needs as it goes instead of nearly all the
+  // device's memory at start, so GPUs can be shared and check:gpu can report what a run used.
+  process.env.TF_FORCE_GPU_ALLOW_GROWTH ??= 'true';
   const require = createRequire(import.meta.url);
   const reasons: string[] = [];
   const build = currentBuild();

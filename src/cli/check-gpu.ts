@@ -1,10 +1,14 @@
 // npm run check:gpu [-- <recipe.yaml>] [--steps N] [--cpu]
 // End-to-end check of a GPU host: the GPU build of the native backend loads, TensorFlow sees the
 // GPU, its numbers agree with the cpu backend, and the recipe's model trains its first steps (on
-// random tokens at the recipe's batch shape, so no dataset is needed), with tokens/s.
+// random tokens at the recipe's batch shape, so no dataset is needed) as TensorFlow functions with
+// and without XLA and op by op: tokens/s, the values read back into JavaScript per step, and the
+// process's peak memory on the device (nvidia-smi; TensorFlow's pool grows on demand, so what it
+// holds is its high-water mark).
 import { existsSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { formatChecks, verifyTensorflow } from '../backend/tensorflow-check.ts';
+import { graphDevice } from '../backend/tf-graph.ts';
 import { readBuildStamp, SETUP_COMMAND } from '../backend/native-build.ts';
 import { tensorflowInfo } from '../backend/tensorflow.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
@@ -57,22 +61,44 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
   const config = modelConfigFromRecipe(recipe, vocab);
   const model = createLanguageModel(config);
   try {
-    const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: 2, steps, replicas: 1 });
     const vocabNote = haveTokenizer ? '' : ` (${recipe.data.tokenizer} not found: GPT-2's vocabulary of ${GPT2_VOCAB_SIZE.toLocaleString('en-US')} assumed)`;
-    console.log(`    ${config.kind} ${config.attention.name}, ${countParameters(config).total.toLocaleString('en-US')} parameters${vocabNote}, batch ${recipe.train.batchSize}×${recipe.data.seqLen}`);
-    console.log(`    ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}`);
-    if (!Number.isFinite(r.lastLoss)) throw new CheckFailed('the loss is not finite');
+    console.log(`    ${config.kind} ${config.attention.name}, ${countParameters(config).total.toLocaleString('en-US')} parameters${vocabNote}, batch ${recipe.train.batchSize}×${recipe.data.seqLen}, on ${graphDevice()}`);
+    // The first two steps of a shape record it and the third builds its function: 3 warm-up steps.
+    for (const [label, graph, xla] of [['TensorFlow functions', true, false], ['functions + XLA', true, true], ['op by op', false, false]] as const) {
+      const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: graph ? 3 : 1, steps, replicas: 1, graph, xla });
+      console.log(`    ${label.padEnd(20)} ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}, ${r.readbackValues} values (${r.readbackBytes} bytes) read back per step`);
+      if (!Number.isFinite(r.lastLoss)) throw new CheckFailed('the loss is not finite');
+    }
+    console.log(`    peak memory: ${peakMemory()}`);
   } finally {
     model.dispose();
   }
   console.log('check:gpu: ok');
 }
 
-/** nvidia-smi's one-line view of the driver and GPUs, when it is there. */
+/**
+ * nvidia-smi's one-line view of the driver and GPUs, when it is there, and whether the driver runs
+ * CUDA 12 programs (the TensorFlow wheel's CUDA): its header names the newest CUDA the driver supports.
+ */
 function describeDriver(): string {
   const smi = spawnSync('nvidia-smi', ['--query-gpu=name,driver_version,memory.total', '--format=csv,noheader'], { encoding: 'utf8' });
   if (smi.error || smi.status !== 0) return 'nvidia-smi not found or failing (is the NVIDIA driver installed?)';
-  return `nvidia-smi: ${smi.stdout.trim().split('\n').join('; ')}`;
+  const header = spawnSync('nvidia-smi', [], { encoding: 'utf8' }).stdout ?? '';
+  const cuda = /CUDA Version:\s*(\d+)\.(\d+)/.exec(header);
+  const support = !cuda
+    ? 'the CUDA version the driver supports is unknown'
+    : Number(cuda[1]) >= 12
+      ? `the driver supports CUDA ${cuda[1]}.${cuda[2]}, so it runs the wheel's CUDA 12`
+      : `the driver supports CUDA ${cuda[1]}.${cuda[2]} only: the wheel's CUDA 12 needs a newer driver (≥ 525)`;
+  return `nvidia-smi: ${smi.stdout.trim().split('\n').join('; ')}; ${support}`;
+}
+
+/** This process's memory on the GPU (nvidia-smi), or on a CPU device its peak resident set. */
+function peakMemory(): string {
+  const apps = spawnSync('nvidia-smi', ['--query-compute-apps=pid,used_memory', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
+  const mine = apps.status === 0 ? apps.stdout.split('\n').map((l) => l.split(',').map((x) => x.trim())).find(([pid]) => pid === String(process.pid)) : undefined;
+  const rss = `${Math.round(process.resourceUsage().maxRSS / 1024).toLocaleString('en-US')} MB peak resident on the host`;
+  return mine ? `${Number(mine[1]).toLocaleString('en-US')} MiB on the GPU (TensorFlow's pool, grown on demand); ${rss}` : `${rss} (no GPU memory: ${graphDevice()})`;
 }
 
 await runCommand(COMMAND, main);

@@ -180,7 +180,13 @@ describe.skipIf(!available)('check:gpu on this (CPU) build', () => {
     const r = checkGpu('recipes/demo/gpt-softmax.yaml', '--cpu', '--steps', '1');
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/ok {3}gradient vs cpu: relative error/);
-    expect(r.stdout).toMatch(/\d+ ms per step, [\d,]+ tokens\/s, loss \d+\.\d{3}/);
+    for (const how of ['TensorFlow functions', 'functions \\+ XLA', 'op by op']) {
+      expect(r.stdout).toMatch(new RegExp(`${how} +\\d+ ms per step, [\\d,]+ tokens/s, loss \\d+\\.\\d{3}, \\d+ values \\(\\d+ bytes\\) read back per step`));
+    }
+    // Function steps read back the loss and the gradient norm only.
+    expect(r.stdout).toMatch(/TensorFlow functions +.* 2 values \(8 bytes\) read back per step/);
+    expect(r.stdout).toMatch(/ok {3}XLA \(train\.xla\) vs cpu: /);
+    expect(r.stdout).toMatch(/peak memory: [\d,]+ MB peak resident on the host \(no GPU memory: \/job:localhost\/replica:0\/task:0\/device:CPU:0\)/);
     expect(r.stdout.trim().split('\n').pop()).toBe('check:gpu: ok');
   });
 });
