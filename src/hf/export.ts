@@ -24,7 +24,7 @@ import { syncDir, writeFileSynced } from '../train/atomic-folder.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
 import { modelTensors } from '../train/trainer.ts';
-import { CUSTOM_CLASSES, hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE, SECTION, type HfLayout } from './config.ts';
+import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE, SECTION, type HfLayout } from './config.ts';
 import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from './folder.ts';
 import { encodeTensor, hfShape, tensorRules } from './weights.ts';
 
@@ -124,19 +124,21 @@ function modelCard(model: LanguageModel, modelType: string, source: string): str
   const how = nonStandard.length === 0
     ? `transformers loads it as is: \`${load}.from_pretrained(folder)\` and \`AutoTokenizer.from_pretrained(folder)\`.`
     : [
-        `transformers has no class for it (${nonStandard.join('; ')}), so its model_type is \`${modelType}\` and the`,
-        `PyTorch implementation comes with it (\`${PYTHON_FILES.join('`, `')}\`):`,
+        `transformers has no class for it (${nonStandard.join('; ')}), so its model_type is \`${modelType}\` and it comes`,
+        `with its PyTorch implementation (\`${PYTHON_FILES.join('`, `')}\`):`,
         '',
         '```python',
-        `from transformers import ${CUSTOM_CLASSES[c.kind === 'gpt' ? 'gpt2' : 'bert'].auto}, AutoTokenizer`,
+        `from transformers import ${load}, AutoTokenizer`,
         `model = ${load}.from_pretrained(folder, trust_remote_code=True)`,
         'tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)  # it reads config.json too',
         '```',
         '',
         `The \`${SECTION}\` section of config.json records the attention and the architecture; tensors with no place in`,
         `transformers' layout are stored as \`slayformer.<name>\` (the mechanism's parameters and random projections,`,
-        `read as they are: nothing is drawn again). ${c.kind === 'gpt' ? 'generate() runs the whole sequence again for each new token (no cache). ' : ''}`
-          + `Loaded as plain ${c.kind === 'gpt' ? 'GPT-2 (GPT2LMHeadModel)' : 'BERT (BertForMaskedLM)'} it fails: its config's layer_types name this attention.`,
+        'read as they are: nothing is drawn again).',
+        ...(c.kind === 'gpt' ? ['generate() runs the model over the whole sequence so far for each new token (no cache).'] : []),
+        `Loaded as plain ${c.kind === 'gpt' ? 'GPT-2 (GPT2LMHeadModel)' : 'BERT (BertForMaskedLM)'} it fails (its config's layer_types name this`,
+        'attention) instead of computing softmax attention.',
       ].join('\n');
   return `# ${path.basename(source)}\n\n${what}\n\nExported from \`${source}\`.\n\n${how}\n`;
 }

@@ -292,8 +292,6 @@ class Slay(Mechanism):
     """slay.ts: Psi(u) = concat_r sqrt(w_r) (phi_poly(u) (x) phi_PRF(u; s_r)) of the unit rows u, or the
     laplace-only / hadamard variants; polynomial maps of features/polynomial.ts (matrices shared by heads)."""
 
-    POLYNOMIAL_KINDS = ("anchor", "exact", "random-maclaurin", "tensorsketch", "nystrom")
-
     def __init__(self, config, options):
         super().__init__(config, options)
         self.poly = options["poly"]
@@ -343,6 +341,9 @@ class Slay(Mechanism):
         unit = l2_normalize(x)
         b, h, length, d = unit.shape
         m = self.prf_features
+        poly = None
+        if self.poly not in ("laplace-only", "hadamard"):
+            poly = self.polynomial(unit.reshape(b * h * length, d)).view(b, h, length, -1)
         nodes = []
         for node, scale in enumerate(self.scales):
             omega = getattr(self.prf, f"node{node}")
@@ -353,9 +354,7 @@ class Slay(Mechanism):
             elif self.poly == "hadamard":
                 # The polynomial factor reuses this node's projections omega^T u (the reference's shared omega).
                 nodes.append(project_per_head(unit, omega).square() * (1 / math.sqrt(m)) * prf)
-            else:
-                if node == 0:
-                    poly = self.polynomial(unit.reshape(b * h * length, d)).view(b, h, length, -1)
+            else:  # the row-wise outer product, the polynomial feature's index major
                 nodes.append((poly.unsqueeze(-1) * prf.unsqueeze(-2)).reshape(b, h, length, -1))
         return torch.cat(nodes, -1)
 
