@@ -226,9 +226,9 @@ def positive_random_features(x, omega, stabilize=False, clamp=None):
 class Performer(Mechanism):
     """performer.ts: FAVOR+ on x~ = d^(-1/4) x with the saved projection [H, Dh, m]."""
 
-    def __init__(self, config, options):
+    def __init__(self, config, options, input_dim=None):
         super().__init__(config, options)
-        self.add_buffer("projection", (self.num_heads, self.head_dim, options["features"]))
+        self.add_buffer("projection", (self.num_heads, input_dim or self.head_dim, options["features"]))
 
     def inputs(self, x):
         return x * (self.head_dim**-0.25)
@@ -244,9 +244,9 @@ class Darkformer(Performer):
     """darkformer.ts: Performer's features of x~ = M (d^(-1/4) x), M [H, r, Dh] trained (covarianceFactor)."""
 
     def __init__(self, config, options):
-        Mechanism.__init__(self, config, options)
-        rank = options["rank"] or self.head_dim
-        self.add_buffer("projection", (self.num_heads, rank, options["features"]))
+        sizes = _sizes(config)
+        rank = options["rank"] or sizes["width"] // sizes["heads"]  # 0 = headDim
+        super().__init__(config, options, input_dim=rank)
         self.add_parameter("covarianceFactor", torch.eye(self.head_dim)[:rank].repeat(self.num_heads, 1, 1))
 
     def inputs(self, x):
@@ -453,7 +453,10 @@ def create_mechanism(config, layer):
     if name not in MECHANISMS:
         raise ValueError(f"config.json slayformer.attention.name {name!r} is not implemented here (known: {', '.join(MECHANISMS)})")
     if name == "schoenbat":
-        return Schoenbat(config, options, config.slayformer["layers"][layer]["maclaurinDegrees"])
+        layers = config.slayformer.get("layers")
+        if not layers or "maclaurinDegrees" not in layers[layer]:
+            raise ValueError("config.json: slayformer.layers[i].maclaurinDegrees (SchoenbAt's feature degrees) is missing; export the checkpoint again with this version of slayformer")
+        return Schoenbat(config, options, layers[layer]["maclaurinDegrees"])
     return MECHANISMS[name](config, options)
 
 
