@@ -9,8 +9,8 @@ const COMMAND = {
   usage: '<checkpoint> --out DIR [options]',
   description: `Writes a trained model as a Hugging Face folder. <checkpoint> is a run's final/ folder, a checkpoint
 folder, a run folder or a Hugging Face folder (hf:<folder>). Format hf: a folder transformers loads with
-from_pretrained (softmax GPT/BERT); other models: their weights and a config recording the attention
-(README, "Export").`,
+from_pretrained (softmax GPT/BERT); other models: their weights, a config recording the attention and
+their PyTorch implementation, which transformers loads with trust_remote_code=True (README, "Export").`,
   options: {
     format: { type: 'string', value: 'FORMAT', default: 'hf', choices: EXPORT_FORMATS, help: 'what to write' },
     out: { type: 'string', value: 'DIR', help: 'the folder to write (must not exist); required' },
@@ -29,7 +29,10 @@ if (isMainModule(import.meta.url)) {
     const result = await exportHf(positionals[0], { out: values.out, tokenizer: values.tokenizer, overwrite: values.overwrite });
     console.log(`wrote ${result.out}: model_type ${result.modelType}, ${result.tensors} tensors`);
     if (result.nonStandard.length > 0) {
-      console.log(`transformers' own class would compute another model (${result.nonStandard.join('; ')}): loading it in PyTorch needs that attention (README, "Export")`);
+      console.log(
+        `transformers' own class would compute another model (${result.nonStandard.join('; ')}): the folder carries its PyTorch implementation; ` +
+          `load it with ${result.modelType === 'slayformer-gpt2' ? 'AutoModelForCausalLM' : 'AutoModelForMaskedLM'}.from_pretrained(folder, trust_remote_code=True) (README, "Export")`,
+      );
     }
   });
 }

@@ -7,10 +7,13 @@
 // model.dropout.
 //
 // This project's own exports of models transformers cannot compute (another attention, pre-LN BERT, no
-// biases, …) have model_type `slayformer-gpt2` / `slayformer-bert` — so that transformers' AutoModel
-// refuses them instead of silently computing softmax attention — and a `slayformer` section with the
-// settings the standard fields cannot express. Both kinds write that section; it also marks the
-// folder as written by this project (export --overwrite replaces only such folders).
+// biases, …) have model_type `slayformer-gpt2` / `slayformer-bert` and a `slayformer` section with the
+// settings the standard fields cannot express. transformers loads them only through the PyTorch
+// implementation shipped beside them (src/hf/python/, named by `auto_map`, with trust_remote_code);
+// their `layer_types` name the attention, which transformers ≥ 5 refuses for its own GPT2Config and
+// BertConfig, so that GPT2LMHeadModel / BertForMaskedLM fail instead of silently computing softmax
+// attention. Both kinds write the section; it also marks the folder as written by this project
+// (export --overwrite replaces only such folders).
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 import { resolveOptions } from '../model/attention/registry.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
@@ -28,6 +31,11 @@ export interface HfConfig {
   /** config.json's architectures[0], if any. */
   architecture: string | null;
   model: HfModelConfig;
+  /**
+   * The seed the mechanisms' random draws are rebuilt from (this project's exports record their model's:
+   * SchoenbAt's feature degrees are not in its tensors); 0 for other folders, whose tensors hold everything.
+   */
+  seed: number;
   /** The config.json field each model key but the attention comes from (for messages), e.g. 'model.dModel' → 'n_embd'. */
   fields: Record<`model.${Exclude<keyof HfModelConfig, 'attention'>}`, string>;
 }
@@ -39,6 +47,13 @@ export const SUPPORTED_ARCHITECTURES: Record<HfLayout, readonly string[]> = {
   gpt2: ['GPT2LMHeadModel', 'GPT2Model'],
   bert: ['BertForMaskedLM', 'BertModel'],
 };
+/** The PyTorch classes of custom exports (src/hf/python/) and the Auto class that loads each. */
+export const CUSTOM_CLASSES: Record<HfLayout, { config: string; model: string; auto: string }> = {
+  gpt2: { config: 'SlayformerGPT2Config', model: 'SlayformerForCausalLM', auto: 'AutoModelForCausalLM' },
+  bert: { config: 'SlayformerBertConfig', model: 'SlayformerForMaskedLM', auto: 'AutoModelForMaskedLM' },
+};
+export const PYTHON_CONFIG_MODULE = 'configuration_slayformer';
+export const PYTHON_MODEL_MODULE = 'modeling_slayformer';
 /** transformers' ACT2FN names this project computes. */
 const ACTIVATION_OF: Record<string, Activation> = {
   gelu_new: 'gelu-tanh',
@@ -110,27 +125,29 @@ export function parseHfConfig(json: unknown, file: string): HfConfig {
   }
   const custom = (modelType as string).startsWith(CUSTOM_PREFIX);
   const fields = new FieldReader(obj);
-  const architecture = readArchitecture(obj, layout, fields);
+  const architecture = readArchitecture(obj, layout, custom, fields);
   const { model, fieldNames } = layout === 'gpt2' ? gpt2Model(fields) : bertModel(fields, custom);
-  if (custom) applySection(obj[SECTION], model, fields);
-  else if (model.dModel % model.numHeads !== 0) fields.problems.push(`${fieldNames['model.dModel']} (${model.dModel}) must be divisible by ${fieldNames['model.numHeads']} (${model.numHeads})`);
+  const seed = custom ? applySection(obj[SECTION], model, fields) : 0;
+  if (!custom && model.dModel % model.numHeads !== 0) fields.problems.push(`${fieldNames['model.dModel']} (${model.dModel}) must be divisible by ${fieldNames['model.numHeads']} (${model.numHeads})`);
   const lines = [
     ...fields.problems,
     ...(fields.unsupported.length ? [`settings this project does not compute: ${fields.unsupported.join('; ')}`] : []),
   ];
   if (lines.length > 0) throw new Error(`${file}: ${lines.join('\n  ')}`);
-  return { file, layout, modelType: modelType as string, architecture, model, fields: fieldNames };
+  return { file, layout, modelType: modelType as string, architecture, model, seed, fields: fieldNames };
 }
 
-function readArchitecture(obj: Record<string, unknown>, layout: HfLayout, fields: FieldReader): string | null {
+function readArchitecture(obj: Record<string, unknown>, layout: HfLayout, custom: boolean, fields: FieldReader): string | null {
   const list = obj.architectures;
   if (list === undefined || list === null) return null;
   if (!Array.isArray(list) || list.length !== 1 || typeof list[0] !== 'string') {
     fields.problems.push(`architectures must be a list of one class name (got ${JSON.stringify(list)})`);
     return null;
   }
-  if (!SUPPORTED_ARCHITECTURES[layout].includes(list[0])) {
-    fields.unsupported.push(`architectures: ${JSON.stringify(list)} (supported: ${SUPPORTED_ARCHITECTURES[layout].join(', ')})`);
+  // Custom exports name their PyTorch class (earlier ones named transformers' class).
+  const supported = custom ? [CUSTOM_CLASSES[layout].model, ...SUPPORTED_ARCHITECTURES[layout]] : SUPPORTED_ARCHITECTURES[layout];
+  if (!supported.includes(list[0])) {
+    fields.unsupported.push(`architectures: ${JSON.stringify(list)} (supported: ${supported.join(', ')})`);
   }
   return list[0];
 }
@@ -210,14 +227,19 @@ export interface Section {
   normPosition: Architecture['normPosition'];
   embeddingNorm: boolean;
   typeVocabSize: number;
+  /** The model's seed (HfConfig.seed); absent in exports written before it was recorded. */
+  seed?: number;
+  /** Per layer, what the mechanism's random draw fixes beyond its tensors (AttentionModule.drawLayout; SchoenbAt only). */
+  layers?: Readonly<Record<string, readonly number[]>>[];
   /** Where the weights came from (informational). */
   source?: string;
 }
 
-function applySection(value: unknown, model: HfModelConfig, f: FieldReader): void {
+/** Applies the section's settings to `model`; returns the recorded seed (0 when absent). */
+function applySection(value: unknown, model: HfModelConfig, f: FieldReader): number {
   if (typeof value !== 'object' || value === null) {
     f.problems.push(`${SECTION} must be an object with the settings of this project's export (got ${JSON.stringify(value)})`);
-    return;
+    return 0;
   }
   const s = new FieldReader(value as Record<string, unknown>);
   const section = value as Partial<Section>;
@@ -234,11 +256,13 @@ function applySection(value: unknown, model: HfModelConfig, f: FieldReader): voi
   model.bias = s.bool('bias', true);
   model.embeddingNorm = s.bool('embeddingNorm', model.embeddingNorm);
   model.typeVocabSize = s.int('typeVocabSize', model.typeVocabSize, 0);
+  const seed = s.int('seed', 0, 0);
   const position = section.normPosition ?? model.normPosition;
   if (NORM_POSITIONS.includes(position)) model.normPosition = position;
   else s.problems.push(`normPosition must be one of ${NORM_POSITIONS.join(', ')} (got ${JSON.stringify(position)})`);
   f.problems.push(...s.problems.map((p) => `${SECTION}.${p}`));
   if (model.dModel % model.numHeads !== 0) f.problems.push(`the model width (${model.dModel}) must be divisible by the number of heads (${model.numHeads})`);
+  return seed;
 }
 
 /** Why transformers' own GPT-2/BERT class would compute another function than this model (empty: it computes the same). */
@@ -260,6 +284,8 @@ export interface ExportConfigOptions {
   specialIds: { eos?: number; pad?: number };
   /** Where the weights came from, recorded in the `slayformer` section. */
   source: string;
+  /** Each layer's AttentionModule.drawLayout, recorded in the section when any layer has one. */
+  drawLayouts?: (Readonly<Record<string, readonly number[]>> | undefined)[];
 }
 
 /** config.json for `c`: the standard model_type when transformers computes the same function, else the custom one. */
@@ -268,17 +294,26 @@ export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions):
   const custom = nonStandardSettings(c).length > 0;
   const layout: HfLayout = c.kind === 'gpt' ? 'gpt2' : 'bert';
   const hidden = Math.round(c.mlpRatio * c.dModel);
+  const layouts = opts.drawLayouts ?? [];
   const section: Section = {
     exported_by: 'slayformer npm run export',
-    attention: c.attention,
+    // Every option written out, defaults included: the PyTorch implementation reads them as they are.
+    attention: { name: c.attention.name, options: resolveOptions(c.attention.name, attentionOptionSpecs(c.attention.name), c.attention.options) },
     bias: c.bias,
     normPosition: arch.normPosition,
     embeddingNorm: arch.embeddingNorm,
     typeVocabSize: arch.typeVocabSize,
+    seed: c.seed,
+    ...(layouts.some((l) => l !== undefined) ? { layers: layouts.map((l) => l ?? {}) } : {}),
     source: opts.source,
   };
+  const classes = CUSTOM_CLASSES[layout];
+  const remoteCode = {
+    auto_map: { AutoConfig: `${PYTHON_CONFIG_MODULE}.${classes.config}`, [classes.auto]: `${PYTHON_MODEL_MODULE}.${classes.model}` },
+    layer_types: Array.from({ length: c.numLayers }, () => `slayformer ${c.attention.name} attention (load with ${classes.auto}.from_pretrained(folder, trust_remote_code=True))`),
+  };
   const common = {
-    architectures: [SUPPORTED_ARCHITECTURES[layout][0]],
+    architectures: [custom ? classes.model : SUPPORTED_ARCHITECTURES[layout][0]],
     model_type: custom ? `${CUSTOM_PREFIX}${layout}` : layout,
     vocab_size: c.vocabSize,
     tie_word_embeddings: true,
@@ -302,5 +337,5 @@ export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions):
           type_vocab_size: arch.typeVocabSize, hidden_dropout_prob: c.dropout, attention_probs_dropout_prob: 0,
           is_decoder: false, pad_token_id: opts.specialIds.pad ?? null,
         };
-  return { ...common, ...body, [SECTION]: section };
+  return { ...common, ...body, ...(custom ? remoteCode : {}), [SECTION]: section };
 }

@@ -2,12 +2,15 @@
 //
 //   config.json             GPT2Config / BertConfig fields (config.ts), model_type gpt2 or bert when
 //                           transformers' class computes the same function as this model, else
-//                           slayformer-gpt2 / slayformer-bert; the `slayformer` section records the
-//                           attention and the settings the standard fields cannot express
+//                           slayformer-gpt2 / slayformer-bert with `auto_map`; the `slayformer` section
+//                           records the attention and the settings the standard fields cannot express
 //   model.safetensors       float32, transformers' names and layouts (weights.ts), metadata format "pt"
 //   tokenizer.json          the run's tokenizer, byte for byte
 //   tokenizer_config.json   PreTrainedTokenizerFast with the special tokens, so AutoTokenizer loads it
-//   README.md               what the folder holds and what loading it in PyTorch needs
+//   README.md               what the folder holds and how to load it in PyTorch
+//   configuration_slayformer.py, modeling_slayformer.py
+//                           slayformer-* only: the PyTorch implementation (src/hf/python/), which
+//                           transformers loads with trust_remote_code=True
 //
 // The folder is written under a temporary name, fsynced and renamed into place. An existing folder is
 // replaced only with --overwrite and only when it is an earlier export (nothing but the files above,
@@ -21,14 +24,17 @@ import { syncDir, writeFileSynced } from '../train/atomic-folder.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
 import { modelTensors } from '../train/trainer.ts';
-import { hfConfigJson, nonStandardSettings, SECTION, type HfLayout } from './config.ts';
+import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE, SECTION, type HfLayout } from './config.ts';
 import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from './folder.ts';
 import { encodeTensor, hfShape, tensorRules } from './weights.ts';
 
 export const EXPORT_FORMATS = ['hf'] as const;
 const TOKENIZER_CONFIG_FILE = 'tokenizer_config.json';
 const README_FILE = 'README.md';
-const EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, README_FILE];
+/** The PyTorch implementation shipped with custom exports, by file name. */
+const PYTHON_FILES = [PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE].map((m) => `${m}.py`);
+const PYTHON_DIR = new URL('./python/', import.meta.url);
+const EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, README_FILE, ...PYTHON_FILES];
 
 export interface ExportOptions {
   out: string;
@@ -55,7 +61,8 @@ export async function exportHf(checkpoint: string, opts: ExportOptions): Promise
   try {
     const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
     const tokenizerPath = tokenizer.path;
-    const config = hfConfigJson(model.config, { specialIds: tokenizer.specialIds, source: dir });
+    const drawLayouts = model.body.attention.map((a) => a.drawLayout);
+    const config = hfConfigJson(model.config, { specialIds: tokenizer.specialIds, source: dir, drawLayouts });
     const tensors = await hfTensors(model);
     const files = new Map<string, string | Uint8Array>([
       [CONFIG_FILE, JSON.stringify(config, null, 2) + '\n'],
@@ -64,6 +71,9 @@ export async function exportHf(checkpoint: string, opts: ExportOptions): Promise
       [TOKENIZER_CONFIG_FILE, JSON.stringify(tokenizerConfig(tokenizerPath, tokenizer, model.config.maxSeqLen), null, 2) + '\n'],
       [README_FILE, modelCard(model, config.model_type as string, dir)],
     ]);
+    if (nonStandardSettings(model.config).length > 0) {
+      for (const file of PYTHON_FILES) files.set(file, readFileSync(new URL(file, PYTHON_DIR)));
+    }
     await writeFolder(out, files);
     return { out, modelType: config.model_type as string, nonStandard: nonStandardSettings(model.config), tensors: tensors.size };
   } finally {
@@ -114,10 +124,21 @@ function modelCard(model: LanguageModel, modelType: string, source: string): str
   const how = nonStandard.length === 0
     ? `transformers loads it as is: \`${load}.from_pretrained(folder)\` and \`AutoTokenizer.from_pretrained(folder)\`.`
     : [
-        `transformers has no class for it (${nonStandard.join('; ')}), so its model_type is \`${modelType}\` and AutoModel refuses it.`,
+        `transformers has no class for it (${nonStandard.join('; ')}), so its model_type is \`${modelType}\` and it comes`,
+        `with its PyTorch implementation (\`${PYTHON_FILES.join('`, `')}\`):`,
+        '',
+        '```python',
+        `from transformers import ${load}, AutoTokenizer`,
+        `model = ${load}.from_pretrained(folder, trust_remote_code=True)`,
+        'tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)  # it reads config.json too',
+        '```',
+        '',
         `The \`${SECTION}\` section of config.json records the attention and the architecture; tensors with no place in`,
-        `transformers' layout are stored as \`slayformer.<name>\` (the mechanism's parameters and random projections).`,
-        `Loading it in PyTorch needs an implementation of that attention: see the slayformer README, "Export".`,
+        `transformers' layout are stored as \`slayformer.<name>\` (the mechanism's parameters and random projections,`,
+        'read as they are: nothing is drawn again).',
+        ...(c.kind === 'gpt' ? ['generate() runs the model over the whole sequence so far for each new token (no cache).'] : []),
+        `Loaded as plain ${c.kind === 'gpt' ? 'GPT-2 (GPT2LMHeadModel)' : 'BERT (BertForMaskedLM)'} it fails (its config's layer_types name this`,
+        'attention) instead of computing softmax attention.',
       ].join('\n');
   return `# ${path.basename(source)}\n\n${what}\n\nExported from \`${source}\`.\n\n${how}\n`;
 }

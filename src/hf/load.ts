@@ -16,7 +16,7 @@ export async function loadHfModel(dir: string): Promise<LoadedModel> {
         `finetune it first (initFrom: ${HF_PREFIX}${dir} initialises the head)`,
     );
   }
-  const config = { ...hf.config.model, dropout: 0, seed: 0 };
+  const config = { ...hf.config.model, dropout: 0, seed: hf.config.seed };
   const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next (a missing one is an error)
   const source = asModelFolder(hf);
   try {

@@ -25,6 +25,7 @@ beforeAll(async () => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const TOKENIZER = path.join(GPT2_DIR, 'tokenizer.json');
+const PYTHON_FILES = ['configuration_slayformer.py', 'modeling_slayformer.py'];
 const nativeRecipe = (model: string) =>
   parseRecipe(`model: ${model}\ndata: { dataset: d, tokenizer: ${TOKENIZER}, seqLen: 16 }\ntrain: { seed: 4 }`, path.join(dir, 'native.yaml'));
 
@@ -39,7 +40,10 @@ async function roundTrip(checkpoint: string, modelType: string): Promise<string>
   const out = fresh();
   const result = await exportHf(checkpoint, { out });
   expect(result.modelType).toBe(modelType);
-  expect(readdirSync(out).sort()).toEqual(['README.md', 'config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
+  // Custom exports carry their PyTorch implementation, a copy of src/hf/python/.
+  const python = modelType.startsWith('slayformer-') ? PYTHON_FILES : [];
+  expect(readdirSync(out).sort()).toEqual(['README.md', 'config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', ...python].sort());
+  for (const file of python) expect(readFileSync(path.join(out, file)).equals(readFileSync(path.join('src/hf/python', file))), file).toBe(true);
   const before = await snapshot(checkpoint);
   const after = await snapshot(out);
   expect(after.config).toEqual(before.config);
@@ -87,6 +91,25 @@ describe('export → import is the identity', () => {
     const tensors = [...readRaw(path.join(out, 'model.safetensors')).keys()];
     expect(tensors.filter((t) => t.startsWith('slayformer.')).sort()).toEqual([0, 1].flatMap((i) => [`slayformer.blocks.${i}.attn.covarianceFactor`, `slayformer.blocks.${i}.attn.projection`]));
     expect(readFileSync(path.join(out, 'README.md'), 'utf8')).toContain('transformers has no class for it (attention darkformer)');
+    const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as Record<string, unknown>;
+    expect(config).toMatchObject({
+      architectures: ['SlayformerForCausalLM'],
+      auto_map: { AutoConfig: 'configuration_slayformer.SlayformerGPT2Config', AutoModelForCausalLM: 'modeling_slayformer.SlayformerForCausalLM' },
+      layer_types: Array(2).fill('slayformer darkformer attention (load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True))'),
+      // Every option written out, the defaults included.
+      slayformer: { attention: { name: 'darkformer', options: { features: 8, rank: 4, orthogonal: true, redrawInterval: 0, delta: 1e-6, init: 'identity', chunkSize: 64, segmentLength: 0 } } },
+    });
+  });
+
+  it('a SchoenbAt GPT records the degrees of its Maclaurin features per layer (the buffers do not show them)', async () => {
+    const recipe = nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: schoenbat, options: { features: 12 } } }');
+    const out = await roundTrip(await savedRun(recipe, fresh(), 5), 'slayformer-gpt2');
+    const { model } = await loadModel(out);
+    const degrees = model.body.attention.map((a) => a.drawLayout!.maclaurinDegrees);
+    model.dispose();
+    const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as { slayformer: { layers: { maclaurinDegrees: number[] }[] } };
+    expect(config.slayformer.layers.map((l) => l.maclaurinDegrees)).toEqual(degrees);
+    expect(degrees.every((d) => d.length === 11)).toBe(true);
   });
 
   it('a native pre-LN BERT without biases or token types, with SLAY attention, is a slayformer-bert folder', async () => {

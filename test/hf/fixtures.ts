@@ -121,11 +121,11 @@ export function perturb(model: LanguageModel, seed: number, scale = 0.05): void 
   }
 }
 
-/** A model of the recipe with perturbed weights, saved as a run's final/ folder the way training saves it. */
-export async function savedRun(recipe: Recipe, runDir: string, seed: number): Promise<string> {
+/** A model of the recipe with perturbed weights (N(0, scale²) noise), saved as a run's final/ folder the way training saves it. */
+export async function savedRun(recipe: Recipe, runDir: string, seed: number, scale?: number): Promise<string> {
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const model = createLanguageModel(modelConfigFromRecipe(recipe, tokenizer.vocabSize));
-  perturb(model, seed);
+  perturb(model, seed, scale);
   const folder = await saveFinalModel(runDir, model, recipe, { tokenizer_sha256: tokenizer.sha256, step: '3' });
   model.dispose();
   return folder;

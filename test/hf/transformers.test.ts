@@ -1,10 +1,9 @@
-// The exported folders load in PyTorch with transformers' from_pretrained (AutoModelForCausalLM /
-// AutoModelForMaskedLM, AutoTokenizer) with no missing or unexpected weight, and compute our logits;
-// a DARKFormer export is refused by AutoModel instead of silently computing softmax attention.
+// The exported folders of standard models load in PyTorch with transformers' own classes
+// (AutoModelForCausalLM / AutoModelForMaskedLM, AutoTokenizer) with no missing or unexpected weight,
+// and compute our logits (the other mechanisms: pytorch.test.ts).
 // Needs a Python with torch and transformers: `npm run setup:transformers` makes one in .venv-hf/
 // (or point SLAYFORMER_PYTHON at one); without it the tests are skipped with one line saying so.
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,22 +16,13 @@ import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { parseRecipe } from '../../src/train/recipe.ts';
 import { saveFinalModel } from '../../src/train/trainer.ts';
 import { syntheticDocuments } from '../data/stream-fixtures.ts';
+import { findTransformersPython, runTransformersCheck, TRANSFORMERS_SETUP as SETUP } from '../helpers/python.ts';
 import { BERT_DIR, logitsOf, maxAbsDiff, perturb, savedRun } from './fixtures.ts';
 
-const SETUP = 'npm run setup:transformers';
-
-/** A Python that has torch and transformers (found without importing them: that takes seconds). */
-function findPython(): string | null {
-  const candidates = [process.env.SLAYFORMER_PYTHON, path.resolve('.venv-hf/bin/python')].filter((p): p is string => !!p && existsSync(p));
-  const probe = "import importlib.util, sys; sys.exit(0 if all(importlib.util.find_spec(m) for m in ('torch', 'transformers')) else 1)";
-  return candidates.find((p) => spawnSync(p, ['-c', probe], { timeout: 60_000 }).status === 0) ?? null;
-}
-
-const python = findPython();
+const python = findTransformersPython();
 if (!python) console.warn(`skipped: the transformers from_pretrained tests need a Python with torch and transformers (set up with: ${SETUP})`);
 
 interface PythonResult {
-  error?: string;
   class?: string;
   loading?: Record<string, string[]>;
   logits?: number[][][];
@@ -47,13 +37,12 @@ beforeAll(async () => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe.skipIf(!python)(`transformers from_pretrained on exported folders (needs: ${SETUP})`, () => {
-  it('a native GPT (exact GELU, ε 1e-6, our own BPE) and a finetuned BERT load with every weight and give our logits (≤ 1e-4); DARKFormer is refused', async () => {
+  it('a native GPT (exact GELU, ε 1e-6, our own BPE) and a finetuned BERT load with every weight and give our logits (≤ 1e-4)', async () => {
     const texts = ['The state of the Union is strong.', 'Congress shall make no law, 1789.'];
     await trainByteLevelBpeFromTexts(syntheticDocuments(200, 7), 300, path.join(dir, 'tokenizer.json'));
     const native = (model: string) =>
       parseRecipe(`model: ${model}\ndata: { dataset: d, tokenizer: ${path.join(dir, 'tokenizer.json')}, seqLen: 16 }`, path.join(dir, 'r.yaml'));
     const gpt = await exportHf(await savedRun(native('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, activation: gelu-erf, layerNormEps: 1e-6 }'), path.join(dir, 'gpt'), 1), { out: path.join(dir, 'gpt-hf') });
-    const dark = await exportHf(await savedRun(native('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: darkformer } }'), path.join(dir, 'dark'), 2), { out: path.join(dir, 'dark-hf') });
     // The fixture BERT with every weight moved (as a finetune would), saved as a run and exported.
     const imported = await loadModel(`hf:${BERT_DIR}`);
     perturb(imported.model, 3);
@@ -67,12 +56,8 @@ describe.skipIf(!python)(`transformers from_pretrained on exported folders (need
     const requests = [
       { folder: gpt.out, kind: 'gpt', input_ids: ids, texts },
       { folder: bert.out, kind: 'bert', input_ids: ids, texts },
-      { folder: dark.out, kind: 'gpt', input_ids: ids, texts },
     ];
-    writeFileSync(path.join(dir, 'request.json'), JSON.stringify(requests));
-    const run = spawnSync(python!, ['test/hf/transformers_check.py', path.join(dir, 'request.json')], { encoding: 'utf8', timeout: 240_000, maxBuffer: 1 << 28 });
-    expect(run.status, run.stderr).toBe(0);
-    const [gptResult, bertResult, darkResult] = JSON.parse(run.stdout) as PythonResult[];
+    const [gptResult, bertResult] = runTransformersCheck<PythonResult>(python!, dir, requests);
 
     expect(gptResult.class).toBe('GPT2LMHeadModel');
     expect(bertResult.class).toBe('BertForMaskedLM');
@@ -88,6 +73,5 @@ describe.skipIf(!python)(`transformers from_pretrained on exported folders (need
       const tokenizer = await TextTokenizer.load(path.join(folder, 'tokenizer.json'));
       expect(result.token_ids).toEqual((await tokenizer.encodeBatch(texts)).map((a) => Array.from(a)));
     }
-    expect(darkResult.error).toMatch(/slayformer-gpt2/);
   });
 });

@@ -4,32 +4,56 @@ input ids (eval mode, float32) and AutoTokenizer's ids for the given texts — o
 from_pretrained raised. One process for all folders: importing torch is the slow part.
 
 usage: python transformers_check.py <request.json>
-  request.json: [{"folder": "...", "kind": "gpt" | "bert", "input_ids": [[...], ...], "texts": ["...", ...]}, ...]
+  request.json: [{"folder": "...", "kind": "gpt" | "bert", "input_ids": [[...], ...], "texts": ["...", ...],
+                  optional: "trust_remote_code": true (model and tokenizer), "attention_mask": [[1/0, ...], ...] (default all 1),
+                  "generate": {"prompt": [...], "max_new_tokens": n}  (greedy; result "generated": new ids, "generated_text"),
+                  "plain": "GPT2LMHeadModel" | "BertForMaskedLM"     (also load as that class; result "plain_error")}, ...]
 """
 import json
 import sys
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+
+def error_text(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def check(request: dict) -> dict:
     auto = AutoModelForCausalLM if request["kind"] == "gpt" else AutoModelForMaskedLM
+    result = {}
+    if "plain" in request:
+        try:
+            getattr(transformers, request["plain"]).from_pretrained(request["folder"])
+            result["plain_error"] = None
+        except Exception as error:  # noqa: BLE001 - the message is the result
+            result["plain_error"] = error_text(error)
+    trust = request.get("trust_remote_code", False)
     try:
-        model, info = auto.from_pretrained(request["folder"], output_loading_info=True, dtype=torch.float32)
+        model, info = auto.from_pretrained(request["folder"], output_loading_info=True, dtype=torch.float32, trust_remote_code=trust)
     except Exception as error:  # noqa: BLE001 - the message is the result
-        return {"error": f"{type(error).__name__}: {error}"}
+        return {**result, "error": error_text(error)}
     model.eval()
     ids = torch.tensor(request["input_ids"], dtype=torch.long)
+    mask = torch.tensor(request["attention_mask"]) if "attention_mask" in request else torch.ones_like(ids)
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
-    tokenizer = AutoTokenizer.from_pretrained(request["folder"])
-    return {
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    tokenizer = AutoTokenizer.from_pretrained(request["folder"], trust_remote_code=trust)
+    result.update({
         "class": type(model).__name__,
         "loading": {k: sorted(str(x) for x in v) for k, v in info.items()},
         "logits": logits.tolist(),
-        "token_ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in request["texts"]],
-    }
+        "token_ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in request.get("texts", [])],
+    })
+    if "generate" in request:
+        prompt = torch.tensor([request["generate"]["prompt"]], dtype=torch.long)
+        with torch.no_grad():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=request["generate"]["max_new_tokens"], do_sample=False)
+        result["generated"] = out[0, prompt.shape[1]:].tolist()
+        result["generated_text"] = tokenizer.decode(result["generated"])
+    return result
 
 
 def main() -> None:

@@ -75,6 +75,7 @@ registerAttention('schoenbat', {
       options,
       trainableVariables: [gamma, beta],
       buffers: [featureMap.projections],
+      drawLayout: { maclaurinDegrees: featureMap.degrees },
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => postSbn(methods.apply(q, k, v, opts)));
       },

@@ -27,6 +27,11 @@ export interface AttentionModule {
   readonly trainableVariables: tf.Variable[];
   /** Fixed random projections and other non-trained state, saved with the model. */
   readonly buffers: tf.Variable[];
+  /**
+   * Facts of the random draw that the buffers' values do not show and another implementation needs
+   * to use them (SchoenbAt: the degree of each Maclaurin feature); the Hugging Face export records them.
+   */
+  readonly drawLayout?: Readonly<Record<string, readonly number[]>>;
   /** Called by the trainer once per optimizer step; mechanisms with a redraw interval redraw here. */
   onTrainStep?(step: number): void;
   /**
