@@ -221,9 +221,8 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
       const { value, grads } = gradientsThroughGraph(graphs, 'train', [x], state, params, () => loss(layer()));
       return [value, ...Object.values(grads)];
     });
-  const peakBytes = peakTensorBytes(() => tf.dispose(train())); // doubles as the warm-up
-  for (let i = 0; i < (graphs ? 2 : 0); i++) tf.dispose(train()); // the function is built on the third call
-  for (let i = 0; i < (graphs ? 3 : 1); i++) await time(forward);
+  const peakBytes = peakTensorBytes(() => tf.dispose(train())); // doubles as the warm-up (and builds the function)
+  await time(forward);
   // Up to `repeats` timed runs of each, fewer once they have taken maxTimedS (long sequences).
   const timed = async (fn: () => tf.Tensor | tf.Tensor[]) => {
     const ms: number[] = [];

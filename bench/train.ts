@@ -57,7 +57,7 @@ const COMMAND = {
     replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
     steps: int(1, 10, 'timed steps'),
-    warmup: int(0, 4, 'warm-up steps (on tensorflow the first two record the step and the third builds its graph)'),
+    warmup: int(0, 4, 'warm-up steps (on tensorflow the first step also records the step and builds its function)'),
     graph: { type: 'string', value: 'LIST', default: 'on,off', help: 'tensorflow only: train.graph settings to measure (on = the step as TF functions, off = op by op)' },
     xla: { type: 'string', value: 'LIST', default: 'off', help: 'tensorflow only: train.xla settings of the function rows (on, off or off,on)' },
     seq: int(1, 256, 'sequence length'),

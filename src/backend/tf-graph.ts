@@ -324,12 +324,16 @@ function attrValue(pb: Proto, binding: NativeBinding, a: OpAttr, shape: (dims: n
 type KeyState = { kind: 'recorded'; trace: Trace; attempts: number } | { kind: 'compiled'; graph: CompiledGraph; xlaFailure?: string } | { kind: 'eager'; why: string };
 
 /**
- * Runs a function eagerly until two consecutive calls under the same key recorded the same program
- * with the same constants, then as a TensorFlow function. The first call often differs from the
- * next (constant caches fill on first use), so a key gets `maxRecordings` tries; a key that never
- * repeats, or whose graph fails to load, stays eager (status() says why). At most `maxKeys` keys are
- * recorded; later ones run eagerly. `xla` asks for XLA compilation of the function; where the
- * library cannot compile it for this device, that key runs without XLA and status() says why.
+ * Runs a function as a TensorFlow function per key. The first call of a key records the program
+ * until two consecutive recordings agree (same program, same constants; the first often differs
+ * from the next, as constant caches fill on first use, so up to `maxRecordings` tries), builds the
+ * function and returns ITS results: every result of a key comes from its function, whatever came
+ * before, so a resumed run computes each step exactly as the uninterrupted one did. The recordings
+ * run the program eagerly and are discarded (`fn` must not change state: it returns new tensors).
+ * A key whose recordings never agree, or whose graph fails to load, stays eager (status() says why)
+ * and keeps the last recording's results. At most `maxKeys` keys are recorded; later ones run
+ * eagerly. `xla` asks for XLA compilation of the function; where the library cannot compile it for
+ * this device, that key runs without XLA and status() says why.
  */
 export class GraphCache {
   private readonly keys = new Map<string, KeyState>();
@@ -343,12 +347,24 @@ export class GraphCache {
     const state = this.keys.get(key);
     if (state?.kind === 'compiled') return this.run(state, feeds, xla);
     if (state?.kind === 'eager' || (!state && this.keys.size >= this.maxKeys)) return fn();
+    for (;;) {
+      const outputs = this.record(key, feeds, fn);
+      const now = this.keys.get(key)!;
+      if (now.kind === 'eager') return outputs;
+      tf.dispose(outputs);
+      if (now.kind === 'compiled') return this.run(now, feeds, xla);
+    }
+  }
+
+  /** One recording of `key`'s program; moves the key to compiled (two agreeing recordings), eager, or another try. */
+  private record(key: string, feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]): tf.Tensor[] {
+    const state = this.keys.get(key);
     const { outputs, trace } = recordTrace(feeds, fn);
     if (trace.unfollowable) this.keys.set(key, { kind: 'eager', why: trace.unfollowable });
-    else if (!state) this.keys.set(key, { kind: 'recorded', trace, attempts: 1 });
+    else if (state?.kind !== 'recorded') this.keys.set(key, { kind: 'recorded', trace, attempts: 1 });
     else if (!sameTrace(state.trace, trace)) {
       const attempts = state.attempts + 1;
-      this.keys.set(key, attempts < this.maxRecordings ? { kind: 'recorded', trace, attempts } : { kind: 'eager', why: `${attempts} calls recorded different programs or constants` });
+      this.keys.set(key, attempts < this.maxRecordings ? { kind: 'recorded', trace, attempts } : { kind: 'eager', why: `${attempts} recordings differed in their programs or constants` });
     } else {
       try {
         this.keys.set(key, { kind: 'compiled', graph: CompiledGraph.load(trace) });
@@ -369,10 +385,10 @@ export class GraphCache {
     }
   }
 
-  /** How `key` runs now: 'graph', 'recording', or why it stays eager; ' (XLA …)' after 'graph' when XLA was asked for and failed. */
+  /** How `key` runs now: 'graph', 'not recorded' (never called), or why it stays eager; ' (XLA …)' after 'graph' when XLA was asked for and failed. */
   status(key: string): string {
     const state = this.keys.get(key);
-    if (!state) return this.keys.size >= this.maxKeys ? 'eager: too many shapes' : 'recording';
+    if (!state) return this.keys.size >= this.maxKeys ? 'eager: too many shapes' : 'not recorded';
     if (state.kind === 'compiled') return state.xlaFailure ? `graph (without XLA: ${state.xlaFailure})` : 'graph';
     return state.kind === 'recorded' ? 'recording' : `eager: ${state.why}`;
   }

@@ -63,9 +63,9 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
   try {
     const vocabNote = haveTokenizer ? '' : ` (${recipe.data.tokenizer} not found: GPT-2's vocabulary of ${GPT2_VOCAB_SIZE.toLocaleString('en-US')} assumed)`;
     console.log(`    ${config.kind} ${config.attention.name}, ${countParameters(config).total.toLocaleString('en-US')} parameters${vocabNote}, batch ${recipe.train.batchSize}×${recipe.data.seqLen}, on ${graphDevice()}`);
-    // The first two steps of a shape record it and the third builds its function: 3 warm-up steps.
+    // The first step of a shape records it and builds its function: a warm-up step of its own.
     for (const [label, graph, xla] of [['TensorFlow functions', true, false], ['functions + XLA', true, true], ['op by op', false, false]] as const) {
-      const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: graph ? 3 : 1, steps, replicas: 1, graph, xla });
+      const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: 2, steps, replicas: 1, graph, xla });
       console.log(`    ${label.padEnd(20)} ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}, ${r.readbackValues} values (${r.readbackBytes} bytes) read back per step`);
       if (!Number.isFinite(r.lastLoss)) throw new CheckFailed('the loss is not finite');
     }

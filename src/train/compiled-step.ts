@@ -95,7 +95,7 @@ function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean)
   return `${shapes.join(',')}|${variables.map((v) => v.name).join(',')}|${dropout ? 'dropout' : ''}`;
 }
 
-/** How the step with this batch would run now ('graph', 'recording', 'eager: …'), for logs and tests. */
+/** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */
 export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {
   if (!graphsAvailable()) return 'eager: backend';
   const key = tf.tidy(() => {

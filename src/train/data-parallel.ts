@@ -95,7 +95,7 @@ export type ReplicaReply =
   | {
       type: 'grads'; id: number; values: Float32Array; loss: number;
       /** tf.memory().numTensors in the replica after the step. */ tensors: number;
-      /** How the replica's step ran (compiled-step.ts graphStatus: 'graph', 'recording', 'eager: …'). */ execution: string;
+      /** How the replica's step ran (compiled-step.ts graphStatus: 'graph', 'not recorded', 'eager: …'). */ execution: string;
     }
   | { type: 'error'; message: string };
 
@@ -178,7 +178,7 @@ export class DataParallelGroup {
   private nextId = 0;
   /** Live tensors in each worker replica after its last step (for leak checks). */
   readonly replicaTensors: number[] = [];
-  /** How each worker replica's last step ran ('graph', 'recording', 'eager: …'). */
+  /** How each worker replica's last step ran ('graph', 'not recorded', 'eager: …'). */
   readonly replicaExecution: string[] = [];
 
   private constructor(

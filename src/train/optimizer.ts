@@ -76,7 +76,7 @@ export class AdamW {
     [this.m, this.v] = tf.tidy(() => [tf.variable(tf.zeros([total]), false), tf.variable(tf.zeros([total]), false)]) as [tf.Variable<tf.Rank.R1>, tf.Variable<tf.Rank.R1>];
   }
 
-  /** How the last update ran: 'graph', 'recording' or 'eager…' (GraphCache.status), for logs and tests. */
+  /** How the last update ran: 'graph', 'not recorded' or 'eager…' (GraphCache.status), for logs and tests. */
   graphStatus(): string {
     return this.graphs ? this.graphs.status(this.lastKey) : 'eager';
   }

@@ -31,8 +31,6 @@ import { graphStatus, microBatchGradients } from './compiled-step.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
 
-/** Steps 1 and 2 of a batch shape record it, step 3 builds its graph (compiled-step.ts). */
-const GRAPH_DECIDED_STEP = 3;
 
 export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
   const m = recipe.model;
@@ -448,7 +446,7 @@ class TrainingLoop {
   private lastReadback: Readback | null = null;
   private skippedSteps: number;
   private consecutiveSkips: number;
-  /** Steps run by this process (a resumed run records its step graph again). */
+  /** Steps run by this process (its first step records the step program and builds its function). */
   private stepsInProcess = 0;
   private lastVal: { step: number; loss: number } | null = null;
   private readonly schedule: ScheduleOptions;
@@ -556,7 +554,8 @@ class TrainingLoop {
     if (tf.getBackend() === 'tensorflow') this.lastReadback = readSince(readBefore);
     if (result.applied) this.consecutiveSkips = 0;
     else this.dropUpdate(result);
-    if (++this.stepsInProcess === GRAPH_DECIDED_STEP && !this.group) this.reportGraph(micro, stepOptions);
+    // The first step of a process records its program and builds its function (backend/tf-graph.ts).
+    if (++this.stepsInProcess === 1 && !this.group) this.reportGraph(micro, stepOptions);
     const stepTokens = micro.length * recipe.train.batchSize * recipe.data.seqLen;
     this.step++;
     this.tokens += stepTokens;
@@ -571,7 +570,7 @@ class TrainingLoop {
     if (!stepOptions.graph || tf.getBackend() !== 'tensorflow') return;
     const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
     const status = graphStatus(this.parts.model, micro[0], variables, stepOptions.dropoutSeed !== null);
-    const why = status === 'recording' ? 'the batch shape changes from step to step, e.g. BERT\'s count of masked positions' : status.replace(/^eager: /, '');
+    const why = status.replace(/^eager: /, '');
     const xla = stepOptions.xla ? ' compiled by XLA' : '';
     this.logger.line(status.startsWith('graph') ? `train.graph: steps run as TensorFlow functions${xla} on ${graphDevice()}${status.slice('graph'.length)}` : `train.graph: steps run op by op (${why})`);
   }
