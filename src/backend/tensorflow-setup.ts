@@ -56,6 +56,7 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
   const tfjsVersion = projectTfjsVersion();
   const existing = currentBuild();
   if (!options.force && existing && fs.existsSync(path.join(nativePackageDir(existing), QUIET_STDERR_ADDON)) && matches(existing, options, tfjsVersion)) {
+    removeUnusedTrees();
     options.log(`already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`);
     return { build: existing, reused: true };
   }

@@ -3,11 +3,12 @@
 // suites themselves run on it in the `tensorflow` vitest project (vitest.config.ts).
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { hasFusedKernel, SPARSE_CROSS_ENTROPY } from '../../src/backend/fused-kernels.ts';
-import { BUILD_STAMP, isTensorflowSetUp, PROJECT_ROOT, readBuildStamp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
+import { BUILD_STAMP, isTensorflowSetUp, nativePackageDir, PROJECT_ROOT, readBuildStamp, SETUP_COMMAND, TENSORFLOW_CACHE } from '../../src/backend/native-build.ts';
 import { SetupError, setupTensorflow } from '../../src/backend/tensorflow-setup.ts';
 import { tensorflowInfo } from '../../src/backend/tensorflow.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
@@ -142,6 +143,25 @@ describe('setup:tensorflow', () => {
     expect(attempt).toThrow(SetupError);
     expect(attempt).toThrow(/^\/nonexistent\/python3 not found: install Python 3 with pip \(or pass --python PATH\)$/);
     expect(fs.existsSync(BUILD_STAMP) ? fs.readFileSync(BUILD_STAMP, 'utf8') : null).toBe(stampBefore);
+  });
+
+  it.skipIf(!available)('keeps a matching build, removing what interrupted builds left; build.json holds relative paths only', () => {
+    // What an interrupted build leaves: a half-built tree, and the staging folder of older versions.
+    const leftovers = [path.join(TENSORFLOW_CACHE, 'tree-1999-01-01T00-00-00-000Z-1'), path.join(TENSORFLOW_CACHE, 'staging')];
+    for (const dir of leftovers) {
+      fs.mkdirSync(path.join(dir, 'node_modules'), { recursive: true });
+      fs.writeFileSync(path.join(dir, 'node_modules', 'partial'), 'x');
+    }
+    const stampBefore = fs.readFileSync(BUILD_STAMP, 'utf8');
+    const { reused } = setupTensorflow({ gpu: false, tensorflow: '2.21.*', python: 'python3', force: false, log: () => {} });
+    expect(reused).toBe(true);
+    for (const dir of leftovers) expect(fs.existsSync(dir), dir).toBe(false);
+    expect(fs.readFileSync(BUILD_STAMP, 'utf8')).toBe(stampBefore);
+    // Moving the project folder keeps the build: no absolute path is recorded.
+    const stamp = readBuildStamp()!;
+    expect(path.isAbsolute(stamp.tree) || path.isAbsolute(stamp.binding)).toBe(false);
+    expect(stampBefore).not.toContain(PROJECT_ROOT);
+    expect(fs.existsSync(path.join(nativePackageDir(stamp), stamp.binding))).toBe(true);
   });
 
   it.skipIf(!available)('keeps a matching build without rebuilding, and says so', () => {
