@@ -134,13 +134,19 @@ struct FunctionOps {
     return nullptr;
   }
 
-  // removeFunction(name)
-  static napi_value Remove(napi_env env, napi_callback_info info) {
+  // The backend and the function name of a call whose one argument is that name.
+  static TFJSBackend *Named(napi_env env, napi_callback_info info, std::string &name) {
     napi_value args[1];
     if (!Args(env, info, 1, args)) return nullptr;
     TFJSBackend *backend = Backend(env);
+    return backend && String(env, args[0], name) ? backend : nullptr;
+  }
+
+  // removeFunction(name)
+  static napi_value Remove(napi_env env, napi_callback_info info) {
     std::string name;
-    if (!backend || !String(env, args[0], name)) return nullptr;
+    TFJSBackend *backend = Named(env, info, name);
+    if (!backend) return nullptr;
     if (!TFE_ContextHasFunction(backend->tfe_context_, name.c_str())) {
       NAPI_THROW_ERROR(env, "no function named '%s' is registered", name.c_str());
       return nullptr;
@@ -154,11 +160,9 @@ struct FunctionOps {
 
   // hasFunction(name) → boolean
   static napi_value Has(napi_env env, napi_callback_info info) {
-    napi_value args[1];
-    if (!Args(env, info, 1, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
     std::string name;
-    if (!backend || !String(env, args[0], name)) return nullptr;
+    TFJSBackend *backend = Named(env, info, name);
+    if (!backend) return nullptr;
     napi_value result;
     napi_get_boolean(env, TFE_ContextHasFunction(backend->tfe_context_, name.c_str()) != 0, &result);
     return result;
