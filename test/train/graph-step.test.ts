@@ -165,6 +165,29 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     }
   });
 
+  it('an overflowing step is dropped by the same rule in both modes: weights and moments untouched', async () => {
+    for (const graph of [true, false]) {
+      const model = tinyModel('softmax');
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      try {
+        const batches = batchesFor('gpt', 23);
+        await trainStep(model, optimizer, [batches[0]], { lr: 1e-3, clip: 1, dropoutSeed: null, graph });
+        // An embedding row of 3e38 overflows the forward pass to Inf/NaN, as a diverged run does.
+        const embedding = model.parameters().get('embed.tokens.weight')!;
+        embedding.assign(tf.tidy(() => tf.mul(embedding, tf.scalar(3e38))));
+        const before = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
+        const result = await trainStep(model, optimizer, [batches[1]], { lr: 1e-3, clip: 1, dropoutSeed: null, graph });
+        expect(result.applied, `graph ${graph}`).toBe(false);
+        expect(Number.isFinite(result.loss) && Number.isFinite(result.gradNorm)).toBe(false);
+        for (const [name, v] of model.parameters()) expect(Array.from(v.dataSync()), name).toEqual(before.get(name));
+        if (graph) expect(graphStatus(model, batches[1], [...model.parameters().values()])).toBe('graph');
+      } finally {
+        optimizer.dispose();
+        model.dispose();
+      }
+    }
+  });
+
   it('dropout: graph steps draw the masks from the fed step seed, as op-by-op steps do', async () => {
     const batches = batchesFor('gpt', 13);
     const seeds = (offset: number) => (step: number) => 7919 * (step + offset);
