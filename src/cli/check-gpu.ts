@@ -13,9 +13,9 @@ import { readBuildStamp, SETUP_COMMAND } from '../backend/native-build.ts';
 import { tensorflowInfo } from '../backend/tensorflow.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { countParameters, createLanguageModel } from '../model/lm.ts';
-import { loadRecipe } from '../train/recipe.ts';
+import { loadRecipe, modelConfigFromRecipe } from '../train/recipe.ts';
 import { measureThroughput } from '../train/throughput.ts';
-import { GPT2_VOCAB_SIZE, modelConfigFromRecipe } from '../train/trainer.ts';
+import { GPT2_VOCAB_SIZE } from '../train/trainer.ts';
 import { runCommand, type ParsedCommand } from './command.ts';
 
 const DEFAULT_RECIPE = 'recipes/gpu/gpt2-small-softmax.yaml';

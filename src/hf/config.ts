@@ -14,6 +14,7 @@
 // BertConfig, so that GPT2LMHeadModel / BertForMaskedLM fail instead of silently computing softmax
 // attention. Both kinds write the section; it also marks the folder as written by this project
 // (export --overwrite replaces only such folders).
+import { BOUNDS, showValue, type Bound } from '../bounds.ts';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 import { resolveOptions } from '../model/attention/registry.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
@@ -75,11 +76,22 @@ class FieldReader {
     return v === null ? undefined : v;
   }
 
-  int(key: string, fallback: number, min = 1): number {
+  /** An integer ≥ min and, for a size, within its bound (src/bounds.ts): checked before anything is listed or built from it. */
+  int(key: string, fallback: number, min: number, bound?: Bound): number {
     const v = this.raw(key) ?? fallback;
-    if (typeof v === 'number' && Number.isInteger(v) && v >= min) return v;
-    this.problems.push(`${key} must be an integer ≥ ${min} (got ${JSON.stringify(v)})`);
+    const max = bound?.max ?? Number.MAX_SAFE_INTEGER;
+    if (typeof v === 'number' && Number.isSafeInteger(v) && v >= min && v <= max) return v;
+    const range = bound ? `an integer ≥ ${min}, ≤ ${max}` : `an integer ≥ ${min}`;
+    const why = bound && typeof v === 'number' && v > max ? `; the bound: ${bound.why}` : '';
+    this.problems.push(`${key} must be ${range} (got ${showValue(v)}${why})`);
     return fallback;
+  }
+
+  /** An intermediate size as the ratio to the width, within model.mlpRatio's bound. */
+  ratio(key: string, inner: number, width: number, widthKey: string): number {
+    if (inner <= BOUNDS.mlpRatio.max * width) return inner / width;
+    this.problems.push(`${key} (${inner}) must be ≤ ${BOUNDS.mlpRatio.max} × ${widthKey} (${width}) (the bound: ${BOUNDS.mlpRatio.why})`);
+    return 4;
   }
 
   positive(key: string, fallback: number): number {
@@ -155,8 +167,8 @@ function readArchitecture(obj: Record<string, unknown>, layout: HfLayout, custom
 type ModelFields = { model: HfModelConfig; fieldNames: HfConfig['fields'] };
 
 function gpt2Model(f: FieldReader): ModelFields {
-  const dModel = f.int('n_embd', 768);
-  const inner = f.json.n_inner === null || f.json.n_inner === undefined ? 4 * dModel : f.int('n_inner', 4 * dModel);
+  const dModel = f.int('n_embd', 768, 1, BOUNDS.width);
+  const inner = f.json.n_inner === null || f.json.n_inner === undefined ? 4 * dModel : f.int('n_inner', 4 * dModel, 1);
   f.expect('scale_attn_weights', true, true, 'attention scores not divided by √head_dim');
   f.expect('scale_attn_by_inverse_layer_idx', false, false, 'scores divided by the layer index');
   f.expect('add_cross_attention', false, false, 'encoder–decoder cross-attention');
@@ -164,12 +176,12 @@ function gpt2Model(f: FieldReader): ModelFields {
   // reorder_and_upcast_attn only changes the precision of half-precision runs: float32 computes the same.
   const model: HfModelConfig = {
     kind: 'gpt',
-    vocabSize: f.int('vocab_size', 50257),
-    maxSeqLen: f.int('n_positions', 1024),
+    vocabSize: f.int('vocab_size', 50257, 1, BOUNDS.embeddingRows),
+    maxSeqLen: f.int('n_positions', 1024, 1, BOUNDS.positions),
     dModel,
-    numLayers: f.int('n_layer', 12),
-    numHeads: f.int('n_head', 12),
-    mlpRatio: inner / dModel,
+    numLayers: f.int('n_layer', 12, 1, BOUNDS.layers),
+    numHeads: f.int('n_head', 12, 1, BOUNDS.heads),
+    mlpRatio: f.ratio('n_inner', inner, dModel, 'n_embd'),
     bias: true,
     attention: { name: 'softmax', options: {} },
     normPosition: 'pre',
@@ -188,25 +200,25 @@ function gpt2Model(f: FieldReader): ModelFields {
 }
 
 function bertModel(f: FieldReader, custom: boolean): ModelFields {
-  const dModel = f.int('hidden_size', 768);
+  const dModel = f.int('hidden_size', 768, 1, BOUNDS.width);
   f.expect('is_decoder', false, false, 'causal BERT');
   f.expect('add_cross_attention', false, false, 'encoder–decoder cross-attention');
   f.expect('position_embedding_type', 'absolute', 'absolute', 'only learned absolute positions are computed');
   f.expect('tie_word_embeddings', true, true, 'an MLM decoder matrix of its own; this project ties it to the token embedding');
   const model: HfModelConfig = {
     kind: 'bert',
-    vocabSize: f.int('vocab_size', 30522),
-    maxSeqLen: f.int('max_position_embeddings', 512),
+    vocabSize: f.int('vocab_size', 30522, 1, BOUNDS.embeddingRows),
+    maxSeqLen: f.int('max_position_embeddings', 512, 1, BOUNDS.positions),
     dModel,
-    numLayers: f.int('num_hidden_layers', 12),
-    numHeads: f.int('num_attention_heads', 12),
-    mlpRatio: f.int('intermediate_size', 3072) / dModel,
+    numLayers: f.int('num_hidden_layers', 12, 1, BOUNDS.layers),
+    numHeads: f.int('num_attention_heads', 12, 1, BOUNDS.heads),
+    mlpRatio: f.ratio('intermediate_size', f.int('intermediate_size', 3072, 1), dModel, 'hidden_size'),
     bias: true,
     attention: { name: 'softmax', options: {} },
     normPosition: 'post',
     embeddingNorm: true,
     // transformers' BERT always adds a token-type row; this project's exports may have none.
-    typeVocabSize: f.int('type_vocab_size', 2, custom ? 0 : 1),
+    typeVocabSize: f.int('type_vocab_size', 2, custom ? 0 : 1, BOUNDS.embeddingRows),
     activation: f.activation('hidden_act', 'gelu'),
     layerNormEps: f.positive('layer_norm_eps', 1e-12),
   };
@@ -255,7 +267,7 @@ function applySection(value: unknown, model: HfModelConfig, f: FieldReader): num
   }
   model.bias = s.bool('bias', true);
   model.embeddingNorm = s.bool('embeddingNorm', model.embeddingNorm);
-  model.typeVocabSize = s.int('typeVocabSize', model.typeVocabSize, 0);
+  model.typeVocabSize = s.int('typeVocabSize', model.typeVocabSize, 0, BOUNDS.embeddingRows);
   const seed = s.int('seed', 0, 0);
   const position = section.normPosition ?? model.normPosition;
   if (NORM_POSITIONS.includes(position)) model.normPosition = position;

@@ -1,14 +1,16 @@
 // Reading a Hugging Face model folder — config.json, model.safetensors (or shards listed in
 // model.safetensors.index.json), tokenizer.json — into this project's parameter names and layouts.
 //
-// Everything is checked before any tensor is read: the config's fields (config.ts), every header
+// Everything is checked before any tensor is read: the config's fields and sizes (config.ts; sizes
+// within the bounds table of src/bounds.ts, before any tensor name is listed from them), every header
 // entry against the file size, the name, dtype and shape of every tensor against what the config
 // implies, and the tokenizer's vocabulary against the embedding. Only then are the tensors read, one
-// by one, so nothing is allocated from what an unchecked file says.
+// by one (a NaN or infinite value refused), so nothing is allocated from what an unchecked file says.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { ModelFolder } from '../train/finetune.ts';
 import type { NamedArray } from '../train/safetensors.ts';
+import { listSome } from '../bounds.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { languageModelParameterSpecs } from '../model/lm.ts';
 import { parseHfConfig, type HfConfig, type HfLayout, type HfModelConfig } from './config.ts';
@@ -155,7 +157,7 @@ interface TensorPlan {
   ignored: { name: string; why: string }[];
 }
 
-/** Matches the header entries with the tensors the config implies; one error lists every mismatch. */
+/** Matches the header entries with the tensors the config implies; one error of a few lines lists the mismatches (a few names of each kind and their count). */
 function planTensors(dir: string, config: HfConfig, entries: Map<string, TensorEntry>): TensorPlan {
   const layout = config.layout;
   const specs = languageModelParameterSpecs({ ...config.model, dropout: 0, seed: 0 });
@@ -192,9 +194,9 @@ function planTensors(dir: string, config: HfConfig, entries: Map<string, TensorE
     else unexpected.push(`${entry.name} (${path.basename(entry.file)})`);
   }
   const lines = [
-    ...(missing.length ? [`missing: ${missing.join(', ')}`] : []),
-    ...problems,
-    ...(unexpected.length ? [`not part of a ${config.architecture ?? config.modelType} this project can load: ${unexpected.join(', ')}`] : []),
+    ...(missing.length ? [`missing: ${listSome(missing)}`] : []),
+    ...(problems.length ? [listSome(problems, '\n  ')] : []),
+    ...(unexpected.length ? [`not part of a ${config.architecture ?? config.modelType} this project can load: ${listSome(unexpected)}`] : []),
   ];
   if (lines.length > 0) throw new Error(`Hugging Face folder ${dir}: the weights do not fit ${config.file}:\n  ${lines.join('\n  ')}`);
   return plan;

@@ -17,7 +17,7 @@ import {
   INIT_STD,
 } from './transformer.ts';
 import type { AttendFn, DropoutSeed, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
-import { createAttention } from './attention/index.ts';
+import { attentionTensors } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
 import { hasFusedKernel, SPARSE_CROSS_ENTROPY } from '../backend/fused-kernels.ts';
 
@@ -78,7 +78,7 @@ function bodyConfig(c: LanguageModelConfig): TransformerConfig {
 
 /**
  * Parameter count without allocating the model (for --dry-run of large recipes): the body and head
- * specs plus the attention mechanisms' trainable variables (built, counted, disposed — they are small).
+ * specs plus the attention mechanisms' trainable tensors as their registry entries declare them.
  */
 export function countParameters(c: LanguageModelConfig): { total: number; byGroup: Record<string, number> } {
   const body = bodyConfig(c);
@@ -89,18 +89,9 @@ export function countParameters(c: LanguageModelConfig): { total: number; byGrou
     const group = s.name.startsWith('embed.') ? 'embeddings' : s.name.startsWith('blocks.') ? 'blocks' : 'head';
     byGroup[group] += size(s.shape);
   }
-  for (let i = 0; i < c.numLayers; i++) {
-    const mech = createAttention(c.attention.name, {
-      ...c.attention.options,
-      numHeads: c.numHeads,
-      headDim: c.dModel / c.numHeads,
-      causal: body.causal,
-      seed: 0,
-      scope: `count.blocks.${i}.attn`,
-    });
-    for (const v of mech.trainableVariables) byGroup.attentionMechanism += v.size;
-    mech.dispose();
-  }
+  // Trainable shapes do not depend on the seed (only SchoenbAt's buffer does): one layer stands for all.
+  const mechanism = attentionTensors(c.attention.name, { ...c.attention.options, numHeads: c.numHeads, headDim: c.dModel / c.numHeads, causal: body.causal });
+  byGroup.attentionMechanism = c.numLayers * mechanism.filter((t) => t.trainable).reduce((n, t) => n + size(t.shape), 0);
   return { total: Object.values(byGroup).reduce((a, b) => a + b, 0), byGroup };
 }
 

@@ -10,9 +10,10 @@
 // previous mechanism's own tensors, which are dropped when the mechanism changed.
 // A Hugging Face folder (src/hf) is read into the same shape; the parameters it does not hold (a
 // bare BertModel's MLM head) keep their initialisation and are reported.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { listSome } from '../bounds.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { isDarkformerModule } from '../model/attention/darkformer.ts';
 import { architectureOf } from '../model/transformer.ts';
@@ -20,9 +21,12 @@ import type { Architecture } from '../model/transformer.ts';
 import { hfFolderOf, readHfInitFrom } from '../hf/folder.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
+import { readCheckedFiles } from './atomic-folder.ts';
+import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { CHECKPOINTS_DIR, COMPLETE_MARKER, listCheckpoints } from './checkpoint.ts';
-import { readSafetensors } from './safetensors.ts';
+import { checkSavedModel } from './model-check.ts';
+import { decodeSafetensors } from './safetensors.ts';
 import type { NamedArray } from './safetensors.ts';
 
 export const FREEZE_PRESETS = ['none', 'all-but-qkv'] as const;
@@ -126,21 +130,19 @@ export interface ModelFolder {
   fresh?: ReadonlySet<string>;
 }
 
-/** Reads `<dir>/model.safetensors` and `<dir>/recipe.json` (the layout of final/ and of checkpoints). */
+/**
+ * Reads `<dir>/model.safetensors` and `<dir>/recipe.json` (the layout of final/ and of checkpoints), checked as eval
+ * checks them: the checksums of COMPLETE, the recipe, the saved model config and every tensor (model-check.ts).
+ */
 export async function readModelFolder(dir: string): Promise<ModelFolder> {
   for (const file of [MODEL_FILE, RECIPE_FILE]) {
     if (!existsSync(path.join(dir, file))) throw new Error(`initFrom: ${path.join(dir, file)} does not exist (a model folder holds ${MODEL_FILE} and ${RECIPE_FILE})`);
   }
-  const { tensors, metadata } = await readSafetensors(path.join(dir, MODEL_FILE));
-  let config: ModelFolder['config'];
-  try {
-    // The safetensors header holds the exact model config; recipe.json's model section is the fallback.
-    config = metadata.config ? JSON.parse(metadata.config) : (JSON.parse(readFileSync(path.join(dir, RECIPE_FILE), 'utf8')) as Recipe).model;
-  } catch (err) {
-    throw new Error(`initFrom: cannot read the model config of ${dir} (${(err as Error).message})`);
-  }
-  if (!config?.attention?.name) throw new Error(`initFrom: ${dir} does not say which attention its model used (no config in ${MODEL_FILE}, no model.attention in ${RECIPE_FILE})`);
-  return { dir, tensors, metadata, config };
+  const files = await readCheckedFiles(dir, [MODEL_FILE, RECIPE_FILE]);
+  const recipe = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), path.join(dir, RECIPE_FILE));
+  const modelFile = path.join(dir, MODEL_FILE);
+  const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
+  return { dir, tensors, metadata, config: checkSavedModel({ tensors, metadata }, recipe, modelFile) };
 }
 
 function sameAttention(a: LanguageModelConfig['attention'], b: LanguageModelConfig['attention']): boolean {
@@ -173,7 +175,7 @@ export interface LoadReport {
 
 /**
  * Copies a model folder's tensors into `model` by name (see the file comment for the rules).
- * Checks everything first and throws one error listing every tensor that cannot be mapped; the
+ * Checks everything first and throws one error naming the tensors that cannot be mapped (a few of each kind, and their count); the
  * model is untouched then. `tokenizerSha256`: the run's tokenizer, compared with the checkpoint's.
  */
 export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { tokenizerSha256?: string } = {}): LoadReport {
@@ -199,12 +201,16 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
   const report: LoadReport = { loaded: [], initialised: [], redrawn: [], dropped: [], fresh: [], mechanismChanged };
   const missing: string[] = [];
   const mismatched: string[] = [];
+  const reshaped = new Set<string>();
   const assignments: [tf.Variable, NamedArray][] = [];
   const place = (name: string, variable: tf.Variable) => {
     const saved = source.tensors.get(name);
     if (!saved && source.fresh?.has(name)) report.fresh.push(name);
     else if (!saved) missing.push(name);
-    else if (!tf.util.arraysEqual(saved.shape, variable.shape)) mismatched.push(`${name} checkpoint [${saved.shape.join(', ')}] vs model [${variable.shape.join(', ')}]`);
+    else if (!tf.util.arraysEqual(saved.shape, variable.shape)) {
+      mismatched.push(`${name} checkpoint [${saved.shape.join(', ')}] vs model [${variable.shape.join(', ')}]`);
+      reshaped.add(name);
+    }
     else {
       assignments.push([variable, saved]);
       report.loaded.push(name);
@@ -221,15 +227,15 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
   const used = new Set(report.loaded);
   const unexpected: string[] = [];
   for (const name of source.tensors.keys()) {
-    if (used.has(name)) continue;
+    if (used.has(name) || reshaped.has(name)) continue;
     // Same mechanism, other options: its redrawn buffers are replaced too.
     if (MECHANISM_TENSOR.test(name) && (mechanismChanged || (!loadBuffers && model.buffers().has(name)))) report.dropped.push(name);
     else unexpected.push(name);
   }
   const problems = [
-    missing.length ? `missing in the checkpoint: ${missing.join(', ')}` : '',
-    mismatched.length ? `shape differs: ${mismatched.join('; ')}` : '',
-    unexpected.length ? `in the checkpoint but not in the model: ${unexpected.join(', ')}` : '',
+    missing.length ? `missing in the checkpoint: ${listSome(missing)}` : '',
+    mismatched.length ? `shape differs: ${listSome(mismatched, '; ')}` : '',
+    unexpected.length ? `in the checkpoint but not in the model: ${listSome(unexpected)}` : '',
   ].filter(Boolean);
   if (problems.length > 0) {
     throw new Error(`${where}: the checkpoint does not fit the model of this recipe (same model.* settings needed, except model.attention and model.dropout):\n  ${problems.join('\n  ')}`);

@@ -5,19 +5,18 @@
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
-import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../model/lm.ts';
+import { createLanguageModel, type LanguageModel } from '../model/lm.ts';
 import { hfFolderOf } from '../hf/folder.ts';
 import { loadHfModel } from '../hf/load.ts';
 import { COMPLETE_MARKER, readCheckedFiles } from './atomic-folder.ts';
 import { loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
 import { runFolderOf } from './checkpoint.ts';
 import { relocateRecipePaths } from './metrics.ts';
-import { checkModelConfig, checkModelTensors } from './model-check.ts';
+import { checkSavedModel } from './model-check.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { readRunMarker } from './run-folder.ts';
 import { decodeSafetensors } from './safetensors.ts';
-import { modelConfigFromRecipe } from './trainer.ts';
 
 export interface LoadedModel {
   /** The model folder the weights came from (absolute). */
@@ -66,21 +65,7 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
   const runDir = path.basename(folder) === 'final' ? (readRunMarker(path.dirname(folder)).marked ? path.dirname(folder) : null) : runFolderOf(folder).runDir;
   const recipe = runDir ? relocateRecipePaths(saved, runDir) : saved;
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
-  let config: LanguageModelConfig;
-  if (metadata.config) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(metadata.config);
-    } catch (err) {
-      throw new Error(`${modelFile}: metadata 'config' is not valid JSON (${(err as Error).message})`);
-    }
-    config = checkModelConfig(parsed, `${modelFile} (metadata 'config')`);
-  } else {
-    const embedding = tensors.get('embed.tokens.weight');
-    if (!embedding || embedding.shape.length !== 2) throw new Error(`${modelFile} has no 'embed.tokens.weight' matrix and no config metadata`);
-    config = modelConfigFromRecipe(recipe, embedding.shape[0]);
-  }
-  checkModelTensors(config, tensors, modelFile);
+  const config = checkSavedModel({ tensors, metadata }, recipe, modelFile);
   const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next
   try {
     loadWeights(model, { dir: folder, tensors, metadata, config });

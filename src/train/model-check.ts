@@ -1,14 +1,43 @@
 // A saved model checked before anything is built from it. A checkpoint's config is untrusted: a few bytes of it
-// (dModel 65536 × 512 layers) would otherwise allocate without bound. So the config is validated like a recipe's
-// model section (same keys, types, bounds and size limits), and every tensor in the file is compared by name and
-// shape with what that config builds; since the file's tensors are bounded by its size, so is the model.
+// (dModel 65536 × 512 layers, or 2²¹ Performer features) would otherwise allocate without bound. So the config is
+// validated like a recipe's model section (same keys, types and the bounds table of src/bounds.ts), and every
+// tensor in the file is compared by name and shape with what that config builds — the attention mechanisms'
+// tensors as their registry entries declare them, nothing drawn; since the file's tensors are bounded by its size,
+// so is the model.
 import * as tf from '@tensorflow/tfjs';
-import { createAttention } from '../model/attention/index.ts';
+import { BOUNDS, listSome } from '../bounds.ts';
+import { attentionTensors } from '../model/attention/index.ts';
 import { headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, attentionSeed, transformerParameterSpecs } from '../model/transformer.ts';
-import { modelSectionProblems, MAX_TENSOR_ELEMENTS } from './recipe.ts';
+import { modelConfigFromRecipe, modelSectionProblems } from './recipe.ts';
+import type { Recipe } from './recipe.ts';
 import type { NamedArray } from './safetensors.ts';
+
+/**
+ * The model config of a saved model file — its safetensors metadata 'config' checked like a recipe's model section,
+ * or, in files saved before that metadata existed, the recipe's model with the saved embedding's rows as the
+ * vocabulary — once the file's tensors are checked against it. The one check that eval, generate and initFrom make.
+ */
+export function checkSavedModel(saved: { tensors: Map<string, NamedArray>; metadata: Record<string, string> }, recipe: Recipe, modelFile: string): LanguageModelConfig {
+  const { tensors, metadata } = saved;
+  let config: LanguageModelConfig;
+  if (metadata.config) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(metadata.config);
+    } catch (err) {
+      throw new Error(`${modelFile}: metadata 'config' is not valid JSON (${(err as Error).message})`);
+    }
+    config = checkModelConfig(parsed, `${modelFile} (metadata 'config')`);
+  } else {
+    const embedding = tensors.get('embed.tokens.weight');
+    if (!embedding || embedding.shape.length !== 2) throw new Error(`${modelFile} has no 'embed.tokens.weight' matrix and no config metadata`);
+    config = modelConfigFromRecipe(recipe, embedding.shape[0]);
+  }
+  checkModelTensors(config, tensors, modelFile);
+  return config;
+}
 
 /** A model config read from a file, checked like a recipe's model section (errors name `source` and the key). */
 export function checkModelConfig(value: unknown, source: string): LanguageModelConfig {
@@ -18,8 +47,8 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
   // Models saved before the architecture options existed have none of them: they are GPT-2's (the defaults).
   const c: Record<string, unknown> = { ...ARCHITECTURE_DEFAULTS, ...(value as Record<string, unknown>) };
   const problems = modelSectionProblems(c);
-  if (!Number.isSafeInteger(c.vocabSize) || (c.vocabSize as number) < 1 || (c.vocabSize as number) > MAX_TENSOR_ELEMENTS) {
-    problems.push(`vocabSize must be an integer ≥ 1 (got ${JSON.stringify(c.vocabSize)})`);
+  if (!Number.isSafeInteger(c.vocabSize) || (c.vocabSize as number) < 1 || (c.vocabSize as number) > BOUNDS.embeddingRows.max) {
+    problems.push(`vocabSize must be an integer ≥ 1, ≤ ${BOUNDS.embeddingRows.max} (got ${JSON.stringify(c.vocabSize)})`);
   }
   if (!Number.isSafeInteger(c.seed)) problems.push(`seed must be an integer (got ${JSON.stringify(c.seed)})`);
   if (problems.length > 0) throw new Error(`${source}: the saved model config is not valid:\n  ${problems.join('\n  ')}`);
@@ -27,10 +56,10 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
 }
 
 /**
- * Checks that `tensors` are exactly what a model of `config` holds, by name and shape, without building the model:
- * first the body and head (their shapes follow from the config: this ties dModel, layers and vocabulary to the
- * file's size), then the attention mechanisms' own tensors, from each layer's mechanism built with that layer's seed and
- * disposed. One error, naming `source`, lists everything that does not fit.
+ * Checks that `tensors` are exactly what a model of `config` holds, by name and shape, without building the model or
+ * allocating anything: first the body and head (their shapes follow from the config: this ties dModel, layers and
+ * vocabulary to the file's size), then the attention mechanisms' own tensors, as each layer's mechanism declares them
+ * for that layer's seed. One error, naming `source`, lists what does not fit (a few names of each kind).
  */
 export function checkModelTensors(config: LanguageModelConfig, tensors: Map<string, NamedArray>, source: string): void {
   const body = { ...config, causal: config.kind === 'gpt' };
@@ -40,27 +69,21 @@ export function checkModelTensors(config: LanguageModelConfig, tensors: Map<stri
 }
 
 /**
- * Name → shape of the attention mechanisms' own tensors (trainable and buffers), from each layer's mechanism built
- * with that layer's seed and disposed: some shapes are drawn (SchoenbAt's random Maclaurin features per degree),
- * so one layer's shapes do not stand for another's.
+ * Name → shape of the attention mechanisms' own tensors (trainable and buffers), declared per layer with that
+ * layer's seed: some shapes are drawn (SchoenbAt's random Maclaurin features per degree), so one layer's shapes do
+ * not stand for another's.
  */
 function mechanismTensorShapes(config: LanguageModelConfig, causal: boolean): Map<string, number[]> {
   const out = new Map<string, number[]>();
   for (let i = 0; i < config.numLayers; i++) {
-    const scope = `blocks.${i}.attn`;
-    const probe = createAttention(config.attention.name, {
+    const declared = attentionTensors(config.attention.name, {
       ...config.attention.options,
       numHeads: config.numHeads,
       headDim: config.dModel / config.numHeads,
       causal,
       seed: attentionSeed(config.seed, i),
-      scope: `check.${scope}`,
     });
-    try {
-      for (const v of [...probe.trainableVariables, ...probe.buffers]) out.set(`${scope}${v.name.slice(`check.${scope}`.length)}`, v.shape);
-    } finally {
-      probe.dispose();
-    }
+    for (const { name, shape } of declared) out.set(`blocks.${i}.attn.${name}`, shape);
   }
   return out;
 }
@@ -72,11 +95,10 @@ function fit(expected: Map<string, number[]>, tensors: Map<string, NamedArray>, 
   const reshaped = [...expected]
     .filter(([name, shape]) => tensors.has(name) && !tf.util.arraysEqual(tensors.get(name)!.shape, shape))
     .map(([name, shape]) => `${name} [${tensors.get(name)!.shape.join(', ')}], the config builds [${shape.join(', ')}]`);
-  const list = (names: string[]) => names.slice(0, 6).join(', ') + (names.length > 6 ? `, … (${names.length})` : '');
   const problems = [
-    missing.length ? `missing: ${list(missing)}` : '',
-    unexpected.length ? `not in the model: ${list(unexpected)}` : '',
-    reshaped.length ? `other shape: ${list(reshaped)}` : '',
+    missing.length ? `missing: ${listSome(missing)}` : '',
+    unexpected.length ? `not in the model: ${listSome(unexpected)}` : '',
+    reshaped.length ? `other shape: ${listSome(reshaped)}` : '',
   ].filter(Boolean);
   if (problems.length > 0) throw new Error(`${source}: the tensors do not match the model config:\n  ${problems.join('\n  ')}`);
 }

@@ -9,6 +9,8 @@ import { attentionNames, attentionOptionSpecs } from '../model/attention/index.t
 import { resolveOptions } from '../model/attention/registry.ts';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
+import type { LanguageModelConfig } from '../model/lm.ts';
+import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../bounds.ts';
 import { hfRecipeSettings } from '../hf/folder.ts';
 import { freezeProblem } from './finetune.ts';
 import type { FreezeSpec } from './finetune.ts';
@@ -110,10 +112,8 @@ export interface FieldSpec {
   doc: string;
 }
 
-/** Longest sequence a recipe may ask for (2^20 tokens; the position table and activations grow with it). */
-const MAX_SEQ_LEN = 1 << 20;
-/** Most elements one float32 tensor may hold: TensorFlow.js indexes tensors with 32-bit integers. */
-export const MAX_TENSOR_ELEMENTS = 2 ** 31 - 1;
+/** Longest sequence a recipe may ask for (the bounds table, src/bounds.ts). */
+const MAX_SEQ_LEN = BOUNDS.positions.max;
 
 const derived = (doc: string, compute: DerivedDefault['compute']): DerivedDefault => ({ derived: doc, compute });
 const int = (min?: number, max?: number): FieldType => ({ kind: 'int', min, max });
@@ -138,16 +138,16 @@ export const RECIPE_SCHEMA = {
   },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
-  'model.dModel': { type: int(1, 65536), default: 128, doc: 'Width of the residual stream; must be divisible by `model.numHeads`.' },
-  'model.numLayers': { type: int(1, 1024), default: 4, doc: 'Number of transformer blocks.' },
-  'model.numHeads': { type: int(1, 4096), default: 4, doc: 'Attention heads per block (head size = dModel / numHeads).' },
-  'model.mlpRatio': { type: num({ exclusiveMin: 0, max: 64 }), default: 4, doc: 'MLP hidden width = mlpRatio × dModel.' },
+  'model.dModel': { type: int(1, BOUNDS.width.max), default: 128, doc: 'Width of the residual stream; must be divisible by `model.numHeads`.' },
+  'model.numLayers': { type: int(1, BOUNDS.layers.max), default: 4, doc: 'Number of transformer blocks.' },
+  'model.numHeads': { type: int(1, BOUNDS.heads.max), default: 4, doc: 'Attention heads per block (head size = dModel / numHeads).' },
+  'model.mlpRatio': { type: num({ exclusiveMin: 0, max: BOUNDS.mlpRatio.max }), default: 4, doc: 'MLP hidden width = mlpRatio × dModel.' },
   'model.dropout': { type: num({ min: 0, exclusiveMax: 1 }), default: 0, doc: 'Dropout probability (0 for small CPU demos; GPU recipes use 0.1).' },
   'model.maxSeqLen': { type: int(1, MAX_SEQ_LEN), default: derived('`data.seqLen`', (r) => r.data.seqLen), doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.' },
   'model.bias': { type: bool, default: true, doc: 'Biases in the linear layers.' },
   'model.normPosition': { type: oneOf(...NORM_POSITIONS), default: 'pre', doc: "Where each block's LayerNorms sit: `pre` = x + f(LN(x)) and a final LayerNorm (GPT-2); `post` = LN(x + f(x)), no final LayerNorm (BERT)." },
   'model.embeddingNorm': { type: bool, default: false, doc: 'A LayerNorm on the summed embeddings (BERT).' },
-  'model.typeVocabSize': { type: int(0), default: 0, doc: 'Rows of a token-type (segment) embedding table (BERT: 2); every token is type 0, one segment per sequence. 0 = none.' },
+  'model.typeVocabSize': { type: int(0, BOUNDS.embeddingRows.max), default: 0, doc: 'Rows of a token-type (segment) embedding table (BERT: 2); every token is type 0, one segment per sequence. 0 = none.' },
   'model.activation': { type: oneOf(...ACTIVATIONS), default: 'gelu-tanh', doc: "Activation of the MLP and of BERT's MLM head: `gelu-tanh` (the tanh approximation, GPT-2's `gelu_new`) or `gelu-erf` (exact, BERT's `gelu`)." },
   'model.layerNormEps': { type: num({ exclusiveMin: 0 }), default: 1e-5, doc: 'ε of every LayerNorm (GPT-2: 1e-5, BERT: 1e-12).' },
   'model.attention.name': { type: { kind: 'attentionName' }, default: 'softmax', doc: 'Attention mechanism, one of the registered names (see the table below).' },
@@ -462,6 +462,34 @@ export function tensorSizeProblems(
   return sizes
     .filter(([, elements]) => elements > MAX_TENSOR_ELEMENTS)
     .map(([what, elements]) => `${what} = ${elements.toLocaleString('en-US')} elements: more than one TensorFlow.js tensor can hold (2^31 − 1); lower those keys`);
+}
+
+/** The model config a recipe builds for a vocabulary of `vocabSize`; sizes that cannot fit are an error naming the keys. */
+export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
+  const m = recipe.model;
+  if (m.maxSeqLen < recipe.data.seqLen) {
+    throw new Error(`model.maxSeqLen (${m.maxSeqLen}) must be ≥ data.seqLen (${recipe.data.seqLen})`);
+  }
+  const tooLarge = tensorSizeProblems(m, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen }, vocabSize);
+  if (tooLarge.length > 0) throw new Error(tooLarge.join('; '));
+  return {
+    kind: m.kind,
+    vocabSize,
+    maxSeqLen: m.maxSeqLen,
+    dModel: m.dModel,
+    numLayers: m.numLayers,
+    numHeads: m.numHeads,
+    mlpRatio: m.mlpRatio,
+    dropout: m.dropout,
+    bias: m.bias,
+    normPosition: m.normPosition,
+    embeddingNorm: m.embeddingNorm,
+    typeVocabSize: m.typeVocabSize,
+    activation: m.activation,
+    layerNormEps: m.layerNormEps,
+    attention: m.attention,
+    seed: recipe.train.seed,
+  };
 }
 
 function checkType(key: string, spec: FieldSpec, value: unknown): string | null {

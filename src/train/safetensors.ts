@@ -8,6 +8,7 @@
 // Written by hand: the format is a few lines, and npm has no maintained Node writer (the `safetensors`
 // package is a 0.0.1 placeholder; Hugging Face publishes no JS package for it).
 import { readFile } from 'node:fs/promises';
+import { showValue } from '../bounds.ts';
 
 export interface NamedArray {
   shape: number[];
@@ -50,9 +51,6 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** A header value in an error message, cut short (the header may be large). */
-const show = (value: unknown) => String(JSON.stringify(value)).slice(0, 120);
-
 /**
  * Parses a safetensors buffer (F32 tensors); `source` names the file in every error. The file is untrusted: the
  * header must be a JSON object of entries {dtype, shape: [non-negative integers], data_offsets: [begin, end]} that
@@ -78,11 +76,11 @@ export function decodeSafetensors(
   } catch (err) {
     fail(`header is not valid JSON (${(err as Error).message})`);
   }
-  if (!isObject(header)) fail(`header must be a JSON object of tensor entries (got ${show(header)})`);
+  if (!isObject(header)) fail(`header must be a JSON object of tensor entries (got ${showValue(header)})`);
   const entries = header as Record<string, unknown>;
   const metadata = entries.__metadata__ ?? {};
   if (!isObject(metadata) || Object.values(metadata).some((v) => typeof v !== 'string')) {
-    fail(`__metadata__ must be a map of strings (got ${show(metadata)})`);
+    fail(`__metadata__ must be a map of strings (got ${showValue(metadata)})`);
   }
   const dataStart = 8 + headerLength;
   const dataLength = bytes.length - dataStart;
@@ -112,14 +110,14 @@ export function decodeSafetensors(
 /** One header entry, checked: F32, a shape of non-negative integers, offsets inside the data whose length fits the shape. */
 function checkEntry(name: string, entry: unknown, dataLength: number, fail: (problem: string) => never): { begin: number; end: number; shape: number[] } {
   const what = `tensor '${name}'`;
-  if (!isObject(entry)) return fail(`${what}: entry must be an object {dtype, shape, data_offsets} (got ${show(entry)})`);
+  if (!isObject(entry)) return fail(`${what}: entry must be an object {dtype, shape, data_offsets} (got ${showValue(entry)})`);
   const { dtype, shape, data_offsets: offsets } = entry;
-  if (dtype !== 'F32') fail(`${what} has dtype ${typeof dtype === 'string' ? dtype : show(dtype)}; only F32 is supported`);
+  if (dtype !== 'F32') fail(`${what} has dtype ${typeof dtype === 'string' ? dtype : showValue(dtype)}; only F32 is supported`);
   if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
-    fail(`${what}: shape must be a list of non-negative integers (got ${show(shape)})`);
+    fail(`${what}: shape must be a list of non-negative integers (got ${showValue(shape)})`);
   }
   if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) {
-    fail(`${what}: data_offsets must be [begin, end] byte offsets (got ${show(offsets)})`);
+    fail(`${what}: data_offsets must be [begin, end] byte offsets (got ${showValue(offsets)})`);
   }
   const [begin, end] = offsets as [number, number];
   // Multiplied step by step so that a huge shape cannot overflow before it is compared with the data.

@@ -11,7 +11,7 @@ import { validateTransformerConfig } from '../model/transformer.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
 import type { Batch, BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
-import { QUADRATIC_ATTENTIONS, tensorSizeProblems } from './recipe.ts';
+import { modelConfigFromRecipe, QUADRATIC_ATTENTIONS } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { RunLogger } from './metrics.ts';
 import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
@@ -31,33 +31,6 @@ import { graphStatus, microBatchGradients } from './compiled-step.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
 
-
-export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
-  const m = recipe.model;
-  if (m.maxSeqLen < recipe.data.seqLen) {
-    throw new Error(`model.maxSeqLen (${m.maxSeqLen}) must be ≥ data.seqLen (${recipe.data.seqLen})`);
-  }
-  const tooLarge = tensorSizeProblems(m, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen }, vocabSize);
-  if (tooLarge.length > 0) throw new Error(tooLarge.join('; '));
-  return {
-    kind: m.kind,
-    vocabSize,
-    maxSeqLen: m.maxSeqLen,
-    dModel: m.dModel,
-    numLayers: m.numLayers,
-    numHeads: m.numHeads,
-    mlpRatio: m.mlpRatio,
-    dropout: m.dropout,
-    bias: m.bias,
-    normPosition: m.normPosition,
-    embeddingNorm: m.embeddingNorm,
-    typeVocabSize: m.typeVocabSize,
-    activation: m.activation,
-    layerNormEps: m.layerNormEps,
-    attention: m.attention,
-    seed: recipe.train.seed,
-  };
-}
 
 function labelledCount(batch: ModelBatch): number {
   let n = 0;

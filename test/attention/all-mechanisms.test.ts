@@ -4,7 +4,8 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
-import { attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
+import { attentionNames, attentionTensors, createAttention, type AttentionModule, type TensorDeclaration } from '../../src/model/attention/index.ts';
+import { SLAY_POLY_VARIANTS } from '../../src/model/attention/slay.ts';
 import { dense } from '../../src/model/ops.ts';
 import { Rng } from '../../src/model/rng.ts';
 import { flat, randomArray4, relL2, tensor4, type Array4 } from '../helpers/reference.ts';
@@ -33,6 +34,38 @@ function make(name: string, causal: boolean, seed = 3): AttentionModule {
 
 it('the table above covers every registered mechanism', () => {
   expect([...attentionNames()].sort()).toEqual([...MECHANISMS].sort());
+});
+
+describe('declared tensors', () => {
+  beforeAll(async () => {
+    await initBackend(testBackend());
+  });
+  /** Options whose tensors differ: every SLAY polynomial variant, a DARKFormer rank below headDim, SchoenbAt's drawn degrees. */
+  const variants: [string, Record<string, unknown>][] = [
+    ...MECHANISMS.map((name): [string, Record<string, unknown>] => [name, SMALL[name]]),
+    ...SLAY_POLY_VARIANTS.map((poly): [string, Record<string, unknown>] => ['slay', { ...SMALL.slay, poly, quadratureNodes: 3 }]),
+    ['darkformer', { features: 16, rank: 3 }],
+    ['schoenbat', { features: 40, maxDegree: 6 }],
+  ];
+
+  it('every mechanism declares the names, shapes and kinds of the tensors it creates, without allocating any', () => {
+    const byName = (list: TensorDeclaration[]) => [...list].sort((a, b) => (a.name < b.name ? -1 : 1));
+    for (const [name, options] of variants) {
+      for (const seed of [1, 2, 3]) {
+        const config = { numHeads: H, headDim: D, causal: true, seed, ...options };
+        const tensors = tf.memory().numTensors;
+        const declared = attentionTensors(name, config);
+        expect(tf.memory().numTensors, name).toBe(tensors);
+        const attn = createAttention(name, { ...config, scope: 'probe' });
+        const created = [
+          ...attn.trainableVariables.map((v) => ({ name: v.name.slice('probe.'.length), shape: v.shape, trainable: true })),
+          ...attn.buffers.map((v) => ({ name: v.name.slice('probe.'.length), shape: v.shape, trainable: false })),
+        ];
+        expect(byName(declared), `${name} ${JSON.stringify(options)} seed ${seed}`).toEqual(byName(created));
+        attn.dispose();
+      }
+    }
+  });
 });
 
 describe.each(MECHANISMS)('%s', (name) => {

@@ -11,10 +11,9 @@ import { readHfFolder } from '../../src/hf/folder.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { prepareFinetune } from '../../src/train/finetune.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { parseRecipe } from '../../src/train/recipe.ts';
-import { modelConfigFromRecipe } from '../../src/train/trainer.ts';
+import { modelConfigFromRecipe, parseRecipe } from '../../src/train/recipe.ts';
 import { syntheticDocuments } from '../data/stream-fixtures.ts';
-import { BERT_DIR, GPT2_DIR, rawF32, renamed, variant } from './fixtures.ts';
+import { BERT_DIR, f32, GPT2_DIR, rawF32, renamed, variant, writeRaw, type RawTensor } from './fixtures.ts';
 
 let dir: string;
 let count = 0;
@@ -88,7 +87,23 @@ describe('config.json', () => {
     const bertMessage = await failure(bert);
     expect(bertMessage).toMatch(/config\.json: settings this project does not compute: /);
     for (const field of ['hidden_act: "quick_gelu"', 'is_decoder: true (causal BERT)', 'position_embedding_type: "relative_key"']) expect(bertMessage).toContain(field);
-    expect(await failure(gpt2({ config: (c) => ({ ...c, n_embd: '64', layer_norm_epsilon: -1 }) }))).toMatch(/config\.json: n_embd must be an integer ≥ 1 \(got "64"\)\n {2}layer_norm_epsilon must be a number > 0 \(got -1\)/);
+    expect(await failure(gpt2({ config: (c) => ({ ...c, n_embd: '64', layer_norm_epsilon: -1 }) }))).toMatch(/config\.json: n_embd must be an integer ≥ 1, ≤ 65536 \(got "64"\)\n {2}layer_norm_epsilon must be a number > 0 \(got -1\)/);
+  });
+
+  it('sizes beyond the bounds table are refused naming the field and the bound, before any tensor is listed (eval, initFrom)', async () => {
+    const config = (folder: string) => path.join(folder, 'config.json');
+    const deep = gpt2({ config: (c) => ({ ...c, n_layer: 1025 }) });
+    const expected = `${config(deep)}: n_layer must be an integer ≥ 1, ≤ 1024 (got 1025; the bound: over 10× GPT-3's 96 layers)`;
+    expect(await failure(deep)).toBe(expected);
+    await expect(loadModel(`hf:${deep}`)).rejects.toThrow(expected);
+    expect(() => parseRecipe(`initFrom: hf:${deep}\ndata: { dataset: d, seqLen: 16 }`, path.join(dir, 'r.yaml'))).toThrow(expected);
+    const wide = await failure(gpt2({ config: (c) => ({ ...c, n_embd: 65537, n_head: 4097, vocab_size: 2 ** 20 + 1, n_positions: 2 ** 60 }) }));
+    for (const line of ['n_embd must be an integer ≥ 1, ≤ 65536 (got 65537;', 'n_head must be an integer ≥ 1, ≤ 4096 (got 4097;', 'vocab_size must be an integer ≥ 1, ≤ 1048576 (got 1048577;', 'n_positions must be an integer ≥ 1, ≤ 1048576 (got 1152921504606846976;']) {
+      expect(wide).toContain(line);
+    }
+    expect(await failure(gpt2({ config: (c) => ({ ...c, n_inner: 65 * 64 }) }))).toMatch(/config\.json: n_inner \(4160\) must be ≤ 64 × n_embd \(64\) \(the bound: 16× the usual 4\)$/);
+    const bert = await failure(variant(BERT_DIR, fresh(), { config: (c) => ({ ...c, num_hidden_layers: 5000, type_vocab_size: 2 ** 21 }) }));
+    expect(bert).toMatch(/config\.json: num_hidden_layers must be an integer ≥ 1, ≤ 1024 \(got 5000;.*\n {2}type_vocab_size must be an integer ≥ 1, ≤ 1048576 \(got 2097152;/);
   });
 
   it("this project's exports: a slayformer section with an unknown attention is refused", async () => {
@@ -124,12 +139,70 @@ describe('weights that do not fit config.json', () => {
     expect(message).toContain('missing: transformer.h.2.ln_1.weight');
   });
 
+  it('a config.json within the bounds that promises many more tensors than the weights hold gets an error of a few lines', async () => {
+    const message = await failure(gpt2({ config: (c) => ({ ...c, n_layer: 1024 }) }));
+    expect(message).toMatch(/^Hugging Face folder .*: the weights do not fit .*config\.json:\n {2}missing: transformer\.h\.2\.ln_1\.weight, transformer\.h\.2\.ln_1\.bias, .*, … \(12,264 in all\)$/);
+    expect(message.split('\n')).toHaveLength(2);
+    expect(message.length).toBeLessThan(1000);
+  });
+
   it('a tokenizer.json whose vocabulary differs from the embedding', async () => {
     const folder = gpt2({ tokenizer: false });
     copyFileSync(otherTokenizer, path.join(folder, 'tokenizer.json'));
     expect(await failure(folder)).toBe(
       `${path.join(folder, 'tokenizer.json')} has 300 tokens but ${path.join(folder, 'config.json')} has vocab_size 320 (the rows of transformer.wte.weight): the tokenizer does not belong to these weights`,
     );
+  });
+});
+
+describe('safetensors files that the format or this project refuses', () => {
+  const file = (folder: string) => path.join(folder, 'model.safetensors');
+  /** One F32 tensor's bytes with `value` at `index`. */
+  const f32With = (raw: RawTensor, index: number, value: number) => {
+    const values = f32(raw).slice();
+    values[index] = value;
+    return rawF32(raw.shape, values);
+  };
+
+  it('a NaN or infinite weight (F32, F16) is refused naming the file, the tensor and the index, before a model is built', async () => {
+    const nan = gpt2({ tensors: (t) => new Map([...t].map(([n, raw]) => [n, n === 'transformer.h.1.mlp.c_fc.weight' ? f32With(raw, 77, NaN) : raw])) });
+    expect(await failure(nan)).toBe(`${file(nan)}: tensor 'transformer.h.1.mlp.c_fc.weight' holds a non-finite value (NaN at index 77); refusing to load it`);
+    await expect(loadModel(`hf:${nan}`)).rejects.toThrow(`tensor 'transformer.h.1.mlp.c_fc.weight' holds a non-finite value (NaN at index 77)`);
+    const infinity = gpt2({
+      tensors: (t) => {
+        const half = Buffer.alloc(2 * 64); // F16 zeros, and +∞ (0x7c00) at index 5
+        half.writeUInt16LE(0x7c00, 10);
+        return new Map([...t].map(([n, raw]) => [n, n === 'transformer.ln_f.bias' ? { dtype: 'F16', shape: [64], bytes: half } : raw]));
+      },
+    });
+    expect(await failure(infinity)).toBe(`${file(infinity)}: tensor 'transformer.ln_f.bias' holds a non-finite value (Infinity at index 5); refusing to load it`);
+  });
+
+  it('overlapping data offsets, a gap, and a list as __metadata__ are refused from the header', async () => {
+    const header = (entries: Record<string, unknown>, dataBytes: number) => (d: string) => {
+      const json = Buffer.from(JSON.stringify(entries));
+      const prefix = Buffer.alloc(8);
+      prefix.writeBigUInt64LE(BigInt(json.length));
+      writeFileSync(file(d), Buffer.concat([prefix, json, Buffer.alloc(dataBytes)]));
+    };
+    const bias = (begin: number) => ({ dtype: 'F32', shape: [64], data_offsets: [begin, begin + 256] });
+    const overlap = gpt2({ writeWeights: header({ 'transformer.ln_f.weight': bias(0), 'transformer.ln_f.bias': bias(128) }, 384) });
+    expect(await failure(overlap)).toBe(`${file(overlap)}: tensor 'transformer.ln_f.bias' starts at byte 128 of the data but the previous one ends at 256 (gap or overlap)`);
+    const same = gpt2({ writeWeights: header({ 'transformer.ln_f.weight': bias(0), 'transformer.ln_f.bias': bias(0) }, 256) });
+    expect(await failure(same)).toMatch(/tensor 'transformer\.ln_f\.(weight|bias)' starts at byte 0 of the data but the previous one ends at 256 \(gap or overlap\)$/);
+    const gap = gpt2({ writeWeights: header({ 'transformer.ln_f.bias': bias(0) }, 512) });
+    expect(await failure(gap)).toBe(`${file(gap)}: the tensors cover 256 of the 512 data bytes`);
+    const list = gpt2({ writeWeights: (d, t) => writeRaw(file(d), t, ['format', 'pt'] as unknown as Record<string, string>) });
+    expect(await failure(list)).toBe(`${file(list)}: __metadata__ must be a map of strings (got ["format","pt"])`);
+  });
+
+  it('a header length of 2⁶⁰ is printed exactly', async () => {
+    const huge = gpt2({ writeWeights: (d) => {
+      const bytes = Buffer.alloc(64);
+      bytes.writeBigUInt64LE(2n ** 60n);
+      writeFileSync(file(d), bytes);
+    } });
+    expect(await failure(huge)).toMatch(/model\.safetensors: the header length 1152921504606846976 runs past the end of the file/);
   });
 });
 

@@ -7,8 +7,8 @@ import * as tf from '@tensorflow/tfjs';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
-import type { Recipe } from '../../src/train/recipe.ts';
-import { modelConfigFromRecipe, saveFinalModel } from '../../src/train/trainer.ts';
+import { modelConfigFromRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { saveFinalModel } from '../../src/train/trainer.ts';
 import { HF_FIXTURES } from '../helpers/shared.ts';
 
 export const FIXTURES = HF_FIXTURES;

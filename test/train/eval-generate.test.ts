@@ -19,9 +19,9 @@ import { Rng } from '../../src/model/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { RunLogger } from '../../src/train/metrics.ts';
-import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { modelConfigFromRecipe, parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
-import { modelConfigFromRecipe, saveFinalModel, streamOptions } from '../../src/train/trainer.ts';
+import { saveFinalModel, streamOptions } from '../../src/train/trainer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;
@@ -177,6 +177,19 @@ describe('untrusted model folders', () => {
       expect(tf.memory().numTensors, name).toBe(tensors);
     }
   });
+  it("attention options are held to the bounds table, and the mechanism's tensors compared with the file before any is drawn", async () => {
+    const performer = (features: number) => crafted(`performer-${features}`, { config: { ...saved(), attention: { name: 'performer', options: { features } } } });
+    await expect(loadModel(await performer(2 ** 21))).rejects.toThrow(
+      /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.attention\.options\.features: attention 'performer': option 'features' must be an integer ≤ 65536 \(got 2097152\)/,
+    );
+    // Within the bounds, but the file's projections have 64 features: refused before a tensor is made (tensor ids are sequential).
+    const folder = await performer(65536);
+    const nextTensorId = () => tf.tidy(() => tf.scalar(0).id);
+    const before = nextTensorId();
+    await expect(loadModel(folder)).rejects.toThrow(/model\.safetensors: the tensors do not match the model config:\n {2}other shape: blocks\.0\.attn\.projection \[2, 8, 64\], the config builds \[2, 8, 65536\]/);
+    expect(nextTensorId()).toBe(before + 1);
+  });
+
   it('a model saved before the architecture options existed (config without them) loads as GPT-2 style and evaluates alike', async () => {
     const old = saved();
     for (const key of ['normPosition', 'embeddingNorm', 'typeVocabSize', 'activation', 'layerNormEps']) delete old[key];

@@ -14,8 +14,8 @@ import { CHECKPOINTS_DIR, COMPLETE_MARKER, listCheckpoints, loadCheckpoint, rest
 import { readMetrics, RunLogger } from '../../src/train/metrics.ts';
 import type { MetricRecord } from '../../src/train/metrics.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
-import { loadRecipe } from '../../src/train/recipe.ts';
-import { modelConfigFromRecipe, runTraining } from '../../src/train/trainer.ts';
+import { loadRecipe, modelConfigFromRecipe } from '../../src/train/recipe.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import { killStartedClis, startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
 

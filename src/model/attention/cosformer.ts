@@ -15,6 +15,7 @@
 // state's maxLength (the model's maxSeqLen) — so a decoded sequence shorter than maxSeqLen does not
 // reproduce the official M = L forward of that sequence, it reproduces the forward with M = maxSeqLen.
 import * as tf from '@tensorflow/tfjs';
+import { BOUNDS } from '../../bounds.ts';
 import { ConstantCache } from '../ops.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapMethods, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
@@ -35,11 +36,13 @@ registerAttention('cosformer', {
       kind: 'int',
       default: 0,
       min: 0,
+      max: BOUNDS.positions.max,
       doc: 'M in cos(π/2·(i−j)/M) with 1-based positions; 0 = the current sequence length (official); set the context length for generation',
     },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator' },
     ...contractionOptionSpecs,
   },
+  tensors: () => [],
   create(config, options): AttentionModule {
     const fixedLength = options.reweightLength as number;
     const constants = new ConstantCache();

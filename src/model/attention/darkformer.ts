@@ -15,6 +15,7 @@
 // * init 'whitening' is data-dependent: M stays the identity until the finetuning code calls
 //   initializeFromData with calibration queries and keys (a resumed run restores M instead).
 import * as tf from '@tensorflow/tfjs';
+import { BOUNDS } from '../../bounds.ts';
 import { inverseSqrtSymmetric } from '../features/linalg.ts';
 import { batchMatMul, namedVariable, projectPerHead } from '../ops.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
@@ -51,11 +52,18 @@ export function isDarkformerModule(module: AttentionModule): module is Darkforme
   return module.name === 'darkformer' && 'initializeFromData' in module;
 }
 
+/** The rows r of M: option 'rank', 0 meaning headDim. */
+function rankOf(options: Record<string, unknown>, headDim: number): number {
+  const rank = (options.rank as number) || headDim;
+  if (rank > headDim) throw new Error(`attention 'darkformer': option 'rank' must be an integer in 1 … headDim = ${headDim} (0 = headDim) (got ${rank})`);
+  return rank;
+}
+
 registerAttention('darkformer', {
   description: 'DARKFormer: positive random features for exp(qᵀMᵀMk/√d) with a learnable M per head',
   options: {
     ...favorOptionSpecs,
-    rank: { kind: 'int', default: 0, min: 0, doc: 'rows r of M (1 … headDim; 0 = headDim)' },
+    rank: { kind: 'int', default: 0, min: 0, max: BOUNDS.width.max, doc: 'rows r of M (1 … headDim; 0 = headDim)' },
     init: {
       kind: 'enum',
       default: 'identity',
@@ -63,12 +71,16 @@ registerAttention('darkformer', {
       doc: "M at creation: 'identity' (starts as Performer) or 'whitening' (set by initializeFromData from calibration q/k)",
     },
   },
+  tensors: ({ numHeads, headDim }, options) => {
+    const rank = rankOf(options, headDim);
+    return [
+      { name: 'projection', shape: [numHeads, rank, options.features as number], trainable: false },
+      { name: 'covarianceFactor', shape: [numHeads, rank, headDim], trainable: true },
+    ];
+  },
   create(config, options): DarkformerModule {
     const { numHeads, headDim } = config;
-    const rank = (options.rank as number) || headDim;
-    if (rank > headDim) {
-      throw new Error(`attention 'darkformer': option 'rank' must be an integer in 1 … headDim = ${headDim} (0 = headDim) (got ${rank})`);
-    }
+    const rank = rankOf(options, headDim);
     const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
       heads: numHeads,
       dim: rank,

@@ -10,6 +10,7 @@
 // recurrent state S = Σ_{j<t} φ(k_j)[v_j, 1]ᵀ, [B, H, F, D+1] — O(1) state and work per token — which
 // is exactly the carry between segments.
 import * as tf from '@tensorflow/tfjs';
+import { BOUNDS } from '../../bounds.ts';
 import { untaped } from '../ops.ts';
 import { accumulateKeys, bidirectionalBlock, causalSegment, EMPTY_SHIFT, readQueries, type Carry, type Normalization, type ProductFactors, type Side } from './chunked.ts';
 import { bidirectionalRecomputed, causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';
@@ -81,11 +82,12 @@ export function segmentLength(given: number | undefined, batch: number, heads: n
 
 /** The options of the contraction every kernel mechanism takes (the registry validates them). */
 export const contractionOptionSpecs: OptionSpecs = {
-  chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction' },
+  chunkSize: { kind: 'int', default: 64, min: 1, max: BOUNDS.positions.max, doc: 'chunk length of the causal contraction' },
   segmentLength: {
     kind: 'int',
     default: 0,
     min: 0,
+    max: BOUNDS.positions.max,
     doc: 'positions per segment of the memory-bounded form: longer sequences run segment by segment, saving one state per segment and recomputing each segment in the backward pass; 0 = the whole sequence while batch·heads·length·(features + chunkSize) ≤ 2²² (wasm, cpu; 2²⁶ on other backends), else whole chunks up to 2²⁰ such values (≥ the context length: never segmented)',
   },
 };

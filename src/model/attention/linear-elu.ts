@@ -20,6 +20,7 @@ registerAttention('linear-elu', {
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator (the reference ε)' },
     ...contractionOptionSpecs,
   },
+  tensors: () => [],
   create(config, options): AttentionModule {
     const side = (x: tf.Tensor4D) => ({ features: eluPlusOne(x) });
     const maps = { featureDim: config.headDim, shiftedKeys: false, query: side, key: side };

@@ -12,6 +12,7 @@
 // Deviation from the references: no ε is added to the features (they add 1e−6 or 1e−4, which
 // biases the kernel and, for keys, depends on the global maximum).
 import * as tf from '@tensorflow/tfjs';
+import { BOUNDS } from '../../bounds.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
@@ -27,6 +28,7 @@ export const favorOptionSpecs: OptionSpecs = {
     kind: 'int',
     default: 64,
     min: 1,
+    max: BOUNDS.features.max,
     doc: 'random features m per head (64 as the SLAY paper’s Performer baseline; Google uses 256, lucidrains d·ln d)',
   },
   orthogonal: { kind: 'bool', default: true, doc: 'orthogonal Gaussian blocks (ORF) instead of iid Gaussian projections' },
@@ -34,6 +36,7 @@ export const favorOptionSpecs: OptionSpecs = {
     kind: 'int',
     default: 0,
     min: 0,
+    max: Number.MAX_SAFE_INTEGER, // a number of steps, not a size
     doc: 'redraw the projection every this many optimizer steps (0 = never); draw n is seeded by deriveSeed(seed, n)',
   },
   ...contractionOptionSpecs,
@@ -152,6 +155,7 @@ export function checkAttentionShapes(
 registerAttention('performer', {
   description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
   options: favorOptionSpecs,
+  tensors: ({ numHeads, headDim }, options) => [{ name: 'projection', shape: [numHeads, headDim, options.features as number], trainable: false }],
   create(config, options): RandomFeatureModule {
     const { numHeads, headDim } = config;
     const features = options.features as number;

@@ -1,12 +1,18 @@
 // The registry of attention mechanisms by name, with option validation shared by all of them.
-import type { AttentionConfig, AttentionModule, OptionSpec, OptionSpecs } from './types.ts';
+import type { AttentionConfig, AttentionModule, OptionSpec, OptionSpecs, TensorDeclaration } from './types.ts';
 
 export type ResolvedOptions = Record<string, number | string | boolean>;
 
 interface Entry {
   description: string;
+  /** Every option with its bounds: integer options have a maximum (src/bounds.ts), checked before `create`. */
   options: OptionSpecs;
   create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
+  /**
+   * The tensors `create` makes (trainable variables and buffers), computed without allocating or drawing them:
+   * a checkpoint's tensors are compared with these before any model is built from its config.
+   */
+  tensors(config: Omit<AttentionConfig, 'scope'>, options: ResolvedOptions): TensorDeclaration[];
 }
 
 const registry = new Map<string, Entry>();
@@ -41,21 +47,30 @@ let anonymousScopes = 0;
  *   createAttention('slay', { numHeads: 4, headDim: 32, causal: true, seed: 1, quadratureNodes: 2 })
  * Unknown names, unknown options and out-of-range values fail with an error naming them.
  */
-export function createAttention(
-  name: string,
-  config: Partial<AttentionConfig> & { numHeads: number; headDim: number; causal?: boolean } & Record<string, unknown>,
-): AttentionModule {
+export function createAttention(name: string, config: AttentionRequest): AttentionModule {
+  const { entry, base, scope, resolved } = checkRequest(name, config);
+  return entry.create({ ...base, scope: scope ?? `attn${anonymousScopes++}` }, resolved);
+}
+
+/**
+ * The tensors createAttention(name, config) would make — names after the scope, shapes, trainable or not — with
+ * the same checks, but nothing allocated or drawn.
+ */
+export function attentionTensors(name: string, config: AttentionRequest): TensorDeclaration[] {
+  const { entry, base, resolved } = checkRequest(name, config);
+  return entry.tensors(base, resolved);
+}
+
+type AttentionRequest = Partial<AttentionConfig> & { numHeads: number; headDim: number; causal?: boolean } & Record<string, unknown>;
+
+function checkRequest(name: string, config: AttentionRequest) {
   const entry = lookup(name);
   const { numHeads, headDim, causal = false, seed = 0, scope, ...rest } = config;
   positiveInt(name, 'numHeads', numHeads);
   positiveInt(name, 'headDim', headDim);
   if (typeof causal !== 'boolean') throw new Error(`attention '${name}': option 'causal' must be true or false (got ${String(causal)})`);
   if (!Number.isInteger(seed)) throw new Error(`attention '${name}': option 'seed' must be an integer (got ${String(seed)})`);
-  const resolved = resolveOptions(name, entry.options, rest);
-  return entry.create(
-    { numHeads, headDim, causal, seed, scope: scope ?? `attn${anonymousScopes++}` },
-    resolved,
-  );
+  return { entry, base: { numHeads, headDim, causal, seed }, scope, resolved: resolveOptions(name, entry.options, rest) };
 }
 
 function positiveInt(name: string, key: string, value: unknown): void {
@@ -87,7 +102,7 @@ function checkOption(name: string, key: string, spec: OptionSpec, value: unknown
     case 'int': {
       if (typeof value !== 'number' || !Number.isInteger(value)) throw fail('an integer');
       if (spec.min !== undefined && value < spec.min) throw fail(`an integer ≥ ${spec.min}`);
-      if (spec.max !== undefined && value > spec.max) throw fail(`an integer ≤ ${spec.max}`);
+      if (value > spec.max) throw fail(`an integer ≤ ${spec.max}`);
       return value;
     }
     case 'number': {

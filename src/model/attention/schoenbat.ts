@@ -19,9 +19,10 @@
 //   q̃ᵀk̃ < 0). The default here clamps at f(−1/√d), the smallest value the exact denominator can take
 //   with one visible key, so the guard never changes an exact estimate; 'reference' keeps 1.0.
 import * as tf from '@tensorflow/tfjs';
+import { BOUNDS } from '../../bounds.ts';
 import { l2Normalize, namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../rng.ts';
-import { DEFAULT_MAX_DEGREE, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
+import { DEFAULT_MAX_DEGREE, drawDegrees, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
 import type { MaclaurinKernel } from '../features/random-maclaurin.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
@@ -37,11 +38,13 @@ export function preSbn(x: tf.Tensor4D): tf.Tensor4D {
   });
 }
 
+const maclaurinRng = (seed: number) => new Rng(deriveSeed(seed, 'schoenbat.maclaurin'));
+
 registerAttention('schoenbat', {
   description: 'SchoenbAt: pre-SBN, random Maclaurin feature attention for a dot-product kernel, post-SBN γ·out+β',
   options: {
     kernel: { kind: 'enum', default: 'exp', values: MACLAURIN_KERNELS, doc: 'dot-product kernel f: exp eˣ, inverse 1/(1−x), logi 1−log(1−x), trigh cosh x+sinh x (= exp), sqrt 2−√(1−x)' },
-    features: { kind: 'int', default: 128, min: 2, doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)' },
+    features: { kind: 'int', default: 128, min: 2, max: BOUNDS.features.max, doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)' },
     maxDegree: { kind: 'int', default: DEFAULT_MAX_DEGREE, min: 1, max: 40, doc: 'largest sampled degree; the series is truncated there' },
     denominatorClamp: {
       kind: 'enum',
@@ -51,10 +54,19 @@ registerAttention('schoenbat', {
     },
     ...contractionOptionSpecs,
   },
+  tensors: ({ headDim, seed }, options) => {
+    // The projections hold one row per factor: Σ of the random features' degrees, drawn from the seed.
+    const degrees = drawDegrees(maclaurinRng(seed), (options.features as number) - 1, options.maxDegree as number);
+    return [
+      { name: 'maclaurinProjections', shape: [degrees.reduce((a, n) => a + n, 0), headDim], trainable: false },
+      { name: 'postSbnGamma', shape: [1], trainable: true },
+      { name: 'postSbnBeta', shape: [headDim], trainable: true },
+    ];
+  },
   create(config, options): AttentionModule {
     const kernel = options.kernel as MaclaurinKernel;
     const featureMap = new RandomMaclaurinFeatures({
-      rng: new Rng(deriveSeed(config.seed, 'schoenbat.maclaurin')),
+      rng: maclaurinRng(config.seed),
       inputDim: config.headDim,
       numFeatures: options.features as number,
       kernel,

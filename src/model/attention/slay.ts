@@ -20,8 +20,9 @@
 //     Σ_r (w_r/M) e^{2 s_r x} (a⁴ + 2a²(1 + 2x) + 1 + 2x²),  a² = 2 s_r (1 + x)²
 // The random matrices are drawn once from the mechanism's seed and never redrawn.
 import * as tf from '@tensorflow/tfjs';
+import { BOUNDS } from '../../bounds.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
-import { createPolynomialMap, POLYNOMIAL_KINDS, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
+import { createPolynomialMap, POLYNOMIAL_KINDS, polynomialParameterShapes, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../ops.ts';
@@ -63,15 +64,25 @@ registerAttention('slay', {
   options: {
     epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε (paper LM setting 1e-3)' },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the attention denominator' },
-    quadratureNodes: { kind: 'int', default: 2, min: 1, doc: 'R, Gauss–Laguerre nodes' },
-    prfFeatures: { kind: 'int', default: 16, min: 1, doc: 'M, positive random features per node and head' },
-    anchors: { kind: 'int', default: 8, min: 1, doc: 'P, polynomial features: anchors, Maclaurin pairs, sketch size or Nyström anchors (unused by exact, laplace-only, hadamard)' },
+    quadratureNodes: { kind: 'int', default: 2, min: 1, max: BOUNDS.quadratureNodes.max, doc: 'R, Gauss–Laguerre nodes' },
+    prfFeatures: { kind: 'int', default: 16, min: 1, max: BOUNDS.features.max, doc: 'M, positive random features per node and head' },
+    anchors: { kind: 'int', default: 8, min: 1, max: BOUNDS.features.max, doc: 'P, polynomial features: anchors, Maclaurin pairs, sketch size or Nyström anchors (unused by exact, laplace-only, hadamard)' },
     poly: { kind: 'enum', default: 'anchor', values: SLAY_POLY_VARIANTS, doc: 'polynomial factor x² approximation' },
     ...contractionOptionSpecs,
-    chunkSize: { kind: 'int', default: 64, min: 1, doc: 'chunk length of the causal contraction (tensor-product variants score the whole sequence as one block instead when that costs fewer multiply-adds: L ≤ ~300 at the defaults with head size 32)' },
+    chunkSize: { kind: 'int', default: 64, min: 1, max: BOUNDS.positions.max, doc: 'chunk length of the causal contraction (tensor-product variants score the whole sequence as one block instead when that costs fewer multiply-adds: L ≤ ~300 at the defaults with head size 32)' },
+  },
+  tensors: ({ numHeads, headDim }, options) => {
+    const { quadratureNodes: r, prfFeatures: m, anchors: p, poly } = options as unknown as SlayOptions;
+    const polyShapes = isPolynomialKind(poly) ? polynomialParameterShapes(poly, headDim, p) : [];
+    return [
+      ...polyShapes.map(([name, shape]) => ({ name: `${poly}.${name}`, shape, trainable: false })),
+      ...Array.from({ length: r }, (_, node) => ({ name: `prf.node${node}`, shape: [numHeads, headDim, m], trainable: false })),
+    ];
   },
   create: (config, options) => createSlay(config, options as unknown as SlayOptions),
 });
+
+const isPolynomialKind = (poly: string): poly is PolynomialKind => (POLYNOMIAL_KINDS as readonly string[]).includes(poly);
 
 export function createSlay(config: AttentionConfig, options: SlayOptions): SlayAttention {
   const { numHeads: h, headDim: d } = config;
@@ -89,9 +100,9 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     return v;
   };
   let polyMap: PolynomialFeatureMap | null = null;
-  if ((POLYNOMIAL_KINDS as readonly string[]).includes(poly)) {
+  if (isPolynomialKind(poly)) {
     polyMap = createPolynomialMap({
-      kind: poly as PolynomialKind,
+      kind: poly,
       inputDim: d,
       features: p,
       rng: new Rng(deriveSeed(config.seed, `slay.${poly}`)),

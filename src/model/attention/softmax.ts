@@ -12,6 +12,7 @@ const NEG = -1e9;
 registerAttention('softmax', {
   description: 'exact scaled dot-product attention softmax(qkᵀ/√d)v',
   options: {},
+  tensors: () => [],
   create(config): AttentionModule {
     const masks = new ConstantCache();
     const scale = 1 / Math.sqrt(config.headDim);

@@ -62,11 +62,22 @@ export interface AttentionState {
   readonly tensors: Readonly<Record<string, tf.Tensor>>;
 }
 
-/** Declarative description of one option: type, default, bounds. */
+/**
+ * Declarative description of one option: type, default, bounds. An integer option always has a maximum (from the
+ * bounds table, src/bounds.ts, when it sets a size): options come from checkpoints too, and are checked before
+ * anything is built from them.
+ */
 export type OptionSpec =
-  | { kind: 'int'; default: number; min?: number; max?: number; doc: string }
+  | { kind: 'int'; default: number; min?: number; max: number; doc: string }
   | { kind: 'number'; default: number; min?: number; exclusiveMin?: number; max?: number; doc: string }
   | { kind: 'enum'; default: string; values: readonly string[]; doc: string }
   | { kind: 'bool'; default: boolean; doc: string };
 
 export type OptionSpecs = Record<string, OptionSpec>;
+
+/** One tensor a mechanism creates: its name after the scope, its shape, and whether it is trained (else a buffer). */
+export interface TensorDeclaration {
+  name: string;
+  shape: number[];
+  trainable: boolean;
+}

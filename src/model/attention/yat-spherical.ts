@@ -13,6 +13,7 @@ registerAttention('yat-spherical', {
     epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε; the kernel peaks at 1/ε' },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator' },
   },
+  tensors: () => [],
   create(config, options): AttentionModule {
     const epsilon = options.epsilon as number;
     const delta = options.delta as number;

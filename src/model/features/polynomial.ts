@@ -58,6 +58,22 @@ export function polynomialOutputDim(kind: PolynomialKind, inputDim: number, feat
   return kind === 'exact' ? inputDim * inputDim : features;
 }
 
+/** Name → shape of the fixed matrices createPolynomialMap stores (computed without drawing them). */
+export function polynomialParameterShapes(kind: PolynomialKind, inputDim: number, features: number): [string, number[]][] {
+  switch (kind) {
+    case 'anchor':
+      return [['anchors', [inputDim, features]]];
+    case 'exact':
+      return [];
+    case 'random-maclaurin':
+      return [['maclaurin', [inputDim, 2 * features]]];
+    case 'tensorsketch':
+      return [['countSketch', [inputDim, 2 * features]]];
+    case 'nystrom':
+      return [['anchors', [inputDim, features]], ['whitening', [features, features]]];
+  }
+}
+
 export function createPolynomialMap(spec: PolynomialMapSpec): PolynomialFeatureMap {
   const { kind, inputDim: d, features: p, rng } = spec;
   if (!(POLYNOMIAL_KINDS as readonly string[]).includes(kind)) {

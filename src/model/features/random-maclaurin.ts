@@ -108,7 +108,7 @@ export function drawRandomMaclaurin(
   if (maxDegree < 1) throw new Error('random Maclaurin: need coefficients up to at least degree 1');
   const probabilities = degreeProbabilities(maxDegree);
   const randomCount = numFeatures - 1;
-  const degrees = Array.from({ length: randomCount }, () => sampleDegree(rng, probabilities)).sort((a, b) => b - a);
+  const degrees = drawDegrees(rng, randomCount, maxDegree);
 
   const levelSizes: number[] = [];
   for (let level = 1; level <= degrees[0]; level++) levelSizes.push(degrees.filter((n) => n >= level).length);
@@ -122,6 +122,15 @@ export function drawRandomMaclaurin(
     scales[j + 1] = Math.sqrt(coefficients[n] / probabilities[n] / randomCount);
   });
   return { degrees, levelSizes, projections, scales };
+}
+
+/**
+ * The degrees of `count` random features, highest first: the first draws of `rng` in drawRandomMaclaurin, so the
+ * shape of its projections ([Σ degrees, inputDim]) is known without drawing them.
+ */
+export function drawDegrees(rng: Rng, count: number, maxDegree: number): number[] {
+  const probabilities = degreeProbabilities(maxDegree);
+  return Array.from({ length: count }, () => sampleDegree(rng, probabilities)).sort((a, b) => b - a);
 }
 
 function sampleDegree(rng: Rng, probabilities: readonly number[]): number {
