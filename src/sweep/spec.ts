@@ -20,7 +20,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { parseRecipe, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
+import { BOUNDS, listSome } from '../bounds.ts';
+import { parseRecipe, parseYaml, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
 import { SLURM_FIELDS } from './slurm.ts';
 import type { SlurmOptions } from './slurm.ts';
@@ -127,9 +128,8 @@ function readSweepFile(file: string) {
   } catch (err) {
     throw new SweepError(file, [`cannot read the sweep file (${(err as NodeJS.ErrnoException).code ?? String(err)})`]);
   }
-  const doc = YAML.parseDocument(text, { prettyErrors: false });
-  if (doc.errors.length > 0) throw new SweepError(file, doc.errors.map((e) => `invalid YAML: ${e.message}`));
-  const root: unknown = doc.toJS();
+  const { value: root, errors } = parseYaml(text);
+  if (errors.length > 0) throw new SweepError(file, errors);
   if (!isMapping(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
   const problems: string[] = [];
   for (const key of Object.keys(root)) if (!TOP_KEYS.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${TOP_KEYS.join(', ')}`);
@@ -148,6 +148,7 @@ function readSweepFile(file: string) {
   if (spec.baseRecipe === null && (spec.cases.length === 0 || spec.cases.some((c) => c.recipeFile === null))) {
     problems.push('recipe (the base recipe file) is required unless every case names its own recipe');
   }
+  problems.push(...runCountProblems(spec.cases, spec.axes));
   if (problems.length > 0) throw new SweepError(file, problems);
   return spec;
 }
@@ -261,6 +262,14 @@ function checkAttentionEntry(key: string, value: unknown, where: string, problem
   }
 }
 
+/** The runs the cases and axes make, refused beyond the bounds table's sweepRuns before any is expanded. */
+function runCountProblems(cases: Source[], axes: Axis[]): string[] {
+  const runs = Math.max(1, cases.length) * axes.reduce((n, axis) => n * axis.values.length, 1);
+  if (runs <= BOUNDS.sweepRuns.max) return [];
+  const factors = [...(cases.length > 1 ? [`${cases.length} cases`] : []), ...axes.map((a) => `grid.${a.key} (${a.values.length})`)];
+  return [`${listSome(factors, ' × ')} make ${runs.toLocaleString('en-US')} runs; a sweep has at most ${BOUNDS.sweepRuns.max.toLocaleString('en-US')} (${BOUNDS.sweepRuns.why}): split it into several sweep files`];
+}
+
 /** Every case × every combination of the axes, first axis slowest; each run is its list of sources. */
 function expand(cases: Source[], axes: Axis[]): Source[][] {
   let combos: Source[][] = cases.map((c) => [c]);
@@ -361,8 +370,12 @@ function resolveRunRecipe(
       problems.push(`recipe ${recipeFile}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
       return null;
     }
-    const parsed: unknown = YAML.parse(text) ?? {};
-    base = isMapping(parsed) ? parsed : {};
+    const { value, errors } = parseYaml(text);
+    if (errors.length > 0) {
+      problems.push(...errors.map((e) => `recipe ${recipeFile}: ${e}`));
+      return null;
+    }
+    base = isMapping(value) ? value : {};
     cache.set(recipeFile, base);
   }
   const mapping = structuredClone(base);

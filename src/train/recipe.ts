@@ -264,21 +264,26 @@ export function loadRecipe(file: string, overrides: string[] = []): Recipe {
 /** loadRecipe on a string (the file name is used for messages and the default `name`). */
 export function parseRecipe(text: string, file: string, overrides: string[] = []): Recipe {
   const problems: string[] = [];
-  const lines = new LineCounter();
-  const doc = YAML.parseDocument(text, { prettyErrors: false, lineCounter: lines });
-  if (doc.errors.length > 0) {
-    throw new RecipeError(file, doc.errors.map((e) => {
-      const { line, col } = lines.linePos(e.pos[0]);
-      return `invalid YAML at line ${line}, column ${col}: ${e.message}`;
-    }));
-  }
-  const root: unknown = doc.toJS() ?? {};
+  const { value, errors } = parseYaml(text);
+  if (errors.length > 0) throw new RecipeError(file, errors);
+  const root: unknown = value ?? {};
   const given = new Map<string, Given>();
   if (!isMapping(root)) throw new RecipeError(file, [`the recipe must be a mapping of sections (got ${describe(root)})`]);
   collect(root, '', '', given, problems);
   for (const arg of overrides) applyOverride(arg, given, problems);
   if (problems.length > 0) throw new RecipeError(file, problems);
   return resolve(given, file);
+}
+
+/** A YAML document's value, or its syntax errors as `invalid YAML at line L, column C: …` (recipes and sweep files). */
+export function parseYaml(text: string): { value: unknown; errors: string[] } {
+  const lines = new LineCounter();
+  const doc = YAML.parseDocument(text, { prettyErrors: false, lineCounter: lines });
+  const errors = doc.errors.map((e) => {
+    const { line, col } = lines.linePos(e.pos[0]);
+    return `invalid YAML at line ${line}, column ${col}: ${e.message}`;
+  });
+  return { value: errors.length > 0 ? undefined : doc.toJS(), errors };
 }
 
 function collect(node: Record<string, unknown>, prefix: string, origin: string, out: Map<string, Given>, problems: string[]): void {

@@ -155,8 +155,27 @@ describe('sweep validation', () => {
     expect(problems(`recipe: ${base}\nslurm: { gpus: [1], tme: 1 }\n`)).toMatch(/slurm\.gpus must be a GPU count[\s\S]*unknown key slurm\.tme/);
     expect(problems(`recipe: ${base}\nreport: { baseline: softmax, metric: loss }\n`)).toMatch(/report\.metric must be one of finalValLoss/);
     expect(problems(`recipe: ${base}\nreport: { baseline: softmax }\n`)).toMatch(/report\.baseline: no run uses attention 'softmax'/);
-    expect(problems(`recipe: ${base}\n  bad: [\n`)).toMatch(/invalid YAML/);
+    expect(problems(`recipe: ${base}\n  bad: [\n`)).toMatch(/sweep-\d+\.yaml: invalid YAML at line 1, column 9: /);
+    const brokenRecipe = join(dir, 'broken.yaml');
+    writeFileSync(brokenRecipe, 'model:\n  dModel: [32\n');
+    expect(problems(`recipe: ${brokenRecipe}\n`)).toMatch(/recipe .*broken\.yaml: invalid YAML at line 3, column \d+: /);
     expect(problems(`name: a b\nrecipe: ${base}\n`)).toMatch(/name "a b" may only hold/);
+  });
+});
+
+describe('sweep size', () => {
+  const values = (n: number) => `[${Array.from({ length: n }, (_, i) => i + 1).join(', ')}]`;
+
+  it('a grid of more than 10,000 runs is refused, naming its axes and the bound, before any run is expanded', () => {
+    const message = problems(`recipe: ${base}\ngrid:\n  train.seed: ${values(101)}\n  train.logInterval: ${values(100)}\n`);
+    expect(message).toMatch(/sweep-\d+\.yaml: grid\.train\.seed \(101\) × grid\.train\.logInterval \(100\) make 10,100 runs; a sweep has at most 10,000 \(.*Slurm.*\): split it into several sweep files$/);
+    // The issue's 8 axes × 20 values (2.56·10¹⁰ runs): refused as fast, the message a line however many axes.
+    const axes = ['train.seed', 'train.logInterval', 'train.evalTokens', 'train.warmupSteps', 'train.keepCheckpoints', 'train.nanSkipLimit', 'train.checkpointInterval', 'train.evalInterval'];
+    const huge = problems(`recipe: ${base}\ngrid:\n${axes.map((key) => `  ${key}: ${values(20)}\n`).join('')}`);
+    expect(huge).toMatch(/grid\.train\.seed \(20\) × .* × … \(8 in all\) make 25,600,000,000 runs; a sweep has at most 10,000/);
+    expect(huge.split('\n')).toHaveLength(1);
+    // Cases count too.
+    expect(problems(`recipe: ${base}\ncases:\n  - { label: a }\n  - { label: b }\ngrid:\n  train.seed: ${values(5001)}\n`)).toMatch(/2 cases × grid\.train\.seed \(5001\) make 10,002 runs/);
   });
 });
 
