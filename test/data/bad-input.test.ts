@@ -206,20 +206,31 @@ describe('bad prepare inputs', () => {
     await expect(prepare([path.join(dir, 'bad/absent.jsonl')])).rejects.toThrow(regex(`${path.join(dir, 'bad/absent.jsonl')}: no such file or folder`));
   });
 
-  it('unreadable files: corrupt gzip, invalid UTF-8 text, unsupported file kinds', async () => {
+  it('unreadable files: corrupt gzip, unsupported file kinds', async () => {
     const gz = zlib.gzipSync(Buffer.from('{"text": "a"}\n'.repeat(2000)));
     const truncatedGz = write('bad/c4-train.00000-of-01024.json.gz', gz.subarray(0, Math.floor(gz.length / 2)));
     await expect(prepare([truncatedGz])).rejects.toThrow(regex(`${truncatedGz}:`));
     await expect(prepare([truncatedGz])).rejects.toThrow(/corrupt or truncated gzip/);
     const notGz = write('bad/not-gzip.jsonl.gz', '{"text": "plain text with a .gz name"}\n');
     await expect(prepare([notGz])).rejects.toThrow(regex(`${notGz}:1: cannot read (corrupt or truncated gzip?)`));
-    const latin1 = write('bad/texts/latin1.txt', Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x0a]));
-    await expect(prepare([path.join(dir, 'bad/texts')])).rejects.toThrow(regex(`${latin1}: not valid UTF-8 text`));
     const csv = write('bad/mixed/data.csv', 'text\nhello\n');
     write('bad/mixed/ok.txt', 'hello');
     await expect(prepare([path.join(dir, 'bad/mixed')])).rejects.toThrow(regex(`unsupported input file(s): ${csv}; expected .jsonl`));
     const notParquet = write('bad/fake.parquet', 'not parquet');
     await expect(prepare([notParquet])).rejects.toThrow(regex(`${notParquet}: not a readable parquet file`));
+  });
+
+  it('invalid UTF-8 is refused alike in .txt and .jsonl (plain or gzipped), naming the file and the byte offset', async () => {
+    const latin1 = write('bad/texts/latin1.txt', Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x0a]));
+    await expect(prepare([path.join(dir, 'bad/texts')])).rejects.toThrow(`${latin1}: not valid UTF-8 (a malformed sequence at byte 3)`);
+    // 75,000 bytes of good lines first: the bad byte lies past the first chunk read (64 KiB).
+    const good = Buffer.from('{"text": "ok"}\n'.repeat(5000));
+    const lines = Buffer.concat([good, Buffer.from('{"text": "caf'), Buffer.from([0xe9]), Buffer.from('"}\n')]);
+    const at = good.length + '{"text": "caf'.length;
+    const plain = write('bad/latin1.jsonl', lines);
+    await expect(prepare([plain])).rejects.toThrow(`${plain}: not valid UTF-8 (a malformed sequence at byte ${at})`);
+    const gzipped = write('bad/latin1.jsonl.gz', zlib.gzipSync(lines));
+    await expect(prepare([gzipped])).rejects.toThrow(`${gzipped}: not valid UTF-8 (a malformed sequence at byte ${at})`);
   });
 
   it('parquet: missing column, wrong type, unsupported codec name the file (and row group)', async () => {

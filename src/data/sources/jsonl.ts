@@ -2,23 +2,25 @@
 // {"text", "timestamp", "url"} object per line.
 import fs from 'node:fs';
 import zlib from 'node:zlib';
-import { StringDecoder } from 'node:string_decoder';
-import { InputError, describeType, extraValue } from './types.ts';
+import { InputError, StrictUtf8Stream, describeType, extraValue } from './types.ts';
 import type { SourceDocument } from './types.ts';
 
 export function isJsonLinesFile(file: string): boolean {
   return /\.(jsonl|json|ndjson)(\.gz)?$/i.test(file);
 }
 
-/** Lines of a text file (gunzipped when the name ends in .gz), split by hand so stream errors surface here. */
+/**
+ * Lines of a text file (gunzipped when the name ends in .gz), split by hand so stream errors surface here; invalid
+ * UTF-8 is refused naming the byte offset (in the gunzipped text), as in a .txt document.
+ */
 async function* lines(file: string): AsyncGenerator<string> {
   const raw = fs.createReadStream(file);
   const stream = file.toLowerCase().endsWith('.gz') ? raw.pipe(zlib.createGunzip()) : raw;
   raw.on('error', (err) => stream.destroy(err));
-  const decoder = new StringDecoder('utf8');
+  const decoder = new StrictUtf8Stream(file);
   let rest = '';
   for await (const chunk of stream) {
-    rest += decoder.write(chunk as Buffer);
+    rest += decoder.decode(chunk as Buffer);
     let start = 0;
     let nl: number;
     while ((nl = rest.indexOf('\n', start)) !== -1) {
@@ -27,7 +29,7 @@ async function* lines(file: string): AsyncGenerator<string> {
     }
     rest = rest.slice(start);
   }
-  rest += decoder.end();
+  rest += decoder.decode(new Uint8Array(0), true);
   if (rest.length > 0) yield rest;
 }
 
