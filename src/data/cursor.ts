@@ -2,6 +2,7 @@
 // A cursor read from a checkpoint is untrusted: parseCursor checks its structure, checkCursor checks it against the
 // stream it is to restore and the dataset (shard count and order, record batch and row inside the shard); every
 // error names the cursor file and the field.
+import { showValue } from '../bounds.ts';
 import type { RngState } from '../model/rng.ts';
 import type { Split } from './dataset.ts';
 
@@ -57,12 +58,13 @@ class CursorError extends Error {}
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
-const isRngState = (v: unknown) => Array.isArray(v) && v.length === 4 && v.every((w) => Number.isInteger(w) && w >= 0 && w < 2 ** 32);
+/** xoshiro128 state words; all zero is no state (the generator would only ever yield 0). */
+const isRngState = (v: unknown) => Array.isArray(v) && v.length === 4 && v.every((w) => Number.isInteger(w) && w >= 0 && w < 2 ** 32) && v.some((w) => w !== 0);
 
 /** A cursor's JSON, checked field by field; `source` (the file) is named in every error. */
 export function parseCursor(value: unknown, source: string): DataCursor {
   const fail = (field: string, expected: string, got: unknown): never => {
-    throw new CursorError(`${source}: ${field} must be ${expected} (got ${String(JSON.stringify(got)).slice(0, 80)})`);
+    throw new CursorError(`${source}: ${field} must be ${expected} (got ${showValue(got, 80)})`);
   };
   if (!isObject(value)) return fail('the data cursor', 'a JSON object', value);
   const c = value;
@@ -82,10 +84,10 @@ export function parseCursor(value: unknown, source: string): DataCursor {
     if (typeof s.items !== 'string') fail('shuffle.items', 'a base64 string', s.items);
     if (!Array.isArray(s.lengths) || !s.lengths.every(isCount)) fail('shuffle.lengths', 'a list of integers ≥ 0', s.lengths);
     if (s.width !== 2 && s.width !== 4) fail('shuffle.width', '2 or 4', s.width);
-    if (!isRngState(s.rng)) fail('shuffle.rng', 'four 32-bit words', s.rng);
+    if (!isRngState(s.rng)) fail('shuffle.rng', 'four 32-bit words, not all zero', s.rng);
     if (typeof s.exhausted !== 'boolean') fail('shuffle.exhausted', 'true or false', s.exhausted);
   }
-  if (c.maskRng !== null && !isRngState(c.maskRng)) fail('maskRng', 'null or four 32-bit words', c.maskRng);
+  if (c.maskRng !== null && !isRngState(c.maskRng)) fail('maskRng', 'null or four 32-bit words, not all zero', c.maskRng);
   if (typeof c.done !== 'boolean') fail('done', 'true or false', c.done);
   const stats = c.stats as Record<string, unknown>;
   if (!isObject(stats)) fail('stats', 'an object', stats);

@@ -161,6 +161,12 @@ describe('untrusted cursors are checked against the dataset, naming the file and
     expect(() => parseCursor({ version: 1, kind: 'gpt', split: 'train', seqLen: '32' }, source)).toThrow(`${source}: seqLen must be an integer ≥ 0 (got "32")`);
   });
 
+  it('an all-zero generator state (xoshiro128 would only yield 0), and 2⁶⁰ printed exactly', async () => {
+    const good = await midDocumentCursor();
+    expect(() => parseCursor({ ...good, shuffle: { ...good.shuffle!, rng: [0, 0, 0, 0] } }, source)).toThrow(`${source}: shuffle.rng must be four 32-bit words, not all zero (got [0,0,0,0])`);
+    expect(() => parseCursor({ ...good, offset: 2 ** 60 }, source)).toThrow(`${source}: offset must be an integer ≥ 0 (got 1152921504606846976)`);
+  });
+
   it('its position: shard, record batch, row, offset and shard order inside the dataset; tokens inside the vocabulary', async () => {
     const good = await midDocumentCursor();
     const cases: [Partial<DataCursor>, RegExp][] = [
