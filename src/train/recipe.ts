@@ -680,12 +680,12 @@ function typeText(spec: FieldSpec): string {
   return spec.nullable ? `${text} or \`null\`` : text;
 }
 
-function optionTypeText(spec: { kind: string; min?: number; max?: number; exclusiveMin?: number }): string {
+function optionTypeText(spec: { kind: string; min?: number; max?: number | null; exclusiveMin?: number }): string {
   const noun = spec.kind === 'int' ? 'integer' : spec.kind === 'bool' ? 'boolean' : 'number';
   const bounds = [
     spec.min !== undefined ? `≥ ${spec.min}` : '',
     spec.exclusiveMin !== undefined ? `> ${spec.exclusiveMin}` : '',
-    spec.max !== undefined ? `≤ ${spec.max}` : '',
+    spec.max !== undefined && spec.max !== null ? `≤ ${spec.max}` : '',
   ].filter(Boolean);
   return bounds.length ? `${noun} ${bounds.join(', ')}` : noun;
 }

@@ -36,7 +36,7 @@ export const favorOptionSpecs: OptionSpecs = {
     kind: 'int',
     default: 0,
     min: 0,
-    max: Number.MAX_SAFE_INTEGER, // a number of steps, not a size
+    max: null, // a number of steps, not a size
     doc: 'redraw the projection every this many optimizer steps (0 = never); draw n is seeded by deriveSeed(seed, n)',
   },
   ...contractionOptionSpecs,

@@ -102,7 +102,7 @@ function checkOption(name: string, key: string, spec: OptionSpec, value: unknown
     case 'int': {
       if (typeof value !== 'number' || !Number.isInteger(value)) throw fail('an integer');
       if (spec.min !== undefined && value < spec.min) throw fail(`an integer ≥ ${spec.min}`);
-      if (value > spec.max) throw fail(`an integer ≤ ${spec.max}`);
+      if (spec.max !== null && value > spec.max) throw fail(`an integer ≤ ${spec.max}`);
       return value;
     }
     case 'number': {

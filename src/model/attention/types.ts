@@ -63,12 +63,12 @@ export interface AttentionState {
 }
 
 /**
- * Declarative description of one option: type, default, bounds. An integer option always has a maximum (from the
- * bounds table, src/bounds.ts, when it sets a size): options come from checkpoints too, and are checked before
- * anything is built from them.
+ * Declarative description of one option: type, default, bounds. An integer option always declares its maximum —
+ * from the bounds table (src/bounds.ts) when it sets a size, null when it does not (a number of steps) — since
+ * options come from checkpoints too, and are checked before anything is built from them.
  */
 export type OptionSpec =
-  | { kind: 'int'; default: number; min?: number; max: number; doc: string }
+  | { kind: 'int'; default: number; min?: number; max: number | null; doc: string }
   | { kind: 'number'; default: number; min?: number; exclusiveMin?: number; max?: number; doc: string }
   | { kind: 'enum'; default: string; values: readonly string[]; doc: string }
   | { kind: 'bool'; default: boolean; doc: string };
