@@ -109,7 +109,7 @@ describe('the options are model settings', () => {
   it('recipes validate them, naming the key', () => {
     expect(recipe('{ normPosition: post, embeddingNorm: true, typeVocabSize: 2, activation: gelu-erf, layerNormEps: 1e-12 }').model).toMatchObject({ normPosition: 'post', layerNormEps: 1e-12 });
     expect(() => recipe('{ normPosition: middle, activation: relu, layerNormEps: 0, typeVocabSize: -1 }')).toThrow(
-      /model\.normPosition must be one of pre, post .*\n.*model\.typeVocabSize must be an integer ≥ 0 .*\n.*model\.activation must be one of gelu-tanh, gelu-erf .*\n.*model\.layerNormEps must be a number > 0/,
+      /model\.normPosition must be one of pre, post .*\n.*model\.typeVocabSize must be an integer ≥ 0, ≤ 1048576 .*\n.*model\.activation must be one of gelu-tanh, gelu-erf .*\n.*model\.layerNormEps must be a number > 0/,
     );
   });
 

@@ -179,8 +179,9 @@ describe('untrusted model folders', () => {
   });
   it("attention options are held to the bounds table, and the mechanism's tensors compared with the file before any is drawn", async () => {
     const performer = (features: number) => crafted(`performer-${features}`, { config: { ...saved(), attention: { name: 'performer', options: { features } } } });
-    await expect(loadModel(await performer(2 ** 21))).rejects.toThrow(
-      /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.attention\.options\.features: attention 'performer': option 'features' must be an integer ≤ 65536 \(got 2097152\)/,
+    // Just past the bound (the issue's 2²¹ fails alike): the old code drew the projections first, for seconds.
+    await expect(loadModel(await performer(2 ** 16 + 1))).rejects.toThrow(
+      /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.attention\.options\.features: attention 'performer': option 'features' must be an integer ≤ 65536 \(got 65537\)/,
     );
     // Within the bounds, but the file's projections have 64 features: refused before a tensor is made (tensor ids are sequential).
     const folder = await performer(65536);
