@@ -12,10 +12,10 @@ import type { ModelFolder } from '../train/finetune.ts';
 import type { NamedArray } from '../train/safetensors.ts';
 import { listSome } from '../bounds.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
-import { languageModelParameterSpecs } from '../model/lm.ts';
+import { attentionTensorShapes, languageModelParameterSpecs } from '../model/lm.ts';
 import { parseHfConfig, type HfConfig, type HfLayout, type HfModelConfig } from './config.ts';
 import { FLOAT_DTYPES, readSafetensorsHeader, readTensor, type TensorEntry } from './safetensors-files.ts';
-import { canonicalName, CUSTOM_TENSOR_PREFIX, decodeTensor, hfShape, IGNORED, isHeadTensor, TIED, tensorRules, type TensorRule } from './weights.ts';
+import { canonicalName, decodeTensor, hfShape, IGNORED, isHeadTensor, TIED, tensorRules, type TensorRule } from './weights.ts';
 
 /** `initFrom: hf:<folder>`, `eval hf:<folder>`, …: names a Hugging Face folder explicitly. */
 export const HF_PREFIX = 'hf:';
@@ -92,7 +92,6 @@ export async function readHfFolder(dir: string): Promise<HfFolder> {
     const parts = decodeTensor(rule, await readTensor(entry), shape);
     rule.ours.forEach((name, i) => tensors.set(name, { shape, data: parts[i] }));
   }
-  for (const entry of plan.custom) tensors.set(entry.name.slice(CUSTOM_TENSOR_PREFIX.length), { shape: entry.shape, data: await readTensor(entry) });
   for (const [copy, target] of plan.tied) {
     const a = await readTensor(copy);
     const b = await readTensor(target);
@@ -149,8 +148,6 @@ function weightFiles(dir: string): string[] {
 interface TensorPlan {
   rules: TensorRule[];
   matched: { rule: TensorRule; entry: TensorEntry; shape: number[] }[];
-  /** `slayformer.*` tensors with no rule: the attention mechanism's own (checked against the model when loaded). */
-  custom: TensorEntry[];
   /** [stored copy, the tensor it is tied to]. */
   tied: [TensorEntry, TensorEntry][];
   fresh: string[];
@@ -160,12 +157,13 @@ interface TensorPlan {
 /** Matches the header entries with the tensors the config implies; one error of a few lines lists the mismatches (a few names of each kind and their count). */
 function planTensors(dir: string, config: HfConfig, entries: Map<string, TensorEntry>): TensorPlan {
   const layout = config.layout;
-  const specs = languageModelParameterSpecs({ ...config.model, dropout: 0, seed: 0 });
-  const shapes = new Map(specs.map((s) => [s.name, s.shape]));
+  // The attention mechanism's own tensors (this project's exports) as the registry declares them: none is drawn.
+  const model = { ...config.model, dropout: 0, seed: config.seed };
+  const shapes = new Map([...languageModelParameterSpecs(model).map((s): [string, number[]] => [s.name, s.shape]), ...attentionTensorShapes(model)]);
   const rules = tensorRules(layout, shapes.keys());
   const aliases = new Map(Object.entries(TIED[layout]).map(([copy, target]) => [target, copy]));
   const hasHead = [...entries.keys()].some((n) => isHeadTensor(layout, n));
-  const plan: TensorPlan = { rules, matched: [], custom: [], tied: [], fresh: [], ignored: [] };
+  const plan: TensorPlan = { rules, matched: [], tied: [], fresh: [], ignored: [] };
   const used = new Set<string>();
   const missing: string[] = [];
   const problems: string[] = [];
@@ -190,7 +188,6 @@ function planTensors(dir: string, config: HfConfig, entries: Map<string, TensorE
     const tiedTo = TIED[layout][name];
     if (ignored) plan.ignored.push({ name, why: ignored[1] });
     else if (tiedTo && entries.has(tiedTo)) plan.tied.push([entry, entries.get(tiedTo)!]);
-    else if (name.startsWith(CUSTOM_TENSOR_PREFIX) && isFloat(entry)) plan.custom.push(entry);
     else unexpected.push(`${entry.name} (${path.basename(entry.file)})`);
   }
   const lines = [

@@ -7,6 +7,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   activate,
+  attentionSeed,
   createParameter,
   layerNorm,
   linear,
@@ -69,6 +70,27 @@ export function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
 /** Every parameter the model creates (body and head; the attention mechanisms add theirs). */
 export function languageModelParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
   return [...transformerParameterSpecs(bodyConfig(c)), ...headParameterSpecs(c)];
+}
+
+/**
+ * Name → shape of the attention mechanisms' own tensors (trainable and buffers) in every layer, as the registry
+ * declares them for that layer's seed — nothing allocated or drawn. Some shapes are drawn (SchoenbAt's Maclaurin
+ * degrees), so one layer's do not stand for another's.
+ */
+export function attentionTensorShapes(c: LanguageModelConfig): Map<string, number[]> {
+  const body = bodyConfig(c);
+  const out = new Map<string, number[]>();
+  for (let i = 0; i < c.numLayers; i++) {
+    const declared = attentionTensors(c.attention.name, {
+      ...c.attention.options,
+      numHeads: c.numHeads,
+      headDim: c.dModel / c.numHeads,
+      causal: body.causal,
+      seed: attentionSeed(c.seed, i),
+    });
+    for (const { name, shape } of declared) out.set(`blocks.${i}.attn.${name}`, shape);
+  }
+  return out;
 }
 
 function bodyConfig(c: LanguageModelConfig): TransformerConfig {

@@ -6,10 +6,9 @@
 // so is the model.
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS, listSome } from '../bounds.ts';
-import { attentionTensors } from '../model/attention/index.ts';
-import { headParameterSpecs } from '../model/lm.ts';
+import { attentionTensorShapes, headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import { ARCHITECTURE_DEFAULTS, attentionSeed, transformerParameterSpecs } from '../model/transformer.ts';
+import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';
 import { modelConfigFromRecipe, modelSectionProblems } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import type { NamedArray } from './safetensors.ts';
@@ -65,27 +64,7 @@ export function checkModelTensors(config: LanguageModelConfig, tensors: Map<stri
   const body = { ...config, causal: config.kind === 'gpt' };
   const specs = new Map([...transformerParameterSpecs(body), ...headParameterSpecs(config)].map((s) => [s.name, s.shape] as const));
   fit(specs, tensors, source, false);
-  fit(new Map([...specs, ...mechanismTensorShapes(config, body.causal)]), tensors, source, true);
-}
-
-/**
- * Name → shape of the attention mechanisms' own tensors (trainable and buffers), declared per layer with that
- * layer's seed: some shapes are drawn (SchoenbAt's random Maclaurin features per degree), so one layer's shapes do
- * not stand for another's.
- */
-function mechanismTensorShapes(config: LanguageModelConfig, causal: boolean): Map<string, number[]> {
-  const out = new Map<string, number[]>();
-  for (let i = 0; i < config.numLayers; i++) {
-    const declared = attentionTensors(config.attention.name, {
-      ...config.attention.options,
-      numHeads: config.numHeads,
-      headDim: config.dModel / config.numHeads,
-      causal,
-      seed: attentionSeed(config.seed, i),
-    });
-    for (const { name, shape } of declared) out.set(`blocks.${i}.attn.${name}`, shape);
-  }
-  return out;
+  fit(new Map([...specs, ...attentionTensorShapes(config)]), tensors, source, true);
 }
 
 /** Throws one error listing the tensors that are missing or of another shape (and, when `complete`, unexpected). */

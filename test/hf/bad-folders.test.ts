@@ -1,19 +1,21 @@
 // Bad Hugging Face folders fail with one message naming the file and the field — before anything is
 // allocated from what the files say — and recipes that contradict a folder's config.json name the key.
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
+import { exportHf } from '../../src/hf/export.ts';
 import { readHfFolder } from '../../src/hf/folder.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { prepareFinetune } from '../../src/train/finetune.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { modelConfigFromRecipe, parseRecipe } from '../../src/train/recipe.ts';
 import { syntheticDocuments } from '../data/stream-fixtures.ts';
-import { BERT_DIR, f32, GPT2_DIR, rawF32, renamed, variant, writeRaw, type RawTensor } from './fixtures.ts';
+import { BERT_DIR, f32, GPT2_DIR, rawF32, renamed, savedRun, variant, writeRaw, type RawTensor } from './fixtures.ts';
 
 let dir: string;
 let count = 0;
@@ -144,6 +146,24 @@ describe('weights that do not fit config.json', () => {
     expect(message).toMatch(/^Hugging Face folder .*: the weights do not fit .*config\.json:\n {2}missing: transformer\.h\.2\.ln_1\.weight, transformer\.h\.2\.ln_1\.bias, .*, … \(12,264 in all\)$/);
     expect(message.split('\n')).toHaveLength(2);
     expect(message.length).toBeLessThan(1000);
+  });
+
+  it("this project's export whose config.json implies other mechanism tensors than it holds: refused before any is drawn", async () => {
+    const recipe = parseRecipe(
+      `model: { dModel: 16, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: performer, options: { features: 8 } } }\ndata: { dataset: d, tokenizer: ${path.join(GPT2_DIR, 'tokenizer.json')}, seqLen: 16 }`,
+      path.join(dir, 'performer.yaml'),
+    );
+    const out = fresh();
+    await exportHf(await savedRun(recipe, fresh(), 1), { out });
+    const configFile = path.join(out, 'config.json');
+    const json = JSON.parse(readFileSync(configFile, 'utf8'));
+    json.slayformer.attention.options.features = 65536;
+    writeFileSync(configFile, JSON.stringify(json));
+    const nextTensorId = () => tf.tidy(() => tf.scalar(0).id);
+    const before = nextTensorId();
+    expect(await failure(out)).toContain(`${path.join(out, 'model.safetensors')}: slayformer.blocks.0.attn.projection is [2, 8, 8] but config.json implies [2, 8, 65536]`);
+    await expect(loadModel(`hf:${out}`)).rejects.toThrow('slayformer.blocks.1.attn.projection is [2, 8, 8] but config.json implies [2, 8, 65536]');
+    expect(nextTensorId()).toBe(before + 1);
   });
 
   it('a tokenizer.json whose vocabulary differs from the embedding', async () => {
