@@ -1,9 +1,10 @@
 // Reading Hugging Face safetensors files tensor by tensor: the header first (checked against the file
 // size before anything is allocated from it, its entries tiling the data part exactly as the format
 // requires), then only the byte ranges of the tensors wanted, converted to float32 and refused if any
-// value is NaN or infinite (as src/train/safetensors.ts refuses them in this project's own files). Written here rather than with src/train/safetensors.ts's reader, which reads
-// whole files and only F32: Hugging Face checkpoints also carry tensors this project skips (int64
-// position ids, causal-mask buffers) and half-precision weights, and can be several GB.
+// value is NaN or infinite (as src/train/safetensors.ts refuses them in this project's own files).
+// Written here rather than with src/train/safetensors.ts's reader, which reads whole files and only
+// F32: Hugging Face checkpoints also carry tensors this project skips (int64 position ids, causal-mask
+// buffers) and half-precision weights, and can be several GB.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { showValue } from '../bounds.ts';

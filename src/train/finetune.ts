@@ -175,8 +175,9 @@ export interface LoadReport {
 
 /**
  * Copies a model folder's tensors into `model` by name (see the file comment for the rules).
- * Checks everything first and throws one error naming the tensors that cannot be mapped (a few of each kind, and their count); the
- * model is untouched then. `tokenizerSha256`: the run's tokenizer, compared with the checkpoint's.
+ * Checks everything first and throws one error naming the tensors that cannot be mapped (a few of
+ * each kind, and their count); the model is untouched then. `tokenizerSha256`: the run's
+ * tokenizer, compared with the checkpoint's.
  */
 export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { tokenizerSha256?: string } = {}): LoadReport {
   const where = `initFrom ${source.dir}`;

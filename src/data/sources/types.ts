@@ -76,12 +76,9 @@ export class StrictUtf8Stream {
   constructor(private readonly file: string) {}
 
   decode(chunk: Uint8Array, final = false): string {
+    let text: string;
     try {
-      const text = this.decoder.decode(chunk, { stream: !final });
-      const [kept, keptOffset] = chunk.length >= 3 ? [chunk, this.offset + this.tail.length] : [Buffer.concat([this.tail, chunk]), this.offset];
-      this.tail = Uint8Array.from(kept.subarray(Math.max(0, kept.length - 3))); // a copy: the chunk is not kept alive
-      this.offset = keptOffset + kept.length - this.tail.length;
-      return text;
+      text = this.decoder.decode(chunk, { stream: !final });
     } catch {
       // The window starts at a character boundary: the tail less the continuation bytes of an already ended sequence.
       let start = 0;
@@ -89,5 +86,9 @@ export class StrictUtf8Stream {
       const window = Buffer.concat([this.tail.subarray(start), chunk]);
       throw new InputError(`${this.file}: not valid UTF-8 (a malformed sequence at byte ${this.offset + start + invalidUtf8Offset(window)})`);
     }
+    const [kept, keptOffset] = chunk.length >= 3 ? [chunk, this.offset + this.tail.length] : [Buffer.concat([this.tail, chunk]), this.offset];
+    this.tail = Uint8Array.from(kept.subarray(Math.max(0, kept.length - 3))); // a copy: the chunk is not kept alive
+    this.offset = keptOffset + kept.length - this.tail.length;
+    return text;
   }
 }
