@@ -131,6 +131,23 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     wideOpt.dispose();
   });
 
+  it('a resume refuses a checkpoint whose recipe.json asks for attention options beyond the bounds table, naming the file and the bound', async () => {
+    const runDir = join(dir, 'options');
+    const pair = await trainedPair(4);
+    const saved = await save(runDir, 3, null, pair);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+    const recipe = JSON.parse(readFileSync(join(saved, 'recipe.json'), 'utf8'));
+    recipe.model.attention = { name: 'performer', options: { features: 2 ** 21 } };
+    writeFileSync(join(saved, 'recipe.json'), JSON.stringify(recipe));
+    // Its checksum line dropped, as anyone editing the file can: the file itself is checked all the same.
+    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8').split('\n').filter((line) => !line.endsWith('  recipe.json'));
+    writeFileSync(join(saved, COMPLETE_MARKER), sums.join('\n'));
+    await expect(loadCheckpoint(saved)).rejects.toThrow(
+      `${join(saved, 'recipe.json')}: model.attention.options.features: attention 'performer': option 'features' must be an integer ≤ 65536 (got 2097152)`,
+    );
+  });
+
   it('a SchoenbAt model, whose random-Maclaurin feature counts are drawn per layer, loads back with every buffer', async () => {
     const model = createLanguageModel({ ...tinyConfig(5), dModel: 16, numLayers: 3, attention: { name: 'schoenbat', options: {} } });
     const buffers = new Map([...model.buffers()].map(([n, v]) => [n, { shape: v.shape, values: Array.from(v.dataSync()) }]));
