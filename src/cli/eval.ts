@@ -1,5 +1,5 @@
 // npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME] [--verbose]
-// Validation loss, perplexity and bits per byte of a trained model (a run's final/ folder, a
+// Validation loss, perplexity, bits per byte and top-1 accuracy of a trained model (a run's final/ folder, a
 // checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data.
 import { collectEvalBatches, evaluate, type EvalResult } from '../train/evaluate.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
@@ -10,8 +10,9 @@ import { isMainModule, runCommand, UsageError } from './command.ts';
 const COMMAND = {
   name: 'eval',
   usage: '<checkpoint> [options]',
-  description: `Validation loss, perplexity and bits per byte of a trained model on the validation split of its recipe's
-dataset (or --data), read in whole batches as during training, so the numbers match its log.
+  description: `Validation loss, perplexity, bits per byte and top-1 accuracy (next-token for GPT, masked-token for BERT, on
+the loss's tokens) of a trained model on the validation split of its recipe's dataset (or --data), read in whole
+batches as during training, so the numbers match its log.
 <checkpoint> is a run's final/ folder, a checkpoint folder (model.safetensors + recipe.json) or a run folder.`,
   options: {
     data: { type: 'string', value: 'PATH', help: "dataset whose validation split is read (default: the recipe's data.dataset)" },
@@ -60,7 +61,7 @@ export function formatEval(r: EvalCheckpointResult): string {
   return [
     `checkpoint ${r.dir}: ${r.description}`,
     `validation split of ${r.dataset}`,
-    `loss ${r.loss.toFixed(4)}  ppl ${r.ppl.toFixed(2)}  bpb ${r.bpb.toFixed(4)}  tokens ${r.tokens}  bytes ${r.bytes}`,
+    `loss ${r.loss.toFixed(4)}  ppl ${r.ppl.toFixed(2)}  bpb ${r.bpb.toFixed(4)}  acc ${r.accuracy.toFixed(4)}  tokens ${r.tokens}  bytes ${r.bytes}`,
   ].join('\n');
 }
 

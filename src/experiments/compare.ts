@@ -43,6 +43,8 @@ export interface RunSummary {
   bestValLoss: number | null;
   finalValPpl: number | null;
   finalValBpb: number | null;
+  /** Top-1 accuracy of the final validation (null for runs logged before accuracy was). */
+  finalValAcc: number | null;
   tokensPerSecond: number | null;
   wallSeconds: number | null;
   finished: boolean;
@@ -56,7 +58,7 @@ export interface RunGroup {
   recipeName: string;
   runs: RunSummary[];
   /** Mean ± sd over the runs; finalValPpl is exp(mean final loss), without an sd. */
-  stats: Record<'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'tokensPerSecond' | 'wallSeconds', MeanSd>;
+  stats: Record<'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'finalValAcc' | 'tokensPerSecond' | 'wallSeconds', MeanSd>;
   /** How the runs differ in more than the seed (empty when they do not). */
   mixed: string[];
 }
@@ -185,6 +187,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     bestValLoss: valLosses.length ? Math.min(...valLosses) : null,
     finalValPpl: finite(summary.val_ppl) ?? finite(lastVal?.ppl) ?? (finalValLoss === null ? null : Math.exp(finalValLoss)),
     finalValBpb: finite(summary.val_bpb) ?? finite(lastVal?.bpb),
+    finalValAcc: finite(summary.val_acc) ?? finite(lastVal?.acc),
     tokensPerSecond: finite(summary.train_tokens_per_s) ?? (wallSeconds !== null && wallSeconds > 0 ? tokens / wallSeconds : null),
     wallSeconds,
     finished,
@@ -324,7 +327,7 @@ export function groupRuns(runs: RunSummary[]): RunGroup[] {
         params: stat('params'), tokens: stat('tokens'), finalValLoss: loss, bestValLoss: stat('bestValLoss'),
         // The perplexity of the mean loss: averaging perplexities would weight the worse seeds exponentially.
         finalValPpl: { mean: Math.exp(loss.mean), sd: null, n: loss.n },
-        finalValBpb: stat('finalValBpb'), tokensPerSecond: stat('tokensPerSecond'), wallSeconds: stat('wallSeconds'),
+        finalValBpb: stat('finalValBpb'), finalValAcc: stat('finalValAcc'), tokensPerSecond: stat('tokensPerSecond'), wallSeconds: stat('wallSeconds'),
       },
       mixed: groupMixing(runsOfGroup),
     };
@@ -334,13 +337,13 @@ export function groupRuns(runs: RunSummary[]): RunGroup[] {
 /** Markdown table, one row per run. */
 export function runsTable(runs: RunSummary[]): string {
   const lines = [
-    '| run | attention | kind | seed | params | tokens | final val loss | best val loss | val ppl | val bpb | tokens/s | wall s |',
-    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| run | attention | kind | seed | params | tokens | final val loss | best val loss | val ppl | val bpb | val acc | tokens/s | wall s |',
+    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const r of runs) {
     lines.push(
       `| ${describeRun(r)} | ${r.attention} | ${r.kind} | ${r.seed ?? '—'} | ${formatNumber(r.params)} | ${formatNumber(r.tokens)} | ` +
-        `${formatNumber(r.finalValLoss, 4)} | ${formatNumber(r.bestValLoss, 4)} | ${formatNumber(r.finalValPpl, 2)} | ${formatNumber(r.finalValBpb, 4)} | ${formatNumber(r.tokensPerSecond)} | ${formatNumber(r.wallSeconds, 1)} |`,
+        `${formatNumber(r.finalValLoss, 4)} | ${formatNumber(r.bestValLoss, 4)} | ${formatNumber(r.finalValPpl, 2)} | ${formatNumber(r.finalValBpb, 4)} | ${formatNumber(r.finalValAcc, 4)} | ${formatNumber(r.tokensPerSecond)} | ${formatNumber(r.wallSeconds, 1)} |`,
     );
   }
   return lines.join('\n');
@@ -349,15 +352,15 @@ export function runsTable(runs: RunSummary[]): string {
 /** Markdown table, one row per group: mean ± sample sd over the group's seeds, n = runs; ⚠ marks a mixed group. */
 export function groupsTable(groups: RunGroup[]): string {
   const lines = [
-    '| group | recipe | n | seeds | params | tokens | final val loss | best val loss | val ppl | val bpb | tokens/s | wall s |',
-    '|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| group | recipe | n | seeds | params | tokens | final val loss | best val loss | val ppl | val bpb | val acc | tokens/s | wall s |',
+    '|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const g of groups) {
     const s = g.stats;
     const ms = (m: MeanSd, digits: number) => formatMeanSd(m, digits, { showN: false });
     lines.push(
       `| ${g.mixed.length ? '⚠ ' : ''}${g.label} | ${g.recipeName} | ${g.runs.length} | ${g.runs.map((r) => r.seed ?? '—').join(', ')} | ${ms(s.params, 0)} | ${ms(s.tokens, 0)} | ` +
-        `${ms(s.finalValLoss, 4)} | ${ms(s.bestValLoss, 4)} | ${ms(s.finalValPpl, 2)} | ${ms(s.finalValBpb, 4)} | ${ms(s.tokensPerSecond, 0)} | ${ms(s.wallSeconds, 1)} |`,
+        `${ms(s.finalValLoss, 4)} | ${ms(s.bestValLoss, 4)} | ${ms(s.finalValPpl, 2)} | ${ms(s.finalValBpb, 4)} | ${ms(s.finalValAcc, 4)} | ${ms(s.tokensPerSecond, 0)} | ${ms(s.wallSeconds, 1)} |`,
     );
   }
   return lines.join('\n');

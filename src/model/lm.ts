@@ -269,6 +269,21 @@ export class LanguageModel {
   }
 
   /**
+   * Validation's sums over the labelled positions, no dropout: Σ cross-entropy in nats and the number
+   * of positions whose highest logit is the target (top-1 accuracy's numerator: next-token for GPT,
+   * masked-token for BERT), both from the same logits of the same rows. Call inside tf.tidy.
+   */
+  evalSums(batch: ModelBatch): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
+    const inputs = this.lossInputs(batch);
+    if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
+    let h = this.hidden(inputs.ids, inputs.mask, null);
+    if (inputs.rows) h = tf.gather(h, inputs.rows);
+    const logits = this.headLogits(h);
+    const hits = tf.cast(tf.equal(tf.argMax(logits, -1), inputs.targets), 'float32');
+    return { loss: crossEntropySum(logits, inputs.targets), correct: tf.sum(hits), count: inputs.count };
+  }
+
+  /**
    * The batch checked against the vocabulary and uploaded: what lossOf reads (null when no position
    * is labelled). Kept apart from lossOf so that a compiled step can take these tensors as its
    * inputs. `rowBucket` > 1 pads a partial set of labelled rows (BERT's masked positions) with

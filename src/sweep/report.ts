@@ -1,5 +1,6 @@
 // `sweep report`: the comparison of a sweep's finished runs.
-//   report.md / report.json   per group of runs that differ only in their seed: the metric's mean ± sd over seeds;
+//   report.md / report.json   per group of runs that differ only in their seed: the metric's mean ± sd over seeds
+//                             (and the final validation accuracy's, beside it);
 //                             against the baseline mechanism: the paired difference over the seeds both finished,
 //                             its confidence interval (Student t) and p-value, and how many seeds it won
 //   compare/                  `npm run compare` of the same runs (per-run tables and the loss/perplexity plots)
@@ -31,6 +32,8 @@ export interface GroupReport {
   /** Finished runs (seed → value of the metric). */
   values: { seed: number; value: number; run: string }[];
   stats: MeanSd;
+  /** Final validation top-1 accuracy over the same runs. */
+  accuracy: MeanSd;
   tokensPerSecond: MeanSd;
   /** Against the baseline group with the same other settings; null for the baseline itself or without one. */
   paired: (PairedResult & { baselineGroup: string; wins: number }) | null;
@@ -77,11 +80,12 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
       attention: members[0].run.recipe.model.attention.name,
       values,
       stats: meanSd(values.map((v) => v.value)),
+      accuracy: meanSd(members.map((m) => m.summary.finalValAcc)),
       tokensPerSecond: meanSd(members.map((m) => m.summary.tokensPerSecond)),
       paired: null,
     };
   });
-  if (baseline !== null) pairWithBaseline(groups, baseline, level);
+  if (baseline !== null) pairWithBaseline(groups, baseline, level, REPORT_METRICS[metric].higherIsBetter);
 
   await mkdir(opts.outDir, { recursive: true });
   const compareDir = path.join(opts.outDir, 'compare');
@@ -97,7 +101,7 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
 }
 
 /** Pairs each group with the baseline group of the same settings (its run names without seed and attention). */
-function pairWithBaseline(groups: GroupReport[], baseline: string, level: number): void {
+function pairWithBaseline(groups: GroupReport[], baseline: string, level: number, higherIsBetter: boolean): void {
   const baselineGroups = new Map<string, GroupReport>();
   for (const g of groups) if (g.attention === baseline && !baselineGroups.has(g.pairing)) baselineGroups.set(g.pairing, g);
   for (const g of groups) {
@@ -108,7 +112,7 @@ function pairWithBaseline(groups: GroupReport[], baseline: string, level: number
     const pairs = g.values.filter((v) => bySeed.has(v.seed));
     const x = pairs.map((v) => v.value);
     const base = pairs.map((v) => bySeed.get(v.seed)!);
-    g.paired = { ...pairedT(x, base, level), baselineGroup: partner.group, wins: x.filter((v, i) => v < base[i]).length };
+    g.paired = { ...pairedT(x, base, level), baselineGroup: partner.group, wins: x.filter((v, i) => (higherIsBetter ? v > base[i] : v < base[i])).length };
   }
 }
 
@@ -117,11 +121,14 @@ const signed = (v: number, digits: number) => `${v >= 0 ? '+' : '−'}${Math.abs
 function renderMarkdown(sweep: Sweep, report: SweepReport, compareFiles: string[]): string {
   const digits = report.metric === 'finalValPpl' ? 2 : 4;
   const pct = Math.round(report.level * 100);
-  const header = `| group | attention | n | seeds | ${REPORT_METRICS[report.metric]} (mean ± sd) | tokens/s |` +
+  // Accuracy beside the compared metric, unless it is the compared metric.
+  const accuracyColumn = report.metric !== 'finalValAcc';
+  const header = `| group | attention | n | seeds | ${REPORT_METRICS[report.metric].title} (mean ± sd) |${accuracyColumn ? ' val acc |' : ''} tokens/s |` +
     (report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : '');
-  const rule = `|---|---|---:|---|---:|---:|${report.baseline ? '---:|---:|---:|' : ''}`;
+  const rule = `|---|---|---:|---|---:|${accuracyColumn ? '---:|' : ''}---:|${report.baseline ? '---:|---:|---:|' : ''}`;
   const rows = report.groups.map((g) => {
-    const base = `| ${g.group} | ${g.attention} | ${g.stats.n} | ${g.values.map((v) => v.seed).join(', ')} | ${formatMeanSd(g.stats, digits, { showN: false })} | ${formatMeanSd(g.tokensPerSecond, 0, { showN: false })} |`;
+    const accuracy = accuracyColumn ? ` ${formatMeanSd(g.accuracy, 4, { showN: false })} |` : '';
+    const base = `| ${g.group} | ${g.attention} | ${g.stats.n} | ${g.values.map((v) => v.seed).join(', ')} | ${formatMeanSd(g.stats, digits, { showN: false })} |${accuracy} ${formatMeanSd(g.tokensPerSecond, 0, { showN: false })} |`;
     if (!report.baseline) return base;
     const p = g.paired;
     if (!p) return `${base} ${g.attention === report.baseline ? '(baseline)' : '—'} | | |`;
@@ -136,7 +143,8 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFiles: string[
       `their seed; values are mean ± sample sd over the seeds.` +
       (report.baseline
         ? ` Δ is the paired difference to the ${report.baseline} run with the same seed and settings (negative = lower ${report.metric} than ${report.baseline}), ` +
-          `with a ${pct}% Student t confidence interval over the seeds both finished and the two-sided paired t-test's p; "better on" counts those seeds.`
+          `with a ${pct}% Student t confidence interval over the seeds both finished and the two-sided paired t-test's p; "better on" counts those seeds ` +
+          `(${REPORT_METRICS[report.metric].higherIsBetter ? 'higher' : 'lower'} is better).`
         : ''),
     '',
     header,

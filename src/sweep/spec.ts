@@ -29,12 +29,13 @@ import type { SlurmOptions } from './slurm.ts';
 /** The key whose values are seeds: the report groups runs over it and pairs runs by it. */
 const SEED_KEY = 'train.seed';
 const ATTENTION_KEY = 'model.attention';
-/** What the report compares (fields of compare.ts's RunSummary), lower is better for all of them. */
+/** What the report compares (fields of compare.ts's RunSummary) and which way is better. */
 export const REPORT_METRICS = {
-  finalValLoss: 'final validation loss (nats/token)',
-  bestValLoss: 'best validation loss (nats/token)',
-  finalValBpb: 'final validation bits per byte',
-  finalValPpl: 'final validation perplexity',
+  finalValLoss: { title: 'final validation loss (nats/token)', higherIsBetter: false },
+  bestValLoss: { title: 'best validation loss (nats/token)', higherIsBetter: false },
+  finalValBpb: { title: 'final validation bits per byte', higherIsBetter: false },
+  finalValPpl: { title: 'final validation perplexity', higherIsBetter: false },
+  finalValAcc: { title: 'final validation top-1 accuracy', higherIsBetter: true },
 } as const;
 export type ReportMetric = keyof typeof REPORT_METRICS;
 /** Keys the sweep sets itself for every run. */

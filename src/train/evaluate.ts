@@ -12,6 +12,8 @@ export interface EvalResult {
   ppl: number;
   /** Bits per byte: Σ loss (nats) / (ln 2 · Σ bytes of the target tokens). */
   bpb: number;
+  /** Top-1 accuracy over the same labelled tokens as the loss: next-token (GPT) or masked-token (BERT). */
+  accuracy: number;
   tokens: number;
   bytes: number;
 }
@@ -43,23 +45,29 @@ export async function collectEvalBatches(
   return batches;
 }
 
-/** Loss, perplexity and bits per byte of the model on the given batches (no dropout). */
+/** Loss, perplexity, bits per byte and top-1 accuracy of the model on the given batches (no dropout). */
 export async function evaluate(model: LanguageModel, batches: readonly Batch[]): Promise<EvalResult> {
   let lossNats = 0;
+  let correct = 0;
   let tokens = 0;
   let bytes = 0;
   for (const batch of batches) {
     let count = 0;
-    const loss = tf.tidy(() => {
-      const out = model.lossSum(batch, null);
+    const sums = tf.tidy(() => {
+      const out = model.evalSums(batch);
       count = out.count;
-      return out.loss;
+      return tf.stack([out.loss, out.correct]);
     });
-    lossNats += (await loss.data())[0];
-    loss.dispose();
+    const [loss, hits] = await sums.data();
+    sums.dispose();
+    lossNats += loss;
+    correct += hits;
     tokens += count;
     bytes += batch.bytes;
   }
   const mean = tokens > 0 ? lossNats / tokens : NaN;
-  return { loss: mean, ppl: Math.exp(mean), bpb: bytes > 0 ? lossNats / (Math.LN2 * bytes) : NaN, tokens, bytes };
+  return {
+    loss: mean, ppl: Math.exp(mean), bpb: bytes > 0 ? lossNats / (Math.LN2 * bytes) : NaN,
+    accuracy: tokens > 0 ? correct / tokens : NaN, tokens, bytes,
+  };
 }

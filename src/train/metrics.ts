@@ -5,7 +5,7 @@
 //                  Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
 //                  start time, and the data paths both absolute and relative to the run folder (a moved run folder
 //                  still finds data that moved with it); each resume appends its own entry under `resumes`
-//   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves
+//   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves (validation adds bpb and acc)
 //   log.txt        the progress lines and warnings printed during the run
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/train/wandb.ts)
 //   summary.json   written by finish()
@@ -40,6 +40,8 @@ export interface MetricRecord {
   elapsed_s: number;
   /** Validation: bits per byte. */
   bpb?: number;
+  /** Validation: top-1 accuracy over the loss's tokens (next-token for GPT, masked-token for BERT). */
+  acc?: number;
   epoch_fraction?: number;
   /** Train, tensorflow backend: values and bytes the last step read back into JavaScript (backend/readback.ts). */
   readback_values?: number;
@@ -245,7 +247,7 @@ export function checkRecord(record: unknown, where: string): asserts record is M
   }
   if (!Number.isInteger(r.step) || (r.step as number) < 0) fail('field step must be an integer ≥ 0');
   if (typeof r.grad_norm !== 'number' && r.grad_norm !== null) fail('field grad_norm must be a number or null');
-  for (const key of ['bpb', 'epoch_fraction']) {
+  for (const key of ['bpb', 'acc', 'epoch_fraction']) {
     if (r[key] !== undefined && typeof r[key] !== 'number' && r[key] !== null) fail(`field ${key} must be a number`);
   }
 }

@@ -466,11 +466,11 @@ class TrainingLoop {
     const { step, tokens, trainSeconds } = this;
     this.logger.log({
       step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
-      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: this.elapsed(), bpb: result.bpb,
+      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: this.elapsed(), bpb: result.bpb, acc: result.accuracy,
       epoch_fraction: this.batchesSeen / Math.max(1, this.inputs.epoch.batches),
     });
     this.lastVal = { step, loss: result.loss };
-    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} (${result.tokens} tokens)`);
+    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens)`);
     return result;
   }
 
@@ -597,12 +597,12 @@ class TrainingLoop {
     const parameters = this.parameterCount;
     const summary = {
       steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
-      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, parameters, final: path.relative(logger.dir, finalDir),
+      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, val_acc: finalVal.accuracy, parameters, final: path.relative(logger.dir, finalDir),
     };
     await logger.finish(summary);
     logger.line(
       `done: ${step} steps, ${tokens.toLocaleString('en-US')} tokens in ${formatDuration(this.elapsed())} ` +
-        `(${Math.round(summary.train_tokens_per_s).toLocaleString('en-US')} tok/s) | final val loss ${finalVal.loss.toFixed(4)} | ppl ${finalVal.ppl.toFixed(2)} | bpb ${finalVal.bpb.toFixed(4)} | saved ${finalDir}`,
+        `(${Math.round(summary.train_tokens_per_s).toLocaleString('en-US')} tok/s) | final val loss ${finalVal.loss.toFixed(4)} | ppl ${finalVal.ppl.toFixed(2)} | bpb ${finalVal.bpb.toFixed(4)} | acc ${finalVal.accuracy.toFixed(4)} | saved ${finalDir}`,
     );
     return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: this.elapsed(), finalVal, parameters };
   }

@@ -75,6 +75,7 @@ const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'me
   grad_norm: 'measured',
   tokens_per_s: 'measured',
   bpb: 'measured',
+  acc: 'measured',
 };
 
 /**

@@ -41,7 +41,7 @@ function writeRun(run: FakeRun): string {
     const step = 10 * (i + 1);
     const base = { step, tokens, lr: run.lrAt?.(step) ?? 1e-3, grad_norm: 1, tokens_per_s: 500, elapsed_s: tokens / 500 };
     lines.push(JSON.stringify({ ...base, split: 'train', loss: run.train[i], ppl: Math.exp(run.train[i]) }));
-    lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4 }));
+    lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4, acc: 1 - loss / 4 }));
   });
   writeFileSync(join(dir, 'metrics.jsonl'), lines.join('\n') + '\n');
   if (run.summary) writeFileSync(join(dir, 'summary.json'), JSON.stringify(run.summary));
@@ -50,7 +50,7 @@ function writeRun(run: FakeRun): string {
 
 const summaryOf = (valLoss: number, params: number) => ({
   steps: 30, tokens: 3000, elapsed_s: 6, train_tokens_per_s: 520, val_loss: valLoss, val_ppl: Math.exp(valLoss),
-  val_bpb: valLoss / Math.LN2 / 4, parameters: params, records: 6,
+  val_bpb: valLoss / Math.LN2 / 4, val_acc: 1 - valLoss / 4, parameters: params, records: 6,
 });
 
 const softmax1 = writeRun({ folder: 'softmax-s1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 12345) });
@@ -103,11 +103,11 @@ describe('compareRuns', () => {
       expect(existsSync(join(outDir, name)), name).toBe(true);
     }
     const md = readFileSync(join(outDir, 'report.md'), 'utf8');
-    expect(md).toContain('| softmax-s1 | softmax | gpt | 1 | 12,345 | 3,000 | 2.2000 | 2.2000 | 9.03 | 0.7935 | 520 | 6.0 |');
-    expect(md).toContain('| slay-s1 (unfinished) | slay | gpt | 1 | — | 3,000 | 2.9000 | 2.9000 | 18.17 |');
+    expect(md).toContain('| softmax-s1 | softmax | gpt | 1 | 12,345 | 3,000 | 2.2000 | 2.2000 | 9.03 | 0.7935 | 0.4500 | 520 | 6.0 |');
+    expect(md).toContain('| slay-s1 (unfinished) | slay | gpt | 1 | — | 3,000 | 2.9000 | 2.9000 | 18.17 | 1.0460 | 0.2750 |');
     // softmax: final val losses 2.2 and 2.4 → 2.3 ± 0.1414; best 2.2 and 2.4 as well; perplexity exp(2.3) = 9.97
     // (the mean of the perplexities, (e^2.2 + e^2.4)/2 = 10.02, would weight the worse seed more).
-    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12,345 ± 0 | 3,000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 | 9.97 |');
+    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12,345 ± 0 | 3,000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 | 9.97 | 0.8295 ± 0.0510 | 0.4250 ± 0.0354 |');
     expect(md).toMatch(/\| slay \| tiny \| 1 \| 1 \| — \| 3,000 \| 2\.9000 \| 2\.9000 \| 18\.17 \|/);
 
     const html = readFileSync(join(outDir, 'index.html'), 'utf8');

@@ -122,14 +122,15 @@ describe('report', () => {
     const reportDir = join(dir, 'report');
     const reportSweep: Sweep = { ...sweep, runDir: join(reportDir, 'runs') };
     const losses: Record<string, number[]> = { softmax: [5.3, 5.4, 5.35], slay: [5.32, 5.44, 5.36], performer: [5.5, 5.45] };
-    const make = (name: string, loss: number) => {
+    const accuracies: Record<string, number[]> = { softmax: [0.3, 0.31, 0.32], slay: [0.31, 0.3, 0.33], performer: [0.2, 0.25] };
+    const make = (name: string, loss: number, acc: number) => {
       const folder = join(reportSweep.runDir, `${name}-20260101-000000`);
       mkdirSync(folder, { recursive: true });
       writeFileSync(join(folder, 'config.json'), JSON.stringify(run(name).recipe));
-      writeFileSync(join(folder, 'metrics.jsonl'), JSON.stringify({ step: 10, tokens: 640, split: 'val', loss, ppl: Math.exp(loss), lr: 1e-3, grad_norm: null, tokens_per_s: 100, elapsed_s: 6, bpb: 1 }) + '\n');
-      writeFileSync(join(folder, 'summary.json'), JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6, train_tokens_per_s: 100, val_loss: loss, val_ppl: Math.exp(loss), val_bpb: 1, parameters: 1000 }));
+      writeFileSync(join(folder, 'metrics.jsonl'), JSON.stringify({ step: 10, tokens: 640, split: 'val', loss, ppl: Math.exp(loss), lr: 1e-3, grad_norm: null, tokens_per_s: 100, elapsed_s: 6, bpb: 1, acc }) + '\n');
+      writeFileSync(join(folder, 'summary.json'), JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6, train_tokens_per_s: 100, val_loss: loss, val_ppl: Math.exp(loss), val_bpb: 1, val_acc: acc, parameters: 1000 }));
     };
-    for (const [mechanism, values] of Object.entries(losses)) values.forEach((loss, i) => make(`${mechanism}-seed${i + 1}`, loss));
+    for (const [mechanism, values] of Object.entries(losses)) values.forEach((loss, i) => make(`${mechanism}-seed${i + 1}`, loss, accuracies[mechanism][i]));
     const warnings: string[] = [];
     const report = await buildReport(reportSweep, { outDir: join(reportDir, 'out'), warn: (m) => warnings.push(m) });
     expect(report.missing).toEqual(['performer-seed3']);
@@ -147,6 +148,14 @@ describe('report', () => {
     expect(performer.paired).toMatchObject({ n: 2, wins: 0 });
     expect(performer.paired!.mean).toBeCloseTo((0.2 + 0.05) / 2, 12);
     const markdown = report.files.find((f) => f.endsWith('report.md'))!;
-    expect(readFileSync(markdown, 'utf8')).toMatch(/\| slay \| slay \| 3 \| 1, 2, 3 \| 5\.3733 ± 0\.0611 \| 100 ± 0 \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \|/);
+    expect(readFileSync(markdown, 'utf8')).toMatch(/\| slay \| slay \| 3 \| 1, 2, 3 \| 5\.3733 ± 0\.0611 \| 0\.3133 ± 0\.0153 \| 100 ± 0 \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \|/);
+
+    // Accuracy as the compared metric: higher is better, so "better on" counts the seeds where it is higher.
+    const byAccuracy = await buildReport(reportSweep, { outDir: join(reportDir, 'out-acc'), metric: 'finalValAcc', warn: () => {} });
+    expect(byAccuracy.groups[1].paired).toMatchObject({ n: 3, wins: 2 });
+    expect(byAccuracy.groups[1].paired!.mean).toBeCloseTo(0.01 / 3, 12);
+    const accuracyMarkdown = readFileSync(byAccuracy.files.find((f) => f.endsWith('report.md'))!, 'utf8');
+    expect(accuracyMarkdown).toContain('| group | attention | n | seeds | final validation top-1 accuracy (mean ± sd) | tokens/s |');
+    expect(accuracyMarkdown).toContain('(higher is better)');
   });
 });

@@ -93,7 +93,9 @@ describe('eval', () => {
     expect(run.stderr).toBe('[eval] backend cpu\n'); // one short line
     expect(run.status).toBe(0);
     expect(run.stdout.trim()).toBe(formatEval(result));
-    expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}tokens \d+/);
+    expect(run.stdout).toMatch(/loss \d+\.\d{4} {2}ppl \d+\.\d{2} {2}bpb \d+\.\d{4} {2}acc [01]\.\d{4} {2}tokens \d+/);
+    expect(result.accuracy).toBeGreaterThanOrEqual(0);
+    expect(result.accuracy).toBeLessThanOrEqual(1);
   }, 60_000);
 
   it('a run folder moved together with its data still evaluates (paths recorded relative to the run too)', async () => {

@@ -102,6 +102,11 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     }
     expect(val[1].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
     expect(val[1].bpb).toBeGreaterThan(0);
+    // Top-1 accuracy in every validation record and the summary, from the same evaluation as the loss.
+    for (const r of val) expect(r.acc).toBeGreaterThan(0);
+    expect(val[1].acc).toBeLessThan(1);
+    expect(val[1].acc).toBe(result.finalVal.accuracy);
+    expect(summary).toMatchObject({ val_acc: result.finalVal.accuracy, val_loss: result.finalVal.loss });
     expect(result.finalVal.bpb).toBeCloseTo((result.finalVal.loss * result.finalVal.tokens) / (Math.LN2 * result.finalVal.bytes), 6);
     expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
     expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s( \| host reads \d+ values\/step)? \| ETA /.test(l))).toBe(true);

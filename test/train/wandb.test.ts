@@ -97,7 +97,7 @@ function records(): MetricRecord[] {
   return [
     { step: 10, tokens: 1280, split: 'train', loss: 5.1, ppl: Math.exp(5.1), elapsed_s: 1.5, ...base },
     { step: 20, tokens: 2560, split: 'train', loss: 4.7, ppl: Math.exp(4.7), elapsed_s: 3.0, ...base },
-    { step: 20, tokens: 2560, split: 'val', loss: 4.9, ppl: Math.exp(4.9), elapsed_s: 3.4, bpb: 1.9, ...base, grad_norm: null },
+    { step: 20, tokens: 2560, split: 'val', loss: 4.9, ppl: Math.exp(4.9), elapsed_s: 3.4, bpb: 1.9, acc: 0.31, ...base, grad_norm: null },
     { step: 30, tokens: 3840, split: 'train', loss: 4.4, ppl: Math.exp(4.4), elapsed_s: 4.6, epoch_fraction: 0.5, ...base },
   ];
 }
@@ -157,7 +157,7 @@ describe('W&B sink (loopback mock)', () => {
     // encoding: MetricRecord field numbers, step metric as a one-based index into the list.
     const metrics = (config._wandb.value as { m: Record<string, unknown>[] }).m;
     expect(metrics[0]).toEqual({ 1: 'tokens', 6: [3] });
-    for (const name of ['train/loss', 'train/ppl', 'train/lr', 'train/grad_norm', 'train/tokens_per_s', 'val/loss', 'val/ppl', 'val/bpb']) {
+    for (const name of ['train/loss', 'train/ppl', 'train/lr', 'train/grad_norm', 'train/tokens_per_s', 'val/loss', 'val/ppl', 'val/bpb', 'val/acc']) {
       expect(metrics).toContainEqual({ 1: name, 5: 1, 6: [1] });
     }
     expect(metrics.map((m) => m[1])).not.toContain('step');
@@ -169,7 +169,7 @@ describe('W&B sink (loopback mock)', () => {
     expect([...lines.keys()].sort()).toEqual([0, 1, 2]);
     expect([...lines.values()].map((line) => line._step)).toEqual([10, 20, 30]);
     rowsByStep(records()).forEach((row, i) => expect(lines.get(i)).toMatchObject(row));
-    expect(lines.get(1)).toMatchObject({ step: 20, tokens: 2560, 'train/loss': 4.7, 'val/loss': 4.9, 'val/bpb': 1.9 });
+    expect(lines.get(1)).toMatchObject({ step: 20, tokens: 2560, 'train/loss': 4.7, 'val/loss': 4.9, 'val/bpb': 1.9, 'val/acc': 0.31 });
     expect(lines.get(1)).not.toHaveProperty('val/grad_norm');
     expect(lines.get(0)).toMatchObject({ step: 10, tokens: 1280, 'train/loss': 5.1, 'train/grad_norm': 0.5, 'train/lr': 1e-3 });
     expect(mock.streams.at(-1)!.body).toEqual({ complete: true, exitcode: 0 });
