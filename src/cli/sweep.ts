@@ -4,20 +4,14 @@ import path from 'node:path';
 import { runLocal } from '../sweep/local.ts';
 import { findRun, loadSweep, REPORT_METRICS, selectRuns, SweepError } from '../sweep/spec.ts';
 import type { ReportMetric, Sweep } from '../sweep/spec.ts';
-import { queueState, readSubmissions, renderSbatchScript, SLURM_FIELDS, submitSweep } from '../sweep/slurm.ts';
-import type { SlurmOptions } from '../sweep/slurm.ts';
-import { formatStatus, runState } from '../sweep/status.ts';
+import { renderSbatchScript, submitSweep } from '../sweep/slurm.ts';
+import { setStatus } from '../sweep/status.ts';
 import { runFolders, runTask } from '../sweep/task.ts';
-import { execFileSync } from 'node:child_process';
-import { runCommand, UsageError, type OptionSpec, type ParsedCommand } from './command.ts';
+import { runCommand, UsageError, type ParsedCommand } from './command.ts';
+import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
 
 const SUBCOMMANDS = ['plan', 'run', 'status', 'report', 'task'] as const;
 type Subcommand = (typeof SUBCOMMANDS)[number];
-
-/** The Slurm settings as options (--partition …), from the one table the sweep file's slurm: section is checked by. */
-const SLURM_OPTIONS = Object.fromEntries(
-  Object.entries(SLURM_FIELDS).map(([key, f]) => [f.flag.slice(2), { type: 'string', value: 'VALUE', help: `run, slurm: ${f.help}`, ...(key === 'sbatch' || key === 'setup' ? { multiple: true } : {}) }]),
-) as Record<string, OptionSpec>;
 
 const COMMAND = {
   name: 'sweep',
@@ -151,38 +145,10 @@ function missingInputs(sweep: Sweep): string[] {
   return [...needs].map(([line, runs]) => `${line} (needed by ${runs.length === sweep.runs.length ? 'every run' : runs.join(', ')})`);
 }
 
-/** The sweep file's slurm: settings with the command-line flags on top, checked like the file's. */
-function slurmOptions(fromFile: SlurmOptions, values: Record<string, unknown>): SlurmOptions {
-  const options: Record<string, unknown> = { ...fromFile };
-  for (const [key, field] of Object.entries(SLURM_FIELDS)) {
-    const raw = values[field.flag.slice(2)];
-    if (raw === undefined || (Array.isArray(raw) && raw.length === 0)) continue;
-    const value = Array.isArray(raw) ? raw : key === 'requeueOnTimeLimit' ? raw === 'true' || (raw === 'false' ? false : raw) : /^\d+$/.test(raw as string) ? Number(raw) : raw;
-    const problem = field.check(value);
-    if (problem) throw new UsageError(`${field.flag} must be ${problem} (got '${raw}')`);
-    options[key] = Array.isArray(value) ? [...((options[key] as string[] | undefined) ?? []), ...value] : value;
-  }
-  return options as SlurmOptions;
-}
-
 function status(sweep: Sweep): number {
-  const submissions = readSubmissions(sweep);
-  const reachable = submissions.length > 0 && commandAnswers('squeue', ['-h', '-o', '%i', '-j', submissions.at(-1)!.jobId]);
-  const queue = reachable ? queueState(submissions) : new Map();
-  const states = sweep.runs.map((r) => runState(sweep, r, queue.get(r.index), reachable));
-  console.log(`sweep ${sweep.name} (${sweep.file}) → ${sweep.runDir}${submissions.length ? `; Slurm jobs ${submissions.map((s) => s.jobId).join(', ')}${reachable ? '' : ' (squeue not reachable)'}` : ''}`);
-  console.log(formatStatus(states));
-  return states.some((s) => s.state === 'failed') ? 1 : 0;
-}
-
-function commandAnswers(cmd: string, args: string[]): boolean {
-  try {
-    execFileSync(cmd, args, { stdio: 'ignore', timeout: 30_000 });
-    return true;
-  } catch (err) {
-    // squeue exits 1 for a job id the controller has forgotten: it still answered.
-    return (err as { status?: number }).status === 1;
-  }
+  const { text, failed } = setStatus(sweep, 'sweep');
+  console.log(text);
+  return failed ? 1 : 0;
 }
 
 async function report(sweep: Sweep, values: Args['values']): Promise<number> {

@@ -1,17 +1,14 @@
-// The local executor: the sweep's runs as separate task processes (task.ts), as many at a time as the cores allow
-// given each run's data-parallel replicas, with one progress line per running run. A failing run does not stop the
-// others; runs that are done are skipped, interrupted ones resume from their checkpoint.
+// The local executor: the runs of a sweep (or of any run set, run-set.ts) as separate task processes (task.ts), as many
+// at a time as the cores allow given what each run keeps busy, with one progress line per running run. A failing run
+// does not stop the others; runs that are done are skipped, interrupted ones resume from their checkpoint.
 //
 // Tasks get their own process group, so a Ctrl-C in the terminal reaches only this process, which passes it on once
 // per task as SIGUSR1 (the task stops its trainer with SIGTERM: a checkpoint, then exit); a second Ctrl-C passes it
 // on again and the trainers quit at once.
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
-import { resolveDataParallel } from '../train/data-parallel.ts';
-import type { Recipe } from '../train/recipe.ts';
-import type { Sweep, SweepRun } from './spec.ts';
+import type { RunSet, SetRun } from './run-set.ts';
 import { lockIsLive, readLock, runFolders, taskArgs } from './task.ts';
 
 export interface LocalOptions {
@@ -30,27 +27,11 @@ export interface LocalResult {
   skipped: string[];
 }
 
-/** Cores one run keeps busy: its replicas on the CPU backends; a native (tensorflow) run gets the machine to itself. */
-function coresOf(recipe: Recipe, cores: number): number {
-  const backend = recipe.backend === 'auto' ? (nativeBackendInstalled() ? 'tensorflow' : 'wasm') : recipe.backend;
-  if (backend === 'tensorflow') return cores;
-  return Math.min(cores, resolveDataParallel(recipe.train.dataParallel, backend, recipe.train.batchSize));
-}
-
-function nativeBackendInstalled(): boolean {
-  const require = createRequire(import.meta.url);
-  return ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'].some((pkg) => {
-    try {
-      require.resolve(pkg);
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
+/** Cores one run keeps busy out of the `cores` the executor fills. */
+const coresOf = (run: SetRun, cores: number) => (run.cores === 'all' ? cores : Math.min(cores, run.cores));
 
 interface Running {
-  run: SweepRun;
+  run: SetRun;
   child: ChildProcess;
   cores: number;
   lastLine: string;
@@ -58,12 +39,12 @@ interface Running {
   shownAt: number;
 }
 
-export async function runLocal(sweep: Sweep, opts: LocalOptions = {}): Promise<LocalResult> {
+export async function runLocal(sweep: RunSet, opts: LocalOptions = {}): Promise<LocalResult> {
   const out = opts.out ?? process.stdout;
   const tty = 'isTTY' in out && out.isTTY === true;
   const cores = opts.cores ?? availableParallelism();
   const result: LocalResult = { done: [], failed: [], stopped: [], skipped: [] };
-  const queue: SweepRun[] = [];
+  const queue: SetRun[] = [];
   const elsewhere: string[] = [];
   for (const run of sweep.runs) {
     const lock = readLock(sweep, run);
@@ -95,7 +76,7 @@ export async function runLocal(sweep: Sweep, opts: LocalOptions = {}): Promise<L
         // First fit in sweep order; a run that wants more cores than there are starts when nothing else runs.
         for (let i = 0; i < queue.length; ) {
           const run = queue[i];
-          const need = coresOf(run.recipe, cores);
+          const need = coresOf(run, cores);
           if (running.size > 0 && used() + need > cores) {
             i++;
             continue;
@@ -106,8 +87,8 @@ export async function runLocal(sweep: Sweep, opts: LocalOptions = {}): Promise<L
         display.render(running.values(), summaryLine());
         if (running.size === 0 && queue.length === 0) resolve();
       };
-      const start = (run: SweepRun, need: number) => {
-        const child = spawn(process.execPath, taskArgs(sweep.file, run.index), { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      const start = (run: SetRun, need: number) => {
+        const child = spawn(process.execPath, taskArgs(sweep, run.index), { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
         const entry: Running = { run, child, cores: need, lastLine: 'starting', shownLine: '', shownAt: 0 };
         running.set(run.index, entry);
         display.event(`start  ${run.name} (run ${run.index}, ${need} core${need === 1 ? '' : 's'})`);

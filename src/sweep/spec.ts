@@ -18,13 +18,19 @@
 // attention entry (a name, or { name, options }) that replaces the base recipe's, options included, so that every
 // mechanism carries its own options. Later sources win: base recipe < set < case < grid axes.
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { BOUNDS, listSome } from '../bounds.ts';
+import { resolveDataParallel } from '../train/data-parallel.ts';
 import { parseRecipe, parseYaml, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
+import type { RunSet, SetRun } from './run-set.ts';
 import { SLURM_FIELDS } from './slurm.ts';
 import type { SlurmOptions } from './slurm.ts';
+
+const SWEEP_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'sweep.ts');
 
 /** The key whose values are seeds: the report groups runs over it and pairs runs by it. */
 const SEED_KEY = 'train.seed';
@@ -41,9 +47,7 @@ export type ReportMetric = keyof typeof REPORT_METRICS;
 /** Keys the sweep sets itself for every run. */
 const RESERVED_KEYS = new Set(['name', 'train.runDir']);
 
-export interface SweepRun {
-  /** Position in the sweep (the Slurm array index). */
-  index: number;
+export interface SweepRun extends SetRun {
   /** Deterministic name from the varying values: the recipe's `name`, so run folders are `<runDir>/<name>-<time>/`. */
   name: string;
   /** The name without the seed part: runs that differ only in their seed share it. */
@@ -56,15 +60,10 @@ export interface SweepRun {
   recipe: Recipe;
 }
 
-export interface Sweep {
-  file: string;
-  name: string;
-  /** Folder that holds the run folders and the sweep's own files (`_sweep/`). */
-  runDir: string;
-  runs: SweepRun[];
+/** A sweep file's runs; each task process is `sweep task <file> <index>`, which trains (or resumes) the run's recipe. */
+export interface Sweep extends RunSet<SweepRun> {
   /** Keys whose value differs between runs, in name order. */
   varying: string[];
-  slurm: SlurmOptions;
   report: { baseline: string | null; metric: ReportMetric };
 }
 
@@ -112,13 +111,40 @@ export function loadSweep(file: string): Sweep {
   named.forEach(({ combo, name, group, pairing }, index) => {
     const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? spec.baseRecipe!;
     const recipe = resolveRunRecipe(recipeFile, cache, [spec.set, ...combo], name, runDir, problems);
-    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, ...combo]), recipe });
+    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, ...combo]), recipe, ...trainingCores(recipe) });
   });
   if (problems.length > 0) throw new SweepError(file, dedupe(problems));
   if (spec.report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === spec.report.baseline)) {
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
-  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report };
+  const task = [SWEEP_CLI, 'task', path.resolve(file)];
+  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task };
+}
+
+/**
+ * Cores a training run keeps busy: its data-parallel replicas on the CPU backends, the whole machine on the native
+ * (tensorflow) backend, whose thread pool takes every core; its Slurm task asks for its replicas (`auto`: 1, the
+ * node then gives what it has).
+ */
+function trainingCores(recipe: Recipe): Pick<SetRun, 'cores' | 'slurmCpus'> {
+  const backend = recipe.backend === 'auto' ? (nativeBackendInstalled() ? 'tensorflow' : 'wasm') : recipe.backend;
+  const { dataParallel, batchSize } = recipe.train;
+  return {
+    cores: backend === 'tensorflow' ? 'all' : resolveDataParallel(dataParallel, backend, batchSize),
+    slurmCpus: dataParallel === 'auto' ? 1 : Math.min(dataParallel, batchSize),
+  };
+}
+
+function nativeBackendInstalled(): boolean {
+  const require = createRequire(import.meta.url);
+  return ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'].some((pkg) => {
+    try {
+      require.resolve(pkg);
+      return true;
+    } catch {
+      return false;
+    }
+  });
 }
 
 /** The sweep file's sections, each checked on its own (not yet expanded into recipes). */

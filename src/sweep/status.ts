@@ -6,17 +6,18 @@
 //   stopped   interrupted (Ctrl-C, preemption, time limit, a killed process): the next start resumes from the
 //             checkpoint when there is one
 //   failed    the last attempt ended with an error (its last log line), or Slurm ended the task (e.g. OUT_OF_MEMORY)
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { ACTIVE_STATES } from './slurm.ts';
+import { ACTIVE_STATES, queueState, readSubmissions } from './slurm.ts';
 import type { QueueEntry } from './slurm.ts';
-import type { Sweep, SweepRun } from './spec.ts';
+import type { RunSet, SetRun } from './run-set.ts';
 import { lockIsLive, readAttempt, readLock, runFolders, sweepPaths } from './task.ts';
 
 export type RunStateName = 'done' | 'running' | 'pending' | 'stopped' | 'failed';
 
 export interface RunState {
-  run: SweepRun;
+  run: SetRun;
   state: RunStateName;
   /** One line: where it stands or why it failed. */
   detail: string;
@@ -31,7 +32,7 @@ const FAILED_SLURM_STATES = new Set(['FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BO
  * `queue`: Slurm's newest entry for this run, if any; `slurmReachable`: whether squeue answered at all (a lock taken in
  * a Slurm task on another node is believed only while squeue lists the task, or when Slurm cannot be asked).
  */
-export function runState(sweep: Sweep, run: SweepRun, queue: QueueEntry | undefined, slurmReachable = false): RunState {
+export function runState(sweep: RunSet, run: SetRun, queue: QueueEntry | undefined, slurmReachable = false): RunState {
   const folders = runFolders(sweep, run);
   const newest = folders.at(-1) ?? null;
   const done = folders.findLast((f) => f.done);
@@ -64,9 +65,11 @@ export function runState(sweep: Sweep, run: SweepRun, queue: QueueEntry | undefi
   return { run, state: 'pending', detail: 'not started', dir };
 }
 
+/** A done run's line: summary.json's `headline` where its worker wrote one (run sets other than training), else the trainer's numbers. */
 function summaryLine(dir: string): string {
   try {
-    const s = JSON.parse(readFileSync(path.join(dir, 'summary.json'), 'utf8')) as Record<string, number>;
+    const s = JSON.parse(readFileSync(path.join(dir, 'summary.json'), 'utf8')) as Record<string, number> & { headline?: unknown };
+    if (typeof s.headline === 'string') return s.headline;
     return `val loss ${s.val_loss?.toFixed(4)} after ${s.steps} steps, ${Math.round(s.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;
   } catch {
     return 'summary.json unreadable';
@@ -74,7 +77,7 @@ function summaryLine(dir: string): string {
 }
 
 /** The last non-empty line of the run's log (the trainer's output over all attempts), without the task's markers. */
-function lastLogLine(sweep: Sweep, run: SweepRun): string {
+function lastLogLine(sweep: RunSet, run: SetRun): string {
   const file = path.join(sweepPaths(sweep).logs, `${run.name}.log`);
   if (!existsSync(file)) return '';
   const lines = readFileSync(file, 'utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('=== '));
@@ -89,4 +92,27 @@ export function formatStatus(states: RunState[]): string {
   const lines = states.map((s) => `${String(s.run.index).padStart(3)}  ${s.run.name.padEnd(width)}  ${s.state.padEnd(7)}  ${s.detail}`);
   const total = (['done', 'running', 'pending', 'stopped', 'failed'] as const).filter((k) => counts.has(k)).map((k) => `${counts.get(k)} ${k}`).join(', ');
   return [...lines, `${states.length} runs: ${total}`].join('\n');
+}
+
+/**
+ * Every run's state as `sweep status` prints it: a header (`<what> <name> (<file>) → <runDir>` and the Slurm jobs),
+ * then the table; `failed` when some run failed.
+ */
+export function setStatus(set: RunSet, what: string): { text: string; states: RunState[]; failed: boolean } {
+  const submissions = readSubmissions(set);
+  const reachable = submissions.length > 0 && commandAnswers('squeue', ['-h', '-o', '%i', '-j', submissions.at(-1)!.jobId]);
+  const queue = reachable ? queueState(submissions) : new Map<number, QueueEntry>();
+  const states = set.runs.map((r) => runState(set, r, queue.get(r.index), reachable));
+  const jobs = submissions.length ? `; Slurm jobs ${submissions.map((s) => s.jobId).join(', ')}${reachable ? '' : ' (squeue not reachable)'}` : '';
+  return { text: `${what} ${set.name} (${set.file}) → ${set.runDir}${jobs}\n${formatStatus(states)}`, states, failed: states.some((s) => s.state === 'failed') };
+}
+
+function commandAnswers(cmd: string, args: string[]): boolean {
+  try {
+    execFileSync(cmd, args, { stdio: 'ignore', timeout: 30_000 });
+    return true;
+  } catch (err) {
+    // squeue exits 1 for a job id the controller has forgotten: it still answered.
+    return (err as { status?: number }).status === 1;
+  }
 }

@@ -10,6 +10,8 @@
 // attempts/<name>.json (how the last attempt ended). The trainer is a child process in the task's process group, so a
 // Ctrl-C in a terminal or Slurm's scancel/requeue/preemption signal it directly; the task passes on only SIGUSR1, as
 // SIGTERM: the local executor's stop request and Slurm's time-limit warning (see slurm.ts).
+// Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
+// the worker, records the attempt.
 import { spawn, execFileSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, openSync, closeSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import os from 'node:os';
@@ -17,13 +19,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { listCheckpoints, runFolderOrder, signalExitCode } from '../train/checkpoint.ts';
+import type { RunSet, SetRun } from './run-set.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 
-const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const SWEEP_CLI = path.join(SRC, 'cli', 'sweep.ts');
-const TRAIN_CLI = path.join(SRC, 'cli', 'train.ts');
+const TRAIN_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'train.ts');
 
-export function sweepPaths(sweep: Pick<Sweep, 'runDir'>) {
+export function sweepPaths(sweep: Pick<RunSet, 'runDir'>) {
   const root = path.join(sweep.runDir, '_sweep');
   return { root, recipes: path.join(root, 'recipes'), logs: path.join(root, 'logs'), locks: path.join(root, 'locks'), attempts: path.join(root, 'attempts'), slurm: path.join(root, 'slurm') };
 }
@@ -35,13 +36,13 @@ const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/
  * executor spawns it, the Slurm script execs it. tsx is loaded with --import, not through its CLI, which would relay
  * signals on its own.
  */
-export function taskCommand(sweepFile: string, index: string, { shell = false, node = process.execPath } = {}): string {
-  const args = [node, '--import', 'tsx', SWEEP_CLI, 'task', path.resolve(sweepFile)].map(quote);
+export function taskCommand(set: Pick<RunSet, 'task'>, index: string, { shell = false, node = process.execPath } = {}): string {
+  const args = [node, '--import', 'tsx', ...set.task].map(quote);
   return [...args, shell ? index : quote(index)].join(' ');
 }
 
-export function taskArgs(sweepFile: string, index: number): string[] {
-  return ['--import', 'tsx', SWEEP_CLI, 'task', path.resolve(sweepFile), String(index)];
+export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
+  return ['--import', 'tsx', ...set.task, String(index)];
 }
 
 export interface RunFolder {
@@ -52,7 +53,7 @@ export interface RunFolder {
 }
 
 /** The run folders of a run, oldest first (`<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]`, as the trainer names them). */
-export function runFolders(sweep: Pick<Sweep, 'runDir'>, run: Pick<SweepRun, 'name'>): RunFolder[] {
+export function runFolders(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): RunFolder[] {
   if (!existsSync(sweep.runDir)) return [];
   return readdirSync(sweep.runDir)
     .map((entry) => ({ entry, order: runFolderOrder(run.name, entry) }))
@@ -86,11 +87,11 @@ function currentSlurmJob(): string | null {
   return job && task ? `${job}_${task}` : null;
 }
 
-export function readLock(sweep: Sweep, run: SweepRun): Lock | null {
+export function readLock(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Lock | null {
   return readJson<Lock>(path.join(sweepPaths(sweep).locks, `${run.name}.lock`));
 }
 
-export function readAttempt(sweep: Sweep, run: SweepRun): Attempt | null {
+export function readAttempt(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Attempt | null {
   return readJson<Attempt>(path.join(sweepPaths(sweep).attempts, `${run.name}.json`));
 }
 
@@ -164,7 +165,33 @@ export interface TaskResult {
  * Runs (or resumes, or skips) one run of the sweep; the trainer's output goes to `out`/`err` and to the run's log.
  * Resolves with the trainer's exit status (0 when skipped).
  */
-export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<TaskResult> {
+export function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<TaskResult> {
+  return runGuarded(sweep, run, (current) => {
+    const recipeFile = writeRunRecipe(sweep, run);
+    const resumeFrom = current.findLast((f) => f.checkpointStep !== null);
+    return {
+      args: [TRAIN_CLI, recipeFile, ...(resumeFrom ? ['--resume', resumeFrom.dir] : [])],
+      banner: resumeFrom ? `resuming from step ${resumeFrom.checkpointStep} in ${resumeFrom.dir}` : 'starting',
+    };
+  }, out, err);
+}
+
+/** What a task starts for a run that is not done: a worker script and its arguments (after `node --import tsx`). */
+export interface Worker {
+  args: string[];
+  /** The log's line for this attempt, e.g. where it resumes from. */
+  banner: string;
+}
+
+/**
+ * One run of any run set: takes the run's lock (or returns when a live process holds it), returns when a run folder of
+ * it is done, else starts the worker `prepare` gives (told the run's folders so far) as a child process; its output goes
+ * to `out`/`err` and to the run's log, its outcome to the run's attempt record. Resolves with the worker's exit status.
+ */
+export async function runGuarded(
+  sweep: RunSet, run: SetRun, prepare: (folders: RunFolder[]) => Worker,
+  out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr,
+): Promise<TaskResult> {
   const paths = sweepPaths(sweep);
   for (const dir of [paths.locks, paths.logs, paths.attempts]) mkdirSync(dir, { recursive: true });
   const lock = takeLock(path.join(paths.locks, `${run.name}.lock`));
@@ -178,13 +205,10 @@ export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableS
     const current = runFolders(sweep, run);
     const finished = current.findLast((f) => f.done);
     if (finished) return { action: 'skipped-done', exitCode: 0, message: `${run.name}: done already (${finished.dir})` };
-    const recipeFile = writeRunRecipe(sweep, run);
-    const resumeFrom = current.findLast((f) => f.checkpointStep !== null);
-    const args = [...(resumeFrom ? ['--resume', resumeFrom.dir] : [])];
+    const { args, banner } = prepare(current);
     const log = path.join(paths.logs, `${run.name}.log`);
-    const banner = resumeFrom ? `resuming from step ${resumeFrom.checkpointStep} in ${resumeFrom.dir}` : 'starting';
     appendFileSync(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${currentSlurmJob() ? ` (Slurm task ${currentSlurmJob()})` : ''}\n`);
-    const result = await runTrainer(recipeFile, args, log, out, err);
+    const result = await runWorker(args, log, out, err);
     const outcome: Attempt['outcome'] = result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
     const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, slurmJob: currentSlurmJob(), endedAt: new Date().toISOString() };
     writeFileSync(path.join(paths.attempts, `${run.name}.json`), JSON.stringify(attempt, null, 2) + '\n');
@@ -197,17 +221,17 @@ export async function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableS
   }
 }
 
-interface TrainerResult {
+interface WorkerResult {
   exitCode: number | null;
   signal: string | null;
   lastLine: string;
-  /** A SIGUSR1 asked the trainer to stop (local executor, or Slurm's time-limit warning). */
+  /** A SIGUSR1 asked the worker to stop (local executor, or Slurm's time-limit warning). */
   stopRequested: boolean;
 }
 
-function runTrainer(recipeFile: string, args: string[], log: string, out: NodeJS.WritableStream, err: NodeJS.WritableStream): Promise<TrainerResult> {
+function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err: NodeJS.WritableStream): Promise<WorkerResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', TRAIN_CLI, recipeFile, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let lastLine = '';
     let stopRequested = false;
     const tee = (target: NodeJS.WritableStream) => (chunk: Buffer) => {
@@ -218,7 +242,7 @@ function runTrainer(recipeFile: string, args: string[], log: string, out: NodeJS
     };
     child.stdout.on('data', tee(out));
     child.stderr.on('data', tee(err));
-    // The trainer gets SIGINT/SIGTERM itself (same process group, or Slurm signals every process of the job).
+    // The worker gets SIGINT/SIGTERM itself (same process group, or Slurm signals every process of the job).
     const ignore = () => {};
     const stop = () => {
       stopRequested = true;
