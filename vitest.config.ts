@@ -11,7 +11,7 @@ const NATIVE_SUITES = [
   'test/attention/**/*.test.ts',
   'test/features/**/*.test.ts',
   'test/model/{layers,lm,decode,learning,ops}.test.ts',
-  'test/train/{trainer,resume,finetune,accumulation,optimizer,checkpoint,eval-generate}.test.ts',
+  'test/train/{trainer,resume,finetune,accumulation,optimizer,checkpoint,eval-generate,accuracy}.test.ts',
   'test/hf/{import,architecture,export}.test.ts',
 ];
 

@@ -34,7 +34,7 @@ async function runChild(args: Args, length: number, label: string): Promise<Fide
   const result = await runIsolated<FidelityRow>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${length}:${label}`]);
   if (result.row) return result.row;
   const none = { relL2: NaN, cosine: NaN, mse: NaN };
-  return { label, length, status: result.outOfMemory ? 'OOM (process died)' : `error (${result.message})`, ...none, forwardMs: NaN, sd: none, seeds: 0 };
+  return { label, length, status: result.outOfMemory ? 'OOM (process died)' : `error (${result.message})`, ...none, forwardMs: NaN, sd: none, seeds: 0, relL2PerSeed: [] };
 }
 
 await runCommand(COMMAND, async ({ values: args }) => {

@@ -62,6 +62,8 @@ export interface FidelityRow {
   /** Standard deviations over seeds of the same metrics. */
   sd: { relL2: number; cosine: number; mse: number };
   seeds: number;
+  /** rel-ℓ2 of each seed, in the order of the settings' seeds (empty when the case failed). */
+  relL2PerSeed: number[];
 }
 
 export interface FidelitySettings {
@@ -164,7 +166,7 @@ export async function runFidelity(
     const e = perCase.get(c.label);
     if (failure || !e) {
       const none = { relL2: NaN, cosine: NaN, mse: NaN };
-      return { label: c.label, length, status: failure ?? 'error', ...none, forwardMs: NaN, sd: none, seeds: 0 };
+      return { label: c.label, length, status: failure ?? 'error', ...none, forwardMs: NaN, sd: none, seeds: 0, relL2PerSeed: [] };
     }
     const [r, cs, m] = [stats(e.relL2), stats(e.cosine), stats(e.mse)];
     return {
@@ -177,6 +179,7 @@ export async function runFidelity(
       forwardMs: stats(e.ms).mean,
       sd: { relL2: r.sd, cosine: cs.sd, mse: m.sd },
       seeds: settings.seeds.length,
+      relL2PerSeed: e.relL2,
     };
   });
 }

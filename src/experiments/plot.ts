@@ -102,8 +102,13 @@ export function lineChartSpec(points: LinePoint[], opts: LineChartOptions): TopL
 }
 
 /** Renders the chart to an SVG document (`<svg xmlns=…>`: a browser opens it, an HTML page can inline it). */
-export async function lineChartSvg(points: LinePoint[], opts: LineChartOptions): Promise<string> {
-  const view = new vega.View(vega.parse(compile(lineChartSpec(points, opts)).spec), { renderer: 'none' });
+export function lineChartSvg(points: LinePoint[], opts: LineChartOptions): Promise<string> {
+  return specSvg(lineChartSpec(points, opts));
+}
+
+/** Any vega-lite spec as an SVG document. */
+export async function specSvg(spec: TopLevelSpec): Promise<string> {
+  const view = new vega.View(vega.parse(compile(spec).spec), { renderer: 'none' });
   try {
     return await view.toSVG();
   } finally {

@@ -263,7 +263,7 @@ function newWandbInfo(recipe: Recipe, dir: string): WandbRunInfo {
 }
 
 /** `<parent>/<name>-<YYYYMMDD-HHMMSS>` (UTC), with -2, -3, … if two runs start in the same second. */
-function makeRunDir(parent: string, name: string): string {
+export function makeRunDir(parent: string, name: string): string {
   fs.mkdirSync(parent, { recursive: true });
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   const base = path.resolve(parent, `${name.replace(/[^A-Za-z0-9._-]/g, '_')}-${stamp}`);
@@ -317,7 +317,8 @@ function recordedPath(runDir: string, file: string | null) {
   return file === null ? null : { absolute: file, fromRun: path.relative(runDir, file) };
 }
 
-async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
+/** Where and how a process runs: Node, the machine, the command line, the git source and the backend's versions. */
+export async function processEnvironment(): Promise<Record<string, unknown>> {
   const cpus = os.cpus();
   return {
     node: process.version,
@@ -331,6 +332,12 @@ async function environment(runDir: string, recipe: Recipe): Promise<Record<strin
     startedAt: new Date().toISOString(),
     git: gitSource(),
     backend: await backendVersions(),
+  };
+}
+
+async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
+  return {
+    ...(await processEnvironment()),
     paths: {
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),

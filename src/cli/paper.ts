@@ -1,0 +1,134 @@
+// npm run paper -- <experiment> [--quick] [--backend NAME] [--executor local|slurm] [--cores N] [--report | --status | --plan]
+// npm run paper -- list
+// Runs a paper experiment's units through the sweep machinery (resumable; local or a Slurm job array) and writes its
+// results file: ours beside the paper's numbers, a verdict per cell, the agreement count (src/paper/).
+import path from 'node:path';
+import { loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
+import { buildResults, writeResults } from '../paper/results.ts';
+import { collectUnits, DEFAULT_RUNS_ROOT, experimentRunSet, runExperimentTask, runUnitHere } from '../paper/run.ts';
+import type { ExperimentRunSet } from '../paper/run.ts';
+import { runLocal } from '../sweep/local.ts';
+import { renderSbatchScript, submitSweep } from '../sweep/slurm.ts';
+import { setStatus } from '../sweep/status.ts';
+import { runFolders } from '../sweep/task.ts';
+import { backendOption } from './backend-option.ts';
+import { runCommand, UsageError, type ParsedCommand } from './command.ts';
+import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
+
+const COMMAND = {
+  name: 'paper',
+  usage: ['<experiment> [options]', 'list'],
+  description: `Reproduces one experiment of the papers: runs its units (resumable: run it again to go on), then writes
+<out>/<experiment>.md (+ .json and agreement.svg): ours beside the paper's numbers, a verdict per cell under the
+experiment's stated rule, the count of agreements and an explanation for every disagreement.
+Experiments: ${EXPERIMENT_NAMES.join(', ')} (list describes them).`,
+  options: {
+    quick: { type: 'boolean', help: 'a small subset in a few minutes (a smoke test, kept apart from the full run)' },
+    backend: { ...backendOption(), defaultText: "the experiment's (wasm for the SLAY experiments)" },
+    executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'where the units run (default local)' },
+    cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "local: cores to fill (default: this machine's)" },
+    'dry-run': { type: 'boolean', help: 'slurm: print the sbatch script instead of submitting it' },
+    ...SLURM_OPTIONS,
+    report: { type: 'boolean', help: 'only write the results file from the units done so far' },
+    status: { type: 'boolean', help: 'only print every unit’s state' },
+    plan: { type: 'boolean', help: 'only print the protocol and its units' },
+    out: { type: 'string', value: 'DIR', help: 'folder of the results file (default docs/results; reports/paper with --quick)' },
+    runs: { type: 'string', value: 'DIR', help: `parent folder of the units' run folders (default ${DEFAULT_RUNS_ROOT})` },
+    task: { type: 'string', hidden: true, help: 'internal: the task of one unit (lock, skip when done, run the worker)' },
+    unit: { type: 'string', hidden: true, help: 'internal: run one unit in this process' },
+  },
+  positionals: { min: 1, max: 1, name: '<experiment> or list' },
+  notes: 'Exit status: 0 fine, 1 a unit failed or a command went wrong, 2 bad arguments, 130 stopped (Ctrl-C: run it again to go on).',
+} as const;
+
+type Args = ParsedCommand<typeof COMMAND.options>;
+
+function unitIndex(value: string, option: string): number {
+  if (!/^\d+$/.test(value)) throw new UsageError(`--${option} takes a unit index (got '${value}')`);
+  return Number(value);
+}
+
+async function list(): Promise<number> {
+  for (const name of EXPERIMENT_NAMES) {
+    const e = await loadExperiment(name);
+    console.log(`${name} (v${e.version}): ${e.title}. ${e.source}.\n  ${e.units(false).length} units; ${e.runnable === true ? 'runnable' : e.runnable}\n`);
+  }
+  return 0;
+}
+
+function plan(set: ExperimentRunSet): number {
+  const { experiment } = set;
+  const cells = experiment.cells(set.settings.quick);
+  console.log(`${experiment.name} v${experiment.version}: ${experiment.title}\n${experiment.source}\nCompared: ${experiment.measures}\n`);
+  for (const [key, value] of Object.entries(experiment.protocol)) console.log(`  ${key}: ${value}`);
+  console.log(`\nAgreement rule: ${experiment.agreement.statement}`);
+  console.log(`${set.units.length} units → ${set.runDir}; ${cells.length} cells, ${cells.filter((c) => c.published).length} with a published value`);
+  console.log(experiment.runnable === true ? `run: ${set.file}` : `not runnable: ${experiment.runnable}`);
+  return 0;
+}
+
+async function main({ values, positionals }: Args): Promise<number> {
+  const [name] = positionals;
+  if (name === 'list') return list();
+  if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, or list)`);
+  const experiment = await loadExperiment(name);
+  const backend = values.backend ?? experiment.backend;
+  const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
+
+  if (values.unit !== undefined) {
+    const { initBackend } = await import('../backend.ts');
+    await initBackend(backend, { quiet: true });
+    const dir = await runUnitHere(set, unitIndex(values.unit, 'unit'));
+    console.log(`${set.units[Number(values.unit)].name}: done → ${dir}`);
+    return 0;
+  }
+  if (values.task !== undefined) {
+    const result = await runExperimentTask(set, unitIndex(values.task, 'task'));
+    if (result.action !== 'trained') console.log(result.message);
+    return result.exitCode;
+  }
+  if (values.plan) return plan(set);
+  if (values.status) {
+    const { text, failed } = setStatus(set, 'paper');
+    console.log(text);
+    return failed ? 1 : 0;
+  }
+  if (experiment.runnable !== true) throw new Error(`${name} is declared, not runnable: ${experiment.runnable} (--plan prints its protocol)`);
+
+  let exitCode = 0;
+  if (!values.report) {
+    if ((values.executor ?? 'local') === 'slurm') return submit(set, values);
+    const result = await runLocal(set, { cores: values.cores });
+    console.log(`${set.file}: ${result.done.length} units done now, ${result.skipped.length} done before, ${result.stopped.length} stopped, ${result.failed.length} failed` +
+      result.failed.map((f) => `\n  failed: ${f.name}: ${f.lastLine}`).join(''));
+    exitCode = result.failed.length > 0 ? 1 : result.stopped.length > 0 ? 130 : 0;
+    if (result.stopped.length > 0) return exitCode;
+  }
+  const results = buildResults(set, collectUnits(set));
+  const outDir = values.out ?? (set.settings.quick ? path.join('reports', 'paper') : path.join('docs', 'results'));
+  const files = await writeResults(results, outDir);
+  const c = results.counts;
+  console.log(`${name}: ${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
+    `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run); wrote\n${files.map((f) => `  ${f}`).join('\n')}`);
+  return exitCode;
+}
+
+/** --executor slurm: one job array over the units not done; the results file is written by --report once they are. */
+function submit(set: ExperimentRunSet, values: Args['values']): number {
+  const options = slurmOptions(set.slurm, values as Record<string, unknown>);
+  const todo = set.runs.filter((r) => !runFolders(set, r).some((f) => f.done)).map((r) => r.index);
+  if (todo.length === 0) {
+    console.log(`${set.file}: every unit is done; write the results with --report`);
+    return 0;
+  }
+  if (values['dry-run']) {
+    process.stdout.write(renderSbatchScript(set, todo, options, process.cwd()));
+    return 0;
+  }
+  const submission = submitSweep(set, todo, options);
+  console.log(`submitted job array ${submission.jobId} (${todo.length} of ${set.runs.length} units): ${submission.script}\n` +
+    `status: ${set.file} --status   results, once done: ${set.file} --report`);
+  return 0;
+}
+
+await runCommand(COMMAND, main);

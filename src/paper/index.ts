@@ -1,0 +1,18 @@
+// The paper experiments by name. Each module is loaded when asked for: slay-ablation brings TensorFlow.js with it,
+// which the processes that only schedule or report units do not need.
+import type { Experiment } from './protocol.ts';
+
+const LOADERS: Record<string, () => Promise<Experiment>> = {
+  'slay-tasks': async () => (await import('./slay-tasks.ts')).slayTasks,
+  'slay-ablation': async () => (await import('./slay-ablation.ts')).slayAblation,
+  'lm-compare': async () => (await import('./declared.ts')).lmCompare,
+  'darkformer-finetune': async () => (await import('./declared.ts')).darkformerFinetune,
+};
+
+export const EXPERIMENT_NAMES = Object.keys(LOADERS);
+
+export async function loadExperiment(name: string): Promise<Experiment> {
+  const load = LOADERS[name];
+  if (!load) throw new Error(`unknown experiment '${name}'; the experiments are ${EXPERIMENT_NAMES.join(', ')}`);
+  return load();
+}

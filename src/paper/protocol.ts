@@ -1,0 +1,121 @@
+// A paper experiment as a declared, versioned protocol: the units of work it runs (one run of a run set each, see
+// src/sweep/run-set.ts), the cells of the paper's tables it fills from them, the published numbers with their table,
+// the rule by which ours agree with them, and the known reasons a cell may not.
+import type { MeanSd } from '../experiments/stats.ts';
+
+/** A number as the paper prints it: mean ± sd over its seeds (sd null when it prints none), and where. */
+export interface PublishedValue {
+  mean: number;
+  sd: number | null;
+  /** The table or figure, e.g. "Table 3". */
+  source: string;
+}
+
+/**
+ * Why a cell may disagree, declared with the protocol: a deliberate difference of ours (documented), a gap in what
+ * the paper says about its protocol, or a question nobody has answered yet.
+ */
+export interface Explanation {
+  kind: 'deliberate' | 'protocol-gap' | 'open';
+  text: string;
+}
+
+export const EXPLANATION_TITLES: Record<Explanation['kind'], string> = {
+  deliberate: 'deliberate difference',
+  'protocol-gap': 'protocol gap',
+  open: 'open question',
+};
+
+export interface AgreementRule {
+  /** The rule as printed in the results file. */
+  statement: string;
+  /** The largest |ours − paper| that still agrees. */
+  tolerance(paper: PublishedValue, ours: MeanSd): number;
+}
+
+/** One unit of work: one run of the experiment's run set, one process. */
+export interface UnitSpec {
+  /** Names its run folders: letters, digits, '.', '_', '-'. */
+  name: string;
+  /** What the worker gets (JSON). */
+  settings: Record<string, unknown>;
+}
+
+/** One cell of a results table: ours from the values of its units, beside the paper's number. */
+export interface CellSpec {
+  /** The results table it is in (a paper table, or a block of one), e.g. "Table 3 (Basic)". */
+  table: string;
+  row: string;
+  column: string;
+  /** null: the paper has no number here (an extra mechanism, or one it could not run). */
+  published: PublishedValue | null;
+  /** Applies when the cell disagrees; a disagreeing cell without one is an open question. */
+  explanation?: Explanation;
+  /** The units whose values make up ours (e.g. one per seed). */
+  units: string[];
+}
+
+/** What a worker reports for its unit. */
+export interface UnitOutcome {
+  /** The metric's values (e.g. one accuracy, or one rel-ℓ2 per seed); empty when the unit could not produce one. */
+  values: number[];
+  /** Other numbers worth keeping (loss, latency, …), by name. */
+  extra: Record<string, number | null>;
+  /** Why there is no value, when there is none (e.g. "OOM: …"). */
+  error?: string;
+  /** Anything else the results JSON should keep (curves, the options used). */
+  details?: Record<string, unknown>;
+  /** One line for `status`. */
+  headline: string;
+}
+
+export interface Experiment {
+  name: string;
+  /** Bumped whenever units, settings or published numbers change: runs of another version are not mixed in. */
+  version: number;
+  title: string;
+  /** The paper and the tables or figures reproduced. */
+  source: string;
+  /** What is compared, in one sentence. */
+  measures: string;
+  metric: { name: string; digits: number };
+  agreement: AgreementRule;
+  /** The protocol's settings as printed in the results file (key → value in words). */
+  protocol: Record<string, string>;
+  /** Paragraphs printed after the tables (what the numbers mean, what is known to differ). */
+  notes: string[];
+  /** The default backend of its units (the results depend on it, so it is part of where they are kept). */
+  backend: string;
+  /** true, or why the experiment cannot be run yet (declared protocols). */
+  runnable: true | string;
+  units(quick: boolean): UnitSpec[];
+  cells(quick: boolean): CellSpec[];
+  /** Runs one unit in this process, the backend already started. */
+  runUnit(settings: Record<string, unknown>): Promise<UnitOutcome>;
+}
+
+export type Verdict = 'agrees' | 'disagrees' | 'no published value' | 'not run';
+
+export interface CellVerdict {
+  verdict: Verdict;
+  /** ours − paper. */
+  delta: number | null;
+  tolerance: number | null;
+}
+
+/** The cell's verdict under the rule: ours (mean ± sd over its values) against the paper's number. */
+export function judge(rule: AgreementRule, published: PublishedValue | null, ours: MeanSd): CellVerdict {
+  if (ours.n === 0) return { verdict: 'not run', delta: null, tolerance: null };
+  if (!published) return { verdict: 'no published value', delta: null, tolerance: null };
+  const delta = ours.mean - published.mean;
+  const tolerance = rule.tolerance(published, ours);
+  return { verdict: Math.abs(delta) <= tolerance ? 'agrees' : 'disagrees', delta, tolerance };
+}
+
+/** |Δ| ≤ k·√(sd_paper² + sd_ours²) + slack, a missing sd counting as 0. */
+export function sdRule(k: number, slack: number, statement: string): AgreementRule {
+  return {
+    statement,
+    tolerance: (paper, ours) => k * Math.hypot(paper.sd ?? 0, ours.sd ?? 0) + slack,
+  };
+}

@@ -1,0 +1,260 @@
+// An experiment's results file: every cell's numbers (ours from its units, the paper's), its verdict under the
+// protocol's rule, the agreement count, an explanation for every disagreement, and where the numbers come from
+// (commits, backends, machines, wall time, the command that regenerates them). Written as
+//   <out>/<experiment>[-quick].md     the tables and the disagreements, for people
+//   <out>/<experiment>[-quick].json   the same, every unit's outcome included, for programs
+//   <out>/<experiment>[-quick]/agreement.svg   ours against the paper's, one point per cell
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { groupBy, meanSd } from '../experiments/stats.ts';
+import type { MeanSd } from '../experiments/stats.ts';
+import { EXPLANATION_TITLES, judge } from './protocol.ts';
+import type { CellSpec, CellVerdict, Explanation } from './protocol.ts';
+import { agreementPlotSvg } from './plot.ts';
+import type { ExperimentRunSet, UnitRecord } from './run.ts';
+
+export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
+  ours: MeanSd;
+  values: number[];
+  /** Where the cell disagrees: the protocol's explanation, or an open question. */
+  explanation: Explanation | null;
+  /** Why the cell has no value though its units ran (e.g. out of memory), or why they did not. */
+  error: string | null;
+  /** Mean ± sd of the units' other numbers. */
+  extra: Record<string, MeanSd>;
+}
+
+export interface ExperimentResults {
+  experiment: string;
+  version: number;
+  title: string;
+  source: string;
+  measures: string;
+  metric: { name: string; digits: number };
+  rule: string;
+  protocol: Record<string, string>;
+  notes: string[];
+  quick: boolean;
+  command: string;
+  provenance: {
+    commits: string[];
+    backends: string[];
+    machines: string[];
+    /** First unit started → last unit finished. */
+    wallSeconds: number | null;
+    /** Σ of the units' own seconds, and CPU seconds. */
+    unitSeconds: number;
+    cpuSeconds: number;
+    units: { total: number; done: number; notDone: number };
+    writtenAt: string;
+  };
+  counts: {
+    withPublished: number;
+    agrees: number;
+    disagrees: number;
+    notRun: number;
+    extra: number;
+    disagreementsBy: Record<Explanation['kind'], number>;
+  };
+  cells: CellResult[];
+  units: { name: string; dir: string | null; values: number[]; extra: Record<string, number | null>; error: string | null; seconds: number | null }[];
+}
+
+const OPEN: Explanation = { kind: 'open', text: 'not explained yet' };
+
+/** Verdicts and provenance from the units' records. */
+export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writtenAt = new Date()): ExperimentResults {
+  const { experiment, settings } = set;
+  const byName = new Map(records.map((r) => [r.unit.name, r]));
+  const cells = experiment.cells(settings.quick).map((spec): CellResult => {
+    const units = spec.units.map((name) => {
+      const record = byName.get(name);
+      if (!record) throw new Error(`${experiment.name}: cell ${spec.row} × ${spec.column} names unit ${name}, which the protocol does not run`);
+      return record;
+    });
+    const values = units.flatMap((u) => u.result?.outcome.values ?? []);
+    const ours = meanSd(values);
+    const verdict = judge(experiment.agreement, spec.published, ours);
+    const errors = units.map((u) => u.result?.outcome.error ?? u.failure ?? (u.result ? null : 'not run yet')).filter((e): e is string => e !== null);
+    const extraKeys = [...new Set(units.flatMap((u) => Object.keys(u.result?.outcome.extra ?? {})))];
+    return {
+      ...spec, ...verdict, ours, values,
+      explanation: verdict.verdict === 'disagrees' ? spec.explanation ?? OPEN : null,
+      error: errors.length > 0 ? [...new Set(errors)].join('; ') : null,
+      extra: Object.fromEntries(extraKeys.map((k) => [k, meanSd(units.map((u) => u.result?.outcome.extra[k]))])),
+    };
+  });
+  const done = records.filter((r) => r.result);
+  const starts = done.map((r) => Date.parse(r.result!.startedAt));
+  const ends = done.map((r) => Date.parse(r.result!.finishedAt));
+  const withPublished = cells.filter((c) => c.published);
+  const disagreeing = cells.filter((c) => c.verdict === 'disagrees');
+  return {
+    experiment: experiment.name, version: experiment.version, title: experiment.title, source: experiment.source, measures: experiment.measures,
+    metric: experiment.metric, rule: experiment.agreement.statement, protocol: experiment.protocol, notes: experiment.notes,
+    quick: settings.quick, command: set.file,
+    provenance: {
+      commits: distinct(done.map((r) => describeCommit(r.env))),
+      backends: distinct(done.map((r) => describeBackend(r.env))),
+      machines: distinct(done.map((r) => describeMachine(r.env))),
+      wallSeconds: done.length ? (Math.max(...ends) - Math.min(...starts)) / 1000 : null,
+      unitSeconds: done.reduce((s, r) => s + r.result!.seconds, 0),
+      cpuSeconds: done.reduce((s, r) => s + r.result!.cpuSeconds, 0),
+      units: { total: records.length, done: done.length, notDone: records.length - done.length },
+      writtenAt: writtenAt.toISOString(),
+    },
+    counts: {
+      withPublished: withPublished.length,
+      agrees: withPublished.filter((c) => c.verdict === 'agrees').length,
+      disagrees: disagreeing.length,
+      notRun: withPublished.filter((c) => c.verdict === 'not run').length,
+      extra: cells.filter((c) => !c.published).length,
+      disagreementsBy: {
+        deliberate: disagreeing.filter((c) => c.explanation?.kind === 'deliberate').length,
+        'protocol-gap': disagreeing.filter((c) => c.explanation?.kind === 'protocol-gap').length,
+        open: disagreeing.filter((c) => c.explanation?.kind === 'open').length,
+      },
+    },
+    cells,
+    units: records.map((r) => ({
+      name: r.unit.name, dir: r.dir && path.relative(process.cwd(), r.dir), values: r.result?.outcome.values ?? [], extra: r.result?.outcome.extra ?? {},
+      error: r.result?.outcome.error ?? r.failure, seconds: r.result?.seconds ?? null,
+    })),
+  };
+}
+
+const distinct = (items: string[]) => [...new Set(items)].sort();
+
+type Env = Record<string, any> | null;
+
+function describeCommit(env: Env): string {
+  const git = env?.git;
+  if (!git?.commit) return 'unknown (not a git checkout)';
+  return `${String(git.commit).slice(0, 12)}${git.dirty ? ' (with uncommitted changes)' : ''}`;
+}
+
+function describeBackend(env: Env): string {
+  const backend = env?.backend;
+  if (!backend?.name) return 'unknown';
+  const tfjs = backend.versions?.['tfjs-core'] ?? backend.versions?.tfjs;
+  return `${backend.name}${backend.tensorflow ? ` (TensorFlow ${backend.tensorflow})` : ''}${tfjs ? `, TensorFlow.js ${tfjs}` : ''}`;
+}
+
+function describeMachine(env: Env): string {
+  if (!env) return 'unknown';
+  return `${env.cpuModel ?? 'unknown CPU'}, ${env.cpus} cores, ${env.memoryGiB} GiB, ${env.platform}, Node ${env.node}`;
+}
+
+/** "1 h 02 min", "4 min 05 s", "12.3 s". */
+export function formatDuration(seconds: number | null): string {
+  if (seconds === null || !Number.isFinite(seconds)) return '—';
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  const s = Math.round(seconds);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
+  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
+}
+
+const MARK: Record<CellResult['verdict'], string> = { agrees: '✓', disagrees: '✗', 'no published value': '', 'not run': '' };
+
+function formatValue(value: number, digits: number): string {
+  return Math.abs(value) >= 1e4 ? value.toExponential(2) : value.toFixed(digits);
+}
+
+function formatStat(stat: MeanSd, digits: number): string {
+  if (stat.n === 0) return '—';
+  return stat.sd === null ? formatValue(stat.mean, digits) : `${formatValue(stat.mean, digits)} ± ${formatValue(stat.sd, digits)}`;
+}
+
+function formatPublished(cell: CellResult, digits: number): string {
+  if (!cell.published) return '';
+  const { mean, sd } = cell.published;
+  return sd === null ? formatValue(mean, digits) : `${formatValue(mean, digits)} ± ${formatValue(sd, digits)}`;
+}
+
+function cellText(cell: CellResult, digits: number): string {
+  if (cell.verdict === 'not run') return cell.error && cell.error !== 'not run yet' ? `— (${cell.error.slice(0, 60)})` : '—';
+  const ours = formatStat(cell.ours, digits);
+  if (!cell.published) return ours;
+  return `${ours} · paper ${formatPublished(cell, digits)} ${MARK[cell.verdict]}`;
+}
+
+/** The results file for people. */
+export function resultsMarkdown(results: ExperimentResults, plotFile: string | null): string {
+  const { counts, provenance: p, metric } = results;
+  const digits = metric.digits;
+  const lines: string[] = [
+    `# ${results.title}${results.quick ? ' (--quick: a smoke test, not a reproduction)' : ''}`,
+    '',
+    `${results.source}. Protocol version ${results.version}. Compared: ${results.measures}.`,
+    '',
+    `**${counts.agrees} of ${counts.withPublished} cells with a published value agree with the paper**` +
+      ` (${counts.disagrees} disagree: ${counts.disagreementsBy.deliberate} by a deliberate difference, ${counts.disagreementsBy['protocol-gap']} by a protocol gap, ${counts.disagreementsBy.open} open` +
+      `${counts.notRun ? `; ${counts.notRun} without a value of ours` : ''})` +
+      `${counts.extra ? `; ${counts.extra} more cells have no published value` : ''}.`,
+    `Agreement rule: ${results.rule}.`,
+    '',
+    '| | |',
+    '|---|---|',
+    `| regenerate | \`${results.command}\` |`,
+    `| commit | ${p.commits.join('; ') || '—'} |`,
+    `| backend | ${p.backends.join('; ') || '—'} |`,
+    `| machine | ${p.machines.join('; ') || '—'} |`,
+    `| wall time | ${formatDuration(p.wallSeconds)} from the first unit’s start to the last one’s end; the units’ own time adds up to ${formatDuration(p.unitSeconds)} (${formatDuration(p.cpuSeconds)} of CPU) |`,
+    `| units | ${p.units.done} of ${p.units.total} done${p.units.notDone ? ` (${p.units.notDone} not done: the cells they feed show —)` : ''} |`,
+    `| written | ${p.writtenAt} |`,
+    '',
+    '## Protocol',
+    '',
+    ...Object.entries(results.protocol).map(([key, value]) => `- **${key}**: ${value}`),
+    '',
+  ];
+  for (const [table, cells] of groupBy(results.cells, (c) => c.table)) {
+    const columns = [...new Set(cells.map((c) => c.column))];
+    const rows = [...new Set(cells.map((c) => c.row))];
+    lines.push(`## ${table}`, '', `| | ${columns.join(' | ')} |`, `|---|${columns.map(() => '---:').join('|')}|`);
+    for (const row of rows) {
+      const texts = columns.map((column) => {
+        const cell = cells.find((c) => c.row === row && c.column === column);
+        return cell ? cellText(cell, digits) : '';
+      });
+      lines.push(`| ${row} | ${texts.join(' | ')} |`);
+    }
+    lines.push('');
+  }
+  lines.push(`Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`, '');
+  const disagreeing = results.cells.filter((c) => c.verdict === 'disagrees');
+  lines.push('## Disagreements', '');
+  if (disagreeing.length === 0) lines.push('None.', '');
+  else {
+    lines.push('| table | cell | ours | paper | Δ | tolerance | explanation |', '|---|---|---:|---:|---:|---:|---|');
+    for (const c of disagreeing) {
+      const explanation = c.explanation ?? OPEN;
+      lines.push(
+        `| ${c.table} | ${c.row} × ${c.column} | ${formatStat(c.ours, digits)} | ${formatPublished(c, digits)} (${c.published!.source}) | ` +
+          `${c.delta! >= 0 ? '+' : '−'}${formatValue(Math.abs(c.delta!), digits)} | ${formatValue(c.tolerance!, digits)} | **${EXPLANATION_TITLES[explanation.kind]}**: ${explanation.text} |`,
+      );
+    }
+    lines.push('');
+  }
+  if (results.notes.length) lines.push('## Notes', '', ...results.notes.flatMap((n) => [n, '']));
+  if (plotFile) lines.push(`![ours against the paper, one point per cell](${plotFile})`, '');
+  return lines.join('\n');
+}
+
+/** Writes the markdown, the JSON and the plot; returns the files. */
+export async function writeResults(results: ExperimentResults, outDir: string): Promise<string[]> {
+  const base = `${results.experiment}${results.quick ? '-quick' : ''}`;
+  await mkdir(path.join(outDir, base), { recursive: true });
+  const plot = path.join(base, 'agreement.svg');
+  const svg = await agreementPlotSvg(results);
+  const files: string[] = [];
+  if (svg) {
+    await writeFile(path.join(outDir, plot), svg);
+    files.push(path.join(outDir, plot));
+  }
+  const markdown = path.join(outDir, `${base}.md`);
+  await writeFile(markdown, resultsMarkdown(results, svg ? plot : null));
+  const json = path.join(outDir, `${base}.json`);
+  await writeFile(json, JSON.stringify(results, null, 2) + '\n');
+  return [markdown, json, ...files];
+}

@@ -1,0 +1,150 @@
+// A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by the local
+// or the Slurm executor, each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
+// the worker `paper <experiment> … --unit <index>`, which runs the unit in its own process and leaves
+//   <runs>/<experiment>-v<version>-<backend>[-quick]/<unit>-<YYYYMMDD-HHMMSS>/
+//     unit.json     the experiment, its version and the unit's settings
+//     env.json      where it ran: commit, backend, machine, command line
+//     result.json   the unit's outcome (its values, other numbers, details), its seconds and CPU seconds
+//     summary.json  written last (atomically): the run is done
+// The folder's name carries the version and the backend: results of another protocol version or backend are never
+// mixed into one table. A unit that stops half-way leaves a folder without summary.json and runs again from the
+// start (units are minutes at most).
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { RunSet, SetRun } from '../sweep/run-set.ts';
+import { readAttempt, runFolders, runGuarded } from '../sweep/task.ts';
+import type { TaskResult } from '../sweep/task.ts';
+import { makeRunDir, processEnvironment } from '../train/metrics.ts';
+import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
+
+const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');
+export const DEFAULT_RUNS_ROOT = path.join('runs', 'paper');
+
+export interface ExperimentSettings {
+  quick: boolean;
+  backend: string;
+  /** Parent of the experiment's run folder (default runs/paper). */
+  runsRoot: string;
+}
+
+export interface ExperimentRunSet extends RunSet {
+  experiment: Experiment;
+  settings: ExperimentSettings;
+  units: UnitSpec[];
+}
+
+/** The command that runs (or resumes) the experiment and writes its results, as the results file names it. */
+export function experimentCommand(experiment: Experiment, settings: ExperimentSettings): string {
+  const flags = [
+    ...(settings.quick ? ['--quick'] : []),
+    ...(settings.backend !== experiment.backend ? ['--backend', settings.backend] : []),
+  ];
+  return ['npm run paper --', experiment.name, ...flags].join(' ');
+}
+
+/** The experiment's units as a run set; each run's task process is `paper <name> <flags> --task <index>`. */
+export function experimentRunSet(experiment: Experiment, settings: ExperimentSettings): ExperimentRunSet {
+  const units = experiment.units(settings.quick);
+  const seen = new Set<string>();
+  for (const unit of units) {
+    if (!/^[A-Za-z0-9._-]+$/.test(unit.name) || seen.has(unit.name)) throw new Error(`${experiment.name}: unit name '${unit.name}' is not a unique word of letters, digits, '.', '_' and '-'`);
+    seen.add(unit.name);
+  }
+  const tag = `${experiment.name}-v${experiment.version}-${settings.backend}${settings.quick ? '-quick' : ''}`;
+  const runsRoot = path.resolve(settings.runsRoot);
+  // The native backend's thread pool takes every core; a wasm or cpu unit keeps one busy.
+  const cores: SetRun['cores'] = settings.backend === 'tensorflow' ? 'all' : 1;
+  return {
+    file: experimentCommand(experiment, settings),
+    name: `paper-${tag}`,
+    runDir: path.join(runsRoot, tag),
+    runs: units.map((unit, index) => ({ index, name: unit.name, cores, slurmCpus: 1 })),
+    slurm: {},
+    task: [PAPER_CLI, experiment.name, ...workerFlags(settings, runsRoot), '--task'],
+    experiment,
+    settings,
+    units,
+  };
+}
+
+function workerFlags(settings: ExperimentSettings, runsRoot: string): string[] {
+  return [...(settings.quick ? ['--quick'] : []), '--backend', settings.backend, '--runs', runsRoot];
+}
+
+/** The task of run `index`: its lock, a skip when done, else the worker (`--unit <index>`) as a child process. */
+export function runExperimentTask(set: ExperimentRunSet, index: number): Promise<TaskResult> {
+  const run = set.runs[index];
+  if (!run) throw new Error(`${set.file}: no unit ${index} (units 0–${set.runs.length - 1})`);
+  const flags = workerFlags(set.settings, path.dirname(set.runDir));
+  return runGuarded(set, run, () => ({ args: [PAPER_CLI, set.experiment.name, ...flags, '--unit', String(index)], banner: 'starting' }));
+}
+
+export interface UnitResultFile {
+  experiment: string;
+  version: number;
+  unit: string;
+  outcome: UnitOutcome;
+  seconds: number;
+  cpuSeconds: number;
+  startedAt: string;
+  finishedAt: string;
+}
+
+/** The worker: runs unit `index` in this process (the backend started) and writes its run folder. Returns its folder. */
+export async function runUnitHere(set: ExperimentRunSet, index: number): Promise<string> {
+  const unit = set.units[index];
+  if (!unit) throw new Error(`${set.file}: no unit ${index} (units 0–${set.units.length - 1})`);
+  const { experiment } = set;
+  const dir = makeRunDir(set.runDir, unit.name);
+  writeJson(path.join(dir, 'unit.json'), { experiment: experiment.name, version: experiment.version, quick: set.settings.quick, unit });
+  writeJson(path.join(dir, 'env.json'), await processEnvironment());
+  const startedAt = new Date().toISOString();
+  const started = performance.now();
+  const cpu = process.cpuUsage();
+  const outcome = await experiment.runUnit(unit.settings);
+  const used = process.cpuUsage(cpu);
+  const result: UnitResultFile = {
+    experiment: experiment.name, version: experiment.version, unit: unit.name, outcome,
+    seconds: (performance.now() - started) / 1000, cpuSeconds: (used.user + used.system) / 1e6, startedAt, finishedAt: new Date().toISOString(),
+  };
+  writeJson(path.join(dir, 'result.json'), result);
+  // summary.json marks the run done for the sweep machinery: written whole or not at all.
+  const summary = path.join(dir, 'summary.json');
+  writeJson(`${summary}.tmp`, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
+  fs.renameSync(`${summary}.tmp`, summary);
+  return dir;
+}
+
+/** What one unit left: its newest done folder's result and environment, or why it has none. */
+export interface UnitRecord {
+  unit: UnitSpec;
+  dir: string | null;
+  result: UnitResultFile | null;
+  env: Record<string, unknown> | null;
+  /** The last attempt's failure, for a unit that is not done. */
+  failure: string | null;
+}
+
+export function collectUnits(set: ExperimentRunSet): UnitRecord[] {
+  return set.units.map((unit, index) => {
+    const done = runFolders(set, set.runs[index]).findLast((f) => f.done);
+    if (!done) {
+      const attempt = readAttempt(set, set.runs[index]);
+      return { unit, dir: null, result: null, env: null, failure: attempt && attempt.outcome !== 'done' ? `${attempt.outcome}: ${attempt.lastLine}` : null };
+    }
+    return { unit, dir: done.dir, result: readJson<UnitResultFile>(path.join(done.dir, 'result.json')), env: readJson(path.join(done.dir, 'env.json')), failure: null };
+  });
+}
+
+function writeJson(file: string, value: unknown): void {
+  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
+}
+
+function readJson<T = Record<string, unknown>>(file: string): T {
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
+  } catch (err) {
+    throw new Error(`${file}: cannot be read as JSON (${(err as Error).message})`);
+  }
+}
