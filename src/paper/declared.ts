@@ -33,7 +33,7 @@ export const lmCompare: Experiment = {
   },
   notes: ['Precursor: the demo comparison (README, Experiments) at 11% of an epoch, where the seed’s sd (0.01–0.08) is as large as the gaps between mechanisms.'],
   backend: 'tensorflow',
-  runnable: 'not yet: the second corpus is not chosen and prepared, and the full runs (48 × whole epochs) belong to a session with the native backend to itself',
+  runnable: 'the second corpus is not chosen and prepared, and the full runs (48 × whole epochs) belong to a session with the native backend to itself',
   units: () => ['gpt', 'bert'].flatMap((kind) => MECHANISMS.flatMap((m) => SEEDS.map((seed): UnitSpec => ({ name: `${kind}-${m}-seed${seed}`, settings: { kind, mechanism: m, seed } })))),
   cells: () =>
     ['gpt', 'bert'].flatMap((kind) =>
@@ -67,7 +67,7 @@ export const darkformerFinetune: Experiment = {
   },
   notes: ['The finetuning machinery exists (README, Finetuning: `initFrom`, `train.freeze: all-but-qkv`, `init: whitening`); what is missing is the pretrained models at a scale where Q/K are anisotropic enough for the claim to matter, and the runs.'],
   backend: 'tensorflow',
-  runnable: 'not yet: needs the pretrained softmax models (a whole epoch each) and 48 + 10 finetuning runs on the native backend; the spike count and the claim verdicts are to be written with them',
+  runnable: 'it needs the pretrained softmax models (a whole epoch each) and 48 + 10 finetuning runs on the native backend; the spike count and the claim verdicts are to be written with them',
   units: () => [
     ...SEEDS.map((seed): UnitSpec => ({ name: `pretrain-softmax-seed${seed}`, settings: { seed } })),
     ...FINETUNES.flatMap((f) => TRAINED.flatMap((t) => SEEDS.map((seed): UnitSpec => ({ name: `${f}-${t}-seed${seed}`, settings: { finetune: f, trained: t, seed } })))),

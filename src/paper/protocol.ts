@@ -69,6 +69,15 @@ export interface UnitOutcome {
   headline: string;
 }
 
+export interface ShownExtra {
+  /** The key in the units' `extra`. */
+  key: string;
+  /** The key holding the paper's number, if it has one. */
+  paperKey?: string;
+  title: string;
+  digits: number;
+}
+
 export interface Experiment {
   name: string;
   /** Bumped whenever units, settings or published numbers change: runs of another version are not mixed in. */
@@ -84,6 +93,8 @@ export interface Experiment {
   protocol: Record<string, string>;
   /** Paragraphs printed after the tables (what the numbers mean, what is known to differ). */
   notes: string[];
+  /** Other numbers of the units shown as tables of their own, not judged (e.g. latency), beside the paper's where it has them. */
+  shown?: ShownExtra[];
   /** The default backend of its units (the results depend on it, so it is part of where they are kept). */
   backend: string;
   /** true, or why the experiment cannot be run yet (declared protocols). */

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { groupBy, meanSd } from '../experiments/stats.ts';
 import type { MeanSd } from '../experiments/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
-import type { CellSpec, CellVerdict, Explanation } from './protocol.ts';
+import type { CellSpec, CellVerdict, Explanation, ShownExtra } from './protocol.ts';
 import { agreementPlotSvg } from './plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 
@@ -34,6 +34,7 @@ export interface ExperimentResults {
   rule: string;
   protocol: Record<string, string>;
   notes: string[];
+  shown: ShownExtra[];
   quick: boolean;
   command: string;
   provenance: {
@@ -91,7 +92,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
   const disagreeing = cells.filter((c) => c.verdict === 'disagrees');
   return {
     experiment: experiment.name, version: experiment.version, title: experiment.title, source: experiment.source, measures: experiment.measures,
-    metric: experiment.metric, rule: experiment.agreement.statement, protocol: experiment.protocol, notes: experiment.notes,
+    metric: experiment.metric, rule: experiment.agreement.statement, protocol: experiment.protocol, notes: experiment.notes, shown: experiment.shown ?? [],
     quick: settings.quick, command: set.file,
     provenance: {
       commits: distinct(done.map((r) => describeCommit(r.env))),
@@ -178,6 +179,27 @@ function cellText(cell: CellResult, digits: number): string {
   return `${ours} · paper ${formatPublished(cell, digits)} ${MARK[cell.verdict]}`;
 }
 
+/** A markdown table of one results table's cells: its rows × its columns, each cell as `text` writes it. */
+function gridTable(cells: CellResult[], text: (cell: CellResult) => string): string[] {
+  const columns = [...new Set(cells.map((c) => c.column))];
+  const rows = [...new Set(cells.map((c) => c.row))];
+  return [
+    `| | ${columns.join(' | ')} |`,
+    `|---|${columns.map(() => '---:').join('|')}|`,
+    ...rows.map((row) => `| ${row} | ${columns.map((column) => {
+      const cell = cells.find((c) => c.row === row && c.column === column);
+      return cell ? text(cell) : '';
+    }).join(' | ')} |`),
+  ];
+}
+
+function extraText(cell: CellResult, extra: ShownExtra): string {
+  const ours = cell.extra[extra.key];
+  const paper = extra.paperKey ? cell.extra[extra.paperKey] : undefined;
+  const text = ours && ours.n > 0 ? formatStat(ours, extra.digits) : '—';
+  return paper && paper.n > 0 ? `${text} · paper ${formatValue(paper.mean, extra.digits)}` : text;
+}
+
 /** The results file for people. */
 export function resultsMarkdown(results: ExperimentResults, plotFile: string | null): string {
   const { counts, provenance: p, metric } = results;
@@ -208,33 +230,33 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     ...Object.entries(results.protocol).map(([key, value]) => `- **${key}**: ${value}`),
     '',
   ];
-  for (const [table, cells] of groupBy(results.cells, (c) => c.table)) {
-    const columns = [...new Set(cells.map((c) => c.column))];
-    const rows = [...new Set(cells.map((c) => c.row))];
-    lines.push(`## ${table}`, '', `| | ${columns.join(' | ')} |`, `|---|${columns.map(() => '---:').join('|')}|`);
-    for (const row of rows) {
-      const texts = columns.map((column) => {
-        const cell = cells.find((c) => c.row === row && c.column === column);
-        return cell ? cellText(cell, digits) : '';
-      });
-      lines.push(`| ${row} | ${texts.join(' | ')} |`);
-    }
-    lines.push('');
-  }
+  const tables = [...groupBy(results.cells, (c) => c.table)];
+  for (const [table, cells] of tables) lines.push(`## ${table}`, '', ...gridTable(cells, (cell) => cellText(cell, digits)), '');
   lines.push(`Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`, '');
+  for (const extra of results.shown) {
+    for (const [table, cells] of tables) {
+      lines.push(`### ${extra.title}${tables.length > 1 ? `: ${table}` : ''}`, '', ...gridTable(cells, (cell) => extraText(cell, extra)), '');
+    }
+  }
   const disagreeing = results.cells.filter((c) => c.verdict === 'disagrees');
   lines.push('## Disagreements', '');
   if (disagreeing.length === 0) lines.push('None.', '');
   else {
+    // Each explanation once, numbered; the table refers to it.
+    const keyOf = (e: Explanation | null) => `${(e ?? OPEN).kind}\u0000${(e ?? OPEN).text}`;
+    const explanations = [...new Map(disagreeing.map((c) => [keyOf(c.explanation), c.explanation ?? OPEN])).values()];
+    const refOf = (c: CellResult) => explanations.findIndex((e) => keyOf(e) === keyOf(c.explanation)) + 1;
     lines.push('| table | cell | ours | paper | Δ | tolerance | explanation |', '|---|---|---:|---:|---:|---:|---|');
     for (const c of disagreeing) {
-      const explanation = c.explanation ?? OPEN;
       lines.push(
         `| ${c.table} | ${c.row} × ${c.column} | ${formatStat(c.ours, digits)} | ${formatPublished(c, digits)} (${c.published!.source}) | ` +
-          `${c.delta! >= 0 ? '+' : '−'}${formatValue(Math.abs(c.delta!), digits)} | ${formatValue(c.tolerance!, digits)} | **${EXPLANATION_TITLES[explanation.kind]}**: ${explanation.text} |`,
+          `${c.delta! >= 0 ? '+' : '−'}${formatValue(Math.abs(c.delta!), digits)} | ${formatValue(c.tolerance!, digits)} | ${EXPLANATION_TITLES[(c.explanation ?? OPEN).kind]} [${refOf(c)}] |`,
       );
     }
-    lines.push('');
+    lines.push('', ...explanations.map((e, i) => {
+      const count = disagreeing.filter((c) => refOf(c) === i + 1).length;
+      return `${i + 1}. **${EXPLANATION_TITLES[e.kind]}** (${count} cell${count > 1 ? 's' : ''}): ${e.text}.`;
+    }), '');
   }
   if (results.notes.length) lines.push('## Notes', '', ...results.notes.flatMap((n) => [n, '']));
   if (plotFile) lines.push(`![ours against the paper, one point per cell](${plotFile})`, '');

@@ -153,6 +153,7 @@ export const slayTasks: Experiment = {
     'bigram has no published numbers: the reference generator crashed on GPU (it reset the global seed and built its table on the CPU), so every paper column is "–"; ours draws the table from the run seed.',
     'kv_recall and induction stay at chance level (≈ 0.02) for every mechanism after 200 steps, in the paper and here: those cells carry no signal about the mechanisms. sort and reverse are bounded by causality (a causal model cannot see the later tokens it must output early).',
   ],
+  shown: [{ key: 'train_s', title: 'Training seconds per run (mean over seeds; this machine, not compared)', digits: 1 }],
   backend: 'wasm',
   runnable: true,
 

@@ -36,6 +36,7 @@ describe('judge', () => {
 const toy: Experiment = {
   name: 'toy', version: 3, title: 'Toy', source: 'A paper, Table 1', measures: 'accuracy', metric: { name: 'accuracy', digits: 2 },
   agreement: rule, protocol: { steps: '10' }, notes: ['A note.'], backend: 'wasm', runnable: true,
+  shown: [{ key: 'loss', paperKey: 'paper_loss', title: 'Loss', digits: 3 }],
   units: () => ['a-s1', 'a-s2', 'b-s1', 'b-s2', 'c-s1', 'd-s1'].map((name) => ({ name, settings: {} })),
   cells: () => [
     { table: 'Table 1', row: 'task', column: 'a', published: { mean: 0.9, sd: 0.01, source: 'Table 1' }, units: ['a-s1', 'a-s2'] },
@@ -51,7 +52,7 @@ const toy: Experiment = {
 };
 
 function record(name: string, values: number[] | null, env: Record<string, unknown>, opts: { error?: string; failure?: string; start?: number } = {}): UnitRecord {
-  const outcome: UnitOutcome = { values: values ?? [], extra: { loss: values?.[0] ?? null }, headline: 'x', ...(opts.error ? { error: opts.error } : {}) };
+  const outcome: UnitOutcome = { values: values ?? [], extra: { loss: values?.[0] ?? null, paper_loss: 1 }, headline: 'x', ...(opts.error ? { error: opts.error } : {}) };
   const start = Date.parse('2026-01-01T00:00:00Z') + (opts.start ?? 0) * 1000;
   const result: UnitResultFile | null = values === null ? null : {
     experiment: 'toy', version: 3, unit: name, outcome, seconds: 10, cpuSeconds: 9,
@@ -101,8 +102,12 @@ describe('buildResults', () => {
     expect(markdown).toContain('| wall time | 1 min 50 s from the first unit’s start');
     expect(markdown).toContain('| task | 0.90 ± 0.01 · paper 0.90 ± 0.01 ✓ | 0.61 ± 0.01 · paper 0.50 ± 0.00 ✗ |');
     expect(markdown).toContain('| other | 0.50 · paper 0.20 ± 0.00 ✗ | — (OOM: out of memory) |');
-    expect(markdown).toContain('| Table 1 | task × b | 0.61 ± 0.01 | 0.50 ± 0.00 (Table 1) | +0.11 | 0.05 | **protocol gap**: the paper used another batch |');
-    expect(markdown).toContain('| Table 1 | other × a | 0.50 | 0.20 ± 0.00 (Table 1) | +0.30 | 0.02 | **open question**: not explained yet |');
+    expect(markdown).toContain('| Table 1 | task × b | 0.61 ± 0.01 | 0.50 ± 0.00 (Table 1) | +0.11 | 0.05 | protocol gap [1] |');
+    expect(markdown).toContain('| Table 1 | other × a | 0.50 | 0.20 ± 0.00 (Table 1) | +0.30 | 0.02 | open question [2] |');
+    expect(markdown).toContain('1. **protocol gap** (1 cell): the paper used another batch.\n2. **open question** (1 cell): not explained yet.');
+    expect(markdown).not.toContain('never used');
+    // The shown extra, per results table, with the paper's beside it.
+    expect(markdown).toContain('### Loss: Table 1\n\n| | a | b |\n|---|---:|---:|\n| task | 0.900 ± 0.014 · paper 1.000 | 0.610 ± 0.014 · paper 1.000 |');
   });
 
   it('writes the markdown, the JSON and the plot', async () => {
