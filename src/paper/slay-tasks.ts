@@ -195,8 +195,8 @@ export const slayTasks: Experiment = {
     return {
       values: result.accuracy === null ? [] : [result.accuracy],
       extra: { loss: result.loss, train_s: result.trainSeconds, params: result.params },
-      details: { attentionOptions: TASK_ATTENTION_OPTIONS[s.mechanism] ?? {}, lossCurve: result.lossCurve },
-      headline: `accuracy ${result.accuracy?.toFixed(3)}, loss ${result.loss?.toFixed(3)}, ${result.trainSeconds.toFixed(1)} s`,
+      details: { attentionOptions: TASK_ATTENTION_OPTIONS[s.mechanism] ?? {}, execution: result.execution, lossCurve: result.lossCurve },
+      headline: `accuracy ${result.accuracy?.toFixed(3)}, loss ${result.loss?.toFixed(3)}, ${result.trainSeconds.toFixed(1)} s (${result.execution})`,
     };
   },
 };
