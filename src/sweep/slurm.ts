@@ -88,7 +88,8 @@ function checkScriptValues(sweep: RunSet, options: SlurmOptions, cwd: string): v
     if (problem) problems.push(`slurm.${key} must be ${problem} (got ${JSON.stringify(value)})`);
   }
   const outputDir = sweepPaths(sweep).slurm;
-  for (const [what, text] of [['the sweep file', sweep.file], ['the working folder (--chdir)', cwd], ['runDir', outputDir], ['the sweep name', sweep.name]]) {
+  const values = [['the sweep file', sweep.file], ['the working folder (--chdir)', cwd], ['runDir', outputDir], ['the sweep name', sweep.name], ...sweep.task.map((arg) => ['the task command', arg])];
+  for (const [what, text] of values) {
     if (CONTROL.test(text)) problems.push(`${what} ${JSON.stringify(text)} holds a control character (a newline would start a line of its own in the sbatch script)`);
   }
   // Slurm replaces %A, %j, … in --output (and %% by %): a '%' of the folder's own would change the path.

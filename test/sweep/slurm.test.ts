@@ -239,7 +239,8 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
       });
       const sweep = loadSweep(sweepWith({}));
       const file = join(work, `sweep ${value}.yaml`);
-      renderOrRefuse(/sweep file/, () => ({ script: renderSbatchScript({ ...sweep, file }, [0], {}, '/w'), file, directives: {} }));
+      // The task command names the sweep file (as loadSweep writes it).
+      renderOrRefuse(/sweep file/, () => ({ script: renderSbatchScript({ ...sweep, file, task: [...sweep.task.slice(0, -1), file] }, [0], {}, '/w'), file, directives: {} }));
       renderOrRefuse(/working folder|--chdir/, () => ({ script: renderSbatchScript(sweep, [0], {}, `/w/${value}`), file: sweep.file, directives: { '--chdir': `/w/${value}` } }));
     }
   });
