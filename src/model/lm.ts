@@ -276,11 +276,16 @@ export class LanguageModel {
   evalSums(batch: ModelBatch): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
     const inputs = this.lossInputs(batch);
     if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
+    return { ...this.evalSumsOf(inputs), count: inputs.count };
+  }
+
+  /** evalSums over the rows of `inputs` (see lossInputs; weight-0 padding rows count for nothing). */
+  evalSumsOf(inputs: LossInputs): { loss: tf.Scalar; correct: tf.Scalar } {
     let h = this.hidden(inputs.ids, inputs.mask, null);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
     const logits = this.headLogits(h);
     const hits = tf.cast(tf.equal(tf.argMax(logits, -1), inputs.targets), 'float32');
-    return { loss: crossEntropySum(logits, inputs.targets), correct: tf.sum(hits), count: inputs.count };
+    return { loss: crossEntropySum(logits, inputs.targets, inputs.weights), correct: tf.sum(inputs.weights ? tf.mul(hits, inputs.weights) : hits) };
   }
 
   /**

@@ -80,6 +80,34 @@ export function microBatchGradients(
   return gradientsThroughGraph(graphsOf(model), stepKey(inputs, variables, seedTensor !== null), batchTensors, modelTensors, variables, loss, xla);
 }
 
+const evalGraphsByModel = new WeakMap<LanguageModel, GraphCache>();
+
+/**
+ * Validation's sums of one batch (Σ cross-entropy, Σ correct top-1, labelled count; see
+ * LanguageModel.evalSums) as a forward-only TensorFlow function where the backend can (`graph`:
+ * train.graph), eagerly elsewhere. Its own cache per model, apart from the training steps': a BERT
+ * validation set brings a few row counts of its own. Call inside tf.tidy.
+ */
+export function evalSumsThroughGraph(model: LanguageModel, batch: ModelBatch, graph: boolean): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
+  if (!graph || !graphsAvailable()) return model.evalSums(batch);
+  const inputs = model.lossInputs(batch, ROW_BUCKET);
+  if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
+  let cache = evalGraphsByModel.get(model);
+  if (!cache) {
+    const created = new GraphCache();
+    model.onDispose(() => created.dispose());
+    evalGraphsByModel.set(model, (cache = created));
+  }
+  const batchTensors = LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []);
+  const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
+  const key = LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',');
+  const [loss, correct] = cache.call(key, [...batchTensors, ...modelTensors], () => {
+    const sums = model.evalSumsOf(inputs);
+    return [sums.loss, sums.correct];
+  });
+  return { loss: loss as tf.Scalar, correct: correct as tf.Scalar, count: inputs.count };
+}
+
 /**
  * Labelled rows are padded to a multiple of this in graph steps (LanguageModel.lossInputs), so that
  * BERT batches, whose count of masked positions varies (~15% ± a few of B·L), share a few shapes.

@@ -3,6 +3,7 @@
 // (and, for BERT, the same masks).
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel } from '../model/lm.ts';
+import { evalSumsThroughGraph } from './compiled-step.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { Batch, StreamOptions } from '../data/stream.ts';
 
@@ -45,8 +46,11 @@ export async function collectEvalBatches(
   return batches;
 }
 
-/** Loss, perplexity, bits per byte and top-1 accuracy of the model on the given batches (no dropout). */
-export async function evaluate(model: LanguageModel, batches: readonly Batch[]): Promise<EvalResult> {
+/**
+ * Loss, perplexity, bits per byte and top-1 accuracy of the model on the given batches (no dropout);
+ * `graph`: each batch shape as a forward-only TensorFlow function where the backend can (train.graph).
+ */
+export async function evaluate(model: LanguageModel, batches: readonly Batch[], graph = true): Promise<EvalResult> {
   let lossNats = 0;
   let correct = 0;
   let tokens = 0;
@@ -54,7 +58,7 @@ export async function evaluate(model: LanguageModel, batches: readonly Batch[]):
   for (const batch of batches) {
     let count = 0;
     const sums = tf.tidy(() => {
-      const out = model.evalSums(batch);
+      const out = evalSumsThroughGraph(model, batch, graph);
       count = out.count;
       return tf.stack([out.loss, out.correct]);
     });

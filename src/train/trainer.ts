@@ -462,7 +462,7 @@ class TrainingLoop {
   }
 
   async validate(): Promise<EvalResult> {
-    const result = await evaluate(this.parts.model, this.inputs.evalBatches);
+    const result = await evaluate(this.parts.model, this.inputs.evalBatches, this.recipe.train.graph);
     const { step, tokens, trainSeconds } = this;
     this.logger.log({
       step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),

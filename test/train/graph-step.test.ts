@@ -17,6 +17,7 @@ import { AdamW } from '../../src/train/optimizer.ts';
 import { readback, readSince } from '../../src/backend/readback.ts';
 import { trainOnTask } from '../../src/experiments/task-runner.ts';
 import { DataParallelGroup } from '../../src/train/data-parallel.ts';
+import { evaluate } from '../../src/train/evaluate.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { trainStep } from '../../src/train/trainer.ts';
 
@@ -185,6 +186,25 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
         optimizer.dispose();
         model.dispose();
       }
+    }
+  });
+
+  it.each(['gpt', 'bert'] as const)('%s validation as forward-only functions gives the loss and accuracy of op-by-op evaluation', async (kind) => {
+    const model = tinyModel('slay', kind);
+    try {
+      const batches = batchesFor(kind, 29).map((b) => ({ ...b, kind, tokens: b.labels.filter((x) => x >= 0).length, bytes: 100 }));
+      const eager = await evaluate(model, batches, false);
+      const before = tf.memory().numTensors;
+      const first = await evaluate(model, batches, true);
+      const again = await evaluate(model, batches, true);
+      expect(tf.memory().numTensors).toBe(before); // the functions hold no tfjs tensor
+      for (const run of [first, again]) {
+        expect(Math.abs(run.loss - eager.loss)).toBeLessThan(1e-5 * eager.loss);
+        expect(run.accuracy).toBe(eager.accuracy);
+        expect(run.tokens).toBe(eager.tokens);
+      }
+    } finally {
+      model.dispose();
     }
   });
 
