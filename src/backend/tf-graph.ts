@@ -403,7 +403,7 @@ export class GraphCache {
 export type XlaSetting = 'auto' | 'on' | 'off';
 
 /**
- * XLA's effect measured at the reference shape of `npm run bench:train` (README, "XLA"): on a CPU
+ * XLA's effect measured at the reference shape of `npm run bench:train` (docs/benchmarks.md, "Graph steps as TensorFlow functions"): on a CPU
  * device TensorFlow's own executor (oneDNN kernels) was faster, so auto leaves XLA off there; on a GPU
  * it has not been measured yet (no GPU host with TensorFlow was available), so auto leaves it off too.
  */
