@@ -403,9 +403,11 @@ export class GraphCache {
 export type XlaSetting = 'auto' | 'on' | 'off';
 
 /**
- * XLA's effect measured at the reference shape of `npm run bench:train` (docs/benchmarks.md, "Graph steps as TensorFlow functions"): on a CPU
- * device TensorFlow's own executor (oneDNN kernels) was faster, so auto leaves XLA off there; on a GPU
- * it has not been measured yet (no GPU host with TensorFlow was available), so auto leaves it off too.
+ * XLA as measured (docs/benchmarks.md, "Graph steps as TensorFlow functions"): on a CPU device it
+ * gained 0–30% at the reference shape of `npm run bench:train`, but its compilation takes tens of
+ * seconds per function, outweighs the gain in the 200-step runs of `npm run tasks`, and ran out of
+ * memory (23 GB) at the GPT-2-small shape, so auto leaves it off there; on a GPU it has not been
+ * measured (no GPU host with TensorFlow was available), so auto leaves it off too.
  */
 const XLA_AUTO: Record<'CPU' | 'GPU', boolean> = { CPU: false, GPU: false };
 

@@ -176,7 +176,7 @@ export const RECIPE_SCHEMA = {
   'train.xla': {
     type: oneOf('auto', 'on', 'off'),
     default: 'auto',
-    doc: 'With `train.graph` on the `tensorflow` backend: compile each step\'s graph function with XLA (`on`), not (`off`), or what was measured faster on this kind of device (`auto`: off on CPU devices, where TensorFlow\'s own executor was faster at the bench shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.',
+    doc: 'With `train.graph` on the `tensorflow` backend: compile each step\'s graph function with XLA (`on`), not (`off`), or what was measured best on this kind of device (`auto`: off on CPU devices, where XLA gained 0–30% at the bench shape but its compilation outweighs that in short runs and ran out of memory at the GPT-2-small shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.',
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
