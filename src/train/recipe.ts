@@ -327,7 +327,7 @@ function applyOverride(arg: string, given: Map<string, Given>, problems: string[
   } else if (SECTIONS.has(key)) {
     problems.push(`override ${arg}: ${key} is a section; set its keys one by one (e.g. --${KEYS.find((k) => k.startsWith(`${key}.`))}=…)`);
   } else {
-    problems.push(`override ${arg}: unknown key ${key}${suggest(key)}`);
+    problems.push(`override ${arg}: unknown key ${key}${suggest(key, '--')}`);
   }
 }
 
@@ -566,10 +566,24 @@ function checkAttentionOptions(name: string, options: Record<string, unknown>): 
   return resolveOptions(name, specs, options);
 }
 
-/** " (did you mean …?)" for the closest known key or section path, or "". */
-function suggest(key: string): string {
-  const hint = closest(key, [...KEYS, ...SECTIONS]);
-  return hint ? ` (did you mean ${hint}?)` : '';
+/**
+ * " (did you mean …?)" for the closest known key or section path, or "". A key that is close to no full path is
+ * matched by its last part, so that a bare `lr` or `prfFeatures` finds `train.lr` or
+ * `model.attention.options.prfFeatures`. `flag` phrases the hint as a command-line override (`--train.lr`).
+ */
+function suggest(key: string, flag = ''): string {
+  const hint = closest(key, [...KEYS, ...SECTIONS]) ?? closestByLastPart(key);
+  return hint ? ` (did you mean ${flag}${hint}?)` : '';
+}
+
+/** The key (or attention option of any mechanism) whose last part is closest to the last part of `key`. */
+function closestByLastPart(key: string): string | null {
+  const optionKeys = attentionNames().flatMap((name) => Object.keys(attentionOptionSpecs(name)).map((option) => `model.attention.options.${option}`));
+  const candidates = [...new Set([...KEYS.filter((k) => SCHEMA[k].type.kind !== 'attentionOptions'), ...optionKeys])];
+  const lastPart = (k: string) => k.slice(k.lastIndexOf('.') + 1);
+  const byLastPart = new Map(candidates.map((k) => [lastPart(k), k]));
+  const hint = closest(lastPart(key), [...byLastPart.keys()]);
+  return hint === null ? null : byLastPart.get(hint)!;
 }
 
 /** The candidate within a small edit distance of `word`, if any (hand-written: a 10-line Levenshtein beats a dependency). */
