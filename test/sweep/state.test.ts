@@ -112,7 +112,11 @@ describe('slurm pieces', () => {
       '--cpus-per-task=2', '--partition=gpu', '--time=2-00:00:00', '--gpus=a100:1', '--mem=64G', '--account=lab',
     ]) expect(lines).toContain(`#SBATCH ${directive}`);
     expect(lines.indexOf('module load nodejs/20')).toBeGreaterThan(lines.findLastIndex((l) => l.startsWith('#SBATCH')));
-    expect(lines.at(-2)).toMatch(new RegExp(`^exec node --import tsx \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`));
+    // tsx by its absolute URL: the job's folder need not be the project's.
+    expect(lines.at(-2)).toMatch(new RegExp(`^exec node --import file:///\\S+/tsx/dist/loader\\.mjs \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`));
+    // The command line's --set reaches every task.
+    const withSet = renderSbatchScript(loadSweep(file, ['train.lr=0.003', 'backend=cpu']), [0], {}, '/x').split('\n');
+    expect(withSet.at(-2)).toMatch(new RegExp(`task ${file.replace(/[.]/g, '\\.')} --set train\\.lr=0\\.003 --set backend=cpu "\\$SLURM_ARRAY_TASK_ID"$`));
     expect(renderSbatchScript(sweep, [0], { requeueOnTimeLimit: false, signalSeconds: 300 }, '/x')).toMatch(/--signal=B:USR1@300[\s\S]*export SLAYFORMER_SWEEP_NO_REQUEUE=1/);
   });
 });
