@@ -52,8 +52,8 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: string): Promise<void> {
-  const [{ initBackend }, { planRun }, { resolveInitFrom }, { resolveDataParallel }] = await Promise.all([
-    import('../backend.ts'), import('../train/trainer.ts'), import('../train/finetune.ts'), import('../train/data-parallel.ts'),
+  const [{ initBackend }, { planRun }, { chooseInitFrom }, { hfFolderOf }, { resolveDataParallel }] = await Promise.all([
+    import('../backend.ts'), import('../train/trainer.ts'), import('../train/finetune.ts'), import('../hf/folder.ts'), import('../train/data-parallel.ts'),
   ]);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
   // works everywhere (a GPU recipe's 'tensorflow' backend need not be installed for a dry run).
@@ -69,8 +69,10 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
     `parameters  ${fmt(plan.parameters.total)} (${groups})`,
   ];
   if (recipe.initFrom !== null || recipe.train.freeze !== 'none') {
-    const from = recipe.initFrom === null ? 'no initFrom' : `initFrom ${resolveInitFrom(recipe.initFrom, recipe.train.runDir)}`;
+    const choice = recipe.initFrom === null || hfFolderOf(recipe.initFrom) ? null : chooseInitFrom(recipe.initFrom, recipe.train.runDir);
+    const from = recipe.initFrom === null ? 'no initFrom' : `initFrom ${choice?.dir ?? recipe.initFrom}`;
     out.push(`finetune    ${from}; train.freeze ${JSON.stringify(recipe.train.freeze)}`);
+    if (choice?.reason) out.push(`            ${choice.reason}`);
   }
   const { batchSize, gradAccum } = recipe.train;
   if (plan.epoch) {

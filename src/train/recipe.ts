@@ -334,6 +334,9 @@ function applyOverride(arg: string, given: Map<string, Given>, problems: string[
 function resolve(given: Map<string, Given>, file: string): Recipe {
   const problems: string[] = [];
   applyHfInitFrom(given, problems);
+  // An initFrom folder that cannot be read is the one error: the keys it was to supply (data.tokenizer, the model's
+  // shape) would otherwise be reported missing or contradicted as well.
+  if (problems.length > 0) throw new RecipeError(file, problems);
   const flat: Record<string, unknown> = {};
   const derivedKeys: RecipeKey[] = [];
   for (const key of KEYS) {
