@@ -331,9 +331,35 @@ function applyOverride(arg: string, given: Map<string, Given>, problems: string[
   }
 }
 
+/** Keys whose values may name environment variables: the paths, and initFrom. */
+const EXPANDED_KEYS = new Set<string>(['initFrom', ...Object.keys(RECIPE_SCHEMA).filter((k) => (SCHEMA[k].type as { path?: boolean }).path)]);
+const ENV_REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+/**
+ * `${NAME}` and `${NAME:-default}` in path values and initFrom become the environment variable's value (or the
+ * default when it is unset or empty), as in a shell, so that a recipe can point into a folder each checkout keeps
+ * elsewhere (recipes/hf/tiny-gpt2-darkformer.yaml: `${SLAYFORMER_SHARED:-../shared}`). An unset variable without a
+ * default is an error naming it.
+ */
+function expandEnvironment(given: Map<string, Given>, problems: string[]): void {
+  for (const key of EXPANDED_KEYS) {
+    const entry = given.get(key);
+    if (typeof entry?.value !== 'string') continue;
+    const value = entry.value.replace(ENV_REFERENCE, (whole, name: string, fallback: string | undefined) => {
+      const set = process.env[name];
+      if (set !== undefined && set !== '') return set;
+      if (fallback !== undefined) return fallback;
+      problems.push(`${at(entry.origin)}${key}: the environment variable ${name} in ${JSON.stringify(entry.value)} is not set (or write \${${name}:-default})`);
+      return whole;
+    });
+    given.set(key, { ...entry, value });
+  }
+}
+
 function resolve(given: Map<string, Given>, file: string): Recipe {
   const problems: string[] = [];
-  applyHfInitFrom(given, problems);
+  expandEnvironment(given, problems);
+  if (problems.length === 0) applyHfInitFrom(given, problems);
   // An initFrom folder that cannot be read is the one error: the keys it was to supply (data.tokenizer, the model's
   // shape) would otherwise be reported missing or contradicted as well.
   if (problems.length > 0) throw new RecipeError(file, problems);

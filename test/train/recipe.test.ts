@@ -102,6 +102,22 @@ describe('loadRecipe', () => {
     expect(errorOf(file)).toBe(`${file}: initFrom hf:${path.join(dir, 'no-such-gpt2')}: Hugging Face folder ${path.join(dir, 'no-such-gpt2')} does not exist`);
   });
 
+  it('expands ${NAME} and ${NAME:-default} in paths and initFrom from the environment; an unset one without a default is an error', () => {
+    const previous = process.env.SLAYFORMER_TEST_DATA;
+    try {
+      const file = recipeFile('data:\n  dataset: ${SLAYFORMER_TEST_DATA:-data}/sotu\n  tokenizer: ${SLAYFORMER_TEST_DATA}/tok.json\ntrain: { runDir: "${SLAYFORMER_TEST_UNSET:-runs}/x" }\n');
+      process.env.SLAYFORMER_TEST_DATA = '/elsewhere';
+      expect(loadRecipe(file)).toMatchObject({ data: { dataset: '/elsewhere/sotu', tokenizer: '/elsewhere/tok.json' }, train: { runDir: path.resolve('runs/x') } });
+      delete process.env.SLAYFORMER_TEST_DATA;
+      expect(errorOf(file)).toBe(`${file}: data.tokenizer: the environment variable SLAYFORMER_TEST_DATA in "\${SLAYFORMER_TEST_DATA}/tok.json" is not set (or write \${SLAYFORMER_TEST_DATA:-default})`);
+      // Other keys are taken as written.
+      expect(loadRecipe(file, ['--data.tokenizer=t.json', '--wandb.runName=${X}']).wandb.runName).toBe('${X}');
+    } finally {
+      if (previous === undefined) delete process.env.SLAYFORMER_TEST_DATA;
+      else process.env.SLAYFORMER_TEST_DATA = previous;
+    }
+  });
+
   it('checks constraints between keys', () => {
     expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 30, numHeads: 4}\n`))).toContain('model.dModel (30) must be divisible by model.numHeads (4)');
     expect(errorOf(recipeFile(`${MINIMAL}model: {maxSeqLen: 64}\ndata: {dataset: d, tokenizer: t, seqLen: 128}\n`.replace(MINIMAL, '')))).toContain(
