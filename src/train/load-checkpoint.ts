@@ -9,7 +9,7 @@ import { createLanguageModel, type LanguageModel } from '../model/lm.ts';
 import { hfFolderOf } from '../hf/folder.ts';
 import { loadHfModel } from '../hf/load.ts';
 import { COMPLETE_MARKER, readCheckedFiles } from './atomic-folder.ts';
-import { loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
+import { FINAL_TOKENIZER_FILE, loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
 import { runFolderOf } from './checkpoint.ts';
 import { relocateRecipePaths } from './metrics.ts';
 import { checkSavedModel } from './model-check.ts';
@@ -17,7 +17,6 @@ import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { readRunMarker } from './run-folder.ts';
 import { decodeSafetensors } from './safetensors.ts';
-import { FINAL_TOKENIZER_FILE } from './trainer.ts';
 
 export interface LoadedModel {
   /** The model folder the weights came from (absolute). */

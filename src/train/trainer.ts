@@ -26,7 +26,7 @@ import { writeFolderAtomically } from './atomic-folder.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
 import { checkModelTensors } from './model-check.ts';
 import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
-import { prepareFinetune } from './finetune.ts';
+import { FINAL_TOKENIZER_FILE, prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus, microBatchGradients } from './compiled-step.ts';
@@ -172,7 +172,6 @@ export async function modelTensors(model: LanguageModel): Promise<Map<string, Na
 }
 
 /** What final/ holds besides COMPLETE. */
-export const FINAL_TOKENIZER_FILE = 'tokenizer.json';
 const FINAL_FILES = new Set(['model.safetensors', 'recipe.json', FINAL_TOKENIZER_FILE]);
 
 /**
