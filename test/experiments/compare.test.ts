@@ -311,11 +311,11 @@ describe('compareRuns', () => {
     expect(md).toMatch(/\| softmax \| [^\n]*\| \(baseline\) \|/);
     // The same numbers for a spreadsheet (plain) and a paper (LaTeX).
     const csv = readFileSync(join(out, 'groups.csv'), 'utf8').split('\r\n');
-    expect(csv[0]).toBe('group,recipe,n,seeds,params,tokens,final val loss,final val loss sd,best val loss,val ppl,val bpb,tokens/s,wall s,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on');
+    expect(csv[0]).toBe('group,recipe,n,seeds,params,tokens,final val loss,final val loss sd,best val loss,val ppl,val bpb,val acc,tokens/s,wall s,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on');
     expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,tiny,3,"1, 2, 3",100,3000,2\.34\d*,0\.0\d+,/);
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
-    expect(tex.slice(0, 5)).toEqual(['\\begin{table}', '\\centering', '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds)}', '\\begin{tabular}{llrlrrrrrrrrrrr}', '\\toprule']);
-    expect(tex).toContain('slay & tiny & 3 & 1, 2, 3 & 100 $\\pm$ 0 & 3,000 $\\pm$ 0 & 2.3467 $\\pm$ 0.0874 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.8464 $\\pm$ 0.0315 & 520 $\\pm$ 0 & 6.0 $\\pm$ 0.0 & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 0/3 \\\\');
+    expect(tex.slice(0, 5)).toEqual(['\\begin{table}', '\\centering', '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds)}', '\\begin{tabular}{llrlrrrrrrrrrrrr}', '\\toprule']);
+    expect(tex).toContain('slay & tiny & 3 & 1, 2, 3 & 100 $\\pm$ 0 & 3,000 $\\pm$ 0 & 2.3467 $\\pm$ 0.0874 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.8464 $\\pm$ 0.0315 & 0.4133 $\\pm$ 0.0218 & 520 $\\pm$ 0 & 6.0 $\\pm$ 0.0 & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 0/3 \\\\');
     await expect(compareRuns(runs, { outDir: join(root, 'paired-none'), baseline: 'performer', warn: () => {} })).rejects.toThrow(/--baseline performer: no run uses that attention \(softmax, slay\)/);
   });
 
