@@ -8,14 +8,11 @@
 import * as tf from '@tensorflow/tfjs';
 import { loadTensorflowPackage } from './backend/tensorflow.ts';
 import { patchWasmKernels } from './backend/wasm-kernels.ts';
+import { BACKENDS, parseBackend } from './backend/choice.ts';
+import type { BackendChoice } from './backend/choice.ts';
 
-export const BACKENDS = ['auto', 'tensorflow', 'wasm', 'cpu'] as const;
-export type BackendChoice = (typeof BACKENDS)[number];
-
-export function parseBackend(value: string, source: string): BackendChoice {
-  if ((BACKENDS as readonly string[]).includes(value)) return value as BackendChoice;
-  throw new Error(`${source}: unknown backend '${value}'; allowed: ${BACKENDS.join(', ')}`);
-}
+export { BACKENDS, parseBackend };
+export type { BackendChoice };
 
 /** Loads one concrete backend; returns false (with the reason) when it cannot be loaded here. */
 async function tryLoad(name: Exclude<BackendChoice, 'auto'>): Promise<{ ok: boolean; reason?: string }> {

@@ -4,9 +4,9 @@
 // allocation leaves the wasm heap unusable, and `exact` at T = 512 needs R·M·d² features per head.
 import fs from 'node:fs';
 import path from 'node:path';
-import { initBackend } from '../backend.ts';
+// fidelity.ts and the backend load TensorFlow.js: imported when the command runs, so that --help answers at once.
 import { emitRow, runIsolated } from '../experiments/isolated.ts';
-import { fidelityMarkdown, PAPER_SCALES, PAPER_SETTINGS, paperCases, runFidelity, type FidelityRow } from '../experiments/fidelity.ts';
+import { PAPER_SCALES, PAPER_SETTINGS, paperCases, type FidelityRow } from '../experiments/fidelity-cases.ts';
 import { backendOption } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, type OptionValues } from './command.ts';
 
@@ -38,6 +38,7 @@ async function runChild(args: Args, length: number, label: string): Promise<Fide
 }
 
 await runCommand(COMMAND, async ({ values: args }) => {
+  const [{ initBackend }, { fidelityMarkdown, runFidelity }] = await Promise.all([import('../backend.ts'), import('../experiments/fidelity.ts')]);
   const seeds = numberListOption(args.seeds, 'seeds', { integer: true })!;
   const epsilon = args.epsilon;
   const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };

@@ -1,6 +1,7 @@
 // The --backend and --verbose options of the commands that start a TensorFlow.js backend, and the one line
 // that says which backend runs.
-import { BACKENDS, initBackend, type BackendChoice } from '../backend.ts';
+// backend.ts (which loads tfjs) is imported only when a backend starts, so that --help answers at once.
+import { BACKENDS, type BackendChoice } from '../backend/choice.ts';
 import type { OptionSpec } from './command.ts';
 
 const BACKEND_OPTION = { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend' } as const satisfies OptionSpec;
@@ -19,6 +20,7 @@ export const VERBOSE_OPTION = { type: 'boolean', help: 'also say why other backe
  * skipped other backends (long: one per package it tried) only with `verbose`.
  */
 export async function startBackend(command: string, requested: string | undefined, verbose: boolean): Promise<string> {
+  const { initBackend } = await import('../backend.ts');
   const name = await initBackend(requested, { quiet: !verbose });
   process.stderr.write(`[${command}] backend ${name}\n`);
   return name;

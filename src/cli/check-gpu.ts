@@ -7,15 +7,8 @@
 // holds is its high-water mark).
 import { existsSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
-import { formatChecks, verifyTensorflow } from '../backend/tensorflow-check.ts';
-import { graphDevice } from '../backend/tf-graph.ts';
+// The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import { readBuildStamp, SETUP_COMMAND } from '../backend/native-build.ts';
-import { tensorflowInfo } from '../backend/tensorflow.ts';
-import { TextTokenizer } from '../data/tokenizer.ts';
-import { countParameters, createLanguageModel } from '../model/lm.ts';
-import { loadRecipe, modelConfigFromRecipe } from '../train/recipe.ts';
-import { measureThroughput } from '../train/throughput.ts';
-import { GPT2_VOCAB_SIZE } from '../train/trainer.ts';
 import { runCommand, type ParsedCommand } from './command.ts';
 
 const DEFAULT_RECIPE = 'recipes/gpu/gpt2-small-softmax.yaml';
@@ -37,6 +30,11 @@ class CheckFailed extends Error {}
 async function main({ values, positionals }: ParsedCommand<typeof COMMAND.options>): Promise<void> {
   const steps = values.steps;
   const recipeFile = positionals[0] ?? DEFAULT_RECIPE;
+  const [{ formatChecks, verifyTensorflow }, { graphDevice }, { tensorflowInfo }, { TextTokenizer }, { countParameters, createLanguageModel }, { loadRecipe, modelConfigFromRecipe }, { measureThroughput }, { GPT2_VOCAB_SIZE }] =
+    await Promise.all([
+      import('../backend/tensorflow-check.ts'), import('../backend/tf-graph.ts'), import('../backend/tensorflow.ts'), import('../data/tokenizer.ts'),
+      import('../model/lm.ts'), import('../train/recipe.ts'), import('../train/throughput.ts'), import('../train/trainer.ts'),
+    ]);
 
   console.log('[1/4] the native backend');
   const build = readBuildStamp();
@@ -69,7 +67,7 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
       console.log(`    ${label.padEnd(20)} ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}, ${r.readbackValues} values (${r.readbackBytes} bytes) read back per step`);
       if (!Number.isFinite(r.lastLoss)) throw new CheckFailed('the loss is not finite');
     }
-    console.log(`    peak memory: ${peakMemory()}`);
+    console.log(`    peak memory: ${peakMemory(graphDevice())}`);
   } finally {
     model.dispose();
   }
@@ -93,12 +91,12 @@ function describeDriver(): string {
   return `nvidia-smi: ${smi.stdout.trim().split('\n').join('; ')}; ${support}`;
 }
 
-/** This process's memory on the GPU (nvidia-smi), or on a CPU device its peak resident set. */
-function peakMemory(): string {
+/** This process's memory on the GPU (nvidia-smi), or on a CPU device (`device`, where the graphs run) its peak resident set. */
+function peakMemory(device: string): string {
   const apps = spawnSync('nvidia-smi', ['--query-compute-apps=pid,used_memory', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
   const mine = apps.status === 0 ? apps.stdout.split('\n').map((l) => l.split(',').map((x) => x.trim())).find(([pid]) => pid === String(process.pid)) : undefined;
   const rss = `${Math.round(process.resourceUsage().maxRSS / 1024).toLocaleString('en-US')} MB peak resident on the host`;
-  return mine ? `${Number(mine[1]).toLocaleString('en-US')} MiB on the GPU (TensorFlow's pool, grown on demand); ${rss}` : `${rss} (no GPU memory: ${graphDevice()})`;
+  return mine ? `${Number(mine[1]).toLocaleString('en-US')} MiB on the GPU (TensorFlow's pool, grown on demand); ${rss}` : `${rss} (no GPU memory: ${device})`;
 }
 
 await runCommand(COMMAND, main);

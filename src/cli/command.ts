@@ -3,8 +3,9 @@
 //   - answers -h/--help with its usage, description and options (the list is generated from the spec),
 //   - rejects an unknown option, a missing value or a bad choice with one line plus the usage (exit 2),
 //   - takes `--name value` and `--name=value` alike,
-//   - and, where it reads a recipe (train, finetune, demo), passes `--section.key=value` through as recipe
-//     overrides for the recipe loader to check.
+//   - and, where it reads a recipe (train, finetune, demo), passes `--section.key=value` and `--section.key value`
+//     through as recipe overrides (always in the `=` form) for the recipe loader to check, which also names the
+//     recipe key an unknown one was probably meant to be (`--lr` → `--train.lr`).
 // Tokens mode (strict: false) rather than strict parsing: strict mode cannot let the open-ended recipe
 // overrides through, and its messages are long; here every problem is phrased once, naming the option.
 import path from 'node:path';
@@ -40,7 +41,7 @@ export interface CommandSpec<O extends Record<string, OptionSpec> = Record<strin
   options: O;
   /** Positional arguments allowed (default: none), and what they are, for messages ('<checkpoint>'). */
   positionals?: { min?: number; max?: number; name?: string };
-  /** Accept `--section.key=value` recipe overrides (returned in `overrides`, in order). */
+  /** Accept `--section.key=value` and `--section.key value` recipe overrides (returned in `overrides` as `--key=value`, in order). */
   overrides?: boolean;
   /** Printed after the options by --help. */
   notes?: string;
@@ -84,16 +85,25 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
   for (const [name, o] of Object.entries(options)) values[name] = o.multiple ? [] : (o.default ?? (o.type === 'boolean' ? false : undefined));
   const positionals: string[] = [];
   const overrides: string[] = [];
-  for (const token of tokens) {
+  for (let i = 0; i < tokens.length; i++) {
+    const token = tokens[i];
     if (token.kind === 'positional') positionals.push(token.value);
     if (token.kind !== 'option') continue;
     const option = options[token.name];
     if (!option) {
-      if (spec.overrides && token.rawName.startsWith('--') && token.inlineValue) {
+      const isOverride = spec.overrides && token.rawName.startsWith('--');
+      if (isOverride && token.inlineValue) {
         overrides.push(`${token.rawName}=${token.value}`);
         continue;
       }
-      const hint = spec.overrides && token.rawName.startsWith('--') ? ` (recipe overrides are written ${token.rawName}=VALUE)` : '';
+      // `--train.lr 1e-3`: parseArgs reads an unknown option as a flag and its value as the next positional.
+      const next = tokens[i + 1];
+      if (isOverride && next?.kind === 'positional') {
+        overrides.push(`${token.rawName}=${next.value}`);
+        i++;
+        continue;
+      }
+      const hint = isOverride ? ` (a recipe override needs a value: ${token.rawName} VALUE or ${token.rawName}=VALUE)` : '';
       throw new UsageError(`unknown option '${token.rawName}'${hint}`);
     }
     if (option.type === 'boolean') {
@@ -126,9 +136,15 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
   return { values: values as OptionValues<O>, positionals, overrides };
 }
 
+/** How the user started the command: `npm run <name> --`, or `slayformer <name>` through the package's bin (bin/slayformer.js). */
+function invocation(name: string): string {
+  const bin = (globalThis as { SLAYFORMER_BIN?: string }).SLAYFORMER_BIN;
+  return bin ? `${bin} ${name}` : `npm run ${name} --`;
+}
+
 function usageLines(spec: CommandSpec): string {
   const forms = typeof spec.usage === 'string' ? [spec.usage] : spec.usage;
-  return `Usage:\n${forms.map((form) => `  npm run ${spec.name} -- ${form}`).join('\n')}`;
+  return `Usage:\n${forms.map((form) => `  ${invocation(spec.name)} ${form}`).join('\n')}`;
 }
 
 /** The --help text: usage, description, the options generated from the spec, notes. */
@@ -149,7 +165,7 @@ export function helpText(spec: CommandSpec): string {
 
 /** One line naming the problem, the usage and where the options are listed. */
 export function usageErrorText(spec: CommandSpec, message: string): string {
-  return `${spec.name}: ${message}\n${usageLines(spec)}\nRun 'npm run ${spec.name} -- --help' for the options.\n`;
+  return `${spec.name}: ${message}\n${usageLines(spec)}\nRun '${invocation(spec.name)} --help' for the options.\n`;
 }
 
 /**

@@ -6,15 +6,9 @@
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { initBackend } from '../backend.ts';
-import { prepareDemoCorpus } from '../data/demo-corpus.ts';
-import { openBatchStream } from '../data/stream.ts';
+// The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { StreamOptions } from '../data/stream.ts';
-import { TextTokenizer } from '../data/tokenizer.ts';
-import { trainTokenizer } from '../data/train-tokenizer.ts';
-import { loadRecipe, RecipeError } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
-import { runTraining, streamOptions, validateRecipeModel } from '../train/trainer.ts';
 import { backendOption } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
 
@@ -34,6 +28,7 @@ export async function unigramCrossEntropy(
   vocabSize: number,
   evalTokens: number,
 ): Promise<{ evalNats: number; evalTokens: number; allNats: number; validationTokens: number; trainTokens: number }> {
+  const { openBatchStream } = await import('../data/stream.ts');
   const counts = new Float64Array(vocabSize);
   let trainTokens = 0;
   const readLabels = async (split: 'train' | 'validation', visit: (label: number) => void, endOfBatch = () => {}) => {
@@ -89,6 +84,10 @@ validation loss with the unigram entropy of the corpus.`,
 async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>): Promise<number> {
   const { backend, recipe: recipeFile } = values;
   const started = performance.now();
+  const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe, RecipeError }, { runTraining, streamOptions, validateRecipeModel }] = await Promise.all([
+    import('../backend.ts'), import('../data/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
+    import('../train/recipe.ts'), import('../train/trainer.ts'),
+  ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);
   } else {

@@ -1,9 +1,8 @@
 // npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME] [--verbose]
 // Validation loss, perplexity, bits per byte and top-1 accuracy of a trained model (a run's final/ folder, a
 // checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data.
-import { collectEvalBatches, evaluate, type EvalResult } from '../train/evaluate.ts';
-import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
-import { streamOptions } from '../train/trainer.ts';
+// The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
+import type { EvalResult } from '../train/evaluate.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, UsageError } from './command.ts';
 
@@ -41,6 +40,9 @@ export interface EvalCheckpointResult extends EvalResult {
 
 /** Loads the checkpoint, reads validation batches as training does, evaluates (the backend must be initialised). */
 export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalCheckpointResult> {
+  const [{ collectEvalBatches, evaluate }, { loadModel, loadModelTokenizer }, { streamOptions }] = await Promise.all([
+    import('../train/evaluate.ts'), import('../train/load-checkpoint.ts'), import('../train/trainer.ts'),
+  ]);
   const loaded = await loadModel(opts.checkpoint);
   const { dir, model, recipe, metadata } = loaded;
   try {

@@ -1,8 +1,7 @@
 // npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--backend NAME] [--verbose]
 // Samples a continuation from a trained GPT, one token at a time with each attention layer's
 // recurrent state (src/model/decode.ts): O(1) work per new token for the linear mechanisms.
-import { generateTokens, validateSampling } from '../model/decode.ts';
-import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
+// The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, UsageError } from './command.ts';
 
@@ -46,6 +45,7 @@ export interface GenerateCheckpointResult {
 
 /** Loads the checkpoint and samples (the backend must be initialised). */
 export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): Promise<GenerateCheckpointResult> {
+  const [{ generateTokens, validateSampling }, { loadModel, loadModelTokenizer }] = await Promise.all([import('../model/decode.ts'), import('../train/load-checkpoint.ts')]);
   if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0)) throw new Error(`--max-tokens must be an integer ≥ 0 (got ${opts.maxTokens})`);
   if (!Number.isInteger(opts.seed)) throw new Error(`--seed must be an integer (got ${opts.seed})`);
   validateSampling(opts);

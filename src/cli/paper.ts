@@ -2,15 +2,10 @@
 // npm run paper -- list
 // Runs a paper experiment's units through the sweep machinery (resumable; local or a Slurm job array) and writes its
 // results file: ours beside the paper's numbers, a verdict per cell, the agreement count (src/paper/).
+// The run machinery (which loads TensorFlow.js) is imported when the command runs, so that --help answers at once.
 import path from 'node:path';
-import { loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
-import { buildResults, writeResults } from '../paper/results.ts';
-import { collectUnits, DEFAULT_RUNS_ROOT, experimentRunSet, runExperimentTask, runUnitHere } from '../paper/run.ts';
+import { DEFAULT_RUNS_ROOT, loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
 import type { ExperimentRunSet } from '../paper/run.ts';
-import { runLocal } from '../sweep/local.ts';
-import { renderSbatchScript, submitSweep } from '../sweep/slurm.ts';
-import { setStatus } from '../sweep/status.ts';
-import { runFolders } from '../sweep/task.ts';
 import { backendOption } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
 import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
@@ -72,6 +67,9 @@ async function main({ values, positionals }: Args): Promise<number> {
   if (name === 'list') return list();
   if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, or list)`);
   const experiment = await loadExperiment(name);
+  const [{ buildResults, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { runLocal }, { setStatus }] = await Promise.all([
+    import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/local.ts'), import('../sweep/status.ts'),
+  ]);
   const backend = values.backend ?? experiment.backend;
   const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
 
@@ -114,7 +112,8 @@ async function main({ values, positionals }: Args): Promise<number> {
 }
 
 /** --executor slurm: one job array over the units not done; the results file is written by --report once they are. */
-function submit(set: ExperimentRunSet, values: Args['values']): number {
+async function submit(set: ExperimentRunSet, values: Args['values']): Promise<number> {
+  const [{ renderSbatchScript, submitSweep }, { runFolders }] = await Promise.all([import('../sweep/slurm.ts'), import('../sweep/task.ts')]);
   const options = slurmOptions(set.slurm, values as Record<string, unknown>);
   const todo = set.runs.filter((r) => !runFolders(set, r).some((f) => f.done)).map((r) => r.index);
   if (todo.length === 0) {

@@ -1,7 +1,7 @@
 // npm run setup:tensorflow [-- --gpu] [--tensorflow SPEC] [--wheel FILE] [--python EXE] [--nodedir DIR] [--force]
 // Builds the native `tensorflow` backend from the TensorFlow pip wheel into .cache/tensorflow and
 // checks it against the cpu backend (src/backend/tensorflow-setup.ts).
-import { formatChecks, verifyTensorflow } from '../backend/tensorflow-check.ts';
+// tensorflow-check.ts loads TensorFlow.js: imported after the build, so that --help answers at once.
 import { DEFAULT_TENSORFLOW, SetupError, setupTensorflow } from '../backend/tensorflow-setup.ts';
 import { runCommand, UsageError } from './command.ts';
 
@@ -35,6 +35,7 @@ await runCommand(COMMAND, async ({ values }) => {
     log,
   });
   log(reused ? 'checking the build' : `built in ${build.seconds} s; checking it`);
+  const { formatChecks, verifyTensorflow } = await import('../backend/tensorflow-check.ts');
   const checks = await verifyTensorflow();
   for (const line of formatChecks(checks)) log(line);
   if (checks.some((c) => !c.ok)) throw new SetupError('the build loads but fails its checks (see above); rebuild with --force or report it');

@@ -1,7 +1,7 @@
 // The Slurm settings as command-line options (--partition …), shared by `sweep run` and `paper`: one option per
 // field of the table the sweep file's slurm: section is checked by (src/sweep/slurm.ts), and the same checks.
-import { SLURM_FIELDS } from '../sweep/slurm.ts';
-import type { SlurmOptions } from '../sweep/slurm.ts';
+import { SLURM_FIELDS } from '../sweep/options.ts';
+import type { SlurmOptions } from '../sweep/options.ts';
 import { UsageError, type OptionSpec } from './command.ts';
 
 export const SLURM_OPTIONS = Object.fromEntries(

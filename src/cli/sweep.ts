@@ -1,12 +1,12 @@
 // npm run sweep -- plan|run|status|report|task <sweep.yaml> …   (--help; the sweep file format: src/sweep/spec.ts)
+// The sweep modules (which load the recipe loader and TensorFlow.js) are imported when a subcommand runs, so that
+// --help answers at once.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { runLocal } from '../sweep/local.ts';
-import { findRun, loadSweep, REPORT_METRICS, selectRuns, SweepError } from '../sweep/spec.ts';
-import type { ReportMetric, Sweep } from '../sweep/spec.ts';
-import { renderSbatchScript, submitSweep } from '../sweep/slurm.ts';
-import { setStatus } from '../sweep/status.ts';
-import { runFolders, runTask } from '../sweep/task.ts';
+import { BACKENDS } from '../backend/choice.ts';
+import { REPORT_METRICS } from '../sweep/options.ts';
+import type { ReportMetric } from '../sweep/options.ts';
+import type { Sweep } from '../sweep/spec.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
 import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
 
@@ -36,6 +36,11 @@ combination is a run named by its varying values, trained under <runDir>/<name>-
   task    run one run of the sweep (what both executors start)`,
   options: {
     only: { type: 'string', value: 'RUNS', help: "plan, run, status: only these runs (names, globs or indices, comma-separated, e.g. 'gpt-*')" },
+    set: {
+      type: 'string', value: 'KEY=VALUE', multiple: true,
+      help: "plan, run, task: a recipe key for every run, on top of the file's set: (repeatable), e.g. --set train.lr=1e-3; a key the grid or a case sets is refused",
+    },
+    backend: { type: 'string', value: 'NAME', choices: BACKENDS, help: 'plan, run, task: every run on this backend (= --set backend=NAME)' },
     'tokens-per-s': { type: 'string', value: 'N', number: { min: 0, exclusiveMin: true }, help: 'plan: assumed training speed when no run has logged one' },
     executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'run: where the runs go (default local)' },
     cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'run, local: cores to fill (default: this machine\'s)' },
@@ -53,11 +58,11 @@ type Args = ParsedCommand<typeof COMMAND.options>;
 
 /** The options each subcommand takes; giving another's is a usage error. */
 const ALLOWED: Record<Subcommand, readonly string[]> = {
-  plan: ['only', 'tokens-per-s'],
-  run: ['only', 'executor', 'cores', 'dry-run', ...Object.keys(SLURM_OPTIONS)],
+  plan: ['only', 'tokens-per-s', 'set', 'backend'],
+  run: ['only', 'executor', 'cores', 'dry-run', 'set', 'backend', ...Object.keys(SLURM_OPTIONS)],
   status: ['only'],
   report: ['baseline', 'metric', 'out'],
-  task: [],
+  task: ['set', 'backend'],
 };
 
 function checkOptionsFor(command: Subcommand, values: Record<string, unknown>): void {
@@ -72,8 +77,10 @@ async function main({ values, positionals }: Args): Promise<number> {
   if (!SUBCOMMANDS.includes(command)) throw new UsageError(`unknown command '${command}' (one of ${SUBCOMMANDS.join(', ')})`);
   if ((command === 'task') !== (run !== undefined)) throw new UsageError(command === 'task' ? 'task needs one run: its index or name' : `unexpected argument '${run}'`);
   checkOptionsFor(command, values);
-  const sweep = loadSweep(file);
+  const { findRun, loadSweep, selectRuns } = await import('../sweep/spec.ts');
+  const sweep = loadSweep(file, [...values.set, ...(values.backend ? [`backend=${values.backend}`] : [])]);
   if (command === 'task') {
+    const { runTask } = await import('../sweep/task.ts');
     const result = await runTask(sweep, findRun(sweep, run!));
     if (result.action !== 'trained') console.log(result.message);
     return result.exitCode;
@@ -102,6 +109,9 @@ async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
 }
 
 async function runSweep(sweep: Sweep, values: Args['values']): Promise<number> {
+  const [{ runLocal }, { SweepError }, { renderSbatchScript, submitSweep }, { runFolders }] = await Promise.all([
+    import('../sweep/local.ts'), import('../sweep/spec.ts'), import('../sweep/slurm.ts'), import('../sweep/task.ts'),
+  ]);
   const executor = values.executor ?? 'local';
   const missing = missingInputs(sweep);
   if (missing.length > 0 && executor === 'local') throw new SweepError(sweep.file, missing);
@@ -145,7 +155,8 @@ function missingInputs(sweep: Sweep): string[] {
   return [...needs].map(([line, runs]) => `${line} (needed by ${runs.length === sweep.runs.length ? 'every run' : runs.join(', ')})`);
 }
 
-function status(sweep: Sweep): number {
+async function status(sweep: Sweep): Promise<number> {
+  const { setStatus } = await import('../sweep/status.ts');
   const { text, failed } = setStatus(sweep, 'sweep');
   console.log(text);
   return failed ? 1 : 0;
@@ -165,6 +176,7 @@ async function report(sweep: Sweep, values: Args['values']): Promise<number> {
 }
 
 await runCommand(COMMAND, async (args) => {
+  const { SweepError } = await import('../sweep/spec.ts');
   try {
     return await main(args);
   } catch (err) {

@@ -4,10 +4,8 @@
 // seed; prints accuracy mean ± sd per task and per category, and writes results.json + results.md.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { initBackend } from '../backend.ts';
-import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
-import { attentionNames } from '../model/attention/index.ts';
-import { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown } from '../experiments/task-runner.ts';
+// The task runner, the attention registry, the graph helpers and the backend load TensorFlow.js: imported when the
+// command runs, so that --help answers at once.
 import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../experiments/tasks.ts';
 import { backendOption } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, UsageError } from './command.ts';
@@ -39,10 +37,10 @@ prints accuracy mean ± sd per task and per category and writes results.json and
 } as const;
 
 /** How the runs' steps ran, e.g. "as TensorFlow functions on …/device:CPU:0 (66 runs)" or "op by op (5 runs)". */
-function describeExecution(executions: string[], xla: boolean): string {
+function describeExecution(executions: string[], xla: boolean, device: string): string {
   const counts = new Map<string, number>();
   for (const e of executions) {
-    const how = e === 'graph' ? `as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${graphDevice()}` : e === 'eager' ? 'op by op' : e.replace(/^eager: /, 'op by op: ');
+    const how = e === 'graph' ? `as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${device}` : e === 'eager' ? 'op by op' : e.replace(/^eager: /, 'op by op: ');
     counts.set(how, (counts.get(how) ?? 0) + 1);
   }
   return [...counts].map(([how, n]) => `${how} (${n} run${n === 1 ? '' : 's'})`).join(', ');
@@ -53,6 +51,9 @@ function timestamp(): string {
 }
 
 await runCommand(COMMAND, async ({ values }) => {
+  const [{ initBackend }, { graphDevice, resolveXla }, { attentionNames }, { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown }] = await Promise.all([
+    import('../backend.ts'), import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../experiments/task-runner.ts'),
+  ]);
   const protocol = values.quick ? QUICK_PROTOCOL : PAPER_PROTOCOL;
   let tasks = listOption(values.tasks, 'tasks', TASK_NAMES);
   if (values.category !== undefined) {
@@ -83,7 +84,7 @@ await runCommand(COMMAND, async ({ values }) => {
   const wallSeconds = (performance.now() - started) / 1000;
   const summary = summarizeTaskResults(results);
   const markdown = taskResultsMarkdown(summary);
-  const execution = describeExecution(results.map((r) => r.execution), xla);
+  const execution = describeExecution(results.map((r) => r.execution), xla, graphDevice());
   console.log(`\n${markdown}\ntotal wall time ${wallSeconds.toFixed(1)} s; steps ran ${execution}`);
 
   await mkdir(outDir, { recursive: true });

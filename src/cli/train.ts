@@ -1,13 +1,9 @@
 // npm run train -- recipes/x.yaml [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>]   (also npm run finetune)
+// Everything that loads TensorFlow.js is imported inside main(), after the arguments are parsed: --help and
+// usage errors answer at once (0.2 s instead of 1–6 s), before any backend loads.
 import path from 'node:path';
-import { initBackend } from '../backend.ts';
-import { loadRecipe, RecipeError } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
-import { planRun, runTraining, validateRecipeModel } from '../train/trainer.ts';
-import { resolveResume, signalExitCode, TrainingStopped } from '../train/checkpoint.ts';
 import type { StopRequest } from '../train/checkpoint.ts';
-import { resolveInitFrom } from '../train/finetune.ts';
-import { resolveDataParallel } from '../train/data-parallel.ts';
 import { backendOption } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
@@ -56,6 +52,9 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: string): Promise<void> {
+  const [{ initBackend }, { planRun }, { chooseInitFrom }, { hfFolderOf }, { resolveDataParallel }] = await Promise.all([
+    import('../backend.ts'), import('../train/trainer.ts'), import('../train/finetune.ts'), import('../hf/folder.ts'), import('../train/data-parallel.ts'),
+  ]);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
   // works everywhere (a GPU recipe's 'tensorflow' backend need not be installed for a dry run).
   await initBackend('cpu', { quiet: true });
@@ -70,8 +69,10 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
     `parameters  ${fmt(plan.parameters.total)} (${groups})`,
   ];
   if (recipe.initFrom !== null || recipe.train.freeze !== 'none') {
-    const from = recipe.initFrom === null ? 'no initFrom' : `initFrom ${resolveInitFrom(recipe.initFrom, recipe.train.runDir)}`;
+    const choice = recipe.initFrom === null || hfFolderOf(recipe.initFrom) ? null : chooseInitFrom(recipe.initFrom, recipe.train.runDir);
+    const from = recipe.initFrom === null ? 'no initFrom' : `initFrom ${choice?.dir ?? recipe.initFrom}`;
     out.push(`finetune    ${from}; train.freeze ${JSON.stringify(recipe.train.freeze)}`);
+    if (choice?.reason) out.push(`            ${choice.reason}`);
   }
   const { batchSize, gradAccum } = recipe.train;
   if (plan.epoch) {
@@ -101,6 +102,9 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
 }
 
 async function main(args: Args): Promise<number> {
+  const [{ initBackend }, { loadRecipe, RecipeError }, { validateRecipeModel }, { resolveResume, signalExitCode, TrainingStopped }] = await Promise.all([
+    import('../backend.ts'), import('../train/recipe.ts'), import('../train/trainer.ts'), import('../train/checkpoint.ts'),
+  ]);
   let recipe: Recipe;
   try {
     recipe = loadRecipe(args.recipe, args.overrides);
@@ -151,6 +155,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
 async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined): Promise<void> {
+  const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/checkpoint.ts')]);
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {
     if (stop.signal) {

@@ -3,6 +3,7 @@
 // measurement; the child prints its result as one "ROW <json>" line.
 import { spawn } from 'node:child_process';
 import type { OptionSpec } from '../cli/command.ts';
+import { TSX_IMPORT } from '../tsx-import.ts';
 
 export interface IsolatedResult<T> {
   /** The child's row, or null when it died or timed out. */
@@ -21,7 +22,7 @@ export function emitRow(row: unknown): void {
 
 /** Starts `script` (a .ts file, through tsx) with `args` and waits for its row. */
 export function runIsolated<T>(script: string, args: string[], timeoutMs = Infinity): Promise<IsolatedResult<T>> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', TSX_IMPORT, script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));

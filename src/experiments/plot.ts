@@ -46,17 +46,48 @@ export const MECHANISM_COLOURS: Readonly<Record<string, string>> = {
   cosformer: '#882255',
 };
 
-/** Tableau 20: for series that are not one per mechanism (two recipes of one mechanism, other names). */
-const PALETTE = [
-  '#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac',
-  '#a0cbe8', '#ffbe7d', '#ff9d9a', '#86bcb6', '#8cd17d', '#f1ce63', '#d4a6c8', '#fabfd2', '#d7b5a6', '#79706e',
-];
+/**
+ * `n` colours as far apart as can be, for series that are not one per mechanism (several settings of one mechanism,
+ * other names): the mechanism palette's eight first, then, one at a time, the colour of a 16-level sRGB grid farthest
+ * (CIELAB distance) from those chosen and from the white background, leaving out the lightest (L* > 80, faint on
+ * white). Deterministic, and distinct for any number of series; the first ones stay far apart.
+ */
+export function distinctColours(n: number): string[] {
+  const chosen = Object.values(MECHANISM_COLOURS).slice(0, n);
+  if (n <= chosen.length) return chosen;
+  const levels = Array.from({ length: 16 }, (_, i) => Math.round((i * 255) / 15));
+  const candidates = levels.flatMap((r) => levels.flatMap((g) => levels.map((b) => [r, g, b])))
+    .map((rgb) => ({ hex: `#${rgb.map((v) => v.toString(16).padStart(2, '0')).join('')}`, lab: labOf(rgb) }))
+    .filter((c) => c.lab[0] <= 80);
+  const distance = (a: number[], b: number[]) => Math.hypot(a[0] - b[0], a[1] - b[1], a[2] - b[2]);
+  const white = labOf([255, 255, 255]);
+  const nearest = candidates.map((c) => Math.min(distance(c.lab, white), ...chosen.map((hex) => distance(c.lab, labOf(rgbOf(hex))))));
+  while (chosen.length < n) {
+    let best = 0;
+    for (let i = 1; i < candidates.length; i++) if (nearest[i] > nearest[best]) best = i;
+    chosen.push(candidates[best].hex);
+    for (let i = 0; i < candidates.length; i++) nearest[i] = Math.min(nearest[i], distance(candidates[i].lab, candidates[best].lab));
+  }
+  return chosen;
+}
 
-/** Each series' colour: its mechanism's when every series is a different known mechanism, else the palette in order. */
+function rgbOf(hex: string): number[] {
+  return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+}
+
+/** sRGB (0–255) → CIELAB (D65). */
+function labOf(rgb: number[]): number[] {
+  const [r, g, b] = rgb.map((v) => v / 255).map((v) => (v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+  const xyz = [(0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b, (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883];
+  const f = xyz.map((t) => (t > 216 / 24389 ? Math.cbrt(t) : (841 / 108) * t + 4 / 29));
+  return [116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])];
+}
+
+/** Each series' colour: its mechanism's when every series is a different known mechanism, else distinctColours in order. */
 export function seriesColours(series: readonly string[], mechanismOf: (series: string) => string = (s) => s): string[] {
   const mechanisms = series.map(mechanismOf);
   const ownColours = mechanisms.every((m) => m in MECHANISM_COLOURS) && new Set(mechanisms).size === series.length;
-  return ownColours ? mechanisms.map((m) => MECHANISM_COLOURS[m]) : series.map((_, i) => PALETTE[i % PALETTE.length]);
+  return ownColours ? mechanisms.map((m) => MECHANISM_COLOURS[m]) : distinctColours(series.length);
 }
 
 type Layer = Extract<TopLevelSpec, { layer: unknown }>['layer'][number];

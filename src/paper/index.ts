@@ -1,6 +1,10 @@
 // The paper experiments by name. Each module is loaded when asked for: slay-ablation brings TensorFlow.js with it,
 // which the processes that only schedule or report units do not need.
+import path from 'node:path';
 import type { Experiment } from './protocol.ts';
+
+/** The parent folder of the units' run folders (here, not in run.ts, so that `paper --help` can name it without loading the runner). */
+export const DEFAULT_RUNS_ROOT = path.join('runs', 'paper');
 
 const LOADERS: Record<string, () => Promise<Experiment>> = {
   'slay-tasks': async () => (await import('./slay-tasks.ts')).slayTasks,

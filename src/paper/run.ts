@@ -19,7 +19,7 @@ import { makeRunDir, processEnvironment } from '../train/metrics.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
 
 const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');
-export const DEFAULT_RUNS_ROOT = path.join('runs', 'paper');
+export { DEFAULT_RUNS_ROOT } from './index.ts';
 
 export interface ExperimentSettings {
   quick: boolean;

@@ -3,15 +3,16 @@
 //                             (and the final validation accuracy's, beside it);
 //                             against the baseline mechanism: the paired difference over the seeds both finished,
 //                             its confidence interval (Student t) and p-value, and how many seeds it won
-//   compare/                  `npm run compare` of the same runs (per-run tables and the loss/perplexity plots)
+//   compare/                  `npm run compare` of the same runs (per-run tables and the loss/perplexity plots); one
+//                             sub-folder per kind of run when they differ in model kind or tokenizer (GPT and BERT)
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { compareRuns, loadRun, PLOTS } from '../experiments/compare.ts';
 import type { RunSummary } from '../experiments/compare.ts';
 import { formatMeanSd, groupBy, meanSd } from '../experiments/stats.ts';
 import type { MeanSd } from '../experiments/stats.ts';
-import { pairedT } from './paired.ts';
-import type { PairedResult } from './paired.ts';
+import { pairedT } from '../experiments/paired.ts';
+import type { PairedResult } from '../experiments/paired.ts';
 import { REPORT_METRICS } from './spec.ts';
 import type { ReportMetric, Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './task.ts';
@@ -89,9 +90,12 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
 
   await mkdir(opts.outDir, { recursive: true });
   const compareDir = path.join(opts.outDir, 'compare');
-  const compared = await compareRuns(finished.map((f) => f.summary.dir), { outDir: compareDir, warn });
+  const compared = await compareRuns(finished.map((f) => f.summary.dir), {
+    outDir: compareDir, warn, split: true, baseline: baseline !== null && finished.some((f) => f.summary.attention === baseline) ? baseline : null,
+  });
   const report: SweepReport = { sweep: sweep.file, metric, baseline, level, groups, missing, files: [] };
-  const markdown = renderMarkdown(sweep, report, compared.files.map((f) => path.relative(opts.outDir, f)));
+  const compareFolders = compared.reports.map((r) => ({ folder: path.relative(opts.outDir, r.outDir), files: r.files.map((f) => path.relative(opts.outDir, f)) }));
+  const markdown = renderMarkdown(sweep, report, compareFolders);
   const mdFile = path.join(opts.outDir, 'report.md');
   const jsonFile = path.join(opts.outDir, 'report.json');
   await writeFile(mdFile, markdown);
@@ -118,7 +122,7 @@ function pairWithBaseline(groups: GroupReport[], baseline: string, level: number
 
 const signed = (v: number, digits: number) => `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(digits)}`;
 
-function renderMarkdown(sweep: Sweep, report: SweepReport, compareFiles: string[]): string {
+function renderMarkdown(sweep: Sweep, report: SweepReport, compareFolders: { folder: string; files: string[] }[]): string {
   const digits = report.metric === 'finalValPpl' ? 2 : 4;
   const pct = Math.round(report.level * 100);
   // Accuracy beside the compared metric, unless it is the compared metric.
@@ -135,7 +139,12 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFiles: string[
     const ci = p.ci ? ` [${signed(p.ci[0], digits)}, ${signed(p.ci[1], digits)}]` : '';
     return `${base} ${signed(p.mean, digits)}${ci} | ${p.p === null ? '—' : p.p < 0.001 ? '< 0.001' : p.p.toFixed(3)} | ${p.wins}/${p.n} |`;
   });
-  const plots = PLOTS.filter((plot) => compareFiles.includes(path.join('compare', plot.file))).map((plot) => `![${plot.title}](compare/${plot.file})`);
+  // One set of curves per compare report (one per kind of run, e.g. GPT and BERT, whose losses share no axis).
+  const plots = compareFolders.flatMap(({ folder, files }) => [
+    ...(compareFolders.length > 1 ? [`### ${path.basename(folder)}`, ''] : []),
+    ...PLOTS.filter((plot) => files.includes(path.join(folder, plot.file))).map((plot) => `![${plot.title}](${folder}/${plot.file})`),
+    '',
+  ]);
   return [
     `# Sweep ${sweep.name}`,
     '',
@@ -156,7 +165,7 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFiles: string[
     '',
     ...plots,
     '',
-    `Per-run tables: [compare/report.md](compare/report.md) · [compare/index.html](compare/index.html)`,
+    `Per-run tables: ${compareFolders.map(({ folder }) => `[${folder}/report.md](${folder}/report.md) · [${folder}/index.html](${folder}/index.html)`).join(' · ')}`,
     '',
   ].join('\n');
 }

@@ -17,6 +17,10 @@
 // Keys are recipe keys, dotted (`train.seed`) or nested (`train: { seed: 1 }`), or `model.attention`: a whole
 // attention entry (a name, or { name, options }) that replaces the base recipe's, options included, so that every
 // mechanism carries its own options. Later sources win: base recipe < set < case < grid axes.
+//
+// `npm run sweep -- plan|run|task … --set key=value` (repeatable; `--backend NAME` is `--set backend=NAME`) adds keys
+// for every run on top of the file's `set`, without editing the file; the tasks a run starts get the same --set. A
+// key that a case or a grid axis also sets is refused rather than silently overridden by it.
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -27,23 +31,16 @@ import { resolveDataParallel } from '../train/data-parallel.ts';
 import { parseRecipe, parseYaml, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { SLURM_FIELDS } from './slurm.ts';
-import type { SlurmOptions } from './slurm.ts';
+import { REPORT_METRICS, SLURM_FIELDS } from './options.ts';
+import type { ReportMetric, SlurmOptions } from './options.ts';
 
 const SWEEP_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'sweep.ts');
 
 /** The key whose values are seeds: the report groups runs over it and pairs runs by it. */
 const SEED_KEY = 'train.seed';
 const ATTENTION_KEY = 'model.attention';
-/** What the report compares (fields of compare.ts's RunSummary) and which way is better. */
-export const REPORT_METRICS = {
-  finalValLoss: { title: 'final validation loss (nats/token)', higherIsBetter: false },
-  bestValLoss: { title: 'best validation loss (nats/token)', higherIsBetter: false },
-  finalValBpb: { title: 'final validation bits per byte', higherIsBetter: false },
-  finalValPpl: { title: 'final validation perplexity', higherIsBetter: false },
-  finalValAcc: { title: 'final validation top-1 accuracy', higherIsBetter: true },
-} as const;
-export type ReportMetric = keyof typeof REPORT_METRICS;
+export { REPORT_METRICS };
+export type { ReportMetric };
 /** Keys the sweep sets itself for every run. */
 const RESERVED_KEYS = new Set(['name', 'train.runDir']);
 
@@ -65,6 +62,8 @@ export interface Sweep extends RunSet<SweepRun> {
   /** Keys whose value differs between runs, in name order. */
   varying: string[];
   report: { baseline: string | null; metric: ReportMetric };
+  /** The command line's `--set key=value` entries the sweep was loaded with (its tasks get them too). */
+  overrides: string[];
 }
 
 export class SweepError extends Error {
@@ -88,10 +87,15 @@ interface Source {
   values: Map<string, unknown>;
 }
 
-/** Reads, validates and expands a sweep file; every problem names the file and the key. */
-export function loadSweep(file: string): Sweep {
+/**
+ * Reads, validates and expands a sweep file; every problem names the file and the key. `overrides`: the command
+ * line's `--set key=value` entries (see the file comment), passed on to every task.
+ */
+export function loadSweep(file: string, overrides: readonly string[] = []): Sweep {
   const spec = readSweepFile(file);
   const problems: string[] = [];
+  const commandLine = commandLineSource(overrides, spec, problems);
+  if (problems.length > 0) throw new SweepError(file, problems);
   const combos = expand(spec.cases.length > 0 ? spec.cases : [{ where: 'recipe', recipeFile: null, label: null, values: new Map() }], spec.axes);
   const varying = varyingKeys(combos, spec.baseRecipe);
   const named = combos.map((combo) => ({ combo, ...runName(combo, varying, spec.axes, spec.name) }));
@@ -99,7 +103,7 @@ export function loadSweep(file: string): Sweep {
   if (problems.length > 0) throw new SweepError(file, problems);
 
   const cache = new Map<string, Record<string, unknown>>();
-  const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set], 'base', null, problems);
+  const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set, commandLine], 'base', null, problems);
   if (!firstRecipe) throw new SweepError(file, problems);
   const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
   // It names folders and reaches the Slurm script (slurm.ts): a newline there would be a shell line of its own.
@@ -110,15 +114,45 @@ export function loadSweep(file: string): Sweep {
   const runs: SweepRun[] = [];
   named.forEach(({ combo, name, group, pairing }, index) => {
     const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? spec.baseRecipe!;
-    const recipe = resolveRunRecipe(recipeFile, cache, [spec.set, ...combo], name, runDir, problems);
-    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, ...combo]), recipe, ...trainingCores(recipe) });
+    const recipe = resolveRunRecipe(recipeFile, cache, [spec.set, commandLine, ...combo], name, runDir, problems);
+    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, commandLine, ...combo]), recipe, ...trainingCores(recipe) });
   });
   if (problems.length > 0) throw new SweepError(file, dedupe(problems));
   if (spec.report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === spec.report.baseline)) {
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
-  const task = [SWEEP_CLI, 'task', path.resolve(file)];
-  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task };
+  const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry])];
+  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task, overrides: [...overrides] };
+}
+
+/**
+ * The `--set key=value` entries as one source (values parsed as YAML scalars, as recipe overrides are). A key that a
+ * case or a grid axis sets too (or a key inside it, or one it is inside of) is a problem: the case or axis would win.
+ */
+function commandLineSource(overrides: readonly string[], spec: ReturnType<typeof readSweepFile>, problems: string[]): Source {
+  const mapping: Record<string, unknown> = {};
+  for (const entry of overrides) {
+    const match = /^([A-Za-z0-9_.-]+)=(.*)$/s.exec(entry);
+    if (!match) {
+      problems.push(`--set ${entry}: expected key=value (e.g. --set train.lr=1e-3)`);
+      continue;
+    }
+    const [, key, raw] = match;
+    try {
+      mapping[key] = raw === '' ? '' : YAML.parse(raw);
+    } catch (err) {
+      problems.push(`--set ${entry}: the value is not valid YAML (${(err as Error).message})`);
+    }
+  }
+  const values = keyValues(mapping, '--set', problems);
+  const related = (a: string, b: string) => a === b || a.startsWith(`${b}.`) || b.startsWith(`${a}.`);
+  for (const key of values.keys()) {
+    const axis = spec.axes.find((a) => related(a.key, key));
+    if (axis) problems.push(`--set ${key}: the sweep's grid varies ${axis.key}, which would override it; change the grid in the file instead`);
+    const inCase = spec.cases.find((c) => [...c.values.keys()].some((k) => related(k, key)));
+    if (inCase) problems.push(`--set ${key}: ${inCase.where} sets ${[...inCase.values.keys()].find((k) => related(k, key))}, which would override it; change the case in the file instead`);
+  }
+  return { where: '--set', recipeFile: null, label: null, values };
 }
 
 /**

@@ -21,6 +21,7 @@ import YAML from 'yaml';
 import { listCheckpoints, runFolderOrder, signalExitCode } from '../train/checkpoint.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import type { Sweep, SweepRun } from './spec.ts';
+import { TSX_IMPORT } from '../tsx-import.ts';
 
 const TRAIN_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'train.ts');
 
@@ -37,12 +38,12 @@ const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/
  * signals on its own.
  */
 export function taskCommand(set: Pick<RunSet, 'task'>, index: string, { shell = false, node = process.execPath } = {}): string {
-  const args = [node, '--import', 'tsx', ...set.task].map(quote);
+  const args = [node, '--import', TSX_IMPORT, ...set.task].map(quote);
   return [...args, shell ? index : quote(index)].join(' ');
 }
 
 export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
-  return ['--import', 'tsx', ...set.task, String(index)];
+  return ['--import', TSX_IMPORT, ...set.task, String(index)];
 }
 
 export interface RunFolder {
@@ -231,7 +232,7 @@ interface WorkerResult {
 
 function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err: NodeJS.WritableStream): Promise<WorkerResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', TSX_IMPORT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let lastLine = '';
     let stopRequested = false;
     const tee = (target: NodeJS.WritableStream) => (chunk: Buffer) => {

@@ -10,10 +10,11 @@
 // previous mechanism's own tensors, which are dropped when the mechanism changed.
 // A Hugging Face folder (src/hf) is read into the same shape; the parameters it does not hold (a
 // bare BertModel's MLM head) keep their initialisation and are reported.
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { listSome } from '../bounds.ts';
+import YAML from 'yaml';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { isDarkformerModule } from '../model/attention/darkformer.ts';
 import { architectureOf } from '../model/transformer.ts';
@@ -35,6 +36,8 @@ export type FreezeSpec = (typeof FREEZE_PRESETS)[number] | string[];
 
 export const MODEL_FILE = 'model.safetensors';
 export const RECIPE_FILE = 'recipe.json';
+/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (trainer.ts saveFinalModel). */
+export const FINAL_TOKENIZER_FILE = 'tokenizer.json';
 /** `initFrom: auto:<recipe name>` = the newest finished run of that recipe under train.runDir. */
 export const AUTO_PREFIX = 'auto:';
 /** Training batches whose queries and keys estimate DARKFormer's whitening init. */
@@ -83,41 +86,138 @@ export function partitionParameters(model: LanguageModel, freeze: FreezeSpec): {
 
 const RUN_STAMP = /^-(\d{8}-\d{6})(?:-(\d+))?$/;
 
+/** The folder initFrom names, and for `auto:` which run was chosen and why (null otherwise). */
+export interface InitFromChoice {
+  dir: string;
+  reason: string | null;
+}
+
 /**
  * The folder `initFrom` names: a folder holding model.safetensors (a run's final/ or a complete
  * checkpoint folder), a run folder (its final/, else its newest complete checkpoint), or
- * `auto:<recipe name>` = final/ of the newest run folder `<runDir>/<name>-<timestamp>` that has one.
- * Relative paths resolve against the working directory.
+ * `auto:<recipe name>` (chooseAutoRun). Relative paths resolve against the working directory.
  */
 export function resolveInitFrom(spec: string, runDir: string): string {
-  if (spec.startsWith(AUTO_PREFIX)) {
-    const name = spec.slice(AUTO_PREFIX.length);
-    const candidates = existsSync(runDir)
-      ? readdirSync(runDir)
-          .filter((entry) => entry.startsWith(name) && RUN_STAMP.test(entry.slice(name.length)))
-          .filter((entry) => existsSync(path.join(runDir, entry, 'final', MODEL_FILE)))
-          .map((entry) => {
-            const [, stamp, n] = RUN_STAMP.exec(entry.slice(name.length))!;
-            return { entry, key: `${stamp}-${(n ?? '1').padStart(6, '0')}` };
-          })
-          .sort((a, b) => (a.key < b.key ? -1 : 1))
-      : [];
-    if (candidates.length === 0) {
-      throw new Error(`initFrom ${spec}: no finished run of '${name}' (a folder ${name}-<timestamp>/final/${MODEL_FILE}) under ${runDir}; train it first, e.g. npm run train -- recipes/demo/${name}.yaml`);
-    }
-    return path.join(runDir, candidates[candidates.length - 1].entry, 'final');
-  }
+  return chooseInitFrom(spec, runDir).dir;
+}
+
+export function chooseInitFrom(spec: string, runDir: string): InitFromChoice {
+  if (spec.startsWith(AUTO_PREFIX)) return chooseAutoRun(spec.slice(AUTO_PREFIX.length), runDir);
   const dir = path.resolve(spec);
   if (existsSync(path.join(dir, MODEL_FILE))) {
     if (path.basename(path.dirname(dir)) === CHECKPOINTS_DIR && !existsSync(path.join(dir, COMPLETE_MARKER))) {
       throw new Error(`initFrom ${spec}: the checkpoint ${dir} is incomplete (no ${COMPLETE_MARKER} marker: its writer was interrupted)`);
     }
-    return dir;
+    return { dir, reason: null };
   }
-  if (existsSync(path.join(dir, 'final', MODEL_FILE))) return path.join(dir, 'final');
+  if (existsSync(path.join(dir, 'final', MODEL_FILE))) return { dir: path.join(dir, 'final'), reason: null };
   const checkpoints = listCheckpoints(dir);
-  if (checkpoints.length > 0) return checkpoints[checkpoints.length - 1].dir;
+  if (checkpoints.length > 0) return { dir: checkpoints[checkpoints.length - 1].dir, reason: null };
   throw new Error(`initFrom ${spec}: ${dir} holds no ${MODEL_FILE}, final/ or complete checkpoint; give a run's final/ folder, a checkpoint folder, a run folder or auto:<recipe name>`);
+}
+
+interface FinishedRun {
+  entry: string;
+  /** What the run was asked to train (its config.json's train.maxTokens; null = one epoch), when readable. */
+  budget: number | null | undefined;
+  /** What its recipe file asks for (train.maxTokens; null = one epoch), when the file named in env.json is readable. */
+  recipeBudget: { file: string; maxTokens: number | null } | undefined;
+  tokens: number | undefined;
+  valLoss: number | undefined;
+}
+
+function readJsonOrUndefined(file: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(readFileSync(file, 'utf8'));
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** train.maxTokens of a recipe mapping: a number, null (one epoch, the default), or undefined when malformed. */
+function maxTokensOf(recipe: Record<string, unknown> | undefined): number | null | undefined {
+  const train = recipe?.train;
+  if (train === undefined || train === null) return null;
+  if (typeof train !== 'object') return undefined;
+  const value = (train as Record<string, unknown>).maxTokens;
+  return value === undefined || value === null ? null : typeof value === 'number' ? value : undefined;
+}
+
+/** The recipe file a run was started from (the .yaml argument recorded in its env.json) and its train.maxTokens. */
+function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
+  const env = readJsonOrUndefined(path.join(runFolder, 'env.json'));
+  const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string') : [];
+  const recipeArg = argv.slice(1).find((a) => /\.ya?ml$/.test(a));
+  if (!recipeArg || typeof env?.cwd !== 'string') return undefined;
+  const file = path.resolve(env.cwd, recipeArg);
+  let parsed: unknown;
+  try {
+    parsed = YAML.parse(readFileSync(file, 'utf8'));
+  } catch {
+    return undefined;
+  }
+  const maxTokens = maxTokensOf(typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>) : undefined);
+  const relative = path.relative(process.cwd(), file);
+  return maxTokens === undefined ? undefined : { file: relative.startsWith('..') ? file : relative, maxTokens };
+}
+
+/** Whether a finished run trained at least its recipe file's budget (a run shortened with --train.maxTokens did not). */
+function trainedFullBudget(run: FinishedRun): boolean | undefined {
+  if (run.budget === undefined || run.recipeBudget === undefined) return undefined;
+  const wanted = run.recipeBudget.maxTokens;
+  if (wanted === null) return run.budget === null;
+  return run.budget === null || run.budget >= wanted;
+}
+
+const tokensText = (n: number | null | undefined) => (n === null ? 'one epoch' : n === undefined ? '? tokens' : `${n.toLocaleString('en-US')} tokens`);
+
+function describeRun(run: FinishedRun): string {
+  const loss = run.valLoss === undefined ? '' : `, final val loss ${run.valLoss.toFixed(4)}`;
+  return `${run.entry} (${tokensText(run.tokens)}${loss})`;
+}
+
+/**
+ * `auto:<name>`: final/ of the newest finished run `<runDir>/<name>-<timestamp>` that trained its recipe's budget, i.e.
+ * was not shortened with a train.maxTokens override below what its recipe file (recorded in env.json) asks for: a
+ * short smoke run must not silently stand in for the real one. When none did (or it cannot be told), the newest
+ * finished run, and the reason says so. The reason names the run, its tokens and loss, and the newer runs passed over.
+ */
+function chooseAutoRun(name: string, runDir: string): InitFromChoice {
+  const spec = `${AUTO_PREFIX}${name}`;
+  const finished: FinishedRun[] = (existsSync(runDir) ? readdirSync(runDir) : [])
+    .filter((entry) => entry.startsWith(name) && RUN_STAMP.test(entry.slice(name.length)))
+    .filter((entry) => existsSync(path.join(runDir, entry, 'final', MODEL_FILE)))
+    .map((entry) => {
+      const [, stamp, n] = RUN_STAMP.exec(entry.slice(name.length))!;
+      return { entry, key: `${stamp}-${(n ?? '1').padStart(6, '0')}` };
+    })
+    .sort((a, b) => (a.key < b.key ? 1 : -1)) // newest first
+    .map(({ entry }) => {
+      const folder = path.join(runDir, entry);
+      const summary = readJsonOrUndefined(path.join(folder, 'summary.json'));
+      const number = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+      const config = readJsonOrUndefined(path.join(folder, 'config.json'));
+      return { entry, budget: config ? maxTokensOf(config) : undefined, recipeBudget: recipeFileBudget(folder), tokens: number(summary?.tokens), valLoss: number(summary?.val_loss) };
+    });
+  if (finished.length === 0) {
+    throw new Error(`initFrom ${spec}: no finished run of '${name}' (a folder ${name}-<timestamp>/final/${MODEL_FILE}) under ${runDir}; train it first, e.g. npm run train -- recipes/demo/${name}.yaml`);
+  }
+  const full = finished.findIndex((run) => trainedFullBudget(run) !== false);
+  const chosen = finished[full === -1 ? 0 : full];
+  const dir = path.join(runDir, chosen.entry, 'final');
+  const shortened = (run: FinishedRun) =>
+    `${describeRun(run)}: trained ${tokensText(run.budget)}, less than the ${tokensText(run.recipeBudget?.maxTokens)} of ${run.recipeBudget?.file}`;
+  let reason: string;
+  if (full === -1) {
+    reason = `initFrom ${spec}: none of the ${finished.length} finished runs of '${name}' trained its recipe's budget; using the newest, ${shortened(chosen)}`;
+  } else {
+    const known = trainedFullBudget(chosen) === true;
+    reason = `initFrom ${spec}: using ${describeRun(chosen)}, the newest finished run of '${name}'` +
+      (known ? ` that trained its recipe's budget (${tokensText(chosen.recipeBudget!.maxTokens)} in ${chosen.recipeBudget!.file})` : ' (its recipe file is not readable: budget not checked)');
+    if (full > 0) reason += `; passed over the newer ${finished.slice(0, full).map(shortened).join('; ')}`;
+  }
+  return { dir, reason };
 }
 
 export interface ModelFolder {
@@ -321,7 +421,9 @@ export async function prepareFinetune(
   let loadedNames = new Set<string>();
   if (recipe.initFrom !== null && !opts.skipInit) {
     const hfDir = hfFolderOf(recipe.initFrom);
-    initFrom = hfDir ?? resolveInitFrom(recipe.initFrom, recipe.train.runDir);
+    const choice = hfDir ? null : chooseInitFrom(recipe.initFrom, recipe.train.runDir);
+    if (choice?.reason) line(choice.reason);
+    initFrom = hfDir ?? choice!.dir;
     let source: ModelFolder;
     if (hfDir) {
       const hf = await readHfInitFrom(hfDir, model.config.vocabSize);

@@ -9,7 +9,7 @@ import { createLanguageModel, type LanguageModel } from '../model/lm.ts';
 import { hfFolderOf } from '../hf/folder.ts';
 import { loadHfModel } from '../hf/load.ts';
 import { COMPLETE_MARKER, readCheckedFiles } from './atomic-folder.ts';
-import { loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
+import { FINAL_TOKENIZER_FILE, loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
 import { runFolderOf } from './checkpoint.ts';
 import { relocateRecipePaths } from './metrics.ts';
 import { checkSavedModel } from './model-check.ts';
@@ -58,12 +58,16 @@ export async function loadModel(dir: string): Promise<LoadedModel> {
   const hfDir = hfFolderOf(dir); // `hf:<folder>`, or a folder whose config.json has a model_type
   if (hfDir) return loadHfModel(hfDir);
   const folder = resolveModelFolder(dir);
-  const files = await readCheckedFiles(folder, [MODEL_FILE, RECIPE_FILE]);
+  // final/ carries its tokenizer (checked against COMPLETE like the rest), which then replaces the recipe's path: the
+  // folder alone is a complete model. Checkpoints and older final/ folders use the recipe's data.tokenizer.
+  const ownTokenizer = existsSync(path.join(folder, FINAL_TOKENIZER_FILE));
+  const files = await readCheckedFiles(folder, [MODEL_FILE, RECIPE_FILE, ...(ownTokenizer ? [FINAL_TOKENIZER_FILE] : [])]);
   const modelFile = path.join(folder, MODEL_FILE);
   const saved = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), path.join(folder, RECIPE_FILE));
   // Only a run folder's env.json (its marker, run-folder.ts) may point the recipe's data paths elsewhere.
   const runDir = path.basename(folder) === 'final' ? (readRunMarker(path.dirname(folder)).marked ? path.dirname(folder) : null) : runFolderOf(folder).runDir;
-  const recipe = runDir ? relocateRecipePaths(saved, runDir) : saved;
+  const relocated = runDir ? relocateRecipePaths(saved, runDir) : saved;
+  const recipe = ownTokenizer ? { ...relocated, data: { ...relocated.data, tokenizer: path.join(folder, FINAL_TOKENIZER_FILE) } } : relocated;
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
   const config = checkSavedModel({ tensors, metadata }, recipe, modelFile);
   const model = createLanguageModel(config, 'zeros'); // every tensor is loaded next

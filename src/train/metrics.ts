@@ -6,10 +6,10 @@
 //                  start time, and the data paths both absolute and relative to the run folder (a moved run folder
 //                  still finds data that moved with it); each resume appends its own entry under `resumes`
 //   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves (validation adds bpb and acc)
-//   log.txt        the progress lines and warnings printed during the run
+//   log.txt        the progress lines and warnings printed during the run, each line after its ISO time
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/train/wandb.ts)
-//   summary.json   written by finish()
-// Progress lines go to stdout, warnings to stderr.
+//   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
+// Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -17,6 +17,8 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Recipe } from './recipe.ts';
 import { assertRunFolder, markRunFolder } from './run-folder.ts';
+import { ProgressBar } from './progress-bar.ts';
+import type { StepProgress } from './progress-bar.ts';
 import {
   newWandbRunId,
   readWandbInfo,
@@ -81,6 +83,8 @@ export class RunLogger {
   private sink: WandbSink | null = null;
   private finished = false;
   private readonly echo: boolean;
+  /** The terminal's progress bar, from the first progress() on (only when echoing to a terminal). */
+  private bar: ProgressBar | null = null;
 
   private constructor(dir: string, private readonly options: RunLoggerOptions) {
     this.dir = dir;
@@ -133,23 +137,46 @@ export class RunLogger {
     this.records += 1;
   }
 
-  /** A progress line: stdout and log.txt. */
+  /** A progress line: stdout (above the progress bar, on a terminal) and log.txt. */
   line(text: string): void {
-    if (this.echo) process.stdout.write(text + '\n');
-    fs.appendFileSync(path.join(this.dir, 'log.txt'), text + '\n');
+    if (this.bar) this.bar.log(text);
+    else if (this.echo) process.stdout.write(text + '\n');
+    this.appendToLog(text);
   }
 
-  /** A warning: stderr and log.txt. */
+  /** A warning: stderr (above the progress bar, on a terminal) and log.txt. */
   warn(text: string): void {
-    if (this.echo) process.stderr.write(`warning: ${text}\n`);
-    fs.appendFileSync(path.join(this.dir, 'log.txt'), `warning: ${text}\n`);
+    if (this.bar) this.bar.log(`warning: ${text}`);
+    else if (this.echo) process.stderr.write(`warning: ${text}\n`);
+    this.appendToLog(`warning: ${text}`);
+  }
+
+  /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
+  private appendToLog(text: string): void {
+    const time = new Date().toISOString();
+    fs.appendFileSync(path.join(this.dir, 'log.txt'), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
+  }
+
+  /** After each step: on a terminal (stdout.isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
+  progress(p: StepProgress): void {
+    if (!this.bar && this.echo && process.stdout.isTTY) this.bar = new ProgressBar(p.totalSteps);
+    this.bar?.update(p);
+  }
+
+  /** Removes the progress bar, if any (at the end of training, or when it fails). */
+  endProgress(): void {
+    this.bar?.stop();
+    this.bar = null;
   }
 
   /** Writes summary.json and flushes/finishes W&B (never throws for W&B problems). Idempotent. */
   async finish(summary: Record<string, unknown>): Promise<void> {
     if (this.finished) return;
     this.finished = true;
-    writeJson(path.join(this.dir, 'summary.json'), { ...summary, records: this.records, finished_at: new Date().toISOString() });
+    this.endProgress();
+    // maxRSS is in KiB: the peak of the whole process, replica threads included (not a GPU's memory).
+    const peakRss = process.resourceUsage().maxRSS * 1024;
+    writeJson(path.join(this.dir, 'summary.json'), { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
     if (!this.sink) return;
     const result = await this.sink.finish((this.options.wandbFinishTimeoutS ?? 60) * 1000);
     const info = readWandbInfo(this.dir);

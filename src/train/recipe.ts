@@ -134,7 +134,7 @@ export const RECIPE_SCHEMA = {
     type: str,
     nullable: true,
     default: null,
-    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final`, or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
+    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final` that trained its recipe's budget (a run shortened with `--train.maxTokens` is passed over; the log says which run was chosen and why), or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
   },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
@@ -327,13 +327,42 @@ function applyOverride(arg: string, given: Map<string, Given>, problems: string[
   } else if (SECTIONS.has(key)) {
     problems.push(`override ${arg}: ${key} is a section; set its keys one by one (e.g. --${KEYS.find((k) => k.startsWith(`${key}.`))}=…)`);
   } else {
-    problems.push(`override ${arg}: unknown key ${key}${suggest(key)}`);
+    problems.push(`override ${arg}: unknown key ${key}${suggest(key, '--')}`);
+  }
+}
+
+/** Keys whose values may name environment variables: the paths, and initFrom. */
+const EXPANDED_KEYS = new Set<string>(['initFrom', ...Object.keys(RECIPE_SCHEMA).filter((k) => (SCHEMA[k].type as { path?: boolean }).path)]);
+const ENV_REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+/**
+ * `${NAME}` and `${NAME:-default}` in path values and initFrom become the environment variable's value (or the
+ * default when it is unset or empty), as in a shell, so that a recipe can point into a folder each checkout keeps
+ * elsewhere (recipes/hf/tiny-gpt2-darkformer.yaml: `${SLAYFORMER_SHARED:-../shared}`). An unset variable without a
+ * default is an error naming it.
+ */
+function expandEnvironment(given: Map<string, Given>, problems: string[]): void {
+  for (const key of EXPANDED_KEYS) {
+    const entry = given.get(key);
+    if (typeof entry?.value !== 'string') continue;
+    const value = entry.value.replace(ENV_REFERENCE, (whole, name: string, fallback: string | undefined) => {
+      const set = process.env[name];
+      if (set !== undefined && set !== '') return set;
+      if (fallback !== undefined) return fallback;
+      problems.push(`${at(entry.origin)}${key}: the environment variable ${name} in ${JSON.stringify(entry.value)} is not set (or write \${${name}:-default})`);
+      return whole;
+    });
+    given.set(key, { ...entry, value });
   }
 }
 
 function resolve(given: Map<string, Given>, file: string): Recipe {
   const problems: string[] = [];
-  applyHfInitFrom(given, problems);
+  expandEnvironment(given, problems);
+  if (problems.length === 0) applyHfInitFrom(given, problems);
+  // An initFrom folder that cannot be read is the one error: the keys it was to supply (data.tokenizer, the model's
+  // shape) would otherwise be reported missing or contradicted as well.
+  if (problems.length > 0) throw new RecipeError(file, problems);
   const flat: Record<string, unknown> = {};
   const derivedKeys: RecipeKey[] = [];
   for (const key of KEYS) {
@@ -566,10 +595,24 @@ function checkAttentionOptions(name: string, options: Record<string, unknown>): 
   return resolveOptions(name, specs, options);
 }
 
-/** " (did you mean …?)" for the closest known key or section path, or "". */
-function suggest(key: string): string {
-  const hint = closest(key, [...KEYS, ...SECTIONS]);
-  return hint ? ` (did you mean ${hint}?)` : '';
+/**
+ * " (did you mean …?)" for the closest known key or section path, or "". A key that is close to no full path is
+ * matched by its last part, so that a bare `lr` or `prfFeatures` finds `train.lr` or
+ * `model.attention.options.prfFeatures`. `flag` phrases the hint as a command-line override (`--train.lr`).
+ */
+function suggest(key: string, flag = ''): string {
+  const hint = closest(key, [...KEYS, ...SECTIONS]) ?? closestByLastPart(key);
+  return hint ? ` (did you mean ${flag}${hint}?)` : '';
+}
+
+/** The key (or attention option of any mechanism) whose last part is closest to the last part of `key`. */
+function closestByLastPart(key: string): string | null {
+  const optionKeys = attentionNames().flatMap((name) => Object.keys(attentionOptionSpecs(name)).map((option) => `model.attention.options.${option}`));
+  const candidates = [...new Set([...KEYS.filter((k) => SCHEMA[k].type.kind !== 'attentionOptions'), ...optionKeys])];
+  const lastPart = (k: string) => k.slice(k.lastIndexOf('.') + 1);
+  const byLastPart = new Map(candidates.map((k) => [lastPart(k), k]));
+  const hint = closest(lastPart(key), [...byLastPart.keys()]);
+  return hint === null ? null : byLastPart.get(hint)!;
 }
 
 /** The candidate within a small edit distance of `word`, if any (hand-written: a 10-line Levenshtein beats a dependency). */

@@ -1,7 +1,9 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
 // warm-up + decay, global-norm clipping, gradient accumulation, periodic logging and validation on
 // a fixed token set, and a final save of the weights as safetensors.
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
@@ -24,7 +26,7 @@ import { writeFolderAtomically } from './atomic-folder.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
 import { checkModelTensors } from './model-check.ts';
 import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
-import { prepareFinetune } from './finetune.ts';
+import { FINAL_TOKENIZER_FILE, prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus, microBatchGradients } from './compiled-step.ts';
@@ -170,15 +172,18 @@ export async function modelTensors(model: LanguageModel): Promise<Map<string, Na
 }
 
 /** What final/ holds besides COMPLETE. */
-const FINAL_FILES = new Set(['model.safetensors', 'recipe.json']);
+const FINAL_FILES = new Set(['model.safetensors', 'recipe.json', FINAL_TOKENIZER_FILE]);
 
 /**
  * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out]; metadata: the
- * model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe) + COMPLETE (their sha256),
- * atomically (atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is replaced only if
- * it holds nothing but those files.
+ * model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe) + tokenizer.json (a copy of
+ * `tokenizer`, the run's, so that final/ alone is a complete model folder for eval, generate and export) + COMPLETE
+ * (their sha256), atomically (atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is
+ * replaced only if it holds nothing but those files.
  */
-export async function saveFinalModel(runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}): Promise<string> {
+export async function saveFinalModel(
+  runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}, tokenizer?: Pick<TextTokenizer, 'path' | 'sha256'>,
+): Promise<string> {
   const header = {
     format: 'slayformer',
     kind: model.kind,
@@ -190,6 +195,14 @@ export async function saveFinalModel(runDir: string, model: LanguageModel, recip
     ['model.safetensors', encodeSafetensors(await modelTensors(model), header)],
     ['recipe.json', JSON.stringify(recipe, null, 2) + '\n'],
   ]);
+  if (tokenizer) {
+    const bytes = await readFile(tokenizer.path);
+    // The file the run loaded, not one changed on disk since: final/ must hold the tokenizer its model was trained with.
+    if (createHash('sha256').update(bytes).digest('hex') !== tokenizer.sha256) {
+      throw new Error(`${tokenizer.path} changed on disk since the run loaded it (sha256 ${tokenizer.sha256.slice(0, 12)}…): final/ is not written with another tokenizer`);
+    }
+    files.set(FINAL_TOKENIZER_FILE, bytes);
+  }
   return writeFolderAtomically(runDir, 'final', files, FINAL_FILES);
 }
 
@@ -311,8 +324,8 @@ function formatDuration(seconds: number): string {
   return h > 0 ? `${h}h${String(m).padStart(2, '0')}m` : `${m}m${String(s % 60).padStart(2, '0')}s`;
 }
 
-/** What the loop needs from RunLogger (tests pass a recorder). */
-export type TrainLogger = Pick<RunLogger, 'dir' | 'log' | 'line' | 'finish'>;
+/** What the loop needs from RunLogger (tests pass a recorder); the terminal's progress bar is optional. */
+export type TrainLogger = Pick<RunLogger, 'dir' | 'log' | 'line' | 'finish'> & Partial<Pick<RunLogger, 'progress' | 'endProgress'>>;
 
 /** What a run reads before it builds anything: tokenizer, plan of steps, validation batches, the checkpoint to resume. */
 interface RunInputs {
@@ -480,6 +493,8 @@ class TrainingLoop {
     // Started after initFrom and restore: the replicas receive the weights as they now are.
     if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas);
     if (this.parts.finetune.initFrom !== null && this.step === 0) await this.validate(); // the loaded model before finetuning
+    // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
+    if (this.step < totalSteps) this.logger.line(`compiling the first steps… (a progress line every ${this.recipe.train.logInterval} steps)`);
     while (this.step < totalSteps) {
       const micro = await this.nextMicroBatches();
       if (micro.length === 0) break; // the epoch ended before the estimate said
@@ -535,6 +550,8 @@ class TrainingLoop {
     this.trainSeconds += seconds;
     const w = this.window;
     if (result.applied) this.window = { loss: w.loss + result.loss, steps: w.steps + 1, tokens: w.tokens + stepTokens, seconds: w.seconds + seconds };
+    const epochFraction = this.batchesSeen / Math.max(1, this.inputs.epoch.batches);
+    this.logger.progress?.({ step: this.step, totalSteps: this.inputs.totalSteps, epochFraction, loss: result.applied ? result.loss : null });
     if ((this.step % recipe.train.logInterval === 0 || this.step === this.inputs.totalSteps) && this.window.steps > 0) this.logProgress(lr, result.gradNorm);
   }
 
@@ -593,7 +610,7 @@ class TrainingLoop {
     const { step, tokens, trainSeconds, recipe, logger } = this;
     const finalVal = await this.validate();
     if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
-    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata });
+    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer);
     const parameters = this.parameterCount;
     const summary = {
       steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
@@ -608,6 +625,7 @@ class TrainingLoop {
   }
 
   async close(): Promise<void> {
+    this.logger.endProgress?.();
     await this.group?.close();
     await closeRunParts(this.parts);
   }

@@ -166,12 +166,11 @@ describe('setup:tensorflow', () => {
 
   it.skipIf(!available)('keeps a matching build without rebuilding, and says so', () => {
     const lines: string[] = [];
-    const started = Date.now();
     const { build, reused } = setupTensorflow({ gpu: false, tensorflow: '2.21.*', python: 'python3', force: false, log: (l) => lines.push(l) });
+    // Not rebuilt: reused, the same stamp, and no line of a build step (a time bound would fail on a busy machine).
     expect(reused).toBe(true);
     expect(build).toEqual(readBuildStamp());
     expect(lines).toEqual([expect.stringMatching(/^already built: TensorFlow 2\.21\.\d+, tfjs-node 4\.22\.0, .* \(--force rebuilds\)$/)]);
-    expect(Date.now() - started).toBeLessThan(5000);
   });
 
   it('the CLI answers --help and refuses an unknown option with one line and the usage', () => {

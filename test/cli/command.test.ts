@@ -1,8 +1,10 @@
 // The shared command-line parser (src/cli/command.ts) in-process, then every command and benchmark spawned as
 // a user starts it: --help prints the usage and options (exit 0), an unknown option one line plus the usage
 // (exit 2, no stack trace), and --backend takes its value after a space or an equals sign.
-import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import pLimit from 'p-limit';
 import { describe, expect, it } from 'vitest';
 import { helpText, parseCommandLine, UsageError, usageErrorText } from '../../src/cli/command.ts';
@@ -60,7 +62,16 @@ describe('parseCommandLine', () => {
     const result = parsed('r.yaml', '--train.lr=1e-3', '--backend', 'cpu', '--model.attention.options.prfFeatures=32', '--name=x');
     expect(result).toMatchObject({ positionals: ['r.yaml'], overrides: ['--train.lr=1e-3', '--model.attention.options.prfFeatures=32', '--name=x'] });
     expect(result.values.backend).toBe('cpu');
-    expect(usageError('r.yaml', '--train.lr', '1e-3')).toBe("unknown option '--train.lr' (recipe overrides are written --train.lr=VALUE)");
+  });
+
+  it('takes a recipe override’s value after a space too, as every option does', () => {
+    expect(parsed('r.yaml', '--train.lr', '1e-3', '--dry-run', '--model.attention.options.prfFeatures', '32')).toMatchObject({
+      positionals: ['r.yaml'], overrides: ['--train.lr=1e-3', '--model.attention.options.prfFeatures=32'], values: { 'dry-run': true },
+    });
+    // Before the recipe file as well: the value is not taken for the positional.
+    expect(parsed('--train.lr', '1e-3', 'r.yaml')).toMatchObject({ positionals: ['r.yaml'], overrides: ['--train.lr=1e-3'] });
+    expect(usageError('r.yaml', '--train.lr')).toBe("unknown option '--train.lr' (a recipe override needs a value: --train.lr VALUE or --train.lr=VALUE)");
+    expect(usageError('r.yaml', '--train.lr', '--dry-run')).toBe("unknown option '--train.lr' (a recipe override needs a value: --train.lr VALUE or --train.lr=VALUE)");
   });
 
   it('answers -h and --help wherever they appear', () => {
@@ -70,7 +81,7 @@ describe('parseCommandLine', () => {
   });
 
   it('names the option or argument at fault', () => {
-    expect(usageError('x', '--bogus')).toBe("unknown option '--bogus' (recipe overrides are written --bogus=VALUE)");
+    expect(usageError('x', '--bogus')).toBe("unknown option '--bogus' (a recipe override needs a value: --bogus VALUE or --bogus=VALUE)");
     expect(() => parseCommandLine({ ...SPEC, overrides: false }, ['x', '--bogus=1'])).toThrow("unknown option '--bogus'");
     expect(usageError('x', '-z')).toBe("unknown option '-z'");
     expect(usageError('x', '--backend', 'tpu')).toBe("option --backend: 'tpu' is not one of wasm, cpu");
@@ -122,8 +133,17 @@ const limit = pLimit(2);
 
 /** A command as `npm run` starts it (node --import tsx <file>), two running at once. */
 function run(file: string, ...args: string[]): Promise<Ran> {
+  return runNode(['--import', 'tsx', file, ...args]);
+}
+
+/** A command run so that importing any TensorFlow.js package throws (test/helpers/no-tfjs.mjs). */
+function runWithoutTfjs(file: string, ...args: string[]): Promise<Ran> {
+  return runNode(['--import', 'tsx', '--import', './test/helpers/no-tfjs.mjs', file, ...args]);
+}
+
+function runNode(nodeArgs: string[]): Promise<Ran> {
   return limit(() => new Promise<Ran>((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, nodeArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -170,7 +190,7 @@ describe('commands, spawned', () => {
       expect(bad.status, name).toBe(2);
       expect(bad.stdout, name).toBe('');
       const lines = bad.stderr.split('\n');
-      expect(lines[0], name).toBe(`${name}: unknown option '--no-such-option'${name === 'train' ? ' (recipe overrides are written --no-such-option=VALUE)' : ''}`);
+      expect(lines[0], name).toBe(`${name}: unknown option '--no-such-option'${name === 'train' ? ' (a recipe override needs a value: --no-such-option VALUE or --no-such-option=VALUE)' : ''}`);
       expect(lines[1], name).toBe('Usage:');
       expect(bad.stderr, name).not.toMatch(/\n\s+at /);
     }
@@ -178,12 +198,14 @@ describe('commands, spawned', () => {
 
   it('takes --backend NAME and --backend=NAME alike, with recipe overrides; a bad name is a usage error', async () => {
     const recipe = 'recipes/demo/gpt-softmax.yaml';
-    const [spaced, joined, bad, benchTrain] = await Promise.all([
-      run('src/cli/train.ts', recipe, '--dry-run', '--backend', 'cpu', '--train.lr=1e-3'),
+    const [spaced, joined, bad, benchTrain, misspelt] = await Promise.all([
+      run('src/cli/train.ts', recipe, '--dry-run', '--backend', 'cpu', '--train.lr', '1e-3'),
       run('src/cli/train.ts', recipe, '--dry-run', '--backend=cpu', '--train.lr=1e-3'),
       run('src/cli/eval.ts', 'runs/x', '--backend', 'tpu'),
       // bench:train took only --opt=value before.
       run('bench/train.ts', 'softmax', '--steps', '0'),
+      // A recipe key without its section: the recipe loader names the key it probably is.
+      run('src/cli/train.ts', recipe, '--dry-run', '--lr', '1e-3'),
     ]);
     expect(spaced.status, spaced.stderr).toBe(0);
     expect(spaced.stdout).toMatch(/backend cpu \(not started by --dry-run\)/);
@@ -192,5 +214,43 @@ describe('commands, spawned', () => {
     expect(bad.stderr.split('\n')[0]).toBe("eval: option --backend: 'tpu' is not one of auto, tensorflow, wasm, cpu");
     expect(benchTrain.status).toBe(2);
     expect(benchTrain.stderr.split('\n')[0]).toBe("bench:train: --steps must be an integer ≥ 1 (got '0')");
+    expect(misspelt.status).toBe(2);
+    expect(misspelt.stderr).toBe(`${recipe}: override --lr=1e-3: unknown key lr (did you mean --train.lr?)\n`);
+  });
+
+  it('--help of every command answers before TensorFlow.js loads (any import of it fails here)', async () => {
+    const files = readdirSync('src/cli').filter((f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'slurm-options.ts'].includes(f));
+    const results = await Promise.all(files.map(async (file) => ({ file, help: await runWithoutTfjs(`src/cli/${file}`, '--help') })));
+    for (const { file, help } of results) {
+      expect(help.status, `${file}: ${help.stderr}`).toBe(0);
+      expect(help.stdout, file).toMatch(/^Usage:\n/);
+    }
+  });
+});
+
+describe('the slayformer bin', () => {
+  it('npx slayformer runs the commands from another folder, as npm install <this folder> sets it up', () => {
+    const project = process.cwd();
+    const elsewhere = mkdtempSync(path.join(tmpdir(), 'slayformer-npx-'));
+    try {
+      // What `npm install <project>` leaves: the package linked under node_modules and its bin under node_modules/.bin.
+      mkdirSync(path.join(elsewhere, 'node_modules', '.bin'), { recursive: true });
+      symlinkSync(project, path.join(elsewhere, 'node_modules', 'slayformer'));
+      const bin = JSON.parse(readFileSync('package.json', 'utf8')).bin.slayformer as string;
+      symlinkSync(path.join('..', 'slayformer', bin), path.join(elsewhere, 'node_modules', '.bin', 'slayformer'));
+      const npx = (...args: string[]) => spawnSync('npx', ['slayformer', ...args], { cwd: elsewhere, encoding: 'utf8', timeout: 120_000 });
+      const overview = npx('--help');
+      expect(overview.status, overview.stderr).toBe(0);
+      expect(overview.stdout).toMatch(/^Usage: slayformer <command> \[arguments…\]/);
+      expect(overview.stdout).toMatch(/Commands: .*\btrain\b.*\bcompare\b/);
+      const train = npx('train', '--help');
+      expect(train.status, train.stderr).toBe(0);
+      expect(train.stdout).toMatch(/^Usage:\n {2}slayformer train <recipe\.yaml>/);
+      const unknown = npx('trian');
+      expect(unknown.status).toBe(2);
+      expect(unknown.stderr).toMatch(/^slayformer: unknown command 'trian'/m);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
   });
 });

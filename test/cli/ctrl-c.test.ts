@@ -3,12 +3,14 @@
 // complete checkpoint and print the command that resumes; that command must finish the run.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMPLETE_MARKER, listCheckpoints } from '../../src/train/checkpoint.ts';
 import { readMetrics } from '../../src/train/metrics.ts';
+import { waitForOutput } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from '../train/checkpoint-fixtures.ts';
 import type { TinySetup } from '../train/checkpoint-fixtures.ts';
 
@@ -32,6 +34,7 @@ afterAll(async () => {
 
 interface Started {
   pid: number;
+  child: ChildProcess;
   output: () => string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
@@ -44,10 +47,8 @@ function npmRun(args: string[], detached: boolean): Started {
   child.stdout.on('data', (d) => (text += d));
   child.stderr.on('data', (d) => (text += d));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
-  return { pid: child.pid!, output: () => text, exited };
+  return { pid: child.pid!, child, output: () => text, exited };
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('Ctrl-C under npm run train', () => {
   it('SIGINT to the process group saves a complete checkpoint, prints the resume command, and the resume finishes the run', async () => {
@@ -56,13 +57,9 @@ describe('Ctrl-C under npm run train', () => {
     // computes, which is when a relaying parent (tsx's CLI) gives up on the trainer and kills it.
     const recipe = await writeTinyRecipe(join(dir, 'tiny.yaml'), setup, runs, { batchSize: 16, maxTokens: 2048, logInterval: 1, checkpointInterval: 100, evalInterval: 100 });
     const train = npmRun(['train', '--', recipe], true);
-    const deadline = Date.now() + 60_000;
-    let runDir: string | undefined;
-    while (Date.now() < deadline) {
-      runDir = existsSync(runs) ? readdirSync(runs).map((e) => join(runs, e))[0] : undefined;
-      if (runDir && existsSync(join(runDir, 'metrics.jsonl')) && readMetrics(runDir).some((r) => r.step >= 2)) break;
-      await sleep(20);
-    }
+    // The progress line of step 2 of 8: the signal lands mid-run, while the next step computes.
+    await waitForOutput(train.child, train.output, /^step 2\/8 \|/m);
+    const runDir = readdirSync(runs).map((e) => join(runs, e))[0];
     expect(runDir, train.output()).toBeDefined();
     process.kill(-train.pid, 'SIGINT');
     const exit = await train.exited;

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { compareRuns, groupCurves, groupRuns, loadRun, resolveRunDirs } from '../../src/experiments/compare.ts';
+import { compareRuns, csvTable, groupCurves, groupRuns, latexTable, loadRun, resolveRunDirs } from '../../src/experiments/compare.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -19,22 +19,31 @@ interface FakeRun {
   summary?: Record<string, unknown>;
   /** Learning rate logged at each step (default 1e-3). */
   lrAt?: (step: number) => number;
+  /** Recipe keys other than the defaults below. */
+  kind?: string;
+  dModel?: number;
+  tokenizer?: string;
+  /** env.json (where the run ran); none by default. */
+  env?: Record<string, unknown>;
+  /** The parent folder (default <root>/runs). */
+  parent?: string;
 }
 
-function recipe(attention: string, seed: number, lr = 1e-3) {
+function recipe(attention: string, seed: number, lr = 1e-3, more: Pick<FakeRun, 'kind' | 'dModel' | 'tokenizer'> = {}) {
   return {
     name: 'tiny', backend: 'wasm',
-    model: { kind: 'gpt', dModel: 32, numLayers: 1, numHeads: 2, mlpRatio: 4, dropout: 0, maxSeqLen: 16, bias: true, attention: { name: attention, options: {} } },
-    data: { dataset: 'data/x', textColumn: 'text', tokenizer: 't.json', seqLen: 16, shuffleBuffer: 0, readAhead: 1, mlmProbability: 0.15 },
+    model: { kind: more.kind ?? 'gpt', dModel: more.dModel ?? 32, numLayers: 1, numHeads: 2, mlpRatio: 4, dropout: 0, maxSeqLen: 16, bias: true, attention: { name: attention, options: {} } },
+    data: { dataset: 'data/x', textColumn: 'text', tokenizer: more.tokenizer ?? 't.json', seqLen: 16, shuffleBuffer: 0, readAhead: 1, mlmProbability: 0.15 },
     train: { batchSize: 2, lr, seed, runDir: 'runs', maxTokens: 3000 },
     wandb: { enabled: false, project: 'p', entity: null, runName: null },
   };
 }
 
 function writeRun(run: FakeRun): string {
-  const dir = join(root, 'runs', run.folder);
+  const dir = join(run.parent ?? join(root, 'runs'), run.folder);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'config.json'), JSON.stringify(recipe(run.attention, run.seed, run.lr)));
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(recipe(run.attention, run.seed, run.lr, run)));
+  if (run.env) writeFileSync(join(dir, 'env.json'), JSON.stringify(run.env));
   const lines: string[] = [];
   run.val.forEach((loss, i) => {
     const tokens = 1000 * (i + 1);
@@ -135,7 +144,7 @@ describe('compareRuns', () => {
     try {
       const result = await compareRuns([softmax1, softmax2, other], { outDir: join(root, 'report2'), warn: () => {} });
       // Labelled by the setting that tells the groups apart.
-      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax (train.lr=0.001)', 2], ['softmax (train.lr=0.003)', 1]]);
+      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax lr=0.001', 2], ['softmax lr=0.003', 1]]);
       const svg = readFileSync(join(root, 'report2', 'val-loss.svg'), 'utf8');
       expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
     } finally {
@@ -205,7 +214,7 @@ describe('compareRuns', () => {
     expect(html).toMatch(/figure svg\{width:100%;height:auto\}/);
     expect(html).toMatch(/grid-template-columns:repeat\(auto-fill/);
     // The inlined SVGs scale: they carry a viewBox.
-    expect(html.match(/<svg [^>]*viewBox="0 0 \d+ \d+"/g)!.length).toBe(4);
+    expect(html.match(/<svg [^>]*viewBox="0 0 \d+ \d+"/g)!.length).toBe(6); // against tokens (4) and time (2)
   });
 
   it('names the missing or corrupt file, or skips the run with a warning when asked', async () => {
@@ -240,6 +249,104 @@ describe('compareRuns', () => {
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: expected the resolved recipe with model.attention.name`);
     writeFileSync(join(broken, 'config.json'), '{not json');
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: not valid JSON`);
+  });
+
+  it('refuses runs of another model kind or tokenizer, naming the difference; --split writes one report per kind', async () => {
+    const mixedRoot = join(root, 'families');
+    const gpt = writeRun({ parent: mixedRoot, folder: 'gpt-softmax', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const bert = writeRun({ parent: mixedRoot, folder: 'bert-softmax', attention: 'softmax', seed: 1, kind: 'bert', val: [4, 3.5, 3.2], train: [4.2, 3.6, 3.3], summary: summaryOf(3.2, 100) });
+    const otherVocab = writeRun({ parent: mixedRoot, folder: 'gpt-slay-big-vocab', attention: 'slay', seed: 1, tokenizer: 'big.json', val: [6, 5.5, 5.2], train: [6, 5.6, 5.3], summary: summaryOf(5.2, 100) });
+    await expect(compareRuns([gpt, bert], { outDir: join(root, 'families-report'), warn: () => {} })).rejects.toThrow(
+      /^these runs' losses are not comparable on one axis; they differ in\n {2}model kind \(causal vs masked LM loss\): gpt: gpt-softmax; bert: bert-softmax\nCompare them separately, or pass --split/,
+    );
+    await expect(compareRuns([gpt, otherVocab], { outDir: join(root, 'families-report'), warn: () => {} })).rejects.toThrow(
+      /tokenizer \(another vocabulary: other tokens, other losses\): t\.json: gpt-softmax; big\.json: gpt-slay-big-vocab/,
+    );
+    expect(existsSync(join(root, 'families-report'))).toBe(false); // nothing written
+    const warnings: string[] = [];
+    const split = await compareRuns([gpt, bert], { outDir: join(root, 'families-report'), split: true, warn: (m) => warnings.push(m) });
+    expect(split.reports.map((r) => [r.outDir, r.runs.map((x) => x.name)])).toEqual([
+      [join(root, 'families-report', 'gpt'), ['gpt-softmax']],
+      [join(root, 'families-report', 'bert'), ['bert-softmax']],
+    ]);
+    expect(readFileSync(join(root, 'families-report', 'report.md'), 'utf8')).toMatch(/each kind has its own report[^]*model kind[^]*\[gpt\]\(gpt\/report\.md\)[^]*\[bert\]\(bert\/report\.md\)/);
+    expect(existsSync(join(root, 'families-report', 'bert', 'val-loss.svg'))).toBe(true);
+    expect(warnings.some((w) => w.startsWith('the runs differ in model kind: one report per kind'))).toBe(true);
+  });
+
+  it('labels groups shortly and tables what tells them apart; n = 1 is said, not "mean ± sd"', async () => {
+    const labelsRoot = join(root, 'labels');
+    const runs = [
+      writeRun({ parent: labelsRoot, folder: 'a', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
+      writeRun({ parent: labelsRoot, folder: 'b', attention: 'softmax', seed: 1, lr: 3e-3, dModel: 64, val: [3, 2.4, 2.1], train: [3, 2.5, 2.2], summary: summaryOf(2.1, 100) }),
+      writeRun({ parent: labelsRoot, folder: 'c', attention: 'slay', seed: 1, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) }),
+    ];
+    const out = join(root, 'labels-report');
+    const result = await compareRuns(runs, { outDir: out, warn: () => {} });
+    expect(result.groups.map((g) => g.label)).toEqual(['softmax #1', 'softmax #2', 'slay']);
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('## What tells the groups apart\n\n| group | model.dModel | train.lr |\n|---|---|---|\n| softmax #1 | 32 | 0.001 |\n| softmax #2 | 64 | 0.003 |\n| slay | 32 | 0.001 |');
+    const svg = readFileSync(join(out, 'val-loss.svg'), 'utf8');
+    expect(svg).toContain('n = 1: one run per group, no spread');
+    expect(svg).not.toContain('mean ± sd');
+    expect(md).toContain('every group has one run (n = 1)');
+  });
+
+  it('pairs each group with the baseline (softmax by default) over the seeds both ran, with the 95% interval', async () => {
+    const pairedRoot = join(root, 'paired');
+    const loss = { softmax: [2.2, 2.4, 2.3], slay: [2.25, 2.42, 2.37] };
+    const runs = Object.entries(loss).flatMap(([attention, finals]) => finals.map((f, i) =>
+      writeRun({ parent: pairedRoot, folder: `${attention}-${i + 1}`, attention, seed: i + 1, val: [3, 2.6, f], train: [3, 2.7, f + 0.1], summary: summaryOf(f, 100) })));
+    const out = join(root, 'paired-report');
+    const result = await compareRuns(runs, { outDir: out, warn: () => {} });
+    expect(result.baseline).toBe('softmax');
+    const slay = result.groups.find((g) => g.attention === 'slay')!;
+    // Differences 0.05, 0.02, 0.07: mean 0.0467, sd 0.0252, t(0.975, 2) = 4.3027 → half-width 0.0625.
+    expect(slay.paired!.mean).toBeCloseTo(0.046667, 5);
+    expect(slay.paired!.ci![0]).toBeCloseTo(0.046667 - 4.302653 * 0.025166 / Math.sqrt(3), 4);
+    expect(slay.paired!.wins).toBe(0);
+    expect(result.groups.find((g) => g.attention === 'softmax')!.paired).toBeNull();
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toMatch(/\| slay \| tiny \| 3 \| 1, 2, 3 \|[^\n]*\| \+0\.0467 \[−0\.0158, \+0\.1092\] \| 0\.\d{3} \| 0\/3 \|/);
+    expect(md).toMatch(/\| softmax \| [^\n]*\| \(baseline\) \|/);
+    // The same numbers for a spreadsheet (plain) and a paper (LaTeX).
+    const csv = readFileSync(join(out, 'groups.csv'), 'utf8').split('\r\n');
+    expect(csv[0]).toBe('group,recipe,n,seeds,params,tokens,final val loss,final val loss sd,best val loss,val ppl,val bpb,val acc,tokens/s,wall s,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on');
+    expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,tiny,3,"1, 2, 3",100,3000,2\.34\d*,0\.0\d+,/);
+    const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
+    expect(tex.slice(0, 5)).toEqual(['\\begin{table}', '\\centering', '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds)}', '\\begin{tabular}{llrlrrrrrrrrrrrr}', '\\toprule']);
+    expect(tex).toContain('slay & tiny & 3 & 1, 2, 3 & 100 $\\pm$ 0 & 3,000 $\\pm$ 0 & 2.3467 $\\pm$ 0.0874 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.8464 $\\pm$ 0.0315 & 0.4133 $\\pm$ 0.0218 & 520 $\\pm$ 0 & 6.0 $\\pm$ 0.0 & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 0/3 \\\\');
+    await expect(compareRuns(runs, { outDir: join(root, 'paired-none'), baseline: 'performer', warn: () => {} })).rejects.toThrow(/--baseline performer: no run uses that attention \(softmax, slay\)/);
+  });
+
+  it('reports backend, commit and peak memory from env.json and summary.json, and plots loss against wall-clock time', async () => {
+    const envRoot = join(root, 'env');
+    const env = (backend: string, commit: string, dirty: boolean) => ({ backend: { name: backend }, git: { commit, dirty } });
+    const run = writeRun({
+      parent: envRoot, folder: 'with-env', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3],
+      summary: { ...summaryOf(2.2, 100), peak_rss_bytes: 512 * 2 ** 20 },
+      env: { ...env('tensorflow', '0123456789abcdef', false), resumes: [{ ...env('wasm', 'fedcba9876543210', true), resumedAtStep: 10 }] },
+    });
+    const bare = writeRun({ parent: envRoot, folder: 'without-env', attention: 'slay', seed: 1, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) });
+    const out = join(root, 'env-report');
+    await compareRuns([run, bare], { outDir: out, warn: () => {} });
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('| tokens/s | wall s | peak MiB | backend | commit |');
+    expect(md).toMatch(/\| with-env \| softmax \|[^\n]*\| 512 \| tensorflow → wasm \| 01234567 → fedcba98\* \|/);
+    expect(md).toMatch(/\| without-env \| slay \|[^\n]*\| — \| — \| — \|/);
+    const csv = readFileSync(join(out, 'runs.csv'), 'utf8');
+    expect(csv).toContain(',512,tensorflow → wasm,01234567 → fedcba98*\r\n');
+    const timeSvg = readFileSync(join(out, 'val-loss-time.svg'), 'utf8');
+    expect(timeSvg).toContain('wall-clock time (s)');
+    expect(timeSvg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+    const curve = groupCurves(groupRuns([await loadRun(run)]), 'val', 'loss', 'time');
+    expect(curve.map((p) => p.x)).toEqual([2, 4, 6]); // elapsed_s of the three validations
+  });
+
+  it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
+    const table = { header: ['a', 'b'], right: [false, true], rows: [{ text: ['x_1 & 50%', '1,234'], raw: ['say "hi", ok', 1234] }] };
+    expect(csvTable(table)).toBe('a,b\r\n"say ""hi"", ok",1234\r\n');
+    expect(latexTable(table, 'Δ ± #')).toContain('\\caption{$\\Delta$ $\\pm$ \\#}\n\\begin{tabular}{lr}\n\\toprule\na & b \\\\\n\\midrule\nx\\_1 \\& 50\\% & 1,234 \\\\');
   });
 
   it('resolves quoted globs and parent folders to run folders', () => {

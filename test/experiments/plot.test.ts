@@ -2,7 +2,7 @@
 // readers), stable across plots, and ±sd bands drawn only where given.
 import { describe, expect, it } from 'vitest';
 import { attentionNames } from '../../src/model/attention/index.ts';
-import { lineChartSvg, MECHANISM_COLOURS, seriesColours } from '../../src/experiments/plot.ts';
+import { distinctColours, lineChartSvg, MECHANISM_COLOURS, seriesColours } from '../../src/experiments/plot.ts';
 import type { LinePoint } from '../../src/experiments/plot.ts';
 
 /** sRGB hex → linear RGB in [0, 1]. */
@@ -89,6 +89,20 @@ describe('mechanism colours', () => {
     expect(seriesColours(['cosformer', 'slay', 'performer'])[1]).toBe(MECHANISM_COLOURS.slay);
     const twoOfOne = seriesColours(['softmax (lr 1e-3)', 'softmax (lr 3e-3)', 'slay'], (s) => s.split(' ')[0]);
     expect(new Set(twoOfOne).size).toBe(3);
+  });
+
+  it('groups that are not one per mechanism get colours that stay apart for any number of them', () => {
+    // Two settings of one mechanism: the first colours of the palette, never two shades of one hue.
+    expect(seriesColours(['softmax lr=0.001', 'softmax lr=0.003'], (s) => s.split(' ')[0])).toEqual(distinctColours(2));
+    // Up to 16 as far apart as the mechanisms' own colours (CIEDE2000 ≥ 10, from each other and from the white
+    // background); more crowd the colour space, but stay apart (24: ≥ 8) and never repeat.
+    for (const [n, atLeast] of [[9, 10], [12, 10], [16, 10], [24, 8]]) {
+      const colours = distinctColours(n);
+      expect(colours.slice(0, 8)).toEqual(Object.values(MECHANISM_COLOURS)); // the well-tested ones first
+      const { delta, pair } = closestPair([...colours, '#ffffff'], null);
+      expect(delta, `${n} colours: ${pair}`).toBeGreaterThanOrEqual(atLeast);
+    }
+    expect(new Set(distinctColours(100)).size).toBe(100);
   });
 
   it('renders each mechanism’s line in its colour, and a band only for the series that have one', async () => {

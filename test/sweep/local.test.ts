@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readMetrics } from '../../src/train/metrics.ts';
-import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitFor, writeTinySweep } from './fixtures.ts';
+import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitForFiles, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
 
 let dir: string;
@@ -96,7 +96,7 @@ describe('local executor', () => {
     const file = writeTinySweep(join(dir, 'interrupted.yaml'), corpus, runDir, oneLongerRun);
     const run = sweepCli(['run', file]);
     const checkpoints = () => runFolders(runDir).flatMap((f) => (existsSync(join(runDir, f, 'checkpoints')) ? readdirSync(join(runDir, f, 'checkpoints')) : []));
-    await waitFor('the first checkpoint', 120_000, () => checkpoints().some((c) => c.startsWith('step-')));
+    await waitForFiles('the first checkpoint', dir, 120_000, () => checkpoints().some((c) => c.startsWith('step-')));
     run.process.kill('SIGINT');
     expect(await run.exited).toEqual({ code: 130, signal: null });
     expect(run.output()).toMatch(/stop\s+interrupted: .*resume with/);

@@ -13,7 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderSbatchScript } from '../../src/sweep/slurm.ts';
 import type { SlurmOptions } from '../../src/sweep/slurm.ts';
 import { loadSweep } from '../../src/sweep/spec.ts';
-import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitFor, writeTinySweep } from './fixtures.ts';
+import { TSX_IMPORT } from '../../src/tsx-import.ts';
+import { killChildren, makeCorpus, oneLongerRun, pollFor, sweepCli, waitForFiles, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
 
 const SETUP = 'bash scripts/slurm-local.sh install';
@@ -58,15 +59,15 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     expect(script).toMatch(/^#SBATCH --requeue$/m);
     expect(script).toMatch(/^#SBATCH --signal=B:USR1@120$/m);
     expect(script).toMatch(/^#SBATCH --time=15:00$/m);
-    expect(script).toMatch(/^exec node --import tsx \S+src\/cli\/sweep\.ts task \S+array\.yaml "\$SLURM_ARRAY_TASK_ID"$/m);
+    expect(script).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+src\/cli\/sweep\.ts task \S+array\.yaml "\$SLURM_ARRAY_TASK_ID"$/m);
 
-    await waitFor('three finished runs', 300_000, () => runFolders(runDir).filter((f) => existsSync(join(runDir, f, 'summary.json'))).length === 3);
+    await waitForFiles('three finished runs', runDir, 300_000, () => runFolders(runDir).filter((f) => existsSync(join(runDir, f, 'summary.json'))).length === 3);
     expect(runFolders(runDir).map((f) => f.replace(/-\d{8}-\d{6}(-\d+)?$/, ''))).toEqual(['slay-seed1', 'softmax-seed1', 'softmax-seed2']);
     for (const f of runFolders(runDir)) expect(summary(join(runDir, f)).steps).toBe(24);
     for (const index of [0, 1, 2]) expect(existsSync(join(runDir, '_sweep', 'slurm', `${job}_${index}.out`))).toBe(true);
 
     const status = sweepCli(['status', file], env);
-    await waitFor('the tasks to leave the queue', 60_000, () => !slurm('squeue', ['-h', '-r', '-j', job, '-o', '%T']).includes('RUNNING'));
+    await pollFor('the tasks to leave the queue', 60_000, () => !slurm('squeue', ['-h', '-r', '-j', job, '-o', '%T']).includes('RUNNING'));
     await status.exited;
     expect(status.output()).toMatch(new RegExp(`Slurm jobs ${job}`));
     expect(status.output()).toMatch(/0\s+softmax-seed1\s+done/);
@@ -92,17 +93,17 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     const diagnose = () => `log:\n${log()}\nslurmctld.log:\n${readFileSync(join(clusterDir, 'cluster', 'slurmctld.log'), 'utf8').split('\n').slice(-15).join('\n')}`;
 
     // 1. What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
-    await waitFor('a first checkpoint', 180_000, () => newestCheckpoint() > 0);
+    await waitForFiles('a first checkpoint', runDir, 180_000, () => newestCheckpoint() > 0);
     slurm('scancel', ['--batch', '--signal=USR1', task]);
     // The requeued task starts again after the local cluster's credential lifetime (20 s; Slurm's default is 120 s).
-    await waitFor('the first resume', 180_000, () => /resuming from step \d+/.test(log()) && log().includes('resumed from'), diagnose);
+    await waitForFiles('the first resume', runDir, 180_000, () => /resuming from step \d+/.test(log()) && log().includes('resumed from'), diagnose);
     expect(log()).toMatch(/requeued: stopped \(exit 143\)/);
 
     // 2. A requeue (as preemption does it): Slurm signals every process of the job, the trainer saves and stops.
     const resumedAt = Number(/resuming from step (\d+)/.exec(log())![1]);
-    await waitFor('a checkpoint after the resume', 180_000, () => newestCheckpoint() > resumedAt, diagnose);
+    await waitForFiles('a checkpoint after the resume', runDir, 180_000, () => newestCheckpoint() > resumedAt, diagnose);
     slurm('scontrol', ['requeue', task]);
-    await waitFor('the run to finish', 300_000, () => existsSync(join(runDir, folder(), 'summary.json')), diagnose);
+    await waitForFiles('the run to finish', runDir, 300_000, () => existsSync(join(runDir, folder(), 'summary.json')), diagnose);
 
     expect(runFolders(runDir)).toHaveLength(1);
     expect(log().match(/resuming from step \d+ in \S+ \(Slurm task \d+_0\)/g)).toHaveLength(2);
@@ -192,7 +193,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
         continue;
       }
       if (line.startsWith('# ')) continue; // a comment: bash and sbatch ignore it
-      expect(line, 'the exec line').toMatch(/^exec node --import tsx (\S+|'[^']*') task ([^\s'"]+|('[^']*'|\\')+) "\$SLURM_ARRAY_TASK_ID"$/);
+      expect(line, 'the exec line').toMatch(/^exec node --import (\S+|'[^']*') (\S+|'[^']*') task ([^\s'"]+|('[^']*'|\\')+) "\$SLURM_ARRAY_TASK_ID"$/);
       execLines++;
     }
     expect(execLines).toBe(1);
@@ -200,7 +201,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
     if (expect_.setup.length > 0) return; // setup lines are shell code by design: not run here
     const ran = runWithBash(script);
     expect(ran.files, 'files the script created').toEqual([]);
-    expect(ran.args.slice(0, 2)).toEqual(['--import', 'tsx']);
+    expect(ran.args.slice(0, 2)).toEqual(['--import', TSX_IMPORT]); // tsx by its absolute URL: any job folder works
     expect(ran.args.slice(3)).toEqual(['task', resolve(expect_.file), '1']);
   }
 

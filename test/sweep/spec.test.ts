@@ -118,6 +118,29 @@ grid:
     expect(sweep.runs[2].recipe.model.attention.options.prfFeatures).toBe(4);
   });
 
+  it('takes --set key=value from the command line on top of the file’s set, and refuses a key the grid or a case sets', () => {
+    const text = `recipe: ${base}\nset: { train.lr: 2.0e-3 }\ncases: [{ label: a, train.batchSize: 2 }, { label: b }]\ngrid:\n  model.attention: [softmax, slay]\n  train.seed: [1, 2]\n`;
+    const file = sweepFile(text);
+    const sweep = loadSweep(file, ['train.lr=3e-3', 'backend=cpu', 'data.seqLen=8']);
+    expect(sweep.runs.map((r) => r.name)).toEqual(loadSweep(file).runs.map((r) => r.name)); // names unchanged
+    for (const r of sweep.runs) expect(r.recipe).toMatchObject({ backend: 'cpu', data: { seqLen: 8 }, train: { lr: 3e-3 } });
+    expect(sweep.overrides).toEqual(['train.lr=3e-3', 'backend=cpu', 'data.seqLen=8']);
+    const refused = (overrides: string[]) => {
+      try {
+        loadSweep(file, overrides);
+      } catch (err) {
+        expect(err).toBeInstanceOf(SweepError);
+        return (err as Error).message;
+      }
+      throw new Error('expected --set to be refused');
+    };
+    expect(refused(['train.seed=5'])).toBe(`${file}: --set train.seed: the sweep's grid varies train.seed, which would override it; change the grid in the file instead`);
+    expect(refused(['model.attention.options.prfFeatures=4'])).toMatch(/--set model\.attention\.options\.prfFeatures: the sweep's grid varies model\.attention/);
+    expect(refused(['train.batchSize=4'])).toBe(`${file}: --set train.batchSize: cases[0] sets train.batchSize, which would override it; change the case in the file instead`);
+    expect(refused(['train.lr'])).toBe(`${file}: --set train.lr: expected key=value (e.g. --set train.lr=1e-3)`);
+    expect(refused(['train.lrr=1'])).toMatch(/unknown key train\.lrr \(did you mean train\.lr\?\)/);
+  });
+
   it('selects runs by name, glob or index and keeps their indices', () => {
     const sweep = loadSweep(sweepFile(`recipe: ${base}\ngrid:\n  model.attention: [softmax, slay]\n  train.seed: [1, 2, 3]\n`));
     expect(selectRuns(sweep, 'slay-*').runs.map((r) => [r.index, r.name])).toEqual([[3, 'slay-seed1'], [4, 'slay-seed2'], [5, 'slay-seed3']]);

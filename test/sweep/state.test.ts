@@ -112,7 +112,11 @@ describe('slurm pieces', () => {
       '--cpus-per-task=2', '--partition=gpu', '--time=2-00:00:00', '--gpus=a100:1', '--mem=64G', '--account=lab',
     ]) expect(lines).toContain(`#SBATCH ${directive}`);
     expect(lines.indexOf('module load nodejs/20')).toBeGreaterThan(lines.findLastIndex((l) => l.startsWith('#SBATCH')));
-    expect(lines.at(-2)).toMatch(new RegExp(`^exec node --import tsx \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`));
+    // tsx by its absolute URL: the job's folder need not be the project's.
+    expect(lines.at(-2)).toMatch(new RegExp(`^exec node --import file:///\\S+/tsx/dist/loader\\.mjs \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`));
+    // The command line's --set reaches every task.
+    const withSet = renderSbatchScript(loadSweep(file, ['train.lr=0.003', 'backend=cpu']), [0], {}, '/x').split('\n');
+    expect(withSet.at(-2)).toMatch(new RegExp(`task ${file.replace(/[.]/g, '\\.')} --set train\\.lr=0\\.003 --set backend=cpu "\\$SLURM_ARRAY_TASK_ID"$`));
     expect(renderSbatchScript(sweep, [0], { requeueOnTimeLimit: false, signalSeconds: 300 }, '/x')).toMatch(/--signal=B:USR1@300[\s\S]*export SLAYFORMER_SWEEP_NO_REQUEUE=1/);
   });
 });
@@ -157,5 +161,26 @@ describe('report', () => {
     const accuracyMarkdown = readFileSync(byAccuracy.files.find((f) => f.endsWith('report.md'))!, 'utf8');
     expect(accuracyMarkdown).toContain('| group | attention | n | seeds | final validation top-1 accuracy (mean ± sd) | tokens/s |');
     expect(accuracyMarkdown).toContain('(higher is better)');
+  });
+
+  it('compares GPT and BERT runs of one sweep in separate compare reports, one per kind, and links both', async () => {
+    const bertRecipe = join(dir, 'bert-base.yaml');
+    writeFileSync(bertRecipe, `model: { kind: bert, dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4 }\n`);
+    const file = join(dir, 'kinds.yaml');
+    writeFileSync(file, `recipe: ${recipe}\nrunDir: ${join(dir, 'kinds', 'runs')}\ncases: [{ label: gpt }, { label: bert, recipe: ${bertRecipe} }]\ngrid:\n  train.seed: [1]\n`);
+    const kinds = loadSweep(file);
+    for (const r of kinds.runs) {
+      const folder = join(kinds.runDir, `${r.name}-20260101-000000`);
+      mkdirSync(folder, { recursive: true });
+      writeFileSync(join(folder, 'config.json'), JSON.stringify(r.recipe));
+      writeFileSync(join(folder, 'metrics.jsonl'), JSON.stringify({ step: 10, tokens: 640, split: 'val', loss: 5, ppl: Math.exp(5), lr: 1e-3, grad_norm: null, tokens_per_s: 100, elapsed_s: 6, bpb: 1 }) + '\n');
+      writeFileSync(join(folder, 'summary.json'), JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6, train_tokens_per_s: 100, val_loss: 5, val_ppl: Math.exp(5), val_bpb: 1, parameters: 1000 }));
+    }
+    const out = join(dir, 'kinds', 'out');
+    await buildReport(kinds, { outDir: out, warn: () => {} });
+    const markdown = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(markdown).toMatch(/### gpt\n\n!\[Validation loss\]\(compare\/gpt\/val-loss\.svg\)[^]*### bert\n\n!\[Validation loss\]\(compare\/bert\/val-loss\.svg\)/);
+    expect(markdown).toContain('[compare/gpt/report.md](compare/gpt/report.md)');
+    expect(readFileSync(join(out, 'compare', 'report.md'), 'utf8')).toContain('model kind (causal vs masked LM loss): gpt: gpt-20260101-000000; bert: bert-20260101-000000');
   });
 });

@@ -119,6 +119,30 @@ describe('eval', () => {
     expect(after.loss).toBe(before.loss);
   });
 
+  it('final/ carries the tokenizer: copied alone elsewhere, without the run’s tokenizer file, it evaluates, generates and exports', async () => {
+    const ownTokenizer = join(dir, 'tokenizer-to-delete.json');
+    await copyFile(join(dir, 'tokenizer.json'), ownTokenizer);
+    const recipe = { ...gptRecipe, data: { ...gptRecipe.data, tokenizer: ownTokenizer } };
+    const model = perturbedModel(recipe);
+    const finalDir = await saveFinalModel(join(dir, 'runs', 'standalone-run'), model, recipe, { tokenizer_sha256: tokenizer.sha256 }, await TextTokenizer.load(ownTokenizer));
+    model.dispose();
+    expect(readFileSync(join(finalDir, 'tokenizer.json'))).toEqual(readFileSync(ownTokenizer));
+    expect(readFileSync(join(finalDir, 'COMPLETE'), 'utf8')).toMatch(/^[0-9a-f]{64} {2}tokenizer\.json$/m);
+    const standalone = join(dir, 'elsewhere', 'my-model');
+    await cp(finalDir, standalone, { recursive: true });
+    await rm(ownTokenizer);
+    const generated = await generateFromCheckpoint({ checkpoint: standalone, prompt: 'the', maxTokens: 4, temperature: 0, topK: 0, seed: 0 });
+    expect(generated.newTokens.length).toBeGreaterThan(0);
+    const evaluated = await evalCheckpoint({ checkpoint: standalone, data: join(dir, 'data') });
+    expect(evaluated.loss).toBeGreaterThan(0);
+    const exported = cli('export', standalone, '--out', join(dir, 'elsewhere', 'hf'));
+    expect(exported.status, exported.stderr).toBe(0);
+    expect(readFileSync(join(dir, 'elsewhere', 'hf', 'tokenizer.json'))).toEqual(readFileSync(join(standalone, 'tokenizer.json')));
+    // The copy is checked against COMPLETE like the weights.
+    writeFileSync(join(standalone, 'tokenizer.json'), '{}');
+    await expect(loadModel(standalone)).rejects.toThrow(/tokenizer\.json does not match the sha256/);
+  }, 60_000);
+
   it('says which backend runs in one short line; --verbose adds why auto skipped the backends before it', () => {
     const evalAuto = (...extra: string[]) =>
       spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/eval.ts', gptFinal, '--backend', 'auto', ...extra], { encoding: 'utf8', timeout: 60_000 });

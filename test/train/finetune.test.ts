@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
@@ -10,7 +10,7 @@ import { isDarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
-import { loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, whitenDarkformerLayers } from '../../src/train/finetune.ts';
+import { chooseInitFrom, loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, whitenDarkformerLayers } from '../../src/train/finetune.ts';
 import type { FreezeSpec } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe, RecipeError } from '../../src/train/recipe.ts';
@@ -269,6 +269,38 @@ describe('unmappable checkpoints', () => {
     await touch('run-b', 'checkpoints', 'step-000020', 'model.safetensors'); // interrupted: no COMPLETE
     expect(resolveInitFrom(join(root, 'run-b'), dir)).toBe(join(root, 'run-b', 'checkpoints', 'step-000010'));
     expect(() => resolveInitFrom(join(root, 'run-b', 'checkpoints', 'step-000020'), dir)).toThrow(/is incomplete \(no COMPLETE marker/);
+  });
+
+  it('initFrom auto: passes over a newer run shortened below its recipe’s budget, and says which run it chose and why', async () => {
+    const root = join(dir, 'auto-budget');
+    const recipeFile = join(root, 'gpt-b.yaml');
+    await mkdir(root, { recursive: true });
+    await writeFile(recipeFile, 'train:\n  maxTokens: 256000\n');
+    /** A finished run folder as the trainer leaves it, started from recipeFile with train.maxTokens = `budget`. */
+    const finished = async (entry: string, budget: number, valLoss: number) => {
+      const folder = join(root, entry);
+      await mkdir(join(folder, 'final'), { recursive: true });
+      await writeFile(join(folder, 'final', 'model.safetensors'), '');
+      await writeFile(join(folder, 'config.json'), JSON.stringify({ name: 'gpt-b', train: { maxTokens: budget } }));
+      const argv = ['src/cli/train.ts', recipeFile, ...(budget === 256000 ? [] : [`--train.maxTokens=${budget}`])];
+      await writeFile(join(folder, 'env.json'), JSON.stringify({ argv, cwd: root }));
+      await writeFile(join(folder, 'summary.json'), JSON.stringify({ tokens: budget, val_loss: valLoss }));
+    };
+    await finished('gpt-b-20260101-000000', 256000, 5.3553);
+    await finished('gpt-b-20260102-000000', 10240, 7.18); // a smoke run, newer
+    const choice = chooseInitFrom('auto:gpt-b', root);
+    expect(choice.dir).toBe(join(root, 'gpt-b-20260101-000000', 'final'));
+    expect(choice.reason).toBe(
+      `initFrom auto:gpt-b: using gpt-b-20260101-000000 (256,000 tokens, final val loss 5.3553), the newest finished run of 'gpt-b' that trained its recipe's budget ` +
+        `(256,000 tokens in ${recipeFile}); passed over the newer gpt-b-20260102-000000 (10,240 tokens, final val loss 7.1800): trained 10,240 tokens, less than the 256,000 tokens of ${recipeFile}`,
+    );
+    // Only shortened runs: the newest, saying so.
+    const onlySmoke = join(dir, 'auto-smoke');
+    await mkdir(onlySmoke, { recursive: true });
+    await rename(join(root, 'gpt-b-20260102-000000'), join(onlySmoke, 'gpt-b-20260102-000000'));
+    const fallback = chooseInitFrom('auto:gpt-b', onlySmoke);
+    expect(fallback.dir).toBe(join(onlySmoke, 'gpt-b-20260102-000000', 'final'));
+    expect(fallback.reason).toMatch(/^initFrom auto:gpt-b: none of the 1 finished runs of 'gpt-b' trained its recipe's budget; using the newest, gpt-b-20260102-000000 \(10,240 tokens/);
   });
 
   it('initFrom: a folder without a model, an unknown auto: recipe', async () => {

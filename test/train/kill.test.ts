@@ -2,7 +2,11 @@
 // every step): SIGKILL during checkpoint saves leaves the previous checkpoint loadable, `--resume auto` continues
 // from it, and the run killed four times ends with the same metrics.jsonl as an uninterrupted run. SIGTERM
 // finishes the step, saves, exits 143 and prints the command that resumes.
-import { existsSync, readdirSync } from 'node:fs';
+// Synchronisation is by events, not the clock, so that a busy machine cannot make a kill land after the run ended:
+// the test waits for the child's line about a saved checkpoint, then watches its checkpoints folder (fs.watch) and
+// freezes the child with SIGSTOP the moment a save creates its temporary folder, looks at the folder while nothing
+// moves, and then kills it.
+import { existsSync, readdirSync, watch } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,8 +40,33 @@ afterAll(async () => {
 
 // 24 steps of 4×16 tokens, a checkpoint after every step.
 const TRAIN = { maxTokens: 1536, checkpointInterval: 1, keepCheckpoints: 2 };
+/** Saves a round may freeze its child at before it kills it anyway: four rounds stay well before the last step (24). */
+const SAVES_PER_ROUND = 4;
+const SAVED_LINE = /^checkpoint step (\d+) saved in /m;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** The starts of checkpoint saves in `dir` (a save first creates its `.step-NNNNNN.tmp-<pid>` folder), as events. */
+function watchSaveStarts(dir: string, exited: Promise<unknown>) {
+  let wake: (() => void) | null = null;
+  let pending = 0;
+  const watcher = watch(dir, (_event, name) => {
+    if (!name?.startsWith('.step-') || !name.includes('.tmp-')) return;
+    pending++;
+    wake?.();
+  });
+  return {
+    /** Resolves at the next save start (or at once for one seen since the last call); rejects if the child exits first. */
+    async next(): Promise<void> {
+      while (pending === 0) {
+        await Promise.race([
+          new Promise<void>((resolve) => (wake = resolve)),
+          exited.then(() => Promise.reject(new Error(`the child exited while a checkpoint save was awaited in ${dir}`))),
+        ]);
+      }
+      pending = 0;
+    },
+    close: () => watcher.close(),
+  };
+}
 
 function runFolders(runs: string): string[] {
   return existsSync(runs) ? readdirSync(runs).map((e) => join(runs, e)) : [];
@@ -79,7 +108,7 @@ async function referenceRun(recipeFile: string): Promise<MetricRecord[]> {
 }
 
 describe('train CLI under SIGKILL and SIGTERM', () => {
-  it('SIGKILL during checkpoint saves (4 times or more) never breaks the last complete checkpoint; --resume auto finishes the run exactly', async () => {
+  it('SIGKILL during checkpoint saves (4 times) never breaks the last complete checkpoint; --resume auto finishes the run exactly', async () => {
     const runs = join(dir, 'runs-kill');
     const recipeFile = await writeTinyRecipe(join(dir, 'tiny.yaml'), setup, runs, TRAIN);
     const vocabSize = (await TextTokenizer.load(setup.tokenizer)).vocabSize;
@@ -87,33 +116,42 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     const killedAt: number[] = [];
     // Four kills, and more (up to ten, within the run's 24 steps) until one has landed mid-save: on a busy host
     // the ~1 ms poll can miss a few-ms save several times in a row.
-    for (let round = 0; round < 4 || (caughtDuringSave === 0 && round < 10); round++) {
+    // Four rounds, each killed once; within a round the child is frozen at the start of each save until one is caught
+    // in progress (a save takes a few ms of writes and fsyncs), at most SAVES_PER_ROUND times.
+    for (let round = 0; round < 4; round++) {
       const child = startCli(TRAIN_CLI, round === 0 ? [recipeFile] : [recipeFile, '--resume', 'auto']);
-      // Wait for a first new checkpoint of this process, then kill it the moment a save is seen in progress.
       const before = round === 0 ? 0 : listCheckpoints(runFolders(runs)[0]).at(-1)!.step;
-      const deadline = Date.now() + 30_000;
-      let runDir: string | undefined;
-      let killed = false;
-      while (Date.now() < deadline && child.process.exitCode === null) {
-        runDir = runFolders(runs)[0];
-        const newest = runDir ? listCheckpoints(runDir).at(-1)?.step ?? 0 : 0;
-        if (runDir && newest > before && (saveInProgress(runDir) || Date.now() > deadline - 25_000)) {
-          caughtDuringSave += saveInProgress(runDir) ? 1 : 0;
-          // 0–3 ms later each round, so the kills land in different phases of the save (writing, rename, marker).
-          if (round > 0) await sleep(round % 4);
-          child.process.kill('SIGKILL');
-          killed = true;
-          break;
-        }
-        await sleep(1);
+      // A checkpoint saved by this process: its checkpoints folder exists and can be watched.
+      for (let from = 0; ;) {
+        const { match, end } = await child.waitForOutput(SAVED_LINE, from);
+        if (Number(match[1]) > before) break;
+        from = end;
       }
+      child.process.kill('SIGSTOP');
+      const runDir = runFolders(runs)[0];
+      const saves = watchSaveStarts(join(runDir, CHECKPOINTS_DIR), child.exited);
+      try {
+        for (let tries = 1; ; tries++) {
+          child.process.kill('SIGCONT');
+          await saves.next();
+          child.process.kill('SIGSTOP'); // nothing moves now, and the run cannot end before the kill
+          const caught = saveInProgress(runDir);
+          if (caught || tries === SAVES_PER_ROUND) {
+            caughtDuringSave += caught ? 1 : 0;
+            break;
+          }
+        }
+      } finally {
+        saves.close();
+      }
+      child.process.kill('SIGKILL');
       const exit = await child.exited;
-      expect(killed, child.output()).toBe(true);
-      expect(exit.signal).toBe('SIGKILL');
+      expect(exit.signal, child.output()).toBe('SIGKILL');
       expect(runFolders(runs).length).toBe(1); // resumes continue in the same run folder
-      killedAt.push(await assertLoadable(runDir!, vocabSize));
+      killedAt.push(await assertLoadable(runDir, vocabSize));
     }
-    // Killed mid-save at least once (usually all four; a save takes a few ms and the poll runs every ~1 ms).
+    // Killed mid-save at least once (usually all four: the watcher sees a save start within a fraction of a
+    // millisecond on an idle machine, and each round tries up to four saves).
     expect(caughtDuringSave).toBeGreaterThanOrEqual(1);
     const last = startCli(TRAIN_CLI, [recipeFile, '--resume', 'auto']);
     const exit = await last.exited;
@@ -135,12 +173,8 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     const runs = join(dir, 'runs-term');
     const recipeFile = await writeTinyRecipe(join(dir, 'tiny-term.yaml'), setup, runs, { ...TRAIN, checkpointInterval: 5, dataParallel: 2 });
     const child = startCli(TRAIN_CLI, [recipeFile, '--train.logInterval=3']);
-    const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && child.process.exitCode === null) {
-      const runDir = runFolders(runs)[0];
-      if (runDir && existsSync(join(runDir, 'metrics.jsonl')) && readMetrics(runDir).some((r) => r.step >= 3)) break;
-      await sleep(5);
-    }
+    // The progress line of step 3: the run has 24 steps, so the signal lands mid-run.
+    await child.waitForOutput(/^step 3\/24 \|/m);
     child.process.kill('SIGTERM');
     const exit = await child.exited;
     expect(exit.code, child.output()).toBe(143);

@@ -115,9 +115,12 @@ describe('RunLogger', () => {
     logger.log(trainRecord(1, 5));
     await logger.finish({ final_val_loss: 4.2 });
     await logger.finish({ ignored: true }); // idempotent
-    expect(fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8')).toBe('step 1 loss 5.0\nwarning: slow step\n');
+    // Each line of log.txt after its ISO time; stdout and stderr get the lines as they are.
+    const time = '\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z';
+    expect(fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8')).toMatch(new RegExp(`^${time} step 1 loss 5\\.0\\n${time} warning: slow step\\n$`));
     const summary = JSON.parse(fs.readFileSync(path.join(logger.dir, 'summary.json'), 'utf8')) as Record<string, unknown>;
     expect(summary).toMatchObject({ final_val_loss: 4.2, records: 1 });
+    expect(summary.peak_rss_bytes).toBeGreaterThan(10 * 2 ** 20); // this process's peak resident memory
     expect(summary).not.toHaveProperty('ignored');
   });
 

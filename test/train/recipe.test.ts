@@ -97,6 +97,27 @@ describe('loadRecipe', () => {
     expect(errorOf(path.join(dir, 'absent.yaml'))).toContain('cannot read the recipe (ENOENT)');
   });
 
+  it('reports an initFrom folder that cannot be read alone, not the keys it was to supply', () => {
+    const file = recipeFile(`initFrom: hf:${path.join(dir, 'no-such-gpt2')}\nmodel: { attention: { name: darkformer } }\ndata: { dataset: data/c4 }\n`);
+    expect(errorOf(file)).toBe(`${file}: initFrom hf:${path.join(dir, 'no-such-gpt2')}: Hugging Face folder ${path.join(dir, 'no-such-gpt2')} does not exist`);
+  });
+
+  it('expands ${NAME} and ${NAME:-default} in paths and initFrom from the environment; an unset one without a default is an error', () => {
+    const previous = process.env.SLAYFORMER_TEST_DATA;
+    try {
+      const file = recipeFile('data:\n  dataset: ${SLAYFORMER_TEST_DATA:-data}/sotu\n  tokenizer: ${SLAYFORMER_TEST_DATA}/tok.json\ntrain: { runDir: "${SLAYFORMER_TEST_UNSET:-runs}/x" }\n');
+      process.env.SLAYFORMER_TEST_DATA = '/elsewhere';
+      expect(loadRecipe(file)).toMatchObject({ data: { dataset: '/elsewhere/sotu', tokenizer: '/elsewhere/tok.json' }, train: { runDir: path.resolve('runs/x') } });
+      delete process.env.SLAYFORMER_TEST_DATA;
+      expect(errorOf(file)).toBe(`${file}: data.tokenizer: the environment variable SLAYFORMER_TEST_DATA in "\${SLAYFORMER_TEST_DATA}/tok.json" is not set (or write \${SLAYFORMER_TEST_DATA:-default})`);
+      // Other keys are taken as written.
+      expect(loadRecipe(file, ['--data.tokenizer=t.json', '--wandb.runName=${X}']).wandb.runName).toBe('${X}');
+    } finally {
+      if (previous === undefined) delete process.env.SLAYFORMER_TEST_DATA;
+      else process.env.SLAYFORMER_TEST_DATA = previous;
+    }
+  });
+
   it('checks constraints between keys', () => {
     expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 30, numHeads: 4}\n`))).toContain('model.dModel (30) must be divisible by model.numHeads (4)');
     expect(errorOf(recipeFile(`${MINIMAL}model: {maxSeqLen: 64}\ndata: {dataset: d, tokenizer: t, seqLen: 128}\n`.replace(MINIMAL, '')))).toContain(
@@ -165,7 +186,11 @@ describe('loadRecipe', () => {
 
     expect(errorOf(file, ['--train.lr=fast'])).toContain('override --train.lr=fast: train.lr must be a number (got "fast")');
     expect(errorOf(file, ['--train.bogus=1'])).toContain('override --train.bogus=1: unknown key train.bogus');
-    expect(errorOf(file, ['--trian.lr=1'])).toContain('unknown key trian.lr (did you mean train.lr?)');
+    expect(errorOf(file, ['--trian.lr=1'])).toContain('unknown key trian.lr (did you mean --train.lr?)');
+    // A key given without its section is found by its last part.
+    expect(errorOf(file, ['--lr=1e-3'])).toBe(`${file}: override --lr=1e-3: unknown key lr (did you mean --train.lr?)`);
+    expect(errorOf(file, ['--prfFeatures=8'])).toContain('unknown key prfFeatures (did you mean --model.attention.options.prfFeatures?)');
+    expect(errorOf(file, ['--minlr=0'])).toContain('(did you mean --train.minLr?)');
     expect(errorOf(file, ['--model.attention.options.quadratureNodes=0'])).toContain('model.attention.options.quadratureNodes');
     expect(errorOf(file, ['--train=3'])).toContain('train is a section');
     expect(errorOf(file, ['train.lr=1'])).toContain('must look like --section.key=value');
