@@ -176,7 +176,11 @@ export class RunLogger {
     this.endProgress();
     // maxRSS is in KiB: the peak of the whole process, replica threads included (not a GPU's memory).
     const peakRss = process.resourceUsage().maxRSS * 1024;
-    writeJson(path.join(this.dir, 'summary.json'), { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
+    // Written aside and renamed: summary.json marks a run done (sweeps, initFrom auto:, compare), so whoever sees it
+    // exists must find it whole.
+    const file = path.join(this.dir, 'summary.json');
+    writeJson(`${file}.tmp`, { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
+    fs.renameSync(`${file}.tmp`, file);
     if (!this.sink) return;
     const result = await this.sink.finish((this.options.wandbFinishTimeoutS ?? 60) * 1000);
     const info = readWandbInfo(this.dir);

@@ -131,6 +131,6 @@ describe('buildResults', () => {
     expect(experimentRunSet(toy, { quick: true, backend: 'tensorflow', runsRoot: dir }).runs[0].cores).toBe('all');
     const script = renderSbatchScript(set, [0, 2], {}, '/project');
     expect(script).toContain('#SBATCH --array=0,2');
-    expect(script.trim().split('\n').at(-1)).toMatch(/^exec node --import tsx \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --task "\$SLURM_ARRAY_TASK_ID"$/);
+    expect(script.trim().split('\n').at(-1)).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --task "\$SLURM_ARRAY_TASK_ID"$/);
   });
 });
