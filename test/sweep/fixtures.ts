@@ -1,5 +1,5 @@
 // The shipped tiny sweep on a small corpus of its own, and the sweep CLI in a child process.
-import { readFileSync, watch, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
@@ -54,46 +54,32 @@ export const killChildren = killStartedClis;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Waits until `check` returns a value, checking it again at every change under `folder` (fs.watch, recursive), so the
- * wait ends with the file event that makes it hold, however busy the machine. `timeoutMs` only bounds a failure (then
- * it throws `what` and `diagnose()`). A check that throws (a file not written yet) counts as not yet.
+ * Waits until `check` returns a value about the files under `folder`, checking it every 100 ms, so the wait ends
+ * with the state that makes it hold, however busy the machine; `timeoutMs` only bounds a failure (then it throws
+ * `what` and `diagnose()`). A check that throws (a file not written yet) counts as not yet. Not fs.watch: Node 20's
+ * recursive watcher on Linux throws an uncaught ENOENT when a watched folder disappears under it, which the
+ * trainer's atomic checkpoint folders (written aside, renamed, pruned) do all the time.
  */
 export function waitForFiles<T>(what: string, folder: string, timeoutMs: number, check: () => T | null | undefined | false, diagnose: () => string = () => ''): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const attempt = () => {
-      let value: T | null | undefined | false;
-      try {
-        value = check();
-      } catch {
-        return;
-      }
-      if (!value) return;
-      finish();
-      resolve(value);
-    };
-    const watcher = watch(folder, { recursive: true }, attempt);
-    const timer = setTimeout(() => {
-      finish();
-      reject(new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}\n${diagnose()}`));
-    }, timeoutMs);
-    const finish = () => {
-      watcher.close();
-      clearTimeout(timer);
-    };
-    attempt();
-  });
+  return pollFor(`${what} (under ${folder})`, timeoutMs, () => {
+    try {
+      return check();
+    } catch {
+      return null;
+    }
+  }, diagnose, 100);
 }
 
 /**
- * Polls `check` every 200 ms until it returns a value or `timeoutMs` passes (then throws `what` and `diagnose()`): for
+ * Polls `check` every `everyMs` (200) ms until it returns a value or `timeoutMs` passes (then throws `what` and `diagnose()`): for
  * state outside the file system (Slurm's queue), which has no event to wait on.
  */
-export async function pollFor<T>(what: string, timeoutMs: number, check: () => T | null | undefined | false, diagnose: () => string = () => ''): Promise<T> {
+export async function pollFor<T>(what: string, timeoutMs: number, check: () => T | null | undefined | false, diagnose: () => string = () => '', everyMs = 200): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = check();
     if (value) return value;
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}\n${diagnose()}`);
-    await sleep(200);
+    await sleep(everyMs);
   }
 }
