@@ -112,6 +112,8 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
   const [graph, xla] = [(opts.graph ?? true) && graphsAvailable(), opts.xla ?? false];
   const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true, graph, xla });
   const graphs = graph ? new GraphCache() : null;
+  // One key: every training batch has the task's shape.
+  const key = `${opts.batchSize}x${spec.seqLen}`;
   const varList = [...params.values()];
   const state = [...varList, ...model.buffers()];
   const lossCurve: number[] = [];
@@ -121,7 +123,7 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
       const batch = generator.trainBatch(opts.batchSize);
       const loss = tf.tidy(() => {
         const { inputs, targets, mask } = batchTensors(batch);
-        const { value, grads } = gradientsThroughGraph(graphs, `${batch.batchSize}x${batch.seqLen}`, [inputs, targets, mask], state, varList, () =>
+        const { value, grads } = gradientsThroughGraph(graphs, key, [inputs, targets, mask], state, varList, () =>
           maskedCrossEntropy(model.logits(inputs), targets, mask, spec.vocabSize), xla);
         optimizer.applyGradients(grads, opts.lr);
         return value;
@@ -146,7 +148,7 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
       accuracy: scored > 0 ? correct / scored : null,
       loss: scored > 0 ? lossSum / scored : null,
       lossCurve, params: model.parameterCount(), trainSeconds,
-      execution: graphs ? graphs.status(`${opts.batchSize}x${spec.seqLen}`) : 'eager',
+      execution: graphs ? graphs.status(key) : 'eager',
     };
   } finally {
     graphs?.dispose();

@@ -1,23 +1,25 @@
-// One micro-batch's loss and gradients, run as a TensorFlow graph where the backend can
-// (backend/tf-graph.ts) and eagerly everywhere else. The graph's inputs are the batch tensors, the
-// loss divisor, the dropout seed and every model tensor (parameters and buffers, so that updates,
-// redraws and finetune freezing reach it); anything else it reads is checked to be constant by
-// recording two steps before the graph is built.
+// What trains and validates, run as TensorFlow functions where the backend can (backend/tf-graph.ts,
+// docs/graph-functions.md) and eagerly everywhere else: a micro-batch's loss and gradients, and
+// validation's sums. The functions' inputs are the batch tensors (and the loss divisor and dropout
+// seed) and every model tensor (parameters and buffers, so that updates, redraws and finetune
+// freezing reach them); anything else they read is checked to be constant by recording twice.
 import * as tf from '@tensorflow/tfjs';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
 import { dropoutSeedTensor } from '../model/transformer.ts';
 import type { LanguageModel, LossInputs, ModelBatch } from '../model/lm.ts';
 
-const graphsByModel = new WeakMap<object, GraphCache>();
+/** A model's training-step functions, and its validation functions (a BERT validation set brings row counts of its own). */
+const stepGraphs = new WeakMap<LanguageModel, GraphCache>();
+const evalGraphs = new WeakMap<LanguageModel, GraphCache>();
 
-/** The graph cache of a model (any object owning tensors), freed with it through `onDispose`. */
-export function graphsOf(model: { onDispose(free: () => void): void }): GraphCache {
-  let graphs = graphsByModel.get(model);
+/** The model's cache in `caches`, made on first use and freed with the model. */
+function graphsOf(model: LanguageModel, caches = stepGraphs): GraphCache {
+  let graphs = caches.get(model);
   if (!graphs) {
     const created = new GraphCache();
     model.onDispose(() => created.dispose());
-    graphsByModel.set(model, (graphs = created));
+    caches.set(model, (graphs = created));
   }
   return graphs;
 }
@@ -80,28 +82,18 @@ export function microBatchGradients(
   return gradientsThroughGraph(graphsOf(model), stepKey(inputs, variables, seedTensor !== null), batchTensors, modelTensors, variables, loss, xla);
 }
 
-const evalGraphsByModel = new WeakMap<LanguageModel, GraphCache>();
-
 /**
  * Validation's sums of one batch (Σ cross-entropy, Σ correct top-1, labelled count; see
  * LanguageModel.evalSums) as a forward-only TensorFlow function where the backend can (`graph`:
- * train.graph), eagerly elsewhere. Its own cache per model, apart from the training steps': a BERT
- * validation set brings a few row counts of its own. Call inside tf.tidy.
+ * train.graph), eagerly elsewhere. Call inside tf.tidy.
  */
 export function evalSumsThroughGraph(model: LanguageModel, batch: ModelBatch, graph: boolean): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
   if (!graph || !graphsAvailable()) return model.evalSums(batch);
   const inputs = model.lossInputs(batch, ROW_BUCKET);
   if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
-  let cache = evalGraphsByModel.get(model);
-  if (!cache) {
-    const created = new GraphCache();
-    model.onDispose(() => created.dispose());
-    evalGraphsByModel.set(model, (cache = created));
-  }
   const batchTensors = LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []);
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
-  const key = LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',');
-  const [loss, correct] = cache.call(key, [...batchTensors, ...modelTensors], () => {
+  const [loss, correct] = graphsOf(model, evalGraphs).call(shapesKey(inputs), [...batchTensors, ...modelTensors], () => {
     const sums = model.evalSumsOf(inputs);
     return [sums.loss, sums.correct];
   });
@@ -119,8 +111,12 @@ const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask'] as const
 
 /** What a recorded program depends on besides tensor values: the batch shapes, which parameters train, dropout or not. */
 function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
-  const shapes = LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-');
-  return `${shapes.join(',')}|${variables.map((v) => v.name).join(',')}|${dropout ? 'dropout' : ''}`;
+  return `${shapesKey(inputs)}|${variables.map((v) => v.name).join(',')}|${dropout ? 'dropout' : ''}`;
+}
+
+/** The shapes of the loss inputs, which decide the recorded program. */
+function shapesKey(inputs: LossInputs): string {
+  return LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',');
 }
 
 /** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */
