@@ -3,7 +3,7 @@
 // becomes <mask> 80% of the time, a random ordinary token 10%, and stays itself 10%. Loss only on chosen
 // positions (labels = original id there, -100 elsewhere).
 import type { Rng } from '../model/rng.ts';
-import type { Batch } from './stream.ts';
+import type { Batch } from './batch.ts';
 import type { TextTokenizer } from './tokenizer.ts';
 
 export const IGNORE_LABEL = -100;

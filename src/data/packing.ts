@@ -1,7 +1,8 @@
 // GPT packing: documents joined with an end-of-text token, cut into windows of seqLen + 1 tokens that
 // overlap by one token (stride seqLen), so every token after the first is a target exactly once:
 // inputIds = window[0..seqLen), labels = window[1..seqLen]. The tail shorter than a window is dropped.
-import type { Batch } from './stream.ts';
+import { seqLenProblem } from './batch.ts';
+import type { Batch } from './batch.ts';
 
 /** Tokens of a document followed by the end-of-text token. */
 export function withEos(tokens: Int32Array, eos: number): Int32Array {
@@ -18,7 +19,8 @@ export class WindowPacker {
   private filled: number;
 
   constructor(readonly seqLen: number, carry: readonly number[] = []) {
-    if (!Number.isInteger(seqLen) || seqLen < 1) throw new Error(`seqLen must be an integer ≥ 1, got ${seqLen}`);
+    const problem = seqLenProblem(seqLen, 'gpt');
+    if (problem !== null) throw new Error(`WindowPacker: seqLen must be ${problem} (got ${seqLen})`);
     if (carry.length > seqLen) throw new Error(`packer carry of ${carry.length} tokens exceeds seqLen ${seqLen}`);
     this.window = new Int32Array(seqLen + 1);
     this.window.set(carry);

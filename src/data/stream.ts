@@ -20,6 +20,8 @@
 import pLimit from 'p-limit';
 import { Rng, deriveSeed } from '../model/rng.ts';
 import { readTextBatches, scanShard } from './arrow.ts';
+import { seqLenProblem } from './batch.ts';
+import type { Batch, SequenceKind } from './batch.ts';
 import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays, parseCursor } from './cursor.ts';
 import type { DataCursor, StreamStats } from './cursor.ts';
 import { describeSplit, listShards } from './dataset.ts';
@@ -30,23 +32,12 @@ import { WindowPacker, gptBatch, windowCount, withEos } from './packing.ts';
 import { ShuffleBuffer } from './shuffle.ts';
 import type { TextTokenizer } from './tokenizer.ts';
 
-export interface Batch {
-  kind: 'gpt' | 'bert';
-  batchSize: number;
-  seqLen: number;
-  inputIds: Int32Array;
-  labels: Int32Array;
-  attentionMask?: Float32Array;
-  tokens: number;
-  bytes: number;
-}
-
 export interface StreamOptions {
   dataset: string;
   split: Split;
   textColumn: string;
   tokenizer: TextTokenizer;
-  kind: 'gpt' | 'bert';
+  kind: SequenceKind;
   seqLen: number;
   batchSize: number;
   seed: number;
@@ -153,7 +144,8 @@ function validateOptions(opts: StreamOptions): void {
   if (opts.split !== 'train' && opts.split !== 'validation') {
     throw new Error(`stream option split must be 'train' or 'validation', got ${String(opts.split)}`);
   }
-  positiveInt('seqLen', opts.seqLen, opts.kind === 'bert' ? 3 : 1);
+  const seqLen = seqLenProblem(opts.seqLen, opts.kind);
+  if (seqLen !== null) throw new Error(`stream option seqLen must be ${seqLen}, got ${opts.seqLen}`);
   positiveInt('batchSize', opts.batchSize, 1);
   positiveInt('shuffleBuffer', opts.shuffleBuffer, 0);
   positiveInt('readAhead', opts.readAhead, 1);
@@ -278,7 +270,7 @@ class DocumentWalker {
   constructor(
     private readonly producers: ShardProducers,
     private readonly shardCount: number,
-    private readonly kind: 'gpt' | 'bert',
+    private readonly kind: SequenceKind,
     readonly position: Position,
     readonly stats: StreamStats,
     cursorFile: string,

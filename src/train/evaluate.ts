@@ -5,7 +5,8 @@ import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel } from '../model/lm.ts';
 import { evalSumsThroughGraph } from './compiled-step.ts';
 import { openBatchStream } from '../data/stream.ts';
-import type { Batch, StreamOptions } from '../data/stream.ts';
+import type { Batch } from '../data/batch.ts';
+import type { StreamOptions } from '../data/stream.ts';
 
 export interface EvalResult {
   /** Mean cross-entropy per labelled token, nats. */

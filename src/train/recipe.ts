@@ -11,6 +11,7 @@ import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../bounds.ts';
+import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import { hfRecipeSettings } from '../hf/folder.ts';
 import { freezeProblem } from './finetune.ts';
 import type { FreezeSpec } from './finetune.ts';
@@ -96,7 +97,8 @@ export type FieldType =
   | { kind: 'bool' }
   | { kind: 'attentionName' } // any name in the attention registry
   | { kind: 'attentionOptions' } // a mapping checked against the registry's specs for model.attention.name
-  | { kind: 'custom'; text: string; check(value: unknown): string | null }; // check: null = valid, else what the value must be
+  // check: null = valid, else what the value must be; `given` reads another key's value as given (undefined: not given)
+  | { kind: 'custom'; text: string; check(value: unknown, given: (key: string) => unknown): string | null };
 
 /** A default computed from the rest of the recipe (documented by `doc`). */
 export interface DerivedDefault {
@@ -156,7 +158,7 @@ export const RECIPE_SCHEMA = {
   'data.dataset': { type: filePath, default: REQUIRED, doc: 'Dataset: a `save_to_disk` folder, a split folder, a folder of `.arrow` shards, or a glob such as `cache/c4-train-*.arrow`.' },
   'data.textColumn': { type: str, default: 'text', doc: 'Name of the text column in the Arrow shards.' },
   'data.tokenizer': { type: filePath, default: REQUIRED, doc: 'Path to a `tokenizer.json` (Hugging Face tokenizers format).' },
-  'data.seqLen': { type: int(2, MAX_SEQ_LEN), default: 128, doc: 'Tokens per training sequence.' },
+  'data.seqLen': { type: { kind: 'custom', text: SEQ_LEN_RULE, check: (v, given) => seqLenProblem(v, given('model.kind') === 'bert' ? 'bert' : 'gpt') }, default: 128, doc: 'Tokens per training sequence.' },
   'data.shuffleBuffer': { type: int(0, 1_000_000), default: 1024, doc: 'Sequences held for the bounded shuffle of the training stream (0 = no shuffle).' },
   'data.readAhead': { type: int(1, 64), default: 2, doc: 'Shards read and tokenized ahead of the trainer.' },
   'data.mlmProbability': { type: num({ exclusiveMin: 0, exclusiveMax: 1 }), default: 0.15, doc: 'BERT: fraction of tokens chosen for the masked-LM loss (80% mask, 10% random, 10% kept).' },
@@ -374,7 +376,7 @@ function resolve(given: Map<string, Given>, file: string): Recipe {
       else derivedKeys.push(key);
       continue;
     }
-    const problem = checkType(key, spec, entry.value);
+    const problem = checkType(key, spec, entry.value, (other) => given.get(other)?.value);
     if (problem) problems.push(at(entry.origin) + problem);
     else flat[key] = entry.value;
   }
@@ -456,7 +458,7 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   const attention = isMapping(config.attention) ? config.attention : {};
   const value = (key: string) => (key.startsWith('model.attention.') ? attention[key.slice('model.attention.'.length)] : config[key.slice('model.'.length)]);
   for (const key of KEYS.filter((k) => k.startsWith('model.'))) {
-    const problem = checkType(key, SCHEMA[key], value(key));
+    const problem = checkType(key, SCHEMA[key], value(key), value);
     if (problem) problems.push(problem);
   }
   if (problems.length > 0) return problems;
@@ -526,7 +528,7 @@ export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): Langua
   };
 }
 
-function checkType(key: string, spec: FieldSpec, value: unknown): string | null {
+function checkType(key: string, spec: FieldSpec, value: unknown, given: (key: string) => unknown): string | null {
   const type = spec.type;
   if (value === null && spec.nullable) return null;
   const fail = (expected: string) => `${key} must be ${expected}${spec.nullable ? ' or null' : ''} (got ${describe(value)})`;
@@ -550,7 +552,7 @@ function checkType(key: string, spec: FieldSpec, value: unknown): string | null 
     case 'attentionOptions': // "options:" with nothing under it is null in YAML: no options
       return value === null || isMapping(value) ? null : fail('a mapping of attention options');
     case 'custom': {
-      const expected = type.check(value);
+      const expected = type.check(value, given);
       return expected === null ? null : fail(expected);
     }
   }

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { estimateEpoch, openBatchStream } from '../../src/data/stream.ts';
-import type { Batch, StreamOptions } from '../../src/data/stream.ts';
+import type { Batch } from '../../src/data/batch.ts';
+import type { StreamOptions } from '../../src/data/stream.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { syntheticDocuments, writeDataset } from './stream-fixtures.ts';
@@ -220,7 +221,7 @@ describe('BERT sequences', () => {
 
 describe('bad input', () => {
   it('rejects bad options and a cursor from another stream, naming the field', async () => {
-    await expect(openBatchStream(options({ seqLen: 0 }))).rejects.toThrow(/seqLen must be an integer ≥ 1, got 0/);
+    await expect(openBatchStream(options({ seqLen: 0 }))).rejects.toThrow(/seqLen must be an integer ≥ 2, ≤ 1048576, got 0/);
     await expect(openBatchStream(options({ readAhead: 0 }))).rejects.toThrow(/readAhead/);
     await expect(openBatchStream(options({ kind: 'xl' as 'gpt' }))).rejects.toThrow(/kind must be 'gpt' or 'bert'/);
     const stream = await openBatchStream(options({ shuffleBuffer: 4 }));

@@ -10,7 +10,7 @@ import { prepareDemoCorpus } from '../../src/data/demo-corpus.ts';
 import { listShards } from '../../src/data/dataset.ts';
 import { readTextBatches } from '../../src/data/arrow.ts';
 import { openBatchStream } from '../../src/data/stream.ts';
-import type { Batch } from '../../src/data/stream.ts';
+import type { Batch } from '../../src/data/batch.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';

@@ -6,7 +6,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import type { Batch } from '../../src/data/stream.ts';
+import type { Batch } from '../../src/data/batch.ts';
 import { createLanguageModel, IGNORE_LABEL } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';

@@ -7,7 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import type { Batch } from '../../src/data/stream.ts';
+import type { Batch } from '../../src/data/batch.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
