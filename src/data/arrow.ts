@@ -1,4 +1,4 @@
-// Arrow IPC shards: streaming reads of one text column, a header-only scan for cheap row and byte
+// Arrow IPC shards, the first shard format (src/data/shard-format.ts): streaming reads of one text column, a header-only scan for cheap row and byte
 // counts, and a writer that produces exactly what HuggingFace `datasets` writes (IPC *stream*
 // format, 1,000-row record batches, `huggingface` schema metadata holding the features JSON).
 import fs from 'node:fs';
@@ -19,6 +19,7 @@ import {
   vectorFromArray,
 } from 'apache-arrow';
 import type { DataType, Vector } from 'apache-arrow';
+import type { ShardFormat, ShardScan, TextBatch } from './shard-format.ts';
 
 /** Rows per record batch, as in `datasets` (config.DEFAULT_MAX_BATCH_SIZE). */
 export const ROWS_PER_BATCH = 1000;
@@ -207,7 +208,7 @@ export async function* readTextBatches(
   file: string,
   column: string,
   fromBatch = 0,
-): AsyncGenerator<{ batchIndex: number; texts: (string | null)[]; invalidUtf8: number }> {
+): AsyncGenerator<TextBatch> {
   if (!Number.isInteger(fromBatch) || fromBatch < 0) {
     throw new ArrowShardError(file, `fromBatch must be a non-negative integer, got ${fromBatch}`);
   }
@@ -295,15 +296,6 @@ function bufferCount(type: DataType): number | null {
     default:
       return null; // unions, view types: not needed for text shards
   }
-}
-
-export interface ShardScan {
-  rows: number;
-  batches: number;
-  /** Rows of each record batch. */
-  batchRows: number[];
-  /** UTF-8 bytes of the text column (exact, from the offsets buffer), null when it cannot be told cheaply. */
-  textBytes: number | null;
 }
 
 /**
@@ -438,6 +430,9 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
     await handle.close();
   }
 }
+
+/** The first shard format (src/data/shard-registry.ts): record batches are the batches the cursor addresses. */
+export const arrowShards: ShardFormat = { name: 'Arrow IPC', extensions: ['.arrow'], scan: scanShard, readTextBatches };
 
 /** `datasets` features JSON for string columns: {"text": {"dtype": "string", "_type": "Value"}, …}. */
 export function stringFeatures(columns: readonly string[]): Record<string, { dtype: string; _type: string }> {

@@ -1,10 +1,11 @@
-// Dataset layouts on disk: resolving a path to the Arrow shards of one split (HF save_to_disk
-// folders, single split folders, plain folders and globs of *.arrow such as the HF cache of
-// allenai/c4), cheap metadata for dry runs, and writing the DatasetDict.save_to_disk layout.
+// Dataset layouts on disk: resolving a path to the shards of one split (HF save_to_disk folders, single split
+// folders, plain folders and globs of shard files such as the *.arrow HF cache of allenai/c4; any registered shard
+// format, src/data/shard-registry.ts), cheap metadata for dry runs, and writing the DatasetDict.save_to_disk layout.
 import fs from 'node:fs';
 import path from 'node:path';
 import { createHash } from 'node:crypto';
-import { ArrowShardWriter, pythonJson, scanShard, stringFeatures } from './arrow.ts';
+import { ArrowShardWriter, pythonJson, stringFeatures } from './arrow.ts';
+import { isShardFile, shardFileEndings, shardFormatOf } from './shard-registry.ts';
 
 export type Split = 'train' | 'validation';
 export const SPLITS: readonly Split[] = ['train', 'validation'];
@@ -68,6 +69,7 @@ function shardsOfSplitFolder(folder: string, split: Split): string[] {
     if (typeof name !== 'string' || name !== path.basename(name)) {
       throw new DatasetPathError(stateFile, `_data_files[${i}].filename must be a plain file name, got ${JSON.stringify(name)}`);
     }
+    if (!isShardFile(name)) throw new DatasetPathError(stateFile, `_data_files[${i}].filename ${name} is not a ${shardFileEndings()} file`);
     const file = path.join(folder, name);
     if (!isFile(file)) throw new DatasetPathError(folder, `shard ${name} listed in state.json is missing`);
     return file;
@@ -78,20 +80,20 @@ const SPLIT_IN_NAME = /-(train|validation|test)(?=[-.])/;
 
 /** Keeps the files whose names carry the split ("c4-train-00000-of-01024.arrow"); errors say what was found. */
 function filterBySplitName(where: string, files: string[], split: Split): string[] {
-  if (files.length === 0) throw new DatasetPathError(where, 'no .arrow files found');
+  if (files.length === 0) throw new DatasetPathError(where, `no ${shardFileEndings()} files found`);
   const marked = files.filter((f) => SPLIT_IN_NAME.test(path.basename(f)));
   if (marked.length === 0) {
     if (split === 'train') return files;
     throw new DatasetPathError(
       where,
-      `the .arrow file names carry no "-train-"/"-validation-" part, so they are all treated as the train split; ` +
+      `the ${shardFileEndings()} file names carry no "-train-"/"-validation-" part, so they are all treated as the train split; ` +
         `there are no validation shards (pass a save_to_disk dataset or name the files like c4-validation-00000-of-00008.arrow)`,
     );
   }
   const chosen = marked.filter((f) => SPLIT_IN_NAME.exec(path.basename(f))![1] === split);
   if (chosen.length === 0) {
     const found = [...new Set(marked.map((f) => SPLIT_IN_NAME.exec(path.basename(f))![1]))].join(', ');
-    throw new DatasetPathError(where, `no "-${split}-" .arrow files (splits found in the file names: ${found})`);
+    throw new DatasetPathError(where, `no "-${split}-" ${shardFileEndings()} files (splits found in the file names: ${found})`);
   }
   return chosen;
 }
@@ -122,20 +124,22 @@ export function expandFileGlob(pattern: string): string[] {
 }
 
 /**
- * Resolves a dataset path to the sorted list of Arrow shard files of one split: a save_to_disk
- * DatasetDict folder, a single split folder (state.json), a folder of *.arrow files, a glob of
- * them, or one .arrow file. File names with "-train-"/"-validation-" select the split.
+ * Resolves a dataset path to the sorted list of shard files of one split: a save_to_disk
+ * DatasetDict folder, a single split folder (state.json), a folder of shard files (*.arrow, or
+ * another registered format's), a glob of them, or one shard file. File names with
+ * "-train-"/"-validation-" select the split.
  */
 export async function listShards(datasetPath: string, split: Split): Promise<string[]> {
   if (!SPLITS.includes(split)) throw new DatasetPathError(datasetPath, `unknown split "${split}"; expected one of ${SPLITS.join(', ')}`);
   if (/[*?[]/.test(path.basename(datasetPath)) && !fs.existsSync(datasetPath)) {
-    const files = expandFileGlob(datasetPath).filter((f) => f.endsWith('.arrow'));
-    if (files.length === 0) throw new DatasetPathError(datasetPath, 'the glob matches no .arrow files');
+    const files = expandFileGlob(datasetPath).filter(isShardFile);
+    if (files.length === 0) throw new DatasetPathError(datasetPath, `the glob matches no ${shardFileEndings()} files`);
     return filterBySplitName(datasetPath, files, split);
   }
-  if (!fs.existsSync(datasetPath)) throw new DatasetPathError(datasetPath, 'does not exist (expected a dataset folder, a .arrow file or a glob of .arrow files)');
+  const endings = shardFileEndings();
+  if (!fs.existsSync(datasetPath)) throw new DatasetPathError(datasetPath, `does not exist (expected a dataset folder, a ${endings} file or a glob of ${endings} files)`);
   if (isFile(datasetPath)) {
-    if (!datasetPath.endsWith('.arrow')) throw new DatasetPathError(datasetPath, 'expected a .arrow file, a dataset folder or a glob of .arrow files');
+    if (!isShardFile(datasetPath)) throw new DatasetPathError(datasetPath, `expected a ${endings} file, a dataset folder or a glob of ${endings} files`);
     return filterBySplitName(path.dirname(datasetPath), [datasetPath], split);
   }
   if (isFile(path.join(datasetPath, DATASET_DICT_JSON))) {
@@ -153,19 +157,19 @@ export async function listShards(datasetPath: string, split: Split): Promise<str
   if (isFile(path.join(datasetPath, STATE_JSON))) return shardsOfSplitFolder(datasetPath, split);
   const files = fs
     .readdirSync(datasetPath)
-    .filter((name) => name.endsWith('.arrow') && isFile(path.join(datasetPath, name)))
+    .filter((name) => isShardFile(name) && isFile(path.join(datasetPath, name)))
     .sort(byName)
     .map((name) => path.join(datasetPath, name));
   if (files.length === 0) {
-    throw new DatasetPathError(datasetPath, 'has no dataset_dict.json, no state.json and no .arrow files');
+    throw new DatasetPathError(datasetPath, `has no dataset_dict.json, no state.json and no ${endings} files`);
   }
   return filterBySplitName(datasetPath, files, split);
 }
 
 /**
- * Rows and UTF-8 text bytes of a split, from the IPC message headers of its shards (a few small
- * reads per 1,000-row batch, no text is read). bytes is null when a shard's layout does not allow
- * it (compressed buffers, dictionary-encoded text).
+ * Rows and UTF-8 text bytes of a split, from its shards' scans (Arrow: the IPC message headers, a
+ * few small reads per 1,000-row batch, no text is read). bytes is null when a shard's layout does
+ * not allow it (Arrow: compressed buffers, dictionary-encoded text).
  */
 export async function describeSplit(
   datasetPath: string,
@@ -176,7 +180,7 @@ export async function describeSplit(
   let rows = 0;
   let bytes: number | null = 0;
   for (const shard of shards) {
-    const scan = await scanShard(shard, column);
+    const scan = await shardFormatOf(shard).scan(shard, column);
     rows += scan.rows;
     bytes = bytes === null || scan.textBytes === null ? null : bytes + scan.textBytes;
   }

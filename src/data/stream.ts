@@ -1,8 +1,8 @@
-// The batch stream: Arrow shards → documents → tokens → GPT windows or BERT sequences → bounded shuffle →
+// The batch stream: shards (any registered shard format, src/data/shard-registry.ts) → documents → tokens → GPT windows or BERT sequences → bounded shuffle →
 // batches, with a cursor that restores the stream exactly.
 //
 // Pipeline. Shards are visited in a seeded order (train) or sorted order (validation). For each shard a
-// producer reads record batches with readTextBatches and tokenizes them (the native encodeBatch runs on
+// producer reads record batches with its format's readTextBatches and tokenizes them (the native encodeBatch runs on
 // the libuv pool) into a small bounded queue; p-limit caps how many shards have producers at once
 // (`readAhead`), and a shard's slot is released only when the consumer has finished it, so memory stays
 // bounded by readAhead × QUEUED_RECORD_BATCHES tokenized record batches.
@@ -19,7 +19,6 @@
 // of JSON for vocabularies ≤ 65 536.
 import pLimit from 'p-limit';
 import { Rng, deriveSeed } from '../model/rng.ts';
-import { readTextBatches, scanShard } from './arrow.ts';
 import { seqLenProblem } from './batch.ts';
 import type { Batch, SequenceKind } from './batch.ts';
 import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays, parseCursor } from './cursor.ts';
@@ -29,6 +28,7 @@ import type { Split } from './dataset.ts';
 import { mlmBatch, mlmSpecials, ordinaryTokenIds } from './mlm.ts';
 import type { MlmOptions } from './mlm.ts';
 import { WindowPacker, gptBatch, windowCount, withEos } from './packing.ts';
+import { shardFormatOf } from './shard-registry.ts';
 import { ShuffleBuffer } from './shuffle.ts';
 import type { TextTokenizer } from './tokenizer.ts';
 
@@ -213,7 +213,8 @@ class ShardProducers {
     const eos = tokenizer.specialIds.eos ?? -1;
     const invalid = { count: 0, firstBatch: -1 };
     try {
-      for await (const { batchIndex, texts, invalidUtf8 } of readTextBatches(this.files[position], textColumn, fromBatch)) {
+      const file = this.files[position];
+      for await (const { batchIndex, texts, invalidUtf8 } of shardFormatOf(file).readTextBatches(file, textColumn, fromBatch)) {
         if (invalidUtf8 > 0 && invalid.count === 0) invalid.firstBatch = batchIndex;
         invalid.count += invalidUtf8;
         const skipRows = batchIndex === fromBatch ? fromRow : 0;
@@ -338,7 +339,7 @@ function checkCursorAgainst(cursor: DataCursor, opts: StreamOptions, shards: str
     kind: opts.kind, split: opts.split, seqLen: opts.seqLen, batchSize: opts.batchSize, seed: isTrain ? opts.seed : 0,
     shuffleBuffer: isTrain ? opts.shuffleBuffer : 0, tokenizerSha256: opts.tokenizer.sha256, vocabSize: opts.tokenizer.vocabSize,
     dataset: opts.dataset, shardCount: shards.length,
-    recordBatchRows: async (shard) => (await scanShard(shards[shard], opts.textColumn)).batchRows,
+    recordBatchRows: async (shard) => (await shardFormatOf(shards[shard]).scan(shards[shard], opts.textColumn)).batchRows,
   }, source);
 }
 
@@ -368,7 +369,7 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   const cursorFile = opts.cursorFile ?? 'data cursor';
   const cursor = opts.cursor ? parseCursor(opts.cursor, cursorFile) : undefined;
   if (cursor) await checkCursorAgainst(cursor, opts, shards, cursorFile);
-  const stream = new ArrowBatchStream(opts, shards, cursor, cursorFile);
+  const stream = new ShardBatchStream(opts, shards, cursor, cursorFile);
   try {
     await stream.readRestoredDocument();
   } catch (err) {
@@ -379,7 +380,7 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
 }
 
 /** The stages of one open stream and the counters its cursor records. */
-class ArrowBatchStream implements BatchStream {
+class ShardBatchStream implements BatchStream {
   private readonly seed: number;
   private readonly shardOrder: number[];
   private readonly producers: ShardProducers;
@@ -533,8 +534,8 @@ export interface EpochEstimate {
 }
 
 /**
- * Counts of one epoch, estimated without reading the split: the split's text bytes come from the shards' IPC headers
- * (a few small reads per record batch; rows when the bytes cannot be told, e.g. dictionary-encoded text), and tokens
+ * Counts of one epoch, estimated without reading the split: the split's text bytes come from the shards' scans (Arrow:
+ * the IPC headers, a few small reads per record batch; rows when the bytes cannot be told, e.g. dictionary-encoded text), and tokens
  * and examples per byte (or per row) from the first documents of the split, at most `sample.documents` documents or
  * `sample.bytes` of text. When the sample reaches the end of the split the counts are exact. `tokens` counts
  * document tokens as StreamStats.tokens does. A train split without one full batch is an error.
@@ -549,7 +550,7 @@ export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample:
   let rows = 0;
   let bertChunks = 0;
   outer: for (const shard of described.shards) {
-    for await (const { texts } of readTextBatches(shard, opts.textColumn)) {
+    for await (const { texts } of shardFormatOf(shard).readTextBatches(shard, opts.textColumn)) {
       rows += texts.length;
       const kept = texts.filter((t): t is string => t !== null && t.trim().length > 0);
       for (const ids of await tokenizer.encodeBatch(kept)) {

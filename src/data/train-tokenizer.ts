@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { BPE, Tokenizer, byteLevelAlphabet, byteLevelPreTokenizer } from 'tokenizers';
-import { readTextBatches } from './arrow.ts';
 import { listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
+import { shardFormatOf } from './shard-registry.ts';
 
 /** Special tokens of our byte-level tokenizers, ids 0, 1, 2. `<mask>`/`<pad>` serve BERT-style training,
  *  `<|endoftext|>` separates documents (and stands in for [CLS]/[SEP]). */
@@ -158,14 +158,14 @@ export interface TrainTokenizerOptions {
   maxBytes?: number;
 }
 
-/** Trains on the text column of a dataset split (Arrow shards, see dataset.ts). */
+/** Trains on the text column of a dataset split (shards of any registered format, see dataset.ts). */
 export async function trainTokenizer(opts: TrainTokenizerOptions): Promise<TrainSummary> {
   checkVocabSize(opts.vocabSize);
   const shards = await listShards(opts.dataset, opts.split ?? 'train');
   const column = opts.textColumn ?? 'text';
   async function* texts(): AsyncGenerator<string | null> {
     for (const shard of shards) {
-      for await (const { texts: batch } of readTextBatches(shard, column)) yield* batch;
+      for await (const { texts: batch } of shardFormatOf(shard).readTextBatches(shard, column)) yield* batch;
     }
   }
   return trainByteLevelBpeFromTexts(texts(), opts.vocabSize, opts.out, opts.maxBytes ?? Infinity);

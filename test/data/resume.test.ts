@@ -15,11 +15,14 @@ vi.mock('../../src/data/arrow.ts', async (importOriginal) => {
   const original = await importOriginal<typeof import('../../src/data/arrow.ts')>();
   return {
     ...original,
-    async *readTextBatches(file: string, column: string, fromBatch = 0) {
-      for await (const batch of original.readTextBatches(file, column, fromBatch)) {
-        reads.push({ shard: basename(file), batchIndex: batch.batchIndex });
-        yield batch;
-      }
+    arrowShards: {
+      ...original.arrowShards,
+      async *readTextBatches(file: string, column: string, fromBatch = 0) {
+        for await (const batch of original.readTextBatches(file, column, fromBatch)) {
+          reads.push({ shard: basename(file), batchIndex: batch.batchIndex });
+          yield batch;
+        }
+      },
     },
   };
 });
