@@ -1,5 +1,5 @@
-// The batch stream: shards (any registered shard format, src/data/shard-registry.ts) → documents → tokens → GPT windows or BERT sequences → bounded shuffle →
-// batches, with a cursor that restores the stream exactly.
+// The batch stream: shards (of any registered format, src/data/shard-registry.ts) → documents → tokens → GPT windows
+// or BERT sequences → bounded shuffle → batches, with a cursor that restores the stream exactly.
 //
 // Pipeline. Shards are visited in a seeded order (train) or sorted order (validation). For each shard a
 // producer reads record batches with its format's readTextBatches and tokenizes them (the native encodeBatch runs on

@@ -109,6 +109,10 @@ describe('a shard format registered with one call', () => {
     );
     await expect(listShards(join(dir, 'nowhere'), 'train')).rejects.toThrow(/expected a dataset folder, a \.arrow\/\.jsonl file/);
     expect(() => registerShardFormat({ ...jsonLinesShards, name: 'another' })).toThrow(/another: the ending \.jsonl is already read by toy JSON Lines/);
+    // A split folder's state.json may list only files a format reads.
+    await mkdir(join(dir, 'listed'));
+    await writeFile(join(dir, 'listed', 'state.json'), JSON.stringify({ _data_files: [{ filename: 'data-00000-of-00001.csv' }], _split: 'train' }));
+    await expect(listShards(join(dir, 'listed'), 'train')).rejects.toThrow(/listed\/state\.json: _data_files\[0\]\.filename data-00000-of-00001\.csv is not a \.arrow\/\.jsonl file/);
   });
 
   it('streams the same GPT and BERT batches as Arrow shards of the same rows, and the same epoch estimate', async () => {
