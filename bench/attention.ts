@@ -14,13 +14,15 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { initBackend } from '../src/backend.ts';
+import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
 import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
 import { lineChartSvg } from '../src/experiments/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { matMulTransposeB, weightGradient } from '../src/model/ops.ts';
-import { GraphCache, graphsAvailable } from '../src/backend/tf-graph.ts';
+import { currentDevice } from '../src/backend/current.ts';
+import { GraphCache } from '../src/backend/tf-graph.ts';
 import { gradientsThroughGraph } from '../src/train/compiled-step.ts';
 import { Rng } from '../src/model/rng.ts';
 
@@ -52,7 +54,7 @@ const parseOptions = (argv: string[]) =>
     SPEC,
     (v) => ({
       child: v.child,
-      backend: v.backend,
+      backend: chooseBackend({ flag: v.backend, recipe: 'wasm' }).choice,
       maxLength: v['max-length'],
       lengths: numberListOption(v.lengths, 'lengths', { integer: true, min: 1 }),
       mechanisms: listOption(v.mechanisms, 'mechanisms', attentionNames()),
@@ -213,7 +215,7 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
   const layer = () => merge(attn.apply(split(x, wq), split(x, wk), split(x, wv)), wo);
   // On tensorflow both run as TensorFlow functions once recorded twice (train.graph's path,
   // src/train/compiled-step.ts): the input and every weight and buffer are feeds.
-  const graphs = graphsAvailable() ? new GraphCache() : null;
+  const graphs = currentDevice().graphSteps ? new GraphCache() : null;
   const state = [...params, ...attn.buffers];
   const forward = () => tf.tidy(() => (graphs ? graphs.call('forward', [x, ...state], () => [layer()])[0] : layer()));
   const train = () =>
@@ -359,7 +361,7 @@ async function main(): Promise<void> {
   if (opts.merge) {
     ({ backend, rows } = mergedResults(opts.merge));
   } else {
-    backend = await initBackend(opts.backend, { quiet: true });
+    ({ backend } = await initBackend(opts.backend, { quiet: true }));
     console.log(`backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats} (fewer past ${opts.maxTimedS} s of timed runs)\n`);
     rows = await measureAll(opts, opts.mechanisms ?? attentionNames());
   }

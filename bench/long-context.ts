@@ -14,6 +14,7 @@ import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
 import { initBackend } from '../src/backend.ts';
+import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
 import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
@@ -46,7 +47,7 @@ const parseOptions = (argv: string[]) =>
     SPEC,
     (v) => ({
       child: v.child,
-      backend: v.backend,
+      backend: chooseBackend({ flag: v.backend, recipe: 'wasm' }).choice,
       lengths: numberListOption(v.lengths, 'lengths', { integer: true, min: 1 })!,
       mechanisms: listOption(v.mechanisms, 'mechanisms', attentionNames()) ?? attentionNames(),
       generate: v.generate,
@@ -132,7 +133,7 @@ function measureIsolated(opts: Options, mechanism: string, length: number): Prom
 async function main(): Promise<void> {
   const opts = parseOptions(process.argv.slice(2));
   if (!(await benchmarkEntry(opts, (mechanism, length) => measure(opts, mechanism, length)))) return;
-  const backend = await initBackend(opts.backend, { quiet: true });
+  const { backend } = await initBackend(opts.backend, { quiet: true });
   console.log(`backend ${backend}; GPT vocab ${VOCAB}, width 128, 4 layers × 4 heads; prompt in blocks of ${opts.block}, then ${opts.generate} tokens; budget ${opts.budgetMB} MB\n`);
   console.log('mechanism           L   prefill s   prefill tok/s   decode ms/token   state MB    peak MB   status');
   const fmt = (v: number | null, digits = 1) => (v === null ? '—' : v.toFixed(digits));

@@ -10,6 +10,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { initBackend } from '../src/backend.ts';
+import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { parseOrExit } from '../src/cli/command.ts';
 import { describeSplit } from '../src/data/dataset.ts';
@@ -38,7 +39,7 @@ const seconds = (start: number) => (performance.now() - start) / 1000;
 const dir = values.dir ?? (await mkdtemp(join(tmpdir(), 'bench-startup-')));
 const data = join(dir, `c4-like-${gigabytes}gb`);
 try {
-  await initBackend(values.backend, { quiet: true });
+  await initBackend(chooseBackend({ flag: values.backend, recipe: 'cpu' }).choice, { quiet: true });
   const shards = Math.max(1, Math.ceil((gigabytes * 1000) / SHARD_MB));
   const name = (split: string, i: number, n: number) => join(data, `c4-${split}-${String(i).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.arrow`);
   let t = performance.now();

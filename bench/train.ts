@@ -22,7 +22,8 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { BACKENDS, initBackend } from '../src/backend.ts';
+import { initBackend } from '../src/backend.ts';
+import { BACKEND_ENV, BACKENDS, chooseBackend } from '../src/backend/device.ts';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
 import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
@@ -52,7 +53,7 @@ const COMMAND = {
   usage: '[attention names…] [options]',
   description: 'Training throughput of the reference GPT shape with each attention mechanism (default: all registered).',
   options: {
-    backends: { type: 'string', value: 'LIST', default: 'wasm', help: 'comma-separated backends, each in its own process' },
+    backends: { type: 'string', value: 'LIST', defaultText: `$${BACKEND_ENV}, else wasm`, help: 'comma-separated backends, each in its own process' },
     backend: { type: 'string', choices: BACKENDS, hidden: true, help: 'internal: the backend of one child process' },
     replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
@@ -76,7 +77,7 @@ const COMMAND = {
 function parse(argv: string[]) {
   const { values, positionals } = parseOrExit(COMMAND, argv);
   const fail = (message: string) => exitWithUsage(COMMAND, message);
-  const backends = (values.backend ?? values.backends).split(',');
+  const backends = (values.backend ?? values.backends ?? chooseBackend({ recipe: 'wasm' }).choice).split(',');
   const unknownBackend = backends.find((b) => !(BACKENDS as readonly string[]).includes(b));
   if (unknownBackend !== undefined) fail(`--backends: unknown backend '${unknownBackend}'; allowed: ${BACKENDS.join(', ')}`);
   const replicas = values.replicas.split(',');
@@ -117,14 +118,15 @@ type Options = ReturnType<typeof parse>;
 
 /** This process: one backend, every mechanism × replica count. */
 async function measureHere(o: Options): Promise<Row[]> {
-  const backend = await initBackend(o.backends[0], { quiet: true });
+  const device = await initBackend(o.backends[0], { quiet: true });
+  const { backend } = device;
   const { seq, batch, vocab, d, layers, heads } = o.shape;
   if (!o.json) console.log(`bench:train on ${backend}: GPT vocab ${vocab}, d ${d}, ${layers} layers, ${heads} heads, seq ${seq}, batch ${batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
-  const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), backend, batch)))];
+  const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), device, batch)))];
   const rows: Row[] = [];
   // (graph, xla) pairs: XLA applies to the function rows only.
   type Mode = { graph: boolean; xla: boolean };
-  const modes: Mode[] = backend === 'tensorflow' ? o.graph.flatMap((graph): Mode[] => (graph ? o.xla.map((xla) => ({ graph, xla })) : [{ graph, xla: false }])) : [{ graph: true, xla: false }];
+  const modes: Mode[] = device.native ? o.graph.flatMap((graph): Mode[] => (graph ? o.xla.map((xla) => ({ graph, xla })) : [{ graph, xla: false }])) : [{ graph: true, xla: false }];
   for (const name of o.names) for (const replicas of replicaCounts) for (const { graph, xla } of modes) {
     const model = createLanguageModel({
       kind: 'gpt', vocabSize: vocab, maxSeqLen: seq, dModel: d, numLayers: layers, numHeads: heads,
@@ -133,10 +135,10 @@ async function measureHere(o: Options): Promise<Row[]> {
     const r = await measureThroughput(model, {
       batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph, xla,
       // A function call is one op, which tf.profile does not see into: profiles are of op-by-op steps.
-      afterTimed: o.profile && !(backend === 'tensorflow' && graph) ? (step) => profile(name, step) : undefined,
+      afterTimed: o.profile && !(device.native && graph) ? (step) => profile(name, step) : undefined,
     });
     model.dispose();
-    const label = backend === 'tensorflow' ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
+    const label = device.native ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
     const row: Row = { label, attention: name, replicas, ...r };
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));

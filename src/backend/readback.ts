@@ -3,6 +3,7 @@
 // copy. A training step should read a handful of scalars (loss, gradient norm), whatever the model's
 // size: this meter makes that observable (trainer log, bench:train --json, test/backend/readback.test.ts).
 import * as tf from '@tensorflow/tfjs';
+import { currentDevice } from './current.ts';
 
 /** Reads since the meter was installed: calls, values (elements) and bytes. */
 export interface Readback {
@@ -19,12 +20,12 @@ interface MeteredBackend {
 }
 
 /**
- * The reads so far on the tensorflow backend (zeros elsewhere: wasm and cpu tensors live in host
+ * The reads so far on the native backend (zeros elsewhere: wasm and cpu tensors live in JavaScript's
  * memory). The first call installs the meter: the backend is given a counting view of its binding,
  * as tf-graph.ts's recorder does (the binding's own properties are read-only).
  */
 export function readback(): Readback {
-  if (tf.getBackend() === 'tensorflow') {
+  if (currentDevice().native) {
     const backend = tf.backend() as unknown as MeteredBackend;
     if (!metered.has(backend.binding)) {
       const binding = backend.binding;

@@ -74,8 +74,8 @@ function graphProbe(): { gradient: Float32Array; xla: Float32Array | string } {
 export async function verifyTensorflow(): Promise<Check[]> {
   await initBackend('cpu', { quiet: true });
   const reference = probe();
-  const backend = await initBackend('tensorflow', { quiet: true });
-  const checks: Check[] = [{ name: 'backend', ok: backend === 'tensorflow' && tf.getBackend() === 'tensorflow', detail: tf.getBackend() }];
+  const device = await initBackend('tensorflow', { quiet: true });
+  const checks: Check[] = [{ name: 'backend', ok: device.backend === 'tensorflow', detail: `${device.backend}: ${device.source}` }];
   const info = tensorflowInfo();
   const built = readBuildStamp()?.tensorflow;
   checks.push({ name: 'TensorFlow version', ok: !built || info.tensorflow === built, detail: `${info.tensorflow}${built ? ` (built from ${built})` : ''}${info.gpu ? ', on the GPU' : ', on the CPU'}` });

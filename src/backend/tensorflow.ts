@@ -8,6 +8,8 @@ import * as tf from '@tensorflow/tfjs';
 import { SPARSE_CROSS_ENTROPY, STATELESS_UNIFORM } from './fused-kernels.ts';
 import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
 
+let loadedFrom: string | undefined;
+
 /**
  * Loads the native package: the wheel-built one from the cache, else an installed
  * @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node (e.g. a host whose stock install still works).
@@ -33,6 +35,7 @@ export function loadTensorflowPackage(): string | undefined {
       const quietAddon = candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null;
       withoutStartupLines(quietAddon, () => require(candidate));
       registerTensorflowKernels();
+      loadedFrom = candidate === wheelBuilt ? '.cache/tensorflow' : candidate;
       return undefined;
     } catch (err) {
       reasons.push(`${path.isAbsolute(candidate) ? path.relative(PROJECT_ROOT, candidate) : candidate}: ${(err as Error).message.split('\n')[0]}`);
@@ -60,10 +63,10 @@ function withoutStartupLines<T>(addon: string | null, load: () => T): T {
   }
 }
 
-/** The binding's view of itself, for logs and env records. */
-export function tensorflowInfo(): { tensorflow: string; gpu: boolean } {
+/** The binding's view of itself, and the package it came from ('.cache/tensorflow' or an installed one), for logs and env records. */
+export function tensorflowInfo(): { tensorflow: string; gpu: boolean; package: string } {
   const backend = tf.backend() as unknown as { binding?: { TF_Version?: string }; isUsingGpuDevice?: boolean };
-  return { tensorflow: backend.binding?.TF_Version ?? 'unknown', gpu: backend.isUsingGpuDevice === true };
+  return { tensorflow: backend.binding?.TF_Version ?? 'unknown', gpu: backend.isUsingGpuDevice === true, package: loadedFrom ?? 'unknown' };
 }
 
 let kernelsRegistered = false;

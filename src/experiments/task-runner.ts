@@ -3,7 +3,8 @@
 // lr 1e-3 (PyTorch's default weight decay 0.01, β = (0.9, 0.999), ε = 1e-8), one freshly generated
 // batch per optimizer step, final accuracy on 4 × batch fresh samples, seeds 42/43/44.
 import * as tf from '@tensorflow/tfjs';
-import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
+import { currentDevice } from '../backend/current.ts';
+import { GraphCache } from '../backend/tf-graph.ts';
 import { gradientsThroughGraph } from '../train/compiled-step.ts';
 import { AdamW } from '../train/optimizer.ts';
 import { groupBy, meanSd, formatMeanSd } from './stats.ts';
@@ -109,7 +110,7 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
   // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
   // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
   // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
-  const [graph, xla] = [(opts.graph ?? true) && graphsAvailable(), opts.xla ?? false];
+  const [graph, xla] = [(opts.graph ?? true) && currentDevice().graphSteps, opts.xla ?? false];
   const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true, graph, xla });
   const graphs = graph ? new GraphCache() : null;
   // One key: every training batch has the task's shape.

@@ -1,14 +1,15 @@
 // Tensor helpers shared by the attention library and the models.
 import * as tf from '@tensorflow/tfjs';
+import { currentDevice } from '../backend/current.ts';
 
 /**
- * Whether 2-D products get explicit transposes instead of transposeA/B flags. The wasm backend runs
- * XNNPACK only for the plain, non-transposed 2-D product; its transposed products fall to a ~25×
- * slower loop (../shared/notes/ecosystem.md §4). Elsewhere (tensorflow: MatMul's adjoint flags) the
- * flags are free and a transpose is a copy.
+ * Whether 2-D products get explicit transposes instead of transposeA/B flags: where the device runs
+ * fast only the plain, non-transposed 2-D product (wasm's XNNPACK; its transposed products fall to a
+ * ~25× slower loop, ../shared/notes/ecosystem.md §4). Elsewhere (tensorflow: MatMul's adjoint flags)
+ * the flags are free and a transpose is a copy.
  */
 export function explicitTransposes(): boolean {
-  return tf.getBackend() === 'wasm';
+  return currentDevice().kernels.plainProductsOnly;
 }
 
 /** a·bᵀ for 2-D operands, the transpose explicit where explicitTransposes() says so. */
@@ -226,13 +227,14 @@ const UNSTACK_MAX_BATCH = 2048;
  * Batched matMul [N, m, k] · [N, k, n] (transposes as tf.matMul). On wasm the batched kernel and
  * every transposed product run a naive loop at ~1–2 GFLOP/s, while the plain 2-D product runs
  * XNNPACK at ~25 GFLOP/s (../shared/notes/ecosystem.md §4), so there the batch is split into 2-D
- * products with explicit transposes, forward and backward. Elsewhere it is tf.matMul.
+ * products with explicit transposes, forward and backward (the device's kernels.plainProductsOnly).
+ * Elsewhere it is tf.matMul.
  */
 export function batchMatMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor3D {
   if (a.rank !== 3 || b.rank !== 3) throw new Error(`batchMatMul expects rank-3 operands (got [${a.shape}] and [${b.shape}])`);
   const [n, m, k] = (transposeA ? [a.shape[0], a.shape[2], a.shape[1]] : a.shape) as number[];
   const cols = (transposeB ? b.shape[1] : b.shape[2]) as number;
-  if (tf.getBackend() !== 'wasm' || m * k * cols < UNSTACK_MIN_WORK || n > UNSTACK_MAX_BATCH) {
+  if (!explicitTransposes() || m * k * cols < UNSTACK_MIN_WORK || n > UNSTACK_MAX_BATCH) {
     return tf.matMul(a as tf.Tensor3D, b as tf.Tensor3D, transposeA, transposeB);
   }
   const [a3, b3] = [a as tf.Tensor3D, b as tf.Tensor3D];

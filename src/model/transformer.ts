@@ -8,6 +8,7 @@
 // gradient transposes explicitly — the only fast matmul path on wasm); heads are split once per
 // block by one transpose of the fused q|k|v product and merged once after attention.
 import * as tf from '@tensorflow/tfjs';
+import { currentDevice } from '../backend/current.ts';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
@@ -320,7 +321,7 @@ export class DropoutSource {
       // As tf.dropout: keep where u ≥ rate, kept values scaled by 1 / (1 − rate).
       return tf.mul(tf.mul(x, 1 / (1 - this.rate)), tf.floor(tf.add(uniform, 1 - this.rate))) as T;
     }
-    if (typeof this.seed !== 'number') throw new Error(`a dropout seed tensor needs the ${STATELESS_UNIFORM} kernel, which the ${tf.getBackend()} backend lacks`);
+    if (typeof this.seed !== 'number') throw new Error(`a dropout seed tensor needs the ${STATELESS_UNIFORM} kernel, which the ${currentDevice().backend} backend lacks`);
     // tfjs treats seed 0 as "no seed", hence the | 1.
     return tf.dropout(x, this.rate, undefined, deriveSeed(this.seed, site) | 1) as T;
   }

@@ -5,7 +5,8 @@
 // freezing reach them); anything else they read is checked to be constant by recording twice.
 import * as tf from '@tensorflow/tfjs';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
-import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
+import { currentDevice } from '../backend/current.ts';
+import { GraphCache } from '../backend/tf-graph.ts';
 import { dropoutSeedTensor } from '../model/transformer.ts';
 import type { LanguageModel, LossInputs, ModelBatch } from '../model/lm.ts';
 
@@ -71,7 +72,7 @@ export function microBatchGradients(
   xla = false,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
   const dropout = dropoutSeed !== null && model.config.dropout > 0;
-  const asGraph = graph && graphsAvailable() && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
+  const asGraph = graph && currentDevice().graphSteps && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
   const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
   const divisor = tf.scalar(total);
   const seedTensor = asGraph && dropout ? dropoutSeedTensor(dropoutSeed!) : null;
@@ -88,7 +89,7 @@ export function microBatchGradients(
  * train.graph), eagerly elsewhere. Call inside tf.tidy.
  */
 export function evalSumsThroughGraph(model: LanguageModel, batch: ModelBatch, graph: boolean): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
-  if (!graph || !graphsAvailable()) return model.evalSums(batch);
+  if (!graph || !currentDevice().graphSteps) return model.evalSums(batch);
   const inputs = model.lossInputs(batch, ROW_BUCKET);
   if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
   const batchTensors = LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []);
@@ -121,7 +122,7 @@ function shapesKey(inputs: LossInputs): string {
 
 /** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */
 export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {
-  if (!graphsAvailable()) return 'eager: backend';
+  if (!currentDevice().graphSteps) return 'eager: backend';
   const key = tf.tidy(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
     return inputs ? stepKey(inputs, variables, dropout && model.config.dropout > 0) : '';

@@ -17,17 +17,19 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
+import { currentDevice } from '../backend/current.ts';
+import type { Device } from '../backend/device.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import type { AdamW } from './optimizer.ts';
 import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './trainer.ts';
 import type { StepOptions, StepResult } from './trainer.ts';
 
 /**
- * The number of replicas for train.dataParallel: `auto` = one per core on the CPU backends (1 on the
- * tensorflow backend, which has its own thread pool or a GPU); never more than the rows of a batch.
+ * The number of replicas for train.dataParallel: `auto` = one per core on a device whose replica keeps one
+ * core busy (wasm, cpu), 1 on one whose own thread pool takes them all (tensorflow); never more than the rows of a batch.
  */
-export function resolveDataParallel(setting: number | 'auto', backend: string, batchSize: number): number {
-  const wanted = setting === 'auto' ? (backend === 'tensorflow' ? 1 : availableParallelism()) : setting;
+export function resolveDataParallel(setting: number | 'auto', device: Pick<Device, 'coresPerReplica'>, batchSize: number): number {
+  const wanted = setting === 'auto' ? (device.coresPerReplica === 'all' ? 1 : availableParallelism()) : setting;
   return Math.max(1, Math.min(wanted, batchSize));
 }
 
@@ -189,7 +191,7 @@ export class DataParallelGroup {
   /** Starts R − 1 worker replicas on the backend in use (R = `replicas`, the main thread counting as one). */
   static async start(model: LanguageModel, replicas: number): Promise<DataParallelGroup> {
     if (!Number.isInteger(replicas) || replicas < 1) throw new Error(`train.dataParallel must be an integer ≥ 1 (got ${replicas})`);
-    const backend = tf.getBackend();
+    const { backend } = currentDevice();
     const workers = Array.from({ length: replicas - 1 }, (_, i) => new Replica(i + 1, model.config, backend));
     const group = new DataParallelGroup(model, workers);
     try {

@@ -329,17 +329,18 @@ function gitSource(): { commit: string | null; dirty: boolean | null; reason?: s
  * tfjs is imported here, not at the top: readers of run folders (compare, replay) import this file and need no tfjs.
  */
 async function backendVersions(): Promise<Record<string, unknown>> {
-  const tf = await import('@tensorflow/tfjs');
-  const backend = tf.engine().backendName ?? null;
+  const [tf, { runningDevice }, { tensorflowInfo }] = await Promise.all([import('@tensorflow/tfjs'), import('../backend/current.ts'), import('../backend/tensorflow.ts')]);
+  const device = runningDevice();
   const versions: Record<string, string | null> = { ...tf.version };
   try {
     versions['tfjs-backend-wasm'] = requireFromHere('@tensorflow/tfjs-backend-wasm/package.json').version;
   } catch {
     versions['tfjs-backend-wasm'] = null;
   }
-  // tfjs-node's backend carries its libtensorflow binding, whose TF_Version is TensorFlow's version string.
-  const binding = backend === 'tensorflow' ? (tf.engine().backend as unknown as { binding?: { TF_Version?: string } }).binding : undefined;
-  return { name: backend, tensorflow: binding?.TF_Version ?? null, versions };
+  return {
+    name: device?.backend ?? null, source: device?.source ?? null, cpuBound: device?.cpuBound ?? null, graphSteps: device?.graphSteps ?? null,
+    tensorflow: device?.native ? tensorflowInfo().tensorflow : null, versions,
+  };
 }
 const requireFromHere = createRequire(import.meta.url);
 

@@ -6,7 +6,8 @@
 //   p ← p·(1 − lr·λ)                   (only parameters that decay)
 //   p ← p − (lr / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε)
 import * as tf from '@tensorflow/tfjs';
-import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
+import { currentDevice } from '../backend/current.ts';
+import { GraphCache } from '../backend/tf-graph.ts';
 
 export interface AdamWOptions {
   beta1: number;
@@ -152,7 +153,7 @@ export class AdamW {
       const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay].map((x) => tf.scalar(x));
       const inputs = [g, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params];
       const update = () => this.update(g, scalars, present, updated);
-      const graphs = this.options.graph && graphsAvailable() ? (this.graphs ??= new GraphCache()) : null;
+      const graphs = this.options.graph && currentDevice().graphSteps ? (this.graphs ??= new GraphCache()) : null;
       this.lastKey = `${[...skipped].join(',')}|${weightDecay > 0}`;
       const [mNew, vNew, ...next] = graphs ? graphs.call(this.lastKey, inputs, update, this.options.xla) : update();
       this.m.assign(mNew as tf.Tensor1D);

@@ -12,13 +12,14 @@ import type { Activation } from '../model/transformer.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../bounds.ts';
 import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
+import { BACKENDS, type BackendChoice } from '../backend/device.ts';
 import { hfRecipeSettings } from '../hf/folder.ts';
 import { freezeProblem } from './finetune.ts';
 import type { FreezeSpec } from './finetune.ts';
 
 export interface Recipe {
   name: string; // defaults to the recipe file's base name
-  backend: 'auto' | 'tensorflow' | 'wasm' | 'cpu';
+  backend: BackendChoice;
   initFrom: string | null;
   model: {
     kind: 'gpt' | 'bert';
@@ -131,7 +132,10 @@ const oneOf = (...values: (string | boolean)[]): FieldType => ({ kind: 'enum', v
  */
 export const RECIPE_SCHEMA = {
   name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`.' },
-  backend: { type: oneOf('auto', 'tensorflow', 'wasm', 'cpu'), default: 'auto', doc: 'TensorFlow.js backend. `auto` = tensorflow (tfjs-node-gpu) if installed, else wasm.' },
+  backend: {
+    type: oneOf(...BACKENDS), default: 'auto',
+    doc: 'TensorFlow.js backend. `auto` = `tensorflow` where `npm run setup:tensorflow` has built it (or a tfjs-node package is installed), else `wasm`. `--backend` and `$SLAYFORMER_BACKEND` take precedence; the run\'s config.json records the backend it ran on.',
+  },
   initFrom: {
     type: str,
     nullable: true,

@@ -4,6 +4,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import { initBackend } from '../backend.ts';
+import type { BackendName } from '../backend/device.ts';
 import { createLanguageModel } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { packTensors, unpackTensors } from './data-parallel.ts';
@@ -11,7 +12,8 @@ import type { ReplicaReply, ReplicaRequest } from './data-parallel.ts';
 import { graphStatus } from './compiled-step.ts';
 import { accumulateGradients } from './trainer.ts';
 
-const { config, backend } = workerData as { config: LanguageModelConfig; backend: string };
+// The main thread's running backend (data-parallel.ts): every replica computes on the same one.
+const { config, backend } = workerData as { config: LanguageModelConfig; backend: BackendName };
 const port = parentPort!;
 const reply = (message: ReplicaReply, transfer: ArrayBuffer[] = []) => port.postMessage(message, transfer);
 

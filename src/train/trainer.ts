@@ -31,6 +31,7 @@ import { FINAL_TOKENIZER_FILE, prepareFinetune } from './finetune.ts';
 import type { NamedArray } from './safetensors.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus, microBatchGradients } from './compiled-step.ts';
+import { currentDevice } from '../backend/current.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
 
@@ -407,7 +408,7 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: str
       xla: resolveXla(recipe.train.xla),
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
-    const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);
+    const replicas = resolveDataParallel(recipe.train.dataParallel, currentDevice(), recipe.train.batchSize);
     const cursorFile = resumed ? path.join(resumed.dir, 'cursor.json') : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
     return { model, optimizer, finetune, stream, replicas };
@@ -540,7 +541,7 @@ class TrainingLoop {
     };
     const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
     const seconds = (performance.now() - t0) / 1000;
-    if (tf.getBackend() === 'tensorflow') this.lastReadback = readSince(readBefore);
+    if (currentDevice().native) this.lastReadback = readSince(readBefore);
     if (result.applied) this.consecutiveSkips = 0;
     else this.dropUpdate(result);
     // The first step of a process records its program and builds its function (backend/tf-graph.ts).
@@ -558,7 +559,7 @@ class TrainingLoop {
 
   /** One line after the step that builds the step graph (train.graph, tensorflow only): whether steps now run as one graph, and if not why. */
   private reportGraph(micro: Batch[], stepOptions: StepOptions): void {
-    if (!stepOptions.graph || tf.getBackend() !== 'tensorflow') return;
+    if (!stepOptions.graph || !currentDevice().native) return;
     const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
     const status = graphStatus(this.parts.model, micro[0], variables, stepOptions.dropoutSeed !== null);
     const why = status.replace(/^eager: /, '');
@@ -646,6 +647,8 @@ export async function runTraining(
   recipe: Recipe,
   opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
 ): Promise<TrainResult> {
+  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
+  recipe = { ...recipe, backend: currentDevice().backend };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const lines = deferredLines();
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
@@ -694,7 +697,7 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
   const { batchSize, gradAccum } = recipe.train;
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
-      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${tf.getBackend()}` +
+      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
   const { warning } = resolveWarmup(recipe.train, totalSteps);

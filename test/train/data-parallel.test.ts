@@ -1,8 +1,10 @@
 // Data parallelism (train.dataParallel): replicas in worker threads give the update of trainStep over
 // the same shards, with dropout, redrawn buffers, frozen weights and BERT's uneven label counts.
+import { availableParallelism } from 'node:os';
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { describeDevice } from '../../src/backend/device.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
 import { Rng } from '../../src/model/rng.ts';
@@ -159,10 +161,11 @@ describe('data-parallel replicas', () => {
   });
 
   it('resolveDataParallel: auto = cores on CPU backends, 1 on tensorflow, never more than the batch rows', () => {
-    expect(resolveDataParallel('auto', 'tensorflow', 8)).toBe(1);
-    expect(resolveDataParallel('auto', 'wasm', 1)).toBe(1);
-    expect(resolveDataParallel('auto', 'wasm', 64)).toBeGreaterThanOrEqual(1);
-    expect(resolveDataParallel(4, 'wasm', 3)).toBe(3);
-    expect(resolveDataParallel(2, 'cpu', 8)).toBe(2);
+    const [tensorflow, wasm, cpu] = (['tensorflow', 'wasm', 'cpu'] as const).map((name) => describeDevice(name));
+    expect(resolveDataParallel('auto', tensorflow, 8)).toBe(1);
+    expect(resolveDataParallel('auto', wasm, 1)).toBe(1);
+    expect(resolveDataParallel('auto', wasm, 64)).toBe(Math.min(64, availableParallelism()));
+    expect(resolveDataParallel(4, wasm, 3)).toBe(3);
+    expect(resolveDataParallel(2, cpu, 8)).toBe(2);
   });
 });

@@ -10,6 +10,7 @@
 // recurrent state S = Σ_{j<t} φ(k_j)[v_j, 1]ᵀ, [B, H, F, D+1] — O(1) state and work per token — which
 // is exactly the carry between segments.
 import * as tf from '@tensorflow/tfjs';
+import { currentDevice } from '../../backend/current.ts';
 import { BOUNDS } from '../../bounds.ts';
 import { untaped } from '../ops.ts';
 import { accumulateKeys, bidirectionalBlock, causalSegment, EMPTY_SHIFT, readQueries, type Carry, type Normalization, type ProductFactors, type Side } from './chunked.ts';
@@ -59,14 +60,14 @@ export interface ContractionOptions extends Normalization {
 /**
  * The default memory policy. Autodiff of the contraction keeps ~12–26 tensors of F + C values per
  * position and head (features and a row of chunk scores; measured on wasm: 34 KB per position and
- * head for SLAY's F = 256, 4.8 KB for ELU+1's F = 32, at C = 64). On wasm (a 4 GB heap) and cpu a
- * whole sequence runs as one segment while B·H·L·(F + C) ≤ 2^22 (≤ ~0.6 GB; every training shape of
- * the CPU recipes); on other backends (a GPU's memory) while it is ≤ 2^26 (the GPT-2-small recipes
- * at batch 8). Longer ones run in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory:
+ * head for SLAY's F = 256, 4.8 KB for ELU+1's F = 32, at C = 64). A whole sequence runs as one
+ * segment while B·H·L·(F + C) is within the device's budget (src/backend/device.ts): 2^22 on wasm (a
+ * 4 GB heap) and cpu (≤ ~0.6 GB; every training shape of the CPU recipes), 2^26 on the native backend
+ * (a GPU's memory; the GPT-2-small recipes at batch 8). Longer ones run in segments with B·H·S·(F + C) ≤ 2^20 (~150 MB of working memory:
  * 384 positions of SLAY at 8 heads), each recomputed in the backward pass.
  */
 const SEGMENT_VALUES = 2 ** 20;
-const wholeSequenceValues = () => (['wasm', 'cpu'].includes(tf.getBackend()) ? 2 ** 22 : 2 ** 26);
+const wholeSequenceValues = () => currentDevice().kernels.wholeSequenceValues;
 
 /**
  * Positions per segment for a sequence of `length`: `given` if set (> 0), else the whole sequence
