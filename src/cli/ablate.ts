@@ -7,6 +7,7 @@ import path from 'node:path';
 // fidelity.ts and the backend load TensorFlow.js: imported when the command runs, so that --help answers at once.
 import { emitRow, runIsolated } from '../experiments/isolated.ts';
 import { PAPER_SCALES, PAPER_SETTINGS, paperCases, type FidelityRow } from '../experiments/fidelity-cases.ts';
+import { chooseBackend, type BackendChoice } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, type OptionValues } from './command.ts';
 
@@ -29,8 +30,8 @@ MSE, forward latency; mean ± sd over seeds). Each (scale, method) runs in its o
 
 type Args = OptionValues<typeof COMMAND.options>;
 
-async function runChild(args: Args, length: number, label: string): Promise<FidelityRow> {
-  const forwarded = ['--backend', args.backend, '--seeds', args.seeds, '--epsilon', String(args.epsilon), ...(args.bidirectional ? ['--bidirectional'] : [])];
+async function runChild(args: Args, backend: BackendChoice, length: number, label: string): Promise<FidelityRow> {
+  const forwarded = ['--backend', backend, '--seeds', args.seeds, '--epsilon', String(args.epsilon), ...(args.bidirectional ? ['--bidirectional'] : [])];
   const result = await runIsolated<FidelityRow>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${length}:${label}`]);
   if (result.row) return result.row;
   const none = { relL2: NaN, cosine: NaN, mse: NaN };
@@ -42,17 +43,18 @@ await runCommand(COMMAND, async ({ values: args }) => {
   const seeds = numberListOption(args.seeds, 'seeds', { integer: true })!;
   const epsilon = args.epsilon;
   const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
+  const { choice } = chooseBackend({ flag: args.backend, recipe: 'wasm' });
 
   if (args.child) {
     const [length, label] = args.child.split(':');
     const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
-    await initBackend(args.backend, { quiet: true });
+    await initBackend(choice, { quiet: true });
     const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
     emitRow(row);
     process.exit(0);
   }
 
-  const backend = await initBackend(args.backend, { quiet: true });
+  const { backend } = await initBackend(choice, { quiet: true });
   const lengths = listOption(args.lengths, 'lengths', PAPER_SCALES.map((s) => String(s.length)));
   const scales = PAPER_SCALES.filter((s) => !lengths || lengths.includes(String(s.length)));
 
@@ -60,7 +62,7 @@ await runCommand(COMMAND, async ({ values: args }) => {
   for (const scale of scales) {
     const t0 = performance.now();
     const scaleRows: FidelityRow[] = [];
-    for (const c of paperCases(scale, epsilon)) scaleRows.push(await runChild(args, scale.length, c.label));
+    for (const c of paperCases(scale, epsilon)) scaleRows.push(await runChild(args, backend, scale.length, c.label));
     rows.push(...scaleRows);
     console.log(
       `\nT=${scale.length} R=${scale.quadratureNodes} M=${scale.prfFeatures} P=${scale.anchors} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,

@@ -1,27 +1,28 @@
 // The --backend and --verbose options of the commands that start a TensorFlow.js backend, and the one line
-// that says which backend runs.
+// that says which backend runs. Which one: --backend > $SLAYFORMER_BACKEND > the recipe's (or the command's own
+// default) > auto (src/backend/device.ts).
 // backend.ts (which loads tfjs) is imported only when a backend starts, so that --help answers at once.
-import { BACKENDS, type BackendChoice } from '../backend/choice.ts';
+import { BACKEND_ENV, BACKENDS, chooseBackend, type Device } from '../backend/device.ts';
 import type { OptionSpec } from './command.ts';
 
-const BACKEND_OPTION = { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend' } as const satisfies OptionSpec;
-
-/** --backend NAME; without a default, $SLAYFORMER_BACKEND and then auto decide. */
-export function backendOption(): typeof BACKEND_OPTION & { defaultText: string };
-export function backendOption(fallback: BackendChoice): typeof BACKEND_OPTION & { default: BackendChoice };
-export function backendOption(fallback?: BackendChoice): OptionSpec {
-  return fallback ? { ...BACKEND_OPTION, default: fallback } : { ...BACKEND_OPTION, defaultText: '$SLAYFORMER_BACKEND, else auto' };
+/**
+ * --backend NAME. `below`: what decides without the option and $SLAYFORMER_BACKEND (a recipe's backend, an
+ * experiment's, a benchmark's reference backend); auto when left out.
+ */
+export function backendOption(below = 'auto') {
+  return { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend', defaultText: `$${BACKEND_ENV}, else ${below}` } as const satisfies OptionSpec;
 }
 
 export const VERBOSE_OPTION = { type: 'boolean', help: 'also say why other backends were skipped (with auto)' } satisfies OptionSpec;
 
 /**
- * Starts the backend and prints `[<command>] backend <name>` on stderr: one short line. The reasons `auto`
- * skipped other backends (long: one per package it tried) only with `verbose`.
+ * Starts the backend (--backend `flag` > $SLAYFORMER_BACKEND > `recipe` > auto) and prints `[<command>] backend <name>`
+ * on stderr: one short line. The reasons `auto` skipped other backends (long: one per package it tried) only with `verbose`.
  */
-export async function startBackend(command: string, requested: string | undefined, verbose: boolean): Promise<string> {
+export async function startBackend(command: string, sources: { flag?: string; recipe?: string }, verbose: boolean): Promise<Device> {
+  const { choice } = chooseBackend(sources);
   const { initBackend } = await import('../backend.ts');
-  const name = await initBackend(requested, { quiet: !verbose });
-  process.stderr.write(`[${command}] backend ${name}\n`);
-  return name;
+  const device = await initBackend(choice, { quiet: !verbose });
+  process.stderr.write(`[${command}] backend ${device.backend}\n`);
+  return device;
 }

@@ -9,6 +9,7 @@ import path from 'node:path';
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { StreamOptions } from '../data/stream.ts';
 import type { Recipe } from '../train/recipe.ts';
+import { chooseBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
 
@@ -72,10 +73,10 @@ const COMMAND = {
   name: 'demo',
   usage: '[--backend NAME] [--recipe FILE] [--section.key=value …]',
   description: `From a fresh clone, no network: prepares the State of the Union corpus (${DEMO_DATASET}), trains a byte-level BPE
-tokenizer on its train split (${DEMO_TOKENIZER}), trains a small GPT for a few minutes on CPU, and compares its
-validation loss with the unigram entropy of the corpus.`,
+tokenizer on its train split (${DEMO_TOKENIZER}), trains a small GPT for a few minutes on CPU (wasm, or the native
+backend once \`npm run setup:tensorflow\` has built it), and compares its validation loss with the unigram entropy of the corpus.`,
   options: {
-    backend: backendOption('wasm'),
+    backend: backendOption("the recipe's backend"),
     recipe: { type: 'string', value: 'FILE', default: DEMO_RECIPE, help: 'the recipe to train' },
   },
   overrides: true,
@@ -111,7 +112,7 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
     console.error(err instanceof RecipeError ? err.message : `${recipeFile}: ${(err as Error).message}`);
     return 2;
   }
-  await initBackend(backend);
+  const device = await initBackend(chooseBackend({ flag: backend, recipe: recipe.backend }).choice);
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const t0 = performance.now();
   // Same batch size as training: the evaluation set is the first evalTokens labels in batch order.
@@ -120,7 +121,7 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
     `[demo] unigram entropy (train unigram, add-one smoothed): ${unigram.evalNats.toFixed(4)} nats/token on the ${unigram.evalTokens.toLocaleString('en-US')} evaluation tokens, ` +
       `${unigram.allNats.toFixed(4)} on all ${unigram.validationTokens.toLocaleString('en-US')} validation tokens (${seconds(t0)})`,
   );
-  console.log(`[demo] training ${recipeFile} on ${backend}`);
+  console.log(`[demo] training ${recipeFile} on ${device.backend}`);
   const result = await runTraining(recipe);
   const gap = unigram.evalNats - result.finalVal.loss;
   console.log(

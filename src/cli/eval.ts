@@ -71,7 +71,7 @@ if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
     const tokens = values.all ? Infinity : values.tokens;
-    await startBackend(COMMAND.name, values.backend, values.verbose);
+    await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
     const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, tokenizer: values.tokenizer });
     console.log(formatEval(result));
   });

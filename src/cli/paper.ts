@@ -6,6 +6,7 @@
 import path from 'node:path';
 import { DEFAULT_RUNS_ROOT, loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
 import type { ExperimentRunSet } from '../paper/run.ts';
+import { chooseBackend, resolveBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
 import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
@@ -19,7 +20,7 @@ experiment's stated rule, the count of agreements and an explanation for every d
 Experiments: ${EXPERIMENT_NAMES.join(', ')} (list describes them).`,
   options: {
     quick: { type: 'boolean', help: 'a small subset in a few minutes (a smoke test, kept apart from the full run)' },
-    backend: { ...backendOption(), defaultText: "the experiment's (wasm for the SLAY experiments)" },
+    backend: backendOption("the experiment's (wasm for the SLAY experiments)"),
     executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'where the units run (default local)' },
     cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "local: cores to fill (default: this machine's)" },
     'dry-run': { type: 'boolean', help: 'slurm: print the sbatch script instead of submitting it' },
@@ -70,7 +71,8 @@ async function main({ values, positionals }: Args): Promise<number> {
   const [{ buildResults, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { runLocal }, { setStatus }] = await Promise.all([
     import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/local.ts'), import('../sweep/status.ts'),
   ]);
-  const backend = values.backend ?? experiment.backend;
+  // Resolved here, before any backend loads: the units' folder names it, and the executor packs them by its device.
+  const { backend } = resolveBackend(chooseBackend({ flag: values.backend, recipe: experiment.backend }).choice);
   const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
 
   if (values.unit !== undefined) {

@@ -3,7 +3,7 @@
 // --help answers at once.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { BACKENDS } from '../backend/choice.ts';
+import { BACKENDS } from '../backend/device.ts';
 import { REPORT_METRICS } from '../sweep/options.ts';
 import type { ReportMetric } from '../sweep/options.ts';
 import type { Sweep } from '../sweep/spec.ts';
@@ -40,7 +40,7 @@ combination is a run named by its varying values, trained under <runDir>/<name>-
       type: 'string', value: 'KEY=VALUE', multiple: true,
       help: "plan, run, task: a recipe key for every run, on top of the file's set: (repeatable), e.g. --set train.lr=1e-3; a key the grid or a case sets is refused",
     },
-    backend: { type: 'string', value: 'NAME', choices: BACKENDS, help: 'plan, run, task: every run on this backend (= --set backend=NAME)' },
+    backend: { type: 'string', value: 'NAME', choices: BACKENDS, help: "plan, run, task: every run on this backend (beats $SLAYFORMER_BACKEND, then the runs' recipes; else auto)" },
     'tokens-per-s': { type: 'string', value: 'N', number: { min: 0, exclusiveMin: true }, help: 'plan: assumed training speed when no run has logged one' },
     executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'run: where the runs go (default local)' },
     cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'run, local: cores to fill (default: this machine\'s)' },
@@ -78,7 +78,7 @@ async function main({ values, positionals }: Args): Promise<number> {
   if ((command === 'task') !== (run !== undefined)) throw new UsageError(command === 'task' ? 'task needs one run: its index or name' : `unexpected argument '${run}'`);
   checkOptionsFor(command, values);
   const { findRun, loadSweep, selectRuns } = await import('../sweep/spec.ts');
-  const sweep = loadSweep(file, [...values.set, ...(values.backend ? [`backend=${values.backend}`] : [])]);
+  const sweep = loadSweep(file, values.set, { backend: values.backend ?? null });
   if (command === 'task') {
     const { runTask } = await import('../sweep/task.ts');
     const result = await runTask(sweep, findRun(sweep, run!));

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 // The task runner, the attention registry, the graph helpers and the backend load TensorFlow.js: imported when the
 // command runs, so that --help answers at once.
 import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../experiments/tasks.ts';
+import { chooseBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, UsageError } from './command.ts';
 
@@ -67,7 +68,7 @@ await runCommand(COMMAND, async ({ values }) => {
   const batchSize = values.batch ?? protocol.batchSize;
   const evalSamples = values['eval-samples'] ?? 4 * batchSize;
   const lr = values.lr ?? PAPER_PROTOCOL.lr;
-  const backend = await initBackend(values.backend);
+  const { backend } = await initBackend(chooseBackend({ flag: values.backend, recipe: 'wasm' }).choice);
   const outDir = values.out ?? join('reports', `tasks-${timestamp()}`);
 
   const [graph, xla] = [values.graph === 'on', resolveXla(values.xla)];

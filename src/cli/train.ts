@@ -4,6 +4,7 @@
 import path from 'node:path';
 import type { Recipe } from '../train/recipe.ts';
 import type { StopRequest } from '../train/checkpoint.ts';
+import { chooseBackend, resolveBackend, type BackendDecision } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
@@ -15,7 +16,7 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
 
   --section.key=value   override a recipe key, e.g. --train.lr=3e-4 --model.attention.options.prfFeatures=32`,
   options: {
-    backend: { ...backendOption(), defaultText: "the recipe's backend" },
+    backend: backendOption("the recipe's backend"),
     'dry-run': {
       type: 'boolean',
       help: 'resolve the recipe, build the model plan and print parameters, tokens per epoch, steps and a memory estimate; no training (dataset and tokenizer may be missing)',
@@ -51,10 +52,12 @@ interface Args {
 const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
-async function dryRun(recipe: Recipe, file: string, backend: string): Promise<void> {
+async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
   const [{ initBackend }, { planRun }, { chooseInitFrom }, { hfFolderOf }, { resolveDataParallel }] = await Promise.all([
     import('../backend.ts'), import('../train/trainer.ts'), import('../train/finetune.ts'), import('../hf/folder.ts'), import('../train/data-parallel.ts'),
   ]);
+  // The device the run would get, resolved without loading it.
+  const device = resolveBackend(backend.choice);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
   // works everywhere (a GPU recipe's 'tensorflow' backend need not be installed for a dry run).
   await initBackend('cpu', { quiet: true });
@@ -63,7 +66,8 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
   const options = JSON.stringify(m.attention.options);
   const groups = Object.entries(plan.parameters.byGroup).filter(([, n]) => n > 0).map(([g, n]) => `${g} ${fmt(n)}`).join(', ');
   const out = [
-    `recipe      ${file} (name ${recipe.name}); backend ${backend} (not started by --dry-run)`,
+    `recipe      ${file} (name ${recipe.name})`,
+    `backend     ${device.backend} (${describeDecision(backend)}): ${device.source}; not started by --dry-run`,
     `model       ${m.kind}: ${m.numLayers} layers, dModel ${m.dModel}, ${m.numHeads} heads, MLP ${m.mlpRatio}×, dropout ${m.dropout}, attention ${m.attention.name} ${options}`,
     `vocab       ${fmt(m.vocabSize)} (${plan.vocabSource})`,
     `parameters  ${fmt(plan.parameters.total)} (${groups})`,
@@ -88,9 +92,7 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
   );
   const { dataParallel } = recipe.train;
   if (dataParallel !== 1) {
-    const count = (b: string) => resolveDataParallel(dataParallel, b, batchSize);
-    const resolved = backend === 'auto' ? `${count('wasm')} on wasm/cpu, 1 on tensorflow` : String(count(backend));
-    out.push(`replicas    ${resolved} (train.dataParallel ${dataParallel}): each holds the weights and its share of the activations`);
+    out.push(`replicas    ${resolveDataParallel(dataParallel, device, batchSize)} on ${device.backend} (train.dataParallel ${dataParallel}): each holds the weights and its share of the activations`);
   }
   const mem = plan.memory;
   out.push(
@@ -99,6 +101,11 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
   );
   for (const warning of plan.warnings) out.push(`warning     ${warning}`);
   console.log(out.join('\n'));
+}
+
+/** Who chose the backend: "--backend cpu", "SLAYFORMER_BACKEND=tensorflow", "recipe: auto". */
+function describeDecision({ choice, from }: BackendDecision): string {
+  return from === '--backend' ? `--backend ${choice}` : from === 'recipe' ? `recipe: ${choice}` : from === 'default' ? choice : `${from}=${choice}`;
 }
 
 async function main(args: Args): Promise<number> {
@@ -118,7 +125,13 @@ async function main(args: Args): Promise<number> {
     console.error(`${args.recipe}: ${(err as Error).message}`);
     return 2;
   }
-  const backend = args.backend ?? recipe.backend;
+  let backend: BackendDecision;
+  try {
+    backend = chooseBackend({ flag: args.backend, recipe: recipe.backend });
+  } catch (err) {
+    console.error(`train: ${(err as Error).message}`);
+    return 2;
+  }
   if (args.dryRun) {
     try {
       await dryRun(recipe, args.recipe, backend);
@@ -131,7 +144,7 @@ async function main(args: Args): Promise<number> {
   }
   try {
     const resume = args.resume === undefined ? undefined : resolveResume(recipe, args.resume);
-    await initBackend(backend);
+    await initBackend(backend.choice);
     await runWithSignals(recipe, args, resume);
     return 0;
   } catch (err) {

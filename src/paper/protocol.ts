@@ -1,6 +1,7 @@
 // A paper experiment as a declared, versioned protocol: the units of work it runs (one run of a run set each, see
 // src/sweep/run-set.ts), the cells of the paper's tables it fills from them, the published numbers with their table,
 // the rule by which ours agree with them, and the known reasons a cell may not.
+import type { BackendChoice } from '../backend/device.ts';
 import type { MeanSd } from '../experiments/stats.ts';
 
 /** A number as the paper prints it: mean ± sd over its seeds (sd null when it prints none), and where. */
@@ -96,7 +97,7 @@ export interface Experiment {
   /** Other numbers of the units shown as tables of their own, not judged (e.g. latency), beside the paper's where it has them. */
   shown?: ShownExtra[];
   /** The default backend of its units (the results depend on it, so it is part of where they are kept). */
-  backend: string;
+  backend: BackendChoice;
   /** true, or why the experiment cannot be run yet (declared protocols). */
   runnable: true | string;
   units(quick: boolean): UnitSpec[];

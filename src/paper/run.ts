@@ -12,6 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
 import { readAttempt, runFolders, runGuarded } from '../sweep/task.ts';
 import type { TaskResult } from '../sweep/task.ts';
@@ -23,7 +24,8 @@ export { DEFAULT_RUNS_ROOT } from './index.ts';
 
 export interface ExperimentSettings {
   quick: boolean;
-  backend: string;
+  /** Resolved (never auto): it names the run folder, and the units are packed by its device. */
+  backend: BackendName;
   /** Parent of the experiment's run folder (default runs/paper). */
   runsRoot: string;
 }
@@ -53,8 +55,8 @@ export function experimentRunSet(experiment: Experiment, settings: ExperimentSet
   }
   const tag = `${experiment.name}-v${experiment.version}-${settings.backend}${settings.quick ? '-quick' : ''}`;
   const runsRoot = path.resolve(settings.runsRoot);
-  // The native backend's thread pool takes every core; a wasm or cpu unit keeps one busy.
-  const cores: SetRun['cores'] = settings.backend === 'tensorflow' ? 'all' : 1;
+  // A unit is one model on one thread or, on the native backend, its thread pool: every core.
+  const cores: SetRun['cores'] = describeDevice(settings.backend).coresPerReplica;
   return {
     file: experimentCommand(experiment, settings),
     name: `paper-${tag}`,

@@ -1,6 +1,6 @@
 // `sweep report`: the comparison of a sweep's finished runs.
 //   report.md / report.json   per group of runs that differ only in their seed: the metric's mean ± sd over seeds
-//                             (and the final validation accuracy's, beside it);
+//                             (and the final validation accuracy's, beside it) and the backend(s) the runs trained on;
 //                             against the baseline mechanism: the paired difference over the seeds both finished,
 //                             its confidence interval (Student t) and p-value, and how many seeds it won
 //   compare/                  `npm run compare` of the same runs (per-run tables and the loss/perplexity plots); one
@@ -36,6 +36,8 @@ export interface GroupReport {
   /** Final validation top-1 accuracy over the same runs. */
   accuracy: MeanSd;
   tokensPerSecond: MeanSd;
+  /** The backends its runs trained on (from their env.json; '—' where no run recorded one). */
+  backend: string;
   /** Against the baseline group with the same other settings; null for the baseline itself or without one. */
   paired: (PairedResult & { baselineGroup: string; wins: number }) | null;
 }
@@ -83,6 +85,7 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
       stats: meanSd(values.map((v) => v.value)),
       accuracy: meanSd(members.map((m) => m.summary.finalValAcc)),
       tokensPerSecond: meanSd(members.map((m) => m.summary.tokensPerSecond)),
+      backend: [...new Set(members.map((m) => m.summary.backend ?? '—'))].join(', '),
       paired: null,
     };
   });
@@ -128,16 +131,17 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFolders: { fol
   // Accuracy beside the compared metric, unless it is the compared metric.
   const accuracyColumn = report.metric !== 'finalValAcc';
   const header = `| group | attention | n | seeds | ${REPORT_METRICS[report.metric].title} (mean ± sd) |${accuracyColumn ? ' val acc |' : ''} tokens/s |` +
-    (report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : '');
-  const rule = `|---|---|---:|---|---:|${accuracyColumn ? '---:|' : ''}---:|${report.baseline ? '---:|---:|---:|' : ''}`;
+    (report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : '') + ' backend |';
+  const rule = `|---|---|---:|---|---:|${accuracyColumn ? '---:|' : ''}---:|${report.baseline ? '---:|---:|---:|' : ''}---|`;
   const rows = report.groups.map((g) => {
     const accuracy = accuracyColumn ? ` ${formatMeanSd(g.accuracy, 4, { showN: false })} |` : '';
     const base = `| ${g.group} | ${g.attention} | ${g.stats.n} | ${g.values.map((v) => v.seed).join(', ')} | ${formatMeanSd(g.stats, digits, { showN: false })} |${accuracy} ${formatMeanSd(g.tokensPerSecond, 0, { showN: false })} |`;
-    if (!report.baseline) return base;
+    const backend = ` ${g.backend} |`;
+    if (!report.baseline) return base + backend;
     const p = g.paired;
-    if (!p) return `${base} ${g.attention === report.baseline ? '(baseline)' : '—'} | | |`;
+    if (!p) return `${base} ${g.attention === report.baseline ? '(baseline)' : '—'} | | |${backend}`;
     const ci = p.ci ? ` [${signed(p.ci[0], digits)}, ${signed(p.ci[1], digits)}]` : '';
-    return `${base} ${signed(p.mean, digits)}${ci} | ${p.p === null ? '—' : p.p < 0.001 ? '< 0.001' : p.p.toFixed(3)} | ${p.wins}/${p.n} |`;
+    return `${base} ${signed(p.mean, digits)}${ci} | ${p.p === null ? '—' : p.p < 0.001 ? '< 0.001' : p.p.toFixed(3)} | ${p.wins}/${p.n} |${backend}`;
   });
   // One set of curves per compare report (one per kind of run, e.g. GPT and BERT, whose losses share no axis).
   const plots = compareFolders.flatMap(({ folder, files }) => [

@@ -18,14 +18,16 @@
 // attention entry (a name, or { name, options }) that replaces the base recipe's, options included, so that every
 // mechanism carries its own options. Later sources win: base recipe < set < case < grid axes.
 //
-// `npm run sweep -- plan|run|task … --set key=value` (repeatable; `--backend NAME` is `--set backend=NAME`) adds keys
-// for every run on top of the file's `set`, without editing the file; the tasks a run starts get the same --set. A
-// key that a case or a grid axis also sets is refused rather than silently overridden by it.
+// `npm run sweep -- plan|run|task … --set key=value` (repeatable) adds keys for every run on top of the file's `set`,
+// without editing the file; the tasks a run starts get the same --set. A key that a case or a grid axis also sets is
+// refused rather than silently overridden by it. The backend of a run is decided as `train` decides it: `--backend NAME`
+// (passed on to the tasks and their trainers) > $SLAYFORMER_BACKEND > the run's recipe > auto; runs are packed onto
+// the cores by the device that gives here (trainingCores).
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
+import { chooseBackend, resolveBackend, type BackendChoice, type BackendProbe, type Device } from '../backend/device.ts';
 import { BOUNDS, listSome } from '../bounds.ts';
 import { resolveDataParallel } from '../train/data-parallel.ts';
 import { parseRecipe, parseYaml, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
@@ -55,6 +57,8 @@ export interface SweepRun extends SetRun {
   values: Record<string, unknown>;
   /** The resolved recipe (absolute paths, every default filled in). */
   recipe: Recipe;
+  /** The device it will train on here (--backend > $SLAYFORMER_BACKEND > the recipe's backend > auto), as it is packed by. */
+  device: Device;
 }
 
 /** A sweep file's runs; each task process is `sweep task <file> <index>`, which trains (or resumes) the run's recipe. */
@@ -64,6 +68,8 @@ export interface Sweep extends RunSet<SweepRun> {
   report: { baseline: string | null; metric: ReportMetric };
   /** The command line's `--set key=value` entries the sweep was loaded with (its tasks get them too). */
   overrides: string[];
+  /** The command line's --backend, if given: its tasks and their trainers get it too, so that it beats $SLAYFORMER_BACKEND there as well. */
+  backend: BackendChoice | null;
 }
 
 export class SweepError extends Error {
@@ -89,9 +95,10 @@ interface Source {
 
 /**
  * Reads, validates and expands a sweep file; every problem names the file and the key. `overrides`: the command
- * line's `--set key=value` entries (see the file comment), passed on to every task.
+ * line's `--set key=value` entries (see the file comment), passed on to every task; `backend`: its --backend; `probe`:
+ * what is installed, which resolves `auto` (this machine's unless a test injects one).
  */
-export function loadSweep(file: string, overrides: readonly string[] = []): Sweep {
+export function loadSweep(file: string, overrides: readonly string[] = [], { backend = null, probe }: { backend?: BackendChoice | null; probe?: BackendProbe } = {}): Sweep {
   const spec = readSweepFile(file);
   const problems: string[] = [];
   const commandLine = commandLineSource(overrides, spec, problems);
@@ -115,14 +122,16 @@ export function loadSweep(file: string, overrides: readonly string[] = []): Swee
   named.forEach(({ combo, name, group, pairing }, index) => {
     const recipeFile = [...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? spec.baseRecipe!;
     const recipe = resolveRunRecipe(recipeFile, cache, [spec.set, commandLine, ...combo], name, runDir, problems);
-    if (recipe) runs.push({ index, name, group, pairing, values: mergedValues([spec.set, commandLine, ...combo]), recipe, ...trainingCores(recipe) });
+    if (!recipe) return;
+    const device = resolveBackend(chooseBackend({ flag: backend ?? undefined, recipe: recipe.backend }).choice, probe);
+    runs.push({ index, name, group, pairing, values: mergedValues([spec.set, commandLine, ...combo]), recipe, device, ...trainingCores(recipe, device) });
   });
   if (problems.length > 0) throw new SweepError(file, dedupe(problems));
   if (spec.report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === spec.report.baseline)) {
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
-  const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry])];
-  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task, overrides: [...overrides] };
+  const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry]), ...(backend ? ['--backend', backend] : [])];
+  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task, overrides: [...overrides], backend };
 }
 
 /**
@@ -156,29 +165,16 @@ function commandLineSource(overrides: readonly string[], spec: ReturnType<typeof
 }
 
 /**
- * Cores a training run keeps busy: its data-parallel replicas on the CPU backends, the whole machine on the native
- * (tensorflow) backend, whose thread pool takes every core; its Slurm task asks for its replicas (`auto`: 1, the
- * node then gives what it has).
+ * Cores a training run keeps busy on `device`: its data-parallel replicas where each keeps one core busy (wasm,
+ * cpu), the whole machine where the backend's thread pool takes every core (tensorflow: such runs go one at a
+ * time); its Slurm task asks for its replicas (`auto`: 1, the node then gives what it has).
  */
-function trainingCores(recipe: Recipe): Pick<SetRun, 'cores' | 'slurmCpus'> {
-  const backend = recipe.backend === 'auto' ? (nativeBackendInstalled() ? 'tensorflow' : 'wasm') : recipe.backend;
+export function trainingCores(recipe: Recipe, device: Device): Pick<SetRun, 'cores' | 'slurmCpus'> {
   const { dataParallel, batchSize } = recipe.train;
   return {
-    cores: backend === 'tensorflow' ? 'all' : resolveDataParallel(dataParallel, backend, batchSize),
+    cores: device.coresPerReplica === 'all' ? 'all' : resolveDataParallel(dataParallel, device, batchSize) * device.coresPerReplica,
     slurmCpus: dataParallel === 'auto' ? 1 : Math.min(dataParallel, batchSize),
   };
-}
-
-function nativeBackendInstalled(): boolean {
-  const require = createRequire(import.meta.url);
-  return ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'].some((pkg) => {
-    try {
-      require.resolve(pkg);
-      return true;
-    } catch {
-      return false;
-    }
-  });
 }
 
 /** The sweep file's sections, each checked on its own (not yet expanded into recipes). */

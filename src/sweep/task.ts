@@ -4,6 +4,7 @@
 //   running elsewhere (its lock is held by a live process)         → nothing to do
 //   a run folder with a complete checkpoint                        → npm run train -- <recipe> --resume <that folder>
 //   otherwise                                                      → npm run train -- <recipe> (a new run folder)
+// (with the sweep command's --backend, when it was given).
 //
 // The sweep's own files live in `<runDir>/_sweep/`: recipes/<name>.yaml (the run's resolved recipe, what train reads),
 // logs/<name>.log (the trainer's output, every attempt), locks/<name>.lock (the live attempt: pid, host, Slurm job) and
@@ -171,7 +172,7 @@ export function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableStream 
     const recipeFile = writeRunRecipe(sweep, run);
     const resumeFrom = current.findLast((f) => f.checkpointStep !== null);
     return {
-      args: [TRAIN_CLI, recipeFile, ...(resumeFrom ? ['--resume', resumeFrom.dir] : [])],
+      args: [TRAIN_CLI, recipeFile, ...(sweep.backend ? ['--backend', sweep.backend] : []), ...(resumeFrom ? ['--resume', resumeFrom.dir] : [])],
       banner: resumeFrom ? `resuming from step ${resumeFrom.checkpointStep} in ${resumeFrom.dir}` : 'starting',
     };
   }, out, err);

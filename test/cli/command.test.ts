@@ -208,7 +208,7 @@ describe('commands, spawned', () => {
       run('src/cli/train.ts', recipe, '--dry-run', '--lr', '1e-3'),
     ]);
     expect(spaced.status, spaced.stderr).toBe(0);
-    expect(spaced.stdout).toMatch(/backend cpu \(not started by --dry-run\)/);
+    expect(spaced.stdout).toMatch(/backend {5}cpu \(--backend cpu\): .*; not started by --dry-run/);
     expect(joined.stdout).toBe(spaced.stdout);
     expect(bad.status).toBe(2);
     expect(bad.stderr.split('\n')[0]).toBe("eval: option --backend: 'tpu' is not one of auto, tensorflow, wasm, cpu");
