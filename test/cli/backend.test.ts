@@ -11,7 +11,7 @@ import { currentBuild } from '../../src/backend/native-build.ts';
 import { listCheckpoints } from '../../src/train/checkpoint.ts';
 import { resolveDataParallel } from '../../src/train/data-parallel.ts';
 import { loadSweep, trainingCores } from '../../src/sweep/spec.ts';
-import { makeTinySetup, tinyRecipeText } from '../train/checkpoint-fixtures.ts';
+import { makeTinySetup, tinyRecipeText, type TinySetup } from '../train/checkpoint-fixtures.ts';
 
 const DEMO_RECIPE = 'recipes/demo/gpt-softmax.yaml';
 const dir = mkdtempSync(join(tmpdir(), 'slay-backend-cli-'));
@@ -75,21 +75,40 @@ describe('train --dry-run: --backend > $SLAYFORMER_BACKEND > recipe > auto', () 
 });
 
 describe('config.json', () => {
-  let recipeFile: string;
+  let setup: TinySetup;
+  /** The tiny recipe saying `backend`, training into runs-<backend>/. */
+  const tinyRecipe = (backend: string) => {
+    const file = join(dir, `tiny-${backend}.yaml`);
+    writeFileSync(file, tinyRecipeText(setup, join(dir, `runs-${backend}`), { maxTokens: 192, checkpointInterval: 3 }).replace('backend: cpu', `backend: ${backend}`));
+    return file;
+  };
+  const onlyRunFolder = (recipeFile: string) => {
+    const runs = join(dir, `runs-${recipeFile.match(/tiny-(\w+)\.yaml$/)![1]}`);
+    const folders = readdirSync(runs);
+    expect(folders).toHaveLength(1);
+    return join(runs, folders[0]);
+  };
   beforeAll(async () => {
-    const setup = await makeTinySetup(dir);
-    recipeFile = join(dir, 'tiny-wasm.yaml');
-    writeFileSync(recipeFile, tinyRecipeText(setup, join(dir, 'runs'), { maxTokens: 192, checkpointInterval: 3 }).replace('backend: cpu', 'backend: wasm'));
+    setup = await makeTinySetup(dir);
   });
 
   it('records the backend the run trained on (--backend cpu over the recipe\'s wasm), as do its checkpoints and env.json', async () => {
+    const recipeFile = tinyRecipe('wasm');
     const r = await train([recipeFile, '--backend', 'cpu'], envWith({ [BACKEND_ENV]: 'wasm' }));
     expect(r.status, r.stderr).toBe(0);
-    const [folder] = readdirSync(join(dir, 'runs')).map((f) => join(dir, 'runs', f));
+    const folder = onlyRunFolder(recipeFile);
     expect(JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')).backend).toBe('cpu');
     expect(JSON.parse(readFileSync(join(folder, 'env.json'), 'utf8')).backend).toMatchObject({ name: 'cpu', source: '@tensorflow/tfjs (pure JavaScript)' });
     const checkpoint = listCheckpoints(folder).at(-1)!;
     expect(JSON.parse(readFileSync(join(checkpoint.dir, 'recipe.json'), 'utf8')).backend).toBe('cpu');
+  });
+
+  it.skipIf(!currentBuild())('with the native build (skipped without `npm run setup:tensorflow`): a backend: auto recipe trains on it, and config.json says so', async () => {
+    const recipeFile = tinyRecipe('auto');
+    const r = await train([recipeFile], envWith());
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/^\[slayformer\] backend auto → tensorflow$/m);
+    expect(JSON.parse(readFileSync(join(onlyRunFolder(recipeFile), 'config.json'), 'utf8')).backend).toBe('tensorflow');
   });
 });
 
