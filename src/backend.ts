@@ -9,9 +9,7 @@ import * as tf from '@tensorflow/tfjs';
 import { loadTensorflowPackage } from './backend/tensorflow.ts';
 import { patchWasmKernels } from './backend/wasm-kernels.ts';
 import { currentDevice } from './backend/current.ts';
-import { AUTO_ORDER, BACKENDS, chooseBackend, parseBackend, type BackendName, type Device } from './backend/device.ts';
-
-export { BACKENDS };
+import { AUTO_ORDER, chooseBackend, parseBackend, type BackendName, type Device } from './backend/device.ts';
 
 /** Loads one concrete backend; returns false (with the reason) when it cannot be loaded here. */
 async function tryLoad(name: BackendName): Promise<{ ok: boolean; reason?: string }> {
