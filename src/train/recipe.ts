@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { LineCounter } from 'yaml';
-import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+import { attentionIsQuadratic, attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
@@ -470,9 +470,6 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   return problems;
 }
 
-/** Mechanisms that form the L×L score matrix (the others are linear in L). */
-export const QUADRATIC_ATTENTIONS: readonly string[] = ['softmax', 'yat-spherical'];
-
 /**
  * Sizes that cannot fit: the model's largest tensors and one micro-batch's largest activations, each against the
  * most one TensorFlow.js tensor can hold, named by the keys that set them (the vocabulary once it is known).
@@ -492,7 +489,7 @@ export function tensorSizeProblems(
   if (batch) {
     const { batchSize: b, seqLen: l } = batch;
     sizes.push(['train.batchSize × data.seqLen × model.mlpRatio·model.dModel (the MLP activations of a micro-batch)', b * l * hidden]);
-    if (QUADRATIC_ATTENTIONS.includes(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
+    if (attentionIsQuadratic(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
     if (vocabSize !== undefined) sizes.push([`train.batchSize × data.seqLen × the vocabulary (${vocabSize}) (the logits of a micro-batch)`, b * l * vocabSize]);
   }
   return sizes

@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { attentionIsQuadratic } from '../model/attention/index.ts';
 import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { deriveSeed } from '../model/rng.ts';
@@ -14,7 +15,7 @@ import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
 import type { Batch } from '../data/batch.ts';
 import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
-import { modelConfigFromRecipe, QUADRATIC_ATTENTIONS } from './recipe.ts';
+import { modelConfigFromRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { RunLogger } from './metrics.ts';
 import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
@@ -211,7 +212,7 @@ export async function saveFinalModel(
  * Memory estimate in bytes (float32 everywhere):
  *   parameters + gradients + AdamW m and v       16·P   (+4·P for the accumulated gradient if gradAccum > 1)
  *   activations kept for backward, per layer     B·L·(18·d + 2·mlpRatio·d)·4   (norms, q/k/v, attention out, MLP)
- *   + quadratic mechanisms (softmax, yat)        B·H·L²·3·4                    (scores, weights, mask product)
+ *   + quadratic mechanisms (registry)            B·H·L²·3·4                    (scores, weights, mask product)
  *   + LM head                                    B·L·V·3·4                     (logits, softmax, gradient)
  * Linear mechanisms' chunk states are not counted (small next to the rest for chunk ≤ 128).
  */
@@ -219,7 +220,7 @@ export function estimateMemory(config: LanguageModelConfig, parameters: number, 
   const bytes = 4;
   const state = parameters * bytes * (gradAccum > 1 ? 5 : 4);
   const tokens = batchSize * seqLen;
-  const quadratic = QUADRATIC_ATTENTIONS.includes(config.attention.name);
+  const quadratic = attentionIsQuadratic(config.attention.name);
   const perLayer = tokens * (18 * config.dModel + 2 * config.mlpRatio * config.dModel) * bytes +
     (quadratic ? batchSize * config.numHeads * seqLen * seqLen * 3 * bytes : 0);
   const headRows = config.kind === 'bert' ? Math.ceil(tokens * 0.15) : tokens;

@@ -31,6 +31,7 @@ export function cosformerAngles(length: number, reweightLength: number, start = 
 
 registerAttention('cosformer', {
   description: 'cosFormer: ReLU features re-weighted by cos(π/2·(i−j)/M), linear attention',
+  quadratic: false,
   options: {
     reweightLength: {
       kind: 'int',

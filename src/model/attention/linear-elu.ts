@@ -16,6 +16,7 @@ export function eluPlusOne<T extends tf.Tensor>(x: T): T {
 
 registerAttention('linear-elu', {
   description: 'linear attention with the positive feature map elu(x)+1 (Katharopoulos et al. 2020)',
+  quadratic: false,
   options: {
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator (the reference ε)' },
     ...contractionOptionSpecs,

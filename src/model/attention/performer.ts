@@ -154,6 +154,7 @@ export function checkAttentionShapes(
 
 registerAttention('performer', {
   description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
+  quadratic: false,
   options: favorOptionSpecs,
   tensors: ({ numHeads, headDim }, options) => [{ name: 'projection', shape: [numHeads, headDim, options.features as number], trainable: false }],
   create(config, options): RandomFeatureModule {

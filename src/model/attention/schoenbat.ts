@@ -42,6 +42,7 @@ const maclaurinRng = (seed: number) => new Rng(deriveSeed(seed, 'schoenbat.macla
 
 registerAttention('schoenbat', {
   description: 'SchoenbAt: pre-SBN, random Maclaurin feature attention for a dot-product kernel, post-SBN γ·out+β',
+  quadratic: false,
   options: {
     kernel: { kind: 'enum', default: 'exp', values: MACLAURIN_KERNELS, doc: 'dot-product kernel f: exp eˣ, inverse 1/(1−x), logi 1−log(1−x), trigh cosh x+sinh x (= exp), sqrt 2−√(1−x)' },
     features: { kind: 'int', default: 128, min: 2, max: BOUNDS.features.max, doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)' },

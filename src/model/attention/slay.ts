@@ -61,6 +61,7 @@ export interface SlayAttention extends AttentionModule {
 
 registerAttention('slay', {
   description: 'SLAY: linearised spherical Yat attention (Gauss–Laguerre × polynomial ⊗ positive random features)',
+  quadratic: false,
   options: {
     epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε (paper LM setting 1e-3)' },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the attention denominator' },

@@ -9,6 +9,7 @@ import type { AttentionModule } from './types.ts';
 
 registerAttention('yat-spherical', {
   description: 'exact spherical Yat attention x²/(C−2x), kernel-normalised, O(L²)',
+  quadratic: true,
   options: {
     epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε; the kernel peaks at 1/ε' },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator' },
