@@ -1,5 +1,5 @@
 // Trains the task model on the synthetic tasks and summarises accuracy per task and per category.
-// Protocol of the SLAY paper's benchmark (../shared/notes/attention-reference.md §1.12): AdamW
+// Protocol of the SLAY paper's benchmark (docs/notes/slay-task-benchmark.md): AdamW
 // lr 1e-3 (PyTorch's default weight decay 0.01, β = (0.9, 0.999), ε = 1e-8), one freshly generated
 // batch per optimizer step, final accuracy on 4 × batch fresh samples, seeds 42/43/44.
 import * as tf from '@tensorflow/tfjs';

@@ -1,6 +1,6 @@
 // The 22 synthetic tasks of the SLAY paper's task benchmark (Tables 3–9), as deterministic seeded
-// generators. Definitions follow the paper's benchmark script (../shared/notes/attention-reference.md
-// §1.12) with three deliberate differences, all documented on the task:
+// generators. Definitions follow the paper's benchmark script (docs/notes/slay-task-benchmark.md)
+// with three deliberate differences, all documented on the task:
 //  - bigram: the lookup table is drawn from the run seed (the reference reset the global seed and
 //    crashed on GPU, so the paper has no bigram numbers);
 //  - "position" mode scores the positions the generator marks (the reference inferred them as

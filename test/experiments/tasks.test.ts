@@ -8,7 +8,7 @@ import type { TaskRunResult } from '../../src/experiments/task-runner.ts';
 import { TASK_NAMES, TaskGenerator, taskSpec, tasksInCategory } from '../../src/experiments/tasks.ts';
 import type { TaskBatch } from '../../src/experiments/tasks.ts';
 
-// The paper's table (../shared/notes/attention-reference.md §1.12): name, category, T, V, mode.
+// The paper's table (docs/notes/slay-task-benchmark.md): name, category, T, V, mode.
 const TABLE: [string, string, number, number, string][] = [
   ['copy', 'basic', 32, 32, 'sequence'], ['sort', 'basic', 16, 32, 'sequence'], ['reverse', 'basic', 32, 32, 'sequence'],
   ['retrieval', 'memory', 64, 64, 'last'], ['kv_recall', 'memory', 22, 64, 'last'], ['first_token', 'memory', 64, 32, 'last'],

@@ -1,4 +1,4 @@
-// cosformer: ReLU features with cos-based re-weighting (Qin et al. 2022; reference notes §5.2):
+// cosformer: ReLU features with cos-based re-weighting (Qin et al. 2022; docs/notes/attention-kernels.md §6):
 //
 //   κ(i, j) = ReLU(q_i)ᵀReLU(k_j) · cos(π/2 · (i − j)/M)
 //

@@ -1,13 +1,13 @@
-// darkformer: data-aware random-feature kernel (DARKFormer, arXiv 2603.04127 §4.1, App. B; reference
-// notes §3). The kernel is exp(x̃_qᵀx̃_k) with x̃ = M(d^(−1/4)x), i.e. exp(qᵀΣk/√d), Σ = MᵀM, and
-// its positive random features are the ordinary PRF of x̃,
+// darkformer: data-aware random-feature kernel (DARKFormer, arXiv 2603.04127 §4.1, App. B;
+// docs/notes/attention-kernels.md §3). The kernel is exp(x̃_qᵀx̃_k) with x̃ = M(d^(−1/4)x), i.e.
+// exp(qᵀΣk/√d), Σ = MᵀM, and its positive random features are the ordinary PRF of x̃,
 //
 //   φ(x)_j = m^(−1/2)·exp(w_jᵀx̃ − ‖x̃‖²/2),  w_j ~ N(0, I_r)  (ω̃_j = Mᵀw_j ~ N(0, Σ)),
 //
 // so gradients reach M through both the projection and the −‖x̃‖²/2 term. Everything after x̃
 // (projections, stabilisers, δ on the un-stabilised scale, redraw schedule) is Performer's.
 //
-// Choices (the paper specifies none of them, §3.3 of the notes):
+// Choices (the paper specifies none of them, docs/notes/attention-kernels.md §3.2):
 // * one M per head, [H, r, d] (as the third-party darkformer-pytorch; the paper has one Σ per layer):
 //   heads see differently distributed queries and keys, and whitening is a per-head statistic;
 // * M initialised to the identity (r < d: its first r rows), with the same projection draw as

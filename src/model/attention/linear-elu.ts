@@ -1,4 +1,4 @@
-// linear-elu: linear attention with φ(x) = elu(x) + 1 (Katharopoulos et al. 2020; reference notes §5.1):
+// linear-elu: linear attention with φ(x) = elu(x) + 1 (Katharopoulos et al. 2020; docs/notes/attention-kernels.md §5):
 //
 //   Y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + δ)       j ≤ i if causal
 //

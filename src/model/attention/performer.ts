@@ -1,4 +1,4 @@
-// performer: FAVOR+ (Choromanski et al. 2021; reference notes §2). Positive random features
+// performer: FAVOR+ (Choromanski et al. 2021; docs/notes/attention-kernels.md §2). Positive random features
 //
 //   φ(x)_j = m^(−1/2)·exp(ω_jᵀx̃ − ‖x̃‖²/2),  x̃ = d^(−1/4)x,  ω_j ~ N(0, I)  ⇒  E[φ(q)ᵀφ(k)] = exp(qᵀk/√d)
 //

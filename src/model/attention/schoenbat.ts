@@ -1,4 +1,4 @@
-// schoenbat: Schoenberg's-theorem attention (arXiv 2505.12252; reference notes §4):
+// schoenbat: Schoenberg's-theorem attention (arXiv 2505.12252; docs/notes/attention-kernels.md §4):
 //
 //   q̃ = preSBN(q)·d^(−1/4), k̃ = preSBN(k)·d^(−1/4)       preSBN: centre, divide by √(var+1e-12), unit-normalise
 //   out = γ · RMFA(q̃, k̃, v) + β                             RMFA: linear attention over random Maclaurin features

@@ -1,5 +1,5 @@
-// yat-spherical: the exact spherical Yat kernel, quadratic in length (SLAY paper §3; reference
-// notes §1.9). x = q̂·k̂, K = x²/(C − 2x) with C = 2 + ε, and kernel normalisation
+// yat-spherical: the exact spherical Yat kernel, quadratic in length (SLAY paper §3;
+// docs/notes/attention-kernels.md §1.5). x = q̂·k̂, K = x²/(C − 2x) with C = 2 + ε, and kernel normalisation
 // Y = KV / (K·1 + δ) — not a softmax. Future keys get weight 0.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, clamp, ConstantCache, flattenHeads, l2Normalize } from '../ops.ts';

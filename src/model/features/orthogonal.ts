@@ -1,4 +1,4 @@
-// Orthogonal Gaussian random features (Performer's ORF; Choromanski et al. 2021, reference notes §2.2):
+// Orthogonal Gaussian random features (Performer's ORF; Choromanski et al. 2021, docs/notes/attention-kernels.md §2.2):
 // ⌊m/d⌋ full blocks of d mutually orthogonal directions plus one partial block, each block from
 // the QR decomposition of a fresh d×d standard-Gaussian matrix with the sign fix (Q·diag(sign R_ii))
 // that makes Q Haar-distributed, every direction then scaled by the length of an independent
