@@ -4,9 +4,9 @@
 // Loading is by stable tensor name. Every parameter of the new model must come from the checkpoint
 // with the same shape, except the attention mechanism's own parameters when the mechanism changed
 // (they keep their documented initialisation: DARKFormer's M = identity, or with init 'whitening' an
-// estimate from two training batches — a mechanism's dataInit; SchoenbAt's γ = 1, β = 0). Buffers (random projections) load
-// only when the mechanism and its options are unchanged; otherwise they come from the new
-// mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
+// estimate from two training batches, the mechanism's dataInit; SchoenbAt's γ = 1, β = 0). Buffers
+// (random projections) load only when the mechanism and its options are unchanged; otherwise they
+// come from the new mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
 // previous mechanism's own tensors, which are dropped when the mechanism changed.
 // A Hugging Face folder (src/hf) is read into the same shape; the parameters it does not hold (a
 // bare BertModel's MLM head) keep their initialisation and are reported.

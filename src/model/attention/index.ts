@@ -9,6 +9,5 @@ import './linear-elu.ts';
 import './cosformer.ts';
 
 export { createAttention, attentionTensors, attentionNames, attentionOptionSpecs, attentionDescription, attentionIsQuadratic } from './registry.ts';
-export type { AttentionEntry } from './registry.ts';
-export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, DataInitialization, TensorDeclaration } from './types.ts';
+export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, TensorDeclaration } from './types.ts';
 export { linearAttention } from './linear-attention.ts';
