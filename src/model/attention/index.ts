@@ -1,4 +1,5 @@
-// Importing this module registers every attention mechanism.
+// Importing this module registers every attention mechanism: one import line per mechanism file (adding one:
+// docs/attention.md, "Adding a mechanism").
 import './softmax.ts';
 import './yat-spherical.ts';
 import './slay.ts';
