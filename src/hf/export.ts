@@ -20,7 +20,7 @@ import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import type { LanguageModel } from '../model/lm.ts';
-import { syncDir, writeFileSynced } from '../train/atomic-folder.ts';
+import { syncDir, writeFileSynced } from '../core/atomic-folder.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
 import { modelTensors } from '../train/trainer.ts';

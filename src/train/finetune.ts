@@ -13,7 +13,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { listSome } from '../bounds.ts';
+import { listSome } from '../core/bounds.ts';
 import YAML from 'yaml';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { isDarkformerModule } from '../model/attention/darkformer.ts';
@@ -22,7 +22,7 @@ import type { Architecture } from '../model/transformer.ts';
 import { hfFolderOf, readHfInitFrom } from '../hf/folder.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
-import { readCheckedFiles } from './atomic-folder.ts';
+import { readCheckedFiles } from '../core/atomic-folder.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { CHECKPOINTS_DIR, COMPLETE_MARKER, listCheckpoints } from './checkpoint.ts';

@@ -3,7 +3,7 @@
 import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
-import { Rng } from '../model/rng.ts';
+import { Rng } from '../core/rng.ts';
 import { DataParallelGroup } from './data-parallel.ts';
 import { AdamW } from './optimizer.ts';
 import { trainStep } from './trainer.ts';

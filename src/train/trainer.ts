@@ -8,7 +8,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
-import { deriveSeed } from '../model/rng.ts';
+import { deriveSeed } from '../core/rng.ts';
 import { validateTransformerConfig } from '../model/transformer.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
@@ -23,7 +23,7 @@ import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
 import { encodeSafetensors } from './safetensors.ts';
-import { writeFolderAtomically } from './atomic-folder.ts';
+import { writeFolderAtomically } from '../core/atomic-folder.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
 import { checkModelTensors } from './model-check.ts';
 import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
@@ -179,7 +179,7 @@ const FINAL_FILES = new Set(['model.safetensors', 'recipe.json', FINAL_TOKENIZER
  * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out]; metadata: the
  * model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe) + tokenizer.json (a copy of
  * `tokenizer`, the run's, so that final/ alone is a complete model folder for eval, generate and export) + COMPLETE
- * (their sha256), atomically (atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is
+ * (their sha256), atomically (core/atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is
  * replaced only if it holds nothing but those files.
  */
 export async function saveFinalModel(

@@ -7,7 +7,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import type { AttentionState } from '../../src/model/attention/types.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { randomArray4, tensor4, type Array4 } from '../helpers/reference.ts';
 
 /** Small feature counts and chunks shorter than the sequence, so the chunked apply is exercised. */

@@ -13,7 +13,7 @@ import { evalCheckpoint } from '../../src/cli/eval.ts';
 import { generateFromCheckpoint } from '../../src/cli/generate.ts';
 import { readHfFolder } from '../../src/hf/folder.ts';
 import type { ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { AdamW } from '../../src/train/optimizer.ts';

@@ -9,7 +9,7 @@ import { testBackend } from '../helpers/backend.ts';
 import type { DataCursor } from '../../src/data/stream.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   checkpointName,
   COMPLETE_MARKER,

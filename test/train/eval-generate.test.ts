@@ -15,7 +15,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { RunLogger } from '../../src/train/metrics.ts';

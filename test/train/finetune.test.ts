@@ -9,7 +9,7 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { isDarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { chooseInitFrom, loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, whitenDarkformerLayers } from '../../src/train/finetune.ts';
 import type { FreezeSpec } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';

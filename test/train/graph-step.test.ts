@@ -10,7 +10,7 @@ import { initBackend } from '../../src/backend.ts';
 import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { attentionNames } from '../../src/model/attention/index.ts';
 import { createLanguageModel, type LanguageModel, type ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { graphStatus } from '../../src/train/compiled-step.ts';
 import { partitionParameters } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';

@@ -10,7 +10,7 @@ import { testBackend } from '../helpers/backend.ts';
 import type { Batch } from '../../src/data/batch.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
 import type { MetricRecord } from '../../src/train/metrics.ts';
 import { AdamW } from '../../src/train/optimizer.ts';

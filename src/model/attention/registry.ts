@@ -5,7 +5,7 @@ export type ResolvedOptions = Record<string, number | string | boolean>;
 
 interface Entry {
   description: string;
-  /** Every option with its bounds (integer options declare their maximum: src/bounds.ts), checked before `create`. */
+  /** Every option with its bounds (integer options declare their maximum: src/core/bounds.ts), checked before `create`. */
   options: OptionSpecs;
   create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
   /**
