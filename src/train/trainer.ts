@@ -16,7 +16,7 @@ import type { Batch } from '../data/batch.ts';
 import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
 import { modelConfigFromRecipe, QUADRATIC_ATTENTIONS } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
-import { RunLogger } from './metrics.ts';
+import { RunLogger } from '../telemetry/run-logger.ts';
 import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';

@@ -18,7 +18,7 @@ import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { RunLogger } from '../../src/train/metrics.ts';
+import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { modelConfigFromRecipe, parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
 import { saveFinalModel, streamOptions } from '../../src/train/trainer.ts';

@@ -1,4 +1,4 @@
-// Weights & Biases sink: the official @wandb/sdk run in a worker thread (src/train/wandb-worker.mjs), so that
+// Weights & Biases sink: the official @wandb/sdk run in a worker thread (src/telemetry/wandb-worker.mjs), so that
 // no W&B failure can stop training. The run folder's metrics.jsonl stays the source of truth; `wandb.json`
 // in the folder fixes the W&B run id, so `npm run wandb:replay -- <run folder>` re-sends the same lines to
 // the same run instead of creating a duplicate.
@@ -9,8 +9,8 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import type { MetricRecord } from './metrics.ts';
-import type { Recipe } from './recipe.ts';
+import type { MetricRecord } from './run-logger.ts';
+import type { Recipe } from '../train/recipe.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {

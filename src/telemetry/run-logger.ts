@@ -7,7 +7,7 @@
 //                  still finds data that moved with it); each resume appends its own entry under `resumes`
 //   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves (validation adds bpb and acc)
 //   log.txt        the progress lines and warnings printed during the run, each line after its ISO time
-//   wandb.json     the fixed W&B run id/project/entity and upload status (see src/train/wandb.ts)
+//   wandb.json     the fixed W&B run id/project/entity and upload status (see src/telemetry/wandb.ts)
 //   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import { execFileSync } from 'node:child_process';
@@ -15,8 +15,8 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import type { Recipe } from './recipe.ts';
-import { assertRunFolder, markRunFolder } from './run-folder.ts';
+import type { Recipe } from '../train/recipe.ts';
+import { assertRunFolder, markRunFolder } from '../train/run-folder.ts';
 import { ProgressBar } from './progress-bar.ts';
 import type { StepProgress } from './progress-bar.ts';
 import {
