@@ -1,27 +1,29 @@
-// Run folders and metric records. A run folder `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
+// The run logger: makes a run folder and writes what the run reports into it. A run folder
+// `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
 //   .slayformer-run  the marker that makes it a run folder (a random run id, see run-folder.ts)
 //   config.json    the resolved recipe (rewritten when the run is resumed)
-//   env.json       where it came from and ran: the git commit (and whether the tree was dirty), the versions of
-//                  Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
+//   env.json       where it came from and ran (environment.ts): the git commit (and whether the tree was dirty), the
+//                  versions of Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
 //                  start time, and the data paths both absolute and relative to the run folder (a moved run folder
 //                  still finds data that moved with it); each resume appends its own entry under `resumes`
-//   metrics.jsonl  one JSON object per record (MetricRecord), the source of truth for curves (validation adds bpb and acc)
+//   metrics.jsonl  one JSON object per record (MetricRecord, records.ts), the source of truth for curves (validation
+//                  adds bpb and acc)
 //   log.txt        the progress lines and warnings printed during the run, each line after its ISO time
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/telemetry/wandb.ts)
 //   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
-import os from 'node:os';
 import path from 'node:path';
 import type { Recipe } from '../train/recipe.ts';
 import { assertRunFolder, markRunFolder } from '../train/run-folder.ts';
+import { ENV_FILE, environmentRecord } from './environment.ts';
 import { ProgressBar } from './progress-bar.ts';
 import type { StepProgress } from './progress-bar.ts';
+import { checkRecord, METRICS_FILE, readMetrics, type MetricRecord } from './records.ts';
 import {
-  newWandbRunId,
+  newWandbInfo,
   readWandbInfo,
+  replayCommand,
   toWandbConfig,
   wandbDecision,
   WandbSink,
@@ -29,29 +31,6 @@ import {
   writeWandbInfo,
   type WandbRunInfo,
 } from './wandb.ts';
-
-export interface MetricRecord {
-  step: number;
-  tokens: number;
-  split: 'train' | 'val';
-  loss: number;
-  ppl: number;
-  lr: number;
-  grad_norm: number | null;
-  tokens_per_s: number;
-  elapsed_s: number;
-  /** Validation: bits per byte. */
-  bpb?: number;
-  /** Validation: top-1 accuracy over the loss's tokens (next-token for GPT, masked-token for BERT). */
-  acc?: number;
-  epoch_fraction?: number;
-  /** Train, tensorflow backend: values and bytes the last step read back into JavaScript (backend/readback.ts). */
-  readback_values?: number;
-  readback_bytes?: number;
-}
-
-export const METRICS_FILE = 'metrics.jsonl';
-const REQUIRED_NUMBERS = ['step', 'tokens', 'loss', 'ppl', 'lr', 'tokens_per_s', 'elapsed_s'] as const;
 
 export interface RunLoggerOptions {
   /** Parent folder of the new run folder (default recipe.train.runDir). */
@@ -68,13 +47,6 @@ export interface RunLoggerOptions {
   echo?: boolean;
   /** Seconds to wait for W&B to flush at finish() (default 60). */
   wandbFinishTimeoutS?: number;
-}
-
-/** The replay command for a run folder, as printed to the user. */
-export function replayCommand(dir: string): string {
-  const relative = path.relative(process.cwd(), dir);
-  const shown = relative === '' ? '.' : relative.startsWith('..') ? dir : relative;
-  return `npm run wandb:replay -- ${/\s/.test(shown) ? JSON.stringify(shown) : shown}`;
 }
 
 export class RunLogger {
@@ -201,98 +173,6 @@ export class RunLogger {
   }
 }
 
-export interface ReplayOptions {
-  /** Send to this project/entity instead of the one in wandb.json (then stored there). */
-  project?: string;
-  entity?: string | null;
-  /** Seconds to wait for the final flush (default 120). */
-  timeoutS?: number;
-}
-
-/** @wandb/sdk 0.5.1 sends at most 10 000 history lines per upload and, at finish, uploads only once more:
- *  a replay therefore hands it the records in chunks of 5 000, one upload interval apart. */
-const REPLAY_CHUNK = 5000;
-
-/**
- * Uploads a run folder (config.json + metrics.jsonl) to its W&B run, as identified by wandb.json: line i of
- * metrics.jsonl becomes history line i, so replaying a folder twice (or after a partial live upload) rewrites
- * the same lines and creates no duplicate run. Throws (naming the folder) when the upload fails.
- */
-export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): Promise<{ records: number; url?: string }> {
-  const dir = path.resolve(runDir);
-  const configFile = path.join(dir, 'config.json');
-  if (!fs.existsSync(configFile) || !fs.existsSync(path.join(dir, METRICS_FILE))) {
-    throw new Error(`${dir}: not a run folder (expected config.json and ${METRICS_FILE})`);
-  }
-  const records = readMetrics(dir);
-  const recipe = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Recipe;
-  const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
-  const info: WandbRunInfo = { ...stored, project: opts.project ?? stored.project, entity: opts.entity !== undefined ? opts.entity : stored.entity };
-  writeWandbInfo(dir, info);
-
-  const sink = new WandbSink(info, toWandbConfig(recipe));
-  if (await sink.started()) {
-    for (let start = 0; start < records.length; start += REPLAY_CHUNK) {
-      if (start > 0) await sleep(sink.uploadIntervalMs() + 500); // let the SDK's upload loop send the previous chunk
-      for (const record of records.slice(start, start + REPLAY_CHUNK)) sink.log(record);
-    }
-  }
-  const result = await sink.finish((opts.timeoutS ?? 120) * 1000);
-  writeWandbInfo(dir, { ...info, status: result.ok ? 'synced' : 'incomplete', url: result.url, reason: result.reason });
-  if (!result.ok) throw new Error(`${dir}: W&B replay failed: ${result.reason}`);
-  return { records: records.length, url: result.url };
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Reads and checks every record of a run folder's metrics.jsonl (errors name the file and line). */
-export function readMetrics(runDir: string): MetricRecord[] {
-  const file = path.join(runDir, METRICS_FILE);
-  const text = fs.readFileSync(file, 'utf8');
-  const records: MetricRecord[] = [];
-  text.split('\n').forEach((line, i) => {
-    if (line.trim() === '') return;
-    let record: unknown;
-    try {
-      record = JSON.parse(line);
-    } catch {
-      throw new Error(`${file}:${i + 1}: not a JSON object: ${line.slice(0, 80)}`);
-    }
-    checkRecord(record, `${file}:${i + 1}`);
-    records.push(record as MetricRecord);
-  });
-  return records;
-}
-
-/** Throws unless `record` has every required field with the right type (NaN/Infinity read back as null). */
-export function checkRecord(record: unknown, where: string): asserts record is MetricRecord {
-  const r = record as Record<string, unknown>;
-  const fail = (problem: string) => {
-    throw new Error(`${where}: metric record ${problem} (got ${JSON.stringify(record)})`);
-  };
-  if (typeof record !== 'object' || record === null) fail('must be an object');
-  if (r.split !== 'train' && r.split !== 'val') fail(`field split must be "train" or "val"`);
-  for (const key of REQUIRED_NUMBERS) {
-    // A diverged loss is NaN, which JSON writes as null: accepted, so the record is kept rather than lost.
-    if (typeof r[key] !== 'number' && !(r[key] === null && key !== 'step' && key !== 'tokens')) fail(`field ${key} must be a number`);
-  }
-  if (!Number.isInteger(r.step) || (r.step as number) < 0) fail('field step must be an integer ≥ 0');
-  if (typeof r.grad_norm !== 'number' && r.grad_norm !== null) fail('field grad_norm must be a number or null');
-  for (const key of ['bpb', 'acc', 'epoch_fraction']) {
-    if (r[key] !== undefined && typeof r[key] !== 'number' && r[key] !== null) fail(`field ${key} must be a number`);
-  }
-}
-
-function newWandbInfo(recipe: Recipe, dir: string): WandbRunInfo {
-  return {
-    id: newWandbRunId(),
-    project: recipe.wandb.project,
-    entity: recipe.wandb.entity,
-    name: recipe.wandb.runName ?? path.basename(dir),
-    status: 'pending',
-  };
-}
-
 /** `<parent>/<name>-<YYYYMMDD-HHMMSS>` (UTC), with -2, -3, … if two runs start in the same second. */
 export function makeRunDir(parent: string, name: string): string {
   fs.mkdirSync(parent, { recursive: true });
@@ -308,111 +188,6 @@ export function makeRunDir(parent: string, name: string): string {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
   }
-}
-
-const ENV_FILE = 'env.json';
-const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
-
-/** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
-function gitSource(): { commit: string | null; dirty: boolean | null; reason?: string } {
-  const git = (...args: string[]) => execFileSync('git', ['-C', REPO_ROOT, ...args], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
-  try {
-    const commit = git('rev-parse', 'HEAD').trim();
-    return { commit, dirty: git('status', '--porcelain').trim() !== '' };
-  } catch (err) {
-    return { commit: null, dirty: null, reason: `not a git checkout, or git is missing (${(err as Error).message.split('\n')[0]})` };
-  }
-}
-
-/**
- * Versions of the TensorFlow.js packages and of the running backend; TensorFlow's own on the tensorflow backend.
- * tfjs is imported here, not at the top: readers of run folders (compare, replay) import this file and need no tfjs.
- */
-async function backendVersions(): Promise<Record<string, unknown>> {
-  const tf = await import('@tensorflow/tfjs');
-  const backend = tf.engine().backendName ?? null;
-  const versions: Record<string, string | null> = { ...tf.version };
-  try {
-    versions['tfjs-backend-wasm'] = requireFromHere('@tensorflow/tfjs-backend-wasm/package.json').version;
-  } catch {
-    versions['tfjs-backend-wasm'] = null;
-  }
-  // tfjs-node's backend carries its libtensorflow binding, whose TF_Version is TensorFlow's version string.
-  const binding = backend === 'tensorflow' ? (tf.engine().backend as unknown as { binding?: { TF_Version?: string } }).binding : undefined;
-  return { name: backend, tensorflow: binding?.TF_Version ?? null, versions };
-}
-const requireFromHere = createRequire(import.meta.url);
-
-/** An external path as recorded in env.json: absolute, and relative to the run folder. */
-function recordedPath(runDir: string, file: string | null) {
-  return file === null ? null : { absolute: file, fromRun: path.relative(runDir, file) };
-}
-
-/** Where and how a process runs: Node, the machine, the command line, the git source and the backend's versions. */
-export async function processEnvironment(): Promise<Record<string, unknown>> {
-  const cpus = os.cpus();
-  return {
-    node: process.version,
-    platform: `${process.platform}-${process.arch}`,
-    hostname: os.hostname(),
-    cpus: cpus.length,
-    cpuModel: cpus[0]?.model ?? null,
-    memoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
-    argv: process.argv.slice(1),
-    cwd: process.cwd(),
-    startedAt: new Date().toISOString(),
-    git: gitSource(),
-    backend: await backendVersions(),
-  };
-}
-
-async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
-  return {
-    ...(await processEnvironment()),
-    paths: {
-      run: runDir,
-      dataset: recordedPath(runDir, recipe.data.dataset),
-      tokenizer: recordedPath(runDir, recipe.data.tokenizer),
-      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith('auto:') ? null : path.resolve(recipe.initFrom)),
-    },
-  };
-}
-
-/** env.json of a new run; a resume (resumedAtStep defined) keeps the first session's and appends its own. */
-async function environmentRecord(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<Record<string, unknown>> {
-  const file = path.join(runDir, ENV_FILE);
-  const current = await environment(runDir, recipe);
-  let previous: Record<string, unknown> | null = null;
-  if (resumedAtStep !== undefined) {
-    try {
-      previous = JSON.parse(fs.readFileSync(file, 'utf8'));
-    } catch {
-      previous = null; // missing or damaged: this session's environment stands alone
-    }
-  }
-  const resumes = Array.isArray(previous?.resumes) ? previous.resumes : [];
-  return previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current;
-}
-
-/**
- * `recipe` with data.dataset and data.tokenizer pointing where they are now for a run folder that may have moved:
- * a recorded absolute path that no longer exists is replaced by its run-relative form from env.json when that one
- * exists. Returns the recipe unchanged when nothing moved (or the run has no env.json).
- */
-export function relocateRecipePaths(recipe: Recipe, runDir: string): Recipe {
-  let paths: Record<string, { absolute?: unknown; fromRun?: unknown } | null> | undefined;
-  try {
-    paths = JSON.parse(fs.readFileSync(path.join(runDir, ENV_FILE), 'utf8')).paths;
-  } catch {
-    return recipe;
-  }
-  const moved = (key: 'dataset' | 'tokenizer', current: string): string => {
-    const recorded = paths?.[key];
-    if (fs.existsSync(current) || typeof recorded?.fromRun !== 'string') return current;
-    const candidate = path.resolve(runDir, recorded.fromRun);
-    return fs.existsSync(candidate) ? candidate : current;
-  };
-  return { ...recipe, data: { ...recipe.data, dataset: moved('dataset', recipe.data.dataset), tokenizer: moved('tokenizer', recipe.data.tokenizer) } };
 }
 
 function writeJson(file: string, value: unknown): void {

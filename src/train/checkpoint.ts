@@ -29,7 +29,7 @@ import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
 import type { AdamW } from './optimizer.ts';
-import { relocateRecipePaths } from '../telemetry/run-logger.ts';
+import { relocateRecipePaths } from './metrics.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { markAdvice, readRunMarker, RUN_ID_PATTERN, RUN_MARKER } from './run-folder.ts';

@@ -11,7 +11,7 @@ import { loadHfModel } from '../hf/load.ts';
 import { COMPLETE_MARKER, readCheckedFiles } from '../core/atomic-folder.ts';
 import { FINAL_TOKENIZER_FILE, loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
 import { runFolderOf } from './checkpoint.ts';
-import { relocateRecipePaths } from '../telemetry/run-logger.ts';
+import { relocateRecipePaths } from './metrics.ts';
 import { checkSavedModel } from './model-check.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';

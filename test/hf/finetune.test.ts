@@ -20,7 +20,7 @@ import { AdamW } from '../../src/train/optimizer.ts';
 import { loadRecipe } from '../../src/train/recipe.ts';
 import { readSafetensors } from '../../src/train/safetensors.ts';
 import { runTraining, streamOptions, trainStep } from '../../src/train/trainer.ts';
-import type { MetricRecord } from '../../src/telemetry/run-logger.ts';
+import type { MetricRecord } from '../../src/telemetry/records.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 import { BERT_DIR, GPT2_DIR, sameBytes } from './fixtures.ts';

@@ -12,7 +12,7 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
-import type { MetricRecord } from '../../src/telemetry/run-logger.ts';
+import type { MetricRecord } from '../../src/telemetry/records.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe } from '../../src/train/recipe.ts';
 import { readSafetensors } from '../../src/train/safetensors.ts';
