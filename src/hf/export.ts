@@ -23,7 +23,7 @@ import type { LanguageModel } from '../model/lm.ts';
 import { syncDir, writeFileSynced } from '../core/atomic-folder.ts';
 import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
 import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
-import { modelTensors } from '../train/trainer.ts';
+import { modelTensors } from '../train/final-model.ts';
 import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE, SECTION, type HfLayout } from './config.ts';
 import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from './folder.ts';
 import { encodeTensor, hfShape, tensorRules } from './weights.ts';

@@ -36,7 +36,7 @@ export type FreezeSpec = (typeof FREEZE_PRESETS)[number] | string[];
 
 export const MODEL_FILE = 'model.safetensors';
 export const RECIPE_FILE = 'recipe.json';
-/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (trainer.ts saveFinalModel). */
+/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (final-model.ts saveFinalModel). */
 export const FINAL_TOKENIZER_FILE = 'tokenizer.json';
 /** `initFrom: auto:<recipe name>` = the newest finished run of that recipe under train.runDir. */
 export const AUTO_PREFIX = 'auto:';

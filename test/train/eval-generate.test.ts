@@ -21,7 +21,8 @@ import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { modelConfigFromRecipe, parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
-import { saveFinalModel, streamOptions } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
+import { streamOptions } from '../../src/train/plan.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;

@@ -16,7 +16,9 @@ import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe, RecipeError } from '../../src/train/recipe.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { encodeSafetensors, readSafetensors } from '../../src/train/safetensors.ts';
-import { runTraining, saveFinalModel, trainStep } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
+import { trainStep } from '../../src/train/step.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import type { NamedArray } from '../../src/train/safetensors.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 

@@ -19,7 +19,7 @@ import { trainOnTask } from '../../src/experiments/task-runner.ts';
 import { DataParallelGroup } from '../../src/train/data-parallel.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
-import { trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
 
 const available = isTensorflowSetUp();
 const STEPS = 5;

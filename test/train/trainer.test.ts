@@ -16,7 +16,8 @@ import type { MetricRecord } from '../../src/telemetry/records.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe } from '../../src/train/recipe.ts';
 import { readSafetensors } from '../../src/train/safetensors.ts';
-import { runTraining, trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;
