@@ -22,7 +22,7 @@ import { attentionNames, createAttention } from '../src/model/attention/index.ts
 import { matMulTransposeB, weightGradient } from '../src/model/ops.ts';
 import { GraphCache, graphsAvailable } from '../src/backend/tf-graph.ts';
 import { gradientsThroughGraph } from '../src/train/compiled-step.ts';
-import { Rng } from '../src/model/rng.ts';
+import { Rng } from '../src/core/rng.ts';
 
 const SPEC = {
   name: 'bench:attention',

@@ -20,7 +20,7 @@ import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatu
 import { attentionNames } from '../src/model/attention/index.ts';
 import { IncrementalDecoder, sampleToken } from '../src/model/decode.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
-import { Rng } from '../src/model/rng.ts';
+import { Rng } from '../src/core/rng.ts';
 
 const SPEC = {
   name: 'bench:long-context',

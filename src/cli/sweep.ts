@@ -101,7 +101,7 @@ async function main({ values, positionals }: Args): Promise<number> {
 async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
   // Imported here, not at the top: every task process starts this CLI, and needs neither the trainer's planning
   // nor the report's plotting libraries.
-  const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/trainer.ts'), import('../sweep/plan.ts')]);
+  const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/plan.ts'), import('../sweep/plan.ts')]);
   await initBackend('cpu', { quiet: true }); // counting parameters builds the mechanisms' small buffers
   const planned = await planSweep(sweep, { planRun, tokensPerSecond: values['tokens-per-s'] });
   console.log(formatPlan(sweep, planned));

@@ -1,6 +1,6 @@
 // Compares logged training runs: reads each run folder (config.json = the resolved recipe,
 // metrics.jsonl = MetricRecord lines, summary.json = the trainer's final summary, env.json = where it ran;
-// see src/train/metrics.ts) and writes a report folder with
+// see src/telemetry/run-logger.ts) and writes a report folder with
 //   report.md       per-run table (with backend, commit and peak memory), runs of the same recipe + attention
 //                   with different seeds grouped as mean ± sd (n), what tells the groups apart, and each
 //                   group's paired difference to the baseline attention (same other settings, same seeds)
@@ -21,8 +21,8 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { readSafetensorsHeader } from '../hf/safetensors-files.ts';
-import { checkRecord } from '../train/metrics.ts';
-import type { MetricRecord } from '../train/metrics.ts';
+import { checkRecord } from '../telemetry/records.ts';
+import type { MetricRecord } from '../telemetry/records.ts';
 import { pairedT } from './paired.ts';
 import type { PairedResult } from './paired.ts';
 import { lineChartSvg } from './plot.ts';

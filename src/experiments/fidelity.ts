@@ -5,7 +5,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import { dense } from '../model/ops.ts';
-import { deriveSeed, Rng } from '../model/rng.ts';
+import { deriveSeed, Rng } from '../core/rng.ts';
 import type { FidelityCase, FidelityRow, FidelitySettings } from './fidelity-cases.ts';
 
 export { PAPER_SCALES, PAPER_SETTINGS, paperCases, SLAY_POLYS } from './fidelity-cases.ts';

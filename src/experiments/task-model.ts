@@ -9,7 +9,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import type { AttentionModule } from '../model/attention/index.ts';
 import { matMul2d } from '../model/ops.ts';
-import { deriveSeed, Rng } from '../model/rng.ts';
+import { deriveSeed, Rng } from '../core/rng.ts';
 
 export interface TaskModelConfig {
   vocabSize: number;

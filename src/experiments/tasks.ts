@@ -8,7 +8,7 @@
 //  - selective_copy: the target is the token that follows each marker in the final input (the
 //    reference read it before later markers were written, so adjacent markers gave a target the
 //    model never sees).
-import { Rng, deriveSeed } from '../model/rng.ts';
+import { Rng, deriveSeed } from '../core/rng.ts';
 
 /** Which positions the loss and the accuracy count. */
 export type TaskMode = 'sequence' | 'last' | 'position';

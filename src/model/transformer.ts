@@ -11,7 +11,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
-import { deriveSeed, Rng } from './rng.ts';
+import { deriveSeed, Rng } from '../core/rng.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 
 export interface TransformerConfig {

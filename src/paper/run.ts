@@ -15,7 +15,8 @@ import { fileURLToPath } from 'node:url';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
 import { readAttempt, runFolders, runGuarded } from '../sweep/task.ts';
 import type { TaskResult } from '../sweep/task.ts';
-import { makeRunDir, processEnvironment } from '../train/metrics.ts';
+import { processEnvironment } from '../telemetry/environment.ts';
+import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
 
 const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');

@@ -26,7 +26,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { BOUNDS, listSome } from '../bounds.ts';
+import { BOUNDS, listSome } from '../core/bounds.ts';
 import { resolveDataParallel } from '../train/data-parallel.ts';
 import { parseRecipe, parseYaml, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';

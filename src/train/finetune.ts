@@ -13,7 +13,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { listSome } from '../bounds.ts';
+import { listSome } from '../core/bounds.ts';
 import YAML from 'yaml';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { architectureOf } from '../model/transformer.ts';
@@ -21,7 +21,7 @@ import type { Architecture } from '../model/transformer.ts';
 import { hfFolderOf, readHfInitFrom } from '../hf/folder.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
-import { readCheckedFiles } from './atomic-folder.ts';
+import { readCheckedFiles } from '../core/atomic-folder.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { CHECKPOINTS_DIR, COMPLETE_MARKER, listCheckpoints } from './checkpoint.ts';
@@ -35,7 +35,7 @@ export type FreezeSpec = (typeof FREEZE_PRESETS)[number] | string[];
 
 export const MODEL_FILE = 'model.safetensors';
 export const RECIPE_FILE = 'recipe.json';
-/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (trainer.ts saveFinalModel). */
+/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (final-model.ts saveFinalModel). */
 export const FINAL_TOKENIZER_FILE = 'tokenizer.json';
 /** `initFrom: auto:<recipe name>` = the newest finished run of that recipe under train.runDir. */
 export const AUTO_PREFIX = 'auto:';

@@ -10,7 +10,7 @@ import { resolveOptions } from '../model/attention/registry.ts';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../bounds.ts';
+import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../core/bounds.ts';
 import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import { hfRecipeSettings } from '../hf/folder.ts';
 import { freezeProblem } from './finetune.ts';
@@ -114,7 +114,7 @@ export interface FieldSpec {
   doc: string;
 }
 
-/** Longest sequence a recipe may ask for (the bounds table, src/bounds.ts). */
+/** Longest sequence a recipe may ask for (the bounds table, src/core/bounds.ts). */
 const MAX_SEQ_LEN = BOUNDS.positions.max;
 
 const derived = (doc: string, compute: DerivedDefault['compute']): DerivedDefault => ({ derived: doc, compute });

@@ -9,7 +9,7 @@ import {
 } from '../../src/model/attention/index.ts';
 import { SLAY_POLY_VARIANTS } from '../../src/model/attention/slay.ts';
 import { dense } from '../../src/model/ops.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { flat, randomArray4, relL2, tensor4, type Array4 } from '../helpers/reference.ts';
 import { mechanismRef } from '../helpers/mechanisms.ts';
 

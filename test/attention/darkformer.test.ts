@@ -7,7 +7,7 @@ import '../../src/model/attention/darkformer.ts';
 import { darkformerAttention, type DarkformerModule } from '../../src/model/attention/darkformer.ts';
 import type { RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   dot,
   flat,

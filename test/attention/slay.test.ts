@@ -15,7 +15,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { SLAY_POLY_VARIANTS, type SlayAttention } from '../../src/model/attention/slay.ts';
 import { gaussLaguerre, slayQuadrature } from '../../src/model/features/quadrature.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   type Array4,
   dot,

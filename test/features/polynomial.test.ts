@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createPolynomialMap, type PolynomialKind } from '../../src/model/features/polynomial.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, gradientCheck, meanAndStdErr, unit } from '../helpers/reference.ts';
 
 beforeAll(async () => {

@@ -9,14 +9,16 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import type { DarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { chooseInitFrom, loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, initializeLayersFromData } from '../../src/train/finetune.ts';
 import type { FreezeSpec } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe, RecipeError } from '../../src/train/recipe.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { encodeSafetensors, readSafetensors } from '../../src/train/safetensors.ts';
-import { runTraining, saveFinalModel, trainStep } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
+import { trainStep } from '../../src/train/step.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import type { NamedArray } from '../../src/train/safetensors.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 

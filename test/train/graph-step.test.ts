@@ -10,7 +10,7 @@ import { initBackend } from '../../src/backend.ts';
 import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { attentionNames } from '../../src/model/attention/index.ts';
 import { createLanguageModel, type LanguageModel, type ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { graphStatus } from '../../src/train/compiled-step.ts';
 import { partitionParameters } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
@@ -19,7 +19,7 @@ import { trainOnTask } from '../../src/experiments/task-runner.ts';
 import { DataParallelGroup } from '../../src/train/data-parallel.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
-import { trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
 
 const available = isTensorflowSetUp();
 const STEPS = 5;

@@ -15,7 +15,7 @@
 // state's maxLength (the model's maxSeqLen) — so a decoded sequence shorter than maxSeqLen does not
 // reproduce the official M = L forward of that sequence, it reproduces the forward with M = maxSeqLen.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { ConstantCache } from '../ops.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapMethods, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';

@@ -15,7 +15,7 @@
 // * init 'whitening' is data-dependent: M stays the identity until a new run calls its dataInit
 //   (types.ts) with calibration queries and keys (a resumed run restores M instead).
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { inverseSqrtSymmetric } from '../features/linalg.ts';
 import { batchMatMul, namedVariable, projectPerHead } from '../ops.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';

@@ -16,7 +16,7 @@ export interface AttentionEntry {
    * has no segmentLength (linear mechanisms carry O(1) sums instead).
    */
   quadratic: boolean;
-  /** Every option with its bounds (integer options declare their maximum: src/bounds.ts), checked before `create`. */
+  /** Every option with its bounds (integer options declare their maximum: src/core/bounds.ts), checked before `create`. */
   options: OptionSpecs;
   create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
   /**

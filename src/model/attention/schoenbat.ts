@@ -19,9 +19,9 @@
 //   q̃ᵀk̃ < 0). The default here clamps at f(−1/√d), the smallest value the exact denominator can take
 //   with one visible key, so the guard never changes an exact estimate; 'reference' keeps 1.0.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { l2Normalize, namedVariable } from '../ops.ts';
-import { deriveSeed, Rng } from '../rng.ts';
+import { deriveSeed, Rng } from '../../core/rng.ts';
 import { DEFAULT_MAX_DEGREE, drawDegrees, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
 import type { MaclaurinKernel } from '../features/random-maclaurin.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapMethods } from './linear-attention.ts';

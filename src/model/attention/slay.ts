@@ -20,13 +20,13 @@
 //     Σ_r (w_r/M) e^{2 s_r x} (a⁴ + 2a²(1 + 2x) + 1 + 2x²),  a² = 2 s_r (1 + x)²
 // The random matrices are drawn once from the mechanism's seed and never redrawn.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { createPolynomialMap, POLYNOMIAL_KINDS, polynomialParameterShapes, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../ops.ts';
-import { deriveSeed, Rng } from '../rng.ts';
+import { deriveSeed, Rng } from '../../core/rng.ts';
 import { contractionOptionSpecs, featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionConfig, AttentionModule } from './types.ts';

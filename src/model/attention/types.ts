@@ -81,7 +81,7 @@ export interface AttentionState {
 
 /**
  * Declarative description of one option: type, default, bounds. An integer option always declares its maximum —
- * from the bounds table (src/bounds.ts) when it sets a size, null when it does not (a number of steps) — since
+ * from the bounds table (src/core/bounds.ts) when it sets a size, null when it does not (a number of steps) — since
  * options come from checkpoints too, and are checked before anything is built from them.
  */
 export type OptionSpec =

@@ -11,7 +11,7 @@
 // *is* the sign-fixed QR, and the second pass ("twice is enough") restores orthogonality to
 // machine precision.
 import * as tf from '@tensorflow/tfjs';
-import { Rng } from '../rng.ts';
+import { Rng } from '../../core/rng.ts';
 
 /**
  * m directions in R^d as m rows of a row-major [m, d] Float64Array: blocks of d orthogonal rows,

@@ -20,7 +20,7 @@
 // sketch is unbiased for x² (the reference divides by √P, a constant that cancels in attention).
 import * as tf from '@tensorflow/tfjs';
 import { ConstantCache, matMul2d } from '../ops.ts';
-import type { Rng } from '../rng.ts';
+import type { Rng } from '../../core/rng.ts';
 import { inverseSqrtSymmetric } from './linalg.ts';
 
 export const POLYNOMIAL_KINDS = ['anchor', 'exact', 'random-maclaurin', 'tensorsketch', 'nystrom'] as const;

@@ -18,7 +18,7 @@
 // each feature's scale is folded into its level-1 row, so no broadcast multiply is needed.
 import * as tf from '@tensorflow/tfjs';
 import { matMul2d, namedVariable } from '../ops.ts';
-import type { Rng } from '../rng.ts';
+import type { Rng } from '../../core/rng.ts';
 
 export const MACLAURIN_KERNELS = ['exp', 'inverse', 'logi', 'trigh', 'sqrt'] as const;
 export type MaclaurinKernel = (typeof MACLAURIN_KERNELS)[number];

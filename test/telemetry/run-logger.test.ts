@@ -4,10 +4,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { checkRecord, readMetrics, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
+import { checkRecord, readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
+import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { RUN_MARKER } from '../../src/train/run-folder.ts';
-import { readWandbInfo } from '../../src/train/wandb.ts';
+import { readWandbInfo } from '../../src/telemetry/wandb.ts';
 
 const REQUIRED_FIELDS = ['step', 'tokens', 'split', 'loss', 'ppl', 'lr', 'grad_norm', 'tokens_per_s', 'elapsed_s'];
 

@@ -1,4 +1,4 @@
-// Worker thread that runs the official @wandb/sdk for src/train/wandb.ts (plain JavaScript so that it loads
+// Worker thread that runs the official @wandb/sdk for src/telemetry/wandb.ts (plain JavaScript so that it loads
 // under node, tsx and vitest alike). Why a worker: the SDK reports upload failures by throwing inside a
 // MessagePort listener (an uncaught exception that would end the training process) and installs a SIGINT
 // handler that calls process.exit(); inside a worker both only affect the worker.

@@ -6,9 +6,10 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { readMetrics, replayToWandb, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
+import { readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
+import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
-import { readWandbInfo, toWandbRow, wandbDecision } from '../../src/train/wandb.ts';
+import { readWandbInfo, replayToWandb, toWandbRow, wandbDecision } from '../../src/telemetry/wandb.ts';
 
 interface MockWandb {
   url: string;

@@ -1,4 +1,4 @@
-// Weights & Biases sink: the official @wandb/sdk run in a worker thread (src/train/wandb-worker.mjs), so that
+// Weights & Biases sink: the official @wandb/sdk run in a worker thread (src/telemetry/wandb-worker.mjs), so that
 // no W&B failure can stop training. The run folder's metrics.jsonl stays the source of truth; `wandb.json`
 // in the folder fixes the W&B run id, so `npm run wandb:replay -- <run folder>` re-sends the same lines to
 // the same run instead of creating a duplicate.
@@ -9,8 +9,8 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import type { MetricRecord } from './metrics.ts';
-import type { Recipe } from './recipe.ts';
+import { METRICS_FILE, readMetrics, type MetricRecord } from './records.ts';
+import type { Recipe } from '../train/recipe.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {
@@ -256,4 +256,66 @@ export class WandbSink {
     this.problem = reason;
     this.options.onProblem?.(reason);
   }
+}
+
+/** The replay command for a run folder, as printed to the user. */
+export function replayCommand(dir: string): string {
+  const relative = path.relative(process.cwd(), dir);
+  const shown = relative === '' ? '.' : relative.startsWith('..') ? dir : relative;
+  return `npm run wandb:replay -- ${/\s/.test(shown) ? JSON.stringify(shown) : shown}`;
+}
+
+export interface ReplayOptions {
+  /** Send to this project/entity instead of the one in wandb.json (then stored there). */
+  project?: string;
+  entity?: string | null;
+  /** Seconds to wait for the final flush (default 120). */
+  timeoutS?: number;
+}
+
+/** @wandb/sdk 0.5.1 sends at most 10 000 history lines per upload and, at finish, uploads only once more:
+ *  a replay therefore hands it the records in chunks of 5 000, one upload interval apart. */
+const REPLAY_CHUNK = 5000;
+
+/**
+ * Uploads a run folder (config.json + metrics.jsonl) to its W&B run, as identified by wandb.json: line i of
+ * metrics.jsonl becomes history line i, so replaying a folder twice (or after a partial live upload) rewrites
+ * the same lines and creates no duplicate run. Throws (naming the folder) when the upload fails.
+ */
+export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): Promise<{ records: number; url?: string }> {
+  const dir = path.resolve(runDir);
+  const configFile = path.join(dir, 'config.json');
+  if (!fs.existsSync(configFile) || !fs.existsSync(path.join(dir, METRICS_FILE))) {
+    throw new Error(`${dir}: not a run folder (expected config.json and ${METRICS_FILE})`);
+  }
+  const records = readMetrics(dir);
+  const recipe = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Recipe;
+  const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+  const info: WandbRunInfo = { ...stored, project: opts.project ?? stored.project, entity: opts.entity !== undefined ? opts.entity : stored.entity };
+  writeWandbInfo(dir, info);
+
+  const sink = new WandbSink(info, toWandbConfig(recipe));
+  if (await sink.started()) {
+    for (let start = 0; start < records.length; start += REPLAY_CHUNK) {
+      if (start > 0) await sleep(sink.uploadIntervalMs() + 500); // let the SDK's upload loop send the previous chunk
+      for (const record of records.slice(start, start + REPLAY_CHUNK)) sink.log(record);
+    }
+  }
+  const result = await sink.finish((opts.timeoutS ?? 120) * 1000);
+  writeWandbInfo(dir, { ...info, status: result.ok ? 'synced' : 'incomplete', url: result.url, reason: result.reason });
+  if (!result.ok) throw new Error(`${dir}: W&B replay failed: ${result.reason}`);
+  return { records: records.length, url: result.url };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A new W&B identity for the run folder `dir`: a fresh id, the recipe's project, entity and run name. */
+export function newWandbInfo(recipe: Recipe, dir: string): WandbRunInfo {
+  return {
+    id: newWandbRunId(),
+    project: recipe.wandb.project,
+    entity: recipe.wandb.entity,
+    name: recipe.wandb.runName ?? path.basename(dir),
+    status: 'pending',
+  };
 }
