@@ -15,7 +15,7 @@ import { pairedT } from '../report/paired.ts';
 import type { PairedResult } from '../report/paired.ts';
 import { REPORT_METRICS } from './spec.ts';
 import type { ReportMetric, Sweep, SweepRun } from './spec.ts';
-import { runFolders } from './task.ts';
+import { runFolders } from './run-folders.ts';
 
 export interface ReportOptions {
   outDir: string;
