@@ -14,7 +14,7 @@ export const EXECUTOR_OPTIONS = {
 
 export const EXECUTOR_SETTING_OPTIONS = Object.fromEntries(
   EXECUTORS.flatMap((executor) =>
-    Object.values(executor.settings).map((s) => [s.flag.slice(2), { type: 'string', value: 'VALUE', help: `${executor.name}: ${s.help}`, ...(s.type === 'list' ? { multiple: true } : {}) }]),
+    Object.values(executor.settings).map((s) => [s.flag.slice(2), { type: 'string', value: s.value ?? 'VALUE', help: `${executor.name}: ${s.help}`, ...(s.type === 'list' ? { multiple: true } : {}) }]),
   ),
 ) as Record<string, OptionSpec>;
 

@@ -9,8 +9,9 @@ import type { RunSet, SetRun } from './run-set.ts';
 export interface ExecutorSetting {
   /** The flag, e.g. `--partition`; unique across executors (the registry checks). */
   flag: string;
-  /** Its --help line (after the executor's name). */
+  /** Its --help line (after the executor's name), and the placeholder of its value there (default VALUE). */
   help: string;
+  value?: string;
   /** What the flag's text becomes: by default a number when it is all digits, else the text; 'boolean': true or false; 'list': the flag repeats and its values add to the file's. */
   type?: 'boolean' | 'list';
   /** null when the value is valid, else what it must be ("an integer ≥ 1"): messages read `<where> must be <that> (got …)`. */

@@ -20,7 +20,7 @@ run's data-parallel replicas (--cores N to change the count), one progress line 
 failing run does not stop the others; run it again to skip finished runs and resume interrupted
 ones. Ctrl-C: the running runs save a checkpoint and stop.`,
   settings: {
-    cores: { flag: '--cores', help: "cores to fill (default: this machine's)", check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1') },
+    cores: { flag: '--cores', value: 'N', help: "cores to fill (default: this machine's)", check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1') },
   },
   submits: false,
   run: (set, pending, settings, context = {}) => runLocal(set, pending, { cores: settings.cores as number | undefined, out: context.out, logIntervalS: context.logIntervalS }),

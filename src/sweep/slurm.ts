@@ -12,7 +12,7 @@
 // Script text. Every value is refused or quoted before it reaches the script, so that each line is one of the
 // shapes renderSbatchScript writes: values of `#SBATCH` lines (a comment to bash, options to sbatch) are words of a
 // safe alphabet or double-quoted as sbatch's own parser reads them (`\` escapes `"`, `\` and `#`, which ends an
-// argument even inside quotes in older Slurm versions); the task command is quoted for bash (task.ts); control
+// argument even inside quotes in older Slurm versions); the task command is quoted for bash (set-files.ts); control
 // characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
 // exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';

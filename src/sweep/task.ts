@@ -52,7 +52,7 @@ function takeLock(file: string, task: ExecutorTask | null): { held: true; releas
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const holder = readJson<Lock>(file);
-    const sameTask = holder !== null && holder.task !== null && task !== null && holder.task.executor === task.executor && holder.task.name === task.name;
+    const sameTask = task !== null && holder?.task?.executor === task.executor && holder.task.name === task.name;
     if (holder && !sameTask && lockIsLive(holder)) return { held: false, holder };
     rmSync(file, { force: true });
   }
