@@ -2,8 +2,9 @@
 // settings from a sweep file's section and its flag, is handed only the runs that are not done, and `sweep status`
 // (setStatus, what the command prints) shows its queue; a task process it claims records its task in the run's
 // attempt. No training: the toy "submits" by writing its own queue file, and the task's worker is a small script that
-// leaves what a finished run leaves (a run folder with summary.json).
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+// leaves what a finished run leaves (a run folder with summary.json). The built-in Slurm executor is reached the same
+// way from a task process: its array task is named in the attempt and, stopped at its request, requeued.
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -113,5 +114,37 @@ describe('a registered executor', () => {
     writeFileSync(join(sweep.runDir, `${third.name}-20260101-000000`, 'summary.json'), JSON.stringify({ headline: 'done' }));
     expect(await runOnExecutor(sweep, { executor: 'toy' }, { nothingLeft: 'nothing left' })).toBeNull();
     expect(asked).toHaveLength(1);
+  });
+});
+
+describe('the slurm executor, through the registry', () => {
+  it('names its array task in the attempt and requeues a task it asked to stop (a fake scontrol records the call)', async () => {
+    const sweep = loadSweep(sweepFile('requeue', ''));
+    const run = sweep.runs[0];
+    const bin = join(dir, 'bin');
+    mkdirSync(bin, { recursive: true });
+    writeFileSync(join(bin, 'scontrol'), `#!/bin/sh\necho "$@" > ${join(dir, 'scontrol-args')}\n`);
+    chmodSync(join(bin, 'scontrol'), 0o755);
+    // The worker says it is ready, then waits to be stopped (SIGTERM ends it: exit 143).
+    const waiter = join(dir, 'waiter.mjs');
+    writeFileSync(waiter, `console.log('ready');\nsetInterval(() => {}, 1000);\n`);
+    const saved = { ...process.env };
+    Object.assign(process.env, { SLURM_ARRAY_JOB_ID: '41', SLURM_ARRAY_TASK_ID: '0', PATH: `${bin}:${process.env.PATH}` });
+    const err: string[] = [];
+    try {
+      // SIGUSR1 is what the batch shell gets before the time limit; sent once the worker runs.
+      const out = { write: (chunk: Buffer) => (String(chunk).includes('ready') && process.kill(process.pid, 'SIGUSR1'), true) } as unknown as NodeJS.WritableStream;
+      const sink = { write: (chunk: Buffer | string) => (err.push(String(chunk)), true) } as unknown as NodeJS.WritableStream;
+      const result = await runGuarded(sweep, run, () => ({ args: [waiter], banner: 'starting' }), out, sink);
+      expect(result).toMatchObject({ action: 'trained', exitCode: 143 });
+    } finally {
+      for (const key of ['SLURM_ARRAY_JOB_ID', 'SLURM_ARRAY_TASK_ID', 'PATH']) {
+        if (saved[key] === undefined) delete process.env[key];
+        else process.env[key] = saved[key];
+      }
+    }
+    expect(readAttempt(sweep, run)).toMatchObject({ outcome: 'stopped', task: { executor: 'slurm', name: 'Slurm task 41_0' } });
+    expect(readFileSync(join(dir, 'scontrol-args'), 'utf8')).toBe('requeue 41_0\n');
+    expect(err.join('')).toContain('sweep: requeued Slurm task 41_0; it resumes from its checkpoint');
   });
 });
