@@ -24,8 +24,6 @@ export interface ExecutorContext {
   out?: NodeJS.WriteStream | NodeJS.WritableStream;
   /** Seconds between progress lines when `out` is not a terminal. */
   logIntervalS?: number;
-  /** The folder the runs' task processes start in (default this process's). */
-  cwd?: string;
 }
 
 export type ExecutorOutcome =

@@ -78,8 +78,8 @@ Settings from the file's slurm: section or the options below; --dry-run prints t
 instead of submitting it.`,
   settings: SLURM_SETTINGS,
   submits: true,
-  async run(set, pending, settings, context = {}) {
-    const submission = submitSweep(set, pending.map((r) => r.index), settings as SlurmOptions, context.cwd);
+  async run(set, pending, settings) {
+    const submission = submitSweep(set, pending.map((r) => r.index), settings as SlurmOptions);
     return { kind: 'submitted', what: `job array ${submission.jobId}`, runs: pending.length, file: submission.script };
   },
   preview: (set, pending, settings, cwd) => renderSbatchScript(set, pending.map((r) => r.index), settings as SlurmOptions, cwd),
