@@ -1,7 +1,7 @@
 // A paper experiment as a declared, versioned protocol: the units of work it runs (one run of a run set each, see
 // src/sweep/run-set.ts), the cells of the paper's tables it fills from them, the published numbers with their table,
 // the rule by which ours agree with them, and the known reasons a cell may not.
-import type { MeanSd } from '../experiments/stats.ts';
+import type { MeanSd } from '../report/stats.ts';
 
 /** A number as the paper prints it: mean ± sd over its seeds (sd null when it prints none), and where. */
 export interface PublishedValue {

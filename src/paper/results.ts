@@ -6,11 +6,11 @@
 //   <out>/<experiment>[-quick]/agreement.svg   ours against the paper's, one point per cell
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { groupBy, meanSd } from '../experiments/stats.ts';
-import type { MeanSd } from '../experiments/stats.ts';
+import { groupBy, meanSd } from '../report/stats.ts';
+import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
 import type { CellSpec, CellVerdict, Explanation, ShownExtra } from './protocol.ts';
-import { agreementPlotSvg } from './plot.ts';
+import { agreementPlotSvg } from './agreement-plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 
 export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {

@@ -1,5 +1,5 @@
-// A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by the local
-// or the Slurm executor, each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
+// A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by any
+// executor (src/sweep/executors.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
 // the worker `paper <experiment> … --unit <index>`, which runs the unit in its own process and leaves
 //   <runs>/<experiment>-v<version>-<backend>[-quick]/<unit>-<YYYYMMDD-HHMMSS>/
 //     unit.json     the experiment, its version and the unit's settings
@@ -13,7 +13,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
-import { readAttempt, runFolders, runGuarded } from '../sweep/task.ts';
+import { runFolders } from '../sweep/run-folders.ts';
+import { readAttempt } from '../sweep/set-files.ts';
+import { runGuarded } from '../sweep/task.ts';
 import type { TaskResult } from '../sweep/task.ts';
 import { processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
@@ -60,8 +62,8 @@ export function experimentRunSet(experiment: Experiment, settings: ExperimentSet
     file: experimentCommand(experiment, settings),
     name: `paper-${tag}`,
     runDir: path.join(runsRoot, tag),
-    runs: units.map((unit, index) => ({ index, name: unit.name, cores, slurmCpus: 1 })),
-    slurm: {},
+    runs: units.map((unit, index) => ({ index, name: unit.name, cores, requestedCpus: 1 })),
+    executorSettings: {},
     task: [PAPER_CLI, experiment.name, ...workerFlags(settings, runsRoot), '--task'],
     experiment,
     settings,

@@ -8,7 +8,7 @@ import type { RunPlan } from '../train/plan.ts';
 import type { Recipe } from '../train/recipe.ts';
 import { canonical } from './spec.ts';
 import type { Sweep, SweepRun } from './spec.ts';
-import { runFolders } from './task.ts';
+import { runFolders } from './run-folders.ts';
 
 export interface PlannedRun {
   run: SweepRun;

@@ -15,7 +15,7 @@ import { graphStatus } from '../../src/train/compiled-step.ts';
 import { partitionParameters } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { readback, readSince } from '../../src/backend/readback.ts';
-import { trainOnTask } from '../../src/experiments/task-runner.ts';
+import { trainOnTask } from '../../src/paper/task-runner.ts';
 import { DataParallelGroup } from '../../src/train/data-parallel.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
 import { randomBatch } from '../../src/train/throughput.ts';

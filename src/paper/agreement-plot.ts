@@ -2,10 +2,19 @@
 // ±sd bar over the seeds), a colour per column (mechanism) and the diagonal y = x. Axes are logarithmic when the
 // values span more than two orders of magnitude (the ablation's errors run from 0.4 to 10⁶).
 import type { TopLevelSpec } from 'vega-lite';
-import { seriesColours, specSvg } from '../experiments/plot.ts';
-import type { ExperimentResults } from './results.ts';
+import { seriesColours, specSvg } from '../report/plot.ts';
+import type { MeanSd } from '../report/stats.ts';
+import type { PublishedValue, Verdict } from './protocol.ts';
 
-export async function agreementPlotSvg(results: ExperimentResults): Promise<string | null> {
+/** What the plot reads of an experiment's results (results.ts's ExperimentResults, which imports this file). */
+export interface AgreementPlotInput {
+  title: string;
+  metric: { name: string };
+  counts: { agrees: number; withPublished: number };
+  cells: { row: string; column: string; published: PublishedValue | null; ours: MeanSd; verdict: Verdict }[];
+}
+
+export async function agreementPlotSvg(results: AgreementPlotInput): Promise<string | null> {
   const points = results.cells
     .filter((c) => c.published && c.ours.n > 0)
     .map((c) => ({

@@ -1,6 +1,6 @@
 // The paired t comparison against closed forms and tables, and the coverage of its interval by simulation.
 import { describe, expect, it } from 'vitest';
-import { pairedT } from '../../src/experiments/paired.ts';
+import { pairedT } from '../../src/report/paired.ts';
 
 /** Student t CDF in closed form for 1 and 2 degrees of freedom (Cauchy; t/(2√(2 + t²)) + 1/2). */
 const tCdf = { 1: (t: number) => 0.5 + Math.atan(t) / Math.PI, 2: (t: number) => 0.5 + t / (2 * Math.sqrt(2 + t * t)) };

@@ -3,10 +3,10 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { summarizeTaskResults, taskResultsMarkdown, trainOnTask } from '../../src/experiments/task-runner.ts';
-import type { TaskRunResult } from '../../src/experiments/task-runner.ts';
-import { TASK_NAMES, TaskGenerator, taskSpec, tasksInCategory } from '../../src/experiments/tasks.ts';
-import type { TaskBatch } from '../../src/experiments/tasks.ts';
+import { summarizeTaskResults, taskResultsMarkdown, trainOnTask } from '../../src/paper/task-runner.ts';
+import type { TaskRunResult } from '../../src/paper/task-runner.ts';
+import { TASK_NAMES, TaskGenerator, taskSpec, tasksInCategory } from '../../src/paper/synthetic-tasks.ts';
+import type { TaskBatch } from '../../src/paper/synthetic-tasks.ts';
 
 // The paper's table (docs/notes/slay-task-benchmark.md): name, category, T, V, mode.
 const TABLE: [string, string, number, number, string][] = [

@@ -2,7 +2,6 @@
 // wasm heap unusable for every later op, so benchmarks that probe memory limits isolate each
 // measurement; the child prints its result as one "ROW <json>" line.
 import { spawn } from 'node:child_process';
-import type { OptionSpec } from '../cli/command.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
 
 export interface IsolatedResult<T> {
@@ -43,12 +42,15 @@ export function runIsolated<T>(script: string, args: string[], timeoutMs = Infin
   });
 }
 
-/** The options every benchmark that measures mechanism × length in child processes takes. */
+/**
+ * The options every benchmark that measures mechanism × length in child processes takes. Plain data (this layer sits
+ * below the command-line parser); each benchmark's spec, `satisfies CommandSpec`, checks them where it spreads them.
+ */
 export const ISOLATED_OPTIONS = {
   mechanisms: { type: 'string', value: 'a,b', help: 'attention mechanisms (default all registered)' },
   'timeout-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, help: 'a measurement running longer is stopped and reported as a time-out' },
   child: { type: 'string', hidden: true, help: 'internal: one mechanism:length measurement' },
-} as const satisfies Record<string, OptionSpec>;
+} as const;
 
 /** How an isolated measurement ended. */
 export type MeasurementStatus = 'ok' | 'OOM' | 'timeout' | 'error';

@@ -32,7 +32,7 @@ export interface LineChartOptions {
 /**
  * One colour per attention mechanism, the same in every plot: the Okabe–Ito palette, which stays distinct
  * for colour-blind readers, with its yellow (faint on white) replaced by Tol's wine. Softmax, the baseline,
- * is black. test/experiments/plot.test.ts checks every pair (and white) apart by CIEDE2000 ≥ 10, also under
+ * is black. test/report/plot.test.ts checks every pair (and white) apart by CIEDE2000 ≥ 10, also under
  * simulated deuteranopia, protanopia and tritanopia.
  */
 export const MECHANISM_COLOURS: Readonly<Record<string, string>> = {

@@ -6,11 +6,11 @@ import * as tf from '@tensorflow/tfjs';
 import { GraphCache, graphsAvailable } from '../backend/tf-graph.ts';
 import { gradientsThroughGraph } from '../train/compiled-step.ts';
 import { AdamW } from '../train/optimizer.ts';
-import { groupBy, meanSd, formatMeanSd } from './stats.ts';
-import type { MeanSd } from './stats.ts';
+import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
+import type { MeanSd } from '../report/stats.ts';
 import { PAPER_TASK_MODEL, TaskModel } from './task-model.ts';
-import { TASK_CATEGORIES, TaskGenerator, taskSpec } from './tasks.ts';
-import type { TaskBatch, TaskCategory } from './tasks.ts';
+import { TASK_CATEGORIES, TaskGenerator, taskSpec } from './synthetic-tasks.ts';
+import type { TaskBatch, TaskCategory } from './synthetic-tasks.ts';
 
 /**
  * Per-mechanism options of the paper's task benchmark (mapped to our option names): SLAY anchor

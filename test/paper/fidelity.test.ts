@@ -1,7 +1,7 @@
 // The kernel-fidelity harness behind `npm run ablate`.
 import { beforeAll, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { fidelityMarkdown, paperCases, PAPER_SCALES, runFidelity } from '../../src/experiments/fidelity.ts';
+import { fidelityMarkdown, paperCases, PAPER_SCALES, runFidelity } from '../../src/paper/fidelity.ts';
 
 const settings = { embed: 16, heads: 2, batch: 2, causal: true, seeds: [0, 1] };
 const softmax = { mechanism: 'softmax', options: {} };

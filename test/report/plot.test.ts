@@ -2,8 +2,8 @@
 // readers), stable across plots, and ±sd bands drawn only where given.
 import { describe, expect, it } from 'vitest';
 import { attentionNames } from '../../src/model/attention/index.ts';
-import { distinctColours, lineChartSvg, MECHANISM_COLOURS, seriesColours } from '../../src/experiments/plot.ts';
-import type { LinePoint } from '../../src/experiments/plot.ts';
+import { distinctColours, lineChartSvg, MECHANISM_COLOURS, seriesColours } from '../../src/report/plot.ts';
+import type { LinePoint } from '../../src/report/plot.ts';
 
 /** sRGB hex → linear RGB in [0, 1]. */
 function linearRgb(hex: string): number[] {

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { compareRuns, csvTable, groupCurves, groupRuns, latexTable, loadRun, resolveRunDirs } from '../../src/experiments/compare.ts';
+import { compareRuns, csvTable, groupCurves, groupRuns, latexTable, loadRun, resolveRunDirs } from '../../src/report/compare.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

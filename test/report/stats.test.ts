@@ -1,6 +1,6 @@
 // Mean ± sample sd over seeds and the grouping helper.
 import { describe, expect, it } from 'vitest';
-import { formatMeanSd, formatNumber, groupBy, meanSd } from '../../src/experiments/stats.ts';
+import { formatMeanSd, formatNumber, groupBy, meanSd } from '../../src/report/stats.ts';
 
 describe('meanSd', () => {
   it('uses the sample standard deviation (n − 1)', () => {
