@@ -65,7 +65,7 @@ async function main({ values, positionals }: Args): Promise<number> {
   if (name === 'list') return list();
   if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, or list)`);
   const experiment = await loadExperiment(name);
-  const [{ buildResults, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] = await Promise.all([
+  const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] = await Promise.all([
     import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/status.ts'),
   ]);
   const backend = values.backend ?? experiment.backend;
@@ -109,9 +109,7 @@ async function main({ values, positionals }: Args): Promise<number> {
   const results = buildResults(set, collectUnits(set));
   const outDir = values.out ?? (set.settings.quick ? path.join('reports', 'paper') : path.join('docs', 'results'));
   const files = await writeResults(results, outDir);
-  const c = results.counts;
-  console.log(`${name}: ${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
-    `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run); wrote\n${files.map((f) => `  ${f}`).join('\n')}`);
+  console.log(`${name}: ${resultsHeadline(results)}; wrote\n${files.map((f) => `  ${f}`).join('\n')}`);
   return exitCode;
 }
 

@@ -105,7 +105,7 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   const startedAt = new Date().toISOString();
   const started = performance.now();
   const cpu = process.cpuUsage();
-  const outcome = await experiment.runUnit(unit.settings);
+  const outcome = await experiment.runUnit(unit.settings, { dir, doneUnit: (name) => doneUnit(set, name) });
   const used = process.cpuUsage(cpu);
   const result: UnitResultFile = {
     experiment: experiment.name, version: experiment.version, unit: unit.name, outcome,
@@ -117,6 +117,14 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   writeJson(`${summary}.tmp`, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
   fs.renameSync(`${summary}.tmp`, summary);
   return dir;
+}
+
+/** A unit's newest done folder and its outcome, or null. */
+function doneUnit(set: ExperimentRunSet, name: string): { dir: string; outcome: UnitOutcome } | null {
+  const index = set.units.findIndex((u) => u.name === name);
+  if (index < 0) throw new Error(`${set.file}: no unit named ${name}`);
+  const done = runFolders(set, set.runs[index]).findLast((f) => f.done);
+  return done ? { dir: done.dir, outcome: readJson<UnitResultFile>(path.join(done.dir, 'result.json')).outcome } : null;
 }
 
 /** What one unit left: its newest done folder's result and environment, or why it has none. */
