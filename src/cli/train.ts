@@ -54,7 +54,7 @@ const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
   const [{ initBackend }, { planRun }, { chooseInitFrom }, { hfFolderOf }, { resolveDataParallel }] = await Promise.all([
-    import('../backend.ts'), import('../train/trainer.ts'), import('../train/finetune.ts'), import('../hf/folder.ts'), import('../train/data-parallel.ts'),
+    import('../backend.ts'), import('../train/plan.ts'), import('../train/finetune.ts'), import('../hf/folder.ts'), import('../train/data-parallel.ts'),
   ]);
   // The device the run would get, resolved without loading it.
   const device = resolveBackend(backend.choice);
@@ -110,7 +110,7 @@ function describeDecision({ choice, from }: BackendDecision): string {
 
 async function main(args: Args): Promise<number> {
   const [{ initBackend }, { loadRecipe, RecipeError }, { validateRecipeModel }, { resolveResume, signalExitCode, TrainingStopped }] = await Promise.all([
-    import('../backend.ts'), import('../train/recipe.ts'), import('../train/trainer.ts'), import('../train/checkpoint.ts'),
+    import('../backend.ts'), import('../train/recipe.ts'), import('../train/plan.ts'), import('../train/checkpoint.ts'),
   ]);
   let recipe: Recipe;
   try {

@@ -7,7 +7,7 @@
 // buffers) and half-precision weights, and can be several GB.
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { open } from 'node:fs/promises';
-import { showValue } from '../bounds.ts';
+import { showValue } from '../core/bounds.ts';
 
 /** Bytes per element of the safetensors dtypes. */
 const DTYPE_BYTES: Record<string, number> = {

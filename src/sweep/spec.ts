@@ -11,7 +11,7 @@
 //     model.attention: [softmax, { name: slay, options: { prfFeatures: 16 } }]
 //     train.seed: [1, 2, 3]
 //   runDir: runs/demo-lm                        # default: <base recipe's train.runDir>/<name>
-//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }
+//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }   # an executor's settings, under its name (executors.ts)
 //   report: { baseline: softmax, metric: finalValLoss }
 //
 // Keys are recipe keys, dotted (`train.seed`) or nested (`train: { seed: 1 }`), or `model.attention`: a whole
@@ -28,13 +28,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { chooseBackend, resolveBackend, type BackendChoice, type BackendProbe, type Device } from '../backend/device.ts';
-import { BOUNDS, listSome } from '../bounds.ts';
+import { BOUNDS, listSome } from '../core/bounds.ts';
 import { resolveDataParallel } from '../train/data-parallel.ts';
 import { parseRecipe, parseYaml, RecipeError, RECIPE_SCHEMA } from '../train/recipe.ts';
 import type { Recipe } from '../train/recipe.ts';
+import { executorSections, readExecutorSettings } from './executors.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { REPORT_METRICS, SLURM_FIELDS } from './options.ts';
-import type { ReportMetric, SlurmOptions } from './options.ts';
+import { REPORT_METRICS } from './report-metrics.ts';
+import type { ReportMetric } from './report-metrics.ts';
 
 const SWEEP_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'sweep.ts');
 
@@ -82,7 +83,8 @@ export class SweepError extends Error {
   }
 }
 
-const TOP_KEYS = ['name', 'recipe', 'set', 'grid', 'cases', 'runDir', 'slurm', 'report'];
+/** A sweep file's keys: its own, then one section per executor that takes settings. */
+const topKeys = () => ['name', 'recipe', 'set', 'grid', 'cases', 'runDir', 'report', ...executorSections()];
 const LEAF_KEYS = new Set<string>([...Object.keys(RECIPE_SCHEMA), ATTENTION_KEY]);
 
 interface Source {
@@ -113,7 +115,7 @@ export function loadSweep(file: string, overrides: readonly string[] = [], { bac
   const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set, commandLine], 'base', null, problems);
   if (!firstRecipe) throw new SweepError(file, problems);
   const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
-  // It names folders and reaches the Slurm script (slurm.ts): a newline there would be a shell line of its own.
+  // It names folders and may reach an executor's batch script: a newline there would be a shell line of its own.
   if (/[\u0000-\u001f\u007f]/.test(runDir)) {
     const from = spec.runDir === null ? ` (the base recipe's train.runDir + the sweep's name)` : '';
     throw new SweepError(file, [`runDir ${JSON.stringify(runDir)}${from} holds a control character (newline, tab, …); name a folder without one`]);
@@ -131,7 +133,7 @@ export function loadSweep(file: string, overrides: readonly string[] = [], { bac
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
   const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry]), ...(backend ? ['--backend', backend] : [])];
-  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task, overrides: [...overrides], backend };
+  return { file, name: spec.name, runDir, runs, varying, executorSettings: spec.executorSettings, report: spec.report, task, overrides: [...overrides], backend };
 }
 
 /**
@@ -167,13 +169,13 @@ function commandLineSource(overrides: readonly string[], spec: ReturnType<typeof
 /**
  * Cores a training run keeps busy on `device`: its data-parallel replicas where each keeps one core busy (wasm,
  * cpu), the whole machine where the backend's thread pool takes every core (tensorflow: such runs go one at a
- * time); its Slurm task asks for its replicas (`auto`: 1, the node then gives what it has).
+ * time); a scheduler's task asks for its replicas (`auto`: 1, the node then gives what it has).
  */
-export function trainingCores(recipe: Recipe, device: Device): Pick<SetRun, 'cores' | 'slurmCpus'> {
+export function trainingCores(recipe: Recipe, device: Device): Pick<SetRun, 'cores' | 'requestedCpus'> {
   const { dataParallel, batchSize } = recipe.train;
   return {
     cores: device.coresPerReplica === 'all' ? 'all' : resolveDataParallel(dataParallel, device, batchSize) * device.coresPerReplica,
-    slurmCpus: dataParallel === 'auto' ? 1 : Math.min(dataParallel, batchSize),
+    requestedCpus: dataParallel === 'auto' ? 1 : Math.min(dataParallel, batchSize),
   };
 }
 
@@ -189,7 +191,8 @@ function readSweepFile(file: string) {
   if (errors.length > 0) throw new SweepError(file, errors);
   if (!isMapping(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
   const problems: string[] = [];
-  for (const key of Object.keys(root)) if (!TOP_KEYS.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${TOP_KEYS.join(', ')}`);
+  const keys = topKeys();
+  for (const key of Object.keys(root)) if (!keys.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${keys.join(', ')}`);
   const name = optionalString(root, 'name', problems) ?? path.basename(file, path.extname(file));
   if (!/^[A-Za-z0-9._-]+$/.test(name)) problems.push(`name ${JSON.stringify(name)} may only hold letters, digits, '.', '_' and '-' (it names folders)`);
   const spec = {
@@ -199,7 +202,7 @@ function readSweepFile(file: string) {
     cases: readCases(root.cases, problems),
     axes: readGrid(root.grid, problems),
     runDir: optionalString(root, 'runDir', problems),
-    slurm: readSlurm(root.slurm, problems),
+    executorSettings: readExecutorSettings(root, problems, describe),
     report: readReport(root.report, problems),
   };
   if (spec.baseRecipe === null && (spec.cases.length === 0 || spec.cases.some((c) => c.recipeFile === null))) {
@@ -210,7 +213,7 @@ function readSweepFile(file: string) {
   return spec;
 }
 
-/** The run of a sweep by index (as a Slurm array task gets it) or by name. */
+/** The run of a sweep by index (as an executor's task gets it) or by name. */
 export function findRun(sweep: Sweep, which: string): SweepRun {
   const run = /^\d+$/.test(which) ? sweep.runs[Number(which)] : sweep.runs.find((r) => r.name === which);
   if (!run) throw new Error(`${sweep.file}: no run ${which} (the sweep has runs 0–${sweep.runs.length - 1}: ${sweep.runs.map((r) => r.name).join(', ')})`);
@@ -219,7 +222,7 @@ export function findRun(sweep: Sweep, which: string): SweepRun {
 
 /**
  * The sweep restricted to the runs `only` names: a comma-separated list of run names, globs (`gpt-*`) or indices.
- * Runs keep their index (and so their Slurm array index).
+ * Runs keep their index (and so their executor task's index).
  */
 export function selectRuns(sweep: Sweep, only: string | undefined): Sweep {
   if (only === undefined) return sweep;
@@ -462,26 +465,6 @@ function dedupe(problems: string[]): string[] {
   }
   if (byText.size === problems.length) return problems;
   return [...byText].map(([text, n]) => (n > 1 ? `${text} (${n} runs)` : text));
-}
-
-function readSlurm(value: unknown, problems: string[]): SlurmOptions {
-  const out: SlurmOptions = {};
-  if (value === undefined || value === null) return out;
-  if (!isMapping(value)) {
-    problems.push(`slurm must be a mapping (got ${describe(value)})`);
-    return out;
-  }
-  for (const [key, v] of Object.entries(value)) {
-    const field = SLURM_FIELDS[key as keyof SlurmOptions];
-    if (!field) {
-      problems.push(`unknown key slurm.${key}; allowed: ${Object.keys(SLURM_FIELDS).join(', ')}`);
-      continue;
-    }
-    const problem = field.check(v);
-    if (problem) problems.push(`slurm.${key} must be ${problem} (got ${describe(v)})`);
-    else (out as Record<string, unknown>)[key] = v;
-  }
-  return out;
 }
 
 function readReport(value: unknown, problems: string[]): Sweep['report'] {

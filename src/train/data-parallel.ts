@@ -21,8 +21,8 @@ import { currentDevice } from '../backend/current.ts';
 import type { Device } from '../backend/device.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import type { AdamW } from './optimizer.ts';
-import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './trainer.ts';
-import type { StepOptions, StepResult } from './trainer.ts';
+import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './step.ts';
+import type { StepOptions, StepResult } from './step.ts';
 
 /**
  * The number of replicas for train.dataParallel: `auto` = one per core on a device whose replica keeps one

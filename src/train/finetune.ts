@@ -4,25 +4,24 @@
 // Loading is by stable tensor name. Every parameter of the new model must come from the checkpoint
 // with the same shape, except the attention mechanism's own parameters when the mechanism changed
 // (they keep their documented initialisation: DARKFormer's M = identity, or with init 'whitening' an
-// estimate from two training batches; SchoenbAt's γ = 1, β = 0). Buffers (random projections) load
-// only when the mechanism and its options are unchanged; otherwise they come from the new
-// mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
+// estimate from two training batches, the mechanism's dataInit; SchoenbAt's γ = 1, β = 0). Buffers
+// (random projections) load only when the mechanism and its options are unchanged; otherwise they
+// come from the new mechanism's own seed. A checkpoint tensor with no place in the model is an error, except the
 // previous mechanism's own tensors, which are dropped when the mechanism changed.
 // A Hugging Face folder (src/hf) is read into the same shape; the parameters it does not hold (a
 // bare BertModel's MLM head) keep their initialisation and are reported.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { listSome } from '../bounds.ts';
+import { listSome } from '../core/bounds.ts';
 import YAML from 'yaml';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
-import { isDarkformerModule } from '../model/attention/darkformer.ts';
 import { architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import { hfFolderOf, readHfInitFrom } from '../hf/folder.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
-import { readCheckedFiles } from './atomic-folder.ts';
+import { readCheckedFiles } from '../core/atomic-folder.ts';
 import { parseRecipe } from './recipe.ts';
 import type { Recipe } from './recipe.ts';
 import { CHECKPOINTS_DIR, COMPLETE_MARKER, listCheckpoints } from './checkpoint.ts';
@@ -36,12 +35,12 @@ export type FreezeSpec = (typeof FREEZE_PRESETS)[number] | string[];
 
 export const MODEL_FILE = 'model.safetensors';
 export const RECIPE_FILE = 'recipe.json';
-/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (trainer.ts saveFinalModel). */
+/** A run's final/ also holds its tokenizer, so that the folder alone is a complete model (final-model.ts saveFinalModel). */
 export const FINAL_TOKENIZER_FILE = 'tokenizer.json';
 /** `initFrom: auto:<recipe name>` = the newest finished run of that recipe under train.runDir. */
 export const AUTO_PREFIX = 'auto:';
-/** Training batches whose queries and keys estimate DARKFormer's whitening init. */
-export const WHITENING_BATCHES = 2;
+/** Training batches whose queries and keys calibrate the mechanisms' data-dependent init (DARKFormer's whitening). */
+export const CALIBRATION_BATCHES = 2;
 
 /** Null when `value` is a valid train.freeze, else what it should be (for the recipe's error message). */
 export function freezeProblem(value: unknown): string | null {
@@ -346,14 +345,14 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
 }
 
 /**
- * DARKFormer's data-aware init for the given layers: one forward pass over the batches (stacked),
- * each listed layer's M set by initializeFromData from its own queries and keys just before that
- * layer's attention runs, so later layers are calibrated on the already-whitened earlier ones.
+ * The mechanisms' data-dependent init (dataInit, model/attention/types.ts) for the given layers: one forward pass
+ * over the batches (stacked), each listed layer initialised from its own queries and keys just before that layer's
+ * attention runs, so later layers are calibrated on the already initialised earlier ones.
  */
-export function whitenDarkformerLayers(model: LanguageModel, batches: readonly ModelBatch[], layers: ReadonlySet<number>): void {
-  if (batches.length === 0) throw new Error('whitening: no calibration batch');
+export function initializeLayersFromData(model: LanguageModel, batches: readonly ModelBatch[], layers: ReadonlySet<number>): void {
+  if (batches.length === 0) throw new Error('data-dependent init: no calibration batch');
   const seqLen = batches[0].seqLen;
-  if (batches.some((b) => b.seqLen !== seqLen)) throw new Error('whitening: calibration batches differ in sequence length');
+  if (batches.some((b) => b.seqLen !== seqLen)) throw new Error('data-dependent init: calibration batches differ in sequence length');
   const rows = batches.reduce((n, b) => n + b.batchSize, 0);
   const ids = new Int32Array(rows * seqLen);
   const mask = new Float32Array(rows * seqLen);
@@ -367,8 +366,7 @@ export function whitenDarkformerLayers(model: LanguageModel, batches: readonly M
     model.body.forward(tf.tensor2d(ids, [rows, seqLen], 'int32'), {
       keyMask: model.kind === 'bert' ? tf.tensor2d(mask, [rows, seqLen]) : undefined,
       onAttentionInputs: (layer, q, k) => {
-        const mechanism = model.body.attention[layer];
-        if (layers.has(layer) && isDarkformerModule(mechanism)) mechanism.initializeFromData(q, k);
+        if (layers.has(layer)) model.body.attention[layer].dataInit?.initializeFromData(q, k);
       },
     });
   });
@@ -400,9 +398,9 @@ export interface FinetuneSetup {
 }
 
 /**
- * Applies `initFrom` and `train.freeze` to a freshly built model, and DARKFormer's whitening init
- * (option init 'whitening') to every layer whose M did not come from a checkpoint, on
- * WHITENING_BATCHES batches of `calibration` (the training split). Reports through `line`.
+ * Applies `initFrom` and `train.freeze` to a freshly built model, and the mechanism's data-dependent init (DARKFormer's
+ * init 'whitening') to every layer whose initialised tensor did not come from a checkpoint, on CALIBRATION_BATCHES
+ * batches of `calibration` (the training split). Reports through `line`.
  */
 export async function prepareFinetune(
   model: LanguageModel,
@@ -411,7 +409,7 @@ export async function prepareFinetune(
     tokenizerSha256?: string;
     calibration?: StreamOptions;
     line?: (text: string) => void;
-    /** Resuming: the checkpoint restores every tensor, so neither initFrom nor the whitening init runs. */
+    /** Resuming: the checkpoint restores every tensor, so neither initFrom nor the data-dependent init runs. */
     skipInit?: boolean;
   } = {},
 ): Promise<FinetuneSetup> {
@@ -442,17 +440,18 @@ export async function prepareFinetune(
     if (report.dropped.length) parts.push(`dropped ${groupNames(report.dropped)}`);
     line(`initFrom ${initFrom}${step}, attention ${from} → ${model.config.attention.name}: ${parts.join('; ')}`);
   }
-  const whitenLayers = new Set(
+  const initLayers = new Set(
     model.body.attention
-      .map((m, i) => ({ m, i }))
-      .filter(({ m }) => !opts.skipInit && isDarkformerModule(m) && m.options.init === 'whitening' && !loadedNames.has(m.covarianceFactor.name))
+      .map((m, i) => ({ init: m.dataInit, i }))
+      .filter(({ init }) => !opts.skipInit && init && !loadedNames.has(init.fills.variable.name))
       .map(({ i }) => i),
   );
-  if (whitenLayers.size > 0) {
-    if (!opts.calibration) throw new Error(`model.attention.options.init 'whitening' needs calibration batches`);
-    const batches = await readBatches(opts.calibration, WHITENING_BATCHES);
-    whitenDarkformerLayers(model, batches, whitenLayers);
-    line(`darkformer init 'whitening': M of ${whitenLayers.size} layers from the queries and keys of ${batches.length} training batches`);
+  if (initLayers.size > 0) {
+    const { trigger, fills } = model.body.attention[[...initLayers][0]].dataInit!;
+    if (!opts.calibration) throw new Error(`model.attention.options.${trigger} needs calibration batches`);
+    const batches = await readBatches(opts.calibration, CALIBRATION_BATCHES);
+    initializeLayersFromData(model, batches, initLayers);
+    line(`${model.config.attention.name} ${trigger}: ${fills.label} of ${initLayers.size} layers from the queries and keys of ${batches.length} training batches`);
   }
   const { trainable, frozen } = partitionParameters(model, recipe.train.freeze);
   const freezeText = typeof recipe.train.freeze === 'string' ? recipe.train.freeze : JSON.stringify(recipe.train.freeze);

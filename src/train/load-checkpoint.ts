@@ -8,7 +8,7 @@ import { TextTokenizer } from '../data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../model/lm.ts';
 import { hfFolderOf } from '../hf/folder.ts';
 import { loadHfModel } from '../hf/load.ts';
-import { COMPLETE_MARKER, readCheckedFiles } from './atomic-folder.ts';
+import { COMPLETE_MARKER, readCheckedFiles } from '../core/atomic-folder.ts';
 import { FINAL_TOKENIZER_FILE, loadWeights, MODEL_FILE, RECIPE_FILE } from './finetune.ts';
 import { runFolderOf } from './checkpoint.ts';
 import { relocateRecipePaths } from './metrics.ts';

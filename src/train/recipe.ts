@@ -4,13 +4,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { LineCounter } from 'yaml';
-import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+import { attentionIsQuadratic, attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../bounds.ts';
+import { BOUNDS, MAX_TENSOR_ELEMENTS } from '../core/bounds.ts';
 import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import { BACKENDS, type BackendChoice } from '../backend/device.ts';
 import { hfRecipeSettings } from '../hf/folder.ts';
@@ -115,7 +115,7 @@ export interface FieldSpec {
   doc: string;
 }
 
-/** Longest sequence a recipe may ask for (the bounds table, src/bounds.ts). */
+/** Longest sequence a recipe may ask for (the bounds table, src/core/bounds.ts). */
 const MAX_SEQ_LEN = BOUNDS.positions.max;
 
 const derived = (doc: string, compute: DerivedDefault['compute']): DerivedDefault => ({ derived: doc, compute });
@@ -474,9 +474,6 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   return problems;
 }
 
-/** Mechanisms that form the L×L score matrix (the others are linear in L). */
-export const QUADRATIC_ATTENTIONS: readonly string[] = ['softmax', 'yat-spherical'];
-
 /**
  * Sizes that cannot fit: the model's largest tensors and one micro-batch's largest activations, each against the
  * most one TensorFlow.js tensor can hold, named by the keys that set them (the vocabulary once it is known).
@@ -496,7 +493,7 @@ export function tensorSizeProblems(
   if (batch) {
     const { batchSize: b, seqLen: l } = batch;
     sizes.push(['train.batchSize × data.seqLen × model.mlpRatio·model.dModel (the MLP activations of a micro-batch)', b * l * hidden]);
-    if (QUADRATIC_ATTENTIONS.includes(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
+    if (attentionIsQuadratic(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
     if (vocabSize !== undefined) sizes.push([`train.batchSize × data.seqLen × the vocabulary (${vocabSize}) (the logits of a micro-batch)`, b * l * vocabSize]);
   }
   return sizes

@@ -8,7 +8,7 @@
 // Written by hand: the format is a few lines, and npm has no maintained Node writer (the `safetensors`
 // package is a 0.0.1 placeholder; Hugging Face publishes no JS package for it).
 import { readFile } from 'node:fs/promises';
-import { showValue } from '../bounds.ts';
+import { showValue } from '../core/bounds.ts';
 
 export interface NamedArray {
   shape: number[];

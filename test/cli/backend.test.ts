@@ -131,9 +131,9 @@ describe('sweep packing by the resolved device', () => {
 
   it('a run takes every core on the native device, its replicas on wasm', () => {
     const recipe = loadSweep(file, [], { probe: wasmOnly }).runs[0].recipe;
-    expect(trainingCores(recipe, describeDevice('tensorflow', { graphSteps: true }))).toEqual({ cores: 'all', slurmCpus: 1 });
+    expect(trainingCores(recipe, describeDevice('tensorflow', { graphSteps: true }))).toEqual({ cores: 'all', requestedCpus: 1 });
     expect(trainingCores(recipe, describeDevice('wasm')).cores).toBe(resolveDataParallel('auto', describeDevice('wasm'), recipe.train.batchSize));
-    expect(trainingCores({ ...recipe, train: { ...recipe.train, dataParallel: 2 } }, describeDevice('cpu'))).toEqual({ cores: 2, slurmCpus: 2 });
+    expect(trainingCores({ ...recipe, train: { ...recipe.train, dataParallel: 2 } }, describeDevice('cpu'))).toEqual({ cores: 2, requestedCpus: 2 });
   });
 
   it('a backend: auto sweep on a machine with the native build runs one run at a time', () => {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMPLETE_MARKER, listCheckpoints } from '../../src/train/checkpoint.ts';
-import { readMetrics } from '../../src/train/metrics.ts';
+import { readMetrics } from '../../src/telemetry/records.ts';
 import { waitForOutput } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from '../train/checkpoint-fixtures.ts';
 import type { TinySetup } from '../train/checkpoint-fixtures.ts';

@@ -6,9 +6,9 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { modelConfigFromRecipe, type Recipe } from '../../src/train/recipe.ts';
-import { saveFinalModel } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
 import { HF_FIXTURES } from '../helpers/shared.ts';
 
 export const FIXTURES = HF_FIXTURES;

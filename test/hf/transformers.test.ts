@@ -14,7 +14,7 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { exportHf } from '../../src/hf/export.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { parseRecipe } from '../../src/train/recipe.ts';
-import { saveFinalModel } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
 import { syntheticDocuments } from '../data/stream-fixtures.ts';
 import { findTransformersPython, runTransformersCheck, TRANSFORMERS_SETUP as SETUP } from '../helpers/python.ts';
 import { BERT_DIR, logitsOf, maxAbsDiff, perturb, savedRun } from './fixtures.ts';

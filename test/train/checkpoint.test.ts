@@ -9,7 +9,7 @@ import { testBackend } from '../helpers/backend.ts';
 import type { DataCursor } from '../../src/data/stream.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   checkpointName,
   COMPLETE_MARKER,
@@ -27,7 +27,8 @@ import { readSafetensors } from '../../src/train/safetensors.ts';
 import type { Recipe } from '../../src/train/recipe.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { markRunFolder } from '../../src/train/run-folder.ts';
-import { saveFinalModel, trainStep } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
+import { trainStep } from '../../src/train/step.ts';
 
 let dir: string;
 beforeAll(async () => {

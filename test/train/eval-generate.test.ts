@@ -15,13 +15,14 @@ import { testBackend } from '../helpers/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { RunLogger } from '../../src/train/metrics.ts';
+import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { modelConfigFromRecipe, parseRecipe, type Recipe } from '../../src/train/recipe.ts';
 import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
-import { saveFinalModel, streamOptions } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
+import { streamOptions } from '../../src/train/plan.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;

@@ -6,17 +6,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
-import { isDarkformerModule } from '../../src/model/attention/darkformer.ts';
+import type { DarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
-import { chooseInitFrom, loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, whitenDarkformerLayers } from '../../src/train/finetune.ts';
+import { Rng } from '../../src/core/rng.ts';
+import { chooseInitFrom, loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, initializeLayersFromData } from '../../src/train/finetune.ts';
 import type { FreezeSpec } from '../../src/train/finetune.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe, RecipeError } from '../../src/train/recipe.ts';
 import { loadModel } from '../../src/train/load-checkpoint.ts';
 import { encodeSafetensors, readSafetensors } from '../../src/train/safetensors.ts';
-import { runTraining, saveFinalModel, trainStep } from '../../src/train/trainer.ts';
+import { saveFinalModel } from '../../src/train/final-model.ts';
+import { trainStep } from '../../src/train/step.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import type { NamedArray } from '../../src/train/safetensors.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
@@ -318,7 +320,7 @@ describe('whitening init', () => {
     loadWeights(model, await readModelFolder(source.folder)); // M stays the identity until whitened below
     const rng = new Rng(8);
     const batches = [randomBatch(rng, 3), randomBatch(rng, 3)];
-    whitenDarkformerLayers(model, batches, new Set([0, 1]));
+    initializeLayersFromData(model, batches, new Set([0, 1]));
     expect(tf.memory().numTensors).toBe(tensorsBefore); // loading and calibrating leak nothing
     // Capture every layer's q, k on the same inputs with the final M (layer 1's inputs depend on layer 0's M).
     const captured: { q: Float32Array; k: Float32Array; shape: number[] }[] = [];
@@ -330,8 +332,7 @@ describe('whitening init', () => {
     });
     expect(captured).toHaveLength(2);
     for (let layer = 0; layer < 2; layer++) {
-      const mechanism = model.body.attention[layer];
-      if (!isDarkformerModule(mechanism)) throw new Error('expected darkformer');
+      const mechanism = model.body.attention[layer] as DarkformerModule;
       const m = valuesOf(mechanism.covarianceFactor);
       const [b, h, l, d] = captured[layer].shape;
       for (let head = 0; head < h; head++) {

@@ -11,7 +11,7 @@
 // is exactly the carry between segments.
 import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../../backend/current.ts';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { untaped } from '../ops.ts';
 import { accumulateKeys, bidirectionalBlock, causalSegment, EMPTY_SHIFT, readQueries, type Carry, type Normalization, type ProductFactors, type Side } from './chunked.ts';
 import { bidirectionalRecomputed, causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';
