@@ -17,7 +17,7 @@ import { generateSyntheticShard } from '../src/data/prepare.ts';
 import { estimateEpoch } from '../src/data/stream.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
-import { parseRecipe } from '../src/train/recipe.ts';
+import { parseRecipe } from '../src/store/recipes.ts';
 import { describeEpoch, runTraining, streamOptions } from '../src/train/trainer.ts';
 
 const { values } = parseOrExit({

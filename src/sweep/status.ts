@@ -13,6 +13,7 @@ import { ACTIVE_STATES, queueState, readSubmissions } from './slurm.ts';
 import type { QueueEntry } from './slurm.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { lockIsLive, readAttempt, readLock, runFolders, sweepPaths } from './task.ts';
+import { SUMMARY_FILE } from '../store/layout.ts';
 
 export type RunStateName = 'done' | 'running' | 'pending' | 'stopped' | 'failed';
 
@@ -68,7 +69,7 @@ export function runState(sweep: RunSet, run: SetRun, queue: QueueEntry | undefin
 /** A done run's line: summary.json's `headline` where its worker wrote one (run sets other than training), else the trainer's numbers. */
 function summaryLine(dir: string): string {
   try {
-    const s = JSON.parse(readFileSync(path.join(dir, 'summary.json'), 'utf8')) as Record<string, number> & { headline?: unknown };
+    const s = JSON.parse(readFileSync(path.join(dir, SUMMARY_FILE), 'utf8')) as Record<string, number> & { headline?: unknown };
     if (typeof s.headline === 'string') return s.headline;
     return `val loss ${s.val_loss?.toFixed(4)} after ${s.steps} steps, ${Math.round(s.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;
   } catch {

@@ -13,12 +13,14 @@
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
 import { spawn, execFileSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, openSync, closeSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, openSync, closeSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { listCheckpoints, runFolderOrder, signalExitCode } from '../train/checkpoint.ts';
+import { SUMMARY_FILE } from '../store/layout.ts';
+import { listCheckpoints, listRunFolders } from '../store/run-folder.ts';
+import { signalExitCode } from '../train/stop.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
@@ -55,15 +57,9 @@ export interface RunFolder {
 
 /** The run folders of a run, oldest first (`<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]`, as the trainer names them). */
 export function runFolders(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): RunFolder[] {
-  if (!existsSync(sweep.runDir)) return [];
-  return readdirSync(sweep.runDir)
-    .map((entry) => ({ entry, order: runFolderOrder(run.name, entry) }))
-    .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(sweep.runDir, r.entry)).isDirectory())
-    .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1))
-    .map(({ entry }) => {
-      const dir = path.join(sweep.runDir, entry);
-      return { dir, done: existsSync(path.join(dir, 'summary.json')), checkpointStep: listCheckpoints(dir).at(-1)?.step ?? null };
-    });
+  return listRunFolders(sweep.runDir, run.name).map((dir) => ({
+    dir, done: existsSync(path.join(dir, SUMMARY_FILE)), checkpointStep: listCheckpoints(dir).at(-1)?.step ?? null,
+  }));
 }
 
 export interface Lock {

@@ -15,8 +15,10 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import type { Recipe } from './recipe.ts';
-import { assertRunFolder, markRunFolder } from './run-folder.ts';
+import type { Recipe } from '../recipe/schema.ts';
+import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { AUTO_PREFIX } from '../store/resolve.ts';
+import { assertRunFolder, markRunFolder } from '../store/run-folder.ts';
 import { ProgressBar } from './progress-bar.ts';
 import type { StepProgress } from './progress-bar.ts';
 import {
@@ -50,7 +52,6 @@ export interface MetricRecord {
   readback_bytes?: number;
 }
 
-export const METRICS_FILE = 'metrics.jsonl';
 const REQUIRED_NUMBERS = ['step', 'tokens', 'loss', 'ppl', 'lr', 'tokens_per_s', 'elapsed_s'] as const;
 
 export interface RunLoggerOptions {
@@ -108,7 +109,7 @@ export class RunLogger {
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
     const env = await environmentRecord(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
 
-    writeJson(path.join(dir, 'config.json'), recipe);
+    writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
     if (opts.resumeDir) fs.writeFileSync(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
@@ -154,7 +155,7 @@ export class RunLogger {
   /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
   private appendToLog(text: string): void {
     const time = new Date().toISOString();
-    fs.appendFileSync(path.join(this.dir, 'log.txt'), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
+    fs.appendFileSync(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
   }
 
   /** After each step: on a terminal (stdout.isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
@@ -178,7 +179,7 @@ export class RunLogger {
     const peakRss = process.resourceUsage().maxRSS * 1024;
     // Written aside and renamed: summary.json marks a run done (sweeps, initFrom auto:, compare), so whoever sees it
     // exists must find it whole.
-    const file = path.join(this.dir, 'summary.json');
+    const file = path.join(this.dir, SUMMARY_FILE);
     writeJson(`${file}.tmp`, { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
     fs.renameSync(`${file}.tmp`, file);
     if (!this.sink) return;
@@ -220,9 +221,9 @@ const REPLAY_CHUNK = 5000;
  */
 export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): Promise<{ records: number; url?: string }> {
   const dir = path.resolve(runDir);
-  const configFile = path.join(dir, 'config.json');
+  const configFile = path.join(dir, RUN_CONFIG_FILE);
   if (!fs.existsSync(configFile) || !fs.existsSync(path.join(dir, METRICS_FILE))) {
-    throw new Error(`${dir}: not a run folder (expected config.json and ${METRICS_FILE})`);
+    throw new Error(`${dir}: not a run folder (expected ${RUN_CONFIG_FILE} and ${METRICS_FILE})`);
   }
   const records = readMetrics(dir);
   const recipe = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Recipe;
@@ -310,7 +311,6 @@ export function makeRunDir(parent: string, name: string): string {
   }
 }
 
-const ENV_FILE = 'env.json';
 const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
 
 /** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
@@ -373,7 +373,7 @@ async function environment(runDir: string, recipe: Recipe): Promise<Record<strin
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),
       tokenizer: recordedPath(runDir, recipe.data.tokenizer),
-      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith('auto:') ? null : path.resolve(recipe.initFrom)),
+      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith(AUTO_PREFIX) ? null : path.resolve(recipe.initFrom)),
     },
   };
 }
@@ -392,27 +392,6 @@ async function environmentRecord(runDir: string, recipe: Recipe, resumedAtStep?:
   }
   const resumes = Array.isArray(previous?.resumes) ? previous.resumes : [];
   return previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current;
-}
-
-/**
- * `recipe` with data.dataset and data.tokenizer pointing where they are now for a run folder that may have moved:
- * a recorded absolute path that no longer exists is replaced by its run-relative form from env.json when that one
- * exists. Returns the recipe unchanged when nothing moved (or the run has no env.json).
- */
-export function relocateRecipePaths(recipe: Recipe, runDir: string): Recipe {
-  let paths: Record<string, { absolute?: unknown; fromRun?: unknown } | null> | undefined;
-  try {
-    paths = JSON.parse(fs.readFileSync(path.join(runDir, ENV_FILE), 'utf8')).paths;
-  } catch {
-    return recipe;
-  }
-  const moved = (key: 'dataset' | 'tokenizer', current: string): string => {
-    const recorded = paths?.[key];
-    if (fs.existsSync(current) || typeof recorded?.fromRun !== 'string') return current;
-    const candidate = path.resolve(runDir, recorded.fromRun);
-    return fs.existsSync(candidate) ? candidate : current;
-  };
-  return { ...recipe, data: { ...recipe.data, dataset: moved('dataset', recipe.data.dataset), tokenizer: moved('tokenizer', recipe.data.tokenizer) } };
 }
 
 function writeJson(file: string, value: unknown): void {

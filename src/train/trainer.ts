@@ -1,9 +1,7 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
 // warm-up + decay, global-norm clipping, gradient accumulation, periodic logging and validation on
 // a fixed token set, and a final save of the weights as safetensors.
-import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
@@ -14,21 +12,21 @@ import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
 import type { Batch } from '../data/batch.ts';
 import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
-import { modelConfigFromRecipe, QUADRATIC_ATTENTIONS } from './recipe.ts';
-import type { Recipe } from './recipe.ts';
+import { modelConfigFromRecipe, QUADRATIC_ATTENTIONS } from '../recipe/model-config.ts';
+import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from './metrics.ts';
 import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
-import { encodeSafetensors } from './safetensors.ts';
-import { writeFolderAtomically } from './atomic-folder.ts';
-import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
-import { checkModelTensors } from './model-check.ts';
-import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
-import { FINAL_TOKENIZER_FILE, prepareFinetune } from './finetune.ts';
-import type { NamedArray } from './safetensors.ts';
+import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
+import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts';
+import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { checkModelTensors } from '../store/model-check.ts';
+import { saveFinalModel } from '../store/model-folder.ts';
+import { prepareFinetune } from './finetune.ts';
+import { TrainingStopped, type StopRequest } from './stop.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus, microBatchGradients } from './compiled-step.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
@@ -161,50 +159,6 @@ export async function trainStep(model: LanguageModel, optimizer: AdamW, microBat
 /** Checks the model part of a recipe without building anything (errors name the recipe key). */
 export function validateRecipeModel(recipe: Recipe): void {
   validateTransformerConfig({ ...modelConfigFromRecipe(recipe, 1), causal: recipe.model.kind === 'gpt' });
-}
-
-/** Everything the model, state and tensors are saved as: parameters then buffers, by stable name. */
-export async function modelTensors(model: LanguageModel): Promise<Map<string, NamedArray>> {
-  const out = new Map<string, NamedArray>();
-  for (const [name, v] of [...model.parameters(), ...model.buffers()]) {
-    out.set(name, { shape: v.shape, data: (await v.data()) as Float32Array });
-  }
-  return out;
-}
-
-/** What final/ holds besides COMPLETE. */
-const FINAL_FILES = new Set(['model.safetensors', 'recipe.json', FINAL_TOKENIZER_FILE]);
-
-/**
- * Writes `<runDir>/final/` = model.safetensors (parameters and attention buffers, weights [in, out]; metadata: the
- * model config with its vocabSize, plus `metadata`) + recipe.json (the resolved recipe) + tokenizer.json (a copy of
- * `tokenizer`, the run's, so that final/ alone is a complete model folder for eval, generate and export) + COMPLETE
- * (their sha256), atomically (atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is
- * replaced only if it holds nothing but those files.
- */
-export async function saveFinalModel(
-  runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}, tokenizer?: Pick<TextTokenizer, 'path' | 'sha256'>,
-): Promise<string> {
-  const header = {
-    format: 'slayformer',
-    kind: model.kind,
-    layout: 'linear weights are [in, out] (x·W)',
-    config: JSON.stringify(model.config),
-    ...metadata,
-  };
-  const files = new Map<string, string | Uint8Array>([
-    ['model.safetensors', encodeSafetensors(await modelTensors(model), header)],
-    ['recipe.json', JSON.stringify(recipe, null, 2) + '\n'],
-  ]);
-  if (tokenizer) {
-    const bytes = await readFile(tokenizer.path);
-    // The file the run loaded, not one changed on disk since: final/ must hold the tokenizer its model was trained with.
-    if (createHash('sha256').update(bytes).digest('hex') !== tokenizer.sha256) {
-      throw new Error(`${tokenizer.path} changed on disk since the run loaded it (sha256 ${tokenizer.sha256.slice(0, 12)}…): final/ is not written with another tokenizer`);
-    }
-    files.set(FINAL_TOKENIZER_FILE, bytes);
-  }
-  return writeFolderAtomically(runDir, 'final', files, FINAL_FILES);
 }
 
 /**
@@ -353,7 +307,7 @@ async function readRunInputs(recipe: Recipe, resume: string | undefined, warn: (
   const resumed = resume ? await loadCheckpoint(resume) : null;
   const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
   if (resumed) {
-    checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, 'model.safetensors'));
+    checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, MODEL_FILE));
     checkNotFinished(resumed, totalSteps);
   }
   return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalBatches, resumed, changedKeys };
@@ -369,8 +323,8 @@ function checkNotFinished(resumed: LoadedCheckpoint, totalSteps: number): void {
   if (step > totalSteps) {
     throw new Error(`checkpoint ${resumed.dir} is at step ${step}, past the end of this recipe's ${totalSteps} steps: nothing to resume ${advice}`);
   }
-  const summary = resumed.runDir ? path.join(resumed.runDir, 'summary.json') : null;
-  if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, 'final'))) {
+  const summary = resumed.runDir ? path.join(resumed.runDir, SUMMARY_FILE) : null;
+  if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, FINAL_DIR))) {
     throw new Error(`checkpoint ${resumed.dir} is at step ${step}, the end of this recipe's ${totalSteps} steps, and its run finished (${summary}): nothing to resume ${advice}`);
   }
 }
@@ -408,7 +362,7 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: str
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
     const replicas = resolveDataParallel(recipe.train.dataParallel, tf.getBackend(), recipe.train.batchSize);
-    const cursorFile = resumed ? path.join(resumed.dir, 'cursor.json') : undefined;
+    const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
     return { model, optimizer, finetune, stream, replicas };
   } catch (err) {
@@ -644,7 +598,7 @@ class TrainingLoop {
  */
 export async function runTraining(
   recipe: Recipe,
-  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
+  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see src/store/resolve.ts). */ resume?: string; stop?: StopRequest } = {},
 ): Promise<TrainResult> {
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const lines = deferredLines();

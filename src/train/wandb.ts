@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import type { MetricRecord } from './metrics.ts';
-import type { Recipe } from './recipe.ts';
+import type { Recipe } from '../recipe/schema.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {

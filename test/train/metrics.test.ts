@@ -5,8 +5,9 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { checkRecord, readMetrics, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
-import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
-import { RUN_MARKER } from '../../src/train/run-folder.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
+import { RUN_MARKER } from '../../src/store/layout.ts';
 import { readWandbInfo } from '../../src/train/wandb.ts';
 
 const REQUIRED_FIELDS = ['step', 'tokens', 'split', 'loss', 'ppl', 'lr', 'grad_norm', 'tokens_per_s', 'elapsed_s'];

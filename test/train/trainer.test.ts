@@ -14,8 +14,8 @@ import { Rng } from '../../src/model/rng.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
 import type { MetricRecord } from '../../src/train/metrics.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
-import { parseRecipe } from '../../src/train/recipe.ts';
-import { readSafetensors } from '../../src/train/safetensors.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { runTraining, trainStep } from '../../src/train/trainer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 

@@ -7,7 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readMetrics, replayToWandb, RunLogger, type MetricRecord } from '../../src/train/metrics.ts';
-import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
 import { readWandbInfo, toWandbRow, wandbDecision } from '../../src/train/wandb.ts';
 
 interface MockWandb {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
-import type { NamedArray } from '../../src/train/safetensors.ts';
+import { decodeSafetensors, encodeSafetensors } from '../../src/hf/safetensors.ts';
+import type { NamedArray } from '../../src/hf/safetensors.ts';
 
 describe('safetensors', () => {
   const tensors = new Map<string, NamedArray>([

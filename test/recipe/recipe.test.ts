@@ -3,7 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { attentionOptionSpecs } from '../../src/model/attention/index.ts';
-import { loadRecipe, RECIPE_DEFAULTS, RECIPE_SCHEMA, renderRecipeDocs, type Recipe } from '../../src/train/recipe.ts';
+import { loadRecipe } from '../../src/store/recipes.ts';
+import { RECIPE_DEFAULTS, RECIPE_SCHEMA, type Recipe } from '../../src/recipe/schema.ts';
+import { renderRecipeDocs } from '../../src/recipe/docs.ts';
 
 let dir: string;
 /** Writes `yaml` to a recipe file and returns its path. */
