@@ -178,8 +178,8 @@ function checkFinite(values: Float32Array, name: string, fail: Fail): Float32Arr
 function checkHeaderLength(prefix: Uint8Array, size: number, fail: Fail): number {
   if (size < 8) fail(`too short for a safetensors header (${size} bytes)`);
   const declared = new DataView(prefix.buffer, prefix.byteOffset, 8).getBigUint64(0, true);
-  if (declared > BigInt(size - 8)) fail(`header length ${declared} runs past the end of the file (${size} bytes)`);
-  if (declared > BigInt(MAX_HEADER_BYTES)) fail(`header length ${declared} is over the format's limit of ${MAX_HEADER_BYTES} bytes`);
+  if (declared > BigInt(size - 8)) fail(`the header length ${declared} runs past the end of the file (${size} bytes)`);
+  if (declared > BigInt(MAX_HEADER_BYTES)) fail(`the header length ${declared} is over the format's limit of ${MAX_HEADER_BYTES} bytes`);
   return Number(declared);
 }
 
