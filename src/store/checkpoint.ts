@@ -9,7 +9,7 @@
 // Nothing else is random: dropout masks are seeded by deriveSeed(train.seed, `dropout/<step>`) and the
 // Performer/DARKFormer projection in use is draw floor(step / redrawInterval), so both follow from the step.
 //
-// Writing is crash-safe (atomic-folder.ts): the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced,
+// Writing is crash-safe (src/train/atomic-folder.ts): the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced,
 // COMPLETE records their sha256, the folder is fsynced and renamed to `step-000100`, and the parent is fsynced. A
 // process killed at any moment leaves every earlier checkpoint complete. Loading checks the checksums, and treats
 // every file as untrusted: state, recipe and cursor are validated and the tensors decoded with bounds checks.

@@ -1,5 +1,5 @@
 // Run folders and metric records. A run folder `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
-//   .slayformer-run  the marker that makes it a run folder (a random run id, see run-folder.ts)
+//   .slayformer-run  the marker that makes it a run folder (a random run id, see src/store/run-folder.ts)
 //   config.json    the resolved recipe (rewritten when the run is resumed)
 //   env.json       where it came from and ran: the git commit (and whether the tree was dirty), the versions of
 //                  Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
@@ -94,7 +94,7 @@ export class RunLogger {
 
   /**
    * Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts W&B if enabled. A
-   * resumed folder must carry the run marker (run-folder.ts), and everything it holds that a resume reads is read and
+   * resumed folder must carry the run marker (src/store/run-folder.ts), and everything it holds that a resume reads is read and
    * checked before its first byte changes.
    */
   static async create(recipe: Recipe, opts: RunLoggerOptions = {}): Promise<RunLogger> {

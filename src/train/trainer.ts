@@ -591,7 +591,7 @@ class TrainingLoop {
  * train.evalInterval steps and at the end, final weights in <run>/final/. The backend must already
  * be initialised (initBackend). train.maxTokens counts input tokens (batchSize × seqLen per batch)
  * and is capped at one epoch; tokens/s counts input tokens too (BERT: not only the masked ones).
- * Checkpoints (checkpoint.ts) every train.checkpointInterval steps and at the end; `resume` continues exactly from
+ * Checkpoints (src/store/checkpoint.ts) every train.checkpointInterval steps and at the end; `resume` continues exactly from
  * one in its own run folder (in a new run folder when the checkpoint is not inside a run; a checkpoint at the plan's
  * last step finishes its run); `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
  * Nothing is written, and nothing stays allocated, when a check fails before the first step.

@@ -201,7 +201,7 @@ describe('loadRecipe', () => {
 
 describe('docs/recipes.md', () => {
   const docsFile = path.resolve('docs/recipes.md');
-  const BEGIN = '<!-- BEGIN GENERATED: renderRecipeDocs() in src/train/recipe.ts -->';
+  const BEGIN = '<!-- BEGIN GENERATED: renderRecipeDocs() in src/recipe/docs.ts -->';
   const END = '<!-- END GENERATED -->';
 
   it('holds the generated table of every key (regenerate with UPDATE_RECIPE_DOCS=1)', () => {
