@@ -15,10 +15,18 @@ const NATIVE_SUITES = [
   'test/hf/{import,architecture,export}.test.ts',
 ];
 
-const native = isTensorflowSetUp();
-if (!native) console.log(`[slayformer] tensorflow backend not set up: its suites are skipped (\`${SETUP_COMMAND}\` sets it up)`);
+/** Prints `line` once per process: vitest evaluates this file once for the run and once more per project. */
+function noteOnce(line: string): void {
+  const printed = ((globalThis as { slayformerConfigNotes?: Set<string> }).slayformerConfigNotes ??= new Set());
+  if (printed.has(line)) return;
+  printed.add(line);
+  console.log(line);
+}
 
-if (!hasHfFixtures) console.log(`[slayformer] ${HF_FIXTURES} not found: the Hugging Face fixture suites are skipped (set SLAYFORMER_SHARED=<the shared folder>)`);
+const native = isTensorflowSetUp();
+if (!native) noteOnce(`[slayformer] tensorflow backend not set up: its suites are skipped (\`${SETUP_COMMAND}\` sets it up)`);
+
+if (!hasHfFixtures) noteOnce(`[slayformer] ${HF_FIXTURES} not found: the Hugging Face fixture suites are skipped (set SLAYFORMER_SHARED=<the shared folder>)`);
 const excluded = hasHfFixtures ? [] : HF_FIXTURE_SUITES;
 
 export default defineConfig({

@@ -16,13 +16,13 @@ import path from 'node:path';
 import { initBackend } from '../src/backend.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
-import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
-import { lineChartSvg } from '../src/experiments/plot.ts';
+import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/paper/isolated.ts';
+import { lineChartSvg } from '../src/report/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
 import { matMulTransposeB, weightGradient } from '../src/model/ops.ts';
 import { GraphCache, graphsAvailable } from '../src/backend/tf-graph.ts';
 import { gradientsThroughGraph } from '../src/train/compiled-step.ts';
-import { Rng } from '../src/model/rng.ts';
+import { Rng } from '../src/core/rng.ts';
 
 const SPEC = {
   name: 'bench:attention',

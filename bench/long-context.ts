@@ -16,11 +16,11 @@ import path from 'node:path';
 import { initBackend } from '../src/backend.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
-import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/experiments/isolated.ts';
+import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/paper/isolated.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { IncrementalDecoder, sampleToken } from '../src/model/decode.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
-import { Rng } from '../src/model/rng.ts';
+import { Rng } from '../src/core/rng.ts';
 
 const SPEC = {
   name: 'bench:long-context',

@@ -18,7 +18,8 @@ import { estimateEpoch } from '../src/data/stream.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
 import { parseRecipe } from '../src/store/recipes.ts';
-import { describeEpoch, runTraining, streamOptions } from '../src/train/trainer.ts';
+import { streamOptions } from '../src/train/plan.ts';
+import { describeEpoch, runTraining } from '../src/train/trainer.ts';
 
 const { values } = parseOrExit({
   name: 'bench:startup',

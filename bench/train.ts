@@ -6,9 +6,10 @@
 //                          [--layers 4] [--heads 4] [--profile] [--options '{"chunkSize":32}']
 //
 // Each backend runs in its own process (a process holds one tfjs backend), one after the other, so
-// that one invocation compares them back to back; --peer adds the PyTorch peer
-// (../shared/bench/torch_peer_gpt.py, same shape, eager and torch.compile, --threads 1 and 2) run by
-// that Python, and the table gives every row's ratio to the peer's fastest run.
+// that one invocation compares them back to back; --peer adds the PyTorch peer (PEER below, a script
+// of the shared folder beside the checkout, left out where it is absent; docs/benchmarks.md: same
+// shape, eager and torch.compile, --threads 1 and 2) run by that Python, and the table gives every
+// row's ratio to the peer's fastest run.
 // --replicas: data-parallel replica counts (train.dataParallel; auto = what a recipe's `auto` picks
 // on that backend). Besides wall time it reports the process CPU time per step, all threads
 // together: on a shared machine it is the steadier figure, and with several replicas it shows what

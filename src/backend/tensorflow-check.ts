@@ -2,7 +2,7 @@
 // by `npm run setup:tensorflow` after a build and by `npm run check:gpu`.
 import * as tf from '@tensorflow/tfjs';
 import { initBackend } from '../backend.ts';
-import { Rng } from '../model/rng.ts';
+import { Rng } from '../core/rng.ts';
 import { readBuildStamp } from './native-build.ts';
 import { tensorflowInfo } from './tensorflow.ts';
 import { CompiledGraph, graphDevice, graphsAvailable, recordTrace } from './tf-graph.ts';

@@ -2,7 +2,7 @@
 //
 // tfjs-node's own install downloads libtensorflow 2.9.1, which answers 403 since August 2026 and
 // wants CUDA 11.2. Its binding compiles unchanged against the TensorFlow C library inside today's
-// pip wheel (docs/native-backend.md), so this:
+// pip wheel (docs/backends.md, the native backend), so this:
 //   1. checks the tools it needs (python3 with pip, g++, make, tar, Node's headers, disk space);
 //   2. gets TensorFlow: `pip download tensorflow-cpu` (CPU), or `pip install tensorflow[and-cuda]`
 //      into a virtual environment (GPU, whose nvidia-* wheels carry CUDA 12 and cuDNN);

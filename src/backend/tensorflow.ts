@@ -76,7 +76,7 @@ interface NativeBackendView {
 
 /**
  * Fixes and fused kernels for tfjs-node 4.22 on TF 2.21. tfjs-node was written for TF 2.9; two ops
- * changed behaviour since (../shared/notes/native-backend.md):
+ * changed behaviour since (docs/backends.md, the native backend):
  *   Round     on int32 returns zeros since TF 2.17 (tensorflow/tensorflow#74789): integers are
  *             already round, so int32 input is passed through;
  *   ConcatV2  refuses scalars in TF 2.21, where tfjs concatenates rank-0 tensors as length-1

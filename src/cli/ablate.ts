@@ -5,8 +5,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 // fidelity.ts and the backend load TensorFlow.js: imported when the command runs, so that --help answers at once.
-import { emitRow, runIsolated } from '../experiments/isolated.ts';
-import { PAPER_SCALES, PAPER_SETTINGS, paperCases, type FidelityRow } from '../experiments/fidelity-cases.ts';
+import { emitRow, runIsolated } from '../paper/isolated.ts';
+import { PAPER_SCALES, PAPER_SETTINGS, paperCases, type FidelityRow } from '../paper/fidelity-cases.ts';
 import { backendOption } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, type OptionValues } from './command.ts';
 
@@ -38,7 +38,7 @@ async function runChild(args: Args, length: number, label: string): Promise<Fide
 }
 
 await runCommand(COMMAND, async ({ values: args }) => {
-  const [{ initBackend }, { fidelityMarkdown, runFidelity }] = await Promise.all([import('../backend.ts'), import('../experiments/fidelity.ts')]);
+  const [{ initBackend }, { fidelityMarkdown, runFidelity }] = await Promise.all([import('../backend.ts'), import('../paper/fidelity.ts')]);
   const seeds = numberListOption(args.seeds, 'seeds', { integer: true })!;
   const epsilon = args.epsilon;
   const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };

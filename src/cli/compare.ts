@@ -1,6 +1,6 @@
 // npm run compare -- <run folders, quoted globs or a parent folder such as runs/> [--out DIR] [--baseline NAME] [--split] [--skip-invalid] [--force]
 // Writes a comparison report (report.md, index.html, SVG curves, CSV and LaTeX tables, runs.json) of logged
-// training runs; see src/experiments/compare.ts.
+// training runs; see src/report/compare.ts.
 import { join } from 'node:path';
 import { runCommand } from './command.ts';
 
@@ -31,7 +31,7 @@ function timestamp(): string {
 
 await runCommand(COMMAND, async ({ values, positionals }) => {
   // The report's modules (vega for the plots) load when the command runs, so that --help answers at once.
-  const { compareRuns, resolveRunDirs } = await import('../experiments/compare.ts');
+  const { compareRuns, resolveRunDirs } = await import('../report/compare.ts');
   const dirs = resolveRunDirs(positionals);
   const outDir = values.out ?? join('reports', `compare-${timestamp()}`);
   const baseline = values.baseline === 'none' ? null : values.baseline;

@@ -84,9 +84,9 @@ validation loss with the unigram entropy of the corpus.`,
 async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>): Promise<number> {
   const { backend, recipe: recipeFile } = values;
   const started = performance.now();
-  const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { runTraining, streamOptions, validateRecipeModel }] = await Promise.all([
+  const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
     import('../backend.ts'), import('../data/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
-    import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/trainer.ts'),
+    import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../train/trainer.ts'),
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);

@@ -1,14 +1,14 @@
-// npm run paper -- <experiment> [--quick] [--backend NAME] [--executor local|slurm] [--cores N] [--report | --status | --plan]
+// npm run paper -- <experiment> [--quick] [--backend NAME] [--executor NAME] [--cores N] [--report | --status | --plan]
 // npm run paper -- list
-// Runs a paper experiment's units through the sweep machinery (resumable; local or a Slurm job array) and writes its
-// results file: ours beside the paper's numbers, a verdict per cell, the agreement count (src/paper/).
+// Runs a paper experiment's units through the sweep machinery (resumable; any executor: here, or a scheduler's job
+// array) and writes its results file: ours beside the paper's numbers, a verdict per cell, the agreement count (src/paper/).
 // The run machinery (which loads TensorFlow.js) is imported when the command runs, so that --help answers at once.
 import path from 'node:path';
 import { DEFAULT_RUNS_ROOT, loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
 import type { ExperimentRunSet } from '../paper/run.ts';
 import { backendOption } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
-import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
+import { EXECUTOR_OPTIONS, EXECUTOR_SETTING_OPTIONS, runOnExecutor } from './executor-options.ts';
 
 const COMMAND = {
   name: 'paper',
@@ -20,10 +20,8 @@ Experiments: ${EXPERIMENT_NAMES.join(', ')} (list describes them).`,
   options: {
     quick: { type: 'boolean', help: 'a small subset in a few minutes (a smoke test, kept apart from the full run)' },
     backend: { ...backendOption(), defaultText: "the experiment's (wasm for the SLAY experiments)" },
-    executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'where the units run (default local)' },
-    cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "local: cores to fill (default: this machine's)" },
-    'dry-run': { type: 'boolean', help: 'slurm: print the sbatch script instead of submitting it' },
-    ...SLURM_OPTIONS,
+    ...EXECUTOR_OPTIONS,
+    ...EXECUTOR_SETTING_OPTIONS,
     report: { type: 'boolean', help: 'only write the results file from the units done so far' },
     status: { type: 'boolean', help: 'only print every unit’s state' },
     plan: { type: 'boolean', help: 'only print the protocol and its units' },
@@ -67,8 +65,8 @@ async function main({ values, positionals }: Args): Promise<number> {
   if (name === 'list') return list();
   if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, or list)`);
   const experiment = await loadExperiment(name);
-  const [{ buildResults, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { runLocal }, { setStatus }] = await Promise.all([
-    import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/local.ts'), import('../sweep/status.ts'),
+  const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] = await Promise.all([
+    import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/status.ts'),
   ]);
   const backend = values.backend ?? experiment.backend;
   const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
@@ -95,39 +93,24 @@ async function main({ values, positionals }: Args): Promise<number> {
 
   let exitCode = 0;
   if (!values.report) {
-    if ((values.executor ?? 'local') === 'slurm') return submit(set, values);
-    const result = await runLocal(set, { cores: values.cores });
-    console.log(`${set.file}: ${result.done.length} units done now, ${result.skipped.length} done before, ${result.stopped.length} stopped, ${result.failed.length} failed` +
-      result.failed.map((f) => `\n  failed: ${f.name}: ${f.lastLine}`).join(''));
-    exitCode = result.failed.length > 0 ? 1 : result.stopped.length > 0 ? 130 : 0;
-    if (result.stopped.length > 0) return exitCode;
+    // An executor that submits: the results file is written by --report once the units are done.
+    const outcome = await runOnExecutor(set, values, { nothingLeft: `${set.file}: every unit is done; write the results with --report` });
+    if (outcome === null) return 0;
+    if (outcome.kind === 'submitted') {
+      console.log(`submitted ${outcome.what} (${outcome.runs} of ${set.runs.length} units): ${outcome.file}\n` +
+        `status: ${set.file} --status   results, once done: ${set.file} --report`);
+      return 0;
+    }
+    console.log(`${set.file}: ${outcome.done.length} units done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
+      outcome.failed.map((f) => `\n  failed: ${f.name}: ${f.lastLine}`).join(''));
+    exitCode = outcome.failed.length > 0 ? 1 : outcome.stopped.length > 0 ? 130 : 0;
+    if (outcome.stopped.length > 0) return exitCode;
   }
   const results = buildResults(set, collectUnits(set));
   const outDir = values.out ?? (set.settings.quick ? path.join('reports', 'paper') : path.join('docs', 'results'));
   const files = await writeResults(results, outDir);
-  const c = results.counts;
-  console.log(`${name}: ${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
-    `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run); wrote\n${files.map((f) => `  ${f}`).join('\n')}`);
+  console.log(`${name}: ${resultsHeadline(results)}; wrote\n${files.map((f) => `  ${f}`).join('\n')}`);
   return exitCode;
-}
-
-/** --executor slurm: one job array over the units not done; the results file is written by --report once they are. */
-async function submit(set: ExperimentRunSet, values: Args['values']): Promise<number> {
-  const [{ renderSbatchScript, submitSweep }, { runFolders }] = await Promise.all([import('../sweep/slurm.ts'), import('../sweep/task.ts')]);
-  const options = slurmOptions(set.slurm, values as Record<string, unknown>);
-  const todo = set.runs.filter((r) => !runFolders(set, r).some((f) => f.done)).map((r) => r.index);
-  if (todo.length === 0) {
-    console.log(`${set.file}: every unit is done; write the results with --report`);
-    return 0;
-  }
-  if (values['dry-run']) {
-    process.stdout.write(renderSbatchScript(set, todo, options, process.cwd()));
-    return 0;
-  }
-  const submission = submitSweep(set, todo, options);
-  console.log(`submitted job array ${submission.jobId} (${todo.length} of ${set.runs.length} units): ${submission.script}\n` +
-    `status: ${set.file} --status   results, once done: ${set.file} --report`);
-  return 0;
 }
 
 await runCommand(COMMAND, main);

@@ -4,11 +4,12 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { BACKENDS } from '../backend/choice.ts';
-import { REPORT_METRICS } from '../sweep/options.ts';
-import type { ReportMetric } from '../sweep/options.ts';
+import { DEFAULT_EXECUTOR, EXECUTORS } from '../sweep/executors.ts';
+import { REPORT_METRICS } from '../sweep/report-metrics.ts';
+import type { ReportMetric } from '../sweep/report-metrics.ts';
 import type { Sweep } from '../sweep/spec.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
-import { SLURM_OPTIONS, slurmOptions } from './slurm-options.ts';
+import { EXECUTOR_OPTIONS, EXECUTOR_SETTING_OPTIONS, runOnExecutor } from './executor-options.ts';
 
 const SUBCOMMANDS = ['plan', 'run', 'status', 'report', 'task'] as const;
 type Subcommand = (typeof SUBCOMMANDS)[number];
@@ -21,19 +22,14 @@ combination is a run named by its varying values, trained under <runDir>/<name>-
 
   plan    the runs, their names and planned tokens, and the estimated time (from runs of the sweep that
           already logged a speed, else --tokens-per-s)
-  run     local (default): the runs as separate processes, as many at a time as the cores allow given each
-          run's data-parallel replicas (--cores N to change the count), one progress line per run. A
-          failing run does not stop the others; run it again to skip finished runs and resume interrupted
-          ones. Ctrl-C: the running runs save a checkpoint and stop.
-          slurm: one sbatch job array, one task per run that is not done; every task runs the local
-          command of its run (sweep task <file> <index>), so a requeued or preempted task resumes from its
-          checkpoint. Settings from the sweep file's slurm: section or the options below; --dry-run prints
-          the sbatch script instead of submitting it.
+  run     the runs that are not done, by an executor (--executor NAME; a sweep file's <executor>: section
+          holds its settings, the options below override them):
+${EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ? ' (default)' : ''}: ${e.description.replace(/\n/g, '\n            ')}`).join('\n')}
   status  every run: done, running, pending, stopped or failed (with its last log line), from the run
-          folders, the tasks' records and squeue/sacct
+          folders, the tasks' records and the executors' queues
   report  mean ± sd over seeds per group, a paired comparison with the baseline mechanism (95% t
           interval, p-value) and the compare plots; default folder reports/sweep-<name>/
-  task    run one run of the sweep (what both executors start)`,
+  task    run one run of the sweep (what every executor starts)`,
   options: {
     only: { type: 'string', value: 'RUNS', help: "plan, run, status: only these runs (names, globs or indices, comma-separated, e.g. 'gpt-*')" },
     set: {
@@ -42,10 +38,9 @@ combination is a run named by its varying values, trained under <runDir>/<name>-
     },
     backend: { type: 'string', value: 'NAME', choices: BACKENDS, help: 'plan, run, task: every run on this backend (= --set backend=NAME)' },
     'tokens-per-s': { type: 'string', value: 'N', number: { min: 0, exclusiveMin: true }, help: 'plan: assumed training speed when no run has logged one' },
-    executor: { type: 'string', value: 'NAME', choices: ['local', 'slurm'], help: 'run: where the runs go (default local)' },
-    cores: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'run, local: cores to fill (default: this machine\'s)' },
-    'dry-run': { type: 'boolean', help: 'run, slurm: print the sbatch script instead of submitting it' },
-    ...SLURM_OPTIONS,
+    executor: { ...EXECUTOR_OPTIONS.executor, help: `run: ${EXECUTOR_OPTIONS.executor.help}` },
+    'dry-run': { ...EXECUTOR_OPTIONS['dry-run'], help: `run: ${EXECUTOR_OPTIONS['dry-run'].help}` },
+    ...EXECUTOR_SETTING_OPTIONS,
     baseline: { type: 'string', value: 'NAME', help: 'report: the mechanism the others are paired with (default softmax, if present)' },
     metric: { type: 'string', value: 'NAME', choices: Object.keys(REPORT_METRICS), help: 'report: the compared number' },
     out: { type: 'string', value: 'DIR', help: 'report: the report folder' },
@@ -59,7 +54,7 @@ type Args = ParsedCommand<typeof COMMAND.options>;
 /** The options each subcommand takes; giving another's is a usage error. */
 const ALLOWED: Record<Subcommand, readonly string[]> = {
   plan: ['only', 'tokens-per-s', 'set', 'backend'],
-  run: ['only', 'executor', 'cores', 'dry-run', 'set', 'backend', ...Object.keys(SLURM_OPTIONS)],
+  run: ['only', 'executor', 'dry-run', 'set', 'backend', ...Object.keys(EXECUTOR_SETTING_OPTIONS)],
   status: ['only'],
   report: ['baseline', 'metric', 'out'],
   task: ['set', 'backend'],
@@ -101,7 +96,7 @@ async function main({ values, positionals }: Args): Promise<number> {
 async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
   // Imported here, not at the top: every task process starts this CLI, and needs neither the trainer's planning
   // nor the report's plotting libraries.
-  const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/trainer.ts'), import('../sweep/plan.ts')]);
+  const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/plan.ts'), import('../sweep/plan.ts')]);
   await initBackend('cpu', { quiet: true }); // counting parameters builds the mechanisms' small buffers
   const planned = await planSweep(sweep, { planRun, tokensPerSecond: values['tokens-per-s'] });
   console.log(formatPlan(sweep, planned));
@@ -109,36 +104,27 @@ async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
 }
 
 async function runSweep(sweep: Sweep, values: Args['values']): Promise<number> {
-  const [{ runLocal }, { SweepError }, { renderSbatchScript, submitSweep }, { runFolders }] = await Promise.all([
-    import('../sweep/local.ts'), import('../sweep/spec.ts'), import('../sweep/slurm.ts'), import('../sweep/task.ts'),
-  ]);
-  const executor = values.executor ?? 'local';
-  const missing = missingInputs(sweep);
-  if (missing.length > 0 && executor === 'local') throw new SweepError(sweep.file, missing);
-  // A cluster's nodes may see paths this host does not: only a warning there.
-  for (const line of missing) console.error(`warning: ${line}`);
-  if (executor === 'local') {
-    const result = await runLocal(sweep, { cores: values.cores });
-    console.log(
-      `sweep ${sweep.name}: ${result.done.length} done now, ${result.skipped.length} done before, ${result.stopped.length} stopped, ${result.failed.length} failed` +
-        (result.failed.length ? `\n${result.failed.map((f) => `  failed: ${f.name}: ${f.lastLine}`).join('\n')}` : '') +
-        `\nstatus: npm run sweep -- status ${sweep.file}   report: npm run sweep -- report ${sweep.file}`,
-    );
-    return result.failed.length > 0 ? 1 : result.stopped.length > 0 ? 130 : 0;
-  }
-  const options = slurmOptions(sweep.slurm, values as Record<string, unknown>);
-  const todo = sweep.runs.filter((r) => !runFolders(sweep, r).some((f) => f.done)).map((r) => r.index);
-  if (todo.length === 0) {
-    console.log(`sweep ${sweep.name}: every run is done; nothing to submit`);
+  const { SweepError } = await import('../sweep/spec.ts');
+  const outcome = await runOnExecutor(sweep, values, {
+    nothingLeft: `sweep ${sweep.name}: every run is done; nothing to submit`,
+    preflight: (executor) => {
+      const missing = missingInputs(sweep);
+      if (missing.length > 0 && !executor.submits) throw new SweepError(sweep.file, missing);
+      // A cluster's nodes may see paths this host does not: only a warning there.
+      for (const line of missing) console.error(`warning: ${line}`);
+    },
+  });
+  if (outcome === null) return 0;
+  if (outcome.kind === 'submitted') {
+    console.log(`submitted ${outcome.what} (${outcome.runs} of ${sweep.runs.length} runs): ${outcome.file}\nstatus: npm run sweep -- status ${sweep.file}`);
     return 0;
   }
-  if (values['dry-run']) {
-    process.stdout.write(renderSbatchScript(sweep, todo, options, process.cwd()));
-    return 0;
-  }
-  const submission = submitSweep(sweep, todo, options);
-  console.log(`submitted job array ${submission.jobId} (${todo.length} of ${sweep.runs.length} runs): ${submission.script}\nstatus: npm run sweep -- status ${sweep.file}`);
-  return 0;
+  console.log(
+    `sweep ${sweep.name}: ${outcome.done.length} done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
+      (outcome.failed.length ? `\n${outcome.failed.map((f) => `  failed: ${f.name}: ${f.lastLine}`).join('\n')}` : '') +
+      `\nstatus: npm run sweep -- status ${sweep.file}   report: npm run sweep -- report ${sweep.file}`,
+  );
+  return outcome.failed.length > 0 ? 1 : outcome.stopped.length > 0 ? 130 : 0;
 }
 
 /** Datasets and tokenizers the runs name that do not exist here, one line each with the runs that need them. */

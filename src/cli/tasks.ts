@@ -6,7 +6,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 // The task runner, the attention registry, the graph helpers and the backend load TensorFlow.js: imported when the
 // command runs, so that --help answers at once.
-import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../experiments/tasks.ts';
+import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../paper/synthetic-tasks.ts';
 import { backendOption } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, UsageError } from './command.ts';
 
@@ -52,7 +52,7 @@ function timestamp(): string {
 
 await runCommand(COMMAND, async ({ values }) => {
   const [{ initBackend }, { graphDevice, resolveXla }, { attentionNames }, { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown }] = await Promise.all([
-    import('../backend.ts'), import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../experiments/task-runner.ts'),
+    import('../backend.ts'), import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../paper/task-runner.ts'),
   ]);
   const protocol = values.quick ? QUICK_PROTOCOL : PAPER_PROTOCOL;
   let tasks = listOption(values.tasks, 'tasks', TASK_NAMES);

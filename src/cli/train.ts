@@ -53,7 +53,7 @@ const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: string): Promise<void> {
   const [{ initBackend }, { planRun }, { resolveModelSource }, { resolveDataParallel }] = await Promise.all([
-    import('../backend.ts'), import('../train/trainer.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
+    import('../backend.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
   ]);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
   // works everywhere (a GPU recipe's 'tensorflow' backend need not be installed for a dry run).
@@ -103,7 +103,7 @@ async function dryRun(recipe: Recipe, file: string, backend: string): Promise<vo
 
 async function main(args: Args): Promise<number> {
   const [{ initBackend }, { loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }, { signalExitCode, TrainingStopped }] = await Promise.all([
-    import('../backend.ts'), import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/trainer.ts'), import('../store/resolve.ts'), import('../train/stop.ts'),
+    import('../backend.ts'), import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/stop.ts'),
   ]);
   let recipe: Recipe;
   try {

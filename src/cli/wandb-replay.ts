@@ -1,7 +1,7 @@
 // npm run wandb:replay -- <run folder> [--project P] [--entity E] [--timeout S]
 // Uploads a finished (or interrupted) run folder's metrics.jsonl and config.json to its W&B run. The run id
 // comes from the folder's wandb.json, so replaying twice, or after a partial live upload, creates no duplicate.
-import { replayToWandb } from '../train/metrics.ts';
+import { replayToWandb } from '../telemetry/wandb.ts';
 import { runCommand } from './command.ts';
 
 const COMMAND = {

@@ -117,7 +117,7 @@ async function openReader(file: string): Promise<{ handle: FileHandle; reader: R
       }
     }
     // A FileHandle (not createReadStream): file-format shards are then read lazily batch by batch
-    // instead of being buffered whole (ecosystem notes §2).
+    // instead of being buffered whole (docs/data.md, Shards).
     const reader = await RecordBatchReader.from(handle);
     await reader.open();
     if (!reader.schema) throw new Error('no schema message');

@@ -1,6 +1,6 @@
 // The batch contract: what the stream hands the trainer (Batch) and the one rule for its sequence length, which
 // the recipe, the stream and the GPT packer all apply (docs/layout.md, "Data: batches and shard formats").
-import { BOUNDS } from '../bounds.ts';
+import { BOUNDS } from '../core/bounds.ts';
 
 /** GPT: causal language modelling on packed windows; BERT: masked language modelling on padded sequences. */
 export type SequenceKind = 'gpt' | 'bert';
@@ -21,7 +21,7 @@ export interface Batch {
  * holds [CLS], at least one token and [SEP].
  */
 const MIN_SEQ_LEN: Record<SequenceKind, number> = { gpt: 2, bert: 3 };
-/** Longest: the position bound of the bounds table (src/bounds.ts, docs/bounds.md). */
+/** Longest: the position bound of the bounds table (src/core/bounds.ts, docs/bounds.md). */
 const MAX_SEQ_LEN = BOUNDS.positions.max;
 
 /** The rule in words, for documentation (docs/recipes.md). */

@@ -2,8 +2,8 @@
 // A cursor read from a checkpoint is untrusted: parseCursor checks its structure, checkCursor checks it against the
 // stream it is to restore and the dataset (shard count and order, record batch and row inside the shard); every
 // error names the cursor file and the field.
-import { showValue } from '../bounds.ts';
-import type { RngState } from '../model/rng.ts';
+import { showValue } from '../core/bounds.ts';
+import type { RngState } from '../core/rng.ts';
 import type { Split } from './dataset.ts';
 
 export interface StreamStats {

@@ -2,7 +2,7 @@
 // probability p (independently, as in BERT and HF's DataCollatorForLanguageModeling), a chosen token
 // becomes <mask> 80% of the time, a random ordinary token 10%, and stays itself 10%. Loss only on chosen
 // positions (labels = original id there, -100 elsewhere).
-import type { Rng } from '../model/rng.ts';
+import type { Rng } from '../core/rng.ts';
 import type { Batch } from './batch.ts';
 import type { TextTokenizer } from './tokenizer.ts';
 

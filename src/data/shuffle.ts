@@ -1,8 +1,8 @@
 // Seeded bounded shuffle buffer (the tf.data / torchdata kind): hold up to `capacity` items, hand out a
 // uniformly chosen one and refill its slot from the source. Its whole state is the held items, the
 // RNG's four words and whether the source has ended, so it can go into a checkpoint cursor.
-import { Rng } from '../model/rng.ts';
-import type { RngState } from '../model/rng.ts';
+import { Rng } from '../core/rng.ts';
+import type { RngState } from '../core/rng.ts';
 
 export interface ShuffleState<T> {
   items: T[];

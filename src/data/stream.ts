@@ -18,7 +18,7 @@
 // The cursor's size is dominated by the shuffle buffer: about shuffleBuffer × (seqLen + 1) × 2.7 bytes
 // of JSON for vocabularies ≤ 65 536.
 import pLimit from 'p-limit';
-import { Rng, deriveSeed } from '../model/rng.ts';
+import { Rng, deriveSeed } from '../core/rng.ts';
 import { seqLenProblem } from './batch.ts';
 import type { Batch, SequenceKind } from './batch.ts';
 import { checkCursor, checkRestoredOffset, decodeTokenArrays, encodeTokenArrays, parseCursor } from './cursor.ts';

@@ -14,7 +14,7 @@
 // BertConfig, so that GPT2LMHeadModel / BertForMaskedLM fail instead of silently computing softmax
 // attention. Both kinds write the section; it also marks the folder as written by this project
 // (export --overwrite replaces only such folders).
-import { BOUNDS, showValue, type Bound } from '../bounds.ts';
+import { BOUNDS, showValue, type Bound } from '../core/bounds.ts';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 import { resolveOptions } from '../model/attention/registry.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
@@ -76,7 +76,7 @@ class FieldReader {
     return v === null ? undefined : v;
   }
 
-  /** An integer ≥ min and, for a size, within its bound (src/bounds.ts): checked before anything is listed or built from it. */
+  /** An integer ≥ min and, for a size, within its bound (src/core/bounds.ts): checked before anything is listed or built from it. */
   int(key: string, fallback: number, min: number, bound?: Bound): number {
     const v = this.raw(key) ?? fallback;
     const max = bound?.max ?? Number.MAX_SAFE_INTEGER;

@@ -2,13 +2,13 @@
 // model.safetensors.index.json), tokenizer.json — into this project's parameter names and layouts.
 //
 // Everything is checked before any tensor is read: the config's fields and sizes (config.ts; sizes
-// within the bounds table of src/bounds.ts, before any tensor name is listed from them), every header
+// within the bounds table of src/core/bounds.ts, before any tensor name is listed from them), every header
 // entry against the file size, the name, dtype and shape of every tensor against what the config
 // implies, and the tokenizer's vocabulary against the embedding. Only then are the tensors read, one
 // by one (a NaN or infinite value refused), so nothing is allocated from what an unchecked file says.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { listSome } from '../bounds.ts';
+import { listSome } from '../core/bounds.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { attentionTensorShapes, languageModelParameterSpecs } from '../model/lm.ts';
 import { parseHfConfig, type HfConfig, type HfLayout, type HfModelConfig } from './config.ts';

@@ -18,7 +18,7 @@
 // package is a 0.0.1 placeholder; Hugging Face publishes no JS package for it).
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
-import { showValue } from '../bounds.ts';
+import { showValue } from '../core/bounds.ts';
 
 export interface NamedArray {
   shape: number[];

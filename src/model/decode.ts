@@ -6,7 +6,7 @@
 import * as tf from '@tensorflow/tfjs';
 import type { AttentionState } from './attention/types.ts';
 import type { LanguageModel } from './lm.ts';
-import { Rng } from './rng.ts';
+import { Rng } from '../core/rng.ts';
 
 export class IncrementalDecoder {
   private states: AttentionState[];

@@ -4,7 +4,7 @@ import * as tf from '@tensorflow/tfjs';
 /**
  * Whether 2-D products get explicit transposes instead of transposeA/B flags. The wasm backend runs
  * XNNPACK only for the plain, non-transposed 2-D product; its transposed products fall to a ~25×
- * slower loop (../shared/notes/ecosystem.md §4). Elsewhere (tensorflow: MatMul's adjoint flags) the
+ * slower loop (docs/notes/tfjs-cpu-kernels.md). Elsewhere (tensorflow: MatMul's adjoint flags) the
  * flags are free and a transpose is a copy.
  */
 export function explicitTransposes(): boolean {
@@ -225,7 +225,7 @@ const UNSTACK_MAX_BATCH = 2048;
 /**
  * Batched matMul [N, m, k] · [N, k, n] (transposes as tf.matMul). On wasm the batched kernel and
  * every transposed product run a naive loop at ~1–2 GFLOP/s, while the plain 2-D product runs
- * XNNPACK at ~25 GFLOP/s (../shared/notes/ecosystem.md §4), so there the batch is split into 2-D
+ * XNNPACK at ~25 GFLOP/s (docs/notes/tfjs-cpu-kernels.md), so there the batch is split into 2-D
  * products with explicit transposes, forward and backward. Elsewhere it is tf.matMul.
  */
 export function batchMatMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor3D {

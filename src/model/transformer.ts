@@ -3,7 +3,7 @@
 // tanh GELU, ε 1e-5); the architecture options cover Hugging Face BERT too (post-LayerNorm blocks,
 // LayerNorm on the embeddings, token-type embeddings, erf GELU, ε 1e-12).
 //
-// Layout choices for the CPU backends (../shared/notes/ecosystem.md §4): activations are kept as
+// Layout choices for the CPU backends (docs/notes/tfjs-cpu-kernels.md): activations are kept as
 // 2-D [B·L, d] between blocks so that every dense layer is one plain 2-D product (linear(), whose
 // gradient transposes explicitly — the only fast matmul path on wasm); heads are split once per
 // block by one transpose of the fused q|k|v product and merged once after attention.
@@ -11,7 +11,7 @@ import * as tf from '@tensorflow/tfjs';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
-import { deriveSeed, Rng } from './rng.ts';
+import { deriveSeed, Rng } from '../core/rng.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 
 export interface TransformerConfig {

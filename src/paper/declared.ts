@@ -1,6 +1,6 @@
-// The papers' language-model experiments, declared (what they measure, their settings, the claims they test) but not
-// runnable yet: they need a corpus and a scale this project has not set up (see each one's `runnable`). Their units
-// and cells are the planned ones, so that `npm run paper -- <name> --plan` shows the whole protocol.
+// The papers' language-model comparison, declared (what it measures, its settings, the claims it tests) but not
+// runnable yet: it needs a corpus and a scale this project has not set up (see its `runnable`). Its units and cells
+// are the planned ones, so that `npm run paper -- lm-compare --plan` shows the whole protocol.
 import type { CellSpec, Experiment, UnitSpec } from './protocol.ts';
 
 const MECHANISMS = ['softmax', 'yat-spherical', 'slay', 'performer', 'darkformer', 'schoenbat', 'linear-elu', 'cosformer'];
@@ -40,42 +40,4 @@ export const lmCompare: Experiment = {
       MECHANISMS.map((m): CellSpec => ({ table: kind.toUpperCase(), row: m, column: 'final validation loss', published: null, units: SEEDS.map((s) => `${kind}-${m}-seed${s}`) })),
     ),
   runUnit: notRunnable('lm-compare'),
-};
-
-const FINETUNES = ['softmax', 'performer', 'darkformer-identity', 'darkformer-whitening'];
-const TRAINED = ['all', 'qkv'];
-const RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2];
-
-/** The DARKFormer paper's central experiment at this project's scale. */
-export const darkformerFinetune: Experiment = {
-  name: 'darkformer-finetune',
-  version: 1,
-  title: 'DARKFormer finetuning of a softmax-pretrained GPT',
-  source: 'DARKFormer: Data-Aware Random Feature Kernel for Transformers, Figures 2–5 (finetuning Gemma-2B; the figures have no tables, so the claims are tested, not numbers)',
-  measures: 'next-token accuracy and loss against finetuning steps after swapping the attention of a softmax-pretrained GPT; loss spikes per run in a learning-rate sweep',
-  metric: { name: 'final validation top-1 accuracy', digits: 4 },
-  agreement: {
-    statement: 'each claim holds when the paired difference over the 3 seeds has a 95% Student t interval on the claimed side of 0; "not separated" when the interval crosses 0; "contradicted" when it lies on the other side',
-    tolerance: () => 0,
-  },
-  protocol: {
-    pretraining: 'one softmax GPT of the demo recipe’s shape per seed (recipes/demo/gpt-softmax.yaml), a whole epoch',
-    finetuning: `${FINETUNES.join(', ')} (softmax is the control; DARKFormer’s M from the identity or whitened on calibration batches), each training all weights or only Q/K/V (+ M) (train.freeze: all-but-qkv); seeds 1–3`,
-    'learning-rate sweep': `Performer and DARKFormer (identity), all weights, at lr ${RATES.join(', ')} (Figure 5)`,
-    'loss spike': 'a logged training loss more than 0.5 nats above the median of the previous 10 logged losses (counted per run)',
-    claims: '(1) DARKFormer’s accuracy is above Performer’s (Figure 2, bottom); (2) the gap is larger when only Q/K/V (+ M) train (Figure 4 against Figure 3); (3) DARKFormer has fewer loss spikes across learning rates (Figure 5)',
-  },
-  notes: ['The finetuning machinery exists (README, Finetuning: `initFrom`, `train.freeze: all-but-qkv`, `init: whitening`); what is missing is the pretrained models at a scale where Q/K are anisotropic enough for the claim to matter, and the runs.'],
-  backend: 'tensorflow',
-  runnable: 'it needs the pretrained softmax models (a whole epoch each) and 48 + 10 finetuning runs on the native backend; the spike count and the claim verdicts are to be written with them',
-  units: () => [
-    ...SEEDS.map((seed): UnitSpec => ({ name: `pretrain-softmax-seed${seed}`, settings: { seed } })),
-    ...FINETUNES.flatMap((f) => TRAINED.flatMap((t) => SEEDS.map((seed): UnitSpec => ({ name: `${f}-${t}-seed${seed}`, settings: { finetune: f, trained: t, seed } })))),
-    ...['performer', 'darkformer-identity'].flatMap((f) => RATES.map((lr): UnitSpec => ({ name: `lr${lr}-${f}`, settings: { finetune: f, trained: 'all', lr, seed: 1 } }))),
-  ],
-  cells: () =>
-    TRAINED.flatMap((t) =>
-      FINETUNES.map((f): CellSpec => ({ table: t === 'all' ? 'Full finetuning (Figures 2–3)' : 'Q/K/V (+ M) only (Figure 4)', row: f, column: 'final accuracy', published: null, units: SEEDS.map((s) => `${f}-${t}-seed${s}`) })),
-    ),
-  runUnit: notRunnable('darkformer-finetune'),
 };

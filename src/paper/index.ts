@@ -10,7 +10,7 @@ const LOADERS: Record<string, () => Promise<Experiment>> = {
   'slay-tasks': async () => (await import('./slay-tasks.ts')).slayTasks,
   'slay-ablation': async () => (await import('./slay-ablation.ts')).slayAblation,
   'lm-compare': async () => (await import('./declared.ts')).lmCompare,
-  'darkformer-finetune': async () => (await import('./declared.ts')).darkformerFinetune,
+  'darkformer-finetune': async () => (await import('./darkformer-finetune.ts')).darkformerFinetune,
 };
 
 export const EXPERIMENT_NAMES = Object.keys(LOADERS);

@@ -1,7 +1,7 @@
 // A paper experiment as a declared, versioned protocol: the units of work it runs (one run of a run set each, see
 // src/sweep/run-set.ts), the cells of the paper's tables it fills from them, the published numbers with their table,
 // the rule by which ours agree with them, and the known reasons a cell may not.
-import type { MeanSd } from '../experiments/stats.ts';
+import type { MeanSd } from '../report/stats.ts';
 
 /** A number as the paper prints it: mean ± sd over its seeds (sd null when it prints none), and where. */
 export interface PublishedValue {
@@ -102,7 +102,33 @@ export interface Experiment {
   units(quick: boolean): UnitSpec[];
   cells(quick: boolean): CellSpec[];
   /** Runs one unit in this process, the backend already started. */
-  runUnit(settings: Record<string, unknown>): Promise<UnitOutcome>;
+  runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome>;
+  /** The claims the experiment tests, with verdicts from the units done so far (experiments without published tables). */
+  claims?(view: UnitView, quick: boolean): Claim[];
+}
+
+/** What a unit may know besides its settings: its own folder, and the units of its experiment that are done. */
+export interface UnitContext {
+  /** The unit's run folder (already created): a unit that trains writes its run folders inside it. */
+  dir: string;
+  /** Another unit's newest done folder and outcome (e.g. a pretrained model that a finetuning unit starts from); null if not done. */
+  doneUnit(name: string): { dir: string; outcome: UnitOutcome } | null;
+}
+
+/** The units' numbers as the results see them. */
+export interface UnitView {
+  /** The unit's values (empty when it is not done or has none). */
+  values(name: string): number[];
+  /** One of the unit's other numbers; null when it is not done or lacks it. */
+  extra(name: string, key: string): number | null;
+}
+
+/** A claim of the paper and how the units judge it. */
+export interface Claim {
+  statement: string;
+  verdict: 'holds' | 'not separated' | 'contradicted' | 'not run';
+  /** The numbers behind the verdict, in words. */
+  evidence: string;
 }
 
 export type Verdict = 'agrees' | 'disagrees' | 'no published value' | 'not run';

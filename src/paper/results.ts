@@ -6,11 +6,11 @@
 //   <out>/<experiment>[-quick]/agreement.svg   ours against the paper's, one point per cell
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { groupBy, meanSd } from '../experiments/stats.ts';
-import type { MeanSd } from '../experiments/stats.ts';
+import { groupBy, meanSd } from '../report/stats.ts';
+import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
-import type { CellSpec, CellVerdict, Explanation, ShownExtra } from './protocol.ts';
-import { agreementPlotSvg } from './plot.ts';
+import type { CellSpec, CellVerdict, Claim, Explanation, ShownExtra } from './protocol.ts';
+import { agreementPlotSvg } from './agreement-plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 
 export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
@@ -58,6 +58,8 @@ export interface ExperimentResults {
     disagreementsBy: Record<Explanation['kind'], number>;
   };
   cells: CellResult[];
+  /** The claims tested and their verdicts (experiments that declare claims). */
+  claims: Claim[];
   units: { name: string; dir: string | null; values: number[]; extra: Record<string, number | null>; error: string | null; seconds: number | null }[];
 }
 
@@ -117,10 +119,20 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       },
     },
     cells,
+    claims: experiment.claims?.(unitView(records), settings.quick) ?? [],
     units: records.map((r) => ({
       name: r.unit.name, dir: r.dir && path.relative(process.cwd(), r.dir), values: r.result?.outcome.values ?? [], extra: r.result?.outcome.extra ?? {},
       error: r.result?.outcome.error ?? r.failure, seconds: r.result?.seconds ?? null,
     })),
+  };
+}
+
+/** The done units' numbers by name, for the experiment's claims. */
+function unitView(records: UnitRecord[]) {
+  const byName = new Map(records.map((r) => [r.unit.name, r.result?.outcome ?? null]));
+  return {
+    values: (name: string) => byName.get(name)?.values ?? [],
+    extra: (name: string, key: string) => byName.get(name)?.extra[key] ?? null,
   };
 }
 
@@ -200,6 +212,20 @@ function extraText(cell: CellResult, extra: ShownExtra): string {
   return paper && paper.n > 0 ? `${text} · paper ${formatValue(paper.mean, extra.digits)}` : text;
 }
 
+/** "1 of 5 claims hold, 3 not separated, 1 contradicted, 0 not run". */
+function claimCounts(claims: Claim[]): string {
+  const count = (v: Claim['verdict']) => claims.filter((c) => c.verdict === v).length;
+  return `${count('holds')} of ${claims.length} claims hold, ${count('not separated')} not separated, ${count('contradicted')} contradicted, ${count('not run')} not run`;
+}
+
+/** The results in one line: the cells' agreement count, or the claims' verdicts where the paper prints no numbers. */
+export function resultsHeadline(results: ExperimentResults): string {
+  const c = results.counts;
+  if (c.withPublished === 0 && results.claims.length > 0) return claimCounts(results.claims);
+  return `${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
+    `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run)`;
+}
+
 /** The results file for people. */
 export function resultsMarkdown(results: ExperimentResults, plotFile: string | null): string {
   const { counts, provenance: p, metric } = results;
@@ -209,10 +235,12 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     '',
     `${results.source}. Protocol version ${results.version}. Compared: ${results.measures}.`,
     '',
-    `**${counts.agrees} of ${counts.withPublished} cells with a published value agree with the paper**` +
-      ` (${counts.disagrees} disagree: ${counts.disagreementsBy.deliberate} by a deliberate difference, ${counts.disagreementsBy['protocol-gap']} by a protocol gap, ${counts.disagreementsBy.open} open` +
-      `${counts.notRun ? `; ${counts.notRun} without a value of ours` : ''})` +
-      `${counts.extra ? `; ${counts.extra} more cells have no published value` : ''}.`,
+    counts.withPublished === 0 && results.claims.length > 0
+      ? `**The paper prints no numbers to set beside ours: ${claimCounts(results.claims)}** (the claims are below).`
+      : `**${counts.agrees} of ${counts.withPublished} cells with a published value agree with the paper**` +
+        ` (${counts.disagrees} disagree: ${counts.disagreementsBy.deliberate} by a deliberate difference, ${counts.disagreementsBy['protocol-gap']} by a protocol gap, ${counts.disagreementsBy.open} open` +
+        `${counts.notRun ? `; ${counts.notRun} without a value of ours` : ''})` +
+        `${counts.extra ? `; ${counts.extra} more cells have no published value` : ''}.`,
     `Agreement rule: ${results.rule}.`,
     '',
     '| | |',
@@ -237,6 +265,10 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     for (const [table, cells] of tables) {
       lines.push(`### ${extra.title}${tables.length > 1 ? `: ${table}` : ''}`, '', ...gridTable(cells, (cell) => extraText(cell, extra)), '');
     }
+  }
+  if (results.claims.length) {
+    lines.push('## Claims', '', `${claimCounts(results.claims)}.`, '');
+    lines.push('| claim | verdict | evidence |', '|---|---|---|', ...results.claims.map((c) => `| ${c.statement} | **${c.verdict}** | ${c.evidence} |`), '');
   }
   const disagreeing = results.cells.filter((c) => c.verdict === 'disagrees');
   lines.push('## Disagreements', '');

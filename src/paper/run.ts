@@ -1,5 +1,5 @@
-// A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by the local
-// or the Slurm executor, each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
+// A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by any
+// executor (src/sweep/executors.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
 // the worker `paper <experiment> … --unit <index>`, which runs the unit in its own process and leaves
 //   <runs>/<experiment>-v<version>-<backend>[-quick]/<unit>-<YYYYMMDD-HHMMSS>/
 //     unit.json     the experiment, its version and the unit's settings
@@ -13,9 +13,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
-import { readAttempt, runFolders, runGuarded } from '../sweep/task.ts';
+import { runFolders } from '../sweep/run-folders.ts';
+import { readAttempt } from '../sweep/set-files.ts';
+import { runGuarded } from '../sweep/task.ts';
 import type { TaskResult } from '../sweep/task.ts';
-import { makeRunDir, processEnvironment } from '../train/metrics.ts';
+import { processEnvironment } from '../telemetry/environment.ts';
+import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
 import { ENV_FILE, SUMMARY_FILE } from '../store/layout.ts';
 
@@ -60,8 +63,8 @@ export function experimentRunSet(experiment: Experiment, settings: ExperimentSet
     file: experimentCommand(experiment, settings),
     name: `paper-${tag}`,
     runDir: path.join(runsRoot, tag),
-    runs: units.map((unit, index) => ({ index, name: unit.name, cores, slurmCpus: 1 })),
-    slurm: {},
+    runs: units.map((unit, index) => ({ index, name: unit.name, cores, requestedCpus: 1 })),
+    executorSettings: {},
     task: [PAPER_CLI, experiment.name, ...workerFlags(settings, runsRoot), '--task'],
     experiment,
     settings,
@@ -103,7 +106,7 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   const startedAt = new Date().toISOString();
   const started = performance.now();
   const cpu = process.cpuUsage();
-  const outcome = await experiment.runUnit(unit.settings);
+  const outcome = await experiment.runUnit(unit.settings, { dir, doneUnit: (name) => doneUnit(set, name) });
   const used = process.cpuUsage(cpu);
   const result: UnitResultFile = {
     experiment: experiment.name, version: experiment.version, unit: unit.name, outcome,
@@ -115,6 +118,14 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   writeJson(`${summary}.tmp`, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
   fs.renameSync(`${summary}.tmp`, summary);
   return dir;
+}
+
+/** A unit's newest done folder and its outcome, or null. */
+function doneUnit(set: ExperimentRunSet, name: string): { dir: string; outcome: UnitOutcome } | null {
+  const index = set.units.findIndex((u) => u.name === name);
+  if (index < 0) throw new Error(`${set.file}: no unit named ${name}`);
+  const done = runFolders(set, set.runs[index]).findLast((f) => f.done);
+  return done ? { dir: done.dir, outcome: readJson<UnitResultFile>(path.join(done.dir, 'result.json')).outcome } : null;
 }
 
 /** What one unit left: its newest done folder's result and environment, or why it has none. */

@@ -1,7 +1,7 @@
 // slay-ablation: the SLAY paper's polynomial-approximation ablation (Table 10, whose Large block is Table 2), on the
-// kernel-fidelity harness of `npm run ablate` (src/experiments/fidelity.ts). One unit = one scale × one method, in its
+// kernel-fidelity harness of `npm run ablate` (src/paper/fidelity.ts). One unit = one scale × one method, in its
 // own process (a failed allocation leaves the wasm heap unusable); its value is the rel-ℓ2 of each seed.
-import { PAPER_SCALES, PAPER_SETTINGS, paperCases, runFidelity } from '../experiments/fidelity.ts';
+import { PAPER_SCALES, PAPER_SETTINGS, paperCases, runFidelity } from './fidelity.ts';
 import type { CellSpec, Experiment, Explanation, PublishedValue, UnitOutcome, UnitSpec } from './protocol.ts';
 
 const EPSILON = 1e-6;

@@ -1,7 +1,7 @@
 // slay-tasks: the SLAY paper's synthetic-task tables (Tables 3–9), 22 tasks × the paper's five mechanisms × seeds
 // 42–44, plus DARKFormer, SchoenbAt and cosFormer as extra columns, on the task model and generators of
-// src/experiments/tasks.ts and task-runner.ts. One unit = one task × mechanism × seed (one trained model).
-import { TASK_NAMES, taskSpec } from '../experiments/tasks.ts';
+// src/paper/synthetic-tasks.ts and task-runner.ts. One unit = one task × mechanism × seed (one trained model).
+import { TASK_NAMES, taskSpec } from './synthetic-tasks.ts';
 import type { CellSpec, Experiment, Explanation, PublishedValue, UnitOutcome, UnitSpec } from './protocol.ts';
 import { sdRule } from './protocol.ts';
 
@@ -144,7 +144,7 @@ export const slayTasks: Experiment = {
     training: `AdamW lr ${PROTOCOL.lr}, weight decay ${PROTOCOL.weightDecay} (embeddings included), β (0.9, 0.999), ε 1e-8; ${PROTOCOL.steps} steps, each on a fresh batch of ${PROTOCOL.batchSize}`,
     evaluation: `accuracy on ${PROTOCOL.evalSamples} fresh samples (4 × batch) at the positions the task scores (every position, the last one, or the marked ones)`,
     mechanisms: `${PAPER_MECHANISMS.join(', ')} (the paper's columns: Standard, Spherical-YAT, Performer, Linear, SLAY); extra columns ${EXTRA_MECHANISMS.join(', ')}`,
-    'mechanism options': 'SLAY anchor features R = 2, M = 16, P = 32, ε = 1e-6; spherical Yat ε = 1e-6; Performer 64 features; the others their defaults (src/experiments/task-runner.ts)',
+    'mechanism options': 'SLAY anchor features R = 2, M = 16, P = 32, ε = 1e-6; spherical Yat ε = 1e-6; Performer 64 features; the others their defaults (src/paper/task-runner.ts)',
     seeds: SEEDS.join(', '),
     batch: `${PROTOCOL.batchSize}: the batch of the reference run behind the tables (its script defaults to 32; \`npm run tasks\` keeps that default)`,
     quick: `--quick: ${QUICK.tasks.join(', ')} × ${QUICK.mechanisms.join(', ')}, seed ${QUICK.seeds.join(', ')}, ${QUICK.steps} steps (the script's quick mode): a smoke test, not a reproduction`,
@@ -185,7 +185,7 @@ export const slayTasks: Experiment = {
   },
 
   async runUnit(settings): Promise<UnitOutcome> {
-    const { trainOnTask, TASK_ATTENTION_OPTIONS } = await import('../experiments/task-runner.ts');
+    const { trainOnTask, TASK_ATTENTION_OPTIONS } = await import('./task-runner.ts');
     const s = settings as { task: string; mechanism: string; seed: number } & typeof PROTOCOL;
     taskSpec(s.task);
     const result = trainOnTask({

@@ -1,11 +1,9 @@
 // The model a recipe builds: the mapping from its model section (and data.seqLen, train.seed) to the model config,
 // and the sizes that cannot fit in one TensorFlow.js tensor.
-import { MAX_TENSOR_ELEMENTS } from '../bounds.ts';
+import { MAX_TENSOR_ELEMENTS } from '../core/bounds.ts';
+import { attentionIsQuadratic } from '../model/attention/index.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import type { Recipe } from './schema.ts';
-
-/** Mechanisms that form the L×L score matrix (the others are linear in L). */
-export const QUADRATIC_ATTENTIONS: readonly string[] = ['softmax', 'yat-spherical'];
 
 /**
  * Sizes that cannot fit: the model's largest tensors and one micro-batch's largest activations, each against the
@@ -26,7 +24,7 @@ export function tensorSizeProblems(
   if (batch) {
     const { batchSize: b, seqLen: l } = batch;
     sizes.push(['train.batchSize × data.seqLen × model.mlpRatio·model.dModel (the MLP activations of a micro-batch)', b * l * hidden]);
-    if (QUADRATIC_ATTENTIONS.includes(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
+    if (attentionIsQuadratic(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
     if (vocabSize !== undefined) sizes.push([`train.batchSize × data.seqLen × the vocabulary (${vocabSize}) (the logits of a micro-batch)`, b * l * vocabSize]);
   }
   return sizes

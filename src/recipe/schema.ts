@@ -4,7 +4,7 @@
 import path from 'node:path';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
-import { BOUNDS } from '../bounds.ts';
+import { BOUNDS } from '../core/bounds.ts';
 import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import { freezeProblem } from './freeze.ts';
 import type { FreezeSpec } from './freeze.ts';
@@ -107,7 +107,7 @@ export interface FieldSpec {
   doc: string;
 }
 
-/** Longest sequence a recipe may ask for (the bounds table, src/bounds.ts). */
+/** Longest sequence a recipe may ask for (the bounds table, src/core/bounds.ts). */
 const MAX_SEQ_LEN = BOUNDS.positions.max;
 
 const derived = (doc: string, compute: DerivedDefault['compute']): DerivedDefault => ({ derived: doc, compute });

@@ -9,7 +9,7 @@
 // Nothing else is random: dropout masks are seeded by deriveSeed(train.seed, `dropout/<step>`) and the
 // Performer/DARKFormer projection in use is draw floor(step / redrawInterval), so both follow from the step.
 //
-// Writing is crash-safe (src/train/atomic-folder.ts): the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced,
+// Writing is crash-safe (core/atomic-folder.ts): the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced,
 // COMPLETE records their sha256, the folder is fsynced and renamed to `step-000100`, and the parent is fsynced. A
 // process killed at any moment leaves every earlier checkpoint complete. Loading checks the checksums, and treats
 // every file as untrusted: state, recipe and cursor are validated and the tensors decoded with bounds checks.
@@ -30,7 +30,7 @@ import type { LanguageModel } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../train/atomic-folder.ts';
+import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
 import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
 import { modelFileHeader, modelTensors, namedArrays } from './model-folder.ts';
 import { parseRecipe } from './recipes.ts';

@@ -24,7 +24,7 @@ import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_M
 import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from '../hf/folder.ts';
 import { encodeSafetensors, type NamedArray } from '../hf/safetensors.ts';
 import { encodeTensor, hfShape, tensorRules } from '../hf/weights.ts';
-import { syncDir, writeFileSynced } from '../train/atomic-folder.ts';
+import { syncDir, writeFileSynced } from '../core/atomic-folder.ts';
 import { loadModel, loadModelTokenizer } from './load-model.ts';
 import { modelTensors } from './model-folder.ts';
 

@@ -12,7 +12,7 @@
 //
 //   A model folder (final/, a checkpoint): MODEL_FILE (parameters and buffers, the model config in its metadata) and
 //   RECIPE_FILE (the resolved recipe); final/ also holds TOKENIZER_FILE, a checkpoint OPTIMIZER_FILE, CURSOR_FILE and
-//   STATE_FILE. Each is written whole with a COMPLETE marker holding the files' sha256 (train/atomic-folder.ts).
+//   STATE_FILE. Each is written whole with a COMPLETE marker holding the files' sha256 (core/atomic-folder.ts).
 
 export const RUN_MARKER = '.slayformer-run';
 export const RUN_CONFIG_FILE = 'config.json';

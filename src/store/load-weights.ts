@@ -7,7 +7,7 @@
 // A Hugging Face folder's parameters that it does not hold (a bare BertModel's MLM head) keep their initialisation
 // and are reported.
 import * as tf from '@tensorflow/tfjs';
-import { listSome } from '../bounds.ts';
+import { listSome } from '../core/bounds.ts';
 import type { NamedArray } from '../hf/safetensors.ts';
 import type { LanguageModel, LanguageModelConfig } from '../model/lm.ts';
 import { architectureOf } from '../model/transformer.ts';

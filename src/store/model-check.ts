@@ -1,11 +1,11 @@
 // A saved model checked before anything is built from it. A checkpoint's config is untrusted: a few bytes of it
 // (dModel 65536 × 512 layers, or 2²¹ Performer features) would otherwise allocate without bound. So the config is
-// validated like a recipe's model section (same keys, types and the bounds table of src/bounds.ts), and every
+// validated like a recipe's model section (same keys, types and the bounds table of src/core/bounds.ts), and every
 // tensor in the file is compared by name and shape with what that config builds — the attention mechanisms'
 // tensors as their registry entries declare them, nothing drawn; since the file's tensors are bounded by its size,
 // so is the model.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS, listSome } from '../bounds.ts';
+import { BOUNDS, listSome } from '../core/bounds.ts';
 import { attentionTensorShapes, headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';

@@ -14,7 +14,7 @@ import { decodeSafetensors, encodeSafetensors } from '../hf/safetensors.ts';
 import type { NamedArray } from '../hf/safetensors.ts';
 import type { LanguageModel, LanguageModelConfig } from '../model/lm.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { readCheckedFiles, writeFolderAtomically } from '../train/atomic-folder.ts';
+import { readCheckedFiles, writeFolderAtomically } from '../core/atomic-folder.ts';
 import { FINAL_DIR, MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE } from './layout.ts';
 import { checkSavedModel } from './model-check.ts';
 import { parseRecipe } from './recipes.ts';
@@ -49,7 +49,7 @@ const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
 /**
  * Writes `<runDir>/final/` = model.safetensors (metadata: the model config with its vocabSize, plus `metadata`) +
  * recipe.json (the resolved recipe) + tokenizer.json (a copy of `tokenizer`, the run's) + COMPLETE (their sha256),
- * atomically (src/train/atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is replaced
+ * atomically (src/core/atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is replaced
  * only if it holds nothing but those files.
  */
 export async function saveFinalModel(

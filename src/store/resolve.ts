@@ -14,7 +14,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { isHfFolder } from '../hf/folder.ts';
-import { COMPLETE_MARKER } from '../train/atomic-folder.ts';
+import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE, SUMMARY_FILE } from './layout.ts';
 import { listCheckpoints, listRunFolders } from './run-folder.ts';
 

@@ -8,12 +8,12 @@
 // says so). `touch <run>/.slayformer-run` makes one a run again: an empty marker carries no id, so it adopts the
 // checkpoints under it.
 //
-// Run folders are named `<name>-<UTC timestamp>[-n]` (RunLogger, src/train/metrics.ts); listRunFolders finds a recipe's.
+// Run folders are named `<name>-<UTC timestamp>[-n]` (RunLogger, src/telemetry/run-logger.ts); listRunFolders finds a recipe's.
 import { randomUUID } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
-import { COMPLETE_MARKER } from '../train/atomic-folder.ts';
+import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { CHECKPOINT_NAME, CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, RUN_MARKER } from './layout.ts';
 
 /** A run id as markRunFolder writes it (a UUID), and the most a marker may hold. */

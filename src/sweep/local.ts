@@ -1,6 +1,7 @@
-// The local executor: the runs of a sweep (or of any run set, run-set.ts) as separate task processes (task.ts), as many
-// at a time as the cores allow given what each run keeps busy, with one progress line per running run. A failing run
-// does not stop the others; runs that are done are skipped, interrupted ones resume from their checkpoint.
+// The local executor (executor.ts): the runs of a sweep (or of any run set, run-set.ts) as separate task processes
+// (task.ts), as many at a time as the cores allow given what each run keeps busy, with one progress line per running
+// run. A failing run does not stop the others; runs that are done are skipped, interrupted ones resume from their
+// checkpoint.
 //
 // Tasks get their own process group, so a Ctrl-C in the terminal reaches only this process, which passes it on once
 // per task as SIGUSR1 (the task stops its trainer with SIGTERM: a checkpoint, then exit); a second Ctrl-C passes it
@@ -8,10 +9,24 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
+import type { Executor, ExecutorOutcome } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { lockIsLive, readLock, runFolders, taskArgs } from './task.ts';
+import { lockHolder, lockIsLive, readLock, taskArgs } from './set-files.ts';
 
-export interface LocalOptions {
+export const localExecutor: Executor = {
+  name: 'local',
+  description: `the runs as separate processes, as many at a time as the cores allow given each
+run's data-parallel replicas (--cores N to change the count), one progress line per run. A
+failing run does not stop the others; run it again to skip finished runs and resume interrupted
+ones. Ctrl-C: the running runs save a checkpoint and stop.`,
+  settings: {
+    cores: { flag: '--cores', value: 'N', help: "cores to fill (default: this machine's)", check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1') },
+  },
+  submits: false,
+  run: (set, pending, settings, context = {}) => runLocal(set, pending, { cores: settings.cores as number | undefined, out: context.out, logIntervalS: context.logIntervalS }),
+};
+
+interface LocalOptions {
   /** Cores to fill (default: this machine's). */
   cores?: number;
   /** Where progress goes (default stdout); redrawn in place when it is a terminal. */
@@ -20,12 +35,7 @@ export interface LocalOptions {
   logIntervalS?: number;
 }
 
-export interface LocalResult {
-  done: string[];
-  failed: { name: string; lastLine: string }[];
-  stopped: string[];
-  skipped: string[];
-}
+type LocalResult = Extract<ExecutorOutcome, { kind: 'ran' }>;
 
 /** Cores one run keeps busy out of the `cores` the executor fills. */
 const coresOf = (run: SetRun, cores: number) => (run.cores === 'all' ? cores : Math.min(cores, run.cores));
@@ -39,17 +49,19 @@ interface Running {
   shownAt: number;
 }
 
-export async function runLocal(sweep: RunSet, opts: LocalOptions = {}): Promise<LocalResult> {
+/** Runs `pending` (the set's runs that are not done) here; the set's other runs count as done before. */
+async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {}): Promise<LocalResult> {
   const out = opts.out ?? process.stdout;
   const tty = 'isTTY' in out && out.isTTY === true;
   const cores = opts.cores ?? availableParallelism();
-  const result: LocalResult = { done: [], failed: [], stopped: [], skipped: [] };
+  const result: LocalResult = { kind: 'ran', done: [], failed: [], stopped: [], skipped: [] };
   const queue: SetRun[] = [];
   const elsewhere: string[] = [];
+  const todo = new Set(pending.map((r) => r.index));
   for (const run of sweep.runs) {
     const lock = readLock(sweep, run);
-    if (runFolders(sweep, run).some((f) => f.done)) result.skipped.push(run.name);
-    else if (lock && lockIsLive(lock)) elsewhere.push(`${run.name} (${lock.slurmJob ? `Slurm task ${lock.slurmJob}` : `pid ${lock.pid} on ${lock.host}`})`);
+    if (!todo.has(run.index)) result.skipped.push(run.name);
+    else if (lock && lockIsLive(lock)) elsewhere.push(`${run.name} (${lockHolder(lock)})`);
     else queue.push(run);
   }
   const running = new Map<number, Running>();

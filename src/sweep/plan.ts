@@ -1,14 +1,14 @@
 // `sweep plan`: every run with its planned tokens and an estimated time. The plan of a recipe (parameters, steps)
-// comes from the trainer's own dry run (planRun); runs that differ only in their seed share it. The speed comes
+// comes from the trainer's own dry run (train/plan.ts); runs that differ only in their seed share it. The speed comes
 // from the sweep's own runs that have logged one (the run itself, else its group: same settings, other seed),
 // else from --tokens-per-s; without either the time is left unknown rather than guessed.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { RunPlan } from '../train/trainer.ts';
+import type { RunPlan } from '../train/plan.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { canonical } from './spec.ts';
 import type { Sweep, SweepRun } from './spec.ts';
-import { runFolders } from './task.ts';
+import { runFolders } from './run-folders.ts';
 import { METRICS_FILE, SUMMARY_FILE } from '../store/layout.ts';
 
 export interface PlannedRun {

@@ -7,15 +7,15 @@
 //                             sub-folder per kind of run when they differ in model kind or tokenizer (GPT and BERT)
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { compareRuns, loadRun, PLOTS } from '../experiments/compare.ts';
-import type { RunSummary } from '../experiments/compare.ts';
-import { formatMeanSd, groupBy, meanSd } from '../experiments/stats.ts';
-import type { MeanSd } from '../experiments/stats.ts';
-import { pairedT } from '../experiments/paired.ts';
-import type { PairedResult } from '../experiments/paired.ts';
+import { compareRuns, loadRun, PLOTS } from '../report/compare.ts';
+import type { RunSummary } from '../report/compare.ts';
+import { formatMeanSd, groupBy, meanSd } from '../report/stats.ts';
+import type { MeanSd } from '../report/stats.ts';
+import { pairedT } from '../report/paired.ts';
+import type { PairedResult } from '../report/paired.ts';
 import { REPORT_METRICS } from './spec.ts';
 import type { ReportMetric, Sweep, SweepRun } from './spec.ts';
-import { runFolders } from './task.ts';
+import { runFolders } from './run-folders.ts';
 
 export interface ReportOptions {
   outDir: string;

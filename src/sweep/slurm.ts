@@ -1,6 +1,7 @@
-// The Slurm executor: one sbatch job array per submission, array index = the run's index in the sweep, every task
-// running the same command as the local executor (`sweep task <file> <index>`). Queue state comes from squeue (and
-// sacct where accounting is on); what each task did is recorded by the task itself (see task.ts).
+// The Slurm executor (executor.ts): one sbatch job array per submission, array index = the run's index in the set,
+// every task running the same command as the local executor (`sweep task <file> <index>` for a sweep). Queue state
+// comes from squeue (and sacct where accounting is on); what each task did is recorded by the task itself (task.ts).
+// Its files: `_sweep/slurm/` (the scripts, jobs.jsonl, the tasks' output).
 //
 // Signals. The script `exec`s the task, so the task is the batch shell: `--signal=B:USR1@<s>` reaches only it, some
 // seconds before the time limit, and it asks the trainer to checkpoint (SIGTERM) and then requeues the array task, which
@@ -11,20 +12,84 @@
 // Script text. Every value is refused or quoted before it reaches the script, so that each line is one of the
 // shapes renderSbatchScript writes: values of `#SBATCH` lines (a comment to bash, options to sbatch) are words of a
 // safe alphabet or double-quoted as sbatch's own parser reads them (`\` escapes `"`, `\` and `#`, which ends an
-// argument even inside quotes in older Slurm versions); the task command is quoted for bash (task.ts); control
+// argument even inside quotes in older Slurm versions); the task command is quoted for bash (set-files.ts); control
 // characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
 // exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import type { Executor, ExecutorQueue, ExecutorSetting, QueuedTask } from './executor.ts';
 import type { RunSet } from './run-set.ts';
-import { sweepPaths, taskCommand } from './task.ts';
+import { executorFolder, taskCommand } from './set-files.ts';
 
-import { CONTROL, SAFE_WORD, SLURM_FIELDS } from './options.ts';
-import type { SlurmOptions } from './options.ts';
+const NAME = 'slurm';
 
-export { SLURM_FIELDS };
-export type { SlurmOptions };
+export interface SlurmOptions {
+  partition?: string;
+  time?: string;
+  gpus?: number | string;
+  mem?: string;
+  cpusPerTask?: number;
+  /** At most this many array tasks at once (`--array=…%N`). */
+  maxParallel?: number;
+  /** Seconds before the time limit at which the task checkpoints (and requeues itself). */
+  signalSeconds?: number;
+  /** After that checkpoint, requeue the array task so that it goes on (default true). */
+  requeueOnTimeLimit?: boolean;
+  /** Extra sbatch options, one per line, e.g. `--account=lab` or `--constraint=a100`. */
+  sbatch?: string[];
+  /** Shell lines run before the task, e.g. `module load nodejs/20`. */
+  setup?: string[];
+}
+
+/** Characters an sbatch option value may hold unquoted (and a shell word too). */
+const SAFE_WORD = /^[A-Za-z0-9._:,+@%=\/-]+$/;
+/** C0 controls and DEL: a newline or carriage return would split a line of the script. */
+const CONTROL = /[\u0000-\u001f\u007f]/;
+const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
+const word = (v: unknown) => (typeof v === 'string' && SAFE_WORD.test(v) ? null : 'a word of letters, digits and . _ : , + @ % = / -');
+const oneLine = (l: unknown) => typeof l === 'string' && l.trim() !== '' && !CONTROL.test(l);
+const lines = (v: unknown) => (Array.isArray(v) && v.every(oneLine) ? null : 'a list of one-line strings without control characters');
+/** Extra sbatch options: `--name` or `--name=value` each (the value is quoted for sbatch, see the top of this file). */
+const options = (v: unknown) =>
+  Array.isArray(v) && v.every((o) => oneLine(o) && /^--[A-Za-z][A-Za-z0-9-]*(=|$)/.test(o as string))
+    ? null
+    : 'a list of sbatch options --name or --name=value (the value as it is, unquoted), without control characters';
+
+/** Each setting's check (null = valid, else what it must be), its command-line flag and its help. */
+export const SLURM_SETTINGS: Record<keyof SlurmOptions, ExecutorSetting> = {
+  partition: { check: word, flag: '--partition', help: 'partition (queue)' },
+  time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
+  gpus: { check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'), flag: '--gpus', help: 'GPUs per task, e.g. 1 or a100:1' },
+  mem: { check: word, flag: '--mem', help: 'memory per task, e.g. 64G' },
+  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: 'CPU cores per task (default: the run\'s data-parallel replicas)' },
+  maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
+  signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
+  requeueOnTimeLimit: { check: (v) => (typeof v === 'boolean' ? null : 'true or false'), flag: '--requeue-on-time-limit', type: 'boolean', help: 'requeue a task stopped by its time limit (default true)' },
+  sbatch: { check: options, flag: '--sbatch', type: 'list', help: 'an extra sbatch option (repeatable), e.g. --sbatch=--account=lab' },
+  setup: { check: lines, flag: '--setup', type: 'list', help: 'a shell line run before the task (repeatable), e.g. "module load nodejs"' },
+};
+
+export const slurmExecutor: Executor = {
+  name: NAME,
+  description: `one sbatch job array, one task per run that is not done; every task runs the command
+the local executor starts for its run, so a requeued or preempted task resumes from its checkpoint.
+Settings from the file's slurm: section or the options below; --dry-run prints the sbatch script
+instead of submitting it.`,
+  settings: SLURM_SETTINGS,
+  submits: true,
+  async run(set, pending, settings) {
+    const submission = submitSweep(set, pending.map((r) => r.index), settings as SlurmOptions);
+    return { kind: 'submitted', what: `job array ${submission.jobId}`, runs: pending.length, file: submission.script };
+  },
+  preview: (set, pending, settings, cwd) => renderSbatchScript(set, pending.map((r) => r.index), settings as SlurmOptions, cwd),
+  queue: slurmQueue,
+  currentTask: () => {
+    const job = currentSlurmJob();
+    return job ? `Slurm task ${job}` : null;
+  },
+  requeue: requeueSelf,
+};
 
 const DEFAULT_SIGNAL_SECONDS = 120;
 
@@ -43,11 +108,11 @@ function directive(option: string): string {
 function checkScriptValues(sweep: RunSet, options: SlurmOptions, cwd: string): void {
   const problems: string[] = [];
   for (const [key, value] of Object.entries(options)) {
-    const field = SLURM_FIELDS[key as keyof SlurmOptions];
+    const field = SLURM_SETTINGS[key as keyof SlurmOptions];
     const problem = field ? field.check(value) : 'not a Slurm option';
     if (problem) problems.push(`slurm.${key} must be ${problem} (got ${JSON.stringify(value)})`);
   }
-  const outputDir = sweepPaths(sweep).slurm;
+  const outputDir = executorFolder(sweep, NAME);
   const values = [['the sweep file', sweep.file], ['the working folder (--chdir)', cwd], ['runDir', outputDir], ['the sweep name', sweep.name], ...sweep.task.map((arg) => ['the task command', arg])];
   for (const [what, text] of values) {
     if (CONTROL.test(text)) problems.push(`${what} ${JSON.stringify(text)} holds a control character (a newline would start a line of its own in the sbatch script)`);
@@ -60,12 +125,11 @@ function checkScriptValues(sweep: RunSet, options: SlurmOptions, cwd: string): v
 /** The sbatch script of an array over `indices` (runs of the set). Paths are absolute; the job runs in `cwd`. */
 export function renderSbatchScript(sweep: RunSet, indices: number[], options: SlurmOptions, cwd: string): string {
   checkScriptValues(sweep, options, cwd);
-  const paths = sweepPaths(sweep);
-  const cpus = options.cpusPerTask ?? Math.max(...sweep.runs.filter((r) => indices.includes(r.index)).map((r) => r.slurmCpus));
+  const cpus = options.cpusPerTask ?? Math.max(...sweep.runs.filter((r) => indices.includes(r.index)).map((r) => r.requestedCpus));
   const directives = [
     `--job-name=${sbatchValue(sweep.name)}`,
     `--array=${compressIndices(indices)}${options.maxParallel ? `%${options.maxParallel}` : ''}`,
-    `--output=${sbatchValue(path.join(paths.slurm, '%A_%a.out'))}`,
+    `--output=${sbatchValue(path.join(executorFolder(sweep, NAME), '%A_%a.out'))}`,
     `--chdir=${sbatchValue(cwd)}`,
     '--requeue',
     `--signal=B:USR1@${options.signalSeconds ?? DEFAULT_SIGNAL_SECONDS}`,
@@ -111,11 +175,11 @@ export interface Submission {
 }
 
 /** Writes the script, submits it with sbatch and records the job in `_sweep/slurm/jobs.jsonl`. */
-export function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cwd = process.cwd()): Submission {
-  const paths = sweepPaths(sweep);
-  mkdirSync(paths.slurm, { recursive: true });
+function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cwd = process.cwd()): Submission {
+  const folder = executorFolder(sweep, NAME);
+  mkdirSync(folder, { recursive: true });
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-  const script = path.join(paths.slurm, `${sweep.name}-${stamp}.sbatch`);
+  const script = path.join(folder, `${sweep.name}-${stamp}.sbatch`);
   writeFileSync(script, renderSbatchScript(sweep, indices, options, cwd), { mode: 0o755 });
   let out: string;
   try {
@@ -127,12 +191,12 @@ export function submitSweep(sweep: RunSet, indices: number[], options: SlurmOpti
   const jobId = out.trim().split(';')[0];
   if (!/^\d+$/.test(jobId)) throw new Error(`sbatch ${script}: unexpected answer ${JSON.stringify(out.trim())}`);
   const submission: Submission = { jobId, indices, script, submittedAt: new Date().toISOString() };
-  appendFileSync(path.join(paths.slurm, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
+  appendFileSync(path.join(folder, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
   return submission;
 }
 
-export function readSubmissions(sweep: Pick<RunSet, 'runDir'>): Submission[] {
-  const file = path.join(sweepPaths(sweep).slurm, 'jobs.jsonl');
+function readSubmissions(sweep: Pick<RunSet, 'runDir'>): Submission[] {
+  const file = path.join(executorFolder(sweep, NAME), 'jobs.jsonl');
   if (!existsSync(file)) return [];
   return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim() !== '').map((l, i) => {
     try {
@@ -195,4 +259,63 @@ function runQuiet(cmd: string, args: string[]): string | null {
 }
 
 /** Slurm states in which a task still holds (or will get) an allocation. */
-export const ACTIVE_STATES = new Set(['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESIZING', 'SUSPENDED', 'STOPPED', 'SIGNALING', 'STAGE_OUT']);
+const ACTIVE_STATES = new Set(['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESIZING', 'SUSPENDED', 'STOPPED', 'SIGNALING', 'STAGE_OUT']);
+/** Slurm states after which a task holds nothing and was not a success. */
+const FAILED_STATES = new Set(['FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAIL', 'DEADLINE', 'TIMEOUT', 'CANCELLED', 'PREEMPTED']);
+
+/**
+ * The set's tasks as status sees them (null before the first submission). A task squeue lists as active is running or
+ * waiting; one squeue or sacct reports ended in a failed state is failed.
+ */
+function slurmQueue(set: RunSet): ExecutorQueue | null {
+  const submissions = readSubmissions(set);
+  if (submissions.length === 0) return null;
+  const reachable = commandAnswers('squeue', ['-h', '-o', '%i', '-j', submissions.at(-1)!.jobId]);
+  return queueView(submissions, reachable ? queueState(submissions) : new Map(), reachable);
+}
+
+export function queueView(submissions: Submission[], entries: Map<number, QueueEntry>, reachable: boolean): ExecutorQueue {
+  return {
+    header: `Slurm jobs ${submissions.map((s) => s.jobId).join(', ')}${reachable ? '' : ' (squeue not reachable)'}`,
+    reachable,
+    tasks: new Map([...entries].map(([index, entry]) => [index, queuedTask(entry)])),
+  };
+}
+
+function queuedTask(entry: QueueEntry): QueuedTask {
+  const task = `Slurm task ${entry.taskId}`;
+  const where = `Slurm ${entry.taskId} ${entry.state}`;
+  const listed = entry.source === 'squeue' && ACTIVE_STATES.has(entry.state);
+  if (listed && entry.state !== 'PENDING' && entry.state !== 'REQUEUED') return { task, phase: 'running', detail: where };
+  if (listed) return { task, phase: 'waiting', detail: `${where}${entry.detail && entry.detail !== 'None' ? ` (${entry.detail})` : ''}` };
+  if (FAILED_STATES.has(entry.state)) return { task, phase: 'failed', detail: `${where} (${entry.detail})` };
+  return { task, phase: 'ended', detail: where };
+}
+
+function commandAnswers(cmd: string, args: string[]): boolean {
+  try {
+    execFileSync(cmd, args, { stdio: 'ignore', timeout: 30_000 });
+    return true;
+  } catch (err) {
+    // squeue exits 1 for a job id the controller has forgotten: it still answered.
+    return (err as { status?: number }).status === 1;
+  }
+}
+
+/** `<array job>_<index>` inside a Slurm array task, else null. */
+function currentSlurmJob(): string | null {
+  const { SLURM_ARRAY_JOB_ID: job, SLURM_ARRAY_TASK_ID: task } = process.env;
+  return job && task ? `${job}_${task}` : null;
+}
+
+/** In a Slurm array task stopped by the time-limit warning: put the task back in the queue, to resume. */
+function requeueSelf(err: NodeJS.WritableStream): void {
+  const job = currentSlurmJob();
+  if (!job || process.env.SLAYFORMER_SWEEP_NO_REQUEUE) return;
+  try {
+    execFileSync('scontrol', ['requeue', job], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 });
+    err.write(`sweep: requeued Slurm task ${job}; it resumes from its checkpoint\n`);
+  } catch (e) {
+    err.write(`sweep: scontrol requeue ${job} failed (${(e as Error).message.split('\n')[0]}); submit the sweep again to resume\n`);
+  }
+}

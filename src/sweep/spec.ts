@@ -11,7 +11,7 @@
 //     model.attention: [softmax, { name: slay, options: { prfFeatures: 16 } }]
 //     train.seed: [1, 2, 3]
 //   runDir: runs/demo-lm                        # default: <base recipe's train.runDir>/<name>
-//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }
+//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }   # an executor's settings, under its name (executors.ts)
 //   report: { baseline: softmax, metric: finalValLoss }
 //
 // Keys are recipe keys, dotted (`train.seed`) or nested (`train: { seed: 1 }`), or `model.attention`: a whole
@@ -26,15 +26,16 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { BOUNDS, listSome } from '../bounds.ts';
+import { BOUNDS, listSome } from '../core/bounds.ts';
 import { resolveDataParallel } from '../train/data-parallel.ts';
 import { parseRecipe } from '../store/recipes.ts';
 import { parseYaml, RecipeError } from '../recipe/load.ts';
 import { RECIPE_SCHEMA } from '../recipe/schema.ts';
 import type { Recipe } from '../recipe/schema.ts';
+import { executorSections, readExecutorSettings } from './executors.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { REPORT_METRICS, SLURM_FIELDS } from './options.ts';
-import type { ReportMetric, SlurmOptions } from './options.ts';
+import { REPORT_METRICS } from './report-metrics.ts';
+import type { ReportMetric } from './report-metrics.ts';
 
 const SWEEP_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'sweep.ts');
 
@@ -78,7 +79,8 @@ export class SweepError extends Error {
   }
 }
 
-const TOP_KEYS = ['name', 'recipe', 'set', 'grid', 'cases', 'runDir', 'slurm', 'report'];
+/** A sweep file's keys: its own, then one section per executor that takes settings. */
+const topKeys = () => ['name', 'recipe', 'set', 'grid', 'cases', 'runDir', 'report', ...executorSections()];
 const LEAF_KEYS = new Set<string>([...Object.keys(RECIPE_SCHEMA), ATTENTION_KEY]);
 
 interface Source {
@@ -108,7 +110,7 @@ export function loadSweep(file: string, overrides: readonly string[] = []): Swee
   const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set, commandLine], 'base', null, problems);
   if (!firstRecipe) throw new SweepError(file, problems);
   const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
-  // It names folders and reaches the Slurm script (slurm.ts): a newline there would be a shell line of its own.
+  // It names folders and may reach an executor's batch script: a newline there would be a shell line of its own.
   if (/[\u0000-\u001f\u007f]/.test(runDir)) {
     const from = spec.runDir === null ? ` (the base recipe's train.runDir + the sweep's name)` : '';
     throw new SweepError(file, [`runDir ${JSON.stringify(runDir)}${from} holds a control character (newline, tab, …); name a folder without one`]);
@@ -124,7 +126,7 @@ export function loadSweep(file: string, overrides: readonly string[] = []): Swee
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
   const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry])];
-  return { file, name: spec.name, runDir, runs, varying, slurm: spec.slurm, report: spec.report, task, overrides: [...overrides] };
+  return { file, name: spec.name, runDir, runs, varying, executorSettings: spec.executorSettings, report: spec.report, task, overrides: [...overrides] };
 }
 
 /**
@@ -159,15 +161,15 @@ function commandLineSource(overrides: readonly string[], spec: ReturnType<typeof
 
 /**
  * Cores a training run keeps busy: its data-parallel replicas on the CPU backends, the whole machine on the native
- * (tensorflow) backend, whose thread pool takes every core; its Slurm task asks for its replicas (`auto`: 1, the
+ * (tensorflow) backend, whose thread pool takes every core; a scheduler's task asks for its replicas (`auto`: 1, the
  * node then gives what it has).
  */
-function trainingCores(recipe: Recipe): Pick<SetRun, 'cores' | 'slurmCpus'> {
+function trainingCores(recipe: Recipe): Pick<SetRun, 'cores' | 'requestedCpus'> {
   const backend = recipe.backend === 'auto' ? (nativeBackendInstalled() ? 'tensorflow' : 'wasm') : recipe.backend;
   const { dataParallel, batchSize } = recipe.train;
   return {
     cores: backend === 'tensorflow' ? 'all' : resolveDataParallel(dataParallel, backend, batchSize),
-    slurmCpus: dataParallel === 'auto' ? 1 : Math.min(dataParallel, batchSize),
+    requestedCpus: dataParallel === 'auto' ? 1 : Math.min(dataParallel, batchSize),
   };
 }
 
@@ -195,7 +197,8 @@ function readSweepFile(file: string) {
   if (errors.length > 0) throw new SweepError(file, errors);
   if (!isMapping(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
   const problems: string[] = [];
-  for (const key of Object.keys(root)) if (!TOP_KEYS.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${TOP_KEYS.join(', ')}`);
+  const keys = topKeys();
+  for (const key of Object.keys(root)) if (!keys.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${keys.join(', ')}`);
   const name = optionalString(root, 'name', problems) ?? path.basename(file, path.extname(file));
   if (!/^[A-Za-z0-9._-]+$/.test(name)) problems.push(`name ${JSON.stringify(name)} may only hold letters, digits, '.', '_' and '-' (it names folders)`);
   const spec = {
@@ -205,7 +208,7 @@ function readSweepFile(file: string) {
     cases: readCases(root.cases, problems),
     axes: readGrid(root.grid, problems),
     runDir: optionalString(root, 'runDir', problems),
-    slurm: readSlurm(root.slurm, problems),
+    executorSettings: readExecutorSettings(root, problems, describe),
     report: readReport(root.report, problems),
   };
   if (spec.baseRecipe === null && (spec.cases.length === 0 || spec.cases.some((c) => c.recipeFile === null))) {
@@ -216,7 +219,7 @@ function readSweepFile(file: string) {
   return spec;
 }
 
-/** The run of a sweep by index (as a Slurm array task gets it) or by name. */
+/** The run of a sweep by index (as an executor's task gets it) or by name. */
 export function findRun(sweep: Sweep, which: string): SweepRun {
   const run = /^\d+$/.test(which) ? sweep.runs[Number(which)] : sweep.runs.find((r) => r.name === which);
   if (!run) throw new Error(`${sweep.file}: no run ${which} (the sweep has runs 0–${sweep.runs.length - 1}: ${sweep.runs.map((r) => r.name).join(', ')})`);
@@ -225,7 +228,7 @@ export function findRun(sweep: Sweep, which: string): SweepRun {
 
 /**
  * The sweep restricted to the runs `only` names: a comma-separated list of run names, globs (`gpt-*`) or indices.
- * Runs keep their index (and so their Slurm array index).
+ * Runs keep their index (and so their executor task's index).
  */
 export function selectRuns(sweep: Sweep, only: string | undefined): Sweep {
   if (only === undefined) return sweep;
@@ -468,26 +471,6 @@ function dedupe(problems: string[]): string[] {
   }
   if (byText.size === problems.length) return problems;
   return [...byText].map(([text, n]) => (n > 1 ? `${text} (${n} runs)` : text));
-}
-
-function readSlurm(value: unknown, problems: string[]): SlurmOptions {
-  const out: SlurmOptions = {};
-  if (value === undefined || value === null) return out;
-  if (!isMapping(value)) {
-    problems.push(`slurm must be a mapping (got ${describe(value)})`);
-    return out;
-  }
-  for (const [key, v] of Object.entries(value)) {
-    const field = SLURM_FIELDS[key as keyof SlurmOptions];
-    if (!field) {
-      problems.push(`unknown key slurm.${key}; allowed: ${Object.keys(SLURM_FIELDS).join(', ')}`);
-      continue;
-    }
-    const problem = field.check(v);
-    if (problem) problems.push(`slurm.${key} must be ${problem} (got ${describe(v)})`);
-    else (out as Record<string, unknown>)[key] = v;
-  }
-  return out;
 }
 
 function readReport(value: unknown, problems: string[]): Sweep['report'] {

@@ -1,19 +1,24 @@
-// The state of every run of a sweep, from its run folders, the tasks' locks and records (task.ts) and Slurm's queue:
+// The state of every run of a set, from its run folders, the tasks' locks and records (set-files.ts) and what the
+// executors' queues say (Executor.queue):
 //
 //   done      a run folder holds summary.json
-//   running   a live task holds the run's lock, or Slurm says the array task runs
-//   pending   not started yet, or queued in Slurm (with squeue's reason)
+//   running   a live task holds the run's lock, or an executor says its task runs
+//   pending   not started yet, or waiting in an executor's queue (with the queue's reason)
 //   stopped   interrupted (Ctrl-C, preemption, time limit, a killed process): the next start resumes from the
 //             checkpoint when there is one
-//   failed    the last attempt ended with an error (its last log line), or Slurm ended the task (e.g. OUT_OF_MEMORY)
-import { execFileSync } from 'node:child_process';
+//   failed    the last attempt ended with an error (its last log line), or an executor ended the task (e.g. out of
+//             memory)
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { ACTIVE_STATES, queueState, readSubmissions } from './slurm.ts';
-import type { QueueEntry } from './slurm.ts';
+import type { ExecutorQueue } from './executor.ts';
+import { EXECUTORS } from './executors.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { lockIsLive, readAttempt, readLock, runFolders, sweepPaths } from './task.ts';
+import { runFolders } from './run-folders.ts';
+import { lockIsLive, logFile, readAttempt, readLock } from './set-files.ts';
 import { SUMMARY_FILE } from '../store/layout.ts';
+
+/** An executor's queue, named. */
+export type NamedQueue = ExecutorQueue & { executor: string };
 
 export type RunStateName = 'done' | 'running' | 'pending' | 'stopped' | 'failed';
 
@@ -26,14 +31,11 @@ export interface RunState {
   dir: string | null;
 }
 
-/** Slurm states after which a task holds nothing and was not a success. */
-const FAILED_SLURM_STATES = new Set(['FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAIL', 'DEADLINE', 'TIMEOUT', 'CANCELLED', 'PREEMPTED']);
-
 /**
- * `queue`: Slurm's newest entry for this run, if any; `slurmReachable`: whether squeue answered at all (a lock taken in
- * a Slurm task on another node is believed only while squeue lists the task, or when Slurm cannot be asked).
+ * `queues`: what the executors' queues say of the set (a lock taken in an executor's task, maybe on another node, is
+ * believed only while its queue lists the task, or when the queue cannot be asked).
  */
-export function runState(sweep: RunSet, run: SetRun, queue: QueueEntry | undefined, slurmReachable = false): RunState {
+export function runState(sweep: RunSet, run: SetRun, queues: NamedQueue[] = []): RunState {
   const folders = runFolders(sweep, run);
   const newest = folders.at(-1) ?? null;
   const done = folders.findLast((f) => f.done);
@@ -44,19 +46,18 @@ export function runState(sweep: RunSet, run: SetRun, queue: QueueEntry | undefin
   const lastLog = lastLogLine(sweep, run);
 
   const lock = readLock(sweep, run);
-  const inQueue = queue && queue.source === 'squeue' && ACTIVE_STATES.has(queue.state);
-  if (inQueue && queue.state !== 'PENDING' && queue.state !== 'REQUEUED') {
-    return { run, state: 'running', detail: `Slurm ${queue.taskId} ${queue.state}${lastLog ? `: ${lastLog}` : ''}`, dir };
+  const queued = queues.map((q) => q.tasks.get(run.index)).find((t) => t !== undefined);
+  if (queued?.phase === 'running') return { run, state: 'running', detail: `${queued.detail}${lastLog ? `: ${lastLog}` : ''}`, dir };
+  const lockQueue = lock?.task ? queues.find((q) => q.executor === lock.task!.executor) : undefined;
+  if (lock && (lock.task === null || !lockQueue?.reachable) && lockIsLive(lock)) {
+    return { run, state: 'running', detail: `${lock.task?.name ?? `pid ${lock.pid}`}${lastLog ? `: ${lastLog}` : ''}`, dir };
   }
-  if (lock && (lock.slurmJob === null || !slurmReachable) && lockIsLive(lock)) {
-    const where = lock.slurmJob ? `Slurm ${lock.slurmJob}` : `pid ${lock.pid}`;
-    return { run, state: 'running', detail: `${where}${lastLog ? `: ${lastLog}` : ''}`, dir };
-  }
-  if (inQueue) return { run, state: 'pending', detail: `Slurm ${queue.taskId} ${queue.state}${queue.detail && queue.detail !== 'None' ? ` (${queue.detail})` : ''}`, dir };
+  if (queued?.phase === 'waiting') return { run, state: 'pending', detail: queued.detail, dir };
 
   const attempt = readAttempt(sweep, run);
-  if (queue && FAILED_SLURM_STATES.has(queue.state) && !(attempt && attempt.slurmJob === queue.taskId && attempt.outcome === 'failed')) {
-    return { run, state: 'failed', detail: `Slurm ${queue.taskId} ${queue.state} (${queue.detail}); ${resumeNote}${lastLog ? `; last log line: ${lastLog}` : ''}`, dir };
+  // A task the executor ended in failure, unless the task recorded that failure itself (its last log line says more).
+  if (queued?.phase === 'failed' && !(attempt?.outcome === 'failed' && attempt.task?.name === queued.task)) {
+    return { run, state: 'failed', detail: `${queued.detail}; ${resumeNote}${lastLog ? `; last log line: ${lastLog}` : ''}`, dir };
   }
   if (attempt?.outcome === 'failed') return { run, state: 'failed', detail: `exit ${attempt.exitCode ?? attempt.signal}: ${attempt.lastLine}`, dir };
   if (attempt?.outcome === 'stopped' || newest) {
@@ -79,7 +80,7 @@ function summaryLine(dir: string): string {
 
 /** The last non-empty line of the run's log (the trainer's output over all attempts), without the task's markers. */
 function lastLogLine(sweep: RunSet, run: SetRun): string {
-  const file = path.join(sweepPaths(sweep).logs, `${run.name}.log`);
+  const file = logFile(sweep, run);
   if (!existsSync(file)) return '';
   const lines = readFileSync(file, 'utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('=== '));
   return lines.at(-1) ?? '';
@@ -96,24 +97,15 @@ export function formatStatus(states: RunState[]): string {
 }
 
 /**
- * Every run's state as `sweep status` prints it: a header (`<what> <name> (<file>) → <runDir>` and the Slurm jobs),
- * then the table; `failed` when some run failed.
+ * Every run's state as `sweep status` prints it: a header (`<what> <name> (<file>) → <runDir>` and what the executors'
+ * queues hold), then the table; `failed` when some run failed.
  */
 export function setStatus(set: RunSet, what: string): { text: string; states: RunState[]; failed: boolean } {
-  const submissions = readSubmissions(set);
-  const reachable = submissions.length > 0 && commandAnswers('squeue', ['-h', '-o', '%i', '-j', submissions.at(-1)!.jobId]);
-  const queue = reachable ? queueState(submissions) : new Map<number, QueueEntry>();
-  const states = set.runs.map((r) => runState(set, r, queue.get(r.index), reachable));
-  const jobs = submissions.length ? `; Slurm jobs ${submissions.map((s) => s.jobId).join(', ')}${reachable ? '' : ' (squeue not reachable)'}` : '';
-  return { text: `${what} ${set.name} (${set.file}) → ${set.runDir}${jobs}\n${formatStatus(states)}`, states, failed: states.some((s) => s.state === 'failed') };
-}
-
-function commandAnswers(cmd: string, args: string[]): boolean {
-  try {
-    execFileSync(cmd, args, { stdio: 'ignore', timeout: 30_000 });
-    return true;
-  } catch (err) {
-    // squeue exits 1 for a job id the controller has forgotten: it still answered.
-    return (err as { status?: number }).status === 1;
-  }
+  const queues: NamedQueue[] = EXECUTORS.flatMap((executor) => {
+    const queue = executor.queue?.(set) ?? null;
+    return queue ? [{ ...queue, executor: executor.name }] : [];
+  });
+  const states = set.runs.map((r) => runState(set, r, queues));
+  const held = queues.map((q) => `; ${q.header}`).join('');
+  return { text: `${what} ${set.name} (${set.file}) → ${set.runDir}${held}\n${formatStatus(states)}`, states, failed: states.some((s) => s.state === 'failed') };
 }

@@ -1,122 +1,42 @@
-// One run of a sweep, as both executors start it: `sweep task <file> <index>`.
+// One run of a run set, as every executor starts it: `sweep task <file> <index>` for a sweep.
 //
 //   done already (a run folder of its name holds summary.json)     → nothing to do
 //   running elsewhere (its lock is held by a live process)         → nothing to do
 //   a run folder with a complete checkpoint                        → npm run train -- <recipe> --resume <that folder>
 //   otherwise                                                      → npm run train -- <recipe> (a new run folder)
 //
-// The sweep's own files live in `<runDir>/_sweep/`: recipes/<name>.yaml (the run's resolved recipe, what train reads),
-// logs/<name>.log (the trainer's output, every attempt), locks/<name>.lock (the live attempt: pid, host, Slurm job) and
-// attempts/<name>.json (how the last attempt ended). The trainer is a child process in the task's process group, so a
-// Ctrl-C in a terminal or Slurm's scancel/requeue/preemption signal it directly; the task passes on only SIGUSR1, as
-// SIGTERM: the local executor's stop request and Slurm's time-limit warning (see slurm.ts).
+// The files it keeps under `<runDir>/_sweep/` (recipe, log, lock, attempt) are described in set-files.ts. The trainer
+// is a child process in the task's process group, so a Ctrl-C in a terminal or a scheduler's cancel/requeue/preemption
+// signal it directly; the task passes on only SIGUSR1, as SIGTERM: an executor's stop request (the local executor's
+// Ctrl-C, a scheduler's time-limit warning). After such a stop the executor the task runs in may requeue it
+// (Executor.requeue).
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
-import { spawn, execFileSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, openSync, closeSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { appendFileSync, mkdirSync, openSync, closeSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { SUMMARY_FILE } from '../store/layout.ts';
-import { listCheckpoints, listRunFolders } from '../store/run-folder.ts';
 import { signalExitCode } from '../train/stop.ts';
+import { currentTask } from './executors.ts';
+import type { ExecutorTask } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
+import { runFolders } from './run-folders.ts';
+import type { RunFolder } from './run-folders.ts';
+import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, readJson, sweepPaths } from './set-files.ts';
+import type { Attempt, Lock } from './set-files.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
 
 const TRAIN_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'train.ts');
 
-export function sweepPaths(sweep: Pick<RunSet, 'runDir'>) {
-  const root = path.join(sweep.runDir, '_sweep');
-  return { root, recipes: path.join(root, 'recipes'), logs: path.join(root, 'logs'), locks: path.join(root, 'locks'), attempts: path.join(root, 'attempts'), slurm: path.join(root, 'slurm') };
-}
-
-const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
-
-/**
- * The task command of run `index` (a number, or a shell word such as "$SLURM_ARRAY_TASK_ID" when `shell`): the local
- * executor spawns it, the Slurm script execs it. tsx is loaded with --import, not through its CLI, which would relay
- * signals on its own.
- */
-export function taskCommand(set: Pick<RunSet, 'task'>, index: string, { shell = false, node = process.execPath } = {}): string {
-  const args = [node, '--import', TSX_IMPORT, ...set.task].map(quote);
-  return [...args, shell ? index : quote(index)].join(' ');
-}
-
-export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
-  return ['--import', TSX_IMPORT, ...set.task, String(index)];
-}
-
-export interface RunFolder {
-  dir: string;
-  done: boolean;
-  /** Step of the newest complete checkpoint, if any. */
-  checkpointStep: number | null;
-}
-
-/** The run folders of a run, oldest first (`<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]`, as the trainer names them). */
-export function runFolders(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): RunFolder[] {
-  return listRunFolders(sweep.runDir, run.name).map((dir) => ({
-    dir, done: existsSync(path.join(dir, SUMMARY_FILE)), checkpointStep: listCheckpoints(dir).at(-1)?.step ?? null,
-  }));
-}
-
-export interface Lock {
-  pid: number;
-  host: string;
-  slurmJob: string | null;
-  startedAt: string;
-}
-
-export interface Attempt {
-  outcome: 'done' | 'stopped' | 'failed';
-  exitCode: number | null;
-  signal: string | null;
-  lastLine: string;
-  slurmJob: string | null;
-  endedAt: string;
-}
-
-/** `<array job>_<index>` inside a Slurm array task, else null. */
-function currentSlurmJob(): string | null {
-  const { SLURM_ARRAY_JOB_ID: job, SLURM_ARRAY_TASK_ID: task } = process.env;
-  return job && task ? `${job}_${task}` : null;
-}
-
-export function readLock(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Lock | null {
-  return readJson<Lock>(path.join(sweepPaths(sweep).locks, `${run.name}.lock`));
-}
-
-export function readAttempt(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Attempt | null {
-  return readJson<Attempt>(path.join(sweepPaths(sweep).attempts, `${run.name}.json`));
-}
-
-function readJson<T>(file: string): T | null {
-  try {
-    return JSON.parse(readFileSync(file, 'utf8')) as T;
-  } catch {
-    return null; // absent, or cut short by a crash: no information
-  }
-}
-
-/** A lock is live when its process runs on this host. (Another host's lock is trusted: only Slurm can tell, see status.ts.) */
-export function lockIsLive(lock: Lock): boolean {
-  if (lock.host !== os.hostname()) return true;
-  try {
-    process.kill(lock.pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /**
  * Takes the run's lock (created exclusively), or returns the live holder. A stale lock (dead process on this host,
- * or an earlier attempt of this very Slurm array task, which a requeue restarts) is replaced.
+ * or an earlier attempt of this very executor task, which a requeue restarts) is replaced.
  */
-function takeLock(file: string): { held: true; release(): void } | { held: false; holder: Lock } {
-  const mine: Lock = { pid: process.pid, host: os.hostname(), slurmJob: currentSlurmJob(), startedAt: new Date().toISOString() };
+function takeLock(file: string, task: ExecutorTask | null): { held: true; release(): void } | { held: false; holder: Lock } {
+  const mine: Lock = { pid: process.pid, host: os.hostname(), task, startedAt: new Date().toISOString() };
   for (let tries = 0; tries < 3; tries++) {
     try {
       const fd = openSync(file, 'wx');
@@ -132,7 +52,7 @@ function takeLock(file: string): { held: true; release(): void } | { held: false
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const holder = readJson<Lock>(file);
-    const sameTask = holder !== null && holder.slurmJob !== null && holder.slurmJob === mine.slurmJob;
+    const sameTask = task !== null && holder?.task?.executor === task.executor && holder.task.name === task.name;
     if (holder && !sameTask && lockIsLive(holder)) return { held: false, holder };
     rmSync(file, { force: true });
   }
@@ -191,11 +111,9 @@ export async function runGuarded(
 ): Promise<TaskResult> {
   const paths = sweepPaths(sweep);
   for (const dir of [paths.locks, paths.logs, paths.attempts]) mkdirSync(dir, { recursive: true });
-  const lock = takeLock(path.join(paths.locks, `${run.name}.lock`));
-  if (!lock.held) {
-    const where = lock.holder.slurmJob ? `Slurm task ${lock.holder.slurmJob}` : `pid ${lock.holder.pid} on ${lock.holder.host}`;
-    return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${where}, since ${lock.holder.startedAt})` };
-  }
+  const here = currentTask();
+  const lock = takeLock(lockFile(sweep, run), here?.task ?? null);
+  if (!lock.held) return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${lockHolder(lock.holder)}, since ${lock.holder.startedAt})` };
   let requeue = false;
   try {
     // Looked at under the lock: a task that just released it may have finished the run.
@@ -203,18 +121,18 @@ export async function runGuarded(
     const finished = current.findLast((f) => f.done);
     if (finished) return { action: 'skipped-done', exitCode: 0, message: `${run.name}: done already (${finished.dir})` };
     const { args, banner } = prepare(current);
-    const log = path.join(paths.logs, `${run.name}.log`);
-    appendFileSync(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${currentSlurmJob() ? ` (Slurm task ${currentSlurmJob()})` : ''}\n`);
+    const log = logFile(sweep, run);
+    appendFileSync(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${here ? ` (${here.task.name})` : ''}\n`);
     const result = await runWorker(args, log, out, err);
     const outcome: Attempt['outcome'] = result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
-    const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, slurmJob: currentSlurmJob(), endedAt: new Date().toISOString() };
-    writeFileSync(path.join(paths.attempts, `${run.name}.json`), JSON.stringify(attempt, null, 2) + '\n');
+    const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, task: here?.task ?? null, endedAt: new Date().toISOString() };
+    writeFileSync(attemptFile(sweep, run), JSON.stringify(attempt, null, 2) + '\n');
     appendFileSync(log, `=== ${attempt.endedAt} ${run.name}: ${outcome} (exit ${result.exitCode ?? result.signal})\n`);
     requeue = result.stopRequested && outcome === 'stopped';
     return { action: 'trained', exitCode: result.exitCode ?? 1, message: `${run.name}: ${outcome}${outcome === 'done' ? '' : `: ${result.lastLine}`}` };
   } finally {
     lock.release();
-    if (requeue) requeueSelf(err); // after the release: Slurm's requeue ends this process
+    if (requeue) here?.executor.requeue?.(err); // after the release: a scheduler's requeue may end this process
   }
 }
 
@@ -222,7 +140,7 @@ interface WorkerResult {
   exitCode: number | null;
   signal: string | null;
   lastLine: string;
-  /** A SIGUSR1 asked the worker to stop (local executor, or Slurm's time-limit warning). */
+  /** A SIGUSR1 asked the worker to stop (the local executor's Ctrl-C, a scheduler's time-limit warning). */
   stopRequested: boolean;
 }
 
@@ -239,7 +157,7 @@ function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err:
     };
     child.stdout.on('data', tee(out));
     child.stderr.on('data', tee(err));
-    // The worker gets SIGINT/SIGTERM itself (same process group, or Slurm signals every process of the job).
+    // The worker gets SIGINT/SIGTERM itself (same process group, or a scheduler signals every process of the job).
     const ignore = () => {};
     const stop = () => {
       stopRequested = true;
@@ -256,16 +174,4 @@ function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err:
       resolve({ exitCode: code ?? (signal ? signalExitCode(signal) : null), signal, lastLine, stopRequested });
     });
   });
-}
-
-/** In a Slurm array task stopped by the time-limit warning: put the task back in the queue, to resume. */
-function requeueSelf(err: NodeJS.WritableStream): void {
-  const job = currentSlurmJob();
-  if (!job || process.env.SLAYFORMER_SWEEP_NO_REQUEUE) return;
-  try {
-    execFileSync('scontrol', ['requeue', job], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 });
-    err.write(`sweep: requeued Slurm task ${job}; it resumes from its checkpoint\n`);
-  } catch (e) {
-    err.write(`sweep: scontrol requeue ${job} failed (${(e as Error).message.split('\n')[0]}); submit the sweep again to resume\n`);
-  }
 }

@@ -19,8 +19,8 @@ import { Worker } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import type { AdamW } from './optimizer.ts';
-import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './trainer.ts';
-import type { StepOptions, StepResult } from './trainer.ts';
+import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './step.ts';
+import type { StepOptions, StepResult } from './step.ts';
 
 /**
  * The number of replicas for train.dataParallel: `auto` = one per core on the CPU backends (1 on the

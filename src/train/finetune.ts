@@ -1,11 +1,10 @@
 // Finetuning: start a run from saved weights (`initFrom`, named as src/store/resolve.ts resolves it), possibly with a
 // different attention mechanism, and train only part of the parameters (`train.freeze`, src/recipe/freeze.ts). The
 // weights are copied by name as src/store/load-weights.ts does for every loader (its header has the rules); the new
-// mechanism's own parameters keep their initialisation, or with DARKFormer's init 'whitening' an estimate from two
-// training batches.
+// mechanism's own parameters keep their initialisation, or with a data-dependent init (the mechanism's dataInit:
+// DARKFormer's init 'whitening') an estimate from two training batches.
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
-import { isDarkformerModule } from '../model/attention/darkformer.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream.ts';
 import { frozenRule, type FreezeSpec } from '../recipe/freeze.ts';
@@ -14,8 +13,8 @@ import { loadWeights } from '../store/load-weights.ts';
 import { readHfInitFrom, readModelFolder, type ModelFolder } from '../store/model-folder.ts';
 import { resolveModelSource } from '../store/resolve.ts';
 
-/** Training batches whose queries and keys estimate DARKFormer's whitening init. */
-export const WHITENING_BATCHES = 2;
+/** Training batches whose queries and keys calibrate the mechanisms' data-dependent init (DARKFormer's whitening). */
+export const CALIBRATION_BATCHES = 2;
 
 /** Splits the model's parameters into trained and frozen ones (errors name train.freeze). */
 export function partitionParameters(model: LanguageModel, freeze: FreezeSpec): { trainable: Map<string, tf.Variable>; frozen: Map<string, tf.Variable> } {
@@ -40,14 +39,14 @@ export function groupNames(names: Iterable<string>): string {
 }
 
 /**
- * DARKFormer's data-aware init for the given layers: one forward pass over the batches (stacked),
- * each listed layer's M set by initializeFromData from its own queries and keys just before that
- * layer's attention runs, so later layers are calibrated on the already-whitened earlier ones.
+ * The mechanisms' data-dependent init (dataInit, model/attention/types.ts) for the given layers: one forward pass
+ * over the batches (stacked), each listed layer initialised from its own queries and keys just before that layer's
+ * attention runs, so later layers are calibrated on the already initialised earlier ones.
  */
-export function whitenDarkformerLayers(model: LanguageModel, batches: readonly ModelBatch[], layers: ReadonlySet<number>): void {
-  if (batches.length === 0) throw new Error('whitening: no calibration batch');
+export function initializeLayersFromData(model: LanguageModel, batches: readonly ModelBatch[], layers: ReadonlySet<number>): void {
+  if (batches.length === 0) throw new Error('data-dependent init: no calibration batch');
   const seqLen = batches[0].seqLen;
-  if (batches.some((b) => b.seqLen !== seqLen)) throw new Error('whitening: calibration batches differ in sequence length');
+  if (batches.some((b) => b.seqLen !== seqLen)) throw new Error('data-dependent init: calibration batches differ in sequence length');
   const rows = batches.reduce((n, b) => n + b.batchSize, 0);
   const ids = new Int32Array(rows * seqLen);
   const mask = new Float32Array(rows * seqLen);
@@ -61,8 +60,7 @@ export function whitenDarkformerLayers(model: LanguageModel, batches: readonly M
     model.body.forward(tf.tensor2d(ids, [rows, seqLen], 'int32'), {
       keyMask: model.kind === 'bert' ? tf.tensor2d(mask, [rows, seqLen]) : undefined,
       onAttentionInputs: (layer, q, k) => {
-        const mechanism = model.body.attention[layer];
-        if (layers.has(layer) && isDarkformerModule(mechanism)) mechanism.initializeFromData(q, k);
+        if (layers.has(layer)) model.body.attention[layer].dataInit?.initializeFromData(q, k);
       },
     });
   });
@@ -94,9 +92,9 @@ export interface FinetuneSetup {
 }
 
 /**
- * Applies `initFrom` and `train.freeze` to a freshly built model, and DARKFormer's whitening init
- * (option init 'whitening') to every layer whose M did not come from a checkpoint, on
- * WHITENING_BATCHES batches of `calibration` (the training split). Reports through `line`.
+ * Applies `initFrom` and `train.freeze` to a freshly built model, and the mechanism's data-dependent init (DARKFormer's
+ * init 'whitening') to every layer whose initialised tensor did not come from a checkpoint, on CALIBRATION_BATCHES
+ * batches of `calibration` (the training split). Reports through `line`.
  */
 export async function prepareFinetune(
   model: LanguageModel,
@@ -105,7 +103,7 @@ export async function prepareFinetune(
     tokenizerSha256?: string;
     calibration?: StreamOptions;
     line?: (text: string) => void;
-    /** Resuming: the checkpoint restores every tensor, so neither initFrom nor the whitening init runs. */
+    /** Resuming: the checkpoint restores every tensor, so neither initFrom nor the data-dependent init runs. */
     skipInit?: boolean;
   } = {},
 ): Promise<FinetuneSetup> {
@@ -135,17 +133,18 @@ export async function prepareFinetune(
     if (report.dropped.length) parts.push(`dropped ${groupNames(report.dropped)}`);
     line(`initFrom ${initFrom}${step}, attention ${from} → ${model.config.attention.name}: ${parts.join('; ')}`);
   }
-  const whitenLayers = new Set(
+  const initLayers = new Set(
     model.body.attention
-      .map((m, i) => ({ m, i }))
-      .filter(({ m }) => !opts.skipInit && isDarkformerModule(m) && m.options.init === 'whitening' && !loadedNames.has(m.covarianceFactor.name))
+      .map((m, i) => ({ init: m.dataInit, i }))
+      .filter(({ init }) => !opts.skipInit && init && !loadedNames.has(init.fills.variable.name))
       .map(({ i }) => i),
   );
-  if (whitenLayers.size > 0) {
-    if (!opts.calibration) throw new Error(`model.attention.options.init 'whitening' needs calibration batches`);
-    const batches = await readBatches(opts.calibration, WHITENING_BATCHES);
-    whitenDarkformerLayers(model, batches, whitenLayers);
-    line(`darkformer init 'whitening': M of ${whitenLayers.size} layers from the queries and keys of ${batches.length} training batches`);
+  if (initLayers.size > 0) {
+    const { trigger, fills } = model.body.attention[[...initLayers][0]].dataInit!;
+    if (!opts.calibration) throw new Error(`model.attention.options.${trigger} needs calibration batches`);
+    const batches = await readBatches(opts.calibration, CALIBRATION_BATCHES);
+    initializeLayersFromData(model, batches, initLayers);
+    line(`${model.config.attention.name} ${trigger}: ${fills.label} of ${initLayers.size} layers from the queries and keys of ${batches.length} training batches`);
   }
   const { trainable, frozen } = partitionParameters(model, recipe.train.freeze);
   const freezeText = typeof recipe.train.freeze === 'string' ? recipe.train.freeze : JSON.stringify(recipe.train.freeze);

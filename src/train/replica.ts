@@ -9,7 +9,7 @@ import type { LanguageModelConfig } from '../model/lm.ts';
 import { packTensors, unpackTensors } from './data-parallel.ts';
 import type { ReplicaReply, ReplicaRequest } from './data-parallel.ts';
 import { graphStatus } from './compiled-step.ts';
-import { accumulateGradients } from './trainer.ts';
+import { accumulateGradients } from './step.ts';
 
 const { config, backend } = workerData as { config: LanguageModelConfig; backend: string };
 const port = parentPort!;

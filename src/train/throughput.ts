@@ -3,10 +3,10 @@
 import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
-import { Rng } from '../model/rng.ts';
+import { Rng } from '../core/rng.ts';
 import { DataParallelGroup } from './data-parallel.ts';
 import { AdamW } from './optimizer.ts';
-import { trainStep } from './trainer.ts';
+import { trainStep } from './step.ts';
 
 /** Uniform random tokens; GPT labels every position, BERT about one in seven (its masking rate order). */
 export function randomBatch(rng: Rng, kind: LanguageModel['kind'], batchSize: number, seqLen: number, vocab: number): ModelBatch {

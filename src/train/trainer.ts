@@ -1,21 +1,20 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
-// warm-up + decay, global-norm clipping, gradient accumulation, periodic logging and validation on
-// a fixed token set, and a final save of the weights as safetensors.
+// warm-up + decay, global-norm clipping, gradient accumulation (the step itself: step.ts), periodic
+// logging and validation on a fixed token set, checkpoints, and the final save (src/store/model-folder.ts).
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { createLanguageModel, countParameters, IGNORE_LABEL } from '../model/lm.ts';
-import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
-import { deriveSeed } from '../model/rng.ts';
-import { validateTransformerConfig } from '../model/transformer.ts';
+import { createLanguageModel } from '../model/lm.ts';
+import type { LanguageModel, LanguageModelConfig } from '../model/lm.ts';
+import { deriveSeed } from '../core/rng.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
 import type { Batch } from '../data/batch.ts';
 import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
-import { modelConfigFromRecipe, QUADRATIC_ATTENTIONS } from '../recipe/model-config.ts';
+import { modelConfigFromRecipe } from '../recipe/model-config.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { RunLogger } from './metrics.ts';
-import { AdamW, clipByGlobalNorm, disposeFlat, type FlatGradients } from './optimizer.ts';
+import { RunLogger } from '../telemetry/run-logger.ts';
+import { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
@@ -26,240 +25,13 @@ import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layou
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
 import { prepareFinetune } from './finetune.ts';
+import { plannedBatches, streamOptions } from './plan.ts';
+import { trainStep, type StepOptions, type StepResult } from './step.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
-import { graphStatus, microBatchGradients } from './compiled-step.ts';
+import { graphStatus } from './compiled-step.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
-
-
-function labelledCount(batch: ModelBatch): number {
-  let n = 0;
-  for (let i = 0; i < batch.labels.length; i++) if (batch.labels[i] !== IGNORE_LABEL) n++;
-  return n;
-}
-
-export interface StepResult {
-  /** Mean cross-entropy per labelled token over all micro-batches, nats. */
-  loss: number;
-  /** Global gradient norm before clipping. */
-  gradNorm: number;
-  /** Labelled tokens in the step. */
-  tokens: number;
-  /** False when the loss or gradient norm was NaN/Inf: then nothing was updated (not even AdamW's step count). */
-  applied: boolean;
-}
-
-export interface StepOptions {
-  lr: number;
-  clip: number;
-  dropoutSeed: number | null;
-  /** Only these get gradients (train.freeze); default all parameters. */
-  trainable?: Map<string, tf.Variable>;
-  /** Run forward and backward as a TensorFlow graph where the backend can (train.graph; default true). */
-  graph?: boolean;
-  /** Compile those graphs with XLA (train.xla resolved for the device: resolveXla; default false). */
-  xla?: boolean;
-}
-
-/** Labelled tokens over all micro-batches: the divisor of every summed loss in the step. */
-export function stepTokens(microBatches: readonly ModelBatch[]): number {
-  if (microBatches.length === 0) throw new Error('trainStep: no micro-batch');
-  const total = microBatches.reduce((n, b) => n + labelledCount(b), 0);
-  if (total === 0) throw new Error('trainStep: the micro-batches hold no labelled token');
-  return total;
-}
-
-/**
- * Σ_i ∇(lossSum(batch_i, seed_i) / total) over the given batches, and Σ_i lossSum_i / total. The
- * caller owns the returned tensors. Shared by trainStep and by the data-parallel replicas.
- */
-export function accumulateGradients(
-  model: LanguageModel,
-  batches: readonly ModelBatch[],
-  seeds: readonly (number | null)[],
-  total: number,
-  variables: tf.Variable[],
-  graph = true,
-  xla = false,
-): { grads: Map<string, tf.Tensor>; loss: tf.Scalar } {
-  let accumulated: Record<string, tf.Tensor> | null = null;
-  let loss: tf.Scalar | null = null;
-  try {
-    for (let i = 0; i < batches.length; i++) {
-      const previous: Record<string, tf.Tensor> | null = accumulated;
-      const previousLoss: tf.Scalar | null = loss;
-      const out: { value: tf.Scalar; grads: Record<string, tf.Tensor> } = tf.tidy(() => {
-        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph, xla);
-        if (!previous) return { value, grads };
-        const sum: Record<string, tf.Tensor> = {};
-        for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
-        return { value: tf.add(previousLoss!, value) as tf.Scalar, grads: sum };
-      });
-      if (previous) tf.dispose([...Object.values(previous), previousLoss!]);
-      accumulated = out.grads;
-      loss = out.value;
-    }
-  } catch (err) {
-    if (accumulated) tf.dispose([...Object.values(accumulated), loss!]);
-    throw err;
-  }
-  if (!accumulated) throw new Error('accumulateGradients: no batch');
-  return { grads: new Map(Object.entries(accumulated)), loss: loss! };
-}
-
-/**
- * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). A
- * NaN/Inf loss or gradient norm is caught before the update, so weights and moments stay as they
- * were. Disposes `grads` and `loss`.
- */
-export async function applyGradients(
-  optimizer: AdamW,
-  grads: Map<string, tf.Tensor>,
-  loss: tf.Scalar,
-  total: number,
-  opts: Pick<StepOptions, 'lr' | 'clip'>,
-): Promise<StepResult> {
-  let flat: FlatGradients | null = null;
-  try {
-    flat = optimizer.flatten(grads);
-    tf.dispose([...grads.values()]);
-    const { values } = flat;
-    const norm = tf.tidy(() => clipByGlobalNorm(values, 0).norm);
-    const [checkedNorm, checkedLoss] = await Promise.all([norm.data(), loss.data()]);
-    norm.dispose();
-    if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
-      return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
-    }
-    tf.tidy(() => optimizer.applyGradients({ ...flat!, values: clipByGlobalNorm(values, opts.clip).grad }, opts.lr));
-    return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: true };
-  } finally {
-    tf.dispose([...grads.values(), loss]);
-    if (flat) disposeFlat(flat);
-  }
-}
-
-/** Dropout seed of micro-batch i (null = no dropout). */
-export const microBatchSeed = (dropoutSeed: number | null, i: number) => (dropoutSeed === null ? null : deriveSeed(dropoutSeed, i));
-
-/**
- * One optimizer step over k micro-batches. Each micro-batch's summed loss is divided by the labelled
- * tokens of ALL k micro-batches, so the accumulated gradient is exactly the gradient of the mean loss
- * over the union — the update of one batch of k× rows (also for BERT, whose micro-batches hold
- * different numbers of labelled tokens). Dropout of micro-batch i uses deriveSeed(dropoutSeed, i).
- */
-export async function trainStep(model: LanguageModel, optimizer: AdamW, microBatches: readonly ModelBatch[], opts: StepOptions): Promise<StepResult> {
-  const total = stepTokens(microBatches);
-  const variables = [...(opts.trainable ?? model.parameters()).values()];
-  const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
-  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.xla ?? false);
-  return applyGradients(optimizer, grads, loss, total, opts);
-}
-
-/** Checks the model part of a recipe without building anything (errors name the recipe key). */
-export function validateRecipeModel(recipe: Recipe): void {
-  validateTransformerConfig({ ...modelConfigFromRecipe(recipe, 1), causal: recipe.model.kind === 'gpt' });
-}
-
-/**
- * Memory estimate in bytes (float32 everywhere):
- *   parameters + gradients + AdamW m and v       16·P   (+4·P for the accumulated gradient if gradAccum > 1)
- *   activations kept for backward, per layer     B·L·(18·d + 2·mlpRatio·d)·4   (norms, q/k/v, attention out, MLP)
- *   + quadratic mechanisms (softmax, yat)        B·H·L²·3·4                    (scores, weights, mask product)
- *   + LM head                                    B·L·V·3·4                     (logits, softmax, gradient)
- * Linear mechanisms' chunk states are not counted (small next to the rest for chunk ≤ 128).
- */
-export function estimateMemory(config: LanguageModelConfig, parameters: number, batchSize: number, seqLen: number, gradAccum: number) {
-  const bytes = 4;
-  const state = parameters * bytes * (gradAccum > 1 ? 5 : 4);
-  const tokens = batchSize * seqLen;
-  const quadratic = QUADRATIC_ATTENTIONS.includes(config.attention.name);
-  const perLayer = tokens * (18 * config.dModel + 2 * config.mlpRatio * config.dModel) * bytes +
-    (quadratic ? batchSize * config.numHeads * seqLen * seqLen * 3 * bytes : 0);
-  const headRows = config.kind === 'bert' ? Math.ceil(tokens * 0.15) : tokens;
-  const activations = perLayer * config.numLayers + headRows * config.vocabSize * 3 * bytes;
-  return { state, activations, total: state + activations };
-}
-
-export interface RunPlan {
-  modelConfig: LanguageModelConfig;
-  vocabSource: string;
-  parameters: { total: number; byGroup: Record<string, number> };
-  epoch: EpochEstimate | null;
-  datasetNote: string | null;
-  totalSteps: number | null;
-  tokensPerStep: number;
-  memory: ReturnType<typeof estimateMemory>;
-  /** What the run would warn about at its start (a warm-up too long for its steps). */
-  warnings: string[];
-}
-
-/** Assumed when the tokenizer file is absent (dry runs of GPU recipes on a machine without the data). */
-export const GPT2_VOCAB_SIZE = 50257;
-
-function plannedBatches(recipe: Recipe, epochBatches: number): number {
-  const { batchSize } = recipe.train;
-  const budget = recipe.train.maxTokens;
-  if (budget === null) return epochBatches;
-  return Math.min(epochBatches, Math.ceil(budget / (batchSize * recipe.data.seqLen)));
-}
-
-/** What --dry-run prints: no training, and the dataset and tokenizer may be missing. */
-export async function planRun(recipe: Recipe): Promise<RunPlan> {
-  let vocabSize = GPT2_VOCAB_SIZE;
-  let vocabSource = `tokenizer not found at ${recipe.data.tokenizer}: assuming GPT-2's vocabulary of ${GPT2_VOCAB_SIZE}`;
-  let tokenizer: TextTokenizer | null = null;
-  if (existsSync(recipe.data.tokenizer)) {
-    tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
-    vocabSize = tokenizer.vocabSize;
-    vocabSource = `from ${recipe.data.tokenizer}`;
-  }
-  const modelConfig = modelConfigFromRecipe(recipe, vocabSize);
-  const parameters = countParameters(modelConfig);
-  let epoch: RunPlan['epoch'] = null;
-  let datasetNote: string | null = null;
-  if (!existsSync(datasetRoot(recipe.data.dataset))) {
-    datasetNote = 'dataset not found: tokens per epoch unknown';
-  } else if (!tokenizer) {
-    datasetNote = 'tokenizer not found: tokens per epoch unknown';
-  } else {
-    try {
-      epoch = await estimateEpoch({ ...streamOptions(recipe, tokenizer), split: 'train' });
-    } catch (err) {
-      datasetNote = `dataset could not be read (${(err as Error).message}): tokens per epoch unknown`;
-    }
-  }
-  const { batchSize, gradAccum } = recipe.train;
-  const tokensPerStep = batchSize * gradAccum * recipe.data.seqLen;
-  let totalSteps: number | null = null;
-  if (epoch) totalSteps = Math.ceil(plannedBatches(recipe, epoch.batches) / gradAccum);
-  else if (recipe.train.maxTokens !== null) totalSteps = Math.ceil(recipe.train.maxTokens / tokensPerStep);
-  const memory = estimateMemory(modelConfig, parameters.total, batchSize, recipe.data.seqLen, gradAccum);
-  const warmupWarning = totalSteps === null ? null : resolveWarmup(recipe.train, totalSteps).warning;
-  return { modelConfig, vocabSource, parameters, epoch, datasetNote, totalSteps, tokensPerStep, memory, warnings: warmupWarning ? [warmupWarning] : [] };
-}
-
-/** The folder part of a dataset path that may end in a glob. */
-function datasetRoot(dataset: string): string {
-  const parts = dataset.split(path.sep);
-  const firstGlob = parts.findIndex((p) => /[*?[]/.test(p));
-  return firstGlob < 0 ? dataset : parts.slice(0, firstGlob).join(path.sep) || path.sep;
-}
-
-export function streamOptions(recipe: Recipe, tokenizer: TextTokenizer): Omit<StreamOptions, 'split' | 'cursor'> {
-  return {
-    dataset: recipe.data.dataset,
-    textColumn: recipe.data.textColumn,
-    tokenizer,
-    kind: recipe.model.kind,
-    seqLen: recipe.data.seqLen,
-    batchSize: recipe.train.batchSize,
-    seed: recipe.train.seed,
-    shuffleBuffer: recipe.data.shuffleBuffer,
-    readAhead: recipe.data.readAhead,
-    mlmProbability: recipe.data.mlmProbability,
-  };
-}
 
 export interface TrainResult {
   runDir: string;

@@ -4,10 +4,12 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
-import { attentionNames, attentionTensors, createAttention, type AttentionModule, type TensorDeclaration } from '../../src/model/attention/index.ts';
+import {
+  attentionIsQuadratic, attentionNames, attentionOptionSpecs, attentionTensors, createAttention, type AttentionModule, type AttentionState, type TensorDeclaration,
+} from '../../src/model/attention/index.ts';
 import { SLAY_POLY_VARIANTS } from '../../src/model/attention/slay.ts';
 import { dense } from '../../src/model/ops.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { flat, randomArray4, relL2, tensor4, type Array4 } from '../helpers/reference.ts';
 import { mechanismRef } from '../helpers/mechanisms.ts';
 
@@ -23,7 +25,6 @@ const SMALL: Record<string, Record<string, unknown>> = {
   cosformer: { chunkSize: 4 },
 };
 const MECHANISMS = Object.keys(SMALL);
-const QUADRATIC = new Set(['softmax', 'yat-spherical']);
 /** Coordinates per input (and parameter) of the float64 gradient check. */
 const COORDINATES = 16;
 const [B, H, L, D] = [2, 2, 11, 8];
@@ -88,6 +89,26 @@ describe.each(MECHANISMS)('%s', (name) => {
     attn.dispose();
   });
 
+  it('declares quadratic exactly when its decoding state grows with the positions (a key/value cache) and it has no segmentLength', () => {
+    const attn = make(name, true);
+    const rng = new Rng(14);
+    const stateSize = (state: AttentionState) => Object.values(state.tensors).reduce((n, t) => n + t.size, 0);
+    let state = attn.initState(1, 4);
+    const sizes = [stateSize(state)];
+    for (let position = 0; position < 2; position++) {
+      const [q, k, v] = [0, 1, 2].map(() => tensor4(randomArray4(rng, [1, H, 1, D])));
+      const next = attn.step(q, k, v, state, position);
+      tf.dispose([q, k, v, next.out, ...Object.values(state.tensors)]);
+      state = next.state;
+      sizes.push(stateSize(state));
+    }
+    tf.dispose(Object.values(state.tensors));
+    attn.dispose();
+    expect(attentionIsQuadratic(name), `state sizes ${sizes.join(', ')}`).toBe(sizes[0] < sizes[1] && sizes[1] < sizes[2]);
+    if (!attentionIsQuadratic(name)) expect(new Set(sizes).size).toBe(1);
+    expect('segmentLength' in attentionOptionSpecs(name)).toBe(!attentionIsQuadratic(name));
+  });
+
   it('bidirectional outputs ignore padded keys given a key mask', () => {
     const attn = make(name, false);
     const rng = new Rng(12);
@@ -106,10 +127,10 @@ describe.each(MECHANISMS)('%s', (name) => {
   // against float64 central differences of the mechanism's float64 reference (test/helpers/mechanisms.ts):
   // causal, and bidirectional with a key mask, in one segment and in segments (recomputing gradient).
   const gradientCases: Array<[boolean, boolean, number]> = [[true, false, 0], [false, true, 0]];
-  if (!QUADRATIC.has(name)) gradientCases.push([true, false, 4], [false, true, 4]);
+  if (!attentionIsQuadratic(name)) gradientCases.push([true, false, 4], [false, true, 4]);
   it.each(gradientCases)('gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)', (causal, masked, segmentLength) => {
     const [b, l] = [2, 6];
-    const attn = createAttention(name, { numHeads: H, headDim: D, causal, seed: 3, ...SMALL[name], ...(QUADRATIC.has(name) ? {} : { segmentLength }) });
+    const attn = createAttention(name, { numHeads: H, headDim: D, causal, seed: 3, ...SMALL[name], ...(attentionIsQuadratic(name) ? {} : { segmentLength }) });
     const rng = new Rng(13);
     // Entries kept ≥ 0.05 away from 0: no finite difference straddles cosFormer's ReLU kink.
     const awayFromZero = (a: Array4) => a.map((bb) => bb.map((h) => h.map((row) => row.map((x) => x + 0.05 * Math.sign(x)))));
@@ -236,7 +257,7 @@ describe.each(testBackends())('training on %s', (backend) => {
     await initBackend(testBackend());
   });
 
-  it.each([...MECHANISMS.map((name) => [name, 0] as const), ...MECHANISMS.filter((name) => !QUADRATIC.has(name)).map((name) => [name, 4] as const)])('%s (segmentLength %i): a few Adam steps lower the loss, with no tensor leak', (name, segmentLength) => {
+  it.each([...MECHANISMS.map((name) => [name, 0] as const), ...MECHANISMS.filter((name) => !attentionIsQuadratic(name)).map((name) => [name, 4] as const)])('%s (segmentLength %i): a few Adam steps lower the loss, with no tensor leak', (name, segmentLength) => {
     const { losses, tensorsAfterStep } = trainToy(name, 12, segmentLength);
     expect(losses.every(Number.isFinite)).toBe(true);
     expect(losses[losses.length - 1]).toBeLessThan(0.9 * losses[0]);

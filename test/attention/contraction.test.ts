@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackends } from '../helpers/backend.ts';
 import { linearAttention, productLinearAttention } from '../../src/model/attention/linear-attention.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { featureAttentionRef, kernelAttentionRef, dot, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
 
 const positive = (a: Array4) => a.map((b) => b.map((h) => h.map((row) => row.map((x) => Math.exp(0.5 * x)))));

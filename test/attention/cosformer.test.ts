@@ -6,7 +6,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { cosformerAngles } from '../../src/model/attention/cosformer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4 } from '../helpers/reference.ts';
 
 const relu = (row: number[]) => row.map((x) => Math.max(x, 0));

@@ -4,10 +4,10 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/performer.ts';
 import '../../src/model/attention/darkformer.ts';
-import { darkformerAttention, isDarkformerModule, type DarkformerModule } from '../../src/model/attention/darkformer.ts';
+import { darkformerAttention, type DarkformerModule } from '../../src/model/attention/darkformer.ts';
 import type { RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   dot,
   flat,
@@ -172,7 +172,8 @@ describe('darkformer attention', () => {
     const k = sample(2);
     const module = darkformer({ numHeads: h, headDim: d, seed: 1, features: 4, init: 'whitening' });
     expect(module.options.init).toBe('whitening');
-    tf.tidy(() => module.initializeFromData(tensor4(q), tensor4(k)));
+    expect(module.dataInit?.fills.variable).toBe(module.covarianceFactor);
+    tf.tidy(() => module.dataInit!.initializeFromData(tensor4(q), tensor4(k)));
     const factors = module.covarianceFactor.arraySync() as number[][][];
     for (let head = 0; head < h; head++) {
       // ½(Cov(Mq) + Cov(Mk)) ≈ I (the 1e−4 ridge moves it by < 3e−3 at these eigenvalues), hence x̃ = M d^(−1/4) x has covariance I/√d.
@@ -243,7 +244,7 @@ describe('darkformer attention', () => {
     expect(() => lowRank.initializeFromData(x, x)).toThrow(/needs option 'rank' = headDim = 4/);
     const full = darkformer({ numHeads: 1, headDim: 4 });
     expect(full.options.rank).toBe(4);
-    expect(isDarkformerModule(full)).toBe(true);
+    expect(full.dataInit).toBeUndefined(); // init 'identity': nothing for a new run to calibrate
     expect(() => full.initializeFromData(x, x)).toThrow(/head 0 have no variance/);
     expect(() => full.initializeFromData(tf.zeros([1, 2, 4, 4]) as tf.Tensor4D, x)).toThrow(/q must be \[batch, 1, length, 4\]/);
     x.dispose();

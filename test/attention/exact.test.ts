@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { attentionNames, createAttention } from '../../src/model/attention/index.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, kernelAttentionRef, randomArray4, relL2, softmaxAttentionRef, tensor4, toArray4, unit, type Array4 } from '../helpers/reference.ts';
 
 beforeAll(async () => {

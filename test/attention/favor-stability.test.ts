@@ -11,7 +11,7 @@ import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/index.ts';
 import type { RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import type { AttentionState } from '../../src/model/attention/types.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { attentionTracker } from '../helpers/modules.ts';
 import { dot, favorAttentionRef, prfRef, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
 

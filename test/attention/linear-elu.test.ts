@@ -6,7 +6,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { eluPlusOne } from '../../src/model/attention/linear-elu.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4, type Array4 } from '../helpers/reference.ts';
 
 const eluPlusOneRef = (row: number[]) => row.map((x) => (x > 0 ? x + 1 : Math.exp(x)));

@@ -5,7 +5,7 @@ import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/performer.ts';
 import { drawPrfProjection, type RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   dot,
   flat,

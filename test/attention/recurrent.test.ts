@@ -5,9 +5,9 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
+import { attentionIsQuadratic, attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import type { AttentionState } from '../../src/model/attention/types.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { randomArray4, tensor4, type Array4 } from '../helpers/reference.ts';
 
 /** Small feature counts and chunks shorter than the sequence, so the chunked apply is exercised. */
@@ -23,7 +23,6 @@ const CASES: Array<[label: string, name: string, options: Record<string, unknown
   ['cosformer (M = length)', 'cosformer', { chunkSize: 4 }],
   ['cosformer (M = 16)', 'cosformer', { chunkSize: 4, reweightLength: 16 }],
 ];
-const QUADRATIC = new Set(['softmax', 'yat-spherical']);
 const [B, H, L, D] = [2, 2, 9, 8];
 
 it('the cases cover every registered mechanism', () => {
@@ -100,7 +99,7 @@ describe.each(CASES)('%s', (label, name, options) => {
 
   it('blocks of positions at once (a prompt, then single tokens), from any state, equal the causal apply', () => {
     // Linear mechanisms also with segments of 2 positions, so that a block runs in segments from the state.
-    for (const segmentLength of QUADRATIC.has(name) ? [undefined] : [undefined, 2]) {
+    for (const segmentLength of attentionIsQuadratic(name) ? [undefined] : [undefined, 2]) {
       const attn = createAttention(name, { numHeads: H, headDim: D, causal: true, seed: 5, ...options, segmentLength });
       const rng = new Rng(25);
       const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [B, H, L, D]));
@@ -115,7 +114,7 @@ describe.each(CASES)('%s', (label, name, options) => {
     const rng = new Rng(22);
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [B, H, L, D]));
     const { shapes } = compare(attn, q, k, v);
-    if (QUADRATIC.has(name)) {
+    if (attentionIsQuadratic(name)) {
       shapes.forEach((s, t) => expect(JSON.parse(s)).toEqual([['keys', [B, H, t + 1, D]], ['values', [B, H, t + 1, D]]]));
     } else {
       expect(new Set(shapes).size).toBe(1);

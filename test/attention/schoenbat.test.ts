@@ -9,7 +9,7 @@ import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/schoenbat.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import type { AttentionModule } from '../../src/model/attention/types.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { MACLAURIN_KERNELS, type MaclaurinKernel } from '../../src/model/features/random-maclaurin.ts';
 import { dot, gradientCheck, kernelAttentionRef, randomArray4, relL2, tensor4, type Array4 } from '../helpers/reference.ts';
 import { mechanismRef, preSbnScaledRef } from '../helpers/mechanisms.ts';

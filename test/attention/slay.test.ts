@@ -3,8 +3,8 @@
 // Which kernel κ(x), x = q̂ᵀk̂, each finite-feature estimator targets in expectation (C = 2 + ε,
 // (t_r, α_r) Gauss–Laguerre, s_r = t_r/C, w_r = α_r/C):
 //   poly 'exact'          Σ_r w_r x² e^{2 s_r x}                 — the quadrature kernel (paper Remark 1)
-//   poly 'anchor'         Σ_r w_r (1 + 2x²) e^{2 s_r x} / (d(d+2)) — anchors are biased (notes §1.8)
-//   poly 'laplace-only'   Σ_r (C/4) α_r e^{2 s_r x}              — ≈ (C²/4)/(C − 2x), no x² factor (notes §1.10)
+//   poly 'anchor'         Σ_r w_r (1 + 2x²) e^{2 s_r x} / (d(d+2)) — anchors are biased (docs/notes/attention-kernels.md §1.4)
+//   poly 'laplace-only'   Σ_r (C/4) α_r e^{2 s_r x}              — ≈ (C²/4)/(C − 2x), no x² factor (§1.3 there)
 //   poly 'hadamard'       Σ_r (w_r/M) e^{2 s_r x} (a⁴ + 2a²(1 + 2x) + 1 + 2x²), a² = 2 s_r (1 + x)²
 //                         (Gaussian moments with ω shared by both factors; derived in slay.ts)
 // and the quadrature kernel approximates the exact spherical Yat kernel x²/(C − 2x) only away from x → 1.
@@ -15,7 +15,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { SLAY_POLY_VARIANTS, type SlayAttention } from '../../src/model/attention/slay.ts';
 import { gaussLaguerre, slayQuadrature } from '../../src/model/features/quadrature.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import {
   type Array4,
   dot,
@@ -156,10 +156,10 @@ describe('slay: convergence to the kernel each estimator targets (float64 refere
     }
   });
 
-  it('the quadrature kernel follows x²/(C − 2x) away from x → 1 but not its 1/ε peak (notes §1.8 table)', () => {
+  it('the quadrature kernel follows x²/(C − 2x) away from x → 1 but not its 1/ε peak (docs/notes/attention-kernels.md §1.4 table)', () => {
     const exact = (x: number) => (x * x) / (C - 2 * x);
     const quad = quadratureKernel(2);
-    const anchored = anchorKernel(2); // the notes' d = 64: the factor 1/(d(d+2)) cancels in the ratio
+    const anchored = anchorKernel(2); // the table's d = 64: the factor 1/(d(d+2)) cancels in the ratio
     const rows: Array<[number, number, number, number]> = [
       // x, exact, quadrature (R = 2), anchor-expected (R = 2, d = 64); each normalised to 1 at x = 0.5
       [-0.5, 0.334, 0.340, 0.340],

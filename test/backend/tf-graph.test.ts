@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { CompiledGraph, GraphCache, graphsAvailable, recordTrace } from '../../src/backend/tf-graph.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 
 const available = isTensorflowSetUp();
 

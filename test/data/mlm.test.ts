@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { IGNORE_LABEL, mlmBatch, mlmSpecials, ordinaryTokenIds } from '../../src/data/mlm.ts';
 import type { MlmOptions } from '../../src/data/mlm.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 
 const VOCAB = 300;
 const specials = { cls: 0, sep: 1, pad: 2, mask: 3 };

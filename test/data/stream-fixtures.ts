@@ -6,7 +6,7 @@ import { mkdir } from 'node:fs/promises';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { Field, RecordBatch, RecordBatchStreamWriter, Schema, Struct, Utf8, makeData, vectorFromArray } from 'apache-arrow';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 
 const WORDS = (
   'the of and to in is was for on that with as by at from his her an were which are this be had not ' +

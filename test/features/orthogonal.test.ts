@@ -3,7 +3,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { orthogonalGaussianProjection, orthogonalGaussianRows } from '../../src/model/features/orthogonal.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { meanAndStdErr } from '../helpers/reference.ts';
 
 beforeAll(async () => {

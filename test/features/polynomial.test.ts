@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createPolynomialMap, type PolynomialKind } from '../../src/model/features/polynomial.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, gradientCheck, meanAndStdErr, unit } from '../helpers/reference.ts';
 
 beforeAll(async () => {
@@ -60,7 +60,7 @@ describe('anchor map (a_pᵀu)²/√P', () => {
     expect(out.flat().every((x) => x >= 0)).toBe(true);
   });
 
-  it('has expectation (1 + 2x²)/(d(d+2)) over anchor draws, not x² (notes §1.8)', () => {
+  it('has expectation (1 + 2x²)/(d(d+2)) over anchor draws, not x² (docs/notes/attention-kernels.md §1.4)', () => {
     const d = 5;
     const p = 40000;
     const rng = new Rng(4);

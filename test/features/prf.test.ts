@@ -8,7 +8,7 @@ import { linearAttention } from '../../src/model/attention/linear-attention.ts';
 import { positiveRandomFeatures, type Stabilizer } from '../../src/model/features/prf.ts';
 import { gaussianProjection } from '../../src/model/features/projections.ts';
 import { slayQuadrature } from '../../src/model/features/quadrature.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, meanAndStdErr, randomArray4, relL2, tensor4, toArray4, unit } from '../helpers/reference.ts';
 
 beforeAll(async () => {

@@ -53,7 +53,7 @@ describe('slayQuadrature', () => {
     rule.weights.forEach((w, r) => expect(w).toBeCloseTo(weights[r] / (2 + eps), 14));
   });
 
-  it('gives the peak Σ_r w_r e^{2 s_r} of notes §1.8 (ε = 1e-3): 1.36, 2.99, 4.71, 13.8, 58', () => {
+  it('gives the peak Σ_r w_r e^{2 s_r} of docs/notes/attention-kernels.md §1.4 (ε = 1e-3): 1.36, 2.99, 4.71, 13.8, 58', () => {
     const expected: Array<[number, number]> = [[1, 1.36], [2, 2.99], [3, 4.71], [8, 13.8], [32, 58]];
     for (const [r, peak] of expected) {
       // x = 1: the kernel x² Σ w_r e^{2 s_r x} equals Σ w_r e^{2 s_r}; the exact kernel is 1/ε = 1000.
@@ -72,7 +72,7 @@ describe('slayQuadrature', () => {
     };
     const errors = [1, 2, 4, 8, 16].map(worst);
     for (let i = 1; i < errors.length; i++) expect(errors[i]).toBeLessThan(errors[i - 1]);
-    expect(errors[1]).toBeLessThan(0.05); // R = 2 is within a few % for x ≤ 0.5 (notes §1.8)
+    expect(errors[1]).toBeLessThan(0.05); // R = 2 is within a few % for x ≤ 0.5 (docs/notes/attention-kernels.md §1.4)
     expect(errors[4]).toBeLessThan(1e-4);
   });
 

@@ -12,7 +12,7 @@ import {
   RandomMaclaurinFeatures,
   type MaclaurinKernel,
 } from '../../src/model/features/random-maclaurin.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { dot, gradientCheck, meanAndStdErr } from '../helpers/reference.ts';
 
 const factorial = (n: number): number => (n <= 1 ? 1 : n * factorial(n - 1));

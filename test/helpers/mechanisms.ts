@@ -5,7 +5,7 @@ import type { AttentionModule } from '../../src/model/attention/types.ts';
 import type { SlayAttention } from '../../src/model/attention/slay.ts';
 import { gaussLaguerre, slayQuadrature } from '../../src/model/features/quadrature.ts';
 import { drawRandomMaclaurin, maclaurinCoefficients, maclaurinSeries, type MaclaurinKernel } from '../../src/model/features/random-maclaurin.ts';
-import { deriveSeed, Rng } from '../../src/model/rng.ts';
+import { deriveSeed, Rng } from '../../src/core/rng.ts';
 import { dot, favorAttentionRef, kernelAttentionRef, softmaxAttentionRef, unit, type Array4 } from './reference.ts';
 
 const column = (matrix: number[][], j: number) => matrix.map((row) => row[j]);

@@ -1,6 +1,6 @@
 // Independent float64 references for the attention tests: plain loops over JS numbers, no tfjs.
 import * as tf from '@tensorflow/tfjs';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 
 /** [B][H][L][D] float64 arrays. */
 export type Array4 = number[][][][];

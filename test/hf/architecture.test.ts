@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { geluErf, layerNorm } from '../../src/model/transformer.ts';
 import { checkResumeCompatible, type LoadedCheckpoint } from '../../src/store/checkpoint.ts';
 import { loadWeights } from '../../src/store/load-weights.ts';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
 import { type Recipe } from '../../src/recipe/schema.ts';
 import { saveFinalModel } from '../../src/store/model-folder.ts';

@@ -7,7 +7,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { generateTokens, IncrementalDecoder, sampleToken } from '../../src/model/decode.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
 const VOCAB = 23;

@@ -16,7 +16,7 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
-import { trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
 import { writeDataset } from '../data/stream-fixtures.ts';
 
 const MECHANISMS = ['softmax', 'yat-spherical', 'slay', 'performer', 'darkformer', 'schoenbat', 'linear-elu', 'cosformer'];

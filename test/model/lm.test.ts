@@ -4,7 +4,7 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { countParameters, createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 
 beforeAll(async () => {
   await initBackend(testBackend(), { quiet: true });

@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { batchMatMul, clamp, rowOuterProduct, untaped, vjp } from '../../src/model/ops.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
 const random = (rng: Rng, shape: number[]) => tf.tensor(Float32Array.from(rng.normalArray(shape.reduce((a, b) => a * b, 1))), shape);

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PUBLISHED_TABLE_10 } from '../../src/paper/slay-ablation.ts';
 import { PAPER_MECHANISMS, paperTableOf, publishedAccuracy } from '../../src/paper/slay-tasks.ts';
-import { TASK_NAMES } from '../../src/experiments/tasks.ts';
+import { TASK_NAMES } from '../../src/paper/synthetic-tasks.ts';
 import { SHARED_DIR } from '../helpers/shared.ts';
 
 const PAPERS = path.join(SHARED_DIR, 'papers');

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CHECKPOINTS_DIR, FINAL_DIR, MODEL_FILE, RECIPE_FILE, STATE_FILE, checkpointName } from '../../src/store/layout.ts';
 import { resolveModelSource, type ModelRole } from '../../src/store/resolve.ts';
-import { COMPLETE_MARKER } from '../../src/train/atomic-folder.ts';
+import { COMPLETE_MARKER } from '../../src/core/atomic-folder.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'slay-resolve-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

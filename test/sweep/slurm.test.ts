@@ -253,7 +253,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
         const flag = { partition: '--partition', time: '--time', gpus: '--gpus', mem: '--mem' }[key as string]!;
         renderOrRefuse(new RegExp(`slurm\\.${key}`), () => {
           const file = sweepWith({ slurm: { [key]: value } });
-          return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).slurm, '/w'), file, directives: { [flag]: value } };
+          return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'), file, directives: { [flag]: value } };
         });
         const sweep = loadSweep(sweepWith({}));
         renderOrRefuse(new RegExp(`slurm\\.${key}`), () => ({ script: renderSbatchScript(sweep, [0], { [key]: value }, '/w'), file: sweep.file, directives: { [flag]: value } }));
@@ -265,7 +265,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
       // Extra sbatch options: --name=value, the value quoted for sbatch.
       renderOrRefuse(/slurm\.sbatch/, () => {
         const file = sweepWith({ slurm: { sbatch: [`--comment=${value}`] } });
-        return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).slurm, '/w'), file, directives: { '--comment': value } };
+        return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'), file, directives: { '--comment': value } };
       });
       renderOrRefuse(/slurm\.sbatch/, () => {
         const sweep = loadSweep(sweepWith({}));
@@ -274,7 +274,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
       // Setup lines are shell code as written (the documented purpose): each stays one line of the script.
       renderOrRefuse(/slurm\.setup/, () => {
         const file = sweepWith({ slurm: { setup: [value] } });
-        return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).slurm, '/w'), file, directives: {}, setup: [value] };
+        return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'), file, directives: {}, setup: [value] };
       });
     }
   });

@@ -4,12 +4,13 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildReport } from '../../src/sweep/report.ts';
-import { compressIndices, parseQueueLines, queueState, renderSbatchScript } from '../../src/sweep/slurm.ts';
+import { executorFolder, sweepPaths } from '../../src/sweep/set-files.ts';
+import { compressIndices, parseQueueLines, queueState, queueView, renderSbatchScript } from '../../src/sweep/slurm.ts';
 import type { QueueEntry } from '../../src/sweep/slurm.ts';
 import { loadSweep } from '../../src/sweep/spec.ts';
 import type { Sweep, SweepRun } from '../../src/sweep/spec.ts';
 import { runState } from '../../src/sweep/status.ts';
-import { sweepPaths } from '../../src/sweep/task.ts';
+import type { NamedQueue } from '../../src/sweep/status.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sweep-state-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -46,7 +47,12 @@ function writeState(kind: 'locks' | 'attempts', name: string, value: object): vo
   writeFileSync(join(paths[kind], `${name}.${kind === 'locks' ? 'lock' : 'json'}`), JSON.stringify(value));
 }
 
-const queue = (state: string, detail = 'None', source: QueueEntry['source'] = 'squeue'): QueueEntry => ({ jobId: '7', taskId: '7_0', state, detail, source });
+/** Slurm's queue (as squeue answered) holding task 7_0 in `state` for every run; no entries: a queue that lists none of them. */
+function queue(state: string | null, detail = 'None', source: QueueEntry['source'] = 'squeue', reachable = true): NamedQueue[] {
+  const entry: QueueEntry = { jobId: '7', taskId: '7_0', state: state ?? '', detail, source };
+  const entries = new Map(state === null ? [] : sweep.runs.map((r) => [r.index, entry]));
+  return [{ ...queueView([{ jobId: '7', indices: [], script: '', submittedAt: '' }], entries, reachable), executor: 'slurm' }];
+}
 
 describe('run states', () => {
   it('reads done, running, pending, stopped and failed from folders, locks, attempts and the queue', () => {
@@ -56,29 +62,30 @@ describe('run states', () => {
 
     // A live local lock (this process) and the last log line.
     fabricate('softmax-seed3', { checkpointStep: 8 });
-    writeState('locks', 'softmax-seed3', { pid: process.pid, host: hostname(), slurmJob: null, startedAt: 'now' });
+    writeState('locks', 'softmax-seed3', { pid: process.pid, host: hostname(), task: null, startedAt: 'now' });
     mkdirSync(paths.logs, { recursive: true });
     writeFileSync(join(paths.logs, 'softmax-seed3.log'), '=== start\nstep 8/10 | loss 6.1\n');
     expect(runState(sweep, run('softmax-seed3'), undefined)).toMatchObject({ state: 'running', detail: `pid ${process.pid}: step 8/10 | loss 6.1` });
     // The same lock from a dead process: interrupted, resumable from its checkpoint.
-    writeState('locks', 'softmax-seed3', { pid: 2 ** 22 + 12345, host: hostname(), slurmJob: null, startedAt: 'then' });
+    writeState('locks', 'softmax-seed3', { pid: 2 ** 22 + 12345, host: hostname(), task: null, startedAt: 'then' });
     expect(runState(sweep, run('softmax-seed3'), undefined)).toMatchObject({ state: 'stopped', detail: 'interrupted; resumes from step 8' });
 
     // Slurm: queued, running, ended by Slurm; the task's own record of a failure.
-    expect(runState(sweep, run('slay-seed1'), queue('PENDING', 'Resources'), true)).toMatchObject({ state: 'pending', detail: 'Slurm 7_0 PENDING (Resources)' });
-    expect(runState(sweep, run('slay-seed1'), queue('RUNNING'), true)).toMatchObject({ state: 'running', detail: 'Slurm 7_0 RUNNING' });
+    expect(runState(sweep, run('slay-seed1'), queue('PENDING', 'Resources'))).toMatchObject({ state: 'pending', detail: 'Slurm 7_0 PENDING (Resources)' });
+    expect(runState(sweep, run('slay-seed1'), queue('RUNNING'))).toMatchObject({ state: 'running', detail: 'Slurm 7_0 RUNNING' });
     fabricate('slay-seed2');
-    expect(runState(sweep, run('slay-seed2'), queue('OUT_OF_MEMORY', '0:125', 'sacct'), true)).toMatchObject({
+    expect(runState(sweep, run('slay-seed2'), queue('OUT_OF_MEMORY', '0:125', 'sacct'))).toMatchObject({
       state: 'failed', detail: 'Slurm 7_0 OUT_OF_MEMORY (0:125); restarts from step 0 (no checkpoint)',
     });
-    writeState('attempts', 'slay-seed3', { outcome: 'failed', exitCode: 1, signal: null, lastLine: 'train: out of memory', slurmJob: null, endedAt: 'x' });
+    writeState('attempts', 'slay-seed3', { outcome: 'failed', exitCode: 1, signal: null, lastLine: 'train: out of memory', task: null, endedAt: 'x' });
     expect(runState(sweep, run('slay-seed3'), undefined)).toMatchObject({ state: 'failed', detail: 'exit 1: train: out of memory' });
-    writeState('attempts', 'performer-seed1', { outcome: 'stopped', exitCode: 143, signal: null, lastLine: 'resume with …', slurmJob: null, endedAt: 'x' });
+    writeState('attempts', 'performer-seed1', { outcome: 'stopped', exitCode: 143, signal: null, lastLine: 'resume with …', task: null, endedAt: 'x' });
     expect(runState(sweep, run('performer-seed1'), undefined)).toMatchObject({ state: 'stopped', detail: 'stopped (exit 143); restarts from step 0 (no checkpoint)' });
     // A lock taken in a Slurm task that squeue no longer lists is stale.
-    writeState('locks', 'performer-seed2', { pid: process.pid, host: 'node17', slurmJob: '7_4', startedAt: 'then' });
-    expect(runState(sweep, run('performer-seed2'), undefined, true).state).toBe('pending');
-    expect(runState(sweep, run('performer-seed2'), undefined, false).state).toBe('running');
+    writeState('locks', 'performer-seed2', { pid: process.pid, host: 'node17', task: { executor: 'slurm', name: 'Slurm task 7_4' }, startedAt: 'then' });
+    expect(runState(sweep, run('performer-seed2'), queue(null)).state).toBe('pending');
+    expect(runState(sweep, run('performer-seed2'), queue(null, 'None', 'squeue', false))).toMatchObject({ state: 'running', detail: 'Slurm task 7_4' });
+    expect(runState(sweep, run('performer-seed2')).state).toBe('running'); // nothing submitted: Slurm cannot be asked
   });
 });
 
@@ -108,7 +115,7 @@ describe('slurm pieces', () => {
     const lines = script.split('\n');
     expect(lines[0]).toBe('#!/bin/bash');
     for (const directive of [
-      '--job-name=cmp', '--array=0-2,5%4', `--output=${join(paths.slurm, '%A_%a.out')}`, '--chdir=/work/project', '--requeue', '--signal=B:USR1@120',
+      '--job-name=cmp', '--array=0-2,5%4', `--output=${join(executorFolder(sweep, 'slurm'), '%A_%a.out')}`, '--chdir=/work/project', '--requeue', '--signal=B:USR1@120',
       '--cpus-per-task=2', '--partition=gpu', '--time=2-00:00:00', '--gpus=a100:1', '--mem=64G', '--account=lab',
     ]) expect(lines).toContain(`#SBATCH ${directive}`);
     expect(lines.indexOf('module load nodejs/20')).toBeGreaterThan(lines.findLastIndex((l) => l.startsWith('#SBATCH')));

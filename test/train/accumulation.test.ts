@@ -4,9 +4,9 @@ import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
-import { trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
 import { concat, makeBatch, SEQ, VOCAB } from './batch-fixtures.ts';
 
 beforeAll(async () => {

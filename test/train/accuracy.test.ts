@@ -9,7 +9,7 @@ import { initBackend } from '../../src/backend.ts';
 import type { Batch } from '../../src/data/batch.ts';
 import { createLanguageModel, IGNORE_LABEL } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
 import { testBackend } from '../helpers/backend.ts';
 

@@ -1,6 +1,6 @@
 // Small random batches for the trainer tests (gradient accumulation, data parallelism).
 import type { ModelBatch } from '../../src/model/lm.ts';
-import type { Rng } from '../../src/model/rng.ts';
+import type { Rng } from '../../src/core/rng.ts';
 
 export const VOCAB = 19;
 export const SEQ = 6;

@@ -5,11 +5,11 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { DataParallelGroup, resolveDataParallel, shardMicroBatches } from '../../src/train/data-parallel.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
-import { trainStep } from '../../src/train/trainer.ts';
-import type { StepResult } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
+import type { StepResult } from '../../src/train/step.ts';
 import { concat, makeBatch, SEQ, VOCAB } from './batch-fixtures.ts';
 
 beforeAll(async () => {

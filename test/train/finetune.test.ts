@@ -6,11 +6,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
-import { isDarkformerModule } from '../../src/model/attention/darkformer.ts';
+import type { DarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
-import { partitionParameters, prepareFinetune, whitenDarkformerLayers } from '../../src/train/finetune.ts';
+import { Rng } from '../../src/core/rng.ts';
+import { initializeLayersFromData, partitionParameters, prepareFinetune } from '../../src/train/finetune.ts';
 import { resolveModelSource } from '../../src/store/resolve.ts';
 import { loadWeights } from '../../src/store/load-weights.ts';
 import { readModelFolder, saveFinalModel } from '../../src/store/model-folder.ts';
@@ -20,7 +20,8 @@ import { parseRecipe } from '../../src/store/recipes.ts';
 import { RecipeError } from '../../src/recipe/load.ts';
 import { loadModel } from '../../src/store/load-model.ts';
 import { encodeSafetensors, readSafetensors } from '../../src/hf/safetensors.ts';
-import { runTraining, trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import type { NamedArray } from '../../src/hf/safetensors.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
@@ -325,7 +326,7 @@ describe('whitening init', () => {
     loadWeights(model, await readModelFolder(source.folder)); // M stays the identity until whitened below
     const rng = new Rng(8);
     const batches = [randomBatch(rng, 3), randomBatch(rng, 3)];
-    whitenDarkformerLayers(model, batches, new Set([0, 1]));
+    initializeLayersFromData(model, batches, new Set([0, 1]));
     expect(tf.memory().numTensors).toBe(tensorsBefore); // loading and calibrating leak nothing
     // Capture every layer's q, k on the same inputs with the final M (layer 1's inputs depend on layer 0's M).
     const captured: { q: Float32Array; k: Float32Array; shape: number[] }[] = [];
@@ -337,8 +338,7 @@ describe('whitening init', () => {
     });
     expect(captured).toHaveLength(2);
     for (let layer = 0; layer < 2; layer++) {
-      const mechanism = model.body.attention[layer];
-      if (!isDarkformerModule(mechanism)) throw new Error('expected darkformer');
+      const mechanism = model.body.attention[layer] as DarkformerModule;
       const m = valuesOf(mechanism.covarianceFactor);
       const [b, h, l, d] = captured[layer].shape;
       for (let head = 0; head < h; head++) {

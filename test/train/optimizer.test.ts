@@ -2,7 +2,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { AdamW, clipByGlobalNorm, decays } from '../../src/train/optimizer.ts';
 import type { AdamWOptions } from '../../src/train/optimizer.ts';
 

@@ -10,13 +10,14 @@ import { testBackend } from '../helpers/backend.ts';
 import type { Batch } from '../../src/data/batch.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/model/rng.ts';
+import { Rng } from '../../src/core/rng.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
-import type { MetricRecord } from '../../src/train/metrics.ts';
+import type { MetricRecord } from '../../src/telemetry/records.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
-import { runTraining, trainStep } from '../../src/train/trainer.ts';
+import { trainStep } from '../../src/train/step.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;

@@ -1,4 +1,4 @@
-// cosformer: ReLU features with cos-based re-weighting (Qin et al. 2022; reference notes §5.2):
+// cosformer: ReLU features with cos-based re-weighting (Qin et al. 2022; docs/notes/attention-kernels.md §6):
 //
 //   κ(i, j) = ReLU(q_i)ᵀReLU(k_j) · cos(π/2 · (i − j)/M)
 //
@@ -15,7 +15,7 @@
 // state's maxLength (the model's maxSeqLen) — so a decoded sequence shorter than maxSeqLen does not
 // reproduce the official M = L forward of that sequence, it reproduces the forward with M = maxSeqLen.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { ConstantCache } from '../ops.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapMethods, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
@@ -31,6 +31,7 @@ export function cosformerAngles(length: number, reweightLength: number, start = 
 
 registerAttention('cosformer', {
   description: 'cosFormer: ReLU features re-weighted by cos(π/2·(i−j)/M), linear attention',
+  quadratic: false,
   options: {
     reweightLength: {
       kind: 'int',

@@ -1,21 +1,21 @@
-// darkformer: data-aware random-feature kernel (DARKFormer, arXiv 2603.04127 §4.1, App. B; reference
-// notes §3). The kernel is exp(x̃_qᵀx̃_k) with x̃ = M(d^(−1/4)x), i.e. exp(qᵀΣk/√d), Σ = MᵀM, and
-// its positive random features are the ordinary PRF of x̃,
+// darkformer: data-aware random-feature kernel (DARKFormer, arXiv 2603.04127 §4.1, App. B;
+// docs/notes/attention-kernels.md §3). The kernel is exp(x̃_qᵀx̃_k) with x̃ = M(d^(−1/4)x), i.e.
+// exp(qᵀΣk/√d), Σ = MᵀM, and its positive random features are the ordinary PRF of x̃,
 //
 //   φ(x)_j = m^(−1/2)·exp(w_jᵀx̃ − ‖x̃‖²/2),  w_j ~ N(0, I_r)  (ω̃_j = Mᵀw_j ~ N(0, Σ)),
 //
 // so gradients reach M through both the projection and the −‖x̃‖²/2 term. Everything after x̃
 // (projections, stabilisers, δ on the un-stabilised scale, redraw schedule) is Performer's.
 //
-// Choices (the paper specifies none of them, §3.3 of the notes):
+// Choices (the paper specifies none of them, docs/notes/attention-kernels.md §3.2):
 // * one M per head, [H, r, d] (as the third-party darkformer-pytorch; the paper has one Σ per layer):
 //   heads see differently distributed queries and keys, and whitening is a per-head statistic;
 // * M initialised to the identity (r < d: its first r rows), with the same projection draw as
 //   Performer for the same seed, so at r = d it starts exactly as Performer;
-// * init 'whitening' is data-dependent: M stays the identity until the finetuning code calls
-//   initializeFromData with calibration queries and keys (a resumed run restores M instead).
+// * init 'whitening' is data-dependent: M stays the identity until a new run calls its dataInit
+//   (types.ts) with calibration queries and keys (a resumed run restores M instead).
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { inverseSqrtSymmetric } from '../features/linalg.ts';
 import { batchMatMul, namedVariable, projectPerHead } from '../ops.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
@@ -30,7 +30,7 @@ import {
 } from './performer.ts';
 import { contractionOptions, featureMapMethods } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
-import type { ApplyOptions, AttentionModule } from './types.ts';
+import type { ApplyOptions } from './types.ts';
 
 /** Ridge added to the calibration covariance, relative to its mean eigenvalue: caps the gain M puts on near-degenerate directions (≤ 100× that of an average one). */
 const WHITENING_RIDGE = 1e-4;
@@ -43,13 +43,10 @@ export interface DarkformerModule extends RandomFeatureModule {
   /**
    * Data-aware initialisation (paper Prop. C.1): per head, M = Λ^(−1/2) with Λ the ridge-regularised
    * covariance of the raw queries and keys (½(Cov q + Cov k)). q, k: [batch, heads, length, headDim]
-   * calibration samples. Needs rank = headDim.
+   * calibration samples. Needs rank = headDim. With init 'whitening' it is also the module's dataInit, which a new
+   * run calls.
    */
   initializeFromData(q: tf.Tensor4D, k: tf.Tensor4D): void;
-}
-
-export function isDarkformerModule(module: AttentionModule): module is DarkformerModule {
-  return module.name === 'darkformer' && 'initializeFromData' in module;
 }
 
 /** The rows r of M: option 'rank', 0 meaning headDim. */
@@ -61,6 +58,7 @@ function rankOf(options: Record<string, unknown>, headDim: number): number {
 
 registerAttention('darkformer', {
   description: 'DARKFormer: positive random features for exp(qᵀMᵀMk/√d) with a learnable M per head',
+  quadratic: false,
   options: {
     ...favorOptionSpecs,
     rank: { kind: 'int', default: 0, min: 0, max: BOUNDS.width.max, doc: 'rows r of M (1 … headDim; 0 = headDim)' },
@@ -94,6 +92,36 @@ registerAttention('darkformer', {
     const maps = favorFeatureMaps(projection.variable, 1, (x) => dataAlignedInputs(x, covarianceFactor));
     const methods = featureMapMethods('darkformer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
 
+    const initializeFromData = (q: tf.Tensor4D, k: tf.Tensor4D): void => {
+      if (rank !== headDim) {
+        throw new Error(`darkformer.initializeFromData: whitening needs option 'rank' = headDim = ${headDim} (got ${rank})`);
+      }
+      for (const [label, t] of [['q', q], ['k', k]] as const) {
+        if (t.rank !== 4 || t.shape[1] !== numHeads || t.shape[3] !== headDim) {
+          throw new Error(`darkformer.initializeFromData: ${label} must be [batch, ${numHeads}, length, ${headDim}] (got [${t.shape.join(', ')}])`);
+        }
+      }
+      const values = new Float32Array(numHeads * headDim * headDim);
+      const qData = q.dataSync();
+      const kData = k.dataSync();
+      for (let h = 0; h < numHeads; h++) {
+        const cq = headCovariance(qData, q.shape, h);
+        const ck = headCovariance(kData, k.shape, h);
+        const lambda = cq.map((row, i) => row.map((x, j) => (x + ck[i][j]) / 2));
+        const meanEigen = lambda.reduce((s, row, i) => s + row[i], 0) / headDim;
+        if (!(meanEigen > 0)) throw new Error(`darkformer.initializeFromData: queries and keys of head ${h} have no variance`);
+        for (let i = 0; i < headDim; i++) lambda[i][i] += WHITENING_RIDGE * meanEigen;
+        inverseSqrtSymmetric(lambda).forEach((row, i) => values.set(row, (h * headDim + i) * headDim));
+      }
+      // Why M = Λ^(−1/2) with Λ from the *raw* q, k (not M = d^(−1/4)Λ^(−1/2)): M acts after the
+      // d^(−1/4) scale, so x̃ = d^(−1/4)Λ^(−1/2)x has covariance I/√d and the logits
+      // x̃_qᵀx̃_k = (Λ^(−1/2)q)ᵀ(Λ^(−1/2)k)/√d are standard softmax attention of whitened, unit-
+      // variance q and k — logit variance ≈ 1, the temperature softmax's 1/√d was chosen for.
+      // (darkformer-pytorch's M = s·Λ̃^(−1/2), s = d^(−1/4), Λ̃ = Cov(d^(−1/4)x), is the same matrix.)
+      // Putting another d^(−1/4) into M would give logit variance 1/d: near-uniform attention.
+      tf.tidy(() => covarianceFactor.assign(tf.tensor3d(values, [numHeads, headDim, headDim])));
+    };
+
     return {
       name: 'darkformer',
       options: { ...options, rank },
@@ -112,35 +140,8 @@ registerAttention('darkformer', {
       get drawIndex() {
         return projection.drawIndex;
       },
-      initializeFromData(q, k) {
-        if (rank !== headDim) {
-          throw new Error(`darkformer.initializeFromData: whitening needs option 'rank' = headDim = ${headDim} (got ${rank})`);
-        }
-        for (const [label, t] of [['q', q], ['k', k]] as const) {
-          if (t.rank !== 4 || t.shape[1] !== numHeads || t.shape[3] !== headDim) {
-            throw new Error(`darkformer.initializeFromData: ${label} must be [batch, ${numHeads}, length, ${headDim}] (got [${t.shape.join(', ')}])`);
-          }
-        }
-        const values = new Float32Array(numHeads * headDim * headDim);
-        const qData = q.dataSync();
-        const kData = k.dataSync();
-        for (let h = 0; h < numHeads; h++) {
-          const cq = headCovariance(qData, q.shape, h);
-          const ck = headCovariance(kData, k.shape, h);
-          const lambda = cq.map((row, i) => row.map((x, j) => (x + ck[i][j]) / 2));
-          const meanEigen = lambda.reduce((s, row, i) => s + row[i], 0) / headDim;
-          if (!(meanEigen > 0)) throw new Error(`darkformer.initializeFromData: queries and keys of head ${h} have no variance`);
-          for (let i = 0; i < headDim; i++) lambda[i][i] += WHITENING_RIDGE * meanEigen;
-          inverseSqrtSymmetric(lambda).forEach((row, i) => values.set(row, (h * headDim + i) * headDim));
-        }
-        // Why M = Λ^(−1/2) with Λ from the *raw* q, k (not M = d^(−1/4)Λ^(−1/2)): M acts after the
-        // d^(−1/4) scale, so x̃ = d^(−1/4)Λ^(−1/2)x has covariance I/√d and the logits
-        // x̃_qᵀx̃_k = (Λ^(−1/2)q)ᵀ(Λ^(−1/2)k)/√d are standard softmax attention of whitened, unit-
-        // variance q and k — logit variance ≈ 1, the temperature softmax's 1/√d was chosen for.
-        // (darkformer-pytorch's M = s·Λ̃^(−1/2), s = d^(−1/4), Λ̃ = Cov(d^(−1/4)x), is the same matrix.)
-        // Putting another d^(−1/4) into M would give logit variance 1/d: near-uniform attention.
-        tf.tidy(() => covarianceFactor.assign(tf.tensor3d(values, [numHeads, headDim, headDim])));
-      },
+      initializeFromData,
+      ...(options.init === 'whitening' ? { dataInit: { trigger: "init 'whitening'", fills: { variable: covarianceFactor, label: 'M' }, initializeFromData } } : {}),
       onTrainStep: (step) => projection.onTrainStep(step),
       dispose: () => {
         projection.variable.dispose();

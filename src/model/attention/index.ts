@@ -1,4 +1,5 @@
-// Importing this module registers every attention mechanism.
+// Importing this module registers every attention mechanism: one import line per mechanism file (adding one:
+// docs/attention.md, "Adding a mechanism").
 import './softmax.ts';
 import './yat-spherical.ts';
 import './slay.ts';
@@ -8,6 +9,6 @@ import './schoenbat.ts';
 import './linear-elu.ts';
 import './cosformer.ts';
 
-export { createAttention, attentionTensors, attentionNames, attentionOptionSpecs, attentionDescription } from './registry.ts';
+export { createAttention, attentionTensors, attentionNames, attentionOptionSpecs, attentionDescription, attentionIsQuadratic } from './registry.ts';
 export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, TensorDeclaration } from './types.ts';
 export { linearAttention } from './linear-attention.ts';

@@ -10,7 +10,7 @@
 // recurrent state S = Σ_{j<t} φ(k_j)[v_j, 1]ᵀ, [B, H, F, D+1] — O(1) state and work per token — which
 // is exactly the carry between segments.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { untaped } from '../ops.ts';
 import { accumulateKeys, bidirectionalBlock, causalSegment, EMPTY_SHIFT, readQueries, type Carry, type Normalization, type ProductFactors, type Side } from './chunked.ts';
 import { bidirectionalRecomputed, causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';

@@ -1,4 +1,4 @@
-// linear-elu: linear attention with φ(x) = elu(x) + 1 (Katharopoulos et al. 2020; reference notes §5.1):
+// linear-elu: linear attention with φ(x) = elu(x) + 1 (Katharopoulos et al. 2020; docs/notes/attention-kernels.md §5):
 //
 //   Y_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + δ)       j ≤ i if causal
 //
@@ -16,6 +16,7 @@ export function eluPlusOne<T extends tf.Tensor>(x: T): T {
 
 registerAttention('linear-elu', {
   description: 'linear attention with the positive feature map elu(x)+1 (Katharopoulos et al. 2020)',
+  quadratic: false,
   options: {
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator (the reference ε)' },
     ...contractionOptionSpecs,

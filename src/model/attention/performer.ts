@@ -1,4 +1,4 @@
-// performer: FAVOR+ (Choromanski et al. 2021; reference notes §2). Positive random features
+// performer: FAVOR+ (Choromanski et al. 2021; docs/notes/attention-kernels.md §2). Positive random features
 //
 //   φ(x)_j = m^(−1/2)·exp(ω_jᵀx̃ − ‖x̃‖²/2),  x̃ = d^(−1/4)x,  ω_j ~ N(0, I)  ⇒  E[φ(q)ᵀφ(k)] = exp(qᵀk/√d)
 //
@@ -12,12 +12,12 @@
 // Deviation from the references: no ε is added to the features (they add 1e−6 or 1e−4, which
 // biases the kernel and, for keys, depends on the global maximum).
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { namedVariable } from '../ops.ts';
-import { deriveSeed, Rng } from '../rng.ts';
+import { deriveSeed, Rng } from '../../core/rng.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapAttention, featureMapMethods, type ContractionOptions, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule, OptionSpecs } from './types.ts';
@@ -154,6 +154,7 @@ export function checkAttentionShapes(
 
 registerAttention('performer', {
   description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
+  quadratic: false,
   options: favorOptionSpecs,
   tensors: ({ numHeads, headDim }, options) => [{ name: 'projection', shape: [numHeads, headDim, options.features as number], trainable: false }],
   create(config, options): RandomFeatureModule {

@@ -3,9 +3,20 @@ import type { AttentionConfig, AttentionModule, OptionSpec, OptionSpecs, TensorD
 
 export type ResolvedOptions = Record<string, number | string | boolean>;
 
-interface Entry {
+/**
+ * What a mechanism file registers. Everything else in the project reads mechanisms through this registry (recipe
+ * validation, the recipe docs' table, checkpoint shape checks, memory estimates), so a new mechanism is its file
+ * plus its import line in index.ts (docs/attention.md, "Adding a mechanism").
+ */
+export interface AttentionEntry {
   description: string;
-  /** Every option with its bounds (integer options declare their maximum: src/bounds.ts), checked before `create`. */
+  /**
+   * Whether it forms the length × length score matrix: memory and time quadratic in the length (the recipe's tensor
+   * size check and the trainer's memory estimate count B·H·L² scores), decoding keeps a key/value cache, and it
+   * has no segmentLength (linear mechanisms carry O(1) sums instead).
+   */
+  quadratic: boolean;
+  /** Every option with its bounds (integer options declare their maximum: src/core/bounds.ts), checked before `create`. */
   options: OptionSpecs;
   create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
   /**
@@ -15,9 +26,9 @@ interface Entry {
   tensors(config: Omit<AttentionConfig, 'scope'>, options: ResolvedOptions): TensorDeclaration[];
 }
 
-const registry = new Map<string, Entry>();
+const registry = new Map<string, AttentionEntry>();
 
-export function registerAttention(name: string, entry: Entry): void {
+export function registerAttention(name: string, entry: AttentionEntry): void {
   if (registry.has(name)) throw new Error(`attention '${name}' is registered twice`);
   registry.set(name, entry);
 }
@@ -34,7 +45,11 @@ export function attentionDescription(name: string): string {
   return lookup(name).description;
 }
 
-function lookup(name: string): Entry {
+export function attentionIsQuadratic(name: string): boolean {
+  return lookup(name).quadratic;
+}
+
+function lookup(name: string): AttentionEntry {
   const entry = registry.get(name);
   if (!entry) throw new Error(`unknown attention '${name}'; allowed: ${attentionNames().join(', ')}`);
   return entry;

@@ -1,4 +1,4 @@
-// schoenbat: Schoenberg's-theorem attention (arXiv 2505.12252; reference notes §4):
+// schoenbat: Schoenberg's-theorem attention (arXiv 2505.12252; docs/notes/attention-kernels.md §4):
 //
 //   q̃ = preSBN(q)·d^(−1/4), k̃ = preSBN(k)·d^(−1/4)       preSBN: centre, divide by √(var+1e-12), unit-normalise
 //   out = γ · RMFA(q̃, k̃, v) + β                             RMFA: linear attention over random Maclaurin features
@@ -19,9 +19,9 @@
 //   q̃ᵀk̃ < 0). The default here clamps at f(−1/√d), the smallest value the exact denominator can take
 //   with one visible key, so the guard never changes an exact estimate; 'reference' keeps 1.0.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { l2Normalize, namedVariable } from '../ops.ts';
-import { deriveSeed, Rng } from '../rng.ts';
+import { deriveSeed, Rng } from '../../core/rng.ts';
 import { DEFAULT_MAX_DEGREE, drawDegrees, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
 import type { MaclaurinKernel } from '../features/random-maclaurin.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapMethods } from './linear-attention.ts';
@@ -42,6 +42,7 @@ const maclaurinRng = (seed: number) => new Rng(deriveSeed(seed, 'schoenbat.macla
 
 registerAttention('schoenbat', {
   description: 'SchoenbAt: pre-SBN, random Maclaurin feature attention for a dot-product kernel, post-SBN γ·out+β',
+  quadratic: false,
   options: {
     kernel: { kind: 'enum', default: 'exp', values: MACLAURIN_KERNELS, doc: 'dot-product kernel f: exp eˣ, inverse 1/(1−x), logi 1−log(1−x), trigh cosh x+sinh x (= exp), sqrt 2−√(1−x)' },
     features: { kind: 'int', default: 128, min: 2, max: BOUNDS.features.max, doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)' },

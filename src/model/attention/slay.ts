@@ -1,4 +1,4 @@
-// slay: Spherical Linearized Attention with the Yat kernel (SLAY paper; reference notes §1).
+// slay: Spherical Linearized Attention with the Yat kernel (SLAY paper; docs/notes/attention-kernels.md §1).
 //
 //   x = q̂ᵀk̂ (unit-normalised q, k),  C = 2 + ε,  x²/(C − 2x) = ∫₀^∞ e^{−Cs} x² e^{2sx} ds
 //                                                  ≈ Σ_r w_r x² e^{2 s_r x}      (Gauss–Laguerre, R nodes)
@@ -13,20 +13,20 @@
 // to ±20 as the reference; it is the shared PRF map at x = √(2s)·û. φ_poly is one of the maps of
 // ../features/polynomial.ts (default 'anchor'). Which kernel each variant targets in expectation:
 //   exact, random-maclaurin, tensorsketch:  Σ_r w_r x² e^{2 s_r x}          (the quadrature kernel)
-//   anchor:                                 Σ_r w_r (1 + 2x²) e^{2 s_r x} / (d(d+2))   (notes §1.8)
+//   anchor:                                 Σ_r w_r (1 + 2x²) e^{2 s_r x} / (d(d+2))   (§1.4 there)
 //   nystrom:                                ≈ the quadrature kernel (low-rank, signed)
-//   laplace-only (no polynomial factor):    Σ_r (C/4) α_r e^{2 s_r x} ≈ (C²/4)/(C − 2x)  (notes §1.10)
+//   laplace-only (no polynomial factor):    Σ_r (C/4) α_r e^{2 s_r x} ≈ (C²/4)/(C − 2x)  (§1.3 there)
 //   hadamard (ω shared by both factors, poly = (ωᵀu)²/√M, element-wise product, R·M features):
 //     Σ_r (w_r/M) e^{2 s_r x} (a⁴ + 2a²(1 + 2x) + 1 + 2x²),  a² = 2 s_r (1 + x)²
 // The random matrices are drawn once from the mechanism's seed and never redrawn.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS } from '../../bounds.ts';
+import { BOUNDS } from '../../core/bounds.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { createPolynomialMap, POLYNOMIAL_KINDS, polynomialParameterShapes, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../ops.ts';
-import { deriveSeed, Rng } from '../rng.ts';
+import { deriveSeed, Rng } from '../../core/rng.ts';
 import { contractionOptionSpecs, featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionConfig, AttentionModule } from './types.ts';
@@ -61,6 +61,7 @@ export interface SlayAttention extends AttentionModule {
 
 registerAttention('slay', {
   description: 'SLAY: linearised spherical Yat attention (Gauss–Laguerre × polynomial ⊗ positive random features)',
+  quadratic: false,
   options: {
     epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε (paper LM setting 1e-3)' },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the attention denominator' },
@@ -89,7 +90,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   const { epsilon, delta, quadratureNodes: r, prfFeatures: m, anchors: p, poly, chunkSize, segmentLength } = options;
   const c = 2 + epsilon;
   const { scales, weights: quadratureWeights } = slayQuadrature(r, epsilon);
-  // Laplace-only discretises (C²/4)/(C − 2x) (notes §1.10): weights (C²/4)·w_r = (C/4)·α_r.
+  // Laplace-only discretises (C²/4)/(C − 2x) (docs/notes/attention-kernels.md §1.3): weights (C²/4)·w_r = (C/4)·α_r.
   const weights = poly === 'laplace-only' ? quadratureWeights.map((w) => ((c * c) / 4) * w) : quadratureWeights;
 
   const buffers: tf.Variable[] = [];

@@ -11,6 +11,7 @@ const NEG = -1e9;
 
 registerAttention('softmax', {
   description: 'exact scaled dot-product attention softmax(qkᵀ/√d)v',
+  quadratic: true,
   options: {},
   tensors: () => [],
   create(config): AttentionModule {

@@ -34,6 +34,8 @@ export interface AttentionModule {
   readonly drawLayout?: Readonly<Record<string, readonly number[]>>;
   /** Called by the trainer once per optimizer step; mechanisms with a redraw interval redraw here. */
   onTrainStep?(step: number): void;
+  /** Present when the options ask for a data-dependent initialisation (DARKFormer's init 'whitening'). */
+  readonly dataInit?: DataInitialization;
   /**
    * Incremental (decoding) form, causal mechanisms only: the state before position 0 of `batch`
    * sequences of at most `maxLength` positions (cosFormer with reweightLength 0 uses it as M).
@@ -51,6 +53,21 @@ export interface AttentionModule {
 }
 
 /**
+ * A data-dependent initialisation of a mechanism's own parameter. A new run (not a resumed one) passes a few training
+ * batches through the model and calls initializeFromData with each layer's queries and keys just before that
+ * layer's attention runs, so later layers see the earlier ones initialised (src/train/finetune.ts); a layer whose
+ * variable came from initFrom's checkpoint keeps it.
+ */
+export interface DataInitialization {
+  /** The option setting that asks for it, as the run log says it: "init 'whitening'". */
+  readonly trigger: string;
+  /** The variable it sets, and its name in the run log ("M"). */
+  readonly fills: { readonly variable: tf.Variable; readonly label: string };
+  /** q, k: [batch, heads, length, headDim], this layer's calibration queries and keys. */
+  initializeFromData(q: tf.Tensor4D, k: tf.Tensor4D): void;
+}
+
+/**
  * What an attention layer carries between decoding steps: for linear mechanisms the running sums
  * Σ φ(k)[v, 1]ᵀ (size independent of position), for softmax and exact Yat a key/value cache.
  */
@@ -64,7 +81,7 @@ export interface AttentionState {
 
 /**
  * Declarative description of one option: type, default, bounds. An integer option always declares its maximum —
- * from the bounds table (src/bounds.ts) when it sets a size, null when it does not (a number of steps) — since
+ * from the bounds table (src/core/bounds.ts) when it sets a size, null when it does not (a number of steps) — since
  * options come from checkpoints too, and are checked before anything is built from them.
  */
 export type OptionSpec =

@@ -1,5 +1,5 @@
-// yat-spherical: the exact spherical Yat kernel, quadratic in length (SLAY paper §3; reference
-// notes §1.9). x = q̂·k̂, K = x²/(C − 2x) with C = 2 + ε, and kernel normalisation
+// yat-spherical: the exact spherical Yat kernel, quadratic in length (SLAY paper §3;
+// docs/notes/attention-kernels.md §1.5). x = q̂·k̂, K = x²/(C − 2x) with C = 2 + ε, and kernel normalisation
 // Y = KV / (K·1 + δ) — not a softmax. Future keys get weight 0.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, clamp, ConstantCache, flattenHeads, l2Normalize } from '../ops.ts';
@@ -9,6 +9,7 @@ import type { AttentionModule } from './types.ts';
 
 registerAttention('yat-spherical', {
   description: 'exact spherical Yat attention x²/(C−2x), kernel-normalised, O(L²)',
+  quadratic: true,
   options: {
     epsilon: { kind: 'number', default: 1e-3, exclusiveMin: 0, doc: 'ε in C = 2 + ε; the kernel peaks at 1/ε' },
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the denominator' },

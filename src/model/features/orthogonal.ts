@@ -1,4 +1,4 @@
-// Orthogonal Gaussian random features (Performer's ORF; Choromanski et al. 2021, reference notes §2.2):
+// Orthogonal Gaussian random features (Performer's ORF; Choromanski et al. 2021, docs/notes/attention-kernels.md §2.2):
 // ⌊m/d⌋ full blocks of d mutually orthogonal directions plus one partial block, each block from
 // the QR decomposition of a fresh d×d standard-Gaussian matrix with the sign fix (Q·diag(sign R_ii))
 // that makes Q Haar-distributed, every direction then scaled by the length of an independent
@@ -11,7 +11,7 @@
 // *is* the sign-fixed QR, and the second pass ("twice is enough") restores orthogonality to
 // machine precision.
 import * as tf from '@tensorflow/tfjs';
-import { Rng } from '../rng.ts';
+import { Rng } from '../../core/rng.ts';
 
 /**
  * m directions in R^d as m rows of a row-major [m, d] Float64Array: blocks of d orthogonal rows,

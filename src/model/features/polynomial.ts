@@ -1,5 +1,5 @@
 // Feature maps for the degree-2 polynomial kernel (uᵀv)², SLAY's x² factor (paper §2.3.2, App. C;
-// reference notes §1.2, §1.4, §1.8, §1.10). Inputs are rows u ∈ R^d (SLAY passes unit vectors).
+// docs/notes/attention-kernels.md §1.2–§1.4). Inputs are rows u ∈ R^d (SLAY passes unit vectors).
 //
 //   kind               output   φ(u)                                      E[φ(u)ᵀφ(v)] (unit u, v; x = uᵀv)
 //   anchor             P        (a_pᵀu)² / √P, a_p uniform on the sphere  (1 + 2x²) / (d(d+2))   — biased, ≥ 0
@@ -20,7 +20,7 @@
 // sketch is unbiased for x² (the reference divides by √P, a constant that cancels in attention).
 import * as tf from '@tensorflow/tfjs';
 import { ConstantCache, matMul2d } from '../ops.ts';
-import type { Rng } from '../rng.ts';
+import type { Rng } from '../../core/rng.ts';
 import { inverseSqrtSymmetric } from './linalg.ts';
 
 export const POLYNOMIAL_KINDS = ['anchor', 'exact', 'random-maclaurin', 'tensorsketch', 'nystrom'] as const;
@@ -33,7 +33,7 @@ export interface PolynomialMapSpec {
   /** P: anchors, Maclaurin pairs or sketch size (ignored by 'exact', whose output is d²). */
   features: number;
   rng: Rng;
-  /** λ of Nyström's K_AA + λI (notes §1.10: 1e-3). */
+  /** λ of Nyström's K_AA + λI (the reference's 1e-3: docs/notes/attention-kernels.md §1.3). */
   nystromRidge?: number;
   /**
    * Receives each fixed random matrix once, by name, and returns the tensor the map will use (SLAY

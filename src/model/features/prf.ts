@@ -2,8 +2,9 @@
 //
 //   φ(x)_j = m^(−1/2) · exp(ω_jᵀx − ‖x‖²/2),   ω_j ~ N(0, I)  ⇒  E[φ(x)ᵀφ(y)] = exp(xᵀy)
 //
-// (FAVOR+, Choromanski et al. 2021; "Cheap Attention" in ../shared/papers). SLAY's
-// exp(√(2s)ωᵀu − s) for a unit u is this map at x = √(2s)·u.
+// (FAVOR+: Choromanski et al., Rethinking Attention with Performers, ICLR 2021;
+// docs/notes/attention-kernels.md §2.1). SLAY's exp(√(2s)ωᵀu − s) for a unit u is this map at
+// x = √(2s)·u.
 import * as tf from '@tensorflow/tfjs';
 import { clamp, projectPerHead, untaped } from '../ops.ts';
 

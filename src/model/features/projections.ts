@@ -1,7 +1,7 @@
 // Random projection matrices drawn from the project's seeded generator (so they are reproducible
 // and can be saved with the model).
 import * as tf from '@tensorflow/tfjs';
-import { Rng } from '../rng.ts';
+import { Rng } from '../../core/rng.ts';
 
 /** [heads, d, m] (or [d, m] when heads is null) with iid N(0, 1) entries. */
 export function gaussianProjection(rng: Rng, heads: number | null, d: number, m: number): tf.Tensor {

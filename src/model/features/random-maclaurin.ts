@@ -1,5 +1,5 @@
 // Random Maclaurin features (Kar & Karnick 2012) for a dot-product kernel f(xᵀy) = Σ_n a_n (xᵀy)ⁿ
-// with a_n ≥ 0, as SchoenbAt uses them (reference notes §4.2, code `random_features/maclaurin.py`):
+// with a_n ≥ 0, as SchoenbAt uses them (docs/notes/attention-kernels.md §4.2; the SchoenbAt code's `random_features/maclaurin.py`):
 //
 //   φ(x)_0 = √a₀                                         (the constant term, exact)
 //   φ(x)_j = √(a_{N_j} / P(N_j)) · Π_{l=1..N_j} (r_{j,l}ᵀx) / √(D−1),   j = 1…D−1
@@ -18,7 +18,7 @@
 // each feature's scale is folded into its level-1 row, so no broadcast multiply is needed.
 import * as tf from '@tensorflow/tfjs';
 import { matMul2d, namedVariable } from '../ops.ts';
-import type { Rng } from '../rng.ts';
+import type { Rng } from '../../core/rng.ts';
 
 export const MACLAURIN_KERNELS = ['exp', 'inverse', 'logi', 'trigh', 'sqrt'] as const;
 export type MaclaurinKernel = (typeof MACLAURIN_KERNELS)[number];

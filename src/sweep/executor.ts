@@ -1,0 +1,83 @@
+// The executor contract: where the runs of a run set (run-set.ts) go. An executor starts each pending run's task
+// process (set-files.ts taskCommand; the task takes the run's lock, skips it when done, runs the worker: task.ts) here
+// or through a scheduler's queue, and may tell status what its queue knows. Executors are listed by name in the
+// registry (executors.ts); the sweep and paper commands, status, the sweep file's sections and the task process go
+// through it and name no executor, so a new one is one file plus one registry line (docs/layout.md).
+import type { RunSet, SetRun } from './run-set.ts';
+
+/** One setting of an executor: a key of a set file's `<executor>:` section, and a command-line flag. */
+export interface ExecutorSetting {
+  /** The flag, e.g. `--partition`; unique across executors (the registry checks). */
+  flag: string;
+  /** Its --help line (after the executor's name), and the placeholder of its value there (default VALUE). */
+  help: string;
+  value?: string;
+  /** What the flag's text becomes: by default a number when it is all digits, else the text; 'boolean': true or false; 'list': the flag repeats and its values add to the file's. */
+  type?: 'boolean' | 'list';
+  /** null when the value is valid, else what it must be ("an integer ≥ 1"): messages read `<where> must be <that> (got …)`. */
+  check(value: unknown): string | null;
+}
+
+/** What the caller gives an executor besides the runs and settings. */
+export interface ExecutorContext {
+  /** Where progress goes (default stdout). */
+  out?: NodeJS.WriteStream | NodeJS.WritableStream;
+  /** Seconds between progress lines when `out` is not a terminal. */
+  logIntervalS?: number;
+}
+
+export type ExecutorOutcome =
+  /** The runs ran here and have ended: finished now, stopped (Ctrl-C), failed; `skipped`: done before. */
+  | { kind: 'ran'; done: string[]; skipped: string[]; stopped: string[]; failed: { name: string; lastLine: string }[] }
+  /** `runs` of them handed to a scheduler as `what` (for messages: "job array 41"); `file`: what was submitted. */
+  | { kind: 'submitted'; what: string; runs: number; file: string };
+
+/** An executor's word on one run's task. */
+export interface QueuedTask {
+  /** The task as it names itself in locks and attempts (Executor.currentTask). */
+  task: string;
+  /** running: it holds its allocation; waiting: queued; failed: the executor ended it (out of memory, time limit…); ended: gone otherwise. */
+  phase: 'running' | 'waiting' | 'failed' | 'ended';
+  /** One line for status, e.g. "Slurm 7_0 PENDING (Resources)". */
+  detail: string;
+}
+
+/** What an executor's queue knows of a set's tasks. */
+export interface ExecutorQueue {
+  /** For status's header, e.g. the jobs it submitted. */
+  header: string;
+  /** Whether the queue answered: a lock taken in one of its tasks is believed only while it lists the task, or when it cannot be asked. */
+  reachable: boolean;
+  /** Its newest word on each run, by run index. */
+  tasks: Map<number, QueuedTask>;
+}
+
+/** The executor task a run's lock or attempt was taken in. */
+export interface ExecutorTask {
+  executor: string;
+  /** As Executor.currentTask names it. */
+  name: string;
+}
+
+export interface Executor {
+  /** What `--executor` takes; it also names the executor's section of a set file and its folder under `_sweep/`. */
+  name: string;
+  /** What it does with a run set, a paragraph for --help. */
+  description: string;
+  settings: Readonly<Record<string, ExecutorSetting>>;
+  /**
+   * true: run() hands the runs to a scheduler and returns, and they run later, maybe on machines that see other paths
+   * (the sweep command then only warns about a missing dataset); false: they run here and run() returns once they ended.
+   */
+  submits: boolean;
+  /** Starts (or submits) `pending`, the set's runs that are not done, with settings its table checked. */
+  run(set: RunSet, pending: SetRun[], settings: Record<string, unknown>, context?: ExecutorContext): Promise<ExecutorOutcome>;
+  /** For --dry-run: what run() would submit (e.g. the batch script), submitting nothing. Absent where nothing is submitted. */
+  preview?(set: RunSet, pending: SetRun[], settings: Record<string, unknown>, cwd: string): string;
+  /** What its queue says of the set's tasks, for status; null when it holds none of them. Absent: the run's files tell all. */
+  queue?(set: RunSet): ExecutorQueue | null;
+  /** In a task process: the name of the executor task this process runs as, or null when it is none of this executor's. */
+  currentTask?(): string | null;
+  /** In its task process, after it asked the run to stop (SIGUSR1, e.g. before a time limit) and the run did: run the task again later. */
+  requeue?(log: NodeJS.WritableStream): void;
+}

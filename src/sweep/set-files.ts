@@ -1,0 +1,94 @@
+// A run set's own files under `<runDir>/_sweep/` and the command of a run's task, as the executors, the task process
+// (task.ts) and status read and write them:
+//   recipes/<name>.yaml    a training run's resolved recipe, what the trainer reads
+//   logs/<name>.log        the worker's output, every attempt
+//   locks/<name>.lock      the live attempt: pid, host, the executor task it runs in
+//   attempts/<name>.json   how the last attempt ended
+//   <executor>/            an executor's own files (e.g. its batch scripts and submissions)
+// Plain files and node: modules only, so that the executors (and the commands' --help, which lists their settings)
+// load without TensorFlow.js.
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { TSX_IMPORT } from '../tsx-import.ts';
+import type { ExecutorTask } from './executor.ts';
+import type { RunSet, SetRun } from './run-set.ts';
+
+export function sweepPaths(sweep: Pick<RunSet, 'runDir'>) {
+  const root = path.join(sweep.runDir, '_sweep');
+  return { root, recipes: path.join(root, 'recipes'), logs: path.join(root, 'logs'), locks: path.join(root, 'locks'), attempts: path.join(root, 'attempts') };
+}
+
+/** The folder of an executor's own files for the set. */
+export function executorFolder(sweep: Pick<RunSet, 'runDir'>, executor: string): string {
+  return path.join(sweepPaths(sweep).root, executor);
+}
+
+const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+
+/**
+ * The task command of run `index` (a number, or a shell word such as "$SLURM_ARRAY_TASK_ID" when `shell`): the local
+ * executor spawns it, a batch script execs it. tsx is loaded with --import, not through its CLI, which would relay
+ * signals on its own.
+ */
+export function taskCommand(set: Pick<RunSet, 'task'>, index: string, { shell = false, node = process.execPath } = {}): string {
+  const args = [node, '--import', TSX_IMPORT, ...set.task].map(quote);
+  return [...args, shell ? index : quote(index)].join(' ');
+}
+
+export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
+  return ['--import', TSX_IMPORT, ...set.task, String(index)];
+}
+
+export interface Lock {
+  pid: number;
+  host: string;
+  /** The executor task the attempt runs in (e.g. a Slurm array task), null for a process started here. */
+  task: ExecutorTask | null;
+  startedAt: string;
+}
+
+export interface Attempt {
+  outcome: 'done' | 'stopped' | 'failed';
+  exitCode: number | null;
+  signal: string | null;
+  lastLine: string;
+  task: ExecutorTask | null;
+  endedAt: string;
+}
+
+export const lockFile = (sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>) => path.join(sweepPaths(sweep).locks, `${run.name}.lock`);
+export const attemptFile = (sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>) => path.join(sweepPaths(sweep).attempts, `${run.name}.json`);
+export const logFile = (sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>) => path.join(sweepPaths(sweep).logs, `${run.name}.log`);
+
+export function readLock(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Lock | null {
+  return readJson<Lock>(lockFile(sweep, run));
+}
+
+export function readAttempt(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Attempt | null {
+  return readJson<Attempt>(attemptFile(sweep, run));
+}
+
+export function readJson<T>(file: string): T | null {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
+  } catch {
+    return null; // absent, or cut short by a crash: no information
+  }
+}
+
+/** A lock is live when its process runs on this host. (Another host's lock is trusted: only its executor's queue can tell, see status.ts.) */
+export function lockIsLive(lock: Lock): boolean {
+  if (lock.host !== os.hostname()) return true;
+  try {
+    process.kill(lock.pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Who holds a lock, for messages: its executor task, or its process. */
+export function lockHolder(lock: Lock): string {
+  return lock.task ? lock.task.name : `pid ${lock.pid} on ${lock.host}`;
+}

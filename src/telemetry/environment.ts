@@ -1,0 +1,95 @@
+// The environment record of a run folder (env.json): where the run came from and ran — the git commit, the versions of
+// Node, tfjs and the backend, the machine, the command line — and the data paths it read, both absolute and relative
+// to the run folder, so that a moved run folder still finds data that moved with it.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import type { Recipe } from '../recipe/schema.ts';
+import { ENV_FILE } from '../store/layout.ts';
+import { AUTO_PREFIX } from '../store/resolve.ts';
+
+const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
+
+/** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
+function gitSource(): { commit: string | null; dirty: boolean | null; reason?: string } {
+  const git = (...args: string[]) => execFileSync('git', ['-C', REPO_ROOT, ...args], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    const commit = git('rev-parse', 'HEAD').trim();
+    return { commit, dirty: git('status', '--porcelain').trim() !== '' };
+  } catch (err) {
+    return { commit: null, dirty: null, reason: `not a git checkout, or git is missing (${(err as Error).message.split('\n')[0]})` };
+  }
+}
+
+/**
+ * Versions of the TensorFlow.js packages and of the running backend; TensorFlow's own on the tensorflow backend.
+ * tfjs is imported here, not at the top: importing the telemetry modules loads no tfjs (a command's --help answers
+ * before any backend loads).
+ */
+async function backendVersions(): Promise<Record<string, unknown>> {
+  const tf = await import('@tensorflow/tfjs');
+  const backend = tf.engine().backendName ?? null;
+  const versions: Record<string, string | null> = { ...tf.version };
+  try {
+    versions['tfjs-backend-wasm'] = requireFromHere('@tensorflow/tfjs-backend-wasm/package.json').version;
+  } catch {
+    versions['tfjs-backend-wasm'] = null;
+  }
+  // tfjs-node's backend carries its libtensorflow binding, whose TF_Version is TensorFlow's version string.
+  const binding = backend === 'tensorflow' ? (tf.engine().backend as unknown as { binding?: { TF_Version?: string } }).binding : undefined;
+  return { name: backend, tensorflow: binding?.TF_Version ?? null, versions };
+}
+const requireFromHere = createRequire(import.meta.url);
+
+/** An external path as recorded in env.json: absolute, and relative to the run folder. */
+function recordedPath(runDir: string, file: string | null) {
+  return file === null ? null : { absolute: file, fromRun: path.relative(runDir, file) };
+}
+
+/** Where and how a process runs: Node, the machine, the command line, the git source and the backend's versions. */
+export async function processEnvironment(): Promise<Record<string, unknown>> {
+  const cpus = os.cpus();
+  return {
+    node: process.version,
+    platform: `${process.platform}-${process.arch}`,
+    hostname: os.hostname(),
+    cpus: cpus.length,
+    cpuModel: cpus[0]?.model ?? null,
+    memoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+    argv: process.argv.slice(1),
+    cwd: process.cwd(),
+    startedAt: new Date().toISOString(),
+    git: gitSource(),
+    backend: await backendVersions(),
+  };
+}
+
+async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
+  return {
+    ...(await processEnvironment()),
+    paths: {
+      run: runDir,
+      dataset: recordedPath(runDir, recipe.data.dataset),
+      tokenizer: recordedPath(runDir, recipe.data.tokenizer),
+      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith(AUTO_PREFIX) ? null : path.resolve(recipe.initFrom)),
+    },
+  };
+}
+
+/** env.json of a new run; a resume (resumedAtStep defined) keeps the first session's and appends its own. */
+export async function environmentRecord(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<Record<string, unknown>> {
+  const file = path.join(runDir, ENV_FILE);
+  const current = await environment(runDir, recipe);
+  let previous: Record<string, unknown> | null = null;
+  if (resumedAtStep !== undefined) {
+    try {
+      previous = JSON.parse(fs.readFileSync(file, 'utf8'));
+    } catch {
+      previous = null; // missing or damaged: this session's environment stands alone
+    }
+  }
+  const resumes = Array.isArray(previous?.resumes) ? previous.resumes : [];
+  return previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current;
+}

@@ -1,0 +1,132 @@
+// One optimizer step's maths, shared by the training loop (trainer.ts), the data-parallel replicas
+// (data-parallel.ts, replica.ts) and the throughput measure (throughput.ts): the micro-batches'
+// gradients summed over the step's labelled tokens, global-norm clipping, a NaN/Inf guard, and AdamW.
+import * as tf from '@tensorflow/tfjs';
+import { deriveSeed } from '../core/rng.ts';
+import { IGNORE_LABEL } from '../model/lm.ts';
+import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import { microBatchGradients } from './compiled-step.ts';
+import { clipByGlobalNorm, disposeFlat, type AdamW, type FlatGradients } from './optimizer.ts';
+
+function labelledCount(batch: ModelBatch): number {
+  let n = 0;
+  for (let i = 0; i < batch.labels.length; i++) if (batch.labels[i] !== IGNORE_LABEL) n++;
+  return n;
+}
+
+export interface StepResult {
+  /** Mean cross-entropy per labelled token over all micro-batches, nats. */
+  loss: number;
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  /** Labelled tokens in the step. */
+  tokens: number;
+  /** False when the loss or gradient norm was NaN/Inf: then nothing was updated (not even AdamW's step count). */
+  applied: boolean;
+}
+
+export interface StepOptions {
+  lr: number;
+  clip: number;
+  dropoutSeed: number | null;
+  /** Only these get gradients (train.freeze); default all parameters. */
+  trainable?: Map<string, tf.Variable>;
+  /** Run forward and backward as a TensorFlow graph where the backend can (train.graph; default true). */
+  graph?: boolean;
+  /** Compile those graphs with XLA (train.xla resolved for the device: resolveXla; default false). */
+  xla?: boolean;
+}
+
+/** Labelled tokens over all micro-batches: the divisor of every summed loss in the step. */
+export function stepTokens(microBatches: readonly ModelBatch[]): number {
+  if (microBatches.length === 0) throw new Error('trainStep: no micro-batch');
+  const total = microBatches.reduce((n, b) => n + labelledCount(b), 0);
+  if (total === 0) throw new Error('trainStep: the micro-batches hold no labelled token');
+  return total;
+}
+
+/**
+ * Σ_i ∇(lossSum(batch_i, seed_i) / total) over the given batches, and Σ_i lossSum_i / total. The
+ * caller owns the returned tensors. Shared by trainStep and by the data-parallel replicas.
+ */
+export function accumulateGradients(
+  model: LanguageModel,
+  batches: readonly ModelBatch[],
+  seeds: readonly (number | null)[],
+  total: number,
+  variables: tf.Variable[],
+  graph = true,
+  xla = false,
+): { grads: Map<string, tf.Tensor>; loss: tf.Scalar } {
+  let accumulated: Record<string, tf.Tensor> | null = null;
+  let loss: tf.Scalar | null = null;
+  try {
+    for (let i = 0; i < batches.length; i++) {
+      const previous: Record<string, tf.Tensor> | null = accumulated;
+      const previousLoss: tf.Scalar | null = loss;
+      const out: { value: tf.Scalar; grads: Record<string, tf.Tensor> } = tf.tidy(() => {
+        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph, xla);
+        if (!previous) return { value, grads };
+        const sum: Record<string, tf.Tensor> = {};
+        for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
+        return { value: tf.add(previousLoss!, value) as tf.Scalar, grads: sum };
+      });
+      if (previous) tf.dispose([...Object.values(previous), previousLoss!]);
+      accumulated = out.grads;
+      loss = out.value;
+    }
+  } catch (err) {
+    if (accumulated) tf.dispose([...Object.values(accumulated), loss!]);
+    throw err;
+  }
+  if (!accumulated) throw new Error('accumulateGradients: no batch');
+  return { grads: new Map(Object.entries(accumulated)), loss: loss! };
+}
+
+/**
+ * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). A
+ * NaN/Inf loss or gradient norm is caught before the update, so weights and moments stay as they
+ * were. Disposes `grads` and `loss`.
+ */
+export async function applyGradients(
+  optimizer: AdamW,
+  grads: Map<string, tf.Tensor>,
+  loss: tf.Scalar,
+  total: number,
+  opts: Pick<StepOptions, 'lr' | 'clip'>,
+): Promise<StepResult> {
+  let flat: FlatGradients | null = null;
+  try {
+    flat = optimizer.flatten(grads);
+    tf.dispose([...grads.values()]);
+    const { values } = flat;
+    const norm = tf.tidy(() => clipByGlobalNorm(values, 0).norm);
+    const [checkedNorm, checkedLoss] = await Promise.all([norm.data(), loss.data()]);
+    norm.dispose();
+    if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
+      return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
+    }
+    tf.tidy(() => optimizer.applyGradients({ ...flat!, values: clipByGlobalNorm(values, opts.clip).grad }, opts.lr));
+    return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: true };
+  } finally {
+    tf.dispose([...grads.values(), loss]);
+    if (flat) disposeFlat(flat);
+  }
+}
+
+/** Dropout seed of micro-batch i (null = no dropout). */
+export const microBatchSeed = (dropoutSeed: number | null, i: number) => (dropoutSeed === null ? null : deriveSeed(dropoutSeed, i));
+
+/**
+ * One optimizer step over k micro-batches. Each micro-batch's summed loss is divided by the labelled
+ * tokens of ALL k micro-batches, so the accumulated gradient is exactly the gradient of the mean loss
+ * over the union — the update of one batch of k× rows (also for BERT, whose micro-batches hold
+ * different numbers of labelled tokens). Dropout of micro-batch i uses deriveSeed(dropoutSeed, i).
+ */
+export async function trainStep(model: LanguageModel, optimizer: AdamW, microBatches: readonly ModelBatch[], opts: StepOptions): Promise<StepResult> {
+  const total = stepTokens(microBatches);
+  const variables = [...(opts.trainable ?? model.parameters()).values()];
+  const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
+  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.xla ?? false);
+  return applyGradients(optimizer, grads, loss, total, opts);
+}

@@ -1,0 +1,358 @@
+// Run comparison on fabricated run folders: tables, grouping, plots, HTML, bad input.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { compareRuns, csvTable, groupCurves, groupRuns, latexTable, loadRun, resolveRunDirs } from '../../src/report/compare.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+interface FakeRun {
+  folder: string;
+  attention: string;
+  seed: number;
+  lr?: number;
+  /** Validation losses at tokens 1000, 2000, 3000. */
+  val: number[];
+  train: number[];
+  summary?: Record<string, unknown>;
+  /** Learning rate logged at each step (default 1e-3). */
+  lrAt?: (step: number) => number;
+  /** Recipe keys other than the defaults below. */
+  kind?: string;
+  dModel?: number;
+  tokenizer?: string;
+  /** env.json (where the run ran); none by default. */
+  env?: Record<string, unknown>;
+  /** The parent folder (default <root>/runs). */
+  parent?: string;
+}
+
+function recipe(attention: string, seed: number, lr = 1e-3, more: Pick<FakeRun, 'kind' | 'dModel' | 'tokenizer'> = {}) {
+  return {
+    name: 'tiny', backend: 'wasm',
+    model: { kind: more.kind ?? 'gpt', dModel: more.dModel ?? 32, numLayers: 1, numHeads: 2, mlpRatio: 4, dropout: 0, maxSeqLen: 16, bias: true, attention: { name: attention, options: {} } },
+    data: { dataset: 'data/x', textColumn: 'text', tokenizer: more.tokenizer ?? 't.json', seqLen: 16, shuffleBuffer: 0, readAhead: 1, mlmProbability: 0.15 },
+    train: { batchSize: 2, lr, seed, runDir: 'runs', maxTokens: 3000 },
+    wandb: { enabled: false, project: 'p', entity: null, runName: null },
+  };
+}
+
+function writeRun(run: FakeRun): string {
+  const dir = join(run.parent ?? join(root, 'runs'), run.folder);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(recipe(run.attention, run.seed, run.lr, run)));
+  if (run.env) writeFileSync(join(dir, 'env.json'), JSON.stringify(run.env));
+  const lines: string[] = [];
+  run.val.forEach((loss, i) => {
+    const tokens = 1000 * (i + 1);
+    const step = 10 * (i + 1);
+    const base = { step, tokens, lr: run.lrAt?.(step) ?? 1e-3, grad_norm: 1, tokens_per_s: 500, elapsed_s: tokens / 500 };
+    lines.push(JSON.stringify({ ...base, split: 'train', loss: run.train[i], ppl: Math.exp(run.train[i]) }));
+    lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4, acc: 1 - loss / 4 }));
+  });
+  writeFileSync(join(dir, 'metrics.jsonl'), lines.join('\n') + '\n');
+  if (run.summary) writeFileSync(join(dir, 'summary.json'), JSON.stringify(run.summary));
+  return dir;
+}
+
+const summaryOf = (valLoss: number, params: number) => ({
+  steps: 30, tokens: 3000, elapsed_s: 6, train_tokens_per_s: 520, val_loss: valLoss, val_ppl: Math.exp(valLoss),
+  val_bpb: valLoss / Math.LN2 / 4, val_acc: 1 - valLoss / 4, parameters: params, records: 6,
+});
+
+const softmax1 = writeRun({ folder: 'softmax-s1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 12345) });
+const softmax2 = writeRun({ folder: 'softmax-s2', attention: 'softmax', seed: 2, val: [3.1, 2.4, 2.4], train: [3.3, 2.5, 2.35], summary: summaryOf(2.4, 12345) });
+const slay = writeRun({ folder: 'slay-s1', attention: 'slay', seed: 1, val: [3.5, 3.0, 2.9], train: [3.6, 3.1, 3.0] });
+
+/** Checks that every tag opened is closed in order (enough to catch a truncated or mangled SVG). */
+function expectWellFormed(xml: string): void {
+  const stack: string[] = [];
+  for (const m of xml.matchAll(/<(\/?)([a-zA-Z][\w:-]*)[^>]*?(\/?)>/g)) {
+    const [, closing, name, selfClosing] = m;
+    if (selfClosing) continue;
+    if (closing) expect(stack.pop()).toBe(name);
+    else stack.push(name);
+  }
+  expect(stack).toEqual([]);
+}
+
+describe('loadRun', () => {
+  it('reads the numbers of a finished run from summary.json and metrics.jsonl', async () => {
+    const run = await loadRun(softmax1);
+    expect(run).toMatchObject({
+      attention: 'softmax', kind: 'gpt', seed: 1, params: 12345, tokens: 3000, finalValLoss: 2.2, bestValLoss: 2.2,
+      tokensPerSecond: 520, wallSeconds: 6, finished: true,
+    });
+    expect(run.finalValPpl).toBeCloseTo(Math.exp(2.2), 12);
+    expect(run.warnings).toEqual([]);
+    const second = await loadRun(softmax2);
+    expect(second.finalValLoss).toBe(2.4);
+    expect(second.bestValLoss).toBe(2.4);
+  });
+
+  it('falls back to metrics.jsonl for an unfinished run, with a warning', async () => {
+    const run = await loadRun(slay);
+    expect(run).toMatchObject({ finished: false, params: null, tokens: 3000, finalValLoss: 2.9, bestValLoss: 2.9, wallSeconds: 6 });
+    expect(run.tokensPerSecond).toBeCloseTo(500, 12);
+    expect(run.finalValBpb).toBeCloseTo(2.9 / Math.LN2 / 4, 12);
+    expect(run.warnings[0]).toMatch(/summary\.json: missing/);
+  });
+});
+
+describe('compareRuns', () => {
+  it('writes the tables, one SVG line per attention, and an HTML page embedding the plots', async () => {
+    const outDir = join(root, 'report');
+    const warnings: string[] = [];
+    const result = await compareRuns(resolveRunDirs([join(root, 'runs')]), { outDir, warn: (m) => warnings.push(m) });
+    expect(result.runs.map((r) => r.name)).toEqual(['slay-s1', 'softmax-s1', 'softmax-s2']);
+    expect(warnings).toHaveLength(1);
+    for (const name of ['report.md', 'index.html', 'runs.json', 'val-loss.svg', 'val-ppl.svg', 'train-loss.svg', 'train-ppl.svg']) {
+      expect(existsSync(join(outDir, name)), name).toBe(true);
+    }
+    const md = readFileSync(join(outDir, 'report.md'), 'utf8');
+    expect(md).toContain('| softmax-s1 | softmax | gpt | 1 | 12,345 | 3,000 | 2.2000 | 2.2000 | 9.03 | 0.7935 | 0.4500 | 520 | 6.0 |');
+    expect(md).toContain('| slay-s1 (unfinished) | slay | gpt | 1 | — | 3,000 | 2.9000 | 2.9000 | 18.17 | 1.0460 | 0.2750 |');
+    // softmax: final val losses 2.2 and 2.4 → 2.3 ± 0.1414; best 2.2 and 2.4 as well; perplexity exp(2.3) = 9.97
+    // (the mean of the perplexities, (e^2.2 + e^2.4)/2 = 10.02, would weight the worse seed more).
+    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12,345 ± 0 | 3,000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 | 9.97 | 0.8295 ± 0.0510 | 0.4250 ± 0.0354 |');
+    expect(md).toMatch(/\| slay \| tiny \| 1 \| 1 \| — \| 3,000 \| 2\.9000 \| 2\.9000 \| 18\.17 \|/);
+
+    const html = readFileSync(join(outDir, 'index.html'), 'utf8');
+    for (const file of ['val-loss.svg', 'val-ppl.svg', 'train-loss.svg', 'train-ppl.svg']) {
+      const svg = readFileSync(join(outDir, file), 'utf8');
+      expect(svg.startsWith('<svg')).toBe(true);
+      expect(svg).toContain('xmlns="http://www.w3.org/2000/svg"');
+      expectWellFormed(svg);
+      expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+      // A ±sd band for softmax (two seeds), none for slay (one run).
+      expect(svg.match(/class="mark-area role-mark/g)).toHaveLength(1);
+      expect(svg).toContain('softmax');
+      expect(svg).toContain('slay');
+      expect(html).toContain(svg);
+    }
+    expect(html).toContain('<td style="text-align:left">softmax-s1</td>');
+    expect(html).toContain('<td style="text-align:right">12,345</td>');
+    const json = JSON.parse(readFileSync(join(outDir, 'runs.json'), 'utf8'));
+    expect(json.groups.map((g: { label: string }) => g.label)).toEqual(['slay', 'softmax']);
+    expect(json.groups[1].stats.finalValLoss.sd).toBeCloseTo(Math.SQRT2 / 10, 12);
+  });
+
+  it('averages a group over its seeds in the curves and splits groups by recipe', async () => {
+    const other = writeRun({ folder: 'softmax-lr', attention: 'softmax', seed: 1, lr: 3e-3, val: [2.9, 2.3, 2.0], train: [3, 2.4, 2.1], summary: summaryOf(2.0, 12345) });
+    try {
+      const result = await compareRuns([softmax1, softmax2, other], { outDir: join(root, 'report2'), warn: () => {} });
+      // Labelled by the setting that tells the groups apart.
+      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax lr=0.001', 2], ['softmax lr=0.003', 1]]);
+      const svg = readFileSync(join(root, 'report2', 'val-loss.svg'), 'utf8');
+      expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+    } finally {
+      rmSync(other, { recursive: true });
+    }
+  });
+
+  it('refuses a group whose runs differ in more than the seed, and with force marks it in the report', async () => {
+    // Seed 3 stopped after 2,000 tokens (no summary.json): same recipe, but its final loss is from earlier in training.
+    const short = writeRun({ folder: 'softmax-s3', attention: 'softmax', seed: 3, val: [3.05, 2.45], train: [3.2, 2.55] });
+    try {
+      const dirs = [softmax1, softmax2, short, slay];
+      await expect(compareRuns(dirs, { outDir: join(root, 'mixed'), warn: () => {} })).rejects.toThrow(
+        /1 group mixes runs that differ in more than the seed[^]*softmax: final validation after different token counts \(3,000: softmax-s1, softmax-s2; 2,000: softmax-s3 \(unfinished\)\)[^]*--force/,
+      );
+      expect(existsSync(join(root, 'mixed'))).toBe(false); // nothing written
+      const warnings: string[] = [];
+      const result = await compareRuns(dirs, { outDir: join(root, 'mixed'), force: true, warn: (m) => warnings.push(m) });
+      expect(result.groups.find((g) => g.label === 'softmax')!.mixed).toHaveLength(1);
+      expect(result.groups.find((g) => g.label === 'slay')!.mixed).toEqual([]);
+      expect(warnings.filter((w) => w.startsWith('MIXED GROUP'))).toHaveLength(1);
+      const md = readFileSync(join(root, 'mixed', 'report.md'), 'utf8');
+      expect(md).toMatch(/## ⚠ Groups whose runs differ in more than the seed[^]*- softmax: final validation after different token counts/);
+      expect(md).toContain('| ⚠ softmax | tiny | 3 | 1, 2, 3 |');
+      expect(readFileSync(join(root, 'mixed', 'index.html'), 'utf8')).toContain('<div class="warning">');
+    } finally {
+      rmSync(short, { recursive: true });
+    }
+  });
+
+  it('refuses a group whose runs followed different learning-rate schedules (a resume with other train keys)', async () => {
+    const resumed = writeRun({
+      folder: 'softmax-s4', attention: 'softmax', seed: 4, val: [3, 2.5, 2.3], train: [3.2, 2.6, 2.3], summary: summaryOf(2.3, 12345),
+      lrAt: (step) => (step < 20 ? 1e-3 : 5e-4),
+    });
+    try {
+      await expect(compareRuns([softmax1, resumed], { outDir: join(root, 'mixed-lr'), warn: () => {} })).rejects.toThrow(
+        /softmax: different learning rates at step 20 \(0\.001: softmax-s1; 0\.0005: softmax-s4\)/,
+      );
+    } finally {
+      rmSync(resumed, { recursive: true });
+    }
+  });
+
+  it('draws each group as its mean over seeds with a ±sd band; perplexity curves are exp of the loss curves', async () => {
+    const groups = groupRuns([await loadRun(softmax1), await loadRun(softmax2), await loadRun(slay)]);
+    const loss = groupCurves(groups, 'val', 'loss');
+    const ppl = groupCurves(groups, 'val', 'ppl');
+    // softmax at 2,000 tokens: validation losses 2.5 and 2.4.
+    const mean = 2.45;
+    const sd = Math.sqrt(((2.5 - mean) ** 2 + (2.4 - mean) ** 2) / 1);
+    const at = (points: typeof loss, series: string, x: number) => points.find((p) => p.series === series && p.x === x)!;
+    expect(at(loss, 'softmax', 2000).y).toBeCloseTo(mean, 12);
+    expect(at(loss, 'softmax', 2000).lo).toBeCloseTo(mean - sd, 12);
+    expect(at(loss, 'softmax', 2000).hi).toBeCloseTo(mean + sd, 12);
+    expect(at(ppl, 'softmax', 2000).y).toBeCloseTo(Math.exp(mean), 10);
+    expect(at(ppl, 'softmax', 2000).lo).toBeCloseTo(Math.exp(mean - sd), 10);
+    expect(at(ppl, 'softmax', 2000).hi).toBeCloseTo(Math.exp(mean + sd), 10);
+    expect(at(loss, 'slay', 2000)).toEqual({ series: 'slay', x: 2000, y: 3.0 }); // one run: no band
+  });
+
+  it('lays the page out to the window’s width', async () => {
+    await compareRuns([softmax1, softmax2], { outDir: join(root, 'page'), warn: () => {} });
+    const html = readFileSync(join(root, 'page', 'index.html'), 'utf8');
+    expect(html).not.toMatch(/max-width:\s*\d+px/);
+    expect(html).toContain('<meta name="viewport" content="width=device-width');
+    expect(html).toMatch(/figure svg\{width:100%;height:auto\}/);
+    expect(html).toMatch(/grid-template-columns:repeat\(auto-fill/);
+    // The inlined SVGs scale: they carry a viewBox.
+    expect(html.match(/<svg [^>]*viewBox="0 0 \d+ \d+"/g)!.length).toBe(6); // against tokens (4) and time (2)
+  });
+
+  it('names the missing or corrupt file, or skips the run with a warning when asked', async () => {
+    const broken = join(root, 'bad', 'no-metrics');
+    mkdirSync(broken, { recursive: true });
+    writeFileSync(join(broken, 'config.json'), JSON.stringify(recipe('softmax', 3)));
+    await expect(compareRuns([softmax1, broken], { outDir: join(root, 'r3') })).rejects.toThrow(`${join(broken, 'metrics.jsonl')}: cannot be read (ENOENT)`);
+    const warnings: string[] = [];
+    const result = await compareRuns([softmax1, broken], { outDir: join(root, 'r3'), skipInvalid: true, warn: (m) => warnings.push(m) });
+    expect(result.runs).toHaveLength(1);
+    expect(warnings[0]).toContain(`skipped ${broken}`);
+
+    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":5,"split":"train","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{oops\n{}\n');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'metrics.jsonl')}:2: not valid JSON`);
+    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":"5","split":"train"}\n');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'metrics.jsonl')}:1: metric record field tokens must be a number`);
+    // A diverged loss is logged as null: the record is kept; no final loss, the best is the finite one.
+    writeFileSync(
+      join(broken, 'metrics.jsonl'),
+      ['{"step":1,"tokens":5,"split":"val","loss":2,"ppl":7.4,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}',
+        '{"step":2,"tokens":9,"split":"val","loss":null,"ppl":null,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":2}', ''].join('\n'),
+    );
+    const diverged = await loadRun(broken);
+    expect(diverged).toMatchObject({ tokens: 9, finalValLoss: null, finalValPpl: null, bestValLoss: 2, wallSeconds: 2 });
+    // A last line cut short by a crash is dropped with a warning.
+    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":5,"split":"val","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{"step":2,"tok');
+    const partial = await loadRun(broken);
+    expect(partial.records).toHaveLength(1);
+    expect(partial.warnings[0]).toContain('metrics.jsonl:2: incomplete last line ignored');
+
+    writeFileSync(join(broken, 'config.json'), '{"model": {}}');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: expected the resolved recipe with model.attention.name`);
+    writeFileSync(join(broken, 'config.json'), '{not json');
+    await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: not valid JSON`);
+  });
+
+  it('refuses runs of another model kind or tokenizer, naming the difference; --split writes one report per kind', async () => {
+    const mixedRoot = join(root, 'families');
+    const gpt = writeRun({ parent: mixedRoot, folder: 'gpt-softmax', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const bert = writeRun({ parent: mixedRoot, folder: 'bert-softmax', attention: 'softmax', seed: 1, kind: 'bert', val: [4, 3.5, 3.2], train: [4.2, 3.6, 3.3], summary: summaryOf(3.2, 100) });
+    const otherVocab = writeRun({ parent: mixedRoot, folder: 'gpt-slay-big-vocab', attention: 'slay', seed: 1, tokenizer: 'big.json', val: [6, 5.5, 5.2], train: [6, 5.6, 5.3], summary: summaryOf(5.2, 100) });
+    await expect(compareRuns([gpt, bert], { outDir: join(root, 'families-report'), warn: () => {} })).rejects.toThrow(
+      /^these runs' losses are not comparable on one axis; they differ in\n {2}model kind \(causal vs masked LM loss\): gpt: gpt-softmax; bert: bert-softmax\nCompare them separately, or pass --split/,
+    );
+    await expect(compareRuns([gpt, otherVocab], { outDir: join(root, 'families-report'), warn: () => {} })).rejects.toThrow(
+      /tokenizer \(another vocabulary: other tokens, other losses\): t\.json: gpt-softmax; big\.json: gpt-slay-big-vocab/,
+    );
+    expect(existsSync(join(root, 'families-report'))).toBe(false); // nothing written
+    const warnings: string[] = [];
+    const split = await compareRuns([gpt, bert], { outDir: join(root, 'families-report'), split: true, warn: (m) => warnings.push(m) });
+    expect(split.reports.map((r) => [r.outDir, r.runs.map((x) => x.name)])).toEqual([
+      [join(root, 'families-report', 'gpt'), ['gpt-softmax']],
+      [join(root, 'families-report', 'bert'), ['bert-softmax']],
+    ]);
+    expect(readFileSync(join(root, 'families-report', 'report.md'), 'utf8')).toMatch(/each kind has its own report[^]*model kind[^]*\[gpt\]\(gpt\/report\.md\)[^]*\[bert\]\(bert\/report\.md\)/);
+    expect(existsSync(join(root, 'families-report', 'bert', 'val-loss.svg'))).toBe(true);
+    expect(warnings.some((w) => w.startsWith('the runs differ in model kind: one report per kind'))).toBe(true);
+  });
+
+  it('labels groups shortly and tables what tells them apart; n = 1 is said, not "mean ± sd"', async () => {
+    const labelsRoot = join(root, 'labels');
+    const runs = [
+      writeRun({ parent: labelsRoot, folder: 'a', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
+      writeRun({ parent: labelsRoot, folder: 'b', attention: 'softmax', seed: 1, lr: 3e-3, dModel: 64, val: [3, 2.4, 2.1], train: [3, 2.5, 2.2], summary: summaryOf(2.1, 100) }),
+      writeRun({ parent: labelsRoot, folder: 'c', attention: 'slay', seed: 1, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) }),
+    ];
+    const out = join(root, 'labels-report');
+    const result = await compareRuns(runs, { outDir: out, warn: () => {} });
+    expect(result.groups.map((g) => g.label)).toEqual(['softmax #1', 'softmax #2', 'slay']);
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('## What tells the groups apart\n\n| group | model.dModel | train.lr |\n|---|---|---|\n| softmax #1 | 32 | 0.001 |\n| softmax #2 | 64 | 0.003 |\n| slay | 32 | 0.001 |');
+    const svg = readFileSync(join(out, 'val-loss.svg'), 'utf8');
+    expect(svg).toContain('n = 1: one run per group, no spread');
+    expect(svg).not.toContain('mean ± sd');
+    expect(md).toContain('every group has one run (n = 1)');
+  });
+
+  it('pairs each group with the baseline (softmax by default) over the seeds both ran, with the 95% interval', async () => {
+    const pairedRoot = join(root, 'paired');
+    const loss = { softmax: [2.2, 2.4, 2.3], slay: [2.25, 2.42, 2.37] };
+    const runs = Object.entries(loss).flatMap(([attention, finals]) => finals.map((f, i) =>
+      writeRun({ parent: pairedRoot, folder: `${attention}-${i + 1}`, attention, seed: i + 1, val: [3, 2.6, f], train: [3, 2.7, f + 0.1], summary: summaryOf(f, 100) })));
+    const out = join(root, 'paired-report');
+    const result = await compareRuns(runs, { outDir: out, warn: () => {} });
+    expect(result.baseline).toBe('softmax');
+    const slay = result.groups.find((g) => g.attention === 'slay')!;
+    // Differences 0.05, 0.02, 0.07: mean 0.0467, sd 0.0252, t(0.975, 2) = 4.3027 → half-width 0.0625.
+    expect(slay.paired!.mean).toBeCloseTo(0.046667, 5);
+    expect(slay.paired!.ci![0]).toBeCloseTo(0.046667 - 4.302653 * 0.025166 / Math.sqrt(3), 4);
+    expect(slay.paired!.wins).toBe(0);
+    expect(result.groups.find((g) => g.attention === 'softmax')!.paired).toBeNull();
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toMatch(/\| slay \| tiny \| 3 \| 1, 2, 3 \|[^\n]*\| \+0\.0467 \[−0\.0158, \+0\.1092\] \| 0\.\d{3} \| 0\/3 \|/);
+    expect(md).toMatch(/\| softmax \| [^\n]*\| \(baseline\) \|/);
+    // The same numbers for a spreadsheet (plain) and a paper (LaTeX).
+    const csv = readFileSync(join(out, 'groups.csv'), 'utf8').split('\r\n');
+    expect(csv[0]).toBe('group,recipe,n,seeds,params,tokens,final val loss,final val loss sd,best val loss,val ppl,val bpb,val acc,tokens/s,wall s,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on');
+    expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,tiny,3,"1, 2, 3",100,3000,2\.34\d*,0\.0\d+,/);
+    const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
+    expect(tex.slice(0, 5)).toEqual(['\\begin{table}', '\\centering', '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds)}', '\\begin{tabular}{llrlrrrrrrrrrrrr}', '\\toprule']);
+    expect(tex).toContain('slay & tiny & 3 & 1, 2, 3 & 100 $\\pm$ 0 & 3,000 $\\pm$ 0 & 2.3467 $\\pm$ 0.0874 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.8464 $\\pm$ 0.0315 & 0.4133 $\\pm$ 0.0218 & 520 $\\pm$ 0 & 6.0 $\\pm$ 0.0 & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 0/3 \\\\');
+    await expect(compareRuns(runs, { outDir: join(root, 'paired-none'), baseline: 'performer', warn: () => {} })).rejects.toThrow(/--baseline performer: no run uses that attention \(softmax, slay\)/);
+  });
+
+  it('reports backend, commit and peak memory from env.json and summary.json, and plots loss against wall-clock time', async () => {
+    const envRoot = join(root, 'env');
+    const env = (backend: string, commit: string, dirty: boolean) => ({ backend: { name: backend }, git: { commit, dirty } });
+    const run = writeRun({
+      parent: envRoot, folder: 'with-env', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3],
+      summary: { ...summaryOf(2.2, 100), peak_rss_bytes: 512 * 2 ** 20 },
+      env: { ...env('tensorflow', '0123456789abcdef', false), resumes: [{ ...env('wasm', 'fedcba9876543210', true), resumedAtStep: 10 }] },
+    });
+    const bare = writeRun({ parent: envRoot, folder: 'without-env', attention: 'slay', seed: 1, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) });
+    const out = join(root, 'env-report');
+    await compareRuns([run, bare], { outDir: out, warn: () => {} });
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('| tokens/s | wall s | peak MiB | backend | commit |');
+    expect(md).toMatch(/\| with-env \| softmax \|[^\n]*\| 512 \| tensorflow → wasm \| 01234567 → fedcba98\* \|/);
+    expect(md).toMatch(/\| without-env \| slay \|[^\n]*\| — \| — \| — \|/);
+    const csv = readFileSync(join(out, 'runs.csv'), 'utf8');
+    expect(csv).toContain(',512,tensorflow → wasm,01234567 → fedcba98*\r\n');
+    const timeSvg = readFileSync(join(out, 'val-loss-time.svg'), 'utf8');
+    expect(timeSvg).toContain('wall-clock time (s)');
+    expect(timeSvg.match(/class="mark-line role-mark/g)).toHaveLength(2);
+    const curve = groupCurves(groupRuns([await loadRun(run)]), 'val', 'loss', 'time');
+    expect(curve.map((p) => p.x)).toEqual([2, 4, 6]); // elapsed_s of the three validations
+  });
+
+  it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
+    const table = { header: ['a', 'b'], right: [false, true], rows: [{ text: ['x_1 & 50%', '1,234'], raw: ['say "hi", ok', 1234] }] };
+    expect(csvTable(table)).toBe('a,b\r\n"say ""hi"", ok",1234\r\n');
+    expect(latexTable(table, 'Δ ± #')).toContain('\\caption{$\\Delta$ $\\pm$ \\#}\n\\begin{tabular}{lr}\n\\toprule\na & b \\\\\n\\midrule\nx\\_1 \\& 50\\% & 1,234 \\\\');
+  });
+
+  it('resolves quoted globs and parent folders to run folders', () => {
+    expect(resolveRunDirs([join(root, 'runs', 'softmax-*')])).toEqual([softmax1, softmax2]);
+    expect(resolveRunDirs([join(root, 'runs', 's?ay-s1')])).toEqual([slay]);
+    expect(() => resolveRunDirs([join(root, 'runs', 'nothing-*')])).toThrow(/no folder matches/);
+    expect(() => resolveRunDirs([join(root, 'missing')])).toThrow(/no such folder/);
+  });
+});
