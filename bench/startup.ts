@@ -18,7 +18,7 @@ import { generateSyntheticShard } from '../src/data/prepare.ts';
 import { estimateEpoch } from '../src/data/stream.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
-import { parseRecipe } from '../src/train/recipe.ts';
+import { parseRecipe } from '../src/store/recipes.ts';
 import { streamOptions } from '../src/train/plan.ts';
 import { describeEpoch, runTraining } from '../src/train/trainer.ts';
 

@@ -30,10 +30,10 @@ class CheckFailed extends Error {}
 async function main({ values, positionals }: ParsedCommand<typeof COMMAND.options>): Promise<void> {
   const steps = values.steps;
   const recipeFile = positionals[0] ?? DEFAULT_RECIPE;
-  const [{ formatChecks, verifyTensorflow }, { graphDevice }, { tensorflowInfo }, { TextTokenizer }, { countParameters, createLanguageModel }, { loadRecipe, modelConfigFromRecipe }, { measureThroughput }, { GPT2_VOCAB_SIZE }] =
+  const [{ formatChecks, verifyTensorflow }, { graphDevice }, { tensorflowInfo }, { TextTokenizer }, { countParameters, createLanguageModel }, { loadRecipe }, { modelConfigFromRecipe }, { measureThroughput }, { GPT2_VOCAB_SIZE }] =
     await Promise.all([
       import('../backend/tensorflow-check.ts'), import('../backend/tf-graph.ts'), import('../backend/tensorflow.ts'), import('../data/tokenizer.ts'),
-      import('../model/lm.ts'), import('../train/recipe.ts'), import('../train/throughput.ts'), import('../train/plan.ts'),
+      import('../model/lm.ts'), import('../store/recipes.ts'), import('../recipe/model-config.ts'), import('../train/throughput.ts'), import('../train/plan.ts'),
     ]);
 
   console.log('[1/4] the native backend');

@@ -8,7 +8,7 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { StreamOptions } from '../data/stream.ts';
-import type { Recipe } from '../train/recipe.ts';
+import type { Recipe } from '../recipe/schema.ts';
 import { chooseBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
@@ -85,9 +85,9 @@ backend once \`npm run setup:tensorflow\` has built it), and compares its valida
 async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>): Promise<number> {
   const { backend, recipe: recipeFile } = values;
   const started = performance.now();
-  const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe, RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
+  const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
     import('../backend.ts'), import('../data/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
-    import('../train/recipe.ts'), import('../train/plan.ts'), import('../train/trainer.ts'),
+    import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../train/trainer.ts'),
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);

@@ -41,7 +41,7 @@ export interface EvalCheckpointResult extends EvalResult {
 /** Loads the checkpoint, reads validation batches as training does, evaluates (the backend must be initialised). */
 export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalCheckpointResult> {
   const [{ collectEvalBatches, evaluate }, { loadModel, loadModelTokenizer }, { streamOptions }] = await Promise.all([
-    import('../train/evaluate.ts'), import('../train/load-checkpoint.ts'), import('../train/plan.ts'),
+    import('../train/evaluate.ts'), import('../store/load-model.ts'), import('../train/plan.ts'),
   ]);
   const loaded = await loadModel(opts.checkpoint);
   const { dir, model, recipe, metadata } = loaded;

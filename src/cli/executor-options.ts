@@ -3,6 +3,7 @@
 // as a set file's `<executor>:` section. Light: the executors load without TensorFlow.js, so --help lists them at once.
 import type { Executor, ExecutorOutcome } from '../sweep/executor.ts';
 import { DEFAULT_EXECUTOR, EXECUTORS, executorNamed, executorNames } from '../sweep/executors.ts';
+import { pendingRuns } from '../sweep/run-folders.ts';
 import type { RunSet } from '../sweep/run-set.ts';
 import { UsageError, type OptionSpec } from './command.ts';
 
@@ -54,7 +55,6 @@ export async function runOnExecutor(
   const settings = executorSettings(executor, set.executorSettings[executor.name], values);
   if (values['dry-run'] && !executor.preview) throw new UsageError(`--dry-run: the ${executor.name} executor runs here and submits nothing`);
   opts.preflight?.(executor);
-  const { pendingRuns } = await import('../sweep/run-folders.ts'); // loads TensorFlow.js (the checkpoint listing)
   const pending = pendingRuns(set);
   if (executor.submits && pending.length === 0) {
     console.log(opts.nothingLeft);

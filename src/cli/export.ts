@@ -1,8 +1,8 @@
 // npm run export -- <checkpoint> --out DIR [--format hf] [--tokenizer FILE] [--overwrite] [--backend NAME]
-// Writes a trained model as a Hugging Face folder (src/hf/export.ts).
+// Writes a trained model as a Hugging Face folder (src/store/hf-export.ts).
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
-/** hf/export.ts's formats, written out here (that module loads tfjs); the type check keeps the two lists equal. */
-const EXPORT_FORMATS = ['hf'] as const satisfies typeof import('../hf/export.ts').EXPORT_FORMATS;
+/** store/hf-export.ts's formats, written out here (that module loads tfjs); the type check keeps the two lists equal. */
+const EXPORT_FORMATS = ['hf'] as const satisfies typeof import('../store/hf-export.ts').EXPORT_FORMATS;
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, UsageError } from './command.ts';
 
@@ -28,7 +28,7 @@ if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.out === undefined) throw new UsageError('--out DIR is required');
     await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
-    const { exportHf } = await import('../hf/export.ts');
+    const { exportHf } = await import('../store/hf-export.ts');
     const result = await exportHf(positionals[0], { out: values.out, tokenizer: values.tokenizer, overwrite: values.overwrite });
     console.log(`wrote ${result.out}: model_type ${result.modelType}, ${result.tensors} tensors`);
     if (result.nonStandard.length > 0) {

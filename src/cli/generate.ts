@@ -45,7 +45,7 @@ export interface GenerateCheckpointResult {
 
 /** Loads the checkpoint and samples (the backend must be initialised). */
 export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): Promise<GenerateCheckpointResult> {
-  const [{ generateTokens, validateSampling }, { loadModel, loadModelTokenizer }] = await Promise.all([import('../model/decode.ts'), import('../train/load-checkpoint.ts')]);
+  const [{ generateTokens, validateSampling }, { loadModel, loadModelTokenizer }] = await Promise.all([import('../model/decode.ts'), import('../store/load-model.ts')]);
   if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0)) throw new Error(`--max-tokens must be an integer ≥ 0 (got ${opts.maxTokens})`);
   if (!Number.isInteger(opts.seed)) throw new Error(`--seed must be an integer (got ${opts.seed})`);
   validateSampling(opts);

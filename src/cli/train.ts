@@ -2,8 +2,8 @@
 // Everything that loads TensorFlow.js is imported inside main(), after the arguments are parsed: --help and
 // usage errors answer at once (0.2 s instead of 1–6 s), before any backend loads.
 import path from 'node:path';
-import type { Recipe } from '../train/recipe.ts';
-import type { StopRequest } from '../train/checkpoint.ts';
+import type { Recipe } from '../recipe/schema.ts';
+import type { StopRequest } from '../train/stop.ts';
 import { chooseBackend, resolveBackend, type BackendDecision } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { runCommand } from './command.ts';
@@ -53,8 +53,8 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
-  const [{ initBackend }, { planRun }, { chooseInitFrom }, { hfFolderOf }, { resolveDataParallel }] = await Promise.all([
-    import('../backend.ts'), import('../train/plan.ts'), import('../train/finetune.ts'), import('../hf/folder.ts'), import('../train/data-parallel.ts'),
+  const [{ initBackend }, { planRun }, { resolveModelSource }, { resolveDataParallel }] = await Promise.all([
+    import('../backend.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
   ]);
   // The device the run would get, resolved without loading it.
   const device = resolveBackend(backend.choice);
@@ -73,8 +73,8 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
     `parameters  ${fmt(plan.parameters.total)} (${groups})`,
   ];
   if (recipe.initFrom !== null || recipe.train.freeze !== 'none') {
-    const choice = recipe.initFrom === null || hfFolderOf(recipe.initFrom) ? null : chooseInitFrom(recipe.initFrom, recipe.train.runDir);
-    const from = recipe.initFrom === null ? 'no initFrom' : `initFrom ${choice?.dir ?? recipe.initFrom}`;
+    const choice = recipe.initFrom === null ? null : resolveModelSource('initFrom', recipe.initFrom, { runDir: recipe.train.runDir });
+    const from = choice === null ? 'no initFrom' : `initFrom ${choice.format === 'hf' ? recipe.initFrom : choice.dir}`;
     out.push(`finetune    ${from}; train.freeze ${JSON.stringify(recipe.train.freeze)}`);
     if (choice?.reason) out.push(`            ${choice.reason}`);
   }
@@ -109,8 +109,8 @@ function describeDecision({ choice, from }: BackendDecision): string {
 }
 
 async function main(args: Args): Promise<number> {
-  const [{ initBackend }, { loadRecipe, RecipeError }, { validateRecipeModel }, { resolveResume, signalExitCode, TrainingStopped }] = await Promise.all([
-    import('../backend.ts'), import('../train/recipe.ts'), import('../train/plan.ts'), import('../train/checkpoint.ts'),
+  const [{ initBackend }, { loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }, { signalExitCode, TrainingStopped }] = await Promise.all([
+    import('../backend.ts'), import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/stop.ts'),
   ]);
   let recipe: Recipe;
   try {
@@ -143,7 +143,7 @@ async function main(args: Args): Promise<number> {
     }
   }
   try {
-    const resume = args.resume === undefined ? undefined : resolveResume(recipe, args.resume);
+    const resume = args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
     await initBackend(backend.choice);
     await runWithSignals(recipe, args, resume);
     return 0;
@@ -168,7 +168,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
 async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined): Promise<void> {
-  const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/checkpoint.ts')]);
+  const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {
     if (stop.signal) {

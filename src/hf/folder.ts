@@ -8,36 +8,27 @@
 // by one (a NaN or infinite value refused), so nothing is allocated from what an unchecked file says.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import type { ModelFolder } from '../train/finetune.ts';
-import type { NamedArray } from '../train/safetensors.ts';
 import { listSome } from '../core/bounds.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { attentionTensorShapes, languageModelParameterSpecs } from '../model/lm.ts';
 import { parseHfConfig, type HfConfig, type HfLayout, type HfModelConfig } from './config.ts';
-import { FLOAT_DTYPES, readSafetensorsHeader, readTensor, type TensorEntry } from './safetensors-files.ts';
+import { FLOAT_DTYPES, readSafetensorsHeader, readTensor, type NamedArray, type TensorEntry } from './safetensors.ts';
 import { canonicalName, decodeTensor, hfShape, IGNORED, isHeadTensor, TIED, tensorRules, type TensorRule } from './weights.ts';
 
-/** `initFrom: hf:<folder>`, `eval hf:<folder>`, …: names a Hugging Face folder explicitly. */
-export const HF_PREFIX = 'hf:';
 export const CONFIG_FILE = 'config.json';
 export const WEIGHTS_FILE = 'model.safetensors';
 export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
 export const TOKENIZER_FILE = 'tokenizer.json';
 
-/**
- * The Hugging Face folder `spec` names: `hf:<folder>`, or a folder whose config.json has a model_type
- * (this project's model folders hold recipe.json instead, and a run folder's config.json is a recipe).
- */
-export function hfFolderOf(spec: string): string | null {
-  if (spec.startsWith(HF_PREFIX)) return path.resolve(spec.slice(HF_PREFIX.length));
-  const dir = path.resolve(spec);
+/** Whether `dir` holds a config.json with a model_type, as every Hugging Face model folder does. */
+export function isHfFolder(dir: string): boolean {
   const file = path.join(dir, CONFIG_FILE);
-  if (!existsSync(file) || existsSync(path.join(dir, 'recipe.json'))) return null;
+  if (!existsSync(file)) return false;
   try {
     const json = JSON.parse(readFileSync(file, 'utf8')) as { model_type?: unknown } | null;
-    return typeof json?.model_type === 'string' ? dir : null;
+    return typeof json?.model_type === 'string';
   } catch {
-    return null;
+    return false;
   }
 }
 
@@ -217,33 +208,6 @@ async function checkTokenizer(dir: string, config: HfConfig, rules: TensorRule[]
   return { path: file, sha256: tokenizer.sha256 };
 }
 
-/** The folder as finetune.ts's loadWeights reads a model folder. */
-export function asModelFolder(hf: HfFolder): ModelFolder {
-  return {
-    dir: hf.dir,
-    tensors: hf.tensors,
-    metadata: hf.tokenizer ? { tokenizer_sha256: hf.tokenizer.sha256 } : {},
-    config: hf.config.model,
-    fresh: new Set(hf.fresh),
-  };
-}
-
-/**
- * initFrom's reading of a Hugging Face folder: checked against the run's vocabulary (data.tokenizer),
- * in the shape loadWeights takes, with a line on what it read.
- */
-export async function readHfInitFrom(dir: string, vocabSize: number): Promise<{ source: ModelFolder; description: string }> {
-  const config = readHfConfig(dir);
-  if (config.model.vocabSize !== vocabSize) {
-    throw new Error(
-      `initFrom ${dir}: the run's tokenizer (data.tokenizer) has ${vocabSize} tokens but ${config.file} has ${config.fields['model.vocabSize']} ${config.model.vocabSize}: ` +
-        `use the folder's ${TOKENIZER_FILE}`,
-    );
-  }
-  const hf = await readHfFolder(dir);
-  return { source: asModelFolder(hf), description: describeImport(hf) };
-}
-
 /** One line on what an import read: the architecture, what it initialised fresh and what it ignored. */
 export function describeImport(hf: HfFolder): string {
   const parts = [`${hf.config.architecture ?? hf.config.modelType} from ${hf.dir}`];
@@ -263,12 +227,10 @@ export interface HfRecipeSettings {
 }
 
 /**
- * What an `initFrom` Hugging Face folder fixes in a recipe (null when `initFrom` names no such folder),
- * after checking its weights against its config.json: the run builds its model from these settings.
+ * What a Hugging Face folder fixes in a recipe that starts from it (initFrom), after checking its weights against its
+ * config.json: the run builds its model from these settings.
  */
-export function hfRecipeSettings(initFrom: string): HfRecipeSettings | null {
-  const dir = hfFolderOf(initFrom);
-  if (!dir) return null;
+export function hfRecipeSettings(dir: string): HfRecipeSettings {
   const { config } = checkHfFolder(dir);
   // The vocabulary comes from data.tokenizer (checked against the weights).
   const settings = Object.entries(config.fields)

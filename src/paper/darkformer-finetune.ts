@@ -8,8 +8,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pairedT } from '../report/paired.ts';
 import type { PairedResult } from '../report/paired.ts';
-import { parseRecipe, parseYaml } from '../train/recipe.ts';
-import type { Recipe } from '../train/recipe.ts';
+import { parseYaml } from '../recipe/load.ts';
+import type { Recipe } from '../recipe/schema.ts';
+import { METRICS_FILE } from '../store/layout.ts';
+import { parseRecipe } from '../store/recipes.ts';
 import { runTraining } from '../train/trainer.ts';
 import type { CellSpec, Claim, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
 
@@ -51,7 +53,7 @@ interface Curves {
 
 /** The training and validation curves of a run folder's metrics.jsonl. */
 export function readCurves(runDir: string): Curves {
-  const file = path.join(runDir, 'metrics.jsonl');
+  const file = path.join(runDir, METRICS_FILE);
   const curves: Curves = { train: [], val: [] };
   for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
     if (!line.trim()) continue;

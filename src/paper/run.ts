@@ -21,6 +21,7 @@ import type { TaskResult } from '../sweep/task.ts';
 import { processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
+import { ENV_FILE, SUMMARY_FILE } from '../store/layout.ts';
 
 const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');
 export { DEFAULT_RUNS_ROOT } from './index.ts';
@@ -103,7 +104,7 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   const { experiment } = set;
   const dir = makeRunDir(set.runDir, unit.name);
   writeJson(path.join(dir, 'unit.json'), { experiment: experiment.name, version: experiment.version, quick: set.settings.quick, unit });
-  writeJson(path.join(dir, 'env.json'), await processEnvironment());
+  writeJson(path.join(dir, ENV_FILE), await processEnvironment());
   const startedAt = new Date().toISOString();
   const started = performance.now();
   const cpu = process.cpuUsage();
@@ -115,7 +116,7 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   };
   writeJson(path.join(dir, 'result.json'), result);
   // summary.json marks the run done for the sweep machinery: written whole or not at all.
-  const summary = path.join(dir, 'summary.json');
+  const summary = path.join(dir, SUMMARY_FILE);
   writeJson(`${summary}.tmp`, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
   fs.renameSync(`${summary}.tmp`, summary);
   return dir;
@@ -146,7 +147,7 @@ export function collectUnits(set: ExperimentRunSet): UnitRecord[] {
       const attempt = readAttempt(set, set.runs[index]);
       return { unit, dir: null, result: null, env: null, failure: attempt && attempt.outcome !== 'done' ? `${attempt.outcome}: ${attempt.lastLine}` : null };
     }
-    return { unit, dir: done.dir, result: readJson<UnitResultFile>(path.join(done.dir, 'result.json')), env: readJson(path.join(done.dir, 'env.json')), failure: null };
+    return { unit, dir: done.dir, result: readJson<UnitResultFile>(path.join(done.dir, 'result.json')), env: readJson(path.join(done.dir, ENV_FILE)), failure: null };
   });
 }
 

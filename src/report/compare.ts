@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, relative, resolve } from 'node:path';
-import { readSafetensorsHeader } from '../hf/safetensors-files.ts';
+import { readSafetensorsHeader } from '../hf/safetensors.ts';
 import { checkRecord } from '../telemetry/records.ts';
 import type { MetricRecord } from '../telemetry/records.ts';
 import { pairedT } from './paired.ts';
@@ -29,6 +29,7 @@ import { lineChartSvg } from './plot.ts';
 import type { LinePoint } from './plot.ts';
 import { formatMeanSd, formatNumber, groupBy, meanSd } from './stats.ts';
 import type { MeanSd } from './stats.ts';
+import { ENV_FILE, FINAL_DIR, METRICS_FILE, MODEL_FILE, RUN_CONFIG_FILE, SUMMARY_FILE, TOKENIZER_FILE } from '../store/layout.ts';
 
 export interface RunSummary {
   dir: string;
@@ -159,10 +160,10 @@ function flatten(value: Record<string, unknown>, prefix = '', out: Record<string
  */
 function tokenizerIdentity(dir: string, configured: unknown): string {
   const path = typeof configured === 'string' ? configured : '?';
-  const copy = join(dir, 'final', 'tokenizer.json');
+  const copy = join(dir, FINAL_DIR, TOKENIZER_FILE);
   if (existsSync(copy)) return `sha256 ${createHash('sha256').update(readFileSync(copy)).digest('hex').slice(0, 12)} (${basename(path)})`;
   try {
-    const sha = readSafetensorsHeader(join(dir, 'final', 'model.safetensors')).metadata.tokenizer_sha256;
+    const sha = readSafetensorsHeader(join(dir, FINAL_DIR, MODEL_FILE)).metadata.tokenizer_sha256;
     if (typeof sha === 'string') return `sha256 ${sha.slice(0, 12)} (${basename(path)})`;
   } catch {
     // no final/ (unfinished) or an unreadable one: the path is all there is
@@ -190,9 +191,9 @@ export function familyDifferences(runs: RunSummary[]): string[] {
 /** Reads one run folder. Errors name the file (and line) that is missing or malformed. */
 export async function loadRun(dir: string): Promise<RunSummary> {
   const warnings: string[] = [];
-  const configFile = join(dir, 'config.json');
-  const metricsFile = join(dir, 'metrics.jsonl');
-  const summaryFile = join(dir, 'summary.json');
+  const configFile = join(dir, RUN_CONFIG_FILE);
+  const metricsFile = join(dir, METRICS_FILE);
+  const summaryFile = join(dir, SUMMARY_FILE);
   const config = await readJsonFile(configFile);
   const model = config.model;
   if (!isRecord(model) || !isRecord(model.attention) || typeof model.attention.name !== 'string') {
@@ -228,9 +229,9 @@ export async function loadRun(dir: string): Promise<RunSummary> {
   const recipeKey = canonical(identity);
   const data = isRecord(config.data) ? config.data : {};
   let env: Record<string, unknown> = {};
-  if (existsSync(join(dir, 'env.json'))) {
+  if (existsSync(join(dir, ENV_FILE))) {
     try {
-      env = await readJsonFile(join(dir, 'env.json'));
+      env = await readJsonFile(join(dir, ENV_FILE));
     } catch (err) {
       warnings.push(`${(err as Error).message}; backend and commit unknown`);
     }
@@ -298,7 +299,7 @@ function expandGlob(pattern: string): string[] {
   return paths;
 }
 
-const isRunDir = (dir: string) => existsSync(join(dir, 'config.json')) || existsSync(join(dir, 'metrics.jsonl'));
+const isRunDir = (dir: string) => existsSync(join(dir, RUN_CONFIG_FILE)) || existsSync(join(dir, METRICS_FILE));
 
 /**
  * Run folders from command-line arguments: run folders, globs of them (quoted, so the shell leaves

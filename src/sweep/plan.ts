@@ -5,10 +5,11 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { RunPlan } from '../train/plan.ts';
-import type { Recipe } from '../train/recipe.ts';
+import type { Recipe } from '../recipe/schema.ts';
 import { canonical } from './spec.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
+import { METRICS_FILE, SUMMARY_FILE } from '../store/layout.ts';
 
 export interface PlannedRun {
   run: SweepRun;
@@ -24,12 +25,12 @@ export interface PlannedRun {
 /** A run's logged training speed: summary.json when it finished, else its last train record. */
 function loggedSpeed(sweep: Sweep, run: SweepRun): number | null {
   for (const folder of runFolders(sweep, run).reverse()) {
-    const summary = path.join(folder.dir, 'summary.json');
+    const summary = path.join(folder.dir, SUMMARY_FILE);
     if (existsSync(summary)) {
       const rate = (JSON.parse(readFileSync(summary, 'utf8')) as { train_tokens_per_s?: number }).train_tokens_per_s;
       if (rate && rate > 0) return rate;
     }
-    const metrics = path.join(folder.dir, 'metrics.jsonl');
+    const metrics = path.join(folder.dir, METRICS_FILE);
     if (!existsSync(metrics)) continue;
     const train = readFileSync(metrics, 'utf8').split('\n').filter((l) => l.includes('"split":"train"'));
     const last = train.at(-1);

@@ -15,6 +15,7 @@ import { EXECUTORS } from './executors.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import { lockIsLive, logFile, readAttempt, readLock } from './set-files.ts';
+import { SUMMARY_FILE } from '../store/layout.ts';
 
 /** An executor's queue, named. */
 export type NamedQueue = ExecutorQueue & { executor: string };
@@ -69,7 +70,7 @@ export function runState(sweep: RunSet, run: SetRun, queues: NamedQueue[] = []):
 /** A done run's line: summary.json's `headline` where its worker wrote one (run sets other than training), else the trainer's numbers. */
 function summaryLine(dir: string): string {
   try {
-    const s = JSON.parse(readFileSync(path.join(dir, 'summary.json'), 'utf8')) as Record<string, number> & { headline?: unknown };
+    const s = JSON.parse(readFileSync(path.join(dir, SUMMARY_FILE), 'utf8')) as Record<string, number> & { headline?: unknown };
     if (typeof s.headline === 'string') return s.headline;
     return `val loss ${s.val_loss?.toFixed(4)} after ${s.steps} steps, ${Math.round(s.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;
   } catch {

@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { signalExitCode } from '../train/checkpoint.ts';
+import { signalExitCode } from '../train/stop.ts';
 import { currentTask } from './executors.ts';
 import type { ExecutorTask } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';

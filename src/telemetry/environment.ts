@@ -6,9 +6,10 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import type { Recipe } from '../train/recipe.ts';
+import type { Recipe } from '../recipe/schema.ts';
+import { ENV_FILE } from '../store/layout.ts';
+import { AUTO_PREFIX } from '../store/resolve.ts';
 
-export const ENV_FILE = 'env.json';
 const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
 
 /** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
@@ -73,7 +74,7 @@ async function environment(runDir: string, recipe: Recipe): Promise<Record<strin
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),
       tokenizer: recordedPath(runDir, recipe.data.tokenizer),
-      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith('auto:') ? null : path.resolve(recipe.initFrom)),
+      initFrom: recordedPath(runDir, recipe.initFrom === null || recipe.initFrom.startsWith(AUTO_PREFIX) ? null : path.resolve(recipe.initFrom)),
     },
   };
 }

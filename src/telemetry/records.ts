@@ -2,6 +2,7 @@
 // run logger writes them, W&B receives them, compare and the tests read them back; all share this one shape and check.
 import fs from 'node:fs';
 import path from 'node:path';
+import { METRICS_FILE } from '../store/layout.ts';
 
 export interface MetricRecord {
   step: number;
@@ -23,7 +24,6 @@ export interface MetricRecord {
   readback_bytes?: number;
 }
 
-export const METRICS_FILE = 'metrics.jsonl';
 const REQUIRED_NUMBERS = ['step', 'tokens', 'loss', 'ppl', 'lr', 'tokens_per_s', 'elapsed_s'] as const;
 
 /** Reads and checks every record of a run folder's metrics.jsonl (errors name the file and line). */

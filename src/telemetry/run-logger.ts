@@ -1,6 +1,6 @@
 // The run logger: makes a run folder and writes what the run reports into it. A run folder
 // `<train.runDir>/<name>-<YYYYMMDD-HHMMSS>/` holds
-//   .slayformer-run  the marker that makes it a run folder (a random run id, see run-folder.ts)
+//   .slayformer-run  the marker that makes it a run folder (a random run id, see src/store/run-folder.ts)
 //   config.json    the resolved recipe (rewritten when the run is resumed)
 //   env.json       where it came from and ran (environment.ts): the git commit (and whether the tree was dirty), the
 //                  versions of Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
@@ -14,12 +14,13 @@
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Recipe } from '../train/recipe.ts';
-import { assertRunFolder, markRunFolder } from '../train/run-folder.ts';
-import { ENV_FILE, environmentRecord } from './environment.ts';
+import type { Recipe } from '../recipe/schema.ts';
+import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { assertRunFolder, markRunFolder } from '../store/run-folder.ts';
+import { environmentRecord } from './environment.ts';
 import { ProgressBar } from './progress-bar.ts';
 import type { StepProgress } from './progress-bar.ts';
-import { checkRecord, METRICS_FILE, readMetrics, type MetricRecord } from './records.ts';
+import { checkRecord, readMetrics, type MetricRecord } from './records.ts';
 import {
   newWandbInfo,
   readWandbInfo,
@@ -65,7 +66,7 @@ export class RunLogger {
 
   /**
    * Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts W&B if enabled. A
-   * resumed folder must carry the run marker (run-folder.ts), and everything it holds that a resume reads is read and
+   * resumed folder must carry the run marker (src/store/run-folder.ts), and everything it holds that a resume reads is read and
    * checked before its first byte changes.
    */
   static async create(recipe: Recipe, opts: RunLoggerOptions = {}): Promise<RunLogger> {
@@ -80,7 +81,7 @@ export class RunLogger {
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
     const env = await environmentRecord(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
 
-    writeJson(path.join(dir, 'config.json'), recipe);
+    writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
     if (opts.resumeDir) fs.writeFileSync(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
@@ -126,7 +127,7 @@ export class RunLogger {
   /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
   private appendToLog(text: string): void {
     const time = new Date().toISOString();
-    fs.appendFileSync(path.join(this.dir, 'log.txt'), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
+    fs.appendFileSync(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
   }
 
   /** After each step: on a terminal (stdout.isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
@@ -150,7 +151,7 @@ export class RunLogger {
     const peakRss = process.resourceUsage().maxRSS * 1024;
     // Written aside and renamed: summary.json marks a run done (sweeps, initFrom auto:, compare), so whoever sees it
     // exists must find it whole.
-    const file = path.join(this.dir, 'summary.json');
+    const file = path.join(this.dir, SUMMARY_FILE);
     writeJson(`${file}.tmp`, { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
     fs.renameSync(`${file}.tmp`, file);
     if (!this.sink) return;

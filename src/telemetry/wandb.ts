@@ -9,8 +9,9 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { METRICS_FILE, readMetrics, type MetricRecord } from './records.ts';
-import type { Recipe } from '../train/recipe.ts';
+import type { Recipe } from '../recipe/schema.ts';
+import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
+import { readMetrics, type MetricRecord } from './records.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {
@@ -284,9 +285,9 @@ const REPLAY_CHUNK = 5000;
  */
 export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): Promise<{ records: number; url?: string }> {
   const dir = path.resolve(runDir);
-  const configFile = path.join(dir, 'config.json');
+  const configFile = path.join(dir, RUN_CONFIG_FILE);
   if (!fs.existsSync(configFile) || !fs.existsSync(path.join(dir, METRICS_FILE))) {
-    throw new Error(`${dir}: not a run folder (expected config.json and ${METRICS_FILE})`);
+    throw new Error(`${dir}: not a run folder (expected ${RUN_CONFIG_FILE} and ${METRICS_FILE})`);
   }
   const records = readMetrics(dir);
   const recipe = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Recipe;

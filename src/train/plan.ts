@@ -9,9 +9,9 @@ import { TextTokenizer } from '../data/tokenizer.ts';
 import { countParameters } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { validateTransformerConfig } from '../model/transformer.ts';
-import { modelConfigFromRecipe } from './recipe.ts';
 import { attentionIsQuadratic } from '../model/attention/index.ts';
-import type { Recipe } from './recipe.ts';
+import { modelConfigFromRecipe } from '../recipe/model-config.ts';
+import type { Recipe } from '../recipe/schema.ts';
 import { resolveWarmup } from './schedule.ts';
 
 /** Checks the model part of a recipe without building anything (errors name the recipe key). */

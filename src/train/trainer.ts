@@ -1,6 +1,6 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
 // warm-up + decay, global-norm clipping, gradient accumulation (the step itself: step.ts), periodic
-// logging and validation on a fixed token set, checkpoints, and the final save (final-model.ts).
+// logging and validation on a fixed token set, checkpoints, and the final save (src/store/model-folder.ts).
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createLanguageModel } from '../model/lm.ts';
@@ -10,21 +10,23 @@ import { TextTokenizer } from '../data/tokenizer.ts';
 import { estimateEpoch, openBatchStream } from '../data/stream.ts';
 import type { Batch } from '../data/batch.ts';
 import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.ts';
-import { modelConfigFromRecipe } from './recipe.ts';
-import type { Recipe } from './recipe.ts';
+import { modelConfigFromRecipe } from '../recipe/model-config.ts';
+import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
 import { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult } from './evaluate.ts';
-import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint, TrainingStopped } from './checkpoint.ts';
-import { checkModelTensors } from './model-check.ts';
-import type { LoadedCheckpoint, StopRequest, TrainingCounters } from './checkpoint.ts';
+import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
+import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts';
+import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { checkModelTensors } from '../store/model-check.ts';
+import { saveFinalModel } from '../store/model-folder.ts';
 import { prepareFinetune } from './finetune.ts';
-import { saveFinalModel } from './final-model.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import { trainStep, type StepOptions, type StepResult } from './step.ts';
+import { TrainingStopped, type StopRequest } from './stop.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus } from './compiled-step.ts';
 import { currentDevice } from '../backend/current.ts';
@@ -77,7 +79,7 @@ async function readRunInputs(recipe: Recipe, resume: string | undefined, warn: (
   const resumed = resume ? await loadCheckpoint(resume) : null;
   const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
   if (resumed) {
-    checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, 'model.safetensors'));
+    checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, MODEL_FILE));
     checkNotFinished(resumed, totalSteps);
   }
   return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalBatches, resumed, changedKeys };
@@ -93,8 +95,8 @@ function checkNotFinished(resumed: LoadedCheckpoint, totalSteps: number): void {
   if (step > totalSteps) {
     throw new Error(`checkpoint ${resumed.dir} is at step ${step}, past the end of this recipe's ${totalSteps} steps: nothing to resume ${advice}`);
   }
-  const summary = resumed.runDir ? path.join(resumed.runDir, 'summary.json') : null;
-  if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, 'final'))) {
+  const summary = resumed.runDir ? path.join(resumed.runDir, SUMMARY_FILE) : null;
+  if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, FINAL_DIR))) {
     throw new Error(`checkpoint ${resumed.dir} is at step ${step}, the end of this recipe's ${totalSteps} steps, and its run finished (${summary}): nothing to resume ${advice}`);
   }
 }
@@ -132,7 +134,7 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: str
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
     const replicas = resolveDataParallel(recipe.train.dataParallel, currentDevice(), recipe.train.batchSize);
-    const cursorFile = resumed ? path.join(resumed.dir, 'cursor.json') : undefined;
+    const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
     return { model, optimizer, finetune, stream, replicas };
   } catch (err) {
@@ -361,14 +363,14 @@ class TrainingLoop {
  * train.evalInterval steps and at the end, final weights in <run>/final/. The backend must already
  * be initialised (initBackend). train.maxTokens counts input tokens (batchSize × seqLen per batch)
  * and is capped at one epoch; tokens/s counts input tokens too (BERT: not only the masked ones).
- * Checkpoints (checkpoint.ts) every train.checkpointInterval steps and at the end; `resume` continues exactly from
+ * Checkpoints (src/store/checkpoint.ts) every train.checkpointInterval steps and at the end; `resume` continues exactly from
  * one in its own run folder (in a new run folder when the checkpoint is not inside a run; a checkpoint at the plan's
  * last step finishes its run); `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
  * Nothing is written, and nothing stays allocated, when a check fails before the first step.
  */
 export async function runTraining(
   recipe: Recipe,
-  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see checkpoint.ts resolveResume). */ resume?: string; stop?: StopRequest } = {},
+  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see src/store/resolve.ts). */ resume?: string; stop?: StopRequest } = {},
 ): Promise<TrainResult> {
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
   recipe = { ...recipe, backend: currentDevice().backend };

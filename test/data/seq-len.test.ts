@@ -7,7 +7,7 @@ import { DatasetPathError } from '../../src/data/dataset.ts';
 import { WindowPacker } from '../../src/data/packing.ts';
 import { openBatchStream } from '../../src/data/stream.ts';
 import type { TextTokenizer } from '../../src/data/tokenizer.ts';
-import { parseRecipe } from '../../src/train/recipe.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
 
 type Verdict = 'accepted' | { rejected: string };
 

@@ -8,9 +8,10 @@ import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { geluErf, layerNorm } from '../../src/model/transformer.ts';
-import { checkResumeCompatible, type LoadedCheckpoint } from '../../src/train/checkpoint.ts';
-import { loadWeights } from '../../src/train/finetune.ts';
-import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { checkResumeCompatible, type LoadedCheckpoint } from '../../src/store/checkpoint.ts';
+import { loadWeights } from '../../src/store/load-weights.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
 
 beforeAll(async () => {
   await initBackend(testBackend(), { quiet: true });

@@ -8,12 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
-import { exportHf } from '../../src/hf/export.ts';
+import { exportHf } from '../../src/store/hf-export.ts';
 import { readHfFolder } from '../../src/hf/folder.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { prepareFinetune } from '../../src/train/finetune.ts';
-import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { modelConfigFromRecipe, parseRecipe } from '../../src/train/recipe.ts';
+import { loadModel } from '../../src/store/load-model.ts';
+import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
 import { syntheticDocuments } from '../data/stream-fixtures.ts';
 import { BERT_DIR, f32, GPT2_DIR, rawF32, renamed, savedRun, variant, writeRaw, type RawTensor } from './fixtures.ts';
 
@@ -66,7 +67,7 @@ describe('missing and unreadable files', () => {
       prefix.writeBigUInt64LE(BigInt(json.length));
       writeFileSync(path.join(d, 'model.safetensors'), Buffer.concat([prefix, json, Buffer.alloc(16)]));
     } });
-    expect(await failure(pastTheEnd)).toMatch(/model\.safetensors: tensor 'transformer\.wte\.weight' has data_offsets \[0, 256000000\] that do not hold F32 \[1000000, 64\] inside the file \(16 data bytes\)/);
+    expect(await failure(pastTheEnd)).toMatch(/model\.safetensors: tensor 'transformer\.wte\.weight' has data_offsets \[0, 256000000\] that do not fit shape \[1000000, 64\] of F32 in 16 data bytes/);
   });
 });
 

@@ -8,11 +8,11 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { exportHf } from '../../src/hf/export.ts';
+import { exportHf } from '../../src/store/hf-export.ts';
 import { architectureOf } from '../../src/model/transformer.ts';
 import type { LanguageModelConfig } from '../../src/model/lm.ts';
-import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { parseRecipe } from '../../src/train/recipe.ts';
+import { loadModel } from '../../src/store/load-model.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
 import { BERT_DIR, GPT2_DIR, readRaw, sameBytes, savedRun, valuesOf } from './fixtures.ts';
 
 let dir: string;

@@ -7,8 +7,9 @@ import * as tf from '@tensorflow/tfjs';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { modelConfigFromRecipe, type Recipe } from '../../src/train/recipe.ts';
-import { saveFinalModel } from '../../src/train/final-model.ts';
+import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
+import { saveFinalModel } from '../../src/store/model-folder.ts';
 import { HF_FIXTURES } from '../helpers/shared.ts';
 
 export const FIXTURES = HF_FIXTURES;

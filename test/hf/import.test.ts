@@ -8,10 +8,11 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
-import { readHfFolder, readHfInitFrom } from '../../src/hf/folder.ts';
-import { toFloat32 } from '../../src/hf/safetensors-files.ts';
+import { readHfFolder } from '../../src/hf/folder.ts';
+import { readHfInitFrom } from '../../src/store/model-folder.ts';
+import { toFloat32 } from '../../src/hf/safetensors.ts';
 import { IGNORE_LABEL } from '../../src/model/lm.ts';
-import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { loadModel } from '../../src/store/load-model.ts';
 import {
   BERT_DIR, f32, GPT2_DIR, logitsOf, maxAbsDiff, rawF32, readRaw, readReference, renamed, sameBytes, variant, writeRaw, type RawTensor,
 } from './fixtures.ts';

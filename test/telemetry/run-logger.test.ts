@@ -6,8 +6,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { checkRecord, readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
-import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
-import { RUN_MARKER } from '../../src/train/run-folder.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
+import { RUN_MARKER } from '../../src/store/layout.ts';
 import { readWandbInfo } from '../../src/telemetry/wandb.ts';
 
 const REQUIRED_FIELDS = ['step', 'tokens', 'split', 'loss', 'ppl', 'lr', 'grad_norm', 'tokens_per_s', 'elapsed_s'];

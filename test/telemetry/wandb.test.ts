@@ -8,7 +8,8 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
-import { parseRecipe, type Recipe } from '../../src/train/recipe.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
 import { readWandbInfo, replayToWandb, toWandbRow, wandbDecision } from '../../src/telemetry/wandb.ts';
 
 interface MockWandb {

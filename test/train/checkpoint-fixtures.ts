@@ -2,7 +2,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
-import type { StopRequest } from '../../src/train/checkpoint.ts';
+import type { StopRequest } from '../../src/train/stop.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 export interface TinySetup {

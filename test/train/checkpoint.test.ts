@@ -10,27 +10,22 @@ import type { DataCursor } from '../../src/data/stream.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
-import {
-  checkpointName,
-  COMPLETE_MARKER,
-  listCheckpoints,
-  loadCheckpoint,
-  pruneCheckpoints,
-  resolveResume,
-  restoreCheckpoint,
-  saveCheckpoint,
-} from '../../src/train/checkpoint.ts';
-import type { TrainingCounters } from '../../src/train/checkpoint.ts';
+import { checkpointName } from '../../src/store/layout.ts';
+import { COMPLETE_MARKER } from '../../src/core/atomic-folder.ts';
+import { listCheckpoints, markRunFolder } from '../../src/store/run-folder.ts';
+import { loadCheckpoint, pruneCheckpoints, restoreCheckpoint, saveCheckpoint } from '../../src/store/checkpoint.ts';
+import { resolveModelSource } from '../../src/store/resolve.ts';
+import type { TrainingCounters } from '../../src/store/checkpoint.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
-import { parseRecipe } from '../../src/train/recipe.ts';
-import { readSafetensors } from '../../src/train/safetensors.ts';
-import type { Recipe } from '../../src/train/recipe.ts';
-import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { markRunFolder } from '../../src/train/run-folder.ts';
-import { saveFinalModel } from '../../src/train/final-model.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { readSafetensors } from '../../src/hf/safetensors.ts';
+import type { Recipe } from '../../src/recipe/schema.ts';
+import { loadModel } from '../../src/store/load-model.ts';
+import { saveFinalModel } from '../../src/store/model-folder.ts';
 import { trainStep } from '../../src/train/step.ts';
 
 let dir: string;
+const resolveResume = (recipe: Recipe, what: string) => resolveModelSource('resume', what, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
 beforeAll(async () => {
   await initBackend(testBackend(), { quiet: true });
   dir = await mkdtemp(join(tmpdir(), 'slay-checkpoint-'));

@@ -17,11 +17,13 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { collectEvalBatches, evaluate } from '../../src/train/evaluate.ts';
-import { loadModel } from '../../src/train/load-checkpoint.ts';
+import { loadModel } from '../../src/store/load-model.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
-import { modelConfigFromRecipe, parseRecipe, type Recipe } from '../../src/train/recipe.ts';
-import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
-import { saveFinalModel } from '../../src/train/final-model.ts';
+import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { type Recipe } from '../../src/recipe/schema.ts';
+import { decodeSafetensors, encodeSafetensors } from '../../src/hf/safetensors.ts';
+import { saveFinalModel } from '../../src/store/model-folder.ts';
 import { streamOptions } from '../../src/train/plan.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
@@ -158,14 +160,14 @@ describe('eval', () => {
   }, 60_000);
 
   it('names a missing or incomplete checkpoint folder', async () => {
-    await expect(evalCheckpoint({ checkpoint: join(dir, 'nowhere') })).rejects.toThrow(/checkpoint folder .*nowhere does not exist/);
+    await expect(evalCheckpoint({ checkpoint: join(dir, 'nowhere') })).rejects.toThrow(/checkpoint .*nowhere: no such folder/);
     const partial = join(dir, 'partial');
     await mkdir(partial);
     await copyFile(join(gptFinal, 'model.safetensors'), join(partial, 'model.safetensors'));
-    await expect(evalCheckpoint({ checkpoint: partial })).rejects.toThrow(/checkpoint folder .*partial is incomplete: .*recipe\.json does not exist/);
+    await expect(evalCheckpoint({ checkpoint: partial })).rejects.toThrow(/model folder .*partial is incomplete: .*recipe\.json does not exist/);
     const run = cli('eval', partial);
     expect(run.status).toBe(1);
-    expect(run.stderr).toMatch(/^\[eval\] backend cpu\neval: checkpoint folder .*partial is incomplete/);
+    expect(run.stderr).toMatch(/^\[eval\] backend cpu\neval: model folder .*partial is incomplete/);
   }, 30_000);
 });
 

@@ -10,17 +10,22 @@ import type { DarkformerModule } from '../../src/model/attention/darkformer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { chooseInitFrom, loadWeights, partitionParameters, prepareFinetune, readModelFolder, resolveInitFrom, initializeLayersFromData } from '../../src/train/finetune.ts';
-import type { FreezeSpec } from '../../src/train/finetune.ts';
+import { initializeLayersFromData, partitionParameters, prepareFinetune } from '../../src/train/finetune.ts';
+import { resolveModelSource } from '../../src/store/resolve.ts';
+import { loadWeights } from '../../src/store/load-weights.ts';
+import { readModelFolder, saveFinalModel } from '../../src/store/model-folder.ts';
+import type { FreezeSpec } from '../../src/recipe/freeze.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
-import { parseRecipe, RecipeError } from '../../src/train/recipe.ts';
-import { loadModel } from '../../src/train/load-checkpoint.ts';
-import { encodeSafetensors, readSafetensors } from '../../src/train/safetensors.ts';
-import { saveFinalModel } from '../../src/train/final-model.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { RecipeError } from '../../src/recipe/load.ts';
+import { loadModel } from '../../src/store/load-model.ts';
+import { encodeSafetensors, readSafetensors } from '../../src/hf/safetensors.ts';
 import { trainStep } from '../../src/train/step.ts';
 import { runTraining } from '../../src/train/trainer.ts';
-import type { NamedArray } from '../../src/train/safetensors.ts';
+import type { NamedArray } from '../../src/hf/safetensors.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
+
+const initFromDir = (spec: string, runDir: string) => resolveModelSource('initFrom', spec, { runDir }).dir;
 
 let dir: string;
 beforeAll(async () => {
@@ -264,13 +269,13 @@ describe('unmappable checkpoints', () => {
     await touch('gpt-a-20260102-000000-2', 'final', 'model.safetensors'); // same second, created later
     await touch('gpt-a-20260103-000000', 'log.txt'); // still running: no final/
     await touch('gpt-a-large-20260104-000000', 'final', 'model.safetensors'); // another recipe
-    expect(resolveInitFrom('auto:gpt-a', root)).toBe(join(root, 'gpt-a-20260102-000000-2', 'final'));
-    expect(resolveInitFrom(join(root, 'gpt-a-20260101-000000'), dir)).toBe(join(root, 'gpt-a-20260101-000000', 'final'));
+    expect(initFromDir('auto:gpt-a', root)).toBe(join(root, 'gpt-a-20260102-000000-2', 'final'));
+    expect(initFromDir(join(root, 'gpt-a-20260101-000000'), dir)).toBe(join(root, 'gpt-a-20260101-000000', 'final'));
     await touch('run-b', 'checkpoints', 'step-000010', 'model.safetensors');
     await touch('run-b', 'checkpoints', 'step-000010', 'COMPLETE');
     await touch('run-b', 'checkpoints', 'step-000020', 'model.safetensors'); // interrupted: no COMPLETE
-    expect(resolveInitFrom(join(root, 'run-b'), dir)).toBe(join(root, 'run-b', 'checkpoints', 'step-000010'));
-    expect(() => resolveInitFrom(join(root, 'run-b', 'checkpoints', 'step-000020'), dir)).toThrow(/is incomplete \(no COMPLETE marker/);
+    expect(initFromDir(join(root, 'run-b'), dir)).toBe(join(root, 'run-b', 'checkpoints', 'step-000010'));
+    expect(() => initFromDir(join(root, 'run-b', 'checkpoints', 'step-000020'), dir)).toThrow(/is incomplete \(no COMPLETE marker/);
   });
 
   it('initFrom auto: passes over a newer run shortened below its recipe’s budget, and says which run it chose and why', async () => {
@@ -290,7 +295,7 @@ describe('unmappable checkpoints', () => {
     };
     await finished('gpt-b-20260101-000000', 256000, 5.3553);
     await finished('gpt-b-20260102-000000', 10240, 7.18); // a smoke run, newer
-    const choice = chooseInitFrom('auto:gpt-b', root);
+    const choice = resolveModelSource('initFrom', 'auto:gpt-b', { runDir: root });
     expect(choice.dir).toBe(join(root, 'gpt-b-20260101-000000', 'final'));
     expect(choice.reason).toBe(
       `initFrom auto:gpt-b: using gpt-b-20260101-000000 (256,000 tokens, final val loss 5.3553), the newest finished run of 'gpt-b' that trained its recipe's budget ` +
@@ -300,14 +305,15 @@ describe('unmappable checkpoints', () => {
     const onlySmoke = join(dir, 'auto-smoke');
     await mkdir(onlySmoke, { recursive: true });
     await rename(join(root, 'gpt-b-20260102-000000'), join(onlySmoke, 'gpt-b-20260102-000000'));
-    const fallback = chooseInitFrom('auto:gpt-b', onlySmoke);
+    const fallback = resolveModelSource('initFrom', 'auto:gpt-b', { runDir: onlySmoke });
     expect(fallback.dir).toBe(join(onlySmoke, 'gpt-b-20260102-000000', 'final'));
     expect(fallback.reason).toMatch(/^initFrom auto:gpt-b: none of the 1 finished runs of 'gpt-b' trained its recipe's budget; using the newest, gpt-b-20260102-000000 \(10,240 tokens/);
   });
 
   it('initFrom: a folder without a model, an unknown auto: recipe', async () => {
-    expect(() => resolveInitFrom(join(dir, 'nowhere'), dir)).toThrow(/holds no model\.safetensors, final\/ or complete checkpoint/);
-    expect(() => resolveInitFrom('auto:never-trained', dir)).toThrow(/no finished run of 'never-trained' .* under /);
+    expect(() => initFromDir(join(dir, 'nowhere'), dir)).toThrow(/^initFrom .*nowhere: no such folder/);
+    expect(() => initFromDir(dir, dir)).toThrow(/holds no model\.safetensors, final\/ or complete checkpoint/);
+    expect(() => initFromDir('auto:never-trained', dir)).toThrow(/no finished run of 'never-trained' .* under /);
     await expect(readModelFolder(dir)).rejects.toThrow(/model\.safetensors does not exist/);
   });
 });

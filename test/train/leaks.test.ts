@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
-import { parseRecipe } from '../../src/train/recipe.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
 import { runTraining } from '../../src/train/trainer.ts';
 import { makeTinySetup, tinyRecipeText } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';

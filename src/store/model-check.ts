@@ -9,9 +9,10 @@ import { BOUNDS, listSome } from '../core/bounds.ts';
 import { attentionTensorShapes, headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';
-import { modelConfigFromRecipe, modelSectionProblems } from './recipe.ts';
-import type { Recipe } from './recipe.ts';
-import type { NamedArray } from './safetensors.ts';
+import type { NamedArray } from '../hf/safetensors.ts';
+import { modelSectionProblems } from '../recipe/load.ts';
+import { modelConfigFromRecipe } from '../recipe/model-config.ts';
+import type { Recipe } from '../recipe/schema.ts';
 
 /**
  * The model config of a saved model file — its safetensors metadata 'config' checked like a recipe's model section,

@@ -1,10 +1,10 @@
 // `npm run export -- <checkpoint> --format hf --out DIR`: a trained model as a Hugging Face folder.
 //
-//   config.json             GPT2Config / BertConfig fields (config.ts), model_type gpt2 or bert when
+//   config.json             GPT2Config / BertConfig fields (src/hf/config.ts), model_type gpt2 or bert when
 //                           transformers' class computes the same function as this model, else
 //                           slayformer-gpt2 / slayformer-bert with `auto_map`; the `slayformer` section
 //                           records the attention and the settings the standard fields cannot express
-//   model.safetensors       float32, transformers' names and layouts (weights.ts), metadata format "pt"
+//   model.safetensors       float32, transformers' names and layouts (src/hf/weights.ts), metadata format "pt"
 //   tokenizer.json          the run's tokenizer, byte for byte
 //   tokenizer_config.json   PreTrainedTokenizerFast with the special tokens, so AutoTokenizer loads it
 //   README.md               what the folder holds and how to load it in PyTorch
@@ -20,20 +20,20 @@ import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import type { LanguageModel } from '../model/lm.ts';
+import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE, SECTION, type HfLayout } from '../hf/config.ts';
+import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from '../hf/folder.ts';
+import { encodeSafetensors, type NamedArray } from '../hf/safetensors.ts';
+import { encodeTensor, hfShape, tensorRules } from '../hf/weights.ts';
 import { syncDir, writeFileSynced } from '../core/atomic-folder.ts';
-import { loadModel, loadModelTokenizer } from '../train/load-checkpoint.ts';
-import { encodeSafetensors, type NamedArray } from '../train/safetensors.ts';
-import { modelTensors } from '../train/final-model.ts';
-import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE, SECTION, type HfLayout } from './config.ts';
-import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from './folder.ts';
-import { encodeTensor, hfShape, tensorRules } from './weights.ts';
+import { loadModel, loadModelTokenizer } from './load-model.ts';
+import { modelTensors } from './model-folder.ts';
 
 export const EXPORT_FORMATS = ['hf'] as const;
 const TOKENIZER_CONFIG_FILE = 'tokenizer_config.json';
 const README_FILE = 'README.md';
 /** The PyTorch implementation shipped with custom exports, by file name. */
 const PYTHON_FILES = [PYTHON_CONFIG_MODULE, PYTHON_MODEL_MODULE].map((m) => `${m}.py`);
-const PYTHON_DIR = new URL('./python/', import.meta.url);
+const PYTHON_DIR = new URL('../hf/python/', import.meta.url);
 const EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, README_FILE, ...PYTHON_FILES];
 
 export interface ExportOptions {

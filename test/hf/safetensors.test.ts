@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { decodeSafetensors, encodeSafetensors } from '../../src/train/safetensors.ts';
-import type { NamedArray } from '../../src/train/safetensors.ts';
+import { decodeSafetensors, encodeSafetensors } from '../../src/hf/safetensors.ts';
+import type { NamedArray } from '../../src/hf/safetensors.ts';
 
 describe('safetensors', () => {
   const tensors = new Map<string, NamedArray>([
@@ -68,7 +68,7 @@ describe('safetensors', () => {
       ['huge shape, small data', craft({ w: entry({ shape: [65536, 65536, 65536, 512] }) }, f32(1, 2)), /tensor 'w' has data_offsets \[0, 8\] that do not fit shape \[65536, 65536, 65536, 512\]/],
       ['null dtype', craft({ w: entry({ dtype: null }) }, f32(1, 2)), /tensor 'w' has dtype null; only F32/],
       ['metadata not strings', craft({ __metadata__: { step: 3 } }), /__metadata__ must be a map of strings/],
-      ['header length of 2^63', craft({}, Buffer.alloc(0), 2n ** 63n), /header length 9223372036854775808 runs past the end of the file/],
+      ['header length of 2^63', craft({}, Buffer.alloc(0), 2n ** 63n), /the header length 9223372036854775808 runs past the end of the file/],
       ['overlapping tensors', craft({ a: entry(), b: entry() }, f32(1, 2)), /tensor '(a|b)' starts at byte 0 of the data but the previous one ends at 8 \(gap or overlap\)/],
       ['bytes no tensor covers', craft({ a: entry() }, f32(1, 2, 3)), /the tensors cover 8 of the 12 data bytes/],
       ['NaN weight', craft({ w: entry() }, f32(1, NaN)), /tensor 'w' holds a non-finite value \(NaN at index 1\)/],

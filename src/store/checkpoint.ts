@@ -24,23 +24,27 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { parseCursor } from '../data/stream.ts';
 import type { DataCursor } from '../data/stream.ts';
+import { decodeSafetensors, encodeSafetensors } from '../hf/safetensors.ts';
+import type { NamedArray } from '../hf/safetensors.ts';
 import type { LanguageModel } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
+import type { Recipe } from '../recipe/schema.ts';
 import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
-import type { AdamW } from './optimizer.ts';
-import { relocateRecipePaths } from './metrics.ts';
-import { parseRecipe } from './recipe.ts';
-import type { Recipe } from './recipe.ts';
-import { markAdvice, readRunMarker, RUN_ID_PATTERN, RUN_MARKER } from './run-folder.ts';
-import { decodeSafetensors, encodeSafetensors } from './safetensors.ts';
-import type { NamedArray } from './safetensors.ts';
+import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
+import { modelFileHeader, modelTensors, namedArrays } from './model-folder.ts';
+import { parseRecipe } from './recipes.ts';
+import { listCheckpoints, readRunMarker, relocateRecipePaths, RUN_ID_PATTERN, runFolderOf, type CheckpointInfo } from './run-folder.ts';
 
-export { COMPLETE_MARKER };
-export const CHECKPOINTS_DIR = 'checkpoints';
 const STATE_VERSION = 1;
 /** What a checkpoint folder holds besides COMPLETE: the only names pruning may delete. */
-const CHECKPOINT_FILES = new Set(['model.safetensors', 'optimizer.safetensors', 'cursor.json', 'state.json', 'recipe.json']);
+const CHECKPOINT_FILES = new Set([MODEL_FILE, OPTIMIZER_FILE, CURSOR_FILE, STATE_FILE, RECIPE_FILE]);
+
+/** The optimizer state a checkpoint holds (AdamW's, src/train/optimizer.ts): its step count and moments by parameter name. */
+export interface OptimizerState {
+  getState(): { step: number; m: Map<string, tf.Tensor>; v: Map<string, tf.Tensor> };
+  setState(step: number, m: Map<string, tf.Tensor>, v: Map<string, tf.Tensor>): void;
+}
 
 /** Loop counters a resumed run continues from. */
 export interface TrainingCounters {
@@ -74,70 +78,33 @@ export interface CheckpointState extends TrainingCounters {
 
 export interface CheckpointInput {
   model: LanguageModel;
-  optimizer: AdamW;
+  optimizer: OptimizerState;
   cursor: DataCursor;
   recipe: Recipe;
   state: Omit<CheckpointState, 'version' | 'savedAt' | 'runId'> & { runId?: string | null };
 }
 
-export interface CheckpointInfo {
-  dir: string;
-  step: number;
-}
-
-export function checkpointName(step: number): string {
-  return `step-${String(step).padStart(6, '0')}`;
-}
-
-const NAME_PATTERN = /^step-(\d{6,})$/;
-
-async function tensorsOf(variables: Map<string, tf.Tensor>, prefix = ''): Promise<Map<string, NamedArray>> {
-  const out = new Map<string, NamedArray>();
-  for (const [name, v] of variables) out.set(prefix + name, { shape: v.shape, data: (await v.data()) as Float32Array });
-  return out;
-}
-
 /** Writes the checkpoint of `input.state.step` under `<runDir>/checkpoints/` (see the top of this file); returns its folder. */
 export async function saveCheckpoint(runDir: string, input: CheckpointInput): Promise<string> {
   const { model, optimizer, cursor, recipe, state } = input;
-  const header = {
-    format: 'slayformer',
-    kind: model.kind,
-    layout: 'linear weights are [in, out] (x·W)',
-    config: JSON.stringify(model.config),
-    tokenizer_sha256: state.tokenizer.sha256,
-    step: String(state.step),
-  };
-  const weights = await tensorsOf(new Map([...model.parameters(), ...model.buffers()]));
+  const header = modelFileHeader(model, { tokenizer_sha256: state.tokenizer.sha256, step: String(state.step) });
+  const weights = await modelTensors(model);
   const adam = optimizer.getState();
   let moments: Map<string, NamedArray>;
   try {
-    moments = new Map([...(await tensorsOf(adam.m, 'm.')), ...(await tensorsOf(adam.v, 'v.'))]);
+    moments = new Map([...(await namedArrays(adam.m, 'm.')), ...(await namedArrays(adam.v, 'v.'))]);
   } finally {
     tf.dispose([...adam.m.values(), ...adam.v.values()]);
   }
   const full: CheckpointState = { version: STATE_VERSION, ...state, runId: state.runId ?? null, savedAt: new Date().toISOString() };
   const files = new Map<string, string | Uint8Array>([
-    ['model.safetensors', encodeSafetensors(weights, header)],
-    ['optimizer.safetensors', encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) })],
-    ['cursor.json', JSON.stringify(cursor)],
-    ['state.json', JSON.stringify(full, null, 2) + '\n'],
-    ['recipe.json', JSON.stringify(recipe, null, 2) + '\n'],
+    [MODEL_FILE, encodeSafetensors(weights, header)],
+    [OPTIMIZER_FILE, encodeSafetensors(moments, { optimizer: 'adamw', step: String(adam.step) })],
+    [CURSOR_FILE, JSON.stringify(cursor)],
+    [STATE_FILE, JSON.stringify(full, null, 2) + '\n'],
+    [RECIPE_FILE, JSON.stringify(recipe, null, 2) + '\n'],
   ]);
   return writeFolderAtomically(path.join(runDir, CHECKPOINTS_DIR), checkpointName(state.step), files, CHECKPOINT_FILES);
-}
-
-/** Complete checkpoints of a run folder, oldest first (temporary and unmarked folders are ignored). */
-export function listCheckpoints(runDir: string): CheckpointInfo[] {
-  const parent = path.join(runDir, CHECKPOINTS_DIR);
-  if (!existsSync(parent)) return [];
-  const out: CheckpointInfo[] = [];
-  for (const entry of readdirSync(parent)) {
-    const match = NAME_PATTERN.exec(entry);
-    const dir = path.join(parent, entry);
-    if (match && existsSync(path.join(dir, COMPLETE_MARKER))) out.push({ dir, step: Number(match[1]) });
-  }
-  return out.sort((a, b) => a.step - b.step);
 }
 
 export interface LoadedCheckpoint {
@@ -151,25 +118,6 @@ export interface LoadedCheckpoint {
   cursor: DataCursor;
   weights: Map<string, NamedArray>;
   optimizer: { step: number; m: Map<string, NamedArray>; v: Map<string, NamedArray> };
-}
-
-/**
- * The run folder a checkpoint folder belongs to (see the top of this file), or null and why not. `runId`: the
- * checkpoint's own (state.json), null when it has none.
- */
-export function runFolderOf(checkpointDir: string, runId: string | null = null): { runDir: string; outsideRun: null } | { runDir: null; outsideRun: string } {
-  const abs = path.resolve(checkpointDir);
-  const parent = path.dirname(abs);
-  if (!NAME_PATTERN.test(path.basename(abs)) || path.basename(parent) !== CHECKPOINTS_DIR) {
-    return { runDir: null, outsideRun: `is not inside a run folder (<run>/${CHECKPOINTS_DIR}/step-NNNNNN)` };
-  }
-  const runDir = path.dirname(parent);
-  const marker = readRunMarker(runDir);
-  if (!marker.marked) return { runDir: null, outsideRun: `is not inside a run folder (${marker.why}; ${markAdvice(runDir)})` };
-  if (marker.id !== '' && runId !== null && marker.id !== runId) {
-    return { runDir: null, outsideRun: `is not inside a run folder (${runDir} belongs to another run: its ${RUN_MARKER} id differs from the checkpoint's runId)` };
-  }
-  return { runDir, outsideRun: null };
 }
 
 /** Reads a complete checkpoint folder, checking every file (see the top of this file); errors name the file and the field. */
@@ -188,11 +136,11 @@ export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
       throw new Error(`${file(name)} is not valid JSON (${(err as Error).message})`);
     }
   };
-  const state = checkState(json('state.json'), file('state.json'));
-  const recipe = parseRecipe(files.get('recipe.json')!.toString('utf8'), file('recipe.json'));
-  const cursor = parseCursor(json('cursor.json'), file('cursor.json'));
-  const weights = decodeSafetensors(files.get('model.safetensors')!, file('model.safetensors')).tensors;
-  const optimizer = readMoments(files.get('optimizer.safetensors')!, file('optimizer.safetensors'));
+  const state = checkState(json(STATE_FILE), file(STATE_FILE));
+  const recipe = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), file(RECIPE_FILE));
+  const cursor = parseCursor(json(CURSOR_FILE), file(CURSOR_FILE));
+  const weights = decodeSafetensors(files.get(MODEL_FILE)!, file(MODEL_FILE)).tensors;
+  const optimizer = readMoments(files.get(OPTIMIZER_FILE)!, file(OPTIMIZER_FILE));
   return { dir: abs, ...runFolderOf(abs, state.runId), state, recipe, cursor, weights, optimizer };
 }
 
@@ -245,7 +193,7 @@ function checkState(value: unknown, file: string): CheckpointState {
 }
 
 /** Copies the checkpoint's weights and buffers into `model` and its moments into `optimizer` (names and shapes must match). */
-export function restoreCheckpoint(checkpoint: LoadedCheckpoint, model: LanguageModel, optimizer: AdamW): void {
+export function restoreCheckpoint(checkpoint: LoadedCheckpoint, model: LanguageModel, optimizer: OptimizerState): void {
   const variables = new Map([...model.parameters(), ...model.buffers()]);
   const missing = [...variables.keys()].filter((n) => !checkpoint.weights.has(n));
   const extra = [...checkpoint.weights.keys()].filter((n) => !variables.has(n));
@@ -378,7 +326,7 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
   let bestLoss = Infinity;
   for (const c of complete) {
     try {
-      const state = JSON.parse(await readFile(path.join(c.dir, 'state.json'), 'utf8')) as CheckpointState;
+      const state = JSON.parse(await readFile(path.join(c.dir, STATE_FILE), 'utf8')) as CheckpointState;
       if (typeof state.valLoss === 'number' && state.valLoss < bestLoss) {
         bestLoss = state.valLoss;
         best = c;
@@ -393,69 +341,11 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
   const deleted: string[] = [];
   for (const entry of readdirSync(parent)) {
     const dir = path.join(parent, entry);
-    const ours = NAME_PATTERN.test(entry) || /^\.step-\d{6,}\.(tmp|old)-\d+$/.test(entry);
+    const ours = CHECKPOINT_NAME.test(entry) || /^\.step-\d{6,}\.(tmp|old)-\d+$/.test(entry);
     if (!ours || kept.has(dir)) continue;
     if (await removeOwnFolder(dir, CHECKPOINT_FILES)) deleted.push(dir);
   }
   return deleted;
-}
-
-/** `<name>-YYYYMMDD-HHMMSS[-n]`, as RunLogger names run folders. */
-export function runFolderOrder(name: string, entry: string): [string, number] | null {
-  const escaped = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/[.]/g, '\\.');
-  const match = new RegExp(`^${escaped}-(\\d{8}-\\d{6})(?:-(\\d+))?$`).exec(entry);
-  return match ? [match[1], Number(match[2] ?? 1)] : null;
-}
-
-/**
- * The checkpoint `--resume <what>` names. `auto`: the newest complete checkpoint of the newest run folder of this
- * recipe name under train.runDir that has one (folders of failed starts are passed over). A run folder: its newest
- * complete checkpoint. Else a checkpoint folder.
- */
-export function resolveResume(recipe: Recipe, what: string): string {
-  if (what === 'auto') {
-    const parent = recipe.train.runDir;
-    const runs = (existsSync(parent) ? readdirSync(parent) : [])
-      .map((entry) => ({ entry, order: runFolderOrder(recipe.name, entry) }))
-      .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry)).isDirectory())
-      .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1));
-    if (runs.length === 0) throw new Error(`--resume auto: no run folder of recipe '${recipe.name}' in ${path.resolve(parent)}`);
-    for (const run of runs.reverse()) {
-      const newest = listCheckpoints(path.join(parent, run.entry)).at(-1);
-      if (newest) return newest.dir;
-    }
-    throw new Error(`--resume auto: none of the ${runs.length} run folders of '${recipe.name}' in ${path.resolve(parent)} has a complete checkpoint; name a checkpoint folder instead`);
-  }
-  const abs = path.resolve(what);
-  if (!statSync(abs, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--resume ${what}: no such folder (give 'auto', a run folder or a checkpoint folder)`);
-  if (existsSync(path.join(abs, CHECKPOINTS_DIR))) {
-    const newest = listCheckpoints(abs).at(-1);
-    if (!newest) throw new Error(`--resume ${what}: the run folder has no complete checkpoint`);
-    return newest.dir;
-  }
-  return abs;
-}
-
-/** Set by the CLI's SIGINT/SIGTERM handlers; the training loop checks it after every step. */
-export interface StopRequest {
-  signal: NodeJS.Signals | null;
-}
-
-/** Thrown by runTraining after a stop request was honoured: the checkpoint of the last finished step is saved. */
-export class TrainingStopped extends Error {
-  constructor(
-    readonly signal: NodeJS.Signals,
-    readonly step: number,
-    readonly checkpointDir: string,
-    readonly runDir: string,
-  ) {
-    super(`stopped by ${signal} after step ${step}; checkpoint saved in ${checkpointDir}`);
-  }
-}
-
-/** The exit status of a process stopped by `signal` (128 + its number, as shells report it). */
-export function signalExitCode(signal: NodeJS.Signals): number {
-  return signal === 'SIGINT' ? 130 : signal === 'SIGTERM' ? 143 : 1;
 }
 
 /** What the training loop keeps between checkpoints: where they go, the best validation loss, the newest one. */
@@ -482,7 +372,7 @@ export class CheckpointWriter {
   }
 
   /** Saves the checkpoint of `counters.step` (valLoss: the validation loss measured at that step, if any), then prunes. */
-  async save(model: LanguageModel, optimizer: AdamW, cursor: DataCursor, counters: TrainingCounters, valLoss: number | null): Promise<string> {
+  async save(model: LanguageModel, optimizer: OptimizerState, cursor: DataCursor, counters: TrainingCounters, valLoss: number | null): Promise<string> {
     const t0 = performance.now();
     if (valLoss !== null && (this.bestValLoss === null || valLoss < this.bestValLoss)) this.bestValLoss = valLoss;
     const dir = await saveCheckpoint(this.runDir, {

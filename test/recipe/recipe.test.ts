@@ -3,7 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { attentionOptionSpecs } from '../../src/model/attention/index.ts';
-import { loadRecipe, RECIPE_DEFAULTS, RECIPE_SCHEMA, renderRecipeDocs, type Recipe } from '../../src/train/recipe.ts';
+import { loadRecipe } from '../../src/store/recipes.ts';
+import { RECIPE_DEFAULTS, RECIPE_SCHEMA, type Recipe } from '../../src/recipe/schema.ts';
+import { renderRecipeDocs } from '../../src/recipe/docs.ts';
 
 let dir: string;
 /** Writes `yaml` to a recipe file and returns its path. */
@@ -199,7 +201,7 @@ describe('loadRecipe', () => {
 
 describe('docs/recipes.md', () => {
   const docsFile = path.resolve('docs/recipes.md');
-  const BEGIN = '<!-- BEGIN GENERATED: renderRecipeDocs() in src/train/recipe.ts -->';
+  const BEGIN = '<!-- BEGIN GENERATED: renderRecipeDocs() in src/recipe/docs.ts -->';
   const END = '<!-- END GENERATED -->';
 
   it('holds the generated table of every key (regenerate with UPDATE_RECIPE_DOCS=1)', () => {
