@@ -1,5 +1,6 @@
 // npm run paper -- <experiment> [--quick] [--backend NAME] [--executor NAME] [--cores N] [--report | --status | --plan]
 // npm run paper -- list
+// npm run paper -- summary   (the README's Results table from docs/results/*.json)
 // Runs a paper experiment's units through the sweep machinery (resumable; any executor: here, or a scheduler's job
 // array) and writes its results file: ours beside the paper's numbers, a verdict per cell, the agreement count (src/paper/).
 // The run machinery (which loads TensorFlow.js) is imported when the command runs, so that --help answers at once.
@@ -13,11 +14,12 @@ import { EXECUTOR_OPTIONS, EXECUTOR_SETTING_OPTIONS, runOnExecutor } from './exe
 
 const COMMAND = {
   name: 'paper',
-  usage: ['<experiment> [options]', 'list'],
+  usage: ['<experiment> [options]', 'list', 'summary [--out DIR]'],
   description: `Reproduces one experiment of the papers: runs its units (resumable: run it again to go on), then writes
 <out>/<experiment>.md (+ .json and agreement.svg): ours beside the paper's numbers, a verdict per cell under the
 experiment's stated rule, the count of agreements and an explanation for every disagreement.
-Experiments: ${EXPERIMENT_NAMES.join(', ')} (list describes them).`,
+Experiments: ${EXPERIMENT_NAMES.join(', ')} (list describes them). summary rewrites the README's Results table from
+the results files.`,
   options: {
     quick: { type: 'boolean', help: 'a small subset in a few minutes (a smoke test, kept apart from the full run)' },
     backend: backendOption("the experiment's (wasm for the SLAY experiments)"),
@@ -31,7 +33,7 @@ Experiments: ${EXPERIMENT_NAMES.join(', ')} (list describes them).`,
     task: { type: 'string', hidden: true, help: 'internal: the task of one unit (lock, skip when done, run the worker)' },
     unit: { type: 'string', hidden: true, help: 'internal: run one unit in this process' },
   },
-  positionals: { min: 1, max: 1, name: '<experiment> or list' },
+  positionals: { min: 1, max: 1, name: '<experiment>, list or summary' },
   notes: 'Exit status: 0 fine, 1 a unit failed or a command went wrong, 2 bad arguments, 130 stopped (Ctrl-C: run it again to go on).',
 } as const;
 
@@ -50,6 +52,13 @@ async function list(): Promise<number> {
   return 0;
 }
 
+async function summary(resultsDir: string): Promise<number> {
+  const { writeSummary } = await import('../paper/summary.ts');
+  const lines = await writeSummary('README.md', resultsDir);
+  console.log(`README.md: Results table rewritten from ${resultsDir}/*.json\n${lines.join('\n')}`);
+  return 0;
+}
+
 function plan(set: ExperimentRunSet): number {
   const { experiment } = set;
   const cells = experiment.cells(set.settings.quick);
@@ -64,7 +73,8 @@ function plan(set: ExperimentRunSet): number {
 async function main({ values, positionals }: Args): Promise<number> {
   const [name] = positionals;
   if (name === 'list') return list();
-  if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, or list)`);
+  if (name === 'summary') return summary(values.out ?? path.join('docs', 'results'));
+  if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, list or summary)`);
   const experiment = await loadExperiment(name);
   const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] = await Promise.all([
     import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/status.ts'),
