@@ -11,7 +11,7 @@ import type { ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import type { Executor, ExecutorOutcome } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { lockHolder, lockIsLive, readLock, taskArgs } from './set-files.ts';
+import { lockHolder, lockIsLive, readLock, taskArgs, tellingLine } from './set-files.ts';
 
 export const localExecutor: Executor = {
   name: 'local',
@@ -105,9 +105,9 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         running.set(run.index, entry);
         display.event(`start  ${run.name} (run ${run.index}, ${need} core${need === 1 ? '' : 's'})`);
         const onData = (chunk: Buffer) => {
-          const lines = chunk.toString('utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '');
-          if (lines.length === 0) return;
-          entry.lastLine = lines.at(-1)!;
+          const line = tellingLine(entry.lastLine, chunk.toString('utf8'));
+          if (line === entry.lastLine) return;
+          entry.lastLine = line;
           display.render(running.values(), summaryLine());
         };
         child.stdout!.on('data', onData);

@@ -92,3 +92,14 @@ export function lockIsLive(lock: Lock): boolean {
 export function lockHolder(lock: Lock): string {
   return lock.task ? lock.task.name : `pid ${lock.pid} on ${lock.host}`;
 }
+
+/**
+ * The line that best says how a worker ended: the last of `chunk`'s non-empty lines that is not what Node prints
+ * after an uncaught error (its version, stack frames, the caret under the source line), else `previous`. A crash
+ * then reads "Error: Cannot find module …" rather than "Node.js v20.20.2".
+ */
+export function tellingLine(previous: string, chunk: string): string {
+  const noise = /^(Node\.js v\d|at |\^+$|\.\.\. \d+ lines matching)/;
+  const lines = chunk.split('\n').map((l) => l.trim()).filter((l) => l !== '' && !noise.test(l));
+  return lines.at(-1) ?? previous;
+}

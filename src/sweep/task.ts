@@ -25,7 +25,7 @@ import type { ExecutorTask } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import type { RunFolder } from './run-folders.ts';
-import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, readJson, sweepPaths } from './set-files.ts';
+import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, readJson, sweepPaths, tellingLine } from './set-files.ts';
 import type { Attempt, Lock } from './set-files.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
@@ -153,8 +153,7 @@ function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err:
     const tee = (target: NodeJS.WritableStream) => (chunk: Buffer) => {
       target.write(chunk);
       appendFileSync(log, chunk);
-      const lines = chunk.toString('utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '');
-      if (lines.length > 0) lastLine = lines.at(-1)!;
+      lastLine = tellingLine(lastLine, chunk.toString('utf8'));
     };
     child.stdout.on('data', tee(out));
     child.stderr.on('data', tee(err));
