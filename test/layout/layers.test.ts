@@ -1,0 +1,40 @@
+// The house plan (docs/layout.md): every import in src/ runs downward or stays in its own layer, in the order
+//   cli → paper → sweep → report → train → telemetry → store → recipe → hf → data → model → backend → core
+// (npm run check:imports, in CI, finds circles; this finds an arrow back up, which a circle needs but an arrow alone
+// does not). Static and dynamic imports both count.
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const SRC = path.resolve(import.meta.dirname, '..', '..', 'src');
+const LAYERS = ['cli', 'paper', 'sweep', 'report', 'train', 'telemetry', 'store', 'recipe', 'hf', 'data', 'model', 'backend', 'core'];
+/** Files at the top of src/ belong to a layer too. */
+const ROOT_FILES: Record<string, string> = { 'backend.ts': 'backend', 'tsx-import.ts': 'core' };
+
+function layerOf(file: string): string {
+  const [first] = path.relative(SRC, file).split(path.sep);
+  const layer = ROOT_FILES[first] ?? first;
+  if (!LAYERS.includes(layer)) throw new Error(`${file}: src/${first} is in no layer of docs/layout.md`);
+  return layer;
+}
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? sources(path.join(dir, e.name)) : /\.(ts|mjs)$/.test(e.name) ? [path.join(dir, e.name)] : [],
+  );
+}
+
+describe('layers', () => {
+  it('every import in src/ points to its own layer or one below', () => {
+    const upward: string[] = [];
+    for (const file of sources(SRC)) {
+      const text = readFileSync(file, 'utf8');
+      for (const match of text.matchAll(/(?:from\s+|import\(\s*)'(\.{1,2}\/[^']+)'/g)) {
+        const target = path.resolve(path.dirname(file), match[1]);
+        const [from, to] = [layerOf(file), layerOf(target)];
+        if (LAYERS.indexOf(to) < LAYERS.indexOf(from)) upward.push(`${path.relative(SRC, file)} (${from}) → ${match[1]} (${to})`);
+      }
+    }
+    expect(upward).toEqual([]);
+  });
+});
