@@ -219,10 +219,14 @@ export function claims(view: UnitView, quick: boolean): Claim[] {
     const pairs = RATES.map((lr) => [spikes(rateName('darkformer-identity', lr)), spikes(rateName('performer', lr))]).filter(([a, b]) => a !== null && b !== null) as number[][];
     const result = pairedT(pairs.map((p) => p[0]), pairs.map((p) => p[1]));
     const total = (i: number) => pairs.reduce((s, p) => s + p[i], 0);
+    const noSpikes = pairs.length >= 2 && total(0) + total(1) === 0;
     out.push({
       statement: '(3) DARKFormer has fewer loss spikes than Performer across learning rates (Figure 5)',
       verdict: pairs.length < 2 ? 'not run' : verdictOf(result, -1),
-      evidence: pairs.length < 2 ? `${pairs.length} rate(s) done` : `${total(0)} spikes against ${total(1)} over ${pairs.length} rates; ${describePaired(result, 2)}`,
+      evidence:
+        pairs.length < 2 ? `${pairs.length} rate(s) done`
+        : noSpikes ? `no run spiked at any of the ${pairs.length} rates: this scale cannot show the claim`
+        : `${total(0)} spikes against ${total(1)} over ${pairs.length} rates; ${describePaired(result, 2)}`,
     });
   }
   return out;

@@ -67,6 +67,11 @@ describe('claims', () => {
     const last = claims(view({}, spikes), false).at(-1)!;
     expect(last.verdict).toBe('holds');
     expect(last.evidence).toMatch(/^10 spikes against 20 over 5 rates/);
+    // No spike anywhere: nothing to separate, and the evidence says why.
+    for (const key of Object.keys(spikes)) spikes[key] = 0;
+    const none = claims(view({}, spikes), false).at(-1)!;
+    expect(none.verdict).toBe('not separated');
+    expect(none.evidence).toBe('no run spiked at any of the 5 rates: this scale cannot show the claim');
   });
 });
 
