@@ -12,6 +12,7 @@ import { parseYaml } from '../recipe/load.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE } from '../store/layout.ts';
 import { parseRecipe } from '../store/recipes.ts';
+import { readMetrics } from '../telemetry/records.ts';
 import { runTraining } from '../train/trainer.ts';
 import type { CellSpec, Claim, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
 
@@ -53,16 +54,12 @@ interface Curves {
 
 /** The training and validation curves of a run folder's metrics.jsonl. */
 export function readCurves(runDir: string): Curves {
-  const file = path.join(runDir, METRICS_FILE);
-  const curves: Curves = { train: [], val: [] };
-  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
-    if (!line.trim()) continue;
-    const record = JSON.parse(line) as Record<string, unknown>;
-    if (typeof record.step !== 'number' || typeof record.loss !== 'number') continue;
-    if (record.split === 'train') curves.train.push({ step: record.step, loss: record.loss });
-    else if (record.split === 'val') curves.val.push({ step: record.step, loss: record.loss, acc: typeof record.acc === 'number' ? record.acc : null });
-  }
-  if (curves.val.length === 0) throw new Error(`${file}: no validation record`);
+  const records = readMetrics(runDir);
+  const curves: Curves = {
+    train: records.filter((r) => r.split === 'train').map((r) => ({ step: r.step, loss: r.loss })),
+    val: records.filter((r) => r.split === 'val').map((r) => ({ step: r.step, loss: r.loss, acc: r.acc ?? null })),
+  };
+  if (curves.val.length === 0) throw new Error(`${path.join(runDir, METRICS_FILE)}: no validation record`);
   return curves;
 }
 
