@@ -126,8 +126,13 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
 function doneUnit(set: ExperimentRunSet, name: string): { dir: string; outcome: UnitOutcome } | null {
   const index = set.units.findIndex((u) => u.name === name);
   if (index < 0) throw new Error(`${set.file}: no unit named ${name}`);
-  const done = runFolders(set, set.runs[index]).findLast((f) => f.done);
-  return done ? { dir: done.dir, outcome: readJson<UnitResultFile>(path.join(done.dir, 'result.json')).outcome } : null;
+  const dir = newestDoneFolder(set, index);
+  return dir ? { dir, outcome: readJson<UnitResultFile>(path.join(dir, 'result.json')).outcome } : null;
+}
+
+/** The unit's newest run folder that finished (summary.json written), or null. */
+function newestDoneFolder(set: ExperimentRunSet, index: number): string | null {
+  return runFolders(set, set.runs[index]).findLast((f) => f.done)?.dir ?? null;
 }
 
 /** What one unit left: its newest done folder's result and environment, or why it has none. */
@@ -142,12 +147,12 @@ export interface UnitRecord {
 
 export function collectUnits(set: ExperimentRunSet): UnitRecord[] {
   return set.units.map((unit, index) => {
-    const done = runFolders(set, set.runs[index]).findLast((f) => f.done);
-    if (!done) {
+    const dir = newestDoneFolder(set, index);
+    if (!dir) {
       const attempt = readAttempt(set, set.runs[index]);
       return { unit, dir: null, result: null, env: null, failure: attempt && attempt.outcome !== 'done' ? `${attempt.outcome}: ${attempt.lastLine}` : null };
     }
-    return { unit, dir: done.dir, result: readJson<UnitResultFile>(path.join(done.dir, 'result.json')), env: readJson(path.join(done.dir, ENV_FILE)), failure: null };
+    return { unit, dir, result: readJson<UnitResultFile>(path.join(dir, 'result.json')), env: readJson(path.join(dir, ENV_FILE)), failure: null };
   });
 }
 
