@@ -95,9 +95,14 @@ export class ConstantCache {
   }
 }
 
-/** A named variable "<scope>.<name>"; fixed buffers are created non-trainable. */
+/**
+ * A named variable "<scope>.<name>"; fixed buffers are created non-trainable. It takes `initial` over: the variable
+ * shares its data, and `initial` itself is disposed, so a mechanism built outside tf.tidy leaves no tensor behind.
+ */
 export function namedVariable(scope: string, name: string, initial: tf.Tensor, trainable: boolean): tf.Variable {
-  return tf.variable(initial, trainable, `${scope}.${name}`);
+  const variable = tf.variable(initial, trainable, `${scope}.${name}`);
+  initial.dispose();
+  return variable;
 }
 
 /**

@@ -64,6 +64,8 @@ describe('declared tensors', () => {
         ];
         expect(byName(declared), `${name} ${JSON.stringify(options)} seed ${seed}`).toEqual(byName(created));
         attn.dispose();
+        // Built outside tf.tidy and disposed: nothing left (namedVariable takes its initial tensor over).
+        expect(tf.memory().numTensors, `${name} created and disposed`).toBe(tensors);
       }
     }
   });

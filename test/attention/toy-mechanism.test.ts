@@ -47,6 +47,7 @@ train: { batchSize: 4, lr: 1e-2, warmupSteps: 1, evalInterval: 4, evalTokens: 12
 
 describe('a mechanism registered by one line', () => {
   it('is a correct mechanism: at τ = 1 it is softmax attention (causal, with a key mask, and decoding a prefix then one position at a time)', () => {
+    const before = tf.memory().numTensors;
     const rng = new Rng(4);
     const [q, k, v] = [0, 1, 2].map(() => tensor4(randomArray4(rng, [2, 2, 6, 4])));
     const keyMask = tf.tensor2d([[1, 1, 1, 1, 1, 1], [0, 1, 1, 0, 1, 1]]);
@@ -72,6 +73,7 @@ describe('a mechanism registered by one line', () => {
       softmax.dispose();
     }
     tf.dispose([q, k, v, keyMask]);
+    expect(tf.memory().numTensors).toBe(before);
   });
 
   it('recipes name it and its options are checked; the recipe docs list it', () => {
@@ -102,6 +104,7 @@ describe('a mechanism registered by one line', () => {
 
   it('trains through runTraining (its data-dependent init first), saves, loads back for eval; freeze rules and the shape check know its tensor', async () => {
     const recipe = parseRecipe(recipeText(`{ name: ${TOY_ATTENTION}, options: { init: calibrated } }`), join(dir, 'toy.yaml'));
+    const before = tf.memory().numTensors;
     const lines: string[] = [];
     const losses: number[] = [];
     const result = await runTraining(recipe, {
@@ -132,5 +135,6 @@ describe('a mechanism registered by one line', () => {
     } finally {
       loaded.model.dispose();
     }
+    expect(tf.memory().numTensors).toBe(before); // training, evaluation and loading leave no tensor behind
   });
 });

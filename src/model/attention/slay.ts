@@ -96,7 +96,6 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   const buffers: tf.Variable[] = [];
   const buffer = (name: string, value: tf.Tensor) => {
     const v = namedVariable(config.scope, name, value, false);
-    value.dispose();
     buffers.push(v);
     return v;
   };
