@@ -47,7 +47,7 @@ function unitIndex(value: string, option: string): number {
 async function list(): Promise<number> {
   for (const name of EXPERIMENT_NAMES) {
     const e = await loadExperiment(name);
-    console.log(`${name} (v${e.version}): ${e.title}. ${e.source}.\n  ${e.units(false).length} units; ${e.runnable === true ? 'runnable' : e.runnable}\n`);
+    console.log(`${name} (v${e.version}): ${e.title}. ${e.source}.\n  ${e.units(false).length} units\n`);
   }
   return 0;
 }
@@ -66,7 +66,7 @@ function plan(set: ExperimentRunSet): number {
   for (const [key, value] of Object.entries(experiment.protocol)) console.log(`  ${key}: ${value}`);
   console.log(`\nAgreement rule: ${experiment.agreement.statement}`);
   console.log(`${set.units.length} units → ${set.runDir}; ${cells.length} cells, ${cells.filter((c) => c.published).length} with a published value`);
-  console.log(experiment.runnable === true ? `run: ${set.file}` : `not runnable: ${experiment.runnable}`);
+  console.log(`run: ${set.file}`);
   return 0;
 }
 
@@ -101,7 +101,6 @@ async function main({ values, positionals }: Args): Promise<number> {
     console.log(text);
     return failed ? 1 : 0;
   }
-  if (experiment.runnable !== true) throw new Error(`${name} is declared, not runnable: ${experiment.runnable} (--plan prints its protocol)`);
 
   let exitCode = 0;
   if (!values.report) {

@@ -1,11 +1,12 @@
-// npm run prepare -- <inputs…> --out data/<name>   |   npm run prepare -- --demo --out data/sotu
+// npm run prepare -- <inputs…> --out data/<name>   |   --demo [--out data/sotu]   |   --corpus sotu,kjv,moby-dick --out data/<name>
 import { prepareDemoCorpus } from '../data/demo-corpus.ts';
+import { OFFLINE_CORPORA, prepareOfflineCorpora } from '../data/offline-corpora.ts';
 import { formatSummary, prepareDataset } from '../data/prepare.ts';
 import { listOption, runCommand, UsageError } from './command.ts';
 
 const COMMAND = {
   name: 'prepare',
-  usage: ['<inputs…> --out data/<name> [options]', '--demo [--out data/sotu]'],
+  usage: ['<inputs…> --out data/<name> [options]', '--demo [--out data/sotu]', '--corpus NAME[,NAME…] --out data/<name>'],
   description: `Writes a HuggingFace DatasetDict.save_to_disk dataset (train/ and validation/ folders of Arrow IPC
 shards with 1,000-row record batches, state.json, dataset_info.json, dataset_dict.json) that
 datasets.load_from_disk opens and the trainer streams.
@@ -17,6 +18,11 @@ Inputs (files, folders searched recursively in name order, or quoted file-name g
   options: {
     out: { type: 'string', value: 'FOLDER', help: 'output folder (required unless --demo; default for --demo: data/sotu)' },
     demo: { type: 'boolean', help: 'prepare the State of the Union demo corpus (no network needed)' },
+    corpus: {
+      type: 'string',
+      value: 'a,b',
+      help: `prepare English text that npm packages ship (no network needed), in this order: ${Object.keys(OFFLINE_CORPORA).join(', ')} (columns text, corpus, title)`,
+    },
     'text-column': { type: 'string', value: 'NAME', help: 'text field/column in the inputs and the output (default text)' },
     'keep-columns': { type: 'string', value: 'a,b', help: 'extra input fields kept as string columns (e.g. url,timestamp)' },
     'validation-fraction': { type: 'string', value: 'F', default: '0.05', number: {}, help: 'share of documents drawn into validation, in [0, 1)' },
@@ -36,9 +42,14 @@ if (!lifecycleHook) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     const started = Date.now();
     let summary;
+    const corpora = listOption(values.corpus, 'corpus', Object.keys(OFFLINE_CORPORA)) ?? [];
+    if ((values.demo || corpora.length > 0) && positionals.length > 0) throw new UsageError(`--demo and --corpus take no inputs, got: ${positionals.join(' ')}`);
+    if (values.demo && corpora.length > 0) throw new UsageError('--demo and --corpus exclude each other');
     if (values.demo) {
-      if (positionals.length > 0) throw new UsageError(`--demo takes no inputs, got: ${positionals.join(' ')}`);
       summary = await prepareDemoCorpus(values.out ?? 'data/sotu');
+    } else if (corpora.length > 0) {
+      if (!values.out) throw new UsageError('--out <folder> is required');
+      summary = await prepareOfflineCorpora(corpora, values.out);
     } else {
       if (!values.out) throw new UsageError('--out <folder> is required');
       if (positionals.length === 0) throw new UsageError('no inputs given');

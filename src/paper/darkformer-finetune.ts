@@ -4,17 +4,12 @@
 // trainer (runTraining) inside the unit's own folder; a finetuning unit starts from its seed's pretrained model,
 // which the protocol's order runs first. The paper prints no tables, so its claims are tested by paired differences
 // over seeds (claims below), not by numbers.
-import fs from 'node:fs';
 import path from 'node:path';
 import { pairedT } from '../report/paired.ts';
-import type { PairedResult } from '../report/paired.ts';
-import { parseYaml } from '../recipe/load.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { METRICS_FILE } from '../store/layout.ts';
-import { parseRecipe } from '../store/recipes.ts';
-import { readMetrics } from '../telemetry/records.ts';
-import { runTraining } from '../train/trainer.ts';
+import { describePaired, verdictOf } from './paired-claims.ts';
 import type { CellSpec, Claim, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
+import { trainUnit, unitRecipe } from './unit-training.ts';
 
 const SEEDS = [1, 2, 3];
 const FINETUNES = ['softmax', 'performer', 'darkformer-identity', 'darkformer-whitening'] as const;
@@ -47,51 +42,14 @@ export function countSpikes(losses: readonly number[]): number {
   return spikes;
 }
 
-interface Curves {
-  train: { step: number; loss: number }[];
-  val: { step: number; loss: number; acc: number | null }[];
-}
-
-/** The training and validation curves of a run folder's metrics.jsonl. */
-export function readCurves(runDir: string): Curves {
-  const records = readMetrics(runDir);
-  const curves: Curves = {
-    train: records.filter((r) => r.split === 'train').map((r) => ({ step: r.step, loss: r.loss })),
-    val: records.filter((r) => r.split === 'val').map((r) => ({ step: r.step, loss: r.loss, acc: r.acc ?? null })),
-  };
-  if (curves.val.length === 0) throw new Error(`${path.join(runDir, METRICS_FILE)}: no validation record`);
-  return curves;
-}
-
-/**
- * The recipe of a unit: the demo recipe with the unit's settings (dotted keys; a mapping such as the attention
- * options replaces the recipe's whole), run inside the unit's folder, and checked like any recipe file.
- */
-function unitRecipe(file: string, settings: Record<string, unknown>, dir: string) {
-  const { value, errors } = parseYaml(fs.readFileSync(file, 'utf8'));
-  if (errors.length > 0) throw new Error(`${file}: ${errors.join('; ')}`);
-  const root = value as Record<string, unknown>;
-  for (const [key, setting] of Object.entries({ ...settings, 'train.runDir': dir })) {
-    const parts = key.split('.');
-    let section = root;
-    for (const part of parts.slice(0, -1)) section = (section[part] ??= {}) as Record<string, unknown>;
-    section[parts[parts.length - 1]] = setting;
-  }
-  return parseRecipe(JSON.stringify(root), file);
-}
-
 async function train(recipe: Recipe, context: UnitContext): Promise<UnitOutcome> {
-  const result = await runTraining(recipe);
-  const curves = readCurves(result.runDir);
-  const last = curves.val[curves.val.length - 1];
-  const first = curves.val[0];
+  const { steps, finalDir, curves, first, last } = await trainUnit(recipe, context);
   const spikes = countSpikes(curves.train.map((r) => r.loss));
-  const finalDir = path.relative(context.dir, result.finalDir);
   return {
     values: last.acc === null ? [] : [last.acc],
-    extra: { loss: last.loss, acc_start: first.step === 0 ? first.acc : null, loss_start: first.step === 0 ? first.loss : null, spikes, steps: result.steps },
+    extra: { loss: last.loss, acc_start: first.step === 0 ? first.acc : null, loss_start: first.step === 0 ? first.loss : null, spikes, steps },
     details: { finalDir, curves },
-    headline: `step ${result.steps}: val loss ${last.loss.toFixed(4)}, acc ${last.acc?.toFixed(4) ?? '—'}, ${spikes} spike${spikes === 1 ? '' : 's'}`,
+    headline: `step ${steps}: val loss ${last.loss.toFixed(4)}, acc ${last.acc?.toFixed(4) ?? '—'}, ${spikes} spike${spikes === 1 ? '' : 's'}`,
   };
 }
 
@@ -170,21 +128,6 @@ function cells(quick: boolean): CellSpec[] {
   ];
 }
 
-/** A claim's verdict from a paired difference: its interval on the claimed side of 0, across it, or on the other side. */
-function verdictOf(result: PairedResult, claimedSign: 1 | -1): Claim['verdict'] {
-  if (!result.ci) return 'not separated';
-  const [lo, hi] = result.ci;
-  if (claimedSign > 0 ? lo > 0 : hi < 0) return 'holds';
-  if (claimedSign > 0 ? hi < 0 : lo > 0) return 'contradicted';
-  return 'not separated';
-}
-
-function describePaired(result: PairedResult, digits: number): string {
-  const f = (x: number) => (x >= 0 ? '+' : '−') + Math.abs(x).toFixed(digits);
-  const ci = result.ci ? ` (95% interval ${f(result.ci[0])} … ${f(result.ci[1])}` + (result.p === null ? ')' : `, p = ${result.p.toPrecision(2)})`) : '';
-  return `mean difference ${f(result.mean)} over ${result.n} pairs${ci}`;
-}
-
 /** The paper's three claims, each as a paired difference over the seeds (or the rates), from the units that ran. */
 export function claims(view: UnitView, quick: boolean): Claim[] {
   const seeds = quick ? QUICK.seeds : SEEDS;
@@ -258,7 +201,6 @@ export const darkformerFinetune: Experiment = {
     { key: 'spikes', title: 'Loss spikes per run', digits: 1 },
   ],
   backend: 'tensorflow',
-  runnable: true,
   units,
   cells,
   claims,

@@ -9,7 +9,7 @@ export const DEFAULT_RUNS_ROOT = path.join('runs', 'paper');
 const LOADERS: Record<string, () => Promise<Experiment>> = {
   'slay-tasks': async () => (await import('./slay-tasks.ts')).slayTasks,
   'slay-ablation': async () => (await import('./slay-ablation.ts')).slayAblation,
-  'lm-compare': async () => (await import('./declared.ts')).lmCompare,
+  'lm-compare': async () => (await import('./lm-compare.ts')).lmCompare,
   'darkformer-finetune': async () => (await import('./darkformer-finetune.ts')).darkformerFinetune,
 };
 

@@ -98,8 +98,6 @@ export interface Experiment {
   shown?: ShownExtra[];
   /** The default backend of its units (the results depend on it, so it is part of where they are kept). */
   backend: BackendChoice;
-  /** true, or why the experiment cannot be run yet (declared protocols). */
-  runnable: true | string;
   units(quick: boolean): UnitSpec[];
   cells(quick: boolean): CellSpec[];
   /** Runs one unit in this process, the backend already started. */

@@ -80,7 +80,6 @@ export const slayAblation: Experiment = {
   notes: ['Performer and DARKFormer give the same numbers: DARKFormer starts from M = I, where it is Performer with the same projection draw.'],
   shown: [{ key: 'forward_ms', paperKey: 'paper_forward_ms', title: 'Forward latency (ms; ours on this CPU, the paper’s on an A100: not compared)', digits: 1 }],
   backend: 'wasm',
-  runnable: true,
 
   units(quick) {
     const scales = quick ? PAPER_SCALES.slice(0, 1) : PAPER_SCALES;

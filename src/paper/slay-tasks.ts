@@ -155,7 +155,6 @@ export const slayTasks: Experiment = {
   ],
   shown: [{ key: 'train_s', title: 'Training seconds per run (mean over seeds; this machine, not compared)', digits: 1 }],
   backend: 'wasm',
-  runnable: true,
 
   units(quick) {
     const { tasks, mechanisms, seeds, steps } = grid(quick);

@@ -17,7 +17,7 @@ export async function summaryLines(resultsDir: string, linkBase: string): Promis
     const file = path.join(resultsDir, `${name}.json`);
     if (!existsSync(file)) {
       const experiment = await loadExperiment(name);
-      const why = experiment.runnable === true ? `not run yet: \`npm run paper -- ${name}\` (${experiment.units(false).length} units)` : `not runnable yet: ${experiment.runnable}`;
+      const why = `not run yet: \`npm run paper -- ${name}\` (${experiment.units(false).length} units)`;
       lines.push(`| ${name} | — | ${why} | | |`);
       continue;
     }

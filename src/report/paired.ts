@@ -21,6 +21,11 @@ export interface PairedResult {
   level: number;
 }
 
+/** The Student t quantile: P(T ≤ q) = p with `dof` degrees of freedom. */
+export function tQuantileOf(p: number, dof: number): number {
+  return tQuantile(p, dof);
+}
+
 export function pairedT(x: readonly number[], baseline: readonly number[], level = 0.95): PairedResult {
   if (x.length !== baseline.length) throw new Error(`pairedT: ${x.length} values against ${baseline.length} baseline values`);
   if (!(level > 0 && level < 1)) throw new Error(`pairedT: confidence level ${level} must be in (0, 1)`);

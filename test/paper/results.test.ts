@@ -35,7 +35,7 @@ describe('judge', () => {
 
 const toy: Experiment = {
   name: 'toy', version: 3, title: 'Toy', source: 'A paper, Table 1', measures: 'accuracy', metric: { name: 'accuracy', digits: 2 },
-  agreement: rule, protocol: { steps: '10' }, notes: ['A note.'], backend: 'wasm', runnable: true,
+  agreement: rule, protocol: { steps: '10' }, notes: ['A note.'], backend: 'wasm',
   shown: [{ key: 'loss', paperKey: 'paper_loss', title: 'Loss', digits: 3 }],
   units: () => ['a-s1', 'a-s2', 'b-s1', 'b-s2', 'c-s1', 'd-s1'].map((name) => ({ name, settings: {} })),
   cells: () => [
