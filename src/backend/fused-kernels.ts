@@ -4,12 +4,6 @@
 import * as tf from '@tensorflow/tfjs';
 
 /**
- * logits [N, V] float32, labels [N] int32 → [loss [N], backprop [N, V]]: per row −log softmax(logits)[label]
- * and its gradient softmax − onehot(label) (TensorFlow's SparseSoftmaxCrossEntropyWithLogits).
- */
-export const SPARSE_CROSS_ENTROPY = 'SlayformerSparseSoftmaxCrossEntropy';
-
-/**
  * shape [rank] int32, seed [2] int32 → float32 uniform on [0, 1) of that shape from a counter-based
  * generator (TensorFlow's StatelessRandomUniform): the numbers are a function of the seed tensor, so
  * a recorded graph draws new ones when it is fed a new seed (dropout in graph steps).

@@ -15,6 +15,7 @@
 // A graph is only built once two calls under the same key recorded the same program with the same
 // constants (GraphCache), so values that change from call to call (dropout masks drawn in JS, a
 // loss divisor, a redrawn projection that is not a feed) keep that key on eager execution.
+import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
@@ -210,6 +211,7 @@ export class CompiledGraph {
     const { graphDef, feedNames, fetchNames } = buildGraphDef(trace, binding);
     const name = `slayformer_step_${process.pid}_${++functionCount}`;
     binding.registerFunction(name, graphDef, feedNames, fetchNames);
+    dumpGraph(name, graphDef, trace, feedNames, fetchNames);
     return new CompiledGraph(name, fetchNames.length, trace.feeds);
   }
 
@@ -229,6 +231,22 @@ export class CompiledGraph {
     const binding = nativeBackend().binding;
     if (binding.hasFunction(this.name)) binding.removeFunction(this.name);
   }
+}
+
+/** Where to write each function's GraphDef as it is registered (a folder; unset: nowhere). */
+export const DUMP_GRAPHS_ENV = 'SLAYFORMER_DUMP_GRAPHS';
+
+/**
+ * With SLAYFORMER_DUMP_GRAPHS=<folder>: <name>.pb (the GraphDef) and <name>.json (feeds with dtype and shape, fetch
+ * names), to profile a step outside Node (bench/profile_graph.py; docs/graph-functions.md, "Where the step's time goes").
+ */
+function dumpGraph(name: string, graphDef: Uint8Array, trace: Trace, feedNames: string[], fetchNames: string[]): void {
+  const dir = process.env[DUMP_GRAPHS_ENV];
+  if (!dir) return;
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, `${name}.pb`), graphDef);
+  const feeds = trace.feeds.map((f, i) => ({ name: feedNames[i], dtype: f.dtype, shape: f.shape }));
+  fs.writeFileSync(path.join(dir, `${name}.json`), JSON.stringify({ feeds, fetches: fetchNames }, null, 1) + '\n');
 }
 
 // The protobuf classes tfjs-node ships for reading SavedModels (dist/proto/api_pb.js, google-protobuf).

@@ -1,0 +1,72 @@
+// The language-model comparison without training: its units (seed first, every cell's units exist), each unit's
+// recipe as the trainer gets it, the claims' verdicts on made-up losses, and the seeds a difference would need.
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { lmCompare, seedsToSeparate, unitRecipeOf } from '../../src/paper/lm-compare.ts';
+import type { UnitView } from '../../src/paper/protocol.ts';
+import { pairedT, tQuantileOf } from '../../src/report/paired.ts';
+
+describe('lm-compare units', () => {
+  it('runs every mechanism’s seed 1, GPT and BERT, before any seed 2; every cell names units that exist', () => {
+    const units = lmCompare.units(false);
+    expect(units).toHaveLength(48);
+    expect(units.slice(0, 16).every((u) => u.settings.seed === 1)).toBe(true);
+    expect(new Set(units.slice(0, 16).map((u) => u.settings.kind))).toEqual(new Set(['gpt', 'bert']));
+    const names = new Set(units.map((u) => u.name));
+    for (const cell of lmCompare.cells(false)) for (const unit of cell.units) expect(names.has(unit)).toBe(true);
+  });
+
+  it('trains the demo shape on the English corpus for one whole epoch, with the unit’s mechanism and seed', () => {
+    const of = (name: string) => unitRecipeOf(lmCompare.units(false).find((u) => u.name === name)!.settings, '/tmp/unit');
+    const slay = of('gpt-slay-seed2');
+    expect(slay.model).toMatchObject({ kind: 'gpt', dModel: 128, numLayers: 4, numHeads: 4 });
+    expect(slay.model.attention).toMatchObject({ name: 'slay', options: { quadratureNodes: 2, prfFeatures: 16, anchors: 8, chunkSize: 32 } });
+    expect(slay.data.dataset).toBe(path.resolve('data/english'));
+    expect(slay.data.tokenizer).toBe(path.resolve('data/tokenizers/english-bpe-4096.json'));
+    expect(slay.train).toMatchObject({ seed: 2, batchSize: 32, maxTokens: null, lr: 2e-3, runDir: '/tmp/unit' });
+    const bert = of('bert-cosformer-seed3');
+    expect(bert.model.kind).toBe('bert');
+    expect(bert.model.attention.name).toBe('cosformer');
+    expect(bert.train).toMatchObject({ seed: 3, lr: 1e-3, evalTokens: 16_384, maxTokens: null });
+    expect(unitRecipeOf(lmCompare.units(true)[0].settings, '/tmp/unit').train.maxTokens).toBe(16_384);
+  });
+});
+
+describe('lm-compare claims', () => {
+  /** Losses by unit: softmax 5.0 for every seed; `gaps` added per mechanism and seed. */
+  function view(gaps: Record<string, number[]>): UnitView {
+    return {
+      values: (name) => {
+        const [, kind, mechanism, seed] = /^(gpt|bert)-(.+)-seed(\d)$/.exec(name)!;
+        if (kind !== 'gpt') return [];
+        if (mechanism === 'softmax') return [5];
+        return mechanism in gaps ? [5 + gaps[mechanism][Number(seed) - 1]] : [];
+      },
+      extra: () => null,
+    };
+  }
+  const claimOf = (all: ReturnType<NonNullable<typeof lmCompare.claims>>, statement: string) => all.find((c) => c.statement.startsWith(statement))!;
+
+  it('separates a mechanism from softmax only when its paired interval excludes 0, on either side', () => {
+    const all = lmCompare.claims!(view({ performer: [0.1, 0.12, 0.11], slay: [-0.05, -0.06, -0.04], cosformer: [0.05, -0.04, 0.01] }), false);
+    expect(claimOf(all, "GPT: performer's final validation loss is below softmax's").verdict).toBe('contradicted');
+    expect(claimOf(all, "GPT: slay's final validation loss is below softmax's").verdict).toBe('holds');
+    const cosformer = claimOf(all, "GPT: cosformer's final validation loss is below softmax's");
+    expect(cosformer.verdict).toBe('not separated');
+    const d = pairedT([5.05, 4.96, 5.01], [5, 5, 5]);
+    expect(cosformer.evidence).toContain(`≈ ${seedsToSeparate(d.mean, d.sd!)} seeds`);
+    expect(claimOf(all, "GPT: slay's final validation loss is below Performer's").verdict).toBe('holds');
+    expect(claimOf(all, "GPT: darkformer's").verdict).toBe('not run');
+    expect(claimOf(all, "BERT: slay's").verdict).toBe('not run');
+  });
+
+  it('counts the seeds as the t interval does: the least n with t(0.975, n−1)·sd/√n below |mean|', () => {
+    // n = 2 needs |mean| > 12.706·sd/√2 ≈ 8.98·sd; n = 3 needs > 4.303·sd/√3 ≈ 2.48·sd.
+    expect(seedsToSeparate(9, 1)).toBe(2);
+    expect(seedsToSeparate(3, 1)).toBe(3);
+    const n = seedsToSeparate(0.01, 0.05)!;
+    expect(tQuantileOf(0.975, n - 1) * 0.05 / Math.sqrt(n)).toBeLessThan(0.01);
+    expect(tQuantileOf(0.975, n - 2) * 0.05 / Math.sqrt(n - 1)).toBeGreaterThanOrEqual(0.01);
+    expect(seedsToSeparate(0, 1)).toBeNull();
+  });
+});
