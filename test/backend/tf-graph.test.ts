@@ -4,11 +4,14 @@
 // a feed, and the cache only builds a graph for a program that repeats. The binding's function entry
 // points (native/tfjs_functions.cc) refuse a second registration, a call after removal and a tensor
 // that is not live, with errors that name the function.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
-import { CompiledGraph, GraphCache, graphsAvailable, recordTrace } from '../../src/backend/tf-graph.ts';
+import { CompiledGraph, DUMP_GRAPHS_ENV, GraphCache, graphsAvailable, recordTrace } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 
 const available = isTensorflowSetUp();
@@ -93,6 +96,31 @@ describe.skipIf(!available)(`graph execution on the tensorflow backend (skipped 
     expect(binding.hasFunction(graph.name)).toBe(false);
     expect(() => binding.removeFunction(graph.name)).toThrow(`no function named '${graph.name}' is registered`);
     expect(() => tf.tidy(() => graph.run([tf.tensor1d([1, 2, 3])]))).toThrow(new RegExp(`calling function '${graph.name}'`));
+  });
+
+  it(`writes each function's GraphDef and its feeds where ${DUMP_GRAPHS_ENV} says`, () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dump-graphs-'));
+    const x = tf.tensor2d([[1, 2], [3, 4]]);
+    const build = () => {
+      const { outputs, trace } = recordTrace([x], () => [tf.sum(tf.square(x))]);
+      tf.dispose(outputs);
+      return CompiledGraph.load(trace);
+    };
+    try {
+      process.env[DUMP_GRAPHS_ENV] = path.join(dir, 'graphs');
+      const graph = build();
+      graph.dispose();
+      const files = fs.readdirSync(path.join(dir, 'graphs')).sort();
+      expect(files).toEqual([`${graph.name}.json`, `${graph.name}.pb`]);
+      const meta = JSON.parse(fs.readFileSync(path.join(dir, 'graphs', `${graph.name}.json`), 'utf8'));
+      expect(meta.feeds).toEqual([{ name: 'feed_0:0', dtype: 'float32', shape: [2, 2] }]);
+      expect(meta.fetches).toHaveLength(1);
+      expect(fs.statSync(path.join(dir, 'graphs', `${graph.name}.pb`)).size).toBeGreaterThan(0);
+    } finally {
+      delete process.env[DUMP_GRAPHS_ENV];
+      x.dispose();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('freezes what is not a feed: a tensor uploaded inside keeps its recorded value', () => {
