@@ -5,6 +5,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
 import { GraphCache } from '../backend/tf-graph.ts';
+import { crossEntropySum } from '../model/lm.ts';
 import { gradientsThroughGraph } from '../train/compiled-step.ts';
 import { AdamW } from '../train/optimizer.ts';
 import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
@@ -64,10 +65,8 @@ export interface TaskRunResult {
 }
 
 /** Mean cross-entropy over the positions where mask = 1: Σ mask·CE / Σ mask. */
-function maskedCrossEntropy(logits: tf.Tensor2D, targets: tf.Tensor1D, mask: tf.Tensor1D, vocab: number): tf.Scalar {
-  const logProbs = tf.logSoftmax(logits);
-  const picked = tf.sum(tf.mul(logProbs, tf.oneHot(targets, vocab)), -1);
-  return tf.div(tf.neg(tf.sum(tf.mul(picked, mask))), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
+function maskedCrossEntropy(logits: tf.Tensor2D, targets: tf.Tensor1D, mask: tf.Tensor1D): tf.Scalar {
+  return tf.div(crossEntropySum(logits, targets, mask), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
 }
 
 function batchTensors(batch: TaskBatch) {
@@ -79,13 +78,12 @@ function batchTensors(batch: TaskBatch) {
 }
 
 /** Summed loss and correct count over the scored positions of one batch (no gradients). */
-function scoreBatch(model: TaskModel, batch: TaskBatch, vocab: number): { lossSum: number; correct: number; scored: number } {
+function scoreBatch(model: TaskModel, batch: TaskBatch): { lossSum: number; correct: number; scored: number } {
   const [lossSum, correct, scored] = tf.tidy(() => {
     const { inputs, targets, mask } = batchTensors(batch);
     const logits = model.logits(inputs);
-    const picked = tf.sum(tf.mul(tf.logSoftmax(logits), tf.oneHot(targets, vocab)), -1);
     const hits = tf.cast(tf.equal(tf.argMax(logits, -1), targets), 'float32');
-    return [tf.neg(tf.sum(tf.mul(picked, mask))), tf.sum(tf.mul(hits, mask)), tf.sum(mask)];
+    return [crossEntropySum(logits, targets, mask), tf.sum(tf.mul(hits, mask)), tf.sum(mask)];
   }).map((t) => {
     const value = t.dataSync()[0];
     t.dispose();
@@ -125,7 +123,7 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
       const loss = tf.tidy(() => {
         const { inputs, targets, mask } = batchTensors(batch);
         const { value, grads } = gradientsThroughGraph(graphs, key, [inputs, targets, mask], state, varList, () =>
-          maskedCrossEntropy(model.logits(inputs), targets, mask, spec.vocabSize), xla);
+          maskedCrossEntropy(model.logits(inputs), targets, mask), xla);
         optimizer.applyGradients(grads, opts.lr);
         return value;
       });
@@ -139,7 +137,7 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
     let correct = 0;
     let scored = 0;
     for (let done = 0; done < opts.evalSamples; done += opts.batchSize) {
-      const chunk = scoreBatch(model, generator.evalBatch(Math.min(opts.batchSize, opts.evalSamples - done)), spec.vocabSize);
+      const chunk = scoreBatch(model, generator.evalBatch(Math.min(opts.batchSize, opts.evalSamples - done)));
       lossSum += chunk.lossSum;
       correct += chunk.correct;
       scored += chunk.scored;
