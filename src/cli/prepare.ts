@@ -49,7 +49,7 @@ if (!lifecycleHook) {
       summary = await prepareDemoCorpus(values.out ?? 'data/sotu');
     } else if (corpora.length > 0) {
       if (!values.out) throw new UsageError('--out <folder> is required');
-      summary = await prepareOfflineCorpora(corpora, values.out);
+      summary = await prepareOfflineCorpora(corpora, values.out, values.overwrite ?? false);
     } else {
       if (!values.out) throw new UsageError('--out <folder> is required');
       if (positionals.length === 0) throw new UsageError('no inputs given');

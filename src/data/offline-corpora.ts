@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { deriveSeed, Rng } from '../core/rng.ts';
 import { DEFAULT_SHARD_SIZE } from './dataset.ts';
 import { sotuDocuments, sotuDataDir, DEMO_SEED, DEMO_VALIDATION_FRACTION } from './demo-corpus.ts';
 import { writeSplitDataset } from './prepare.ts';
@@ -102,15 +103,27 @@ export function offlineCorpus(name: string): OfflineCorpus {
   return corpus;
 }
 
+/** The `description` of the dataset prepareOfflineCorpora writes for these corpora (dataset_info.json): what and how. */
+export function offlineCorporaDescription(names: readonly string[]): string {
+  const sources = names.map(offlineCorpus).map((c) => `${c.title} (npm package ${c.package}; ${c.licence})`).join('; ');
+  return `${sources}. Documents in a seeded random order (seed ${DEMO_SEED}).`;
+}
+
 /**
- * Writes the named corpora, in that order, as one save_to_disk dataset with columns text, corpus and title, and the
- * demo's seeded 95/5 document split. Replaces `outDir` if it exists (written to a staging folder, then renamed).
+ * Writes the named corpora as one save_to_disk dataset with columns text, corpus and title, the documents in a seeded
+ * random order, and the demo's seeded 95/5 document split. An existing `outDir` is an error unless `overwrite`
+ * (written to a staging folder, then renamed). Shuffled because the trainer streams documents in file order with a bounded shuffle: one
+ * corpus after the other would train on the State of the Union, then the Bible, then the novel, and a validation set
+ * drawn from the start of the split would measure forgetting. They fit in memory (16 MB of text).
  */
-export async function prepareOfflineCorpora(names: readonly string[], outDir: string): Promise<PrepareSummary> {
+export async function prepareOfflineCorpora(names: readonly string[], outDir: string, overwrite = false): Promise<PrepareSummary> {
   if (names.length === 0) throw new InputError('no corpus named');
   const corpora = names.map(offlineCorpus);
+  const all: SourceDocument[] = [];
+  for (const corpus of corpora) for await (const doc of corpus.documents()) all.push({ ...doc, extra: [corpus.name, doc.extra[0]] });
+  new Rng(deriveSeed(DEMO_SEED, 'document-order')).shuffle(all);
   async function* documents(): AsyncGenerator<SourceDocument> {
-    for (const corpus of corpora) for await (const doc of corpus.documents()) yield { ...doc, extra: [corpus.name, doc.extra[0]] };
+    yield* all;
   }
   const summary = await writeSplitDataset(documents(), {
     out: outDir,
@@ -119,8 +132,8 @@ export async function prepareOfflineCorpora(names: readonly string[], outDir: st
     validationFraction: DEMO_VALIDATION_FRACTION,
     seed: DEMO_SEED,
     shardSize: DEFAULT_SHARD_SIZE,
-    overwrite: true,
-    description: corpora.map((c) => `${c.title} (npm package ${c.package}; ${c.licence})`).join('; '),
+    overwrite,
+    description: offlineCorporaDescription(names),
   });
   return { ...summary, inputFiles: summary.documents + summary.skippedEmpty };
 }

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { OFFLINE_CORPORA, prepareOfflineCorpora } from '../data/offline-corpora.ts';
+import { OFFLINE_CORPORA, offlineCorporaDescription, prepareOfflineCorpora } from '../data/offline-corpora.ts';
 import { trainTokenizer } from '../data/train-tokenizer.ts';
 import { tQuantileOf } from '../report/paired.ts';
 import { describePaired, pairedOf, signed, verdictOf } from './paired-claims.ts';
@@ -47,8 +47,26 @@ const QUICK = { mechanisms: ['softmax', 'performer'], seeds: [1, 2], tokens: 16_
 
 const unitName = (kind: string, mechanism: string, seed: number) => `${kind}-${mechanism}-seed${seed}`;
 
-/** Prepares the corpus and trains its tokenizer where they are missing; each lands whole or not at all. */
+/**
+ * Prepares the corpus and trains its tokenizer where they are missing; each lands whole or not at all. A corpus folder
+ * prepared otherwise (another order, other texts) is refused, not used and not replaced.
+ */
 export async function ensureCorpus(log: (line: string) => void = () => {}): Promise<void> {
+  const info = path.join(LM_CORPUS.dataset, 'train', 'dataset_info.json');
+  if (fs.existsSync(info)) {
+    let description: unknown;
+    try {
+      description = (JSON.parse(fs.readFileSync(info, 'utf8')) as { description?: unknown }).description;
+    } catch (err) {
+      throw new Error(`${info}: cannot be read as JSON (${(err as Error).message})`);
+    }
+    if (description !== offlineCorporaDescription(LM_CORPUS.names)) {
+      throw new Error(
+        `${LM_CORPUS.dataset} was not prepared as this experiment needs (its ${info} describes other texts or another order); ` +
+          `move it away, or prepare it with: npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset} (and remove ${LM_CORPUS.tokenizer})`,
+      );
+    }
+  }
   if (!fs.existsSync(path.join(LM_CORPUS.dataset, 'dataset_dict.json'))) {
     const summary = await prepareOfflineCorpora(LM_CORPUS.names, LM_CORPUS.dataset);
     log(`prepared ${LM_CORPUS.dataset}: ${summary.documents} documents, ${(summary.bytes / 1e6).toFixed(1)} MB (${LM_CORPUS.names.join(', ')})`);
@@ -168,7 +186,7 @@ const CORPUS_TEXT = LM_CORPUS.names.map((n) => `${OFFLINE_CORPORA[n].title} (npm
 
 export const lmCompare: Experiment = {
   name: 'lm-compare',
-  version: 2,
+  version: 3,
   title: 'Language models: every mechanism against softmax',
   source: 'SLAY paper §3.6 and the DARKFormer paper §5 compare end-to-end language models; neither prints numbers at this scale, so the claims tested are theirs in words: the linear mechanisms come close to softmax, and each paper’s mechanism beats Performer (FAVOR+)',
   measures: 'final validation loss (nats/token) and top-1 accuracy (next-token for GPT, masked-token for BERT) after one whole epoch; the paired difference to softmax over seeds with its 95% Student t interval',
@@ -179,7 +197,7 @@ export const lmCompare: Experiment = {
   },
   protocol: {
     models: 'GPT and BERT of the demo recipes’ shape (width 128, 4 layers × 4 heads, MLP ×4, context 128, vocabulary 4,096; recipes/demo/gpt-softmax.yaml, bert-softmax.yaml), each mechanism with the demo options (SLAY: R = 2, M = 16, P = 8, ε = 1e-3; causal chunk 32)',
-    corpus: `${LM_CORPUS.dataset} (npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset}), 16.1 MB of text, 1,560 documents, seeded 95/5 document split; a byte-level BPE of ${LM_CORPUS.vocab.toLocaleString('en-US')} ids trained on its train split (${LM_CORPUS.tokenizer}). Sources: ${CORPUS_TEXT}`,
+    corpus: `${LM_CORPUS.dataset} (npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset}), 16.1 MB of text, 1,560 documents in a seeded random order (one corpus after the other would train on each in turn and validate on the first), seeded 95/5 document split; a byte-level BPE of ${LM_CORPUS.vocab.toLocaleString('en-US')} ids trained on its train split (${LM_CORPUS.tokenizer}). Sources: ${CORPUS_TEXT}`,
     training: `one whole epoch of the train split, batch ${BATCH} × 128, AdamW with the demo recipes’ settings (GPT lr 2e-3, BERT 1e-3, cosine to 1e-4, 50 warm-up steps); validation every 200 steps on the first 131,072 validation tokens (GPT) or 16,384 masked tokens (BERT), the same for every run; seeds ${SEEDS.join(', ')}, paired by seed (same data order and draws)`,
     runs: `${MECHANISMS.length} mechanisms × ${SEEDS.length} seeds × {GPT, BERT} = ${MECHANISMS.length * SEEDS.length * 2} runs on the native (tensorflow) backend, graph steps, every seed 1 first`,
     'if no interval excludes 0': 'each claim that is not separated says how many seeds the observed difference and spread would need',

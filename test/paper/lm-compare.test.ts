@@ -1,8 +1,10 @@
 // The language-model comparison without training: its units (seed first, every cell's units exist), each unit's
 // recipe as the trainer gets it, the claims' verdicts on made-up losses, and the seeds a difference would need.
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { lmCompare, seedsToSeparate, unitRecipeOf } from '../../src/paper/lm-compare.ts';
+import { ensureCorpus, LM_CORPUS, lmCompare, seedsToSeparate, unitRecipeOf } from '../../src/paper/lm-compare.ts';
 import type { UnitView } from '../../src/paper/protocol.ts';
 import { pairedT, tQuantileOf } from '../../src/report/paired.ts';
 
@@ -68,5 +70,24 @@ describe('lm-compare claims', () => {
     expect(tQuantileOf(0.975, n - 1) * 0.05 / Math.sqrt(n)).toBeLessThan(0.01);
     expect(tQuantileOf(0.975, n - 2) * 0.05 / Math.sqrt(n - 1)).toBeGreaterThanOrEqual(0.01);
     expect(seedsToSeparate(0, 1)).toBeNull();
+  });
+});
+
+describe('ensureCorpus', () => {
+  it('refuses a corpus folder prepared otherwise (e.g. in corpus order), naming the command, and leaves it alone', async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'lm-corpus-'));
+    const cwd = process.cwd();
+    try {
+      process.chdir(root);
+      const info = path.join(LM_CORPUS.dataset, 'train', 'dataset_info.json');
+      fs.mkdirSync(path.dirname(info), { recursive: true });
+      fs.writeFileSync(info, JSON.stringify({ description: 'the corpora one after the other' }));
+      await expect(ensureCorpus()).rejects.toThrow(/data\/english was not prepared as this experiment needs .* npm run prepare -- --corpus sotu,kjv,moby-dick --out data\/english/);
+      expect(JSON.parse(fs.readFileSync(info, 'utf8')).description).toBe('the corpora one after the other');
+      expect(fs.existsSync(LM_CORPUS.tokenizer)).toBe(false);
+    } finally {
+      process.chdir(cwd);
+      fs.rmSync(root, { recursive: true, force: true });
+    }
   });
 });
