@@ -12,6 +12,7 @@ import { BUILD_STAMP, isTensorflowSetUp, nativePackageDir, PROJECT_ROOT, readBui
 import { SetupError, setupTensorflow } from '../../src/backend/tensorflow-setup.ts';
 import { tensorflowInfo } from '../../src/backend/tensorflow.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
+import { crossEntropyRef } from '../helpers/reference.ts';
 import { explicitTransposes } from '../../src/model/ops.ts';
 import { DropoutSource, dropoutSeedTensor } from '../../src/model/transformer.ts';
 import { Rng } from '../../src/core/rng.ts';
@@ -52,15 +53,7 @@ describe.skipIf(!available)(`tensorflow backend (skipped when not built: ${SETUP
     const rng = new Rng(5);
     const logits = Array.from({ length: n * vocab }, () => 4 * rng.normal());
     const targets = Array.from({ length: n }, (_, i) => (i * 17) % vocab);
-    let want = 0;
-    const gradWant: number[] = [];
-    for (let r = 0; r < n; r++) {
-      const row = logits.slice(r * vocab, (r + 1) * vocab);
-      const max = Math.max(...row);
-      const z = row.reduce((s, x) => s + Math.exp(x - max), 0);
-      want += max + Math.log(z) - row[targets[r]];
-      row.forEach((x, j) => gradWant.push(2 * (Math.exp(x - max) / z - (j === targets[r] ? 1 : 0))));
-    }
+    const { value: want, grad: gradWant } = crossEntropyRef(logits, targets, vocab, undefined, 2);
     const before = tf.memory().numTensors;
     const { value, grad } = tf.tidy(() => {
       const l = tf.tensor2d(logits, [n, vocab]);

@@ -167,3 +167,20 @@ export function favorAttentionRef(
     }),
   );
 }
+
+/**
+ * Σ_r w_r·(logsumexp(row r) − row r[target r]) and its gradient × `scale`: scale·w_r·(softmax(row r) − onehot), in
+ * float64 (logits row-major [n, vocab]; weights default 1).
+ */
+export function crossEntropyRef(logits: number[], targets: number[], vocab: number, weights: number[] = targets.map(() => 1), scale = 1): { value: number; grad: number[] } {
+  let value = 0;
+  const grad: number[] = [];
+  targets.forEach((target, r) => {
+    const row = logits.slice(r * vocab, (r + 1) * vocab);
+    const max = Math.max(...row);
+    const z = row.reduce((s, x) => s + Math.exp(x - max), 0);
+    value += weights[r] * (max + Math.log(z) - row[target]);
+    row.forEach((x, j) => grad.push(scale * weights[r] * (Math.exp(x - max) / z - (j === target ? 1 : 0))));
+  });
+  return { value, grad };
+}
