@@ -104,6 +104,7 @@ async function main({ values, positionals }: Args): Promise<number> {
 
   let exitCode = 0;
   if (!values.report) {
+    await experiment.prepare?.((line) => console.log(`${name}: ${line}`));
     // An executor that submits: the results file is written by --report once the units are done.
     const outcome = await runOnExecutor(set, values, { nothingLeft: `${set.file}: every unit is done; write the results with --report` });
     if (outcome === null) return 0;

@@ -108,6 +108,7 @@ export function unitRecipeOf(settings: Record<string, unknown>, dir: string) {
 }
 
 async function runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome> {
+  // Made by `prepare` before the units are dispatched; checked again for a unit run alone (--unit).
   await ensureCorpus((line) => console.log(line));
   const { steps, curves, last } = await trainUnit(unitRecipeOf(settings, context.dir), context);
   return {
@@ -209,6 +210,7 @@ export const lmCompare: Experiment = {
   ],
   shown: [{ key: 'acc', title: 'Final validation top-1 accuracy', digits: 4 }],
   backend: 'tensorflow',
+  prepare: ensureCorpus,
   units,
   cells,
   claims,

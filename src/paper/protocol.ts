@@ -100,6 +100,11 @@ export interface Experiment {
   backend: BackendChoice;
   units(quick: boolean): UnitSpec[];
   cells(quick: boolean): CellSpec[];
+  /**
+   * Makes what every unit reads (e.g. a corpus), once, before any unit is dispatched: a missing or wrong input then
+   * fails once, with its message, instead of in every unit, and parallel units (Slurm) do not race to make it.
+   */
+  prepare?(log: (line: string) => void): Promise<void>;
   /** Runs one unit in this process, the backend already started. */
   runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome>;
   /** The claims the experiment tests, with verdicts from the units done so far (experiments without published tables). */
