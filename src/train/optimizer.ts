@@ -32,14 +32,15 @@ export function decays(name: string, variable: tf.Variable, decayEmbeddings = fa
   return name.endsWith('.weight') && variable.rank >= 2;
 }
 
-/** A step's gradients in the optimizer's flat layout (see AdamW.flatten); the caller disposes the tensors. */
-export interface FlatGradients {
-  /** [P]: every parameter's gradient, raveled, in the optimizer's order (zeros where there is none). */
-  values: tf.Tensor1D;
-  /** Parameters that had no gradient: the step leaves them, and their moments, as they are. */
-  skipped: ReadonlySet<string>;
-  /** [P] bool, true where a gradient was given; null when none is skipped. */
-  present: tf.Tensor1D | null;
+/**
+ * An update computed but not applied (AdamW.prepare): the gradients' global norm before clipping, to be read before
+ * deciding, and the new parameters and moments, written by commit() or dropped by discard(). One of the two must be
+ * called; either frees the tensors (norm included).
+ */
+export interface PendingUpdate {
+  norm: tf.Scalar;
+  commit(): void;
+  discard(): void;
 }
 
 /**
@@ -47,7 +48,9 @@ export interface FlatGradients {
  * one chain of element-wise ops over the raveled gradients (PyTorch's "foreach"/fused AdamW idea):
  * per-parameter updates cost ~14 small ops × parameters — ~1,000 kernel calls a step for the bench
  * GPT, half of all its kernels, each with its dispatch and allocation — where this costs ~3 per
- * parameter (ravel, unravel, apply) plus ~15 over the whole vector.
+ * parameter (ravel, unravel, apply) plus ~15 over the whole vector. Raveling, the global norm,
+ * clipping and the update are one program, run as one TensorFlow function where the backend can:
+ * a step's only other work is uploading four scalars and reading the norm.
  */
 export class AdamW {
   readonly options: Required<AdamWOptions>;
@@ -60,6 +63,8 @@ export class AdamW {
   private step = 0;
   private graphs: GraphCache | null = null;
   private lastKey = '';
+  /** Per set of skipped parameters: the [P] bool mask of the others (null when none is skipped). */
+  private readonly presentMasks = new Map<string, tf.Tensor1D | null>();
 
   constructor(params: Map<string, tf.Variable>, options: AdamWOptions) {
     this.options = { decayEmbeddings: false, graph: true, xla: false, ...options };
@@ -117,49 +122,65 @@ export class AdamW {
     this.step = step;
   }
 
-  /** The gradients by parameter name as one flat vector in this optimizer's order (missing ones as zeros). */
-  flatten(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor>): FlatGradients {
+  /** One update with learning rate `lr` (gradients clipped to global norm `clip`; 0 = no clipping), applied at once. */
+  applyGradients(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor>, lr: number, clip = 0): void {
+    this.prepare(grads, lr, clip).commit();
+  }
+
+  /**
+   * The update of `grads` with learning rate `lr`, clipped to global norm `clip` (0 = no clipping), computed but not
+   * applied. A parameter without a gradient is left as it is, moments included. Element for element the formulas of
+   * torch.optim.AdamW (module comment), in the same float32 order as a per-parameter loop; the values that change
+   * from step to step are inputs of the program, so that it runs as one recorded graph (GraphCache).
+   */
+  prepare(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor>, lr: number, clip: number): PendingUpdate {
     const byName = grads instanceof Map ? grads : new Map(Object.entries(grads));
     for (const name of byName.keys()) {
       if (!this.params.has(name)) throw new Error(`optimizer: gradient for unknown parameter '${name}'`);
     }
-    const skipped = new Set(this.names.filter((n) => !byName.has(n)));
-    const values = tf.tidy(() => this.ravel(this.names.map((n) => byName.get(n) ?? tf.zeros(this.params.get(n)!.shape))));
-    if (skipped.size === 0) return { values, skipped, present: null };
-    const present = tf.tidy(() => tf.cast(this.ravel(this.names.map((n) => (skipped.has(n) ? tf.zeros : tf.ones)(this.params.get(n)!.shape))), 'bool') as tf.Tensor1D);
-    return { values, skipped, present };
-  }
-
-  /** One update with learning rate `lr`. A parameter without a gradient is left as it is, moments included. */
-  applyGradients(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor> | FlatGradients, lr: number): void {
-    const flat = isFlat(grads) ? grads : this.flatten(grads);
-    try {
-      this.applyFlat(flat, lr);
-    } finally {
-      if (flat !== grads) disposeFlat(flat);
-    }
-  }
-
-  // Element for element the formulas of torch.optim.AdamW (module comment), in the same float32
-  // order as a per-parameter loop, so flattening changes no value. The values that change from step
-  // to step are tensors given to the update, so that it can run as a recorded graph (GraphCache).
-  private applyFlat({ values: g, skipped, present }: FlatGradients, lr: number): void {
-    this.step += 1;
+    if (!(clip >= 0)) throw new Error(`train.clip must be ≥ 0 (got ${clip})`);
     const { beta1, beta2, weightDecay } = this.options;
-    const t = this.step;
-    const updated = this.names.filter((n) => !skipped.has(n));
-    const params = updated.map((n) => this.params.get(n)!);
-    tf.tidy(() => {
-      const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay].map((x) => tf.scalar(x));
-      const inputs = [g, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params];
-      const update = () => this.update(g, scalars, present, updated);
+    const t = this.step + 1;
+    const skipped = this.names.filter((n) => !byName.has(n));
+    const updated = this.names.filter((n) => byName.has(n));
+    const present = this.presentMask(skipped);
+    const params = this.names.map((n) => this.params.get(n)!);
+    const [norm, mNew, vNew, ...next] = tf.tidy(() => {
+      const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay, clip].map((x) => tf.scalar(x));
+      const given = updated.map((n) => byName.get(n)!);
+      const inputs = [...given, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params];
+      const program = () => {
+        const g = this.ravel(this.names.map((n, i) => byName.get(n) ?? tf.zerosLike(params[i])));
+        const { grad, norm } = clipByGlobalNorm(g, clip, scalars[3]);
+        return [norm, ...this.update(grad, scalars, present, updated)];
+      };
       const graphs = this.options.graph && currentDevice().graphSteps ? (this.graphs ??= new GraphCache()) : null;
-      this.lastKey = `${[...skipped].join(',')}|${weightDecay > 0}`;
-      const [mNew, vNew, ...next] = graphs ? graphs.call(this.lastKey, inputs, update, this.options.xla) : update();
-      this.m.assign(mNew as tf.Tensor1D);
-      this.v.assign(vNew as tf.Tensor1D);
-      params.forEach((p, i) => p.assign(next[i]));
+      this.lastKey = `${skipped.join(',')}|${weightDecay > 0}|${clip > 0}`;
+      return graphs ? graphs.call(this.lastKey, inputs, program, this.options.xla) : program();
     });
+    const outputs = [norm, mNew, vNew, ...next];
+    return {
+      norm: norm as tf.Scalar,
+      commit: () => {
+        this.m.assign(mNew as tf.Tensor1D);
+        this.v.assign(vNew as tf.Tensor1D);
+        updated.forEach((name, i) => this.params.get(name)!.assign(next[i]));
+        this.step = t;
+        tf.dispose(outputs);
+      },
+      discard: () => tf.dispose(outputs),
+    };
+  }
+
+  /** The [P] bool mask of the parameters that are not skipped, made once per set; null when none is. */
+  private presentMask(skipped: string[]): tf.Tensor1D | null {
+    const key = skipped.join(',');
+    if (!this.presentMasks.has(key)) {
+      // Kept: the cache outlives any tidy the caller runs the step in.
+      const mask = skipped.length === 0 ? null : tf.keep(tf.tidy(() => tf.cast(this.ravel(this.names.map((n) => (skipped.includes(n) ? tf.zeros : tf.ones)(this.params.get(n)!.shape))), 'bool') as tf.Tensor1D));
+      this.presentMasks.set(key, mask);
+    }
+    return this.presentMasks.get(key)!;
   }
 
   /** The new m, v and the new value of each parameter in `updated` (stepSize, √(1 − β2ᵗ), 1 − lr·λ given as scalars). */
@@ -186,26 +207,20 @@ export class AdamW {
 
   dispose(): void {
     this.graphs?.dispose();
+    for (const mask of this.presentMasks.values()) mask?.dispose();
     this.m.dispose();
     this.v.dispose();
   }
 }
 
-function isFlat(grads: unknown): grads is FlatGradients {
-  return typeof grads === 'object' && grads !== null && (grads as FlatGradients).values instanceof tf.Tensor && (grads as FlatGradients).skipped instanceof Set;
-}
-
-export function disposeFlat(flat: FlatGradients): void {
-  tf.dispose([flat.values, ...(flat.present ? [flat.present] : [])]);
-}
-
 /**
  * Global-norm clipping as torch.nn.utils.clip_grad_norm_: scale the gradient by
  * min(1, maxNorm / (‖g‖ + 1e-6)). Returns the pre-clip norm (a scalar tensor, read it after the step
- * to avoid a sync) and the scaled gradient. maxNorm 0 = no clipping.
+ * to avoid a sync) and the scaled gradient. maxNorm 0 = no clipping. `maxNormTensor`: the same value
+ * as a tensor, so that a recorded program takes it as an input.
  */
-export function clipByGlobalNorm(grad: tf.Tensor1D, maxNorm: number): { grad: tf.Tensor1D; norm: tf.Scalar } {
+export function clipByGlobalNorm(grad: tf.Tensor1D, maxNorm: number, maxNormTensor?: tf.Scalar): { grad: tf.Tensor1D; norm: tf.Scalar } {
   const norm = tf.sqrt(tf.sum(tf.square(grad))) as tf.Scalar;
   if (!(maxNorm > 0)) return { grad, norm };
-  return { grad: tf.mul(grad, tf.minimum(1, tf.div(maxNorm, tf.add(norm, 1e-6)))), norm };
+  return { grad: tf.mul(grad, tf.minimum(1, tf.div(maxNormTensor ?? maxNorm, tf.add(norm, 1e-6)))), norm };
 }

@@ -6,7 +6,7 @@ import { deriveSeed } from '../core/rng.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { microBatchGradients } from './compiled-step.ts';
-import { clipByGlobalNorm, disposeFlat, type AdamW, type FlatGradients } from './optimizer.ts';
+import type { AdamW, PendingUpdate } from './optimizer.ts';
 
 function labelledCount(batch: ModelBatch): number {
   let n = 0;
@@ -84,9 +84,9 @@ export function accumulateGradients(
 }
 
 /**
- * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). A
- * NaN/Inf loss or gradient norm is caught before the update, so weights and moments stay as they
- * were. Disposes `grads` and `loss`.
+ * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). The update is
+ * computed first (AdamW.prepare) and only written once the loss and the gradient norm read back finite: a NaN/Inf
+ * step leaves weights, moments and the step count as they were. Disposes `grads` and `loss`.
  */
 export async function applyGradients(
   optimizer: AdamW,
@@ -95,22 +95,18 @@ export async function applyGradients(
   total: number,
   opts: Pick<StepOptions, 'lr' | 'clip'>,
 ): Promise<StepResult> {
-  let flat: FlatGradients | null = null;
+  let pending: PendingUpdate | null = null;
   try {
-    flat = optimizer.flatten(grads);
-    tf.dispose([...grads.values()]);
-    const { values } = flat;
-    const norm = tf.tidy(() => clipByGlobalNorm(values, 0).norm);
-    const [checkedNorm, checkedLoss] = await Promise.all([norm.data(), loss.data()]);
-    norm.dispose();
-    if (!Number.isFinite(checkedNorm[0]) || !Number.isFinite(checkedLoss[0])) {
-      return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: false };
-    }
-    tf.tidy(() => optimizer.applyGradients({ ...flat!, values: clipByGlobalNorm(values, opts.clip).grad }, opts.lr));
-    return { loss: checkedLoss[0], gradNorm: checkedNorm[0], tokens: total, applied: true };
+    pending = optimizer.prepare(grads, opts.lr, opts.clip);
+    const [norm, value] = await Promise.all([pending.norm.data(), loss.data()]);
+    const applied = Number.isFinite(norm[0]) && Number.isFinite(value[0]);
+    if (applied) pending.commit();
+    else pending.discard();
+    pending = null;
+    return { loss: value[0], gradNorm: norm[0], tokens: total, applied };
   } finally {
+    pending?.discard();
     tf.dispose([...grads.values(), loss]);
-    if (flat) disposeFlat(flat);
   }
 }
 

@@ -13,19 +13,24 @@ import { runTraining } from '../../src/train/trainer.ts';
 import { makeTinySetup, tinyRecipeText } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
-// Every third finiteness check (clipByGlobalNorm with no clipping, as applyGradients calls it first) reports a NaN
-// gradient norm, so the step takes the NaN-skip path with its real tensors.
+// Every third update reports a NaN gradient norm (AdamW.prepare, which the step reads before committing), so the step
+// takes the NaN-skip path with its real tensors.
 const checks = vi.hoisted(() => ({ count: 0 }));
 vi.mock('../../src/train/optimizer.ts', async (importOriginal) => {
   const original = await importOriginal<typeof import('../../src/train/optimizer.ts')>();
-  return {
-    ...original,
-    clipByGlobalNorm(grad: tf.Tensor1D, maxNorm: number) {
-      const result = original.clipByGlobalNorm(grad, maxNorm);
-      if (maxNorm > 0 || ++checks.count % 3 !== 0) return result;
-      return { grad: result.grad, norm: tf.mul(result.norm, NaN) as tf.Scalar };
-    },
-  };
+  class AdamW extends original.AdamW {
+    override prepare(...args: Parameters<InstanceType<typeof original.AdamW>['prepare']>) {
+      const pending = super.prepare(...args);
+      if (++checks.count % 3 !== 0) return pending;
+      const norm = tf.mul(pending.norm, NaN) as tf.Scalar;
+      const finish = (how: () => void) => () => {
+        norm.dispose();
+        how();
+      };
+      return { norm, commit: finish(pending.commit), discard: finish(pending.discard) };
+    }
+  }
+  return { ...original, AdamW };
 });
 
 let dir: string;

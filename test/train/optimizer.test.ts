@@ -106,26 +106,42 @@ describe('AdamW', () => {
   });
 });
 
-describe('flat gradients and global-norm clipping', () => {
+describe('global-norm clipping and skipped parameters', () => {
   const shapes = new Map([['a.weight', [2]], ['b.weight', [1, 2]]]);
   const params = () => new Map([...shapes].map(([n, s]) => [n, tf.variable(tf.zeros(s), true, `flat-test.${n}.${Math.random()}`)]));
 
-  it('ravels the gradients in parameter order; the norm is the global one and clipping scales them together', () => {
-    const vars = params();
-    const opt = new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });
-    const grads = new Map<string, tf.Tensor>([['b.weight', tf.tensor([[0, 4]])], ['a.weight', tf.tensor([3, 0])]]); // global norm 5
-    const flat = opt.flatten(grads);
-    expect(Array.from(flat.values.dataSync())).toEqual([3, 0, 0, 4]);
-    expect(flat.present).toBeNull();
-    const clipped = clipByGlobalNorm(flat.values, 1);
+  it('clips by the global norm over all parameters: the prepared update reports it, and equals AdamW on the clipped gradients', () => {
+    const flat = tf.tensor1d([3, 0, 0, 4]); // global norm 5
+    const clipped = clipByGlobalNorm(flat, 1);
     expect(clipped.norm.dataSync()[0]).toBeCloseTo(5, 6);
     expect(Array.from(clipped.grad.dataSync())).toEqual([expect.closeTo(0.6, 6), 0, 0, expect.closeTo(0.8, 6)]);
-    expect(Array.from(clipByGlobalNorm(flat.values, 10).grad.dataSync())).toEqual([expect.closeTo(3, 5), 0, 0, expect.closeTo(4, 5)]);
-    const off = clipByGlobalNorm(flat.values, 0);
-    expect(off.grad).toBe(flat.values);
-    expect(off.norm.dataSync()[0]).toBeCloseTo(5, 6);
-    opt.dispose();
-    for (const v of vars.values()) v.dispose();
+    expect(Array.from(clipByGlobalNorm(flat, 10).grad.dataSync())).toEqual([expect.closeTo(3, 5), 0, 0, expect.closeTo(4, 5)]);
+    const off = clipByGlobalNorm(flat, 0);
+    expect(off.grad).toBe(flat);
+    const [clippedHere, clippedBefore] = [params(), params()];
+    const [a, b] = [clippedHere, clippedBefore].map((vars) => new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 }));
+    const before = tf.memory().numTensors;
+    const pending = a.prepare(new Map<string, tf.Tensor>([['b.weight', tf.tensor([[0, 4]])], ['a.weight', tf.tensor([3, 0])]]), 0.1, 1);
+    expect(pending.norm.dataSync()[0]).toBeCloseTo(5, 6);
+    expect(a.stepCount).toBe(0);
+    pending.commit();
+    expect(a.stepCount).toBe(1);
+    b.applyGradients(new Map<string, tf.Tensor>([['a.weight', tf.tensor([0.6, 0])], ['b.weight', tf.tensor([[0, 0.8]])]]), 0.1);
+    for (const name of shapes.keys()) {
+      expect(Array.from(clippedHere.get(name)!.dataSync())).toEqual(Array.from(clippedBefore.get(name)!.dataSync()).map((x) => expect.closeTo(x, 6)));
+    }
+    // The given gradients are the caller's (4 here); the prepared update left nothing else behind.
+    expect(tf.memory().numTensors).toBe(before + 4);
+    const dropped = a.prepare(new Map([['a.weight', tf.tensor([1, 1])]]), 0.1, 1);
+    const kept = Array.from(clippedHere.get('a.weight')!.dataSync());
+    dropped.discard();
+    expect(a.stepCount).toBe(1);
+    expect(Array.from(clippedHere.get('a.weight')!.dataSync())).toEqual(kept);
+    tf.dispose([flat, clipped.grad, clipped.norm, off.norm]);
+    for (const [opt, vars] of [[a, clippedHere], [b, clippedBefore]] as const) {
+      opt.dispose();
+      for (const v of vars.values()) v.dispose();
+    }
   });
 
   it('leaves a parameter without a gradient, and its moments, exactly as they were', () => {
