@@ -1,5 +1,6 @@
 // The offline corpora that npm packages ship: every document of each package lands once, in order per corpus, with
 // its corpus and title columns; the King James text loses its italics brackets and nothing else.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
@@ -67,5 +68,31 @@ describe('prepareOfflineCorpora', () => {
       expect(corpus.licence).toMatch(/public domain/);
       expect(fs.existsSync(packageFile(corpus.package, 'package.json'))).toBe(true);
     }
+  });
+});
+
+describe('npm run prepare -- --corpus', () => {
+  const prepare = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', ...args], { encoding: 'utf8' });
+
+  it('writes the named corpora, then refuses to write over them without --overwrite', () => {
+    const out = path.join(dir, 'cli-moby');
+    const first = prepare('--corpus', 'moby-dick', '--out', out);
+    expect(first.status, first.stderr).toBe(0);
+    expect(first.stdout).toMatch(/wrote \d+ documents/);
+    expect(fs.existsSync(path.join(out, 'dataset_dict.json'))).toBe(true);
+    const again = prepare('--corpus', 'moby-dick', '--out', out);
+    expect(again.status).not.toBe(0);
+    expect(again.stderr).toMatch(/exists/);
+    expect(prepare('--corpus', 'moby-dick', '--out', out, '--overwrite').status).toBe(0);
+  });
+
+  it('names an unknown corpus and refuses inputs or --demo beside it', () => {
+    const unknown = prepare('--corpus', 'kjv,wikipedia', '--out', path.join(dir, 'x'));
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toMatch(/--corpus: unknown 'wikipedia'; allowed: sotu, kjv, moby-dick/);
+    expect(prepare('--corpus', 'kjv', 'some.txt', '--out', path.join(dir, 'x')).stderr).toMatch(/--demo and --corpus take no inputs, got: some\.txt/);
+    expect(prepare('--corpus', 'kjv', '--demo').stderr).toMatch(/--demo and --corpus exclude each other/);
+    expect(prepare('--corpus', 'kjv').stderr).toMatch(/--out <folder> is required/);
+    expect(fs.existsSync(path.join(dir, 'x'))).toBe(false);
   });
 });
