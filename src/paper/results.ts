@@ -11,6 +11,8 @@ import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
 import type { CellSpec, CellVerdict, Claim, Explanation, ShownExtra } from './protocol.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
+import { lineChartSvg } from '../report/plot.ts';
+import type { LinePoint } from '../report/plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 
 export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
@@ -22,6 +24,12 @@ export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
   error: string | null;
   /** Mean ± sd of the units' other numbers. */
   extra: Record<string, MeanSd>;
+  /** Validation loss against optimizer steps, mean ± sd over the units at each step; null when no unit records curves. */
+  curve: CurvePoint[] | null;
+}
+
+export interface CurvePoint extends MeanSd {
+  step: number;
 }
 
 export interface ExperimentResults {
@@ -85,6 +93,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       explanation: verdict.verdict === 'disagrees' ? spec.explanation ?? OPEN : null,
       error: errors.length > 0 ? [...new Set(errors)].join('; ') : null,
       extra: Object.fromEntries(extraKeys.map((k) => [k, meanSd(units.map((u) => u.result?.outcome.extra[k]))])),
+      curve: meanCurve(units),
     };
   });
   const done = records.filter((r) => r.result);
@@ -125,6 +134,21 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       error: r.result?.outcome.error ?? r.failure, seconds: r.result?.seconds ?? null,
     })),
   };
+}
+
+/** The units' validation curves (outcome.details.curves.val, as units that train record them) averaged step by step. */
+function meanCurve(units: UnitRecord[]): CurvePoint[] | null {
+  const byStep = new Map<number, number[]>();
+  for (const unit of units) {
+    const val = (unit.result?.outcome.details?.curves as { val?: unknown } | undefined)?.val;
+    if (!Array.isArray(val)) continue;
+    for (const point of val as { step?: unknown; loss?: unknown }[]) {
+      if (typeof point?.step !== 'number' || typeof point.loss !== 'number' || !Number.isFinite(point.loss)) continue;
+      byStep.set(point.step, [...(byStep.get(point.step) ?? []), point.loss]);
+    }
+  }
+  if (byStep.size === 0) return null;
+  return [...byStep].sort((a, b) => a[0] - b[0]).map(([step, losses]) => ({ step, ...meanSd(losses) }));
 }
 
 /** The done units' numbers by name, for the experiment's claims. */
@@ -227,7 +251,7 @@ export function resultsHeadline(results: ExperimentResults): string {
 }
 
 /** The results file for people. */
-export function resultsMarkdown(results: ExperimentResults, plotFile: string | null): string {
+export function resultsMarkdown(results: ExperimentResults, plotFile: string | null, curvePlots: ReadonlyMap<string, string> = new Map()): string {
   const { counts, provenance: p, metric } = results;
   const digits = metric.digits;
   const lines: string[] = [
@@ -259,7 +283,11 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     '',
   ];
   const tables = [...groupBy(results.cells, (c) => c.table)];
-  for (const [table, cells] of tables) lines.push(`## ${table}`, '', ...gridTable(cells, (cell) => cellText(cell, digits)), '');
+  for (const [table, cells] of tables) {
+    lines.push(`## ${table}`, '', ...gridTable(cells, (cell) => cellText(cell, digits)), '');
+    const curves = curvePlots.get(table);
+    if (curves) lines.push(`![${table}: validation loss against optimizer steps, mean ± sd over seeds](${curves})`, '');
+  }
   lines.push(`Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`, '');
   for (const extra of results.shown) {
     for (const [table, cells] of tables) {
@@ -295,7 +323,23 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
   return lines.join('\n');
 }
 
-/** Writes the markdown, the JSON and the plot; returns the files. */
+/** One results table's validation curves: a line per cell (its row, and its column where the table has several). */
+function curvesSvg(results: ExperimentResults, table: string, cells: CellResult[]): Promise<string> | null {
+  const withCurves = cells.filter((c) => c.curve);
+  if (withCurves.length === 0) return null;
+  const severalColumns = new Set(cells.map((c) => c.column)).size > 1;
+  const label = (c: CellResult) => (severalColumns ? `${c.row} · ${c.column}` : c.row);
+  const rowOf = new Map(withCurves.map((c) => [label(c), c.row]));
+  const points: LinePoint[] = withCurves.flatMap((c) =>
+    c.curve!.map((p) => ({ series: label(c), x: p.step, y: p.mean, ...(p.sd !== null ? { lo: p.mean - p.sd, hi: p.mean + p.sd } : {}) })),
+  );
+  return lineChartSvg(points, {
+    title: `${results.title}: ${table}`, xTitle: 'optimizer step', yTitle: 'validation loss (nats/token)', seriesTitle: 'cell',
+    mechanismOf: (series) => rowOf.get(series) ?? series,
+  });
+}
+
+/** Writes the markdown, the JSON and the plots (agreement; validation curves per table where units record them); returns the files. */
 export async function writeResults(results: ExperimentResults, outDir: string): Promise<string[]> {
   const base = `${results.experiment}${results.quick ? '-quick' : ''}`;
   await mkdir(path.join(outDir, base), { recursive: true });
@@ -306,8 +350,17 @@ export async function writeResults(results: ExperimentResults, outDir: string): 
     await writeFile(path.join(outDir, plot), svg);
     files.push(path.join(outDir, plot));
   }
+  const curvePlots = new Map<string, string>();
+  for (const [i, [table, cells]] of [...groupBy(results.cells, (c) => c.table)].entries()) {
+    const curves = await curvesSvg(results, table, cells);
+    if (!curves) continue;
+    const file = path.join(base, `curves-${i + 1}.svg`);
+    await writeFile(path.join(outDir, file), curves);
+    files.push(path.join(outDir, file));
+    curvePlots.set(table, file);
+  }
   const markdown = path.join(outDir, `${base}.md`);
-  await writeFile(markdown, resultsMarkdown(results, svg ? plot : null));
+  await writeFile(markdown, resultsMarkdown(results, svg ? plot : null, curvePlots));
   const json = path.join(outDir, `${base}.json`);
   await writeFile(json, JSON.stringify(results, null, 2) + '\n');
   return [markdown, json, ...files];

@@ -119,6 +119,25 @@ describe('buildResults', () => {
     expect(svg).toContain('1 of 4 agree');
   });
 
+  it('averages the units\' validation curves step by step and draws one plot per table that has them', async () => {
+    const withCurve = (r: UnitRecord, losses: number[]): UnitRecord => ({
+      ...r,
+      result: { ...r.result!, outcome: { ...r.result!.outcome, details: { curves: { train: [], val: losses.map((loss, i) => ({ step: 10 * i, loss, acc: null })) } } } },
+    });
+    const curved = [withCurve(records[0], [5, 4, 3]), withCurve(records[1], [6, 4]), ...records.slice(2)];
+    const out = buildResults(set, curved);
+    const curve = out.cells.find((c) => c.row === 'task' && c.column === 'a')!.curve!;
+    expect(curve.map((p) => [p.step, p.mean, p.n])).toEqual([[0, 5.5, 2], [10, 4, 2], [20, 3, 1]]);
+    expect(curve[0].sd).toBeCloseTo(Math.SQRT1_2, 12);
+    expect(out.cells.find((c) => c.row === 'task' && c.column === 'b')!.curve).toBeNull();
+    const files = await writeResults(out, path.join(dir, 'curves'));
+    // Table 1 and Extra both hold a-s1: a plot each.
+    expect(files.map((f) => path.relative(dir, f))).toEqual(['curves/toy.md', 'curves/toy.json', 'curves/toy/agreement.svg', 'curves/toy/curves-1.svg', 'curves/toy/curves-2.svg']);
+    expect(readFileSync(files[3], 'utf8')).toContain('task · a');
+    expect(readFileSync(files[0], 'utf8')).toContain('## Table 1\n\n| | a | b |');
+    expect(readFileSync(files[0], 'utf8')).toContain('![Table 1: validation loss against optimizer steps, mean ± sd over seeds](toy/curves-1.svg)');
+  });
+
   it('counts units that are not done, and marks their cells', () => {
     const partial = buildResults(set, [...records.slice(0, 5), record('d-s1', null, env, { failure: 'failed: killed' })]);
     expect(partial.provenance.units).toEqual({ total: 6, done: 5, notDone: 1 });
