@@ -21,14 +21,23 @@ failing run does not stop the others; run it again to skip finished runs and res
 ones. Ctrl-C: the running runs save a checkpoint and stop.`,
   settings: {
     cores: { flag: '--cores', value: 'N', help: "cores to fill (default: this machine's)", check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1') },
+    threads: {
+      flag: '--threads',
+      value: 'N',
+      help: 'runs on the native backend (which take every core) get N cores each, TensorFlow limited to N threads, so that cores/N of them run side by side (default: one at a time)',
+      check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1'),
+    },
   },
   submits: false,
-  run: (set, pending, settings, context = {}) => runLocal(set, pending, { cores: settings.cores as number | undefined, out: context.out, logIntervalS: context.logIntervalS }),
+  run: (set, pending, settings, context = {}) =>
+    runLocal(set, pending, { cores: settings.cores as number | undefined, threads: settings.threads as number | undefined, out: context.out, logIntervalS: context.logIntervalS }),
 };
 
 interface LocalOptions {
   /** Cores to fill (default: this machine's). */
   cores?: number;
+  /** Cores and TensorFlow threads of a run that would take every core (see placement). */
+  threads?: number;
   /** Where progress goes (default stdout); redrawn in place when it is a terminal. */
   out?: NodeJS.WriteStream | NodeJS.WritableStream;
   /** Seconds between progress lines when `out` is not a terminal (default 30). */
@@ -37,8 +46,18 @@ interface LocalOptions {
 
 type LocalResult = Extract<ExecutorOutcome, { kind: 'ran' }>;
 
-/** Cores one run keeps busy out of the `cores` the executor fills. */
-const coresOf = (run: SetRun, cores: number) => (run.cores === 'all' ? cores : Math.min(cores, run.cores));
+/**
+ * The cores one run keeps busy out of the `cores` the executor fills, and what its process's environment adds. A run
+ * that takes every core (the native backend spreads each kernel over them) takes `threads` instead when given, with
+ * TensorFlow's thread pools that size: at the demo's shape one thread gives 0.6–0.7× the tokens/s of two
+ * (docs/experiments.md, "Running experiments side by side"), so two one-thread runs finish sooner than two in turn.
+ */
+export function placement(run: SetRun, cores: number, threads?: number): { cores: number; env: Record<string, string> } {
+  if (run.cores !== 'all') return { cores: Math.min(cores, run.cores), env: {} };
+  if (threads === undefined) return { cores, env: {} };
+  const n = Math.min(cores, threads);
+  return { cores: n, env: { TF_NUM_INTRAOP_THREADS: String(n), TF_NUM_INTEROP_THREADS: String(n) } };
+}
 
 interface Running {
   run: SetRun;
@@ -88,19 +107,19 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         // First fit in sweep order; a run that wants more cores than there are starts when nothing else runs.
         for (let i = 0; i < queue.length; ) {
           const run = queue[i];
-          const need = coresOf(run, cores);
+          const { cores: need, env } = placement(run, cores, opts.threads);
           if (running.size > 0 && used() + need > cores) {
             i++;
             continue;
           }
           queue.splice(i, 1);
-          start(run, need);
+          start(run, need, env);
         }
         display.render(running.values(), summaryLine());
         if (running.size === 0 && queue.length === 0) resolve();
       };
-      const start = (run: SetRun, need: number) => {
-        const child = spawn(process.execPath, taskArgs(sweep, run.index), { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      const start = (run: SetRun, need: number, env: Record<string, string>) => {
+        const child = spawn(process.execPath, taskArgs(sweep, run.index), { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
         const entry: Running = { run, child, cores: need, lastLine: 'starting', shownLine: '', shownAt: 0 };
         running.set(run.index, entry);
         display.event(`start  ${run.name} (run ${run.index}, ${need} core${need === 1 ? '' : 's'})`);
