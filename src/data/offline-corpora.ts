@@ -105,8 +105,12 @@ export function offlineCorpus(name: string): OfflineCorpus {
 
 /** The `description` of the dataset prepareOfflineCorpora writes for these corpora (dataset_info.json): what and how. */
 export function offlineCorporaDescription(names: readonly string[]): string {
-  const sources = names.map(offlineCorpus).map((c) => `${c.title} (npm package ${c.package}; ${c.licence})`).join('; ');
-  return `${sources}. Documents in a seeded random order (seed ${DEMO_SEED}).`;
+  return `${offlineCorporaSources(names)}. Documents in a seeded random order (seed ${DEMO_SEED}).`;
+}
+
+/** What each named corpus is, its package and its licence, in one line. */
+export function offlineCorporaSources(names: readonly string[]): string {
+  return names.map(offlineCorpus).map((c) => `${c.title} (npm package ${c.package}; ${c.licence})`).join('; ');
 }
 
 /**

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { pairedT } from '../report/paired.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { describePaired, verdictOf } from './paired-claims.ts';
+import { claimsOnly } from './protocol.ts';
 import type { CellSpec, Claim, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
 import { trainUnit, unitRecipe } from './unit-training.ts';
 
@@ -179,10 +180,7 @@ export const darkformerFinetune: Experiment = {
   source: 'DARKFormer: Data-Aware Random Feature Kernel for Transformers, Figures 2–5 (finetuning Gemma-2B; the figures have no tables, so the claims are tested, not numbers)',
   measures: 'next-token validation accuracy after swapping the attention of a softmax-pretrained GPT and finetuning; loss spikes per run in a learning-rate sweep',
   metric: { name: 'final validation top-1 accuracy', digits: 4 },
-  agreement: {
-    statement: 'no published numbers: each claim holds when its paired difference has a 95% Student t interval on the claimed side of 0, is "not separated" when the interval crosses 0 and "contradicted" when it lies on the other side',
-    tolerance: () => 0,
-  },
+  agreement: claimsOnly('no published numbers: each claim holds when its paired difference has a 95% Student t interval on the claimed side of 0, is "not separated" when the interval crosses 0 and "contradicted" when it lies on the other side'),
   protocol: {
     pretraining: `one softmax GPT per seed, ${PRETRAIN_RECIPE} (width 128, 4 layers × 4 heads, context 128) for a whole epoch of the demo corpus (≈ 2.3M tokens)`,
     finetuning: `${FINETUNES.join(', ')} (softmax is the control; DARKFormer’s M from the identity or whitened on 2 calibration batches), each training all weights or only Q/K/V (+ M) (train.freeze: all-but-qkv); ${FINETUNE_RECIPE}'s settings (lr 1e-3 cosine to 1e-4, 20 warm-up steps, no weight decay, chunk 32), ${FINETUNE_TOKENS.toLocaleString('en-US')} tokens (250 steps); seeds ${SEEDS.join(', ')}, each from its own seed's pretrained model`,

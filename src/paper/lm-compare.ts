@@ -6,10 +6,11 @@
 import fs from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { OFFLINE_CORPORA, offlineCorporaDescription, prepareOfflineCorpora } from '../data/offline-corpora.ts';
+import { offlineCorporaDescription, offlineCorporaSources, prepareOfflineCorpora } from '../data/offline-corpora.ts';
 import { trainTokenizer } from '../data/train-tokenizer.ts';
 import { tQuantileOf } from '../report/paired.ts';
 import { describePaired, pairedOf, signed, verdictOf } from './paired-claims.ts';
+import { claimsOnly } from './protocol.ts';
 import type { CellSpec, Claim, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
 import { trainUnit, unitRecipe } from './unit-training.ts';
 
@@ -183,8 +184,6 @@ function claims(view: UnitView, quick: boolean): Claim[] {
   return out;
 }
 
-const CORPUS_TEXT = LM_CORPUS.names.map((n) => `${OFFLINE_CORPORA[n].title} (npm package ${OFFLINE_CORPORA[n].package}; ${OFFLINE_CORPORA[n].licence})`).join('; ');
-
 export const lmCompare: Experiment = {
   name: 'lm-compare',
   version: 3,
@@ -192,13 +191,10 @@ export const lmCompare: Experiment = {
   source: 'SLAY paper §3.6 and the DARKFormer paper §5 compare end-to-end language models; neither prints numbers at this scale, so the claims tested are theirs in words: the linear mechanisms come close to softmax, and each paper’s mechanism beats Performer (FAVOR+)',
   measures: 'final validation loss (nats/token) and top-1 accuracy (next-token for GPT, masked-token for BERT) after one whole epoch; the paired difference to softmax over seeds with its 95% Student t interval',
   metric: { name: 'final validation loss', digits: 4 },
-  agreement: {
-    statement: 'no published numbers: each mechanism’s paired Δ against softmax is reported with its 95% interval; an interval that excludes 0 separates the mechanism from softmax',
-    tolerance: () => 0,
-  },
+  agreement: claimsOnly('no published numbers: each mechanism’s paired Δ against softmax is reported with its 95% interval; an interval that excludes 0 separates the mechanism from softmax'),
   protocol: {
     models: 'GPT and BERT of the demo recipes’ shape (width 128, 4 layers × 4 heads, MLP ×4, context 128, vocabulary 4,096; recipes/demo/gpt-softmax.yaml, bert-softmax.yaml), each mechanism with the demo options (SLAY: R = 2, M = 16, P = 8, ε = 1e-3; causal chunk 32)',
-    corpus: `${LM_CORPUS.dataset} (npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset}), 16.1 MB of text, 1,560 documents in a seeded random order (one corpus after the other would train on each in turn and validate on the first), seeded 95/5 document split; a byte-level BPE of ${LM_CORPUS.vocab.toLocaleString('en-US')} ids trained on its train split (${LM_CORPUS.tokenizer}). Sources: ${CORPUS_TEXT}`,
+    corpus: `${LM_CORPUS.dataset} (npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset}), 16.1 MB of text, 1,560 documents in a seeded random order (one corpus after the other would train on each in turn and validate on the first), seeded 95/5 document split; a byte-level BPE of ${LM_CORPUS.vocab.toLocaleString('en-US')} ids trained on its train split (${LM_CORPUS.tokenizer}). Sources: ${offlineCorporaSources(LM_CORPUS.names)}`,
     training: `one whole epoch of the train split, batch ${BATCH} × 128, AdamW with the demo recipes’ settings (GPT lr 2e-3, BERT 1e-3, cosine to 1e-4, 50 warm-up steps); validation every 200 steps on the first 131,072 validation tokens (GPT) or 16,384 masked tokens (BERT), the same for every run; seeds ${SEEDS.join(', ')}, paired by seed (same data order and draws)`,
     runs: `${MECHANISMS.length} mechanisms × ${SEEDS.length} seeds × {GPT, BERT} = ${MECHANISMS.length * SEEDS.length * 2} runs on the native (tensorflow) backend, graph steps, every seed 1 first`,
     'if no interval excludes 0': 'each claim that is not separated says how many seeds the observed difference and spread would need',

@@ -160,3 +160,8 @@ export function sdRule(k: number, slack: number, statement: string): AgreementRu
     tolerance: (paper, ours) => k * Math.hypot(paper.sd ?? 0, ours.sd ?? 0) + slack,
   };
 }
+
+/** The rule of an experiment without published numbers (it tests claims instead): no cell has a value to agree with. */
+export function claimsOnly(statement: string): AgreementRule {
+  return { statement, tolerance: () => 0 };
+}
