@@ -5,9 +5,8 @@
 // which the protocol's order runs first. The paper prints no tables, so its claims are tested by paired differences
 // over seeds (claims below), not by numbers.
 import path from 'node:path';
-import { pairedT } from '../report/paired.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { describePaired, verdictOf } from './paired-claims.ts';
+import { pairedClaim } from './paired-claims.ts';
 import { claimsOnly } from './protocol.ts';
 import type { CellSpec, Claim, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
 import { trainUnit, unitRecipe } from './unit-training.ts';
@@ -137,38 +136,29 @@ export function claims(view: UnitView, quick: boolean): Claim[] {
   const darkformers = quick ? ['darkformer-identity'] : ['darkformer-identity', 'darkformer-whitening'];
   for (const darkformer of darkformers) {
     for (const trained of TRAINED) {
-      const pairs = seeds.map((s) => [acc(finetuneName(darkformer, trained, s)), acc(finetuneName('performer', trained, s))]).filter(([a, b]) => a !== undefined && b !== undefined);
-      const result = pairedT(pairs.map((p) => p[0]), pairs.map((p) => p[1]));
-      out.push({
-        statement: `(1) ${darkformer}'s final accuracy is above Performer's, ${trained === 'all' ? 'all weights trained' : 'only Q/K/V (+ M) trained'} (Figure ${trained === 'all' ? 2 : 4})`,
-        verdict: pairs.length < 2 ? 'not run' : verdictOf(result, 1),
-        evidence: pairs.length < 2 ? `${pairs.length} seed pair(s) done` : describePaired(result, 4),
-      });
+      out.push(pairedClaim(
+        `(1) ${darkformer}'s final accuracy is above Performer's, ${trained === 'all' ? 'all weights trained' : 'only Q/K/V (+ M) trained'} (Figure ${trained === 'all' ? 2 : 4})`,
+        seeds.map((s) => [acc(finetuneName(darkformer, trained, s)), acc(finetuneName('performer', trained, s))]),
+        { claimedSign: 1, digits: 4 },
+      ));
     }
-    const gaps = seeds
-      .map((s) => ['qkv', 'all'].map((t) => acc(finetuneName(darkformer, t, s)) - acc(finetuneName('performer', t, s))))
-      .filter(([q, a]) => Number.isFinite(q) && Number.isFinite(a));
-    const gap = pairedT(gaps.map((g) => g[0]), gaps.map((g) => g[1]));
-    out.push({
-      statement: `(2) ${darkformer}'s lead over Performer is larger when only Q/K/V (+ M) train than when all weights train (Figure 4 against Figure 3)`,
-      verdict: gaps.length < 2 ? 'not run' : verdictOf(gap, 1),
-      evidence: gaps.length < 2 ? `${gaps.length} seed(s) done` : describePaired(gap, 4),
-    });
+    const lead = (trained: string, s: number) => acc(finetuneName(darkformer, trained, s)) - acc(finetuneName('performer', trained, s));
+    out.push(pairedClaim(
+      `(2) ${darkformer}'s lead over Performer is larger when only Q/K/V (+ M) train than when all weights train (Figure 4 against Figure 3)`,
+      seeds.map((s) => [lead('qkv', s), lead('all', s)]),
+      { claimedSign: 1, digits: 4, pairName: 'seed' },
+    ));
   }
   if (!quick) {
     const spikes = (name: string) => view.extra(name, 'spikes');
-    const pairs = RATES.map((lr) => [spikes(rateName('darkformer-identity', lr)), spikes(rateName('performer', lr))]).filter(([a, b]) => a !== null && b !== null) as number[][];
-    const result = pairedT(pairs.map((p) => p[0]), pairs.map((p) => p[1]));
+    const pairs = RATES.map((lr) => [spikes(rateName('darkformer-identity', lr)), spikes(rateName('performer', lr))] as const).filter(([a, b]) => a !== null && b !== null) as [number, number][];
     const total = (i: number) => pairs.reduce((s, p) => s + p[i], 0);
-    const noSpikes = pairs.length >= 2 && total(0) + total(1) === 0;
-    out.push({
-      statement: '(3) DARKFormer has fewer loss spikes than Performer across learning rates (Figure 5)',
-      verdict: pairs.length < 2 ? 'not run' : verdictOf(result, -1),
-      evidence:
-        pairs.length < 2 ? `${pairs.length} rate(s) done`
-        : noSpikes ? `no run spiked at any of the ${pairs.length} rates: this scale cannot show the claim`
-        : `${total(0)} spikes against ${total(1)} over ${pairs.length} rates; ${describePaired(result, 2)}`,
-    });
+    const statement = '(3) DARKFormer has fewer loss spikes than Performer across learning rates (Figure 5)';
+    out.push(
+      pairs.length >= 2 && total(0) + total(1) === 0
+        ? { statement, verdict: 'not separated', evidence: `no run spiked at any of the ${pairs.length} rates: this scale cannot show the claim` }
+        : pairedClaim(statement, pairs, { claimedSign: -1, digits: 2, pairName: 'rate', prefix: `${total(0)} spikes against ${total(1)} over ${pairs.length} rates; ` }),
+    );
   }
   return out;
 }

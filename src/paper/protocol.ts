@@ -2,6 +2,7 @@
 // src/sweep/run-set.ts), the cells of the paper's tables it fills from them, the published numbers with their table,
 // the rule by which ours agree with them, and the known reasons a cell may not.
 import type { BackendChoice } from '../backend/device.ts';
+import type { PairedResult } from '../report/paired.ts';
 import type { MeanSd } from '../report/stats.ts';
 
 /** A number as the paper prints it: mean ± sd over its seeds (sd null when it prints none), and where. */
@@ -109,6 +110,8 @@ export interface Experiment {
   runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome>;
   /** The claims the experiment tests, with verdicts from the units done so far (experiments without published tables). */
   claims?(view: UnitView, quick: boolean): Claim[];
+  /** Paired differences reported without a claim to judge (e.g. every mechanism against softmax). */
+  differences?(view: UnitView, quick: boolean): Difference[];
 }
 
 /** What a unit may know besides its settings: its own folder, and the units of its experiment that are done. */
@@ -133,6 +136,20 @@ export interface Claim {
   verdict: 'holds' | 'not separated' | 'contradicted' | 'not run';
   /** The numbers behind the verdict, in words. */
   evidence: string;
+}
+
+/** One row against a baseline, paired over seeds: the metric's difference (row − baseline) and the shown extras'. */
+export interface Difference {
+  /** The results table it belongs to (e.g. "GPT (next-token)"). */
+  table: string;
+  row: string;
+  baseline: string;
+  /** Pairs with both values. */
+  n: number;
+  /** null when fewer than 2 pairs are done. */
+  metric: PairedResult | null;
+  /** The same for each of the experiment's shown extras, by key. */
+  extra: Record<string, PairedResult | null>;
 }
 
 export type Verdict = 'agrees' | 'disagrees' | 'no published value' | 'not run';

@@ -9,7 +9,8 @@ import path from 'node:path';
 import { groupBy, meanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
-import type { CellSpec, CellVerdict, Claim, Explanation, ShownExtra } from './protocol.ts';
+import type { CellSpec, CellVerdict, Claim, Difference, Explanation, ShownExtra } from './protocol.ts';
+import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
 import { lineChartSvg } from '../report/plot.ts';
 import type { LinePoint } from '../report/plot.ts';
@@ -68,6 +69,8 @@ export interface ExperimentResults {
   cells: CellResult[];
   /** The claims tested and their verdicts (experiments that declare claims). */
   claims: Claim[];
+  /** Paired differences reported without a claim (experiments that declare them). */
+  differences: Difference[];
   units: { name: string; dir: string | null; values: number[]; extra: Record<string, number | null>; error: string | null; seconds: number | null }[];
 }
 
@@ -129,6 +132,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     },
     cells,
     claims: experiment.claims?.(unitView(records), settings.quick) ?? [],
+    differences: experiment.differences?.(unitView(records), settings.quick) ?? [],
     units: records.map((r) => ({
       name: r.unit.name, dir: r.dir && path.relative(process.cwd(), r.dir), values: r.result?.outcome.values ?? [], extra: r.result?.outcome.extra ?? {},
       error: r.result?.outcome.error ?? r.failure, seconds: r.result?.seconds ?? null,
@@ -288,12 +292,15 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     const curves = curvePlots.get(table);
     if (curves) lines.push(`![${table}: validation loss against optimizer steps, mean ± sd over seeds](${curves})`, '');
   }
-  lines.push(`Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`, '');
+  lines.push(counts.withPublished === 0
+    ? 'Each cell: ours, mean ± sd over its seeds; — not run.'
+    : `Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`, '');
   for (const extra of results.shown) {
     for (const [table, cells] of tables) {
       lines.push(`### ${extra.title}${tables.length > 1 ? `: ${table}` : ''}`, '', ...gridTable(cells, (cell) => extraText(cell, extra)), '');
     }
   }
+  if (results.differences.length) lines.push(...differencesMarkdown(results));
   if (results.claims.length) {
     lines.push('## Claims', '', `${claimCounts(results.claims)}.`, '');
     lines.push('| claim | verdict | evidence |', '|---|---|---|', ...results.claims.map((c) => `| ${c.statement} | **${c.verdict}** | ${c.evidence} |`), '');
@@ -321,6 +328,41 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
   if (results.notes.length) lines.push('## Notes', '', ...results.notes.flatMap((n) => [n, '']));
   if (plotFile) lines.push(`![ours against the paper, one point per cell](${plotFile})`, '');
   return lines.join('\n');
+}
+
+/** Whether the difference's interval lies above 0, below it, or across it. */
+function separation(d: Difference): string {
+  if (!d.metric?.ci) return '—';
+  const [lo, hi] = d.metric.ci;
+  return lo > 0 ? '**above**' : hi < 0 ? '**below**' : 'no';
+}
+
+/** The paired differences, a table per results table: Δ with its interval, p, separated or the pairs that would separate it. */
+function differencesMarkdown(results: ExperimentResults): string[] {
+  const digits = results.metric.digits;
+  const lines = [
+    '## Paired differences',
+    '',
+    `Each row minus its baseline, paired by seed: the mean difference with its 95% Student t interval. Separated: the interval lies above or below 0; if not, the seeds a difference of the observed size and spread would need.`,
+    '',
+  ];
+  for (const [table, differences] of groupBy(results.differences, (d) => d.table)) {
+    const baselines = [...new Set(differences.map((d) => d.baseline))].join(', ');
+    lines.push(
+      `### ${table}: each − ${baselines}`,
+      '',
+      `| | pairs | Δ ${results.metric.name} | p | ${results.shown.map((e) => `Δ ${e.title.toLowerCase()} | `).join('')}separated | seeds to separate |`,
+      `|---|---:|---:|---:|${results.shown.map(() => '---:|').join('')}---|---:|`,
+      ...differences.map((d) => {
+        const needed = d.metric?.ci && d.metric.sd !== null && separation(d) === 'no' ? seedsToSeparate(d.metric.mean, d.metric.sd) : null;
+        return `| ${d.row} | ${d.n} | ${d.metric ? describeInterval(d.metric, digits) : '—'} | ${d.metric?.p != null ? d.metric.p.toPrecision(2) : '—'} | ` +
+          results.shown.map((e) => { const x = d.extra[e.key]; return `${x ? describeInterval(x, e.digits) : '—'} | `; }).join('') +
+          `${separation(d)} | ${needed === null ? '' : describeSeedsNeeded(needed)} |`;
+      }),
+      '',
+    );
+  }
+  return lines;
 }
 
 /** One results table's validation curves: a line per cell (its row, and its column where the table has several). */

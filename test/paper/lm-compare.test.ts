@@ -1,10 +1,12 @@
 // The language-model comparison without training: its units (seed first, every cell's units exist), each unit's
-// recipe as the trainer gets it, the claims' verdicts on made-up losses, and the seeds a difference would need.
+// recipe as the trainer gets it, the differences and claims' verdicts on made-up losses, and the seeds a difference
+// would need.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ensureCorpus, LM_CORPUS, lmCompare, seedsToSeparate, unitRecipeOf } from '../../src/paper/lm-compare.ts';
+import { ensureCorpus, LM_CORPUS, lmCompare, MATCH_MARGIN, unitRecipeOf } from '../../src/paper/lm-compare.ts';
+import { describeSeedsNeeded, seedsToSeparate } from '../../src/paper/paired-claims.ts';
 import type { UnitView } from '../../src/paper/protocol.ts';
 import { pairedT, tQuantileOf } from '../../src/report/paired.ts';
 
@@ -34,8 +36,8 @@ describe('lm-compare units', () => {
   });
 });
 
-describe('lm-compare claims', () => {
-  /** Losses by unit: softmax 5.0 for every seed; `gaps` added per mechanism and seed. */
+describe('lm-compare claims and differences', () => {
+  /** GPT losses by unit: softmax 5.0 for every seed; `gaps` added per mechanism and seed (BERT: none done). */
   function view(gaps: Record<string, number[]>): UnitView {
     return {
       values: (name) => {
@@ -47,29 +49,58 @@ describe('lm-compare claims', () => {
       extra: () => null,
     };
   }
-  const claimOf = (all: ReturnType<NonNullable<typeof lmCompare.claims>>, statement: string) => all.find((c) => c.statement.startsWith(statement))!;
+  const claimOf = (all: ReturnType<NonNullable<typeof lmCompare.claims>>, statement: string) => {
+    const found = all.filter((c) => c.statement.startsWith(statement));
+    expect(found).toHaveLength(1);
+    return found[0];
+  };
 
-  it('separates a mechanism from softmax only when its paired interval excludes 0, on either side', () => {
-    const all = lmCompare.claims!(view({ performer: [0.1, 0.12, 0.11], slay: [-0.05, -0.06, -0.04], cosformer: [0.05, -0.04, 0.01] }), false);
-    expect(claimOf(all, "GPT: performer's final validation loss is below softmax's").verdict).toBe('contradicted');
-    expect(claimOf(all, "GPT: slay's final validation loss is below softmax's").verdict).toBe('holds');
-    const cosformer = claimOf(all, "GPT: cosformer's final validation loss is below softmax's");
-    expect(cosformer.verdict).toBe('not separated');
-    const d = pairedT([5.05, 4.96, 5.01], [5, 5, 5]);
-    expect(cosformer.evidence).toContain(`≈ ${seedsToSeparate(d.mean, d.sd!)} seeds`);
-    expect(claimOf(all, "GPT: slay's final validation loss is below Performer's").verdict).toBe('holds');
-    expect(claimOf(all, "GPT: darkformer's").verdict).toBe('not run');
-    expect(claimOf(all, "BERT: slay's").verdict).toBe('not run');
+  it('reports each mechanism against softmax as a paired difference over the seeds done, its interval the t interval', () => {
+    const all = lmCompare.differences!(view({ performer: [0.1, 0.12, 0.11], slay: [-0.05, -0.06, -0.04], cosformer: [0.05, -0.04, 0.01] }), false);
+    const of = (row: string) => all.find((d) => d.table.startsWith('GPT') && d.row === row)!;
+    expect(all.filter((d) => d.table.startsWith('GPT')).map((d) => d.row)).toEqual(['yat-spherical', 'slay', 'performer', 'darkformer', 'schoenbat', 'linear-elu', 'cosformer']);
+    expect(of('performer').metric!.ci![0]).toBeGreaterThan(0);
+    expect(of('slay').metric!.ci![1]).toBeLessThan(0);
+    const cosformer = of('cosformer').metric!;
+    const reference = pairedT([5.05, 4.96, 5.01], [5, 5, 5]);
+    expect(cosformer.mean).toBeCloseTo(reference.mean, 12);
+    expect(cosformer.ci).toEqual(reference.ci);
+    expect(of('darkformer')).toMatchObject({ n: 0, metric: null });
+    expect(all.find((d) => d.table.startsWith('BERT') && d.row === 'slay')).toMatchObject({ n: 0, metric: null });
   });
 
-  it('counts the seeds as the t interval does: the least n with t(0.975, n−1)·sd/√n below |mean|', () => {
+  it('judges the papers’ claims: SLAY below Performer and ELU+1, SLAY within the margin of spherical Yat, DARKFormer below Performer', () => {
+    const all = lmCompare.claims!(view({ slay: [0.02, 0.025, 0.03], 'yat-spherical': [0.03, 0.035, 0.025], performer: [0.06, 0.07, 0.065], 'linear-elu': [0.0, 0.03, -0.02], darkformer: [0.09, 0.1, 0.085] }), false);
+    expect(claimOf(all, "GPT: SLAY's final validation loss is below Performer's").verdict).toBe('holds');
+    const elu = claimOf(all, "GPT: SLAY's final validation loss is below ELU+1");
+    expect(elu.verdict).toBe('not separated');
+    const d = pairedT([0.02, 0.025, 0.03], [0.0, 0.03, -0.02]);
+    expect(elu.evidence).toContain(`≈ ${seedsToSeparate(d.mean, d.sd!)} seed pairs to separate`);
+    expect(claimOf(all, "GPT: DARKFormer's final validation loss is below Performer's").verdict).toBe('contradicted');
+    expect(claimOf(all, 'BERT: SLAY matches').verdict).toBe('not run');
+    expect(all.filter((c) => c.statement.startsWith('BERT: DARKFormer'))).toHaveLength(0);
+  });
+
+  it('holds "matches" when the interval’s upper end is below the margin, contradicts it when its lower end is above', () => {
+    const matches = (gaps: number[]) => claimOf(lmCompare.claims!(view({ slay: gaps, 'yat-spherical': [0, 0, 0] }), false), 'GPT: SLAY matches').verdict;
+    expect(matches([0.004, 0.005, 0.006])).toBe('holds'); // worse than Yat, but surely by less than the margin
+    expect(matches([-0.03, -0.02, -0.025])).toBe('holds'); // better than Yat
+    expect(matches([0.02, 0.021, 0.022])).toBe('contradicted');
+    expect(matches([0.0, 0.01, 0.02])).toBe('not separated');
+    expect(MATCH_MARGIN).toBe(0.01);
+  });
+
+  it('counts the seeds as the t interval does: the least n with t(0.975, n−1)·sd/√n below the distance to the threshold', () => {
     // n = 2 needs |mean| > 12.706·sd/√2 ≈ 8.98·sd; n = 3 needs > 4.303·sd/√3 ≈ 2.48·sd.
     expect(seedsToSeparate(9, 1)).toBe(2);
     expect(seedsToSeparate(3, 1)).toBe(3);
+    expect(seedsToSeparate(3.01, 1, 0.01)).toBe(3);
     const n = seedsToSeparate(0.01, 0.05)!;
     expect(tQuantileOf(0.975, n - 1) * 0.05 / Math.sqrt(n)).toBeLessThan(0.01);
     expect(tQuantileOf(0.975, n - 2) * 0.05 / Math.sqrt(n - 1)).toBeGreaterThanOrEqual(0.01);
     expect(seedsToSeparate(0, 1)).toBeNull();
+    expect(seedsToSeparate(0.5, 1, 0.5)).toBeNull();
+    expect([3, 100, 101].map(describeSeedsNeeded)).toEqual(['≈ 3', '≈ 100', 'more than 100']);
   });
 });
 

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { judge, sdRule } from '../../src/paper/protocol.ts';
 import type { Experiment, UnitOutcome } from '../../src/paper/protocol.ts';
+import { pairedOf } from '../../src/paper/paired-claims.ts';
 import { buildResults, resultsMarkdown, writeResults } from '../../src/paper/results.ts';
 import { experimentRunSet } from '../../src/paper/run.ts';
 import type { UnitRecord, UnitResultFile } from '../../src/paper/run.ts';
@@ -108,6 +109,27 @@ describe('buildResults', () => {
     expect(markdown).not.toContain('never used');
     // The shown extra, per results table, with the paper's beside it.
     expect(markdown).toContain('### Loss: Table 1\n\n| | a | b |\n|---|---:|---:|\n| task | 0.900 ± 0.014 · paper 1.000 | 0.610 ± 0.014 · paper 1.000 |');
+  });
+
+  it('reports declared paired differences: Δ with its interval, p, which side of 0, or the seeds that would separate it', () => {
+    const withDifferences: Experiment = {
+      ...toy,
+      differences: (view) => {
+        const of = (row: string, base: string, read: (unit: string) => number | null | undefined) =>
+          pairedOf([1, 2].map((s) => [read(`${row}-s${s}`), read(`${base}-s${s}`)] as const));
+        return ['a', 'c'].map((row) => {
+          const metric = of(row, 'b', (u) => view.values(u)[0]);
+          const loss = of(row, 'b', (u) => view.extra(u, 'loss'));
+          return { table: 'Table 1', row, baseline: 'b', n: metric.n, metric: metric.n >= 2 ? metric.result : null, extra: { loss: loss.n >= 2 ? loss.result : null } };
+        });
+      },
+    };
+    const markdown = resultsMarkdown(buildResults(experimentRunSet(withDifferences, { quick: false, backend: 'wasm', runsRoot: path.join(dir, 'runs') }), records), null);
+    // a − b per seed: 0.31, 0.27; mean 0.29, se 0.02, t(0.975, 1) = 12.706: 0.29 ± 0.254; p = 1 − (2/π)·atan(14.5) = 0.044.
+    expect(markdown).toContain('### Table 1: each − b\n\n| | pairs | Δ accuracy | p | Δ loss | separated | seeds to separate |');
+    expect(markdown).toContain('| a | 2 | +0.29 (+0.04 … +0.54) | 0.044 | +0.290 (+0.036 … +0.544) | **above** |  |');
+    expect(markdown).toContain('| c | 1 | — | — | — | — |  |');
+    expect(resultsMarkdown(results, null)).not.toContain('## Paired differences');
   });
 
   it('writes the markdown, the JSON and the plot', async () => {
