@@ -25,10 +25,10 @@ export function describePaired(result: PairedResult, digits: number): string {
   return `mean difference ${signed(result.mean, digits)} over ${result.n} pairs${ci}`;
 }
 
-/** The pairs whose both values exist, and their paired t result. */
-export function pairedOf(pairs: (readonly [number | undefined | null, number | undefined | null])[]): { n: number; result: PairedResult } {
+/** The number of pairs whose both values exist, and their paired t result (null when fewer than 2: nothing to judge). */
+export function pairedOf(pairs: (readonly [number | undefined | null, number | undefined | null])[]): { n: number; result: PairedResult | null } {
   const done = pairs.filter((p): p is [number, number] => typeof p[0] === 'number' && typeof p[1] === 'number' && Number.isFinite(p[0]) && Number.isFinite(p[1]));
-  return { n: done.length, result: pairedT(done.map((p) => p[0]), done.map((p) => p[1])) };
+  return { n: done.length, result: done.length < 2 ? null : pairedT(done.map((p) => p[0]), done.map((p) => p[1])) };
 }
 
 /**
@@ -67,7 +67,7 @@ export interface PairedClaimOptions {
 export function pairedClaim(statement: string, pairs: (readonly [number | undefined | null, number | undefined | null])[], options: PairedClaimOptions): Claim {
   const { n, result } = pairedOf(pairs);
   const pairName = options.pairName ?? 'seed pair';
-  if (n < 2) return { statement, verdict: 'not run', evidence: `${n} ${pairName}(s) done` };
+  if (!result) return { statement, verdict: 'not run', evidence: `${n} ${pairName}(s) done` };
   const threshold = options.threshold ?? 0;
   const verdict = verdictOf(result, options.claimedSign, threshold);
   let evidence = `${options.prefix ?? ''}${describePaired(result, options.digits)}`;

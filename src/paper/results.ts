@@ -354,10 +354,12 @@ function differencesMarkdown(results: ExperimentResults): string[] {
       `| | pairs | Δ ${results.metric.name} | p | ${results.shown.map((e) => `Δ ${e.title.toLowerCase()} | `).join('')}separated | seeds to separate |`,
       `|---|---:|---:|---:|${results.shown.map(() => '---:|').join('')}---|---:|`,
       ...differences.map((d) => {
-        const needed = d.metric?.ci && d.metric.sd !== null && separation(d) === 'no' ? seedsToSeparate(d.metric.mean, d.metric.sd) : null;
+        const separated = separation(d);
+        // 'no' means an interval that crosses 0, which needs n ≥ 2, so the sd exists.
+        const needed = separated === 'no' ? seedsToSeparate(d.metric!.mean, d.metric!.sd!) : null;
         return `| ${d.row} | ${d.n} | ${d.metric ? describeInterval(d.metric, digits) : '—'} | ${d.metric?.p != null ? d.metric.p.toPrecision(2) : '—'} | ` +
           results.shown.map((e) => { const x = d.extra[e.key]; return `${x ? describeInterval(x, e.digits) : '—'} | `; }).join('') +
-          `${separation(d)} | ${needed === null ? '' : describeSeedsNeeded(needed)} |`;
+          `${separated} | ${needed === null ? '' : describeSeedsNeeded(needed)} |`;
       }),
       '',
     );

@@ -120,7 +120,7 @@ describe('buildResults', () => {
         return ['a', 'c'].map((row) => {
           const metric = of(row, 'b', (u) => view.values(u)[0]);
           const loss = of(row, 'b', (u) => view.extra(u, 'loss'));
-          return { table: 'Table 1', row, baseline: 'b', n: metric.n, metric: metric.n >= 2 ? metric.result : null, extra: { loss: loss.n >= 2 ? loss.result : null } };
+          return { table: 'Table 1', row, baseline: 'b', n: metric.n, metric: metric.result, extra: { loss: loss.result } };
         });
       },
     };
