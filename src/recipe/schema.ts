@@ -5,7 +5,8 @@ import path from 'node:path';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
 import { BOUNDS } from '../core/bounds.ts';
-import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
+import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES, SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
+import type { EvalSampleKind } from '../data/batch.ts';
 import { BACKENDS, type BackendChoice } from '../backend/device.ts';
 import { freezeProblem } from './freeze.ts';
 import type { FreezeSpec } from './freeze.ts';
@@ -62,6 +63,7 @@ export interface Recipe {
     maxTokens: number | null;
     evalInterval: number;
     evalTokens: number;
+    evalSample: EvalSampleKind;
     logInterval: number;
     checkpointInterval: number;
     keepCheckpoints: number;
@@ -197,7 +199,12 @@ export const RECIPE_SCHEMA = {
   'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
   'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
   'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs (0 = only at the end).' },
-  'train.evalTokens': { type: int(1), default: 32768, doc: 'Validation tokens per evaluation (read from the start of the validation split, same every time).' },
+  'train.evalTokens': { type: int(1), default: DEFAULT_EVAL_TOKENS, doc: 'Validation tokens per evaluation (labelled tokens: BERT counts the masked ones), the same every time (`train.evalSample`).' },
+  'train.evalSample': {
+    type: oneOf(...EVAL_SAMPLES),
+    default: 'spread',
+    doc: "Which validation tokens are evaluated: `spread` = examples drawn across the whole validation split by a fixed seed (the same for every run on the same data, tokenizer and sequence length), `head` = the split's first `train.evalTokens` tokens (the protocol before spread sampling; a random sample only when the dataset's documents are in random order).",
+  },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },
   'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in `<run>/checkpoints/`, plus the one with the lowest validation loss (among checkpoints taken at a validation step).' },

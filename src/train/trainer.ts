@@ -17,7 +17,7 @@ import { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
-import type { EvalResult } from './evaluate.ts';
+import type { EvalResult, EvalSample } from './evaluate.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
 import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts';
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
@@ -62,7 +62,8 @@ interface RunInputs {
   epoch: EpochEstimate;
   batchesPlanned: number;
   totalSteps: number;
-  evalBatches: Batch[];
+  /** The validation sample every evaluation of the run reads (train.evalSample). */
+  evalSample: EvalSample;
   resumed: LoadedCheckpoint | null;
   /** Recipe keys that differ from the resumed checkpoint's (accepted ones, e.g. train.lr). */
   changedKeys: string[];
@@ -75,14 +76,14 @@ async function readRunInputs(recipe: Recipe, resume: string | undefined, warn: (
   const epoch = await estimateEpoch({ ...base, split: 'train' });
   const batchesPlanned = plannedBatches(recipe, epoch.batches);
   const totalSteps = Math.max(1, Math.ceil(batchesPlanned / recipe.train.gradAccum));
-  const evalBatches = await collectEvalBatches(base, recipe.train.evalTokens);
+  const evalSample = await collectEvalBatches(base, recipe.train.evalTokens, recipe.train.evalSample);
   const resumed = resume ? await loadCheckpoint(resume) : null;
   const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
   if (resumed) {
     checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, MODEL_FILE));
     checkNotFinished(resumed, totalSteps);
   }
-  return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalBatches, resumed, changedKeys };
+  return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalSample, resumed, changedKeys };
 }
 
 /**
@@ -202,7 +203,7 @@ class TrainingLoop {
   }
 
   async validate(): Promise<EvalResult> {
-    const result = await evaluate(this.parts.model, this.inputs.evalBatches, this.recipe.train.graph);
+    const result = await evaluate(this.parts.model, this.inputs.evalSample.batches, this.recipe.train.graph);
     const { step, tokens, trainSeconds } = this;
     this.logger.log({
       step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
@@ -210,7 +211,7 @@ class TrainingLoop {
       epoch_fraction: this.batchesSeen / Math.max(1, this.inputs.epoch.batches),
     });
     this.lastVal = { step, loss: result.loss };
-    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens)`);
+    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${this.inputs.evalSample.documents} documents)`);
     return result;
   }
 
@@ -425,6 +426,9 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
       `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
+  const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');
+  const what = recipe.train.evalSample === 'spread' ? `${evalTokens} labelled tokens drawn across the validation split` : `the validation split's first ${evalTokens} labelled tokens`;
+  logger.line(`validation: ${what} (train.evalSample: ${recipe.train.evalSample}), from ${inputs.evalSample.documents.toLocaleString('en-US')} documents`);
   const { warning } = resolveWarmup(recipe.train, totalSteps);
   if (warning) logger.line(`warning: ${warning}`);
   if (resumed) {

@@ -112,7 +112,7 @@ describe('eval and generate on a Hugging Face folder', () => {
     const { model, recipe } = await loadModel(GPT2_DIR);
     expect(recipe.data.seqLen).toBe(32);
     const tokenizer = await TextTokenizer.load(path.join(GPT2_DIR, 'tokenizer.json'));
-    const expected = await evaluate(model, await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset: data }, 512));
+    const expected = await evaluate(model, (await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset: data }, 512)).batches);
     model.dispose();
     expect(result).toMatchObject(expected);
     // Random weights over 320 tokens: close to the uniform ln 320 = 5.77, as transformers' reference loss.

@@ -78,10 +78,10 @@ const cli = (script: string, ...args: string[]) =>
   spawnSync(process.execPath, ['--import', 'tsx', `src/cli/${script}.ts`, ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 60_000 });
 
 describe('eval', () => {
-  it('prints evaluate() of the loaded model on the recipe’s validation batches', async () => {
-    const result = await evalCheckpoint({ checkpoint: gptFinal });
+  it('prints evaluate() of the loaded model on the spread sample of the recipe’s validation split', async () => {
+    const result = await evalCheckpoint({ checkpoint: gptFinal, tokens: 128 });
     const { model } = await loadModel(gptFinal);
-    const batches = await collectEvalBatches(streamOptions(gptRecipe, tokenizer), gptRecipe.train.evalTokens);
+    const { batches } = await collectEvalBatches(streamOptions(gptRecipe, tokenizer), 128, 'spread');
     const expected = await evaluate(model, batches);
     model.dispose();
     expect(result).toMatchObject(expected);
@@ -92,7 +92,7 @@ describe('eval', () => {
     const all = await evalCheckpoint({ checkpoint: join(dir, 'runs', 'gpt'), tokens: Infinity });
     expect(all.tokens).toBeGreaterThan(result.tokens);
 
-    const run = cli('eval', gptFinal);
+    const run = cli('eval', gptFinal, '--tokens', '128');
     expect(run.stderr).toBe('[eval] backend cpu\n'); // one short line
     expect(run.status).toBe(0);
     expect(run.stdout.trim()).toBe(formatEval(result));
@@ -140,6 +140,14 @@ describe('eval', () => {
     expect(evaluated.loss).toBeGreaterThan(0);
     const exported = cli('export', standalone, '--out', join(dir, 'elsewhere', 'hf'));
     expect(exported.status, exported.stderr).toBe(0);
+    // One default for the run's model and its export (the recipe's train.evalTokens is 128, the default 32,768, more
+    // than this split holds): both measure the whole split, at their own sequence lengths.
+    const hf = `hf:${join(dir, 'elsewhere', 'hf')}`;
+    const hfDefault = await evalCheckpoint({ checkpoint: hf, data: join(dir, 'data') });
+    expect(evaluated.tokens).toBe((await evalCheckpoint({ checkpoint: standalone, data: join(dir, 'data'), tokens: Infinity })).tokens);
+    expect(hfDefault.tokens).toBe((await evalCheckpoint({ checkpoint: hf, data: join(dir, 'data'), tokens: Infinity })).tokens);
+    expect(formatEval(hfDefault)).toContain(`${hfDefault.tokens.toLocaleString('en-US')} labelled tokens from ${hfDefault.documents} documents`);
+    expect(hfDefault.documents).toBe(20);
     expect(readFileSync(join(dir, 'elsewhere', 'hf', 'tokenizer.json'))).toEqual(readFileSync(join(standalone, 'tokenizer.json')));
     // The copy is checked against COMPLETE like the weights.
     writeFileSync(join(standalone, 'tokenizer.json'), '{}');
