@@ -175,7 +175,7 @@ function tokenizerIdentity(dir: string, configured: unknown): string {
 const FAMILY_KEYS = [
   { key: 'kind', label: 'model kind (causal vs masked LM loss)', folder: (v: string) => v },
   { key: 'tokenizer', label: 'tokenizer (another vocabulary: other tokens, other losses)', folder: (v: string) => `tokenizer-${v.replace(/^sha256 (\w+).*$/, '$1').replace(/[^\w.-]+/g, '_').slice(-24)}` },
-  { key: 'evalTokens', label: 'train.evalTokens (other validation tokens)', folder: (v: string) => `evalTokens-${v}` },
+  { key: 'evalTokens', label: 'train.evalTokens and train.evalSample (other validation tokens)', folder: (v: string) => `evalTokens-${v.replace(' ', '-')}` },
   { key: 'dataset', label: 'data.dataset (other validation data)', folder: (v: string) => `dataset-${basename(v).replace(/[^\w.-]+/g, '_')}` },
 ] as const;
 
@@ -252,7 +252,8 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     family: {
       kind: typeof model.kind === 'string' ? model.kind : '?',
       tokenizer: tokenizerIdentity(dir, data.tokenizer),
-      evalTokens: String(train.evalTokens ?? '?'),
+      // Runs recorded before train.evalSample read the head; other samples are other validation tokens.
+      evalTokens: `${String(train.evalTokens ?? '?')}${train.evalSample === undefined || train.evalSample === 'head' ? '' : ` ${String(train.evalSample)}`}`,
       dataset: typeof data.dataset === 'string' ? data.dataset : '?',
     },
     backend: distinct(sessions.map((e) => (isRecord(e.backend) && typeof e.backend.name === 'string' ? e.backend.name : null))),
