@@ -10,6 +10,7 @@ import path from 'node:path';
 import type { StreamOptions } from '../data/stream.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
+import { DOCUMENT_ORDER_FILE } from '../data/document-order.ts';
 import { chooseBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
@@ -91,6 +92,9 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);
+    if (!existsSync(path.join(DEMO_DATASET, DOCUMENT_ORDER_FILE))) {
+      console.log(`[demo] warning: ${DEMO_DATASET} was prepared in year order, before prepare wrote documents in a random order (docs/data.md); remove it and ${DEMO_TOKENIZER} to prepare both again`);
+    }
   } else {
     const t0 = performance.now();
     const s = await prepareDemoCorpus(DEMO_DATASET);
