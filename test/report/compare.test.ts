@@ -251,6 +251,17 @@ describe('compareRuns', () => {
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: not valid JSON`);
   });
 
+  it('refuses runs evaluated on another validation sample (train.evalSample), a run without the key counting as head', async () => {
+    const sampleRoot = join(root, 'eval-samples');
+    const head = writeRun({ parent: sampleRoot, folder: 'softmax-head', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const spread = writeRun({ parent: sampleRoot, folder: 'slay-spread', attention: 'slay', seed: 1, val: [3, 2.5, 2.3], train: [3.2, 2.6, 2.3], summary: summaryOf(2.3, 100) });
+    const config = JSON.parse(readFileSync(join(spread, 'config.json'), 'utf8'));
+    writeFileSync(join(spread, 'config.json'), JSON.stringify({ ...config, train: { ...config.train, evalSample: 'spread' } }));
+    await expect(compareRuns([head, spread], { outDir: join(root, 'eval-samples-report'), warn: () => {} })).rejects.toThrow(
+      /train\.evalTokens and train\.evalSample \(other validation tokens\): \?: softmax-head; \? spread: slay-spread/,
+    );
+  });
+
   it('refuses runs of another model kind or tokenizer, naming the difference; --split writes one report per kind', async () => {
     const mixedRoot = join(root, 'families');
     const gpt = writeRun({ parent: mixedRoot, folder: 'gpt-softmax', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });

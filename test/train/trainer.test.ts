@@ -110,6 +110,9 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     expect(summary).toMatchObject({ val_acc: result.finalVal.accuracy, val_loss: result.finalVal.loss });
     expect(result.finalVal.bpb).toBeCloseTo((result.finalVal.loss * result.finalVal.tokens) / (Math.LN2 * result.finalVal.bytes), 6);
     expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
+    // The log says what the evaluation reads: its labelled tokens, drawn across the split, and how many documents.
+    expect(lines).toContainEqual(expect.stringMatching(/^validation: [\d,]+ labelled tokens drawn across the validation split \(train\.evalSample: spread\), from \d+ documents$/));
+    expect(lines).toContainEqual(expect.stringMatching(/^val {3}step 20: .* \(\d+ tokens of \d+ documents\)$/));
     expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s( \| host reads \d+ values\/step)? \| ETA /.test(l))).toBe(true);
     expect(lines.at(-1)).toMatch(/^done: 20 steps, 2,560 tokens .* final val loss [\d.]+ \| ppl/);
     // 2 warm-up steps of 20: no warning. Shortened to 2 steps, the same warm-up is the whole run: warned, with its cause.
