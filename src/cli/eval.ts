@@ -47,7 +47,8 @@ export interface EvalCheckpointResult extends EvalResult {
   description: string;
   /** Documents the evaluated tokens come from. */
   documents: number;
-  sample: EvalSampleKind;
+  /** How the tokens were drawn; `all` = the whole split (--all). */
+  sample: EvalSampleKind | 'all';
 }
 
 /** Loads the checkpoint, reads validation batches as training does, evaluates (the backend must be initialised). */
@@ -66,7 +67,7 @@ export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalC
     const { batches, documents } = await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset }, tokens, sample);
     const result = await evaluate(model, batches);
     const description = `${model.kind} ${model.config.attention.name}${metadata.step ? ` (step ${metadata.step})` : ''}`;
-    return { ...result, dir, dataset, description, documents, sample };
+    return { ...result, dir, dataset, description, documents, sample: Number.isFinite(tokens) ? sample : 'all' };
   } finally {
     model.dispose();
   }
@@ -75,7 +76,7 @@ export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalC
 export function formatEval(r: EvalCheckpointResult): string {
   return [
     `checkpoint ${r.dir}: ${r.description}`,
-    `validation split of ${r.dataset}: ${r.tokens.toLocaleString('en-US')} labelled tokens from ${r.documents.toLocaleString('en-US')} documents (${r.sample === 'spread' ? 'drawn across the split' : "the split's first"})`,
+    `validation split of ${r.dataset}: ${r.tokens.toLocaleString('en-US')} labelled tokens from ${r.documents.toLocaleString('en-US')} documents (${{ spread: 'drawn across the split', head: "the split's first", all: 'the whole split' }[r.sample]})`,
     `loss ${r.loss.toFixed(4)}  ppl ${r.ppl.toFixed(2)}  bpb ${r.bpb.toFixed(4)}  acc ${r.accuracy.toFixed(4)}  tokens ${r.tokens}  bytes ${r.bytes}`,
   ].join('\n');
 }

@@ -91,6 +91,8 @@ describe('eval', () => {
 
     const all = await evalCheckpoint({ checkpoint: join(dir, 'runs', 'gpt'), tokens: Infinity });
     expect(all.tokens).toBeGreaterThan(result.tokens);
+    expect(formatEval(all)).toContain(`${all.tokens.toLocaleString('en-US')} labelled tokens from 20 documents (the whole split)`);
+    expect(formatEval(result)).toContain('(drawn across the split)');
 
     const run = cli('eval', gptFinal, '--tokens', '128');
     expect(run.stderr).toBe('[eval] backend cpu\n'); // one short line
