@@ -65,7 +65,7 @@ describe('recipes/hf/tiny-gpt2-darkformer.yaml', () => {
     expect(final.get('blocks.0.attn.covarianceFactor')!.shape).toEqual([4, 16, 16]);
 
     // eval and generate take the finetuned run like any other.
-    const evaluated = await evalCheckpoint({ checkpoint: result.finalDir });
+    const evaluated = await evalCheckpoint({ checkpoint: result.finalDir, tokens: recipe.train.evalTokens });
     expect(evaluated.loss).toBeCloseTo(result.finalVal.loss, 5);
     const generated = await generateFromCheckpoint({ checkpoint: result.finalDir, prompt: 'The state of', maxTokens: 5, temperature: 0, topK: 0, seed: 0 });
     expect(generated.newTokens.length).toBeGreaterThan(0);
