@@ -22,6 +22,7 @@ import { existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { parse as parseYaml } from 'yaml';
 import { parseCursor } from '../data/stream.ts';
 import type { DataCursor } from '../data/stream.ts';
 import { decodeSafetensors, encodeSafetensors } from '../hf/safetensors.ts';
@@ -137,11 +138,22 @@ export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
     }
   };
   const state = checkState(json(STATE_FILE), file(STATE_FILE));
-  const recipe = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), file(RECIPE_FILE));
+  const recipeText = files.get(RECIPE_FILE)!.toString('utf8');
+  const recipe = parseRecipe(recipeText, file(RECIPE_FILE));
+  // Checkpoints saved before train.evalSample existed evaluated the split's head: recording that keeps a resume's
+  // change to the spread sample visible among the changed keys (docs/training.md#validation).
+  if (!savedRecipeHasKey(recipeText, 'train', 'evalSample')) recipe.train.evalSample = 'head';
   const cursor = parseCursor(json(CURSOR_FILE), file(CURSOR_FILE));
   const weights = decodeSafetensors(files.get(MODEL_FILE)!, file(MODEL_FILE)).tensors;
   const optimizer = readMoments(files.get(OPTIMIZER_FILE)!, file(OPTIMIZER_FILE));
   return { dir: abs, ...runFolderOf(abs, state.runId), state, recipe, cursor, weights, optimizer };
+}
+
+function savedRecipeHasKey(text: string, section: string, key: string): boolean {
+  // parseRecipe has accepted the text, so it parses; YAML is what the recipe loader reads it as.
+  const saved = parseYaml(text) as Record<string, unknown>;
+  const values = saved[section];
+  return typeof values === 'object' && values !== null && key in values;
 }
 
 /** AdamW's step count and moments m.<name> / v.<name>, each m with its v of the same shape. */

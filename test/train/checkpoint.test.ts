@@ -144,6 +144,21 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     );
   });
 
+  it('a checkpoint saved before train.evalSample existed loads as evaluated on the split head, so a resume reports the change', async () => {
+    const runDir = join(dir, 'eval-sample');
+    const pair = await trainedPair(4);
+    const saved = await save(runDir, 3, null, pair);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+    expect((await loadCheckpoint(saved)).recipe.train.evalSample).toBe('spread');
+    const recipe = JSON.parse(readFileSync(join(saved, 'recipe.json'), 'utf8'));
+    delete recipe.train.evalSample;
+    writeFileSync(join(saved, 'recipe.json'), JSON.stringify(recipe));
+    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8').split('\n').filter((line) => !line.endsWith('  recipe.json'));
+    writeFileSync(join(saved, COMPLETE_MARKER), sums.join('\n'));
+    expect((await loadCheckpoint(saved)).recipe.train.evalSample).toBe('head');
+  });
+
   it('a SchoenbAt model, whose random-Maclaurin feature counts are drawn per layer, loads back with every buffer', async () => {
     const model = createLanguageModel({ ...tinyConfig(5), dModel: 16, numLayers: 3, attention: { name: 'schoenbat', options: {} } });
     const buffers = new Map([...model.buffers()].map(([n, v]) => [n, { shape: v.shape, values: Array.from(v.dataSync()) }]));
