@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
-import { assertRunFolder, markRunFolder } from '../store/run-folder.ts';
+import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-folder.ts';
 import { environmentRecord } from './environment.ts';
 import { ProgressBar } from './progress-bar.ts';
 import type { StepProgress } from './progress-bar.ts';
@@ -178,7 +178,7 @@ export class RunLogger {
 export function makeRunDir(parent: string, name: string): string {
   fs.mkdirSync(parent, { recursive: true });
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-  const base = path.resolve(parent, `${name.replace(/[^A-Za-z0-9._-]/g, '_')}-${stamp}`);
+  const base = path.resolve(parent, `${runFolderPrefix(name)}-${stamp}`);
   for (let n = 1; ; n++) {
     const dir = n === 1 ? base : `${base}-${n}`;
     try {
