@@ -115,6 +115,11 @@ function localName(value: string): string {
   return path.basename(value);
 }
 
+/** initFrom without its local part: `auto:<name>` and `hf:<folder name>` as they are, a model folder by its run (`<run>/final`). */
+function initFromName(value: string): string {
+  return value.startsWith('auto:') || value.startsWith('hf:') ? localName(value) : describeModelSource(path.resolve(value), false);
+}
+
 /** The README.md of the export (see the top of this file). */
 export function modelCard(input: ModelCardInput): string {
   const { model, recipe } = input;
@@ -143,7 +148,7 @@ export function modelCard(input: ModelCardInput): string {
     `- **Attention:** ${attention} attention, options \`${JSON.stringify(c.attention.options)}\`${attention === 'softmax' ? ' (exact scaled dot-product attention)' : ''}.`,
     `- **Size:** ${n(parameters)} parameters: ${c.numLayers} layers, width ${c.dModel}, ${c.numHeads} heads, MLP ${c.mlpRatio}× the width, ` +
       `context ${n(c.maxSeqLen)} tokens, vocabulary ${n(c.vocabSize)}.`,
-    ...(recipe.initFrom !== null ? [`- **Finetuned from:** \`${localName(recipe.initFrom)}\`${recipe.train.freeze !== 'none' ? `, training only \`${JSON.stringify(recipe.train.freeze)}\` (train.freeze)` : ''}.`] : []),
+    ...(recipe.initFrom !== null ? [`- **Finetuned from:** \`${initFromName(recipe.initFrom)}\`${recipe.train.freeze !== 'none' ? `, training only \`${JSON.stringify(recipe.train.freeze)}\` (train.freeze)` : ''}.`] : []),
     `- **Exported from:** \`${describeModelSource(input.dir, input.fromHf)}\` by slayformer's \`npm run export\`.`,
   ];
 

@@ -158,7 +158,7 @@ describe('the output folder', () => {
 
 describe('the model card (README.md) and config.json of an export', () => {
   /** A finished run folder as the trainer leaves it: marker, config.json, env.json, summary.json and final/. */
-  async function finishedRun(): Promise<{ runDir: string; out: string }> {
+  async function finishedRun(initFrom?: string): Promise<{ runDir: string; out: string }> {
     const runDir = path.join(fresh(), 'gpt-dark-20260101-000000');
     mkdirSync(runDir, { recursive: true });
     markRunFolder(runDir);
@@ -166,7 +166,8 @@ describe('the model card (README.md) and config.json of an export', () => {
       'name: gpt-dark\n' +
         'model: { kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: darkformer, options: { features: 8, rank: 4 } } }\n' +
         `data: { dataset: ${path.join(dir, 'data', 'sotu')}, tokenizer: ${TOKENIZER}, seqLen: 16 }\n` +
-        'train: { seed: 4, batchSize: 8, maxTokens: 384, lr: 1e-3, evalTokens: 256 }',
+        'train: { seed: 4, batchSize: 8, maxTokens: 384, lr: 1e-3, evalTokens: 256 }' +
+        (initFrom === undefined ? '' : `\ninitFrom: ${initFrom}`),
       path.join(dir, 'gpt-dark.yaml'),
     );
     await savedRun(recipe, runDir, 2);
@@ -181,7 +182,6 @@ describe('the model card (README.md) and config.json of an export', () => {
   it("follows Hugging Face's model card: metadata, then the model, its data, its training, its results, its use, its limits", async () => {
     const { out } = await finishedRun();
     const card = readFileSync(path.join(out, 'README.md'), 'utf8');
-    if (process.env.SHOW_CARD) console.log(card);
     const parts = /^---\n([\s\S]*?)\n---\n\n([\s\S]*)$/.exec(card);
     expect(parts, card).not.toBeNull();
     expect(YAML.parse(parts![1])).toEqual({ library_name: 'transformers', pipeline_tag: 'text-generation', tags: ['slayformer', 'gpt2', 'causal-lm', 'darkformer', 'custom_code'] });
@@ -202,10 +202,12 @@ describe('the model card (README.md) and config.json of an export', () => {
   });
 
   it('records where the model came from by its run, never by an absolute local path', async () => {
-    const { out } = await finishedRun();
+    const source = await finishedRun();
+    const { out } = await finishedRun(path.join(source.runDir, 'final')); // a finetune of the first run
     const config = readFileSync(path.join(out, 'config.json'), 'utf8');
     const card = readFileSync(path.join(out, 'README.md'), 'utf8');
     expect(JSON.parse(config).slayformer.source).toBe('gpt-dark-20260101-000000/final');
+    expect(card).toContain('**Finetuned from:** `gpt-dark-20260101-000000/final`');
     for (const text of [config, card]) {
       expect(text).not.toContain(dir);
       expect(text).not.toContain(path.dirname(TOKENIZER));
