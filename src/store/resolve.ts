@@ -14,7 +14,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { isHfFolder } from '../hf/folder.ts';
-import { modelOverrides } from '../recipe/run-name.ts';
+import { modelOverrides, nameWithModelOverrides } from '../recipe/run-name.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE, SUMMARY_FILE } from './layout.ts';
 import { listCheckpoints, listRunFolders } from './run-folder.ts';
@@ -142,8 +142,9 @@ function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
 
 /**
  * Why run folder `folder` of `name` is not a run of that recipe as written, or null: its config.json names another
- * recipe (a folder copied or renamed by hand), or its command line (env.json argv) overrode model keys (a run folder
- * of a version that did not yet name runs after their model overrides, src/recipe/run-name.ts).
+ * recipe (a folder copied or renamed by hand), or its command line (env.json argv) overrode model keys that its name
+ * does not carry (a run folder of a version that did not yet name runs after their model overrides, or one named
+ * with --name; src/recipe/run-name.ts).
  */
 function recipeMismatch(folder: string, name: string): string | null {
   const recorded = readJsonOrUndefined(path.join(folder, RUN_CONFIG_FILE))?.name;
@@ -153,7 +154,8 @@ function recipeMismatch(folder: string, name: string): string | null {
   // The command line as typed: `--model.key value` or `--model.key=value`.
   const given = argv.flatMap((arg, i) => (arg.startsWith('--model.') ? [arg.includes('=') ? arg : `${arg}=${argv[i + 1] ?? ''}`] : []));
   const changed = modelOverrides(given);
-  if (changed.length === 0) return null;
+  // A name that carries the overrides (gpt-softmax+attention=performer) is the recipe as written with them.
+  if (changed.length === 0 || name.endsWith(nameWithModelOverrides('', given))) return null;
   return `trained with ${changed.map(({ key, value }) => `--${key}=${value}`).join(' ')}, which changes the model`;
 }
 

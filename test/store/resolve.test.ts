@@ -115,6 +115,16 @@ describe("initFrom auto:<name> trusts what a run recorded, not its folder's name
     );
   });
 
+  it('a run named after its model overrides is what auto:<that name> takes', () => {
+    const argv = ['recipes/demo/gpt-softmax.yaml', '--model.attention.name', 'performer'];
+    finishedRun('auto-c', 'gpt-softmax+attention=performer-20260101-000000', 'gpt-softmax+attention=performer', argv);
+    const named = resolveModelSource('initFrom', 'auto:gpt-softmax+attention=performer', { runDir: join(root, 'auto-c') });
+    expect(named.dir).toBe(join(root, 'auto-c', 'gpt-softmax+attention=performer-20260101-000000', FINAL_DIR));
+    // The same overrides under a name that hides them (--name gpt-softmax) are refused.
+    finishedRun('auto-d', 'gpt-softmax-20260101-000000', 'gpt-softmax', [...argv, '--name', 'gpt-softmax']);
+    expect(() => auto('auto-d')).toThrow(/gpt-softmax-20260101-000000: trained with --model\.attention\.name=performer, which changes the model/);
+  });
+
   it("a run folder named with its model overrides is not one of the recipe's runs, and --resume auto with the same overrides finds it", () => {
     const parent = join(root, 'named');
     const dir = makeRunDir(parent, 'gpt-softmax+attention=performer');
