@@ -126,7 +126,7 @@ const oneOf = (...values: (string | boolean)[]): FieldType => ({ kind: 'enum', v
  * resolved config. `satisfies` makes the compiler check that it names every leaf of `Recipe` and nothing else.
  */
 export const RECIPE_SCHEMA = {
-  name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`.' },
+  name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`. Command-line overrides of `model.*` keys add themselves to it (`gpt-softmax+attention=performer`, [training.md](training.md#run-names)), unless `--name` is given too.' },
   backend: {
     type: oneOf(...BACKENDS), default: 'auto',
     doc: 'TensorFlow.js backend. `auto` = `tensorflow` where `npm run setup:tensorflow` has built it (or a tfjs-node package is installed), else `wasm`. `--backend` and `$SLAYFORMER_BACKEND` take precedence; the run\'s config.json records the backend it ran on.',

@@ -103,9 +103,17 @@ export function runFolderOf(modelDir: string, runId: string | null = null): { ru
   return { runDir, outsideRun: null };
 }
 
+/**
+ * The part of a run folder's name before its timestamp: the run's name with any character unsafe in a file name or a
+ * shell word replaced by `_` (`+` and `=` stay: src/recipe/run-name.ts writes overrides as `+key=value`).
+ */
+export function runFolderPrefix(name: string): string {
+  return name.replace(/[^A-Za-z0-9._+=-]/g, '_');
+}
+
 /** `<name>-YYYYMMDD-HHMMSS[-n]`, as RunLogger names run folders: [timestamp, n], or null for another name. */
 function runFolderOrder(name: string, entry: string): [string, number] | null {
-  const escaped = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/[.]/g, '\\.');
+  const escaped = runFolderPrefix(name).replace(/[.+]/g, '\\$&');
   const match = new RegExp(`^${escaped}-(\\d{8}-\\d{6})(?:-(\\d+))?$`).exec(entry);
   return match ? [match[1], Number(match[2] ?? 1)] : null;
 }

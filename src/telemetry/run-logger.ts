@@ -16,10 +16,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
-import { assertRunFolder, markRunFolder } from '../store/run-folder.ts';
+import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-folder.ts';
 import { environmentRecord } from './environment.ts';
-import { ProgressBar } from './progress-bar.ts';
-import type { StepProgress } from './progress-bar.ts';
+import { fitFields, ProgressBar } from './progress-bar.ts';
+import type { LineField, StepProgress } from './progress-bar.ts';
 import { checkRecord, readMetrics, type MetricRecord } from './records.ts';
 import {
   newWandbInfo,
@@ -48,6 +48,8 @@ export interface RunLoggerOptions {
   echo?: boolean;
   /** Seconds to wait for W&B to flush at finish() (default 60). */
   wandbFinishTimeoutS?: number;
+  /** Where progress lines are echoed (default process.stdout); when it is a terminal, lines fit its width and the bar shows. */
+  terminal?: NodeJS.WriteStream;
 }
 
 export class RunLogger {
@@ -56,12 +58,14 @@ export class RunLogger {
   private sink: WandbSink | null = null;
   private finished = false;
   private readonly echo: boolean;
+  private readonly terminal: NodeJS.WriteStream;
   /** The terminal's progress bar, from the first progress() on (only when echoing to a terminal). */
   private bar: ProgressBar | null = null;
 
   private constructor(dir: string, private readonly options: RunLoggerOptions) {
     this.dir = dir;
     this.echo = options.echo ?? true;
+    this.terminal = options.terminal ?? process.stdout;
   }
 
   /**
@@ -110,10 +114,14 @@ export class RunLogger {
     this.records += 1;
   }
 
-  /** A progress line: stdout (above the progress bar, on a terminal) and log.txt. */
-  line(text: string): void {
-    if (this.bar) this.bar.log(text);
-    else if (this.echo) process.stdout.write(text + '\n');
+  /**
+   * A progress line: stdout (above the progress bar, on a terminal) and log.txt. `fields`, when given, are the line's
+   * parts (`text` joins them): a terminal gets as many as fit its width (progress-bar.ts fitFields), log.txt all.
+   */
+  line(text: string, fields?: readonly LineField[]): void {
+    const shown = fields && this.terminal.isTTY ? fitFields(fields, (this.terminal.columns || 80) - 1) : text;
+    if (this.bar) this.bar.log(shown);
+    else if (this.echo) this.terminal.write(shown + '\n');
     this.appendToLog(text);
   }
 
@@ -130,9 +138,9 @@ export class RunLogger {
     fs.appendFileSync(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
   }
 
-  /** After each step: on a terminal (stdout.isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
+  /** After each step: on a terminal (the terminal stream's isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
   progress(p: StepProgress): void {
-    if (!this.bar && this.echo && process.stdout.isTTY) this.bar = new ProgressBar(p.totalSteps);
+    if (!this.bar && this.echo && this.terminal.isTTY) this.bar = new ProgressBar(p.totalSteps, this.terminal);
     this.bar?.update(p);
   }
 
@@ -178,7 +186,7 @@ export class RunLogger {
 export function makeRunDir(parent: string, name: string): string {
   fs.mkdirSync(parent, { recursive: true });
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-  const base = path.resolve(parent, `${name.replace(/[^A-Za-z0-9._-]/g, '_')}-${stamp}`);
+  const base = path.resolve(parent, `${runFolderPrefix(name)}-${stamp}`);
   for (let n = 1; ; n++) {
     const dir = n === 1 ? base : `${base}-${n}`;
     try {

@@ -13,6 +13,7 @@ import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.t
 import { modelConfigFromRecipe } from '../recipe/model-config.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
+import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
 import { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
@@ -41,14 +42,6 @@ export interface TrainResult {
   elapsedS: number;
   finalVal: EvalResult;
   parameters: number;
-}
-
-function formatDuration(seconds: number): string {
-  if (!Number.isFinite(seconds)) return '?';
-  const s = Math.round(seconds);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return h > 0 ? `${h}h${String(m).padStart(2, '0')}m` : `${m}m${String(s % 60).padStart(2, '0')}s`;
 }
 
 /** What the loop needs from RunLogger (tests pass a recorder); the terminal's progress bar is optional. */
@@ -158,6 +151,8 @@ class TrainingLoop {
   private window: TrainingCounters['window'];
   /** What the last step read back from the backend's tensors into JavaScript (tensorflow; readback.ts). */
   private lastReadback: Readback | null = null;
+  /** The readback count the log last stated (it is constant for a run: said once, and again only if it changes). */
+  private statedReadback: number | null = null;
   private skippedSteps: number;
   private consecutiveSkips: number;
   /** Steps run by this process (its first step records the step program and builds its function). */
@@ -325,11 +320,12 @@ class TrainingLoop {
       ...(this.lastReadback ? { readback_values: this.lastReadback.values, readback_bytes: this.lastReadback.bytes } : {}),
     });
     const eta = ((totalSteps - step) * window.seconds) / window.steps;
-    const reads = this.lastReadback ? ` | host reads ${this.lastReadback.values} values/step` : '';
-    this.logger.line(
-      `step ${step}/${totalSteps} | epoch ${(100 * fraction).toFixed(1)}% | loss ${loss.toFixed(4)} | ppl ${Math.exp(loss).toFixed(2)} | ` +
-        `lr ${lr.toExponential(2)} | grad ${gradNorm.toFixed(3)} | ${Math.round(rate).toLocaleString('en-US')} tok/s${reads} | ETA ${formatDuration(eta)}`,
-    );
+    if (this.lastReadback && this.lastReadback.values !== this.statedReadback) {
+      this.statedReadback = this.lastReadback.values;
+      this.logger.line(`host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`);
+    }
+    const fields = progressFields({ step, totalSteps, epochFraction: fraction, loss, lr, gradNorm, tokensPerS: rate, etaS: eta });
+    this.logger.line(joinFields(fields), fields);
     this.window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
   }
 
@@ -423,7 +419,8 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
   const { batchSize, gradAccum } = recipe.train;
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
-      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
+      `${totalSteps} steps of ${(batchSize * gradAccum * recipe.data.seqLen).toLocaleString('en-US')} tokens ` +
+      `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
   const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');

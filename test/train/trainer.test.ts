@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { currentDevice } from '../../src/backend/current.ts';
 import { testBackend } from '../helpers/backend.ts';
 import type { Batch } from '../../src/data/batch.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
@@ -114,6 +115,10 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     expect(lines).toContainEqual(expect.stringMatching(/^validation: [\d,]+ labelled tokens drawn across the validation split \(train\.evalSample: spread\), from \d+ documents$/));
     expect(lines).toContainEqual(expect.stringMatching(/^val {3}step 20: .* \(\d+ tokens of \d+ documents\)$/));
     expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s( \| host reads \d+ values\/step)? \| ETA /.test(l))).toBe(true);
+    expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /.test(l))).toBe(true);
+    // The sizes of a step are labelled; a constant (the host's reads per step, on the native backend) is said once.
+    expect(lines.find((l) => l.startsWith('model '))).toMatch(/; 20 steps of 128 tokens \(batchSize 4 × gradAccum 2 × seqLen 16; epoch /);
+    expect(lines.filter((l) => l.includes('host reads')).length).toBe(currentDevice().native ? 1 : 0);
     expect(lines.at(-1)).toMatch(/^done: 20 steps, 2,560 tokens .* final val loss [\d.]+ \| ppl/);
     // 2 warm-up steps of 20: no warning. Shortened to 2 steps, the same warm-up is the whole run: warned, with its cause.
     expect(lines.some((l) => l.startsWith('warning: warm-up'))).toBe(false);
@@ -183,7 +188,7 @@ describe('train CLI', () => {
     expect(r.stdout).not.toMatch(/warning/);
     // Shortened to 100 optimizer steps, its 2,000 warm-up steps are warned about.
     const short = cli('recipes/gpu/gpt2-small-slay.yaml', '--dry-run', '--data.dataset=/nonexistent/c4', '--data.tokenizer=/nonexistent/tokenizer.json', '--train.maxTokens=6553600');
-    expect(short.stdout).toMatch(/steps {7}100 optimizer steps/);
+    expect(short.stdout).toMatch(/steps {7}100 optimizer steps of 65,536 tokens \(batchSize \d+ × gradAccum \d+ × seqLen 1024; train\.maxTokens 6,553,600\)/);
     expect(short.stdout).toMatch(/warning {5}warm-up of 2000 steps \(train\.warmupSteps 2000\) is 2000% of the run's 100 steps: the run ends before the learning rate reaches train\.lr/);
   });
 
