@@ -86,6 +86,7 @@ interface PythonResult {
   forward_lengths?: number[];
   cache_elements?: [number, number];
   uncached?: { generated: number[]; forward_lengths: number[]; logits_diff: number };
+  beams_agree?: boolean;
 }
 
 interface Ours {
@@ -190,6 +191,8 @@ describe.skipIf(!python)(`exported attention mechanisms in PyTorch, trust_remote
     // Keys and values grow with the positions; the kernel mechanisms' running sums do not.
     if (attentionIsQuadratic(name)) expect(atEnd * PROMPT.length).toBe(afterPrompt * (PROMPT.length + steps - 1));
     else expect(atEnd).toBe(afterPrompt);
+    // Beam search reorders the cache with its beams.
+    expect(result.beams_agree).toBe(true);
   });
 
   it('transformers\' own GPT2LMHeadModel / BertForMaskedLM refuse every folder, naming the attention; AutoModel refuses without trust_remote_code', () => {
