@@ -7,9 +7,10 @@
 //
 // Hand-written because nothing fits: tfjs-node's `tf.node.summaryFileWriter` runs TensorFlow ops, so it
 // exists only on the native backend (and this project builds its own binding, src/backend/native-build.ts),
-// while the records must reach TensorBoard on every backend, wasm and cpu included; the npm registry has
-// no maintained TensorBoard writer, and a protobuf library would be a dependency for five fields. The few
-// lines below are checked against the CRC32C test vectors and read back by TensorBoard's own reader
+// while the records must reach TensorBoard on every backend, wasm and cpu included. No npm package writes
+// event files (@roboflow/tfrecords frames tf.Example records, with google-protobuf, crypto-js and three more
+// dependencies), and a protobuf library would be a dependency for five fields. The few lines below are
+// checked against the CRC32C test vectors and read back by TensorBoard's own reader
 // (test/telemetry/tensorboard.test.ts).
 import fs from 'node:fs';
 import path from 'node:path';

@@ -65,6 +65,9 @@ const CASES: Case[] = [
   { name: 'bert cosformer, pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: cosformer }` },
 ];
 
+/** Beam search reorders the cache: tried on a key/value cache, running sums with a key scale, and plain running sums. */
+const BEAM_CASES = ['gpt softmax, no biases, exact GELU', 'gpt performer (iid)', 'gpt slay (anchor), embedding LayerNorm'];
+
 const IDS = [[3, 40, 77, 120, 9, 250, 18, 4], [3, 5, 6, 7, 8, 9, 10, 4]];
 /** BERT's second row is padded at the end: padded keys get no attention. */
 const BERT_MASK = [[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0, 0]];
@@ -144,7 +147,7 @@ describe.skipIf(!python)(`exported attention mechanisms in PyTorch, trust_remote
       trust_remote_code: true,
       input_ids: IDS,
       texts: TEXTS,
-      ...(c.kind === 'bert' ? { attention_mask: BERT_MASK } : { generate: { prompt: PROMPT, max_new_tokens: NEW_TOKENS } }),
+      ...(c.kind === 'bert' ? { attention_mask: BERT_MASK } : { generate: { prompt: PROMPT, max_new_tokens: NEW_TOKENS, beams: BEAM_CASES.includes(c.name) } }),
       plain: c.kind === 'gpt' ? 'GPT2LMHeadModel' : 'BertForMaskedLM',
     }));
     // The DARKFormer GPT once more without trust_remote_code: AutoModel must refuse it.
@@ -192,7 +195,7 @@ describe.skipIf(!python)(`exported attention mechanisms in PyTorch, trust_remote
     if (attentionIsQuadratic(name)) expect(atEnd * PROMPT.length).toBe(afterPrompt * (PROMPT.length + steps - 1));
     else expect(atEnd).toBe(afterPrompt);
     // Beam search reorders the cache with its beams.
-    expect(result.beams_agree).toBe(true);
+    if (BEAM_CASES.includes(c.name)) expect(result.beams_agree).toBe(true);
   });
 
   it('transformers\' own GPT2LMHeadModel / BertForMaskedLM refuse every folder, naming the attention; AutoModel refuses without trust_remote_code', () => {

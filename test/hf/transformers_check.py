@@ -10,9 +10,9 @@ usage: python transformers_check.py <request.json>
                               and the same without the cache, use_cache=False: "uncached" {"generated", "logits_diff": the
                               largest difference of any step's logits}; per generate() the token counts each forward call
                               was given, "forward_lengths" / "uncached" "forward_lengths", and the elements of the cache's
-                              state after the prompt and at the end, "cache_elements" [after prompt, at end]; and
-                              whether beam search (3 beams, the prompt twice as a batch) gives the same sequences with
-                              and without the cache, "beams_agree"),
+                              state after the prompt and at the end, "cache_elements" [after prompt, at end]; with
+                              "beams": true, whether beam search (3 beams, the prompt twice as a batch) gives the same
+                              sequences with and without the cache, "beams_agree"),
                   "plain": "GPT2LMHeadModel" | "BertForMaskedLM"     (also load as that class; result "plain_error")}, ...]
 """
 import json
@@ -66,11 +66,12 @@ def check(request: dict) -> dict:
             "forward_lengths": uncached["forward_lengths"],
             "logits_diff": max(float((a - b).abs().max()) for a, b in zip(cached["logits"][:steps], uncached["logits"][:steps])),
         }
-        batch = torch.cat([prompt, prompt.flip(1)])
-        with torch.no_grad():
-            beams = [model.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=request["generate"]["max_new_tokens"],
-                                    num_beams=3, do_sample=False, use_cache=use_cache) for use_cache in (True, False)]
-        result["beams_agree"] = torch.equal(*beams)
+        if request["generate"].get("beams"):
+            batch = torch.cat([prompt, prompt.flip(1)])
+            with torch.no_grad():
+                beams = [model.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=request["generate"]["max_new_tokens"],
+                                        num_beams=3, do_sample=False, use_cache=use_cache) for use_cache in (True, False)]
+            result["beams_agree"] = torch.equal(*beams)
     return result
 
 

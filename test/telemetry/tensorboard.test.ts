@@ -8,11 +8,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
-import type { MetricRecord } from '../../src/telemetry/records.ts';
+import { readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { crc32c, maskedCrc32c, recordScalars, tfRecord } from '../../src/telemetry/tensorboard.ts';
+import { runTraining } from '../../src/train/trainer.ts';
 import { findPythonWith, TRANSFORMERS_SETUP } from '../helpers/python.ts';
+import { makeTinySetup, tinyRecipeText } from '../train/checkpoint-fixtures.ts';
 
 const python = findPythonWith(['tensorboard']);
 if (!python) console.warn(`skipped: reading event files back with TensorBoard's reader needs a Python with tensorboard (set up with: ${TRANSFORMERS_SETUP})`);
@@ -103,6 +106,20 @@ describe.skipIf(!python)('the run logger\'s event file, read by TensorBoard', ()
     logger.log(train(30, 4.9));
     expect(readWithTensorBoard(logger.dir).scalars['train/loss'].map(([step]) => step)).toEqual([10, 20, 30]);
     await logger.finish({});
+  });
+
+  it('a training run on the wasm backend: TensorBoard shows every record of metrics.jsonl', async () => {
+    await initBackend('wasm', { quiet: true });
+    const setup = await makeTinySetup(tmp);
+    const text = tinyRecipeText(setup, path.join(tmp, 'runs')).replace('backend: cpu', 'backend: wasm');
+    const { runDir } = await runTraining(parseRecipe(text, path.join(tmp, 'tiny.yaml')));
+    const records = readMetrics(runDir);
+    const read = readWithTensorBoard(runDir);
+    for (const split of ['train', 'val'] as const) {
+      const own = records.filter((r) => r.split === split).map((r) => [r.step, f32(r.loss)]);
+      expect(own.length).toBeGreaterThan(1);
+      expect(read.scalars[`${split}/loss`].map(([step, , v]) => [step, v])).toEqual(own);
+    }
   });
 
   it('a resume rewrites it from the records kept, so TensorBoard shows one history', async () => {
