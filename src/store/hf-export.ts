@@ -136,7 +136,7 @@ function modelCard(model: LanguageModel, modelType: string, source: string): str
         `The \`${SECTION}\` section of config.json records the attention and the architecture; tensors with no place in`,
         `transformers' layout are stored as \`slayformer.<name>\` (the mechanism's parameters and random projections,`,
         'read as they are: nothing is drawn again).',
-        ...(c.kind === 'gpt' ? ['generate() runs the model over the whole sequence so far for each new token (no cache).'] : []),
+        ...(c.kind === 'gpt' ? ['generate() decodes from a cache: keys and values for softmax and exact Yat, running sums for the kernel mechanisms.'] : []),
         `Loaded as plain ${c.kind === 'gpt' ? 'GPT-2 (GPT2LMHeadModel)' : 'BERT (BertForMaskedLM)'} it fails (its config's layer_types name this`,
         'attention) instead of computing softmax attention.',
       ].join('\n');
