@@ -151,7 +151,8 @@ export class TensorBoardWriter {
     const file = existing?.file ?? path.join(runDir, `${TENSORBOARD_FILE_PREFIX}${startSeconds}${TENSORBOARD_FILE_SUFFIX}`);
     const writer = new TensorBoardWriter(file, startSeconds);
     const frames = [tfRecord(fileVersionEvent(startSeconds)), ...kept.map((r) => writer.frame(r))];
-    fs.writeFileSync(file, Buffer.concat(frames));
+    // A new file is created, never opened through a link planted under its name; an existing one is a regular file (eventFileOf).
+    fs.writeFileSync(file, Buffer.concat(frames), { flag: existing ? 'w' : 'wx' });
     return writer;
   }
 

@@ -3,7 +3,8 @@
 usage: python bounds_check.py tables             → {"bounds": BOUNDS, "options": OPTION_SPECS}
        python bounds_check.py load <request.json> → per request {"folder", "kind": "gpt" | "bert"}: {"error": the
               message from_pretrained(folder, trust_remote_code=True) raised, or null, "peak_growth_mb": how far the
-              process's peak resident memory rose while it ran}
+              process's peak resident memory rose while it ran}; with "set": {field: value}, the folder's configuration
+              is loaded, those fields set on it, and the model built with from_config instead
 """
 import json
 import os
@@ -19,12 +20,18 @@ def tables():
 
 
 def load(request):
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     auto = AutoModelForCausalLM if request["kind"] == "gpt" else AutoModelForMaskedLM
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        auto.from_pretrained(request["folder"], trust_remote_code=True)
+        if "set" in request:
+            config = AutoConfig.from_pretrained(request["folder"], trust_remote_code=True)
+            for key, value in request["set"].items():
+                setattr(config, key, value)
+            auto.from_config(config, trust_remote_code=True)
+        else:
+            auto.from_pretrained(request["folder"], trust_remote_code=True)
         error = None
     except ValueError as e:
         error = str(e)

@@ -125,9 +125,16 @@ describe.skipIf(!python)(`the exported PyTorch code's bounds (needs: ${TRANSFORM
     expect(result.error).toBe(`${file}: slayformer.layers[1].maclaurinDegrees must be 15 integers from 20 down to 1, highest first (got ${JSON.stringify(config.slayformer.layers[1].maclaurinDegrees).slice(0, 120)})`);
   });
 
-  it('an unedited export loads', () => {
-    const [slay, bert] = runCheck(['load', writeRequests([{ folder: exports.get('slay')!, kind: 'gpt' }, { folder: exports.get('bert')!, kind: 'bert' }])], dir) as { error: string | null }[];
+  it('an unedited export loads; a configuration changed after loading is checked again when the model is built', () => {
+    const requests = [
+      { folder: exports.get('slay')!, kind: 'gpt' },
+      { folder: exports.get('bert')!, kind: 'bert' },
+      { folder: exports.get('slay')!, kind: 'gpt', set: { n_layer: 100000 } },
+    ];
+    const [slay, bert, changed] = runCheck(['load', writeRequests(requests)], dir) as { error: string | null; peak_growth_mb: number }[];
     expect([slay.error, bert.error]).toEqual([null, null]);
+    expect(changed.error).toBe("config.json: n_layer must be an integer ≥ 1, ≤ 1024 (got 100000; the bound: over 10× GPT-3's 96 layers)");
+    expect(changed.peak_growth_mb).toBeLessThan(200);
   });
 });
 

@@ -28,7 +28,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast, MaskedLMOutput
 
-from .configuration_slayformer import SlayformerBertConfig, SlayformerGPT2Config
+from .configuration_slayformer import SlayformerBertConfig, SlayformerGPT2Config, check_sizes
 
 # transformers' activation names → the GELU the project computes (src/hf/config.ts ACTIVATION_OF).
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -674,6 +674,7 @@ class SlayformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
 
     def build_body(self, config):
+        check_sizes(config.to_dict())  # again: a configuration's fields may have changed since it was built
         section = config.slayformer
         sizes = _sizes(config)
         self.sizes = sizes
