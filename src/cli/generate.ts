@@ -9,7 +9,8 @@ const COMMAND = {
   name: 'generate',
   usage: '<checkpoint> --prompt TEXT [options]',
   description: `Samples a continuation of TEXT from a trained GPT (a run's final/ folder, a checkpoint folder or a run folder),
-one token at a time with each attention layer's recurrent state. The text goes to stdout, timing to stderr.`,
+one token at a time with each attention layer's recurrent state. The text goes to stdout; timing, and a stop at the
+model's context length, to stderr.`,
   options: {
     prompt: { type: 'string', value: 'TEXT', help: 'the text to continue (empty: start from the end-of-text token); required' },
     'max-tokens': { type: 'string', value: 'N', default: '100', number: { integer: true, min: 0 }, help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token" },
