@@ -72,6 +72,7 @@ export interface Recipe {
     runDir: string;
   };
   wandb: { enabled: boolean | 'auto'; project: string; entity: string | null; runName: string | null };
+  tensorboard: { enabled: boolean };
 }
 
 /** Dotted paths of the leaves of T ("train.lr", "model.attention.options"); a string-indexed record is a leaf. */
@@ -216,6 +217,8 @@ export const RECIPE_SCHEMA = {
   'wandb.project': { type: str, default: 'slayformer', doc: 'W&B project.' },
   'wandb.entity': { type: str, nullable: true, default: null, doc: "W&B entity (user or team); `null` = the API key's default entity." },
   'wandb.runName': { type: str, nullable: true, default: null, doc: 'W&B display name; `null` = the run folder name.' },
+
+  'tensorboard.enabled': { type: bool, default: true, doc: 'Write the metric records as a TensorBoard event file in the run folder (`events.out.tfevents.*`), as they land: `tensorboard --logdir runs` shows every run.' },
 } as const satisfies Record<RecipeKey, FieldSpec>;
 
 export const SCHEMA: Record<string, FieldSpec> = RECIPE_SCHEMA;

@@ -6,6 +6,7 @@
 //     env.json            ENV_FILE: commit, versions, machine, command line, data paths
 //     metrics.jsonl       METRICS_FILE
 //     log.txt             LOG_FILE
+//     events.out.tfevents.<seconds>.slayformer   TENSORBOARD_FILE_PREFIX/SUFFIX: the records as TensorBoard events
 //     summary.json        SUMMARY_FILE: written last, whole; it marks the run finished
 //     final/              FINAL_DIR: a model folder
 //     checkpoints/step-NNNNNN/   CHECKPOINTS_DIR: model folders with the training state (checkpoint.ts)
@@ -19,6 +20,9 @@ export const RUN_CONFIG_FILE = 'config.json';
 export const ENV_FILE = 'env.json';
 export const METRICS_FILE = 'metrics.jsonl';
 export const LOG_FILE = 'log.txt';
+/** The TensorBoard event file: `${TENSORBOARD_FILE_PREFIX}<run start, Unix seconds>${TENSORBOARD_FILE_SUFFIX}` (telemetry/tensorboard.ts). */
+export const TENSORBOARD_FILE_PREFIX = 'events.out.tfevents.';
+export const TENSORBOARD_FILE_SUFFIX = '.slayformer';
 export const SUMMARY_FILE = 'summary.json';
 export const FINAL_DIR = 'final';
 export const CHECKPOINTS_DIR = 'checkpoints';

@@ -219,6 +219,7 @@ export function modelCard(input: ModelCardInput): string {
           '',
           `The \`slayformer\` section of config.json records the attention and the architecture; tensors with no place in transformers' layout are stored as ` +
             "`slayformer.<name>` (the mechanism's parameters and random projections, read as they are: nothing is drawn again). " +
+            (gpt ? 'generate() decodes from a cache: keys and values for softmax and exact Yat, running sums for the kernel mechanisms. ' : '') +
             `Loaded as plain ${gpt ? 'GPT-2 (GPT2LMHeadModel)' : 'BERT (BertForMaskedLM)'} it fails (its config's layer_types name this attention) instead of computing softmax attention.`,
         ]
       : []),

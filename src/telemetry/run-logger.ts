@@ -9,6 +9,8 @@
 //   metrics.jsonl  one JSON object per record (MetricRecord, records.ts), the source of truth for curves (validation
 //                  adds bpb and acc)
 //   log.txt        the progress lines and warnings printed during the run, each line after its ISO time
+//   events.out.tfevents.<seconds>.slayformer   the metric records as TensorBoard events (tensorboard.ts), unless
+//                  tensorboard.enabled is false
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/telemetry/wandb.ts)
 //   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
@@ -21,6 +23,7 @@ import { environmentRecord } from './environment.ts';
 import { fitFields, ProgressBar } from './progress-bar.ts';
 import type { LineField, StepProgress } from './progress-bar.ts';
 import { checkRecord, readMetrics, type MetricRecord } from './records.ts';
+import { TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
   readWandbInfo,
@@ -56,6 +59,8 @@ export class RunLogger {
   readonly dir: string;
   private records = 0;
   private sink: WandbSink | null = null;
+  /** Training's main thread makes the one logger of a run (data-parallel replicas log nothing), so one process writes the event file. */
+  private tensorboard: TensorBoardWriter | null = null;
   private finished = false;
   private readonly echo: boolean;
   private readonly terminal: NodeJS.WriteStream;
@@ -90,6 +95,7 @@ export class RunLogger {
     if (opts.resumeDir) fs.writeFileSync(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
+    if (recipe.tensorboard.enabled) logger.tensorboard = TensorBoardWriter.open(dir, kept);
 
     const decision = wandbDecision(recipe.wandb);
     if (decision.enabled) {
@@ -106,10 +112,11 @@ export class RunLogger {
     return logger;
   }
 
-  /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and forwards it to W&B. */
+  /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and the TensorBoard events, and forwards it to W&B. */
   log(record: MetricRecord): void {
     checkRecord(record, 'RunLogger.log');
     fs.appendFileSync(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
+    this.tensorboard?.log(record);
     this.sink?.log(record);
     this.records += 1;
   }

@@ -270,6 +270,7 @@ describe('generate', () => {
     expect(run.status).toBe(0);
     expect(run.stdout).toBe(`${first.text}\n`);
     expect(run.stderr).toMatch(/\[generate\] \d+ prompt \+ \d+ new tokens in/);
+    expect(run.stderr).not.toMatch(/stopped/); // the asked tokens fit: no stop line
   }, 60_000);
 
   it('sampling is reproducible from the seed and stops at the model’s maxSeqLen', async () => {
@@ -283,6 +284,28 @@ describe('generate', () => {
       expect(a.promptTokens.length + a.newTokens.length).toBe(33);
     }
   });
+
+  it('says in one line on stderr that the context length stopped it; --top-p samples reproducibly', async () => {
+    // Greedy, from a prompt of most of the 32 positions: the stop comes from maxSeqLen, not from end-of-text.
+    const prompt = 'the quick brown fox jumps';
+    const opts = { checkpoint: gptFinal, prompt, maxTokens: 100, temperature: 0, topK: 0, seed: 0 };
+    const result = await generateFromCheckpoint(opts);
+    expect(result.truncated).toBe(true);
+    expect(result.promptTokens.length + result.newTokens.length).toBe(33);
+    const run = cli('generate', gptFinal, '--prompt', prompt, '--max-tokens', '100', '--temperature', '0');
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toBe(`${result.text}\n`);
+    const stops = run.stderr.split('\n').filter((line) => /stopped/.test(line));
+    expect(stops).toEqual([`[generate] stopped at the model's context length (maxSeqLen 32) after ${result.newTokens.length} of the 100 new tokens asked`]);
+
+    const sampled = ['--prompt', 'a', '--max-tokens', '6', '--temperature', '1', '--top-p', '0.8', '--seed', '4'];
+    const first = cli('generate', gptFinal, ...sampled);
+    expect(first.status, first.stderr).toBe(0);
+    expect(cli('generate', gptFinal, ...sampled).stdout).toBe(first.stdout);
+    const own = await generateFromCheckpoint({ checkpoint: gptFinal, prompt: 'a', maxTokens: 6, temperature: 1, topK: 50, topP: 0.8, seed: 4 });
+    expect(first.stdout).toBe(`${own.text}\n`);
+    await expect(generateFromCheckpoint({ ...opts, topP: 1.5 })).rejects.toThrow(/top-p must be a number > 0 and ≤ 1 \(got 1\.5\)/);
+  }, 120_000);
 
   it('refuses a BERT checkpoint and bad sampling options', async () => {
     const base = { prompt: 'x', maxTokens: 3, temperature: 1, topK: 5, seed: 0 };
