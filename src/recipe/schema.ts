@@ -196,7 +196,7 @@ export const RECIPE_SCHEMA = {
   },
   'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
   'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
-  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs (0 = only at the end).' },
+  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs, and one at step 0 (the model before training), so that curves start there (0 = only at the end).' },
   'train.evalTokens': { type: int(1), default: 32768, doc: 'Validation tokens per evaluation (read from the start of the validation split, same every time).' },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },

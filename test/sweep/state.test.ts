@@ -174,6 +174,18 @@ describe('report', () => {
     const accuracyMarkdown = readFileSync(byAccuracy.files.find((f) => f.endsWith('report.md'))!, 'utf8');
     expect(accuracyMarkdown).toContain('| group | Δ vs softmax (paired mean [95% CI]) | p | better on | final validation top-1 accuracy (mean ± sd) | n | seeds | attention | tokens/s | backend |');
     expect(accuracyMarkdown).toContain('(higher is better)');
+
+    // A sweep file without a report section: the baseline defaults to softmax, as compare's does; 'none' pairs nothing.
+    const noSection: Sweep = { ...reportSweep, report: { ...reportSweep.report, baseline: null } };
+    const defaulted = await buildReport(noSection, { outDir: join(reportDir, 'out-default'), warn: () => {} });
+    expect(defaulted.baseline).toBe('softmax');
+    expect(defaulted.groups[1].paired).toMatchObject({ n: 3, baselineGroup: 'softmax' });
+    const none = await buildReport(noSection, { outDir: join(reportDir, 'out-none'), baseline: null, warn: () => {} });
+    expect(none.baseline).toBeNull();
+    expect(none.groups.every((g) => g.paired === null)).toBe(true);
+    // The compare report's recipe column names the sweep's group, not a run with its seed (softmax-seed1).
+    const groupsCsv = readFileSync(join(reportDir, 'out', 'compare', 'groups.csv'), 'utf8').split('\r\n');
+    expect(groupsCsv.filter((line) => /^(softmax|slay|performer),/.test(line)).map((line) => line.split(',').at(-1))).toEqual(['softmax', 'slay', 'performer']);
   });
 
   it('compares GPT and BERT runs of one sweep in separate compare reports, one per kind, and links both', async () => {
