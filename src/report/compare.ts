@@ -565,7 +565,8 @@ const seedsText = (g: RunGroup) => g.seeds.map(({ seed, runs }) => `${seed ?? '�
 export function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
   const ms = (pick: (g: RunGroup) => MeanSd, title: string, digits: number, { exact = false } = {}): Column<RunGroup> => ({
     title, right: true,
-    text: (g) => (exact && pick(g).sd === 0 ? formatNumber(pick(g).mean, digits) : formatMeanSd(pick(g), digits, { showN: false })),
+    // A count or speed equal over the seeds up to the digits shown reads as the value alone, not "1,334,016 ± 0".
+    text: (g) => (exact && pick(g).sd !== null && Number(pick(g).sd!.toFixed(digits)) === 0 ? formatNumber(pick(g).mean, digits) : formatMeanSd(pick(g), digits, { showN: false })),
     raw: (g) => (pick(g).n === 0 ? null : pick(g).mean),
   });
   const columns: Column<RunGroup>[] = [{ title: 'group', text: (g) => `${g.mixed.length ? '⚠ ' : ''}${g.label}`, raw: (g) => g.label }];
@@ -671,7 +672,7 @@ export function csvTable(table: Table): string {
 export function latexTable(table: Table, caption: string): string {
   const escape = (text: string) =>
     text.replace(/[\\{}$&#^_%~]/g, (c) => ({ '\\': '\\textbackslash{}', '~': '\\textasciitilde{}', '^': '\\textasciicircum{}' })[c] ?? `\\${c}`)
-      .replace(/±/g, '$\\pm$').replace(/−/g, '$-$').replace(/Δ/g, '$\\Delta$').replace(/⚠ /g, '');
+      .replace(/±/g, '$\\pm$').replace(/−/g, '$-$').replace(/Δ/g, '$\\Delta$').replace(/·/g, '$\\cdot$').replace(/×/g, '$\\times$').replace(/⚠ /g, '');
   const row = (cells: string[]) => `${cells.map(escape).join(' & ')} \\\\`;
   return [
     '\\begin{table}',
@@ -837,11 +838,12 @@ async function plotCurves(groups: RunGroup[]): Promise<{ file: string; title: st
   return svgs;
 }
 
-// Full window width; tables scroll sideways rather than wrap a number; plots two or more abreast when they fit.
+// Full window width; tables scroll sideways rather than wrap a number, but long headings wrap (the comparison columns
+// come first, so they are in view at laptop widths); plots two or more abreast when they fit.
 const PAGE_STYLE = `body{font-family:system-ui,sans-serif;margin:1.5em 2em}
 .table{overflow-x:auto}table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:14px}
 th,td{border:1px solid #ccc;padding:4px 8px;white-space:nowrap}
-th{background:#f4f4f4}tbody tr:nth-child(even){background:#fafafa}
+th{background:#f4f4f4;white-space:normal;vertical-align:bottom;min-width:4em}tbody tr:nth-child(even){background:#fafafa}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(640px,100%),1fr));gap:1em}
 figure{margin:0}figure svg{width:100%;height:auto}figcaption{font-size:13px}
 .warning{border:2px solid #d55e00;background:#fff4ec;padding:0.5em 1em}`;
