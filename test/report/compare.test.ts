@@ -333,7 +333,7 @@ describe('compareRuns', () => {
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
     expect(tex.slice(0, 6)).toEqual([
       '\\begin{table}', '\\centering', '\\small',
-      '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds). Same for every group: n 3 · params 100 · tokens 3,000.}',
+      '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds). Same for every group: n 3 $\\cdot$ params 100 $\\cdot$ tokens 3,000.}',
       '\\begin{tabular}{lrrrrr}', '\\toprule',
     ]);
     expect(tex).toContain('group & $\\Delta$ final val loss vs softmax [95\\% CI] & p & final val loss & val ppl & val acc \\\\');
@@ -456,7 +456,7 @@ describe('a report fit for a paper', () => {
     // groups.tex: booktabs, the comparison and what varies only.
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8');
     expect(tex).toContain('\\toprule\ngroup & $\\Delta$ final val loss vs softmax [95\\% CI] & p & final val loss & val ppl & val acc \\\\\n\\midrule');
-    expect(tex).toContain('Same for every group: n 2 · params 1,334,016 · tokens 3,000.}');
+    expect(tex).toContain('Same for every group: n 2 $\\cdot$ params 1,334,016 $\\cdot$ tokens 3,000.}');
   });
 });
 
