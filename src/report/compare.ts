@@ -2,8 +2,9 @@
 // metrics.jsonl = MetricRecord lines, summary.json = the trainer's final summary, env.json = where it ran;
 // see src/telemetry/run-logger.ts) and writes a report folder with
 //   report.md       per-run table (with backend, commit and peak memory), runs of the same recipe + attention
-//                   with different seeds grouped as mean ± sd (n), what tells the groups apart, and each
-//                   group's paired difference to the baseline attention (same other settings, same seeds)
+//                   with different seeds grouped as mean ± sd (n = distinct seeds: a re-run of a seed is a repeat,
+//                   averaged with it), what tells the groups apart, and each group's paired difference to the
+//                   baseline attention (same other settings, same seeds), the comparison's columns first
 //   index.html      the same tables with the plots inlined (opens in a browser, uses its width)
 //   {train,val}-{loss,ppl}.svg, {train,val}-loss-time.svg   curves against tokens and against wall-clock
 //                   time, one line per group: the mean over the group's seeds with a ±sd band
