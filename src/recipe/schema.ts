@@ -199,7 +199,7 @@ export const RECIPE_SCHEMA = {
   },
   'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
   'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
-  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs (0 = only at the end).' },
+  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs, and one at step 0 (the model before training), so that curves start there (0 = only at the end).' },
   'train.evalTokens': { type: int(1), default: DEFAULT_EVAL_TOKENS, doc: 'Validation tokens per evaluation (labelled tokens: BERT counts the masked ones), the same every time (`train.evalSample`).' },
   'train.evalSample': {
     type: oneOf(...EVAL_SAMPLES),

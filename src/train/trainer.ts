@@ -215,7 +215,9 @@ class TrainingLoop {
     const { totalSteps } = this.inputs;
     // Started after initFrom and restore: the replicas receive the weights as they now are.
     if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas);
-    if (this.parts.finetune.initFrom !== null && this.step === 0) await this.validate(); // the loaded model before finetuning
+    // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
+    // A resumed run (step > 0) has this record from its first session.
+    if (this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
     // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
     if (this.step < totalSteps) this.logger.line(`compiling the first steps… (a progress line every ${this.recipe.train.logInterval} steps)`);
     while (this.step < totalSteps) {

@@ -96,18 +96,21 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     const train = records.filter((r) => r.split === 'train');
     const val = records.filter((r) => r.split === 'val');
     expect(train.map((r) => r.step)).toEqual([5, 10, 15, 20]);
-    expect(val.map((r) => r.step)).toEqual([10, 20]);
+    // Step 0 is the model before training: curves start there.
+    expect(val.map((r) => r.step)).toEqual([0, 10, 20]);
+    expect(val[0]).toMatchObject({ tokens: 0 });
+    expect(val[0].loss).toBeGreaterThan(val[2].loss);
     for (const r of train) {
       expect(r.grad_norm).toBeGreaterThan(0);
       expect(r.ppl).toBeCloseTo(Math.exp(r.loss), 6);
       expect(r.tokens_per_s).toBeGreaterThan(0);
     }
-    expect(val[1].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
-    expect(val[1].bpb).toBeGreaterThan(0);
+    expect(val[2].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
+    expect(val[2].bpb).toBeGreaterThan(0);
     // Top-1 accuracy in every validation record and the summary, from the same evaluation as the loss.
     for (const r of val) expect(r.acc).toBeGreaterThan(0);
-    expect(val[1].acc).toBeLessThan(1);
-    expect(val[1].acc).toBe(result.finalVal.accuracy);
+    expect(val[2].acc).toBeLessThan(1);
+    expect(val[2].acc).toBe(result.finalVal.accuracy);
     expect(summary).toMatchObject({ val_acc: result.finalVal.accuracy, val_loss: result.finalVal.loss });
     expect(result.finalVal.bpb).toBeCloseTo((result.finalVal.loss * result.finalVal.tokens) / (Math.LN2 * result.finalVal.bytes), 6);
     expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
