@@ -52,3 +52,13 @@ export function showValue(value: unknown, maxChars = 120): string {
   const marked = JSON.stringify(value, (_key, v: unknown) => (inexact(v) ? `\u0000${BigInt(v)}` : v));
   return String(marked).replace(/"\\u0000(-?\d+)"/g, '$1').slice(0, maxChars);
 }
+
+/**
+ * `<key> must be an integer ≥ min, ≤ max (got v; the bound: why)`, or null when `value` is such an integer: one
+ * wording for a size beyond its bound whichever entrance checks it (the Hugging Face config reader words it so too).
+ */
+export function boundProblem(key: string, value: unknown, bound: Bound, min = 1): string | null {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= min && value <= bound.max) return null;
+  const why = typeof value === 'number' && value > bound.max ? `; the bound: ${bound.why}` : '';
+  return `${key} must be an integer ≥ ${min}, ≤ ${bound.max} (got ${showValue(value)}${why})`;
+}

@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { Tokenizer } from 'tokenizers';
+import { BOUNDS, boundProblem } from '../core/bounds.ts';
 
 export interface SpecialIds {
   eos?: number;
@@ -154,6 +155,11 @@ export class TextTokenizer {
     if (json === null || typeof json !== 'object' || typeof json.model !== 'object' || json.model === null) {
       throw new Error(`tokenizer file ${path} is not a tokenizer.json (no "model" object)`);
     }
+    // The model's own vocabulary, counted before the native library builds it: beyond the embedding-rows bound no
+    // model here can use the tokenizer, and a few million tokens would take the native load a minute.
+    const vocab = (json.model as { vocab?: unknown }).vocab;
+    const entries = Array.isArray(vocab) ? vocab.length : vocab !== null && typeof vocab === 'object' ? countKeys(vocab) : 0;
+    if (entries > BOUNDS.embeddingRows.max) throw new Error(boundProblem(`the vocabulary of ${path}`, entries, BOUNDS.embeddingRows)!);
     let native: Tokenizer;
     try {
       native = Tokenizer.fromString(text);
@@ -197,6 +203,13 @@ export class TextTokenizer {
   tokenBytes(id: number): number {
     return id >= 0 && id < this.bytesPerToken.length ? this.bytesPerToken[id] : 0;
   }
+}
+
+/** Own keys of an object, counted without listing them. */
+function countKeys(object: object): number {
+  let n = 0;
+  for (const key in object) if (Object.prototype.hasOwnProperty.call(object, key)) n++;
+  return n;
 }
 
 function tokenStyle(json: TokenizerJson): TokenStyle {
