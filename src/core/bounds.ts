@@ -28,6 +28,8 @@ export const BOUNDS = {
   quadratureNodes: { max: 64, why: 'the nodes come from an O(R³) eigen-solve, and beyond ~25 nodes the last weights (≈ e^(−4R)) are below float32' },
   /** Runs of a sweep: cases × the product of the grid's axes. */
   sweepRuns: { max: 10000, why: "each run is a recipe validated up front and a Slurm array task (Slurm's default MaxArraySize allows 1,001)" },
+  /** Bytes the columns read from one Parquet row group may decompress to (`npm run prepare`'s Parquet input). */
+  parquetRowGroupBytes: { max: 2 ** 28, why: "2× the 128 MB row groups of Spark and parquet-mr; a row group is decoded whole and its text held at ~3× its size" },
 } as const satisfies Record<string, Bound>;
 
 /** Most elements one float32 tensor may hold: TensorFlow.js indexes tensors with 32-bit integers. */

@@ -47,6 +47,12 @@ const PIECE_CHARS = 16_384;
 const HARD_PIECE_CHARS = 4 * PIECE_CHARS;
 /** Characters given to one native encodeBatch call (its peak memory is ~170 bytes per character). */
 const CALL_CHARS = 1 << 18;
+/**
+ * Texts given to one native encodeBatch call: each result holds ~1.5 KB (tokens, offsets, masks) until the garbage
+ * collector frees it, which it does not hurry to do since the memory is native; a record batch of 2M one-character
+ * rows in one call took ~4 GB. `datasets` writes 1,000-row batches, one call each.
+ */
+const CALL_TEXTS = 1024;
 /** Unicode White_Space: JavaScript's \s plus U+0085, which the tokenizers' regex engine also counts. */
 const SPACE = /[\s\u0085]/;
 /** Normalizers that work character by character (nothing at the edges of the input, such as Strip). */
@@ -173,7 +179,8 @@ export class TextTokenizer {
   /**
    * Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added). Long texts are
    * encoded in pieces with the ids of the whole (see PIECE_CHARS), and the native calls take at most CALL_CHARS
-   * characters each (or one piece), so memory is bounded by those sizes and not by the longest text.
+   * characters (or one piece) and CALL_TEXTS texts each, so memory is bounded by those sizes and not by the longest
+   * text or the number of texts.
    */
   async encodeBatch(texts: string[]): Promise<Int32Array[]> {
     const pieces: { text: number; start: number; end: number }[] = [];
@@ -185,7 +192,9 @@ export class TextTokenizer {
     for (let first = 0; first < pieces.length; ) {
       let last = first + 1;
       let chars = pieces[first].end - pieces[first].start;
-      while (last < pieces.length && chars + pieces[last].end - pieces[last].start <= CALL_CHARS) chars += pieces[last].end - pieces[last++].start;
+      while (last < pieces.length && last - first < CALL_TEXTS && chars + pieces[last].end - pieces[last].start <= CALL_CHARS) {
+        chars += pieces[last].end - pieces[last++].start;
+      }
       const call = pieces.slice(first, last);
       const encodings = await this.native.encodeBatch(call.map((p) => texts[p.text].slice(p.start, p.end)), { addSpecialTokens: false });
       encodings.forEach((e, k) => parts[call[k].text].push(Int32Array.from(e.getIds())));
