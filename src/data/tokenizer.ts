@@ -110,6 +110,12 @@ function hardCut(text: string, at: number, specials: readonly string[]): number 
 
 type TokenStyle = 'byte-level' | 'wordpiece' | 'metaspace' | 'plain';
 
+/** Token ids of several texts in one buffer: text i's are `ids[starts[i], starts[i + 1])`. */
+export interface FlatIds {
+  ids: Int32Array;
+  starts: Int32Array;
+}
+
 export class TextTokenizer {
   readonly vocabSize: number;
   readonly specialIds: SpecialIds;
@@ -177,30 +183,58 @@ export class TextTokenizer {
   }
 
   /**
-   * Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added). Long texts are
-   * encoded in pieces with the ids of the whole (see PIECE_CHARS), and the native calls take at most CALL_CHARS
-   * characters (or one piece) and CALL_TEXTS texts each, so memory is bounded by those sizes and not by the longest
-   * text or the number of texts.
+   * Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added): views of one buffer
+   * (encodeFlat).
    */
   async encodeBatch(texts: string[]): Promise<Int32Array[]> {
-    const pieces: { text: number; start: number; end: number }[] = [];
-    texts.forEach((text, i) => {
+    const { ids, starts } = await this.encodeFlat(texts);
+    return texts.map((_, i) => ids.subarray(starts[i], starts[i + 1]));
+  }
+
+  /**
+   * Token ids of all texts in one buffer: text i's are ids[starts[i], starts[i + 1]), so a batch of many short texts
+   * costs 4 bytes per token and per text, no object per text. Long texts are encoded in pieces with the ids of the
+   * whole (see PIECE_CHARS), and the native calls take at most CALL_CHARS characters (or one piece) and CALL_TEXTS
+   * texts each, so memory is bounded by those sizes and not by the longest text or the number of texts.
+   */
+  async encodeFlat(texts: readonly string[]): Promise<FlatIds> {
+    const starts = new Int32Array(texts.length + 1);
+    let ids = new Int32Array(Math.max(16, texts.length));
+    let length = 0;
+    // One native call's pieces: their strings and the text each belongs to (pieces come in text order).
+    let call: string[] = [];
+    let owners: number[] = [];
+    let chars = 0;
+    /** The last text whose start is set: a text's pieces may span two calls. */
+    let started = -1;
+    const flush = async () => {
+      const encodings = await this.native.encodeBatch(call, { addSpecialTokens: false });
+      encodings.forEach((encoding, k) => {
+        if (owners[k] !== started) [starts[owners[k]], started] = [length, owners[k]];
+        const pieceIds = encoding.getIds();
+        if (length + pieceIds.length > ids.length) {
+          const grown = new Int32Array(Math.max(2 * ids.length, length + pieceIds.length));
+          grown.set(ids.subarray(0, length));
+          ids = grown;
+        }
+        ids.set(pieceIds, length);
+        length += pieceIds.length;
+      });
+      [call, owners, chars] = [[], [], 0];
+    };
+    for (let i = 0; i < texts.length; i++) {
+      const text = texts[i];
       const ranges: [number, number][] = this.inPieces ? pieceRanges(text, this.addedTokens) : [[0, text.length]];
-      for (const [start, end] of ranges) pieces.push({ text: i, start, end });
-    });
-    const parts: Int32Array[][] = texts.map(() => []);
-    for (let first = 0; first < pieces.length; ) {
-      let last = first + 1;
-      let chars = pieces[first].end - pieces[first].start;
-      while (last < pieces.length && last - first < CALL_TEXTS && chars + pieces[last].end - pieces[last].start <= CALL_CHARS) {
-        chars += pieces[last].end - pieces[last++].start;
+      for (const [start, end] of ranges) {
+        if (call.length > 0 && (call.length >= CALL_TEXTS || chars + end - start > CALL_CHARS)) await flush();
+        call.push(text.slice(start, end));
+        owners.push(i);
+        chars += end - start;
       }
-      const call = pieces.slice(first, last);
-      const encodings = await this.native.encodeBatch(call.map((p) => texts[p.text].slice(p.start, p.end)), { addSpecialTokens: false });
-      encodings.forEach((e, k) => parts[call[k].text].push(Int32Array.from(e.getIds())));
-      first = last;
     }
-    return parts.map(concatenate);
+    if (call.length > 0) await flush();
+    starts[texts.length] = length;
+    return { ids: ids.subarray(0, length), starts };
   }
 
   async decode(ids: ArrayLike<number>, skipSpecial = false): Promise<string> {
@@ -251,17 +285,6 @@ function computeTokenBytes(native: Tokenizer, vocabSize: number, specials: Set<n
       bytes = utf8.encode(token).length;
     }
     out[id] = bytes;
-  }
-  return out;
-}
-
-function concatenate(parts: Int32Array[]): Int32Array {
-  if (parts.length === 1) return parts[0];
-  const out = new Int32Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
   }
   return out;
 }
