@@ -1,7 +1,8 @@
 // Readers whose work or memory grew faster than their input (issue 33, item 10), held to bounds that are measured
 // here by counts and sizes, never by the clock: JSON Lines splitting scans each character a bounded number of times,
 // the tokenizer hands the native library a bounded number of texts per call (each native result holds ~1.5 KB, so a
-// record batch of 2M one-character rows took ~4 GB), and a Parquet row group may decompress to a bounded size.
+// record batch of 2M one-character rows took ~4 GB) and keeps a batch's ids in one buffer, and a Parquet row group
+// may decompress to a bounded size.
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
@@ -63,6 +64,16 @@ describe('tokenizer', () => {
     }
     expect(ids.length).toBe(texts.length);
     for (const i of [0, 1, 6999, 19_999]) expect(ids[i]).toEqual((await tokenizer.encodeBatch([texts[i]]))[0]);
+  });
+
+  it('keeps the ids of all texts in one buffer with their starts: 4 bytes per token and per text, no object per text', async () => {
+    const texts = Array.from({ length: 5000 }, (_, i) => (i % 3 === 0 ? '' : `the nation ${i}`));
+    const { ids, starts } = await tokenizer.encodeFlat(texts);
+    expect(starts.length).toBe(texts.length + 1);
+    expect(starts[texts.length]).toBe(ids.length);
+    for (const i of [0, 1, 2, 4999]) expect(ids.subarray(starts[i], starts[i + 1])).toEqual(Int32Array.from((await tokenizer.encodeBatch([texts[i]]))[0]));
+    // encodeBatch's per-text arrays are views of such a buffer, not one allocation each.
+    expect(new Set((await tokenizer.encodeBatch(texts)).map((a) => a.buffer)).size).toBe(1);
   });
 });
 
