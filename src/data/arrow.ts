@@ -20,6 +20,7 @@ import {
 } from 'apache-arrow';
 import type { DataType, Vector } from 'apache-arrow';
 import { dictionaryLayout, offsetSpanProblem, offsetsProblem, recordBatchProblem, textColumnLayout } from './arrow-layout.ts';
+import { footerDictionaryOffsets, metadataProblem } from './arrow-metadata.ts';
 import type { BatchHeader, TextColumnLayout } from './arrow-layout.ts';
 import type { ShardFormat, ShardScan, TextBatch } from './shard-format.ts';
 
@@ -82,10 +83,10 @@ async function assertArrowIpc(handle: FileHandle, file: string): Promise<void> {
   if (head.subarray(0, 6).toString('latin1') === 'ARROW1' || (head.length >= 4 && head.readUInt32LE(0) === 0xffffffff)) return;
   const legacyLength = head.length >= 4 ? head.readInt32LE(0) : 0;
   if (legacyLength > 0 && 4 + legacyLength <= size && legacyLength <= 1 << 24) {
-    const metadata = Buffer.alloc(legacyLength);
+    const metadata = new Uint8Array(legacyLength);
     await handle.read(metadata, 0, legacyLength, 4);
     try {
-      if (Message.decode(new Uint8Array(metadata)).headerType === MessageHeader.Schema) return;
+      if (metadataProblem(metadata, 'message') === null && Message.decode(metadata).headerType === MessageHeader.Schema) return;
     } catch {
       // not a message: reported below
     }
@@ -118,6 +119,7 @@ async function openReader(file: string): Promise<{ handle: FileHandle; reader: R
         throw new Error('IPC file format without its footer (the file was cut short)');
       }
     }
+    await checkOpeningMetadata(await ShardMessages.open(handle, file));
     // A FileHandle (not createReadStream): file-format shards are then read lazily batch by batch
     // instead of being buffered whole (docs/data.md, Shards).
     const reader = await RecordBatchReader.from(handle);
@@ -126,8 +128,28 @@ async function openReader(file: string): Promise<{ handle: FileHandle; reader: R
     return { handle, reader };
   } catch (err) {
     await handle.close();
+    if (err instanceof ArrowShardError) throw err;
     throw new ArrowShardError(file, `truncated or corrupt: not a readable Arrow IPC file (stream or file format): ${(err as Error).message}`);
   }
+}
+
+/**
+ * Checks the metadata apache-arrow decodes when it opens a shard (arrow-metadata.ts): a stream's first message (the
+ * schema), or a file's footer and the dictionary batches it lists. Later messages are checked before they are read.
+ */
+async function checkOpeningMetadata(messages: ShardMessages): Promise<void> {
+  const { file, size } = messages;
+  if (size < 6 || (await messages.readAt(0, 6)).toString('latin1') !== 'ARROW1') {
+    await messages.messageAt(0, undefined);
+    return;
+  }
+  // File format: …, footer, its int32 length, "ARROW1".
+  const length = size >= 10 ? (await messages.readAt(size - 10, 4)).readInt32LE(0) : -1;
+  if (!(length > 0 && length <= size - 18)) throw new ArrowShardError(file, `corrupt: a footer of ${length} bytes in a file of ${size}`);
+  const footer = new Uint8Array(await messages.readAt(size - 10 - length, length));
+  const problem = metadataProblem(footer, 'footer');
+  if (problem) throw new ArrowShardError(file, `corrupt: ${problem}`);
+  for (const offset of footerDictionaryOffsets(footer)) await messages.messageAt(offset, undefined);
 }
 
 const utf8 = new TextDecoder();
@@ -248,9 +270,12 @@ class ShardMessages {
   }
 
   /** The IPC message at `position` (continuation marker optional); null at the end-of-stream marker. */
-  async messageAt(position: number, batch: number): Promise<{ message: Message; bodyStart: number; end: number } | null> {
+  async messageAt(position: number, batch: number | undefined): Promise<{ message: Message; bodyStart: number; end: number } | null> {
     const { file, size } = this;
-    const cut = 'truncated: the file ends inside this record batch (or before the end-of-stream marker)';
+    const cut =
+      batch === undefined
+        ? 'truncated or corrupt: the file ends inside a message its header points at'
+        : 'truncated: the file ends inside this record batch (or before the end-of-stream marker)';
     if (position + 4 > size) throw new ArrowShardError(file, cut, batch);
     let length = (await this.readAt(position, 4)).readInt32LE(0);
     position += 4;
@@ -262,9 +287,12 @@ class ShardMessages {
     if (length === 0) return null;
     if (length < 0) throw new ArrowShardError(file, `corrupt: invalid message length ${length} at byte ${position - 4}`, batch);
     if (position + length > size) throw new ArrowShardError(file, cut, batch);
+    const metadata = new Uint8Array(await this.readAt(position, length));
+    const problem = metadataProblem(metadata, 'message');
+    if (problem) throw new ArrowShardError(file, `corrupt: ${problem}`, batch);
     let message: Message;
     try {
-      message = Message.decode(new Uint8Array(await this.readAt(position, length)));
+      message = Message.decode(metadata);
     } catch (err) {
       throw new ArrowShardError(file, `corrupt message header: ${(err as Error).message}`, batch);
     }

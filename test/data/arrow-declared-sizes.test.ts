@@ -143,6 +143,42 @@ describe('declared sizes beyond the bytes present are refused by both readers, n
   }
 });
 
+describe('counts inside the message metadata (flatbuffer vectors) beyond its bytes', () => {
+  /** Position of the u32 length of the record batch's field-node vector: just before the one node (length 2, nulls 0). */
+  function nodeVectorLength(bytes: Buffer, at: RecordBatchAt): number {
+    for (let position = at.metadataStart + 4; position + 16 <= at.metadataEnd; position++) {
+      if (bytes.readUInt32LE(position - 4) === 1 && bytes.readBigInt64LE(position) === 2n && bytes.readBigInt64LE(position + 8) === 0n) return position - 4;
+    }
+    throw new Error('no field-node vector found');
+  }
+
+  for (const format of ['stream', 'file'] as const) {
+    it(`${format} format: 2²¹ field nodes declared in a 152-byte header (2³⁰ aborted the process)`, async () => {
+      const file = crafted('node-vector.arrow', format, (bytes, at) => bytes.writeUInt32LE(2 ** 21, nodeVectorLength(bytes, at)));
+      const refusal = regex(`${file} (record batch 0): corrupt: the message header: a vector declares 2,097,152 entries, more than its 152 bytes hold`);
+      await expect(drain(file)).rejects.toThrow(refusal);
+      await expect(scanShard(file, 'text')).rejects.toThrow(refusal);
+    });
+  }
+
+  it('a schema message declaring 2³⁰ fields is refused before apache-arrow opens the shard', async () => {
+    // The schema's field vector: the only u32 1 in the schema message's metadata whose change alters the field count.
+    const file = crafted('schema-fields.arrow', 'stream', (bytes) => {
+      const metadataEnd = 8 + bytes.readInt32LE(4);
+      const positions: number[] = [];
+      for (let position = 8; position + 4 <= metadataEnd; position += 4) {
+        if (bytes.readUInt32LE(position) !== 1) continue;
+        const copy = Buffer.from(bytes);
+        copy.writeUInt32LE(0, position);
+        if ((Message.decode(copy.subarray(8, metadataEnd)).header() as Schema).fields.length === 0) positions.push(position);
+      }
+      expect(positions.length).toBe(1);
+      bytes.writeUInt32LE(2 ** 30, positions[0]);
+    });
+    await expect(drain(file)).rejects.toThrow(regex(`${file}: corrupt: the message header: a vector declares 1,073,741,824 entries`));
+  });
+});
+
 describe('dictionary-encoded text', () => {
   it('an index outside the dictionary, or more rows than indices, is refused naming the file and the batch', async () => {
     const values = ['spam', 'eggs', 'spam', null, 'ham'];
