@@ -27,7 +27,7 @@ import { describeSplit, listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
 import { mlmBatch, mlmSpecials, ordinaryTokenIds } from './mlm.ts';
 import type { MlmOptions } from './mlm.ts';
-import { WindowPacker, gptBatch, windowCount, withEos } from './packing.ts';
+import { WindowPacker, gptBatch, windowCount } from './packing.ts';
 import { shardFormatOf } from './shard-registry.ts';
 import { ShuffleBuffer } from './shuffle.ts';
 import { SmallestKeys } from './smallest-keys.ts';
@@ -67,12 +67,20 @@ const QUEUED_RECORD_BATCHES = 2;
 /** Fixed masking seed for the validation split, so validation losses compare across runs and seeds. */
 const VALIDATION_MASK_SEED = 0x5eed;
 
+/**
+ * A record batch's tokens in one buffer, no object per row (a record batch may hold millions of short rows): row r's
+ * document is ids[starts[r], starts[r + 1]) (GPT: followed by EOS), an empty range an empty document. Rows before
+ * the restore row are left empty and never visited.
+ */
 interface TokenizedBatch {
   batchIndex: number;
-  /** null = empty document. Rows before the restore row are left null and never visited. */
-  docs: (Int32Array | null)[];
+  ids: Int32Array;
+  starts: Int32Array;
   bytes: Int32Array;
 }
+
+/** Rows of a tokenized record batch. */
+const rowCount = (batch: TokenizedBatch) => batch.starts.length - 1;
 
 /** Single-producer single-consumer bounded async queue. */
 class BoundedQueue<T> {
@@ -219,7 +227,6 @@ class ShardProducers {
         if (invalidUtf8 > 0 && invalid.count === 0) invalid.firstBatch = batchIndex;
         invalid.count += invalidUtf8;
         const skipRows = batchIndex === fromBatch ? fromRow : 0;
-        const docs: (Int32Array | null)[] = new Array(texts.length).fill(null);
         const bytes = new Int32Array(texts.length);
         const toEncode: string[] = [];
         const rowsEncoded: number[] = [];
@@ -230,13 +237,23 @@ class ShardProducers {
           rowsEncoded.push(r);
           bytes[r] = Buffer.byteLength(text, 'utf8');
         }
-        const encoded = await tokenizer.encodeBatch(toEncode);
-        for (let i = 0; i < encoded.length; i++) {
-          const tokens = encoded[i];
+        const encoded = await tokenizer.encodeFlat(toEncode);
+        // Row by row, with EOS after each GPT document that has tokens.
+        const ids = new Int32Array(encoded.ids.length + (kind === 'gpt' ? toEncode.length : 0));
+        const starts = new Int32Array(texts.length + 1);
+        let end = 0;
+        for (let r = 0, next = 0; r < texts.length; r++) {
+          starts[r] = end;
+          if (rowsEncoded[next] !== r) continue;
+          const tokens = encoded.ids.subarray(encoded.starts[next], encoded.starts[next + 1]);
+          next++;
           if (tokens.length === 0) continue;
-          docs[rowsEncoded[i]] = kind === 'gpt' ? withEos(tokens, eos) : tokens;
+          ids.set(tokens, end);
+          end += tokens.length;
+          if (kind === 'gpt') ids[end++] = eos;
         }
-        await queue.push({ batchIndex, docs, bytes });
+        starts[texts.length] = end;
+        await queue.push({ batchIndex, ids, starts, bytes });
         if (queue.isCancelled) break;
       }
       queue.end();
@@ -296,11 +313,12 @@ class DocumentWalker {
         this.current = next;
         at.recordBatch = next.batchIndex;
       }
-      if (at.row >= this.current.docs.length) {
+      if (at.row >= rowCount(this.current)) {
         this.finishRecordBatch();
         continue;
       }
-      const doc = this.current.docs[at.row];
+      const { ids, starts } = this.current;
+      const doc = starts[at.row + 1] > starts[at.row] ? ids.subarray(starts[at.row], starts[at.row + 1]) : null;
       if (this.offsetToCheck !== null) {
         checkRestoredOffset(at.offset, doc?.length ?? null, this.offsetToCheck);
         this.offsetToCheck = null;
@@ -323,7 +341,7 @@ class DocumentWalker {
   finishDocument(): void {
     this.position.row++;
     this.position.offset = 0;
-    if (this.current !== null && this.position.row >= this.current.docs.length) this.finishRecordBatch();
+    if (this.current !== null && this.position.row >= rowCount(this.current)) this.finishRecordBatch();
   }
 
   private finishRecordBatch(): void {
@@ -635,11 +653,13 @@ export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample:
     for await (const { texts } of shardFormatOf(shard).readTextBatches(shard, opts.textColumn)) {
       rows += texts.length;
       const kept = texts.filter((t): t is string => t !== null && t.trim().length > 0);
-      for (const ids of await tokenizer.encodeBatch(kept)) {
-        if (ids.length === 0) continue;
-        tokens += ids.length;
+      const { starts } = await tokenizer.encodeFlat(kept);
+      for (let i = 0; i < kept.length; i++) {
+        const length = starts[i + 1] - starts[i];
+        if (length === 0) continue;
+        tokens += length;
         documents++;
-        bertChunks += Math.ceil(ids.length / (seqLen - 2));
+        bertChunks += Math.ceil(length / (seqLen - 2));
       }
       for (const t of kept) bytes += Buffer.byteLength(t, 'utf8');
       if (documents >= sample.documents || bytes >= sample.bytes) break outer;
