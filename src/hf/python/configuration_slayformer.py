@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from transformers import PretrainedConfig
 
-# src/core/bounds.ts BOUNDS: the largest value of each size, and why.
+# src/core/bounds.ts BOUNDS: the largest value of each size, and why (the whole table, kept equal by a test).
 BOUNDS = {
     "layers": {"max": 1024, "why": "over 10× GPT-3's 96 layers"},
     "heads": {"max": 4096, "why": "over 40× GPT-3's 96 heads"},
@@ -31,6 +31,7 @@ BOUNDS = {
     "features": {"max": 65536, "why": "4× the most the tests use (16,384 PRF features per head in SLAY's convergence tests)"},
     "quadratureNodes": {"max": 64, "why": "the nodes come from an O(R³) eigen-solve, and beyond ~25 nodes the last weights (≈ e^(−4R)) are below float32"},
     "sweepRuns": {"max": 10000, "why": "each run is a recipe validated up front and a Slurm array task (Slurm's default MaxArraySize allows 1,001)"},
+    "parquetRowGroupBytes": {"max": 2**28, "why": "2× the 128 MB row groups of Spark and parquet-mr; a row group is decoded whole and its text held at ~3× its size"},
 }
 
 _POSITIONS = BOUNDS["positions"]["max"]
