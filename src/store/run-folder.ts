@@ -110,12 +110,15 @@ function runFolderOrder(name: string, entry: string): [string, number] | null {
   return match ? [match[1], Number(match[2] ?? 1)] : null;
 }
 
-/** The run folders of recipe `name` under `parent` (marked or not), oldest first: `<parent>/<name>-<timestamp>[-n]`. */
+/**
+ * The run folders of recipe `name` under `parent` (marked or not), oldest first: `<parent>/<name>-<timestamp>[-n]`.
+ * A name that is no folder (a file, a dangling link) is passed over.
+ */
 export function listRunFolders(parent: string, name: string): string[] {
   if (!existsSync(parent)) return [];
   return readdirSync(parent)
     .map((entry) => ({ entry, order: runFolderOrder(name, entry) }))
-    .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry)).isDirectory())
+    .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry), { throwIfNoEntry: false })?.isDirectory() === true)
     .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1))
     .map(({ entry }) => path.join(parent, entry));
 }

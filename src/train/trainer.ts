@@ -337,7 +337,7 @@ class TrainingLoop {
     const { step, tokens, trainSeconds, recipe, logger } = this;
     const finalVal = await this.validate();
     if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
-    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer);
+    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
     const parameters = this.parameterCount;
     const summary = {
       steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
