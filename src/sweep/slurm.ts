@@ -16,8 +16,9 @@
 // characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
 // exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { appendOwnFile } from '../core/own-file.ts';
 import type { Executor, ExecutorQueue, ExecutorSetting, QueuedTask } from './executor.ts';
 import type { RunSet } from './run-set.ts';
 import { executorFolder, taskCommand } from './set-files.ts';
@@ -191,7 +192,7 @@ function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cw
   const jobId = out.trim().split(';')[0];
   if (!/^\d+$/.test(jobId)) throw new Error(`sbatch ${script}: unexpected answer ${JSON.stringify(out.trim())}`);
   const submission: Submission = { jobId, indices, script, submittedAt: new Date().toISOString() };
-  appendFileSync(path.join(folder, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
+  appendOwnFile(path.join(folder, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
   return submission;
 }
 

@@ -4,7 +4,7 @@
 // attempt. No training: the toy "submits" by writing its own queue file, and the task's worker is a small script that
 // leaves what a finished run leaves (a run folder with summary.json). The built-in Slurm executor is reached the same
 // way from a task process: its array task is named in the attempt and, stopped at its request, requeued.
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -146,5 +146,27 @@ describe('the slurm executor, through the registry', () => {
     expect(readAttempt(sweep, run)).toMatchObject({ outcome: 'stopped', task: { executor: 'slurm', name: 'Slurm task 41_0' } });
     expect(readFileSync(join(dir, 'scontrol-args'), 'utf8')).toBe('requeue 41_0\n');
     expect(err.join('')).toContain('sweep: requeued Slurm task 41_0; it resumes from its checkpoint');
+  });
+});
+
+describe("a run's bookkeeping files", () => {
+  it('are never written through a symbolic link planted at their name: the task refuses it, naming it, before the worker starts', async () => {
+    const sweep = loadSweep(sweepFile('linked', ''));
+    const [run] = sweep.runs;
+    const victim = join(dir, 'victim.txt');
+    const sink = { write: () => true } as unknown as NodeJS.WritableStream;
+    const folder = join(sweep.runDir, `${run.name}-20260101-000001`);
+    for (const kind of ['logs', 'attempts'] as const) {
+      writeFileSync(victim, 'not the sweep\'s');
+      const link = join(sweep.runDir, '_sweep', kind, `${run.name}.${kind === 'logs' ? 'log' : 'json'}`);
+      mkdirSync(join(sweep.runDir, '_sweep', kind), { recursive: true });
+      symlinkSync(victim, link);
+      await expect(runGuarded(sweep, run, () => ({ args: [WORKER, folder], banner: 'starting' }), sink, sink)).rejects.toThrow(
+        `${link} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`,
+      );
+      expect(readFileSync(victim, 'utf8')).toBe('not the sweep\'s');
+      expect(existsSync(folder)).toBe(false); // the worker did not start
+      rmSync(link);
+    }
   });
 });
