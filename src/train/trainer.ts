@@ -23,6 +23,7 @@ import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts'
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
+import { lockRunFolder } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import { trainStep, type StepOptions, type StepResult } from './step.ts';
@@ -379,8 +380,10 @@ export async function runTraining(
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
   const parts = await buildRunParts(recipe, inputs, lines.line);
   let loop: TrainingLoop | null = null;
+  let unlock = () => {};
   try {
-    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    let logger = opts.logger;
+    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
@@ -389,6 +392,7 @@ export async function runTraining(
   } finally {
     if (loop) await loop.close();
     else await closeRunParts(parts);
+    unlock();
   }
 }
 
@@ -405,16 +409,27 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
   };
 }
 
-/** The run folder: the checkpoint's own when it is inside a run, else a new one. */
-async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<TrainLogger> {
+/**
+ * The run folder, locked for this process (src/store/run-folder.ts): the checkpoint's own when it is inside a run
+ * (locked before anything in it changes), else a new one. Returns the logger and the lock's release.
+ */
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
-    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    const unlock = lockRunFolder(resumed.runDir);
+    try {
+      const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+      return { logger, unlock };
+    } catch (err) {
+      unlock();
+      throw err;
+    }
   }
   const logger = await RunLogger.create(recipe);
+  const unlock = lockRunFolder(logger.dir);
   if (resumed) {
     logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
   }
-  return logger;
+  return { logger, unlock };
 }
 
 function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: TrainLogger, parameterCount: number): void {
