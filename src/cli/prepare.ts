@@ -28,7 +28,7 @@ Inputs (files, folders searched recursively in name order, or quoted file-name g
     'validation-fraction': { type: 'string', value: 'F', default: '0.05', number: {}, help: 'share of documents drawn into validation, in [0, 1)' },
     seed: { type: 'string', value: 'N', default: '0', number: { integer: true }, help: 'seed of the split' },
     'shard-size': { type: 'string', value: 'ROWS|SIZE', help: 'rows per shard (e.g. 100000) or size (e.g. 500MB, the default)' },
-    overwrite: { type: 'boolean', help: 'replace the output folder if it exists' },
+    overwrite: { type: 'boolean', help: 'replace the output folder if it is an earlier prepare output (its .slayformer-prepared marker); any other folder is refused' },
   },
   positionals: { max: Infinity, name: 'inputs' },
   notes: `Empty (or whitespace-only) documents are skipped and counted; malformed input stops with an error

@@ -6,6 +6,7 @@ import { Rng, deriveSeed } from '../core/rng.ts';
 import { ArrowShardWriter } from './arrow.ts';
 import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDictJson } from './dataset.ts';
 import type { ShardSize, Split } from './dataset.ts';
+import { checkOutput, markPreparedOutput, replaceOutput } from './prepared-output.ts';
 import { InputError, readDocuments, resolveInputs } from './sources/index.ts';
 import type { SourceDocument } from './sources/index.ts';
 
@@ -68,12 +69,6 @@ function checkFraction(fraction: number): void {
   }
 }
 
-function checkOutput(out: string, overwrite: boolean): void {
-  if (fs.existsSync(out) && !overwrite) {
-    throw new InputError(`${out}: the output folder already exists (pass --overwrite to replace it)`);
-  }
-}
-
 /**
  * Writes documents as a save_to_disk DatasetDict with a seeded split. Each non-empty document goes
  * to validation with probability `validationFraction` (a seeded Bernoulli draw per document, in
@@ -126,9 +121,8 @@ export async function writeSplitDataset(
     const train = await writers.train.finish();
     const validation = await writers.validation.finish();
     writeDatasetDictJson(staging, SPLITS);
-    if (options.overwrite) fs.rmSync(out, { recursive: true, force: true });
-    fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
-    fs.renameSync(staging, out);
+    markPreparedOutput(staging);
+    replaceOutput(staging, out, options.overwrite);
     const moved = (files: string[]) => files.map((f) => path.join(out, path.relative(staging, f)));
     const splits: Record<Split, SplitCounts> = {
       train: { documents: train.rows, bytes: train.textBytes, shards: moved(train.shards) },
