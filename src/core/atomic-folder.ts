@@ -14,15 +14,19 @@ import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, readdirSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rename, rm, rmdir } from 'node:fs/promises';
 import path from 'node:path';
+import { naming } from './own-file.ts';
 
 export const COMPLETE_MARKER = 'COMPLETE';
 const CHECKSUM_LINE = /^([0-9a-f]{64}) {2}(\S+)$/;
 
+/** Writes and fsyncs `file`; a failed write (a full disk) names the file (own-file.ts). */
 export async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
   const handle = await open(file, 'w');
   try {
     await handle.writeFile(data);
     await handle.sync();
+  } catch (err) {
+    throw naming(err, file);
   } finally {
     await handle.close();
   }

@@ -27,13 +27,22 @@ function openOwnFile(file: string, flags: number): number {
   }
 }
 
+/**
+ * `err` with `file` in front of its message, code kept: a write's error (ENOSPC on a full disk, EIO) names no file by
+ * itself, unlike open's. Errors that already name the file, and errors of no file system call, are returned as they are.
+ */
+export function naming(err: unknown, file: string): unknown {
+  const e = err as NodeJS.ErrnoException;
+  if (!(err instanceof Error) || e.code === undefined || err.message.includes(file)) return err;
+  return Object.assign(new Error(`${file}: ${err.message}`, { cause: err }), { code: e.code, errno: e.errno, syscall: e.syscall, path: file });
+}
+
 function writeAll(file: string, flags: number, data: string | Uint8Array): void {
   const fd = openOwnFile(file, flags);
   try {
     fs.writeFileSync(fd, data);
   } catch (err) {
-    // A write error (ENOSPC, EIO) names no file by itself.
-    throw new Error(`${file}: ${(err as Error).message}`, { cause: err });
+    throw naming(err, file);
   } finally {
     fs.closeSync(fd);
   }
