@@ -170,3 +170,30 @@ describe("a run's bookkeeping files", () => {
     }
   });
 });
+
+describe('the local executor, beside another process running the same set', () => {
+  it("counts a run whose task left it to another process (exit 0, not done) as running elsewhere, not as done now", async () => {
+    // The task of run 0 finishes it; the task of run 1 finds it locked by another process (as runGuarded answers
+    // when a second `paper` command started after the first one's check) and exits 0 without finishing it.
+    const task = join(dir, 'toy-task.mjs');
+    writeFileSync(task, `import { mkdirSync, writeFileSync } from 'node:fs';
+const [runDir, index] = process.argv.slice(2);
+if (index === '1') {
+  console.log('unit-1: running already (pid 4242 on this host, since then)');
+} else {
+  mkdirSync(runDir + '/unit-0-20260101-000000', { recursive: true });
+  writeFileSync(runDir + '/unit-0-20260101-000000/summary.json', '{}');
+}
+`);
+    const runDir = join(dir, 'two-commands');
+    const set: RunSet = {
+      file: 'toy set', name: 'toy', runDir, executorSettings: {}, task: [task, runDir],
+      runs: [0, 1].map((index) => ({ index, name: `unit-${index}`, cores: 1, requestedCpus: 1 })),
+    };
+    let printed = '';
+    const out = { write: (chunk: string) => ((printed += chunk), true) } as unknown as NodeJS.WritableStream;
+    const outcome = await executorNamed('local').run(set, set.runs, { cores: 2 }, { out });
+    expect(outcome).toMatchObject({ kind: 'ran', done: ['unit-0'], elsewhere: ['unit-1'], failed: [], stopped: [], skipped: [] });
+    expect(printed).toContain('elsewhere unit-1: unit-1: running already (pid 4242 on this host, since then)');
+  });
+});
