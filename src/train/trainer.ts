@@ -23,7 +23,7 @@ import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts'
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
-import { lockRunFolder } from '../store/run-folder.ts';
+import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import { trainStep, type StepOptions, type StepResult } from './step.ts';
@@ -369,10 +369,27 @@ class TrainingLoop {
  * last step finishes its run); `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
  * Nothing is written, and nothing stays allocated, when a check fails before the first step.
  */
-export async function runTraining(
-  recipe: Recipe,
-  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see src/store/resolve.ts). */ resume?: string; stop?: StopRequest } = {},
-): Promise<TrainResult> {
+export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
+  // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
+  // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
+  const resumeRun = opts.resume !== undefined && !opts.logger ? runFolderOf(opts.resume).runDir : null;
+  const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
+  try {
+    return await trainLocked(recipe, opts);
+  } finally {
+    unlock();
+  }
+}
+
+export interface TrainOptions {
+  logger?: TrainLogger;
+  /** A checkpoint folder to continue from (see src/store/resolve.ts). */
+  resume?: string;
+  stop?: StopRequest;
+}
+
+/** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
+async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
   recipe = { ...recipe, backend: currentDevice().backend };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
@@ -410,19 +427,13 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
 }
 
 /**
- * The run folder, locked for this process (src/store/run-folder.ts): the checkpoint's own when it is inside a run
- * (locked before anything in it changes), else a new one. Returns the logger and the lock's release.
+ * The run folder: the checkpoint's own when it is inside a run (runTraining locked it already), else a new one, locked
+ * for this process here (src/store/run-folder.ts). Returns the logger and the release of the lock taken here.
  */
 async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
-    const unlock = lockRunFolder(resumed.runDir);
-    try {
-      const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
-      return { logger, unlock };
-    } catch (err) {
-      unlock();
-      throw err;
-    }
+    const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    return { logger, unlock: () => {} };
   }
   const logger = await RunLogger.create(recipe);
   const unlock = lockRunFolder(logger.dir);
