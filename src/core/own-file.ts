@@ -17,10 +17,10 @@ export function assertNotLink(file: string): void {
   if (fs.lstatSync(file, { throwIfNoEntry: false })?.isSymbolicLink()) throw linkError(file);
 }
 
-function openOwnFile(file: string, flags: number): number {
+function openOwnFile(file: string, flags: number, mode: number): number {
   if (NO_FOLLOW === 0) assertNotLink(file);
   try {
-    return fs.openSync(file, flags | NO_FOLLOW, 0o666);
+    return fs.openSync(file, flags | NO_FOLLOW, mode);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ELOOP') throw linkError(file);
     throw err;
@@ -37,8 +37,8 @@ export function naming(err: unknown, file: string): unknown {
   return Object.assign(new Error(`${file}: ${err.message}`, { cause: err }), { code: e.code, errno: e.errno, syscall: e.syscall, path: file });
 }
 
-function writeAll(file: string, flags: number, data: string | Uint8Array): void {
-  const fd = openOwnFile(file, flags);
+function writeAll(file: string, flags: number, data: string | Uint8Array, mode = 0o666): void {
+  const fd = openOwnFile(file, flags, mode);
   try {
     fs.writeFileSync(fd, data);
   } catch (err) {
@@ -48,9 +48,9 @@ function writeAll(file: string, flags: number, data: string | Uint8Array): void 
   }
 }
 
-/** Creates or truncates `file` and writes `data`, refusing a symbolic link at its name. */
-export function writeOwnFile(file: string, data: string | Uint8Array): void {
-  writeAll(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, data);
+/** Creates (with `mode`, before the umask) or truncates `file` and writes `data`, refusing a symbolic link at its name. */
+export function writeOwnFile(file: string, data: string | Uint8Array, mode?: number): void {
+  writeAll(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, data, mode);
 }
 
 /** Appends `data` to `file` (created if absent), refusing a symbolic link at its name. */
