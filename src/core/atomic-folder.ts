@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, readdirSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rename, rm, rmdir } from 'node:fs/promises';
 import path from 'node:path';
-import { naming } from './own-file.ts';
+import { errorNaming } from './own-file.ts';
 
 export const COMPLETE_MARKER = 'COMPLETE';
 const CHECKSUM_LINE = /^([0-9a-f]{64}) {2}(\S+)$/;
@@ -26,7 +26,7 @@ export async function writeFileSynced(file: string, data: string | Uint8Array): 
     await handle.writeFile(data);
     await handle.sync();
   } catch (err) {
-    throw naming(err, file);
+    throw errorNaming(err, file);
   } finally {
     await handle.close();
   }

@@ -31,7 +31,7 @@ function openOwnFile(file: string, flags: number, mode: number): number {
  * `err` with `file` in front of its message, code kept: a write's error (ENOSPC on a full disk, EIO) names no file by
  * itself, unlike open's. Errors that already name the file, and errors of no file system call, are returned as they are.
  */
-export function naming(err: unknown, file: string): unknown {
+export function errorNaming(err: unknown, file: string): unknown {
   const e = err as NodeJS.ErrnoException;
   if (!(err instanceof Error) || e.code === undefined || err.message.includes(file)) return err;
   return Object.assign(new Error(`${file}: ${err.message}`, { cause: err }), { code: e.code, errno: e.errno, syscall: e.syscall, path: file });
@@ -42,7 +42,7 @@ function writeAll(file: string, flags: number, data: string | Uint8Array, mode =
   try {
     fs.writeFileSync(fd, data);
   } catch (err) {
-    throw naming(err, file);
+    throw errorNaming(err, file);
   } finally {
     fs.closeSync(fd);
   }
