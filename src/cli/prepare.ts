@@ -29,7 +29,7 @@ Inputs (files, folders searched recursively in name order, or quoted file-name g
     seed: { type: 'string', value: 'N', default: '0', number: { integer: true }, help: 'seed of the document order and of the split (--demo and --corpus: always 0)' },
     'keep-order': { type: 'boolean', help: 'write the documents in input order (default: a seeded random order, recorded in document_order.json)' },
     'shard-size': { type: 'string', value: 'ROWS|SIZE', help: 'rows per shard (e.g. 100000) or size (e.g. 500MB, the default)' },
-    overwrite: { type: 'boolean', help: 'replace the output folder if it exists' },
+    overwrite: { type: 'boolean', help: 'replace the output folder if it is an earlier prepare output (its .slayformer-prepared marker); any other folder is refused' },
   },
   positionals: { max: Infinity, name: 'inputs' },
   notes: `Documents are written in a seeded random order (the trainer streams a split in file order through a bounded

@@ -121,6 +121,7 @@ async function runSweep(sweep: Sweep, values: Args['values']): Promise<number> {
   }
   console.log(
     `sweep ${sweep.name}: ${outcome.done.length} done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
+      (outcome.elsewhere.length ? `, ${outcome.elsewhere.length} running in another process (${outcome.elsewhere.join(', ')})` : '') +
       (outcome.failed.length ? `\n${outcome.failed.map((f) => `  failed: ${f.name}: ${f.lastLine}`).join('\n')}` : '') +
       `\nstatus: npm run sweep -- status ${sweep.file}   report: npm run sweep -- report ${sweep.file}`,
   );

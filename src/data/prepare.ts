@@ -8,6 +8,7 @@ import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDi
 import type { ShardSize, Split } from './dataset.ts';
 import { DOCUMENT_ORDER_FILE, describeOrder, orderDocuments } from './document-order.ts';
 import type { DocumentOrderRecord } from './document-order.ts';
+import { checkOutput, markPreparedOutput, replaceOutput } from './prepared-output.ts';
 import { InputError, readDocuments, resolveInputs } from './sources/index.ts';
 import type { SourceDocument } from './sources/index.ts';
 
@@ -76,12 +77,6 @@ function checkFraction(fraction: number): void {
   }
 }
 
-function checkOutput(out: string, overwrite: boolean): void {
-  if (fs.existsSync(out) && !overwrite) {
-    throw new InputError(`${out}: the output folder already exists (pass --overwrite to replace it)`);
-  }
-}
-
 /**
  * Writes documents as a save_to_disk DatasetDict with a seeded split. Each non-empty document goes
  * to validation with probability `validationFraction` (a seeded Bernoulli draw per document, in
@@ -136,9 +131,8 @@ export async function writeSplitDataset(
     writeDatasetDictJson(staging, SPLITS);
     const order = options.order?.();
     if (order) fs.writeFileSync(path.join(staging, DOCUMENT_ORDER_FILE), `${JSON.stringify(order)}\n`);
-    if (options.overwrite) fs.rmSync(out, { recursive: true, force: true });
-    fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
-    fs.renameSync(staging, out);
+    markPreparedOutput(staging);
+    replaceOutput(staging, out, options.overwrite);
     const moved = (files: string[]) => files.map((f) => path.join(out, path.relative(staging, f)));
     const splits: Record<Split, SplitCounts> = {
       train: { documents: train.rows, bytes: train.textBytes, shards: moved(train.shards) },

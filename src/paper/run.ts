@@ -12,6 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeOwnFile } from '../core/own-file.ts';
 import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
 import { runFolders } from '../sweep/run-folders.ts';
@@ -157,7 +158,7 @@ export function collectUnits(set: ExperimentRunSet): UnitRecord[] {
 }
 
 function writeJson(file: string, value: unknown): void {
-  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
+  writeOwnFile(file, JSON.stringify(value, null, 2) + '\n');
 }
 
 /**

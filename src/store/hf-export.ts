@@ -13,11 +13,13 @@
 //                           slayformer-* only: the PyTorch implementation (src/hf/python/), which
 //                           transformers loads with trust_remote_code=True
 //
-// The folder is written under a temporary name, fsynced and renamed into place. An existing folder is
+// The folder is written under a temporary name (`<out>.partial-<pid>`, removed when a write fails, and by a later
+// export when its process died), fsynced and renamed into place. An existing folder is
 // replaced only with --overwrite and only when it is an earlier export (nothing but the files above,
 // and a config.json with the `slayformer` section): the project never deletes files it did not write.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import type { LanguageModel } from '../model/lm.ts';
@@ -25,7 +27,8 @@ import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_M
 import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from '../hf/folder.ts';
 import { encodeSafetensors, type NamedArray } from '../hf/safetensors.ts';
 import { encodeTensor, hfShape, tensorRules } from '../hf/weights.ts';
-import { syncDir, writeFileSynced } from '../core/atomic-folder.ts';
+import { removeOwnFolder, syncDir, writeFileSynced } from '../core/atomic-folder.ts';
+import { holderIsLive } from '../core/lock-file.ts';
 import { loadModel, loadModelTokenizer } from './load-model.ts';
 import { describeModelSource, modelCard } from './model-card.ts';
 import { hfFolderOf } from './resolve.ts';
@@ -53,6 +56,8 @@ export interface ExportResult {
   /** Why transformers' own class would compute another function (empty: from_pretrained loads it as is). */
   nonStandard: string[];
   tensors: number;
+  /** Partial folders of exports to `out` that died, removed (see removeDeadPartials). */
+  removedPartials: string[];
 }
 
 /** Loads `checkpoint` (any model folder eval accepts) and writes it as a Hugging Face folder; the backend must be initialised. */
@@ -82,8 +87,9 @@ export async function exportHf(checkpoint: string, opts: ExportOptions): Promise
     if (nonStandard.length > 0) {
       for (const file of PYTHON_FILES) files.set(file, readFileSync(new URL(file, PYTHON_DIR)));
     }
+    const removedPartials = await removeDeadPartials(out);
     await writeFolder(out, files);
-    return { out, modelType: config.model_type as string, nonStandard, tensors: tensors.size };
+    return { out, modelType: config.model_type as string, nonStandard, tensors: tensors.size, removedPartials };
   } finally {
     model.dispose();
   }
@@ -141,12 +147,34 @@ function checkReplaceable(out: string, overwrite: boolean): void {
   }
 }
 
+/**
+ * Removes `<out>.partial-<pid>` folders of exports that died (killed, or stopped by a full disk before the cleanup
+ * below): their process no longer runs on this host and they hold nothing but export files. Returns them.
+ */
+async function removeDeadPartials(out: string): Promise<string[]> {
+  const parent = path.dirname(out);
+  const prefix = `${path.basename(out)}.partial-`;
+  const removed: string[] = [];
+  for (const entry of existsSync(parent) ? readdirSync(parent) : []) {
+    const pid = entry.startsWith(prefix) ? entry.slice(prefix.length) : '';
+    if (!/^\d+$/.test(pid) || holderIsLive({ pid: Number(pid), host: hostname() })) continue;
+    const folder = path.join(parent, entry);
+    if (await removeOwnFolder(folder, new Set(EXPORT_FILES))) removed.push(folder);
+  }
+  return removed;
+}
+
 async function writeFolder(out: string, files: Map<string, string | Uint8Array>): Promise<void> {
   const tmp = `${out}.partial-${process.pid}`;
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp, { recursive: true });
-  for (const [name, data] of files) await writeFileSynced(path.join(tmp, name), data);
-  await syncDir(tmp);
+  try {
+    for (const [name, data] of files) await writeFileSynced(path.join(tmp, name), data);
+    await syncDir(tmp);
+  } catch (err) {
+    await rm(tmp, { recursive: true, force: true }); // a full disk: what was written is of no use
+    throw err;
+  }
   if (existsSync(out)) {
     const old = `${out}.old-${process.pid}`;
     await rename(out, old);

@@ -2,6 +2,7 @@
 //
 //   <train.runDir>/<name>-<UTC timestamp>[-n]/   a run folder (run-folder.ts)
 //     .slayformer-run     RUN_MARKER: makes the folder a run (nothing else does)
+//     .slayformer-lock    RUN_LOCK: the process training it, while it trains (run-folder.ts)
 //     config.json         RUN_CONFIG_FILE: the resolved recipe
 //     env.json            ENV_FILE: commit, versions, machine, command line, data paths
 //     metrics.jsonl       METRICS_FILE
@@ -16,6 +17,7 @@
 //   STATE_FILE. Each is written whole with a COMPLETE marker holding the files' sha256 (core/atomic-folder.ts).
 
 export const RUN_MARKER = '.slayformer-run';
+export const RUN_LOCK = '.slayformer-lock';
 export const RUN_CONFIG_FILE = 'config.json';
 export const ENV_FILE = 'env.json';
 export const METRICS_FILE = 'metrics.jsonl';

@@ -13,9 +13,12 @@
 //                  tensorboard.enabled is false
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/telemetry/wandb.ts)
 //   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
+// Every file is written without following a symbolic link at its name (src/core/own-file.ts): a link planted in a
+// shared run folder is refused, naming it, never written through.
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import fs from 'node:fs';
 import path from 'node:path';
+import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-folder.ts';
@@ -83,6 +86,7 @@ export class RunLogger {
     if (opts.resumeDir) {
       if (!fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`${dir}: the run folder to resume does not exist`);
       assertRunFolder(dir, 'resume in');
+      for (const name of [RUN_CONFIG_FILE, ENV_FILE, METRICS_FILE, LOG_FILE, WANDB_INFO_FILE, SUMMARY_FILE]) assertNotLink(path.join(dir, name));
     }
     const logger = new RunLogger(dir, opts);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
@@ -92,7 +96,7 @@ export class RunLogger {
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
-    if (opts.resumeDir) fs.writeFileSync(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
+    if (opts.resumeDir) writeOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
     if (recipe.tensorboard.enabled) logger.tensorboard = TensorBoardWriter.open(dir, kept);
@@ -115,7 +119,7 @@ export class RunLogger {
   /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and the TensorBoard events, and forwards it to W&B. */
   log(record: MetricRecord): void {
     checkRecord(record, 'RunLogger.log');
-    fs.appendFileSync(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
+    appendOwnFile(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
     this.tensorboard?.log(record);
     this.sink?.log(record);
     this.records += 1;
@@ -142,7 +146,7 @@ export class RunLogger {
   /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
   private appendToLog(text: string): void {
     const time = new Date().toISOString();
-    fs.appendFileSync(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
+    appendOwnFile(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
   }
 
   /** After each step: on a terminal (the terminal stream's isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
@@ -207,5 +211,5 @@ export function makeRunDir(parent: string, name: string): string {
 }
 
 function writeJson(file: string, value: unknown): void {
-  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
+  writeOwnFile(file, JSON.stringify(value, null, 2) + '\n');
 }

@@ -14,6 +14,7 @@
 // (test/telemetry/tensorboard.test.ts).
 import fs from 'node:fs';
 import path from 'node:path';
+import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import { TENSORBOARD_FILE_PREFIX, TENSORBOARD_FILE_SUFFIX } from '../store/layout.ts';
 import type { MetricRecord } from './records.ts';
 import { toWandbRow } from './wandb.ts';
@@ -151,13 +152,13 @@ export class TensorBoardWriter {
     const file = existing?.file ?? path.join(runDir, `${TENSORBOARD_FILE_PREFIX}${startSeconds}${TENSORBOARD_FILE_SUFFIX}`);
     const writer = new TensorBoardWriter(file, startSeconds);
     const frames = [tfRecord(fileVersionEvent(startSeconds)), ...kept.map((r) => writer.frame(r))];
-    // A new file is created, never opened through a link planted under its name; an existing one is a regular file (eventFileOf).
-    fs.writeFileSync(file, Buffer.concat(frames), { flag: existing ? 'w' : 'wx' });
+    // Never written through a link planted under its name (src/core/own-file.ts), like the run's other files.
+    writeOwnFile(file, Buffer.concat(frames));
     return writer;
   }
 
   log(record: MetricRecord): void {
-    fs.appendFileSync(this.file, this.frame(record));
+    appendOwnFile(this.file, this.frame(record));
   }
 
   private frame(record: MetricRecord): Buffer {

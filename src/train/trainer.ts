@@ -24,6 +24,7 @@ import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts'
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
+import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import { trainStep, type StepOptions, type StepResult } from './step.ts';
@@ -336,7 +337,7 @@ class TrainingLoop {
     const { step, tokens, trainSeconds, recipe, logger } = this;
     const finalVal = await this.validate();
     if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
-    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer);
+    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
     const parameters = this.parameterCount;
     const summary = {
       steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
@@ -367,10 +368,27 @@ class TrainingLoop {
  * last step finishes its run); `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
  * Nothing is written, and nothing stays allocated, when a check fails before the first step.
  */
-export async function runTraining(
-  recipe: Recipe,
-  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see src/store/resolve.ts). */ resume?: string; stop?: StopRequest } = {},
-): Promise<TrainResult> {
+export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
+  // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
+  // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
+  const resumeRun = opts.resume !== undefined && !opts.logger ? runFolderOf(opts.resume).runDir : null;
+  const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
+  try {
+    return await trainLocked(recipe, opts);
+  } finally {
+    unlock();
+  }
+}
+
+export interface TrainOptions {
+  logger?: TrainLogger;
+  /** A checkpoint folder to continue from (see src/store/resolve.ts). */
+  resume?: string;
+  stop?: StopRequest;
+}
+
+/** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
+async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
   recipe = { ...recipe, backend: currentDevice().backend };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
@@ -378,8 +396,10 @@ export async function runTraining(
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
   const parts = await buildRunParts(recipe, inputs, lines.line);
   let loop: TrainingLoop | null = null;
+  let unlock = () => {};
   try {
-    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    let logger = opts.logger;
+    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
@@ -388,6 +408,7 @@ export async function runTraining(
   } finally {
     if (loop) await loop.close();
     else await closeRunParts(parts);
+    unlock();
   }
 }
 
@@ -404,16 +425,21 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
   };
 }
 
-/** The run folder: the checkpoint's own when it is inside a run, else a new one. */
-async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<TrainLogger> {
+/**
+ * The run folder: the checkpoint's own when it is inside a run (runTraining locked it already), else a new one, locked
+ * for this process here (src/store/run-folder.ts). Returns the logger and the release of the lock taken here.
+ */
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
-    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    return { logger, unlock: () => {} };
   }
   const logger = await RunLogger.create(recipe);
+  const unlock = lockRunFolder(logger.dir);
   if (resumed) {
     logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
   }
-  return logger;
+  return { logger, unlock };
 }
 
 function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: TrainLogger, parameterCount: number): void {

@@ -70,7 +70,7 @@ describe('prepareDataset', () => {
     expect(summary).toMatchObject({ inputFiles: 14, documents: allDocs.length, bytes: utf8Bytes(allDocs), skippedEmpty: 2, shards: 2 });
     expect(summary.splits.train.documents).toBe(train.length);
     expect(summary.splits.validation.bytes).toBe(utf8Bytes(validation as string[]));
-    expect(fs.readdirSync(out).sort()).toEqual(['dataset_dict.json', DOCUMENT_ORDER_FILE, 'train', 'validation']);
+    expect(fs.readdirSync(out).sort()).toEqual(['.slayformer-prepared', 'dataset_dict.json', DOCUMENT_ORDER_FILE, 'train', 'validation']);
     expect(fs.readdirSync(path.join(out, 'train')).sort()).toEqual(['data-00000-of-00001.arrow', 'dataset_info.json', 'state.json']);
   });
 
@@ -237,7 +237,40 @@ describe('npm run prepare (CLI)', () => {
     expect(result.stdout).toContain(`documents in input order (--keep-order); order sha256 `);
     const again = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out], { encoding: 'utf8' });
     expect(again.status).toBe(1);
-    expect(again.stderr).toContain(`${out}: the output folder already exists (pass --overwrite to replace it)`);
+    expect(again.stderr).toContain(`${out}: the output folder already exists (pass --overwrite to replace an earlier prepare output)`);
+  });
+});
+
+describe('prepare --overwrite', () => {
+  const input = () => path.join(inputs, 'part.jsonl');
+  const tree = (folder: string): string[] =>
+    fs.readdirSync(folder, { recursive: true, encoding: 'utf8' }).sort().map((f) => `${f}:${fs.statSync(path.join(folder, f)).isFile() ? fs.readFileSync(path.join(folder, f), 'utf8') : '/'}`);
+
+  it('replaces an earlier prepare output, and refuses any other folder, naming it, with every file kept', async () => {
+    const out = path.join(dir, 'overwrite-earlier');
+    const first = await prepareDataset({ inputs: [input()], out, validationFraction: 0.3, seed: 1 });
+    const again = await prepareDataset({ inputs: [input()], out, validationFraction: 0.3, seed: 2, overwrite: true });
+    expect(again.documents).toBe(first.documents);
+    expect((await readSplit(out, 'validation')).length).toBe(again.splits.validation.documents);
+    expect(fs.readdirSync(path.dirname(out)).filter((e) => e.startsWith('overwrite-earlier.'))).toEqual([]); // nothing left aside
+
+    // A folder of someone else's (a thesis), and one holding datasets and tokenizers (--out data): refused, kept whole.
+    const thesis = path.join(dir, 'thesis');
+    fs.mkdirSync(path.join(thesis, 'sub'), { recursive: true });
+    fs.writeFileSync(path.join(thesis, 'thesis.tex'), '\\documentclass{article}');
+    fs.writeFileSync(path.join(thesis, 'sub', 'notes.txt'), 'mine');
+    const before = tree(thesis);
+    await expect(prepareDataset({ inputs: [input()], out: thesis, overwrite: true })).rejects.toThrow(
+      `${thesis} was not written by npm run prepare (it has no .slayformer-prepared marker); not replacing it: move it away or choose another --out`,
+    );
+    expect(tree(thesis)).toEqual(before);
+
+    // An earlier output with a file of someone else's added: refused too.
+    fs.writeFileSync(path.join(out, 'train', 'notes.md'), 'mine');
+    await expect(prepareDataset({ inputs: [input()], out, overwrite: true })).rejects.toThrow(
+      `${out} was not written by npm run prepare (it holds train/notes.md, which prepare does not write); not replacing it`,
+    );
+    expect(fs.readFileSync(path.join(out, 'train', 'notes.md'), 'utf8')).toBe('mine');
   });
 });
 

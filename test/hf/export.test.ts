@@ -140,6 +140,25 @@ describe('the output folder', () => {
     expect(readdirSync(dir).filter((e) => e.includes('.partial-') || e.includes('.old-'))).toEqual([]);
   });
 
+  it('removes the partial folders of exports that died (dead pid, nothing but export files), and only those', async () => {
+    const out = fresh();
+    const partial = (pid: number, files: Record<string, string>) => {
+      const folder = `${out}.partial-${pid}`;
+      mkdirSync(folder);
+      for (const [name, text] of Object.entries(files)) writeFileSync(path.join(folder, name), text);
+      return folder;
+    };
+    const dead = 2 ** 22 + 12345;
+    const killed = partial(dead, { 'config.json': '{}', 'model.safetensors': 'cut short' });
+    const foreign = partial(dead + 1, { 'config.json': '{}', 'notes.txt': 'mine' });
+    const running = partial(process.ppid, { 'config.json': '{}' }); // a live process's export, still being written
+    const result = await exportHf(`hf:${GPT2_DIR}`, { out });
+    expect(result.removedPartials).toEqual([killed]);
+    expect(existsSync(killed)).toBe(false);
+    expect(readdirSync(foreign).sort()).toEqual(['config.json', 'notes.txt']);
+    expect(readdirSync(running)).toEqual(['config.json']);
+  });
+
   it('npm run export: the command line writes the folder; an unknown --format is an error', () => {
     const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/export.ts', ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 120_000 });
     const out = fresh();

@@ -1,5 +1,5 @@
 // Run states, the Slurm script and queue parsing, and the report's numbers, on fabricated run folders (no training).
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import { compressIndices, parseQueueLines, queueState, queueView, renderSbatchSc
 import type { QueueEntry } from '../../src/sweep/slurm.ts';
 import { loadSweep } from '../../src/sweep/spec.ts';
 import type { Sweep, SweepRun } from '../../src/sweep/spec.ts';
-import { runState } from '../../src/sweep/status.ts';
+import { runState, setStatus } from '../../src/sweep/status.ts';
 import type { NamedQueue } from '../../src/sweep/status.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sweep-state-'));
@@ -86,6 +86,13 @@ describe('run states', () => {
     expect(runState(sweep, run('performer-seed2'), queue(null)).state).toBe('pending');
     expect(runState(sweep, run('performer-seed2'), queue(null, 'None', 'squeue', false))).toMatchObject({ state: 'running', detail: 'Slurm task 7_4' });
     expect(runState(sweep, run('performer-seed2')).state).toBe('running'); // nothing submitted: Slurm cannot be asked
+  });
+
+  it('passes over a dangling link named like a run folder (status, as paper --status, reads on)', () => {
+    fabricate('softmax-seed1', { finalLoss: 5.5 });
+    symlinkSync(join(dir, 'moved-away'), join(sweep.runDir, 'softmax-seed1-20270101-000000'));
+    expect(runState(sweep, run('softmax-seed1'), undefined)).toMatchObject({ state: 'done', detail: 'val loss 5.5000 after 10 steps, 100 tok/s' });
+    expect(setStatus(sweep, 'paper').states[0]).toMatchObject({ state: 'done' });
   });
 });
 
