@@ -18,7 +18,7 @@
 // report per such family. A group's mean ± sd measures how much the seed matters, so a group whose runs differ in
 // more than the seed (tokens trained, the learning-rate schedule they followed) is refused unless forced.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { readSafetensorsHeader } from '../hf/safetensors.ts';
@@ -350,6 +350,10 @@ export function resolveRunDirs(args: string[], warn: (message: string) => void =
     if (matches.length === 0) throw new Error(`${arg}: no folder matches`);
     for (const path of matches) {
       const stat = statSync(path, { throwIfNoEntry: false });
+      if (!stat && lstatSync(path, { throwIfNoEntry: false })?.isSymbolicLink()) {
+        warn(`skipped ${path}: a symbolic link to nothing`);
+        continue;
+      }
       if (!stat) throw new Error(`${path}: no such folder`);
       if (!stat.isDirectory()) {
         // A file inside a run folder (e.g. runs/x/metrics.jsonl from a glob) stands for its folder.

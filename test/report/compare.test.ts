@@ -1,5 +1,5 @@
 // Run comparison on fabricated run folders: tables, grouping, plots, HTML, bad input.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -534,6 +534,13 @@ describe('hostile and broken run folders', () => {
     expect(resolveRunDirs([run, paper], (m) => warnings.push(m))).toEqual([run]);
     expect(warnings).toEqual([`skipped ${paper}: not a run folder (no .slayformer-run, config.json or metrics.jsonl) and holds none`]);
     expect(() => resolveRunDirs([paper], () => {})).toThrow(`${paper}: not a run folder`);
+    // A run folder moved away and its link left behind, as `runs/*` passes it: skipped with one line.
+    const dangling = join(parent, 'gpt-softmax-moved');
+    symlinkSync(join(root, 'nowhere'), dangling);
+    const linkWarnings: string[] = [];
+    expect(resolveRunDirs([run, dangling], (m) => linkWarnings.push(m))).toEqual([run]);
+    expect(linkWarnings).toEqual([`skipped ${dangling}: a symbolic link to nothing`]);
+    rmSync(dangling);
     // A run interrupted before its first record: its marker and config.json, no metrics.jsonl.
     const interrupted = join(parent, 'gpt-softmax-2');
     mkdirSync(interrupted);
