@@ -11,6 +11,7 @@ import { countParameters, type LanguageModel } from '../model/lm.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, FINAL_DIR, METRICS_FILE, SUMMARY_FILE } from './layout.ts';
 import { runFolderOf } from './run-folder.ts';
+import { readJsonObject } from '../core/json.ts';
 
 /** Where the model came from, with no absolute path: `hf:<folder name>`, `<run>/final`, `<run>/checkpoints/step-N`, or the folder's name. */
 export function describeModelSource(dir: string, fromHf: boolean): string {
@@ -40,15 +41,6 @@ interface RunRecord {
   evaluation: Evaluation | null;
 }
 
-function readJson(file: string): Record<string, unknown> | undefined {
-  try {
-    const value: unknown = JSON.parse(readFileSync(file, 'utf8'));
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 const numberOr = (value: unknown): number | null => (typeof value === 'number' && Number.isFinite(value) ? value : null);
 
 /**
@@ -56,9 +48,9 @@ const numberOr = (value: unknown): number | null => (typeof value === 'number' &
  * the validation record of metrics.jsonl at that step (a checkpoint), else no evaluation.
  */
 function readRunRecord(runDir: string, modelDir: string, step: number | null): RunRecord {
-  const env = readJson(path.join(runDir, ENV_FILE));
+  const env = readJsonObject(path.join(runDir, ENV_FILE));
   const git = (env?.git ?? {}) as Record<string, unknown>;
-  const summary = readJson(path.join(runDir, SUMMARY_FILE));
+  const summary = readJsonObject(path.join(runDir, SUMMARY_FILE));
   let evaluation: Evaluation | null = null;
   let tokens: number | null = null;
   const isFinal = path.basename(modelDir) === FINAL_DIR;

@@ -18,6 +18,7 @@ import { modelOverrides, nameWithModelOverrides } from '../recipe/run-name.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE, SUMMARY_FILE } from './layout.ts';
 import { listCheckpoints, listRunFolders } from './run-folder.ts';
+import { readJsonObject } from '../core/json.ts';
 
 /** `initFrom: hf:<folder>`, `eval hf:<folder>`, …: names a Hugging Face folder explicitly. */
 export const HF_PREFIX = 'hf:';
@@ -104,15 +105,6 @@ interface FinishedRun {
   mismatch: string | null;
 }
 
-function readJsonOrUndefined(file: string): Record<string, unknown> | undefined {
-  try {
-    const value: unknown = JSON.parse(readFileSync(file, 'utf8'));
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** train.maxTokens of a recipe mapping: a number, null (one epoch, the default), or undefined when malformed. */
 function maxTokensOf(recipe: Record<string, unknown> | undefined): number | null | undefined {
   const train = recipe?.train;
@@ -124,7 +116,7 @@ function maxTokensOf(recipe: Record<string, unknown> | undefined): number | null
 
 /** The recipe file a run was started from (the .yaml argument recorded in its env.json) and its train.maxTokens. */
 function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
-  const env = readJsonOrUndefined(path.join(runFolder, ENV_FILE));
+  const env = readJsonObject(path.join(runFolder, ENV_FILE));
   const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string') : [];
   const recipeArg = argv.slice(1).find((a) => /\.ya?ml$/.test(a));
   if (!recipeArg || typeof env?.cwd !== 'string') return undefined;
@@ -147,9 +139,9 @@ function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
  * with --name; src/recipe/run-name.ts).
  */
 function recipeMismatch(folder: string, name: string): string | null {
-  const recorded = readJsonOrUndefined(path.join(folder, RUN_CONFIG_FILE))?.name;
+  const recorded = readJsonObject(path.join(folder, RUN_CONFIG_FILE))?.name;
   if (typeof recorded === 'string' && recorded !== name) return `its ${RUN_CONFIG_FILE} names the recipe '${recorded}'`;
-  const env = readJsonOrUndefined(path.join(folder, ENV_FILE));
+  const env = readJsonObject(path.join(folder, ENV_FILE));
   const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string').slice(1) : [];
   // The command line as typed: `--model.key value` or `--model.key=value`.
   const given = argv.flatMap((arg, i) => (arg.startsWith('--model.') ? [arg.includes('=') ? arg : `${arg}=${argv[i + 1] ?? ''}`] : []));
@@ -188,9 +180,9 @@ function chooseAutoRun(name: string, runDir: string): ModelSource {
     .filter((folder) => existsSync(path.join(folder, FINAL_DIR, MODEL_FILE)))
     .reverse() // newest first
     .map((folder) => {
-      const summary = readJsonOrUndefined(path.join(folder, SUMMARY_FILE));
+      const summary = readJsonObject(path.join(folder, SUMMARY_FILE));
       const number = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
-      const config = readJsonOrUndefined(path.join(folder, RUN_CONFIG_FILE));
+      const config = readJsonObject(path.join(folder, RUN_CONFIG_FILE));
       return {
         entry: path.basename(folder), budget: config ? maxTokensOf(config) : undefined, recipeBudget: recipeFileBudget(folder),
         tokens: number(summary?.tokens), valLoss: number(summary?.val_loss), mismatch: recipeMismatch(folder, name),
