@@ -14,7 +14,7 @@ import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { parseOrExit } from '../src/cli/command.ts';
 import { describeSplit } from '../src/data/dataset.ts';
-import { generateSyntheticShard } from '../src/data/prepare.ts';
+import { generateSyntheticShard } from '../src/data/prepare/prepare.ts';
 import { estimateEpoch } from '../src/data/stream.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';

@@ -1,7 +1,7 @@
 // npm run prepare -- <inputs…> --out data/<name>   |   --demo [--out data/sotu]   |   --corpus sotu,kjv,moby-dick --out data/<name>
-import { prepareDemoCorpus } from '../data/demo-corpus.ts';
-import { OFFLINE_CORPORA, prepareOfflineCorpora } from '../data/offline-corpora.ts';
-import { formatSummary, prepareDataset } from '../data/prepare.ts';
+import { prepareDemoCorpus } from '../data/prepare/demo-corpus.ts';
+import { OFFLINE_CORPORA, prepareOfflineCorpora } from '../data/prepare/offline-corpora.ts';
+import { formatSummary, prepareDataset } from '../data/prepare/prepare.ts';
 import { listOption, runCommand, UsageError } from './command.ts';
 
 const COMMAND = {

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Rng, deriveSeed } from '../core/rng.ts';
+import { Rng, deriveSeed } from '../../core/rng.ts';
 import type { SourceDocument } from './sources/index.ts';
 
 /** The file at the dataset's root that records the order (beside dataset_dict.json; `datasets` ignores it). */

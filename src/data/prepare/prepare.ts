@@ -2,10 +2,10 @@
 // HuggingFace DatasetDict.save_to_disk dataset with a seeded train/validation split.
 import fs from 'node:fs';
 import path from 'node:path';
-import { Rng, deriveSeed } from '../core/rng.ts';
-import { ArrowShardWriter } from './arrow.ts';
-import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDictJson } from './dataset.ts';
-import type { ShardSize, Split } from './dataset.ts';
+import { Rng, deriveSeed } from '../../core/rng.ts';
+import { ArrowShardWriter } from '../arrow.ts';
+import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDictJson } from '../dataset.ts';
+import type { ShardSize, Split } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE, describeOrder, orderDocuments } from './document-order.ts';
 import type { DocumentOrderRecord } from './document-order.ts';
 import { InputError, readDocuments, resolveInputs } from './sources/index.ts';

@@ -3,7 +3,7 @@
 import zlib from 'node:zlib';
 import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, snappyUncompress } from 'hyparquet';
 import type { Compressors } from 'hyparquet/src/types.js';
-import { BOUNDS } from '../../core/bounds.ts';
+import { BOUNDS } from '../../../core/bounds.ts';
 import { InputError, describeType, extraValue } from './types.ts';
 import type { SourceDocument } from './types.ts';
 

@@ -1,7 +1,7 @@
 // Input files for `prepare`: resolving paths, folders and globs, and reading documents from them.
 import fs from 'node:fs';
 import path from 'node:path';
-import { expandFileGlob } from '../dataset.ts';
+import { expandFileGlob } from '../../dataset.ts';
 import { isJsonLinesFile, readJsonLines } from './jsonl.ts';
 import { isParquetFile, readParquet } from './parquet.ts';
 import { isTextFile, readTextFile } from './text-files.ts';
