@@ -9,8 +9,8 @@ import { sotuDocuments, sotuDataDir, DEMO_SEED, DEMO_VALIDATION_FRACTION } from 
 import { describeOrder, orderDocuments } from './document-order.ts';
 import { writeSplitDataset } from './prepare.ts';
 import type { PrepareSummary } from './prepare.ts';
-import { InputError } from './sources/index.ts';
-import type { SourceDocument } from './sources/index.ts';
+import { InputError } from './document-source.ts';
+import type { SourceDocument } from './document-source.ts';
 
 export interface OfflineCorpus {
   name: string;

@@ -8,8 +8,9 @@ import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDi
 import type { ShardSize, Split } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE, describeOrder, orderDocuments } from './document-order.ts';
 import type { DocumentOrderRecord } from './document-order.ts';
-import { InputError, readDocuments, resolveInputs } from './sources/index.ts';
-import type { SourceDocument } from './sources/index.ts';
+import { InputError } from './document-source.ts';
+import type { SourceDocument } from './document-source.ts';
+import { estimatedTextBytes, readDocuments, resolveInputs } from './source-registry.ts';
 
 export interface PrepareOptions {
   /** Input files, folders (searched recursively) or file-name globs. */
@@ -192,11 +193,6 @@ export async function prepareDataset(options: PrepareOptions): Promise<PrepareSu
     order: ordered.record,
   });
   return { ...summary, inputFiles: files.length };
-}
-
-/** The inputs' text, estimated from their sizes: compressed ones (gzip, Parquet) counted at 5× (text compresses 3–4×). */
-function estimatedTextBytes(files: readonly string[]): number {
-  return files.reduce((sum, file) => sum + fs.statSync(file).size * (/\.(gz|parquet)$/i.test(file) ? 5 : 1), 0);
 }
 
 function megabytes(bytes: number): string {

@@ -1,13 +1,20 @@
 // Plain-text input: one document per .txt file.
 import fs from 'node:fs';
-import { InputError, StrictUtf8Stream } from './types.ts';
-import type { SourceDocument } from './types.ts';
+import { InputError } from '../document-source.ts';
+import type { DocumentSource, SourceDocument } from '../document-source.ts';
+import { StrictUtf8Stream } from './values.ts';
 
-export function isTextFile(file: string): boolean {
-  return /\.txt$/i.test(file);
-}
+export const textFileSource: DocumentSource = {
+  name: 'text files',
+  extensions: ['.txt'],
+  description: '.txt (one document per file)',
+  help: '*.txt  (one document per file)',
+  async *read(file, _textColumn, keepColumns) {
+    yield await readTextFile(file, keepColumns);
+  },
+};
 
-export async function readTextFile(file: string, keepColumns: readonly string[]): Promise<SourceDocument> {
+async function readTextFile(file: string, keepColumns: readonly string[]): Promise<SourceDocument> {
   let bytes: Buffer;
   try {
     bytes = await fs.promises.readFile(file);
