@@ -10,7 +10,7 @@ import { parseOrExit } from '../src/cli/command.ts';
 import { readTextBatches } from '../src/data/arrow.ts';
 import { generateSyntheticShard } from '../src/data/prepare/prepare.ts';
 import { openBatchStream } from '../src/data/stream.ts';
-import type { StreamOptions } from '../src/data/stream.ts';
+import type { StreamOptions } from '../src/data/stream-options.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
 

@@ -15,7 +15,7 @@ import { backendOption } from '../src/cli/backend-option.ts';
 import { parseOrExit } from '../src/cli/command.ts';
 import { describeSplit } from '../src/data/dataset.ts';
 import { generateSyntheticShard } from '../src/data/prepare/prepare.ts';
-import { estimateEpoch } from '../src/data/stream.ts';
+import { estimateEpoch } from '../src/data/epoch.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
 import { parseRecipe } from '../src/store/recipes.ts';

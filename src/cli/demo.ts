@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
-import type { StreamOptions } from '../data/stream.ts';
+import type { StreamOptions } from '../data/stream-options.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
 import { DOCUMENT_ORDER_FILE } from '../data/prepare/document-order.ts';
