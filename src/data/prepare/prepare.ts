@@ -3,14 +3,16 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Rng, deriveSeed } from '../../core/rng.ts';
-import { ArrowShardWriter } from '../arrow.ts';
-import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDictJson } from '../dataset.ts';
-import type { ShardSize, Split } from '../dataset.ts';
+import { SPLITS } from '../dataset.ts';
+import type { Split } from '../dataset.ts';
+import { ArrowShardWriter } from './arrow-writer.ts';
 import { DOCUMENT_ORDER_FILE, describeOrder, orderDocuments } from './document-order.ts';
 import type { DocumentOrderRecord } from './document-order.ts';
 import { InputError } from './document-source.ts';
 import type { SourceDocument } from './document-source.ts';
 import { estimatedTextBytes, readDocuments, resolveInputs } from './source-registry.ts';
+import { DEFAULT_SHARD_SIZE, SplitWriter, parseShardSize, writeDatasetDictJson } from './split-writer.ts';
+import type { ShardSize } from './split-writer.ts';
 
 export interface PrepareOptions {
   /** Input files, folders (searched recursively) or file-name globs. */
