@@ -86,7 +86,10 @@ export async function openBatchStream(opts: StreamOptions): Promise<BatchStream>
   return stream;
 }
 
-/** The stages of one open stream and the counters its cursor records. */
+/**
+ * The stages of one open stream and the counters its cursor records. Exported for the evaluation sample
+ * (eval-sample.ts), which reads it example by example (nextRow); everything else opens it with openBatchStream.
+ */
 export class ShardBatchStream implements BatchStream {
   private readonly seed: number;
   private readonly shardOrder: number[];
