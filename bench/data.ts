@@ -8,9 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseOrExit } from '../src/cli/command.ts';
 import { readTextBatches } from '../src/data/arrow.ts';
-import { generateSyntheticShard } from '../src/data/prepare.ts';
+import { generateSyntheticShard } from '../src/data/prepare/prepare.ts';
 import { openBatchStream } from '../src/data/stream.ts';
-import type { StreamOptions } from '../src/data/stream.ts';
+import type { StreamOptions } from '../src/data/stream-options.ts';
 import { TextTokenizer } from '../src/data/tokenizer.ts';
 import { trainTokenizer } from '../src/data/train-tokenizer.ts';
 

@@ -7,10 +7,10 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
-import type { StreamOptions } from '../data/stream.ts';
+import type { StreamOptions } from '../data/stream-options.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
-import { DOCUMENT_ORDER_FILE } from '../data/document-order.ts';
+import { DOCUMENT_ORDER_FILE } from '../data/prepare/document-order.ts';
 import { chooseBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
@@ -87,7 +87,7 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
   const { backend, recipe: recipeFile } = values;
   const started = performance.now();
   const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
-    import('../backend.ts'), import('../data/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
+    import('../backend.ts'), import('../data/prepare/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
     import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../train/trainer.ts'),
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {

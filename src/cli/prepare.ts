@@ -1,7 +1,8 @@
 // npm run prepare -- <inputs…> --out data/<name>   |   --demo [--out data/sotu]   |   --corpus sotu,kjv,moby-dick --out data/<name>
-import { prepareDemoCorpus } from '../data/demo-corpus.ts';
-import { OFFLINE_CORPORA, prepareOfflineCorpora } from '../data/offline-corpora.ts';
-import { formatSummary, prepareDataset } from '../data/prepare.ts';
+import { prepareDemoCorpus } from '../data/prepare/demo-corpus.ts';
+import { OFFLINE_CORPORA, prepareOfflineCorpora } from '../data/prepare/offline-corpora.ts';
+import { formatSummary, prepareDataset } from '../data/prepare/prepare.ts';
+import { inputsHelp } from '../data/prepare/source-registry.ts';
 import { listOption, runCommand, UsageError } from './command.ts';
 
 const COMMAND = {
@@ -12,9 +13,7 @@ shards with 1,000-row record batches, state.json, dataset_info.json, dataset_dic
 datasets.load_from_disk opens and the trainer streams.
 
 Inputs (files, folders searched recursively in name order, or quoted file-name globs):
-  *.jsonl, *.json, *.ndjson, optionally gzipped (*.json.gz: C4's original files), one JSON object per line
-  *.parquet
-  *.txt  (one document per file)`,
+${inputsHelp().map((line) => `  ${line}`).join('\n')}`,
   options: {
     out: { type: 'string', value: 'FOLDER', help: 'output folder (required unless --demo; default for --demo: data/sotu)' },
     demo: { type: 'boolean', help: 'prepare the State of the Union demo corpus (no network needed)' },

@@ -1,23 +1,8 @@
-// Arrow IPC shards, the first shard format (src/data/shard-format.ts): streaming reads of one text column, a header-only scan for cheap row and byte
-// counts, and a writer that produces exactly what HuggingFace `datasets` writes (IPC *stream*
-// format, 1,000-row record batches, `huggingface` schema metadata holding the features JSON).
+// Arrow IPC shards, the first shard format (src/data/shard-format.ts): streaming reads of one text column and a
+// header-only scan for cheap row and byte counts. The writer, for `npm run prepare`, is src/data/prepare/arrow-writer.ts.
 import fs from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
-import { once } from 'node:events';
-import {
-  Field,
-  Message,
-  MessageHeader,
-  RecordBatch,
-  RecordBatchReader,
-  RecordBatchStreamWriter,
-  Schema,
-  Type,
-  Utf8,
-  makeData,
-  Struct,
-  vectorFromArray,
-} from 'apache-arrow';
+import { Message, MessageHeader, RecordBatch, RecordBatchReader, Schema, Type } from 'apache-arrow';
 import type { DataType, Vector } from 'apache-arrow';
 import { dictionaryLayout, offsetSpanProblem, offsetsProblem, recordBatchProblem, textColumnLayout } from './arrow-layout.ts';
 import { footerDictionaryOffsets, metadataProblem } from './arrow-metadata.ts';
@@ -492,80 +477,3 @@ export async function scanShard(file: string, column: string): Promise<ShardScan
 
 /** The first shard format (src/data/shard-registry.ts): record batches are the batches the cursor addresses. */
 export const arrowShards: ShardFormat = { name: 'Arrow IPC', extensions: ['.arrow'], scan: scanShard, readTextBatches };
-
-/** `datasets` features JSON for string columns: {"text": {"dtype": "string", "_type": "Value"}, …}. */
-export function stringFeatures(columns: readonly string[]): Record<string, { dtype: string; _type: string }> {
-  const features: Record<string, { dtype: string; _type: string }> = {};
-  for (const name of columns) features[name] = { dtype: 'string', _type: 'Value' };
-  return features;
-}
-
-/** Python's json.dumps default separators (", " and ": "), for byte-identical metadata. */
-export function pythonJson(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(pythonJson).join(', ')}]`;
-  const entries = Object.entries(value as Record<string, unknown>).map(([k, v]) => `${JSON.stringify(k)}: ${pythonJson(v)}`);
-  return `{${entries.join(', ')}}`;
-}
-
-/** Writes one shard of nullable string columns as an Arrow IPC stream, the way `datasets` does. */
-export class ArrowShardWriter {
-  readonly schema: Schema;
-  private readonly writer: RecordBatchStreamWriter;
-  private readonly sink: fs.WriteStream;
-  private pending: (string | null)[][];
-  rows = 0;
-  /** UTF-8 bytes of the text column written so far. */
-  textBytes = 0;
-  /** Arrow buffer bytes (data + offsets + validity) of all columns, what `datasets` reports as num_bytes. */
-  arrowBytes = 0;
-
-  constructor(
-    readonly file: string,
-    readonly columns: readonly string[],
-    readonly textColumn: string,
-  ) {
-    const metadata = new Map([['huggingface', pythonJson({ info: { features: stringFeatures(columns) } })]]);
-    this.schema = new Schema(
-      columns.map((name) => new Field(name, new Utf8(), true)),
-      metadata,
-    );
-    this.pending = columns.map(() => []);
-    this.sink = fs.createWriteStream(file);
-    this.writer = new RecordBatchStreamWriter();
-    this.writer.toNodeStream().pipe(this.sink);
-    this.writer.reset(undefined, this.schema); // writes the schema message even for an empty shard
-  }
-
-  /** Adds one row (values in `columns` order); flushes a record batch every 1,000 rows. */
-  async append(values: readonly (string | null)[]): Promise<void> {
-    for (let c = 0; c < this.columns.length; c++) this.pending[c].push(values[c] ?? null);
-    this.rows++;
-    if (this.pending[0].length >= ROWS_PER_BATCH) await this.flush();
-  }
-
-  private async flush(): Promise<void> {
-    const count = this.pending[0].length;
-    if (count === 0) return;
-    const children = this.pending.map((values) => vectorFromArray(values, new Utf8()).data[0]);
-    children.forEach((data, c) => {
-      const offsets = data.valueOffsets as Int32Array;
-      const bytes = offsets[count] - offsets[0];
-      if (this.columns[c] === this.textColumn) this.textBytes += bytes;
-      this.arrowBytes += bytes + 4 * (count + 1) + (data.nullCount > 0 ? Math.ceil(count / 8) : 0);
-    });
-    const structData = makeData({ type: new Struct(this.schema.fields), length: count, nullCount: 0, children });
-    this.writer.write(new RecordBatch(this.schema, structData));
-    this.pending = this.columns.map(() => []);
-    // Backpressure: do not let encoded batches pile up in memory faster than the disk takes them.
-    if (this.sink.writableLength > 16 * 1024 * 1024) await once(this.sink, 'drain');
-  }
-
-  /** Flushes the last partial batch, writes the end-of-stream marker and closes the file. */
-  async close(): Promise<void> {
-    await this.flush();
-    const finished = once(this.sink, 'finish');
-    this.writer.finish();
-    await finished;
-  }
-}

@@ -101,7 +101,7 @@ export function parseCursor(value: unknown, source: string): DataCursor {
  * Checks a parsed cursor against the stream it restores and the dataset: the stream's settings, a shard order that
  * is a permutation of the dataset's shards, a position inside them (shard, record batch, row), an end (done, an
  * exhausted shuffle) only at the end of the split, tokens inside the vocabulary. Errors name `source` and the field.
- * The offset inside the document is checked when the stream opens (stream.ts, checkRestoredOffset).
+ * The offset inside the document is checked when the stream opens (reader.ts, checkRestoredOffset).
  */
 export async function checkCursor(cursor: DataCursor, context: CursorContext, source: string): Promise<void> {
   const fail = (message: string): never => {

@@ -1,5 +1,5 @@
 // The items with the smallest random keys whose weights reach a target: a weighted bottom-k sample read in one pass.
-// The evaluation's spread sample (spreadSample in stream.ts) keeps validation examples this way, weighted by their
+// The evaluation's spread sample (spreadSample in eval-sample.ts) keeps validation examples this way, weighted by their
 // labelled tokens. Hand-written (a binary max-heap on the key): no dependency of the project provides a heap.
 
 interface Entry<T> {

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { offlineCorporaDescription, offlineCorporaSources, prepareOfflineCorpora } from '../data/offline-corpora.ts';
+import { offlineCorporaDescription, offlineCorporaSources, prepareOfflineCorpora } from '../data/prepare/offline-corpora.ts';
 import { trainTokenizer } from '../data/train-tokenizer.ts';
 import { pairedClaim, pairedOf } from './paired-claims.ts';
 import { claimsOnly } from './protocol.ts';

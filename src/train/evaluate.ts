@@ -4,9 +4,11 @@
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel } from '../model/lm.ts';
 import { evalSumsThroughGraph } from './compiled-step.ts';
-import { openBatchStream, spreadSample } from '../data/stream.ts';
+import { spreadSample } from '../data/eval-sample.ts';
+import type { EvalSample } from '../data/eval-sample.ts';
+import { openBatchStream } from '../data/stream.ts';
+import type { StreamOptions } from '../data/stream-options.ts';
 import type { Batch } from '../data/batch.ts';
-import type { EvalSample, StreamOptions } from '../data/stream.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
 
 export type { EvalSample };

@@ -6,7 +6,7 @@
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { openBatchStream } from '../data/stream.ts';
-import type { StreamOptions } from '../data/stream.ts';
+import type { StreamOptions } from '../data/stream-options.ts';
 import { frozenRule, type FreezeSpec } from '../recipe/freeze.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { loadWeights } from '../store/load-weights.ts';

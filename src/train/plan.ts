@@ -3,8 +3,9 @@
 // batches, which training uses too.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { estimateEpoch } from '../data/stream.ts';
-import type { EpochEstimate, StreamOptions } from '../data/stream.ts';
+import { estimateEpoch } from '../data/epoch.ts';
+import type { EpochEstimate } from '../data/epoch.ts';
+import type { StreamOptions } from '../data/stream-options.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { countParameters } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';

@@ -8,7 +8,7 @@ import { Dictionary, Field, Int32, makeData, Message, RecordBatch, Schema, Struc
 import { readTextBatches, scanShard } from '../../src/data/arrow.ts';
 import { describeSplit } from '../../src/data/dataset.ts';
 import { openBatchStream } from '../../src/data/stream.ts';
-import type { StreamOptions } from '../../src/data/stream.ts';
+import type { StreamOptions } from '../../src/data/stream-options.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts, trainTokenizer } from '../../src/data/train-tokenizer.ts';
 import { collectEvalBatches } from '../../src/train/evaluate.ts';

@@ -2,8 +2,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Int32, LargeUtf8, Type, Utf8 } from 'apache-arrow';
-import { ArrowShardWriter, ROWS_PER_BATCH, readTextBatches, scanShard } from '../../src/data/arrow.ts';
-import { SplitWriter, describeSplit, listShards, parseShardSize, writeDatasetDictJson } from '../../src/data/dataset.ts';
+import { ROWS_PER_BATCH, readTextBatches, scanShard } from '../../src/data/arrow.ts';
+import { describeSplit, listShards } from '../../src/data/dataset.ts';
+import { ArrowShardWriter } from '../../src/data/prepare/arrow-writer.ts';
+import { SplitWriter, parseShardSize, writeDatasetDictJson } from '../../src/data/prepare/split-writer.ts';
 import { columnBatches, makeTempDir, readAllBatches, texts, writeBatches } from '../fixtures/data.ts';
 
 const dir = makeTempDir('arrow');

@@ -5,9 +5,11 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Field, Int32, makeData, RecordBatch, Schema, Struct, Utf8 } from 'apache-arrow';
-import { ArrowShardWriter, readTextBatches, scanShard } from '../../src/data/arrow.ts';
-import { describeSplit, listShards, parseShardSize } from '../../src/data/dataset.ts';
-import { prepareDataset } from '../../src/data/prepare.ts';
+import { readTextBatches, scanShard } from '../../src/data/arrow.ts';
+import { describeSplit, listShards } from '../../src/data/dataset.ts';
+import { ArrowShardWriter } from '../../src/data/prepare/arrow-writer.ts';
+import { parseShardSize } from '../../src/data/prepare/split-writer.ts';
+import { prepareDataset } from '../../src/data/prepare/prepare.ts';
 import { columnBatches, makeTempDir, readAllBatches, texts, writeBatches } from '../fixtures/data.ts';
 
 const dir = makeTempDir('bad-input');

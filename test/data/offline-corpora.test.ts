@@ -7,7 +7,7 @@ import { createRequire } from 'node:module';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readTextBatches } from '../../src/data/arrow.ts';
 import { listShards } from '../../src/data/dataset.ts';
-import { OFFLINE_CORPORA, offlineCorpus, prepareOfflineCorpora } from '../../src/data/offline-corpora.ts';
+import { OFFLINE_CORPORA, offlineCorpus, prepareOfflineCorpora } from '../../src/data/prepare/offline-corpora.ts';
 import { makeTempDir } from '../fixtures/data.ts';
 
 const dir = makeTempDir('offline-corpora');

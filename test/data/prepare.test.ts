@@ -5,11 +5,12 @@ import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readTextBatches } from '../../src/data/arrow.ts';
-import { describeSplit, listShards, parseShardSize } from '../../src/data/dataset.ts';
-import { prepareDemoCorpus, sotuDataDir } from '../../src/data/demo-corpus.ts';
-import { DOCUMENT_ORDER_FILE, IN_MEMORY_SHUFFLE_BYTES, orderDocuments } from '../../src/data/document-order.ts';
-import type { DocumentOrderRecord } from '../../src/data/document-order.ts';
-import { formatSummary, prepareDataset } from '../../src/data/prepare.ts';
+import { describeSplit, listShards } from '../../src/data/dataset.ts';
+import { prepareDemoCorpus, sotuDataDir } from '../../src/data/prepare/demo-corpus.ts';
+import { DOCUMENT_ORDER_FILE, IN_MEMORY_SHUFFLE_BYTES, orderDocuments } from '../../src/data/prepare/document-order.ts';
+import type { DocumentOrderRecord } from '../../src/data/prepare/document-order.ts';
+import { formatSummary, prepareDataset } from '../../src/data/prepare/prepare.ts';
+import { parseShardSize } from '../../src/data/prepare/split-writer.ts';
 import { makeTempDir, readAllBatches } from '../fixtures/data.ts';
 
 const dir = makeTempDir('prepare');

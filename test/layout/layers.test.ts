@@ -37,4 +37,23 @@ describe('layers', () => {
     }
     expect(upward).toEqual([]);
   });
+
+  it('inside src/data, imports run downward: prepare/, then the eval sample and tokenizer training, the stream, the reader and epoch estimate, the rest', () => {
+    const DATA = path.join(SRC, 'data');
+    // Higher may import lower or equal; files not named here are the bottom.
+    const rankOf = (file: string): number => {
+      const name = path.relative(DATA, file).split(path.sep).join('/');
+      if (name.startsWith('prepare/')) return 4;
+      return { 'eval-sample.ts': 3, 'train-tokenizer.ts': 3, 'stream.ts': 2, 'reader.ts': 1, 'epoch.ts': 1 }[name] ?? 0;
+    };
+    const upward: string[] = [];
+    for (const file of sources(DATA)) {
+      for (const match of readFileSync(file, 'utf8').matchAll(/(?:from\s+|import\(\s*)'(\.{1,2}\/[^']+)'/g)) {
+        const target = path.resolve(path.dirname(file), match[1]);
+        if (!target.startsWith(DATA + path.sep)) continue;
+        if (rankOf(target) > rankOf(file)) upward.push(`${path.relative(SRC, file)} → ${match[1]}`);
+      }
+    }
+    expect(upward).toEqual([]);
+  });
 });

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { prepareDemoCorpus } from '../../src/data/demo-corpus.ts';
+import { prepareDemoCorpus } from '../../src/data/prepare/demo-corpus.ts';
 import { listShards } from '../../src/data/dataset.ts';
 import { readTextBatches } from '../../src/data/arrow.ts';
 import { openBatchStream } from '../../src/data/stream.ts';

@@ -5,9 +5,9 @@
 // folder is refused, naming it: the project never deletes files it did not write (as export, src/store/hf-export.ts).
 import fs from 'node:fs';
 import path from 'node:path';
-import { SPLITS } from './dataset.ts';
+import { SPLITS } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE } from './document-order.ts';
-import { InputError } from './sources/index.ts';
+import { InputError } from './document-source.ts';
 
 export const PREPARED_MARKER = '.slayformer-prepared';
 const TOP_LEVEL = new Set<string>([PREPARED_MARKER, 'dataset_dict.json', DOCUMENT_ORDER_FILE, ...SPLITS]);

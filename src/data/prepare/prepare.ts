@@ -2,15 +2,18 @@
 // HuggingFace DatasetDict.save_to_disk dataset with a seeded train/validation split.
 import fs from 'node:fs';
 import path from 'node:path';
-import { Rng, deriveSeed } from '../core/rng.ts';
-import { ArrowShardWriter } from './arrow.ts';
-import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDictJson } from './dataset.ts';
-import type { ShardSize, Split } from './dataset.ts';
+import { Rng, deriveSeed } from '../../core/rng.ts';
+import { SPLITS } from '../dataset.ts';
+import type { Split } from '../dataset.ts';
+import { ArrowShardWriter } from './arrow-writer.ts';
 import { DOCUMENT_ORDER_FILE, describeOrder, orderDocuments } from './document-order.ts';
 import type { DocumentOrderRecord } from './document-order.ts';
 import { checkOutput, markPreparedOutput, replaceOutput } from './prepared-output.ts';
-import { InputError, readDocuments, resolveInputs } from './sources/index.ts';
-import type { SourceDocument } from './sources/index.ts';
+import { InputError } from './document-source.ts';
+import type { SourceDocument } from './document-source.ts';
+import { estimatedTextBytes, readDocuments, resolveInputs } from './source-registry.ts';
+import { DEFAULT_SHARD_SIZE, SplitWriter, parseShardSize, writeDatasetDictJson } from './split-writer.ts';
+import type { ShardSize } from './split-writer.ts';
 
 export interface PrepareOptions {
   /** Input files, folders (searched recursively) or file-name globs. */
@@ -186,11 +189,6 @@ export async function prepareDataset(options: PrepareOptions): Promise<PrepareSu
     order: ordered.record,
   });
   return { ...summary, inputFiles: files.length };
-}
-
-/** The inputs' text, estimated from their sizes: compressed ones (gzip, Parquet) counted at 5× (text compresses 3–4×). */
-function estimatedTextBytes(files: readonly string[]): number {
-  return files.reduce((sum, file) => sum + fs.statSync(file).size * (/\.(gz|parquet)$/i.test(file) ? 5 : 1), 0);
 }
 
 function megabytes(bytes: number): string {

@@ -4,13 +4,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { DEFAULT_SHARD_SIZE } from './dataset.ts';
 import { sotuDocuments, sotuDataDir, DEMO_SEED, DEMO_VALIDATION_FRACTION } from './demo-corpus.ts';
 import { describeOrder, orderDocuments } from './document-order.ts';
 import { writeSplitDataset } from './prepare.ts';
 import type { PrepareSummary } from './prepare.ts';
-import { InputError } from './sources/index.ts';
-import type { SourceDocument } from './sources/index.ts';
+import { DEFAULT_SHARD_SIZE } from './split-writer.ts';
+import { InputError } from './document-source.ts';
+import type { SourceDocument } from './document-source.ts';
 
 export interface OfflineCorpus {
   name: string;

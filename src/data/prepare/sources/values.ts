@@ -1,19 +1,5 @@
-/** One input document: its text and the extra columns kept, with where it came from (for errors). */
-export interface SourceDocument {
-  /** null when the input holds a null text (counted as an empty document). */
-  text: string | null;
-  /** Values of the kept extra columns, in the order asked for. */
-  extra: (string | null)[];
-  /** "file:line", "file (row group 2, row 17)", "file" — for messages. */
-  where: string;
-}
-
-export class InputError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'InputError';
-  }
-}
+// What the input formats share: kept column values as strings, and the strict UTF-8 decoding of .txt and .jsonl text.
+import { InputError } from '../document-source.ts';
 
 /** Kept extra column values are stored as strings: strings as-is, other JSON values as their JSON text. */
 export function extraValue(value: unknown): string | null {

@@ -5,8 +5,8 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Rng, deriveSeed } from '../core/rng.ts';
-import type { SourceDocument } from './sources/index.ts';
+import { Rng, deriveSeed } from '../../core/rng.ts';
+import type { SourceDocument } from './document-source.ts';
 
 /** The file at the dataset's root that records the order (beside dataset_dict.json; `datasets` ignores it). */
 export const DOCUMENT_ORDER_FILE = 'document_order.json';
