@@ -107,7 +107,7 @@ describe('config.json', () => {
     const recipeFile = tinyRecipe('auto');
     const r = await train([recipeFile], envWith());
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(/^\[slayformer\] backend auto → tensorflow$/m);
+    expect(r.stderr).toMatch(/^\[train\] backend auto → tensorflow$/m);
     expect(JSON.parse(readFileSync(join(onlyRunFolder(recipeFile), 'config.json'), 'utf8')).backend).toBe('tensorflow');
   });
 });
