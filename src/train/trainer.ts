@@ -390,7 +390,7 @@ export async function runTraining(
   const parts = await buildRunParts(recipe, inputs, device, lines.line);
   let loop: TrainingLoop | null = null;
   try {
-    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device));
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
@@ -416,11 +416,11 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
 }
 
 /** The run folder: the checkpoint's own when it is inside a run, else a new one. */
-async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<TrainLogger> {
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number, device: Device): Promise<TrainLogger> {
   if (resumed?.runDir) {
-    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps, device });
   }
-  const logger = await RunLogger.create(recipe);
+  const logger = await RunLogger.create(recipe, { device });
   if (resumed) {
     logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
   }
