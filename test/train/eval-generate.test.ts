@@ -162,7 +162,7 @@ describe('eval', () => {
     const quiet = evalAuto();
     expect(quiet.status, quiet.stderr).toBe(0);
     const lines = quiet.stderr.trim().split('\n');
-    expect(lines).toEqual([expect.stringMatching(/^\[eval\] backend (tensorflow|wasm|cpu)$/)]);
+    expect(lines).toEqual([expect.stringMatching(/^\[eval\] backend auto → (tensorflow|wasm|cpu)$/)]);
     const verbose = evalAuto('--verbose');
     expect(verbose.status, verbose.stderr).toBe(0);
     expect(verbose.stderr).toContain(lines[0]);
