@@ -107,5 +107,5 @@ export const LOCAL_PROBE: BackendProbe = {
     }
     return undefined;
   },
-  wasmInstalled: () => packageDir('@tensorflow/tfjs-backend-wasm') !== undefined,
+  installed: (name) => packageDir(name) !== undefined,
 };

@@ -50,7 +50,8 @@ export interface BackendProbe {
   nativeBuild(): { tensorflow: string; gpu: boolean } | undefined;
   /** An installed @tensorflow/tfjs-node-gpu or tfjs-node whose binding was built, if any (the -gpu one first). */
   nativePackage(): { name: string; gpu: boolean } | undefined;
-  wasmInstalled(): boolean;
+  /** Whether the package `name` resolves from the project (a backend's entry asks for its own). */
+  installed(name: string): boolean;
 }
 
 /** One backend: adding one is a file in src/backend/entries/ and its line in entries/index.ts (docs/backends.md#adding-a-backend). */

@@ -13,7 +13,7 @@ function probe({ build = null, pkg = null, wasm = true }: { build?: { gpu: boole
   return {
     nativeBuild: () => (build ? { tensorflow: '2.21.0', gpu: build.gpu } : undefined),
     nativePackage: () => pkg ?? undefined,
-    wasmInstalled: () => wasm,
+    installed: (name) => name === '@tensorflow/tfjs-backend-wasm' && wasm,
   };
 }
 

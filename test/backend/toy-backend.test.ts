@@ -11,8 +11,8 @@ import { initBackend, startDevice } from '../../src/backend/start.ts';
 
 const TOY_ENTRIES = [...BUILT_IN_BACKENDS, toyBackend]; // the list line
 
-/** A machine without the native build; `toy` says whether the toy is installed (the probe's wasm answer). */
-const machine = (toy: boolean): BackendProbe => ({ nativeBuild: () => undefined, nativePackage: () => undefined, wasmInstalled: () => toy });
+/** A machine without the native build, with wasm, and with the toy's package or not. */
+const machine = (toy: boolean): BackendProbe => ({ nativeBuild: () => undefined, nativePackage: () => undefined, installed: (name) => name.startsWith('toy') ? toy : true });
 
 afterAll(async () => {
   await initBackend('cpu', { quiet: true });
@@ -23,8 +23,8 @@ describe('a toy backend added as one entry', () => {
     expect(resolveBackend('toy', machine(true), TOY_ENTRIES)).toMatchObject({ backend: 'toy', source: 'toy (the cpu backend under another name)' });
     expect(resolveBackend('toy', machine(false), TOY_ENTRIES)).toMatchObject({ backend: 'toy', source: 'not set up' });
     expect(resolveBackend('auto', machine(true), TOY_ENTRIES).backend).toBe('toy');
-    // Not installed: auto goes on down the priorities (wasm's probe gives the same answer here, so cpu).
-    expect(resolveBackend('auto', machine(false), TOY_ENTRIES).backend).toBe('cpu');
+    // Not installed: auto goes on down the priorities.
+    expect(resolveBackend('auto', machine(false), TOY_ENTRIES).backend).toBe('wasm');
     // The built-in list alone does not know it.
     expect(() => parseBackend('toy', '--backend')).toThrow("--backend: unknown backend 'toy'; allowed: auto, tensorflow, wasm, cpu");
     expect(parseBackend('toy', '--backend', TOY_ENTRIES)).toBe('toy');

@@ -113,7 +113,7 @@ describe('config.json', () => {
 });
 
 describe('sweep packing by the resolved device', () => {
-  const withNativeBuild: BackendProbe = { nativeBuild: () => ({ tensorflow: '2.21.0', gpu: false }), nativePackage: () => undefined, wasmInstalled: () => true };
+  const withNativeBuild: BackendProbe = { nativeBuild: () => ({ tensorflow: '2.21.0', gpu: false }), nativePackage: () => undefined, installed: () => true };
   const wasmOnly: BackendProbe = { ...withNativeBuild, nativeBuild: () => undefined };
   let file: string;
   let saved: string | undefined;

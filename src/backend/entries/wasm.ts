@@ -9,7 +9,7 @@ export const wasmBackend: BackendEntry<'wasm'> = {
   package: PACKAGE,
   priority: 20,
   probe(machine) {
-    return machine.wasmInstalled() ? this.describe() : undefined;
+    return machine.installed(PACKAGE) ? this.describe() : undefined;
   },
   async load() {
     await import('@tensorflow/tfjs-backend-wasm');
