@@ -13,7 +13,7 @@
 import * as tf from '@tensorflow/tfjs';
 import fs from 'node:fs';
 import path from 'node:path';
-import { initBackend } from '../src/backend.ts';
+import { initBackend } from '../src/backend/start.ts';
 import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { initBackend } from '../src/backend.ts';
+import { initBackend } from '../src/backend/start.ts';
 import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { parseOrExit } from '../src/cli/command.ts';

@@ -23,7 +23,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { initBackend } from '../src/backend.ts';
+import { initBackend } from '../src/backend/start.ts';
 import { BACKEND_ENV, BACKENDS, chooseBackend } from '../src/backend/device.ts';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
 import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';

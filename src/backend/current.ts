@@ -1,28 +1,33 @@
-// The device of the running backend: the one place that asks tfjs which backend runs. Code that cannot
-// be handed the device as a value (kernels deep in the model, a worker's set-up) asks currentDevice().
+// The device of the running backend, for the code that cannot be handed it as a value: the model's kernels
+// (ops.ts, linear-attention.ts, the dropout check in transformer.ts) and readback metering, which run deep
+// under every op. Everything else is handed the device its command started (docs/layout.md).
 import * as tf from '@tensorflow/tfjs';
-import { BACKENDS, describeDevice, type BackendName, type Device } from './device.ts';
-import { tensorflowInfo } from './tensorflow.ts';
-import { graphsAvailable } from './tf-graph.ts';
+import { backendEntry, BACKENDS, type BackendName } from './device.ts';
+import type { Device } from './entry.ts';
 
-let described: Device | undefined;
+/** The devices started (start.ts), by backend name: each as its entry's load described it. */
+const started = new Map<string, Device<string>>();
 
-/** The running backend's description (cached: kernels ask it for every product). */
-export function currentDevice(): Device {
+/** Keeps `device` as the description of its backend while that backend runs. */
+export function rememberStarted<D extends Device<string>>(device: D): D {
+  started.set(device.backend, device);
+  return device;
+}
+
+/** The running backend's description (kept: kernels ask it for every product). */
+export function currentDevice(): Device<BackendName> {
   const name = tf.getBackend();
-  if (described?.backend !== name) described = describeRunning(name);
-  return described;
+  // A backend tfjs started by itself (no initBackend) is described from its entry.
+  const device = started.get(name) ?? rememberStarted(describeUnstarted(name));
+  return device as Device<BackendName>;
 }
 
 /** The same, or null before any backend started (where currentDevice() would start tfjs's default one), for records. */
-export function runningDevice(): Device | null {
+export function runningDevice(): Device<BackendName> | null {
   return tf.engine().backendName ? currentDevice() : null;
 }
 
-function describeRunning(name: string): Device {
+function describeUnstarted(name: string): Device<BackendName> {
   if (!(BACKENDS as readonly string[]).includes(name) || name === 'auto') throw new Error(`the running TensorFlow.js backend '${name}' is none of ${BACKENDS.slice(1).join(', ')}`);
-  if (name !== 'tensorflow') return describeDevice(name as BackendName);
-  // What loaded, as the binding reports it: a GPU build on a host without a GPU computes on the CPU.
-  const info = tensorflowInfo();
-  return describeDevice('tensorflow', { source: `${info.package} (TensorFlow ${info.tensorflow}, ${info.gpu ? 'GPU' : 'CPU'})`, graphSteps: graphsAvailable(), gpu: info.gpu });
+  return backendEntry(name as BackendName).describe();
 }

@@ -1,7 +1,7 @@
 // Checks that the native backend loads and computes what the reference cpu backend computes: used
 // by `npm run setup:tensorflow` after a build and by `npm run check:gpu`.
 import * as tf from '@tensorflow/tfjs';
-import { initBackend } from '../backend.ts';
+import { initBackend } from './start.ts';
 import { Rng } from '../core/rng.ts';
 import { readBuildStamp } from './native-build.ts';
 import { tensorflowInfo } from './tensorflow.ts';

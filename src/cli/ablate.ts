@@ -8,7 +8,7 @@ import path from 'node:path';
 import { emitRow, runIsolated } from '../paper/isolated.ts';
 import { PAPER_SCALES, PAPER_SETTINGS, paperCases, type FidelityRow } from '../paper/fidelity-cases.ts';
 import { chooseBackend, type BackendChoice } from '../backend/device.ts';
-import { backendOption } from './backend-option.ts';
+import { backendOption, startBackend } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, type OptionValues } from './command.ts';
 
 const COMMAND = {
@@ -39,7 +39,7 @@ async function runChild(args: Args, backend: BackendChoice, length: number, labe
 }
 
 await runCommand(COMMAND, async ({ values: args }) => {
-  const [{ initBackend }, { fidelityMarkdown, runFidelity }] = await Promise.all([import('../backend.ts'), import('../paper/fidelity.ts')]);
+  const { fidelityMarkdown, runFidelity } = await import('../paper/fidelity.ts');
   const seeds = numberListOption(args.seeds, 'seeds', { integer: true })!;
   const epsilon = args.epsilon;
   const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
@@ -48,13 +48,13 @@ await runCommand(COMMAND, async ({ values: args }) => {
   if (args.child) {
     const [length, label] = args.child.split(':');
     const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
-    await initBackend(choice, { quiet: true });
+    await startBackend(COMMAND.name, { flag: choice }, { silent: true });
     const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
     emitRow(row);
     process.exit(0);
   }
 
-  const { backend } = await initBackend(choice, { quiet: true });
+  const { backend } = await startBackend(COMMAND.name, { flag: choice });
   const lengths = listOption(args.lengths, 'lengths', PAPER_SCALES.map((s) => String(s.length)));
   const scales = PAPER_SCALES.filter((s) => !lengths || lengths.includes(String(s.length)));
 

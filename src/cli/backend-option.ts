@@ -1,7 +1,7 @@
-// The --backend and --verbose options of the commands that start a TensorFlow.js backend, and the one line
-// that says which backend runs. Which one: --backend > $SLAYFORMER_BACKEND > the recipe's (or the command's own
+// The --backend and --verbose options of the commands that start a TensorFlow.js backend, and startBackend: the one
+// way every command starts one. Which one: --backend > $SLAYFORMER_BACKEND > the recipe's (or the command's own
 // default) > auto (src/backend/device.ts).
-// backend.ts (which loads tfjs) is imported only when a backend starts, so that --help answers at once.
+// start.ts (which loads tfjs) is imported only when a backend starts, so that --help answers at once.
 import { BACKEND_ENV, BACKENDS, chooseBackend, type Device } from '../backend/device.ts';
 import type { OptionSpec } from './command.ts';
 
@@ -15,14 +15,25 @@ export function backendOption(below = 'auto') {
 
 export const VERBOSE_OPTION = { type: 'boolean', help: 'also say why other backends were skipped (with auto)' } satisfies OptionSpec;
 
+export interface StartOptions {
+  /** Also say why `auto` skipped the backends before the one it started (long: one reason per package it tried). */
+  verbose?: boolean;
+  /** Print nothing: a child process of a command that already said it, or a backend started only to count parameters. */
+  silent?: boolean;
+}
+
 /**
- * Starts the backend (--backend `flag` > $SLAYFORMER_BACKEND > `recipe` > auto) and prints `[<command>] backend <name>`
- * on stderr: one short line. The reasons `auto` skipped other backends (long: one per package it tried) only with `verbose`.
+ * Starts the backend (--backend `flag` > $SLAYFORMER_BACKEND > `recipe` > auto) and returns its device, the value the
+ * command hands down. Says on stderr, in one line, `[<command>] backend <name>`, or `[<command>] backend auto → <name>`
+ * when auto chose (with `verbose`, followed by why it skipped the others).
  */
-export async function startBackend(command: string, sources: { flag?: string; recipe?: string }, verbose: boolean): Promise<Device> {
+export async function startBackend(command: string, sources: { flag?: string; recipe?: string }, { verbose = false, silent = false }: StartOptions = {}): Promise<Device> {
   const { choice } = chooseBackend(sources);
-  const { initBackend } = await import('../backend.ts');
-  const device = await initBackend(choice, { quiet: !verbose });
-  process.stderr.write(`[${command}] backend ${device.backend}\n`);
+  const { startDevice } = await import('../backend/start.ts');
+  const { device, skipped } = await startDevice(choice);
+  if (!silent) {
+    const why = verbose && skipped.length ? ` (skipped ${skipped.join('; ')})` : '';
+    process.stderr.write(`[${command}] backend ${choice === 'auto' ? 'auto → ' : ''}${device.backend}${why}\n`);
+  }
   return device;
 }

@@ -11,8 +11,7 @@ import type { StreamOptions } from '../data/stream-options.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
 import { DOCUMENT_ORDER_FILE } from '../data/prepare/document-order.ts';
-import { chooseBackend } from '../backend/device.ts';
-import { backendOption } from './backend-option.ts';
+import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
 
 export const DEMO_DATASET = 'data/sotu';
@@ -78,6 +77,7 @@ tokenizer on its train split (${DEMO_TOKENIZER}), trains a small GPT for a few m
 backend once \`npm run setup:tensorflow\` has built it), and compares its validation loss with the unigram entropy of the corpus.`,
   options: {
     backend: backendOption("the recipe's backend"),
+    verbose: VERBOSE_OPTION,
     recipe: { type: 'string', value: 'FILE', default: DEMO_RECIPE, help: 'the recipe to train' },
   },
   overrides: true,
@@ -86,8 +86,8 @@ backend once \`npm run setup:tensorflow\` has built it), and compares its valida
 async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>): Promise<number> {
   const { backend, recipe: recipeFile } = values;
   const started = performance.now();
-  const [{ initBackend }, { prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
-    import('../backend.ts'), import('../data/prepare/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
+  const [{ prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
+    import('../data/prepare/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
     import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../train/trainer.ts'),
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
@@ -116,7 +116,7 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
     console.error(err instanceof RecipeError ? err.message : `${recipeFile}: ${(err as Error).message}`);
     return 2;
   }
-  const device = await initBackend(chooseBackend({ flag: backend, recipe: recipe.backend }).choice);
+  const device = await startBackend(COMMAND.name, { flag: backend, recipe: recipe.backend }, { verbose: values.verbose });
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const t0 = performance.now();
   // The trainer's evaluation sample, drawn as it draws it.

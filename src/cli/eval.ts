@@ -86,7 +86,7 @@ if (isMainModule(import.meta.url)) {
     if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
     const tokens = values.all ? Infinity : values.tokens;
     if (!(EVAL_SAMPLES as readonly string[]).includes(values.sample)) throw new UsageError(`--sample must be one of ${EVAL_SAMPLES.join(', ')}, got ${JSON.stringify(values.sample)}`);
-    await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
+    await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
     const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, sample: values.sample as EvalSampleKind, tokenizer: values.tokenizer });
     console.log(formatEval(result));
   });

@@ -27,7 +27,7 @@ their PyTorch implementation, which transformers loads with trust_remote_code=Tr
 if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.out === undefined) throw new UsageError('--out DIR is required');
-    await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
+    await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
     const { exportHf } = await import('../store/hf-export.ts');
     const result = await exportHf(positionals[0], { out: values.out, tokenizer: values.tokenizer, overwrite: values.overwrite });
     for (const folder of result.removedPartials) console.log(`removed ${folder}, left by an export that died`);

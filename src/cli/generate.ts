@@ -80,7 +80,7 @@ if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.prompt === undefined) throw new UsageError('--prompt is required (--prompt "" starts from the end-of-text token)');
     const options = { maxTokens: values['max-tokens'], temperature: values.temperature, topK: values['top-k'], topP: values['top-p'], seed: values.seed };
-    await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
+    await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
     const result = await generateFromCheckpoint({ checkpoint: positionals[0], prompt: values.prompt, tokenizer: values.tokenizer, ...options });
     console.log(result.text);
     const rate = result.newTokens.length / Math.max(result.seconds, 1e-9);

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { DEFAULT_RUNS_ROOT, loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
 import type { ExperimentRunSet } from '../paper/run.ts';
 import { chooseBackend, resolveBackend } from '../backend/device.ts';
-import { backendOption } from './backend-option.ts';
+import { backendOption, startBackend } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
 import { EXECUTOR_OPTIONS, EXECUTOR_SETTING_OPTIONS, runOnExecutor } from './executor-options.ts';
 
@@ -84,8 +84,8 @@ async function main({ values, positionals }: Args): Promise<number> {
   const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
 
   if (values.unit !== undefined) {
-    const { initBackend } = await import('../backend.ts');
-    await initBackend(backend, { quiet: true });
+    // A unit's process: the command that started it said which backend runs.
+    await startBackend(COMMAND.name, { flag: backend }, { silent: true });
     const dir = await runUnitHere(set, unitIndex(values.unit, 'unit'));
     console.log(`${set.units[Number(values.unit)].name}: done → ${dir}`);
     return 0;

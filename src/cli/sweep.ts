@@ -8,6 +8,7 @@ import { DEFAULT_EXECUTOR, EXECUTORS } from '../sweep/executors.ts';
 import { REPORT_METRICS } from '../sweep/report-metrics.ts';
 import type { ReportMetric } from '../sweep/report-metrics.ts';
 import type { Sweep } from '../sweep/spec.ts';
+import { startBackend } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
 import { EXECUTOR_OPTIONS, EXECUTOR_SETTING_OPTIONS, runOnExecutor } from './executor-options.ts';
 
@@ -96,8 +97,8 @@ async function main({ values, positionals }: Args): Promise<number> {
 async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
   // Imported here, not at the top: every task process starts this CLI, and needs neither the trainer's planning
   // nor the report's plotting libraries.
-  const [{ initBackend }, { planRun }, { formatPlan, planSweep }] = await Promise.all([import('../backend.ts'), import('../train/plan.ts'), import('../sweep/plan.ts')]);
-  await initBackend('cpu', { quiet: true }); // counting parameters builds the mechanisms' small buffers
+  const [{ planRun }, { formatPlan, planSweep }] = await Promise.all([import('../train/plan.ts'), import('../sweep/plan.ts')]);
+  await startBackend(COMMAND.name, { flag: 'cpu' }, { silent: true }); // counting parameters builds the mechanisms' small buffers
   const planned = await planSweep(sweep, { planRun, tokensPerSecond: values['tokens-per-s'] });
   console.log(formatPlan(sweep, planned));
   return 0;

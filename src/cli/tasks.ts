@@ -7,8 +7,7 @@ import { join } from 'node:path';
 // The task runner, the attention registry, the graph helpers and the backend load TensorFlow.js: imported when the
 // command runs, so that --help answers at once.
 import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../paper/synthetic-tasks.ts';
-import { chooseBackend } from '../backend/device.ts';
-import { backendOption } from './backend-option.ts';
+import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, UsageError } from './command.ts';
 
 /** --quick: the reference's quick protocol (50 steps, batch 16, one seed) on five tasks of length ≤ 32 from four categories. */
@@ -31,6 +30,7 @@ prints accuracy mean ± sd per task and per category and writes results.json and
     'eval-samples': { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'final evaluation samples (default 4 × batch)' },
     lr: { type: 'string', value: 'X', number: { min: 0, exclusiveMin: true }, help: 'AdamW learning rate (default 1e-3)' },
     backend: backendOption('wasm'),
+    verbose: VERBOSE_OPTION,
     graph: { type: 'string', value: 'on|off', choices: ['on', 'off'], default: 'on', help: 'tensorflow: steps as TensorFlow functions (on) or op by op (off), as train.graph' },
     xla: { type: 'string', value: 'auto|on|off', choices: ['auto', 'on', 'off'], default: 'auto', help: 'tensorflow: compile those functions with XLA, as train.xla' },
     out: { type: 'string', value: 'DIR', help: 'report folder (default reports/tasks-<timestamp>)' },
@@ -52,8 +52,8 @@ function timestamp(): string {
 }
 
 await runCommand(COMMAND, async ({ values }) => {
-  const [{ initBackend }, { graphDevice, resolveXla }, { attentionNames }, { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown }] = await Promise.all([
-    import('../backend.ts'), import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../paper/task-runner.ts'),
+  const [{ graphDevice, resolveXla }, { attentionNames }, { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown }] = await Promise.all([
+    import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../paper/task-runner.ts'),
   ]);
   const protocol = values.quick ? QUICK_PROTOCOL : PAPER_PROTOCOL;
   let tasks = listOption(values.tasks, 'tasks', TASK_NAMES);
@@ -68,7 +68,8 @@ await runCommand(COMMAND, async ({ values }) => {
   const batchSize = values.batch ?? protocol.batchSize;
   const evalSamples = values['eval-samples'] ?? 4 * batchSize;
   const lr = values.lr ?? PAPER_PROTOCOL.lr;
-  const { backend } = await initBackend(chooseBackend({ flag: values.backend, recipe: 'wasm' }).choice);
+  const device = await startBackend(COMMAND.name, { flag: values.backend, recipe: 'wasm' }, { verbose: values.verbose });
+  const { backend } = device;
   const outDir = values.out ?? join('reports', `tasks-${timestamp()}`);
 
   const [graph, xla] = [values.graph === 'on', resolveXla(values.xla)];

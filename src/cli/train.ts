@@ -4,8 +4,8 @@
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
-import { chooseBackend, resolveBackend, type BackendDecision } from '../backend/device.ts';
-import { backendOption } from './backend-option.ts';
+import { chooseBackend, resolveBackend, type BackendDecision, type Device } from '../backend/device.ts';
+import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
 const COMMAND = {
@@ -17,6 +17,7 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
   --section.key=value   override a recipe key, e.g. --train.lr=3e-4 --model.attention.options.prfFeatures=32`,
   options: {
     backend: backendOption("the recipe's backend"),
+    verbose: VERBOSE_OPTION,
     'dry-run': {
       type: 'boolean',
       help: 'resolve the recipe, build the model plan and print parameters, tokens per epoch, steps and a memory estimate; no training (dataset and tokenizer may be missing)',
@@ -45,6 +46,7 @@ interface Args {
   recipe: string;
   overrides: string[];
   backend: string | undefined;
+  verbose: boolean;
   dryRun: boolean;
   resume: string | undefined;
 }
@@ -53,14 +55,14 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
-  const [{ initBackend }, { planRun }, { resolveModelSource }, { resolveDataParallel }] = await Promise.all([
-    import('../backend.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
+  const [{ planRun }, { resolveModelSource }, { resolveDataParallel }] = await Promise.all([
+    import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
   ]);
   // The device the run would get, resolved without loading it.
   const device = resolveBackend(backend.choice);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
   // works everywhere (a GPU recipe's 'tensorflow' backend need not be installed for a dry run).
-  await initBackend('cpu', { quiet: true });
+  await startBackend(COMMAND.name, { flag: 'cpu' }, { silent: true });
   const plan = await planRun(recipe);
   const m = plan.modelConfig;
   const options = JSON.stringify(m.attention.options);
@@ -109,8 +111,8 @@ function describeDecision({ choice, from }: BackendDecision): string {
 }
 
 async function main(args: Args): Promise<number> {
-  const [{ initBackend }, { loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }, { signalExitCode, TrainingStopped }] = await Promise.all([
-    import('../backend.ts'), import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/stop.ts'),
+  const [{ loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }, { signalExitCode, TrainingStopped }] = await Promise.all([
+    import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/stop.ts'),
   ]);
   let recipe: Recipe;
   try {
@@ -144,8 +146,8 @@ async function main(args: Args): Promise<number> {
   }
   try {
     const resume = args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
-    await initBackend(backend.choice);
-    await runWithSignals(recipe, args, resume);
+    const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose });
+    await runWithSignals(recipe, args, resume, device);
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -167,7 +169,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
 }
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
-async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined): Promise<void> {
+async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined, device: Device): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {
@@ -181,7 +183,7 @@ async function runWithSignals(recipe: Recipe, args: Args, resume: string | undef
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    await runTraining(recipe, { resume, stop });
+    await runTraining(recipe, { resume, stop, device });
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
@@ -189,5 +191,5 @@ async function runWithSignals(recipe: Recipe, args: Args, resume: string | undef
 }
 
 await runCommand(COMMAND, ({ values, positionals, overrides }) =>
-  main({ recipe: positionals[0], overrides, backend: values.backend, dryRun: values['dry-run'], resume: values.resume }),
+  main({ recipe: positionals[0], overrides, backend: values.backend, verbose: values.verbose, dryRun: values['dry-run'], resume: values.resume }),
 );

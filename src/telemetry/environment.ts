@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
+import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE } from '../store/layout.ts';
 import { AUTO_PREFIX } from '../store/resolve.ts';
@@ -28,9 +29,9 @@ function gitSource(): { commit: string | null; dirty: boolean | null; reason?: s
  * tfjs is imported here, not at the top: importing the telemetry modules loads no tfjs (a command's --help answers
  * before any backend loads).
  */
-async function backendVersions(): Promise<Record<string, unknown>> {
+async function backendVersions(started?: Device): Promise<Record<string, unknown>> {
   const [tf, { runningDevice }, { tensorflowInfo }] = await Promise.all([import('@tensorflow/tfjs'), import('../backend/current.ts'), import('../backend/tensorflow.ts')]);
-  const device = runningDevice();
+  const device = started ?? runningDevice();
   const versions: Record<string, string | null> = { ...tf.version };
   try {
     versions['tfjs-backend-wasm'] = requireFromHere('@tensorflow/tfjs-backend-wasm/package.json').version;
@@ -49,8 +50,11 @@ function recordedPath(runDir: string, file: string | null) {
   return file === null ? null : { absolute: file, fromRun: path.relative(runDir, file) };
 }
 
-/** Where and how a process runs: Node, the machine, the command line, the git source and the backend's versions. */
-export async function processEnvironment(): Promise<Record<string, unknown>> {
+/**
+ * Where and how a process runs: Node, the machine, the command line, the git source and the backend's versions.
+ * `device`: the one its command started (else the running backend's, or none).
+ */
+export async function processEnvironment(device?: Device): Promise<Record<string, unknown>> {
   const cpus = os.cpus();
   return {
     node: process.version,
@@ -63,13 +67,13 @@ export async function processEnvironment(): Promise<Record<string, unknown>> {
     cwd: process.cwd(),
     startedAt: new Date().toISOString(),
     git: gitSource(),
-    backend: await backendVersions(),
+    backend: await backendVersions(device),
   };
 }
 
-async function environment(runDir: string, recipe: Recipe): Promise<Record<string, unknown>> {
+async function environment(runDir: string, recipe: Recipe, device?: Device): Promise<Record<string, unknown>> {
   return {
-    ...(await processEnvironment()),
+    ...(await processEnvironment(device)),
     paths: {
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),
@@ -79,10 +83,13 @@ async function environment(runDir: string, recipe: Recipe): Promise<Record<strin
   };
 }
 
-/** env.json of a new run; a resume (resumedAtStep defined) keeps the first session's and appends its own. */
-export async function environmentRecord(runDir: string, recipe: Recipe, resumedAtStep?: number | null): Promise<Record<string, unknown>> {
+/**
+ * env.json of a new run, on `device` (else the running backend's); a resume (resumedAtStep defined) keeps the first
+ * session's and appends its own.
+ */
+export async function environmentRecord(runDir: string, recipe: Recipe, { resumedAtStep, device }: { resumedAtStep?: number | null; device?: Device } = {}): Promise<Record<string, unknown>> {
   const file = path.join(runDir, ENV_FILE);
-  const current = await environment(runDir, recipe);
+  const current = await environment(runDir, recipe, device);
   let previous: Record<string, unknown> | null = null;
   if (resumedAtStep !== undefined) {
     try {

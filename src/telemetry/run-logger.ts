@@ -19,6 +19,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
+import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-folder.ts';
@@ -56,6 +57,8 @@ export interface RunLoggerOptions {
   wandbFinishTimeoutS?: number;
   /** Where progress lines are echoed (default process.stdout); when it is a terminal, lines fit its width and the bar shows. */
   terminal?: NodeJS.WriteStream;
+  /** The device the run trains on, for env.json (default: the running backend's). */
+  device?: Device;
 }
 
 export class RunLogger {
@@ -92,7 +95,7 @@ export class RunLogger {
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
-    const env = await environmentRecord(dir, recipe, opts.resumeDir ? opts.resumeStep ?? null : undefined);
+    const env = await environmentRecord(dir, recipe, { resumedAtStep: opts.resumeDir ? opts.resumeStep ?? null : undefined, device: opts.device });
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);

@@ -18,7 +18,7 @@ import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
-import type { Device } from '../backend/device.ts';
+import type { BackendName, Device } from '../backend/device.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import type { AdamW } from './optimizer.ts';
 import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './step.ts';
@@ -188,10 +188,9 @@ export class DataParallelGroup {
     private readonly replicas: Replica[],
   ) {}
 
-  /** Starts R − 1 worker replicas on the backend in use (R = `replicas`, the main thread counting as one). */
-  static async start(model: LanguageModel, replicas: number): Promise<DataParallelGroup> {
+  /** Starts R − 1 worker replicas on `backend` (R = `replicas`, the main thread counting as one): the trainer's device, else the one running. */
+  static async start(model: LanguageModel, replicas: number, backend: BackendName = currentDevice().backend): Promise<DataParallelGroup> {
     if (!Number.isInteger(replicas) || replicas < 1) throw new Error(`train.dataParallel must be an integer ≥ 1 (got ${replicas})`);
-    const { backend } = currentDevice();
     const workers = Array.from({ length: replicas - 1 }, (_, i) => new Replica(i + 1, model.config, backend));
     const group = new DataParallelGroup(model, workers);
     try {

@@ -3,7 +3,7 @@
 // and answers each step with the sum of its shards' gradients, packed in the order asked for.
 import { parentPort, workerData } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
-import { initBackend } from '../backend.ts';
+import { initBackend } from '../backend/start.ts';
 import type { BackendName } from '../backend/device.ts';
 import { createLanguageModel } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';

@@ -35,6 +35,7 @@ import { TrainingStopped, type StopRequest } from './stop.ts';
 import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
 import { graphStatus } from './compiled-step.ts';
 import { currentDevice } from '../backend/current.ts';
+import type { Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
 
@@ -106,13 +107,15 @@ interface RunParts {
   finetune: Awaited<ReturnType<typeof prepareFinetune>>;
   stream: BatchStream;
   replicas: number;
+  /** The device the run trains on, as its command started it. */
+  device: Device;
 }
 
 /**
  * Builds the model (initFrom, freeze, or the resumed checkpoint's tensors), the optimizer and the training stream
  * (whose cursor is checked against the dataset). On any failure everything built so far is freed.
  */
-async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: string) => void): Promise<RunParts> {
+async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, line: (text: string) => void): Promise<RunParts> {
   const { resumed, tokenizer, base } = inputs;
   const model = createLanguageModel(inputs.modelConfig);
   let optimizer: AdamW | null = null;
@@ -131,10 +134,10 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, line: (text: str
       xla: resolveXla(recipe.train.xla),
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
-    const replicas = resolveDataParallel(recipe.train.dataParallel, currentDevice(), recipe.train.batchSize);
+    const replicas = resolveDataParallel(recipe.train.dataParallel, device, recipe.train.batchSize);
     const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
-    return { model, optimizer, finetune, stream, replicas };
+    return { model, optimizer, finetune, stream, replicas, device };
   } catch (err) {
     optimizer?.dispose();
     model.dispose();
@@ -218,7 +221,7 @@ class TrainingLoop {
   async train(stop: StopRequest | undefined): Promise<void> {
     const { totalSteps } = this.inputs;
     // Started after initFrom and restore: the replicas receive the weights as they now are.
-    if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas);
+    if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas, this.parts.device.backend);
     // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
     // A resumed run (step > 0) has this record from its first session.
     if (this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
@@ -268,7 +271,7 @@ class TrainingLoop {
     };
     const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
     const seconds = (performance.now() - t0) / 1000;
-    if (currentDevice().native) this.lastReadback = readSince(readBefore);
+    if (parts.device.native) this.lastReadback = readSince(readBefore);
     if (result.applied) this.consecutiveSkips = 0;
     else this.dropUpdate(result);
     // The first step of a process records its program and builds its function (backend/tf-graph.ts).
@@ -286,7 +289,7 @@ class TrainingLoop {
 
   /** One line after the step that builds the step graph (train.graph, tensorflow only): whether steps now run as one graph, and if not why. */
   private reportGraph(micro: Batch[], stepOptions: StepOptions): void {
-    if (!stepOptions.graph || !currentDevice().native) return;
+    if (!stepOptions.graph || !this.parts.device.native) return;
     const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
     const status = graphStatus(this.parts.model, micro[0], variables, stepOptions.dropoutSeed !== null);
     const why = status.replace(/^eager: /, '');
@@ -388,21 +391,24 @@ export interface TrainOptions {
   /** A checkpoint folder to continue from (see src/store/resolve.ts). */
   resume?: string;
   stop?: StopRequest;
+  /** The device its command started (src/cli/backend-option.ts startBackend); else the running backend's. */
+  device?: Device;
 }
 
 /** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
 async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
+  const device = opts.device ?? currentDevice();
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
-  recipe = { ...recipe, backend: currentDevice().backend };
+  recipe = { ...recipe, backend: device.backend };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const lines = deferredLines();
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
-  const parts = await buildRunParts(recipe, inputs, lines.line);
+  const parts = await buildRunParts(recipe, inputs, device, lines.line);
   let loop: TrainingLoop | null = null;
   let unlock = () => {};
   try {
     let logger = opts.logger;
-    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device));
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
@@ -432,12 +438,12 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
  * The run folder: the checkpoint's own when it is inside a run (runTraining locked it already), else a new one, locked
  * for this process here (src/store/run-folder.ts). Returns the logger and the release of the lock taken here.
  */
-async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<{ logger: TrainLogger; unlock: () => void }> {
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number, device: Device): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
-    const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps, device });
     return { logger, unlock: () => {} };
   }
-  const logger = await RunLogger.create(recipe);
+  const logger = await RunLogger.create(recipe, { device });
   const unlock = lockRunFolder(logger.dir);
   if (resumed) {
     logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
@@ -451,7 +457,7 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
       `${totalSteps} steps of ${(batchSize * gradAccum * recipe.data.seqLen).toLocaleString('en-US')} tokens ` +
-      `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
+      `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${parts.device.backend}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
   const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');

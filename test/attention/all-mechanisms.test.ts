@@ -2,7 +2,7 @@
 // gradients that match finite differences, trainability on cpu and wasm, and no tensor leaks.
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
 import {
   attentionIsQuadratic, attentionNames, attentionOptionSpecs, attentionTensors, createAttention, type AttentionModule, type AttentionState, type TensorDeclaration,

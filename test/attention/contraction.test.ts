@@ -1,7 +1,7 @@
 // The shared linear-attention contraction against the quadratic masked form in float64.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackends } from '../helpers/backend.ts';
 import { linearAttention, productLinearAttention } from '../../src/model/attention/linear-attention.ts';
 import { Rng } from '../../src/core/rng.ts';

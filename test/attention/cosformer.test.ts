@@ -2,7 +2,7 @@
 // κ(i, j) = ReLU(q_i)ᵀReLU(k_j)·cos(π/2·(i − j)/M), and its gradient.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { cosformerAngles } from '../../src/model/attention/cosformer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';

@@ -1,6 +1,6 @@
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/performer.ts';
 import '../../src/model/attention/darkformer.ts';

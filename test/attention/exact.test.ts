@@ -1,7 +1,7 @@
 // softmax and exact spherical Yat against float64 references; registry validation.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { attentionNames, createAttention } from '../../src/model/attention/index.ts';
 import { Rng } from '../../src/core/rng.ts';

@@ -6,7 +6,7 @@
 // output equals the float64 un-stabilised estimator and nothing depends on later or padded keys.
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/index.ts';
 import type { RandomFeatureModule } from '../../src/model/attention/performer.ts';

@@ -2,7 +2,7 @@
 // positivity of its scores and denominator on random and adversarial inputs, and its gradient.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { eluPlusOne } from '../../src/model/attention/linear-elu.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';

@@ -3,7 +3,7 @@
 // not depend on the position, and steps leak no tensors.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { attentionIsQuadratic, attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import type { AttentionState } from '../../src/model/attention/types.ts';

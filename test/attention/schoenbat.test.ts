@@ -4,7 +4,7 @@
 // flat; post-SBN, gradients, options.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import '../../src/model/attention/schoenbat.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';

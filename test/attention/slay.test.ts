@@ -10,7 +10,7 @@
 // and the quadrature kernel approximates the exact spherical Yat kernel x²/(C − 2x) only away from x → 1.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { SLAY_POLY_VARIANTS, type SlayAttention } from '../../src/model/attention/slay.ts';

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TOY_ATTENTION } from '../fixtures/toy-attention.ts'; // the registry line
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
 import { evalCheckpoint } from '../../src/cli/eval.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';

@@ -2,7 +2,7 @@
 // without loading tfjs (with an injected probe of what is installed, so every case runs on every machine), and the
 // device description that the model's kernels and the sweep's packing ask instead of backend names.
 import { afterAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { currentDevice } from '../../src/backend/current.ts';
 import { BACKENDS, chooseBackend, describeDevice, LOCAL_PROBE, resolveBackend, type BackendProbe } from '../../src/backend/device.ts';
 import { currentBuild } from '../../src/backend/native-build.ts';
@@ -13,7 +13,7 @@ function probe({ build = null, pkg = null, wasm = true }: { build?: { gpu: boole
   return {
     nativeBuild: () => (build ? { tensorflow: '2.21.0', gpu: build.gpu } : undefined),
     nativePackage: () => pkg ?? undefined,
-    wasmInstalled: () => wasm,
+    installed: (name) => name === '@tensorflow/tfjs-backend-wasm' && wasm,
   };
 }
 

@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../../src/backend/fused-kernels.ts';
 import { BUILD_STAMP, isTensorflowSetUp, nativePackageDir, PROJECT_ROOT, readBuildStamp, SETUP_COMMAND, TENSORFLOW_CACHE } from '../../src/backend/native-build.ts';
 import { SetupError, setupTensorflow } from '../../src/backend/tensorflow-setup.ts';
@@ -103,7 +103,7 @@ describe.skipIf(!available)('TensorFlow\'s start-up lines', () => {
   // absl prints INFO lines from TF's static initialisers while the library loads ("oneDNN custom operations
   // are on"); the loader silences them through native/quiet_stderr.c. A child's stderr here is a socket.
   const load = (env: Record<string, string>) =>
-    spawnSync(process.execPath, ['--import', 'tsx', '-e', "import('./src/backend.ts').then(async (m) => { await m.initBackend('tensorflow', { quiet: true }); process.stderr.write('loaded\\n'); })"], {
+    spawnSync(process.execPath, ['--import', 'tsx', '-e', "import('./src/backend/start.ts').then(async (m) => { await m.initBackend('tensorflow', { quiet: true }); process.stderr.write('loaded\\n'); })"], {
       cwd: PROJECT_ROOT, encoding: 'utf8', env: { ...process.env, ...env },
     });
 

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { CompiledGraph, DUMP_GRAPHS_ENV, GraphCache, graphsAvailable, recordTrace } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';

@@ -107,13 +107,13 @@ describe('config.json', () => {
     const recipeFile = tinyRecipe('auto');
     const r = await train([recipeFile], envWith());
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(/^\[slayformer\] backend auto → tensorflow$/m);
+    expect(r.stderr).toMatch(/^\[train\] backend auto → tensorflow$/m);
     expect(JSON.parse(readFileSync(join(onlyRunFolder(recipeFile), 'config.json'), 'utf8')).backend).toBe('tensorflow');
   });
 });
 
 describe('sweep packing by the resolved device', () => {
-  const withNativeBuild: BackendProbe = { nativeBuild: () => ({ tensorflow: '2.21.0', gpu: false }), nativePackage: () => undefined, wasmInstalled: () => true };
+  const withNativeBuild: BackendProbe = { nativeBuild: () => ({ tensorflow: '2.21.0', gpu: false }), nativePackage: () => undefined, installed: () => true };
   const wasmOnly: BackendProbe = { ...withNativeBuild, nativeBuild: () => undefined };
   let file: string;
   let saved: string | undefined;

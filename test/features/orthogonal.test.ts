@@ -1,6 +1,6 @@
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { orthogonalGaussianProjection, orthogonalGaussianRows } from '../../src/model/features/orthogonal.ts';
 import { Rng } from '../../src/core/rng.ts';

@@ -1,7 +1,7 @@
 // Feature maps for the degree-2 polynomial kernel (uᵀv)² (src/model/features/polynomial.ts).
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createPolynomialMap, type PolynomialKind } from '../../src/model/features/polynomial.ts';
 import { Rng } from '../../src/core/rng.ts';

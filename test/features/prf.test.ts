@@ -2,7 +2,7 @@
 // x = √(2s)·û, and the stabilisers' invariance of normalised attention.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { linearAttention } from '../../src/model/attention/linear-attention.ts';
 import { positiveRandomFeatures, type Stabilizer } from '../../src/model/features/prf.ts';

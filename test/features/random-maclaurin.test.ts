@@ -2,7 +2,7 @@
 // forward against a direct float64 evaluation of the same draw, and unbiasedness by Monte Carlo.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import {
   degreeProbabilities,

@@ -3,7 +3,7 @@
 // settings that checkpoints, resumes and finetunes respect.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';

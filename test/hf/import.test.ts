@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
 import { readHfFolder } from '../../src/hf/folder.ts';
 import { readHfInitFrom } from '../../src/store/model-folder.ts';

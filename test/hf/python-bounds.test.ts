@@ -8,7 +8,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { BOUNDS } from '../../src/core/bounds.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { parseHfConfig } from '../../src/hf/config.ts';

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';

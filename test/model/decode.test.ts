@@ -3,7 +3,7 @@
 // softmax(logits/T) in distribution; generate with temperature 0 equals greedy decoding by full forward.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { generateTokens, IncrementalDecoder, nucleus, sampleToken } from '../../src/model/decode.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';

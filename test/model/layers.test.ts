@@ -1,7 +1,7 @@
 // The hand-written gradients of the model's building blocks against float64 references.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { crossEntropyRef } from '../helpers/reference.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';

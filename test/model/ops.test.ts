@@ -1,7 +1,7 @@
 // The wasm fast paths against tf.matMul / the stock kernels: same values, same gradients.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { batchMatMul, clamp, rowOuterProduct, untaped, vjp } from '../../src/model/ops.ts';
 import { Rng } from '../../src/core/rng.ts';

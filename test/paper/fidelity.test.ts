@@ -1,6 +1,6 @@
 // The kernel-fidelity harness behind `npm run ablate`.
 import { beforeAll, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { fidelityMarkdown, paperCases, PAPER_SCALES, runFidelity } from '../../src/paper/fidelity.ts';
 
 const settings = { embed: 16, heads: 2, batch: 2, causal: true, seeds: [0, 1] };

@@ -2,7 +2,7 @@
 // the task model learns an easy task; the benchmark summary's per-category statistics.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { summarizeTaskResults, taskResultsMarkdown, trainOnTask } from '../../src/paper/task-runner.ts';
 import type { TaskRunResult } from '../../src/paper/task-runner.ts';
 import { TASK_NAMES, TaskGenerator, taskSpec, tasksInCategory } from '../../src/paper/synthetic-tasks.ts';

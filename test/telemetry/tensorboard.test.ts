@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';

@@ -1,6 +1,6 @@
 // Gradient accumulation over k micro-batches gives the same update as one batch of k× rows.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';

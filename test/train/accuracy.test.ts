@@ -5,7 +5,7 @@
 // argmax at a chosen subset of positions, so the expected accuracy is known in advance.
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import type { Batch } from '../../src/data/batch.ts';
 import { createLanguageModel, IGNORE_LABEL } from '../../src/model/lm.ts';
 import type { LanguageModel, LanguageModelConfig } from '../../src/model/lm.ts';

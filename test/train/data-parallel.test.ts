@@ -3,7 +3,7 @@
 import { availableParallelism } from 'node:os';
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { describeDevice } from '../../src/backend/device.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { LanguageModelConfig, ModelBatch } from '../../src/model/lm.ts';

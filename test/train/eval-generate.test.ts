@@ -10,7 +10,7 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evalCheckpoint, formatEval } from '../../src/cli/eval.ts';
 import { generateFromCheckpoint } from '../../src/cli/generate.ts';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
@@ -162,7 +162,7 @@ describe('eval', () => {
     const quiet = evalAuto();
     expect(quiet.status, quiet.stderr).toBe(0);
     const lines = quiet.stderr.trim().split('\n');
-    expect(lines).toEqual([expect.stringMatching(/^\[eval\] backend (tensorflow|wasm|cpu)$/)]);
+    expect(lines).toEqual([expect.stringMatching(/^\[eval\] backend auto → (tensorflow|wasm|cpu)$/)]);
     const verbose = evalAuto('--verbose');
     expect(verbose.status, verbose.stderr).toBe(0);
     expect(verbose.stderr).toContain(lines[0]);

@@ -6,7 +6,7 @@
 // backend only.
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { isTensorflowSetUp, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { attentionNames } from '../../src/model/attention/index.ts';
 import { createLanguageModel, type LanguageModel, type ModelBatch } from '../../src/model/lm.ts';

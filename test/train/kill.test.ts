@@ -11,7 +11,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { CHECKPOINTS_DIR } from '../../src/store/layout.ts';

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { runTraining } from '../../src/train/trainer.ts';
 import { makeTinySetup, tinyRecipeText } from './checkpoint-fixtures.ts';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { COMPLETE_MARKER } from '../../src/core/atomic-folder.ts';
 import { listCheckpoints } from '../../src/store/run-folder.ts';
 import { TrainingStopped } from '../../src/train/stop.ts';

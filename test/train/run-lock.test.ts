@@ -6,7 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { listCheckpoints, listRunFolders } from '../../src/store/run-folder.ts';
 import { TrainingStopped, type StopRequest } from '../../src/train/stop.ts';

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initBackend } from '../../src/backend.ts';
+import { initBackend } from '../../src/backend/start.ts';
 import { currentDevice } from '../../src/backend/current.ts';
 import { testBackend } from '../helpers/backend.ts';
 import type { Batch } from '../../src/data/batch.ts';
