@@ -370,7 +370,17 @@ class TrainingLoop {
  */
 export async function runTraining(
   recipe: Recipe,
-  opts: { logger?: TrainLogger; /** A checkpoint folder to continue from (see src/store/resolve.ts). */ resume?: string; stop?: StopRequest } = {},
+  opts: {
+    logger?: TrainLogger;
+    /** A checkpoint folder to continue from (see src/store/resolve.ts). */
+    resume?: string;
+    stop?: StopRequest;
+    /**
+     * Sees a new run's model after initFrom and the data-dependent init, before step 0, with the validation batches
+     * (the experiments' diagnostics, src/paper/attention-measures.ts); it must leave the model as it found it.
+     */
+    beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
+  } = {},
 ): Promise<TrainResult> {
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
   recipe = { ...recipe, backend: currentDevice().backend };
@@ -384,6 +394,7 @@ export async function runTraining(
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
+    if (opts.beforeTraining && !inputs.resumed) await opts.beforeTraining(parts.model, inputs.evalBatches);
     await loop.train(opts.stop);
     return await loop.finish();
   } finally {
