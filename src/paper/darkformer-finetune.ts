@@ -263,7 +263,8 @@ export function measuredNotes(view: UnitView, quick: boolean): string[] {
       'The variance of positive random features grows exponentially with this squared norm (their second moment carries exp(2‖x̃_q + x̃_k‖²)).',
   );
 
-  const softmaxAcc = mean('softmax', 'acc_start');
+  // Softmax's step-0 accuracy is the pretrained model's: the control's, or else Performer's exact kernel (softmax itself).
+  const softmaxAcc = mean('softmax', 'acc_start') ?? mean('performer', 'acc_exact_start');
   const accWords = randomFeatureArms.map((f) => {
     const exact = mean(f, 'acc_exact_start');
     const features = mean(f, 'acc_start');
