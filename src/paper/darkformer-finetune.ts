@@ -74,6 +74,8 @@ export function startExtras(measures: StartMeasures): Record<string, number | nu
       extra[`${side}_${name}_max`] = s?.max ?? null;
     }
   }
+  // A unit's extra numbers are finite or null (src/paper/run.ts checks them): a degenerate head (no variance) gives null.
+  for (const [key, value] of Object.entries(extra)) if (value !== null && !Number.isFinite(value)) extra[key] = null;
   return extra;
 }
 
