@@ -1,6 +1,6 @@
 // What child processes pass to `node --import` to run TypeScript: tsx's loader as an absolute file URL. A bare
 // `--import tsx` is resolved from the working directory, so it fails when a command runs outside the project
-// folder (`npx slayformer …` from anywhere, a Slurm job's folder).
+// folder (the `slayformer` bin from anywhere, a Slurm job's folder).
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 

@@ -8,8 +8,9 @@ const COMMAND = {
   name: 'compare',
   usage: '<run folder | "glob" | parent folder>… [options]',
   description: `Compares training runs: a table per run (with backend, commit and peak memory), runs of one recipe and
-attention that differ only in the seed grouped as mean ± sd (n = 1: the run's values; a group's perplexity is
-exp(mean loss)), what settings tell the groups apart, each group's paired difference to the baseline attention
+attention that differ only in the seed grouped as mean ± sd over distinct seeds (a re-run of a seed is a repeat,
+averaged with it, never counted in n; n = 1: the seed's values; a group's perplexity is exp(mean loss)), what
+settings tell the groups apart, each group's paired difference to the baseline attention
 with its 95% interval, and loss/perplexity curves against tokens and wall-clock time with a ±sd band per group:
 report.md, index.html, runs.csv, groups.csv and groups.tex (LaTeX).
 Runs of different model kinds (GPT, BERT), tokenizers, evaluation tokens or validation data are an error naming

@@ -9,6 +9,8 @@ import path from 'node:path';
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { StreamOptions } from '../data/stream.ts';
 import type { Recipe } from '../recipe/schema.ts';
+import type { EvalSampleKind } from '../data/batch.ts';
+import { DOCUMENT_ORDER_FILE } from '../data/document-order.ts';
 import { chooseBackend } from '../backend/device.ts';
 import { backendOption } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
@@ -21,24 +23,22 @@ export const DEMO_RECIPE = 'recipes/demo/gpt-softmax.yaml';
 /**
  * Cross-entropy (nats/token) of the unigram model of the train labels, add-one smoothed,
  * p(t) = (count_train(t) + 1) / (N_train + V), on the validation labels: the loss of a model that
- * ignores context. Reported on the first `evalTokens` validation tokens (the trainer's fixed
- * evaluation set, same order) and on the whole validation split.
+ * ignores context. Reported on the trainer's evaluation sample (`evalTokens` labels drawn as
+ * `sample` draws them, collectEvalBatches) and on the whole validation split.
  */
 export async function unigramCrossEntropy(
   opts: Omit<StreamOptions, 'split' | 'cursor'>,
   vocabSize: number,
   evalTokens: number,
+  sample: EvalSampleKind = 'spread',
 ): Promise<{ evalNats: number; evalTokens: number; allNats: number; validationTokens: number; trainTokens: number }> {
-  const { openBatchStream } = await import('../data/stream.ts');
+  const [{ openBatchStream }, { collectEvalBatches }] = await Promise.all([import('../data/stream.ts'), import('../train/evaluate.ts')]);
   const counts = new Float64Array(vocabSize);
   let trainTokens = 0;
-  const readLabels = async (split: 'train' | 'validation', visit: (label: number) => void, endOfBatch = () => {}) => {
+  const readLabels = async (split: 'train' | 'validation', visit: (label: number) => void) => {
     const stream = await openBatchStream({ ...opts, split, shuffleBuffer: 0 });
     try {
-      for (let batch = await stream.next(); batch; batch = await stream.next()) {
-        for (const label of batch.labels) if (label >= 0) visit(label);
-        endOfBatch();
-      }
+      for (let batch = await stream.next(); batch; batch = await stream.next()) for (const label of batch.labels) if (label >= 0) visit(label);
     } finally {
       await stream.close();
     }
@@ -47,22 +47,23 @@ export async function unigramCrossEntropy(
     counts[label]++;
     trainTokens++;
   });
-  let nats = 0;
+  const nats = (label: number) => -Math.log((counts[label] + 1) / (trainTokens + vocabSize));
+  let allNats = 0;
   let seen = 0;
-  // Whole batches until evalTokens are reached, as collectEvalBatches takes them.
+  await readLabels('validation', (label) => {
+    allNats += nats(label);
+    seen++;
+  });
   let evalNats = 0;
   let scored = 0;
-  await readLabels(
-    'validation',
-    (label) => {
-      nats -= Math.log((counts[label] + 1) / (trainTokens + vocabSize));
-      seen++;
-    },
-    () => {
-      if (scored < evalTokens) [evalNats, scored] = [nats, seen];
-    },
-  );
-  return { evalNats: evalNats / scored, evalTokens: scored, allNats: nats / seen, validationTokens: seen, trainTokens };
+  for (const batch of (await collectEvalBatches(opts, evalTokens, sample)).batches) {
+    for (const label of batch.labels) {
+      if (label < 0) continue;
+      evalNats += nats(label);
+      scored++;
+    }
+  }
+  return { evalNats: evalNats / scored, evalTokens: scored, allNats: allNats / seen, validationTokens: seen, trainTokens };
 }
 
 function seconds(t0: number): string {
@@ -91,6 +92,9 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);
+    if (!existsSync(path.join(DEMO_DATASET, DOCUMENT_ORDER_FILE))) {
+      console.log(`[demo] warning: ${DEMO_DATASET} was prepared in year order, before prepare wrote documents in a random order (docs/data.md); remove it and ${DEMO_TOKENIZER} to prepare both again`);
+    }
   } else {
     const t0 = performance.now();
     const s = await prepareDemoCorpus(DEMO_DATASET);
@@ -115,8 +119,8 @@ async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>
   const device = await initBackend(chooseBackend({ flag: backend, recipe: recipe.backend }).choice);
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const t0 = performance.now();
-  // Same batch size as training: the evaluation set is the first evalTokens labels in batch order.
-  const unigram = await unigramCrossEntropy(streamOptions(recipe, tokenizer), tokenizer.vocabSize, recipe.train.evalTokens);
+  // The trainer's evaluation sample, drawn as it draws it.
+  const unigram = await unigramCrossEntropy(streamOptions(recipe, tokenizer), tokenizer.vocabSize, recipe.train.evalTokens, recipe.train.evalSample);
   console.log(
     `[demo] unigram entropy (train unigram, add-one smoothed): ${unigram.evalNats.toFixed(4)} nats/token on the ${unigram.evalTokens.toLocaleString('en-US')} evaluation tokens, ` +
       `${unigram.allNats.toFixed(4)} on all ${unigram.validationTokens.toLocaleString('en-US')} validation tokens (${seconds(t0)})`,

@@ -1,8 +1,10 @@
-// npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--tokenizer FILE] [--backend NAME] [--verbose]
+// npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--sample spread|head] [--tokenizer FILE] [--backend NAME] [--verbose]
 // Validation loss, perplexity, bits per byte and top-1 accuracy of a trained model (a run's final/ folder, a
 // checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data.
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { EvalResult } from '../train/evaluate.ts';
+import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES } from '../data/batch.ts';
+import type { EvalSampleKind } from '../data/batch.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, UsageError } from './command.ts';
 
@@ -10,12 +12,14 @@ const COMMAND = {
   name: 'eval',
   usage: '<checkpoint> [options]',
   description: `Validation loss, perplexity, bits per byte and top-1 accuracy (next-token for GPT, masked-token for BERT, on
-the loss's tokens) of a trained model on the validation split of its recipe's dataset (or --data), read in whole
-batches as during training, so the numbers match its log.
+the loss's tokens) of a trained model on the validation split of its recipe's dataset (or --data): --tokens labelled
+tokens drawn across the split by a fixed seed, as training's default validation (train.evalSample: spread), so every
+model on the same data and tokenizer is measured on the same tokens. The output says how many tokens and documents.
 <checkpoint> is a run's final/ folder, a checkpoint folder (model.safetensors + recipe.json) or a run folder.`,
   options: {
     data: { type: 'string', value: 'PATH', help: "dataset whose validation split is read (default: the recipe's data.dataset)" },
-    tokens: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "evaluate the first N validation tokens, in whole batches (default: the recipe's train.evalTokens)" },
+    tokens: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: `labelled validation tokens to evaluate (default ${DEFAULT_EVAL_TOKENS.toLocaleString('en-US')} for every model, run folder or Hugging Face export alike; give a run's train.evalTokens to match its log)` },
+    sample: { type: 'string', value: 'spread|head', default: 'spread', help: "spread: drawn across the split by a fixed seed; head: the split's first tokens (a protocol's train.evalSample: head)" },
     all: { type: 'boolean', help: 'evaluate the whole validation split' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
     backend: backendOption(),
@@ -27,8 +31,13 @@ batches as during training, so the numbers match its log.
 export interface EvalCheckpointOptions {
   checkpoint: string;
   data?: string;
-  /** Labelled tokens to evaluate; Infinity = the whole split; absent = the recipe's train.evalTokens. */
+  /**
+   * Labelled tokens to evaluate; Infinity = the whole split; absent = DEFAULT_EVAL_TOKENS, one number for every model
+   * (not the recipe's train.evalTokens: a Hugging Face export records none, and the same model would measure otherwise).
+   */
   tokens?: number;
+  /** How they are drawn (default spread). */
+  sample?: EvalSampleKind;
   tokenizer?: string;
 }
 
@@ -36,6 +45,10 @@ export interface EvalCheckpointResult extends EvalResult {
   dir: string;
   dataset: string;
   description: string;
+  /** Documents the evaluated tokens come from. */
+  documents: number;
+  /** How the tokens were drawn; `all` = the whole split (--all). */
+  sample: EvalSampleKind | 'all';
 }
 
 /** Loads the checkpoint, reads validation batches as training does, evaluates (the backend must be initialised). */
@@ -49,11 +62,12 @@ export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalC
     const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
     const dataset = opts.data ?? recipe.data.dataset;
     if (!dataset) throw new Error(`${dir} names no dataset (a Hugging Face folder): give --data PATH`);
-    const tokens = opts.tokens ?? recipe.train.evalTokens;
-    const batches = await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset }, tokens);
+    const tokens = opts.tokens ?? DEFAULT_EVAL_TOKENS;
+    const sample = Number.isFinite(tokens) ? (opts.sample ?? 'spread') : 'head';
+    const { batches, documents } = await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset }, tokens, sample);
     const result = await evaluate(model, batches);
     const description = `${model.kind} ${model.config.attention.name}${metadata.step ? ` (step ${metadata.step})` : ''}`;
-    return { ...result, dir, dataset, description };
+    return { ...result, dir, dataset, description, documents, sample: Number.isFinite(tokens) ? sample : 'all' };
   } finally {
     model.dispose();
   }
@@ -62,7 +76,7 @@ export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalC
 export function formatEval(r: EvalCheckpointResult): string {
   return [
     `checkpoint ${r.dir}: ${r.description}`,
-    `validation split of ${r.dataset}`,
+    `validation split of ${r.dataset}: ${r.tokens.toLocaleString('en-US')} labelled tokens from ${r.documents.toLocaleString('en-US')} documents (${{ spread: 'drawn across the split', head: "the split's first", all: 'the whole split' }[r.sample]})`,
     `loss ${r.loss.toFixed(4)}  ppl ${r.ppl.toFixed(2)}  bpb ${r.bpb.toFixed(4)}  acc ${r.accuracy.toFixed(4)}  tokens ${r.tokens}  bytes ${r.bytes}`,
   ].join('\n');
 }
@@ -71,8 +85,9 @@ if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
     const tokens = values.all ? Infinity : values.tokens;
+    if (!(EVAL_SAMPLES as readonly string[]).includes(values.sample)) throw new UsageError(`--sample must be one of ${EVAL_SAMPLES.join(', ')}, got ${JSON.stringify(values.sample)}`);
     await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
-    const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, tokenizer: values.tokenizer });
+    const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, sample: values.sample as EvalSampleKind, tokenizer: values.tokenizer });
     console.log(formatEval(result));
   });
 }

@@ -30,6 +30,7 @@ if (isMainModule(import.meta.url)) {
     await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
     const { exportHf } = await import('../store/hf-export.ts');
     const result = await exportHf(positionals[0], { out: values.out, tokenizer: values.tokenizer, overwrite: values.overwrite });
+    for (const folder of result.removedPartials) console.log(`removed ${folder}, left by an export that died`);
     console.log(`wrote ${result.out}: model_type ${result.modelType}, ${result.tensors} tensors`);
     if (result.nonStandard.length > 0) {
       console.log(

@@ -1,4 +1,4 @@
-// npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--backend NAME] [--verbose]
+// npm run generate -- <checkpoint> --prompt "…" [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--backend NAME] [--verbose]
 // Samples a continuation from a trained GPT, one token at a time with each attention layer's
 // recurrent state (src/model/decode.ts): O(1) work per new token for the linear mechanisms.
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
@@ -9,12 +9,14 @@ const COMMAND = {
   name: 'generate',
   usage: '<checkpoint> --prompt TEXT [options]',
   description: `Samples a continuation of TEXT from a trained GPT (a run's final/ folder, a checkpoint folder or a run folder),
-one token at a time with each attention layer's recurrent state. The text goes to stdout, timing to stderr.`,
+one token at a time with each attention layer's recurrent state. The text goes to stdout; timing, and a stop at the
+model's context length, to stderr.`,
   options: {
     prompt: { type: 'string', value: 'TEXT', help: 'the text to continue (empty: start from the end-of-text token); required' },
     'max-tokens': { type: 'string', value: 'N', default: '100', number: { integer: true, min: 0 }, help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token" },
     temperature: { type: 'string', value: 'T', default: '1', number: { min: 0 }, help: 'softmax temperature (0 = greedy)' },
     'top-k': { type: 'string', value: 'K', default: '50', number: { integer: true, min: 0 }, help: 'sample among the K most likely tokens (0 = all)' },
+    'top-p': { type: 'string', value: 'P', default: '1', number: { min: 0, exclusiveMin: true }, help: 'nucleus sampling: among the fewest most likely tokens whose probability sums to ≥ P, after --top-k (1 = all)' },
     seed: { type: 'string', value: 'S', default: '0', number: { integer: true }, help: 'sampling seed' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer)" },
     backend: backendOption(),
@@ -29,6 +31,8 @@ export interface GenerateCheckpointOptions {
   maxTokens: number;
   temperature: number;
   topK: number;
+  /** Nucleus sampling's p (default 1: off). */
+  topP?: number;
   seed: number;
   tokenizer?: string;
 }
@@ -40,6 +44,8 @@ export interface GenerateCheckpointResult {
   newTokens: number[];
   /** True when the model's maxSeqLen stopped generation before maxTokens. */
   truncated: boolean;
+  /** The model's context length (maxSeqLen). */
+  contextLength: number;
   seconds: number;
 }
 
@@ -64,7 +70,7 @@ export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): P
     const { tokens, truncated } = generateTokens(model, promptTokens, { ...opts, maxNewTokens: opts.maxTokens, stopToken: eos });
     const seconds = (performance.now() - started) / 1000;
     const text = await tokenizer.decode([...promptTokens, ...tokens], true);
-    return { text, promptTokens, newTokens: tokens, truncated, seconds };
+    return { text, promptTokens, newTokens: tokens, truncated, contextLength: model.config.maxSeqLen, seconds };
   } finally {
     model.dispose();
   }
@@ -73,14 +79,14 @@ export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): P
 if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.prompt === undefined) throw new UsageError('--prompt is required (--prompt "" starts from the end-of-text token)');
-    const options = { maxTokens: values['max-tokens'], temperature: values.temperature, topK: values['top-k'], seed: values.seed };
+    const options = { maxTokens: values['max-tokens'], temperature: values.temperature, topK: values['top-k'], topP: values['top-p'], seed: values.seed };
     await startBackend(COMMAND.name, { flag: values.backend }, values.verbose);
     const result = await generateFromCheckpoint({ checkpoint: positionals[0], prompt: values.prompt, tokenizer: values.tokenizer, ...options });
     console.log(result.text);
     const rate = result.newTokens.length / Math.max(result.seconds, 1e-9);
-    process.stderr.write(
-      `[generate] ${result.promptTokens.length} prompt + ${result.newTokens.length} new tokens in ${result.seconds.toFixed(2)} s (${rate.toFixed(1)} tokens/s)` +
-        `${result.truncated ? '; stopped at the model’s maxSeqLen' : ''}\n`,
-    );
+    process.stderr.write(`[generate] ${result.promptTokens.length} prompt + ${result.newTokens.length} new tokens in ${result.seconds.toFixed(2)} s (${rate.toFixed(1)} tokens/s)\n`);
+    if (result.truncated) {
+      process.stderr.write(`[generate] stopped at the model's context length (maxSeqLen ${result.contextLength}) after ${result.newTokens.length} of the ${options.maxTokens} new tokens asked\n`);
+    }
   });
 }

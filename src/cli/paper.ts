@@ -114,6 +114,7 @@ async function main({ values, positionals }: Args): Promise<number> {
       return 0;
     }
     console.log(`${set.file}: ${outcome.done.length} units done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
+      (outcome.elsewhere.length ? `, ${outcome.elsewhere.length} running in another process (${outcome.elsewhere.join(', ')})` : '') +
       outcome.failed.map((f) => `\n  failed: ${f.name}: ${f.lastLine}`).join(''));
     exitCode = outcome.failed.length > 0 ? 1 : outcome.stopped.length > 0 ? 130 : 0;
     if (outcome.stopped.length > 0) return exitCode;

@@ -26,13 +26,16 @@ Inputs (files, folders searched recursively in name order, or quoted file-name g
     'text-column': { type: 'string', value: 'NAME', help: 'text field/column in the inputs and the output (default text)' },
     'keep-columns': { type: 'string', value: 'a,b', help: 'extra input fields kept as string columns (e.g. url,timestamp)' },
     'validation-fraction': { type: 'string', value: 'F', default: '0.05', number: {}, help: 'share of documents drawn into validation, in [0, 1)' },
-    seed: { type: 'string', value: 'N', default: '0', number: { integer: true }, help: 'seed of the split' },
+    seed: { type: 'string', value: 'N', default: '0', number: { integer: true }, help: 'seed of the document order and of the split (--demo and --corpus: always 0)' },
+    'keep-order': { type: 'boolean', help: 'write the documents in input order (default: a seeded random order, recorded in document_order.json)' },
     'shard-size': { type: 'string', value: 'ROWS|SIZE', help: 'rows per shard (e.g. 100000) or size (e.g. 500MB, the default)' },
-    overwrite: { type: 'boolean', help: 'replace the output folder if it exists' },
+    overwrite: { type: 'boolean', help: 'replace the output folder if it is an earlier prepare output (its .slayformer-prepared marker); any other folder is refused' },
   },
   positionals: { max: Infinity, name: 'inputs' },
-  notes: `Empty (or whitespace-only) documents are skipped and counted; malformed input stops with an error
-naming the file and line.`,
+  notes: `Documents are written in a seeded random order (the trainer streams a split in file order through a bounded
+shuffle, and inputs in a meaningful order would train on one era or source after another); the order is recorded
+in <out>/document_order.json. Empty (or whitespace-only) documents are skipped and counted; malformed input stops
+with an error naming the file and line.`,
 } as const;
 
 // npm also runs a script named "prepare" by itself after `npm install` and `npm ci` (a lifecycle hook).
@@ -46,10 +49,10 @@ if (!lifecycleHook) {
     if ((values.demo || corpora.length > 0) && positionals.length > 0) throw new UsageError(`--demo and --corpus take no inputs, got: ${positionals.join(' ')}`);
     if (values.demo && corpora.length > 0) throw new UsageError('--demo and --corpus exclude each other');
     if (values.demo) {
-      summary = await prepareDemoCorpus(values.out ?? 'data/sotu');
+      summary = await prepareDemoCorpus(values.out ?? 'data/sotu', values['keep-order'] ?? false);
     } else if (corpora.length > 0) {
       if (!values.out) throw new UsageError('--out <folder> is required');
-      summary = await prepareOfflineCorpora(corpora, values.out, values.overwrite ?? false);
+      summary = await prepareOfflineCorpora(corpora, values.out, values.overwrite ?? false, values['keep-order'] ?? false);
     } else {
       if (!values.out) throw new UsageError('--out <folder> is required');
       if (positionals.length === 0) throw new UsageError('no inputs given');
@@ -60,6 +63,7 @@ if (!lifecycleHook) {
         keepColumns: listOption(values['keep-columns'], 'keep-columns'),
         validationFraction: values['validation-fraction'],
         seed: values.seed,
+        keepOrder: values['keep-order'],
         shardSize: values['shard-size'],
         overwrite: values.overwrite,
         log: (line) => console.log(line),

@@ -41,7 +41,7 @@ ${EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ? ' (de
     executor: { ...EXECUTOR_OPTIONS.executor, help: `run: ${EXECUTOR_OPTIONS.executor.help}` },
     'dry-run': { ...EXECUTOR_OPTIONS['dry-run'], help: `run: ${EXECUTOR_OPTIONS['dry-run'].help}` },
     ...EXECUTOR_SETTING_OPTIONS,
-    baseline: { type: 'string', value: 'NAME', help: 'report: the mechanism the others are paired with (default softmax, if present)' },
+    baseline: { type: 'string', value: 'NAME', help: "report: the mechanism the others are paired with (default: the sweep file's report.baseline, else softmax if present, as compare; 'none': no pairing)" },
     metric: { type: 'string', value: 'NAME', choices: Object.keys(REPORT_METRICS), help: 'report: the compared number' },
     out: { type: 'string', value: 'DIR', help: 'report: the report folder' },
   },
@@ -121,6 +121,7 @@ async function runSweep(sweep: Sweep, values: Args['values']): Promise<number> {
   }
   console.log(
     `sweep ${sweep.name}: ${outcome.done.length} done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
+      (outcome.elsewhere.length ? `, ${outcome.elsewhere.length} running in another process (${outcome.elsewhere.join(', ')})` : '') +
       (outcome.failed.length ? `\n${outcome.failed.map((f) => `  failed: ${f.name}: ${f.lastLine}`).join('\n')}` : '') +
       `\nstatus: npm run sweep -- status ${sweep.file}   report: npm run sweep -- report ${sweep.file}`,
   );
@@ -150,8 +151,8 @@ async function status(sweep: Sweep): Promise<number> {
 
 async function report(sweep: Sweep, values: Args['values']): Promise<number> {
   const metric = values.metric as ReportMetric | undefined;
-  const baseline = values.baseline;
-  if (baseline !== undefined && !sweep.runs.some((r) => r.recipe.model.attention.name === baseline)) {
+  const baseline = values.baseline === 'none' ? null : values.baseline;
+  if (typeof baseline === 'string' && !sweep.runs.some((r) => r.recipe.model.attention.name === baseline)) {
     throw new UsageError(`--baseline ${baseline}: no run of the sweep uses that attention`);
   }
   const outDir = values.out ?? path.join('reports', `sweep-${sweep.name}`);

@@ -80,7 +80,7 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
   }
   const { batchSize, gradAccum } = recipe.train;
   if (plan.epoch) {
-    out.push(`data        tokens per epoch ${fmt(plan.epoch.tokens)} (${plan.epoch.exact ? 'exact' : 'estimated'}) = ${fmt(plan.epoch.batches)} batches of ${batchSize}×${recipe.data.seqLen}`);
+    out.push(`data        tokens per epoch ${fmt(plan.epoch.tokens)} (${plan.epoch.exact ? 'exact' : 'estimated'}) = ${fmt(plan.epoch.batches)} batches of ${batchSize} sequences × ${recipe.data.seqLen} tokens`);
   } else {
     out.push(`data        ${plan.datasetNote}`);
   }
@@ -88,7 +88,7 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
   out.push(
     plan.totalSteps === null
       ? `steps       unknown (${budget}; ${fmt(plan.tokensPerStep)} tokens per optimizer step)`
-      : `steps       ${fmt(plan.totalSteps)} optimizer steps of ${fmt(plan.tokensPerStep)} tokens (${batchSize}×${gradAccum}×${recipe.data.seqLen}; ${budget})`,
+      : `steps       ${fmt(plan.totalSteps)} optimizer steps of ${fmt(plan.tokensPerStep)} tokens (batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${budget})`,
   );
   const { dataParallel } = recipe.train;
   if (dataParallel !== 1) {

@@ -6,19 +6,27 @@
 // renamed to `<name>`, and the parent is fsynced. A folder called `<name>` is therefore always
 // complete. An existing `<name>` is first renamed aside (`.<name>.old-<pid>`) and removed after the
 // new one is in place, so a crash leaves a complete copy under one of the two names.
+//
+// Removal never follows a symbolic link: a folder that is a link (a checkpoint or final/ moved to another disk and
+// linked back) may be read, but is never emptied or removed, nor is what it points to. A linked `<name>` that a new
+// folder replaces is kept beside it as `<name>.link-<pid>`, and the caller is told.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync } from 'node:fs';
-import { mkdir, open, readFile, rename, rm, rmdir } from 'node:fs/promises';
+import { existsSync, lstatSync, readdirSync } from 'node:fs';
+import { mkdir, open, readFile, readlink, rename, rm, rmdir } from 'node:fs/promises';
 import path from 'node:path';
+import { errorNaming } from './own-file.ts';
 
 export const COMPLETE_MARKER = 'COMPLETE';
 const CHECKSUM_LINE = /^([0-9a-f]{64}) {2}(\S+)$/;
 
+/** Writes and fsyncs `file`; a failed write (a full disk) names the file (own-file.ts). */
 export async function writeFileSynced(file: string, data: string | Uint8Array): Promise<void> {
   const handle = await open(file, 'w');
   try {
     await handle.writeFile(data);
     await handle.sync();
+  } catch (err) {
+    throw errorNaming(err, file);
   } finally {
     await handle.close();
   }
@@ -37,17 +45,26 @@ export async function syncDir(dir: string): Promise<void> {
 
 const sha256 = (data: string | Uint8Array) => createHash('sha256').update(data).digest('hex');
 
+/** Whether `file` is a symbolic link (dangling or not). */
+export function isSymbolicLink(file: string): boolean {
+  return lstatSync(file, { throwIfNoEntry: false })?.isSymbolicLink() ?? false;
+}
+
 /**
  * Writes `files` (name → content) as `<parent>/<name>/` plus its COMPLETE marker (see the top of this file), replacing
  * an existing folder of that name only if it holds nothing but files named in `ownFiles` (else an error: the
- * folder holds someone else's files). Returns the folder.
+ * folder holds someone else's files). A `<name>` that is a symbolic link is kept as `<name>.link-<pid>`, said
+ * through `note`. Returns the folder.
  */
-export async function writeFolderAtomically(parent: string, name: string, files: Map<string, string | Uint8Array>, ownFiles: ReadonlySet<string>): Promise<string> {
+export async function writeFolderAtomically(
+  parent: string, name: string, files: Map<string, string | Uint8Array>, ownFiles: ReadonlySet<string>, note: (text: string) => void = () => {},
+): Promise<string> {
   await mkdir(parent, { recursive: true });
   const target = path.join(parent, name);
   const tmp = path.join(parent, `.${name}.tmp-${process.pid}`);
-  const aside = path.join(parent, `.${name}.old-${process.pid}`);
-  if (existsSync(target)) assertOnlyOwnFiles(target, ownFiles);
+  const linked = isSymbolicLink(target);
+  const aside = linked ? `${target}.link-${process.pid}` : path.join(parent, `.${name}.old-${process.pid}`);
+  if (!linked && existsSync(target)) assertOnlyOwnFiles(target, ownFiles);
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp);
   const sums: string[] = [];
@@ -57,11 +74,12 @@ export async function writeFolderAtomically(parent: string, name: string, files:
   }
   await writeFileSynced(path.join(tmp, COMPLETE_MARKER), sums.join('\n') + '\n');
   await syncDir(tmp);
-  const replacing = existsSync(target);
+  const replacing = linked || existsSync(target);
   if (replacing) await rename(target, aside);
   await rename(tmp, target);
   await syncDir(parent);
-  if (replacing) await removeOwnFolder(aside, ownFiles);
+  if (linked) note(`${target} was a symbolic link (to ${await readlink(aside)}): the new folder replaces it, the link is kept as ${aside} and what it points to is left as it was`);
+  else if (replacing) await removeOwnFolder(aside, ownFiles);
   return target;
 }
 
@@ -73,16 +91,20 @@ function assertOnlyOwnFiles(dir: string, ownFiles: ReadonlySet<string>): void {
   }
 }
 
+/** Entries of `dir` this project did not write: other names, and anything under an own name that is not a plain file (a link). */
 function foreignEntries(dir: string, ownFiles: ReadonlySet<string>): string[] {
-  return readdirSync(dir).filter((e) => !ownFiles.has(e) && e !== COMPLETE_MARKER && e !== `${COMPLETE_MARKER}.tmp`);
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((e) => !(ownFiles.has(e.name) || e.name === COMPLETE_MARKER || e.name === `${COMPLETE_MARKER}.tmp`) || !e.isFile())
+    .map((e) => e.name);
 }
 
 /**
  * Removes `dir` if it holds nothing but `ownFiles` (and the marker), file by file; a folder with anything else in it
- * is left alone. Returns whether it was removed.
+ * is left alone, and so is a symbolic link (never followed: what it points to is not this project's to remove).
+ * Returns whether it was removed.
  */
 export async function removeOwnFolder(dir: string, ownFiles: ReadonlySet<string>): Promise<boolean> {
-  if (!existsSync(dir) || foreignEntries(dir, ownFiles).length > 0) return false;
+  if (!lstatSync(dir, { throwIfNoEntry: false })?.isDirectory() || foreignEntries(dir, ownFiles).length > 0) return false;
   for (const entry of readdirSync(dir)) await rm(path.join(dir, entry), { force: true });
   await rmdir(dir);
   return true;

@@ -28,6 +28,8 @@ export const BOUNDS = {
   quadratureNodes: { max: 64, why: 'the nodes come from an O(R³) eigen-solve, and beyond ~25 nodes the last weights (≈ e^(−4R)) are below float32' },
   /** Runs of a sweep: cases × the product of the grid's axes. */
   sweepRuns: { max: 10000, why: "each run is a recipe validated up front and a Slurm array task (Slurm's default MaxArraySize allows 1,001)" },
+  /** Bytes the columns read from one Parquet row group may decompress to (`npm run prepare`'s Parquet input). */
+  parquetRowGroupBytes: { max: 2 ** 28, why: "2× the 128 MB row groups of Spark and parquet-mr; a row group is decoded whole and its text held at ~3× its size" },
 } as const satisfies Record<string, Bound>;
 
 /** Most elements one float32 tensor may hold: TensorFlow.js indexes tensors with 32-bit integers. */
@@ -51,4 +53,14 @@ export function showValue(value: unknown, maxChars = 120): string {
   const inexact = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && !Number.isSafeInteger(v) && Math.abs(v) < 1e21;
   const marked = JSON.stringify(value, (_key, v: unknown) => (inexact(v) ? `\u0000${BigInt(v)}` : v));
   return String(marked).replace(/"\\u0000(-?\d+)"/g, '$1').slice(0, maxChars);
+}
+
+/**
+ * `<key> must be an integer ≥ min, ≤ max (got v; the bound: why)`, or null when `value` is such an integer: one
+ * wording for a size beyond its bound whichever entrance checks it (the Hugging Face config reader words it so too).
+ */
+export function boundProblem(key: string, value: unknown, bound: Bound, min = 1): string | null {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= min && value <= bound.max) return null;
+  const why = typeof value === 'number' && value > bound.max ? `; the bound: ${bound.why}` : '';
+  return `${key} must be an integer ≥ ${min}, ≤ ${bound.max} (got ${showValue(value)}${why})`;
 }

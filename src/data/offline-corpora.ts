@@ -4,9 +4,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { deriveSeed, Rng } from '../core/rng.ts';
 import { DEFAULT_SHARD_SIZE } from './dataset.ts';
 import { sotuDocuments, sotuDataDir, DEMO_SEED, DEMO_VALIDATION_FRACTION } from './demo-corpus.ts';
+import { describeOrder, orderDocuments } from './document-order.ts';
 import { writeSplitDataset } from './prepare.ts';
 import type { PrepareSummary } from './prepare.ts';
 import { InputError } from './sources/index.ts';
@@ -104,8 +104,8 @@ export function offlineCorpus(name: string): OfflineCorpus {
 }
 
 /** The `description` of the dataset prepareOfflineCorpora writes for these corpora (dataset_info.json): what and how. */
-export function offlineCorporaDescription(names: readonly string[]): string {
-  return `${offlineCorporaSources(names)}. Documents in a seeded random order (seed ${DEMO_SEED}).`;
+export function offlineCorporaDescription(names: readonly string[], keepOrder = false): string {
+  return `${offlineCorporaSources(names)}. ${describeOrder(keepOrder, DEMO_SEED)}`;
 }
 
 /** What each named corpus is, its package and its licence, in one line. */
@@ -115,21 +115,20 @@ export function offlineCorporaSources(names: readonly string[]): string {
 
 /**
  * Writes the named corpora as one save_to_disk dataset with columns text, corpus and title, the documents in a seeded
- * random order, and the demo's seeded 95/5 document split. An existing `outDir` is an error unless `overwrite`
+ * random order (`keepOrder`: corpus by corpus, in each package's order), and the demo's seeded 95/5 document split. An existing `outDir` is an error unless `overwrite`
  * (written to a staging folder, then renamed). Shuffled because the trainer streams documents in file order with a bounded shuffle: one
  * corpus after the other would train on the State of the Union, then the Bible, then the novel, and a validation set
  * drawn from the start of the split would measure forgetting. They fit in memory (16 MB of text).
  */
-export async function prepareOfflineCorpora(names: readonly string[], outDir: string, overwrite = false): Promise<PrepareSummary> {
+export async function prepareOfflineCorpora(names: readonly string[], outDir: string, overwrite = false, keepOrder = false): Promise<PrepareSummary> {
   if (names.length === 0) throw new InputError('no corpus named');
   const corpora = names.map(offlineCorpus);
-  const all: SourceDocument[] = [];
-  for (const corpus of corpora) for await (const doc of corpus.documents()) all.push({ ...doc, extra: [corpus.name, doc.extra[0]] });
-  new Rng(deriveSeed(DEMO_SEED, 'document-order')).shuffle(all);
   async function* documents(): AsyncGenerator<SourceDocument> {
-    yield* all;
+    for (const corpus of corpora) for await (const doc of corpus.documents()) yield { ...doc, extra: [corpus.name, doc.extra[0]] };
   }
-  const summary = await writeSplitDataset(documents(), {
+  // In memory (estimatedBytes 0): the permutation these corpora were always written in, so prepared folders stay valid.
+  const ordered = orderDocuments(documents(), { seed: DEMO_SEED, keepOrder, estimatedBytes: 0, workDir: `${outDir}.order-${process.pid}` });
+  const summary = await writeSplitDataset(ordered.documents, {
     out: outDir,
     textColumn: 'text',
     extraColumns: ['corpus', 'title'],
@@ -137,7 +136,8 @@ export async function prepareOfflineCorpora(names: readonly string[], outDir: st
     seed: DEMO_SEED,
     shardSize: DEFAULT_SHARD_SIZE,
     overwrite,
-    description: offlineCorporaDescription(names),
+    description: offlineCorporaDescription(names, keepOrder),
+    order: ordered.record,
   });
   return { ...summary, inputFiles: summary.documents + summary.skippedEmpty };
 }

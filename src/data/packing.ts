@@ -4,14 +4,6 @@
 import { seqLenProblem } from './batch.ts';
 import type { Batch } from './batch.ts';
 
-/** Tokens of a document followed by the end-of-text token. */
-export function withEos(tokens: Int32Array, eos: number): Int32Array {
-  const out = new Int32Array(tokens.length + 1);
-  out.set(tokens);
-  out[tokens.length] = eos;
-  return out;
-}
-
 /** Builds windows incrementally from documents fed in pieces, so a window can span documents and
  *  record batches. Between windows it holds only the one overlap token (`carry`). */
 export class WindowPacker {

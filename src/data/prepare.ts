@@ -6,6 +6,9 @@ import { Rng, deriveSeed } from '../core/rng.ts';
 import { ArrowShardWriter } from './arrow.ts';
 import { DEFAULT_SHARD_SIZE, SPLITS, SplitWriter, parseShardSize, writeDatasetDictJson } from './dataset.ts';
 import type { ShardSize, Split } from './dataset.ts';
+import { DOCUMENT_ORDER_FILE, describeOrder, orderDocuments } from './document-order.ts';
+import type { DocumentOrderRecord } from './document-order.ts';
+import { checkOutput, markPreparedOutput, replaceOutput } from './prepared-output.ts';
 import { InputError, readDocuments, resolveInputs } from './sources/index.ts';
 import type { SourceDocument } from './sources/index.ts';
 
@@ -20,8 +23,10 @@ export interface PrepareOptions {
   keepColumns?: string[];
   /** Probability that a document goes to the validation split, in [0, 1). Default 0.05. */
   validationFraction?: number;
-  /** Seed of the split. Default 0. */
+  /** Seed of the document order and of the split. Default 0. */
   seed?: number;
+  /** Write the documents in input order instead of a seeded random order (docs/data.md, "Document order"). Default false. */
+  keepOrder?: boolean;
   /** Rows per shard or bytes per shard ("100000", "500MB"). Default 500MB, as `datasets`. */
   shardSize?: ShardSize | string;
   /** Replace an existing output folder. Default false (an existing folder is an error). */
@@ -49,6 +54,8 @@ export interface PrepareSummary {
   /** Empty or whitespace-only (or null) documents that were skipped. */
   skippedEmpty: number;
   splits: Record<Split, SplitCounts>;
+  /** The order the documents were written in (also in the dataset's document_order.json). */
+  order?: DocumentOrderRecord;
 }
 
 export interface WriteDatasetOptions {
@@ -60,17 +67,13 @@ export interface WriteDatasetOptions {
   shardSize: ShardSize;
   overwrite: boolean;
   description: string;
+  /** The order of `documents`, complete once they are read: written to the dataset's document_order.json. */
+  order?: () => DocumentOrderRecord;
 }
 
 function checkFraction(fraction: number): void {
   if (!(Number.isFinite(fraction) && fraction >= 0 && fraction < 1)) {
     throw new InputError(`--validation-fraction must be a number in [0, 1), got ${fraction}`);
-  }
-}
-
-function checkOutput(out: string, overwrite: boolean): void {
-  if (fs.existsSync(out) && !overwrite) {
-    throw new InputError(`${out}: the output folder already exists (pass --overwrite to replace it)`);
   }
 }
 
@@ -126,9 +129,10 @@ export async function writeSplitDataset(
     const train = await writers.train.finish();
     const validation = await writers.validation.finish();
     writeDatasetDictJson(staging, SPLITS);
-    if (options.overwrite) fs.rmSync(out, { recursive: true, force: true });
-    fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
-    fs.renameSync(staging, out);
+    const order = options.order?.();
+    if (order) fs.writeFileSync(path.join(staging, DOCUMENT_ORDER_FILE), `${JSON.stringify(order)}\n`);
+    markPreparedOutput(staging);
+    replaceOutput(staging, out, options.overwrite);
     const moved = (files: string[]) => files.map((f) => path.join(out, path.relative(staging, f)));
     const splits: Record<Split, SplitCounts> = {
       train: { documents: train.rows, bytes: train.textBytes, shards: moved(train.shards) },
@@ -141,6 +145,7 @@ export async function writeSplitDataset(
       shards: train.shards.length + validation.shards.length,
       skippedEmpty,
       splits,
+      ...(order ? { order } : {}),
     };
   } catch (err) {
     await writers.train.abort();
@@ -166,17 +171,26 @@ export async function prepareDataset(options: PrepareOptions): Promise<PrepareSu
       yield* readDocuments(file, textColumn, keepColumns);
     }
   }
-  const summary = await writeSplitDataset(allDocuments(), {
+  const seed = options.seed ?? 0;
+  const keepOrder = options.keepOrder ?? false;
+  const ordered = orderDocuments(allDocuments(), { seed, keepOrder, estimatedBytes: estimatedTextBytes(files), workDir: `${options.out}.order-${process.pid}` });
+  const summary = await writeSplitDataset(ordered.documents, {
     out: options.out,
     textColumn,
     extraColumns: keepColumns,
     validationFraction,
-    seed: options.seed ?? 0,
+    seed,
     shardSize,
     overwrite: options.overwrite ?? false,
-    description: `Prepared by slayformer from ${files.length} input file(s)`,
+    description: `Prepared by slayformer from ${files.length} input file(s). ${describeOrder(keepOrder, seed)}`,
+    order: ordered.record,
   });
   return { ...summary, inputFiles: files.length };
+}
+
+/** The inputs' text, estimated from their sizes: compressed ones (gzip, Parquet) counted at 5× (text compresses 3–4×). */
+function estimatedTextBytes(files: readonly string[]): number {
+  return files.reduce((sum, file) => sum + fs.statSync(file).size * (/\.(gz|parquet)$/i.test(file) ? 5 : 1), 0);
 }
 
 function megabytes(bytes: number): string {
@@ -193,6 +207,11 @@ export function formatSummary(summary: PrepareSummary): string[] {
     lines.push(`  ${split}: ${s.documents} documents, ${s.bytes} bytes, ${s.shards.length} shard(s)`);
   }
   if (summary.skippedEmpty > 0) lines.push(`skipped ${summary.skippedEmpty} empty documents`);
+  const { order } = summary;
+  if (order) {
+    const how = order.order === 'input' ? 'in input order (--keep-order)' : `in a seeded random order (seed ${order.seed})`;
+    lines.push(`documents ${how}; order sha256 ${order.sha256.slice(0, 16)}… in ${path.join(summary.out, DOCUMENT_ORDER_FILE)}`);
+  }
   return lines;
 }
 

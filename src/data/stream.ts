@@ -27,9 +27,10 @@ import { describeSplit, listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
 import { mlmBatch, mlmSpecials, ordinaryTokenIds } from './mlm.ts';
 import type { MlmOptions } from './mlm.ts';
-import { WindowPacker, gptBatch, windowCount, withEos } from './packing.ts';
+import { WindowPacker, gptBatch, windowCount } from './packing.ts';
 import { shardFormatOf } from './shard-registry.ts';
 import { ShuffleBuffer } from './shuffle.ts';
+import { SmallestKeys } from './smallest-keys.ts';
 import type { TextTokenizer } from './tokenizer.ts';
 
 export interface StreamOptions {
@@ -66,12 +67,20 @@ const QUEUED_RECORD_BATCHES = 2;
 /** Fixed masking seed for the validation split, so validation losses compare across runs and seeds. */
 const VALIDATION_MASK_SEED = 0x5eed;
 
+/**
+ * A record batch's tokens in one buffer, no object per row (a record batch may hold millions of short rows): row r's
+ * document is ids[starts[r], starts[r + 1]) (GPT: followed by EOS), an empty range an empty document. Rows before
+ * the restore row are left empty and never visited.
+ */
 interface TokenizedBatch {
   batchIndex: number;
-  /** null = empty document. Rows before the restore row are left null and never visited. */
-  docs: (Int32Array | null)[];
+  ids: Int32Array;
+  starts: Int32Array;
   bytes: Int32Array;
 }
+
+/** Rows of a tokenized record batch. */
+const rowCount = (batch: TokenizedBatch) => batch.starts.length - 1;
 
 /** Single-producer single-consumer bounded async queue. */
 class BoundedQueue<T> {
@@ -218,7 +227,6 @@ class ShardProducers {
         if (invalidUtf8 > 0 && invalid.count === 0) invalid.firstBatch = batchIndex;
         invalid.count += invalidUtf8;
         const skipRows = batchIndex === fromBatch ? fromRow : 0;
-        const docs: (Int32Array | null)[] = new Array(texts.length).fill(null);
         const bytes = new Int32Array(texts.length);
         const toEncode: string[] = [];
         const rowsEncoded: number[] = [];
@@ -229,13 +237,23 @@ class ShardProducers {
           rowsEncoded.push(r);
           bytes[r] = Buffer.byteLength(text, 'utf8');
         }
-        const encoded = await tokenizer.encodeBatch(toEncode);
-        for (let i = 0; i < encoded.length; i++) {
-          const tokens = encoded[i];
+        const encoded = await tokenizer.encodeFlat(toEncode);
+        // Row by row, with EOS after each GPT document that has tokens.
+        const ids = new Int32Array(encoded.ids.length + (kind === 'gpt' ? toEncode.length : 0));
+        const starts = new Int32Array(texts.length + 1);
+        let end = 0;
+        for (let r = 0, next = 0; r < texts.length; r++) {
+          starts[r] = end;
+          if (rowsEncoded[next] !== r) continue;
+          const tokens = encoded.ids.subarray(encoded.starts[next], encoded.starts[next + 1]);
+          next++;
           if (tokens.length === 0) continue;
-          docs[rowsEncoded[i]] = kind === 'gpt' ? withEos(tokens, eos) : tokens;
+          ids.set(tokens, end);
+          end += tokens.length;
+          if (kind === 'gpt') ids[end++] = eos;
         }
-        await queue.push({ batchIndex, docs, bytes });
+        starts[texts.length] = end;
+        await queue.push({ batchIndex, ids, starts, bytes });
         if (queue.isCancelled) break;
       }
       queue.end();
@@ -295,11 +313,12 @@ class DocumentWalker {
         this.current = next;
         at.recordBatch = next.batchIndex;
       }
-      if (at.row >= this.current.docs.length) {
+      if (at.row >= rowCount(this.current)) {
         this.finishRecordBatch();
         continue;
       }
-      const doc = this.current.docs[at.row];
+      const { ids, starts } = this.current;
+      const doc = starts[at.row + 1] > starts[at.row] ? ids.subarray(starts[at.row], starts[at.row + 1]) : null;
       if (this.offsetToCheck !== null) {
         checkRestoredOffset(at.offset, doc?.length ?? null, this.offsetToCheck);
         this.offsetToCheck = null;
@@ -322,7 +341,7 @@ class DocumentWalker {
   finishDocument(): void {
     this.position.row++;
     this.position.offset = 0;
-    if (this.current !== null && this.position.row >= this.current.docs.length) this.finishRecordBatch();
+    if (this.current !== null && this.position.row >= rowCount(this.current)) this.finishRecordBatch();
   }
 
   private finishRecordBatch(): void {
@@ -461,6 +480,21 @@ class ShardBatchStream implements BatchStream {
     }
   }
 
+  /**
+   * The next example (shuffle buffer and batching bypassed) as a one-row batch, with the documents (0-based, in split
+   * order) its tokens were cut from; BERT masks it with `maskRng`. For sampling examples across a split (spreadSample).
+   */
+  async nextRow(maskRng: Rng): Promise<ExampleRow | null> {
+    const documentsBefore = this.statistics.documents;
+    const firstDocument = this.walker.position.offset > 0 ? documentsBefore - 1 : documentsBefore;
+    const example = await this.nextExample();
+    if (example === null) return null;
+    const lastDocument = Math.max(firstDocument, this.statistics.documents - 1);
+    const { kind, seqLen, tokenizer } = this.opts;
+    const row = kind === 'gpt' ? gptBatch([example], seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch([example], this.masking!.mlm, maskRng);
+    return { row, firstDocument, lastDocument };
+  }
+
   /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */
   private async nextExample(): Promise<Int32Array | null> {
     const at = this.walker.position;
@@ -515,6 +549,72 @@ class ShardBatchStream implements BatchStream {
   }
 }
 
+/** One example of a split as a one-row batch and the documents (0-based, split order) its tokens come from. */
+export interface ExampleRow {
+  row: Batch;
+  firstDocument: number;
+  lastDocument: number;
+}
+
+/** The evaluation sample: whole batches of validation examples and how many documents their tokens come from. */
+export interface EvalSample {
+  batches: Batch[];
+  documents: number;
+}
+
+/** Seed of the spread sample's choice of examples: fixed, so every run on the same data and tokenizer sees the same tokens. */
+const SPREAD_SAMPLE_SEED = 0x5eed;
+
+/**
+ * `evalTokens` labelled tokens drawn across the whole validation split (docs/training.md, "Validation"): every example
+ * (GPT window, BERT chunk) of the split, read once in split order, gets a seeded random key, and the examples with the
+ * smallest keys are kept until they hold `evalTokens` labels (SmallestKeys: memory bounded by the sample, not the split).
+ * BERT masks each example with a generator seeded by its index, so the masks do not depend on which examples are kept.
+ * The kept examples are batched in split order, `batchSize` rows a batch (the last may be smaller).
+ */
+export async function spreadSample(opts: Omit<StreamOptions, 'split' | 'cursor' | 'shuffleBuffer'>, evalTokens: number): Promise<EvalSample> {
+  const full: StreamOptions = { ...opts, split: 'validation', shuffleBuffer: 0 };
+  validateOptions(full);
+  const shards = await listShards(full.dataset, 'validation');
+  const stream = new ShardBatchStream(full, shards, undefined, 'data cursor');
+  const keys = new Rng(SPREAD_SAMPLE_SEED);
+  const kept = new SmallestKeys<ExampleRow & { index: number }>(evalTokens);
+  try {
+    for (let index = 0; ; index++) {
+      const example = await stream.nextRow(new Rng(deriveSeed(VALIDATION_MASK_SEED, index)));
+      if (example === null) break;
+      kept.offer(keys.uniform(), example.row.tokens, { ...example, index });
+    }
+  } finally {
+    await stream.close();
+  }
+  const rows = kept.items().sort((a, b) => a.index - b.index);
+  const documents = new Set<number>();
+  for (const { firstDocument, lastDocument } of rows) for (let d = firstDocument; d <= lastDocument; d++) documents.add(d);
+  const batches: Batch[] = [];
+  for (let start = 0; start < rows.length; start += opts.batchSize) batches.push(joinRows(rows.slice(start, start + opts.batchSize).map((r) => r.row)));
+  return { batches, documents: documents.size };
+}
+
+/** One-row batches of the same kind and sequence length as one batch. */
+export function joinRows(rows: readonly Batch[]): Batch {
+  const { kind, seqLen } = rows[0];
+  const width = seqLen;
+  const inputIds = new Int32Array(rows.length * width);
+  const labels = new Int32Array(rows.length * width);
+  const attentionMask = kind === 'bert' ? new Float32Array(rows.length * width) : undefined;
+  let tokens = 0;
+  let bytes = 0;
+  rows.forEach((row, r) => {
+    inputIds.set(row.inputIds, r * width);
+    labels.set(row.labels, r * width);
+    if (attentionMask) attentionMask.set(row.attentionMask!, r * width);
+    tokens += row.tokens;
+    bytes += row.bytes;
+  });
+  return { kind, batchSize: rows.length, seqLen, inputIds, labels, ...(attentionMask ? { attentionMask } : {}), tokens, bytes };
+}
+
 /** The sample estimateEpoch reads: the first documents of the split, up to either limit. */
 export interface EpochSample {
   documents: number;
@@ -553,11 +653,13 @@ export async function estimateEpoch(opts: Omit<StreamOptions, 'cursor'>, sample:
     for await (const { texts } of shardFormatOf(shard).readTextBatches(shard, opts.textColumn)) {
       rows += texts.length;
       const kept = texts.filter((t): t is string => t !== null && t.trim().length > 0);
-      for (const ids of await tokenizer.encodeBatch(kept)) {
-        if (ids.length === 0) continue;
-        tokens += ids.length;
+      const { starts } = await tokenizer.encodeFlat(kept);
+      for (let i = 0; i < kept.length; i++) {
+        const length = starts[i + 1] - starts[i];
+        if (length === 0) continue;
+        tokens += length;
         documents++;
-        bertChunks += Math.ceil(ids.length / (seqLen - 2));
+        bertChunks += Math.ceil(length / (seqLen - 2));
       }
       for (const t of kept) bytes += Buffer.byteLength(t, 'utf8');
       if (documents >= sample.documents || bytes >= sample.bytes) break outer;

@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { Tokenizer } from 'tokenizers';
+import { BOUNDS, boundProblem } from '../core/bounds.ts';
 
 export interface SpecialIds {
   eos?: number;
@@ -46,6 +47,12 @@ const PIECE_CHARS = 16_384;
 const HARD_PIECE_CHARS = 4 * PIECE_CHARS;
 /** Characters given to one native encodeBatch call (its peak memory is ~170 bytes per character). */
 const CALL_CHARS = 1 << 18;
+/**
+ * Texts given to one native encodeBatch call: each result holds ~1.5 KB (tokens, offsets, masks) until the garbage
+ * collector frees it, which it does not hurry to do since the memory is native; a record batch of 2M one-character
+ * rows in one call took ~4 GB. `datasets` writes 1,000-row batches, one call each.
+ */
+const CALL_TEXTS = 1024;
 /** Unicode White_Space: JavaScript's \s plus U+0085, which the tokenizers' regex engine also counts. */
 const SPACE = /[\s\u0085]/;
 /** Normalizers that work character by character (nothing at the edges of the input, such as Strip). */
@@ -103,6 +110,12 @@ function hardCut(text: string, at: number, specials: readonly string[]): number 
 
 type TokenStyle = 'byte-level' | 'wordpiece' | 'metaspace' | 'plain';
 
+/** Token ids of several texts in one buffer: text i's are `ids[starts[i], starts[i + 1])`. */
+export interface FlatIds {
+  ids: Int32Array;
+  starts: Int32Array;
+}
+
 export class TextTokenizer {
   readonly vocabSize: number;
   readonly specialIds: SpecialIds;
@@ -154,6 +167,11 @@ export class TextTokenizer {
     if (json === null || typeof json !== 'object' || typeof json.model !== 'object' || json.model === null) {
       throw new Error(`tokenizer file ${path} is not a tokenizer.json (no "model" object)`);
     }
+    // The model's own vocabulary, counted before the native library builds it: beyond the embedding-rows bound no
+    // model here can use the tokenizer, and a few million tokens would take the native load a minute.
+    const vocab = (json.model as { vocab?: unknown }).vocab;
+    const entries = Array.isArray(vocab) ? vocab.length : vocab !== null && typeof vocab === 'object' ? countKeys(vocab) : 0;
+    if (entries > BOUNDS.embeddingRows.max) throw new Error(boundProblem(`the vocabulary of ${path}`, entries, BOUNDS.embeddingRows)!);
     let native: Tokenizer;
     try {
       native = Tokenizer.fromString(text);
@@ -165,27 +183,58 @@ export class TextTokenizer {
   }
 
   /**
-   * Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added). Long texts are
-   * encoded in pieces with the ids of the whole (see PIECE_CHARS), and the native calls take at most CALL_CHARS
-   * characters each (or one piece), so memory is bounded by those sizes and not by the longest text.
+   * Token ids of each text, without special tokens or post-processing (no [CLS]/[SEP] added): views of one buffer
+   * (encodeFlat).
    */
   async encodeBatch(texts: string[]): Promise<Int32Array[]> {
-    const pieces: { text: number; start: number; end: number }[] = [];
-    texts.forEach((text, i) => {
+    const { ids, starts } = await this.encodeFlat(texts);
+    return texts.map((_, i) => ids.subarray(starts[i], starts[i + 1]));
+  }
+
+  /**
+   * Token ids of all texts in one buffer: text i's are ids[starts[i], starts[i + 1]), so a batch of many short texts
+   * costs 4 bytes per token and per text, no object per text. Long texts are encoded in pieces with the ids of the
+   * whole (see PIECE_CHARS), and the native calls take at most CALL_CHARS characters (or one piece) and CALL_TEXTS
+   * texts each, so memory is bounded by those sizes and not by the longest text or the number of texts.
+   */
+  async encodeFlat(texts: readonly string[]): Promise<FlatIds> {
+    const starts = new Int32Array(texts.length + 1);
+    let ids = new Int32Array(Math.max(16, texts.length));
+    let length = 0;
+    // One native call's pieces: their strings and the text each belongs to (pieces come in text order).
+    let call: string[] = [];
+    let owners: number[] = [];
+    let chars = 0;
+    /** The last text whose start is set: a text's pieces may span two calls. */
+    let started = -1;
+    const flush = async () => {
+      const encodings = await this.native.encodeBatch(call, { addSpecialTokens: false });
+      encodings.forEach((encoding, k) => {
+        if (owners[k] !== started) [starts[owners[k]], started] = [length, owners[k]];
+        const pieceIds = encoding.getIds();
+        if (length + pieceIds.length > ids.length) {
+          const grown = new Int32Array(Math.max(2 * ids.length, length + pieceIds.length));
+          grown.set(ids.subarray(0, length));
+          ids = grown;
+        }
+        ids.set(pieceIds, length);
+        length += pieceIds.length;
+      });
+      [call, owners, chars] = [[], [], 0];
+    };
+    for (let i = 0; i < texts.length; i++) {
+      const text = texts[i];
       const ranges: [number, number][] = this.inPieces ? pieceRanges(text, this.addedTokens) : [[0, text.length]];
-      for (const [start, end] of ranges) pieces.push({ text: i, start, end });
-    });
-    const parts: Int32Array[][] = texts.map(() => []);
-    for (let first = 0; first < pieces.length; ) {
-      let last = first + 1;
-      let chars = pieces[first].end - pieces[first].start;
-      while (last < pieces.length && chars + pieces[last].end - pieces[last].start <= CALL_CHARS) chars += pieces[last].end - pieces[last++].start;
-      const call = pieces.slice(first, last);
-      const encodings = await this.native.encodeBatch(call.map((p) => texts[p.text].slice(p.start, p.end)), { addSpecialTokens: false });
-      encodings.forEach((e, k) => parts[call[k].text].push(Int32Array.from(e.getIds())));
-      first = last;
+      for (const [start, end] of ranges) {
+        if (call.length > 0 && (call.length >= CALL_TEXTS || chars + end - start > CALL_CHARS)) await flush();
+        call.push(text.slice(start, end));
+        owners.push(i);
+        chars += end - start;
+      }
     }
-    return parts.map(concatenate);
+    if (call.length > 0) await flush();
+    starts[texts.length] = length;
+    return { ids: ids.subarray(0, length), starts };
   }
 
   async decode(ids: ArrayLike<number>, skipSpecial = false): Promise<string> {
@@ -197,6 +246,13 @@ export class TextTokenizer {
   tokenBytes(id: number): number {
     return id >= 0 && id < this.bytesPerToken.length ? this.bytesPerToken[id] : 0;
   }
+}
+
+/** Own keys of an object, counted without listing them. */
+function countKeys(object: object): number {
+  let n = 0;
+  for (const key in object) if (Object.prototype.hasOwnProperty.call(object, key)) n++;
+  return n;
 }
 
 function tokenStyle(json: TokenizerJson): TokenStyle {
@@ -229,17 +285,6 @@ function computeTokenBytes(native: Tokenizer, vocabSize: number, specials: Set<n
       bytes = utf8.encode(token).length;
     }
     out[id] = bytes;
-  }
-  return out;
-}
-
-function concatenate(parts: Int32Array[]): Int32Array {
-  if (parts.length === 1) return parts[0];
-  const out = new Int32Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
   }
   return out;
 }

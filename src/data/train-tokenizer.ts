@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { BPE, Tokenizer, byteLevelAlphabet, byteLevelPreTokenizer } from 'tokenizers';
+import { BOUNDS, boundProblem } from '../core/bounds.ts';
 import { listShards } from './dataset.ts';
 import type { Split } from './dataset.ts';
 import { shardFormatOf } from './shard-registry.ts';
@@ -75,10 +76,9 @@ export function finalizeByteLevelBpe(raw: TokenizerJsonDoc, vocabSize: number, s
 
 /** Checks a requested vocabulary size before any (slow) training starts. */
 export function checkVocabSize(vocabSize: number, specialCount: number = BYTE_LEVEL_SPECIALS.length): void {
-  const minimum = specialCount + 256;
-  if (!Number.isInteger(vocabSize) || vocabSize < minimum) {
-    throw new Error(`vocab size ${vocabSize} is too small: it must be an integer ≥ ${minimum} (${specialCount} special tokens + 256 byte symbols)`);
-  }
+  // At least the specials and the 256 byte symbols; at most the embedding rows any model here may have.
+  const problem = boundProblem('the vocabulary size (--vocab)', vocabSize, BOUNDS.embeddingRows, specialCount + 256);
+  if (problem) throw new Error(problem);
   if (vocabSize > NATIVE_TRAINER_VOCAB) {
     throw new Error(`vocab size ${vocabSize} is above ${NATIVE_TRAINER_VOCAB}, the fixed limit of the native tokenizers trainer`);
   }

@@ -243,7 +243,7 @@ export interface Section {
   seed?: number;
   /** Per layer, what the mechanism's random draw fixes beyond its tensors (AttentionModule.drawLayout; SchoenbAt only). */
   layers?: Readonly<Record<string, readonly number[]>>[];
-  /** Where the weights came from (informational). */
+  /** Where the weights came from (informational; a run-relative name, never an absolute path: store/model-card.ts). */
   source?: string;
 }
 

@@ -1,7 +1,7 @@
 // Incremental decoding of a GPT: a block of tokens (the prompt) or one token per step, each attention
 // layer carrying its recurrent state (linear mechanisms: the O(1) sums Σ φ(k)[v, 1]ᵀ; softmax and
 // exact Yat: a key/value cache), so a new token costs the same whatever the length for linear
-// mechanisms — the prefix is never re-run. Plus sampling (temperature, top-k, seeded) and a generate
+// mechanisms — the prefix is never re-run. Plus sampling (temperature, top-k, top-p, seeded) and a generate
 // loop over token ids.
 import * as tf from '@tensorflow/tfjs';
 import type { AttentionState } from './attention/types.ts';
@@ -87,16 +87,37 @@ export interface SamplingOptions {
   temperature: number;
   /** Sample among the k most likely tokens only; 0 = the whole vocabulary. */
   topK: number;
+  /** Nucleus sampling: among the fewest most likely tokens whose probability sums to ≥ p (after temperature and top-k); 1 (the default) = all. */
+  topP?: number;
 }
 
 export function validateSampling(opts: SamplingOptions): void {
   if (!(Number.isFinite(opts.temperature) && opts.temperature >= 0)) throw new Error(`temperature must be a number ≥ 0 (got ${opts.temperature})`);
   if (!(Number.isInteger(opts.topK) && opts.topK >= 0)) throw new Error(`top-k must be an integer ≥ 0 (got ${opts.topK})`);
+  const topP = opts.topP ?? 1;
+  if (!(typeof topP === 'number' && topP > 0 && topP <= 1)) throw new Error(`top-p must be a number > 0 and ≤ 1 (got ${opts.topP})`);
+}
+
+/**
+ * The nucleus of a distribution: the indices of the fewest most likely entries whose probabilities sum to
+ * ≥ p, most likely first (lowest index first among equal probabilities). `probabilities` need not be
+ * normalised: p is taken of their sum.
+ */
+export function nucleus(probabilities: readonly number[], p: number): number[] {
+  const order = probabilities.map((_, i) => i).sort((a, b) => probabilities[b] - probabilities[a] || a - b);
+  const target = p * probabilities.reduce((a, b) => a + b, 0);
+  let mass = 0;
+  for (let j = 0; j < order.length; j++) {
+    mass += probabilities[order[j]];
+    if (mass >= target) return order.slice(0, j + 1);
+  }
+  return order;
 }
 
 /**
  * Draws a token id from one row of logits: argmax at temperature 0 (lowest id on ties), otherwise
- * from softmax(logits / temperature) restricted to the top k (in float64 on the host: one row).
+ * from softmax(logits / temperature) restricted to the top k, then to the top-p nucleus (in float64 on
+ * the host: one row).
  */
 export function sampleToken(logits: ArrayLike<number>, opts: SamplingOptions, rng: Rng): number {
   const n = logits.length;
@@ -108,7 +129,13 @@ export function sampleToken(logits: ArrayLike<number>, opts: SamplingOptions, rn
   let candidates = Array.from({ length: n }, (_, i) => i);
   if (opts.topK > 0 && opts.topK < n) candidates = candidates.sort((a, b) => logits[b] - logits[a] || a - b).slice(0, opts.topK);
   const max = Math.max(...candidates.map((i) => logits[i]));
-  const weights = candidates.map((i) => Math.exp((logits[i] - max) / opts.temperature));
+  let weights = candidates.map((i) => Math.exp((logits[i] - max) / opts.temperature));
+  const topP = opts.topP ?? 1;
+  if (topP < 1) {
+    const kept = nucleus(weights, topP);
+    candidates = kept.map((j) => candidates[j]);
+    weights = kept.map((j) => weights[j]);
+  }
   let u = rng.uniform() * weights.reduce((a, b) => a + b, 0);
   for (let j = 0; j < candidates.length; j++) {
     u -= weights[j];

@@ -318,7 +318,7 @@ export const darkformerFinetune: Experiment = {
   },
   notes: [
     'Scale: the paper finetunes Gemma-2B; here the pretrained model has ≈ 1.3M parameters (0.5M of them in the embeddings) and sees one epoch of 2.3M tokens. A claim that is "not separated" here says that this scale does not show it, not that the paper is wrong. What the mechanisms start from is measured below, not assumed.',
-    'Each cell’s accuracy is measured on the same 8,192 validation tokens (the start of the validation split) as every other cell; the extra numbers (loss, accuracy right after the swap, spikes) are in the JSON file.',
+    'Each cell’s accuracy is measured on the same 8,192 validation tokens as every other cell, drawn across the whole validation split by a fixed seed (train.evalSample: spread; the demo corpus is prepared in seeded random document order, so pretraining, finetuning and evaluation see the same mix of years); the extra numbers (loss, accuracy right after the swap, spikes, the start measures) are in the JSON file.',
   ],
   measuredNotes,
   shown: [

@@ -13,6 +13,7 @@ import type { CellSpec, CellVerdict, Claim, Difference, Explanation, ShownExtra 
 import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
 import { lineChartSvg } from '../report/plot.ts';
+import { escapeMarkdown } from '../report/markdown.ts';
 import type { LinePoint } from '../report/plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 
@@ -214,7 +215,8 @@ function formatPublished(cell: CellResult, digits: number): string {
 }
 
 function cellText(cell: CellResult, digits: number): string {
-  if (cell.verdict === 'not run') return cell.error && cell.error !== 'not run yet' ? `— (${cell.error.slice(0, 60)})` : '—';
+  // An error text comes from a unit's files: escaped, so that it reads as text (no heading, link or HTML).
+  if (cell.verdict === 'not run') return cell.error && cell.error !== 'not run yet' ? `— (${escapeMarkdown(cell.error.slice(0, 60))})` : '—';
   const ours = formatStat(cell.ours, digits);
   if (!cell.published) return ours;
   return `${ours} · paper ${formatPublished(cell, digits)} ${MARK[cell.verdict]}`;
@@ -275,9 +277,10 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     '| | |',
     '|---|---|',
     `| regenerate | \`${results.command}\` |`,
-    `| commit | ${p.commits.join('; ') || '—'} |`,
-    `| backend | ${p.backends.join('; ') || '—'} |`,
-    `| machine | ${p.machines.join('; ') || '—'} |`,
+    // These come from the units' env.json: escaped like any text read from a file.
+    `| commit | ${escapeMarkdown(p.commits.join('; ')) || '—'} |`,
+    `| backend | ${escapeMarkdown(p.backends.join('; ')) || '—'} |`,
+    `| machine | ${escapeMarkdown(p.machines.join('; ')) || '—'} |`,
     `| wall time | ${formatDuration(p.wallSeconds)} from the first unit’s start to the last one’s end; the units’ own time adds up to ${formatDuration(p.unitSeconds)} (${formatDuration(p.cpuSeconds)} of CPU) |`,
     `| units | ${p.units.done} of ${p.units.total} done${p.units.notDone ? ` (${p.units.notDone} not done: the cells they feed show —)` : ''} |`,
     `| written | ${p.writtenAt} |`,

@@ -12,6 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeOwnFile } from '../core/own-file.ts';
 import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
 import { runFolders } from '../sweep/run-folders.ts';
@@ -127,7 +128,7 @@ function doneUnit(set: ExperimentRunSet, name: string): { dir: string; outcome: 
   const index = set.units.findIndex((u) => u.name === name);
   if (index < 0) throw new Error(`${set.file}: no unit named ${name}`);
   const dir = newestDoneFolder(set, index);
-  return dir ? { dir, outcome: readJson<UnitResultFile>(path.join(dir, 'result.json')).outcome } : null;
+  return dir ? { dir, outcome: readUnitResult(path.join(dir, 'result.json')).outcome } : null;
 }
 
 /** The unit's newest run folder that finished (summary.json written), or null. */
@@ -152,12 +153,54 @@ export function collectUnits(set: ExperimentRunSet): UnitRecord[] {
       const attempt = readAttempt(set, set.runs[index]);
       return { unit, dir: null, result: null, env: null, failure: attempt && attempt.outcome !== 'done' ? `${attempt.outcome}: ${attempt.lastLine}` : null };
     }
-    return { unit, dir, result: readJson<UnitResultFile>(path.join(dir, 'result.json')), env: readJson(path.join(dir, ENV_FILE)), failure: null };
+    return { unit, dir, result: readUnitResult(path.join(dir, 'result.json')), env: readEnv(path.join(dir, ENV_FILE)), failure: null };
   });
 }
 
 function writeJson(file: string, value: unknown): void {
-  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
+  writeOwnFile(file, JSON.stringify(value, null, 2) + '\n');
+}
+
+/**
+ * A unit's result.json, checked before the results use it: a unit folder is a file on disk like any other, and a
+ * hand-edited or truncated one must give an error naming the file and the field, not a TypeError or a wrong table.
+ */
+export function readUnitResult(file: string): UnitResultFile {
+  const value = readJson<unknown>(file);
+  const problem = unitResultProblem(value);
+  if (problem) throw new Error(`${file}: not a unit result: ${problem}`);
+  return value as UnitResultFile;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isFiniteNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+function unitResultProblem(value: unknown): string | null {
+  if (!isObject(value)) return 'expected a JSON object';
+  for (const key of ['experiment', 'unit', 'startedAt', 'finishedAt'] as const) {
+    if (typeof value[key] !== 'string') return `${key} must be a string (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
+  }
+  for (const key of ['startedAt', 'finishedAt'] as const) if (Number.isNaN(Date.parse(value[key] as string))) return `${key} must be a date (got ${JSON.stringify(value[key])})`;
+  for (const key of ['version', 'seconds', 'cpuSeconds'] as const) {
+    if (!isFiniteNumber(value[key])) return `${key} must be a number (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
+  }
+  const outcome = value.outcome;
+  if (!isObject(outcome)) return `outcome must be an object (got ${JSON.stringify(outcome) ?? 'nothing'})`;
+  if (!Array.isArray(outcome.values) || !outcome.values.every(isFiniteNumber)) return `outcome.values must be a list of numbers (got ${JSON.stringify(outcome.values) ?? 'nothing'})`;
+  if (!isObject(outcome.extra) || !Object.values(outcome.extra).every((v) => v === null || isFiniteNumber(v))) {
+    return `outcome.extra must map names to numbers or null (got ${JSON.stringify(outcome.extra) ?? 'nothing'})`;
+  }
+  if (outcome.error !== undefined && typeof outcome.error !== 'string') return `outcome.error must be a string (got ${JSON.stringify(outcome.error)})`;
+  if (outcome.details !== undefined && !isObject(outcome.details)) return `outcome.details must be an object (got ${JSON.stringify(outcome.details)})`;
+  if (typeof outcome.headline !== 'string') return `outcome.headline must be a string (got ${JSON.stringify(outcome.headline) ?? 'nothing'})`;
+  return null;
+}
+
+/** A unit's env.json: an object (its strings are escaped where the results show them). */
+function readEnv(file: string): Record<string, unknown> {
+  const value = readJson<unknown>(file);
+  if (!isObject(value)) throw new Error(`${file}: expected a JSON object (where the unit ran)`);
+  return value;
 }
 
 function readJson<T = Record<string, unknown>>(file: string): T {

@@ -9,6 +9,7 @@ import { attentionNames, attentionOptionSpecs } from '../model/attention/index.t
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
 import { tensorSizeProblems } from './model-config.ts';
+import { nameWithModelOverrides } from './run-name.ts';
 import { boundsText, isStatic, KEYS, RECIPE_SCHEMA, REQUIRED, SCHEMA, SECTIONS, unflatten } from './schema.ts';
 import type { DerivedDefault, FieldSpec, FieldType, Recipe, RecipeKey } from './schema.ts';
 
@@ -72,7 +73,9 @@ export function parseRecipeWith(hooks: RecipeHooks, text: string, file: string, 
   collect(root, '', '', given, problems);
   for (const arg of overrides) applyOverride(arg, given, problems);
   if (problems.length > 0) throw new RecipeError(file, problems);
-  return resolve(given, file, hooks);
+  const recipe = resolve(given, file, hooks);
+  // The run's name says which model keys the command line changed (run-name.ts), unless the command line names it.
+  return overrides.some((arg) => arg.startsWith('--name=')) ? recipe : { ...recipe, name: nameWithModelOverrides(recipe.name, overrides) };
 }
 
 /** A YAML document's value, or its syntax errors as `invalid YAML at line L, column C: …` (recipes and sweep files). */

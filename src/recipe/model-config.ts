@@ -1,6 +1,6 @@
 // The model a recipe builds: the mapping from its model section (and data.seqLen, train.seed) to the model config,
 // and the sizes that cannot fit in one TensorFlow.js tensor.
-import { MAX_TENSOR_ELEMENTS } from '../core/bounds.ts';
+import { BOUNDS, MAX_TENSOR_ELEMENTS, boundProblem } from '../core/bounds.ts';
 import { attentionIsQuadratic } from '../model/attention/index.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import type { Recipe } from './schema.ts';
@@ -35,6 +35,8 @@ export function tensorSizeProblems(
 /** The model config a recipe builds for a vocabulary of `vocabSize`; sizes that cannot fit are an error naming the keys. */
 export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
   const m = recipe.model;
+  const vocabulary = boundProblem('the vocabulary', vocabSize, BOUNDS.embeddingRows);
+  if (vocabulary) throw new Error(vocabulary);
   if (m.maxSeqLen < recipe.data.seqLen) {
     throw new Error(`model.maxSeqLen (${m.maxSeqLen}) must be ≥ data.seqLen (${recipe.data.seqLen})`);
   }

@@ -5,7 +5,8 @@ import path from 'node:path';
 import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
 import type { Activation } from '../model/transformer.ts';
 import { BOUNDS } from '../core/bounds.ts';
-import { SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
+import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES, SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
+import type { EvalSampleKind } from '../data/batch.ts';
 import { BACKENDS, type BackendChoice } from '../backend/device.ts';
 import { freezeProblem } from './freeze.ts';
 import type { FreezeSpec } from './freeze.ts';
@@ -62,6 +63,7 @@ export interface Recipe {
     maxTokens: number | null;
     evalInterval: number;
     evalTokens: number;
+    evalSample: EvalSampleKind;
     logInterval: number;
     checkpointInterval: number;
     keepCheckpoints: number;
@@ -70,6 +72,7 @@ export interface Recipe {
     runDir: string;
   };
   wandb: { enabled: boolean | 'auto'; project: string; entity: string | null; runName: string | null };
+  tensorboard: { enabled: boolean };
 }
 
 /** Dotted paths of the leaves of T ("train.lr", "model.attention.options"); a string-indexed record is a leaf. */
@@ -124,7 +127,7 @@ const oneOf = (...values: (string | boolean)[]): FieldType => ({ kind: 'enum', v
  * resolved config. `satisfies` makes the compiler check that it names every leaf of `Recipe` and nothing else.
  */
 export const RECIPE_SCHEMA = {
-  name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`.' },
+  name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`. Command-line overrides of `model.*` keys add themselves to it (`gpt-softmax+attention=performer`, [training.md](training.md#run-names)), unless `--name` is given too.' },
   backend: {
     type: oneOf(...BACKENDS), default: 'auto',
     doc: 'TensorFlow.js backend. `auto` = `tensorflow` where `npm run setup:tensorflow` has built it (or a tfjs-node package is installed), else `wasm`. `--backend` and `$SLAYFORMER_BACKEND` take precedence; the run\'s config.json records the backend it ran on.',
@@ -196,8 +199,13 @@ export const RECIPE_SCHEMA = {
   },
   'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
   'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
-  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs (0 = only at the end).' },
-  'train.evalTokens': { type: int(1), default: 32768, doc: 'Validation tokens per evaluation (read from the start of the validation split, same every time).' },
+  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs, and one at step 0 (the model before training), so that curves start there (0 = only at the end).' },
+  'train.evalTokens': { type: int(1), default: DEFAULT_EVAL_TOKENS, doc: 'Validation tokens per evaluation (labelled tokens: BERT counts the masked ones), the same every time (`train.evalSample`).' },
+  'train.evalSample': {
+    type: oneOf(...EVAL_SAMPLES),
+    default: 'spread',
+    doc: "Which validation tokens are evaluated: `spread` = examples drawn across the whole validation split by a fixed seed (the same for every run on the same data, tokenizer and sequence length), `head` = the split's first `train.evalTokens` tokens (the protocol before spread sampling; a random sample only when the dataset's documents are in random order).",
+  },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },
   'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in `<run>/checkpoints/`, plus the one with the lowest validation loss (among checkpoints taken at a validation step).' },
@@ -209,6 +217,8 @@ export const RECIPE_SCHEMA = {
   'wandb.project': { type: str, default: 'slayformer', doc: 'W&B project.' },
   'wandb.entity': { type: str, nullable: true, default: null, doc: "W&B entity (user or team); `null` = the API key's default entity." },
   'wandb.runName': { type: str, nullable: true, default: null, doc: 'W&B display name; `null` = the run folder name.' },
+
+  'tensorboard.enabled': { type: bool, default: true, doc: 'Write the metric records as a TensorBoard event file in the run folder (`events.out.tfevents.*`), as they land: `tensorboard --logdir runs` shows every run.' },
 } as const satisfies Record<RecipeKey, FieldSpec>;
 
 export const SCHEMA: Record<string, FieldSpec> = RECIPE_SCHEMA;

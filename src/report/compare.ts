@@ -2,8 +2,9 @@
 // metrics.jsonl = MetricRecord lines, summary.json = the trainer's final summary, env.json = where it ran;
 // see src/telemetry/run-logger.ts) and writes a report folder with
 //   report.md       per-run table (with backend, commit and peak memory), runs of the same recipe + attention
-//                   with different seeds grouped as mean ± sd (n), what tells the groups apart, and each
-//                   group's paired difference to the baseline attention (same other settings, same seeds)
+//                   with different seeds grouped as mean ± sd (n = distinct seeds: a re-run of a seed is a repeat,
+//                   averaged with it), what tells the groups apart, and each group's paired difference to the
+//                   baseline attention (same other settings, same seeds), the comparison's columns first
 //   index.html      the same tables with the plots inlined (opens in a browser, uses its width)
 //   {train,val}-{loss,ppl}.svg, {train,val}-loss-time.svg   curves against tokens and against wall-clock
 //                   time, one line per group: the mean over the group's seeds with a ±sd band
@@ -17,7 +18,7 @@
 // report per such family. A group's mean ± sd measures how much the seed matters, so a group whose runs differ in
 // more than the seed (tokens trained, the learning-rate schedule they followed) is refused unless forced.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { readSafetensorsHeader } from '../hf/safetensors.ts';
@@ -25,11 +26,14 @@ import { checkRecord } from '../telemetry/records.ts';
 import type { MetricRecord } from '../telemetry/records.ts';
 import { pairedT } from './paired.ts';
 import type { PairedResult } from './paired.ts';
-import { lineChartSvg } from './plot.ts';
+import { lineChartSvg, seriesColours } from './plot.ts';
 import type { LinePoint } from './plot.ts';
-import { formatMeanSd, formatNumber, groupBy, meanSd } from './stats.ts';
+import { formatMeanSd, formatNumber, groupBy, meanSd, meanSdOverSeeds, perSeed } from './stats.ts';
 import type { MeanSd } from './stats.ts';
-import { ENV_FILE, FINAL_DIR, METRICS_FILE, MODEL_FILE, RUN_CONFIG_FILE, SUMMARY_FILE, TOKENIZER_FILE } from '../store/layout.ts';
+import { escapeHtml, escapeMarkdown } from './markdown.ts';
+import { folderSegment, safeJoin } from './safe-path.ts';
+import { RECIPE_SCHEMA } from '../recipe/schema.ts';
+import { ENV_FILE, FINAL_DIR, METRICS_FILE, MODEL_FILE, RUN_CONFIG_FILE, RUN_MARKER, SUMMARY_FILE, TOKENIZER_FILE } from '../store/layout.ts';
 
 export interface RunSummary {
   dir: string;
@@ -76,13 +80,21 @@ export interface RunGroup {
   attention: string;
   recipeName: string;
   runs: RunSummary[];
-  /** Mean ± sd over the runs; finalValPpl is exp(mean final loss), without an sd. */
+  /** The distinct seeds of its runs (in order of appearance) and how many runs each has. */
+  seeds: { seed: number | null; runs: number }[];
+  /**
+   * Runs that repeat a seed already in the group (a re-run after a crash, say): not samples. Their spread is the
+   * largest range (max − min) of the final validation loss among runs of one seed, which measures non-determinism;
+   * null when no seed repeats.
+   */
+  repeats: { runs: number; spread: number | null };
+  /** Mean ± sd over distinct seeds (a seed's repeats averaged first; n = seeds); finalValPpl is exp(mean final loss), without an sd. */
   stats: Record<'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'finalValAcc' | 'tokensPerSecond' | 'wallSeconds', MeanSd>;
   /** How the runs differ in more than the seed (empty when they do not). */
   mixed: string[];
   /** The runs' recipe without the attention (from the first run): the baseline group has the same. */
   pairingKey: string;
-  /** The difference of the final validation loss to the baseline group, paired by seed; null for the baseline or without one. */
+  /** The difference of the final validation loss to the baseline group, paired by distinct seed (repeats averaged first); null for the baseline or without one. */
   paired: (PairedResult & { baseline: string; wins: number }) | null;
 }
 
@@ -173,10 +185,10 @@ function tokenizerIdentity(dir: string, configured: unknown): string {
 
 /** What a family key is called in messages, and how its value is shown. */
 const FAMILY_KEYS = [
-  { key: 'kind', label: 'model kind (causal vs masked LM loss)', folder: (v: string) => v },
-  { key: 'tokenizer', label: 'tokenizer (another vocabulary: other tokens, other losses)', folder: (v: string) => `tokenizer-${v.replace(/^sha256 (\w+).*$/, '$1').replace(/[^\w.-]+/g, '_').slice(-24)}` },
-  { key: 'evalTokens', label: 'train.evalTokens (other validation tokens)', folder: (v: string) => `evalTokens-${v}` },
-  { key: 'dataset', label: 'data.dataset (other validation data)', folder: (v: string) => `dataset-${basename(v).replace(/[^\w.-]+/g, '_')}` },
+  { key: 'kind', label: 'model kind (causal vs masked LM loss)', folder: (v: string) => folderSegment(v) },
+  { key: 'tokenizer', label: 'tokenizer (another vocabulary: other tokens, other losses)', folder: (v: string) => `tokenizer-${folderSegment(v.replace(/^sha256 (\w+).*$/, '$1')).slice(-24)}` },
+  { key: 'evalTokens', label: 'train.evalTokens and train.evalSample (other validation tokens)', folder: (v: string) => `evalTokens-${folderSegment(v.replace(' ', '-'))}` },
+  { key: 'dataset', label: 'data.dataset (other validation data)', folder: (v: string) => `dataset-${folderSegment(basename(v))}` },
 ] as const;
 
 /** One line per family key in which the runs differ: its values and the runs with each. */
@@ -188,23 +200,44 @@ export function familyDifferences(runs: RunSummary[]): string[] {
   });
 }
 
+/**
+ * A value config.json gives for a recipe key, checked against the recipe schema's type (an enum's values, an
+ * integer's bounds); absent is allowed (runs of older versions). An error names the file, the key and the value.
+ */
+function checkRecipeValue(file: string, key: 'model.kind' | 'train.evalTokens', value: unknown): void {
+  if (value === undefined) return;
+  const type = RECIPE_SCHEMA[key].type;
+  const ok = type.kind === 'enum'
+    ? type.values.includes(value as string)
+    : type.kind === 'int' && Number.isInteger(value) && (type.min === undefined || (value as number) >= type.min) && (type.max === undefined || (value as number) <= type.max);
+  if (ok) return;
+  const expected = type.kind === 'enum' ? `one of ${type.values.join(', ')}` : type.kind === 'int' ? `an integer${type.min === undefined ? '' : ` ≥ ${type.min}`}${type.max === undefined ? '' : ` ≤ ${type.max}`}` : type.kind;
+  throw new Error(`${file}: ${key} must be ${expected} (got ${JSON.stringify(value)})`);
+}
+
 /** Reads one run folder. Errors name the file (and line) that is missing or malformed. */
 export async function loadRun(dir: string): Promise<RunSummary> {
   const warnings: string[] = [];
   const configFile = join(dir, RUN_CONFIG_FILE);
   const metricsFile = join(dir, METRICS_FILE);
   const summaryFile = join(dir, SUMMARY_FILE);
+  if (!existsSync(configFile) && existsSync(join(dir, RUN_MARKER))) throw new Error(`${configFile}: missing: ${dir} is an incomplete run folder (interrupted before it started?)`);
   const config = await readJsonFile(configFile);
   const model = config.model;
   if (!isRecord(model) || !isRecord(model.attention) || typeof model.attention.name !== 'string') {
     throw new Error(`${configFile}: expected the resolved recipe with model.attention.name (a string)`);
   }
   const train = isRecord(config.train) ? config.train : {};
+  // These name report sub-folders (--split) and are shown: checked as the recipe checks them, not trusted.
+  checkRecipeValue(configFile, 'model.kind', model.kind);
+  checkRecipeValue(configFile, 'train.evalTokens', train.evalTokens);
   let metricsText: string;
   try {
     metricsText = await readFile(metricsFile, 'utf8');
   } catch (err) {
-    throw new Error(`${metricsFile}: cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new Error(`${metricsFile}: missing: ${dir} is an incomplete run folder (interrupted before its first metric record?)`);
+    throw new Error(`${metricsFile}: cannot be read (${code ?? (err as Error).message})`);
   }
   const records = parseMetrics(metricsText, metricsFile, warnings);
   if (records.length === 0) throw new Error(`${metricsFile}: no metric records`);
@@ -252,7 +285,8 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     family: {
       kind: typeof model.kind === 'string' ? model.kind : '?',
       tokenizer: tokenizerIdentity(dir, data.tokenizer),
-      evalTokens: String(train.evalTokens ?? '?'),
+      // Runs recorded before train.evalSample read the head; other samples are other validation tokens.
+      evalTokens: `${String(train.evalTokens ?? '?')}${train.evalSample === undefined || train.evalSample === 'head' ? '' : ` ${String(train.evalSample)}`}`,
       dataset: typeof data.dataset === 'string' ? data.dataset : '?',
     },
     backend: distinct(sessions.map((e) => (isRecord(e.backend) && typeof e.backend.name === 'string' ? e.backend.name : null))),
@@ -299,19 +333,27 @@ function expandGlob(pattern: string): string[] {
   return paths;
 }
 
-const isRunDir = (dir: string) => existsSync(join(dir, RUN_CONFIG_FILE)) || existsSync(join(dir, METRICS_FILE));
+/** A run folder, finished or not: its marker (what RunLogger writes first), or the files of a run of an older version. */
+const isRunDir = (dir: string) => [RUN_MARKER, RUN_CONFIG_FILE, METRICS_FILE].some((name) => existsSync(join(dir, name)));
 
 /**
  * Run folders from command-line arguments: run folders, globs of them (quoted, so the shell leaves
- * them alone), or a parent folder such as runs/ whose sub-folders are runs.
+ * them alone), or a parent folder such as runs/ whose sub-folders are runs. A folder that is neither a run nor holds
+ * one (`runs/paper`, which holds paper experiments' units, when the shell expands `runs/*`) is skipped with one
+ * line; when nothing is left, that is an error.
  */
-export function resolveRunDirs(args: string[]): string[] {
+export function resolveRunDirs(args: string[], warn: (message: string) => void = (m) => process.stderr.write(`warning: ${m}\n`)): string[] {
   const dirs: string[] = [];
+  const skipped: string[] = [];
   for (const arg of args) {
     const matches = /[*?]/.test(arg) ? expandGlob(arg) : [arg];
     if (matches.length === 0) throw new Error(`${arg}: no folder matches`);
     for (const path of matches) {
       const stat = statSync(path, { throwIfNoEntry: false });
+      if (!stat && lstatSync(path, { throwIfNoEntry: false })?.isSymbolicLink()) {
+        warn(`skipped ${path}: a symbolic link to nothing`);
+        continue;
+      }
       if (!stat) throw new Error(`${path}: no such folder`);
       if (!stat.isDirectory()) {
         // A file inside a run folder (e.g. runs/x/metrics.jsonl from a glob) stands for its folder.
@@ -322,11 +364,14 @@ export function resolveRunDirs(args: string[]): string[] {
         dirs.push(path);
         continue;
       }
-      const children = readdirSync(path).sort().map((e) => join(path, e)).filter((p) => statSync(p).isDirectory() && isRunDir(p));
-      if (children.length === 0) throw new Error(`${path}: not a run folder (no config.json or metrics.jsonl) and holds none`);
+      const children = readdirSync(path).sort().map((e) => join(path, e)).filter((p) => statSync(p, { throwIfNoEntry: false })?.isDirectory() && isRunDir(p));
+      if (children.length === 0) skipped.push(path);
       dirs.push(...children);
     }
   }
+  const why = `not a run folder (no ${RUN_MARKER}, ${RUN_CONFIG_FILE} or ${METRICS_FILE}) and holds none`;
+  if (dirs.length === 0) throw new Error(skipped.length === 1 ? `${skipped[0]}: ${why}` : `no run folders: ${skipped.join(', ')} are ${why.replace('a run folder', 'run folders').replace('holds', 'hold')}`);
+  for (const path of skipped) warn(`skipped ${path}: ${why}`);
   return [...new Set(dirs.map((d) => resolve(d)))];
 }
 
@@ -407,13 +452,20 @@ export function groupRuns(runs: RunSummary[], baseline: string | null = null): R
   const labels = groupLabels(grouped);
   const groups = grouped.map((runsOfGroup, i): RunGroup => {
     const first = runsOfGroup[0];
-    const stat = (key: keyof RunGroup['stats']) => meanSd(runsOfGroup.map((r) => r[key]));
+    const stat = (key: keyof RunGroup['stats']) => meanSdOverSeeds(runsOfGroup, (r) => r.seed, (r) => r[key]);
     const loss = stat('finalValLoss');
+    const seeds = perSeed(runsOfGroup, (r) => r.seed, () => 0).map(({ seed, runs: count }) => ({ seed, runs: count }));
+    const repeatedLosses = perSeed(runsOfGroup, (r) => r.seed, (r) => r.finalValLoss).filter((s) => s.runs > 1);
     return {
       label: labels[i],
       attention: first.attention,
       recipeName: first.recipeName,
       runs: runsOfGroup,
+      seeds,
+      repeats: {
+        runs: runsOfGroup.length - seeds.length,
+        spread: repeatedLosses.length > 0 ? Math.max(...repeatedLosses.map((s) => s.range)) : null,
+      },
       stats: {
         params: stat('params'), tokens: stat('tokens'), finalValLoss: loss, bestValLoss: stat('bestValLoss'),
         // The perplexity of the mean loss: averaging perplexities would weight the worse seeds exponentially.
@@ -429,18 +481,22 @@ export function groupRuns(runs: RunSummary[], baseline: string | null = null): R
   return groups;
 }
 
-/** The paired difference to the baseline group of the same settings (see groupRuns); pairs are runs of one seed. */
+/**
+ * The paired difference to the baseline group of the same settings (see groupRuns). A pair is one distinct seed: the
+ * runs of a seed are averaged first on both sides, so a repeated run is never a second pair.
+ */
 function pairWithBaseline(groups: RunGroup[], baseline: string): void {
   const baselines = new Map<string, RunGroup>();
   for (const g of groups) if (g.attention === baseline && !baselines.has(g.pairingKey)) baselines.set(g.pairingKey, g);
   for (const g of groups) {
     const partner = baselines.get(g.pairingKey);
     if (g.attention === baseline || !partner) continue;
-    const bySeed = new Map(partner.runs.filter((r) => r.finalValLoss !== null).map((r) => [r.seed, r.finalValLoss!]));
-    const pairs = g.runs.filter((r) => r.finalValLoss !== null && bySeed.has(r.seed));
+    const finalLoss = (r: RunSummary) => r.finalValLoss;
+    const baseBySeed = new Map(perSeed(partner.runs, (r) => r.seed, finalLoss).filter((s) => s.seed !== null).map((s) => [s.seed, s.value]));
+    const pairs = perSeed(g.runs, (r) => r.seed, finalLoss).filter((s) => s.seed !== null && baseBySeed.has(s.seed));
     if (pairs.length === 0) continue;
-    const x = pairs.map((r) => r.finalValLoss!);
-    const base = pairs.map((r) => bySeed.get(r.seed)!);
+    const x = pairs.map((s) => s.value);
+    const base = pairs.map((s) => baseBySeed.get(s.seed)!);
     g.paired = { ...pairedT(x, base), baseline: partner.label, wins: x.filter((v, i) => v < base[i]).length };
   }
 }
@@ -503,31 +559,23 @@ export function runsTable(runs: RunSummary[]): string {
 
 const signed = (v: number, digits: number) => `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(digits)}`;
 
+/** "1, 2, 3"; a seed run more than once as "1337 (×2)". */
+const seedsText = (g: RunGroup) => g.seeds.map(({ seed, runs }) => `${seed ?? '—'}${runs > 1 ? ` (×${runs})` : ''}`).join(', ');
+
 /**
- * One row per group: mean ± sample sd over the group's seeds (the value alone when n = 1), n = runs; ⚠ marks a mixed
- * group; with a baseline, the paired difference of the final validation loss, its 95% interval (n ≥ 2), p and on how
- * many seeds the group was lower.
+ * One row per group, the comparison first: with a baseline, the paired difference of the final validation loss, its
+ * 95% interval (n ≥ 2), p and on how many seeds the group was lower; then n (distinct seeds) and the seeds, the
+ * repeated runs when a seed was run twice (with their spread), and mean ± sample sd over the seeds (the value alone
+ * when n = 1); ⚠ marks a mixed group. Parameters, tokens, speed and time equal over the seeds show no "± 0".
  */
 export function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
-  const ms = (pick: (g: RunGroup) => MeanSd, title: string, digits: number): Column<RunGroup> => ({
-    title, right: true, text: (g) => formatMeanSd(pick(g), digits, { showN: false }), raw: (g) => (pick(g).n === 0 ? null : pick(g).mean),
+  const ms = (pick: (g: RunGroup) => MeanSd, title: string, digits: number, { exact = false } = {}): Column<RunGroup> => ({
+    title, right: true,
+    // A count or speed equal over the seeds up to the digits shown reads as the value alone, not "1,334,016 ± 0".
+    text: (g) => (exact && pick(g).sd !== null && Number(pick(g).sd!.toFixed(digits)) === 0 ? formatNumber(pick(g).mean, digits) : formatMeanSd(pick(g), digits, { showN: false })),
+    raw: (g) => (pick(g).n === 0 ? null : pick(g).mean),
   });
-  const columns: Column<RunGroup>[] = [
-    { title: 'group', text: (g) => `${g.mixed.length ? '⚠ ' : ''}${g.label}`, raw: (g) => g.label },
-    { title: 'recipe', text: (g) => g.recipeName },
-    { title: 'n', right: true, text: (g) => String(g.runs.length), raw: (g) => g.runs.length },
-    { title: 'seeds', text: (g) => g.runs.map((r) => r.seed ?? '—').join(', ') },
-    ms((g) => g.stats.params, 'params', 0),
-    ms((g) => g.stats.tokens, 'tokens', 0),
-    ms((g) => g.stats.finalValLoss, 'final val loss', 4),
-    { title: 'final val loss sd', right: true, text: (g) => formatNumber(g.stats.finalValLoss.sd, 4), raw: (g) => g.stats.finalValLoss.sd },
-    ms((g) => g.stats.bestValLoss, 'best val loss', 4),
-    ms((g) => g.stats.finalValPpl, 'val ppl', 2),
-    ms((g) => g.stats.finalValBpb, 'val bpb', 4),
-    ms((g) => g.stats.finalValAcc, 'val acc', 4),
-    ms((g) => g.stats.tokensPerSecond, 'tokens/s', 0),
-    ms((g) => g.stats.wallSeconds, 'wall s', 1),
-  ];
+  const columns: Column<RunGroup>[] = [{ title: 'group', text: (g) => `${g.mixed.length ? '⚠ ' : ''}${g.label}`, raw: (g) => g.label }];
   if (baseline !== null) {
     const base = (g: RunGroup) => (g.attention === baseline ? '(baseline)' : '—');
     columns.push(
@@ -538,15 +586,64 @@ export function groupsTableModel(groups: RunGroup[], baseline: string | null): T
       { title: `lower than ${baseline} on`, right: true, text: (g) => (g.paired ? `${g.paired.wins}/${g.paired.n}` : ''), raw: (g) => (g.paired ? `${g.paired.wins}/${g.paired.n}` : null) },
     );
   }
+  columns.push(
+    ms((g) => g.stats.finalValLoss, 'final val loss', 4),
+    { title: 'final val loss sd', right: true, text: (g) => formatNumber(g.stats.finalValLoss.sd, 4), raw: (g) => g.stats.finalValLoss.sd },
+    { title: 'n', right: true, text: (g) => String(g.seeds.length), raw: (g) => g.seeds.length },
+    { title: 'seeds', text: seedsText },
+  );
+  if (groups.some((g) => g.repeats.runs > 0)) {
+    columns.push(
+      { title: 'repeated runs', right: true, text: (g) => String(g.repeats.runs), raw: (g) => g.repeats.runs },
+      { title: 'repeat spread', right: true, text: (g) => formatNumber(g.repeats.spread, 4), raw: (g) => g.repeats.spread },
+    );
+  }
+  columns.push(
+    ms((g) => g.stats.bestValLoss, 'best val loss', 4),
+    ms((g) => g.stats.finalValPpl, 'val ppl', 2),
+    ms((g) => g.stats.finalValBpb, 'val bpb', 4),
+    ms((g) => g.stats.finalValAcc, 'val acc', 4),
+    ms((g) => g.stats.params, 'params', 0, { exact: true }),
+    ms((g) => g.stats.tokens, 'tokens', 0, { exact: true }),
+    ms((g) => g.stats.tokensPerSecond, 'tokens/s', 0, { exact: true }),
+    ms((g) => g.stats.wallSeconds, 'wall s', 1, { exact: true }),
+    { title: 'recipe', text: (g) => g.recipeName },
+  );
   return makeTable(columns, groups);
 }
 
 /** The shown table leaves out the columns only a spreadsheet needs (the sd and interval bounds as numbers). */
 const SPREADSHEET_ONLY = new Set(['final val loss sd', 'CI low', 'CI high']);
 
+/** The columns of groups.tex (a page wide at most): the comparison and the final loss; the rest is in groups.csv. */
+const PAPER_COLUMNS = (header: string) => header === 'group' || header.startsWith('Δ ') || ['p', 'final val loss', 'n', 'repeated runs', 'val ppl', 'val acc', 'params', 'tokens'].includes(header);
+
+function selectColumns(table: Table, keep: (header: string) => boolean): Table {
+  const kept = table.header.map((h, i) => (keep(h) ? i : -1)).filter((i) => i >= 0);
+  return { header: kept.map((i) => table.header[i]), right: kept.map((i) => table.right[i]), rows: table.rows.map((r) => ({ text: kept.map((i) => r.text[i]), raw: kept.map((i) => r.raw[i]) })) };
+}
+
 function withoutColumns(table: Table, drop: ReadonlySet<string>): Table {
-  const keep = table.header.map((h, i) => (drop.has(h) ? -1 : i)).filter((i) => i >= 0);
-  return { header: keep.map((i) => table.header[i]), right: keep.map((i) => table.right[i]), rows: table.rows.map((r) => ({ text: keep.map((i) => r.text[i]), raw: keep.map((i) => r.raw[i]) })) };
+  return selectColumns(table, (h) => !drop.has(h));
+}
+
+/**
+ * With two or more rows, the columns whose cell is the same in every row (params, tokens, n …) leave the table and are
+ * said once (`constants`, title and cell); a column empty in every row (no p without two seeds) just leaves. The first
+ * column (the row's name) always stays.
+ */
+export function factorConstants(table: Table): { table: Table; constants: { title: string; text: string }[] } {
+  if (table.rows.length < 2) return { table, constants: [] };
+  const constant = table.header.map((_, i) => i > 0 && table.rows.every((r) => r.text[i] === table.rows[0].text[i]));
+  return {
+    table: selectColumns(table, (h) => !constant[table.header.indexOf(h)]),
+    constants: table.header.flatMap((title, i) => (constant[i] && !['', '—'].includes(table.rows[0].text[i]) ? [{ title, text: table.rows[0].text[i] }] : [])),
+  };
+}
+
+/** "Same for every group: n 3 · params 12,345 · tokens 3,000." ('' when nothing is). */
+export function constantsLine(constants: { title: string; text: string }[], what = 'group'): string {
+  return constants.length === 0 ? '' : `Same for every ${what}: ${constants.map((c) => `${c.title} ${c.text}`).join(' · ')}.`;
 }
 
 /** Markdown table, one row per group (see groupsTableModel). */
@@ -554,15 +651,24 @@ export function groupsTable(groups: RunGroup[], baseline: string | null = null):
   return markdownTable(withoutColumns(groupsTableModel(groups, baseline), SPREADSHEET_ONLY));
 }
 
+/** Cells are escaped (escapeMarkdown): a run's or mechanism's name is shown as text, never as a link or HTML. */
 export function markdownTable(table: Table): string {
-  const line = (cells: string[]) => `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`;
+  const line = (cells: string[]) => `| ${cells.map(escapeMarkdown).join(' | ')} |`;
   return [line(table.header), `|${table.right.map((r) => (r ? '---:' : '---')).join('|')}|`, ...table.rows.map((r) => line(r.text))].join('\n');
 }
 
-/** RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled. */
+/** A whole cell that is a number as a spreadsheet reads one ("-0.5", "1e-3"): left as it is. */
+const NUMBER_TEXT = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+/**
+ * RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled. A text cell that a spreadsheet
+ * would run as a formula (starting with =, +, -, @, a tab or a carriage return: a run, recipe or mechanism name, a
+ * backend or commit from env.json) gets a leading single quote, OWASP's rule for CSV injection; numbers stay numbers.
+ */
 export function csvTable(table: Table): string {
   const field = (v: string | number | null) => {
-    const text = v === null ? '' : String(v);
+    const plain = v === null ? '' : String(v);
+    const text = typeof v === 'string' && /^[=+\-@\t\r]/.test(v) && !NUMBER_TEXT.test(v) ? `'${v}` : plain;
     return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
   };
   return [table.header, ...table.rows.map((r) => r.raw)].map((cells) => cells.map(field).join(',')).join('\r\n') + '\r\n';
@@ -572,11 +678,12 @@ export function csvTable(table: Table): string {
 export function latexTable(table: Table, caption: string): string {
   const escape = (text: string) =>
     text.replace(/[\\{}$&#^_%~]/g, (c) => ({ '\\': '\\textbackslash{}', '~': '\\textasciitilde{}', '^': '\\textasciicircum{}' })[c] ?? `\\${c}`)
-      .replace(/±/g, '$\\pm$').replace(/−/g, '$-$').replace(/Δ/g, '$\\Delta$').replace(/⚠ /g, '');
+      .replace(/±/g, '$\\pm$').replace(/−/g, '$-$').replace(/Δ/g, '$\\Delta$').replace(/·/g, '$\\cdot$').replace(/×/g, '$\\times$').replace(/⚠ /g, '');
   const row = (cells: string[]) => `${cells.map(escape).join(' & ')} \\\\`;
   return [
     '\\begin{table}',
     '\\centering',
+    '\\small',
     `\\caption{${escape(caption)}}`,
     `\\begin{tabular}{${table.right.map((r) => (r ? 'r' : 'l')).join('')}}`,
     '\\toprule',
@@ -591,8 +698,8 @@ export function latexTable(table: Table, caption: string): string {
 }
 
 /**
- * One curve per group: the mean over the group's runs of the loss at each token count logged (against time: at each
- * step logged, at the runs' mean elapsed time), with a ±sd band where two or more runs logged it; perplexity curves
+ * One curve per group: the mean over the group's distinct seeds of the loss at each token count logged (against time: at each
+ * step logged, at the runs' mean elapsed time), with a ±sd band where two or more seeds logged it; perplexity curves
  * are exp of those (exp(mean loss), band exp(mean ± sd)).
  */
 export function groupCurves(groups: RunGroup[], split: 'train' | 'val', value: 'loss' | 'ppl', against: 'tokens' | 'time' = 'tokens'): LinePoint[] {
@@ -600,13 +707,14 @@ export function groupCurves(groups: RunGroup[], split: 'train' | 'val', value: '
   const points: LinePoint[] = [];
   for (const g of groups) {
     const byPoint = groupBy(
-      g.runs.flatMap((r) => r.records.filter((rec) => rec.split === split && Number.isFinite(rec.loss))),
-      (rec) => String(against === 'tokens' ? rec.tokens : rec.step),
+      g.runs.flatMap((r) => r.records.filter((rec) => rec.split === split && Number.isFinite(rec.loss)).map((rec) => ({ seed: r.seed, rec }))),
+      ({ rec }) => String(against === 'tokens' ? rec.tokens : rec.step),
     );
     for (const [key, recs] of byPoint) {
-      const { mean, sd } = meanSd(recs.map((rec) => rec.loss));
+      // Over distinct seeds, as the tables: a seed's repeated runs are averaged first.
+      const { mean, sd } = meanSdOverSeeds(recs, (r) => r.seed, (r) => r.rec.loss);
       const band = sd === null ? {} : { lo: scale(mean - sd), hi: scale(mean + sd) };
-      const x = against === 'tokens' ? Number(key) : meanSd(recs.map((rec) => rec.elapsed_s)).mean;
+      const x = against === 'tokens' ? Number(key) : meanSd(recs.map(({ rec }) => rec.elapsed_s)).mean;
       points.push({ series: g.label, x, y: scale(mean), ...band });
     }
   }
@@ -633,8 +741,13 @@ export interface CompareOptions {
    * outDir (with a report.md there listing them), instead of an error.
    */
   split?: boolean;
-  /** The attention the others are paired with; undefined = softmax when a run uses it; null = none. */
+  /** The attention the others are paired with; undefined = defaultBaseline (softmax when a run uses it); null = none. */
   baseline?: string | null;
+  /**
+   * What the groups' recipe column says for a run folder, where the caller knows better than its config.json's
+   * `name` (a sweep names each run's recipe after the run, seed included: `sweep report` gives the sweep's group).
+   */
+  recipeName?: (dir: string) => string | undefined;
   /** Warnings and progress (default: stderr). */
   warn?: (message: string) => void;
 }
@@ -652,14 +765,15 @@ export interface CompareResult extends CompareReport {
   baseline: string | null;
 }
 
-function escapeHtml(text: string): string {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-}
-
 function htmlTable(table: Table): string {
   const align = table.right.map((r) => (r ? 'right' : 'left'));
   const cells = (tag: string, r: string[]) => r.map((c, i) => `<${tag} style="text-align:${align[i]}">${escapeHtml(c)}</${tag}>`).join('');
   return `<table><thead><tr>${cells('th', table.header)}</tr></thead><tbody>${table.rows.map((r) => `<tr>${cells('td', r.text)}</tr>`).join('')}</tbody></table>`;
+}
+
+/** The baseline attention when none is named: softmax when a run uses it, else none. `compare` and `sweep report` share it. */
+export function defaultBaseline(attentions: Iterable<string>): string | null {
+  return [...attentions].includes('softmax') ? 'softmax' : null;
 }
 
 /** Loads every run folder; with skipInvalid a broken one is left out with a warning. */
@@ -669,10 +783,11 @@ async function loadRuns(dirs: string[], opts: CompareOptions, warn: (m: string) 
   for (const dir of dirs) {
     try {
       const run = await loadRun(dir);
+      run.recipeName = opts.recipeName?.(dir) ?? run.recipeName;
       run.warnings.forEach(warn);
       runs.push(run);
     } catch (err) {
-      if (!opts.skipInvalid) throw err;
+      if (!opts.skipInvalid) throw new Error(`${(err as Error).message}\nLeave that folder out, or pass --skip-invalid to skip the runs that cannot be read (with a warning).`);
       warn(`skipped ${dir}: ${(err as Error).message}`);
     }
   }
@@ -687,40 +802,54 @@ function mixingLines(groups: RunGroup[]): string[] {
 
 /** "(mean ± sd over 3 seeds)", "(n = 1: one run per group)" or, when the groups differ, "(mean ± sd over seeds, n per group in the legend)". */
 function seedsNote(groups: RunGroup[]): string {
-  const counts = new Set(groups.map((g) => g.runs.length));
+  const counts = new Set(groups.map((g) => g.seeds.length));
   if (counts.size > 1) return 'mean ± sd over seeds; n per group in the legend';
   const [n] = counts;
-  return n === 1 ? 'n = 1: one run per group, no spread' : `mean ± sd over n = ${n} seeds`;
+  return n === 1 ? 'n = 1: one seed per group, no spread' : `mean ± sd over n = ${n} seeds`;
+}
+
+/**
+ * Each group's colour, fixed once for the whole report (every plot gives a group the same colour, whichever groups it
+ * shows), keyed by the group's legend entry, in the groups' order.
+ */
+export function groupColours(groups: RunGroup[]): Map<string, string> {
+  const legend = legendNames(groups);
+  const colours = seriesColours(groups.map((g) => g.label), (label) => groups.find((g) => g.label === label)!.attention);
+  return new Map(groups.map((g, i) => [legend.get(g.label)!, colours[i]]));
+}
+
+/** Groups of different sizes name theirs in the legend, so that a line without a band reads as n = 1. */
+function legendNames(groups: RunGroup[]): Map<string, string> {
+  const sizes = new Set(groups.map((g) => g.seeds.length));
+  return new Map(groups.map((g) => [g.label, sizes.size > 1 ? `${g.label} (n = ${g.seeds.length})` : g.label]));
 }
 
 async function plotCurves(groups: RunGroup[]): Promise<{ file: string; title: string; svg: string }[]> {
-  const attentionOf = new Map(groups.map((g) => [g.label, g.attention]));
-  // Groups of different sizes name theirs in the legend, so that a line without a band reads as n = 1.
-  const sizes = new Set(groups.map((g) => g.runs.length));
-  const legend = new Map(groups.map((g) => [g.label, sizes.size > 1 ? `${g.label} (n = ${g.runs.length})` : g.label]));
+  const legend = legendNames(groups);
+  const colours = groupColours(groups);
   const svgs: { file: string; title: string; svg: string }[] = [];
   for (const plot of PLOTS) {
     const points = groupCurves(groups, plot.split, plot.value, plot.against).map((p) => ({ ...p, series: legend.get(p.series)! }));
     if (points.length === 0) continue;
-    const labelOf = new Map([...legend].map(([label, shown]) => [shown, label]));
     const svg = await lineChartSvg(points, {
       title: `${plot.title} (${seedsNote(groups)})`,
       xTitle: plot.against === 'tokens' ? 'tokens' : 'wall-clock time (s)',
       yTitle: plot.value === 'loss' ? 'loss (nats/token)' : 'perplexity',
       seriesTitle: 'group',
       logY: plot.value === 'ppl',
-      mechanismOf: (shown) => attentionOf.get(labelOf.get(shown) ?? shown) ?? shown,
+      colours,
     });
     svgs.push({ file: plot.file, title: plot.title, svg });
   }
   return svgs;
 }
 
-// Full window width; tables scroll sideways rather than wrap a number; plots two or more abreast when they fit.
+// Full window width; tables scroll sideways rather than wrap a number, but long headings wrap (the comparison columns
+// come first, so they are in view at laptop widths); plots two or more abreast when they fit.
 const PAGE_STYLE = `body{font-family:system-ui,sans-serif;margin:1.5em 2em}
 .table{overflow-x:auto}table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:14px}
 th,td{border:1px solid #ccc;padding:4px 8px;white-space:nowrap}
-th{background:#f4f4f4}tbody tr:nth-child(even){background:#fafafa}
+th{background:#f4f4f4;white-space:normal;vertical-align:bottom;min-width:4em}tbody tr:nth-child(even){background:#fafafa}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(640px,100%),1fr));gap:1em}
 figure{margin:0}figure svg{width:100%;height:auto}figcaption{font-size:13px}
 .warning{border:2px solid #d55e00;background:#fff4ec;padding:0.5em 1em}`;
@@ -730,6 +859,8 @@ interface ReportParts {
   mixed: string[];
   perRun: Table;
   perGroup: Table;
+  /** The group table's columns that are the same for every group, said once above it ('' when none). */
+  groupConstants: string;
   /** The settings that tell the groups apart; null when the attention alone does. */
   differences: Table | null;
   svgs: { file: string; title: string; svg: string }[];
@@ -741,12 +872,13 @@ const DIFFERENCES_HEADING = 'What tells the groups apart';
 const TABLE_FILES = 'Tables: runs.csv, groups.csv (plain numbers), groups.tex (LaTeX, booktabs).';
 
 function reportMarkdown(p: ReportParts): string {
-  const mixed = p.mixed.length ? [`## ${MIXED_HEADING}`, '', ...p.mixed.map((line) => `- ${line}`), ''] : [];
+  const mixed = p.mixed.length ? [`## ${MIXED_HEADING}`, '', ...p.mixed.map((line) => `- ${escapeMarkdown(line)}`), ''] : [];
   const differences = p.differences ? [`## ${DIFFERENCES_HEADING}`, '', markdownTable(p.differences), ''] : [];
+  const constants = p.groupConstants ? [escapeMarkdown(p.groupConstants), ''] : [];
   return [
-    '# Run comparison', '', p.intro, '', ...mixed, '## Groups', '', markdownTable(p.perGroup), '', ...differences,
+    '# Run comparison', '', escapeMarkdown(p.intro), '', ...mixed, '## Groups', '', ...constants, markdownTable(p.perGroup), '', ...differences,
     '## Curves', '', ...p.svgs.map((s) => `![${s.title}](${s.file})`), '',
-    '## Runs', '', markdownTable(p.perRun), '', TABLE_FILES, '', '## Run folders', '', ...p.runs.map((r) => `- ${r.name}: ${r.dir}`), '',
+    '## Runs', '', markdownTable(p.perRun), '', TABLE_FILES, '', '## Run folders', '', ...p.runs.map((r) => `- ${escapeMarkdown(`${r.name}: ${r.dir}`)}`), '',
   ].join('\n');
 }
 
@@ -760,7 +892,7 @@ function reportHtml(p: ReportParts): string {
 <style>${PAGE_STYLE}</style>
 </head><body>
 <h1>Run comparison</h1><p>${escapeHtml(p.intro)}</p>${mixed}
-<h2>Groups</h2><div class="table">${htmlTable(p.perGroup)}</div>${differences}
+<h2>Groups</h2>${p.groupConstants ? `<p>${escapeHtml(p.groupConstants)}</p>` : ''}<div class="table">${htmlTable(p.perGroup)}</div>${differences}
 <h2>Curves</h2>
 <div class="plots">
 ${p.svgs.map((s) => `<figure id="${s.file}">${s.svg}<figcaption><a href="${s.file}">${s.file}</a></figcaption></figure>`).join('\n')}
@@ -780,7 +912,7 @@ ${p.svgs.map((s) => `<figure id="${s.file}">${s.svg}<figcaption><a href="${s.fil
 export async function compareRuns(dirs: string[], opts: CompareOptions): Promise<CompareResult> {
   const warn = opts.warn ?? ((m: string) => process.stderr.write(`warning: ${m}\n`));
   const runs = await loadRuns(dirs, opts, warn);
-  const baseline = opts.baseline === undefined ? (runs.some((r) => r.attention === 'softmax') ? 'softmax' : null) : opts.baseline;
+  const baseline = opts.baseline === undefined ? defaultBaseline(runs.map((r) => r.attention)) : opts.baseline;
   if (baseline !== null && !runs.some((r) => r.attention === baseline)) throw new Error(`--baseline ${baseline}: no run uses that attention (${[...new Set(runs.map((r) => r.attention))].join(', ')})`);
   const differences = familyDifferences(runs);
   if (differences.length === 0) {
@@ -797,15 +929,15 @@ export async function compareRuns(dirs: string[], opts: CompareOptions): Promise
   const reports: CompareReport[] = [];
   for (const [folder, members] of families) {
     const familyBaseline = baseline !== null && members.some((r) => r.attention === baseline) ? baseline : null;
-    reports.push(await writeReport(members, join(opts.outDir, folder), familyBaseline, opts, warn));
+    reports.push(await writeReport(members, safeJoin(opts.outDir, folder), familyBaseline, opts, warn));
   }
   const index = [
     '# Run comparison, split', '',
     `The runs differ in what makes losses comparable, so each kind has its own report:`, '',
-    ...differences.map((line) => `- ${line}`), '',
+    ...differences.map((line) => `- ${escapeMarkdown(line)}`), '',
     ...reports.map((r) => `- [${relative(opts.outDir, r.outDir)}](${relative(opts.outDir, r.outDir)}/report.md): ${r.runs.length} runs in ${r.groups.length} groups ([page](${relative(opts.outDir, r.outDir)}/index.html))`), '',
   ].join('\n');
-  const indexFile = join(opts.outDir, 'report.md');
+  const indexFile = safeJoin(opts.outDir, 'report.md');
   await writeFile(indexFile, index);
   warn(`the runs differ in ${differences.map((line) => line.slice(0, line.indexOf(' ('))).join(', ')}: one report per kind, in ${reports.map((r) => r.outDir).join(', ')}`);
   return { outDir: opts.outDir, runs, groups: reports.flatMap((r) => r.groups), files: [indexFile, ...reports.flatMap((r) => r.files)], reports, baseline };
@@ -831,32 +963,38 @@ async function writeReport(runs: RunSummary[], outDir: string, baseline: string 
   await mkdir(outDir, { recursive: true });
   const files: string[] = [];
   const write = async (name: string, content: string) => {
-    const file = join(outDir, name);
+    const file = safeJoin(outDir, name);
     await writeFile(file, content);
     files.push(file);
   };
   const svgs = await plotCurves(groups);
   for (const { file, svg } of svgs) await write(file, svg);
-  const single = groups.every((g) => g.runs.length === 1);
-  const intro = `${runs.length} runs in ${groups.length} groups (same recipe and attention, different seeds); ` +
-    (single ? 'every group has one run (n = 1): its values are that run’s, without a spread. ' : 'grouped values are mean ± sample sd over the group’s runs (one run: its value, n = 1), and a group’s perplexity is exp(mean loss). ') +
-    (baseline ? `Δ is the paired difference of the final validation loss to the ${baseline} group with the same other settings, over the seeds both ran (negative = lower than ${baseline}), with a 95% Student t interval and the paired t-test’s p when there are two or more. ` : '') +
-    `Curves are group means at each logged token count (or step, against time)${single ? '' : ', the band ± one sd'}.`;
+  const single = groups.every((g) => g.seeds.length === 1);
+  const repeated = groups.filter((g) => g.repeats.runs > 0);
+  const intro = `${runs.length} runs in ${groups.length} groups (same recipe and attention, different seeds); n counts distinct seeds. ` +
+    (single ? 'Every group has one seed (n = 1): its values are that seed’s, without a spread or interval. ' : 'Grouped values are mean ± sample sd over the group’s seeds (one seed: its value, n = 1), and a group’s perplexity is exp(mean loss). ') +
+    (repeated.length > 0
+      ? `Runs that repeat a seed (${repeated.map((g) => `${g.label}: ${g.repeats.runs}`).join(', ')}) are averaged with it first and are not counted in n; their spread (the largest max − min of the final validation loss among runs of one seed) measures non-determinism, not the seed. `
+      : '') +
+    (baseline ? `Δ is the paired difference of the final validation loss to the ${baseline} group with the same other settings, over the seeds both ran (negative = lower than ${baseline}), with a 95% Student t interval and the paired t-test’s p when there are two or more seeds. ` : '') +
+    `Curves are group means at each logged token count (or step, against time), from the model before training (step 0) where the runs validated it${single ? '' : ', the band ± one sd over seeds'}.`;
   const diffTable = differencesTable(groups);
   const differences = diffTable.keys.length === 0
     ? null
     : makeTable<{ label: string; values: string[] }>([{ title: 'group', text: (r) => r.label }, ...diffTable.keys.map((k, i) => ({ title: shortKey(k), text: (r: { values: string[] }) => r.values[i] }))], diffTable.rows);
   const perGroupFull = groupsTableModel(groups, baseline);
-  const parts: ReportParts = { intro, mixed, perRun: runsTableModel(runs), perGroup: withoutColumns(perGroupFull, SPREADSHEET_ONLY), differences, svgs, runs };
+  const shown = factorConstants(withoutColumns(perGroupFull, SPREADSHEET_ONLY));
+  const paper = factorConstants(selectColumns(perGroupFull, PAPER_COLUMNS));
+  const parts: ReportParts = { intro, mixed, perRun: runsTableModel(runs), perGroup: shown.table, groupConstants: constantsLine(shown.constants), differences, svgs, runs };
   await write('report.md', reportMarkdown(parts));
   await write('index.html', reportHtml(parts));
   await write('runs.csv', csvTable(parts.perRun));
   await write('groups.csv', csvTable(perGroupFull));
-  await write('groups.tex', latexTable(parts.perGroup, `Final validation loss per group (${seedsNote(groups)})`));
+  await write('groups.tex', latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')));
   const json = {
     baseline,
     runs: runs.map(({ records: _records, ...r }) => r),
-    groups: groups.map((g) => ({ label: g.label, attention: g.attention, recipeName: g.recipeName, runs: g.runs.map((r) => r.dir), stats: g.stats, mixed: g.mixed, paired: g.paired })),
+    groups: groups.map((g) => ({ label: g.label, attention: g.attention, recipeName: g.recipeName, runs: g.runs.map((r) => r.dir), seeds: g.seeds, repeats: g.repeats, stats: g.stats, mixed: g.mixed, paired: g.paired })),
   };
   await write('runs.json', JSON.stringify(json, null, 2) + '\n');
   return { outDir, runs, groups, files };

@@ -27,23 +27,29 @@ export interface LineChartOptions {
   height?: number;
   /** The attention mechanism a series shows (default: the series name), which picks its colour. */
   mechanismOf?: (series: string) => string;
+  /**
+   * Each series' colour, fixed by the caller, and the legend's order: a report colours its groups once, so that every
+   * plot of it gives a group the same colour whichever groups the plot shows. Overrides mechanismOf.
+   */
+  colours?: ReadonlyMap<string, string>;
 }
 
 /**
- * One colour per attention mechanism, the same in every plot: the Okabe–Ito palette, which stays distinct
- * for colour-blind readers, with its yellow (faint on white) replaced by Tol's wine. Softmax, the baseline,
- * is black. test/report/plot.test.ts checks every pair (and white) apart by CIEDE2000 ≥ 10, also under
- * simulated deuteranopia, protanopia and tritanopia.
+ * One colour per attention mechanism, the same in every plot: Paul Tol's 'muted' scheme (designed for colour-blind
+ * readers; https://personal.sron.nl/~pault/), its pale grey for bad data left out. Softmax, the baseline, is black.
+ * Okabe–Ito's orange beside vermillion was too close for SLAY and spherical Yat, the pair the papers compare most;
+ * here they are rose and indigo. test/report/plot.test.ts checks every pair (and white) apart by CIEDE2000 ≥ 10, also
+ * under simulated deuteranopia, protanopia and tritanopia.
  */
 export const MECHANISM_COLOURS: Readonly<Record<string, string>> = {
   softmax: '#000000',
-  slay: '#d55e00',
-  'yat-spherical': '#e69f00',
-  performer: '#0072b2',
-  darkformer: '#56b4e9',
-  schoenbat: '#009e73',
-  'linear-elu': '#cc79a7',
-  cosformer: '#882255',
+  slay: '#cc6677',
+  'yat-spherical': '#332288',
+  performer: '#117733',
+  darkformer: '#ddcc77',
+  schoenbat: '#88ccee',
+  'linear-elu': '#aa4499',
+  cosformer: '#44aa99',
 };
 
 /**
@@ -98,14 +104,17 @@ type Scale = Extract<NonNullable<Encoding['y']>, { scale?: unknown }>['scale'];
 export function lineChartSpec(points: LinePoint[], opts: LineChartOptions): TopLevelSpec {
   const positive = (v: number | undefined) => v === undefined || ((!opts.logY || v > 0) && Number.isFinite(v));
   const values = points.filter((p) => Number.isFinite(p.x) && (!opts.logX || p.x > 0) && positive(p.y) && positive(p.lo) && positive(p.hi));
-  const series = [...new Set(values.map((p) => p.series))];
+  const present = new Set(values.map((p) => p.series));
+  const series = opts.colours ? [...opts.colours.keys()].filter((name) => present.has(name)) : [...present];
+  const missing = [...present].filter((name) => opts.colours && !opts.colours.has(name));
+  if (missing.length > 0) throw new Error(`lineChartSpec: no colour given for ${missing.join(', ')}`);
   const x: Encoding['x'] = { field: 'x', type: 'quantitative', title: opts.xTitle, axis: { format: '~s', labelExpr: "datum.value === 0 ? '0' : datum.label" }, scale: opts.logX ? { type: 'log', base: 2 } : undefined };
   const yScale: Scale = opts.logY ? { type: 'log', nice: false } : { zero: false };
   const color: Encoding['color'] = {
     field: 'series',
     type: 'nominal',
     title: opts.seriesTitle ?? 'series',
-    scale: { domain: series, range: seriesColours(series, opts.mechanismOf) },
+    scale: { domain: series, range: opts.colours ? series.map((name) => opts.colours!.get(name)!) : seriesColours(series, opts.mechanismOf) },
     // Line swatches at full opacity: the legend is shared with the faint bands.
     legend: { labelFontSize: 12, labelLimit: 360, titleFontSize: 12, symbolType: 'stroke', symbolStrokeWidth: 3, symbolOpacity: 1 },
   };

@@ -43,3 +43,36 @@ export function groupBy<T>(items: Iterable<T>, key: (item: T) => string): Map<st
   }
   return groups;
 }
+
+/** One seed's value: the mean over its runs, how many runs it had and their range (max − min; 0 for one run). */
+export interface SeedValue {
+  seed: number | null;
+  value: number;
+  runs: number;
+  range: number;
+}
+
+/**
+ * The finite values averaged per distinct seed, in the order seeds first appear. A re-run with a seed already run
+ * is a repeat, not a new sample: its difference from the first run measures non-determinism, not the seed's effect,
+ * so statistics over seeds count each seed once. An unknown seed (null) cannot be matched: each such run is its own.
+ */
+export function perSeed<T>(items: Iterable<T>, seedOf: (item: T) => number | null, valueOf: (item: T) => number | null | undefined): SeedValue[] {
+  let unknown = 0;
+  const groups = groupBy(
+    [...items].flatMap((item) => {
+      const value = valueOf(item);
+      return typeof value === 'number' && Number.isFinite(value) ? [{ seed: seedOf(item), value }] : [];
+    }),
+    (v) => (v.seed === null ? `?${unknown++}` : String(v.seed)),
+  );
+  return [...groups.values()].map((same) => {
+    const values = same.map((v) => v.value);
+    return { seed: same[0].seed, value: values.reduce((a, b) => a + b, 0) / values.length, runs: values.length, range: Math.max(...values) - Math.min(...values) };
+  });
+}
+
+/** Mean ± sd over distinct seeds (repeats of a seed averaged first, see perSeed); n counts seeds. */
+export function meanSdOverSeeds<T>(items: Iterable<T>, seedOf: (item: T) => number | null, valueOf: (item: T) => number | null | undefined): MeanSd {
+  return meanSd(perSeed(items, seedOf, valueOf).map((s) => s.value));
+}

@@ -22,6 +22,7 @@ import { existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { parse as parseYaml } from 'yaml';
 import { parseCursor } from '../data/stream.ts';
 import type { DataCursor } from '../data/stream.ts';
 import { decodeSafetensors, encodeSafetensors } from '../hf/safetensors.ts';
@@ -30,7 +31,7 @@ import type { LanguageModel } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { COMPLETE_MARKER, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
+import { COMPLETE_MARKER, isSymbolicLink, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
 import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
 import { modelFileHeader, modelTensors, namedArrays } from './model-folder.ts';
 import { parseRecipe } from './recipes.ts';
@@ -84,8 +85,11 @@ export interface CheckpointInput {
   state: Omit<CheckpointState, 'version' | 'savedAt' | 'runId'> & { runId?: string | null };
 }
 
-/** Writes the checkpoint of `input.state.step` under `<runDir>/checkpoints/` (see the top of this file); returns its folder. */
-export async function saveCheckpoint(runDir: string, input: CheckpointInput): Promise<string> {
+/**
+ * Writes the checkpoint of `input.state.step` under `<runDir>/checkpoints/` (see the top of this file); returns its
+ * folder. `note` hears of a checkpoint of that step that was a symbolic link (kept aside, src/core/atomic-folder.ts).
+ */
+export async function saveCheckpoint(runDir: string, input: CheckpointInput, note?: (text: string) => void): Promise<string> {
   const { model, optimizer, cursor, recipe, state } = input;
   const header = modelFileHeader(model, { tokenizer_sha256: state.tokenizer.sha256, step: String(state.step) });
   const weights = await modelTensors(model);
@@ -104,7 +108,7 @@ export async function saveCheckpoint(runDir: string, input: CheckpointInput): Pr
     [STATE_FILE, JSON.stringify(full, null, 2) + '\n'],
     [RECIPE_FILE, JSON.stringify(recipe, null, 2) + '\n'],
   ]);
-  return writeFolderAtomically(path.join(runDir, CHECKPOINTS_DIR), checkpointName(state.step), files, CHECKPOINT_FILES);
+  return writeFolderAtomically(path.join(runDir, CHECKPOINTS_DIR), checkpointName(state.step), files, CHECKPOINT_FILES, note);
 }
 
 export interface LoadedCheckpoint {
@@ -137,11 +141,22 @@ export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
     }
   };
   const state = checkState(json(STATE_FILE), file(STATE_FILE));
-  const recipe = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), file(RECIPE_FILE));
+  const recipeText = files.get(RECIPE_FILE)!.toString('utf8');
+  const recipe = parseRecipe(recipeText, file(RECIPE_FILE));
+  // Checkpoints saved before train.evalSample existed evaluated the split's head: recording that keeps a resume's
+  // change to the spread sample visible among the changed keys (docs/training.md#validation).
+  if (!savedRecipeHasKey(recipeText, 'train', 'evalSample')) recipe.train.evalSample = 'head';
   const cursor = parseCursor(json(CURSOR_FILE), file(CURSOR_FILE));
   const weights = decodeSafetensors(files.get(MODEL_FILE)!, file(MODEL_FILE)).tensors;
   const optimizer = readMoments(files.get(OPTIMIZER_FILE)!, file(OPTIMIZER_FILE));
   return { dir: abs, ...runFolderOf(abs, state.runId), state, recipe, cursor, weights, optimizer };
+}
+
+function savedRecipeHasKey(text: string, section: string, key: string): boolean {
+  // parseRecipe has accepted the text, so it parses; YAML is what the recipe loader reads it as.
+  const saved = parseYaml(text) as Record<string, unknown>;
+  const values = saved[section];
+  return typeof values === 'object' && values !== null && key in values;
 }
 
 /** AdamW's step count and moments m.<name> / v.<name>, each m with its v of the same shape. */
@@ -315,10 +330,11 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
  * Deletes checkpoints beyond the newest `keep`, except the one with the lowest validation loss (among checkpoints
  * taken at a validation step), and leftovers of interrupted saves (temporary or unmarked folders) other than
  * `exceptDir`. Only in a run folder (its marker, run-folder.ts), only folders named as this project names them and
- * holding nothing but checkpoint files are deleted; anything else under checkpoints/ is left alone. Returns the
- * deleted folders.
+ * holding nothing but checkpoint files are deleted; anything else under checkpoints/ is left alone. A checkpoint that
+ * is a symbolic link (moved to another disk and linked back) is never followed: it and what it points to stay, and
+ * `onLink` is told its path. Returns the deleted folders.
  */
-export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?: string): Promise<string[]> {
+export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?: string, onLink: (dir: string) => void = () => {}): Promise<string[]> {
   const parent = path.join(runDir, CHECKPOINTS_DIR);
   if (!existsSync(parent) || !readRunMarker(runDir).marked) return []; // not a run folder: nothing there is ours to delete
   const complete = listCheckpoints(runDir);
@@ -343,7 +359,8 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
     const dir = path.join(parent, entry);
     const ours = CHECKPOINT_NAME.test(entry) || /^\.step-\d{6,}\.(tmp|old)-\d+$/.test(entry);
     if (!ours || kept.has(dir)) continue;
-    if (await removeOwnFolder(dir, CHECKPOINT_FILES)) deleted.push(dir);
+    if (isSymbolicLink(dir)) onLink(dir);
+    else if (await removeOwnFolder(dir, CHECKPOINT_FILES)) deleted.push(dir);
   }
   return deleted;
 }
@@ -356,6 +373,8 @@ export class CheckpointWriter {
   lastStep: number | null;
   /** The id in the run folder's marker, recorded in every checkpoint (null: no marker, or an empty one). */
   private readonly runId: string | null;
+  /** Linked checkpoints pruning left alone, each said once. */
+  private readonly linksSaid = new Set<string>();
 
   constructor(
     private readonly runDir: string,
@@ -378,10 +397,14 @@ export class CheckpointWriter {
     const dir = await saveCheckpoint(this.runDir, {
       model, optimizer, cursor, recipe: this.recipe,
       state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer, runId: this.runId },
-    });
+    }, this.line);
     this.lastDir = dir;
     this.lastStep = counters.step;
-    await pruneCheckpoints(this.runDir, this.recipe.train.keepCheckpoints, dir);
+    await pruneCheckpoints(this.runDir, this.recipe.train.keepCheckpoints, dir, (link) => {
+      if (this.linksSaid.has(link)) return;
+      this.linksSaid.add(link);
+      this.line(`${link} is a symbolic link: train.keepCheckpoints does not prune it (neither the link nor what it points to is removed; remove it yourself)`);
+    });
     this.line(`checkpoint step ${counters.step} saved in ${((performance.now() - t0) / 1000).toFixed(2)} s: ${dir}`);
     return dir;
   }

@@ -7,16 +7,19 @@
 //   model.safetensors       float32, transformers' names and layouts (src/hf/weights.ts), metadata format "pt"
 //   tokenizer.json          the run's tokenizer, byte for byte
 //   tokenizer_config.json   PreTrainedTokenizerFast with the special tokens, so AutoTokenizer loads it
-//   README.md               what the folder holds and how to load it in PyTorch
+//   README.md               the model card (model-card.ts): Hugging Face's sections, from the model and its run's
+//                           records; no absolute local path, here or in config.json
 //   configuration_slayformer.py, modeling_slayformer.py
 //                           slayformer-* only: the PyTorch implementation (src/hf/python/), which
 //                           transformers loads with trust_remote_code=True
 //
-// The folder is written under a temporary name, fsynced and renamed into place. An existing folder is
+// The folder is written under a temporary name (`<out>.partial-<pid>`, removed when a write fails, and by a later
+// export when its process died), fsynced and renamed into place. An existing folder is
 // replaced only with --overwrite and only when it is an earlier export (nothing but the files above,
 // and a config.json with the `slayformer` section): the project never deletes files it did not write.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
 import type { LanguageModel } from '../model/lm.ts';
@@ -24,8 +27,11 @@ import { hfConfigJson, nonStandardSettings, PYTHON_CONFIG_MODULE, PYTHON_MODEL_M
 import { CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE } from '../hf/folder.ts';
 import { encodeSafetensors, type NamedArray } from '../hf/safetensors.ts';
 import { encodeTensor, hfShape, tensorRules } from '../hf/weights.ts';
-import { syncDir, writeFileSynced } from '../core/atomic-folder.ts';
+import { removeOwnFolder, syncDir, writeFileSynced } from '../core/atomic-folder.ts';
+import { holderIsLive } from '../core/lock-file.ts';
 import { loadModel, loadModelTokenizer } from './load-model.ts';
+import { describeModelSource, modelCard } from './model-card.ts';
+import { hfFolderOf } from './resolve.ts';
 import { modelTensors } from './model-folder.ts';
 
 export const EXPORT_FORMATS = ['hf'] as const;
@@ -50,6 +56,8 @@ export interface ExportResult {
   /** Why transformers' own class would compute another function (empty: from_pretrained loads it as is). */
   nonStandard: string[];
   tensors: number;
+  /** Partial folders of exports to `out` that died, removed (see removeDeadPartials). */
+  removedPartials: string[];
 }
 
 /** Loads `checkpoint` (any model folder eval accepts) and writes it as a Hugging Face folder; the backend must be initialised. */
@@ -58,24 +66,30 @@ export async function exportHf(checkpoint: string, opts: ExportOptions): Promise
   checkReplaceable(out, opts.overwrite ?? false);
   const loaded = await loadModel(checkpoint);
   const { dir, model } = loaded;
+  const fromHf = hfFolderOf(checkpoint) !== null;
   try {
     const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
     const tokenizerPath = tokenizer.path;
     const drawLayouts = model.body.attention.map((a) => a.drawLayout);
-    const config = hfConfigJson(model.config, { specialIds: tokenizer.specialIds, source: dir, drawLayouts });
+    const config = hfConfigJson(model.config, { specialIds: tokenizer.specialIds, source: describeModelSource(dir, fromHf), drawLayouts });
+    const nonStandard = nonStandardSettings(model.config);
     const tensors = await hfTensors(model);
     const files = new Map<string, string | Uint8Array>([
       [CONFIG_FILE, JSON.stringify(config, null, 2) + '\n'],
       [WEIGHTS_FILE, encodeSafetensors(tensors, { format: 'pt' })],
       [TOKENIZER_FILE, readFileSync(tokenizerPath)],
       [TOKENIZER_CONFIG_FILE, JSON.stringify(tokenizerConfig(tokenizerPath, tokenizer, model.config.maxSeqLen), null, 2) + '\n'],
-      [README_FILE, modelCard(model, config.model_type as string, dir)],
+      [README_FILE, modelCard({
+        model, modelType: config.model_type as string, nonStandard, pythonFiles: PYTHON_FILES, dir, fromHf, recipe: loaded.recipe,
+        metadata: loaded.metadata, outName: path.basename(out), tokenizerVocab: tokenizer.vocabSize,
+      })],
     ]);
-    if (nonStandardSettings(model.config).length > 0) {
+    if (nonStandard.length > 0) {
       for (const file of PYTHON_FILES) files.set(file, readFileSync(new URL(file, PYTHON_DIR)));
     }
+    const removedPartials = await removeDeadPartials(out);
     await writeFolder(out, files);
-    return { out, modelType: config.model_type as string, nonStandard: nonStandardSettings(model.config), tensors: tensors.size };
+    return { out, modelType: config.model_type as string, nonStandard, tensors: tensors.size, removedPartials };
   } finally {
     model.dispose();
   }
@@ -116,33 +130,6 @@ function tokenizerConfig(file: string, tokenizer: TextTokenizer, maxLength: numb
   };
 }
 
-function modelCard(model: LanguageModel, modelType: string, source: string): string {
-  const c = model.config;
-  const what = `${c.kind === 'gpt' ? 'A causal (GPT-2 layout)' : 'A masked (BERT layout)'} language model trained with slayformer: ${c.numLayers} layers, width ${c.dModel}, ${c.numHeads} heads, ${c.attention.name} attention.`;
-  const load = c.kind === 'gpt' ? 'AutoModelForCausalLM' : 'AutoModelForMaskedLM';
-  const nonStandard = nonStandardSettings(c);
-  const how = nonStandard.length === 0
-    ? `transformers loads it as is: \`${load}.from_pretrained(folder)\` and \`AutoTokenizer.from_pretrained(folder)\`.`
-    : [
-        `transformers has no class for it (${nonStandard.join('; ')}), so its model_type is \`${modelType}\` and it comes`,
-        `with its PyTorch implementation (\`${PYTHON_FILES.join('`, `')}\`):`,
-        '',
-        '```python',
-        `from transformers import ${load}, AutoTokenizer`,
-        `model = ${load}.from_pretrained(folder, trust_remote_code=True)`,
-        'tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)  # it reads config.json too',
-        '```',
-        '',
-        `The \`${SECTION}\` section of config.json records the attention and the architecture; tensors with no place in`,
-        `transformers' layout are stored as \`slayformer.<name>\` (the mechanism's parameters and random projections,`,
-        'read as they are: nothing is drawn again).',
-        ...(c.kind === 'gpt' ? ['generate() runs the model over the whole sequence so far for each new token (no cache).'] : []),
-        `Loaded as plain ${c.kind === 'gpt' ? 'GPT-2 (GPT2LMHeadModel)' : 'BERT (BertForMaskedLM)'} it fails (its config's layer_types name this`,
-        'attention) instead of computing softmax attention.',
-      ].join('\n');
-  return `# ${path.basename(source)}\n\n${what}\n\nExported from \`${source}\`.\n\n${how}\n`;
-}
-
 /** Throws unless `out` is free, or --overwrite was given and it is an earlier export (see the file comment). */
 function checkReplaceable(out: string, overwrite: boolean): void {
   if (!existsSync(out)) return;
@@ -160,12 +147,34 @@ function checkReplaceable(out: string, overwrite: boolean): void {
   }
 }
 
+/**
+ * Removes `<out>.partial-<pid>` folders of exports that died (killed, or stopped by a full disk before the cleanup
+ * below): their process no longer runs on this host and they hold nothing but export files. Returns them.
+ */
+async function removeDeadPartials(out: string): Promise<string[]> {
+  const parent = path.dirname(out);
+  const prefix = `${path.basename(out)}.partial-`;
+  const removed: string[] = [];
+  for (const entry of existsSync(parent) ? readdirSync(parent) : []) {
+    const pid = entry.startsWith(prefix) ? entry.slice(prefix.length) : '';
+    if (!/^\d+$/.test(pid) || holderIsLive({ pid: Number(pid), host: hostname() })) continue;
+    const folder = path.join(parent, entry);
+    if (await removeOwnFolder(folder, new Set(EXPORT_FILES))) removed.push(folder);
+  }
+  return removed;
+}
+
 async function writeFolder(out: string, files: Map<string, string | Uint8Array>): Promise<void> {
   const tmp = `${out}.partial-${process.pid}`;
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp, { recursive: true });
-  for (const [name, data] of files) await writeFileSynced(path.join(tmp, name), data);
-  await syncDir(tmp);
+  try {
+    for (const [name, data] of files) await writeFileSynced(path.join(tmp, name), data);
+    await syncDir(tmp);
+  } catch (err) {
+    await rm(tmp, { recursive: true, force: true }); // a full disk: what was written is of no use
+    throw err;
+  }
   if (existsSync(out)) {
     const old = `${out}.old-${process.pid}`;
     await rename(out, old);

@@ -5,7 +5,7 @@
 // tensors as their registry entries declare them, nothing drawn; since the file's tensors are bounded by its size,
 // so is the model.
 import * as tf from '@tensorflow/tfjs';
-import { BOUNDS, listSome } from '../core/bounds.ts';
+import { BOUNDS, boundProblem, listSome } from '../core/bounds.ts';
 import { attentionTensorShapes, headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';
@@ -47,9 +47,8 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
   // Models saved before the architecture options existed have none of them: they are GPT-2's (the defaults).
   const c: Record<string, unknown> = { ...ARCHITECTURE_DEFAULTS, ...(value as Record<string, unknown>) };
   const problems = modelSectionProblems(c);
-  if (!Number.isSafeInteger(c.vocabSize) || (c.vocabSize as number) < 1 || (c.vocabSize as number) > BOUNDS.embeddingRows.max) {
-    problems.push(`vocabSize must be an integer ≥ 1, ≤ ${BOUNDS.embeddingRows.max} (got ${JSON.stringify(c.vocabSize)})`);
-  }
+  const vocabulary = boundProblem('vocabSize', c.vocabSize, BOUNDS.embeddingRows);
+  if (vocabulary) problems.push(vocabulary);
   if (!Number.isSafeInteger(c.seed)) problems.push(`seed must be an integer (got ${JSON.stringify(c.seed)})`);
   if (problems.length > 0) throw new Error(`${source}: the saved model config is not valid:\n  ${problems.join('\n  ')}`);
   return c as unknown as LanguageModelConfig;

@@ -50,10 +50,12 @@ const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
  * Writes `<runDir>/final/` = model.safetensors (metadata: the model config with its vocabSize, plus `metadata`) +
  * recipe.json (the resolved recipe) + tokenizer.json (a copy of `tokenizer`, the run's) + COMPLETE (their sha256),
  * atomically (src/core/atomic-folder.ts): written aside, fsynced, renamed into place; a previous final/ is replaced
- * only if it holds nothing but those files.
+ * only if it holds nothing but those files. A final/ that is a symbolic link is kept beside it, never emptied (`note`
+ * says so).
  */
 export async function saveFinalModel(
   runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}, tokenizer?: Pick<TextTokenizer, 'path' | 'sha256'>,
+  note?: (text: string) => void,
 ): Promise<string> {
   const files = new Map<string, string | Uint8Array>([
     [MODEL_FILE, encodeSafetensors(await modelTensors(model), modelFileHeader(model, metadata))],
@@ -67,7 +69,7 @@ export async function saveFinalModel(
     }
     files.set(TOKENIZER_FILE, bytes);
   }
-  return writeFolderAtomically(runDir, FINAL_DIR, files, FINAL_FILES);
+  return writeFolderAtomically(runDir, FINAL_DIR, files, FINAL_FILES, note);
 }
 
 /** Weights to load into a model by name (load-weights.ts): a model folder's, or a Hugging Face folder's. */

@@ -3,8 +3,8 @@
 //   1. `hf:<folder>`, or a folder whose config.json has a model_type (and no recipe.json): that Hugging Face folder
 //      (never for --resume: it holds no training state).
 //   2. `auto`: --resume takes the newest complete checkpoint of the newest run folder of the recipe's name that has
-//      one; `auto:<recipe name>` (initFrom) takes final/ of the newest finished run of that name that trained its
-//      recipe's budget (chooseAutoRun).
+//      one; `auto:<recipe name>` (initFrom) takes final/ of the newest finished run of that name that is the recipe as
+//      written (no model overrides) and trained its recipe's budget (chooseAutoRun).
 //   3. A folder holding model.safetensors is the model folder itself; one that is a checkpoint (in checkpoints/, or
 //      holding state.json) must be complete (its COMPLETE marker), and --resume wants nothing but a checkpoint.
 //   4. Any other folder is a run folder: for a model its final/, else its newest complete checkpoint; for --resume its
@@ -14,9 +14,11 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { isHfFolder } from '../hf/folder.ts';
+import { modelOverrides, nameWithModelOverrides } from '../recipe/run-name.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE, SUMMARY_FILE } from './layout.ts';
 import { listCheckpoints, listRunFolders } from './run-folder.ts';
+import { readJsonObject } from '../core/json.ts';
 
 /** `initFrom: hf:<folder>`, `eval hf:<folder>`, …: names a Hugging Face folder explicitly. */
 export const HF_PREFIX = 'hf:';
@@ -99,15 +101,8 @@ interface FinishedRun {
   recipeBudget: { file: string; maxTokens: number | null } | undefined;
   tokens: number | undefined;
   valLoss: number | undefined;
-}
-
-function readJsonOrUndefined(file: string): Record<string, unknown> | undefined {
-  try {
-    const value: unknown = JSON.parse(readFileSync(file, 'utf8'));
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
+  /** Why the run is not the recipe `auto:` names (another recorded name, model overrides), or null. */
+  mismatch: string | null;
 }
 
 /** train.maxTokens of a recipe mapping: a number, null (one epoch, the default), or undefined when malformed. */
@@ -121,7 +116,7 @@ function maxTokensOf(recipe: Record<string, unknown> | undefined): number | null
 
 /** The recipe file a run was started from (the .yaml argument recorded in its env.json) and its train.maxTokens. */
 function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
-  const env = readJsonOrUndefined(path.join(runFolder, ENV_FILE));
+  const env = readJsonObject(path.join(runFolder, ENV_FILE));
   const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string') : [];
   const recipeArg = argv.slice(1).find((a) => /\.ya?ml$/.test(a));
   if (!recipeArg || typeof env?.cwd !== 'string') return undefined;
@@ -135,6 +130,25 @@ function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
   const maxTokens = maxTokensOf(typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>) : undefined);
   const relative = path.relative(process.cwd(), file);
   return maxTokens === undefined ? undefined : { file: relative.startsWith('..') ? file : relative, maxTokens };
+}
+
+/**
+ * Why run folder `folder` of `name` is not a run of that recipe as written, or null: its config.json names another
+ * recipe (a folder copied or renamed by hand), or its command line (env.json argv) overrode model keys that its name
+ * does not carry (a run folder of a version that did not yet name runs after their model overrides, or one named
+ * with --name; src/recipe/run-name.ts).
+ */
+function recipeMismatch(folder: string, name: string): string | null {
+  const recorded = readJsonObject(path.join(folder, RUN_CONFIG_FILE))?.name;
+  if (typeof recorded === 'string' && recorded !== name) return `its ${RUN_CONFIG_FILE} names the recipe '${recorded}'`;
+  const env = readJsonObject(path.join(folder, ENV_FILE));
+  const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string').slice(1) : [];
+  // The command line as typed: `--model.key value` or `--model.key=value`.
+  const given = argv.flatMap((arg, i) => (arg.startsWith('--model.') ? [arg.includes('=') ? arg : `${arg}=${argv[i + 1] ?? ''}`] : []));
+  const changed = modelOverrides(given);
+  // A name that carries the overrides (gpt-softmax+attention=performer) is the recipe as written with them.
+  if (changed.length === 0 || name.endsWith(nameWithModelOverrides('', given))) return null;
+  return `trained with ${changed.map(({ key, value }) => `--${key}=${value}`).join(' ')}, which changes the model`;
 }
 
 /** Whether a finished run trained at least its recipe file's budget (a run shortened with --train.maxTokens did not). */
@@ -153,10 +167,12 @@ function describeRun(run: FinishedRun): string {
 }
 
 /**
- * `auto:<name>`: final/ of the newest finished run `<runDir>/<name>-<timestamp>` that trained its recipe's budget, i.e.
- * was not shortened with a train.maxTokens override below what its recipe file (recorded in env.json) asks for: a
- * short smoke run must not silently stand in for the real one. When none did (or it cannot be told), the newest
- * finished run, and the reason says so. The reason names the run, its tokens and loss, and the newer runs passed over.
+ * `auto:<name>`: final/ of the newest finished run `<runDir>/<name>-<timestamp>` that is the recipe as written (its
+ * config.json names `<name>` and its command line overrode no model key, recipeMismatch: another model must never
+ * stand in; none is an error naming each run's mismatch) and trained its recipe's budget, i.e. was not shortened with
+ * a train.maxTokens override below what its recipe file (recorded in env.json) asks for: a short smoke run must not
+ * silently stand in for the real one. When none did (or it cannot be told), the newest such run, and the reason says
+ * so. The reason names the run, its tokens and loss, and the newer runs passed over and why.
  */
 function chooseAutoRun(name: string, runDir: string): ModelSource {
   const spec = `${AUTO_PREFIX}${name}`;
@@ -164,28 +180,41 @@ function chooseAutoRun(name: string, runDir: string): ModelSource {
     .filter((folder) => existsSync(path.join(folder, FINAL_DIR, MODEL_FILE)))
     .reverse() // newest first
     .map((folder) => {
-      const summary = readJsonOrUndefined(path.join(folder, SUMMARY_FILE));
+      const summary = readJsonObject(path.join(folder, SUMMARY_FILE));
       const number = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
-      const config = readJsonOrUndefined(path.join(folder, RUN_CONFIG_FILE));
-      return { entry: path.basename(folder), budget: config ? maxTokensOf(config) : undefined, recipeBudget: recipeFileBudget(folder), tokens: number(summary?.tokens), valLoss: number(summary?.val_loss) };
+      const config = readJsonObject(path.join(folder, RUN_CONFIG_FILE));
+      return {
+        entry: path.basename(folder), budget: config ? maxTokensOf(config) : undefined, recipeBudget: recipeFileBudget(folder),
+        tokens: number(summary?.tokens), valLoss: number(summary?.val_loss), mismatch: recipeMismatch(folder, name),
+      };
     });
   if (finished.length === 0) {
     throw new Error(`initFrom ${spec}: no finished run of '${name}' (a folder ${name}-<timestamp>/${FINAL_DIR}/${MODEL_FILE}) under ${runDir}; train it first, e.g. npm run train -- recipes/demo/${name}.yaml`);
   }
-  const full = finished.findIndex((run) => trainedFullBudget(run) !== false);
-  const chosen = finished[full === -1 ? 0 : full];
+  // Another model is never a stand-in: runs that are not the recipe as written are passed over, and none is an error.
+  const asWritten = finished.filter((run) => run.mismatch === null);
+  if (asWritten.length === 0) {
+    throw new Error(
+      `initFrom ${spec}: none of the ${finished.length} finished runs of '${name}' is the recipe as written: ${finished.map((run) => `${run.entry}: ${run.mismatch}`).join('; ')}; ` +
+        `train it without model overrides (npm run train -- recipes/demo/${name}.yaml) or name a run folder in initFrom`,
+    );
+  }
+  const full = asWritten.findIndex((run) => trainedFullBudget(run) !== false);
+  const chosen = asWritten[full === -1 ? 0 : full];
   const dir = path.join(runDir, chosen.entry, FINAL_DIR);
   const shortened = (run: FinishedRun) =>
     `${describeRun(run)}: trained ${tokensText(run.budget)}, less than the ${tokensText(run.recipeBudget?.maxTokens)} of ${run.recipeBudget?.file}`;
+  const passedOver = (run: FinishedRun) => (run.mismatch === null ? shortened(run) : `${describeRun(run)}: ${run.mismatch}`);
   let reason: string;
   if (full === -1) {
-    reason = `initFrom ${spec}: none of the ${finished.length} finished runs of '${name}' trained its recipe's budget; using the newest, ${shortened(chosen)}`;
+    reason = `initFrom ${spec}: none of the ${asWritten.length} finished runs of '${name}' trained its recipe's budget; using the newest, ${shortened(chosen)}`;
   } else {
     const known = trainedFullBudget(chosen) === true;
     reason = `initFrom ${spec}: using ${describeRun(chosen)}, the newest finished run of '${name}'` +
       (known ? ` that trained its recipe's budget (${tokensText(chosen.recipeBudget!.maxTokens)} in ${chosen.recipeBudget!.file})` : ' (its recipe file is not readable: budget not checked)');
-    if (full > 0) reason += `; passed over the newer ${finished.slice(0, full).map(shortened).join('; ')}`;
   }
+  const newer = finished.slice(0, finished.indexOf(chosen));
+  if (newer.length > 0) reason += `; passed over the newer ${newer.map(passedOver).join('; ')}`;
   return { format: 'slayformer', dir, reason };
 }
 

@@ -8,13 +8,18 @@
 // says so). `touch <run>/.slayformer-run` makes one a run again: an empty marker carries no id, so it adopts the
 // checkpoints under it.
 //
+// A run folder being trained holds the lock `.slayformer-lock` (src/core/lock-file.ts, the kind a sweep's run takes):
+// the trainer takes it before a resume changes anything, so two `train --resume` of one run cannot interleave its
+// metrics; a lock whose process died on this host is taken over.
+//
 // Run folders are named `<name>-<UTC timestamp>[-n]` (RunLogger, src/telemetry/run-logger.ts); listRunFolders finds a recipe's.
 import { randomUUID } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
-import { CHECKPOINT_NAME, CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, RUN_MARKER } from './layout.ts';
+import { holderIsLive, takeLockFile, thisProcess } from '../core/lock-file.ts';
+import { CHECKPOINT_NAME, CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, RUN_LOCK, RUN_MARKER } from './layout.ts';
 
 /** A run id as markRunFolder writes it (a UUID), and the most a marker may hold. */
 export const RUN_ID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -60,6 +65,17 @@ export function assertRunFolder(dir: string, action: string): string {
   return marker.id;
 }
 
+/** Locks run folder `dir` for this process (see the top of this file), or throws naming the live holder. Returns the release. */
+export function lockRunFolder(dir: string): () => void {
+  const file = path.join(dir, RUN_LOCK);
+  const lock = takeLockFile(file, thisProcess(), (holder) => !holderIsLive(holder));
+  if (!lock.held) {
+    const { pid, host, startedAt } = lock.holder;
+    throw new Error(`cannot train in ${dir}: another process trains it (pid ${pid} on ${host}, since ${startedAt}; its lock is ${file}); wait for it to end (the lock of a process that died on this host is taken over)`);
+  }
+  return lock.release;
+}
+
 /** How to make an older version's run folder a run again. */
 export function markAdvice(dir: string): string {
   return `a run folder written by slayformer before it marked its run folders becomes one again with: touch ${path.join(dir, RUN_MARKER)}`;
@@ -103,19 +119,30 @@ export function runFolderOf(modelDir: string, runId: string | null = null): { ru
   return { runDir, outsideRun: null };
 }
 
+/**
+ * The part of a run folder's name before its timestamp: the run's name with any character unsafe in a file name or a
+ * shell word replaced by `_` (`+` and `=` stay: src/recipe/run-name.ts writes overrides as `+key=value`).
+ */
+export function runFolderPrefix(name: string): string {
+  return name.replace(/[^A-Za-z0-9._+=-]/g, '_');
+}
+
 /** `<name>-YYYYMMDD-HHMMSS[-n]`, as RunLogger names run folders: [timestamp, n], or null for another name. */
 function runFolderOrder(name: string, entry: string): [string, number] | null {
-  const escaped = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/[.]/g, '\\.');
+  const escaped = runFolderPrefix(name).replace(/[.+]/g, '\\$&');
   const match = new RegExp(`^${escaped}-(\\d{8}-\\d{6})(?:-(\\d+))?$`).exec(entry);
   return match ? [match[1], Number(match[2] ?? 1)] : null;
 }
 
-/** The run folders of recipe `name` under `parent` (marked or not), oldest first: `<parent>/<name>-<timestamp>[-n]`. */
+/**
+ * The run folders of recipe `name` under `parent` (marked or not), oldest first: `<parent>/<name>-<timestamp>[-n]`.
+ * A name that is no folder (a file, a dangling link) is passed over.
+ */
 export function listRunFolders(parent: string, name: string): string[] {
   if (!existsSync(parent)) return [];
   return readdirSync(parent)
     .map((entry) => ({ entry, order: runFolderOrder(name, entry) }))
-    .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry)).isDirectory())
+    .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry), { throwIfNoEntry: false })?.isDirectory() === true)
     .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1))
     .map(({ entry }) => path.join(parent, entry));
 }

@@ -27,8 +27,11 @@ export interface ExecutorContext {
 }
 
 export type ExecutorOutcome =
-  /** The runs ran here and have ended: finished now, stopped (Ctrl-C), failed; `skipped`: done before. */
-  | { kind: 'ran'; done: string[]; skipped: string[]; stopped: string[]; failed: { name: string; lastLine: string }[] }
+  /**
+   * The runs ran here and have ended: finished now, stopped (Ctrl-C), failed; `skipped`: done before; `elsewhere`:
+   * left to another process that holds their lock (another sweep or paper command on the same set).
+   */
+  | { kind: 'ran'; done: string[]; skipped: string[]; stopped: string[]; failed: { name: string; lastLine: string }[]; elsewhere: string[] }
   /** `runs` of them handed to a scheduler as `what` (for messages: "job array 41"); `file`: what was submitted. */
   | { kind: 'submitted'; what: string; runs: number; file: string };
 

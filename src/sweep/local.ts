@@ -11,6 +11,7 @@ import type { ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import type { Executor, ExecutorOutcome } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
+import { runFolders } from './run-folders.ts';
 import { lockHolder, lockIsLive, readLock, taskArgs, tellingLine } from './set-files.ts';
 
 export const localExecutor: Executor = {
@@ -73,15 +74,17 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
   const out = opts.out ?? process.stdout;
   const tty = 'isTTY' in out && out.isTTY === true;
   const cores = opts.cores ?? availableParallelism();
-  const result: LocalResult = { kind: 'ran', done: [], failed: [], stopped: [], skipped: [] };
+  const result: LocalResult = { kind: 'ran', done: [], failed: [], stopped: [], skipped: [], elsewhere: [] };
   const queue: SetRun[] = [];
   const elsewhere: string[] = [];
   const todo = new Set(pending.map((r) => r.index));
   for (const run of sweep.runs) {
     const lock = readLock(sweep, run);
     if (!todo.has(run.index)) result.skipped.push(run.name);
-    else if (lock && lockIsLive(lock)) elsewhere.push(`${run.name} (${lockHolder(lock)})`);
-    else queue.push(run);
+    else if (lock && lockIsLive(lock)) {
+      elsewhere.push(`${run.name} (${lockHolder(lock)})`);
+      result.elsewhere.push(run.name);
+    } else queue.push(run);
   }
   const running = new Map<number, Running>();
   const display = new ProgressDisplay(out, tty, (opts.logIntervalS ?? 30) * 1000);
@@ -133,7 +136,11 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         child.stderr!.on('data', onData);
         child.on('close', (code, signal) => {
           running.delete(run.index);
-          if (code === 0) {
+          // A task exits 0 without running when another process took the run's lock after the check above.
+          if (code === 0 && !runFolders(sweep, run).some((f) => f.done)) {
+            result.elsewhere.push(run.name);
+            display.event(`elsewhere ${run.name}: ${entry.lastLine}`);
+          } else if (code === 0) {
             result.done.push(run.name);
             display.event(`done   ${run.name}: ${entry.lastLine}`);
           } else if (stopping > 0 || code === 130 || code === 143) {

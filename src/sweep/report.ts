@@ -7,9 +7,11 @@
 //                             sub-folder per kind of run when they differ in model kind or tokenizer (GPT and BERT)
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { compareRuns, loadRun, PLOTS } from '../report/compare.ts';
+import { compareRuns, defaultBaseline, loadRun, PLOTS } from '../report/compare.ts';
 import type { RunSummary } from '../report/compare.ts';
-import { formatMeanSd, groupBy, meanSd } from '../report/stats.ts';
+import { escapeMarkdown } from '../report/markdown.ts';
+import { safeJoin } from '../report/safe-path.ts';
+import { formatMeanSd, groupBy, meanSdOverSeeds, perSeed } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { pairedT } from '../report/paired.ts';
 import type { PairedResult } from '../report/paired.ts';
@@ -32,6 +34,8 @@ export interface GroupReport {
   attention: string;
   /** Finished runs (seed → value of the metric). */
   values: { seed: number; value: number; run: string }[];
+  /** Runs that repeat a seed already in the group: averaged with it, not counted in n (see compare's groups). */
+  repeatedRuns: number;
   stats: MeanSd;
   /** Final validation top-1 accuracy over the same runs. */
   accuracy: MeanSd;
@@ -56,7 +60,8 @@ export interface SweepReport {
 export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<SweepReport> {
   const warn = opts.warn ?? ((m: string) => process.stderr.write(`warning: ${m}\n`));
   const metric = opts.metric ?? sweep.report.metric;
-  const baseline = opts.baseline === undefined ? sweep.report.baseline : opts.baseline;
+  // The sweep file's report.baseline, else compare's default (softmax when a run uses it); null (--baseline none): none.
+  const baseline = opts.baseline === undefined ? sweep.report.baseline ?? defaultBaseline(sweep.runs.map((r) => r.recipe.model.attention.name)) : opts.baseline;
   const level = opts.level ?? 0.95;
   const finished: { run: SweepRun; summary: RunSummary }[] = [];
   const missing: string[] = [];
@@ -82,9 +87,11 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
       pairing: members[0].run.pairing,
       attention: members[0].run.recipe.model.attention.name,
       values,
-      stats: meanSd(values.map((v) => v.value)),
-      accuracy: meanSd(members.map((m) => m.summary.finalValAcc)),
-      tokensPerSecond: meanSd(members.map((m) => m.summary.tokensPerSecond)),
+      repeatedRuns: values.length - new Set(values.map((v) => v.seed)).size,
+      // n counts distinct seeds: a seed's repeated runs are averaged first.
+      stats: meanSdOverSeeds(values, (v) => v.seed, (v) => v.value),
+      accuracy: meanSdOverSeeds(members, (m) => m.run.recipe.train.seed, (m) => m.summary.finalValAcc),
+      tokensPerSecond: meanSdOverSeeds(members, (m) => m.run.recipe.train.seed, (m) => m.summary.tokensPerSecond),
       backend: [...new Set(members.map((m) => m.summary.backend ?? '—'))].join(', '),
       paired: null,
     };
@@ -92,22 +99,28 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
   if (baseline !== null) pairWithBaseline(groups, baseline, level, REPORT_METRICS[metric].higherIsBetter);
 
   await mkdir(opts.outDir, { recursive: true });
-  const compareDir = path.join(opts.outDir, 'compare');
+  const compareDir = safeJoin(opts.outDir, 'compare');
+  // The recipe column names the sweep's group (the run's name without its seed), not the run (`softmax-seed1`).
+  const groupOf = new Map(finished.map((f) => [f.summary.dir, f.run.group]));
   const compared = await compareRuns(finished.map((f) => f.summary.dir), {
     outDir: compareDir, warn, split: true, baseline: baseline !== null && finished.some((f) => f.summary.attention === baseline) ? baseline : null,
+    recipeName: (dir) => groupOf.get(dir),
   });
   const report: SweepReport = { sweep: sweep.file, metric, baseline, level, groups, missing, files: [] };
   const compareFolders = compared.reports.map((r) => ({ folder: path.relative(opts.outDir, r.outDir), files: r.files.map((f) => path.relative(opts.outDir, f)) }));
   const markdown = renderMarkdown(sweep, report, compareFolders);
-  const mdFile = path.join(opts.outDir, 'report.md');
-  const jsonFile = path.join(opts.outDir, 'report.json');
+  const mdFile = safeJoin(opts.outDir, 'report.md');
+  const jsonFile = safeJoin(opts.outDir, 'report.json');
   await writeFile(mdFile, markdown);
   report.files = [mdFile, jsonFile, ...compared.files];
   await writeFile(jsonFile, JSON.stringify(report, null, 2) + '\n');
   return report;
 }
 
-/** Pairs each group with the baseline group of the same settings (its run names without seed and attention). */
+/**
+ * Pairs each group with the baseline group of the same settings (its run names without seed and attention), one pair
+ * per distinct seed: a seed's repeated runs are averaged first on both sides.
+ */
 function pairWithBaseline(groups: GroupReport[], baseline: string, level: number, higherIsBetter: boolean): void {
   const baselineGroups = new Map<string, GroupReport>();
   for (const g of groups) if (g.attention === baseline && !baselineGroups.has(g.pairing)) baselineGroups.set(g.pairing, g);
@@ -115,8 +128,8 @@ function pairWithBaseline(groups: GroupReport[], baseline: string, level: number
     if (g.attention === baseline || g.values.length === 0) continue;
     const partner = baselineGroups.get(g.pairing);
     if (!partner) continue;
-    const bySeed = new Map(partner.values.map((v) => [v.seed, v.value]));
-    const pairs = g.values.filter((v) => bySeed.has(v.seed));
+    const bySeed = new Map(perSeed(partner.values, (v) => v.seed, (v) => v.value).map((v) => [v.seed, v.value]));
+    const pairs = perSeed(g.values, (v) => v.seed, (v) => v.value).filter((v) => bySeed.has(v.seed));
     const x = pairs.map((v) => v.value);
     const base = pairs.map((v) => bySeed.get(v.seed)!);
     g.paired = { ...pairedT(x, base, level), baselineGroup: partner.group, wins: x.filter((v, i) => (higherIsBetter ? v > base[i] : v < base[i])).length };
@@ -130,19 +143,21 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFolders: { fol
   const pct = Math.round(report.level * 100);
   // Accuracy beside the compared metric, unless it is the compared metric.
   const accuracyColumn = report.metric !== 'finalValAcc';
-  const header = `| group | attention | n | seeds | ${REPORT_METRICS[report.metric].title} (mean ± sd) |${accuracyColumn ? ' val acc |' : ''} tokens/s |` +
-    (report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : '') + ' backend |';
-  const rule = `|---|---|---:|---|---:|${accuracyColumn ? '---:|' : ''}---:|${report.baseline ? '---:|---:|---:|' : ''}---|`;
+  // The comparison first (Δ, its interval, p), then the group's own numbers.
+  const header = `| group |${report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : ''} ${REPORT_METRICS[report.metric].title} (mean ± sd) | n | seeds | attention |` +
+    `${accuracyColumn ? ' val acc |' : ''} tokens/s | backend |`;
+  const rule = `|---|${report.baseline ? '---:|---:|---:|' : ''}---:|---:|---|---|${accuracyColumn ? '---:|' : ''}---:|---|`;
   const rows = report.groups.map((g) => {
+    const seeds = perSeed(g.values, (v) => v.seed, (v) => v.value).map((v) => `${v.seed}${v.runs > 1 ? ` (×${v.runs})` : ''}`).join(', ');
     const accuracy = accuracyColumn ? ` ${formatMeanSd(g.accuracy, 4, { showN: false })} |` : '';
-    const base = `| ${g.group} | ${g.attention} | ${g.stats.n} | ${g.values.map((v) => v.seed).join(', ')} | ${formatMeanSd(g.stats, digits, { showN: false })} |${accuracy} ${formatMeanSd(g.tokensPerSecond, 0, { showN: false })} |`;
-    const backend = ` ${g.backend} |`;
-    if (!report.baseline) return base + backend;
+    const own = ` ${formatMeanSd(g.stats, digits, { showN: false })} | ${g.stats.n} | ${seeds} | ${g.attention} |${accuracy} ${formatMeanSd(g.tokensPerSecond, 0, { showN: false })} | ${escapeMarkdown(g.backend)} |`;
+    if (!report.baseline) return `| ${g.group} |${own}`;
     const p = g.paired;
-    if (!p) return `${base} ${g.attention === report.baseline ? '(baseline)' : '—'} | | |${backend}`;
+    if (!p) return `| ${g.group} | ${g.attention === report.baseline ? '(baseline)' : '—'} | | |${own}`;
     const ci = p.ci ? ` [${signed(p.ci[0], digits)}, ${signed(p.ci[1], digits)}]` : '';
-    return `${base} ${signed(p.mean, digits)}${ci} | ${p.p === null ? '—' : p.p < 0.001 ? '< 0.001' : p.p.toFixed(3)} | ${p.wins}/${p.n} |${backend}`;
+    return `| ${g.group} | ${signed(p.mean, digits)}${ci} | ${p.p === null ? '—' : p.p < 0.001 ? '< 0.001' : p.p.toFixed(3)} | ${p.wins}/${p.n} |${own}`;
   });
+  const repeated = report.groups.filter((g) => g.repeatedRuns > 0);
   // One set of curves per compare report (one per kind of run, e.g. GPT and BERT, whose losses share no axis).
   const plots = compareFolders.flatMap(({ folder, files }) => [
     ...(compareFolders.length > 1 ? [`### ${path.basename(folder)}`, ''] : []),
@@ -153,7 +168,8 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFolders: { fol
     `# Sweep ${sweep.name}`,
     '',
     `${sweep.file}: ${sweep.runs.length} runs, ${sweep.runs.length - report.missing.length} finished. Groups are runs that differ only in ` +
-      `their seed; values are mean ± sample sd over the seeds.` +
+      `their seed; values are mean ± sample sd over the seeds, and n counts distinct seeds.` +
+      (repeated.length > 0 ? ` Runs that repeat a seed (${repeated.map((g) => `${g.group}: ${g.repeatedRuns}`).join(', ')}) are averaged with it first, not counted in n.` : '') +
       (report.baseline
         ? ` Δ is the paired difference to the ${report.baseline} run with the same seed and settings (negative = lower ${report.metric} than ${report.baseline}), ` +
           `with a ${pct}% Student t confidence interval over the seeds both finished and the two-sided paired t-test's p; "better on" counts those seeds ` +

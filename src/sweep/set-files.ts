@@ -8,8 +8,8 @@
 // Plain files and node: modules only, so that the executors (and the commands' --help, which lists their settings)
 // load without TensorFlow.js.
 import { readFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
+import { holderIsLive, type LockHolder } from '../core/lock-file.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
 import type { ExecutorTask } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
@@ -40,12 +40,9 @@ export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
   return ['--import', TSX_IMPORT, ...set.task, String(index)];
 }
 
-export interface Lock {
-  pid: number;
-  host: string;
-  /** The executor task the attempt runs in (e.g. a Slurm array task), null for a process started here. */
+/** A run's lock (src/core/lock-file.ts): its holder, and the executor task the attempt runs in (e.g. a Slurm array task), null for a process started here. */
+export interface Lock extends LockHolder {
   task: ExecutorTask | null;
-  startedAt: string;
 }
 
 export interface Attempt {
@@ -79,13 +76,7 @@ export function readJson<T>(file: string): T | null {
 
 /** A lock is live when its process runs on this host. (Another host's lock is trusted: only its executor's queue can tell, see status.ts.) */
 export function lockIsLive(lock: Lock): boolean {
-  if (lock.host !== os.hostname()) return true;
-  try {
-    process.kill(lock.pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return holderIsLive(lock);
 }
 
 /** Who holds a lock, for messages: its executor task, or its process. */

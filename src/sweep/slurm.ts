@@ -16,8 +16,9 @@
 // characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
 // exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import type { Executor, ExecutorQueue, ExecutorSetting, QueuedTask } from './executor.ts';
 import type { RunSet } from './run-set.ts';
 import { executorFolder, taskCommand } from './set-files.ts';
@@ -180,7 +181,7 @@ function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cw
   mkdirSync(folder, { recursive: true });
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   const script = path.join(folder, `${sweep.name}-${stamp}.sbatch`);
-  writeFileSync(script, renderSbatchScript(sweep, indices, options, cwd), { mode: 0o755 });
+  writeOwnFile(script, renderSbatchScript(sweep, indices, options, cwd), 0o755);
   let out: string;
   try {
     out = execFileSync('sbatch', ['--parsable', script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
@@ -191,7 +192,7 @@ function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cw
   const jobId = out.trim().split(';')[0];
   if (!/^\d+$/.test(jobId)) throw new Error(`sbatch ${script}: unexpected answer ${JSON.stringify(out.trim())}`);
   const submission: Submission = { jobId, indices, script, submittedAt: new Date().toISOString() };
-  appendFileSync(path.join(folder, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
+  appendOwnFile(path.join(folder, 'jobs.jsonl'), JSON.stringify(submission) + '\n');
   return submission;
 }
 

@@ -14,18 +14,19 @@
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
 import { spawn } from 'node:child_process';
-import { appendFileSync, mkdirSync, openSync, closeSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync, renameSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
+import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
+import { takeLockFile, thisProcess, type LockResult } from '../core/lock-file.ts';
 import { signalExitCode } from '../train/stop.ts';
 import { currentTask } from './executors.ts';
 import type { ExecutorTask } from './executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import type { RunFolder } from './run-folders.ts';
-import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, readJson, sweepPaths, tellingLine } from './set-files.ts';
+import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, sweepPaths, tellingLine } from './set-files.ts';
 import type { Attempt, Lock } from './set-files.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
@@ -33,31 +34,12 @@ import { TSX_IMPORT } from '../tsx-import.ts';
 const TRAIN_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'train.ts');
 
 /**
- * Takes the run's lock (created exclusively), or returns the live holder. A stale lock (dead process on this host,
+ * Takes the run's lock (src/core/lock-file.ts), or returns the live holder. A stale lock (dead process on this host,
  * or an earlier attempt of this very executor task, which a requeue restarts) is replaced.
  */
-function takeLock(file: string, task: ExecutorTask | null): { held: true; release(): void } | { held: false; holder: Lock } {
-  const mine: Lock = { pid: process.pid, host: os.hostname(), task, startedAt: new Date().toISOString() };
-  for (let tries = 0; tries < 3; tries++) {
-    try {
-      const fd = openSync(file, 'wx');
-      writeSync(fd, JSON.stringify(mine) + '\n');
-      closeSync(fd);
-      return {
-        held: true,
-        release: () => {
-          if (readJson<Lock>(file)?.pid === mine.pid) rmSync(file, { force: true });
-        },
-      };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    const holder = readJson<Lock>(file);
-    const sameTask = task !== null && holder?.task?.executor === task.executor && holder.task.name === task.name;
-    if (holder && !sameTask && lockIsLive(holder)) return { held: false, holder };
-    rmSync(file, { force: true });
-  }
-  throw new Error(`${file}: cannot take the run's lock`);
+function takeLock(file: string, task: ExecutorTask | null): LockResult<Lock> {
+  const sameTask = (holder: Lock) => task !== null && holder.task?.executor === task.executor && holder.task.name === task.name;
+  return takeLockFile<Lock>(file, { ...thisProcess(), task }, (holder) => sameTask(holder) || !lockIsLive(holder));
 }
 
 /** Writes the run's resolved recipe where the trainer reads it (atomically: tasks of other runs write beside it). */
@@ -67,7 +49,7 @@ function writeRunRecipe(sweep: Sweep, run: SweepRun): string {
   const file = path.join(dir, `${run.name}.yaml`);
   const text = `# Run ${run.index} of the sweep ${sweep.file}, written by npm run sweep (rewritten at every start).\n${YAML.stringify(run.recipe)}`;
   const tmp = `${file}.tmp-${process.pid}`;
-  writeFileSync(tmp, text);
+  writeOwnFile(tmp, text);
   renameSync(tmp, file);
   return file;
 }
@@ -121,14 +103,16 @@ export async function runGuarded(
     const current = runFolders(sweep, run);
     const finished = current.findLast((f) => f.done);
     if (finished) return { action: 'skipped-done', exitCode: 0, message: `${run.name}: done already (${finished.dir})` };
-    const { args, banner } = prepare(current);
     const log = logFile(sweep, run);
-    appendFileSync(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${here ? ` (${here.task.name})` : ''}\n`);
+    // Refused before the worker starts rather than when its attempt is recorded.
+    for (const file of [log, attemptFile(sweep, run)]) assertNotLink(file);
+    const { args, banner } = prepare(current);
+    appendOwnFile(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${here ? ` (${here.task.name})` : ''}\n`);
     const result = await runWorker(args, log, out, err);
     const outcome: Attempt['outcome'] = result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
     const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, task: here?.task ?? null, endedAt: new Date().toISOString() };
-    writeFileSync(attemptFile(sweep, run), JSON.stringify(attempt, null, 2) + '\n');
-    appendFileSync(log, `=== ${attempt.endedAt} ${run.name}: ${outcome} (exit ${result.exitCode ?? result.signal})\n`);
+    writeOwnFile(attemptFile(sweep, run), JSON.stringify(attempt, null, 2) + '\n');
+    appendOwnFile(log, `=== ${attempt.endedAt} ${run.name}: ${outcome} (exit ${result.exitCode ?? result.signal})\n`);
     requeue = result.stopRequested && outcome === 'stopped';
     return { action: 'trained', exitCode: result.exitCode ?? 1, message: `${run.name}: ${outcome}${outcome === 'done' ? '' : `: ${result.lastLine}`}` };
   } finally {
@@ -152,7 +136,7 @@ function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err:
     let stopRequested = false;
     const tee = (target: NodeJS.WritableStream) => (chunk: Buffer) => {
       target.write(chunk);
-      appendFileSync(log, chunk);
+      appendOwnFile(log, chunk);
       lastLine = tellingLine(lastLine, chunk.toString('utf8'));
     };
     child.stdout.on('data', tee(out));

@@ -9,18 +9,24 @@
 //   metrics.jsonl  one JSON object per record (MetricRecord, records.ts), the source of truth for curves (validation
 //                  adds bpb and acc)
 //   log.txt        the progress lines and warnings printed during the run, each line after its ISO time
+//   events.out.tfevents.<seconds>.slayformer   the metric records as TensorBoard events (tensorboard.ts), unless
+//                  tensorboard.enabled is false
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/telemetry/wandb.ts)
 //   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
+// Every file is written without following a symbolic link at its name (src/core/own-file.ts): a link planted in a
+// shared run folder is refused, naming it, never written through.
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import fs from 'node:fs';
 import path from 'node:path';
+import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
-import { assertRunFolder, markRunFolder } from '../store/run-folder.ts';
+import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-folder.ts';
 import { environmentRecord } from './environment.ts';
-import { ProgressBar } from './progress-bar.ts';
-import type { StepProgress } from './progress-bar.ts';
+import { fitFields, ProgressBar } from './progress-bar.ts';
+import type { LineField, StepProgress } from './progress-bar.ts';
 import { checkRecord, readMetrics, type MetricRecord } from './records.ts';
+import { TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
   readWandbInfo,
@@ -48,20 +54,26 @@ export interface RunLoggerOptions {
   echo?: boolean;
   /** Seconds to wait for W&B to flush at finish() (default 60). */
   wandbFinishTimeoutS?: number;
+  /** Where progress lines are echoed (default process.stdout); when it is a terminal, lines fit its width and the bar shows. */
+  terminal?: NodeJS.WriteStream;
 }
 
 export class RunLogger {
   readonly dir: string;
   private records = 0;
   private sink: WandbSink | null = null;
+  /** Training's main thread makes the one logger of a run (data-parallel replicas log nothing), so one process writes the event file. */
+  private tensorboard: TensorBoardWriter | null = null;
   private finished = false;
   private readonly echo: boolean;
+  private readonly terminal: NodeJS.WriteStream;
   /** The terminal's progress bar, from the first progress() on (only when echoing to a terminal). */
   private bar: ProgressBar | null = null;
 
   private constructor(dir: string, private readonly options: RunLoggerOptions) {
     this.dir = dir;
     this.echo = options.echo ?? true;
+    this.terminal = options.terminal ?? process.stdout;
   }
 
   /**
@@ -74,6 +86,7 @@ export class RunLogger {
     if (opts.resumeDir) {
       if (!fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`${dir}: the run folder to resume does not exist`);
       assertRunFolder(dir, 'resume in');
+      for (const name of [RUN_CONFIG_FILE, ENV_FILE, METRICS_FILE, LOG_FILE, WANDB_INFO_FILE, SUMMARY_FILE]) assertNotLink(path.join(dir, name));
     }
     const logger = new RunLogger(dir, opts);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
@@ -83,9 +96,10 @@ export class RunLogger {
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
-    if (opts.resumeDir) fs.writeFileSync(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
+    if (opts.resumeDir) writeOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
+    if (recipe.tensorboard.enabled) logger.tensorboard = TensorBoardWriter.open(dir, kept);
 
     const decision = wandbDecision(recipe.wandb);
     if (decision.enabled) {
@@ -102,18 +116,23 @@ export class RunLogger {
     return logger;
   }
 
-  /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and forwards it to W&B. */
+  /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and the TensorBoard events, and forwards it to W&B. */
   log(record: MetricRecord): void {
     checkRecord(record, 'RunLogger.log');
-    fs.appendFileSync(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
+    appendOwnFile(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
+    this.tensorboard?.log(record);
     this.sink?.log(record);
     this.records += 1;
   }
 
-  /** A progress line: stdout (above the progress bar, on a terminal) and log.txt. */
-  line(text: string): void {
-    if (this.bar) this.bar.log(text);
-    else if (this.echo) process.stdout.write(text + '\n');
+  /**
+   * A progress line: stdout (above the progress bar, on a terminal) and log.txt. `fields`, when given, are the line's
+   * parts (`text` joins them): a terminal gets as many as fit its width (progress-bar.ts fitFields), log.txt all.
+   */
+  line(text: string, fields?: readonly LineField[]): void {
+    const shown = fields && this.terminal.isTTY ? fitFields(fields, (this.terminal.columns || 80) - 1) : text;
+    if (this.bar) this.bar.log(shown);
+    else if (this.echo) this.terminal.write(shown + '\n');
     this.appendToLog(text);
   }
 
@@ -127,12 +146,12 @@ export class RunLogger {
   /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
   private appendToLog(text: string): void {
     const time = new Date().toISOString();
-    fs.appendFileSync(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
+    appendOwnFile(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
   }
 
-  /** After each step: on a terminal (stdout.isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
+  /** After each step: on a terminal (the terminal stream's isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
   progress(p: StepProgress): void {
-    if (!this.bar && this.echo && process.stdout.isTTY) this.bar = new ProgressBar(p.totalSteps);
+    if (!this.bar && this.echo && this.terminal.isTTY) this.bar = new ProgressBar(p.totalSteps, this.terminal);
     this.bar?.update(p);
   }
 
@@ -178,7 +197,7 @@ export class RunLogger {
 export function makeRunDir(parent: string, name: string): string {
   fs.mkdirSync(parent, { recursive: true });
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-  const base = path.resolve(parent, `${name.replace(/[^A-Za-z0-9._-]/g, '_')}-${stamp}`);
+  const base = path.resolve(parent, `${runFolderPrefix(name)}-${stamp}`);
   for (let n = 1; ; n++) {
     const dir = n === 1 ? base : `${base}-${n}`;
     try {
@@ -192,5 +211,5 @@ export function makeRunDir(parent: string, name: string): string {
 }
 
 function writeJson(file: string, value: unknown): void {
-  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
+  writeOwnFile(file, JSON.stringify(value, null, 2) + '\n');
 }

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
 import { readMetrics, type MetricRecord } from './records.ts';
@@ -43,7 +44,7 @@ export function readWandbInfo(runDir: string): WandbRunInfo {
 }
 
 export function writeWandbInfo(runDir: string, info: WandbRunInfo): void {
-  fs.writeFileSync(path.join(runDir, WANDB_INFO_FILE), JSON.stringify(info, null, 2) + '\n');
+  writeOwnFile(path.join(runDir, WANDB_INFO_FILE), JSON.stringify(info, null, 2) + '\n');
 }
 
 /**

@@ -1,12 +1,15 @@
-// Validation on a fixed set of tokens: the first `evalTokens` labelled tokens of the validation split,
-// read once in the stream's fixed order and kept in memory, so every evaluation sees the same tokens
-// (and, for BERT, the same masks).
+// Validation on a fixed set of tokens, collected once and kept in memory, so every evaluation sees the same tokens (and,
+// for BERT, the same masks): by default `evalTokens` labelled tokens drawn across the whole validation split by a fixed
+// seed (spreadSample), or with `train.evalSample: head` the first ones in the split's order (docs/training.md, "Validation").
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel } from '../model/lm.ts';
 import { evalSumsThroughGraph } from './compiled-step.ts';
-import { openBatchStream } from '../data/stream.ts';
+import { openBatchStream, spreadSample } from '../data/stream.ts';
 import type { Batch } from '../data/batch.ts';
-import type { StreamOptions } from '../data/stream.ts';
+import type { EvalSample, StreamOptions } from '../data/stream.ts';
+import type { EvalSampleKind } from '../data/batch.ts';
+
+export type { EvalSample };
 
 export interface EvalResult {
   /** Mean cross-entropy per labelled token, nats. */
@@ -21,13 +24,23 @@ export interface EvalResult {
 }
 
 /**
- * Reads validation batches until they hold at least `evalTokens` labelled tokens (or the split ends).
- * Errors if the split yields no batch at all.
+ * The evaluation sample of at least `evalTokens` labelled tokens (fewer when the split holds fewer): `spread` draws
+ * examples across the whole split, `head` reads batches from its start. Errors if the split yields no example at all.
  */
 export async function collectEvalBatches(
   opts: Omit<StreamOptions, 'split' | 'cursor' | 'shuffleBuffer'>,
   evalTokens: number,
-): Promise<Batch[]> {
+  sample: EvalSampleKind = 'spread',
+): Promise<EvalSample> {
+  const collected = sample === 'spread' && Number.isFinite(evalTokens) ? await spreadSample(opts, evalTokens) : await headSample(opts, evalTokens);
+  if (collected.batches.length === 0) {
+    throw new Error(`${opts.dataset}: the validation split gave no batch of ${opts.batchSize}×${opts.seqLen} tokens; a validation split with enough text is needed`);
+  }
+  return collected;
+}
+
+/** Whole batches from the start of the validation split until they hold `evalTokens` labelled tokens. */
+async function headSample(opts: Omit<StreamOptions, 'split' | 'cursor' | 'shuffleBuffer'>, evalTokens: number): Promise<EvalSample> {
   const stream = await openBatchStream({ ...opts, split: 'validation', shuffleBuffer: 0 });
   const batches: Batch[] = [];
   let tokens = 0;
@@ -38,13 +51,10 @@ export async function collectEvalBatches(
       batches.push(batch);
       tokens += batch.tokens;
     }
+    return { batches, documents: stream.stats.documents };
   } finally {
     await stream.close();
   }
-  if (batches.length === 0) {
-    throw new Error(`${opts.dataset}: the validation split gave no batch of ${opts.batchSize}×${opts.seqLen} tokens; a validation split with enough text is needed`);
-  }
-  return batches;
 }
 
 /**

@@ -13,16 +13,18 @@ import type { BatchStream, EpochEstimate, StreamOptions } from '../data/stream.t
 import { modelConfigFromRecipe } from '../recipe/model-config.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
+import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
 import { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
-import type { EvalResult } from './evaluate.ts';
+import type { EvalResult, EvalSample } from './evaluate.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
 import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts';
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
+import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import { trainStep, type StepOptions, type StepResult } from './step.ts';
@@ -43,14 +45,6 @@ export interface TrainResult {
   parameters: number;
 }
 
-function formatDuration(seconds: number): string {
-  if (!Number.isFinite(seconds)) return '?';
-  const s = Math.round(seconds);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return h > 0 ? `${h}h${String(m).padStart(2, '0')}m` : `${m}m${String(s % 60).padStart(2, '0')}s`;
-}
-
 /** What the loop needs from RunLogger (tests pass a recorder); the terminal's progress bar is optional. */
 export type TrainLogger = Pick<RunLogger, 'dir' | 'log' | 'line' | 'finish'> & Partial<Pick<RunLogger, 'progress' | 'endProgress'>>;
 
@@ -62,7 +56,8 @@ interface RunInputs {
   epoch: EpochEstimate;
   batchesPlanned: number;
   totalSteps: number;
-  evalBatches: Batch[];
+  /** The validation sample every evaluation of the run reads (train.evalSample). */
+  evalSample: EvalSample;
   resumed: LoadedCheckpoint | null;
   /** Recipe keys that differ from the resumed checkpoint's (accepted ones, e.g. train.lr). */
   changedKeys: string[];
@@ -75,14 +70,14 @@ async function readRunInputs(recipe: Recipe, resume: string | undefined, warn: (
   const epoch = await estimateEpoch({ ...base, split: 'train' });
   const batchesPlanned = plannedBatches(recipe, epoch.batches);
   const totalSteps = Math.max(1, Math.ceil(batchesPlanned / recipe.train.gradAccum));
-  const evalBatches = await collectEvalBatches(base, recipe.train.evalTokens);
+  const evalSample = await collectEvalBatches(base, recipe.train.evalTokens, recipe.train.evalSample);
   const resumed = resume ? await loadCheckpoint(resume) : null;
   const changedKeys = resumed ? checkResumeCompatible(resumed, recipe, tokenizer.sha256) : [];
   if (resumed) {
     checkModelTensors(modelConfig, resumed.weights, path.join(resumed.dir, MODEL_FILE));
     checkNotFinished(resumed, totalSteps);
   }
-  return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalBatches, resumed, changedKeys };
+  return { tokenizer, modelConfig, base, epoch, batchesPlanned, totalSteps, evalSample, resumed, changedKeys };
 }
 
 /**
@@ -157,6 +152,8 @@ class TrainingLoop {
   private window: TrainingCounters['window'];
   /** What the last step read back from the backend's tensors into JavaScript (tensorflow; readback.ts). */
   private lastReadback: Readback | null = null;
+  /** The readback count the log last stated (it is constant for a run: said once, and again only if it changes). */
+  private statedReadback: number | null = null;
   private skippedSteps: number;
   private consecutiveSkips: number;
   /** Steps run by this process (its first step records the step program and builds its function). */
@@ -202,7 +199,7 @@ class TrainingLoop {
   }
 
   async validate(): Promise<EvalResult> {
-    const result = await evaluate(this.parts.model, this.inputs.evalBatches, this.recipe.train.graph);
+    const result = await evaluate(this.parts.model, this.inputs.evalSample.batches, this.recipe.train.graph);
     const { step, tokens, trainSeconds } = this;
     this.logger.log({
       step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
@@ -210,7 +207,7 @@ class TrainingLoop {
       epoch_fraction: this.batchesSeen / Math.max(1, this.inputs.epoch.batches),
     });
     this.lastVal = { step, loss: result.loss };
-    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens)`);
+    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${this.inputs.evalSample.documents} documents)`);
     return result;
   }
 
@@ -219,7 +216,9 @@ class TrainingLoop {
     const { totalSteps } = this.inputs;
     // Started after initFrom and restore: the replicas receive the weights as they now are.
     if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas);
-    if (this.parts.finetune.initFrom !== null && this.step === 0) await this.validate(); // the loaded model before finetuning
+    // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
+    // A resumed run (step > 0) has this record from its first session.
+    if (this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
     // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
     if (this.step < totalSteps) this.logger.line(`compiling the first steps… (a progress line every ${this.recipe.train.logInterval} steps)`);
     while (this.step < totalSteps) {
@@ -324,11 +323,12 @@ class TrainingLoop {
       ...(this.lastReadback ? { readback_values: this.lastReadback.values, readback_bytes: this.lastReadback.bytes } : {}),
     });
     const eta = ((totalSteps - step) * window.seconds) / window.steps;
-    const reads = this.lastReadback ? ` | host reads ${this.lastReadback.values} values/step` : '';
-    this.logger.line(
-      `step ${step}/${totalSteps} | epoch ${(100 * fraction).toFixed(1)}% | loss ${loss.toFixed(4)} | ppl ${Math.exp(loss).toFixed(2)} | ` +
-        `lr ${lr.toExponential(2)} | grad ${gradNorm.toFixed(3)} | ${Math.round(rate).toLocaleString('en-US')} tok/s${reads} | ETA ${formatDuration(eta)}`,
-    );
+    if (this.lastReadback && this.lastReadback.values !== this.statedReadback) {
+      this.statedReadback = this.lastReadback.values;
+      this.logger.line(`host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`);
+    }
+    const fields = progressFields({ step, totalSteps, epochFraction: fraction, loss, lr, gradNorm, tokensPerS: rate, etaS: eta });
+    this.logger.line(joinFields(fields), fields);
     this.window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
   }
 
@@ -337,7 +337,7 @@ class TrainingLoop {
     const { step, tokens, trainSeconds, recipe, logger } = this;
     const finalVal = await this.validate();
     if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
-    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer);
+    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
     const parameters = this.parameterCount;
     const summary = {
       steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
@@ -368,20 +368,32 @@ class TrainingLoop {
  * last step finishes its run); `stop.signal` set = save a checkpoint after the current step and throw TrainingStopped.
  * Nothing is written, and nothing stays allocated, when a check fails before the first step.
  */
-export async function runTraining(
-  recipe: Recipe,
-  opts: {
-    logger?: TrainLogger;
-    /** A checkpoint folder to continue from (see src/store/resolve.ts). */
-    resume?: string;
-    stop?: StopRequest;
-    /**
-     * Sees a new run's model after initFrom and the data-dependent init, before step 0, with the validation batches
-     * (the experiments' diagnostics, src/paper/attention-measures.ts); it must leave the model as it found it.
-     */
-    beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
-  } = {},
-): Promise<TrainResult> {
+export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
+  // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
+  // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
+  const resumeRun = opts.resume !== undefined && !opts.logger ? runFolderOf(opts.resume).runDir : null;
+  const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
+  try {
+    return await trainLocked(recipe, opts);
+  } finally {
+    unlock();
+  }
+}
+
+export interface TrainOptions {
+  logger?: TrainLogger;
+  /** A checkpoint folder to continue from (see src/store/resolve.ts). */
+  resume?: string;
+  stop?: StopRequest;
+  /**
+   * Sees a new run's model after initFrom and the data-dependent init, before step 0, with the validation batches
+   * (the experiments' diagnostics, src/paper/attention-measures.ts); it must leave the model as it found it.
+   */
+  beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
+}
+
+/** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
+async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
   recipe = { ...recipe, backend: currentDevice().backend };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
@@ -389,17 +401,20 @@ export async function runTraining(
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
   const parts = await buildRunParts(recipe, inputs, lines.line);
   let loop: TrainingLoop | null = null;
+  let unlock = () => {};
   try {
-    const logger = opts.logger ?? (await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
+    let logger = opts.logger;
+    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps));
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
-    if (opts.beforeTraining && !inputs.resumed) await opts.beforeTraining(parts.model, inputs.evalBatches);
+    if (opts.beforeTraining && !inputs.resumed) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
     await loop.train(opts.stop);
     return await loop.finish();
   } finally {
     if (loop) await loop.close();
     else await closeRunParts(parts);
+    unlock();
   }
 }
 
@@ -416,16 +431,21 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
   };
 }
 
-/** The run folder: the checkpoint's own when it is inside a run, else a new one. */
-async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<TrainLogger> {
+/**
+ * The run folder: the checkpoint's own when it is inside a run (runTraining locked it already), else a new one, locked
+ * for this process here (src/store/run-folder.ts). Returns the logger and the release of the lock taken here.
+ */
+async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
-    return RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps });
+    return { logger, unlock: () => {} };
   }
   const logger = await RunLogger.create(recipe);
+  const unlock = lockRunFolder(logger.dir);
   if (resumed) {
     logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
   }
-  return logger;
+  return { logger, unlock };
 }
 
 function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: TrainLogger, parameterCount: number): void {
@@ -433,9 +453,13 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
   const { batchSize, gradAccum } = recipe.train;
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
-      `${totalSteps} steps of ${batchSize}×${gradAccum}×${recipe.data.seqLen} tokens (${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
+      `${totalSteps} steps of ${(batchSize * gradAccum * recipe.data.seqLen).toLocaleString('en-US')} tokens ` +
+      `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${currentDevice().backend}` +
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
+  const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');
+  const what = recipe.train.evalSample === 'spread' ? `${evalTokens} labelled tokens drawn across the validation split` : `the validation split's first ${evalTokens} labelled tokens`;
+  logger.line(`validation: ${what} (train.evalSample: ${recipe.train.evalSample}), from ${inputs.evalSample.documents.toLocaleString('en-US')} documents`);
   const { warning } = resolveWarmup(recipe.train, totalSteps);
   if (warning) logger.line(`warning: ${warning}`);
   if (resumed) {

@@ -124,7 +124,7 @@ describe('a mechanism registered by one line', () => {
     tensors.set('blocks.1.attn.temperature', { shape: [3], data: new Float32Array(3) });
     expect(() => checkModelTensors(config, tensors, 'toy.safetensors')).toThrow(/other shape: blocks\.1\.attn\.temperature \[3\], the config builds \[2\]/);
 
-    const evaluated = await evalCheckpoint({ checkpoint: result.finalDir });
+    const evaluated = await evalCheckpoint({ checkpoint: result.finalDir, tokens: recipe.train.evalTokens });
     expect(evaluated.description).toBe(`gpt ${TOY_ATTENTION} (step 8)`);
     expect(evaluated.loss).toBeCloseTo(result.finalVal.loss, 5);
     const loaded = await loadModel(result.finalDir);

@@ -229,6 +229,41 @@ describe('commands, spawned', () => {
 });
 
 describe('the slayformer bin', () => {
+  it("the README's way to run it from another folder works as written: npm link in the checkout, then slayformer …", () => {
+    // The README's sentence about the bin: it must say how the command gets onto PATH, and never send the reader to
+    // `npx slayformer` without one (npm would ask its registry for a package of that name, and run whatever it found).
+    const readme = readFileSync('README.md', 'utf8').replace(/\n/g, ' ');
+    const sentence = /Outside the project folder.*?\.(?= |$)/.exec(readme)?.[0] ?? '';
+    expect(sentence, 'README: the sentence on running slayformer outside the project folder').toContain('`npm link`');
+    expect(sentence).not.toContain('npx slayformer');
+    const shown = [...sentence.matchAll(/`(slayformer [^`]*)`/g)].map((m) => m[1]);
+    expect(shown).toContain('slayformer --help');
+
+    const project = process.cwd();
+    const prefix = mkdtempSync(path.join(tmpdir(), 'slayformer-link-'));
+    const elsewhere = mkdtempSync(path.join(tmpdir(), 'slayformer-elsewhere-'));
+    try {
+      // What `npm link` leaves under npm's global prefix: the checkout linked as lib/node_modules/slayformer and
+      // its bin as bin/slayformer (nothing of the checkout changes, so the test links by hand).
+      mkdirSync(path.join(prefix, 'lib', 'node_modules'), { recursive: true });
+      mkdirSync(path.join(prefix, 'bin'));
+      symlinkSync(project, path.join(prefix, 'lib', 'node_modules', 'slayformer'));
+      const bin = JSON.parse(readFileSync('package.json', 'utf8')).bin.slayformer as string;
+      symlinkSync(path.join('..', 'lib', 'node_modules', 'slayformer', bin), path.join(prefix, 'bin', 'slayformer'));
+      const env = { ...process.env, PATH: `${path.join(prefix, 'bin')}${path.delimiter}${process.env.PATH}` };
+      const help = spawnSync('sh', ['-c', 'slayformer --help'], { cwd: elsewhere, env, encoding: 'utf8', timeout: 120_000 });
+      expect(help.status, help.stderr).toBe(0);
+      expect(help.stdout).toMatch(/^Usage: slayformer <command> \[arguments…\]/);
+      // The file itself, started by node from another folder.
+      const direct = spawnSync(process.execPath, [path.join(project, bin), 'train', '--help'], { cwd: elsewhere, encoding: 'utf8', timeout: 120_000 });
+      expect(direct.status, direct.stderr).toBe(0);
+      expect(direct.stdout).toMatch(/^Usage:\n {2}slayformer train <recipe\.yaml>/);
+    } finally {
+      rmSync(prefix, { recursive: true, force: true });
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+
   it('npx slayformer runs the commands from another folder, as npm install <this folder> sets it up', () => {
     const project = process.cwd();
     const elsewhere = mkdtempSync(path.join(tmpdir(), 'slayformer-npx-'));

@@ -1,11 +1,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
+import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readTextBatches } from '../../src/data/arrow.ts';
 import { describeSplit, listShards, parseShardSize } from '../../src/data/dataset.ts';
 import { prepareDemoCorpus, sotuDataDir } from '../../src/data/demo-corpus.ts';
+import { DOCUMENT_ORDER_FILE, IN_MEMORY_SHUFFLE_BYTES, orderDocuments } from '../../src/data/document-order.ts';
+import type { DocumentOrderRecord } from '../../src/data/document-order.ts';
 import { formatSummary, prepareDataset } from '../../src/data/prepare.ts';
 import { makeTempDir, readAllBatches } from '../fixtures/data.ts';
 
@@ -67,7 +70,7 @@ describe('prepareDataset', () => {
     expect(summary).toMatchObject({ inputFiles: 14, documents: allDocs.length, bytes: utf8Bytes(allDocs), skippedEmpty: 2, shards: 2 });
     expect(summary.splits.train.documents).toBe(train.length);
     expect(summary.splits.validation.bytes).toBe(utf8Bytes(validation as string[]));
-    expect(fs.readdirSync(out).sort()).toEqual(['dataset_dict.json', 'train', 'validation']);
+    expect(fs.readdirSync(out).sort()).toEqual(['.slayformer-prepared', 'dataset_dict.json', DOCUMENT_ORDER_FILE, 'train', 'validation']);
     expect(fs.readdirSync(path.join(out, 'train')).sort()).toEqual(['data-00000-of-00001.arrow', 'dataset_info.json', 'state.json']);
   });
 
@@ -108,7 +111,7 @@ describe('prepareDataset', () => {
     const docs = Array.from({ length: 2600 }, (_, i) => `row ${i}`);
     fs.writeFileSync(many, docs.map((text) => JSON.stringify({ text })).join('\n'));
     const byRows = path.join(dir, 'by-rows');
-    const s = await prepareDataset({ inputs: [many], out: byRows, validationFraction: 0, shardSize: '1200' });
+    const s = await prepareDataset({ inputs: [many], out: byRows, validationFraction: 0, shardSize: '1200', keepOrder: true });
     const shards = await listShards(byRows, 'train');
     expect(shards.map((f) => path.basename(f))).toEqual(['data-00000-of-00003.arrow', 'data-00001-of-00003.arrow', 'data-00002-of-00003.arrow']);
     const batchSizes = await Promise.all(shards.map(async (f) => (await readAllBatches(f)).batches.map((b) => b.numRows)));
@@ -119,13 +122,71 @@ describe('prepareDataset', () => {
     expect((await describeSplit(byRows, 'train', 'text')).rows).toBe(2600);
 
     const bySize = path.join(dir, 'by-size');
-    await prepareDataset({ inputs: [many], out: bySize, validationFraction: 0, shardSize: '10KB' });
+    await prepareDataset({ inputs: [many], out: bySize, validationFraction: 0, shardSize: '10KB', keepOrder: true });
     const sizeShards = await listShards(bySize, 'train');
     expect(sizeShards.length).toBeGreaterThan(1);
     expect(await readSplit(bySize, 'train')).toEqual(docs);
     expect(parseShardSize('500MB')).toEqual({ bytes: 500e6 });
     expect(parseShardSize('1.5GiB')).toEqual({ bytes: 1.5 * 1024 ** 3 });
     expect(parseShardSize('100000')).toEqual({ rows: 100000 });
+  });
+
+  it('writes the documents in a seeded random order recorded in document_order.json; --keep-order keeps the file order', async () => {
+    const rows = path.join(dir, 'rows.jsonl');
+    const docs = Array.from({ length: 2000 }, (_, i) => `row ${i}`);
+    fs.writeFileSync(rows, docs.map((text) => JSON.stringify({ text })).join('\n'));
+    const written = async (name: string, options: { seed?: number; keepOrder?: boolean }) => {
+      const out = path.join(dir, name);
+      await prepareDataset({ inputs: [rows], out, validationFraction: 0, ...options });
+      const record = JSON.parse(fs.readFileSync(path.join(out, DOCUMENT_ORDER_FILE), 'utf8')) as DocumentOrderRecord;
+      return { texts: await readSplit(out, 'train'), record, description: (JSON.parse(fs.readFileSync(path.join(out, 'train', 'dataset_info.json'), 'utf8')) as { description: string }).description };
+    };
+    const a = await written('order-1a', { seed: 1 });
+    const b = await written('order-1b', { seed: 1 });
+    const c = await written('order-2', { seed: 2 });
+    expect(b.texts).toEqual(a.texts);
+    expect(c.texts).not.toEqual(a.texts);
+    expect(sorted(a.texts)).toEqual(sorted(docs));
+    // Not the file order, nor close to it: the first tenth written comes from all over the input.
+    const firstTenth = a.texts.slice(0, 200).map((t) => Number(t!.slice(4)));
+    expect(Math.min(...firstTenth)).toBeLessThan(200);
+    expect(Math.max(...firstTenth)).toBeGreaterThan(1800);
+    // The record: the seed, and the input index of each written document, hashed as uint32 little-endian.
+    expect(a.record).toMatchObject({ order: 'seeded-random', seed: 1, documents: 2000 });
+    expect(a.record.permutation!.map((i) => docs[i])).toEqual(a.texts);
+    const le = Buffer.alloc(4 * 2000);
+    a.record.permutation!.forEach((index, k) => le.writeUInt32LE(index, 4 * k));
+    expect(a.record.sha256).toBe(createHash('sha256').update(le).digest('hex'));
+    expect(c.record.sha256).not.toBe(a.record.sha256);
+    expect(a.description).toContain('Documents in a seeded random order (seed 1).');
+
+    const kept = await written('order-kept', { seed: 1, keepOrder: true });
+    expect(kept.texts).toEqual(docs);
+    expect(kept.record).toMatchObject({ order: 'input', seed: null, documents: 2000, permutation: docs.map((_, i) => i) });
+    expect(kept.description).toContain('Documents in input order.');
+  });
+
+  it('shuffles inputs too large for memory through bucket files: a seeded permutation, the bucket files removed', async () => {
+    const docs = Array.from({ length: 3000 }, (_, i) => ({ text: `doc ${i}`, extra: [String(i)], where: `input:${i}` }));
+    async function* source() {
+      yield* docs;
+    }
+    const run = async (seed: number) => {
+      const workDir = path.join(dir, `buckets-${seed}`);
+      const ordered = orderDocuments(source(), { seed, keepOrder: false, estimatedBytes: 3 * IN_MEMORY_SHUFFLE_BYTES, workDir });
+      const out = [];
+      for await (const doc of ordered.documents) out.push(doc);
+      expect(fs.existsSync(workDir)).toBe(false);
+      return { out, record: ordered.record() };
+    };
+    const a = await run(4);
+    expect(await run(4)).toEqual(a);
+    expect((await run(5)).record.sha256).not.toBe(a.record.sha256);
+    expect(a.record.permutation!.map((i) => docs[i])).toEqual(a.out);
+    expect([...a.record.permutation!].sort((x, y) => x - y)).toEqual(docs.map((_, i) => i));
+    const firstTenth = a.record.permutation!.slice(0, 300);
+    expect(Math.min(...firstTenth)).toBeLessThan(300);
+    expect(Math.max(...firstTenth)).toBeGreaterThan(2700);
   });
 
   it('gives both splits a document even from two documents', async () => {
@@ -165,7 +226,7 @@ describe('prepareDataset', () => {
 describe('npm run prepare (CLI)', () => {
   it('prints documents, bytes, shards and skipped empty documents', () => {
     const out = path.join(dir, 'cli-out');
-    const result = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out, '--seed', '3'], {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out, '--seed', '3', '--keep-order'], {
       encoding: 'utf8',
     });
     expect(result.status, result.stderr).toBe(0);
@@ -173,9 +234,43 @@ describe('npm run prepare (CLI)', () => {
     expect(result.stdout).toContain(`wrote ${docs.length} documents, ${utf8Bytes(docs)} bytes of text`);
     expect(result.stdout).toContain('2 shards');
     expect(result.stdout).toContain('skipped 2 empty documents');
+    expect(result.stdout).toContain(`documents in input order (--keep-order); order sha256 `);
     const again = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out], { encoding: 'utf8' });
     expect(again.status).toBe(1);
-    expect(again.stderr).toContain(`${out}: the output folder already exists (pass --overwrite to replace it)`);
+    expect(again.stderr).toContain(`${out}: the output folder already exists (pass --overwrite to replace an earlier prepare output)`);
+  });
+});
+
+describe('prepare --overwrite', () => {
+  const input = () => path.join(inputs, 'part.jsonl');
+  const tree = (folder: string): string[] =>
+    fs.readdirSync(folder, { recursive: true, encoding: 'utf8' }).sort().map((f) => `${f}:${fs.statSync(path.join(folder, f)).isFile() ? fs.readFileSync(path.join(folder, f), 'utf8') : '/'}`);
+
+  it('replaces an earlier prepare output, and refuses any other folder, naming it, with every file kept', async () => {
+    const out = path.join(dir, 'overwrite-earlier');
+    const first = await prepareDataset({ inputs: [input()], out, validationFraction: 0.3, seed: 1 });
+    const again = await prepareDataset({ inputs: [input()], out, validationFraction: 0.3, seed: 2, overwrite: true });
+    expect(again.documents).toBe(first.documents);
+    expect((await readSplit(out, 'validation')).length).toBe(again.splits.validation.documents);
+    expect(fs.readdirSync(path.dirname(out)).filter((e) => e.startsWith('overwrite-earlier.'))).toEqual([]); // nothing left aside
+
+    // A folder of someone else's (a thesis), and one holding datasets and tokenizers (--out data): refused, kept whole.
+    const thesis = path.join(dir, 'thesis');
+    fs.mkdirSync(path.join(thesis, 'sub'), { recursive: true });
+    fs.writeFileSync(path.join(thesis, 'thesis.tex'), '\\documentclass{article}');
+    fs.writeFileSync(path.join(thesis, 'sub', 'notes.txt'), 'mine');
+    const before = tree(thesis);
+    await expect(prepareDataset({ inputs: [input()], out: thesis, overwrite: true })).rejects.toThrow(
+      `${thesis} was not written by npm run prepare (it has no .slayformer-prepared marker); not replacing it: move it away or choose another --out`,
+    );
+    expect(tree(thesis)).toEqual(before);
+
+    // An earlier output with a file of someone else's added: refused too.
+    fs.writeFileSync(path.join(out, 'train', 'notes.md'), 'mine');
+    await expect(prepareDataset({ inputs: [input()], out, overwrite: true })).rejects.toThrow(
+      `${out} was not written by npm run prepare (it holds train/notes.md, which prepare does not write); not replacing it`,
+    );
+    expect(fs.readFileSync(path.join(out, 'train', 'notes.md'), 'utf8')).toBe('mine');
   });
 });
 
@@ -196,6 +291,14 @@ describe('prepareDemoCorpus', () => {
     expect(summary.bytes).toBe(utf8Bytes(expected));
     const years = await readSplit(out, 'train', 'year');
     expect(years.every((y) => /^\d{4}$/.test(y!))).toBe(true);
+    // Not in year order (the first validation speeches would all be from the 1790s–1830s); --keep-order keeps it.
+    const validationYears = (await readSplit(out, 'validation', 'year')).map(Number);
+    expect(Math.max(...validationYears.slice(0, 5))).toBeGreaterThan(1900);
+    expect(years.map(Number)).not.toEqual([...years.map(Number)].sort((x, y) => x - y));
+    const inYearOrder = path.join(dir, 'sotu-kept');
+    await prepareDemoCorpus(inYearOrder, true);
+    const keptYears = (await readSplit(inYearOrder, 'train', 'year')).map(Number);
+    expect(keptYears).toEqual([...keptYears].sort((x, y) => x - y));
     expect(await describeSplit(out, 'validation', 'text')).toMatchObject({ rows: validation.length, bytes: utf8Bytes(validation as string[]) });
   });
 });

@@ -1,5 +1,6 @@
-// A Python with torch and transformers for the suites that load exports in PyTorch:
-// `npm run setup:transformers` makes one in .venv-hf/, or SLAYFORMER_PYTHON names one.
+// A Python with torch and transformers for the suites that load exports in PyTorch (and tensorboard for the
+// suite that reads event files back): `npm run setup:transformers` makes one in .venv-hf/, or SLAYFORMER_PYTHON
+// names one.
 import { spawnSync } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -8,8 +9,13 @@ export const TRANSFORMERS_SETUP = 'npm run setup:transformers';
 
 /** The first candidate that has torch and transformers (found without importing them: that takes seconds), or null. */
 export function findTransformersPython(): string | null {
+  return findPythonWith(['torch', 'transformers']);
+}
+
+/** The first candidate Python (SLAYFORMER_PYTHON, then .venv-hf) that has every module of `modules`, or null. */
+export function findPythonWith(modules: readonly string[]): string | null {
   const candidates = [process.env.SLAYFORMER_PYTHON, path.resolve('.venv-hf/bin/python')].filter((p): p is string => !!p && existsSync(p));
-  const probe = "import importlib.util, sys; sys.exit(0 if all(importlib.util.find_spec(m) for m in ('torch', 'transformers')) else 1)";
+  const probe = `import importlib.util, sys; sys.exit(0 if all(importlib.util.find_spec(m) for m in ${JSON.stringify(modules)}) else 1)`;
   return candidates.find((p) => spawnSync(p, ['-c', probe], { timeout: 60_000 }).status === 0) ?? null;
 }
 

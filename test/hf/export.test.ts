@@ -6,6 +6,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import YAML from 'yaml';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { exportHf } from '../../src/store/hf-export.ts';
@@ -13,6 +14,7 @@ import { architectureOf } from '../../src/model/transformer.ts';
 import type { LanguageModelConfig } from '../../src/model/lm.ts';
 import { loadModel } from '../../src/store/load-model.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
+import { markRunFolder } from '../../src/store/run-folder.ts';
 import { BERT_DIR, GPT2_DIR, readRaw, sameBytes, savedRun, valuesOf } from './fixtures.ts';
 
 let dir: string;
@@ -138,6 +140,25 @@ describe('the output folder', () => {
     expect(readdirSync(dir).filter((e) => e.includes('.partial-') || e.includes('.old-'))).toEqual([]);
   });
 
+  it('removes the partial folders of exports that died (dead pid, nothing but export files), and only those', async () => {
+    const out = fresh();
+    const partial = (pid: number, files: Record<string, string>) => {
+      const folder = `${out}.partial-${pid}`;
+      mkdirSync(folder);
+      for (const [name, text] of Object.entries(files)) writeFileSync(path.join(folder, name), text);
+      return folder;
+    };
+    const dead = 2 ** 22 + 12345;
+    const killed = partial(dead, { 'config.json': '{}', 'model.safetensors': 'cut short' });
+    const foreign = partial(dead + 1, { 'config.json': '{}', 'notes.txt': 'mine' });
+    const running = partial(process.ppid, { 'config.json': '{}' }); // a live process's export, still being written
+    const result = await exportHf(`hf:${GPT2_DIR}`, { out });
+    expect(result.removedPartials).toEqual([killed]);
+    expect(existsSync(killed)).toBe(false);
+    expect(readdirSync(foreign).sort()).toEqual(['config.json', 'notes.txt']);
+    expect(readdirSync(running)).toEqual(['config.json']);
+  });
+
   it('npm run export: the command line writes the folder; an unknown --format is an error', () => {
     const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/export.ts', ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 120_000 });
     const out = fresh();
@@ -151,5 +172,73 @@ describe('the output folder', () => {
     const noOut = cli(GPT2_DIR);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr.split('\n')[0]).toBe('export: --out DIR is required');
+  });
+});
+
+describe('the model card (README.md) and config.json of an export', () => {
+  /** A finished run folder as the trainer leaves it: marker, config.json, env.json, summary.json and final/. */
+  async function finishedRun(initFrom?: string): Promise<{ runDir: string; out: string }> {
+    const runDir = path.join(fresh(), 'gpt-dark-20260101-000000');
+    mkdirSync(runDir, { recursive: true });
+    markRunFolder(runDir);
+    const recipe = parseRecipe(
+      'name: gpt-dark\n' +
+        'model: { kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: darkformer, options: { features: 8, rank: 4 } } }\n' +
+        `data: { dataset: ${path.join(dir, 'data', 'sotu')}, tokenizer: ${TOKENIZER}, seqLen: 16 }\n` +
+        'train: { seed: 4, batchSize: 8, maxTokens: 384, lr: 1e-3, evalTokens: 256 }' +
+        (initFrom === undefined ? '' : `\ninitFrom: ${initFrom}`),
+      path.join(dir, 'gpt-dark.yaml'),
+    );
+    await savedRun(recipe, runDir, 2);
+    writeFileSync(path.join(runDir, 'config.json'), JSON.stringify(recipe));
+    writeFileSync(path.join(runDir, 'env.json'), JSON.stringify({ git: { commit: '0123456789abcdef0123456789abcdef01234567', dirty: false } }));
+    writeFileSync(path.join(runDir, 'summary.json'), JSON.stringify({ steps: 3, tokens: 384, val_loss: 5.12341, val_ppl: 167.88, val_bpb: 1.9876, val_acc: 0.2345, parameters: 43210, final: 'final' }));
+    const out = path.join(fresh(), 'demo-dark');
+    await exportHf(path.join(runDir, 'final'), { out });
+    return { runDir, out };
+  }
+
+  it("follows Hugging Face's model card: metadata, then the model, its data, its training, its results, its use, its limits", async () => {
+    const { out } = await finishedRun();
+    const card = readFileSync(path.join(out, 'README.md'), 'utf8');
+    const parts = /^---\n([\s\S]*?)\n---\n\n([\s\S]*)$/.exec(card);
+    expect(parts, card).not.toBeNull();
+    expect(YAML.parse(parts![1])).toEqual({ library_name: 'transformers', pipeline_tag: 'text-generation', tags: ['slayformer', 'gpt2', 'causal-lm', 'darkformer', 'custom_code'] });
+    const body = parts![2];
+    expect(body.split('\n')[0]).toBe('# gpt-dark');
+    const headings = body.split('\n').filter((line) => line.startsWith('## '));
+    expect(headings).toEqual(['## Model description', '## Training data and tokenizer', '## Training procedure', '## Evaluation results', '## How to use', '## Limitations']);
+    expect(body).toContain('darkformer attention');
+    expect(body).toContain('"features":8');
+    expect(body).toContain('**Dataset:** `sotu`');
+    expect(body).toContain('3 optimizer steps, 384 tokens');
+    expect(body).toMatch(/\| loss \(nats\/token\) \| 5\.1234 \|/);
+    expect(body).toMatch(/\| perplexity \| 167\.88 \|/);
+    expect(body).toMatch(/\| bits per byte \| 1\.9876 \|/);
+    expect(body).toMatch(/\| next-token accuracy \| 0\.2345 \|/);
+    expect(body).toContain('slayformer commit 0123456789ab');
+    expect(body).toContain('from_pretrained(folder, trust_remote_code=True)');
+  });
+
+  it('records where the model came from by its run, never by an absolute local path', async () => {
+    const source = await finishedRun();
+    const { out } = await finishedRun(path.join(source.runDir, 'final')); // a finetune of the first run
+    const config = readFileSync(path.join(out, 'config.json'), 'utf8');
+    const card = readFileSync(path.join(out, 'README.md'), 'utf8');
+    expect(JSON.parse(config).slayformer.source).toBe('gpt-dark-20260101-000000/final');
+    expect(card).toContain('**Finetuned from:** `gpt-dark-20260101-000000/final`');
+    for (const text of [config, card]) {
+      expect(text).not.toContain(dir);
+      expect(text).not.toContain(path.dirname(TOKENIZER));
+      expect(text).not.toContain(process.cwd());
+    }
+    // A Hugging Face folder as the source: named by its folder, and the card says what is not known.
+    const hfOut = fresh();
+    await exportHf(`hf:${GPT2_DIR}`, { out: hfOut });
+    const hfConfig = readFileSync(path.join(hfOut, 'config.json'), 'utf8');
+    const hfCard = readFileSync(path.join(hfOut, 'README.md'), 'utf8');
+    expect(JSON.parse(hfConfig).slayformer.source).toBe(`hf:${path.basename(GPT2_DIR)}`);
+    expect(hfCard).toContain('No evaluation was recorded with this model');
+    for (const text of [hfConfig, hfCard]) expect(text).not.toContain(path.dirname(GPT2_DIR));
   });
 });

@@ -65,7 +65,7 @@ describe('recipes/hf/tiny-gpt2-darkformer.yaml', () => {
     expect(final.get('blocks.0.attn.covarianceFactor')!.shape).toEqual([4, 16, 16]);
 
     // eval and generate take the finetuned run like any other.
-    const evaluated = await evalCheckpoint({ checkpoint: result.finalDir });
+    const evaluated = await evalCheckpoint({ checkpoint: result.finalDir, tokens: recipe.train.evalTokens });
     expect(evaluated.loss).toBeCloseTo(result.finalVal.loss, 5);
     const generated = await generateFromCheckpoint({ checkpoint: result.finalDir, prompt: 'The state of', maxTokens: 5, temperature: 0, topK: 0, seed: 0 });
     expect(generated.newTokens.length).toBeGreaterThan(0);
@@ -112,7 +112,7 @@ describe('eval and generate on a Hugging Face folder', () => {
     const { model, recipe } = await loadModel(GPT2_DIR);
     expect(recipe.data.seqLen).toBe(32);
     const tokenizer = await TextTokenizer.load(path.join(GPT2_DIR, 'tokenizer.json'));
-    const expected = await evaluate(model, await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset: data }, 512));
+    const expected = await evaluate(model, (await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset: data }, 512)).batches);
     model.dispose();
     expect(result).toMatchObject(expected);
     // Random weights over 320 tokens: close to the uniform ln 320 = 5.77, as transformers' reference loss.

@@ -1,8 +1,10 @@
 // Exports of models transformers has no class for (every attention mechanism but softmax, and softmax
 // models without biases or with a pre-LN BERT) run in PyTorch through the implementation they carry
 // (src/hf/python/, loaded with trust_remote_code=True): every tensor loads, the logits are ours within
-// float32 rounding, GPT greedy generate() gives our tokens and text, and transformers' own GPT-2 /
-// BERT classes refuse the folders instead of computing softmax attention.
+// float32 rounding, GPT greedy generate() gives our tokens and text — decoding from its cache (keys and
+// values for the quadratic mechanisms, running sums of constant size for the kernel ones) with the tokens and
+// logits of generate(use_cache=False) —, and transformers' own GPT-2 / BERT classes refuse the folders
+// instead of computing softmax attention.
 // Needs a Python with torch and transformers (`npm run setup:transformers`); without it the suite is
 // skipped with one line saying so. Independent of the shared fixtures: the tokenizer is trained here.
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -14,7 +16,7 @@ import { initBackend } from '../../src/backend.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { exportHf } from '../../src/store/hf-export.ts';
-import { attentionNames } from '../../src/model/attention/index.ts';
+import { attentionIsQuadratic, attentionNames } from '../../src/model/attention/index.ts';
 import { generateTokens } from '../../src/model/decode.ts';
 import { loadModel } from '../../src/store/load-model.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
@@ -64,6 +66,9 @@ const CASES: Case[] = [
   { name: 'bert cosformer, pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: cosformer }` },
 ];
 
+/** Beam search reorders the cache: tried on a key/value cache, running sums with a key scale, and plain running sums. */
+const BEAM_CASES = ['gpt softmax, no biases, exact GELU', 'gpt performer (iid)', 'gpt slay (anchor), embedding LayerNorm'];
+
 const IDS = [[3, 40, 77, 120, 9, 250, 18, 4], [3, 5, 6, 7, 8, 9, 10, 4]];
 /** BERT's second row is padded at the end: padded keys get no attention. */
 const BERT_MASK = [[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0, 0]];
@@ -81,6 +86,11 @@ interface PythonResult {
   generated?: number[];
   generated_text?: string;
   token_ids?: number[][];
+  /** Token counts given to each forward call of generate(), and the cache state's elements after the prompt and at the end. */
+  forward_lengths?: number[];
+  cache_elements?: [number, number];
+  uncached?: { generated: number[]; forward_lengths: number[]; logits_diff: number };
+  beams_agree?: boolean;
 }
 
 interface Ours {
@@ -138,7 +148,7 @@ describe.skipIf(!python)(`exported attention mechanisms in PyTorch, trust_remote
       trust_remote_code: true,
       input_ids: IDS,
       texts: TEXTS,
-      ...(c.kind === 'bert' ? { attention_mask: BERT_MASK } : { generate: { prompt: PROMPT, max_new_tokens: NEW_TOKENS } }),
+      ...(c.kind === 'bert' ? { attention_mask: BERT_MASK } : { generate: { prompt: PROMPT, max_new_tokens: NEW_TOKENS, beams: BEAM_CASES.includes(c.name) } }),
       plain: c.kind === 'gpt' ? 'GPT2LMHeadModel' : 'BertForMaskedLM',
     }));
     // The DARKFormer GPT once more without trust_remote_code: AutoModel must refuse it.
@@ -169,6 +179,24 @@ describe.skipIf(!python)(`exported attention mechanisms in PyTorch, trust_remote
       // The weights make decoding pick different tokens, not one repeated.
       expect(new Set(own.generated).size).toBeGreaterThan(1);
     }
+  });
+
+  const GPT_CASES = CASES.filter((c) => c.kind === 'gpt');
+  it.each(GPT_CASES.map((c) => [c.name, c] as const))('%s: generate() decodes from its cache, one token per step, with the tokens and logits of use_cache=False', (_, c) => {
+    const result = theirs.get(c.name)!;
+    const steps = result.generated!.length;
+    expect(result.uncached!.generated).toEqual(result.generated);
+    expect(result.uncached!.logits_diff).toBeLessThan(TOLERANCE);
+    // The prompt once, then each new token alone (the last token generated is never fed); without the cache, the whole sequence every time.
+    expect(result.forward_lengths).toEqual([PROMPT.length, ...Array(steps - 1).fill(1)]);
+    expect(result.uncached!.forward_lengths).toEqual(Array.from({ length: steps }, (_, i) => PROMPT.length + i));
+    const [afterPrompt, atEnd] = result.cache_elements!;
+    const name = /name: ([\w-]+)/.exec(c.model)![1];
+    // Keys and values grow with the positions; the kernel mechanisms' running sums do not.
+    if (attentionIsQuadratic(name)) expect(atEnd * PROMPT.length).toBe(afterPrompt * (PROMPT.length + steps - 1));
+    else expect(atEnd).toBe(afterPrompt);
+    // Beam search reorders the cache with its beams.
+    if (BEAM_CASES.includes(c.name)) expect(result.beams_agree).toBe(true);
   });
 
   it('transformers\' own GPT2LMHeadModel / BertForMaskedLM refuse every folder, naming the attention; AutoModel refuses without trust_remote_code', () => {

@@ -1,11 +1,11 @@
 // Incremental decoding: next-token logits from the layers' recurrent states equal the full forward's
-// logits at every position; sampling honours temperature 0 (argmax) and top-k and matches
+// logits at every position; sampling honours temperature 0 (argmax), top-k and top-p and matches
 // softmax(logits/T) in distribution; generate with temperature 0 equals greedy decoding by full forward.
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
 import { testBackend } from '../helpers/backend.ts';
-import { generateTokens, IncrementalDecoder, sampleToken } from '../../src/model/decode.ts';
+import { generateTokens, IncrementalDecoder, nucleus, sampleToken } from '../../src/model/decode.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
@@ -120,6 +120,47 @@ describe('sampling', () => {
     expect([...seen].sort()).toEqual([1, 3, 4]);
   });
 
+  it('top-k = 1 is greedy, whatever the temperature and seed', () => {
+    const logits = [0.1, 2, -1, 1.5, 1.9, 0];
+    const rng = new Rng(3);
+    for (let i = 0; i < 50; i++) expect(sampleToken(logits, { temperature: 3, topK: 1 }, rng)).toBe(1);
+    const model = tinyGpt('linear-elu');
+    const greedy = generateTokens(model, [1, 2], { temperature: 0, topK: 0, maxNewTokens: 6, seed: 0 }).tokens;
+    expect(generateTokens(model, [1, 2], { temperature: 2, topK: 1, maxNewTokens: 6, seed: 9 }).tokens).toEqual(greedy);
+    model.dispose();
+  });
+
+  it('top-p keeps exactly the fewest most likely tokens whose mass reaches p', () => {
+    // Dyadic probabilities: the partial sums are exact in float64.
+    const probabilities = [0.125, 0.5, 0.0625, 0.25, 0.0625];
+    expect(nucleus(probabilities, 0.5)).toEqual([1]);
+    expect(nucleus(probabilities, 0.5001)).toEqual([1, 3]);
+    expect(nucleus(probabilities, 0.75)).toEqual([1, 3]);
+    expect(nucleus(probabilities, 0.8)).toEqual([1, 3, 0]);
+    expect(nucleus(probabilities, 0.9375)).toEqual([1, 3, 0, 2]); // of two equal ones, the lower id
+    expect(nucleus(probabilities, 1)).toEqual([1, 3, 0, 2, 4]);
+    expect(nucleus(probabilities.map((q) => q * 8), 0.75)).toEqual([1, 3]); // unnormalised weights alike
+
+    // Sampling with top-p 0.75 at T = 1 draws only from {1, 3}, in the ratio 2 : 1 (within 4 standard errors).
+    const logits = probabilities.map(Math.log);
+    const rng = new Rng(8);
+    const counts = new Map<number, number>();
+    const n = 3000;
+    for (let i = 0; i < n; i++) {
+      const id = sampleToken(logits, { temperature: 1, topK: 0, topP: 0.75 }, rng);
+      counts.set(id, (counts.get(id) ?? 0) + 1);
+    }
+    expect([...counts.keys()].sort()).toEqual([1, 3]);
+    expect(Math.abs(counts.get(1)! / n - 2 / 3)).toBeLessThan(4 * Math.sqrt((2 / 9) / n));
+    // After top-k: the nucleus is taken of the k survivors' renormalised mass.
+    for (let i = 0; i < 200; i++) expect([1, 3]).toContain(sampleToken(logits, { temperature: 1, topK: 3, topP: 0.85 }, rng));
+    const model = tinyGpt('softmax');
+    for (const topP of [0, -0.5, 1.5, Number.NaN]) {
+      expect(() => generateTokens(model, [1], { temperature: 1, topK: 0, topP, maxNewTokens: 1, seed: 0 })).toThrow(/top-p must be a number > 0 and ≤ 1/);
+    }
+    model.dispose();
+  });
+
   it('draws from softmax(logits / T): frequencies within 4 standard errors', () => {
     const logits = [1, 0, -0.5, 2];
     const temperature = 1.5;
@@ -139,6 +180,8 @@ describe('sampling', () => {
     const model = tinyGpt('linear-elu');
     const opts = { temperature: 1, topK: 10, maxNewTokens: 5, seed: 11 };
     expect(generateTokens(model, [1, 2], opts).tokens).toEqual(generateTokens(model, [1, 2], opts).tokens);
+    const nucleusOpts = { ...opts, topK: 0, topP: 0.9 };
+    expect(generateTokens(model, [1, 2], nucleusOpts).tokens).toEqual(generateTokens(model, [1, 2], nucleusOpts).tokens);
     model.dispose();
     const bert = createLanguageModel({
       kind: 'bert', vocabSize: VOCAB, maxSeqLen: MAX_LEN, dModel: 8, numLayers: 1, numHeads: 1,

@@ -32,6 +32,8 @@ describe('lm-compare units', () => {
     expect(bert.model.kind).toBe('bert');
     expect(bert.model.attention.name).toBe('cosformer');
     expect(bert.train).toMatchObject({ seed: 3, lr: 1e-3, evalTokens: 16_384, maxTokens: null });
+    // The published results were measured on the validation split's head (a random sample: the corpus is shuffled).
+    expect([slay.train.evalSample, bert.train.evalSample]).toEqual(['head', 'head']);
     expect(unitRecipeOf(lmCompare.units(true)[0].settings, '/tmp/unit').train.maxTokens).toBe(16_384);
   });
 });

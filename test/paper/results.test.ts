@@ -1,7 +1,7 @@
 // The results of a paper experiment from its units' records, on a made-up protocol (no training): the per-cell
 // verdict under the stated rule, explanations only where a cell disagrees (an open question where the protocol has
 // none), cells without a value, the counts, the provenance lines, and the run set the sweep executors get.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import { judge, sdRule } from '../../src/paper/protocol.ts';
 import type { Experiment, UnitOutcome } from '../../src/paper/protocol.ts';
 import { pairedOf } from '../../src/paper/paired-claims.ts';
 import { buildResults, resultsMarkdown, writeResults } from '../../src/paper/results.ts';
-import { experimentRunSet } from '../../src/paper/run.ts';
+import { experimentRunSet, readUnitResult } from '../../src/paper/run.ts';
 import type { UnitRecord, UnitResultFile } from '../../src/paper/run.ts';
 import { renderSbatchScript } from '../../src/sweep/slurm.ts';
 
@@ -160,6 +160,17 @@ describe('buildResults', () => {
     expect(readFileSync(files[0], 'utf8')).toContain('![Table 1: validation loss against optimizer steps, mean ± sd over seeds](toy/curves-1.svg)');
   });
 
+  it('writes text from the units\' files (errors, env.json strings) as text: no injected heading, link or HTML', () => {
+    const hostileEnv = { ...env, cpuModel: 'CPU <script>alert(1)</script>\n# Injected heading', backend: { name: 'wasm](javascript:alert(2))' } };
+    const hostile = buildResults(set, [...records.slice(0, 5), record('d-s1', [], hostileEnv, { error: 'boom\n## Injected <img src=x onerror=alert(3)>' })]);
+    const markdown = resultsMarkdown(hostile, null);
+    expect(markdown).not.toMatch(/(^|[^\\])<(script|img)/m);
+    expect(markdown).not.toMatch(/^#+ Injected/m);
+    expect(markdown).not.toMatch(/(^|[^\\])\]\(javascript/m);
+    expect(markdown).toContain('CPU \\<script\\>alert(1)\\</script\\> # Injected heading, 2 cores');
+    expect(markdown).toContain('— (boom ## Injected \\<img src=x onerror=alert(3)\\>)');
+  });
+
   it('counts units that are not done, and marks their cells', () => {
     const partial = buildResults(set, [...records.slice(0, 5), record('d-s1', null, env, { failure: 'failed: killed' })]);
     expect(partial.provenance.units).toEqual({ total: 6, done: 5, notDone: 1 });
@@ -173,5 +184,33 @@ describe('buildResults', () => {
     const script = renderSbatchScript(set, [0, 2], {}, '/project');
     expect(script).toContain('#SBATCH --array=0,2');
     expect(script.trim().split('\n').at(-1)).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --task "\$SLURM_ARRAY_TASK_ID"$/);
+  });
+});
+
+describe('readUnitResult', () => {
+  it('checks a unit\'s result.json when read: an error names the file and the field', () => {
+    const file = path.join(dir, 'result.json');
+    const good = {
+      experiment: 'toy', version: 3, unit: 'a-s1', seconds: 1, cpuSeconds: 1, startedAt: '2026-01-01T00:00:00Z', finishedAt: '2026-01-01T00:00:01Z',
+      outcome: { values: [0.5], extra: { loss: 1, other: null }, headline: 'ok' },
+    };
+    writeFileSync(file, JSON.stringify(good));
+    expect(readUnitResult(file)).toEqual(good);
+    const refused: [unknown, string][] = [
+      [{}, 'experiment must be a string (got nothing)'],
+      [[], 'expected a JSON object'],
+      [{ ...good, outcome: { ...good.outcome, values: '12345' } }, 'outcome.values must be a list of numbers (got "12345")'],
+      [{ ...good, outcome: { ...good.outcome, values: [1, '2'] } }, 'outcome.values must be a list of numbers'],
+      [{ ...good, outcome: { ...good.outcome, extra: { loss: 'x' } } }, 'outcome.extra must map names to numbers or null'],
+      [{ ...good, outcome: { ...good.outcome, error: 5 } }, 'outcome.error must be a string (got 5)'],
+      [{ ...good, seconds: '1' }, 'seconds must be a number (got "1")'],
+      [{ ...good, startedAt: 'yesterday' }, 'startedAt must be a date (got "yesterday")'],
+    ];
+    for (const [value, problem] of refused) {
+      writeFileSync(file, JSON.stringify(value));
+      expect(() => readUnitResult(file), problem).toThrow(`${file}: not a unit result: ${problem}`);
+    }
+    writeFileSync(file, '{"experiment":');
+    expect(() => readUnitResult(file)).toThrow(`${file}: cannot be read as JSON`);
   });
 });

@@ -199,6 +199,25 @@ describe('loadRecipe', () => {
   });
 });
 
+describe('run names', () => {
+  it('overrides of model keys add themselves to the name, so the run folder says what it trained', () => {
+    const file = recipeFile(`${MINIMAL}model:\n  attention:\n    name: softmax\n`, 'gpt-softmax.yaml');
+    expect(loadRecipe(file).name).toBe('gpt-softmax');
+    expect(loadRecipe(file, ['--train.lr=1e-2', '--train.maxTokens=16384', '--train.seed=2']).name).toBe('gpt-softmax');
+    expect(loadRecipe(file, ['--model.attention.name=performer']).name).toBe('gpt-softmax+attention=performer');
+    expect(loadRecipe(file, ['--model.attention.name=performer', '--train.lr=1e-2', '--model.attention.options.features=32', '--model.dModel=64']).name)
+      .toBe('gpt-softmax+attention=performer+features=32+dModel=64');
+    // The same key twice: the value that counts, in the place it was first given.
+    expect(loadRecipe(file, ['--model.dropout=0.1', '--model.numLayers=2', '--model.dropout=0.2']).name).toBe('gpt-softmax+dropout=0.2+numLayers=2');
+    // Characters a folder name should not hold become _; a long list becomes a digest of it.
+    expect(loadRecipe(file, ['--model.attention.name=yat-spherical', '--model.attention.options={epsilon: 0.5}']).name).toBe('gpt-softmax+attention=yat-spherical+options=_epsilon__0.5_');
+    const long = loadRecipe(file, ['--model.attention.name=performer', '--model.attention.options.features=32', '--model.attention.options.orthogonal=false', '--model.attention.options.redrawInterval=0', '--model.dModel=64']).name;
+    expect(long).toMatch(/^gpt-softmax\+model-[0-9a-f]{8}$/);
+    // A name given on the command line is taken as it is.
+    expect(loadRecipe(file, ['--name=mine', '--model.attention.name=performer']).name).toBe('mine');
+  });
+});
+
 describe('docs/recipes.md', () => {
   const docsFile = path.resolve('docs/recipes.md');
   const BEGIN = '<!-- BEGIN GENERATED: renderRecipeDocs() in src/recipe/docs.ts -->';

@@ -1,9 +1,10 @@
 // Run comparison on fabricated run folders: tables, grouping, plots, HTML, bad input.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { compareRuns, csvTable, groupCurves, groupRuns, latexTable, loadRun, resolveRunDirs } from '../../src/report/compare.ts';
+import { folderSegment, safeJoin } from '../../src/report/safe-path.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -27,6 +28,10 @@ interface FakeRun {
   env?: Record<string, unknown>;
   /** The parent folder (default <root>/runs). */
   parent?: string;
+  /** Tokens per second, which sets elapsed_s (default 500). */
+  speed?: number;
+  /** Recipe values written as they are into config.json (a tampered file). */
+  raw?: { kind?: unknown; evalTokens?: unknown };
 }
 
 function recipe(attention: string, seed: number, lr = 1e-3, more: Pick<FakeRun, 'kind' | 'dModel' | 'tokenizer'> = {}) {
@@ -42,13 +47,17 @@ function recipe(attention: string, seed: number, lr = 1e-3, more: Pick<FakeRun, 
 function writeRun(run: FakeRun): string {
   const dir = join(run.parent ?? join(root, 'runs'), run.folder);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'config.json'), JSON.stringify(recipe(run.attention, run.seed, run.lr, run)));
+  const config = recipe(run.attention, run.seed, run.lr, run);
+  if (run.raw && 'kind' in run.raw) (config.model as Record<string, unknown>).kind = run.raw.kind;
+  if (run.raw && 'evalTokens' in run.raw) (config.train as Record<string, unknown>).evalTokens = run.raw.evalTokens;
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
   if (run.env) writeFileSync(join(dir, 'env.json'), JSON.stringify(run.env));
   const lines: string[] = [];
   run.val.forEach((loss, i) => {
     const tokens = 1000 * (i + 1);
     const step = 10 * (i + 1);
-    const base = { step, tokens, lr: run.lrAt?.(step) ?? 1e-3, grad_norm: 1, tokens_per_s: 500, elapsed_s: tokens / 500 };
+    const speed = run.speed ?? 500;
+    const base = { step, tokens, lr: run.lrAt?.(step) ?? 1e-3, grad_norm: 1, tokens_per_s: speed, elapsed_s: tokens / speed };
     lines.push(JSON.stringify({ ...base, split: 'train', loss: run.train[i], ppl: Math.exp(run.train[i]) }));
     lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4, acc: 1 - loss / 4 }));
   });
@@ -116,8 +125,11 @@ describe('compareRuns', () => {
     expect(md).toContain('| slay-s1 (unfinished) | slay | gpt | 1 | — | 3,000 | 2.9000 | 2.9000 | 18.17 | 1.0460 | 0.2750 |');
     // softmax: final val losses 2.2 and 2.4 → 2.3 ± 0.1414; best 2.2 and 2.4 as well; perplexity exp(2.3) = 9.97
     // (the mean of the perplexities, (e^2.2 + e^2.4)/2 = 10.02, would weight the worse seed more).
-    expect(md).toContain('| softmax | tiny | 2 | 1, 2 | 12,345 ± 0 | 3,000 ± 0 | 2.3000 ± 0.1414 | 2.3000 ± 0.1414 | 9.97 | 0.8295 ± 0.0510 | 0.4250 ± 0.0354 |');
-    expect(md).toMatch(/\| slay \| tiny \| 1 \| 1 \| — \| 3,000 \| 2\.9000 \| 2\.9000 \| 18\.17 \|/);
+    // The comparison first (Δ to softmax, the seeds it was lower on); what every group shares is said once above the
+    // table, and a count equal over seeds shows no "± 0".
+    expect(md).toContain('## Groups\n\nSame for every group: tokens 3,000 · wall s 6.0 · recipe tiny.\n\n| group | Δ final val loss vs softmax \\[95% CI\\] | lower than softmax on | final val loss | n | seeds |');
+    expect(md).toContain('| softmax | (baseline) |  | 2.3000 ± 0.1414 | 2 | 1, 2 | 2.3000 ± 0.1414 | 9.97 | 0.8295 ± 0.0510 | 0.4250 ± 0.0354 | 12,345 |');
+    expect(md).toMatch(/\| slay \| \+0\.7000 \(n = 1\) \| 0\/1 \| 2\.9000 \| 1 \| 1 \| 2\.9000 \| 18\.17 \| 1\.0460 \| 0\.2750 \| — \|/);
 
     const html = readFileSync(join(outDir, 'index.html'), 'utf8');
     for (const file of ['val-loss.svg', 'val-ppl.svg', 'train-loss.svg', 'train-ppl.svg']) {
@@ -168,7 +180,7 @@ describe('compareRuns', () => {
       expect(warnings.filter((w) => w.startsWith('MIXED GROUP'))).toHaveLength(1);
       const md = readFileSync(join(root, 'mixed', 'report.md'), 'utf8');
       expect(md).toMatch(/## ⚠ Groups whose runs differ in more than the seed[^]*- softmax: final validation after different token counts/);
-      expect(md).toContain('| ⚠ softmax | tiny | 3 | 1, 2, 3 |');
+      expect(md).toContain('| ⚠ softmax | (baseline) |  | 2.3500 ± 0.1323 | 3 | 1, 2, 3 |');
       expect(readFileSync(join(root, 'mixed', 'index.html'), 'utf8')).toContain('<div class="warning">');
     } finally {
       rmSync(short, { recursive: true });
@@ -221,7 +233,10 @@ describe('compareRuns', () => {
     const broken = join(root, 'bad', 'no-metrics');
     mkdirSync(broken, { recursive: true });
     writeFileSync(join(broken, 'config.json'), JSON.stringify(recipe('softmax', 3)));
-    await expect(compareRuns([softmax1, broken], { outDir: join(root, 'r3') })).rejects.toThrow(`${join(broken, 'metrics.jsonl')}: cannot be read (ENOENT)`);
+    // A folder left by an interrupted run: named, said to be incomplete, with the way to leave it out.
+    await expect(compareRuns([softmax1, broken], { outDir: join(root, 'r3') })).rejects.toThrow(
+      `${join(broken, 'metrics.jsonl')}: missing: ${broken} is an incomplete run folder (interrupted before its first metric record?)\nLeave that folder out, or pass --skip-invalid`,
+    );
     const warnings: string[] = [];
     const result = await compareRuns([softmax1, broken], { outDir: join(root, 'r3'), skipInvalid: true, warn: (m) => warnings.push(m) });
     expect(result.runs).toHaveLength(1);
@@ -249,6 +264,17 @@ describe('compareRuns', () => {
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: expected the resolved recipe with model.attention.name`);
     writeFileSync(join(broken, 'config.json'), '{not json');
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'config.json')}: not valid JSON`);
+  });
+
+  it('refuses runs evaluated on another validation sample (train.evalSample), a run without the key counting as head', async () => {
+    const sampleRoot = join(root, 'eval-samples');
+    const head = writeRun({ parent: sampleRoot, folder: 'softmax-head', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const spread = writeRun({ parent: sampleRoot, folder: 'slay-spread', attention: 'slay', seed: 1, val: [3, 2.5, 2.3], train: [3.2, 2.6, 2.3], summary: summaryOf(2.3, 100) });
+    const config = JSON.parse(readFileSync(join(spread, 'config.json'), 'utf8'));
+    writeFileSync(join(spread, 'config.json'), JSON.stringify({ ...config, train: { ...config.train, evalSample: 'spread' } }));
+    await expect(compareRuns([head, spread], { outDir: join(root, 'eval-samples-report'), warn: () => {} })).rejects.toThrow(
+      /train\.evalTokens and train\.evalSample \(other validation tokens\): \?: softmax-head; \? spread: slay-spread/,
+    );
   });
 
   it('refuses runs of another model kind or tokenizer, naming the difference; --split writes one report per kind', async () => {
@@ -287,9 +313,9 @@ describe('compareRuns', () => {
     const md = readFileSync(join(out, 'report.md'), 'utf8');
     expect(md).toContain('## What tells the groups apart\n\n| group | model.dModel | train.lr |\n|---|---|---|\n| softmax #1 | 32 | 0.001 |\n| softmax #2 | 64 | 0.003 |\n| slay | 32 | 0.001 |');
     const svg = readFileSync(join(out, 'val-loss.svg'), 'utf8');
-    expect(svg).toContain('n = 1: one run per group, no spread');
+    expect(svg).toContain('n = 1: one seed per group, no spread');
     expect(svg).not.toContain('mean ± sd');
-    expect(md).toContain('every group has one run (n = 1)');
+    expect(md).toContain('Every group has one seed (n = 1)');
   });
 
   it('pairs each group with the baseline (softmax by default) over the seeds both ran, with the 95% interval', async () => {
@@ -307,15 +333,22 @@ describe('compareRuns', () => {
     expect(slay.paired!.wins).toBe(0);
     expect(result.groups.find((g) => g.attention === 'softmax')!.paired).toBeNull();
     const md = readFileSync(join(out, 'report.md'), 'utf8');
-    expect(md).toMatch(/\| slay \| tiny \| 3 \| 1, 2, 3 \|[^\n]*\| \+0\.0467 \[−0\.0158, \+0\.1092\] \| 0\.\d{3} \| 0\/3 \|/);
-    expect(md).toMatch(/\| softmax \| [^\n]*\| \(baseline\) \|/);
+    expect(md).toContain('Same for every group: n 3 · seeds 1, 2, 3 · params 100 · tokens 3,000 · tokens/s 520 · wall s 6.0 · recipe tiny.');
+    expect(md).toMatch(/\| slay \| \+0\.0467 \\\[−0\.0158, \+0\.1092\\\] \| 0\.085 \| 0\/3 \| 2\.3467 ± 0\.0874 \|/);
+    expect(md).toMatch(/\| softmax \| \(baseline\) \|/);
     // The same numbers for a spreadsheet (plain) and a paper (LaTeX).
     const csv = readFileSync(join(out, 'groups.csv'), 'utf8').split('\r\n');
-    expect(csv[0]).toBe('group,recipe,n,seeds,params,tokens,final val loss,final val loss sd,best val loss,val ppl,val bpb,val acc,tokens/s,wall s,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on');
-    expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,tiny,3,"1, 2, 3",100,3000,2\.34\d*,0\.0\d+,/);
+    expect(csv[0]).toBe('group,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on,final val loss,final val loss sd,n,seeds,best val loss,val ppl,val bpb,val acc,params,tokens,tokens/s,wall s,recipe');
+    expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,0\.0466\d*,-0\.0158\d*,0\.1091\d*,0\.0847\d*,0\/3,2\.34\d*,0\.0\d+,3,"1, 2, 3",/);
+    // groups.tex fits a page: the comparison and the final loss; what every group shares goes to the caption.
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
-    expect(tex.slice(0, 5)).toEqual(['\\begin{table}', '\\centering', '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds)}', '\\begin{tabular}{llrlrrrrrrrrrrrr}', '\\toprule']);
-    expect(tex).toContain('slay & tiny & 3 & 1, 2, 3 & 100 $\\pm$ 0 & 3,000 $\\pm$ 0 & 2.3467 $\\pm$ 0.0874 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.8464 $\\pm$ 0.0315 & 0.4133 $\\pm$ 0.0218 & 520 $\\pm$ 0 & 6.0 $\\pm$ 0.0 & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 0/3 \\\\');
+    expect(tex.slice(0, 6)).toEqual([
+      '\\begin{table}', '\\centering', '\\small',
+      '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds). Same for every group: n 3 $\\cdot$ params 100 $\\cdot$ tokens 3,000.}',
+      '\\begin{tabular}{lrrrrr}', '\\toprule',
+    ]);
+    expect(tex).toContain('group & $\\Delta$ final val loss vs softmax [95\\% CI] & p & final val loss & val ppl & val acc \\\\');
+    expect(tex).toContain('slay & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.4133 $\\pm$ 0.0218 \\\\');
     await expect(compareRuns(runs, { outDir: join(root, 'paired-none'), baseline: 'performer', warn: () => {} })).rejects.toThrow(/--baseline performer: no run uses that attention \(softmax, slay\)/);
   });
 
@@ -332,7 +365,8 @@ describe('compareRuns', () => {
     await compareRuns([run, bare], { outDir: out, warn: () => {} });
     const md = readFileSync(join(out, 'report.md'), 'utf8');
     expect(md).toContain('| tokens/s | wall s | peak MiB | backend | commit |');
-    expect(md).toMatch(/\| with-env \| softmax \|[^\n]*\| 512 \| tensorflow → wasm \| 01234567 → fedcba98\* \|/);
+    // Markdown escaped: the dirty tree's * is not an emphasis mark.
+    expect(md).toMatch(/\| with-env \| softmax \|[^\n]*\| 512 \| tensorflow → wasm \| 01234567 → fedcba98\\\* \|/);
     expect(md).toMatch(/\| without-env \| slay \|[^\n]*\| — \| — \| — \|/);
     const csv = readFileSync(join(out, 'runs.csv'), 'utf8');
     expect(csv).toContain(',512,tensorflow → wasm,01234567 → fedcba98*\r\n');
@@ -354,5 +388,170 @@ describe('compareRuns', () => {
     expect(resolveRunDirs([join(root, 'runs', 's?ay-s1')])).toEqual([slay]);
     expect(() => resolveRunDirs([join(root, 'runs', 'nothing-*')])).toThrow(/no folder matches/);
     expect(() => resolveRunDirs([join(root, 'missing')])).toThrow(/no such folder/);
+  });
+});
+
+/** Each legend entry's label and its line colour (vega draws a symbol, then its label). */
+function legendColours(svg: string): Map<string, string> {
+  return new Map([...svg.matchAll(/d="M-5,0L5,0" stroke="(#[0-9a-f]{6})"[^]*?<text[^>]*>([^<]*)<\/text>/g)].map((m) => [m[2], m[1]]));
+}
+
+describe('statistics over distinct seeds', () => {
+  it('counts a re-run of the same seed as a repeat, not as n: no zero-width interval, repeats shown with their spread', async () => {
+    const repeatRoot = join(root, 'repeats');
+    // Each mechanism trained twice with seed 1337 (a re-run after a crash, say): one seed per group.
+    const runs = [
+      writeRun({ parent: repeatRoot, folder: 'softmax-a', attention: 'softmax', seed: 1337, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
+      writeRun({ parent: repeatRoot, folder: 'softmax-b', attention: 'softmax', seed: 1337, val: [3, 2.5, 2.21], train: [3, 2.6, 2.3], summary: summaryOf(2.21, 100) }),
+      writeRun({ parent: repeatRoot, folder: 'slay-a', attention: 'slay', seed: 1337, val: [3, 2.6, 2.3], train: [3, 2.7, 2.4], summary: summaryOf(2.3, 100) }),
+      writeRun({ parent: repeatRoot, folder: 'slay-b', attention: 'slay', seed: 1337, val: [3, 2.6, 2.3], train: [3, 2.7, 2.4], summary: summaryOf(2.3, 100) }),
+    ];
+    const out = join(root, 'repeats-report');
+    const result = await compareRuns(runs, { outDir: out, warn: () => {} });
+    const [softmax, slay] = ['softmax', 'slay'].map((a) => result.groups.find((g) => g.attention === a)!);
+    expect(softmax.stats.finalValLoss).toMatchObject({ n: 1, sd: null });
+    expect(softmax.stats.finalValLoss.mean).toBeCloseTo(2.205, 12); // the seed's two runs averaged
+    expect(softmax.seeds).toEqual([{ seed: 1337, runs: 2 }]);
+    expect(softmax.repeats.runs).toBe(1);
+    expect(softmax.repeats.spread).toBeCloseTo(0.01, 12);
+    expect(slay.repeats).toEqual({ runs: 1, spread: 0 });
+    // One pair (one seed), not two: a difference without an interval or p.
+    expect(slay.paired).toMatchObject({ n: 1, ci: null, p: null, wins: 0 });
+    expect(slay.paired!.mean).toBeCloseTo(2.3 - 2.205, 12);
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('Same for every group: n 1 · seeds 1337 (×2) · repeated runs 1 ·');
+    expect(md).toMatch(/\| slay \| \+0\.0950 \(n = 1\) \| 0\/1 \| 2\.3000 \| 0\.0000 \|/);
+    expect(md).toMatch(/\| softmax \| \(baseline\) \| {2}\| 2\.2050 \| 0\.0100 \|/);
+    expect(md).toContain('Runs that repeat a seed (softmax: 1, slay: 1) are averaged with it first and are not counted in n');
+    expect(md).not.toMatch(/\[[+−]0\.0950, [+−]0\.0950\]/);
+    // The curves' bands are over seeds too: one seed, no band.
+    expect(groupCurves(result.groups, 'val', 'loss').every((p) => p.lo === undefined)).toBe(true);
+  });
+});
+
+describe('a report fit for a paper', () => {
+  it('gives a group one colour in every plot of the report, whatever each plot shows first', async () => {
+    const colourRoot = join(root, 'colours');
+    // Two softmax groups (so the colours are not the mechanisms' own) and a faster slay: against time, slay's
+    // points come first.
+    const runs = [
+      writeRun({ parent: colourRoot, folder: 'softmax-lr1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
+      writeRun({ parent: colourRoot, folder: 'softmax-lr3', attention: 'softmax', seed: 1, lr: 3e-3, val: [3, 2.4, 2.1], train: [3, 2.5, 2.2], summary: summaryOf(2.1, 100) }),
+      writeRun({ parent: colourRoot, folder: 'slay-fast', attention: 'slay', seed: 1, speed: 5000, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) }),
+    ];
+    const out = join(root, 'colours-report');
+    await compareRuns(runs, { outDir: out, warn: () => {} });
+    const byTokens = legendColours(readFileSync(join(out, 'val-loss.svg'), 'utf8'));
+    const byTime = legendColours(readFileSync(join(out, 'val-loss-time.svg'), 'utf8'));
+    expect([...byTokens.keys()].sort()).toEqual(['slay', 'softmax lr=0.001', 'softmax lr=0.003']);
+    expect(new Set(byTokens.values()).size).toBe(3);
+    expect(byTime).toEqual(byTokens);
+  });
+
+  it('states once what every group shares, keeps counts without "± 0", and names the recipe the caller gives', async () => {
+    const sharedRoot = join(root, 'shared');
+    const runs = [1, 2].flatMap((seed) => ['softmax', 'slay'].map((attention) => {
+      const final = 2 + seed / 10 + (attention === 'slay' ? 0.05 * seed : 0);
+      return writeRun({ parent: sharedRoot, folder: `${attention}-seed${seed}`, attention, seed, val: [3, 2.5, final], train: [3, 2.6, 2.3], summary: summaryOf(final, 1_334_016) });
+    }));
+    const out = join(root, 'shared-report');
+    await compareRuns(runs, { outDir: out, warn: () => {}, recipeName: (dir) => (dir.includes('slay') ? 'sweep: slay' : 'sweep: softmax') });
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('Same for every group: n 2 · seeds 1, 2 · params 1,334,016 · tokens 3,000 · tokens/s 520 · wall s 6.0.');
+    expect(md).not.toContain('± 0 ');
+    expect(md).toMatch(/\| slay \| [^\n]* \| sweep: slay \|\n/);
+    const html = readFileSync(join(out, 'index.html'), 'utf8');
+    expect(html).toContain('<p>Same for every group: n 2 · seeds 1, 2 · params 1,334,016');
+    // The comparison columns come right after the group's name.
+    expect(html).toMatch(/<thead><tr><th style="text-align:left">group<\/th><th style="text-align:right">Δ final val loss vs softmax \[95% CI\]<\/th><th style="text-align:right">p<\/th>/);
+    // groups.tex: booktabs, the comparison and what varies only.
+    const tex = readFileSync(join(out, 'groups.tex'), 'utf8');
+    expect(tex).toContain('\\toprule\ngroup & $\\Delta$ final val loss vs softmax [95\\% CI] & p & final val loss & val ppl & val acc \\\\\n\\midrule');
+    expect(tex).toContain('Same for every group: n 2 $\\cdot$ params 1,334,016 $\\cdot$ tokens 3,000.}');
+  });
+});
+
+describe('hostile and broken run folders', () => {
+  it('refuses a model.kind or train.evalTokens from config.json that is not a recipe value, before anything is written', async () => {
+    const hostileRoot = join(root, 'hostile');
+    const good = writeRun({ parent: hostileRoot, folder: 'good', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const kind = writeRun({ parent: hostileRoot, folder: 'kind', attention: 'slay', seed: 1, raw: { kind: '../victim' }, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const tokens = writeRun({ parent: hostileRoot, folder: 'tokens', attention: 'slay', seed: 1, raw: { evalTokens: 'x/../../../victim5' }, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const out = join(root, 'hostile-out', 'report');
+    await expect(compareRuns([good, kind], { outDir: out, split: true, warn: () => {} })).rejects.toThrow(`${join(kind, 'config.json')}: model.kind must be one of gpt, bert (got "../victim")`);
+    await expect(compareRuns([good, tokens], { outDir: out, split: true, warn: () => {} })).rejects.toThrow(`${join(tokens, 'config.json')}: train.evalTokens must be an integer ≥ 1 (got "x/../../../victim5")`);
+    expect(existsSync(join(root, 'hostile-out'))).toBe(false);
+    expect(existsSync(join(root, 'victim'))).toBe(false);
+  });
+
+  it('writes only under the report folder: safeJoin refuses a name that leaves it', () => {
+    expect(safeJoin('/r/out', 'gpt', 'report.md')).toBe('/r/out/gpt/report.md');
+    for (const name of ['../victim', 'a/../../victim', '/etc', '..', '', 'a\nb']) expect(() => safeJoin('/r/out', name), name).toThrow(/refusing to write/);
+    expect(folderSegment('../victim')).toBe('___victim');
+    expect(folderSegment('..')).toBe('__');
+    expect(folderSegment('x/../../y')).toBe('x_.._.._y');
+  });
+
+  it('neutralises spreadsheet formulas in CSV cells (OWASP: a leading single quote), numbers stay numbers', async () => {
+    const table = {
+      header: ['a', 'b', 'c', 'd', 'e', 'f', 'g'], right: [false, false, false, false, false, true, true],
+      rows: [{ text: [], raw: ['=HYPERLINK("http://x")', '+1+2', '@SUM(A1)', '-cmd', '\tx', -0.5, '-1.5e-3'] }],
+    };
+    expect(csvTable(table).split('\r\n')[1]).toBe(`"'=HYPERLINK(""http://x"")",'+1+2,'@SUM(A1),'-cmd,'\tx,-0.5,-1.5e-3`);
+    // End to end: a backend and commit from env.json, a mechanism's name.
+    const csvRoot = join(root, 'csv');
+    const run = writeRun({
+      parent: csvRoot, folder: 'formula', attention: '=1+1', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100),
+      env: { backend: { name: '@evil' }, git: { commit: '-2+3abcdef', dirty: false } },
+    });
+    await compareRuns([run], { outDir: join(root, 'csv-report'), warn: () => {} });
+    const runsCsv = readFileSync(join(root, 'csv-report', 'runs.csv'), 'utf8');
+    expect(runsCsv).toContain(`formula,'=1+1,gpt,1,100,3000,2.2,`);
+    expect(runsCsv).toContain(`,'@evil,'-2+3abcd\r\n`);
+    expect(readFileSync(join(root, 'csv-report', 'groups.csv'), 'utf8')).toMatch(/^'=1\+1,/m);
+  });
+
+  it('shows a hostile attention name as text in report.md and index.html, never as HTML or a link', async () => {
+    const name = '<img src=x onerror=alert(1)>[link](javascript:alert(2))';
+    const run = writeRun({ parent: join(root, 'xss'), folder: 'xss', attention: name, seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    await compareRuns([run], { outDir: join(root, 'xss-report'), warn: () => {} });
+    const md = readFileSync(join(root, 'xss-report', 'report.md'), 'utf8');
+    expect(md).not.toMatch(/(^|[^\\])<img/m);
+    expect(md).not.toMatch(/(^|[^\\])\]\(javascript/m);
+    expect(md).toContain('\\<img src=x onerror=alert(1)\\>\\[link\\](javascript:alert(2))');
+    expect(readFileSync(join(root, 'xss-report', 'index.html'), 'utf8')).not.toContain('<img');
+  });
+
+  it('skips a folder that is no run and holds none (runs/paper) with one line; an incomplete run is named with --skip-invalid', async () => {
+    const parent = join(root, 'mixed-parent');
+    const run = writeRun({ parent, folder: 'gpt-softmax-1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    // What `npm run paper` leaves: experiment folders of unit folders, none of them a training run folder.
+    const paper = join(parent, 'paper');
+    mkdirSync(join(paper, 'lm-compare-v1-tensorflow', 'unit-20260101-000000'), { recursive: true });
+    writeFileSync(join(paper, 'lm-compare-v1-tensorflow', 'unit-20260101-000000', 'result.json'), '{}');
+    const warnings: string[] = [];
+    // `compare runs/*` as the shell expands it.
+    expect(resolveRunDirs([run, paper], (m) => warnings.push(m))).toEqual([run]);
+    expect(warnings).toEqual([`skipped ${paper}: not a run folder (no .slayformer-run, config.json or metrics.jsonl) and holds none`]);
+    expect(() => resolveRunDirs([paper], () => {})).toThrow(`${paper}: not a run folder`);
+    // A run folder moved away and its link left behind, as `runs/*` passes it: skipped with one line.
+    const dangling = join(parent, 'gpt-softmax-moved');
+    symlinkSync(join(root, 'nowhere'), dangling);
+    const linkWarnings: string[] = [];
+    expect(resolveRunDirs([run, dangling], (m) => linkWarnings.push(m))).toEqual([run]);
+    expect(linkWarnings).toEqual([`skipped ${dangling}: a symbolic link to nothing`]);
+    rmSync(dangling);
+    // A run interrupted before its first record: its marker and config.json, no metrics.jsonl.
+    const interrupted = join(parent, 'gpt-softmax-2');
+    mkdirSync(interrupted);
+    writeFileSync(join(interrupted, '.slayformer-run'), '');
+    expect(resolveRunDirs([parent], () => {})).toEqual([run, interrupted]);
+    await expect(compareRuns([run, interrupted], { outDir: join(root, 'interrupted'), warn: () => {} })).rejects.toThrow(
+      `${join(interrupted, 'config.json')}: missing: ${interrupted} is an incomplete run folder (interrupted before it started?)\nLeave that folder out, or pass --skip-invalid`,
+    );
+    const skipped: string[] = [];
+    const result = await compareRuns([run, interrupted], { outDir: join(root, 'interrupted'), skipInvalid: true, warn: (m) => skipped.push(m) });
+    expect(result.runs.map((r) => r.dir)).toEqual([run]);
+    expect(skipped).toEqual([expect.stringContaining(`skipped ${interrupted}: `)]);
   });
 });

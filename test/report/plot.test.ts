@@ -84,6 +84,17 @@ describe('mechanism colours', () => {
     }
   });
 
+  it('palette neighbours (one legend after the other) and SLAY beside spherical Yat, the pair the papers compare, are far apart', () => {
+    const palette = Object.values(MECHANISM_COLOURS);
+    for (const [name, matrix] of Object.entries(VISION)) {
+      for (let i = 0; i + 1 < palette.length; i++) {
+        const { delta, pair } = closestPair([palette[i], palette[i + 1]], matrix);
+        expect(delta, `${name}: neighbours ${pair}`).toBeGreaterThanOrEqual(name === 'normal' ? 25 : 15);
+      }
+      expect(closestPair([MECHANISM_COLOURS.slay, MECHANISM_COLOURS['yat-spherical']], matrix).delta, name).toBeGreaterThanOrEqual(30);
+    }
+  });
+
   it('a mechanism keeps its colour in every plot; series that are not one per mechanism get distinct palette colours', () => {
     expect(seriesColours(['slay', 'softmax'])).toEqual([MECHANISM_COLOURS.slay, MECHANISM_COLOURS.softmax]);
     expect(seriesColours(['cosformer', 'slay', 'performer'])[1]).toBe(MECHANISM_COLOURS.slay);

@@ -8,6 +8,8 @@ import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CHECKPOINTS_DIR, FINAL_DIR, MODEL_FILE, RECIPE_FILE, STATE_FILE, checkpointName } from '../../src/store/layout.ts';
 import { resolveModelSource, type ModelRole } from '../../src/store/resolve.ts';
+import { listRunFolders } from '../../src/store/run-folder.ts';
+import { makeRunDir } from '../../src/telemetry/run-logger.ts';
 import { COMPLETE_MARKER } from '../../src/core/atomic-folder.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'slay-resolve-'));
@@ -78,5 +80,56 @@ describe('which folder holds a model', () => {
     mkdirSync(join(root, 'empty'));
     expect(() => resolve('load', join(root, 'empty'))).toThrow(/empty holds no model\.safetensors, final\/ or complete checkpoint/);
     expect(() => resolve('resume', join(root, 'empty'))).toThrow(/empty holds no complete checkpoint; give 'auto'/);
+  });
+});
+
+describe("initFrom auto:<name> trusts what a run recorded, not its folder's name", () => {
+  /** A finished run folder `entry` under `parent`: its config.json names `recorded`, its env.json holds `argv`. */
+  function finishedRun(parent: string, entry: string, recorded: string, argv: string[]): string {
+    const folder = join(parent, entry);
+    touch(folder, FINAL_DIR, MODEL_FILE);
+    writeFileSync(join(root, folder, 'config.json'), JSON.stringify({ name: recorded, train: { maxTokens: null } }));
+    writeFileSync(join(root, folder, 'env.json'), JSON.stringify({ argv: ['src/cli/train.ts', ...argv], cwd: root }));
+    writeFileSync(join(root, folder, 'summary.json'), JSON.stringify({ tokens: 1024, val_loss: 5 }));
+    return join(root, folder);
+  }
+  const auto = (parent: string) => resolveModelSource('initFrom', 'auto:gpt-softmax', { runDir: join(root, parent) });
+
+  it('a run of the recipe whose command line overrode model keys is passed over, naming the overrides', () => {
+    finishedRun('auto-a', 'gpt-softmax-20260101-000000', 'gpt-softmax', ['recipes/demo/gpt-softmax.yaml']);
+    // A run folder of a version that named runs after the recipe alone, trained as a Performer.
+    finishedRun('auto-a', 'gpt-softmax-20260102-000000', 'gpt-softmax', ['recipes/demo/gpt-softmax.yaml', '--model.attention.name', 'performer', '--train.lr=1e-3']);
+    const choice = auto('auto-a');
+    expect(choice.dir).toBe(join(root, 'auto-a', 'gpt-softmax-20260101-000000', FINAL_DIR));
+    expect(choice.reason).toContain('passed over the newer gpt-softmax-20260102-000000 (1,024 tokens, final val loss 5.0000): trained with --model.attention.name=performer, which changes the model');
+  });
+
+  it('when every run changed the model or records another name, it is an error naming each mismatch', () => {
+    finishedRun('auto-b', 'gpt-softmax-20260101-000000', 'gpt-softmax', ['recipes/demo/gpt-softmax.yaml', '--model.attention.options.prfFeatures=32', '--model.dModel=64']);
+    finishedRun('auto-b', 'gpt-softmax-20260102-000000', 'gpt-other', ['recipes/demo/gpt-other.yaml']); // copied or renamed by hand
+    expect(() => auto('auto-b')).toThrow(
+      "initFrom auto:gpt-softmax: none of the 2 finished runs of 'gpt-softmax' is the recipe as written: " +
+        "gpt-softmax-20260102-000000: its config.json names the recipe 'gpt-other'; " +
+        'gpt-softmax-20260101-000000: trained with --model.attention.options.prfFeatures=32 --model.dModel=64, which changes the model; ' +
+        'train it without model overrides (npm run train -- recipes/demo/gpt-softmax.yaml) or name a run folder in initFrom',
+    );
+  });
+
+  it('a run named after its model overrides is what auto:<that name> takes', () => {
+    const argv = ['recipes/demo/gpt-softmax.yaml', '--model.attention.name', 'performer'];
+    finishedRun('auto-c', 'gpt-softmax+attention=performer-20260101-000000', 'gpt-softmax+attention=performer', argv);
+    const named = resolveModelSource('initFrom', 'auto:gpt-softmax+attention=performer', { runDir: join(root, 'auto-c') });
+    expect(named.dir).toBe(join(root, 'auto-c', 'gpt-softmax+attention=performer-20260101-000000', FINAL_DIR));
+    // The same overrides under a name that hides them (--name gpt-softmax) are refused.
+    finishedRun('auto-d', 'gpt-softmax-20260101-000000', 'gpt-softmax', [...argv, '--name', 'gpt-softmax']);
+    expect(() => auto('auto-d')).toThrow(/gpt-softmax-20260101-000000: trained with --model\.attention\.name=performer, which changes the model/);
+  });
+
+  it("a run folder named with its model overrides is not one of the recipe's runs, and --resume auto with the same overrides finds it", () => {
+    const parent = join(root, 'named');
+    const dir = makeRunDir(parent, 'gpt-softmax+attention=performer');
+    expect(dir).toMatch(/[/]gpt-softmax\+attention=performer-\d{8}-\d{6}$/);
+    expect(listRunFolders(parent, 'gpt-softmax')).toEqual([]);
+    expect(listRunFolders(parent, 'gpt-softmax+attention=performer')).toEqual([dir]);
   });
 });

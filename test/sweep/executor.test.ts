@@ -4,7 +4,7 @@
 // attempt. No training: the toy "submits" by writing its own queue file, and the task's worker is a small script that
 // leaves what a finished run leaves (a run folder with summary.json). The built-in Slurm executor is reached the same
 // way from a task process: its array task is named in the attempt and, stopped at its request, requeued.
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -146,5 +146,54 @@ describe('the slurm executor, through the registry', () => {
     expect(readAttempt(sweep, run)).toMatchObject({ outcome: 'stopped', task: { executor: 'slurm', name: 'Slurm task 41_0' } });
     expect(readFileSync(join(dir, 'scontrol-args'), 'utf8')).toBe('requeue 41_0\n');
     expect(err.join('')).toContain('sweep: requeued Slurm task 41_0; it resumes from its checkpoint');
+  });
+});
+
+describe("a run's bookkeeping files", () => {
+  it('are never written through a symbolic link planted at their name: the task refuses it, naming it, before the worker starts', async () => {
+    const sweep = loadSweep(sweepFile('linked', ''));
+    const [run] = sweep.runs;
+    const victim = join(dir, 'victim.txt');
+    const sink = { write: () => true } as unknown as NodeJS.WritableStream;
+    const folder = join(sweep.runDir, `${run.name}-20260101-000001`);
+    for (const kind of ['logs', 'attempts'] as const) {
+      writeFileSync(victim, 'not the sweep\'s');
+      const link = join(sweep.runDir, '_sweep', kind, `${run.name}.${kind === 'logs' ? 'log' : 'json'}`);
+      mkdirSync(join(sweep.runDir, '_sweep', kind), { recursive: true });
+      symlinkSync(victim, link);
+      await expect(runGuarded(sweep, run, () => ({ args: [WORKER, folder], banner: 'starting' }), sink, sink)).rejects.toThrow(
+        `${link} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`,
+      );
+      expect(readFileSync(victim, 'utf8')).toBe('not the sweep\'s');
+      expect(existsSync(folder)).toBe(false); // the worker did not start
+      rmSync(link);
+    }
+  });
+});
+
+describe('the local executor, beside another process running the same set', () => {
+  it("counts a run whose task left it to another process (exit 0, not done) as running elsewhere, not as done now", async () => {
+    // The task of run 0 finishes it; the task of run 1 finds it locked by another process (as runGuarded answers
+    // when a second `paper` command started after the first one's check) and exits 0 without finishing it.
+    const task = join(dir, 'toy-task.mjs');
+    writeFileSync(task, `import { mkdirSync, writeFileSync } from 'node:fs';
+const [runDir, index] = process.argv.slice(2);
+if (index === '1') {
+  console.log('unit-1: running already (pid 4242 on this host, since then)');
+} else {
+  mkdirSync(runDir + '/unit-0-20260101-000000', { recursive: true });
+  writeFileSync(runDir + '/unit-0-20260101-000000/summary.json', '{}');
+}
+`);
+    const runDir = join(dir, 'two-commands');
+    const set: RunSet = {
+      file: 'toy set', name: 'toy', runDir, executorSettings: {}, task: [task, runDir],
+      runs: [0, 1].map((index) => ({ index, name: `unit-${index}`, cores: 1, requestedCpus: 1 })),
+    };
+    let printed = '';
+    const out = { write: (chunk: string) => ((printed += chunk), true) } as unknown as NodeJS.WritableStream;
+    const outcome = await executorNamed('local').run(set, set.runs, { cores: 2 }, { out });
+    expect(outcome).toMatchObject({ kind: 'ran', done: ['unit-0'], elsewhere: ['unit-1'], failed: [], stopped: [], skipped: [] });
+    expect(printed).toContain('elsewhere unit-1: unit-1: running already (pid 4242 on this host, since then)');
   });
 });

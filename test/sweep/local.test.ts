@@ -56,9 +56,13 @@ describe('local executor', () => {
     const report = sweepCli(['report', file, '--out', outDir]);
     expect(await report.exited, report.output()).toEqual({ code: 0, signal: null });
     const markdown = readFileSync(join(outDir, 'report.md'), 'utf8');
-    expect(markdown).toMatch(/\| softmax \| softmax \| 2 \| 1, 2 \| \d\.\d{4} ± \d\.\d{4} \|.*\(baseline\)/);
-    expect(markdown).toMatch(/\| slay \| slay \| 2 \| 1, 2 \| \d\.\d{4} ± \d\.\d{4} \| .* \| [+−]\d\.\d{4} \[[+−]\d\.\d{4}, [+−]\d\.\d{4}\] \| [\d.]+ \| [012]\/2 \|/);
+    expect(markdown).toMatch(/\| softmax \| \(baseline\) \| \| \| \d\.\d{4} ± \d\.\d{4} \| 2 \| 1, 2 \| softmax \|/);
+    expect(markdown).toMatch(/\| slay \| [+−]\d\.\d{4} \[[+−]\d\.\d{4}, [+−]\d\.\d{4}\] \| [\d.<\s]+ \| [012]\/2 \| \d\.\d{4} ± \d\.\d{4} \| 2 \| 1, 2 \| slay \|/);
     expect(existsSync(join(outDir, 'compare', 'val-loss.svg'))).toBe(true);
+    // --baseline none: no pairing, as compare's.
+    const unpaired = sweepCli(['report', file, '--out', join(dir, 'report-none'), '--baseline', 'none']);
+    expect(await unpaired.exited, unpaired.output()).toEqual({ code: 0, signal: null });
+    expect(readFileSync(join(dir, 'report-none', 'report.md'), 'utf8')).not.toContain('Δ vs');
   }, 900_000);
 
   it('goes on when a run fails, and status shows the failure with its last log line', async () => {

@@ -1,5 +1,5 @@
 // Run states, the Slurm script and queue parsing, and the report's numbers, on fabricated run folders (no training).
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import { compressIndices, parseQueueLines, queueState, queueView, renderSbatchSc
 import type { QueueEntry } from '../../src/sweep/slurm.ts';
 import { loadSweep } from '../../src/sweep/spec.ts';
 import type { Sweep, SweepRun } from '../../src/sweep/spec.ts';
-import { runState } from '../../src/sweep/status.ts';
+import { runState, setStatus } from '../../src/sweep/status.ts';
 import type { NamedQueue } from '../../src/sweep/status.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sweep-state-'));
@@ -87,6 +87,13 @@ describe('run states', () => {
     expect(runState(sweep, run('performer-seed2'), queue(null, 'None', 'squeue', false))).toMatchObject({ state: 'running', detail: 'Slurm task 7_4' });
     expect(runState(sweep, run('performer-seed2')).state).toBe('running'); // nothing submitted: Slurm cannot be asked
   });
+
+  it('passes over a dangling link named like a run folder (status, as paper --status, reads on)', () => {
+    fabricate('softmax-seed1', { finalLoss: 5.5 });
+    symlinkSync(join(dir, 'moved-away'), join(sweep.runDir, 'softmax-seed1-20270101-000000'));
+    expect(runState(sweep, run('softmax-seed1'), undefined)).toMatchObject({ state: 'done', detail: 'val loss 5.5000 after 10 steps, 100 tok/s' });
+    expect(setStatus(sweep, 'paper').states[0]).toMatchObject({ state: 'done' });
+  });
 });
 
 describe('slurm pieces', () => {
@@ -162,17 +169,30 @@ describe('report', () => {
     expect(performer.paired!.mean).toBeCloseTo((0.2 + 0.05) / 2, 12);
     const markdown = report.files.find((f) => f.endsWith('report.md'))!;
     const text = readFileSync(markdown, 'utf8');
-    expect(text).toMatch(/\| slay \| slay \| 3 \| 1, 2, 3 \| 5\.3733 ± 0\.0611 \| 0\.3133 ± 0\.0153 \| 100 ± 0 \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \| wasm, tensorflow \|\n/);
-    expect(text).toMatch(/\| softmax \| softmax \| 3 \| .* \| \(baseline\) \| \| \| wasm \|\n/);
-    expect(text).toMatch(/\| performer \| performer \| 2 \| .* \| — \|\n/);
+    // The comparison first: Δ with its interval, p, the seeds it won; then the group's own numbers.
+    expect(text).toMatch(/\| slay \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \| 5\.3733 ± 0\.0611 \| 3 \| 1, 2, 3 \| slay \| 0\.3133 ± 0\.0153 \| 100 ± 0 \| wasm, tensorflow \|\n/);
+    expect(text).toMatch(/\| softmax \| \(baseline\) \| \| \| 5\.3500 ± 0\.0500 \| 3 \| .* \| wasm \|\n/);
+    expect(text).toMatch(/\| performer \| \+0\.1250 [^\n]* \| 0\/2 \| 5\.4750 ± 0\.0354 \| 2 \| 1, 2 \| performer \|[^\n]* \| — \|\n/);
 
     // Accuracy as the compared metric: higher is better, so "better on" counts the seeds where it is higher.
     const byAccuracy = await buildReport(reportSweep, { outDir: join(reportDir, 'out-acc'), metric: 'finalValAcc', warn: () => {} });
     expect(byAccuracy.groups[1].paired).toMatchObject({ n: 3, wins: 2 });
     expect(byAccuracy.groups[1].paired!.mean).toBeCloseTo(0.01 / 3, 12);
     const accuracyMarkdown = readFileSync(byAccuracy.files.find((f) => f.endsWith('report.md'))!, 'utf8');
-    expect(accuracyMarkdown).toContain('| group | attention | n | seeds | final validation top-1 accuracy (mean ± sd) | tokens/s | Δ vs softmax (paired mean [95% CI]) | p | better on | backend |');
+    expect(accuracyMarkdown).toContain('| group | Δ vs softmax (paired mean [95% CI]) | p | better on | final validation top-1 accuracy (mean ± sd) | n | seeds | attention | tokens/s | backend |');
     expect(accuracyMarkdown).toContain('(higher is better)');
+
+    // A sweep file without a report section: the baseline defaults to softmax, as compare's does; 'none' pairs nothing.
+    const noSection: Sweep = { ...reportSweep, report: { ...reportSweep.report, baseline: null } };
+    const defaulted = await buildReport(noSection, { outDir: join(reportDir, 'out-default'), warn: () => {} });
+    expect(defaulted.baseline).toBe('softmax');
+    expect(defaulted.groups[1].paired).toMatchObject({ n: 3, baselineGroup: 'softmax' });
+    const none = await buildReport(noSection, { outDir: join(reportDir, 'out-none'), baseline: null, warn: () => {} });
+    expect(none.baseline).toBeNull();
+    expect(none.groups.every((g) => g.paired === null)).toBe(true);
+    // The compare report's recipe column names the sweep's group, not a run with its seed (softmax-seed1).
+    const groupsCsv = readFileSync(join(reportDir, 'out', 'compare', 'groups.csv'), 'utf8').split('\r\n');
+    expect(groupsCsv.filter((line) => /^(softmax|slay|performer),/.test(line)).map((line) => line.split(',').at(-1))).toEqual(['softmax', 'slay', 'performer']);
   });
 
   it('compares GPT and BERT runs of one sweep in separate compare reports, one per kind, and links both', async () => {

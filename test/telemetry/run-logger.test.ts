@@ -153,4 +153,30 @@ describe('RunLogger', () => {
     );
     expect(files()).toEqual(before);
   });
+
+  it('on resume, writes no file of the run through a symbolic link planted at its name: the link is refused, naming it, and its target keeps its bytes', async () => {
+    const first = await RunLogger.create(recipe(), { echo: false });
+    first.log(trainRecord(10, 4.9));
+    first.line('first line');
+    const victim = path.join(tmp, 'victim.txt');
+    for (const name of ['config.json', 'env.json', 'metrics.jsonl', 'wandb.json', 'log.txt']) {
+      fs.writeFileSync(victim, 'not the run\'s');
+      const file = path.join(first.dir, name);
+      const saved = fs.readFileSync(file);
+      fs.rmSync(file);
+      fs.symlinkSync(victim, file);
+      const refused = `${file} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`;
+      await expect(RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 10 })).rejects.toThrow(refused);
+      expect(fs.readFileSync(victim, 'utf8')).toBe('not the run\'s');
+      fs.rmSync(file);
+      fs.writeFileSync(file, saved);
+    }
+    // A link planted while the run goes on: the write is refused (O_NOFOLLOW), not made through it.
+    const resumed = await RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 10 });
+    const log = path.join(first.dir, 'log.txt');
+    fs.rmSync(log);
+    fs.symlinkSync(victim, log);
+    expect(() => resumed.line('resumed')).toThrow(`${log} is a symbolic link where slayformer keeps a file of its own`);
+    expect(fs.readFileSync(victim, 'utf8')).toBe('not the run\'s');
+  });
 });

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -144,6 +144,21 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     );
   });
 
+  it('a checkpoint saved before train.evalSample existed loads as evaluated on the split head, so a resume reports the change', async () => {
+    const runDir = join(dir, 'eval-sample');
+    const pair = await trainedPair(4);
+    const saved = await save(runDir, 3, null, pair);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+    expect((await loadCheckpoint(saved)).recipe.train.evalSample).toBe('spread');
+    const recipe = JSON.parse(readFileSync(join(saved, 'recipe.json'), 'utf8'));
+    delete recipe.train.evalSample;
+    writeFileSync(join(saved, 'recipe.json'), JSON.stringify(recipe));
+    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8').split('\n').filter((line) => !line.endsWith('  recipe.json'));
+    writeFileSync(join(saved, COMPLETE_MARKER), sums.join('\n'));
+    expect((await loadCheckpoint(saved)).recipe.train.evalSample).toBe('head');
+  });
+
   it('a SchoenbAt model, whose random-Maclaurin feature counts are drawn per layer, loads back with every buffer', async () => {
     const model = createLanguageModel({ ...tinyConfig(5), dModel: 16, numLayers: 3, attention: { name: 'schoenbat', options: {} } });
     const buffers = new Map([...model.buffers()].map(([n, v]) => [n, { shape: v.shape, values: Array.from(v.dataSync()) }]));
@@ -266,6 +281,74 @@ describe('resolveResume', () => {
     expect(() => resolveResume(recipe, join(dir, 'nowhere'))).toThrow(/--resume .*nowhere: no such folder/);
     expect(existsSync(join(older, 'checkpoints', 'step-000005', 'state.json'))).toBe(true);
     expect(JSON.parse(readFileSync(join(older, 'checkpoints', 'step-000005', 'state.json'), 'utf8')).step).toBe(5);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+});
+
+describe('symbolic links in a run folder are read, never emptied or removed through', () => {
+  const filesOf = (folder: string) => Object.fromEntries(readdirSync(folder).sort().map((f) => [f, readFileSync(join(folder, f)).length]));
+
+  it('pruning leaves a linked checkpoint (moved to another disk and linked back) and what it points to, and says so', async () => {
+    const runDir = join(dir, 'prune-linked');
+    const elsewhere = join(dir, 'elsewhere-ckpt');
+    const pair = await trainedPair(7);
+    for (let step = 1; step <= 3; step++) await save(runDir, step, null, pair);
+    renameSync(join(runDir, 'checkpoints', 'step-000001'), elsewhere);
+    symlinkSync(elsewhere, join(runDir, 'checkpoints', 'step-000001'));
+    const before = filesOf(elsewhere);
+    markRunFolder(runDir);
+    const links: string[] = [];
+    const deleted = await pruneCheckpoints(runDir, 1, undefined, (link) => links.push(link));
+    expect(deleted).toEqual([join(runDir, 'checkpoints', 'step-000002')]);
+    expect(links).toEqual([join(runDir, 'checkpoints', 'step-000001')]);
+    expect(filesOf(elsewhere)).toEqual(before);
+    expect(lstatSync(join(runDir, 'checkpoints', 'step-000001')).isSymbolicLink()).toBe(true);
+    // A link under an own name inside a checkpoint makes that folder someone else's: it is left whole.
+    symlinkSync(join(elsewhere, 'state.json'), join(runDir, 'checkpoints', 'step-000003', 'notes.json'));
+    await save(runDir, 4, null, pair);
+    expect(await pruneCheckpoints(runDir, 1)).toEqual([]);
+    expect(readFileSync(join(elsewhere, 'state.json')).length).toBe(before['state.json']);
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+
+  it('a linked final/ is replaced by a new folder beside the kept link, and what it points to keeps its files', async () => {
+    const runDir = join(dir, 'final-linked');
+    const elsewhere = join(dir, 'elsewhere-final');
+    const pair = await trainedPair(8);
+    const recipe = recipeFor(runDir);
+    await saveFinalModel(runDir, pair.model, recipe, { step: '1' });
+    renameSync(join(runDir, 'final'), elsewhere);
+    symlinkSync(elsewhere, join(runDir, 'final'));
+    const before = filesOf(elsewhere);
+    const notes: string[] = [];
+    const final = await saveFinalModel(runDir, pair.model, recipe, { step: '2' }, undefined, (text) => notes.push(text));
+    expect(lstatSync(final).isDirectory()).toBe(true);
+    expect((await readSafetensors(join(final, 'model.safetensors'))).metadata.step).toBe('2');
+    expect(filesOf(elsewhere)).toEqual(before);
+    expect((await readSafetensors(join(elsewhere, 'model.safetensors'))).metadata.step).toBe('1');
+    const kept = join(runDir, `final.link-${process.pid}`);
+    expect(readlinkSync(kept)).toBe(elsewhere);
+    expect(notes).toEqual([expect.stringContaining(`${join(runDir, 'final')} was a symbolic link (to ${elsewhere})`)]);
+    // A dangling link named final/ is replaced the same way.
+    rmSync(kept);
+    rmSync(final, { recursive: true });
+    symlinkSync(join(dir, 'gone'), join(runDir, 'final'));
+    await saveFinalModel(runDir, pair.model, recipe, { step: '3' });
+    expect((await readSafetensors(join(runDir, 'final', 'model.safetensors'))).metadata.step).toBe('3');
+    pair.model.dispose();
+    pair.optimizer.dispose();
+  });
+
+  it("--resume auto passes over a dangling link named like a run folder", async () => {
+    const runs = join(dir, 'auto-dangling');
+    const recipe = { ...recipeFor(runs), name: 'tiny' };
+    const pair = await trainedPair(9);
+    const run = join(runs, 'tiny-20260101-120000');
+    await save(run, 2, null, pair);
+    symlinkSync(join(dir, 'no-such-run'), join(runs, 'tiny-20270101-120000'));
+    expect(resolveResume(recipe, 'auto')).toBe(join(run, 'checkpoints', checkpointName(2)));
     pair.model.dispose();
     pair.optimizer.dispose();
   });

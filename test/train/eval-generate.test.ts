@@ -78,10 +78,10 @@ const cli = (script: string, ...args: string[]) =>
   spawnSync(process.execPath, ['--import', 'tsx', `src/cli/${script}.ts`, ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 60_000 });
 
 describe('eval', () => {
-  it('prints evaluate() of the loaded model on the recipe’s validation batches', async () => {
-    const result = await evalCheckpoint({ checkpoint: gptFinal });
+  it('prints evaluate() of the loaded model on the spread sample of the recipe’s validation split', async () => {
+    const result = await evalCheckpoint({ checkpoint: gptFinal, tokens: 128 });
     const { model } = await loadModel(gptFinal);
-    const batches = await collectEvalBatches(streamOptions(gptRecipe, tokenizer), gptRecipe.train.evalTokens);
+    const { batches } = await collectEvalBatches(streamOptions(gptRecipe, tokenizer), 128, 'spread');
     const expected = await evaluate(model, batches);
     model.dispose();
     expect(result).toMatchObject(expected);
@@ -91,8 +91,10 @@ describe('eval', () => {
 
     const all = await evalCheckpoint({ checkpoint: join(dir, 'runs', 'gpt'), tokens: Infinity });
     expect(all.tokens).toBeGreaterThan(result.tokens);
+    expect(formatEval(all)).toContain(`${all.tokens.toLocaleString('en-US')} labelled tokens from 20 documents (the whole split)`);
+    expect(formatEval(result)).toContain('(drawn across the split)');
 
-    const run = cli('eval', gptFinal);
+    const run = cli('eval', gptFinal, '--tokens', '128');
     expect(run.stderr).toBe('[eval] backend cpu\n'); // one short line
     expect(run.status).toBe(0);
     expect(run.stdout.trim()).toBe(formatEval(result));
@@ -140,6 +142,14 @@ describe('eval', () => {
     expect(evaluated.loss).toBeGreaterThan(0);
     const exported = cli('export', standalone, '--out', join(dir, 'elsewhere', 'hf'));
     expect(exported.status, exported.stderr).toBe(0);
+    // One default for the run's model and its export (the recipe's train.evalTokens is 128, the default 32,768, more
+    // than this split holds): both measure the whole split, at their own sequence lengths.
+    const hf = `hf:${join(dir, 'elsewhere', 'hf')}`;
+    const hfDefault = await evalCheckpoint({ checkpoint: hf, data: join(dir, 'data') });
+    expect(evaluated.tokens).toBe((await evalCheckpoint({ checkpoint: standalone, data: join(dir, 'data'), tokens: Infinity })).tokens);
+    expect(hfDefault.tokens).toBe((await evalCheckpoint({ checkpoint: hf, data: join(dir, 'data'), tokens: Infinity })).tokens);
+    expect(formatEval(hfDefault)).toContain(`${hfDefault.tokens.toLocaleString('en-US')} labelled tokens from ${hfDefault.documents} documents`);
+    expect(hfDefault.documents).toBe(20);
     expect(readFileSync(join(dir, 'elsewhere', 'hf', 'tokenizer.json'))).toEqual(readFileSync(join(standalone, 'tokenizer.json')));
     // The copy is checked against COMPLETE like the weights.
     writeFileSync(join(standalone, 'tokenizer.json'), '{}');
@@ -260,6 +270,7 @@ describe('generate', () => {
     expect(run.status).toBe(0);
     expect(run.stdout).toBe(`${first.text}\n`);
     expect(run.stderr).toMatch(/\[generate\] \d+ prompt \+ \d+ new tokens in/);
+    expect(run.stderr).not.toMatch(/stopped/); // the asked tokens fit: no stop line
   }, 60_000);
 
   it('sampling is reproducible from the seed and stops at the model’s maxSeqLen', async () => {
@@ -273,6 +284,28 @@ describe('generate', () => {
       expect(a.promptTokens.length + a.newTokens.length).toBe(33);
     }
   });
+
+  it('says in one line on stderr that the context length stopped it; --top-p samples reproducibly', async () => {
+    // Greedy, from a prompt of most of the 32 positions: the stop comes from maxSeqLen, not from end-of-text.
+    const prompt = 'the quick brown fox jumps';
+    const opts = { checkpoint: gptFinal, prompt, maxTokens: 100, temperature: 0, topK: 0, seed: 0 };
+    const result = await generateFromCheckpoint(opts);
+    expect(result.truncated).toBe(true);
+    expect(result.promptTokens.length + result.newTokens.length).toBe(33);
+    const run = cli('generate', gptFinal, '--prompt', prompt, '--max-tokens', '100', '--temperature', '0');
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toBe(`${result.text}\n`);
+    const stops = run.stderr.split('\n').filter((line) => /stopped/.test(line));
+    expect(stops).toEqual([`[generate] stopped at the model's context length (maxSeqLen 32) after ${result.newTokens.length} of the 100 new tokens asked`]);
+
+    const sampled = ['--prompt', 'a', '--max-tokens', '6', '--temperature', '1', '--top-p', '0.8', '--seed', '4'];
+    const first = cli('generate', gptFinal, ...sampled);
+    expect(first.status, first.stderr).toBe(0);
+    expect(cli('generate', gptFinal, ...sampled).stdout).toBe(first.stdout);
+    const own = await generateFromCheckpoint({ checkpoint: gptFinal, prompt: 'a', maxTokens: 6, temperature: 1, topK: 50, topP: 0.8, seed: 4 });
+    expect(first.stdout).toBe(`${own.text}\n`);
+    await expect(generateFromCheckpoint({ ...opts, topP: 1.5 })).rejects.toThrow(/top-p must be a number > 0 and ≤ 1 \(got 1\.5\)/);
+  }, 120_000);
 
   it('refuses a BERT checkpoint and bad sampling options', async () => {
     const base = { prompt: 'x', maxTokens: 3, temperature: 1, topK: 5, seed: 0 };

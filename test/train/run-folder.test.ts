@@ -5,7 +5,7 @@
 // finished by --resume; nanPolicy skip gives up after train.nanSkipLimit dropped updates in a row.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -275,5 +275,34 @@ describe('a run that died between its last checkpoint and final/', () => {
     expect(readFileSync(join(full.runDir, 'log.txt'), 'utf8')).toMatch(/it is the last step of the plan: finishing the run/);
 
     await expect(quietly(() => runTraining(recipe, { resume: last.dir }))).rejects.toThrow(/at step 12, the end of this recipe's 12 steps, and its run finished .*summary\.json\): nothing to resume/);
+  });
+
+  it('a resume from a checkpoint moved to another disk and linked back, with keepCheckpoints 1 and a linked final/, leaves both targets whole and says so', async () => {
+    const runs = join(dir, 'runs-linked');
+    const recipe: Recipe = recipeIn(runs, { keepCheckpoints: 1 });
+    const stopped = await quietly(() => runTraining(recipe, { stop: stopAfter(4) })).catch((err: unknown) => err);
+    expect(stopped).toBeInstanceOf(TrainingStopped);
+    const [runDir] = readdirSync(runs).map((e) => join(runs, e));
+    const checkpoint = listCheckpoints(runDir).at(-1)!;
+    expect(checkpoint.step).toBe(4);
+    const elsewhere = join(dir, 'other-disk');
+    mkdirSync(join(elsewhere, 'final'), { recursive: true });
+    renameSync(checkpoint.dir, join(elsewhere, 'ckpt'));
+    symlinkSync(join(elsewhere, 'ckpt'), checkpoint.dir);
+    writeFileSync(join(elsewhere, 'final', 'model.safetensors'), 'an earlier final model');
+    symlinkSync(join(elsewhere, 'final'), join(runDir, 'final'));
+    const files = (folder: string) => Object.fromEntries(readdirSync(folder).sort().map((f) => [f, createHash('sha256').update(readFileSync(join(folder, f))).digest('hex')]));
+    const before = { ckpt: files(join(elsewhere, 'ckpt')), final: files(join(elsewhere, 'final')) };
+
+    const finished = await quietly(() => runTraining(recipe, { resume: checkpoint.dir }));
+    expect(finished.runDir).toBe(runDir);
+    expect(finished.steps).toBe(12);
+    expect({ ckpt: files(join(elsewhere, 'ckpt')), final: files(join(elsewhere, 'final')) }).toEqual(before);
+    expect(lstatSync(checkpoint.dir).isSymbolicLink()).toBe(true);
+    expect(lstatSync(join(runDir, 'final')).isDirectory()).toBe(true);
+    expect(readlinkSync(join(runDir, `final.link-${process.pid}`))).toBe(join(elsewhere, 'final'));
+    const log = readFileSync(join(runDir, 'log.txt'), 'utf8');
+    expect(log.split('\n').filter((l) => l.includes(`${checkpoint.dir} is a symbolic link: train.keepCheckpoints does not prune it`))).toHaveLength(1);
+    expect(log).toContain(`${join(runDir, 'final')} was a symbolic link (to ${join(elsewhere, 'final')})`);
   });
 });

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend.ts';
+import { currentDevice } from '../../src/backend/current.ts';
 import { testBackend } from '../helpers/backend.ts';
 import type { Batch } from '../../src/data/batch.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
@@ -95,22 +96,32 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     const train = records.filter((r) => r.split === 'train');
     const val = records.filter((r) => r.split === 'val');
     expect(train.map((r) => r.step)).toEqual([5, 10, 15, 20]);
-    expect(val.map((r) => r.step)).toEqual([10, 20]);
+    // Step 0 is the model before training: curves start there.
+    expect(val.map((r) => r.step)).toEqual([0, 10, 20]);
+    expect(val[0]).toMatchObject({ tokens: 0 });
+    expect(val[0].loss).toBeGreaterThan(val[2].loss);
     for (const r of train) {
       expect(r.grad_norm).toBeGreaterThan(0);
       expect(r.ppl).toBeCloseTo(Math.exp(r.loss), 6);
       expect(r.tokens_per_s).toBeGreaterThan(0);
     }
-    expect(val[1].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
-    expect(val[1].bpb).toBeGreaterThan(0);
+    expect(val[2].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
+    expect(val[2].bpb).toBeGreaterThan(0);
     // Top-1 accuracy in every validation record and the summary, from the same evaluation as the loss.
     for (const r of val) expect(r.acc).toBeGreaterThan(0);
-    expect(val[1].acc).toBeLessThan(1);
-    expect(val[1].acc).toBe(result.finalVal.accuracy);
+    expect(val[2].acc).toBeLessThan(1);
+    expect(val[2].acc).toBe(result.finalVal.accuracy);
     expect(summary).toMatchObject({ val_acc: result.finalVal.accuracy, val_loss: result.finalVal.loss });
     expect(result.finalVal.bpb).toBeCloseTo((result.finalVal.loss * result.finalVal.tokens) / (Math.LN2 * result.finalVal.bytes), 6);
     expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
+    // The log says what the evaluation reads: its labelled tokens, drawn across the split, and how many documents.
+    expect(lines).toContainEqual(expect.stringMatching(/^validation: [\d,]+ labelled tokens drawn across the validation split \(train\.evalSample: spread\), from \d+ documents$/));
+    expect(lines).toContainEqual(expect.stringMatching(/^val {3}step 20: .* \(\d+ tokens of \d+ documents\)$/));
     expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s( \| host reads \d+ values\/step)? \| ETA /.test(l))).toBe(true);
+    expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /.test(l))).toBe(true);
+    // The sizes of a step are labelled; a constant (the host's reads per step, on the native backend) is said once.
+    expect(lines.find((l) => l.startsWith('model '))).toMatch(/; 20 steps of 128 tokens \(batchSize 4 × gradAccum 2 × seqLen 16; epoch /);
+    expect(lines.filter((l) => l.includes('host reads')).length).toBe(currentDevice().native ? 1 : 0);
     expect(lines.at(-1)).toMatch(/^done: 20 steps, 2,560 tokens .* final val loss [\d.]+ \| ppl/);
     // 2 warm-up steps of 20: no warning. Shortened to 2 steps, the same warm-up is the whole run: warned, with its cause.
     expect(lines.some((l) => l.startsWith('warning: warm-up'))).toBe(false);
@@ -180,7 +191,7 @@ describe('train CLI', () => {
     expect(r.stdout).not.toMatch(/warning/);
     // Shortened to 100 optimizer steps, its 2,000 warm-up steps are warned about.
     const short = cli('recipes/gpu/gpt2-small-slay.yaml', '--dry-run', '--data.dataset=/nonexistent/c4', '--data.tokenizer=/nonexistent/tokenizer.json', '--train.maxTokens=6553600');
-    expect(short.stdout).toMatch(/steps {7}100 optimizer steps/);
+    expect(short.stdout).toMatch(/steps {7}100 optimizer steps of 65,536 tokens \(batchSize \d+ × gradAccum \d+ × seqLen 1024; train\.maxTokens 6,553,600\)/);
     expect(short.stdout).toMatch(/warning {5}warm-up of 2000 steps \(train\.warmupSteps 2000\) is 2000% of the run's 100 steps: the run ends before the learning rate reaches train\.lr/);
   });
 

@@ -1,7 +1,9 @@
-// Parquet input through hyparquet, one row group at a time (never the whole file).
+// Parquet input through hyparquet, one row group at a time (never the whole file), each held to the bound on the
+// bytes a row group may decompress to (docs/bounds.md): a 584 KB gzip file can hold a 600 MB row group.
 import zlib from 'node:zlib';
-import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects } from 'hyparquet';
+import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, snappyUncompress } from 'hyparquet';
 import type { Compressors } from 'hyparquet/src/types.js';
+import { BOUNDS } from '../../core/bounds.ts';
 import { InputError, describeType, extraValue } from './types.ts';
 import type { SourceDocument } from './types.ts';
 
@@ -11,14 +13,48 @@ export function isParquetFile(file: string): boolean {
 
 // hyparquet decodes SNAPPY and UNCOMPRESSED itself; node:zlib adds GZIP and BROTLI (and ZSTD on
 // Node versions that have it) without another dependency.
-const zstd = (zlib as unknown as { zstdDecompressSync?: (b: Uint8Array) => Buffer }).zstdDecompressSync;
-const compressors: Compressors = {
-  GZIP: (input) => new Uint8Array(zlib.gunzipSync(input)),
-  BROTLI: (input) => new Uint8Array(zlib.brotliDecompressSync(input)),
-  ...(zstd ? { ZSTD: (input: Uint8Array) => new Uint8Array(zstd(input)) } : {}),
-};
+const zstd = (zlib as unknown as { zstdDecompressSync?: (b: Uint8Array, options: zlib.ZlibOptions) => Buffer }).zstdDecompressSync;
+const count = (n: number) => n.toLocaleString('en-US');
 
-export async function* readParquet(file: string, textColumn: string, keepColumns: readonly string[]): AsyncGenerator<SourceDocument> {
+/**
+ * Decompressors for one row group that take each page's declared size from `budget.left` before allocating it, and
+ * never produce more than that size (a page whose stream inflates beyond its header is stopped there): hyparquet
+ * allocates a SNAPPY page from its header, and zlib would inflate a gzip bomb whole.
+ */
+export function parquetDecompressors(budget: { left: number }): Compressors {
+  const take = (declared: number) => {
+    if (declared > budget.left) throw new Error(`a page decompresses to ${count(declared)} bytes, more than the ${count(budget.left)} bytes left of the bound on a row group`);
+    budget.left -= declared;
+  };
+  const inflate = (run: (input: Uint8Array, options: zlib.ZlibOptions) => Buffer) => (input: Uint8Array, declared: number) => {
+    take(declared);
+    try {
+      return new Uint8Array(run(input, { maxOutputLength: Math.max(1, declared) }));
+    } catch (err) {
+      if ((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE') throw new Error(`a page decompresses to more than the ${declared} bytes its header declares`);
+      throw err;
+    }
+  };
+  return {
+    SNAPPY: (input, declared) => {
+      take(declared);
+      const page = new Uint8Array(declared);
+      snappyUncompress(input, page);
+      return page;
+    },
+    GZIP: inflate(zlib.gunzipSync),
+    BROTLI: inflate(zlib.brotliDecompressSync),
+    ...(zstd ? { ZSTD: inflate(zstd) } : {}),
+  };
+}
+
+/** Documents of a Parquet file, row group by row group; `maxRowGroupBytes`: the bound (smaller in tests). */
+export async function* readParquet(
+  file: string,
+  textColumn: string,
+  keepColumns: readonly string[],
+  maxRowGroupBytes: number = BOUNDS.parquetRowGroupBytes.max,
+): AsyncGenerator<SourceDocument> {
   let buffer;
   let metadata;
   try {
@@ -44,10 +80,22 @@ export async function* readParquet(file: string, textColumn: string, keepColumns
   const wanted = [textColumn, ...keepColumns.filter((c) => columns.has(c) && c !== textColumn)];
   let rowStart = 0;
   for (let group = 0; group < metadata.row_groups.length; group++) {
-    const rowEnd = rowStart + Number(metadata.row_groups[group].num_rows);
+    const rowGroup = metadata.row_groups[group];
+    const rowEnd = rowStart + Number(rowGroup.num_rows);
+    // What the footer declares first; the decompressors then hold the pages to it whatever the footer said.
+    const declared = rowGroup.columns
+      .filter((chunk) => wanted.includes(chunk.meta_data?.path_in_schema[0] ?? ''))
+      .reduce((sum, chunk) => sum + Number(chunk.meta_data?.total_uncompressed_size ?? 0), 0);
+    if (declared > maxRowGroupBytes) {
+      throw new InputError(
+        `${file} (row group ${group}): columns ${wanted.map((c) => `"${c}"`).join(', ')} decompress to ${count(declared)} bytes, more than the ` +
+          `${count(maxRowGroupBytes)} bytes a row group may hold (the bound: ${BOUNDS.parquetRowGroupBytes.why}); ` +
+          'rewrite the file with smaller row groups (pyarrow: pq.write_table(table, path, row_group_size=...))',
+      );
+    }
     let rows: Record<string, unknown>[];
     try {
-      rows = await parquetReadObjects({ file: buffer, metadata, columns: wanted, rowStart, rowEnd, compressors });
+      rows = await parquetReadObjects({ file: buffer, metadata, columns: wanted, rowStart, rowEnd, compressors: parquetDecompressors({ left: maxRowGroupBytes }) });
     } catch (err) {
       throw new InputError(
         `${file} (row group ${group}): cannot decode: ${(err as Error).message} (readable codecs: UNCOMPRESSED, SNAPPY, GZIP, BROTLI${zstd ? ', ZSTD' : ''})`,

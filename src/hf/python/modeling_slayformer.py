@@ -13,7 +13,11 @@ not: kernel (linear) attention runs in its quadratic form, the full score matrix
 phi(q_i).phi(k_j) masked and normalised, which is the same function as the project's chunked
 running sums (outputs agree to float32 rounding).
 
-generate() runs the whole sequence again for every new token (no cache); see `prepare_inputs_for_generation`.
+generate() decodes from a cache (SlayformerCache), as the project's `npm run generate` does: softmax and
+exact Yat keep every layer's keys and values; the kernel (linear) mechanisms keep only their running sums
+S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j) (plus the running key scale of Performer/DARKFormer), so a
+new token costs the same at any length. The prefix is never run again; `generate(..., use_cache=False)`
+runs the whole sequence per token instead, and gives the same tokens.
 """
 import math
 
@@ -22,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
+from transformers.modeling_outputs import CausalLMOutputWithPast, MaskedLMOutput
 
-from .configuration_slayformer import SlayformerBertConfig, SlayformerGPT2Config
+from .configuration_slayformer import SlayformerBertConfig, SlayformerGPT2Config, check_sizes
 
 # transformers' activation names → the GELU the project computes (src/hf/config.ts ACTIVATION_OF).
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -109,10 +113,76 @@ def kernel_attention(phi_q, phi_k, v, causal, key_mask=None, delta=0.0, clamp_mi
     return numerator / denominator
 
 
+def empty_kernel_state(phi_k, v):
+    """The running sums before any key: S [B, H, F, D], z [B, H, F, 1], and the key scale a [B, H, 1, 1]."""
+    b, h, _, f = phi_k.shape
+    return {
+        "sums": phi_k.new_zeros(b, h, f, v.shape[-1]),
+        "normalizer": phi_k.new_zeros(b, h, f, 1),
+        "scale": phi_k.new_full((b, h, 1, 1), EMPTY_SHIFT),
+    }
+
+
+def kernel_attention_step(phi_q, phi_k, v, state, delta=0.0, clamp_min=None, q_shift=None, k_shift=None):
+    """The causal contraction for a block of n new positions after those the state summarises: the block's own
+    scores in quadratic form plus each query's product with the running sums, then the sums advanced over the
+    block. Returns (output [B, H, n, D], state). The same function as kernel_attention over the whole sequence:
+    query i reads every key on the scale a_i = the largest key shift up to i (the state's scale included)."""
+    state = state if state is not None else empty_kernel_state(phi_k, v)
+    n = phi_k.shape[2]
+    visible = lower_triangle(n, phi_q.device)
+    scores = (phi_q @ phi_k.transpose(-1, -2)).masked_fill(~visible, 0.0)  # [B, H, n, n]
+    from_state = phi_q @ state["sums"], phi_q @ state["normalizer"]  # [B, H, n, D], [B, H, n, 1]
+    if k_shift is None:
+        numerator = scores @ v + from_state[0]
+        denominator = scores.sum(-1, keepdim=True) + from_state[1]
+        sums = state["sums"] + phi_k.transpose(-1, -2) @ v
+        normalizer = state["normalizer"] + phi_k.sum(2).unsqueeze(-1)
+        scale = state["scale"]
+        scaled_delta = delta
+    else:
+        with torch.no_grad():
+            keys = k_shift.transpose(-1, -2)  # [B, H, 1, n]
+            seen = torch.where(visible, keys, torch.full_like(keys, EMPTY_SHIFT)).amax(-1, keepdim=True)
+            query_scale = torch.maximum(seen, state["scale"])  # [B, H, n, 1]
+            decay = torch.exp(torch.clamp(keys - query_scale, max=0))
+            state_decay = torch.exp(torch.clamp(state["scale"] - query_scale, max=0))
+            scale = torch.maximum(state["scale"], keys.amax(-1, keepdim=True))  # [B, H, 1, 1]
+            key_decay = torch.exp(torch.clamp(k_shift - scale, max=0))  # [B, H, n, 1]: e^(c_j - a)
+            old_decay = torch.exp(torch.clamp(state["scale"] - scale, max=0))
+            scaled_delta = rescaled_delta(delta, q_shift, query_scale)
+        scores = scores * decay
+        numerator = scores @ v + state_decay * from_state[0]
+        denominator = scores.sum(-1, keepdim=True) + state_decay * from_state[1]
+        weighted = phi_k * key_decay
+        sums = old_decay * state["sums"] + weighted.transpose(-1, -2) @ v
+        normalizer = old_decay * state["normalizer"] + weighted.sum(2).unsqueeze(-1)
+    if clamp_min is not None:
+        denominator = torch.clamp(denominator, min=clamp_min)
+    else:
+        denominator = denominator + scaled_delta
+    return numerator / denominator, {"sums": sums, "normalizer": normalizer, "scale": scale}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Attention mechanisms (src/model/attention/<name>.ts), one module per layer. forward(q, k, v, key_mask,
 # total_length): q, k, v [B, H, L, Dh] as split from the fused projection (no 1/sqrt(Dh) applied),
 # key_mask [B, L] 1/0 or None, total_length the sequence length cosFormer re-weights by.
+# step(q, k, v, state, position, total_length): the causal form for positions position … position + n - 1
+# after the ones `state` holds (None before the first), returning (output, state); generate() decodes with it.
+
+
+def visible_after(position, n, device):
+    """[n, position + n] True where key j is visible from new query i (j <= position + i)."""
+    keys = torch.arange(position + n, device=device)
+    return keys.unsqueeze(0) <= (torch.arange(n, device=device) + position).unsqueeze(1)
+
+
+def append_keys(state, k, v):
+    """The key/value cache of the quadratic mechanisms: every key and value so far, [B, H, position + n, Dh]."""
+    if state is None:
+        return {"keys": k, "values": v}
+    return {"keys": torch.cat([state["keys"], k], 2), "values": torch.cat([state["values"], v], 2)}
 
 
 class Mechanism(nn.Module):
@@ -159,36 +229,76 @@ class Softmax(Mechanism):
         weights = torch.softmax(scores + (padding if mask is None else mask + padding), -1)
         return (weights @ v) * sees_a_key
 
+    def step(self, q, k, v, state, position, total_length):
+        state = append_keys(state, k, v)
+        scores = (q * (1 / math.sqrt(q.shape[-1]))) @ state["keys"].transpose(-1, -2)
+        mask = (~visible_after(position, q.shape[2], q.device)).to(q.dtype) * self.NEG
+        return torch.softmax(scores + mask, -1) @ state["values"], state
+
 
 class YatSpherical(Mechanism):
     """yat-spherical.ts: K = x^2 / (C - 2x), x = unit(q).unit(k) clamped to [-1, 1], C = 2 + epsilon; Y = K v / (K 1 + delta)."""
 
+    def kernel(self, q, k):
+        epsilon = self.options["epsilon"]
+        x = torch.clamp(l2_normalize(q) @ l2_normalize(k).transpose(-1, -2), -1, 1)
+        return x.square() / (2 + epsilon - 2 * x)
+
     def forward(self, q, k, v, key_mask, total_length):
         b, _, length, _ = q.shape
-        epsilon, delta = self.options["epsilon"], self.options["delta"]
-        x = torch.clamp(l2_normalize(q) @ l2_normalize(k).transpose(-1, -2), -1, 1)
-        kernel = x.square() / (2 + epsilon - 2 * x)
+        kernel = self.kernel(q, k)
         if self.causal:
             kernel = kernel * lower_triangle(length, q.device).to(q.dtype)
         if key_mask is not None:
             kernel = kernel * key_mask.to(q.dtype).view(b, 1, 1, length)
-        return (kernel @ v) / (kernel.sum(-1, keepdim=True) + delta)
+        return (kernel @ v) / (kernel.sum(-1, keepdim=True) + self.options["delta"])
+
+    def step(self, q, k, v, state, position, total_length):
+        state = append_keys(state, k, v)
+        kernel = self.kernel(q, state["keys"]) * visible_after(position, q.shape[2], q.device).to(q.dtype)
+        return (kernel @ state["values"]) / (kernel.sum(-1, keepdim=True) + self.options["delta"]), state
 
 
-class LinearElu(Mechanism):
-    """linear-elu.ts: phi(x) = elu(x) + 1."""
+class KernelMechanism(Mechanism):
+    """A kernel (linear) mechanism: feature maps phi(q), phi(k) contracted by kernel_attention (the whole
+    sequence) or kernel_attention_step (from the running sums). Subclasses give `feature_maps`, and SchoenbAt
+    its denominator clamp and output affine map."""
+
+    def feature_maps(self, q, k, total_length, position):
+        """(phi_q, phi_k, q_shift, k_shift) of positions position … position + L - 1; the shifts None when unstabilised."""
+        raise NotImplementedError
+
+    def output(self, attended):
+        return attended
+
+    def contraction_options(self):
+        return {"delta": self.options["delta"]}
 
     def forward(self, q, k, v, key_mask, total_length):
-        return kernel_attention(F.elu(q) + 1, F.elu(k) + 1, v, self.causal, key_mask, delta=self.options["delta"])
+        phi_q, phi_k, q_shift, k_shift = self.feature_maps(q, k, total_length, 0)
+        attended = kernel_attention(phi_q, phi_k, v, self.causal, key_mask, q_shift=q_shift, k_shift=k_shift, **self.contraction_options())
+        return self.output(attended)
+
+    def step(self, q, k, v, state, position, total_length):
+        phi_q, phi_k, q_shift, k_shift = self.feature_maps(q, k, total_length, position)
+        attended, state = kernel_attention_step(phi_q, phi_k, v, state, q_shift=q_shift, k_shift=k_shift, **self.contraction_options())
+        return self.output(attended), state
 
 
-class Cosformer(Mechanism):
+class LinearElu(KernelMechanism):
+    """linear-elu.ts: phi(x) = elu(x) + 1."""
+
+    def feature_maps(self, q, k, total_length, position):
+        return F.elu(q) + 1, F.elu(k) + 1, None, None
+
+
+class Cosformer(KernelMechanism):
     """cosformer.ts: features [relu(x_i) sin a_i, relu(x_i) cos a_i], a_i = (pi/2) i / M, 1-based positions.
 
     M is option reweightLength, or when it is 0 the sequence length (the official cosFormer); generate()
     passes the model's maximum length as the sequence length, as the project's decoder does."""
 
-    def forward(self, q, k, v, key_mask, total_length):
+    def feature_maps(self, q, k, total_length, position):
         fixed = self.options["reweightLength"]
         if fixed > 0 and total_length > fixed:
             raise ValueError(
@@ -197,7 +307,7 @@ class Cosformer(Mechanism):
             )
         m = fixed if fixed > 0 else total_length
         length = q.shape[2]
-        angles = [(math.pi / 2) * (i + 1) / m for i in range(length)]  # float64, as the project's host code
+        angles = [(math.pi / 2) * (i + 1) / m for i in range(position, position + length)]  # float64, as the project's host code
         sin = torch.tensor([math.sin(a) for a in angles], dtype=q.dtype, device=q.device).view(1, 1, length, 1)
         cos = torch.tensor([math.cos(a) for a in angles], dtype=q.dtype, device=q.device).view(1, 1, length, 1)
 
@@ -205,7 +315,7 @@ class Cosformer(Mechanism):
             positive = torch.relu(x)
             return torch.cat([positive * sin, positive * cos], -1)
 
-        return kernel_attention(features(q), features(k), v, self.causal, key_mask, delta=self.options["delta"])
+        return features(q), features(k), None, None
 
 
 def positive_random_features(x, omega, stabilize=False, clamp=None, log_weights=None):
@@ -226,7 +336,7 @@ def positive_random_features(x, omega, stabilize=False, clamp=None, log_weights=
     return torch.exp(logits) * (1 / math.sqrt(m)), shift
 
 
-class Performer(Mechanism):
+class Performer(KernelMechanism):
     """performer.ts: FAVOR+ on x~ = d^(-1/4) x with the saved projection [H, Dh, m]."""
 
     def __init__(self, config, options, input_dim=None):
@@ -238,11 +348,11 @@ class Performer(Mechanism):
     def inputs(self, x):
         return x * (self.head_dim**-0.25)
 
-    def forward(self, q, k, v, key_mask, total_length):
+    def feature_maps(self, q, k, total_length, position):
         self.check_loaded()
         phi_q, q_shift = positive_random_features(self.inputs(q), self.projection, stabilize=True, log_weights=getattr(self, "featureLogWeights", None))
         phi_k, k_shift = positive_random_features(self.inputs(k), self.projection, stabilize=True, log_weights=getattr(self, "featureLogWeights", None))
-        return kernel_attention(phi_q, phi_k, v, self.causal, key_mask, delta=self.options["delta"], q_shift=q_shift, k_shift=k_shift)
+        return phi_q, phi_k, q_shift, k_shift
 
 
 class Darkformer(Performer):
@@ -293,7 +403,7 @@ class Tensors(nn.Module):
     """A named group of an export's buffers (e.g. SLAY's `anchor.anchors`)."""
 
 
-class Slay(Mechanism):
+class Slay(KernelMechanism):
     """slay.ts: Psi(u) = concat_r sqrt(w_r) (phi_poly(u) (x) phi_PRF(u; s_r)) of the unit rows u, or the
     laplace-only / hadamard variants; polynomial maps of features/polynomial.ts (matrices shared by heads)."""
 
@@ -363,9 +473,9 @@ class Slay(Mechanism):
                 nodes.append((poly.unsqueeze(-1) * prf.unsqueeze(-2)).reshape(b, h, length, -1))
         return torch.cat(nodes, -1)
 
-    def forward(self, q, k, v, key_mask, total_length):
+    def feature_maps(self, q, k, total_length, position):
         self.check_loaded()
-        return kernel_attention(self.features(q), self.features(k), v, self.causal, key_mask, delta=self.options["delta"])
+        return self.features(q), self.features(k), None, None
 
 
 def maclaurin_coefficients(kernel, max_degree):
@@ -388,7 +498,7 @@ def maclaurin_coefficients(kernel, max_degree):
     return out
 
 
-class Schoenbat(Mechanism):
+class Schoenbat(KernelMechanism):
     """schoenbat.ts: pre-SBN, random Maclaurin features (features/random-maclaurin.ts) with the saved
     projections and the draw's degrees (config.json slayformer.layers[i].maclaurinDegrees, highest
     first), the denominator clamped from below, post-SBN gamma * out + beta."""
@@ -434,10 +544,15 @@ class Schoenbat(Mechanism):
         normalized = l2_normalize((x - mean) / torch.sqrt(variance + 1e-12))
         return self.maclaurin_features(normalized * (self.head_dim**-0.25))
 
-    def forward(self, q, k, v, key_mask, total_length):
+    def feature_maps(self, q, k, total_length, position):
         self.check_loaded()
-        out = kernel_attention(self.side(q), self.side(k), v, self.causal, key_mask, clamp_min=self.clamp_min)
-        return out * self.postSbnGamma + self.postSbnBeta
+        return self.side(q), self.side(k), None, None
+
+    def contraction_options(self):
+        return {"clamp_min": self.clamp_min}
+
+    def output(self, attended):
+        return attended * self.postSbnGamma + self.postSbnBeta
 
 
 MECHANISMS = {
@@ -564,6 +679,7 @@ class SlayformerPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = False
 
     def build_body(self, config):
+        check_sizes(config.to_dict())  # again: a configuration's fields may have changed since it was built
         section = config.slayformer
         sizes = _sizes(config)
         self.sizes = sizes
@@ -590,16 +706,20 @@ class SlayformerPreTrainedModel(PreTrainedModel):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def run_blocks(self, x, layers, key_mask, total_length):
-        """The blocks on x [B, L, d] (after the embeddings), then the final LayerNorm of a pre-LN model."""
+    def run_blocks(self, x, layers, key_mask, total_length, cache=None):
+        """The blocks on x [B, L, d] (after the embeddings), then the final LayerNorm of a pre-LN model. With a
+        cache (causal only), x holds the positions after the cached ones, and each layer's state advances."""
         b, length, width = x.shape
         heads = self.sizes["heads"]
-        for layer, mechanism in zip(layers, (block.attn for block in self.slayformer.blocks)):
+        for index, (layer, mechanism) in enumerate(zip(layers, (block.attn for block in self.slayformer.blocks))):
             ln1, out, ln2, fc, proj = layer.parts
 
             def attention(h):
                 q, k, v = (t.view(b, length, heads, width // heads).transpose(1, 2) for t in layer.qkv(h))
-                attended = mechanism(q, k, v, key_mask, total_length)
+                if cache is None:
+                    attended = mechanism(q, k, v, key_mask, total_length)
+                else:
+                    attended, cache.layers[index] = mechanism.step(q, k, v, cache.layers[index], cache.length, total_length)
                 return out(attended.transpose(1, 2).reshape(b, length, width))
 
             def mlp(h):
@@ -609,9 +729,30 @@ class SlayformerPreTrainedModel(PreTrainedModel):
                 x = x + self.dropout(branch(norm(x))) if self.pre_norm else norm(x + self.dropout(branch(x)))
         return x
 
-    def check_length(self, input_ids):
-        if input_ids.shape[1] > self.sizes["positions"]:
-            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {self.sizes['positions']} positions")
+    def check_length(self, input_ids, before=0):
+        if before + input_ids.shape[1] > self.sizes["positions"]:
+            raise ValueError(f"sequence length {before + input_ids.shape[1]} exceeds the model's {self.sizes['positions']} positions")
+
+
+class SlayformerCache:
+    """What generate() carries between steps: per layer, the mechanism's state (`step` in the mechanisms: the
+    keys and values of softmax and exact Yat, the running sums of the kernel mechanisms), and how many
+    positions it covers. transformers' own caches hold keys and values only, so this is a class of its own;
+    it has what GenerationMixin asks of a cache (the length, beam reordering, not compileable, not croppable)."""
+
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, num_layers):
+        self.layers = [None] * num_layers
+        self.length = 0
+
+    def get_seq_length(self, layer_idx=0):
+        return self.length
+
+    def reorder_cache(self, beam_idx):
+        """Beam search: keep the sequences `beam_idx` names, in that order."""
+        self.layers = [None if state is None else {name: t.index_select(0, beam_idx.to(t.device)) for name, t in state.items()} for state in self.layers]
 
 
 class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
@@ -639,38 +780,50 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
     def get_input_embeddings(self):
         return self.transformer.wte
 
-    def forward(self, input_ids, attention_mask=None, labels=None, decoding=False, **kwargs):
+    def forward(self, input_ids, attention_mask=None, labels=None, decoding=False, past_key_values=None, use_cache=False, **kwargs):
         """Logits [B, L, V]. The project's GPT trains on packed sequences and reads no attention mask: padding
         may only follow the real tokens (right padding), whose outputs it does not change. `decoding`
-        (set by generate()) makes cosFormer re-weight by the model's maximum length, as the project's decoder."""
+        (set by generate()) makes cosFormer re-weight by the model's maximum length, as the project's decoder.
+        `use_cache` returns a SlayformerCache as past_key_values; given one, input_ids are the positions after
+        those it holds (attention_mask, if any, covers all of them), and it advances in place."""
         if attention_mask is not None and bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):
             raise ValueError("slayformer GPT: attention_mask has padding before real tokens; only right padding is supported")
-        self.check_length(input_ids)
+        if past_key_values is not None and not isinstance(past_key_values, SlayformerCache):
+            raise ValueError(f"slayformer GPT: past_key_values must be the SlayformerCache this model returned (got {type(past_key_values).__name__})")
+        cache = past_key_values if past_key_values is not None else (SlayformerCache(self.sizes["layers"]) if use_cache else None)
+        start = cache.length if cache is not None else 0
+        self.check_length(input_ids, start)
         length = input_ids.shape[1]
         embed = self.slayformer.embed
-        positions = self.transformer.wpe.weight[:length]
+        positions = self.transformer.wpe.weight[start : start + length]
         if hasattr(embed, "types"):
             positions = positions + embed.types.weight[0]
         x = self.transformer.wte(input_ids) + positions
         if hasattr(embed, "norm"):
             x = embed.norm(x)
-        x = self.run_blocks(self.dropout(x), self.transformer.h, None, self.sizes["positions"] if decoding else length)
+        # cosFormer's M: the model's maximum length while decoding (each step must see the prompt's M).
+        total_length = self.sizes["positions"] if decoding or cache is not None else length
+        x = self.run_blocks(self.dropout(x), self.transformer.h, None, total_length, cache)
+        if cache is not None:
+            cache.length += length
         if self.pre_norm:
             x = self.transformer.ln_f(x)
         logits = x @ self.transformer.wte.weight.T
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
 
     @classmethod
     def _supports_default_dynamic_cache(cls):
-        return False
+        return False  # generate() must not make a DynamicCache: forward makes its SlayformerCache
 
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        """No cache: every step runs the whole sequence so far (cost grows with its length; the project's own
-        `npm run generate` carries each layer's recurrent state instead). Greedy outputs equal the project's."""
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "decoding": True}
+    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, attention_mask=None, use_cache=True, **kwargs):
+        """The first step feeds the prompt and returns the cache; each later step feeds only the positions the
+        cache lacks (one token). With use_cache=False every step runs the whole sequence so far."""
+        if past_key_values is not None:
+            input_ids = input_ids[:, past_key_values.get_seq_length() :]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "decoding": True, "past_key_values": past_key_values, "use_cache": use_cache}
 
 
 class SlayformerForMaskedLM(SlayformerPreTrainedModel):
