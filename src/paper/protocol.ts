@@ -95,6 +95,8 @@ export interface Experiment {
   protocol: Record<string, string>;
   /** Paragraphs printed after the tables (what the numbers mean, what is known to differ). */
   notes: string[];
+  /** Paragraphs written from the units done (what their measurements show), printed after `notes`. */
+  measuredNotes?(view: UnitView, quick: boolean): string[];
   /** Other numbers of the units shown as tables of their own, not judged (e.g. latency), beside the paper's where it has them. */
   shown?: ShownExtra[];
   /** The default backend of its units (the results depend on it, so it is part of where they are kept). */

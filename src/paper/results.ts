@@ -107,7 +107,8 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
   const disagreeing = cells.filter((c) => c.verdict === 'disagrees');
   return {
     experiment: experiment.name, version: experiment.version, title: experiment.title, source: experiment.source, measures: experiment.measures,
-    metric: experiment.metric, rule: experiment.agreement.statement, protocol: experiment.protocol, notes: experiment.notes, shown: experiment.shown ?? [],
+    metric: experiment.metric, rule: experiment.agreement.statement, protocol: experiment.protocol,
+    notes: [...experiment.notes, ...(experiment.measuredNotes?.(unitView(records), settings.quick) ?? [])], shown: experiment.shown ?? [],
     quick: settings.quick, command: set.file,
     provenance: {
       commits: distinct(done.map((r) => describeCommit(r.env))),

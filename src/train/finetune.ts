@@ -2,7 +2,8 @@
 // different attention mechanism, and train only part of the parameters (`train.freeze`, src/recipe/freeze.ts). The
 // weights are copied by name as src/store/load-weights.ts does for every loader (its header has the rules); the new
 // mechanism's own parameters keep their initialisation, or with a data-dependent init (the mechanism's dataInit:
-// DARKFormer's init 'whitening') an estimate from two training batches.
+// DARKFormer's init 'whitening', Performer's and DARKFormer's dataInit 'variance-optimal') an estimate from two
+// training batches.
 import * as tf from '@tensorflow/tfjs';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { openBatchStream } from '../data/stream.ts';

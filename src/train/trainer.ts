@@ -393,6 +393,11 @@ export interface TrainOptions {
   stop?: StopRequest;
   /** The device its command started (src/cli/backend-option.ts startBackend); else the running backend's. */
   device?: Device;
+  /**
+   * Sees a new run's model after initFrom and the data-dependent init, before step 0, with the validation batches
+   * (the experiments' diagnostics, src/paper/attention-measures.ts); it must leave the model as it found it.
+   */
+  beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
 }
 
 /** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
@@ -412,6 +417,7 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger);
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
+    if (opts.beforeTraining && !inputs.resumed) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
     await loop.train(opts.stop);
     return await loop.finish();
   } finally {

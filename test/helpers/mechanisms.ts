@@ -148,7 +148,8 @@ export function mechanismRef(module: AttentionModule, q: Array4, k: Array4, v: A
     case 'performer':
     case 'darkformer': {
       const covarianceFactor = module.name === 'darkformer' ? (opts.covarianceFactor ?? (module.trainableVariables[0].arraySync() as number[][][])) : undefined;
-      return favorAttentionRef(q, k, v, bufferOf(module, '.projection') as number[][][], { causal, keyMask, delta: o.delta, covarianceFactor });
+      const logWeights = o.dataInit === 'variance-optimal' ? (bufferOf(module, '.featureLogWeights') as number[][]) : undefined;
+      return favorAttentionRef(q, k, v, bufferOf(module, '.projection') as number[][][], { causal, keyMask, delta: o.delta, covarianceFactor, logWeights });
     }
     case 'schoenbat': {
       if (!maclaurinMaps.has(module)) maclaurinMaps.set(module, maclaurinFeaturesRef(opts.seed, d, o.features, o.kernel as MaclaurinKernel, o.maxDegree));

@@ -145,14 +145,14 @@ export function prfRef(x: number[], omega: number[][]): number[] {
 /**
  * Performer / DARKFormer attention in float64, un-stabilised: kernel-normalised attention over the
  * positive random features of x̃ = M·d^(−1/4)x (M = I for Performer), with the module's projection
- * omega [H][r][m] and covariance factor M [H][r][d].
+ * omega [H][r][m], covariance factor M [H][r][d] and log importance weights [H][m] (dataInit 'variance-optimal').
  */
 export function favorAttentionRef(
   q: Array4,
   k: Array4,
   v: Array4,
   omega: number[][][],
-  { causal, delta, keyMask, covarianceFactor }: { causal: boolean; delta: number; keyMask?: number[][]; covarianceFactor?: number[][][] },
+  { causal, delta, keyMask, covarianceFactor, logWeights }: { causal: boolean; delta: number; keyMask?: number[][]; covarianceFactor?: number[][][]; logWeights?: number[][] },
 ): Array4 {
   const tilde = (x: number[], head: number) => {
     const scaled = x.map((c) => c * x.length ** -0.25);
@@ -162,7 +162,12 @@ export function favorAttentionRef(
     qb.map((_, head) => {
       const one = (a: Array4) => [[a[b][head]]];
       const mask = keyMask && [keyMask[b]];
-      const kernel = (qi: number[], kj: number[]) => dot(prfRef(tilde(qi, head), omega[head]), prfRef(tilde(kj, head), omega[head]));
+      // Importance weights w_j (log w_j given) enter the kernel once: Σ_j w_j φ_j(q) φ_j(k).
+      const weight = (j: number) => (logWeights ? Math.exp(logWeights[head][j]) : 1);
+      const kernel = (qi: number[], kj: number[]) => {
+        const [fq, fk] = [prfRef(tilde(qi, head), omega[head]), prfRef(tilde(kj, head), omega[head])];
+        return fq.reduce((s, x, j) => s + weight(j) * x * fk[j], 0);
+      };
       return kernelAttentionRef(one(q), one(k), one(v), kernel, { causal, delta, keyMask: mask })[0][0];
     }),
   );

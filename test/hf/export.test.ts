@@ -99,7 +99,7 @@ describe('export → import is the identity', () => {
       auto_map: { AutoConfig: 'configuration_slayformer.SlayformerGPT2Config', AutoModelForCausalLM: 'modeling_slayformer.SlayformerForCausalLM' },
       layer_types: Array(2).fill('slayformer darkformer attention (load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True))'),
       // Every option written out, the defaults included.
-      slayformer: { attention: { name: 'darkformer', options: { features: 8, rank: 4, orthogonal: true, redrawInterval: 0, delta: 1e-6, init: 'identity', chunkSize: 64, segmentLength: 0 } } },
+      slayformer: { attention: { name: 'darkformer', options: { features: 8, rank: 4, orthogonal: true, redrawInterval: 0, delta: 1e-6, init: 'identity', dataInit: 'none', chunkSize: 64, segmentLength: 0 } } },
     });
   });
 

@@ -48,6 +48,7 @@ const CASES: Case[] = [
   { name: 'gpt slay tensorsketch', kind: 'gpt', model: 'attention: { name: slay, options: { poly: tensorsketch, anchors: 6 } }' },
   { name: 'gpt slay hadamard', kind: 'gpt', model: 'attention: { name: slay, options: { poly: hadamard, quadratureNodes: 3 } }' },
   { name: 'gpt performer (iid)', kind: 'gpt', model: 'attention: { name: performer, options: { features: 16, orthogonal: false } }' },
+  { name: 'gpt darkformer, dataInit variance-optimal', kind: 'gpt', model: 'attention: { name: darkformer, options: { features: 16, dataInit: variance-optimal } }' },
   { name: 'gpt darkformer (rank 8), token types', kind: 'gpt', model: 'typeVocabSize: 2, attention: { name: darkformer, options: { features: 16, rank: 8 } }' },
   { name: 'gpt schoenbat', kind: 'gpt', model: 'attention: { name: schoenbat, options: { features: 32 } }' },
   { name: 'gpt linear-elu', kind: 'gpt', model: 'attention: { name: linear-elu }' },

@@ -80,7 +80,7 @@ describe('units and their recipes', () => {
   it('pretrains one softmax model per seed first, then finetunes every mechanism both ways, then sweeps the rate', () => {
     const all = units(false);
     expect(all.slice(0, 3).map((u) => u.name)).toEqual(['pretrain-softmax-seed1', 'pretrain-softmax-seed2', 'pretrain-softmax-seed3']);
-    expect(all).toHaveLength(3 + 4 * 2 * 3 + 2 * 5);
+    expect(all).toHaveLength(3 + 5 * 2 * 3 + 2 * 5);
     // Every cell names units that exist.
     const names = new Set(all.map((u) => u.name));
     for (const cell of darkformerFinetune.cells(false)) for (const unit of cell.units) expect(names.has(unit)).toBe(true);

@@ -371,6 +371,63 @@ describe('whitening init', () => {
   });
 });
 
+describe("dataInit 'variance-optimal'", () => {
+  it('keeps M = I, stores the fitted projection and weights (a saved model reloads them), and starts as near the softmax source as Performer (unbiased), unlike whitening', async () => {
+    // A source with anisotropic queries and keys at a trained model's scale (E‖d^(−1/4)q‖² ≈ 1.4; the q/k weights'
+    // output coordinate i of a head scaled by 0.3·0.6^i, [in, out] weights), where isotropic features err most.
+    const sourceModel = createLanguageModel(config('softmax'));
+    const rng = new Rng(17);
+    const headDim = 16 / 2;
+    for (const [name, v] of sourceModel.parameters()) {
+      const qk = /attn\.[qk]\.weight/.test(name);
+      const gain = (i: number) => (qk ? 0.3 * 0.6 ** ((i % v.shape[1]!) % headDim) : 0.05);
+      tf.tidy(() => v.assign(tf.add(v, tf.tensor(Float32Array.from({ length: v.size }, (_, i) => gain(i) * rng.normal()), v.shape))));
+    }
+    const source = await saveFinalModel(join(dir, `run-${folderCount++}`), sourceModel, RECIPE, { step: '7' });
+    const batches = [randomBatch(rng, 4), randomBatch(rng, 4)];
+    const evalIds = tf.tensor2d(randomBatch(rng, 4).inputIds, [4, SEQ], 'int32');
+    const logitsOf = (model: LanguageModel) => tf.tidy(() => model.logits(evalIds).dataSync() as Float32Array);
+    const exact = logitsOf(sourceModel);
+    sourceModel.dispose(); // variable names are global: one model at a time
+    const relError = (a: Float32Array) => Math.hypot(...a.map((x, i) => x - exact[i])) / Math.hypot(...exact);
+    const errors = { performer: 0, 'variance-optimal': 0, whitening: 0 };
+    const seeds = [1, 2, 3, 4, 5, 6];
+    for (const seed of seeds) {
+      for (const arm of ['performer', 'variance-optimal', 'whitening'] as const) {
+        const options = { performer: { features: 16 }, 'variance-optimal': { features: 16, dataInit: 'variance-optimal' }, whitening: { features: 16, init: 'whitening' } }[arm];
+        const model = createLanguageModel(config('darkformer', options, { seed }));
+        loadWeights(model, await readModelFolder(source));
+        if (arm === 'whitening') initializeLayersFromData(model, batches, new Set([0, 1]));
+        if (arm === 'variance-optimal') {
+          const tensorsBefore = tf.memory().numTensors;
+          initializeLayersFromData(model, batches, new Set([0, 1]));
+          expect(tf.memory().numTensors).toBe(tensorsBefore);
+          for (const layer of model.body.attention) {
+            const m = (layer as DarkformerModule).covarianceFactor.arraySync() as number[][][];
+            m.forEach((head) => head.forEach((row, i) => row.forEach((x, j) => expect(x).toBe(i === j ? 1 : 0))));
+          }
+        }
+        errors[arm] += relError(logitsOf(model)) / seeds.length;
+        if (arm === 'variance-optimal' && seed === 1) {
+          // Recorded with the model: a saved folder reloads the fitted projection and weights into a new model.
+          const saved = await saveFinalModel(join(dir, `run-${folderCount++}`), model, RECIPE, { step: '0' });
+          const fitted = new Map([...model.buffers()].map(([name, v]) => [name, Array.from(valuesOf(v))]));
+          model.dispose();
+          expect([...fitted.keys()].filter((n) => n.endsWith('featureLogWeights'))).toHaveLength(2);
+          expect(Math.max(...fitted.get('blocks.0.attn.featureLogWeights')!.map(Math.abs))).toBeGreaterThan(0.1);
+          const reloaded = createLanguageModel(config('darkformer', options, { seed }));
+          loadWeights(reloaded, await readModelFolder(saved));
+          for (const [name, values] of fitted) expect(Array.from(valuesOf(reloaded.buffers().get(name)!)), name).toEqual(values);
+          reloaded.dispose();
+        } else model.dispose();
+      }
+    }
+    expect(errors['variance-optimal'], JSON.stringify(errors)).toBeLessThan(1.5 * errors.performer);
+    expect(errors.whitening).toBeGreaterThan(3 * errors.performer); // a changed M changes the function: this test can tell
+    evalIds.dispose();
+  });
+});
+
 describe('runTraining with initFrom: auto:<recipe>', () => {
   it('softmax run → darkformer finetune with whitening and all-but-qkv: validates before training, frozen tensors of the saved model are the source\'s bytes', async () => {
     const docs = syntheticDocuments(300, 6);

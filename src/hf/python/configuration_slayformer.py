@@ -47,6 +47,7 @@ _RANDOM_FEATURES = {
     "redrawInterval": {"kind": "int", "default": 0, "min": 0, "max": None},
     **_CHUNKING,
     "delta": _DELTA,
+    "dataInit": {"kind": "enum", "default": "none", "values": ["none", "variance-optimal"]},
 }
 
 # Each mechanism's options in slayformer's order (src/model/attention/<name>.ts), without their docs.

@@ -318,11 +318,14 @@ class Cosformer(KernelMechanism):
         return features(q), features(k), None, None
 
 
-def positive_random_features(x, omega, stabilize=False, clamp=None):
-    """features/prf.ts: m^(-1/2) exp(omega_j . x - |x|^2 / 2), omega [H, d, m] or [d, m]; with `stabilize`
-    each row subtracts its largest exponent, returned as the shift [B, H, L, 1]."""
+def positive_random_features(x, omega, stabilize=False, clamp=None, log_weights=None):
+    """features/prf.ts: m^(-1/2) exp(omega_j . x - |x|^2 / 2 + log_weights_j / 2), omega [H, d, m] or [d, m],
+    log_weights [H, m] (importance weights, dataInit 'variance-optimal') or None; with `stabilize` each row
+    subtracts its largest exponent, returned as the shift [B, H, L, 1]."""
     m = omega.shape[-1]
     logits = project_per_head(x, omega) - 0.5 * x.square().sum(-1, keepdim=True)
+    if log_weights is not None:
+        logits = logits + 0.5 * log_weights.view(1, -1, 1, m)
     shift = None
     if stabilize:
         with torch.no_grad():
@@ -339,14 +342,16 @@ class Performer(KernelMechanism):
     def __init__(self, config, options, input_dim=None):
         super().__init__(config, options)
         self.add_buffer("projection", (self.num_heads, input_dim or self.head_dim, options["features"]))
+        if options.get("dataInit") == "variance-optimal":
+            self.add_buffer("featureLogWeights", (self.num_heads, options["features"]))
 
     def inputs(self, x):
         return x * (self.head_dim**-0.25)
 
     def feature_maps(self, q, k, total_length, position):
         self.check_loaded()
-        phi_q, q_shift = positive_random_features(self.inputs(q), self.projection, stabilize=True)
-        phi_k, k_shift = positive_random_features(self.inputs(k), self.projection, stabilize=True)
+        phi_q, q_shift = positive_random_features(self.inputs(q), self.projection, stabilize=True, log_weights=getattr(self, "featureLogWeights", None))
+        phi_k, k_shift = positive_random_features(self.inputs(k), self.projection, stabilize=True, log_weights=getattr(self, "featureLogWeights", None))
         return phi_q, phi_k, q_shift, k_shift
 
 

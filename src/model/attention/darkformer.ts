@@ -13,7 +13,10 @@
 // * M initialised to the identity (r < d: its first r rows), with the same projection draw as
 //   Performer for the same seed, so at r = d it starts exactly as Performer;
 // * init 'whitening' is data-dependent: M stays the identity until a new run calls its dataInit
-//   (types.ts) with calibration queries and keys (a resumed run restores M instead).
+//   (types.ts) with calibration queries and keys (a resumed run restores M instead);
+// * dataInit 'variance-optimal' (Performer's, performer.ts) keeps M = I and draws the projection from the
+//   paper's Theorem 3.2 proposal with importance weights: the kernel stays softmax's at step 0. It
+//   replaces whitening (init must be 'identity'): one data-dependent init per mechanism.
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
 import { inverseSqrtSymmetric } from '../features/linalg.ts';
@@ -24,6 +27,9 @@ import {
   favorAttention,
   favorFeatureMaps,
   favorOptionSpecs,
+  checkImportanceOptions,
+  ImportanceWeights,
+  importanceWeightTensors,
   RedrawnProjection,
   type FavorOptions,
   type RandomFeatureModule,
@@ -74,11 +80,16 @@ registerAttention('darkformer', {
     return [
       { name: 'projection', shape: [numHeads, rank, options.features as number], trainable: false },
       { name: 'covarianceFactor', shape: [numHeads, rank, headDim], trainable: true },
+      ...importanceWeightTensors(numHeads, options),
     ];
   },
   create(config, options): DarkformerModule {
     const { numHeads, headDim } = config;
     const rank = rankOf(options, headDim);
+    checkImportanceOptions('darkformer', options);
+    if (options.dataInit === 'variance-optimal' && options.init !== 'identity') {
+      throw new Error(`attention 'darkformer': option dataInit 'variance-optimal' keeps M = I and needs init 'identity' (got init '${options.init}')`);
+    }
     const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
       heads: numHeads,
       dim: rank,
@@ -89,7 +100,9 @@ registerAttention('darkformer', {
       const identityRows = tf.slice(tf.eye(headDim), [0, 0], [rank, headDim]);
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
-    const maps = favorFeatureMaps(projection.variable, 1, (x) => dataAlignedInputs(x, covarianceFactor));
+    const kernelInputs = (x: tf.Tensor4D) => dataAlignedInputs(x, covarianceFactor);
+    const weights = options.dataInit === 'variance-optimal' ? new ImportanceWeights('darkformer', { ...config, numHeads }, options, projection.variable, kernelInputs) : null;
+    const maps = favorFeatureMaps(projection.variable, 1, kernelInputs, weights?.variable);
     const methods = featureMapMethods('darkformer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
 
     const initializeFromData = (q: tf.Tensor4D, k: tf.Tensor4D): void => {
@@ -126,7 +139,7 @@ registerAttention('darkformer', {
       name: 'darkformer',
       options: { ...options, rank },
       trainableVariables: [covarianceFactor],
-      buffers: [projection.variable],
+      buffers: weights ? [projection.variable, weights.variable] : [projection.variable],
       covarianceFactor,
       apply(q, k, v, opts: ApplyOptions = {}) {
         checkAttentionShapes('darkformer', numHeads, headDim, q, k, v);
@@ -135,16 +148,19 @@ registerAttention('darkformer', {
       initState: methods.initState,
       step: methods.step,
       featureMap(x) {
-        return tf.tidy(() => positiveRandomFeatures(dataAlignedInputs(x, covarianceFactor), projection.variable).features);
+        return tf.tidy(() => positiveRandomFeatures(kernelInputs(x), projection.variable, { logWeights: weights?.variable }).features);
       },
+      kernelInputs: (x) => tf.tidy(() => kernelInputs(x)),
       get drawIndex() {
         return projection.drawIndex;
       },
       initializeFromData,
       ...(options.init === 'whitening' ? { dataInit: { trigger: "init 'whitening'", fills: { variable: covarianceFactor, label: 'M' }, initializeFromData } } : {}),
+      ...(weights ? { dataInit: weights.dataInit } : {}),
       onTrainStep: (step) => projection.onTrainStep(step),
       dispose: () => {
         projection.variable.dispose();
+        weights?.variable.dispose();
         covarianceFactor.dispose();
       },
     };

@@ -13,6 +13,7 @@
 // biases the kernel and, for keys, depends on the global maximum).
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
+import { pooledCovariance, proposalDraws, varianceOptimalProposal } from '../features/importance.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
@@ -20,7 +21,9 @@ import { namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../../core/rng.ts';
 import { contractionOptions, contractionOptionSpecs, featureMapAttention, featureMapMethods, type ContractionOptions, type FeatureMaps } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
-import type { ApplyOptions, AttentionModule, OptionSpecs } from './types.ts';
+import type { ApplyOptions, AttentionModule, DataInitialization, OptionSpecs, TensorDeclaration } from './types.ts';
+
+export const FAVOR_DATA_INITS = ['none', 'variance-optimal'] as const;
 
 /** Options shared by Performer and DARKFormer (the names the registry validates). */
 export const favorOptionSpecs: OptionSpecs = {
@@ -41,7 +44,95 @@ export const favorOptionSpecs: OptionSpecs = {
   },
   ...contractionOptionSpecs,
   delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the (un-stabilised) denominator' },
+  dataInit: {
+    kind: 'enum',
+    default: 'none',
+    values: FAVOR_DATA_INITS,
+    doc: "'variance-optimal': a new run draws the projection from the DARKFormer paper's Theorem 3.2 proposal fitted to calibration queries and keys, with importance weights (the kernel, softmax's for Performer, is unchanged); needs redrawInterval 0",
+  },
 };
+
+/** The buffer of per-feature log importance weights that dataInit 'variance-optimal' adds, [heads, features]. */
+export function importanceWeightTensors(numHeads: number, options: Record<string, unknown>): TensorDeclaration[] {
+  return options.dataInit === 'variance-optimal' ? [{ name: 'featureLogWeights', shape: [numHeads, options.features as number], trainable: false }] : [];
+}
+
+/**
+ * dataInit 'variance-optimal' (src/model/features/importance.ts): the projection is redrawn from the variance-optimal
+ * proposal of each head's calibration inputs x̃ = inputs(x) — the scale the features see — and each feature gets its
+ * log importance weight, so the estimator stays unbiased for the mechanism's kernel. The standard draw z is the
+ * mechanism's own draw 0 (the projection Performer would use), stretched to ω = Σ*^(1/2)z.
+ */
+export class ImportanceWeights {
+  readonly variable: tf.Variable;
+  readonly dataInit: DataInitialization;
+
+  constructor(
+    private readonly name: string,
+    config: { scope: string; seed: number; numHeads: number },
+    private readonly options: Record<string, unknown>,
+    private readonly projection: tf.Variable,
+    private readonly inputs: (x: tf.Tensor4D) => tf.Tensor4D,
+  ) {
+    checkImportanceOptions(name, options);
+    const features = options.features as number;
+    this.variable = tf.tidy(() => namedVariable(config.scope, 'featureLogWeights', tf.zeros([config.numHeads, features]), false));
+    this.dataInit = {
+      trigger: "dataInit 'variance-optimal'",
+      fills: { variable: this.variable, label: 'projection and importance weights' },
+      initializeFromData: (q, k) => this.fit(q, k, config.seed),
+    };
+  }
+
+  private fit(q: tf.Tensor4D, k: tf.Tensor4D, seed: number): void {
+    const [heads, dim, m] = this.projection.shape as [number, number, number];
+    const [qData, kData] = tf.tidy(() => [this.inputs(q), this.inputs(k)]).map((t) => {
+      const data = { values: t.dataSync(), shape: t.shape };
+      t.dispose();
+      return data;
+    });
+    if (qData.shape[1] !== heads || qData.shape[3] !== dim) {
+      throw new Error(`${this.name}: dataInit 'variance-optimal' got inputs [${qData.shape.join(', ')}], expected [batch, ${heads}, length, ${dim}]`);
+    }
+    const standard = drawPrfProjection(seed, 0, heads, dim, m, this.options.orthogonal as boolean);
+    const z = standard.dataSync();
+    standard.dispose();
+    const omega = new Float32Array(heads * dim * m);
+    const logWeights = new Float32Array(heads * m);
+    for (let h = 0; h < heads; h++) {
+      const proposal = varianceOptimalProposal(pooledCovariance(headRows(qData.values, qData.shape, h), headRows(kData.values, kData.shape, h)));
+      const zRows = new Float64Array(m * dim);
+      for (let j = 0; j < m; j++) for (let i = 0; i < dim; i++) zRows[j * dim + i] = z[(h * dim + i) * m + j];
+      const { omegaRows, logWeights: w } = proposalDraws(proposal, zRows, m);
+      for (let j = 0; j < m; j++) for (let i = 0; i < dim; i++) omega[(h * dim + i) * m + j] = omegaRows[j * dim + i];
+      logWeights.set(w, h * m);
+    }
+    tf.tidy(() => {
+      this.projection.assign(tf.tensor3d(omega, [heads, dim, m]));
+      this.variable.assign(tf.tensor2d(logWeights, [heads, m]));
+    });
+  }
+}
+
+/** dataInit 'variance-optimal' keeps one draw: a redraw would draw from N(0, I) again. Called before anything is built. */
+export function checkImportanceOptions(name: string, options: Record<string, unknown>): void {
+  if (options.dataInit === 'variance-optimal' && (options.redrawInterval as number) !== 0) {
+    throw new Error(`attention '${name}': option dataInit 'variance-optimal' needs redrawInterval 0 (a redraw would draw from N(0, I) again; got ${options.redrawInterval})`);
+  }
+}
+
+/** Head h's vectors of x [B, H, L, d] (row-major data) as float64 rows. */
+function headRows(data: tf.TypedArray, shape: readonly number[], h: number): Float64Array[] {
+  const [b, heads, l, d] = shape;
+  const rows: Float64Array[] = [];
+  for (let bi = 0; bi < b; bi++) {
+    for (let li = 0; li < l; li++) {
+      const offset = ((bi * heads + h) * l + li) * d;
+      rows.push(Float64Array.from(data.subarray(offset, offset + d)));
+    }
+  }
+  return rows;
+}
 
 /**
  * Projection number `drawIndex` of a mechanism seeded `seed`: [heads, dim, features] with N(0, I)
@@ -104,11 +195,12 @@ export type FavorOptions = Omit<ContractionOptions, 'clampMin'> & { delta: numbe
 /**
  * The FAVOR+ feature maps with projection omega [H, r, m]: row-stabilised positive random features of
  * x̃, where x̃ = scale·x (Performer: scale = d^(−1/4); 1: the inputs are x̃) or, when `prepare` is
- * given (DARKFormer: x̃ = M d^(−1/4)x, M trainable), x̃ = prepare(x).
+ * given (DARKFormer: x̃ = M d^(−1/4)x, M trainable), x̃ = prepare(x); `logWeights` [H, m]: per-feature log
+ * importance weights (dataInit 'variance-optimal').
  */
-export function favorFeatureMaps(omega: tf.Tensor, scale: number, prepare?: (x: tf.Tensor4D) => tf.Tensor4D): FeatureMaps {
+export function favorFeatureMaps(omega: tf.Tensor, scale: number, prepare?: (x: tf.Tensor4D) => tf.Tensor4D, logWeights?: tf.Tensor): FeatureMaps {
   const side = (x: tf.Tensor4D) =>
-    positiveRandomFeatures(scale === 1 ? x : (tf.mul(x, scale) as tf.Tensor4D), omega, { stabilizer: 'row' }) as { features: tf.Tensor4D; shift: tf.Tensor4D };
+    positiveRandomFeatures(scale === 1 ? x : (tf.mul(x, scale) as tf.Tensor4D), omega, { stabilizer: 'row', logWeights }) as { features: tf.Tensor4D; shift: tf.Tensor4D };
   return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, ...(prepare ? { prepare } : {}), query: side, key: side };
 }
 
@@ -134,6 +226,11 @@ export interface RandomFeatureModule extends AttentionModule {
   featureMap(x: tf.Tensor4D): tf.Tensor4D;
   /** Index of the projection draw in use (0 until the first redraw). */
   readonly drawIndex: number;
+  /**
+   * The inputs x̃ [B, H, L, r] whose exact kernel exp(x̃_qᵀx̃_k) the features estimate (Performer: d^(−1/4)x;
+   * DARKFormer: M d^(−1/4)x): the same attention without random features is softmax over x̃_qᵀx̃_k.
+   */
+  kernelInputs(x: tf.Tensor4D): tf.Tensor4D;
 }
 
 /** Fails unless q, k, v are [B, H, L, headDim] with the configured heads. */
@@ -156,10 +253,14 @@ registerAttention('performer', {
   description: 'FAVOR+ positive (orthogonal) random features for exp(qᵀk/√d), linear in length',
   quadratic: false,
   options: favorOptionSpecs,
-  tensors: ({ numHeads, headDim }, options) => [{ name: 'projection', shape: [numHeads, headDim, options.features as number], trainable: false }],
+  tensors: ({ numHeads, headDim }, options) => [
+    { name: 'projection', shape: [numHeads, headDim, options.features as number], trainable: false },
+    ...importanceWeightTensors(numHeads, options),
+  ],
   create(config, options): RandomFeatureModule {
     const { numHeads, headDim } = config;
     const features = options.features as number;
+    checkImportanceOptions('performer', options);
     const projection = new RedrawnProjection(config.scope, config.seed, options.redrawInterval as number, {
       heads: numHeads,
       dim: headDim,
@@ -167,13 +268,15 @@ registerAttention('performer', {
       orthogonal: options.orthogonal as boolean,
     });
     const scale = headDim ** -0.25;
-    const maps = favorFeatureMaps(projection.variable, scale);
+    const kernelInputs = (x: tf.Tensor4D) => tf.mul(x, scale) as tf.Tensor4D;
+    const weights = options.dataInit === 'variance-optimal' ? new ImportanceWeights('performer', { ...config, numHeads }, options, projection.variable, kernelInputs) : null;
+    const maps = favorFeatureMaps(projection.variable, scale, undefined, weights?.variable);
     const methods = featureMapMethods('performer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
     return {
       name: 'performer',
       options,
       trainableVariables: [],
-      buffers: [projection.variable],
+      buffers: weights ? [projection.variable, weights.variable] : [projection.variable],
       apply(q, k, v, opts: ApplyOptions = {}) {
         checkAttentionShapes('performer', numHeads, headDim, q, k, v);
         return methods.apply(q, k, v, opts);
@@ -181,13 +284,18 @@ registerAttention('performer', {
       initState: methods.initState,
       step: methods.step,
       featureMap(x) {
-        return tf.tidy(() => positiveRandomFeatures(tf.mul(x, scale), projection.variable).features);
+        return tf.tidy(() => positiveRandomFeatures(kernelInputs(x), projection.variable, { logWeights: weights?.variable }).features);
       },
+      kernelInputs: (x) => tf.tidy(() => kernelInputs(x)),
       get drawIndex() {
         return projection.drawIndex;
       },
+      ...(weights ? { dataInit: weights.dataInit } : {}),
       onTrainStep: (step) => projection.onTrainStep(step),
-      dispose: () => projection.variable.dispose(),
+      dispose: () => {
+        projection.variable.dispose();
+        weights?.variable.dispose();
+      },
     };
   },
 });

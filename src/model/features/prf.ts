@@ -19,6 +19,11 @@ export interface PrfOptions {
   stabilizer?: Stabilizer;
   /** Clamp the exponent to [−clamp, clamp] (the SLAY reference clamps at 20). */
   clamp?: number;
+  /**
+   * Per-feature log importance weights log w_j, [H, m] (per-head omega) or [m] (src/model/features/importance.ts):
+   * each side adds ½·log w_j to its exponent, so φ(q)ᵀφ(k) carries w_j once. Absent: w_j = 1 (ω ~ N(0, I)).
+   */
+  logWeights?: tf.Tensor;
 }
 
 export interface PrfResult {
@@ -32,7 +37,11 @@ export interface PrfResult {
  */
 export function positiveRandomFeatures(x: tf.Tensor4D, omega: tf.Tensor, opts: PrfOptions = {}): PrfResult {
   const m = omega.shape[omega.rank - 1]!;
-  const logits = tf.sub(projectPerHead(x, omega), tf.mul(tf.sum(tf.square(x), -1, true), 0.5));
+  let logits = tf.sub(projectPerHead(x, omega), tf.mul(tf.sum(tf.square(x), -1, true), 0.5));
+  if (opts.logWeights) {
+    const perHead = opts.logWeights.rank === 2;
+    logits = tf.add(logits, tf.mul(tf.reshape(opts.logWeights, perHead ? [1, opts.logWeights.shape[0], 1, m] : [1, 1, 1, m]), 0.5));
+  }
   const axes = opts.stabilizer === 'row' ? -1 : opts.stabilizer === 'global' ? [2, 3] : null;
   const shift = axes === null ? tf.scalar(0) : untaped(() => tf.max(logits, axes, true));
   let exponents = axes === null ? logits : tf.sub(logits, shift);
