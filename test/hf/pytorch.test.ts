@@ -48,7 +48,6 @@ const CASES: Case[] = [
   { name: 'gpt slay tensorsketch', kind: 'gpt', model: 'attention: { name: slay, options: { poly: tensorsketch, anchors: 6 } }' },
   { name: 'gpt slay hadamard', kind: 'gpt', model: 'attention: { name: slay, options: { poly: hadamard, quadratureNodes: 3 } }' },
   { name: 'gpt performer (iid)', kind: 'gpt', model: 'attention: { name: performer, options: { features: 16, orthogonal: false } }' },
-  { name: 'gpt darkformer, dataInit variance-optimal', kind: 'gpt', model: 'attention: { name: darkformer, options: { features: 16, dataInit: variance-optimal } }' },
   { name: 'gpt darkformer (rank 8), token types', kind: 'gpt', model: 'typeVocabSize: 2, attention: { name: darkformer, options: { features: 16, rank: 8 } }' },
   { name: 'gpt schoenbat', kind: 'gpt', model: 'attention: { name: schoenbat, options: { features: 32 } }' },
   { name: 'gpt linear-elu', kind: 'gpt', model: 'attention: { name: linear-elu }' },
@@ -64,6 +63,8 @@ const CASES: Case[] = [
   { name: 'bert schoenbat (inverse kernel, reference clamp), pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: schoenbat, options: { kernel: inverse, denominatorClamp: reference, features: 24 } }` },
   { name: 'bert linear-elu', kind: 'bert', model: `${HF_BERT}, attention: { name: linear-elu }` },
   { name: 'bert cosformer, pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: cosformer }` },
+  // Last, so that the cases before keep their seeds (index + 11): a seed decides whether greedy text varies.
+  { name: 'gpt darkformer, dataInit variance-optimal', kind: 'gpt', model: 'attention: { name: darkformer, options: { features: 16, dataInit: variance-optimal } }' },
 ];
 
 /** Beam search reorders the cache: tried on a key/value cache, running sums with a key scale, and plain running sums. */
