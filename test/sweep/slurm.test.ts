@@ -76,7 +76,7 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     const outDir = join(clusterDir, 'report');
     const report = sweepCli(['report', file, '--out', outDir], env);
     expect(await report.exited, report.output()).toEqual({ code: 0, signal: null });
-    expect(readFileSync(join(outDir, 'report.md'), 'utf8')).toMatch(/\| softmax \| softmax \| 2 \| 1, 2 \|/);
+    expect(readFileSync(join(outDir, 'report.md'), 'utf8')).toMatch(/\| softmax \| \(baseline\) \|.* \| 2 \| 1, 2 \| softmax \|/);
     expect(existsSync(join(outDir, 'compare', 'val-loss.svg'))).toBe(true);
   }, 900_000);
 
