@@ -244,7 +244,13 @@ export function measuredNotes(view: UnitView, quick: boolean): string[] {
     const xs = values(finetune, key);
     return xs.length ? xs.reduce((a, x) => a + x, 0) / xs.length : null;
   };
-  const seedWords = `${seeds.length} seed${seeds.length === 1 ? '' : 's'}`;
+  const plural = (n: number) => `${n} seed${n === 1 ? '' : 's'}`;
+  // Partial results: an arm measured on fewer seeds than the protocol's says so.
+  const short = (finetune: string, key: string) => {
+    const n = values(finetune, key).length;
+    return n < seeds.length ? ` (${n} of ${plural(seeds.length)})` : '';
+  };
+  const seedWords = plural(Math.max(...measured.map((f) => values(f, 'q_eff_rank_min').length)));
   const notes: string[] = [];
 
   // The raw queries and keys do not depend on the arm (every arm loads the same pretrained weights).
@@ -270,16 +276,16 @@ export function measuredNotes(view: UnitView, quick: boolean): string[] {
   const accWords = randomFeatureArms.map((f) => {
     const exact = mean(f, 'acc_exact_start');
     const features = mean(f, 'acc_start');
-    return `${ARM_WORDS[f]} ${exact === null ? '—' : exact.toFixed(4)} exactly, ${features === null ? '—' : features.toFixed(4)} with random features`;
+    return `${ARM_WORDS[f]} ${exact === null ? '—' : exact.toFixed(4)} exactly, ${features === null ? '—' : features.toFixed(4)} with random features${short(f, 'acc_start')}`;
   });
   notes.push(
-    `Step-0 accuracy, kernel against features (mean over ${seedWords}): softmax ${softmaxAcc === null ? '—' : softmaxAcc.toFixed(4)}; ${accWords.join('; ')}. ` +
+    `Step-0 accuracy, kernel against features (mean over ${seedWords}): softmax ${softmaxAcc === null ? '—' : softmaxAcc.toFixed(4)}${mean('softmax', 'acc_start') === null ? '' : short('softmax', 'acc_start')}; ${accWords.join('; ')}. ` +
       'The exact column is the kernel alone, computed quadratically: where it is below softmax the init changed the function itself, and only the rest of the drop is the random features’ doing.',
   );
 
   const errorWords = randomFeatureArms.map((f) => {
     const [rf, alone, kernel] = ['rf_error', 'rf_error_kernel', 'kernel_error'].map((k) => mean(f, k));
-    return `${ARM_WORDS[f]} ${rf === null ? '—' : rf.toFixed(3)} (features against its own kernel ${alone === null ? '—' : alone.toFixed(3)}, kernel against softmax ${kernel === null ? '—' : kernel.toFixed(3)})`;
+    return `${ARM_WORDS[f]} ${rf === null ? '—' : rf.toFixed(3)} (features against its own kernel ${alone === null ? '—' : alone.toFixed(3)}, kernel against softmax ${kernel === null ? '—' : kernel.toFixed(3)})${short(f, 'rf_error')}`;
   });
   notes.push(`Output error against exact softmax at step 0, ‖Y − Y_softmax‖/‖Y_softmax‖ per layer on the pretrained model's own q, k, v, mean over layers and ${seedWords}: ${errorWords.join('; ')}.`);
 
