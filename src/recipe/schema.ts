@@ -45,6 +45,7 @@ export interface Recipe {
     gradAccum: number;
     dataParallel: number | 'auto';
     graph: boolean;
+    executor: 'auto' | 'op-by-op' | 'functions' | 'replicas';
     xla: 'auto' | 'on' | 'off';
     optimizer: 'adamw';
     lr: number;
@@ -174,6 +175,12 @@ export const RECIPE_SCHEMA = {
     type: bool,
     default: true,
     doc: 'On the `tensorflow` backend (CPU or GPU device): run each micro-batch\'s forward and backward pass, and AdamW\'s update, as TensorFlow functions on the device instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–3× faster on the bench GPT, and on a GPU the parameters and moments never leave the device. BERT\'s labelled rows are padded to a multiple of 64 so that its shapes repeat, and dropout masks come from TensorFlow\'s stateless generator fed the step\'s seed (a different draw from the wasm/cpu masks). `false` = always op by op. Other backends ignore it.',
+  },
+  'train.executor': {
+    // The names of src/train/step-executors/index.ts (the recipe sits below train/ and cannot import them; a test keeps the two equal).
+    type: oneOf('auto', 'op-by-op', 'functions', 'replicas'),
+    default: 'auto',
+    doc: 'How the training step runs (src/train/step-executor.ts, docs/training.md "Step executors"): `op-by-op` (every op dispatched from JavaScript; any backend), `functions` (recorded once and run as TensorFlow functions; `tensorflow` backend), `replicas` (`train.dataParallel` worker threads). `auto` = `replicas` when `train.dataParallel` resolves above 1, else `functions` when `train.graph` is on and the backend has them, else `op-by-op`. An executor the run cannot use is an error naming why.',
   },
   'train.xla': {
     type: oneOf('auto', 'on', 'off'),

@@ -195,12 +195,17 @@ export class DataParallelGroup {
     const group = new DataParallelGroup(model, workers);
     try {
       await Promise.all(workers.map((w) => w.started()));
-      group.sendAll([...model.parameters(), ...model.buffers()]);
+      group.sendAllWeights();
     } catch (err) {
       await group.close();
       throw err;
     }
     return group;
+  }
+
+  /** Sends every weight and buffer as the main thread's model holds them now (after a restore or an initialisation). */
+  sendAllWeights(): void {
+    this.sendAll([...this.model.parameters(), ...this.model.buffers()]);
   }
 
   get size(): number {

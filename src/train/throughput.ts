@@ -4,9 +4,9 @@ import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { Rng } from '../core/rng.ts';
-import { DataParallelGroup } from './data-parallel.ts';
+import { currentDevice } from '../backend/current.ts';
 import { AdamW } from './optimizer.ts';
-import { trainStep } from './step.ts';
+import { startStepExecutor } from './step-executors/index.ts';
 
 /** Uniform random tokens; GPT labels every position, BERT about one in seven (its masking rate order). */
 export function randomBatch(rng: Rng, kind: LanguageModel['kind'], batchSize: number, seqLen: number, vocab: number): ModelBatch {
@@ -31,6 +31,8 @@ export interface ThroughputOptions {
   graph?: boolean;
   /** train.xla resolved: compile those graphs with XLA (default false). */
   xla?: boolean;
+  /** train.executor: how the step runs (default auto: step-executors/index.ts). */
+  executor?: string;
   /** Called once after the timed steps with a function that runs one more step (e.g. to profile it). */
   afterTimed?: (step: () => Promise<void>) => Promise<void>;
 }
@@ -52,13 +54,14 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
   const [graph, xla] = [o.graph ?? true, o.xla ?? false];
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla });
-  const group = o.replicas > 1 ? await DataParallelGroup.start(model, o.replicas) : null;
+  let executor: Awaited<ReturnType<typeof startStepExecutor>> | null = null;
   try {
-    const stepOptions = { lr: 3e-4, clip: 1, dropoutSeed: null, graph, xla };
+    executor = await startStepExecutor(o.executor ?? 'auto', { model, optimizer, device: currentDevice(), graph, xla, replicas: o.replicas });
+    const running = executor;
     const rng = new Rng(7);
     const step = async () => {
       const batch = randomBatch(rng, model.kind, o.batchSize, o.seqLen, model.config.vocabSize);
-      return (await (group ? group.step(optimizer, [batch], stepOptions) : trainStep(model, optimizer, [batch], stepOptions))).loss;
+      return (await running.step([batch], { lr: 3e-4, clip: 1, dropoutSeed: null })).loss;
     };
     const wall: number[] = [];
     const cpu: number[] = [];
@@ -83,7 +86,7 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
       readbackValues: read.values, readbackBytes: read.bytes,
     };
   } finally {
-    await group?.close();
+    await executor?.close();
     optimizer.dispose();
   }
 }

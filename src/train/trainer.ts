@@ -30,14 +30,15 @@ import { saveFinalModel } from '../store/model-folder.ts';
 import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
-import { trainStep, type StepOptions, type StepResult } from './step.ts';
+import type { StepResult } from './step.ts';
+import type { StepExecutor, StepInputs } from './step-executor.ts';
+import { startStepExecutor } from './step-executors/index.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
-import { DataParallelGroup, resolveDataParallel } from './data-parallel.ts';
-import { graphStatus } from './compiled-step.ts';
+import { resolveDataParallel } from './data-parallel.ts';
 import { currentDevice } from '../backend/current.ts';
 import type { Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
-import { graphDevice, resolveXla } from '../backend/tf-graph.ts';
+import { resolveXla } from '../backend/tf-graph.ts';
 
 export interface TrainResult {
   runDir: string;
@@ -167,7 +168,8 @@ class TrainingLoop {
   private lastVal: { step: number; loss: number } | null = null;
   private readonly schedule: ScheduleOptions;
   private readonly checkpoints: CheckpointWriter;
-  private group: DataParallelGroup | null = null;
+  /** How the steps run (step-executor.ts); started by train(), closed by its caller through close(). */
+  private executor: StepExecutor | null = null;
 
   constructor(
     private readonly recipe: Recipe,
@@ -198,14 +200,15 @@ class TrainingLoop {
     return (performance.now() - this.started) / 1000;
   }
 
-  private saveCheckpoint(): Promise<string> {
+  private async saveCheckpoint(): Promise<string> {
+    await this.executor?.pull();
     const { step, tokens, batchesSeen, trainSeconds, window, skippedSteps, consecutiveSkips } = this;
     const counters = { step, tokens, batchesSeen, trainSeconds, elapsedS: this.elapsed(), window, skippedSteps, consecutiveSkips };
     return this.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), counters, this.lastVal?.step === this.step ? this.lastVal.loss : null);
   }
 
   async validate(): Promise<EvalResult> {
-    const result = await evaluate(this.parts.model, this.inputs.evalSample.batches, this.recipe.train.graph);
+    const result = this.executor ? await this.executor.evaluate(this.inputs.evalSample.batches) : await evaluate(this.parts.model, this.inputs.evalSample.batches, this.recipe.train.graph);
     const { step, tokens, trainSeconds } = this;
     this.logger.log({
       step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
@@ -220,8 +223,10 @@ class TrainingLoop {
   /** Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw TrainingStopped. */
   async train(stop: StopRequest | undefined): Promise<void> {
     const { totalSteps } = this.inputs;
-    // Started after initFrom and restore: the replicas receive the weights as they now are.
-    if (this.parts.replicas > 1) this.group = await DataParallelGroup.start(this.parts.model, this.parts.replicas, this.parts.device.backend);
+    // Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are.
+    const { model, optimizer, finetune, device, replicas } = this.parts;
+    const { graph, executor } = this.recipe.train;
+    this.executor = await startStepExecutor(executor, { model, optimizer, device, trainable: finetune.trainable, graph, xla: optimizer.options.xla, replicas });
     // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
     // A resumed run (step > 0) has this record from its first session.
     if (this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
@@ -261,21 +266,17 @@ class TrainingLoop {
     parts.model.onTrainStep(this.step);
     const t0 = performance.now();
     const readBefore = readback();
-    const stepOptions: StepOptions = {
-      lr,
-      clip: recipe.train.clip,
-      dropoutSeed: this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${this.step}`) : null,
-      trainable: parts.finetune.trainable,
-      graph: recipe.train.graph,
-      xla: parts.optimizer.options.xla,
-    };
-    const result = this.group ? await this.group.step(parts.optimizer, micro, stepOptions) : await trainStep(parts.model, parts.optimizer, micro, stepOptions);
+    const inputs: StepInputs = { lr, clip: recipe.train.clip, dropoutSeed: this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${this.step}`) : null };
+    const result = await this.executor!.step(micro, inputs);
     const seconds = (performance.now() - t0) / 1000;
     if (parts.device.native) this.lastReadback = readSince(readBefore);
     if (result.applied) this.consecutiveSkips = 0;
     else this.dropUpdate(result);
-    // The first step of a process records its program and builds its function (backend/tf-graph.ts).
-    if (++this.stepsInProcess === 1 && !this.group) this.reportGraph(micro, stepOptions);
+    // The first step of a process records its program and builds its function (backend/tf-graph.ts): say how it ran.
+    if (++this.stepsInProcess === 1) {
+      const how = this.executor!.describe(micro[0]);
+      if (how) this.logger.line(how);
+    }
     const stepTokens = micro.length * recipe.train.batchSize * recipe.data.seqLen;
     this.step++;
     this.tokens += stepTokens;
@@ -285,16 +286,6 @@ class TrainingLoop {
     const epochFraction = this.batchesSeen / Math.max(1, this.inputs.epoch.batches);
     this.logger.progress?.({ step: this.step, totalSteps: this.inputs.totalSteps, epochFraction, loss: result.applied ? result.loss : null });
     if ((this.step % recipe.train.logInterval === 0 || this.step === this.inputs.totalSteps) && this.window.steps > 0) this.logProgress(lr, result.gradNorm);
-  }
-
-  /** One line after the step that builds the step graph (train.graph, tensorflow only): whether steps now run as one graph, and if not why. */
-  private reportGraph(micro: Batch[], stepOptions: StepOptions): void {
-    if (!stepOptions.graph || !this.parts.device.native) return;
-    const variables = [...(stepOptions.trainable ?? this.parts.model.parameters()).values()];
-    const status = graphStatus(this.parts.model, micro[0], variables, stepOptions.dropoutSeed !== null);
-    const why = status.replace(/^eager: /, '');
-    const xla = stepOptions.xla ? ' compiled by XLA' : '';
-    this.logger.line(status.startsWith('graph') ? `train.graph: steps run as TensorFlow functions${xla} on ${graphDevice()}${status.slice('graph'.length)}` : `train.graph: steps run op by op (${why})`);
   }
 
   /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */
@@ -343,6 +334,7 @@ class TrainingLoop {
     const { step, tokens, trainSeconds, recipe, logger } = this;
     const finalVal = await this.validate();
     if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
+    await this.executor?.pull();
     const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
     const parameters = this.parameterCount;
     const summary = {
@@ -359,7 +351,7 @@ class TrainingLoop {
 
   async close(): Promise<void> {
     this.logger.endProgress?.();
-    await this.group?.close();
+    await this.executor?.close();
     await closeRunParts(this.parts);
   }
 }

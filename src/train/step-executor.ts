@@ -1,0 +1,65 @@
+// The step-executor contract: HOW a recorded training step runs, separate from WHAT it computes
+// (step.ts: the micro-batches' gradients summed over the step's labelled tokens, clipping, the
+// non-finite rule, AdamW). Each way is one file under step-executors/ behind this interface,
+// registered in step-executors/index.ts; the trainer, the task runner and the throughput benchmark
+// hold a StepExecutor and never ask which one it is (docs/layout.md, "Step executors").
+import type { Device } from '../backend/device.ts';
+import type { Batch } from '../data/batch.ts';
+import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import type { EvalResult } from './evaluate.ts';
+import type { AdamW } from './optimizer.ts';
+import type { StepResult } from './step.ts';
+
+/** What changes from one optimizer step to the next. */
+export interface StepInputs {
+  lr: number;
+  clip: number;
+  /** Seed of the step's dropout masks (null = no dropout). */
+  dropoutSeed: number | null;
+}
+
+/** What an executor is built from: the model and optimizer it updates, and how the run asked the step to run. */
+export interface StepExecutorContext {
+  model: LanguageModel;
+  optimizer: AdamW;
+  device: Device;
+  /** Only these get gradients (train.freeze); default all parameters. */
+  trainable?: Map<string, import('@tensorflow/tfjs').Variable>;
+  /** train.graph: record the step as TensorFlow functions where the backend can. */
+  graph: boolean;
+  /** train.xla resolved for the device: compile those functions with XLA. */
+  xla: boolean;
+  /** Worker-thread replicas (train.dataParallel resolved; 1 = this thread alone). */
+  replicas: number;
+}
+
+export interface StepExecutor {
+  /** The registry name (step-executors/index.ts). */
+  readonly name: string;
+  /** One optimizer step over the micro-batches; model and optimizer change only when the result says applied. */
+  step(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult>;
+  /** Loss, perplexity, bits per byte and accuracy of the model as it is now on these batches (no dropout). */
+  evaluate(batches: readonly Batch[]): Promise<EvalResult>;
+  /**
+   * Brings state the executor keeps elsewhere (a device, other processes) back into the model's
+   * variables and the optimizer's moments, before they are read (checkpoint, export). In-process
+   * executors keep none: a no-op.
+   */
+  pull(): Promise<void>;
+  /** Sends the model and optimizer as they are now (restored, initialised from another model) to where the executor keeps them. */
+  push(): Promise<void>;
+  /** One line for the run's log after its first step: what ran where (null = nothing to say). */
+  describe(firstBatch: ModelBatch): string | null;
+  /** Frees what the executor holds (threads, processes, device buffers); the model and optimizer stay the caller's. */
+  close(): Promise<void>;
+}
+
+/** One way of running the step, as the registry lists it. */
+export interface StepExecutorEntry {
+  readonly name: string;
+  /** One line for docs and --help. */
+  readonly summary: string;
+  /** Why this executor cannot run with this context (null = it can). */
+  unsupported(context: StepExecutorContext): string | null;
+  create(context: StepExecutorContext): Promise<StepExecutor>;
+}

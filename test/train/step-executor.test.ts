@@ -1,0 +1,94 @@
+// The step-executor registry (src/train/step-executors/index.ts): which executor `auto` picks, an
+// explicit one the run cannot use refused with the reason, the recipe's names equal to the registry's,
+// and the executors agreeing on the same steps (op by op is the reference).
+import * as tf from '@tensorflow/tfjs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { describeDevice } from '../../src/backend/device.ts';
+import { initBackend } from '../../src/backend/start.ts';
+import { createLanguageModel } from '../../src/model/lm.ts';
+import { SCHEMA } from '../../src/recipe/schema.ts';
+import { AdamW } from '../../src/train/optimizer.ts';
+import type { StepExecutorContext } from '../../src/train/step-executor.ts';
+import { chooseStepExecutor, startStepExecutor, STEP_EXECUTOR_NAMES } from '../../src/train/step-executors/index.ts';
+import { randomBatch } from '../../src/train/throughput.ts';
+import { Rng } from '../../src/core/rng.ts';
+
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+});
+
+const config = { kind: 'gpt' as const, vocabSize: 32, dModel: 16, numHeads: 2, numLayers: 1, mlpRatio: 4, maxSeqLen: 8, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 3 };
+
+function context(over: Partial<StepExecutorContext> = {}): StepExecutorContext {
+  const model = createLanguageModel(config);
+  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  return { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1, ...over };
+}
+
+function free(c: StepExecutorContext): void {
+  c.optimizer.dispose();
+  c.model.dispose();
+}
+
+describe('choosing', () => {
+  it('the recipe key lists exactly the registry names', () => {
+    const type = SCHEMA['train.executor'].type as { values: readonly string[] };
+    expect([...type.values]).toEqual([...STEP_EXECUTOR_NAMES]);
+  });
+
+  it('auto: replicas above 1, functions where the backend has them and train.graph is on, else op by op', () => {
+    const c = context();
+    try {
+      expect(chooseStepExecutor('auto', c).name).toBe('op-by-op'); // cpu has no TensorFlow functions
+      expect(chooseStepExecutor('auto', { ...c, replicas: 2 }).name).toBe('replicas');
+      expect(chooseStepExecutor('auto', { ...c, device: { ...c.device, graphSteps: true } }).name).toBe('functions');
+      expect(chooseStepExecutor('auto', { ...c, device: { ...c.device, graphSteps: true }, graph: false }).name).toBe('op-by-op');
+    } finally {
+      free(c);
+    }
+  });
+
+  it('an executor the run cannot use is refused, naming the key and why', () => {
+    const c = context();
+    try {
+      expect(() => chooseStepExecutor('functions', c)).toThrow(/train\.executor functions: the cpu backend has no TensorFlow functions/);
+      expect(() => chooseStepExecutor('replicas', c)).toThrow(/train\.executor replicas: train\.dataParallel resolves to 1/);
+      expect(() => chooseStepExecutor('warp', c)).toThrow(/unknown executor 'warp'/);
+    } finally {
+      free(c);
+    }
+  });
+});
+
+it('op-by-op and two worker replicas take the same steps to float rounding, without leaking tensors', async () => {
+  const rng = new Rng(11);
+  const batches = Array.from({ length: 3 }, () => randomBatch(rng, 'gpt', 4, 8, config.vocabSize));
+  const run = async (name: string, replicas: number) => {
+    const c = context({ replicas });
+    const executor = await startStepExecutor(name, c);
+    try {
+      const losses: number[] = [];
+      const live: number[] = [];
+      for (const b of batches) {
+        losses.push((await executor.step([b], { lr: 1e-2, clip: 1, dropoutSeed: null })).loss);
+        live.push(tf.memory().numTensors);
+      }
+      // The first step makes what the model and optimizer keep (causal masks, AdamW's buffers); then nothing grows.
+      expect(live.slice(1)).toEqual(live.slice(1).map(() => live[1]));
+      const all = tf.tidy(() => tf.concat([...c.model.parameters().values()].map((v) => v.flatten())));
+      const weights = await all.data();
+      all.dispose();
+      return { losses, weights: Float32Array.from(weights) };
+    } finally {
+      await executor.close();
+      free(c);
+    }
+  };
+  const reference = await run('op-by-op', 1);
+  const replicated = await run('replicas', 2);
+  for (let i = 0; i < batches.length; i++) expect(replicated.losses[i]).toBeCloseTo(reference.losses[i], 5);
+  let worst = 0;
+  reference.weights.forEach((w, i) => (worst = Math.max(worst, Math.abs(w - replicated.weights[i]))));
+  expect(worst).toBeLessThan(1e-5);
+});
+
