@@ -5,7 +5,7 @@
 // hold a StepExecutor and never ask which one it is (docs/layout.md, "Step executors").
 import type { Device } from '../backend/device.ts';
 import type { Batch } from '../data/batch.ts';
-import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';
 import type { AdamW } from './optimizer.ts';
 import type { StepResult } from './step.ts';
@@ -20,7 +20,7 @@ export interface StepInputs {
 
 /** What an executor is built from: the model and optimizer it updates, and how the run asked the step to run. */
 export interface StepExecutorContext {
-  model: LanguageModel;
+  model: StepModel;
   optimizer: AdamW;
   device: Device;
   /** Only these get gradients (train.freeze); default all parameters. */

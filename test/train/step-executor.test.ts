@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { describeDevice } from '../../src/backend/device.ts';
 import { initBackend } from '../../src/backend/start.ts';
-import { createLanguageModel } from '../../src/model/lm.ts';
+import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { SCHEMA } from '../../src/recipe/schema.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import type { StepExecutorContext } from '../../src/train/step-executor.ts';
@@ -19,13 +19,16 @@ beforeAll(async () => {
 
 const config = { kind: 'gpt' as const, vocabSize: 32, dModel: 16, numHeads: 2, numLayers: 1, mlpRatio: 4, maxSeqLen: 8, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 3 };
 
-function context(over: Partial<StepExecutorContext> = {}): StepExecutorContext {
+/** A context on a GPT, which the test disposes. */
+type GptContext = StepExecutorContext & { model: LanguageModel };
+
+function context(over: Partial<Omit<StepExecutorContext, 'model'>> = {}): GptContext {
   const model = createLanguageModel(config);
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
   return { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1, ...over };
 }
 
-function free(c: StepExecutorContext): void {
+function free(c: GptContext): void {
   c.optimizer.dispose();
   c.model.dispose();
 }
