@@ -7,6 +7,7 @@ import type { Batch } from '../data/batch.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { graphStatus } from '../train/compiled-step.ts';
 import { AdamW } from '../train/optimizer.ts';
+import type { StepExecutor } from '../train/step-executor.ts';
 import { startStepExecutor } from '../train/step-executors/index.ts';
 import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
@@ -104,14 +105,11 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
   // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
   const [graph, xla] = [(opts.graph ?? true) && device.graphSteps, opts.xla ?? false];
   const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true, graph, xla });
-  const executor = await startStepExecutor('auto', { model, optimizer, device, trainable: params, graph, xla, replicas: 1 }).catch((err) => {
-    optimizer.dispose();
-    model.dispose();
-    throw err;
-  });
-  const lossCurve: number[] = [];
-  const start = performance.now();
+  let executor: StepExecutor | null = null;
   try {
+    executor = await startStepExecutor('auto', { model, optimizer, device, trainable: params, graph, xla, replicas: 1 });
+    const lossCurve: number[] = [];
+    const start = performance.now();
     let batch: Batch | null = null;
     for (let step = 0; step < opts.steps; step++) {
       batch = stepBatch(generator.trainBatch(opts.batchSize));
@@ -134,7 +132,7 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
       execution: graph && batch ? graphStatus(model, batch, [...params.values()]) : 'eager',
     };
   } finally {
-    await executor.close();
+    await executor?.close();
     optimizer.dispose();
     model.dispose();
   }
