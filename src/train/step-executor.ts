@@ -2,7 +2,7 @@
 // (step.ts: the micro-batches' gradients summed over the step's labelled tokens, clipping, the
 // non-finite rule, AdamW). Each way is one file under step-executors/ behind this interface,
 // registered in step-executors/index.ts; the trainer, the task runner and the throughput benchmark
-// hold a StepExecutor and never ask which one it is (docs/layout.md, "Step executors").
+// hold a StepExecutor and never ask which one it is (docs/training.md, "Step executors").
 import type { Device } from '../backend/device.ts';
 import type { Batch } from '../data/batch.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';

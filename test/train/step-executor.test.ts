@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { describeDevice } from '../../src/backend/device.ts';
 import { initBackend } from '../../src/backend/start.ts';
-import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
+import { createLanguageModel, type LanguageModel, type StepModel } from '../../src/model/lm.ts';
 import { SCHEMA } from '../../src/recipe/schema.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import type { StepExecutorContext } from '../../src/train/step-executor.ts';
@@ -57,6 +57,9 @@ describe('choosing', () => {
       expect(() => chooseStepExecutor('functions', c)).toThrow(/train\.executor functions: the cpu backend has no TensorFlow functions/);
       expect(() => chooseStepExecutor('replicas', c)).toThrow(/train\.executor replicas: train\.dataParallel resolves to 1/);
       expect(() => chooseStepExecutor('warp', c)).toThrow(/unknown executor 'warp'/);
+      // Replica threads rebuild a language model from its config: another StepModel (the task model) is refused.
+      const taskLike = { ...c, replicas: 2, model: { dropout: 0 } as unknown as StepModel };
+      expect(() => chooseStepExecutor('replicas', taskLike)).toThrow(/train\.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config/);
     } finally {
       free(c);
     }
