@@ -4,7 +4,7 @@
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
-import { chooseBackend, resolveBackend, type BackendDecision, type Device } from '../backend/device.ts';
+import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
@@ -55,9 +55,7 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
-  const [{ planRun }, { resolveModelSource }, { resolveDataParallel }] = await Promise.all([
-    import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
-  ]);
+  const [{ planRun }, { resolveModelSource }] = await Promise.all([import('../train/plan.ts'), import('../store/resolve.ts')]);
   // The device the run would get, resolved without loading it.
   const device = resolveBackend(backend.choice);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and

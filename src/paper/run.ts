@@ -12,6 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { isRecord, readJsonFile } from '../core/json.ts';
 import { writeOwnFile } from '../core/own-file.ts';
 import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
@@ -166,17 +167,16 @@ function writeJson(file: string, value: unknown): void {
  * hand-edited or truncated one must give an error naming the file and the field, not a TypeError or a wrong table.
  */
 export function readUnitResult(file: string): UnitResultFile {
-  const value = readJson<unknown>(file);
+  const value = readJsonFile(file);
   const problem = unitResultProblem(value);
   if (problem) throw new Error(`${file}: not a unit result: ${problem}`);
   return value as UnitResultFile;
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isFiniteNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
 
 function unitResultProblem(value: unknown): string | null {
-  if (!isObject(value)) return 'expected a JSON object';
+  if (!isRecord(value)) return 'expected a JSON object';
   for (const key of ['experiment', 'unit', 'startedAt', 'finishedAt'] as const) {
     if (typeof value[key] !== 'string') return `${key} must be a string (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
   }
@@ -185,28 +185,20 @@ function unitResultProblem(value: unknown): string | null {
     if (!isFiniteNumber(value[key])) return `${key} must be a number (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
   }
   const outcome = value.outcome;
-  if (!isObject(outcome)) return `outcome must be an object (got ${JSON.stringify(outcome) ?? 'nothing'})`;
+  if (!isRecord(outcome)) return `outcome must be an object (got ${JSON.stringify(outcome) ?? 'nothing'})`;
   if (!Array.isArray(outcome.values) || !outcome.values.every(isFiniteNumber)) return `outcome.values must be a list of numbers (got ${JSON.stringify(outcome.values) ?? 'nothing'})`;
-  if (!isObject(outcome.extra) || !Object.values(outcome.extra).every((v) => v === null || isFiniteNumber(v))) {
+  if (!isRecord(outcome.extra) || !Object.values(outcome.extra).every((v) => v === null || isFiniteNumber(v))) {
     return `outcome.extra must map names to numbers or null (got ${JSON.stringify(outcome.extra) ?? 'nothing'})`;
   }
   if (outcome.error !== undefined && typeof outcome.error !== 'string') return `outcome.error must be a string (got ${JSON.stringify(outcome.error)})`;
-  if (outcome.details !== undefined && !isObject(outcome.details)) return `outcome.details must be an object (got ${JSON.stringify(outcome.details)})`;
+  if (outcome.details !== undefined && !isRecord(outcome.details)) return `outcome.details must be an object (got ${JSON.stringify(outcome.details)})`;
   if (typeof outcome.headline !== 'string') return `outcome.headline must be a string (got ${JSON.stringify(outcome.headline) ?? 'nothing'})`;
   return null;
 }
 
 /** A unit's env.json: an object (its strings are escaped where the results show them). */
 function readEnv(file: string): Record<string, unknown> {
-  const value = readJson<unknown>(file);
-  if (!isObject(value)) throw new Error(`${file}: expected a JSON object (where the unit ran)`);
+  const value = readJsonFile(file);
+  if (!isRecord(value)) throw new Error(`${file}: expected a JSON object (where the unit ran)`);
   return value;
-}
-
-function readJson<T = Record<string, unknown>>(file: string): T {
-  try {
-    return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
-  } catch (err) {
-    throw new Error(`${file}: cannot be read as JSON (${(err as Error).message})`);
-  }
 }

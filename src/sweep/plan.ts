@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { RunPlan } from '../train/plan.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { canonical } from './spec.ts';
+import { canonicalJson } from '../core/json.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
 import { METRICS_FILE, SUMMARY_FILE } from '../store/layout.ts';
@@ -45,7 +45,7 @@ export async function planSweep(sweep: Sweep, opts: { planRun: (recipe: Recipe) 
   const out: PlannedRun[] = [];
   for (const run of sweep.runs) {
     const { name: _name, train, ...rest } = run.recipe;
-    const key = canonical({ ...rest, train: { ...train, seed: 0, runDir: '' } });
+    const key = canonicalJson({ ...rest, train: { ...train, seed: 0, runDir: '' } });
     if (!plans.has(key)) plans.set(key, opts.planRun(run.recipe));
     const plan = await plans.get(key)!;
     const tokens = plan.totalSteps === null ? null : plan.totalSteps * plan.tokensPerStep;
