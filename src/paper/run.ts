@@ -9,7 +9,6 @@
 // The folder's name carries the version and the backend: results of another protocol version or backend are never
 // mixed into one table. A unit that stops half-way leaves a folder without summary.json and runs again from the
 // start (units are minutes at most).
-import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isRecord, readJsonFile } from '../core/json.ts';
@@ -23,7 +22,8 @@ import type { TaskResult } from '../sweep/task.ts';
 import { processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
-import { ENV_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { ENV_FILE } from '../store/layout.ts';
+import { writeSummary } from '../store/run-record.ts';
 
 const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');
 export { DEFAULT_RUNS_ROOT } from './index.ts';
@@ -117,10 +117,8 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
     seconds: (performance.now() - started) / 1000, cpuSeconds: (used.user + used.system) / 1e6, startedAt, finishedAt: new Date().toISOString(),
   };
   writeJson(path.join(dir, 'result.json'), result);
-  // summary.json marks the run done for the sweep machinery: written whole or not at all.
-  const summary = path.join(dir, SUMMARY_FILE);
-  writeJson(`${summary}.tmp`, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
-  fs.renameSync(`${summary}.tmp`, summary);
+  // summary.json marks the run done for the sweep machinery; its headline is the unit's line in `sweep status`.
+  writeSummary(dir, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
   return dir;
 }
 

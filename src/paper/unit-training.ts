@@ -6,7 +6,7 @@ import { parseYaml } from '../recipe/load.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE } from '../store/layout.ts';
 import { parseRecipe } from '../store/recipes.ts';
-import { readMetrics } from '../telemetry/records.ts';
+import { readMetrics } from '../store/run-record.ts';
 import { runTraining } from '../train/trainer.ts';
 import type { UnitContext } from './protocol.ts';
 

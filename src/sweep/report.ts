@@ -7,8 +7,9 @@
 //                             sub-folder per kind of run when they differ in model kind or tokenizer (GPT and BERT)
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { compareRuns, defaultBaseline, loadRun, PLOTS } from '../report/compare.ts';
-import type { RunSummary } from '../report/compare.ts';
+import { compareRuns, PLOTS } from '../report/compare.ts';
+import { defaultBaseline } from '../report/groups.ts';
+import { loadRun, type RunSummary } from '../report/load-runs.ts';
 import { escapeMarkdown } from '../report/markdown.ts';
 import { safeJoin } from '../report/safe-path.ts';
 import { formatMeanSd, groupBy, meanSdOverSeeds, perSeed } from '../report/stats.ts';

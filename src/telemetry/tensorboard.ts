@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import { TENSORBOARD_FILE_PREFIX, TENSORBOARD_FILE_SUFFIX } from '../store/layout.ts';
-import type { MetricRecord } from './records.ts';
+import type { MetricRecord } from '../store/run-record.ts';
 import { toWandbRow } from './wandb.ts';
 
 /** The CRC32C (Castagnoli) table, reflected polynomial 0x82F63B78. */

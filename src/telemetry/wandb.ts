@@ -12,7 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
-import { readMetrics, type MetricRecord } from './records.ts';
+import { readMetrics, type MetricRecord } from '../store/run-record.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {
