@@ -1,5 +1,5 @@
 // A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by any
-// executor (src/sweep/executors.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
+// executor (src/sweep/executor-registry.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
 // the worker `paper <experiment> … --unit <index>`, which runs the unit in its own process and leaves
 //   <runs>/<experiment>-v<version>-<backend>[-quick]/<unit>-<YYYYMMDD-HHMMSS>/
 //     unit.json     the experiment, its version and the unit's settings

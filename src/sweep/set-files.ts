@@ -11,7 +11,7 @@ import path from 'node:path';
 import { readJsonObject } from '../core/json.ts';
 import { holderIsLive, type LockHolder } from '../core/lock-file.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
-import type { ExecutorTask } from './executor.ts';
+import type { SweepExecutorTask } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 
 export function sweepPaths(sweep: Pick<RunSet, 'runDir'>) {
@@ -42,7 +42,7 @@ export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
 
 /** A run's lock (src/core/lock-file.ts): its holder, and the executor task the attempt runs in (e.g. a Slurm array task), null for a process started here. */
 export interface Lock extends LockHolder {
-  task: ExecutorTask | null;
+  task: SweepExecutorTask | null;
 }
 
 export interface Attempt {
@@ -50,7 +50,7 @@ export interface Attempt {
   exitCode: number | null;
   signal: string | null;
   lastLine: string;
-  task: ExecutorTask | null;
+  task: SweepExecutorTask | null;
   endedAt: string;
 }
 

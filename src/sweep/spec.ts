@@ -11,7 +11,7 @@
 //     model.attention: [softmax, { name: slay, options: { prfFeatures: 16 } }]
 //     train.seed: [1, 2, 3]
 //   runDir: runs/demo-lm                        # default: <base recipe's train.runDir>/<name>
-//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }   # an executor's settings, under its name (executors.ts)
+//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }   # an executor's settings, under its name (executor-registry.ts)
 //   report: { baseline: softmax, metric: finalValLoss }
 //
 // Keys are recipe keys, dotted (`train.seed`) or nested (`train: { seed: 1 }`), or `model.attention`: a whole
@@ -34,7 +34,7 @@ import { parseRecipe } from '../store/recipes.ts';
 import { parseAssignment, parseYaml, RecipeError } from '../recipe/load.ts';
 import { RECIPE_SCHEMA } from '../recipe/schema.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { executorSections, readExecutorSettings } from './executors.ts';
+import { executorSections, readExecutorSettings } from './executor-registry.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { ATTENTION_KEY, attentionEntry, checkUniqueNames, expand, mergedValues, runCountProblems, runName, varyingKeys, type Axis, type Source } from './grid.ts';
 import { REPORT_METRICS } from './report-metrics.ts';

@@ -1,5 +1,5 @@
 // The state of every run of a set, from its run folders, the tasks' locks and records (set-files.ts) and what the
-// executors' queues say (Executor.queue):
+// executors' queues say (SweepExecutor.queue):
 //
 //   done      a run folder holds summary.json
 //   running   a live task holds the run's lock, or an executor says its task runs
@@ -9,8 +9,8 @@
 //   failed    the last attempt ended with an error (its last log line), or an executor ended the task (e.g. out of
 //             memory)
 import { existsSync, readFileSync } from 'node:fs';
-import type { ExecutorQueue } from './executor.ts';
-import { EXECUTORS } from './executors.ts';
+import type { SweepExecutorQueue } from './sweep-executor.ts';
+import { SWEEP_EXECUTORS } from './executor-registry.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import { lockIsLive, logFile, readAttempt, readLock } from './set-files.ts';
@@ -18,7 +18,7 @@ import { SUMMARY_FILE } from '../store/layout.ts';
 import { readSummary } from '../store/run-record.ts';
 
 /** An executor's queue, named. */
-export type NamedQueue = ExecutorQueue & { executor: string };
+export type NamedQueue = SweepExecutorQueue & { executor: string };
 
 export type RunStateName = 'done' | 'running' | 'pending' | 'stopped' | 'failed';
 
@@ -99,7 +99,7 @@ export function formatStatus(states: RunState[]): string {
  * queues hold), then the table; `failed` when some run failed.
  */
 export function setStatus(set: RunSet, what: string): { text: string; states: RunState[]; failed: boolean } {
-  const queues: NamedQueue[] = EXECUTORS.flatMap((executor) => {
+  const queues: NamedQueue[] = SWEEP_EXECUTORS.flatMap((executor) => {
     const queue = executor.queue?.(set) ?? null;
     return queue ? [{ ...queue, executor: executor.name }] : [];
   });
