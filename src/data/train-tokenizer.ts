@@ -85,7 +85,7 @@ export function checkVocabSize(vocabSize: number, specialCount: number = BYTE_LE
 }
 
 /** Trains on plain-text files (one or more documents per line) and writes the finished tokenizer.json. */
-export async function trainByteLevelBpeFromFiles(files: string[], vocabSize: number, out: string): Promise<{ vocabSize: number; merges: number }> {
+async function trainByteLevelBpeFromFiles(files: string[], vocabSize: number, out: string): Promise<{ vocabSize: number; merges: number }> {
   checkVocabSize(vocabSize);
   const dir = await mkdtemp(join(tmpdir(), 'slay-tok-'));
   try {

@@ -43,7 +43,7 @@ export interface ExperimentRunSet extends RunSet {
 }
 
 /** The command that runs (or resumes) the experiment and writes its results, as the results file names it. */
-export function experimentCommand(experiment: Experiment, settings: ExperimentSettings): string {
+function experimentCommand(experiment: Experiment, settings: ExperimentSettings): string {
   const flags = [
     ...(settings.quick ? ['--quick'] : []),
     ...(settings.backend !== experiment.backend ? ['--backend', settings.backend] : []),

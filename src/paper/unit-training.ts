@@ -16,7 +16,7 @@ export interface Curves {
 }
 
 /** The training and validation curves of a run folder's metrics.jsonl. */
-export function readCurves(runDir: string): Curves {
+function readCurves(runDir: string): Curves {
   const records = readMetrics(runDir);
   const curves: Curves = {
     train: records.filter((r) => r.split === 'train').map((r) => ({ step: r.step, loss: r.loss })),

@@ -58,7 +58,7 @@ const options = (v: unknown) =>
     : 'a list of sbatch options --name or --name=value (the value as it is, unquoted), without control characters';
 
 /** Each setting's check (null = valid, else what it must be), its command-line flag and its help. */
-export const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
+const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
   partition: { check: word, flag: '--partition', help: 'partition (queue)' },
   time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
   gpus: { check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'), flag: '--gpus', help: 'GPUs per task, e.g. 1 or a100:1' },

@@ -85,7 +85,7 @@ function lastLogLine(sweep: RunSet, run: SetRun): string {
 }
 
 /** The status table: one line per run. */
-export function formatStatus(states: RunState[]): string {
+function formatStatus(states: RunState[]): string {
   const width = Math.max(...states.map((s) => s.run.name.length));
   const counts = new Map<RunStateName, number>();
   for (const s of states) counts.set(s.state, (counts.get(s.state) ?? 0) + 1);

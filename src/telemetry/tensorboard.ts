@@ -112,12 +112,12 @@ class ProtoWriter {
 }
 
 /** The first event of every file: the version string TensorBoard checks. */
-export function fileVersionEvent(wallTime: number): Buffer {
+function fileVersionEvent(wallTime: number): Buffer {
   return new ProtoWriter().double(1, wallTime).string(3, 'brain.Event:2').finish();
 }
 
 /** An Event holding one scalar summary value per tag. */
-export function scalarsEvent(wallTime: number, step: number, scalars: Record<string, number>): Buffer {
+function scalarsEvent(wallTime: number, step: number, scalars: Record<string, number>): Buffer {
   const summary = new ProtoWriter();
   for (const [tag, value] of Object.entries(scalars)) summary.bytes(1, new ProtoWriter().string(1, tag).float(2, value).finish());
   return new ProtoWriter().double(1, wallTime).uint(2, step).bytes(5, summary.finish()).finish();

@@ -29,7 +29,7 @@ export interface WandbRunInfo {
 export const WANDB_INFO_FILE = 'wandb.json';
 
 /** W&B run ids: 8 characters of [a-z0-9], like the SDK's own. */
-export function newWandbRunId(): string {
+function newWandbRunId(): string {
   const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
   return [...randomBytes(8)].map((b) => alphabet[b % alphabet.length]).join('');
 }

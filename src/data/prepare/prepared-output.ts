@@ -9,7 +9,7 @@ import { SPLITS } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE } from './document-order.ts';
 import { InputError } from './document-source.ts';
 
-export const PREPARED_MARKER = '.slayformer-prepared';
+const PREPARED_MARKER = '.slayformer-prepared';
 const TOP_LEVEL = new Set<string>([PREPARED_MARKER, 'dataset_dict.json', DOCUMENT_ORDER_FILE, ...SPLITS]);
 const SPLIT_FILE = /^(state\.json|dataset_info\.json|data-\d{5,}-of-\d{5,}\.arrow)$/;
 
