@@ -145,7 +145,7 @@ async function main(args: Args): Promise<number> {
   try {
     const resume = args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose });
-    await runWithSignals(recipe, args, resume, device);
+    await runWithSignals(recipe, resume, device);
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -167,7 +167,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
 }
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
-async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined, device: Device): Promise<void> {
+async function runWithSignals(recipe: Recipe, resume: string | undefined, device: Device): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {

@@ -35,7 +35,7 @@ export function finalizeByteLevelBpe(raw: TokenizerJsonDoc, vocabSize: number, s
   if (raw.model?.type !== 'BPE') throw new Error(`expected a BPE model to post-process, got ${raw.model?.type}`);
   // A null-prototype object: token strings such as "constructor" must not hit Object.prototype.
   const vocab: Record<string, number> = Object.create(null);
-  const has = (token: string) => Object.prototype.hasOwnProperty.call(vocab, token);
+  const has = (token: string) => Object.hasOwn(vocab, token);
   let nextId = 0;
   for (const s of specials) vocab[s] = nextId++;
   // Sorting by code point puts printable ASCII in byte order; the order only has to be deterministic.

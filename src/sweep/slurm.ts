@@ -44,7 +44,7 @@ export interface SlurmOptions {
 }
 
 /** Characters an sbatch option value may hold unquoted (and a shell word too). */
-const SAFE_WORD = /^[A-Za-z0-9._:,+@%=\/-]+$/;
+const SAFE_WORD = /^[A-Za-z0-9._:,+@%=/-]+$/;
 /** C0 controls and DEL: a newline or carriage return would split a line of the script. */
 const CONTROL = /[\u0000-\u001f\u007f]/;
 const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');

@@ -45,7 +45,10 @@ export function checkOutput(out: string, overwrite: boolean): void {
 export function replaceOutput(staging: string, out: string, overwrite: boolean): void {
   checkOutput(out, overwrite);
   fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
-  if (!fs.existsSync(out)) return fs.renameSync(staging, out);
+  if (!fs.existsSync(out)) {
+    fs.renameSync(staging, out);
+    return;
+  }
   const aside = `${out}.old-${process.pid}`;
   fs.renameSync(out, aside);
   fs.renameSync(staging, out);
