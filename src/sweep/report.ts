@@ -16,8 +16,8 @@ import { formatMeanSd, groupBy, meanSdOverSeeds, perSeed } from '../report/stats
 import type { MeanSd } from '../report/stats.ts';
 import { pairedT } from '../report/paired.ts';
 import type { PairedResult } from '../report/paired.ts';
-import { REPORT_METRICS } from './spec.ts';
-import type { ReportMetric, Sweep, SweepRun } from './spec.ts';
+import { REPORT_METRICS, type ReportMetric } from './report-metrics.ts';
+import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
 
 export interface ReportOptions {

@@ -42,8 +42,6 @@ import type { ReportMetric } from './report-metrics.ts';
 
 const SWEEP_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'sweep.ts');
 
-export { REPORT_METRICS };
-export type { ReportMetric };
 /** Keys the sweep sets itself for every run. */
 const RESERVED_KEYS = new Set(['name', 'train.runDir']);
 
