@@ -29,7 +29,7 @@ import { PROJECT_ROOT } from '../src/backend/native-build.ts';
 import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
-import { resolveDataParallel } from '../src/train/data-parallel.ts';
+import { resolveDataParallel } from '../src/backend/device.ts';
 import { measureThroughput } from '../src/train/throughput.ts';
 
 const PEER = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');

@@ -5,6 +5,7 @@
 // and sweeps and `npm run paper` pack their runs by the resolved device before any backend loads.
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
 import * as path from 'node:path';
 import { BACKEND_ENTRIES } from './entries/index.ts';
 import type { BackendEntry, BackendProbe, Device as EntryDevice, DeviceFacts } from './entry.ts';
@@ -109,3 +110,12 @@ export const LOCAL_PROBE: BackendProbe = {
   },
   installed: (name) => packageDir(name) !== undefined,
 };
+
+/**
+ * The number of replicas for train.dataParallel: `auto` = one per core on a device whose replica keeps one
+ * core busy (wasm, cpu), 1 on one whose own thread pool takes them all (tensorflow); never more than the rows of a batch.
+ */
+export function resolveDataParallel(setting: number | 'auto', device: Pick<Device, 'coresPerReplica'>, batchSize: number): number {
+  const wanted = setting === 'auto' ? (device.coresPerReplica === 'all' ? 1 : availableParallelism()) : setting;
+  return Math.max(1, Math.min(wanted, batchSize));
+}

@@ -242,7 +242,7 @@ export interface NumberBounds {
 }
 
 /** A numeric option's value (undefined when the option was not given); anything else is a UsageError naming it. */
-export function numberOption(value: string | undefined, option: string, { integer = false, min, exclusiveMin = false }: NumberBounds = {}): number | undefined {
+function numberOption(value: string | undefined, option: string, { integer = false, min, exclusiveMin = false }: NumberBounds = {}): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
   const inRange = min === undefined || (exclusiveMin ? n > min : n >= min);

@@ -32,7 +32,7 @@ function timestamp(): string {
 
 await runCommand(COMMAND, async ({ values, positionals }) => {
   // The report's modules (vega for the plots) load when the command runs, so that --help answers at once.
-  const { compareRuns, resolveRunDirs } = await import('../report/compare.ts');
+  const [{ compareRuns }, { resolveRunDirs }] = await Promise.all([import('../report/compare.ts'), import('../report/load-runs.ts')]);
   const dirs = resolveRunDirs(positionals);
   const outDir = values.out ?? join('reports', `compare-${timestamp()}`);
   const baseline = values.baseline === 'none' ? null : values.baseline;

@@ -14,9 +14,9 @@ import { DOCUMENT_ORDER_FILE } from '../data/prepare/document-order.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, type ParsedCommand } from './command.ts';
 
-export const DEMO_DATASET = 'data/sotu';
-export const DEMO_TOKENIZER = 'data/tokenizers/sotu-bpe-4096.json';
-export const DEMO_VOCAB = 4096;
+const DEMO_DATASET = 'data/sotu';
+const DEMO_TOKENIZER = 'data/tokenizers/sotu-bpe-4096.json';
+const DEMO_VOCAB = 4096;
 export const DEMO_RECIPE = 'recipes/demo/gpt-softmax.yaml';
 
 /**
@@ -25,7 +25,7 @@ export const DEMO_RECIPE = 'recipes/demo/gpt-softmax.yaml';
  * ignores context. Reported on the trainer's evaluation sample (`evalTokens` labels drawn as
  * `sample` draws them, collectEvalBatches) and on the whole validation split.
  */
-export async function unigramCrossEntropy(
+async function unigramCrossEntropy(
   opts: Omit<StreamOptions, 'split' | 'cursor'>,
   vocabSize: number,
   evalTokens: number,

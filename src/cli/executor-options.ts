@@ -1,8 +1,8 @@
 // `--executor`, `--dry-run` and every executor's settings as command-line options (--cores, --partition …), shared by
-// `sweep run` and `paper`: one option per setting in the registry (src/sweep/executors.ts), checked by the same table
+// `sweep run` and `paper`: one option per setting in the registry (src/sweep/executor-registry.ts), checked by the same table
 // as a set file's `<executor>:` section. Light: the executors load without TensorFlow.js, so --help lists them at once.
-import type { Executor, ExecutorOutcome } from '../sweep/executor.ts';
-import { DEFAULT_EXECUTOR, EXECUTORS, executorNamed, executorNames } from '../sweep/executors.ts';
+import type { SweepExecutor, SweepExecutorOutcome } from '../sweep/sweep-executor.ts';
+import { DEFAULT_EXECUTOR, SWEEP_EXECUTORS, executorNamed, executorNames } from '../sweep/executor-registry.ts';
 import { pendingRuns } from '../sweep/run-folders.ts';
 import type { RunSet } from '../sweep/run-set.ts';
 import { UsageError, type OptionSpec } from './command.ts';
@@ -14,7 +14,7 @@ export const EXECUTOR_OPTIONS = {
 } as const satisfies Record<string, OptionSpec>;
 
 export const EXECUTOR_SETTING_OPTIONS = Object.fromEntries(
-  EXECUTORS.flatMap((executor) =>
+  SWEEP_EXECUTORS.flatMap((executor) =>
     Object.values(executor.settings).map((s) => [s.flag.slice(2), { type: 'string', value: s.value ?? 'VALUE', help: `${executor.name}: ${s.help}`, ...(s.type === 'list' ? { multiple: true } : {}) }]),
   ),
 ) as Record<string, OptionSpec>;
@@ -25,8 +25,8 @@ const given = (raw: unknown) => raw !== undefined && !(Array.isArray(raw) && raw
  * The executor's settings: the set file's `<executor>:` section with the command-line flags on top, checked like the
  * file's. A flag of another executor is a usage error (it would be ignored).
  */
-export function executorSettings(executor: Executor, fromFile: Record<string, unknown> | undefined, values: Record<string, unknown>): Record<string, unknown> {
-  for (const other of EXECUTORS.filter((e) => e !== executor)) {
+export function executorSettings(executor: SweepExecutor, fromFile: Record<string, unknown> | undefined, values: Record<string, unknown>): Record<string, unknown> {
+  for (const other of SWEEP_EXECUTORS.filter((e) => e !== executor)) {
     const stray = Object.values(other.settings).find((s) => given(values[s.flag.slice(2)]));
     if (stray) throw new UsageError(`${stray.flag} is a setting of the ${other.name} executor, not of ${executor.name}`);
   }
@@ -49,8 +49,8 @@ export function executorSettings(executor: Executor, fromFile: Record<string, un
  * `preflight` sees the executor first (e.g. to refuse missing inputs where the runs would run here).
  */
 export async function runOnExecutor(
-  set: RunSet, values: Record<string, unknown>, opts: { nothingLeft: string; preflight?: (executor: Executor) => void },
-): Promise<ExecutorOutcome | null> {
+  set: RunSet, values: Record<string, unknown>, opts: { nothingLeft: string; preflight?: (executor: SweepExecutor) => void },
+): Promise<SweepExecutorOutcome | null> {
   const executor = executorNamed((values.executor as string | undefined) ?? DEFAULT_EXECUTOR);
   const settings = executorSettings(executor, set.executorSettings[executor.name], values);
   if (values['dry-run'] && !executor.preview) throw new UsageError(`--dry-run: the ${executor.name} executor runs here and submits nothing`);

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { BACKENDS } from '../backend/device.ts';
-import { DEFAULT_EXECUTOR, EXECUTORS } from '../sweep/executors.ts';
+import { DEFAULT_EXECUTOR, SWEEP_EXECUTORS } from '../sweep/executor-registry.ts';
 import { REPORT_METRICS } from '../sweep/report-metrics.ts';
 import type { ReportMetric } from '../sweep/report-metrics.ts';
 import type { Sweep } from '../sweep/spec.ts';
@@ -25,7 +25,7 @@ combination is a run named by its varying values, trained under <runDir>/<name>-
           already logged a speed, else --tokens-per-s)
   run     the runs that are not done, by an executor (--executor NAME; a sweep file's <executor>: section
           holds its settings, the options below override them):
-${EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ? ' (default)' : ''}: ${e.description.replace(/\n/g, '\n            ')}`).join('\n')}
+${SWEEP_EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ? ' (default)' : ''}: ${e.description.replace(/\n/g, '\n            ')}`).join('\n')}
   status  every run: done, running, pending, stopped or failed (with its last log line), from the run
           folders, the tasks' records and the executors' queues
   report  mean ± sd over seeds per group, a paired comparison with the baseline mechanism (95% t

@@ -4,7 +4,7 @@
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
-import { chooseBackend, resolveBackend, type BackendDecision, type Device } from '../backend/device.ts';
+import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
@@ -55,9 +55,7 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
-  const [{ planRun }, { resolveModelSource }, { resolveDataParallel }] = await Promise.all([
-    import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/data-parallel.ts'),
-  ]);
+  const [{ planRun }, { resolveModelSource }] = await Promise.all([import('../train/plan.ts'), import('../store/resolve.ts')]);
   // The device the run would get, resolved without loading it.
   const device = resolveBackend(backend.choice);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
@@ -147,7 +145,7 @@ async function main(args: Args): Promise<number> {
   try {
     const resume = args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose });
-    await runWithSignals(recipe, args, resume, device);
+    await runWithSignals(recipe, resume, device);
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -169,7 +167,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
 }
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
-async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined, device: Device): Promise<void> {
+async function runWithSignals(recipe: Recipe, resume: string | undefined, device: Device): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {

@@ -36,7 +36,7 @@ export const BOUNDS = {
 export const MAX_TENSOR_ELEMENTS = 2 ** 31 - 1;
 
 /** Names listed in an error before the rest are counted: an error stays a few lines however many there are. */
-export const LISTED_NAMES = 6;
+const LISTED_NAMES = 6;
 
 /** `a, b, c, … (N in all)`: the first LISTED_NAMES items and the count of the rest. */
 export function listSome(items: readonly string[], separator = ', '): string {

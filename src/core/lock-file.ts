@@ -18,7 +18,7 @@ export interface LockHolder {
 }
 
 /** The holder a lock file names, or null when it is absent or unreadable (no information). */
-export function readLockFile<T extends LockHolder>(file: string): T | null {
+function readLockFile<T extends LockHolder>(file: string): T | null {
   try {
     return JSON.parse(readFileSync(file, 'utf8')) as T;
   } catch {

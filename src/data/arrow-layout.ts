@@ -45,7 +45,7 @@ function nodeCount(type: DataType): number | null {
 }
 
 /** Number of IPC buffers a field occupies in a record batch body (depth-first), or null when unsupported. */
-export function bufferCount(type: DataType): number | null {
+function bufferCount(type: DataType): number | null {
   switch (type.typeId) {
     case Type.Null:
       return 0;

@@ -3,6 +3,7 @@
 // stream it is to restore and the dataset (shard count and order, record batch and row inside the shard); every
 // error names the cursor file and the field.
 import { showValue } from '../core/bounds.ts';
+import { isRecord } from '../core/json.ts';
 import type { RngState } from '../core/rng.ts';
 import type { Split } from './dataset.ts';
 
@@ -56,7 +57,6 @@ export interface CursorContext extends Pick<DataCursor, (typeof STREAM_FIELDS)[n
 
 class CursorError extends Error {}
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
 /** xoshiro128 state words; all zero is no state (the generator would only ever yield 0). */
 const isRngState = (v: unknown) => Array.isArray(v) && v.length === 4 && v.every((w) => Number.isInteger(w) && w >= 0 && w < 2 ** 32) && v.some((w) => w !== 0);
@@ -66,7 +66,7 @@ export function parseCursor(value: unknown, source: string): DataCursor {
   const fail = (field: string, expected: string, got: unknown): never => {
     throw new CursorError(`${source}: ${field} must be ${expected} (got ${showValue(got, 80)})`);
   };
-  if (!isObject(value)) return fail('the data cursor', 'a JSON object', value);
+  if (!isRecord(value)) return fail('the data cursor', 'a JSON object', value);
   const c = value;
   if (c.version !== 1) fail('version', '1', c.version);
   if (c.kind !== 'gpt' && c.kind !== 'bert') fail('kind', '"gpt" or "bert"', c.kind);
@@ -80,7 +80,7 @@ export function parseCursor(value: unknown, source: string): DataCursor {
   }
   if (c.shuffle !== null) {
     const s = c.shuffle as Record<string, unknown>;
-    if (!isObject(s)) fail('shuffle', 'null or an object {items, lengths, width, rng, exhausted}', s);
+    if (!isRecord(s)) fail('shuffle', 'null or an object {items, lengths, width, rng, exhausted}', s);
     if (typeof s.items !== 'string') fail('shuffle.items', 'a base64 string', s.items);
     if (!Array.isArray(s.lengths) || !s.lengths.every(isCount)) fail('shuffle.lengths', 'a list of integers ≥ 0', s.lengths);
     if (s.width !== 2 && s.width !== 4) fail('shuffle.width', '2 or 4', s.width);
@@ -90,7 +90,7 @@ export function parseCursor(value: unknown, source: string): DataCursor {
   if (c.maskRng !== null && !isRngState(c.maskRng)) fail('maskRng', 'null or four 32-bit words, not all zero', c.maskRng);
   if (typeof c.done !== 'boolean') fail('done', 'true or false', c.done);
   const stats = c.stats as Record<string, unknown>;
-  if (!isObject(stats)) fail('stats', 'an object', stats);
+  if (!isRecord(stats)) fail('stats', 'an object', stats);
   for (const field of ['documents', 'tokens', 'skippedEmpty', 'bytes']) {
     if (!isCount(stats[field])) fail(`stats.${field}`, 'an integer ≥ 0', stats[field]);
   }

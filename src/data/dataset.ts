@@ -4,6 +4,7 @@
 // (src/data/prepare/split-writer.ts).
 import fs from 'node:fs';
 import path from 'node:path';
+import { readJsonFile } from '../core/json.ts';
 import { isShardFile, shardFileEndings, shardFormatOf } from './shard-registry.ts';
 
 export type Split = 'train' | 'validation';
@@ -23,19 +24,7 @@ export class DatasetPathError extends Error {
   }
 }
 
-function readJson(file: string): unknown {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new DatasetPathError(file, `cannot read: ${(err as Error).message}`);
-  }
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new DatasetPathError(file, `is not valid JSON: ${(err as Error).message}`);
-  }
-}
+const readJson = (file: string): unknown => readJsonFile(file, (problem) => new DatasetPathError(file, problem));
 
 function isDirectory(p: string): boolean {
   try {

@@ -11,7 +11,7 @@ export interface EpochSample {
   documents: number;
   bytes: number;
 }
-export const DEFAULT_EPOCH_SAMPLE: EpochSample = { documents: 1000, bytes: 4e6 };
+const DEFAULT_EPOCH_SAMPLE: EpochSample = { documents: 1000, bytes: 4e6 };
 
 export interface EpochEstimate {
   /** Document tokens (as StreamStats.tokens counts them) and batches of one epoch. */

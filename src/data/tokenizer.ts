@@ -251,7 +251,7 @@ export class TextTokenizer {
 /** Own keys of an object, counted without listing them. */
 function countKeys(object: object): number {
   let n = 0;
-  for (const key in object) if (Object.prototype.hasOwnProperty.call(object, key)) n++;
+  for (const key in object) if (Object.hasOwn(object, key)) n++;
   return n;
 }
 

@@ -35,7 +35,7 @@ export function finalizeByteLevelBpe(raw: TokenizerJsonDoc, vocabSize: number, s
   if (raw.model?.type !== 'BPE') throw new Error(`expected a BPE model to post-process, got ${raw.model?.type}`);
   // A null-prototype object: token strings such as "constructor" must not hit Object.prototype.
   const vocab: Record<string, number> = Object.create(null);
-  const has = (token: string) => Object.prototype.hasOwnProperty.call(vocab, token);
+  const has = (token: string) => Object.hasOwn(vocab, token);
   let nextId = 0;
   for (const s of specials) vocab[s] = nextId++;
   // Sorting by code point puts printable ASCII in byte order; the order only has to be deterministic.
@@ -85,7 +85,7 @@ export function checkVocabSize(vocabSize: number, specialCount: number = BYTE_LE
 }
 
 /** Trains on plain-text files (one or more documents per line) and writes the finished tokenizer.json. */
-export async function trainByteLevelBpeFromFiles(files: string[], vocabSize: number, out: string): Promise<{ vocabSize: number; merges: number }> {
+async function trainByteLevelBpeFromFiles(files: string[], vocabSize: number, out: string): Promise<{ vocabSize: number; merges: number }> {
   checkVocabSize(vocabSize);
   const dir = await mkdtemp(join(tmpdir(), 'slay-tok-'));
   try {

@@ -45,12 +45,12 @@ export interface HfConfig {
 const CUSTOM_PREFIX = 'slayformer-';
 export const SECTION = 'slayformer';
 const LAYOUT_OF: Record<string, HfLayout> = { gpt2: 'gpt2', bert: 'bert', [`${CUSTOM_PREFIX}gpt2`]: 'gpt2', [`${CUSTOM_PREFIX}bert`]: 'bert' };
-export const SUPPORTED_ARCHITECTURES: Record<HfLayout, readonly string[]> = {
+const SUPPORTED_ARCHITECTURES: Record<HfLayout, readonly string[]> = {
   gpt2: ['GPT2LMHeadModel', 'GPT2Model'],
   bert: ['BertForMaskedLM', 'BertModel'],
 };
 /** The PyTorch classes of custom exports (src/hf/python/) and the Auto class that loads each. */
-export const CUSTOM_CLASSES: Record<HfLayout, { config: string; model: string; auto: string }> = {
+const CUSTOM_CLASSES: Record<HfLayout, { config: string; model: string; auto: string }> = {
   gpt2: { config: 'SlayformerGPT2Config', model: 'SlayformerForCausalLM', auto: 'AutoModelForCausalLM' },
   bert: { config: 'SlayformerBertConfig', model: 'SlayformerForMaskedLM', auto: 'AutoModelForMaskedLM' },
 };

@@ -17,7 +17,7 @@ import { canonicalName, decodeTensor, hfShape, IGNORED, isHeadTensor, TIED, tens
 
 export const CONFIG_FILE = 'config.json';
 export const WEIGHTS_FILE = 'model.safetensors';
-export const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
+const WEIGHTS_INDEX_FILE = 'model.safetensors.index.json';
 export const TOKENIZER_FILE = 'tokenizer.json';
 
 /** Whether `dir` holds a config.json with a model_type, as every Hugging Face model folder does. */
@@ -47,7 +47,7 @@ export function readHfConfig(dir: string): HfConfig {
 }
 
 /** The folder's tokenizer.json, or null when it has none. */
-export function hfTokenizerFile(dir: string): string | null {
+function hfTokenizerFile(dir: string): string | null {
   const file = path.join(dir, TOKENIZER_FILE);
   return existsSync(file) ? file : null;
 }
@@ -69,7 +69,7 @@ export interface HfFolder {
  * Checks a folder's config.json and the headers of its weights against each other without reading any
  * tensor (synchronous: recipes check an initFrom folder this way before a model is built from it).
  */
-export function checkHfFolder(dir: string): { config: HfConfig; plan: TensorPlan } {
+function checkHfFolder(dir: string): { config: HfConfig; plan: TensorPlan } {
   const config = readHfConfig(dir);
   return { config, plan: planTensors(dir, config, readWeightHeaders(dir, config.layout)) };
 }

@@ -19,6 +19,7 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
 import { showValue } from '../core/bounds.ts';
+import { isRecord } from '../core/json.ts';
 
 export interface NamedArray {
   shape: number[];
@@ -183,10 +184,6 @@ function checkHeaderLength(prefix: Uint8Array, size: number, fail: Fail): number
   return Number(declared);
 }
 
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
 interface Span {
   name: string;
   dtype: string;
@@ -204,9 +201,9 @@ function parseHeader(headerBytes: Uint8Array, dataLength: number, dtypes: readon
   } catch (err) {
     fail(`header is not valid JSON (${(err as Error).message})`);
   }
-  if (!isObject(header)) fail(`header must be a JSON object of tensor entries (got ${showValue(header)})`);
+  if (!isRecord(header)) fail(`header must be a JSON object of tensor entries (got ${showValue(header)})`);
   const { __metadata__: metadata = {}, ...entries } = header as Record<string, unknown>;
-  if (!isObject(metadata) || Object.values(metadata).some((v) => typeof v !== 'string')) {
+  if (!isRecord(metadata) || Object.values(metadata).some((v) => typeof v !== 'string')) {
     fail(`__metadata__ must be a map of strings (got ${showValue(metadata)})`);
   }
   const spans = Object.entries(entries).map(([name, entry]) => checkEntry(name, entry, dataLength, dtypes, fail));
@@ -223,7 +220,7 @@ function parseHeader(headerBytes: Uint8Array, dataLength: number, dtypes: readon
 /** One header entry, checked: a dtype of `dtypes`, a shape of non-negative integers, offsets inside the data whose length fits the shape. */
 function checkEntry(name: string, entry: unknown, dataLength: number, dtypes: readonly string[], fail: Fail): Span {
   const what = `tensor '${name}'`;
-  if (!isObject(entry)) return fail(`${what}: entry must be an object {dtype, shape, data_offsets} (got ${showValue(entry)})`);
+  if (!isRecord(entry)) return fail(`${what}: entry must be an object {dtype, shape, data_offsets} (got ${showValue(entry)})`);
   const { dtype, shape, data_offsets: offsets } = entry;
   if (typeof dtype !== 'string' || !dtypes.includes(dtype)) {
     fail(`${what} has dtype ${typeof dtype === 'string' ? dtype : showValue(dtype)}; only ${dtypes.join(', ')} ${dtypes.length > 1 ? 'are' : 'is'} supported`);

@@ -19,7 +19,7 @@ export interface TensorRule {
   codec: Codec;
 }
 
-export const CUSTOM_TENSOR_PREFIX = 'slayformer.';
+const CUSTOM_TENSOR_PREFIX = 'slayformer.';
 const LM_PREFIX: Record<HfLayout, string> = { gpt2: 'transformer.', bert: 'bert.' };
 /** Top-level names of the heads (not under the base model's prefix). */
 const HEAD_PREFIXES: Record<HfLayout, string[]> = { gpt2: ['lm_head.'], bert: ['cls.'] };

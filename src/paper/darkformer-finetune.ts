@@ -50,7 +50,7 @@ export function countSpikes(losses: readonly number[]): number {
 }
 
 /** The start measures as the units' extra numbers: per-layer errors averaged, per-head geometry as min, median, max. */
-export function startExtras(measures: StartMeasures): Record<string, number | null> {
+function startExtras(measures: StartMeasures): Record<string, number | null> {
   const extra: Record<string, number | null> = {
     acc_exact_start: measures.exactKernel?.accuracy ?? null,
     loss_exact_start: measures.exactKernel?.loss ?? null,

@@ -20,7 +20,7 @@ export function describeInterval(result: PairedResult, digits: number): string {
   return `${signed(result.mean, digits)}${result.ci ? ` (${signed(result.ci[0], digits)} … ${signed(result.ci[1], digits)})` : ''}`;
 }
 
-export function describePaired(result: PairedResult, digits: number): string {
+function describePaired(result: PairedResult, digits: number): string {
   const ci = result.ci ? ` (95% interval ${signed(result.ci[0], digits)} … ${signed(result.ci[1], digits)}` + (result.p === null ? ')' : `, p = ${result.p.toPrecision(2)})`) : '';
   return `mean difference ${signed(result.mean, digits)} over ${result.n} pairs${ci}`;
 }

@@ -1,5 +1,5 @@
 // A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by any
-// executor (src/sweep/executors.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
+// executor (src/sweep/executor-registry.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
 // the worker `paper <experiment> … --unit <index>`, which runs the unit in its own process and leaves
 //   <runs>/<experiment>-v<version>-<backend>[-quick]/<unit>-<YYYYMMDD-HHMMSS>/
 //     unit.json     the experiment, its version and the unit's settings
@@ -9,9 +9,9 @@
 // The folder's name carries the version and the backend: results of another protocol version or backend are never
 // mixed into one table. A unit that stops half-way leaves a folder without summary.json and runs again from the
 // start (units are minutes at most).
-import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { isRecord, readJsonFile } from '../core/json.ts';
 import { writeOwnFile } from '../core/own-file.ts';
 import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
@@ -22,7 +22,8 @@ import type { TaskResult } from '../sweep/task.ts';
 import { processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
-import { ENV_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { ENV_FILE } from '../store/layout.ts';
+import { writeSummary } from '../store/run-record.ts';
 
 const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');
 export { DEFAULT_RUNS_ROOT } from './index.ts';
@@ -42,7 +43,7 @@ export interface ExperimentRunSet extends RunSet {
 }
 
 /** The command that runs (or resumes) the experiment and writes its results, as the results file names it. */
-export function experimentCommand(experiment: Experiment, settings: ExperimentSettings): string {
+function experimentCommand(experiment: Experiment, settings: ExperimentSettings): string {
   const flags = [
     ...(settings.quick ? ['--quick'] : []),
     ...(settings.backend !== experiment.backend ? ['--backend', settings.backend] : []),
@@ -116,10 +117,8 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
     seconds: (performance.now() - started) / 1000, cpuSeconds: (used.user + used.system) / 1e6, startedAt, finishedAt: new Date().toISOString(),
   };
   writeJson(path.join(dir, 'result.json'), result);
-  // summary.json marks the run done for the sweep machinery: written whole or not at all.
-  const summary = path.join(dir, SUMMARY_FILE);
-  writeJson(`${summary}.tmp`, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
-  fs.renameSync(`${summary}.tmp`, summary);
+  // summary.json marks the run done for the sweep machinery; its headline is the unit's line in `sweep status`.
+  writeSummary(dir, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
   return dir;
 }
 
@@ -166,17 +165,16 @@ function writeJson(file: string, value: unknown): void {
  * hand-edited or truncated one must give an error naming the file and the field, not a TypeError or a wrong table.
  */
 export function readUnitResult(file: string): UnitResultFile {
-  const value = readJson<unknown>(file);
+  const value = readJsonFile(file);
   const problem = unitResultProblem(value);
   if (problem) throw new Error(`${file}: not a unit result: ${problem}`);
   return value as UnitResultFile;
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isFiniteNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
 
 function unitResultProblem(value: unknown): string | null {
-  if (!isObject(value)) return 'expected a JSON object';
+  if (!isRecord(value)) return 'expected a JSON object';
   for (const key of ['experiment', 'unit', 'startedAt', 'finishedAt'] as const) {
     if (typeof value[key] !== 'string') return `${key} must be a string (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
   }
@@ -185,28 +183,20 @@ function unitResultProblem(value: unknown): string | null {
     if (!isFiniteNumber(value[key])) return `${key} must be a number (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
   }
   const outcome = value.outcome;
-  if (!isObject(outcome)) return `outcome must be an object (got ${JSON.stringify(outcome) ?? 'nothing'})`;
+  if (!isRecord(outcome)) return `outcome must be an object (got ${JSON.stringify(outcome) ?? 'nothing'})`;
   if (!Array.isArray(outcome.values) || !outcome.values.every(isFiniteNumber)) return `outcome.values must be a list of numbers (got ${JSON.stringify(outcome.values) ?? 'nothing'})`;
-  if (!isObject(outcome.extra) || !Object.values(outcome.extra).every((v) => v === null || isFiniteNumber(v))) {
+  if (!isRecord(outcome.extra) || !Object.values(outcome.extra).every((v) => v === null || isFiniteNumber(v))) {
     return `outcome.extra must map names to numbers or null (got ${JSON.stringify(outcome.extra) ?? 'nothing'})`;
   }
   if (outcome.error !== undefined && typeof outcome.error !== 'string') return `outcome.error must be a string (got ${JSON.stringify(outcome.error)})`;
-  if (outcome.details !== undefined && !isObject(outcome.details)) return `outcome.details must be an object (got ${JSON.stringify(outcome.details)})`;
+  if (outcome.details !== undefined && !isRecord(outcome.details)) return `outcome.details must be an object (got ${JSON.stringify(outcome.details)})`;
   if (typeof outcome.headline !== 'string') return `outcome.headline must be a string (got ${JSON.stringify(outcome.headline) ?? 'nothing'})`;
   return null;
 }
 
 /** A unit's env.json: an object (its strings are escaped where the results show them). */
 function readEnv(file: string): Record<string, unknown> {
-  const value = readJson<unknown>(file);
-  if (!isObject(value)) throw new Error(`${file}: expected a JSON object (where the unit ran)`);
+  const value = readJsonFile(file);
+  if (!isRecord(value)) throw new Error(`${file}: expected a JSON object (where the unit ran)`);
   return value;
-}
-
-function readJson<T = Record<string, unknown>>(file: string): T {
-  try {
-    return JSON.parse(fs.readFileSync(file, 'utf8')) as T;
-  } catch (err) {
-    throw new Error(`${file}: cannot be read as JSON (${(err as Error).message})`);
-  }
 }

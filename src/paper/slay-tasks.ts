@@ -7,7 +7,7 @@ import { sdRule } from './protocol.ts';
 
 /** The paper's columns, in its order: Standard, Spherical-YAT, Performer, Linear, SLAY. */
 export const PAPER_MECHANISMS = ['softmax', 'yat-spherical', 'performer', 'linear-elu', 'slay'] as const;
-export const EXTRA_MECHANISMS = ['darkformer', 'schoenbat', 'cosformer'] as const;
+const EXTRA_MECHANISMS = ['darkformer', 'schoenbat', 'cosformer'] as const;
 const SEEDS = [42, 43, 44];
 
 /**

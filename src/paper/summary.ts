@@ -3,6 +3,7 @@
 // It replaces the lines between the two markers below in the README, and nothing else.
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { readJsonFile } from '../core/json.ts';
 import { EXPERIMENT_NAMES, loadExperiment } from './index.ts';
 import { formatDuration, resultsHeadline } from './results.ts';
 import type { ExperimentResults } from './results.ts';
@@ -21,12 +22,7 @@ export async function summaryLines(resultsDir: string, linkBase: string): Promis
       lines.push(`| ${name} | — | ${why} | | |`);
       continue;
     }
-    let results: ExperimentResults;
-    try {
-      results = JSON.parse(readFileSync(file, 'utf8')) as ExperimentResults;
-    } catch (err) {
-      throw new Error(`${file}: cannot be read as JSON (${(err as Error).message})`);
-    }
+    const results = readJsonFile(file) as ExperimentResults;
     const { units, wallSeconds, commits, backends } = results.provenance;
     const markdown = path.relative(linkBase, path.join(resultsDir, `${name}.md`)).split(path.sep).join('/');
     const done = units.notDone ? `; ${units.done} of ${units.total} units done` : '';

@@ -6,7 +6,7 @@ import { parseYaml } from '../recipe/load.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE } from '../store/layout.ts';
 import { parseRecipe } from '../store/recipes.ts';
-import { readMetrics } from '../telemetry/records.ts';
+import { readMetrics } from '../store/run-record.ts';
 import { runTraining } from '../train/trainer.ts';
 import type { UnitContext } from './protocol.ts';
 
@@ -16,7 +16,7 @@ export interface Curves {
 }
 
 /** The training and validation curves of a run folder's metrics.jsonl. */
-export function readCurves(runDir: string): Curves {
+function readCurves(runDir: string): Curves {
   const records = readMetrics(runDir);
   const curves: Curves = {
     train: records.filter((r) => r.split === 'train').map((r) => ({ step: r.step, loss: r.loss })),

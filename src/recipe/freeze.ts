@@ -1,7 +1,7 @@
 // train.freeze: which parameters a run keeps fixed. The recipe checks the value (freezeProblem); the trainer splits a
 // built model's parameters with frozenRule (train/finetune.ts partitionParameters).
 
-export const FREEZE_PRESETS = ['none', 'all-but-qkv'] as const;
+const FREEZE_PRESETS = ['none', 'all-but-qkv'] as const;
 /** `none`, `all-but-qkv`, or globs over parameter names whose matches are frozen (`*` any run of characters, `?` one). */
 export type FreezeSpec = (typeof FREEZE_PRESETS)[number] | string[];
 

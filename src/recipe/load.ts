@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { LineCounter } from 'yaml';
+import { isRecord } from '../core/json.ts';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
@@ -69,7 +70,7 @@ export function parseRecipeWith(hooks: RecipeHooks, text: string, file: string, 
   if (errors.length > 0) throw new RecipeError(file, errors);
   const root: unknown = value ?? {};
   const given = new Map<string, Given>();
-  if (!isMapping(root)) throw new RecipeError(file, [`the recipe must be a mapping of sections (got ${describe(root)})`]);
+  if (!isRecord(root)) throw new RecipeError(file, [`the recipe must be a mapping of sections (got ${describe(root)})`]);
   collect(root, '', '', given, problems);
   for (const arg of overrides) applyOverride(arg, given, problems);
   if (problems.length > 0) throw new RecipeError(file, problems);
@@ -96,7 +97,7 @@ function collect(node: Record<string, unknown>, prefix: string, origin: string, 
       out.set(full, { value, origin });
     } else if (SECTIONS.has(full)) {
       if (value === null) continue; // an empty section ("train:" with nothing under it)
-      if (!isMapping(value)) problems.push(`${at(origin)}${full} must be a mapping of keys (got ${describe(value)})`);
+      if (!isRecord(value)) problems.push(`${at(origin)}${full} must be a mapping of keys (got ${describe(value)})`);
       else collect(value, `${full}.`, origin, out, problems);
     } else {
       problems.push(`${at(origin)}unknown key ${full}${suggest(full)}`);
@@ -104,25 +105,38 @@ function collect(node: Record<string, unknown>, prefix: string, origin: string, 
   }
 }
 
-function applyOverride(arg: string, given: Map<string, Given>, problems: string[]): void {
-  const match = /^--([A-Za-z0-9_.-]+)=(.*)$/s.exec(arg);
-  if (!match) {
-    problems.push(`override ${JSON.stringify(arg)} must look like --section.key=value (e.g. --train.lr=1e-3)`);
-    return;
-  }
+/**
+ * One `key=value` setting of a recipe key, as a command line gives it (`--train.lr=1e-3` after its dashes, a sweep's
+ * `--set train.lr=1e-3`): the value parsed as a YAML scalar (`1e-3` → number, `true` → boolean, `null` → null, anything
+ * else → string). Not of that shape, or a value that is not YAML, is a problem the caller words for its flag.
+ */
+export function parseAssignment(text: string): { key: string; value: unknown } | { problem: 'not key=value' } | { problem: 'not YAML'; message: string } {
+  const match = /^([A-Za-z0-9_.-]+)=(.*)$/s.exec(text);
+  if (!match) return { problem: 'not key=value' };
   const [, key, raw] = match;
-  let value: unknown;
   try {
-    value = raw === '' ? '' : YAML.parse(raw);
+    return { key, value: raw === '' ? '' : YAML.parse(raw) };
   } catch (err) {
-    problems.push(`override ${arg}: the value is not valid YAML (${(err as Error).message})`);
+    return { problem: 'not YAML', message: (err as Error).message };
+  }
+}
+
+function applyOverride(arg: string, given: Map<string, Given>, problems: string[]): void {
+  const parsed = arg.startsWith('--') ? parseAssignment(arg.slice(2)) : { problem: 'not key=value' as const };
+  if ('problem' in parsed) {
+    problems.push(
+      parsed.problem === 'not YAML'
+        ? `override ${arg}: the value is not valid YAML (${parsed.message})`
+        : `override ${JSON.stringify(arg)} must look like --section.key=value (e.g. --train.lr=1e-3)`,
+    );
     return;
   }
+  const { key, value } = parsed;
   const optionsKey = KEYS.find((k) => SCHEMA[k].type.kind === 'attentionOptions' && key.startsWith(`${k}.`));
   if (optionsKey) {
     // One attention option: merged into the file's options mapping, checked with them against the registry.
     const previous = given.get(optionsKey);
-    const options = isMapping(previous?.value) ? { ...previous.value } : {};
+    const options = isRecord(previous?.value) ? { ...previous.value } : {};
     options[key.slice(optionsKey.length + 1)] = value;
     given.set(optionsKey, { value: options, origin: arg });
   } else if (key in SCHEMA) {
@@ -256,7 +270,7 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
  */
 export function modelSectionProblems(config: Record<string, unknown>): string[] {
   const problems: string[] = [];
-  const attention = isMapping(config.attention) ? config.attention : {};
+  const attention = isRecord(config.attention) ? config.attention : {};
   const value = (key: string) => (key.startsWith('model.attention.') ? attention[key.slice('model.attention.'.length)] : config[key.slice('model.'.length)]);
   for (const key of KEYS.filter((k) => k.startsWith('model.'))) {
     const problem = checkType(key, SCHEMA[key], value(key), value);
@@ -293,7 +307,7 @@ function checkType(key: string, spec: FieldSpec, value: unknown, given: (key: st
     case 'attentionName':
       return typeof value === 'string' && attentionNames().includes(value) ? null : fail(`one of ${attentionNames().join(', ')}`);
     case 'attentionOptions': // "options:" with nothing under it is null in YAML: no options
-      return value === null || isMapping(value) ? null : fail('a mapping of attention options');
+      return value === null || isRecord(value) ? null : fail('a mapping of attention options');
     case 'custom': {
       const expected = type.check(value, given);
       return expected === null ? null : fail(expected);
@@ -370,14 +384,10 @@ function editDistance(a: string, b: string): number {
   return row[b.length];
 }
 
-function isMapping(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
 function describe(value: unknown): string {
   if (value === undefined) return 'nothing';
   if (Array.isArray(value)) return `a list ${JSON.stringify(value)}`;
-  if (isMapping(value)) return `a mapping ${JSON.stringify(value)}`;
+  if (isRecord(value)) return `a mapping ${JSON.stringify(value)}`;
   return typeof value === 'number' && !Number.isFinite(value) ? String(value) : JSON.stringify(value);
 }
 

@@ -6,6 +6,7 @@ import { ACTIVATIONS } from '../model/layers.ts';
 import type { Activation } from '../model/layers.ts';
 import { NORM_POSITIONS } from '../model/transformer.ts';
 import { BOUNDS } from '../core/bounds.ts';
+import { setPath } from '../core/json.ts';
 import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES, SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
 import { BACKENDS, type BackendChoice } from '../backend/device.ts';
@@ -259,11 +260,4 @@ export function unflatten(flat: Record<string, unknown>): Record<string, unknown
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(flat)) setPath(out, key, value);
   return out;
-}
-
-function setPath(target: object, key: string, value: unknown): void {
-  const parts = key.split('.');
-  let node = target as Record<string, unknown>;
-  for (const part of parts.slice(0, -1)) node = (node[part] ??= {}) as Record<string, unknown>;
-  node[parts[parts.length - 1]] = value;
 }

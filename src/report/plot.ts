@@ -101,7 +101,7 @@ type Encoding = NonNullable<Extract<Layer, { mark: unknown }>['encoding']>;
 type Scale = Extract<NonNullable<Encoding['y']>, { scale?: unknown }>['scale'];
 
 /** The vega-lite spec of a multi-series line chart with optional bands (exported so that tests and pages can reuse it). */
-export function lineChartSpec(points: LinePoint[], opts: LineChartOptions): TopLevelSpec {
+function lineChartSpec(points: LinePoint[], opts: LineChartOptions): TopLevelSpec {
   const positive = (v: number | undefined) => v === undefined || ((!opts.logY || v > 0) && Number.isFinite(v));
   const values = points.filter((p) => Number.isFinite(p.x) && (!opts.logX || p.x > 0) && positive(p.y) && positive(p.lo) && positive(p.hi));
   const present = new Set(values.map((p) => p.series));

@@ -31,6 +31,7 @@ import type { LanguageModel } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import type { Recipe } from '../recipe/schema.ts';
+import { canonicalJson } from '../core/json.ts';
 import { COMPLETE_MARKER, isSymbolicLink, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
 import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
 import { modelFileHeader, modelTensors, namedArrays } from './model-folder.ts';
@@ -256,14 +257,6 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
   ['train.seed', (r) => r.train.seed],
 ];
 
-/** Same value, whatever the order of object keys. */
-function canonical(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1));
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
-}
-
 /**
  * Whether `dataset` is the checkpoint's dataset: the same path, the same folder through links, or the recorded path
  * of a run folder that moved together with its data (env.json's run-relative path, as eval finds it).
@@ -291,8 +284,8 @@ function sameDataset(checkpoint: LoadedCheckpoint, dataset: string): boolean {
 export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Recipe, tokenizerSha256: string): string[] {
   const problems: string[] = [];
   for (const [key, get] of RESUME_KEYS) {
-    const before = canonical(get(checkpoint.recipe));
-    const now = canonical(get(recipe));
+    const before = canonicalJson(get(checkpoint.recipe));
+    const now = canonicalJson(get(recipe));
     if (before !== now) problems.push(`${key}: checkpoint ${before}, recipe ${now}`);
   }
   const savedData = checkpoint.recipe.data.dataset;
@@ -315,14 +308,15 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
     const out = new Map<string, string>();
     for (const [section, values] of Object.entries(r)) {
       if (values && typeof values === 'object' && !Array.isArray(values)) {
-        for (const [k, v] of Object.entries(values)) out.set(`${section}.${k}`, canonical(v));
-      } else out.set(section, canonical(values));
+        for (const [k, v] of Object.entries(values)) out.set(`${section}.${k}`, canonicalJson(v));
+      } else out.set(section, canonicalJson(values));
     }
     return out;
   };
   const before = flat(checkpoint.recipe);
   const changed: string[] = [];
-  for (const [key, value] of flat(recipe)) if (before.get(key) !== value) changed.push(key);
+  // A key the saved recipe lacks reads as undefined there, as it does in a recipe that leaves it unset.
+  for (const [key, value] of flat(recipe)) if ((before.get(key) ?? canonicalJson(undefined)) !== value) changed.push(key);
   return changed;
 }
 

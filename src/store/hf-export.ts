@@ -96,7 +96,7 @@ export async function exportHf(checkpoint: string, opts: ExportOptions): Promise
 }
 
 /** The model's parameters and buffers under transformers' names and layouts, sorted by name (as transformers writes them). */
-export async function hfTensors(model: LanguageModel): Promise<Map<string, NamedArray>> {
+async function hfTensors(model: LanguageModel): Promise<Map<string, NamedArray>> {
   const ours = await modelTensors(model);
   const layout: HfLayout = model.kind === 'gpt' ? 'gpt2' : 'bert';
   const out = new Map<string, NamedArray>();

@@ -4,7 +4,7 @@
 // the model and, when the model folder sits in a run folder, from that run's records (config.json, summary.json,
 // metrics.jsonl, env.json). A card never holds an absolute local path: the folder it came from is named by its run
 // (`<run>/final`), the data by their folder or file names.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { countParameters, type LanguageModel } from '../model/lm.ts';
@@ -12,6 +12,7 @@ import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, FINAL_DIR, METRICS_FILE, SUMMARY_FILE } from './layout.ts';
 import { runFolderOf } from './run-folder.ts';
 import { readJsonObject } from '../core/json.ts';
+import { readMetrics, readSummary, type MetricRecord } from './run-record.ts';
 
 /** Where the model came from, with no absolute path: `hf:<folder name>`, `<run>/final`, `<run>/checkpoints/step-N`, or the folder's name. */
 export function describeModelSource(dir: string, fromHf: boolean): string {
@@ -50,33 +51,36 @@ const numberOr = (value: unknown): number | null => (typeof value === 'number' &
 function readRunRecord(runDir: string, modelDir: string, step: number | null): RunRecord {
   const env = readJsonObject(path.join(runDir, ENV_FILE));
   const git = (env?.git ?? {}) as Record<string, unknown>;
-  const summary = readJsonObject(path.join(runDir, SUMMARY_FILE));
+  // What the card says comes from the run as far as it is readable: a broken summary.json or metrics.jsonl says nothing.
+  const summary = readSummary(runDir, { unreadable: () => {} });
   let evaluation: Evaluation | null = null;
   let tokens: number | null = null;
   const isFinal = path.basename(modelDir) === FINAL_DIR;
-  if (isFinal && summary && numberOr(summary.val_loss) !== null && (step === null || summary.steps === step)) {
-    evaluation = { loss: summary.val_loss as number, ppl: numberOr(summary.val_ppl) ?? Math.exp(summary.val_loss as number), bpb: numberOr(summary.val_bpb), acc: numberOr(summary.val_acc), from: `the run's ${SUMMARY_FILE}` };
-    tokens = numberOr(summary.tokens);
+  if (isFinal && summary?.val_loss !== undefined && (step === null || summary.steps === step)) {
+    evaluation = { loss: summary.val_loss, ppl: summary.val_ppl ?? Math.exp(summary.val_loss), bpb: summary.val_bpb ?? null, acc: summary.val_acc ?? null, from: `the run's ${SUMMARY_FILE}` };
+    tokens = summary.tokens ?? null;
   } else if (step !== null && existsSync(path.join(runDir, METRICS_FILE))) {
-    // One JSON object per line (src/telemetry/records.ts); a line that does not parse is passed over here.
-    for (const line of readFileSync(path.join(runDir, METRICS_FILE), 'utf8').split('\n')) {
-      let record: Record<string, unknown>;
-      try {
-        record = JSON.parse(line) as Record<string, unknown>;
-      } catch {
-        continue;
-      }
+    for (const record of metricsIfReadable(runDir)) {
       if (record.step !== step) continue;
       tokens = numberOr(record.tokens) ?? tokens;
       if (record.split === 'val' && numberOr(record.loss) !== null) {
-        evaluation = { loss: record.loss as number, ppl: numberOr(record.ppl) ?? Math.exp(record.loss as number), bpb: numberOr(record.bpb), acc: numberOr(record.acc), from: `the run's ${METRICS_FILE} at step ${step}` };
+        evaluation = { loss: record.loss, ppl: numberOr(record.ppl) ?? Math.exp(record.loss), bpb: numberOr(record.bpb), acc: numberOr(record.acc), from: `the run's ${METRICS_FILE} at step ${step}` };
       }
     }
   }
   return {
     name: path.basename(runDir), commit: typeof git.commit === 'string' ? git.commit : null, dirty: typeof git.dirty === 'boolean' ? git.dirty : null,
-    steps: step ?? numberOr(summary?.steps), tokens, evaluation,
+    steps: step ?? summary?.steps ?? null, tokens, evaluation,
   };
+}
+
+/** The run's metric records, a last line cut short left out; none when the file is broken elsewhere. */
+function metricsIfReadable(runDir: string): MetricRecord[] {
+  try {
+    return readMetrics(runDir, { cutLastLine: () => {} });
+  } catch {
+    return [];
+  }
 }
 
 export interface ModelCardInput {

@@ -32,7 +32,7 @@ export function checkSavedModel(saved: { tensors: Map<string, NamedArray>; metad
     config = checkModelConfig(parsed, `${modelFile} (metadata 'config')`);
   } else {
     const embedding = tensors.get('embed.tokens.weight');
-    if (!embedding || embedding.shape.length !== 2) throw new Error(`${modelFile} has no 'embed.tokens.weight' matrix and no config metadata`);
+    if (embedding?.shape.length !== 2) throw new Error(`${modelFile} has no 'embed.tokens.weight' matrix and no config metadata`);
     config = modelConfigFromRecipe(recipe, embedding.shape[0]);
   }
   checkModelTensors(config, tensors, modelFile);
@@ -63,12 +63,12 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
 export function checkModelTensors(config: LanguageModelConfig, tensors: Map<string, NamedArray>, source: string): void {
   const body = { ...config, causal: config.kind === 'gpt' };
   const specs = new Map([...transformerParameterSpecs(body), ...headParameterSpecs(config)].map((s) => [s.name, s.shape] as const));
-  fit(specs, tensors, source, false);
-  fit(new Map([...specs, ...attentionTensorShapes(config)]), tensors, source, true);
+  checkShapes(specs, tensors, source, false);
+  checkShapes(new Map([...specs, ...attentionTensorShapes(config)]), tensors, source, true);
 }
 
 /** Throws one error listing the tensors that are missing or of another shape (and, when `complete`, unexpected). */
-function fit(expected: Map<string, number[]>, tensors: Map<string, NamedArray>, source: string, complete: boolean): void {
+function checkShapes(expected: Map<string, number[]>, tensors: Map<string, NamedArray>, source: string, complete: boolean): void {
   const missing = [...expected.keys()].filter((name) => !tensors.has(name));
   const unexpected = complete ? [...tensors.keys()].filter((name) => !expected.has(name)) : [];
   const reshaped = [...expected]

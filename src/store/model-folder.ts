@@ -10,7 +10,7 @@ import path from 'node:path';
 import type * as tf from '@tensorflow/tfjs';
 import type { TextTokenizer } from '../data/tokenizer.ts';
 import { describeImport, readHfConfig, readHfFolder, TOKENIZER_FILE as HF_TOKENIZER_FILE, type HfFolder } from '../hf/folder.ts';
-import { decodeSafetensors, encodeSafetensors } from '../hf/safetensors.ts';
+import { decodeSafetensors, encodeSafetensors, readSafetensorsHeader } from '../hf/safetensors.ts';
 import type { NamedArray } from '../hf/safetensors.ts';
 import type { LanguageModel, LanguageModelConfig } from '../model/lm.ts';
 import type { Recipe } from '../recipe/schema.ts';
@@ -115,6 +115,15 @@ export async function readModelFolder(dir: string): Promise<SavedModelFolder> {
   const modelFile = path.join(dir, MODEL_FILE);
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
   return { dir, tensors, metadata, config: checkSavedModel({ tensors, metadata }, recipe, modelFile), recipe };
+}
+
+/**
+ * The metadata of a model folder's model.safetensors (tokenizer_sha256, step, the config …), from its header alone,
+ * checked as every read of the file checks it, without its tensors: for readers that ask what a model was trained
+ * with (compare: a run's tokenizer), not for loading it (readModelFolder).
+ */
+export function readModelMetadata(dir: string): Record<string, string> {
+  return readSafetensorsHeader(path.join(dir, MODEL_FILE)).metadata;
 }
 
 /** A Hugging Face folder read as a model folder (its tokenizer's sha256 as the metadata loadWeights compares). */

@@ -16,7 +16,8 @@ import YAML from 'yaml';
 import { isHfFolder } from '../hf/folder.ts';
 import { modelOverrides, nameWithModelOverrides } from '../recipe/run-name.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
-import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE, SUMMARY_FILE } from './layout.ts';
+import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE } from './layout.ts';
+import { readSummary } from './run-record.ts';
 import { listCheckpoints, listRunFolders } from './run-folder.ts';
 import { readJsonObject } from '../core/json.ts';
 
@@ -180,12 +181,11 @@ function chooseAutoRun(name: string, runDir: string): ModelSource {
     .filter((folder) => existsSync(path.join(folder, FINAL_DIR, MODEL_FILE)))
     .reverse() // newest first
     .map((folder) => {
-      const summary = readJsonObject(path.join(folder, SUMMARY_FILE));
-      const number = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+      const summary = readSummary(folder, { unreadable: () => {} }); // a broken summary tells nothing of the run
       const config = readJsonObject(path.join(folder, RUN_CONFIG_FILE));
       return {
         entry: path.basename(folder), budget: config ? maxTokensOf(config) : undefined, recipeBudget: recipeFileBudget(folder),
-        tokens: number(summary?.tokens), valLoss: number(summary?.val_loss), mismatch: recipeMismatch(folder, name),
+        tokens: summary?.tokens, valLoss: summary?.val_loss, mismatch: recipeMismatch(folder, name),
       };
     });
   if (finished.length === 0) {

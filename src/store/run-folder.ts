@@ -77,7 +77,7 @@ export function lockRunFolder(dir: string): () => void {
 }
 
 /** How to make an older version's run folder a run again. */
-export function markAdvice(dir: string): string {
+function markAdvice(dir: string): string {
   return `a run folder written by slayformer before it marked its run folders becomes one again with: touch ${path.join(dir, RUN_MARKER)}`;
 }
 

@@ -1,4 +1,4 @@
-// The local executor (executor.ts): the runs of a sweep (or of any run set, run-set.ts) as separate task processes
+// The local executor (sweep-executor.ts): the runs of a sweep (or of any run set, run-set.ts) as separate task processes
 // (task.ts), as many at a time as the cores allow given what each run keeps busy, with one progress line per running
 // run. A failing run does not stop the others; runs that are done are skipped, interrupted ones resume from their
 // checkpoint.
@@ -9,12 +9,12 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
-import type { Executor, ExecutorOutcome } from './executor.ts';
+import type { SweepExecutor, SweepExecutorOutcome } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import { lockHolder, lockIsLive, readLock, taskArgs, tellingLine } from './set-files.ts';
 
-export const localExecutor: Executor = {
+export const localExecutor: SweepExecutor = {
   name: 'local',
   description: `the runs as separate processes, as many at a time as the cores allow given each
 run's data-parallel replicas (--cores N to change the count), one progress line per run. A
@@ -45,7 +45,7 @@ interface LocalOptions {
   logIntervalS?: number;
 }
 
-type LocalResult = Extract<ExecutorOutcome, { kind: 'ran' }>;
+type LocalResult = Extract<SweepExecutorOutcome, { kind: 'ran' }>;
 
 /**
  * The cores one run keeps busy out of the `cores` the executor fills, and what its process's environment adds. A run

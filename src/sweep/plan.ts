@@ -2,14 +2,15 @@
 // comes from the trainer's own dry run (train/plan.ts); runs that differ only in their seed share it. The speed comes
 // from the sweep's own runs that have logged one (the run itself, else its group: same settings, other seed),
 // else from --tokens-per-s; without either the time is left unknown rather than guessed.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { RunPlan } from '../train/plan.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { canonical } from './spec.ts';
+import { canonicalJson } from '../core/json.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
-import { METRICS_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import { METRICS_FILE } from '../store/layout.ts';
+import { readMetrics, readSummary } from '../store/run-record.ts';
 
 export interface PlannedRun {
   run: SweepRun;
@@ -25,16 +26,12 @@ export interface PlannedRun {
 /** A run's logged training speed: summary.json when it finished, else its last train record. */
 function loggedSpeed(sweep: Sweep, run: SweepRun): number | null {
   for (const folder of runFolders(sweep, run).reverse()) {
-    const summary = path.join(folder.dir, SUMMARY_FILE);
-    if (existsSync(summary)) {
-      const rate = (JSON.parse(readFileSync(summary, 'utf8')) as { train_tokens_per_s?: number }).train_tokens_per_s;
-      if (rate && rate > 0) return rate;
-    }
-    const metrics = path.join(folder.dir, METRICS_FILE);
-    if (!existsSync(metrics)) continue;
-    const train = readFileSync(metrics, 'utf8').split('\n').filter((l) => l.includes('"split":"train"'));
-    const last = train.at(-1);
-    if (last) return (JSON.parse(last) as { tokens_per_s: number }).tokens_per_s;
+    const rate = readSummary(folder.dir)?.train_tokens_per_s;
+    if (rate && rate > 0) return rate;
+    if (!existsSync(path.join(folder.dir, METRICS_FILE))) continue;
+    // A run being trained may be writing its last line right now.
+    const last = readMetrics(folder.dir, { cutLastLine: () => {} }).findLast((r) => r.split === 'train');
+    if (last) return last.tokens_per_s;
   }
   return null;
 }
@@ -45,7 +42,7 @@ export async function planSweep(sweep: Sweep, opts: { planRun: (recipe: Recipe) 
   const out: PlannedRun[] = [];
   for (const run of sweep.runs) {
     const { name: _name, train, ...rest } = run.recipe;
-    const key = canonical({ ...rest, train: { ...train, seed: 0, runDir: '' } });
+    const key = canonicalJson({ ...rest, train: { ...train, seed: 0, runDir: '' } });
     if (!plans.has(key)) plans.set(key, opts.planRun(run.recipe));
     const plan = await plans.get(key)!;
     const tokens = plan.totalSteps === null ? null : plan.totalSteps * plan.tokensPerStep;

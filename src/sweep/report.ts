@@ -7,16 +7,17 @@
 //                             sub-folder per kind of run when they differ in model kind or tokenizer (GPT and BERT)
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { compareRuns, defaultBaseline, loadRun, PLOTS } from '../report/compare.ts';
-import type { RunSummary } from '../report/compare.ts';
+import { compareRuns, PLOTS } from '../report/compare.ts';
+import { defaultBaseline } from '../report/groups.ts';
+import { loadRun, type RunSummary } from '../report/load-runs.ts';
 import { escapeMarkdown } from '../report/markdown.ts';
 import { safeJoin } from '../report/safe-path.ts';
 import { formatMeanSd, groupBy, meanSdOverSeeds, perSeed } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { pairedT } from '../report/paired.ts';
 import type { PairedResult } from '../report/paired.ts';
-import { REPORT_METRICS } from './spec.ts';
-import type { ReportMetric, Sweep, SweepRun } from './spec.ts';
+import { REPORT_METRICS, type ReportMetric } from './report-metrics.ts';
+import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
 
 export interface ReportOptions {

@@ -1,4 +1,4 @@
-// What the executors (executor.ts), the task's bookkeeping (task.ts) and status (status.ts) need of a set of runs. A
+// What the sweep executors (sweep-executor.ts), the task's bookkeeping (task.ts) and status (status.ts) need of a set of runs. A
 // sweep file's training runs are one such set (spec.ts); a paper experiment's units are another (src/paper/). A run is
 // done when a folder `<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]/` holds summary.json. Its task process,
 // `node --import tsx <task…> <index>`, takes the run's lock, does nothing when the run is done, and otherwise runs it

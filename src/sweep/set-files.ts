@@ -7,11 +7,11 @@
 //   <executor>/            an executor's own files (e.g. its batch scripts and submissions)
 // Plain files and node: modules only, so that the executors (and the commands' --help, which lists their settings)
 // load without TensorFlow.js.
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { readJsonObject } from '../core/json.ts';
 import { holderIsLive, type LockHolder } from '../core/lock-file.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
-import type { ExecutorTask } from './executor.ts';
+import type { SweepExecutorTask } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 
 export function sweepPaths(sweep: Pick<RunSet, 'runDir'>) {
@@ -42,7 +42,7 @@ export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
 
 /** A run's lock (src/core/lock-file.ts): its holder, and the executor task the attempt runs in (e.g. a Slurm array task), null for a process started here. */
 export interface Lock extends LockHolder {
-  task: ExecutorTask | null;
+  task: SweepExecutorTask | null;
 }
 
 export interface Attempt {
@@ -50,7 +50,7 @@ export interface Attempt {
   exitCode: number | null;
   signal: string | null;
   lastLine: string;
-  task: ExecutorTask | null;
+  task: SweepExecutorTask | null;
   endedAt: string;
 }
 
@@ -59,19 +59,12 @@ export const attemptFile = (sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'na
 export const logFile = (sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>) => path.join(sweepPaths(sweep).logs, `${run.name}.log`);
 
 export function readLock(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Lock | null {
-  return readJson<Lock>(lockFile(sweep, run));
+  // Absent, or cut short by a crash: no information.
+  return (readJsonObject(lockFile(sweep, run)) as Lock | undefined) ?? null;
 }
 
 export function readAttempt(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): Attempt | null {
-  return readJson<Attempt>(attemptFile(sweep, run));
-}
-
-export function readJson<T>(file: string): T | null {
-  try {
-    return JSON.parse(readFileSync(file, 'utf8')) as T;
-  } catch {
-    return null; // absent, or cut short by a crash: no information
-  }
+  return (readJsonObject(attemptFile(sweep, run)) as Attempt | undefined) ?? null;
 }
 
 /** A lock is live when its process runs on this host. (Another host's lock is trusted: only its executor's queue can tell, see status.ts.) */

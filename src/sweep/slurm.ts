@@ -1,4 +1,4 @@
-// The Slurm executor (executor.ts): one sbatch job array per submission, array index = the run's index in the set,
+// The Slurm executor (sweep-executor.ts): one sbatch job array per submission, array index = the run's index in the set,
 // every task running the same command as the local executor (`sweep task <file> <index>` for a sweep). Queue state
 // comes from squeue (and sacct where accounting is on); what each task did is recorded by the task itself (task.ts).
 // Its files: `_sweep/slurm/` (the scripts, jobs.jsonl, the tasks' output).
@@ -19,7 +19,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
-import type { Executor, ExecutorQueue, ExecutorSetting, QueuedTask } from './executor.ts';
+import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask } from './sweep-executor.ts';
 import type { RunSet } from './run-set.ts';
 import { executorFolder, taskCommand } from './set-files.ts';
 
@@ -44,7 +44,7 @@ export interface SlurmOptions {
 }
 
 /** Characters an sbatch option value may hold unquoted (and a shell word too). */
-const SAFE_WORD = /^[A-Za-z0-9._:,+@%=\/-]+$/;
+const SAFE_WORD = /^[A-Za-z0-9._:,+@%=/-]+$/;
 /** C0 controls and DEL: a newline or carriage return would split a line of the script. */
 const CONTROL = /[\u0000-\u001f\u007f]/;
 const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
@@ -58,7 +58,7 @@ const options = (v: unknown) =>
     : 'a list of sbatch options --name or --name=value (the value as it is, unquoted), without control characters';
 
 /** Each setting's check (null = valid, else what it must be), its command-line flag and its help. */
-export const SLURM_SETTINGS: Record<keyof SlurmOptions, ExecutorSetting> = {
+const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
   partition: { check: word, flag: '--partition', help: 'partition (queue)' },
   time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
   gpus: { check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'), flag: '--gpus', help: 'GPUs per task, e.g. 1 or a100:1' },
@@ -71,7 +71,7 @@ export const SLURM_SETTINGS: Record<keyof SlurmOptions, ExecutorSetting> = {
   setup: { check: lines, flag: '--setup', type: 'list', help: 'a shell line run before the task (repeatable), e.g. "module load nodejs"' },
 };
 
-export const slurmExecutor: Executor = {
+export const slurmExecutor: SweepExecutor = {
   name: NAME,
   description: `one sbatch job array, one task per run that is not done; every task runs the command
 the local executor starts for its run, so a requeued or preempted task resumes from its checkpoint.
@@ -268,14 +268,14 @@ const FAILED_STATES = new Set(['FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAI
  * The set's tasks as status sees them (null before the first submission). A task squeue lists as active is running or
  * waiting; one squeue or sacct reports ended in a failed state is failed.
  */
-function slurmQueue(set: RunSet): ExecutorQueue | null {
+function slurmQueue(set: RunSet): SweepExecutorQueue | null {
   const submissions = readSubmissions(set);
   if (submissions.length === 0) return null;
   const reachable = commandAnswers('squeue', ['-h', '-o', '%i', '-j', submissions.at(-1)!.jobId]);
   return queueView(submissions, reachable ? queueState(submissions) : new Map(), reachable);
 }
 
-export function queueView(submissions: Submission[], entries: Map<number, QueueEntry>, reachable: boolean): ExecutorQueue {
+export function queueView(submissions: Submission[], entries: Map<number, QueueEntry>, reachable: boolean): SweepExecutorQueue {
   return {
     header: `Slurm jobs ${submissions.map((s) => s.jobId).join(', ')}${reachable ? '' : ' (squeue not reachable)'}`,
     reachable,

@@ -11,7 +11,7 @@
 //     model.attention: [softmax, { name: slay, options: { prfFeatures: 16 } }]
 //     train.seed: [1, 2, 3]
 //   runDir: runs/demo-lm                        # default: <base recipe's train.runDir>/<name>
-//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }   # an executor's settings, under its name (executors.ts)
+//   slurm: { partition: gpu, time: '24:00:00', gpus: 1 }   # an executor's settings, under its name (executor-registry.ts)
 //   report: { baseline: softmax, metric: finalValLoss }
 //
 // Keys are recipe keys, dotted (`train.seed`) or nested (`train: { seed: 1 }`), or `model.attention`: a whole
@@ -28,24 +28,20 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { chooseBackend, resolveBackend, type BackendChoice, type BackendProbe, type Device } from '../backend/device.ts';
-import { BOUNDS, listSome } from '../core/bounds.ts';
-import { resolveDataParallel } from '../train/data-parallel.ts';
+import { isRecord, flattenPaths, setPath } from '../core/json.ts';
+import { resolveDataParallel } from '../backend/device.ts';
 import { parseRecipe } from '../store/recipes.ts';
-import { parseYaml, RecipeError } from '../recipe/load.ts';
+import { parseAssignment, parseYaml, RecipeError } from '../recipe/load.ts';
 import { RECIPE_SCHEMA } from '../recipe/schema.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { executorSections, readExecutorSettings } from './executors.ts';
+import { executorSections, readExecutorSettings } from './executor-registry.ts';
 import type { RunSet, SetRun } from './run-set.ts';
+import { ATTENTION_KEY, attentionEntry, checkUniqueNames, expand, mergedValues, runCountProblems, runName, varyingKeys, type Axis, type Source } from './grid.ts';
 import { REPORT_METRICS } from './report-metrics.ts';
 import type { ReportMetric } from './report-metrics.ts';
 
 const SWEEP_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'sweep.ts');
 
-/** The key whose values are seeds: the report groups runs over it and pairs runs by it. */
-const SEED_KEY = 'train.seed';
-const ATTENTION_KEY = 'model.attention';
-export { REPORT_METRICS };
-export type { ReportMetric };
 /** Keys the sweep sets itself for every run. */
 const RESERVED_KEYS = new Set(['name', 'train.runDir']);
 
@@ -88,14 +84,6 @@ export class SweepError extends Error {
 /** A sweep file's keys: its own, then one section per executor that takes settings. */
 const topKeys = () => ['name', 'recipe', 'set', 'grid', 'cases', 'runDir', 'report', ...executorSections()];
 const LEAF_KEYS = new Set<string>([...Object.keys(RECIPE_SCHEMA), ATTENTION_KEY]);
-
-interface Source {
-  /** Where the values were written, for messages: "set", "cases[1]", "grid.train.seed[2]". */
-  where: string;
-  recipeFile: string | null;
-  label: string | null;
-  values: Map<string, unknown>;
-}
 
 /**
  * Reads, validates and expands a sweep file; every problem names the file and the key. `overrides`: the command
@@ -145,17 +133,10 @@ export function loadSweep(file: string, overrides: readonly string[] = [], { bac
 function commandLineSource(overrides: readonly string[], spec: ReturnType<typeof readSweepFile>, problems: string[]): Source {
   const mapping: Record<string, unknown> = {};
   for (const entry of overrides) {
-    const match = /^([A-Za-z0-9_.-]+)=(.*)$/s.exec(entry);
-    if (!match) {
-      problems.push(`--set ${entry}: expected key=value (e.g. --set train.lr=1e-3)`);
-      continue;
-    }
-    const [, key, raw] = match;
-    try {
-      mapping[key] = raw === '' ? '' : YAML.parse(raw);
-    } catch (err) {
-      problems.push(`--set ${entry}: the value is not valid YAML (${(err as Error).message})`);
-    }
+    const parsed = parseAssignment(entry);
+    if (!('problem' in parsed)) mapping[parsed.key] = parsed.value;
+    else if (parsed.problem === 'not YAML') problems.push(`--set ${entry}: the value is not valid YAML (${parsed.message})`);
+    else problems.push(`--set ${entry}: expected key=value (e.g. --set train.lr=1e-3)`);
   }
   const values = keyValues(mapping, '--set', problems);
   const related = (a: string, b: string) => a === b || a.startsWith(`${b}.`) || b.startsWith(`${a}.`);
@@ -191,7 +172,7 @@ function readSweepFile(file: string) {
   }
   const { value: root, errors } = parseYaml(text);
   if (errors.length > 0) throw new SweepError(file, errors);
-  if (!isMapping(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
+  if (!isRecord(root)) throw new SweepError(file, [`a sweep file must be a mapping (got ${describe(root)})`]);
   const problems: string[] = [];
   const keys = topKeys();
   for (const key of Object.keys(root)) if (!keys.includes(key)) problems.push(`unknown key ${key}; a sweep file has ${keys.join(', ')}`);
@@ -247,7 +228,7 @@ function readCases(value: unknown, problems: string[]): Source[] {
   }
   return value.map((entry, i) => {
     const where = `cases[${i}]`;
-    if (!isMapping(entry)) {
+    if (!isRecord(entry)) {
       problems.push(`${where} must be a mapping of recipe keys (got ${describe(entry)})`);
       return { where, recipeFile: null, label: null, values: new Map() };
     }
@@ -260,14 +241,9 @@ function readCases(value: unknown, problems: string[]): Source[] {
   });
 }
 
-interface Axis {
-  key: string;
-  values: unknown[];
-}
-
 function readGrid(value: unknown, problems: string[]): Axis[] {
   if (value === undefined || value === null) return [];
-  if (!isMapping(value)) {
+  if (!isRecord(value)) {
     problems.push(`grid must be a mapping of recipe keys to lists of values (got ${describe(value)})`);
     return [];
   }
@@ -286,7 +262,7 @@ function readGrid(value: unknown, problems: string[]): Axis[] {
 
 /** A mapping of recipe keys (dotted or nested) as one map of dotted keys. */
 function keyValues(value: unknown, where: string, problems: string[]): Map<string, unknown> {
-  if (!isMapping(value)) {
+  if (!isRecord(value)) {
     problems.push(`${where} must be a mapping of recipe keys (got ${describe(value)})`);
     return new Map();
   }
@@ -300,118 +276,21 @@ function keyValues(value: unknown, where: string, problems: string[]): Map<strin
 
 /**
  * Nested mappings down to recipe keys: `{ train: { seed: 1 } }` and `{ 'train.seed': 1 }` both give `train.seed`.
- * `model.attention` and `model.attention.options` stop the descent (their values are mappings). An unknown key is
- * kept as written; the recipe loader then names it (with a suggestion).
+ * `model.attention` and `model.attention.options` stop the descent (their values are mappings); an empty section
+ * sets nothing. An unknown key is kept as written; the recipe loader then names it (with a suggestion).
  */
-function flattenKeys(node: Record<string, unknown>, prefix = ''): Map<string, unknown> {
-  const out = new Map<string, unknown>();
-  for (const [key, value] of Object.entries(node)) {
-    const full = prefix + key;
-    const isLeaf = LEAF_KEYS.has(full) || full.startsWith(`${ATTENTION_KEY}.options.`) || !isMapping(value);
-    if (isLeaf) out.set(full, value);
-    else for (const [k, v] of flattenKeys(value, `${full}.`)) out.set(k, v);
-  }
-  return out;
+function flattenKeys(node: Record<string, unknown>): Map<string, unknown> {
+  const isRecipeKey = (key: string) => LEAF_KEYS.has(key) || key.startsWith(`${ATTENTION_KEY}.options.`);
+  return new Map(Object.entries(flattenPaths(node, isRecipeKey)).filter(([key, value]) => isRecipeKey(key) || !isRecord(value)));
 }
 
 function checkAttentionEntry(key: string, value: unknown, where: string, problems: string[]): void {
   if (key !== ATTENTION_KEY) return;
   if (typeof value === 'string') return;
-  if (!isMapping(value) || typeof value.name !== 'string' || Object.keys(value).some((k) => k !== 'name' && k !== 'options')) {
+  if (!isRecord(value) || typeof value.name !== 'string' || Object.keys(value).some((k) => k !== 'name' && k !== 'options')) {
     problems.push(`${where} must be an attention name or a mapping { name, options } (got ${describe(value)})`);
-  } else if (value.options !== undefined && value.options !== null && !isMapping(value.options)) {
+  } else if (value.options !== undefined && value.options !== null && !isRecord(value.options)) {
     problems.push(`${where}.options must be a mapping of attention options (got ${describe(value.options)})`);
-  }
-}
-
-/** The runs the cases and axes make, refused beyond the bounds table's sweepRuns before any is expanded. */
-function runCountProblems(cases: Source[], axes: Axis[]): string[] {
-  const runs = Math.max(1, cases.length) * axes.reduce((n, axis) => n * axis.values.length, 1);
-  if (runs <= BOUNDS.sweepRuns.max) return [];
-  const factors = [...(cases.length > 1 ? [`${cases.length} cases`] : []), ...axes.map((a) => `grid.${a.key} (${a.values.length})`)];
-  return [`${listSome(factors, ' × ')} make ${runs.toLocaleString('en-US')} runs; a sweep has at most ${BOUNDS.sweepRuns.max.toLocaleString('en-US')} (${BOUNDS.sweepRuns.why}): split it into several sweep files`];
-}
-
-/** Every case × every combination of the axes, first axis slowest; each run is its list of sources. */
-function expand(cases: Source[], axes: Axis[]): Source[][] {
-  let combos: Source[][] = cases.map((c) => [c]);
-  for (const axis of axes) {
-    combos = combos.flatMap((combo) =>
-      axis.values.map((value, i) => [...combo, { where: `grid.${axis.key}[${i}]`, recipeFile: null, label: null, values: new Map([[axis.key, value]]) }]),
-    );
-  }
-  return combos;
-}
-
-function mergedValues(sources: Source[]): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const source of sources) for (const [k, v] of source.values) out[k] = v;
-  return out;
-}
-
-/** Keys (and `recipe` for cases that switch the base file) whose value is not the same in every run. */
-function varyingKeys(combos: Source[][], baseRecipe: string | null): string[] {
-  const keys: string[] = [];
-  const valuesOf = (key: string) => combos.map((combo) => canonical(key === 'recipe' ? ([...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? baseRecipe) : mergedValues(combo)[key]));
-  for (const key of ['recipe', ...new Set(combos.flatMap((combo) => combo.flatMap((s) => [...s.values.keys()])))]) {
-    if (new Set(valuesOf(key)).size > 1) keys.push(key);
-  }
-  return keys;
-}
-
-/**
- * The run's name: its case's label (or the case's varying values), then one part per varying grid axis, joined by
- * '-' (the sweep's name when nothing varies). Numbers and booleans are `<last key segment><value>` (`seed2`, `lr0.001`), strings their value, attention
- * entries their name (plus the options that tell apart entries of the same name), other values their position.
- */
-function runName(combo: Source[], varying: string[], axes: Axis[], sweepName: string): { name: string; group: string; pairing: string } {
-  const parts: { part: string; key: string }[] = [];
-  for (const source of combo) {
-    const axis = axes.find((a) => source.where.startsWith(`grid.${a.key}[`));
-    if (axis) {
-      if (!varying.includes(axis.key)) continue;
-      const index = Number(/\[(\d+)\]$/.exec(source.where)![1]);
-      parts.push({ part: valuePart(axis.key, axis.values[index], index, axis.values), key: axis.key });
-    } else if (source.label !== null) {
-      parts.push({ part: source.label, key: 'label' });
-    } else {
-      const own = [...source.values].filter(([k]) => varying.includes(k)).map(([k, v]) => valuePart(k, v, 0, [v]));
-      if (source.recipeFile !== null && varying.includes('recipe')) own.unshift(sanitize(path.basename(source.recipeFile, path.extname(source.recipeFile))));
-      if (own.length > 0) parts.push({ part: own.join('-'), key: 'case' });
-    }
-  }
-  const without = (...keys: string[]) => parts.filter((p) => !keys.includes(p.key)).map((p) => p.part).join('-') || sweepName;
-  return { name: without(), group: without(SEED_KEY), pairing: without(SEED_KEY, ATTENTION_KEY, `${ATTENTION_KEY}.name`) };
-}
-
-function valuePart(key: string, value: unknown, index: number, all: unknown[]): string {
-  if (key === ATTENTION_KEY) {
-    const entry = attentionEntry(value);
-    const sameName = all.map(attentionEntry).filter((e) => e.name === entry.name);
-    if (sameName.length < 2) return sanitize(entry.name);
-    const differing = Object.keys(entry.options).filter((k) => sameName.some((e) => canonical(e.options[k]) !== canonical(entry.options[k])));
-    return sanitize([entry.name, ...differing.map((k) => `${k}${String(entry.options[k])}`)].join('-'));
-  }
-  const last = key.split('.').at(-1)!;
-  if (typeof value === 'string') return sanitize(path.basename(value));
-  if (typeof value === 'number' || typeof value === 'boolean' || value === null) return sanitize(`${last}${String(value)}`);
-  return `${last}${index}`;
-}
-
-function attentionEntry(value: unknown): { name: string; options: Record<string, unknown> } {
-  if (typeof value === 'string') return { name: value, options: {} };
-  const entry = value as { name: string; options?: Record<string, unknown> | null };
-  return { name: entry.name, options: entry.options ?? {} };
-}
-
-const sanitize = (text: string) => text.replace(/[^A-Za-z0-9._-]+/g, '_');
-
-function checkUniqueNames(runs: { name: string; where: string }[], problems: string[]): void {
-  const seen = new Map<string, string>();
-  for (const run of runs) {
-    const other = seen.get(run.name);
-    if (other !== undefined) problems.push(`two runs get the name ${run.name} (${other} and ${run.where}); give the cases a label`);
-    else seen.set(run.name, run.where);
   }
 }
 
@@ -437,7 +316,7 @@ function resolveRunRecipe(
       problems.push(...errors.map((e) => `recipe ${recipeFile}: ${e}`));
       return null;
     }
-    base = isMapping(value) ? value : {};
+    base = isRecord(value) ? value : {};
     cache.set(recipeFile, base);
   }
   const mapping = structuredClone(base);
@@ -472,7 +351,7 @@ function dedupe(problems: string[]): string[] {
 function readReport(value: unknown, problems: string[]): Sweep['report'] {
   const out: Sweep['report'] = { baseline: null, metric: 'finalValLoss' };
   if (value === undefined || value === null) return out;
-  if (!isMapping(value)) {
+  if (!isRecord(value)) {
     problems.push(`report must be a mapping (got ${describe(value)})`);
     return out;
   }
@@ -496,27 +375,6 @@ function optionalString(node: Record<string, unknown>, key: string, problems: st
   if (typeof value === 'string' && value !== '') return value;
   problems.push(`${key} must be a non-empty string (got ${describe(value)})`);
   return null;
-}
-
-function setPath(target: Record<string, unknown>, key: string, value: unknown): void {
-  const parts = key.split('.');
-  let node = target;
-  for (const part of parts.slice(0, -1)) {
-    if (!isMapping(node[part])) node[part] = {};
-    node = node[part] as Record<string, unknown>;
-  }
-  node[parts.at(-1)!] = value;
-}
-
-/** Stable JSON (sorted keys), to compare values. */
-export function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (isMapping(value)) return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(',')}}`;
-  return JSON.stringify(value) ?? 'undefined';
-}
-
-function isMapping(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 function describe(value: unknown): string {

@@ -1,5 +1,5 @@
 // The state of every run of a set, from its run folders, the tasks' locks and records (set-files.ts) and what the
-// executors' queues say (Executor.queue):
+// executors' queues say (SweepExecutor.queue):
 //
 //   done      a run folder holds summary.json
 //   running   a live task holds the run's lock, or an executor says its task runs
@@ -9,16 +9,16 @@
 //   failed    the last attempt ended with an error (its last log line), or an executor ended the task (e.g. out of
 //             memory)
 import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
-import type { ExecutorQueue } from './executor.ts';
-import { EXECUTORS } from './executors.ts';
+import type { SweepExecutorQueue } from './sweep-executor.ts';
+import { SWEEP_EXECUTORS } from './executor-registry.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import { lockIsLive, logFile, readAttempt, readLock } from './set-files.ts';
 import { SUMMARY_FILE } from '../store/layout.ts';
+import { readSummary } from '../store/run-record.ts';
 
 /** An executor's queue, named. */
-export type NamedQueue = ExecutorQueue & { executor: string };
+export type NamedQueue = SweepExecutorQueue & { executor: string };
 
 export type RunStateName = 'done' | 'running' | 'pending' | 'stopped' | 'failed';
 
@@ -69,13 +69,11 @@ export function runState(sweep: RunSet, run: SetRun, queues: NamedQueue[] = []):
 
 /** A done run's line: summary.json's `headline` where its worker wrote one (run sets other than training), else the trainer's numbers. */
 function summaryLine(dir: string): string {
-  try {
-    const s = JSON.parse(readFileSync(path.join(dir, SUMMARY_FILE), 'utf8')) as Record<string, number> & { headline?: unknown };
-    if (typeof s.headline === 'string') return s.headline;
-    return `val loss ${s.val_loss?.toFixed(4)} after ${s.steps} steps, ${Math.round(s.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;
-  } catch {
-    return 'summary.json unreadable';
-  }
+  let unreadable = false;
+  const summary = readSummary(dir, { unreadable: () => (unreadable = true) });
+  if (unreadable) return `${SUMMARY_FILE} unreadable`;
+  if (summary?.headline !== undefined) return summary.headline;
+  return `val loss ${summary?.val_loss?.toFixed(4)} after ${summary?.steps} steps, ${Math.round(summary?.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;
 }
 
 /** The last non-empty line of the run's log (the trainer's output over all attempts), without the task's markers. */
@@ -87,7 +85,7 @@ function lastLogLine(sweep: RunSet, run: SetRun): string {
 }
 
 /** The status table: one line per run. */
-export function formatStatus(states: RunState[]): string {
+function formatStatus(states: RunState[]): string {
   const width = Math.max(...states.map((s) => s.run.name.length));
   const counts = new Map<RunStateName, number>();
   for (const s of states) counts.set(s.state, (counts.get(s.state) ?? 0) + 1);
@@ -101,7 +99,7 @@ export function formatStatus(states: RunState[]): string {
  * queues hold), then the table; `failed` when some run failed.
  */
 export function setStatus(set: RunSet, what: string): { text: string; states: RunState[]; failed: boolean } {
-  const queues: NamedQueue[] = EXECUTORS.flatMap((executor) => {
+  const queues: NamedQueue[] = SWEEP_EXECUTORS.flatMap((executor) => {
     const queue = executor.queue?.(set) ?? null;
     return queue ? [{ ...queue, executor: executor.name }] : [];
   });

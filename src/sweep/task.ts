@@ -10,7 +10,7 @@
 // is a child process in the task's process group, so a Ctrl-C in a terminal or a scheduler's cancel/requeue/preemption
 // signal it directly; the task passes on only SIGUSR1, as SIGTERM: an executor's stop request (the local executor's
 // Ctrl-C, a scheduler's time-limit warning). After such a stop the executor the task runs in may requeue it
-// (Executor.requeue).
+// (SweepExecutor.requeue).
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
 import { spawn } from 'node:child_process';
@@ -21,8 +21,8 @@ import YAML from 'yaml';
 import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
 import { takeLockFile, thisProcess, type LockResult } from '../core/lock-file.ts';
 import { signalExitCode } from '../train/stop.ts';
-import { currentTask } from './executors.ts';
-import type { ExecutorTask } from './executor.ts';
+import { currentTask } from './executor-registry.ts';
+import type { SweepExecutorTask } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import type { RunFolder } from './run-folders.ts';
@@ -37,7 +37,7 @@ const TRAIN_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..
  * Takes the run's lock (src/core/lock-file.ts), or returns the live holder. A stale lock (dead process on this host,
  * or an earlier attempt of this very executor task, which a requeue restarts) is replaced.
  */
-function takeLock(file: string, task: ExecutorTask | null): LockResult<Lock> {
+function takeLock(file: string, task: SweepExecutorTask | null): LockResult<Lock> {
   const sameTask = (holder: Lock) => task !== null && holder.task?.executor === task.executor && holder.task.name === task.name;
   return takeLockFile<Lock>(file, { ...thisProcess(), task }, (holder) => sameTask(holder) || !lockIsLive(holder));
 }

@@ -6,13 +6,14 @@
 //                  versions of Node, tfjs and the backend (TensorFlow's, on the tensorflow backend), the CPU, memory, command line,
 //                  start time, and the data paths both absolute and relative to the run folder (a moved run folder
 //                  still finds data that moved with it); each resume appends its own entry under `resumes`
-//   metrics.jsonl  one JSON object per record (MetricRecord, records.ts), the source of truth for curves (validation
+//   metrics.jsonl  one JSON object per record (MetricRecord, src/store/run-record.ts), the source of truth for curves (validation
 //                  adds bpb and acc)
 //   log.txt        the progress lines and warnings printed during the run, each line after its ISO time
 //   events.out.tfevents.<seconds>.slayformer   the metric records as TensorBoard events (tensorboard.ts), unless
 //                  tensorboard.enabled is false
 //   wandb.json     the fixed W&B run id/project/entity and upload status (see src/telemetry/wandb.ts)
-//   summary.json   written by finish(), with the process's peak resident memory (peak_rss_bytes)
+//   summary.json   written by finish() (TrainingSummaryRecord, src/store/run-record.ts), with the process's peak
+//                  resident memory (peak_rss_bytes)
 // Every file is written without following a symbolic link at its name (src/core/own-file.ts): a link planted in a
 // shared run folder is refused, naming it, never written through.
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
@@ -26,7 +27,7 @@ import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-fo
 import { environmentRecord } from './environment.ts';
 import { fitFields, ProgressBar } from './progress-bar.ts';
 import type { LineField, StepProgress } from './progress-bar.ts';
-import { checkRecord, readMetrics, type MetricRecord } from './records.ts';
+import { checkRecord, readMetrics, writeSummary, type MetricRecord, type TrainingSummary } from '../store/run-record.ts';
 import { TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
@@ -165,17 +166,13 @@ export class RunLogger {
   }
 
   /** Writes summary.json and flushes/finishes W&B (never throws for W&B problems). Idempotent. */
-  async finish(summary: Record<string, unknown>): Promise<void> {
+  async finish(summary: TrainingSummary): Promise<void> {
     if (this.finished) return;
     this.finished = true;
     this.endProgress();
     // maxRSS is in KiB: the peak of the whole process, replica threads included (not a GPU's memory).
     const peakRss = process.resourceUsage().maxRSS * 1024;
-    // Written aside and renamed: summary.json marks a run done (sweeps, initFrom auto:, compare), so whoever sees it
-    // exists must find it whole.
-    const file = path.join(this.dir, SUMMARY_FILE);
-    writeJson(`${file}.tmp`, { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
-    fs.renameSync(`${file}.tmp`, file);
+    writeSummary(this.dir, { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
     if (!this.sink) return;
     const result = await this.sink.finish((this.options.wandbFinishTimeoutS ?? 60) * 1000);
     const info = readWandbInfo(this.dir);

@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import { TENSORBOARD_FILE_PREFIX, TENSORBOARD_FILE_SUFFIX } from '../store/layout.ts';
-import type { MetricRecord } from './records.ts';
+import type { MetricRecord } from '../store/run-record.ts';
 import { toWandbRow } from './wandb.ts';
 
 /** The CRC32C (Castagnoli) table, reflected polynomial 0x82F63B78. */
@@ -112,12 +112,12 @@ class ProtoWriter {
 }
 
 /** The first event of every file: the version string TensorBoard checks. */
-export function fileVersionEvent(wallTime: number): Buffer {
+function fileVersionEvent(wallTime: number): Buffer {
   return new ProtoWriter().double(1, wallTime).string(3, 'brain.Event:2').finish();
 }
 
 /** An Event holding one scalar summary value per tag. */
-export function scalarsEvent(wallTime: number, step: number, scalars: Record<string, number>): Buffer {
+function scalarsEvent(wallTime: number, step: number, scalars: Record<string, number>): Buffer {
   const summary = new ProtoWriter();
   for (const [tag, value] of Object.entries(scalars)) summary.bytes(1, new ProtoWriter().string(1, tag).float(2, value).finish());
   return new ProtoWriter().double(1, wallTime).uint(2, step).bytes(5, summary.finish()).finish();

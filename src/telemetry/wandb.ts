@@ -12,7 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
-import { readMetrics, type MetricRecord } from './records.ts';
+import { readMetrics, type MetricRecord } from '../store/run-record.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {
@@ -29,7 +29,7 @@ export interface WandbRunInfo {
 export const WANDB_INFO_FILE = 'wandb.json';
 
 /** W&B run ids: 8 characters of [a-z0-9], like the SDK's own. */
-export function newWandbRunId(): string {
+function newWandbRunId(): string {
   const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
   return [...randomBytes(8)].map((b) => alphabet[b % alphabet.length]).join('');
 }

@@ -14,24 +14,14 @@
 // R = 1 is trainStep itself, and a run is reproducible for a given R (dropout masks depend on R).
 //
 // Only the main thread holds optimizer state, evaluates and checkpoints; replicas hold weights.
-import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
-import type { BackendName, Device } from '../backend/device.ts';
+import type { BackendName } from '../backend/device.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import type { AdamW } from './optimizer.ts';
 import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './step.ts';
 import type { StepOptions, StepResult } from './step.ts';
-
-/**
- * The number of replicas for train.dataParallel: `auto` = one per core on a device whose replica keeps one
- * core busy (wasm, cpu), 1 on one whose own thread pool takes them all (tensorflow); never more than the rows of a batch.
- */
-export function resolveDataParallel(setting: number | 'auto', device: Pick<Device, 'coresPerReplica'>, batchSize: number): number {
-  const wanted = setting === 'auto' ? (device.coresPerReplica === 'all' ? 1 : availableParallelism()) : setting;
-  return Math.max(1, Math.min(wanted, batchSize));
-}
 
 /** Rows [start, start + count) of a batch, as a batch that owns its arrays (they are posted to a worker). */
 export function sliceRows(batch: ModelBatch, start: number, count: number): ModelBatch {

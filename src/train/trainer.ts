@@ -27,6 +27,7 @@ import type { EvalResult, EvalSample } from './evaluate.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
 import type { LoadedCheckpoint } from '../store/checkpoint.ts';
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
+import type { TrainingSummary } from '../store/run-record.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
 import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
@@ -37,9 +38,8 @@ import type { StepExecutor } from './step-executor.ts';
 import { RunState } from './run-state.ts';
 import { startStepExecutor } from './step-executors/index.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
-import { resolveDataParallel } from './data-parallel.ts';
 import { currentDevice } from '../backend/current.ts';
-import type { Device } from '../backend/device.ts';
+import { resolveDataParallel, type Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { resolveXla } from '../backend/tf-graph.ts';
 
@@ -338,7 +338,7 @@ class TrainingLoop {
     await this.executor?.pull();
     const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
     const parameters = this.parameterCount;
-    const summary = {
+    const summary: TrainingSummary = {
       steps: step, tokens, elapsed_s: state.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
       val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, val_acc: finalVal.accuracy, parameters, final: path.relative(logger.dir, finalDir),
     };

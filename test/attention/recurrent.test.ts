@@ -81,7 +81,7 @@ function compare(attn: AttentionModule, q: Array4, k: Array4, v: Array4, blocks?
   return { errors: worstPositionError(stepped.outputs, full), shapes: stepped.shapes, full };
 }
 
-describe.each(CASES)('%s', (label, name, options) => {
+describe.each(CASES)('%s', (_label, name, options) => {
   beforeAll(async () => {
     await initBackend(testBackend());
   });

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BACKEND_ENV, describeDevice, type BackendProbe } from '../../src/backend/device.ts';
 import { currentBuild } from '../../src/backend/native-build.ts';
 import { listCheckpoints } from '../../src/store/run-folder.ts';
-import { resolveDataParallel } from '../../src/train/data-parallel.ts';
+import { resolveDataParallel } from '../../src/backend/device.ts';
 import { loadSweep, trainingCores } from '../../src/sweep/spec.ts';
 import { makeTinySetup, tinyRecipeText, type TinySetup } from '../train/checkpoint-fixtures.ts';
 

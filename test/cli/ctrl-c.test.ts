@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMPLETE_MARKER } from '../../src/core/atomic-folder.ts';
 import { listCheckpoints } from '../../src/store/run-folder.ts';
-import { readMetrics } from '../../src/telemetry/records.ts';
+import { readMetrics } from '../../src/store/run-record.ts';
 import { waitForOutput } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from '../train/checkpoint-fixtures.ts';
 import type { TinySetup } from '../train/checkpoint-fixtures.ts';

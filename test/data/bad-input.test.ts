@@ -174,7 +174,7 @@ describe('bad dataset paths', () => {
     fs.writeFileSync(path.join(split, 'state.json'), JSON.stringify({ _data_files: [{ filename: 'data-00000-of-00001.arrow' }], _split: null }));
     await expect(listShards(split, 'train')).rejects.toThrow(regex(`${split}: shard data-00000-of-00001.arrow listed in state.json is missing`));
     fs.writeFileSync(path.join(split, 'state.json'), '{"_data_files": [');
-    await expect(listShards(split, 'train')).rejects.toThrow(regex(`${path.join(split, 'state.json')}: is not valid JSON`));
+    await expect(listShards(split, 'train')).rejects.toThrow(regex(`${path.join(split, 'state.json')}: not valid JSON`));
   });
 });
 

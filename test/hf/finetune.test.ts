@@ -22,7 +22,7 @@ import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { streamOptions } from '../../src/train/plan.ts';
 import { trainStep } from '../../src/train/step.ts';
 import { runTraining } from '../../src/train/trainer.ts';
-import type { MetricRecord } from '../../src/telemetry/records.ts';
+import type { MetricRecord } from '../../src/store/run-record.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 import { BERT_DIR, GPT2_DIR, sameBytes } from './fixtures.ts';

@@ -38,6 +38,17 @@ describe('layers', () => {
     expect(upward).toEqual([]);
   });
 
+  it('a sweep file loads and packs its runs onto cores without src/train (spec.ts, grid.ts import none of it)', () => {
+    const training: string[] = [];
+    for (const name of ['spec.ts', 'grid.ts']) {
+      const file = path.join(SRC, 'sweep', name);
+      for (const match of readFileSync(file, 'utf8').matchAll(/(?:from\s+|import\(\s*)'(\.{1,2}\/[^']+)'/g)) {
+        if (layerOf(path.resolve(path.dirname(file), match[1])) === 'train') training.push(`sweep/${name} → ${match[1]}`);
+      }
+    }
+    expect(training).toEqual([]);
+  });
+
   it('inside src/data, imports run downward: prepare/, then the eval sample and tokenizer training, the stream, the reader and epoch estimate, the rest', () => {
     const DATA = path.join(SRC, 'data');
     // Higher may import lower or equal; files not named here are the bottom.

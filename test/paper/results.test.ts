@@ -211,6 +211,6 @@ describe('readUnitResult', () => {
       expect(() => readUnitResult(file), problem).toThrow(`${file}: not a unit result: ${problem}`);
     }
     writeFileSync(file, '{"experiment":');
-    expect(() => readUnitResult(file)).toThrow(`${file}: cannot be read as JSON`);
+    expect(() => readUnitResult(file)).toThrow(`${file}: not valid JSON`);
   });
 });

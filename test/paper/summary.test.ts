@@ -41,7 +41,7 @@ describe('summaryLines', () => {
     const resultsDir = path.join(dir, 'bad');
     mkdirSync(resultsDir, { recursive: true });
     writeFileSync(path.join(resultsDir, 'slay-tasks.json'), '{ not json');
-    await expect(summaryLines(resultsDir, dir)).rejects.toThrow(/slay-tasks\.json: cannot be read as JSON/);
+    await expect(summaryLines(resultsDir, dir)).rejects.toThrow(/slay-tasks\.json: not valid JSON/);
   });
 });
 

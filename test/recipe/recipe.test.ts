@@ -6,6 +6,7 @@ import { attentionOptionSpecs } from '../../src/model/attention/index.ts';
 import { loadRecipe } from '../../src/store/recipes.ts';
 import { RECIPE_DEFAULTS, RECIPE_SCHEMA, type Recipe } from '../../src/recipe/schema.ts';
 import { renderRecipeDocs } from '../../src/recipe/docs.ts';
+import { parseAssignment } from '../../src/recipe/load.ts';
 
 let dir: string;
 /** Writes `yaml` to a recipe file and returns its path. */
@@ -196,6 +197,18 @@ describe('loadRecipe', () => {
     expect(errorOf(file, ['--model.attention.options.quadratureNodes=0'])).toContain('model.attention.options.quadratureNodes');
     expect(errorOf(file, ['--train=3'])).toContain('train is a section');
     expect(errorOf(file, ['train.lr=1'])).toContain('must look like --section.key=value');
+  });
+});
+
+describe('parseAssignment: the one key=value parser (recipe overrides after their dashes, a sweep’s --set)', () => {
+  it('parses the value as a YAML scalar and says what is wrong with a setting that is not one', () => {
+    expect(parseAssignment('train.lr=1e-3')).toEqual({ key: 'train.lr', value: 0.001 });
+    expect(parseAssignment('model.attention.options.orthogonal=false')).toEqual({ key: 'model.attention.options.orthogonal', value: false });
+    expect(parseAssignment('initFrom=null')).toEqual({ key: 'initFrom', value: null });
+    expect(parseAssignment('name=a=b')).toEqual({ key: 'name', value: 'a=b' });
+    expect(parseAssignment('data.tokenizer=')).toEqual({ key: 'data.tokenizer', value: '' });
+    expect(parseAssignment('train.lr')).toEqual({ problem: 'not key=value' });
+    expect(parseAssignment('train.lr=[1')).toMatchObject({ problem: 'not YAML' });
   });
 });
 

@@ -3,7 +3,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { compareRuns, csvTable, groupCurves, groupRuns, latexTable, loadRun, resolveRunDirs } from '../../src/report/compare.ts';
+import { compareRuns } from '../../src/report/compare.ts';
+import { groupCurves, groupRuns } from '../../src/report/groups.ts';
+import { loadRun, resolveRunDirs } from '../../src/report/load-runs.ts';
+import { csvTable, latexTable } from '../../src/report/table.ts';
+import { encodeSafetensors } from '../../src/hf/safetensors.ts';
 import { folderSegment, safeJoin } from '../../src/report/safe-path.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
@@ -274,6 +278,21 @@ describe('compareRuns', () => {
     writeFileSync(join(spread, 'config.json'), JSON.stringify({ ...config, train: { ...config.train, evalSample: 'spread' } }));
     await expect(compareRuns([head, spread], { outDir: join(root, 'eval-samples-report'), warn: () => {} })).rejects.toThrow(
       /train\.evalTokens and train\.evalSample \(other validation tokens\): \?: softmax-head; \? spread: slay-spread/,
+    );
+  });
+
+  it('tells tokenizers apart by the sha256 their final model recorded, not by the path config.json names', async () => {
+    const shaRoot = join(root, 'tokenizer-sha');
+    const withModel = (folder: string, sha: string) => {
+      const dir = writeRun({ parent: shaRoot, folder, attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+      mkdirSync(join(dir, 'final'));
+      writeFileSync(join(dir, 'final', 'model.safetensors'), encodeSafetensors(new Map([['w', { shape: [1], data: new Float32Array([1]) }]]), { tokenizer_sha256: sha }));
+      return dir;
+    };
+    const [a, b] = [withModel('a', 'a'.repeat(64)), withModel('b', 'b'.repeat(64))];
+    expect((await loadRun(a)).family.tokenizer).toBe(`sha256 ${'a'.repeat(12)} (t.json)`);
+    await expect(compareRuns([a, b], { outDir: join(root, 'sha-report'), warn: () => {} })).rejects.toThrow(
+      `tokenizer (another vocabulary: other tokens, other losses): sha256 ${'a'.repeat(12)} (t.json): a; sha256 ${'b'.repeat(12)} (t.json): b`,
     );
   });
 

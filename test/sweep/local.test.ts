@@ -7,7 +7,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readMetrics } from '../../src/telemetry/records.ts';
+import { readMetrics } from '../../src/store/run-record.ts';
 import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitForFiles, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
 

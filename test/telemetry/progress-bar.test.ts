@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fitFields, joinFields, progressFields, ProgressBar, type LineField } from '../../src/telemetry/progress-bar.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
+import { TRAINING_SUMMARY } from '../helpers/run-record.ts';
 
 /** A terminal of `columns` columns that keeps what is written to it. */
 class FakeTerminal extends Writable {
@@ -99,7 +100,7 @@ describe('RunLogger on a terminal', () => {
     const fields = progressFields(STEP);
     logger.line(joinFields(fields), fields);
     logger.line('a plain line');
-    await logger.finish({});
+    await logger.finish(TRAINING_SUMMARY);
     expect(terminal.written).toBe(`${fitFields(fields, 79)}\na plain line\n`);
     expect(fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8')).toContain(` ${joinFields(fields)}\n`);
   });

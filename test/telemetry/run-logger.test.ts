@@ -4,12 +4,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
-import { checkRecord, readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
+import { checkRecord, readMetrics, type MetricRecord } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { type Recipe } from '../../src/recipe/schema.ts';
 import { RUN_MARKER } from '../../src/store/layout.ts';
 import { readWandbInfo } from '../../src/telemetry/wandb.ts';
+import { TRAINING_SUMMARY } from '../helpers/run-record.ts';
 
 const REQUIRED_FIELDS = ['step', 'tokens', 'split', 'loss', 'ppl', 'lr', 'grad_norm', 'tokens_per_s', 'elapsed_s'];
 
@@ -106,7 +107,7 @@ describe('RunLogger', () => {
     const logger = await RunLogger.create(recipe(), { echo: false });
     logger.log(trainRecord(1, 5));
     fs.appendFileSync(path.join(logger.dir, 'metrics.jsonl'), '{"step": 2, "spl\n');
-    expect(() => readMetrics(logger.dir)).toThrow(`${path.join(logger.dir, 'metrics.jsonl')}:2: not a JSON object`);
+    expect(() => readMetrics(logger.dir)).toThrow(`${path.join(logger.dir, 'metrics.jsonl')}:2: not valid JSON`);
     expect(() => checkRecord({ step: 1 }, 'here')).toThrow('here: metric record field split');
   });
 
@@ -115,15 +116,14 @@ describe('RunLogger', () => {
     logger.line('step 1 loss 5.0');
     logger.warn('slow step');
     logger.log(trainRecord(1, 5));
-    await logger.finish({ final_val_loss: 4.2 });
-    await logger.finish({ ignored: true }); // idempotent
+    await logger.finish({ ...TRAINING_SUMMARY, val_loss: 4.2 });
+    await logger.finish({ ...TRAINING_SUMMARY, val_loss: 1 }); // idempotent
     // Each line of log.txt after its ISO time; stdout and stderr get the lines as they are.
     const time = '\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z';
     expect(fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8')).toMatch(new RegExp(`^${time} step 1 loss 5\\.0\\n${time} warning: slow step\\n$`));
     const summary = JSON.parse(fs.readFileSync(path.join(logger.dir, 'summary.json'), 'utf8')) as Record<string, unknown>;
-    expect(summary).toMatchObject({ final_val_loss: 4.2, records: 1 });
+    expect(summary).toMatchObject({ ...TRAINING_SUMMARY, val_loss: 4.2, records: 1 });
     expect(summary.peak_rss_bytes).toBeGreaterThan(10 * 2 ** 20); // this process's peak resident memory
-    expect(summary).not.toHaveProperty('ignored');
   });
 
   it('resumes a run folder: drops records after the checkpoint step, keeps the W&B id, appends', async () => {

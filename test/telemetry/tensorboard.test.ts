@@ -10,12 +10,13 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
-import { readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
+import { readMetrics, type MetricRecord } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { crc32c, maskedCrc32c, recordScalars, tfRecord } from '../../src/telemetry/tensorboard.ts';
 import { runTraining } from '../../src/train/trainer.ts';
 import { findPythonWith, TRANSFORMERS_SETUP } from '../helpers/python.ts';
 import { makeTinySetup, tinyRecipeText } from '../train/checkpoint-fixtures.ts';
+import { TRAINING_SUMMARY } from '../helpers/run-record.ts';
 
 const python = findPythonWith(['tensorboard']);
 if (!python) console.warn(`skipped: reading event files back with TensorBoard's reader needs a Python with tensorboard (set up with: ${TRANSFORMERS_SETUP})`);
@@ -105,7 +106,7 @@ describe.skipIf(!python)('the run logger\'s event file, read by TensorBoard', ()
     expect(live.scalars['val/grad_norm']).toBeUndefined(); // null in the record: no point
     logger.log(train(30, 4.9));
     expect(readWithTensorBoard(logger.dir).scalars['train/loss'].map(([step]) => step)).toEqual([10, 20, 30]);
-    await logger.finish({});
+    await logger.finish(TRAINING_SUMMARY);
   });
 
   it('a training run on the wasm backend: TensorBoard shows every record of metrics.jsonl', async () => {

@@ -6,11 +6,12 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { readMetrics, type MetricRecord } from '../../src/telemetry/records.ts';
+import { readMetrics, type MetricRecord } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { type Recipe } from '../../src/recipe/schema.ts';
 import { readWandbInfo, replayToWandb, toWandbRow, wandbDecision } from '../../src/telemetry/wandb.ts';
+import { TRAINING_SUMMARY } from '../helpers/run-record.ts';
 
 interface MockWandb {
   url: string;
@@ -143,7 +144,7 @@ describe('W&B sink (loopback mock)', () => {
     const r = recipe(true);
     const logger = await RunLogger.create(r, { echo: false });
     for (const record of records()) logger.log(record);
-    await logger.finish({ final_loss: 4.4 });
+    await logger.finish(TRAINING_SUMMARY);
 
     const info = readWandbInfo(logger.dir);
     expect(info.status).toBe('synced');
@@ -182,7 +183,7 @@ describe('W&B sink (loopback mock)', () => {
     process.env.WANDB_API_KEY = '';
     const logger = await RunLogger.create(recipe('auto'), { echo: false }); // no key → no live upload
     for (const record of records()) logger.log(record);
-    await logger.finish({});
+    await logger.finish(TRAINING_SUMMARY);
     expect(mock.upserts).toHaveLength(0);
     const id = readWandbInfo(logger.dir).id;
     expect(readWandbInfo(logger.dir).status).toBe('pending');
@@ -210,7 +211,7 @@ describe('W&B sink (loopback mock)', () => {
     const logger = await RunLogger.create(recipe('auto'), { echo: false });
     const count = 5003; // more than one replay chunk (5000)
     for (let i = 0; i < count; i++) logger.log({ ...records()[0], step: i + 1, tokens: (i + 1) * 128 });
-    await logger.finish({});
+    await logger.finish(TRAINING_SUMMARY);
     process.env.WANDB_API_KEY = 'test-key';
     await replayToWandb(logger.dir);
     const contents = mock.streams.flatMap((s) => (s.body.files as Record<string, { content: string[] }> | undefined)?.['wandb-history.jsonl']?.content ?? []);
@@ -225,14 +226,14 @@ describe('W&B sink (loopback mock)', () => {
     useMock();
     const first = await RunLogger.create(recipe(true), { echo: false });
     for (const record of records()) first.log(record);
-    await first.finish({});
+    await first.finish(TRAINING_SUMMARY);
     const id = readWandbInfo(first.dir).id;
     mock.reset();
 
     const resumed = await RunLogger.create(recipe(true), { echo: false, resumeDir: first.dir, resumeStep: 20 });
     const next: MetricRecord = { ...records()[3], loss: 4.3 };
     resumed.log(next);
-    await resumed.finish({});
+    await resumed.finish(TRAINING_SUMMARY);
     expect(mock.upserts.map((u) => u.name)).toEqual([id]);
     const expected = [...records().slice(0, 3), next];
     expect(readMetrics(first.dir)).toEqual(expected);
@@ -252,7 +253,7 @@ describe('W&B sink (loopback mock)', () => {
 
     const logger = await RunLogger.create(recipe(true), { echo: false });
     for (const record of records()) logger.log(record);
-    await expect(logger.finish({})).resolves.toBeUndefined();
+    await expect(logger.finish(TRAINING_SUMMARY)).resolves.toBeUndefined();
     expect(readMetrics(logger.dir)).toEqual(records());
     const log = fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8');
     expect(log.match(/warning: W&B: init failed/g)).toHaveLength(1); // warned once
@@ -265,7 +266,7 @@ describe('W&B sink (loopback mock)', () => {
     mock.mode = 'reject-upsert';
     const logger = await RunLogger.create(recipe(true), { echo: false });
     for (const record of records()) logger.log(record);
-    await logger.finish({});
+    await logger.finish(TRAINING_SUMMARY);
     expect(readMetrics(logger.dir)).toHaveLength(4);
     expect(readWandbInfo(logger.dir).status).toBe('incomplete');
     expect(readWandbInfo(logger.dir).reason).toMatch(/^init failed: Failed to upsert run.*401/);

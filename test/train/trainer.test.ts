@@ -13,7 +13,7 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { evaluate } from '../../src/train/evaluate.ts';
-import type { MetricRecord } from '../../src/telemetry/records.ts';
+import type { MetricRecord, TrainingSummary } from '../../src/store/run-record.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
@@ -85,7 +85,7 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     const recipe = parseRecipe(recipeText, join(dir, 'tiny.yaml'), ['--train.maxTokens=2560']);
     const records: MetricRecord[] = [];
     const lines: string[] = [];
-    let summary: Record<string, unknown> | null = null;
+    let summary: TrainingSummary | null = null;
     const runDir = join(dir, 'runs', 'tiny');
     const result = await runTraining(recipe, {
       logger: { dir: runDir, log: (r) => records.push(r), line: (t) => lines.push(t), finish: async (s) => void (summary = s) },

@@ -11,7 +11,7 @@ import type { SourceDocument } from './document-source.ts';
 /** The file at the dataset's root that records the order (beside dataset_dict.json; `datasets` ignores it). */
 export const DOCUMENT_ORDER_FILE = 'document_order.json';
 /** Inputs of up to this many documents have their whole permutation recorded; larger ones only its sha256. */
-export const RECORDED_PERMUTATION_MAX = 100_000;
+const RECORDED_PERMUTATION_MAX = 100_000;
 /** Text up to this size is shuffled in memory; more goes through bucket files of about half this size each. */
 export const IN_MEMORY_SHUFFLE_BYTES = 512e6;
 /** Bytes of pending lines a bucket holds before they are appended to its file. */

@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { readJsonFile } from '../../core/json.ts';
 import { sotuDocuments, sotuDataDir, DEMO_SEED, DEMO_VALIDATION_FRACTION } from './demo-corpus.ts';
 import { describeOrder, orderDocuments } from './document-order.ts';
 import { writeSplitDataset } from './prepare.ts';
@@ -28,13 +29,7 @@ function packageDir(name: string): string {
   return path.dirname(createRequire(import.meta.url).resolve(`${name}/package.json`));
 }
 
-function readJson(file: string): unknown {
-  try {
-    return JSON.parse(fs.readFileSync(file, 'utf8'));
-  } catch (err) {
-    throw new InputError(`${file}: ${(err as Error).message}`);
-  }
-}
+const readJson = (file: string): unknown => readJsonFile(file, (problem) => new InputError(`${file}: ${problem}`));
 
 async function* sotu(): AsyncGenerator<SourceDocument> {
   for await (const doc of sotuDocuments(sotuDataDir())) yield { ...doc, extra: [`${doc.extra[2]} ${doc.extra[0]}`] };

@@ -9,7 +9,7 @@ import { SPLITS } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE } from './document-order.ts';
 import { InputError } from './document-source.ts';
 
-export const PREPARED_MARKER = '.slayformer-prepared';
+const PREPARED_MARKER = '.slayformer-prepared';
 const TOP_LEVEL = new Set<string>([PREPARED_MARKER, 'dataset_dict.json', DOCUMENT_ORDER_FILE, ...SPLITS]);
 const SPLIT_FILE = /^(state\.json|dataset_info\.json|data-\d{5,}-of-\d{5,}\.arrow)$/;
 
@@ -45,7 +45,10 @@ export function checkOutput(out: string, overwrite: boolean): void {
 export function replaceOutput(staging: string, out: string, overwrite: boolean): void {
   checkOutput(out, overwrite);
   fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
-  if (!fs.existsSync(out)) return fs.renameSync(staging, out);
+  if (!fs.existsSync(out)) {
+    fs.renameSync(staging, out);
+    return;
+  }
   const aside = `${out}.old-${process.pid}`;
   fs.renameSync(out, aside);
   fs.renameSync(staging, out);

@@ -45,7 +45,7 @@ export function inputsHelp(): string[] {
 }
 
 /** The source that reads `file`; an InputError naming the file and the inputs read when none does. */
-export function documentSourceOf(file: string): DocumentSource {
+function documentSourceOf(file: string): DocumentSource {
   const source = claiming(file);
   if (!source) throw new InputError(`${file}: unsupported input file; expected ${supportedInputs()}`);
   return source;

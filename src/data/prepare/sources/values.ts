@@ -32,7 +32,7 @@ function decodes(bytes: Uint8Array, stream: boolean): boolean {
  * The offset of the first byte of the first malformed UTF-8 sequence in `bytes` (the error path of the readers:
  * the platform's strict decoder says whether, bisection on prefixes says where), or -1 when there is none.
  */
-export function invalidUtf8Offset(bytes: Uint8Array): number {
+function invalidUtf8Offset(bytes: Uint8Array): number {
   if (decodes(bytes, false)) return -1;
   // The shortest prefix that fails even as a stream (an invalid byte inside it), else the whole (cut short at the end).
   let [valid, failing] = [0, bytes.length + 1];

@@ -1,22 +1,22 @@
-// The executors by name (the contract: executor.ts). Everything that picks or asks an executor goes through this list:
+// The sweep executors by name (the contract: sweep-executor.ts). Everything that picks or asks an executor goes through this list:
 // `--executor` and its settings' flags (src/cli/executor-options.ts), a set file's `<executor>:` section (spec.ts),
-// status (status.ts) and the task process (task.ts). To add one: a file implementing Executor, and a
-// registerExecutor line below (docs/layout.md).
-import type { Executor, ExecutorTask } from './executor.ts';
+// status (status.ts) and the task process (task.ts). To add one: a file implementing SweepExecutor, and a
+// registerSweepExecutor line below (docs/layout.md).
+import type { SweepExecutor, SweepExecutorTask } from './sweep-executor.ts';
 import { localExecutor } from './local.ts';
 import { slurmExecutor } from './slurm.ts';
 
-const registered: Executor[] = [];
+const registered: SweepExecutor[] = [];
 
 /** Every registered executor, in registration order (a live view). */
-export const EXECUTORS: readonly Executor[] = registered;
+export const SWEEP_EXECUTORS: readonly SweepExecutor[] = registered;
 
 /**
  * Adds an executor. Its name is a word (it names a set file's section and a folder under `_sweep/`); names and flags
  * are where users meet executors, so two executors may not share either. The commands' options are built from the
  * executors registered when they load: the built-in ones below.
  */
-export function registerExecutor(executor: Executor): void {
+export function registerSweepExecutor(executor: SweepExecutor): void {
   if (!/^[a-z][a-z0-9-]*$/.test(executor.name)) throw new Error(`executor name '${executor.name}' must be a lowercase word (letters, digits, '-')`);
   for (const other of registered) {
     if (other.name === executor.name) throw new Error(`an executor named ${executor.name} is registered already`);
@@ -27,26 +27,26 @@ export function registerExecutor(executor: Executor): void {
   registered.push(executor);
 }
 
-registerExecutor(localExecutor);
-registerExecutor(slurmExecutor);
+registerSweepExecutor(localExecutor);
+registerSweepExecutor(slurmExecutor);
 
 /** What `run` uses when no executor is named. */
 export const DEFAULT_EXECUTOR = localExecutor.name;
 
-export const executorNames = (): string[] => EXECUTORS.map((e) => e.name);
+export const executorNames = (): string[] => SWEEP_EXECUTORS.map((e) => e.name);
 
 /** The set-file sections the executors take (those with settings). */
-export const executorSections = (): string[] => EXECUTORS.filter((e) => Object.keys(e.settings).length > 0).map((e) => e.name);
+export const executorSections = (): string[] => SWEEP_EXECUTORS.filter((e) => Object.keys(e.settings).length > 0).map((e) => e.name);
 
-export function executorNamed(name: string): Executor {
-  const executor = EXECUTORS.find((e) => e.name === name);
+export function executorNamed(name: string): SweepExecutor {
+  const executor = SWEEP_EXECUTORS.find((e) => e.name === name);
   if (!executor) throw new Error(`unknown executor '${name}' (one of ${executorNames().join(', ')})`);
   return executor;
 }
 
 /** In a task process: the executor task it runs as, if an executor claims it. */
-export function currentTask(): { executor: Executor; task: ExecutorTask } | null {
-  for (const executor of EXECUTORS) {
+export function currentTask(): { executor: SweepExecutor; task: SweepExecutorTask } | null {
+  for (const executor of SWEEP_EXECUTORS) {
     const name = executor.currentTask?.() ?? null;
     if (name !== null) return { executor, task: { executor: executor.name, name } };
   }
@@ -59,7 +59,7 @@ export function currentTask(): { executor: Executor; task: ExecutorTask } | null
  */
 export function readExecutorSettings(root: Record<string, unknown>, problems: string[], describe: (value: unknown) => string): Record<string, Record<string, unknown>> {
   const out: Record<string, Record<string, unknown>> = {};
-  for (const executor of EXECUTORS) {
+  for (const executor of SWEEP_EXECUTORS) {
     const value = root[executor.name];
     if (value === undefined || value === null || Object.keys(executor.settings).length === 0) continue;
     if (typeof value !== 'object' || Array.isArray(value)) {

@@ -1,12 +1,13 @@
-// The executor contract: where the runs of a run set (run-set.ts) go. An executor starts each pending run's task
+// The sweep executor contract: where the runs of a run set (run-set.ts) go; not to be confused with a step executor
+// (src/train/step-executor.ts: how one training step runs). A sweep executor starts each pending run's task
 // process (set-files.ts taskCommand; the task takes the run's lock, skips it when done, runs the worker: task.ts) here
 // or through a scheduler's queue, and may tell status what its queue knows. Executors are listed by name in the
-// registry (executors.ts); the sweep and paper commands, status, the sweep file's sections and the task process go
+// registry (executor-registry.ts); the sweep and paper commands, status, the sweep file's sections and the task process go
 // through it and name no executor, so a new one is one file plus one registry line (docs/layout.md).
 import type { RunSet, SetRun } from './run-set.ts';
 
 /** One setting of an executor: a key of a set file's `<executor>:` section, and a command-line flag. */
-export interface ExecutorSetting {
+export interface SweepExecutorSetting {
   /** The flag, e.g. `--partition`; unique across executors (the registry checks). */
   flag: string;
   /** Its --help line (after the executor's name), and the placeholder of its value there (default VALUE). */
@@ -19,14 +20,14 @@ export interface ExecutorSetting {
 }
 
 /** What the caller gives an executor besides the runs and settings. */
-export interface ExecutorContext {
+export interface SweepExecutorContext {
   /** Where progress goes (default stdout). */
   out?: NodeJS.WriteStream | NodeJS.WritableStream;
   /** Seconds between progress lines when `out` is not a terminal. */
   logIntervalS?: number;
 }
 
-export type ExecutorOutcome =
+export type SweepExecutorOutcome =
   /**
    * The runs ran here and have ended: finished now, stopped (Ctrl-C), failed; `skipped`: done before; `elsewhere`:
    * left to another process that holds their lock (another sweep or paper command on the same set).
@@ -37,7 +38,7 @@ export type ExecutorOutcome =
 
 /** An executor's word on one run's task. */
 export interface QueuedTask {
-  /** The task as it names itself in locks and attempts (Executor.currentTask). */
+  /** The task as it names itself in locks and attempts (SweepExecutor.currentTask). */
   task: string;
   /** running: it holds its allocation; waiting: queued; failed: the executor ended it (out of memory, time limit…); ended: gone otherwise. */
   phase: 'running' | 'waiting' | 'failed' | 'ended';
@@ -46,7 +47,7 @@ export interface QueuedTask {
 }
 
 /** What an executor's queue knows of a set's tasks. */
-export interface ExecutorQueue {
+export interface SweepExecutorQueue {
   /** For status's header, e.g. the jobs it submitted. */
   header: string;
   /** Whether the queue answered: a lock taken in one of its tasks is believed only while it lists the task, or when it cannot be asked. */
@@ -56,29 +57,29 @@ export interface ExecutorQueue {
 }
 
 /** The executor task a run's lock or attempt was taken in. */
-export interface ExecutorTask {
+export interface SweepExecutorTask {
   executor: string;
-  /** As Executor.currentTask names it. */
+  /** As SweepExecutor.currentTask names it. */
   name: string;
 }
 
-export interface Executor {
+export interface SweepExecutor {
   /** What `--executor` takes; it also names the executor's section of a set file and its folder under `_sweep/`. */
   name: string;
   /** What it does with a run set, a paragraph for --help. */
   description: string;
-  settings: Readonly<Record<string, ExecutorSetting>>;
+  settings: Readonly<Record<string, SweepExecutorSetting>>;
   /**
    * true: run() hands the runs to a scheduler and returns, and they run later, maybe on machines that see other paths
    * (the sweep command then only warns about a missing dataset); false: they run here and run() returns once they ended.
    */
   submits: boolean;
   /** Starts (or submits) `pending`, the set's runs that are not done, with settings its table checked. */
-  run(set: RunSet, pending: SetRun[], settings: Record<string, unknown>, context?: ExecutorContext): Promise<ExecutorOutcome>;
+  run(set: RunSet, pending: SetRun[], settings: Record<string, unknown>, context?: SweepExecutorContext): Promise<SweepExecutorOutcome>;
   /** For --dry-run: what run() would submit (e.g. the batch script), submitting nothing. Absent where nothing is submitted. */
   preview?(set: RunSet, pending: SetRun[], settings: Record<string, unknown>, cwd: string): string;
   /** What its queue says of the set's tasks, for status; null when it holds none of them. Absent: the run's files tell all. */
-  queue?(set: RunSet): ExecutorQueue | null;
+  queue?(set: RunSet): SweepExecutorQueue | null;
   /** In a task process: the name of the executor task this process runs as, or null when it is none of this executor's. */
   currentTask?(): string | null;
   /** In its task process, after it asked the run to stop (SIGUSR1, e.g. before a time limit) and the run did: run the task again later. */

@@ -1,4 +1,4 @@
-// The executor extension point: a toy executor, registered the way a new one is added (registerExecutor), takes its
+// The executor extension point: a toy executor, registered the way a new one is added (registerSweepExecutor), takes its
 // settings from a sweep file's section and its flag, is handed only the runs that are not done, and `sweep status`
 // (setStatus, what the command prints) shows its queue; a task process it claims records its task in the run's
 // attempt. No training: the toy "submits" by writing its own queue file, and the task's worker is a small script that
@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { executorSettings, runOnExecutor } from '../../src/cli/executor-options.ts';
-import type { Executor, ExecutorQueue } from '../../src/sweep/executor.ts';
-import { executorNamed, registerExecutor } from '../../src/sweep/executors.ts';
+import type { SweepExecutor, SweepExecutorQueue } from '../../src/sweep/sweep-executor.ts';
+import { executorNamed, registerSweepExecutor } from '../../src/sweep/executor-registry.ts';
 import type { RunSet, SetRun } from '../../src/sweep/run-set.ts';
 import { executorFolder, readAttempt } from '../../src/sweep/set-files.ts';
 import { loadSweep, SweepError } from '../../src/sweep/spec.ts';
@@ -24,7 +24,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const asked: { runs: string[]; settings: Record<string, unknown> }[] = [];
 const queueFile = (set: RunSet) => join(executorFolder(set, 'toy'), 'queue.json');
 
-const toy: Executor = {
+const toy: SweepExecutor = {
   name: 'toy',
   description: 'queues the runs in a file of its own',
   settings: {
@@ -38,14 +38,14 @@ const toy: Executor = {
     return { kind: 'submitted', what: 'toy batch 1', runs: pending.length, file: queueFile(set) };
   },
   preview: (_set, pending) => pending.map((r) => r.name).join('\n'),
-  queue(set: RunSet): ExecutorQueue | null {
+  queue(set: RunSet): SweepExecutorQueue | null {
     if (!existsSync(queueFile(set))) return null;
     const indices = JSON.parse(readFileSync(queueFile(set), 'utf8')) as number[];
     return { header: 'toy batch 1', reachable: true, tasks: new Map(indices.map((i) => [i, { task: `toy task ${i}`, phase: 'waiting', detail: `toy ${i} queued` }])) };
   },
   currentTask: () => (process.env.TOY_TASK ? `toy task ${process.env.TOY_TASK}` : null),
 };
-registerExecutor(toy);
+registerSweepExecutor(toy);
 
 const recipe = join(dir, 'base.yaml');
 writeFileSync(recipe, 'model: { dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4 }\n');
@@ -74,7 +74,7 @@ describe('a registered executor', () => {
     const sweep = loadSweep(sweepFile('flags', 'toy: { batch: 2 }'));
     expect(executorSettings(toy, sweep.executorSettings.toy, { 'toy-batch': '5' })).toEqual({ batch: 5 });
     expect(() => executorSettings(toy, {}, { cores: '2' })).toThrow('--cores is a setting of the local executor, not of toy');
-    expect(() => registerExecutor({ ...toy, name: 'toy2' })).toThrow('executors toy and toy2 both take --toy-batch');
+    expect(() => registerSweepExecutor({ ...toy, name: 'toy2' })).toThrow('executors toy and toy2 both take --toy-batch');
     expect(executorNamed('toy')).toBe(toy);
   });
 

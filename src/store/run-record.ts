@@ -1,0 +1,177 @@
+// The run record: what a run folder says about its run, typed once and read through one reader per file.
+//   metrics.jsonl   MetricRecord, one JSON object per line, the source of truth for curves: the run logger writes
+//                   them, W&B and TensorBoard receive them, compare, the model card, sweep plan and the tests read them
+//   summary.json    SummaryRecord, written last and whole (it marks the run done): a training run's TrainingSummaryRecord
+//                   (the trainer's numbers, TrainingLoop.finish, and the run logger's own) or a paper unit's
+//                   UnitSummaryRecord (src/paper/run.ts), whose headline is what `sweep status` shows
+// It lives in src/store, beside the file names (layout.ts), because the store reads it too (`initFrom: auto:` the
+// tokens and loss of each finished run, the model card its evaluation); telemetry, report, sweep and paper import it.
+import fs from 'node:fs';
+import path from 'node:path';
+import { isRecord, readJsonFile } from '../core/json.ts';
+import { writeOwnFile } from '../core/own-file.ts';
+import { METRICS_FILE, SUMMARY_FILE } from './layout.ts';
+
+export interface MetricRecord {
+  step: number;
+  tokens: number;
+  split: 'train' | 'val';
+  loss: number;
+  ppl: number;
+  lr: number;
+  grad_norm: number | null;
+  tokens_per_s: number;
+  elapsed_s: number;
+  /** Validation: bits per byte. */
+  bpb?: number;
+  /** Validation: top-1 accuracy over the loss's tokens (next-token for GPT, masked-token for BERT). */
+  acc?: number;
+  epoch_fraction?: number;
+  /** Train, tensorflow backend: values and bytes the last step read back into JavaScript (backend/readback.ts). */
+  readback_values?: number;
+  readback_bytes?: number;
+}
+
+const REQUIRED_NUMBERS = ['step', 'tokens', 'loss', 'ppl', 'lr', 'tokens_per_s', 'elapsed_s'] as const;
+
+export interface ReadMetricsOptions {
+  /**
+   * Given, a last line cut short (no newline after it, and it does not parse: a write interrupted by a crash) is
+   * dropped and said here; without it, that line is an error like any other. Readers of a finished or abandoned run
+   * (compare, the model card, sweep plan) pass it; the run logger resuming a run does not, because it writes back
+   * what it read and must not lose a line silently, nor do W&B's replay and the tests, which read what must be whole.
+   */
+  cutLastLine?: (message: string) => void;
+}
+
+/**
+ * Reads and checks every record of a run folder's metrics.jsonl: each line a MetricRecord (checkRecord; a diverged
+ * loss is logged as null and accepted). Errors name the file and the line.
+ */
+export function readMetrics(runDir: string, { cutLastLine }: ReadMetricsOptions = {}): MetricRecord[] {
+  const file = path.join(runDir, METRICS_FILE);
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new Error(`${file}: missing: ${runDir} is an incomplete run folder (interrupted before its first metric record?)`);
+    throw new Error(`${file}: cannot be read (${code ?? (err as Error).message})`);
+  }
+  const lines = text.split('\n');
+  const records: MetricRecord[] = [];
+  lines.forEach((line, index) => {
+    if (line.trim() === '') return;
+    const where = `${file}:${index + 1}`;
+    let record: unknown;
+    try {
+      record = JSON.parse(line);
+    } catch (err) {
+      if (cutLastLine && index === lines.length - 1) {
+        cutLastLine(`${where}: incomplete last line ignored`);
+        return;
+      }
+      throw new Error(`${where}: not valid JSON (${(err as Error).message}): ${line.slice(0, 80)}`);
+    }
+    checkRecord(record, where);
+    records.push(record);
+  });
+  return records;
+}
+
+/** Throws unless `record` has every required field with the right type (NaN/Infinity read back as null). */
+export function checkRecord(record: unknown, where: string): asserts record is MetricRecord {
+  const r = record as Record<string, unknown>;
+  const fail = (problem: string) => {
+    throw new Error(`${where}: metric record ${problem} (got ${JSON.stringify(record)})`);
+  };
+  if (typeof record !== 'object' || record === null) fail('must be an object');
+  if (r.split !== 'train' && r.split !== 'val') fail(`field split must be "train" or "val"`);
+  for (const key of REQUIRED_NUMBERS) {
+    // A diverged loss is NaN, which JSON writes as null: accepted, so the record is kept rather than lost.
+    if (typeof r[key] !== 'number' && !(r[key] === null && key !== 'step' && key !== 'tokens')) fail(`field ${key} must be a number`);
+  }
+  if (!Number.isInteger(r.step) || (r.step as number) < 0) fail('field step must be an integer ≥ 0');
+  if (typeof r.grad_norm !== 'number' && r.grad_norm !== null) fail('field grad_norm must be a number or null');
+  for (const key of ['bpb', 'acc', 'epoch_fraction']) {
+    if (r[key] !== undefined && typeof r[key] !== 'number' && r[key] !== null) fail(`field ${key} must be a number`);
+  }
+}
+
+/** A training run's summary as the trainer builds it at its end (TrainingLoop.finish). */
+export interface TrainingSummary {
+  steps: number;
+  /** Tokens trained (input tokens, as train.maxTokens counts them). */
+  tokens: number;
+  elapsed_s: number;
+  train_tokens_per_s: number;
+  val_loss: number;
+  val_ppl: number;
+  val_bpb: number;
+  val_acc: number;
+  parameters: number;
+  /** The final model's folder, relative to the run folder. */
+  final: string;
+}
+
+/** summary.json of a training run: the trainer's summary and what the run logger adds when it writes it. */
+export interface TrainingSummaryRecord extends TrainingSummary {
+  /** Lines in metrics.jsonl. */
+  records: number;
+  /** Peak resident memory of the whole process (replica threads included, not a GPU's memory). */
+  peak_rss_bytes: number;
+  finished_at: string;
+}
+
+/** summary.json of a paper experiment's unit (src/paper/run.ts). */
+export interface UnitSummaryRecord {
+  /** One line on the unit's outcome: `sweep status` shows it. */
+  headline: string;
+  elapsed_s: number;
+  finished_at: string;
+}
+
+export type SummaryRecord = TrainingSummaryRecord | UnitSummaryRecord;
+
+/**
+ * summary.json as read back: every field that has its type, the others left out (a run of an older version lacks
+ * some; NaN, written as null, reads as missing).
+ */
+export type SummaryFields = Partial<TrainingSummaryRecord> & Partial<UnitSummaryRecord>;
+
+/** The summary's fields that are strings; every other field is a number. */
+const STRING_FIELDS: Record<string, true> = { final: true, finished_at: true, headline: true } satisfies { [K in keyof SummaryFields as SummaryFields[K] extends string | undefined ? K : never]-?: true };
+
+/**
+ * A run folder's summary.json: undefined when the run has none (not finished). A file that cannot be read, does not
+ * parse or holds no object is an error naming it, or, given `unreadable`, said there and read as no summary: for
+ * readers to whom a broken summary says nothing (which run `initFrom auto:` takes, a model card, `sweep status`).
+ */
+export function readSummary(runDir: string, { unreadable }: { unreadable?: (message: string) => void } = {}): SummaryFields | undefined {
+  const file = path.join(runDir, SUMMARY_FILE);
+  if (!fs.existsSync(file)) return undefined;
+  let value: unknown;
+  try {
+    value = readJsonFile(file);
+    if (!isRecord(value)) throw new Error(`${file}: expected a JSON object`);
+  } catch (err) {
+    if (!unreadable) throw err;
+    unreadable((err as Error).message);
+    return undefined;
+  }
+  const fields: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(value)) {
+    if (Object.hasOwn(STRING_FIELDS, key) ? typeof v === 'string' : typeof v === 'number' && Number.isFinite(v)) fields[key] = v;
+  }
+  return fields as SummaryFields;
+}
+
+/**
+ * Writes a run folder's summary.json aside and renames it into place: it marks the run done (sweeps, `initFrom
+ * auto:`, compare), so whoever sees it exists must find it whole.
+ */
+export function writeSummary(runDir: string, summary: SummaryRecord): void {
+  const file = path.join(runDir, SUMMARY_FILE);
+  writeOwnFile(`${file}.tmp`, JSON.stringify(summary, null, 2) + '\n');
+  fs.renameSync(`${file}.tmp`, file);
+}
