@@ -14,6 +14,7 @@ import type { AttentionModule } from './attention/index.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
+import { fusedGelu, fusedLayerNorm } from './fused.ts';
 
 export interface TransformerConfig {
   vocabSize: number;
@@ -213,6 +214,8 @@ export const geluErf = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc
 }) as (x: tf.Tensor) => tf.Tensor;
 
 export function activate(x: tf.Tensor2D, activation: Activation): tf.Tensor2D {
+  const fused = fusedGelu(activation);
+  if (fused) return fused(x) as tf.Tensor2D;
   return (activation === 'gelu-erf' ? geluErf(x) : gelu(x)) as tf.Tensor2D;
 }
 
@@ -246,6 +249,8 @@ const layerNormOp = (eps: number): LayerNormOp => tf.customGrad((...args: Array<
 const layerNormOps = new Map<number, LayerNormOp>();
 
 export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D, eps = ARCHITECTURE_DEFAULTS.layerNormEps): tf.Tensor2D {
+  const fused = fusedLayerNorm(eps);
+  if (fused) return fused(x, gain, shift);
   let op = layerNormOps.get(eps);
   if (!op) layerNormOps.set(eps, (op = layerNormOp(eps)));
   return op(x, gain, shift);
