@@ -385,7 +385,8 @@ function compileFusedOps(packageDir: string, work: string, tools: Tools, log: (l
   fs.mkdirSync(dir, { recursive: true });
   fs.copyFileSync(path.join(import.meta.dirname, 'native', 'fused_ops.cc'), path.join(dir, 'fused_ops.cc'));
   const deps = path.join(packageDir, 'deps');
-  const flags = ['-O3', '-march=native', '-fno-math-errno', '-std=c++17'];
+  // No -ffast-math: NaN and Inf must pass through (the non-finite rule reads them); -fno-trapping-math lets the element loops vectorise.
+  const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17'];
   const target = {
     target_name: 'fused_ops',
     sources: ['fused_ops.cc'],

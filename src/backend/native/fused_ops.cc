@@ -74,7 +74,62 @@ float* data(TF_Tensor* t) { return static_cast<float*>(TF_TensorData(t)); }
 
 // ---- GELU: y = x·s with s = σ(2c(x + a x³)) (tanh form) or s = Φ(x) (erf form). -----------------
 
-inline float geluTanhGate(float x) { return 1.0f / (1.0f + std::exp(-2.0f * kGeluC * x * (1.0f + kGeluA * x * x))); }
+// e^x in float32 to ~1 ulp (Cody–Waite reduction and Cephes' expf polynomial), written out so that
+// the compiler vectorises the loops that call it: std::exp is a library call per element, which
+// left the fused GELU slower than TensorFlow's vectorised composed ops.
+inline float expApprox(float x) {
+  // Clamped where e^x leaves float32's normal range; comparisons and a truncation instead of
+  // fmin/fmax/floor, which GCC does not vectorise without assuming finite values (a NaN must stay NaN
+  // for the non-finite rule to see it).
+  x = x < -87.33f ? -87.33f : x;
+  x = x > 88.37f ? 88.37f : x;
+  const float t = x * 1.44269504088896341f + 0.5f;
+  const int32_t truncated = static_cast<int32_t>(t);
+  const int32_t n = truncated - (t < static_cast<float>(truncated) ? 1 : 0);  // ⌊t⌋
+  const float k = static_cast<float>(n);
+  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// erf to 1.5e-7 absolute (Abramowitz & Stegun 7.1.26), vectorisable for the same reason.
+inline float erfApprox(float x) {
+  const float a = std::fabs(x);
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  return std::copysign(1.0f - poly * expApprox(-a * a), x);
+}
+
+inline float geluTanhGate(float x) { return 1.0f / (1.0f + expApprox(-2.0f * kGeluC * x * (1.0f + kGeluA * x * x))); }
+
+// The element loops as plain functions over restrict pointers: what the vectoriser needs to see.
+template <bool Erf>
+void geluValues(const float* __restrict xs, float* __restrict ys, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = xs[i];
+    ys[i] = v * (Erf ? 0.5f * (1.0f + erfApprox(v * kSqrtHalf)) : geluTanhGate(v));
+  }
+}
+
+// dx = dy·y'(x): tanh form s + x·s(1 − s)·2c(1 + 3a x²); erf form Φ(x) + x·φ(x).
+template <bool Erf>
+void geluGradients(const float* __restrict dy, const float* __restrict xs, float* __restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = xs[i];
+    const float s = Erf ? 0.5f * (1.0f + erfApprox(v * kSqrtHalf)) : geluTanhGate(v);
+    const float slope = Erf ? s + v * kInvSqrt2Pi * expApprox(-0.5f * v * v) : s + v * s * (1.0f - s) * 2.0f * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    dx[i] = dy[i] * slope;
+  }
+}
 
 template <bool Erf>
 void geluForward(void*, TF_OpKernelContext* ctx) {
@@ -84,12 +139,7 @@ void geluForward(void*, TF_OpKernelContext* ctx) {
   if (TF_GetCode(status) == TF_OK) {
     const float* xs = data(x);
     float* ys = data(y);
-    parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; i++) {
-        const float v = xs[i];
-        ys[i] = v * (Erf ? 0.5f * (1.0f + std::erf(v * kSqrtHalf)) : geluTanhGate(v));
-      }
-    });
+    parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) { geluValues<Erf>(xs + begin, ys + begin, end - begin); });
   } else {
     TF_OpKernelContext_Failure(ctx, status);
   }
@@ -98,7 +148,6 @@ void geluForward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
-// dx = dy·y'(x): tanh form s + x·s(1 − s)·2c(1 + 3a x²); erf form Φ(x) + x·φ(x).
 template <bool Erf>
 void geluBackward(void*, TF_OpKernelContext* ctx) {
   TF_Status* status = TF_NewStatus();
@@ -109,19 +158,7 @@ void geluBackward(void*, TF_OpKernelContext* ctx) {
     const float* g = data(dy);
     const float* xs = data(x);
     float* out = data(dx);
-    parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; i++) {
-        const float v = xs[i];
-        float slope;
-        if (Erf) {
-          slope = 0.5f * (1.0f + std::erf(v * kSqrtHalf)) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
-        } else {
-          const float s = geluTanhGate(v);
-          slope = s + v * s * (1.0f - s) * 2.0f * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-        }
-        out[i] = g[i] * slope;
-      }
-    });
+    parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) { geluGradients<Erf>(g + begin, xs + begin, out + begin, end - begin); });
   } else {
     TF_OpKernelContext_Failure(ctx, status);
   }
