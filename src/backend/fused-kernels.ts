@@ -38,10 +38,15 @@ export function fusedCpuKernelsStatus(): string {
   return fusedCpuKernelsAbsent === null ? 'in use' : (fusedCpuKernelsAbsent ?? 'not on this backend');
 }
 
-/** While > 0, the fused CPU kernels are not used: what is recorded then must compile elsewhere (e.g. to XLA, which cannot run our ops). */
+/**
+ * While > 0, the model runs its composed forms: no fused CPU kernel, and the tied head's loss and
+ * softmax attention's backward as plain autodiff chains (model/tied-head-loss.ts, attention/softmax.ts).
+ * For programs that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements
+ * (bench/paired.ts): the composed forms are the reference twins of the fused ones.
+ */
 let composedOnly = 0;
 
-/** Runs `fn` with the composed form of every fused CPU kernel. */
+/** Runs `fn` with the composed form of every fused piece. */
 export function withComposedKernels<T>(fn: () => T): T {
   composedOnly++;
   try {
@@ -49,6 +54,11 @@ export function withComposedKernels<T>(fn: () => T): T {
   } finally {
     composedOnly--;
   }
+}
+
+/** Whether the model's fused forms (one custom gradient where a chain of ops would do) are in use now: see withComposedKernels. */
+export function fusedFormsEnabled(): boolean {
+  return composedOnly === 0;
 }
 
 export function hasFusedKernel(name: string): boolean {

@@ -21,6 +21,7 @@ import type { AttendFn, DropoutSeed, ParameterSpec, ParameterStart, TransformerC
 import { attentionTensors } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
 import { tiedHeadCrossEntropySum } from './tied-head-loss.ts';
+import { fusedFormsEnabled } from '../backend/fused-kernels.ts';
 
 export type ModelKind = 'gpt' | 'bert';
 
@@ -309,6 +310,7 @@ export class LanguageModel {
   lossOf(inputs: LossInputs, dropoutSeed: DropoutSeed = null): tf.Scalar {
     let h = this.hidden(inputs.ids, inputs.mask, dropoutSeed);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
+    if (!fusedFormsEnabled()) return crossEntropySum(this.headLogits(h), inputs.targets, inputs.weights);
     // The decoder and its loss as one function with one gradient: fewer [N, V] ops (tied-head-loss.ts).
     const { input, embedding, bias } = this.decoderInputs(h);
     return tiedHeadCrossEntropySum(input, embedding, inputs.targets, inputs.weights, bias);

@@ -3,11 +3,19 @@
 // future keys.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
 const NEG = -1e9;
+
+/** The reference twin of attentionProducts: the same maths, differentiated by tfjs op by op. */
+function composedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], additiveMask?: tf.Tensor): tf.Tensor3D {
+  let scores: tf.Tensor = tf.reshape(batchMatMul(q, k, false, true), scoresShape);
+  if (additiveMask) scores = tf.add(scores, additiveMask);
+  return batchMatMul(tf.reshape(tf.softmax(scores), [q.shape[0], q.shape[1], k.shape[1]]), v);
+}
 
 /**
  * O = softmax(q·kᵀ + mask)·v over flattened heads (q already scaled), with the gradient written by hand:
@@ -54,7 +62,8 @@ registerAttention('softmax', {
         const lk = k.shape[2];
         // The scale goes on q ([.., Lq, D]) rather than on the scores ([.., Lq, Lk]): L/D times fewer
         // multiplications forward and backward.
-        const out = attentionProducts(flattenHeads(tf.mul(q, scale)), flattenHeads(k), flattenHeads(v), [b, h, lq, lk], additiveMask);
+        const [qs, ks, vs] = [flattenHeads(tf.mul(q, scale)), flattenHeads(k), flattenHeads(v)];
+        const out = fusedFormsEnabled() ? attentionProducts(qs, ks, vs, [b, h, lq, lk], additiveMask) : composedAttention(qs, ks, vs, [b, h, lq, lk], additiveMask);
         return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {
