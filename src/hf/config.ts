@@ -18,7 +18,8 @@ import { BOUNDS, showValue, type Bound } from '../core/bounds.ts';
 import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 import { resolveOptions } from '../model/attention/registry.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import { architectureOf, NORM_POSITIONS, type Activation, type Architecture } from '../model/transformer.ts';
+import type { Activation } from '../model/layers.ts';
+import { architectureOf, NORM_POSITIONS, type Architecture } from '../model/transformer.ts';
 
 export type HfLayout = 'gpt2' | 'bert';
 

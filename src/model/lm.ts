@@ -5,19 +5,10 @@
 // The architecture options (transformer.ts) apply to both: BERT as Hugging Face's takes post-LN
 // blocks, the embedding LayerNorm, token types, erf GELU and ε 1e-12.
 import * as tf from '@tensorflow/tfjs';
-import {
-  activate,
-  attentionSeed,
-  createParameter,
-  layerNorm,
-  linear,
-  linearTransposed,
-  transformerParameterSpecs,
-  validateTransformerConfig,
-  Transformer,
-  INIT_STD,
-} from './transformer.ts';
-import type { AttendFn, DropoutSeed, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
+import { attentionSeed, createParameter, transformerParameterSpecs, validateTransformerConfig, Transformer, INIT_STD } from './transformer.ts';
+import type { AttendFn, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
+import { activate, layerNorm, linear, linearTransposed } from './layers.ts';
+import type { DropoutSeed } from './layers.ts';
 import { attentionTensors } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
 import { tiedHeadCrossEntropySum } from './tied-head-loss.ts';
@@ -54,6 +45,32 @@ export interface LossInputs {
   mask?: tf.Tensor2D;
   /** Labelled rows (padding not counted). */
   count: number;
+}
+
+/**
+ * What a training step and validation need from a model (src/train/step.ts, compiled-step.ts, evaluate.ts), so
+ * that the step is written once for the language models and the synthetic tasks' model (src/paper/task-model.ts):
+ * its tensors by name, a batch uploaded as LossInputs, the summed loss and validation's sums of those inputs.
+ */
+export interface StepModel {
+  /** Rate of the dropout a step's seed drives (0 = none: the step then passes no seed). */
+  readonly dropout: number;
+  /** Every trained parameter by stable name. */
+  parameters(): Map<string, tf.Variable>;
+  /** Fixed, non-trained state a redraw may change (random projections): inputs of a recorded step. */
+  buffers(): Map<string, tf.Variable>;
+  /** The batch checked and uploaded (null when no position is labelled); `rowBucket` as LanguageModel.lossInputs. */
+  lossInputs(batch: ModelBatch, rowBucket?: number): LossInputs | null;
+  /** Σ of the cross-entropy over the labelled rows of `inputs`. */
+  lossOf(inputs: LossInputs, dropoutSeed?: DropoutSeed): tf.Scalar;
+  /** Validation's sums of a batch, no dropout: Σ cross-entropy, Σ correct top-1, labelled count. */
+  evalSums(batch: ModelBatch): { loss: tf.Scalar; correct: tf.Scalar; count: number };
+  /** evalSums over the rows of `inputs`. */
+  evalSumsOf(inputs: LossInputs): { loss: tf.Scalar; correct: tf.Scalar };
+  /** Lets mechanisms with a redraw schedule redraw (once per optimizer step). */
+  onTrainStep(step: number): void;
+  /** Runs `cleanup` when the model is disposed (e.g. to free the functions recorded for it). */
+  onDispose(cleanup: () => void): void;
 }
 
 export function headParameterSpecs(c: LanguageModelConfig): ParameterSpec[] {
@@ -151,7 +168,7 @@ export function crossEntropySum(logits: tf.Tensor2D, targets: tf.Tensor1D, weigh
   return weightedCrossEntropySum(logits, targets, weights ?? tf.ones([logits.shape[0]]));
 }
 
-export class LanguageModel {
+export class LanguageModel implements StepModel {
   readonly kind: ModelKind;
   readonly config: LanguageModelConfig;
   readonly body: Transformer;
@@ -165,6 +182,10 @@ export class LanguageModel {
     this.body = new Transformer(bodyConfig(config), start);
     this.head = new Map();
     for (const spec of headParameterSpecs(config)) this.head.set(spec.name, createParameter(spec, config.seed, start));
+  }
+
+  get dropout(): number {
+    return this.config.dropout;
   }
 
   /** Every trained parameter by stable name (the safetensors tensor names), mechanisms' included. */

@@ -3,18 +3,14 @@
 // tanh GELU, ε 1e-5); the architecture options cover Hugging Face BERT too (post-LayerNorm blocks,
 // LayerNorm on the embeddings, token-type embeddings, erf GELU, ε 1e-12).
 //
-// Layout choices for the CPU backends (docs/notes/tfjs-cpu-kernels.md): activations are kept as
-// 2-D [B·L, d] between blocks so that every dense layer is one plain 2-D product (linear(), whose
-// gradient transposes explicitly — the only fast matmul path on wasm); heads are split once per
-// block by one transpose of the fused q|k|v product and merged once after attention.
+// The kernels and the multi-head attention block are layers.ts's; activations stay 2-D [B·L, d]
+// between blocks for them (docs/notes/tfjs-cpu-kernels.md).
 import * as tf from '@tensorflow/tfjs';
-import { currentDevice } from '../backend/current.ts';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule } from './attention/index.ts';
-import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
+import { ACTIVATIONS, activate, ATTENTION_PROJECTIONS, DEFAULT_LAYER_NORM_EPS, DropoutSource, layerNorm, linear, multiHeadAttention } from './layers.ts';
+import type { Activation, DropoutSeed } from './layers.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
-import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
-import { fusedGelu, fusedLayerNorm } from './fused.ts';
 
 export interface TransformerConfig {
   vocabSize: number;
@@ -45,8 +41,6 @@ export interface TransformerConfig {
   layerNormEps?: number;
 }
 
-export const ACTIVATIONS = ['gelu-tanh', 'gelu-erf'] as const;
-export type Activation = (typeof ACTIVATIONS)[number];
 export const NORM_POSITIONS = ['pre', 'post'] as const;
 
 export type Architecture = Required<Pick<TransformerConfig, 'normPosition' | 'embeddingNorm' | 'typeVocabSize' | 'activation' | 'layerNormEps'>>;
@@ -55,7 +49,7 @@ export const ARCHITECTURE_DEFAULTS: Readonly<Architecture> = Object.freeze({
   embeddingNorm: false,
   typeVocabSize: 0,
   activation: 'gelu-tanh',
-  layerNormEps: 1e-5,
+  layerNormEps: DEFAULT_LAYER_NORM_EPS,
 });
 
 /** The architecture options of a config with the defaults filled in. */
@@ -108,10 +102,7 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
   for (let i = 0; i < c.numLayers; i++) {
     const p = `blocks.${i}`;
     norm(`${p}.ln1`);
-    linear(`${p}.attn.q`, d, d, normal);
-    linear(`${p}.attn.k`, d, d, normal);
-    linear(`${p}.attn.v`, d, d, normal);
-    linear(`${p}.attn.out`, d, d, residual);
+    for (const projection of ATTENTION_PROJECTIONS) linear(`${p}.attn.${projection}`, d, d, projection === 'out' ? residual : normal);
     norm(`${p}.ln2`);
     linear(`${p}.mlp.fc`, d, hidden, normal);
     linear(`${p}.mlp.proj`, hidden, d, residual);
@@ -168,168 +159,6 @@ export function createParameter(spec: ParameterSpec, seed: number, start: Parame
     values = new Float32Array(size).fill(spec.init.kind === 'ones' ? 1 : 0);
   }
   return tf.tidy(() => tf.variable(tf.tensor(values, spec.shape, 'float32'), true, spec.name));
-}
-
-/**
- * GELU, tanh approximation (GPT-2's "gelu_new", also what BERT's TF code used), rewritten with
- * ½(1 + tanh z) = σ(2z) because the wasm sigmoid kernel is ~6× faster than its tanh, and with a
- * hand-written gradient (one saved sigmoid instead of autodiff through the chain):
- *   y = x·s,  s = σ(2c(x + a x³)),  y' = s + x·s(1 − s)·2c(1 + 3a x²)
- */
-const GELU_C = Math.sqrt(2 / Math.PI);
-const GELU_A = 0.044715;
-export const gelu = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
-  const s = tf.sigmoid(tf.mul(tf.mul(x, tf.add(tf.mul(tf.square(x), GELU_A), 1)), 2 * GELU_C));
-  save([x, s]);
-  return {
-    value: tf.mul(x, s),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [sx, ss] = saved;
-      const inner = tf.add(tf.mul(tf.square(sx), 6 * GELU_A * GELU_C), 2 * GELU_C);
-      const slope = tf.add(ss, tf.mul(tf.mul(sx, tf.mul(ss, tf.sub(1, ss))), inner));
-      return [tf.mul(dy, slope)];
-    },
-  };
-}) as (x: tf.Tensor) => tf.Tensor;
-
-/**
- * GELU, exact: x·Φ(x) = ½x(1 + erf(x/√2)) (BERT's "gelu", PyTorch's default), with the gradient
- * Φ(x) + x·φ(x) written out (one saved Φ instead of autodiff through erf).
- */
-const SQRT_HALF = Math.SQRT1_2;
-const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
-export const geluErf = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
-  const cdf = tf.mul(tf.add(tf.erf(tf.mul(x, SQRT_HALF)), 1), 0.5);
-  save([x, cdf]);
-  return {
-    value: tf.mul(x, cdf),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [sx, scdf] = saved;
-      const pdf = tf.mul(tf.exp(tf.mul(tf.square(sx), -0.5)), INV_SQRT_2PI);
-      return [tf.mul(dy, tf.add(scdf, tf.mul(sx, pdf)))];
-    },
-  };
-}) as (x: tf.Tensor) => tf.Tensor;
-
-export function activate(x: tf.Tensor2D, activation: Activation): tf.Tensor2D {
-  const fused = fusedGelu(activation);
-  if (fused) return fused(x) as tf.Tensor2D;
-  return (activation === 'gelu-erf' ? geluErf(x) : gelu(x)) as tf.Tensor2D;
-}
-
-/**
- * LayerNorm over the last axis with a hand-written gradient (autodiff through tf.moments builds a
- * long chain of broadcasts and reductions). With x̂ = (x − μ)·r, r = 1/√(σ² + ε), y = x̂·g + b:
- *   dx = r · (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)),  ĝ = dy·g;   dg = Σ dy·x̂;   db = Σ dy
- */
-type LayerNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
-const layerNormOp = (eps: number): LayerNormOp => tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
-  const { mean, variance } = tf.moments(x, -1, true);
-  const rstd = tf.rsqrt(tf.add(variance, eps));
-  const normalized = tf.mul(tf.sub(x, mean), rstd);
-  save([normalized, rstd, gain]);
-  return {
-    value: tf.add(tf.mul(normalized, gain), shift),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [xhat, r, g] = saved;
-      const gHat = tf.mul(dy, g);
-      const dx = tf.mul(
-        tf.sub(tf.sub(gHat, tf.mean(gHat, -1, true)), tf.mul(xhat, tf.mean(tf.mul(gHat, xhat), -1, true))),
-        r,
-      );
-      return [dx, columnSums(tf.mul(dy, xhat) as tf.Tensor2D), columnSums(dy as tf.Tensor2D)];
-    },
-  };
-}) as LayerNormOp;
-
-/** One op per ε (tf.customGrad takes tensors only, so ε is closed over). */
-const layerNormOps = new Map<number, LayerNormOp>();
-
-export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D, eps = ARCHITECTURE_DEFAULTS.layerNormEps): tf.Tensor2D {
-  const fused = fusedLayerNorm(eps);
-  if (fused) return fused(x, gain, shift);
-  let op = layerNormOps.get(eps);
-  if (!op) layerNormOps.set(eps, (op = layerNormOp(eps)));
-  return op(x, gain, shift);
-}
-
-/**
- * Σ over rows of x [N, m] → [m]. On wasm as the 2-D product ones[1, N]·x: wasm reduces a non-last
- * axis by transposing first. (Not cached: N varies per batch for BERT's head.)
- */
-export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
-  if (!explicitTransposes()) return tf.sum(x, 0);
-  return tf.reshape(tf.matMul(tf.ones([1, x.shape[0]]), x), [x.shape[1]]);
-}
-
-/**
- * x [N, in]·W [in, out] + b [out] with a hand-written gradient: ops.ts's matMul2d plus the bias
- * gradient as a ones-row product.
- */
-const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, w, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
-  save([x, w]);
-  return {
-    value: tf.add(tf.matMul(x, w), b),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [sx, sw] = saved as tf.Tensor2D[];
-      const g = dy as tf.Tensor2D;
-      return [matMulTransposeB(g, sw), weightGradient(sx, g), columnSums(g)];
-    },
-  };
-}) as (x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D;
-
-/** A dense layer on rows: x [N, in]·W [in, out] (+ b). */
-export function linear(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor2D {
-  return b ? linearWithBias(x, w, b) : matMul2d(x, w);
-}
-
-/** x [N, in]·Wᵀ (+ b) for W [out, in] by MatMul's transpose flag (not for wasm: see ops.explicitTransposes). */
-export function linearTransposed(x: tf.Tensor2D, w: tf.Tensor2D, b?: tf.Tensor1D): tf.Tensor2D {
-  const y: tf.Tensor2D = tf.matMul(x, w, false, true);
-  return b ? (tf.add(y, b) as tf.Tensor2D) : y;
-}
-
-/**
- * A step's dropout seed: a number, or (where the backend draws masks itself, STATELESS_UNIFORM) the
- * same seed as an int32 [2] tensor (dropoutSeedTensor), which a recorded graph takes as an input.
- */
-export type DropoutSeed = number | tf.Tensor1D | null;
-
-/** The dropout seed as the tensor the stateless mask kernel takes. */
-export function dropoutSeedTensor(seed: number): tf.Tensor1D {
-  return tf.tensor1d([seed | 0, 0], 'int32');
-}
-
-/**
- * Reproducible dropout: each call site draws its mask from its own seed, derived from the step's.
- * Where the backend has the stateless uniform kernel (tensorflow), site i uses the seed tensor
- * + [0, i + 1], so the masks are a function of a tensor a graph can be fed; elsewhere tf.dropout
- * with deriveSeed(seed, i). The two draw different (equally distributed) masks from the same seed.
- */
-export class DropoutSource {
-  private site = 0;
-  constructor(
-    private readonly rate: number,
-    private readonly seed: DropoutSeed,
-  ) {}
-
-  apply<T extends tf.Tensor>(x: T): T {
-    if (this.seed === null || this.rate === 0) return x;
-    const site = this.site++;
-    if (hasFusedKernel(STATELESS_UNIFORM)) {
-      const seed = typeof this.seed === 'number' ? dropoutSeedTensor(this.seed) : this.seed;
-      const uniform = tf.engine().runKernel(STATELESS_UNIFORM, { shape: tf.tensor1d(x.shape, 'int32'), seed: tf.add(seed, tf.tensor1d([0, site + 1], 'int32')) }) as tf.Tensor;
-      // As tf.dropout: keep where u ≥ rate, kept values scaled by 1 / (1 − rate).
-      return tf.mul(tf.mul(x, 1 / (1 - this.rate)), tf.floor(tf.add(uniform, 1 - this.rate))) as T;
-    }
-    if (typeof this.seed !== 'number') throw new Error(`a dropout seed tensor needs the ${STATELESS_UNIFORM} kernel, which the ${currentDevice().backend} backend lacks`);
-    // tfjs treats seed 0 as "no seed", hence the | 1.
-    return tf.dropout(x, this.rate, undefined, deriveSeed(this.seed, site) | 1) as T;
-  }
 }
 
 export interface ForwardOptions {
@@ -421,11 +250,13 @@ export class Transformer {
 
   /** Embeddings of positions start … start+L−1, the blocks with `attend` as attention, final LayerNorm (pre-LN). */
   private run(inputIds: tf.Tensor2D, start: number, dropout: DropoutSource, attend: AttendFn): tf.Tensor2D {
-    const [b, l] = inputIds.shape;
+    const l = inputIds.shape[1];
     const c = this.config;
+    const param = (name: string) => this.w(name);
     let x = dropout.apply(this.embed(inputIds, start));
     for (let i = 0; i < c.numLayers; i++) {
-      x = this.residual(x, `blocks.${i}.ln1`, dropout, (h) => this.attentionBlock(h, i, b, l, attend));
+      const attention = (h: tf.Tensor2D) => multiHeadAttention(h, l, c.numHeads, `blocks.${i}.attn`, param, c.bias, (q, k, v) => attend(i, q, k, v));
+      x = this.residual(x, `blocks.${i}.ln1`, dropout, attention);
       x = this.residual(x, `blocks.${i}.ln2`, dropout, (h) => this.mlpBlock(h, i));
     }
     return this.architecture.normPosition === 'pre' ? this.norm(x, 'norm') : x;
@@ -446,24 +277,6 @@ export class Transformer {
   private residual(x: tf.Tensor2D, norm: string, dropout: DropoutSource, f: (h: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
     if (this.architecture.normPosition === 'pre') return tf.add(x, dropout.apply(f(this.norm(x, norm))));
     return this.norm(tf.add(x, dropout.apply(f(x))), norm);
-  }
-
-  /** Attention on the (normalised) block input [B·L, d], through the output projection. */
-  private attentionBlock(input: tf.Tensor2D, i: number, b: number, l: number, attend: AttendFn): tf.Tensor2D {
-    const { dModel: d, numHeads: h } = this.config;
-    const p = `blocks.${i}.attn`;
-    // q, k and v stay separate named variables (finetuning can train them alone) but run as one
-    // [d, 3d] product and one head transpose: fewer, larger kernels than three of each.
-    const weight = tf.concat([this.w(`${p}.q.weight`), this.w(`${p}.k.weight`), this.w(`${p}.v.weight`)], 1) as tf.Tensor2D;
-    const bias = this.config.bias
-      ? (tf.concat([this.w(`${p}.q.bias`), this.w(`${p}.k.bias`), this.w(`${p}.v.bias`)]) as tf.Tensor1D)
-      : undefined;
-    const qkv = linear(input, weight, bias);
-    const heads = tf.transpose(tf.reshape(qkv, [b, l, 3 * h, this.headDim]), [0, 2, 1, 3]); // [B, 3H, L, Dh]
-    const [q, k, v] = tf.split(heads, 3, 1) as tf.Tensor4D[];
-    const attended = attend(i, q, k, v); // [B, H, L, Dh]
-    const merged = tf.reshape(tf.transpose(attended, [0, 2, 1, 3]), [b * l, d]) as tf.Tensor2D;
-    return this.linear(merged, `${p}.out`);
   }
 
   /** The MLP on the (normalised) block input [B·L, d]. */

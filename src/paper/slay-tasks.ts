@@ -187,7 +187,7 @@ export const slayTasks: Experiment = {
     const { trainOnTask, TASK_ATTENTION_OPTIONS } = await import('./task-runner.ts');
     const s = settings as { task: string; mechanism: string; seed: number } & typeof PROTOCOL;
     taskSpec(s.task);
-    const result = trainOnTask({
+    const result = await trainOnTask({
       task: s.task, attention: s.mechanism, seed: s.seed, steps: s.steps, batchSize: s.batchSize,
       evalSamples: s.evalSamples, lr: s.lr, weightDecay: s.weightDecay,
     });

@@ -1,14 +1,17 @@
 // The SLAY paper's small model for the synthetic tasks: token embedding + learned position
 // embedding → numLayers residual blocks h ← h + Attn(h) (no MLP, no LayerNorm) → linear head with
-// bias. Activations stay 2-D [B·T, d] between blocks so every projection is one plain 2-D product
-// (matMul2d: the fast path on wasm), as in src/model/transformer.ts.
+// bias. The attention block is the GPT's and BERT's (src/model/layers.ts, multiHeadAttention), on
+// activations kept 2-D [B·T, d] between blocks as there. It trains through the training step
+// (src/train/step.ts) as a StepModel: a batch's labels are the task's targets where its mask scores.
 //
 // Initialisation follows PyTorch's defaults, which the reference model used: embeddings N(0, 1),
 // linear layers (weight and bias) U(−1/√in, 1/√in).
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import type { AttentionModule } from '../model/attention/index.ts';
-import { matMul2d } from '../model/ops.ts';
+import { ATTENTION_PROJECTIONS, linear, multiHeadAttention } from '../model/layers.ts';
+import { crossEntropySum, IGNORE_LABEL } from '../model/lm.ts';
+import type { LossInputs, ModelBatch, StepModel } from '../model/lm.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
 
 export interface TaskModelConfig {
@@ -36,12 +39,14 @@ function initialValues(shape: number[], init: Init, rng: Rng): Float32Array {
   return values;
 }
 
-export class TaskModel {
+export class TaskModel implements StepModel {
   readonly config: TaskModelConfig;
+  /** The paper's model has no dropout. */
+  readonly dropout = 0;
   /** The model's own parameters by stable name (weights stored [in, out]). */
   readonly weights = new Map<string, tf.Variable>();
   readonly attention: AttentionModule[] = [];
-  private readonly headDim: number;
+  private readonly cleanups: Array<() => void> = [];
 
   constructor(config: TaskModelConfig) {
     const { vocabSize, seqLen, dModel: d, numHeads, numLayers } = config;
@@ -50,31 +55,30 @@ export class TaskModel {
     }
     if (d % numHeads !== 0) throw new Error(`task model: dModel (${d}) must be divisible by numHeads (${numHeads})`);
     this.config = config;
-    this.headDim = d / numHeads;
     try {
       this.parameter('embed.tokens.weight', [vocabSize, d], { kind: 'normal', std: 1 });
       // Only rows < seqLen are ever read, so the table has seqLen rows (the reference's 4096-row
       // table differs only in rows that never receive a gradient).
       this.parameter('embed.positions.weight', [seqLen, d], { kind: 'normal', std: 1 });
-      const linear = (name: string, inDim: number, outDim: number) => {
+      const linearLayer = (name: string, inDim: number, outDim: number) => {
         const bound = 1 / Math.sqrt(inDim);
         this.parameter(`${name}.weight`, [inDim, outDim], { kind: 'uniform', bound });
         this.parameter(`${name}.bias`, [outDim], { kind: 'uniform', bound });
       };
       for (let i = 0; i < numLayers; i++) {
-        for (const part of ['q', 'k', 'v', 'out']) linear(`blocks.${i}.attn.${part}`, d, d);
+        for (const projection of ATTENTION_PROJECTIONS) linearLayer(`blocks.${i}.attn.${projection}`, d, d);
         this.attention.push(
           createAttention(config.attention, {
             ...config.attentionOptions,
             numHeads,
-            headDim: this.headDim,
+            headDim: d / numHeads,
             causal: true,
             seed: deriveSeed(config.seed, `blocks.${i}.attn`),
             scope: `blocks.${i}.attn`,
           }),
         );
       }
-      linear('head', d, vocabSize);
+      linearLayer('head', d, vocabSize);
     } catch (err) {
       this.dispose();
       throw err;
@@ -91,51 +95,89 @@ export class TaskModel {
   }
 
   /** Every trained variable by name: the model's own and the attention mechanisms' trainable ones. */
-  trainableVariables(): Map<string, tf.Variable> {
+  parameters(): Map<string, tf.Variable> {
     const all = new Map(this.weights);
     for (const module of this.attention) for (const v of module.trainableVariables) all.set(v.name, v);
     return all;
   }
 
   /** The attention mechanisms' fixed state (random projections, anchors), which a redraw changes. */
-  buffers(): tf.Variable[] {
-    return this.attention.flatMap((module) => module.buffers);
+  buffers(): Map<string, tf.Variable> {
+    return new Map(this.attention.flatMap((module) => module.buffers.map((v) => [v.name, v] as const)));
   }
 
   /** Number of trained scalars. */
   parameterCount(): number {
     let n = 0;
-    for (const v of this.trainableVariables().values()) n += v.size;
+    for (const v of this.parameters().values()) n += v.size;
     return n;
   }
 
   /** inputs [B, T] int32 → logits [B·T, vocabSize]. */
   logits(inputs: tf.Tensor2D): tf.Tensor2D {
     const [b, t] = inputs.shape;
-    const { dModel: d, seqLen } = this.config;
+    const { dModel: d, numHeads, seqLen } = this.config;
     if (t !== seqLen) throw new Error(`task model: input length ${t} differs from the model's seqLen ${seqLen}`);
     const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputs, [-1]));
     const positions = this.w('embed.positions.weight');
     let h = tf.reshape(tf.add(tf.reshape(tokens, [b, t, d]), positions), [b * t, d]) as tf.Tensor2D;
-    for (let i = 0; i < this.config.numLayers; i++) h = tf.add(h, this.attentionBlock(h, i, b, t));
-    return tf.add(matMul2d(h, this.w('head.weight') as tf.Tensor2D), this.w('head.bias'));
+    const param = (name: string) => this.w(name);
+    for (let i = 0; i < this.config.numLayers; i++) {
+      h = tf.add(h, multiHeadAttention(h, t, numHeads, `blocks.${i}.attn`, param, true, (q, k, v) => this.attention[i].apply(q, k, v)));
+    }
+    return linear(h, this.w('head.weight') as tf.Tensor2D, this.w('head.bias') as tf.Tensor1D);
   }
 
-  private attentionBlock(x: tf.Tensor2D, i: number, b: number, t: number): tf.Tensor2D {
-    const { dModel: d, numHeads: heads } = this.config;
-    const p = `blocks.${i}.attn`;
-    // q, k and v as one [d, 3d] product and one head transpose (fewer, larger kernels).
-    const weight = tf.concat([this.w(`${p}.q.weight`), this.w(`${p}.k.weight`), this.w(`${p}.v.weight`)], 1) as tf.Tensor2D;
-    const bias = tf.concat([this.w(`${p}.q.bias`), this.w(`${p}.k.bias`), this.w(`${p}.v.bias`)]);
-    const qkv = tf.add(matMul2d(x, weight), bias);
-    const split = tf.transpose(tf.reshape(qkv, [b, t, 3 * heads, this.headDim]), [0, 2, 1, 3]); // [B, 3H, T, Dh]
-    const [q, k, v] = tf.split(split, 3, 1) as tf.Tensor4D[];
-    const attended = this.attention[i].apply(q, k, v); // [B, H, T, Dh]
-    const merged = tf.reshape(tf.transpose(attended, [0, 2, 1, 3]), [b * t, d]) as tf.Tensor2D;
-    return tf.add(matMul2d(merged, this.w(`${p}.out.weight`) as tf.Tensor2D), this.w(`${p}.out.bias`));
+  /**
+   * The batch uploaded: ids [B, T], and for every position its target and weight (1 = scored, 0 = not;
+   * an unscored position's target is 0 and counts for nothing). Every position keeps its row, so the
+   * shapes are the task's whatever it scores (`rowBucket` has nothing to pad).
+   */
+  lossInputs(batch: ModelBatch): LossInputs | null {
+    const { batchSize: b, seqLen: t, inputIds, labels } = batch;
+    const { vocabSize } = this.config;
+    const targets = new Int32Array(labels.length);
+    const weights = new Float32Array(labels.length);
+    let count = 0;
+    for (let i = 0; i < labels.length; i++) {
+      if (labels[i] === IGNORE_LABEL) continue;
+      if (!(labels[i] >= 0 && labels[i] < vocabSize)) throw new Error(`task batch: label ${labels[i]} at position ${i} is outside the vocabulary [0, ${vocabSize})`);
+      targets[i] = labels[i];
+      weights[i] = 1;
+      count++;
+    }
+    if (count === 0) return null;
+    return { ids: tf.tensor2d(inputIds, [b, t], 'int32'), targets: tf.tensor1d(targets, 'int32'), weights: tf.tensor1d(weights), count };
+  }
+
+  /** Σ of the cross-entropy over the scored positions (the model has no dropout). */
+  lossOf(inputs: LossInputs): tf.Scalar {
+    return crossEntropySum(this.logits(inputs.ids), inputs.targets, inputs.weights);
+  }
+
+  evalSums(batch: ModelBatch): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
+    const inputs = this.lossInputs(batch);
+    if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
+    return { ...this.evalSumsOf(inputs), count: inputs.count };
+  }
+
+  /** Summed loss and correct top-1 count over the scored positions. */
+  evalSumsOf(inputs: LossInputs): { loss: tf.Scalar; correct: tf.Scalar } {
+    const logits = this.logits(inputs.ids);
+    const hits = tf.cast(tf.equal(tf.argMax(logits, -1), inputs.targets), 'float32');
+    return { loss: crossEntropySum(logits, inputs.targets, inputs.weights), correct: tf.sum(tf.mul(hits, inputs.weights!)) };
+  }
+
+  onTrainStep(step: number): void {
+    for (const module of this.attention) module.onTrainStep?.(step);
+  }
+
+  onDispose(cleanup: () => void): void {
+    this.cleanups.push(cleanup);
   }
 
   dispose(): void {
+    for (const cleanup of this.cleanups.splice(0)) cleanup();
     for (const v of this.weights.values()) v.dispose();
     this.weights.clear();
     for (const module of this.attention) module.dispose();

@@ -2,12 +2,13 @@
 // Protocol of the SLAY paper's benchmark (docs/notes/slay-task-benchmark.md): AdamW
 // lr 1e-3 (PyTorch's default weight decay 0.01, β = (0.9, 0.999), ε = 1e-8), one freshly generated
 // batch per optimizer step, final accuracy on 4 × batch fresh samples, seeds 42/43/44.
-import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
-import { GraphCache } from '../backend/tf-graph.ts';
-import { crossEntropySum } from '../model/lm.ts';
-import { gradientsThroughGraph } from '../train/compiled-step.ts';
+import type { Batch } from '../data/batch.ts';
+import { IGNORE_LABEL } from '../model/lm.ts';
+import { graphStatus } from '../train/compiled-step.ts';
 import { AdamW } from '../train/optimizer.ts';
+import type { StepExecutor } from '../train/step-executor.ts';
+import { startStepExecutor } from '../train/step-executors/index.ts';
 import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { PAPER_TASK_MODEL, TaskModel } from './task-model.ts';
@@ -64,36 +65,29 @@ export interface TaskRunResult {
   error?: string;
 }
 
-/** Mean cross-entropy over the positions where mask = 1: Σ mask·CE / Σ mask. */
-function maskedCrossEntropy(logits: tf.Tensor2D, targets: tf.Tensor1D, mask: tf.Tensor1D): tf.Scalar {
-  return tf.div(crossEntropySum(logits, targets, mask), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
+/**
+ * A task batch as the training step and validation read it: the targets as labels where the mask scores,
+ * IGNORE_LABEL elsewhere (TaskModel.lossInputs). The task model is causal, hence kind 'gpt'; its bytes
+ * are not text, so bits per byte stay undefined.
+ */
+function stepBatch(batch: TaskBatch): Batch {
+  const labels = new Int32Array(batch.targets.length).fill(IGNORE_LABEL);
+  let tokens = 0;
+  for (let i = 0; i < labels.length; i++) {
+    if (batch.mask[i] === 0) continue;
+    labels[i] = batch.targets[i];
+    tokens++;
+  }
+  return { kind: 'gpt', batchSize: batch.batchSize, seqLen: batch.seqLen, inputIds: batch.inputs, labels, tokens, bytes: 0 };
 }
 
-function batchTensors(batch: TaskBatch) {
-  return {
-    inputs: tf.tensor2d(batch.inputs, [batch.batchSize, batch.seqLen], 'int32'),
-    targets: tf.tensor1d(batch.targets, 'int32'),
-    mask: tf.tensor1d(batch.mask, 'float32'),
-  };
-}
-
-/** Summed loss and correct count over the scored positions of one batch (no gradients). */
-function scoreBatch(model: TaskModel, batch: TaskBatch): { lossSum: number; correct: number; scored: number } {
-  const [lossSum, correct, scored] = tf.tidy(() => {
-    const { inputs, targets, mask } = batchTensors(batch);
-    const logits = model.logits(inputs);
-    const hits = tf.cast(tf.equal(tf.argMax(logits, -1), targets), 'float32');
-    return [crossEntropySum(logits, targets, mask), tf.sum(tf.mul(hits, mask)), tf.sum(mask)];
-  }).map((t) => {
-    const value = t.dataSync()[0];
-    t.dispose();
-    return value;
-  });
-  return { lossSum, correct, scored };
-}
-
-/** Trains one fresh model on one task with one seed and evaluates it. Never leaves tensors behind. */
-export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
+/**
+ * Trains one fresh model on one task with one seed and evaluates it, through the training step of
+ * src/train/step.ts (the step executor `auto` picks: TensorFlow functions where the backend has them and
+ * `graph` is on, else op by op): the loss is the mean cross-entropy over the step's scored positions, and
+ * a NaN/Inf step is dropped as in training. Never leaves tensors behind.
+ */
+export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult> {
   const spec = taskSpec(opts.task);
   const generator = new TaskGenerator(opts.task, opts.seed);
   const model = new TaskModel({
@@ -104,53 +98,41 @@ export function trainOnTask(opts: TaskTrainOptions): TaskRunResult {
     attentionOptions: opts.attentionOptions ?? TASK_ATTENTION_OPTIONS[opts.attention] ?? {},
     seed: opts.seed,
   });
-  const params = model.trainableVariables();
+  const params = model.parameters();
+  const device = currentDevice();
   // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
   // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
   // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
-  const [graph, xla] = [(opts.graph ?? true) && currentDevice().graphSteps, opts.xla ?? false];
+  const [graph, xla] = [(opts.graph ?? true) && device.graphSteps, opts.xla ?? false];
   const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true, graph, xla });
-  const graphs = graph ? new GraphCache() : null;
-  // One key: every training batch has the task's shape.
-  const key = `${opts.batchSize}x${spec.seqLen}`;
-  const varList = [...params.values()];
-  const state = [...varList, ...model.buffers()];
-  const lossCurve: number[] = [];
-  const start = performance.now();
+  let executor: StepExecutor | null = null;
   try {
+    executor = await startStepExecutor('auto', { model, optimizer, device, trainable: params, graph, xla, replicas: 1 });
+    const lossCurve: number[] = [];
+    const start = performance.now();
+    let batch: Batch | null = null;
     for (let step = 0; step < opts.steps; step++) {
-      const batch = generator.trainBatch(opts.batchSize);
-      const loss = tf.tidy(() => {
-        const { inputs, targets, mask } = batchTensors(batch);
-        const { value, grads } = gradientsThroughGraph(graphs, key, [inputs, targets, mask], state, varList, () =>
-          maskedCrossEntropy(model.logits(inputs), targets, mask), xla);
-        optimizer.applyGradients(grads, opts.lr);
-        return value;
-      });
-      if (step % 10 === 0) lossCurve.push(loss.dataSync()[0]);
-      loss.dispose();
-      for (const module of model.attention) module.onTrainStep?.(step + 1);
+      batch = stepBatch(generator.trainBatch(opts.batchSize));
+      const result = await executor.step([batch], { lr: opts.lr, clip: 0, dropoutSeed: null });
+      if (step % 10 === 0) lossCurve.push(result.loss);
+      model.onTrainStep(step + 1);
     }
     const trainSeconds = (performance.now() - start) / 1000;
     // Evaluated in chunks of the training batch size: memory stays what training needed.
-    let lossSum = 0;
-    let correct = 0;
-    let scored = 0;
+    const evalBatches: Batch[] = [];
     for (let done = 0; done < opts.evalSamples; done += opts.batchSize) {
-      const chunk = scoreBatch(model, generator.evalBatch(Math.min(opts.batchSize, opts.evalSamples - done)));
-      lossSum += chunk.lossSum;
-      correct += chunk.correct;
-      scored += chunk.scored;
+      evalBatches.push(stepBatch(generator.evalBatch(Math.min(opts.batchSize, opts.evalSamples - done))));
     }
+    const scored = await executor.evaluate(evalBatches);
     return {
       task: spec.name, category: spec.category, attention: opts.attention, seed: opts.seed,
-      accuracy: scored > 0 ? correct / scored : null,
-      loss: scored > 0 ? lossSum / scored : null,
+      accuracy: scored.tokens > 0 ? scored.accuracy : null,
+      loss: scored.tokens > 0 ? scored.loss : null,
       lossCurve, params: model.parameterCount(), trainSeconds,
-      execution: graphs ? graphs.status(key) : 'eager',
+      execution: graph && batch ? graphStatus(model, batch, [...params.values()]) : 'eager',
     };
   } finally {
-    graphs?.dispose();
+    await executor?.close();
     optimizer.dispose();
     model.dispose();
   }
@@ -179,7 +161,7 @@ export async function runTaskBenchmark(opts: BenchmarkOptions): Promise<TaskRunR
       for (const seed of opts.seeds) {
         let result: TaskRunResult;
         try {
-          result = trainOnTask({ ...opts, task, attention, seed, attentionOptions: opts.attentionOptions?.[attention] });
+          result = await trainOnTask({ ...opts, task, attention, seed, attentionOptions: opts.attentionOptions?.[attention] });
         } catch (err) {
           const spec = taskSpec(task);
           result = {

@@ -2,8 +2,9 @@
 // (load.ts), command-line overrides and docs/recipes.md (docs.ts) all derive from that table, so adding a key (e.g.
 // the fine-tuning section) means adding one row to it and one field to `Recipe`.
 import path from 'node:path';
-import { ACTIVATIONS, NORM_POSITIONS } from '../model/transformer.ts';
-import type { Activation } from '../model/transformer.ts';
+import { ACTIVATIONS } from '../model/layers.ts';
+import type { Activation } from '../model/layers.ts';
+import { NORM_POSITIONS } from '../model/transformer.ts';
 import { BOUNDS } from '../core/bounds.ts';
 import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES, SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import type { EvalSampleKind } from '../data/batch.ts';

@@ -7,15 +7,15 @@ import * as tf from '@tensorflow/tfjs';
 import { fusedFormsEnabled, hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { currentDevice } from '../backend/current.ts';
 import { GraphCache } from '../backend/tf-graph.ts';
-import { dropoutSeedTensor } from '../model/transformer.ts';
-import type { LanguageModel, LossInputs, ModelBatch } from '../model/lm.ts';
+import { dropoutSeedTensor } from '../model/layers.ts';
+import type { StepModel, LossInputs, ModelBatch } from '../model/lm.ts';
 
 /** A model's training-step functions, and its validation functions (a BERT validation set brings row counts of its own). */
-const stepGraphs = new WeakMap<LanguageModel, GraphCache>();
-const evalGraphs = new WeakMap<LanguageModel, GraphCache>();
+const stepGraphs = new WeakMap<StepModel, GraphCache>();
+const evalGraphs = new WeakMap<StepModel, GraphCache>();
 
 /** The model's cache in `caches`, made on first use and freed with the model. */
-function graphsOf(model: LanguageModel, caches = stepGraphs): GraphCache {
+function graphsOf(model: StepModel, caches = stepGraphs): GraphCache {
   let graphs = caches.get(model);
   if (!graphs) {
     const created = new GraphCache();
@@ -63,7 +63,7 @@ const gradNames = new WeakMap<GraphCache, Record<string, string[]>>();
  * input of the graph (the backend draws the masks from it: DropoutSource). Call inside tf.tidy.
  */
 export function microBatchGradients(
-  model: LanguageModel,
+  model: StepModel,
   batch: ModelBatch,
   dropoutSeed: number | null,
   total: number,
@@ -71,7 +71,7 @@ export function microBatchGradients(
   graph: boolean,
   xla = false,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
-  const dropout = dropoutSeed !== null && model.config.dropout > 0;
+  const dropout = dropoutSeed !== null && model.dropout > 0;
   const asGraph = graph && currentDevice().graphSteps && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
   const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
   const divisor = tf.scalar(total);
@@ -85,10 +85,10 @@ export function microBatchGradients(
 
 /**
  * Validation's sums of one batch (Σ cross-entropy, Σ correct top-1, labelled count; see
- * LanguageModel.evalSums) as a forward-only TensorFlow function where the backend can (`graph`:
+ * StepModel.evalSums) as a forward-only TensorFlow function where the backend can (`graph`:
  * train.graph), eagerly elsewhere. Call inside tf.tidy.
  */
-export function evalSumsThroughGraph(model: LanguageModel, batch: ModelBatch, graph: boolean): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
+export function evalSumsThroughGraph(model: StepModel, batch: ModelBatch, graph: boolean): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
   if (!graph || !currentDevice().graphSteps) return model.evalSums(batch);
   const inputs = model.lossInputs(batch, ROW_BUCKET);
   if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
@@ -121,11 +121,11 @@ function shapesKey(inputs: LossInputs): string {
 }
 
 /** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */
-export function graphStatus(model: LanguageModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {
+export function graphStatus(model: StepModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {
   if (!currentDevice().graphSteps) return 'eager: backend';
   const key = tf.tidy(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
-    return inputs ? stepKey(inputs, variables, dropout && model.config.dropout > 0) : '';
+    return inputs ? stepKey(inputs, variables, dropout && model.dropout > 0) : '';
   });
   return key ? graphsOf(model).status(key) : 'eager: no labelled position';
 }

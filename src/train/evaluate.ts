@@ -2,7 +2,7 @@
 // for BERT, the same masks): by default `evalTokens` labelled tokens drawn across the whole validation split by a fixed
 // seed (spreadSample), or with `train.evalSample: head` the first ones in the split's order (docs/training.md, "Validation").
 import * as tf from '@tensorflow/tfjs';
-import type { LanguageModel } from '../model/lm.ts';
+import type { StepModel } from '../model/lm.ts';
 import { evalSumsThroughGraph } from './compiled-step.ts';
 import { spreadSample } from '../data/eval-sample.ts';
 import type { EvalSample } from '../data/eval-sample.ts';
@@ -63,7 +63,7 @@ async function headSample(opts: Omit<StreamOptions, 'split' | 'cursor' | 'shuffl
  * Loss, perplexity, bits per byte and top-1 accuracy of the model on the given batches (no dropout);
  * `graph`: each batch shape as a forward-only TensorFlow function where the backend can (train.graph).
  */
-export async function evaluate(model: LanguageModel, batches: readonly Batch[], graph = true): Promise<EvalResult> {
+export async function evaluate(model: StepModel, batches: readonly Batch[], graph = true): Promise<EvalResult> {
   let lossNats = 0;
   let correct = 0;
   let tokens = 0;

@@ -2,10 +2,10 @@
 // (step.ts: the micro-batches' gradients summed over the step's labelled tokens, clipping, the
 // non-finite rule, AdamW). Each way is one file under step-executors/ behind this interface,
 // registered in step-executors/index.ts; the trainer, the task runner and the throughput benchmark
-// hold a StepExecutor and never ask which one it is (docs/layout.md, "Step executors").
+// hold a StepExecutor and never ask which one it is (docs/training.md, "Step executors").
 import type { Device } from '../backend/device.ts';
 import type { Batch } from '../data/batch.ts';
-import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';
 import type { AdamW } from './optimizer.ts';
 import type { StepResult } from './step.ts';
@@ -20,7 +20,7 @@ export interface StepInputs {
 
 /** What an executor is built from: the model and optimizer it updates, and how the run asked the step to run. */
 export interface StepExecutorContext {
-  model: LanguageModel;
+  model: StepModel;
   optimizer: AdamW;
   device: Device;
   /** Only these get gradients (train.freeze); default all parameters. */

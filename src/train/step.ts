@@ -1,10 +1,11 @@
 // One optimizer step's maths, shared by the training loop (trainer.ts), the data-parallel replicas
-// (data-parallel.ts, replica.ts) and the throughput measure (throughput.ts): the micro-batches'
-// gradients summed over the step's labelled tokens, global-norm clipping, a NaN/Inf guard, and AdamW.
+// (data-parallel.ts, replica.ts), the throughput measure (throughput.ts) and the synthetic-task runner
+// (src/paper/task-runner.ts), on any StepModel (src/model/lm.ts): the micro-batches' gradients summed
+// over the step's labelled tokens, global-norm clipping, a NaN/Inf guard, and AdamW.
 import * as tf from '@tensorflow/tfjs';
 import { deriveSeed } from '../core/rng.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
-import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import type { StepModel, ModelBatch } from '../model/lm.ts';
 import { microBatchGradients } from './compiled-step.ts';
 import type { AdamW, PendingUpdate } from './optimizer.ts';
 
@@ -50,7 +51,7 @@ export function stepTokens(microBatches: readonly ModelBatch[]): number {
  * caller owns the returned tensors. Shared by trainStep and by the data-parallel replicas.
  */
 export function accumulateGradients(
-  model: LanguageModel,
+  model: StepModel,
   batches: readonly ModelBatch[],
   seeds: readonly (number | null)[],
   total: number,
@@ -119,7 +120,7 @@ export const microBatchSeed = (dropoutSeed: number | null, i: number) => (dropou
  * over the union — the update of one batch of k× rows (also for BERT, whose micro-batches hold
  * different numbers of labelled tokens). Dropout of micro-batch i uses deriveSeed(dropoutSeed, i).
  */
-export async function trainStep(model: LanguageModel, optimizer: AdamW, microBatches: readonly ModelBatch[], opts: StepOptions): Promise<StepResult> {
+export async function trainStep(model: StepModel, optimizer: AdamW, microBatches: readonly ModelBatch[], opts: StepOptions): Promise<StepResult> {
   const total = stepTokens(microBatches);
   const variables = [...(opts.trainable ?? model.parameters()).values()];
   const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));

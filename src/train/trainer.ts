@@ -1,6 +1,8 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
-// warm-up + decay, global-norm clipping, gradient accumulation (the step itself: step.ts), periodic
-// logging and validation on a fixed token set, checkpoints, and the final save (src/store/model-folder.ts).
+// warm-up + decay, global-norm clipping, gradient accumulation (the step itself: step.ts, run by a
+// step executor), periodic logging and validation on a fixed token set, checkpoints, and the final save
+// (src/store/model-folder.ts). The loop reads top to bottom in TrainingLoop.train; its counters are a
+// RunState (run-state.ts), which checkpoints save and a resume restores.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createLanguageModel } from '../model/lm.ts';
@@ -23,7 +25,7 @@ import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult, EvalSample } from './evaluate.ts';
 import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
-import type { LoadedCheckpoint, TrainingCounters } from '../store/checkpoint.ts';
+import type { LoadedCheckpoint } from '../store/checkpoint.ts';
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
@@ -31,7 +33,8 @@ import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import type { StepResult } from './step.ts';
-import type { StepExecutor, StepInputs } from './step-executor.ts';
+import type { StepExecutor } from './step-executor.ts';
+import { RunState } from './run-state.ts';
 import { startStepExecutor } from './step-executors/index.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
 import { resolveDataParallel } from './data-parallel.ts';
@@ -146,211 +149,209 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
   }
 }
 
+/** Where a run writes: its logger (metrics.jsonl, log.txt, the progress bar) and its checkpoints. */
+interface RunWriters {
+  logger: TrainLogger;
+  checkpoints: CheckpointWriter;
+}
+
 /**
- * One run's training loop: its counters (continued from a checkpoint when resuming), the optimizer steps with their
- * logging, validation and checkpoints, and the final save.
+ * One run's training loop (train(): learning rate → micro-batches → step → log, validation, checkpoint), its counters
+ * (RunState, continued from a checkpoint when resuming) and writers, and the end of the run (finish()).
  */
 class TrainingLoop {
-  private readonly started: number;
-  private trainSeconds: number;
-  private tokens: number;
-  private batchesSeen: number;
-  private step: number;
-  private window: TrainingCounters['window'];
+  readonly state: RunState;
+  private readonly writers: RunWriters;
+  private readonly schedule: ScheduleOptions;
+  /** How the steps run (step-executor.ts); started by train(), closed by its caller through close(). */
+  private executor: StepExecutor | null = null;
   /** What the last step read back from the backend's tensors into JavaScript (tensorflow; readback.ts). */
   private lastReadback: Readback | null = null;
   /** The readback count the log last stated (it is constant for a run: said once, and again only if it changes). */
   private statedReadback: number | null = null;
-  private skippedSteps: number;
-  private consecutiveSkips: number;
   /** Steps run by this process (its first step records the step program and builds its function). */
   private stepsInProcess = 0;
   private lastVal: { step: number; loss: number } | null = null;
-  private readonly schedule: ScheduleOptions;
-  private readonly checkpoints: CheckpointWriter;
-  /** How the steps run (step-executor.ts); started by train(), closed by its caller through close(). */
-  private executor: StepExecutor | null = null;
 
   constructor(
     private readonly recipe: Recipe,
     private readonly inputs: RunInputs,
     private readonly parts: RunParts,
-    private readonly logger: TrainLogger,
+    logger: TrainLogger,
   ) {
-    const restored = inputs.resumed?.state;
-    this.started = performance.now() - (restored?.elapsedS ?? 0) * 1000;
-    this.trainSeconds = restored?.trainSeconds ?? 0;
-    this.tokens = restored?.tokens ?? 0;
-    this.batchesSeen = restored?.batchesSeen ?? 0;
-    this.step = restored?.step ?? 0;
-    this.window = restored ? { ...restored.window } : { loss: 0, steps: 0, tokens: 0, seconds: 0 };
-    this.skippedSteps = restored?.skippedSteps ?? 0;
-    this.consecutiveSkips = restored?.consecutiveSkips ?? 0;
+    this.state = new RunState(inputs.resumed?.state);
     const { lr, minLr, schedule } = recipe.train;
     this.schedule = { lr, minLr, schedule, warmupSteps: resolveWarmup(recipe.train, inputs.totalSteps).steps, totalSteps: inputs.totalSteps };
     const { tokenizer } = inputs;
-    this.checkpoints = new CheckpointWriter(logger.dir, recipe, { path: tokenizer.path, sha256: tokenizer.sha256 }, inputs.resumed, (t) => logger.line(t));
+    const checkpoints = new CheckpointWriter(logger.dir, recipe, { path: tokenizer.path, sha256: tokenizer.sha256 }, inputs.resumed, (t) => logger.line(t));
+    this.writers = { logger, checkpoints };
   }
 
   get parameterCount(): number {
     return [...this.parts.model.parameters().values()].reduce((n, v) => n + v.size, 0);
   }
 
-  private elapsed(): number {
-    return (performance.now() - this.started) / 1000;
-  }
-
-  private async saveCheckpoint(): Promise<string> {
-    await this.executor?.pull();
-    const { step, tokens, batchesSeen, trainSeconds, window, skippedSteps, consecutiveSkips } = this;
-    const counters = { step, tokens, batchesSeen, trainSeconds, elapsedS: this.elapsed(), window, skippedSteps, consecutiveSkips };
-    return this.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), counters, this.lastVal?.step === this.step ? this.lastVal.loss : null);
-  }
-
-  async validate(): Promise<EvalResult> {
-    const result = this.executor ? await this.executor.evaluate(this.inputs.evalSample.batches) : await evaluate(this.parts.model, this.inputs.evalSample.batches, this.recipe.train.graph);
-    const { step, tokens, trainSeconds } = this;
-    this.logger.log({
-      step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
-      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: this.elapsed(), bpb: result.bpb, acc: result.accuracy,
-      epoch_fraction: this.batchesSeen / Math.max(1, this.inputs.epoch.batches),
-    });
-    this.lastVal = { step, loss: result.loss };
-    this.logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${this.inputs.evalSample.documents} documents)`);
-    return result;
-  }
-
   /** Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw TrainingStopped. */
   async train(stop: StopRequest | undefined): Promise<void> {
+    const { state, writers } = this;
     const { totalSteps } = this.inputs;
-    // Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are.
-    const { model, optimizer, finetune, device, replicas } = this.parts;
-    const { graph, executor } = this.recipe.train;
-    this.executor = await startStepExecutor(executor, { model, optimizer, device, trainable: finetune.trainable, graph, xla: optimizer.options.xla, replicas });
+    const { logInterval, evalInterval, checkpointInterval } = this.recipe.train;
+    await this.startExecutor();
     // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
     // A resumed run (step > 0) has this record from its first session.
-    if (this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
+    if (state.step === 0 && (this.parts.finetune.initFrom !== null || evalInterval > 0)) await this.validate();
     // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
-    if (this.step < totalSteps) this.logger.line(`compiling the first steps… (a progress line every ${this.recipe.train.logInterval} steps)`);
-    while (this.step < totalSteps) {
+    if (state.step < totalSteps) writers.logger.line(`compiling the first steps… (a progress line every ${logInterval} steps)`);
+    const due = (interval: number) => interval > 0 && state.step % interval === 0;
+    while (state.step < totalSteps) {
+      const lr = learningRate(state.step, this.schedule);
       const micro = await this.nextMicroBatches();
       if (micro.length === 0) break; // the epoch ended before the estimate said
-      await this.trainOneStep(micro);
-      if (this.recipe.train.evalInterval > 0 && this.step % this.recipe.train.evalInterval === 0 && this.step < totalSteps) await this.validate();
+      const result = await this.step(micro, lr);
+      if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) this.logProgress(lr, result.gradNorm);
+      if (due(evalInterval) && state.step < totalSteps) await this.validate();
       // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
       // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
       await new Promise((resolve) => setImmediate(resolve));
       // A stop asked for during the last step just lets the run finish (final validation and save follow).
-      const signal = this.step < totalSteps ? (stop?.signal ?? null) : null;
-      const interval = this.recipe.train.checkpointInterval;
-      if (signal || (interval > 0 && this.step % interval === 0 && this.step < totalSteps)) await this.saveCheckpoint();
-      if (signal) throw new TrainingStopped(signal, this.step, this.checkpoints.lastDir!, this.logger.dir);
+      const signal = state.step < totalSteps ? (stop?.signal ?? null) : null;
+      if (signal || (due(checkpointInterval) && state.step < totalSteps)) await this.saveCheckpoint();
+      if (signal) throw new TrainingStopped(signal, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
     }
+  }
+
+  /** Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are. */
+  private async startExecutor(): Promise<void> {
+    const { model, optimizer, finetune, device, replicas } = this.parts;
+    const { graph, executor } = this.recipe.train;
+    this.executor = await startStepExecutor(executor, { model, optimizer, device, trainable: finetune.trainable, graph, xla: optimizer.options.xla, replicas });
   }
 
   /** Up to train.gradAccum batches of the stream, within the plan. */
   private async nextMicroBatches(): Promise<Batch[]> {
     const micro: Batch[] = [];
-    while (micro.length < this.recipe.train.gradAccum && this.batchesSeen < this.inputs.batchesPlanned) {
+    while (micro.length < this.recipe.train.gradAccum && this.state.batchesSeen < this.inputs.batchesPlanned) {
       const batch = await this.parts.stream.next();
       if (!batch) break;
       micro.push(batch);
-      this.batchesSeen++;
+      this.state.batchesSeen++;
     }
     return micro;
   }
 
-  private async trainOneStep(micro: Batch[]): Promise<void> {
-    const { recipe, parts } = this;
-    const lr = learningRate(this.step, this.schedule);
-    parts.model.onTrainStep(this.step);
+  /** One optimizer step at learning rate `lr`, the skip rule for a NaN/Inf one, and the counters it moves. */
+  private async step(micro: Batch[], lr: number): Promise<StepResult> {
+    const { recipe, parts, state } = this;
+    parts.model.onTrainStep(state.step);
     const t0 = performance.now();
     const readBefore = readback();
-    const inputs: StepInputs = { lr, clip: recipe.train.clip, dropoutSeed: this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${this.step}`) : null };
-    const result = await this.executor!.step(micro, inputs);
+    const dropoutSeed = this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${state.step}`) : null;
+    const result = await this.executor!.step(micro, { lr, clip: recipe.train.clip, dropoutSeed });
     const seconds = (performance.now() - t0) / 1000;
     if (parts.device.native) this.lastReadback = readSince(readBefore);
-    if (result.applied) this.consecutiveSkips = 0;
-    else this.dropUpdate(result);
+    if (!result.applied) this.dropUpdate(result);
     // The first step of a process records its program and builds its function (backend/tf-graph.ts): say how it ran.
     if (++this.stepsInProcess === 1) {
       const how = this.executor!.describe(micro[0]);
-      if (how) this.logger.line(how);
+      if (how) this.writers.logger.line(how);
     }
-    const stepTokens = micro.length * recipe.train.batchSize * recipe.data.seqLen;
-    this.step++;
-    this.tokens += stepTokens;
-    this.trainSeconds += seconds;
-    const w = this.window;
-    if (result.applied) this.window = { loss: w.loss + result.loss, steps: w.steps + 1, tokens: w.tokens + stepTokens, seconds: w.seconds + seconds };
-    const epochFraction = this.batchesSeen / Math.max(1, this.inputs.epoch.batches);
-    this.logger.progress?.({ step: this.step, totalSteps: this.inputs.totalSteps, epochFraction, loss: result.applied ? result.loss : null });
-    if ((this.step % recipe.train.logInterval === 0 || this.step === this.inputs.totalSteps) && this.window.steps > 0) this.logProgress(lr, result.gradNorm);
+    state.stepped(result, micro.length * recipe.train.batchSize * recipe.data.seqLen, seconds);
+    const epochFraction = state.epochFraction(this.inputs.epoch.batches);
+    this.writers.logger.progress?.({ step: state.step, totalSteps: this.inputs.totalSteps, epochFraction, loss: result.applied ? result.loss : null });
+    return result;
   }
 
   /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */
   private dropUpdate(result: StepResult): void {
+    const { state } = this;
     const { nanPolicy, nanSkipLimit } = this.recipe.train;
-    const what = `step ${this.step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
-    const last = this.checkpoints.lastDir ? `the last good checkpoint is ${this.checkpoints.lastDir}` : 'no checkpoint was saved yet';
+    const what = `step ${state.step + 1}: loss ${result.loss}, gradient norm ${result.gradNorm}`;
+    const lastDir = this.writers.checkpoints.lastDir;
+    const last = lastDir ? `the last good checkpoint is ${lastDir}` : 'no checkpoint was saved yet';
     if (nanPolicy === 'stop') {
       throw new Error(`training diverged at ${what}; the update was not applied and ${last} (train.nanPolicy: skip drops such updates instead)`);
     }
-    this.skippedSteps++;
-    this.consecutiveSkips++;
-    if (this.consecutiveSkips >= nanSkipLimit) {
+    state.skipped();
+    if (state.consecutiveSkips >= nanSkipLimit) {
       throw new Error(
-        `training diverged: ${this.consecutiveSkips} updates in a row were dropped (steps ${this.step + 2 - this.consecutiveSkips}–${this.step + 1}, the last with ${what.slice(what.indexOf(':') + 2)}; ` +
+        `training diverged: ${state.consecutiveSkips} updates in a row were dropped (steps ${state.step + 2 - state.consecutiveSkips}–${state.step + 1}, the last with ${what.slice(what.indexOf(':') + 2)}; ` +
           `train.nanSkipLimit ${nanSkipLimit}); ${last}`,
       );
     }
-    this.logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${this.skippedSteps} dropped so far, ${this.consecutiveSkips} in a row)`);
+    this.writers.logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${state.skippedSteps} dropped so far, ${state.consecutiveSkips} in a row)`);
   }
 
   /** The train record and progress line of the logging window that ends at this step. */
   private logProgress(lr: number, gradNorm: number): void {
-    const { step, tokens, window } = this;
+    const { state } = this;
+    const { logger } = this.writers;
+    const { step, tokens } = state;
     const { totalSteps, epoch } = this.inputs;
+    const window = state.takeWindow();
     const loss = window.loss / window.steps;
     const rate = window.tokens / window.seconds;
-    const fraction = this.batchesSeen / Math.max(1, epoch.batches);
-    this.logger.log({
+    const fraction = state.epochFraction(epoch.batches);
+    logger.log({
       step, tokens, split: 'train', loss, ppl: Math.exp(loss), lr, grad_norm: gradNorm,
-      tokens_per_s: rate, elapsed_s: this.elapsed(), epoch_fraction: fraction,
+      tokens_per_s: rate, elapsed_s: state.elapsed(), epoch_fraction: fraction,
       ...(this.lastReadback ? { readback_values: this.lastReadback.values, readback_bytes: this.lastReadback.bytes } : {}),
     });
     const eta = ((totalSteps - step) * window.seconds) / window.steps;
     if (this.lastReadback && this.lastReadback.values !== this.statedReadback) {
       this.statedReadback = this.lastReadback.values;
-      this.logger.line(`host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`);
+      logger.line(`host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`);
     }
     const fields = progressFields({ step, totalSteps, epochFraction: fraction, loss, lr, gradNorm, tokensPerS: rate, etaS: eta });
-    this.logger.line(joinFields(fields), fields);
-    this.window = { loss: 0, steps: 0, tokens: 0, seconds: 0 };
+    logger.line(joinFields(fields), fields);
+  }
+
+  async validate(): Promise<EvalResult> {
+    const { state } = this;
+    const { logger } = this.writers;
+    const { batches, documents } = this.inputs.evalSample;
+    const result = this.executor ? await this.executor.evaluate(batches) : await evaluate(this.parts.model, batches, this.recipe.train.graph);
+    const { step, tokens, trainSeconds } = state;
+    logger.log({
+      step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
+      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: state.elapsed(), bpb: result.bpb, acc: result.accuracy,
+      epoch_fraction: state.epochFraction(this.inputs.epoch.batches),
+    });
+    this.lastVal = { step, loss: result.loss };
+    logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${documents} documents)`);
+    return result;
+  }
+
+  private async saveCheckpoint(): Promise<string> {
+    await this.executor?.pull();
+    const { state } = this;
+    const valLoss = this.lastVal?.step === state.step ? this.lastVal.loss : null;
+    return this.writers.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), state.counters(), valLoss);
   }
 
   /** Final validation, the last checkpoint, final/ and summary.json. */
   async finish(): Promise<TrainResult> {
-    const { step, tokens, trainSeconds, recipe, logger } = this;
+    const { recipe, state } = this;
+    const { logger, checkpoints } = this.writers;
+    const { step, tokens, trainSeconds } = state;
     const finalVal = await this.validate();
-    if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
+    if (checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
     await this.executor?.pull();
     const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
     const parameters = this.parameterCount;
     const summary = {
-      steps: step, tokens, elapsed_s: this.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
+      steps: step, tokens, elapsed_s: state.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
       val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, val_acc: finalVal.accuracy, parameters, final: path.relative(logger.dir, finalDir),
     };
     await logger.finish(summary);
     logger.line(
-      `done: ${step} steps, ${tokens.toLocaleString('en-US')} tokens in ${formatDuration(this.elapsed())} ` +
+      `done: ${step} steps, ${tokens.toLocaleString('en-US')} tokens in ${formatDuration(state.elapsed())} ` +
         `(${Math.round(summary.train_tokens_per_s).toLocaleString('en-US')} tok/s) | final val loss ${finalVal.loss.toFixed(4)} | ppl ${finalVal.ppl.toFixed(2)} | bpb ${finalVal.bpb.toFixed(4)} | acc ${finalVal.accuracy.toFixed(4)} | saved ${finalDir}`,
     );
-    return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: this.elapsed(), finalVal, parameters };
+    return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: state.elapsed(), finalVal, parameters };
   }
 
   async close(): Promise<void> {
-    this.logger.endProgress?.();
+    this.writers.logger.endProgress?.();
     await this.executor?.close();
     await closeRunParts(this.parts);
   }

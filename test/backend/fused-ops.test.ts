@@ -10,7 +10,7 @@ import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SET
 import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { activate, layerNorm } from '../../src/model/transformer.ts';
+import { activate, layerNorm } from '../../src/model/layers.ts';
 
 const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
 const available = build !== null && !build.gpu && fs.existsSync(path.join(nativePackageDir(build), FUSED_OPS_ADDON));

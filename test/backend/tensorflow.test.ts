@@ -14,7 +14,7 @@ import { tensorflowInfo } from '../../src/backend/tensorflow.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
 import { crossEntropyRef } from '../helpers/reference.ts';
 import { explicitTransposes } from '../../src/model/ops.ts';
-import { DropoutSource, dropoutSeedTensor } from '../../src/model/transformer.ts';
+import { DropoutSource, dropoutSeedTensor } from '../../src/model/layers.ts';
 import { Rng } from '../../src/core/rng.ts';
 
 const available = isTensorflowSetUp();

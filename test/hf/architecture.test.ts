@@ -7,7 +7,7 @@ import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { createLanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { geluErf, layerNorm } from '../../src/model/transformer.ts';
+import { geluErf, layerNorm } from '../../src/model/layers.ts';
 import { checkResumeCompatible, type LoadedCheckpoint } from '../../src/store/checkpoint.ts';
 import { loadWeights } from '../../src/store/load-weights.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';

@@ -6,7 +6,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { crossEntropyRef } from '../helpers/reference.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { columnSums, gelu, layerNorm, linear } from '../../src/model/transformer.ts';
+import { columnSums, gelu, layerNorm, linear, multiHeadAttention } from '../../src/model/layers.ts';
 
 beforeAll(async () => {
   await initBackend(testBackend(), { quiet: true });
@@ -150,5 +150,51 @@ describe('model building blocks', () => {
     expect(maxAbsDiff(out.grad, ref.grad)).toBeLessThan(1e-5);
     if (weights) expect(maxAbsDiff(out.grad.slice(2 * vocab, 3 * vocab), new Array(vocab).fill(0))).toBe(0);
     expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it.each([true, false])('the multi-head attention block (bias %s): heads of the projected q, k, v attended and merged through out, against float64', (bias) => {
+    const [b, l, heads, dh] = [2, 3, 2, 2];
+    const d = heads * dh;
+    const x = randn(b * l * d);
+    const params = new Map<string, number[]>();
+    for (const p of ['q', 'k', 'v', 'out']) {
+      params.set(`blk.${p}.weight`, randn(d * d, 0.5));
+      params.set(`blk.${p}.bias`, randn(d, 0.5));
+    }
+    // Row r of x (batch r / l, position r % l) projected: Σ_i x[r, i]·W[i, j] (+ b[j]).
+    const project = (rows: number[], inDim: number, name: string) =>
+      Array.from({ length: rows.length / inDim }, (_, r) =>
+        Array.from({ length: d }, (_, j) => {
+          let sum = bias ? params.get(`${name}.bias`)![j] : 0;
+          for (let i = 0; i < inDim; i++) sum += rows[r * inDim + i] * params.get(`${name}.weight`)![i * d + j];
+          return sum;
+        }),
+      );
+    const [q, k, v] = ['q', 'k', 'v'].map((p) => project(x, d, `blk.${p}`));
+    // Each head h takes columns h·dh … h·dh + dh − 1; attention here: out_t = Σ_{s ≤ t} (q_t·k_s)·v_s within a row.
+    const merged: number[] = [];
+    for (let r = 0; r < b * l; r++) {
+      const first = r - (r % l);
+      for (let h = 0; h < heads; h++) {
+        const cols = Array.from({ length: dh }, (_, c) => h * dh + c);
+        const out = cols.map(() => 0);
+        for (let s = first; s <= r; s++) {
+          const score = cols.reduce((sum, c) => sum + q[r][c] * k[s][c], 0);
+          cols.forEach((c, i) => (out[i] += score * v[s][c]));
+        }
+        merged.push(...out);
+      }
+    }
+    const expected = project(merged, d, 'blk.out').flat();
+    const causal = tf.tidy(() => tf.keep(tf.linalg.bandPart(tf.ones([l, l]), -1, 0)));
+    const before = tf.memory().numTensors;
+    const got = tf.tidy(() => {
+      const tensors = new Map([...params].map(([name, values]) => [name, tf.tensor(values, name.endsWith('weight') ? [d, d] : [d])]));
+      const attend = (qh: tf.Tensor4D, kh: tf.Tensor4D, vh: tf.Tensor4D) => tf.matMul(tf.mul(tf.matMul(qh, kh, false, true), causal), vh) as tf.Tensor4D;
+      return multiHeadAttention(tf.tensor2d(x, [b * l, d]), l, heads, 'blk', (name) => tensors.get(name)!, bias, attend).dataSync();
+    });
+    causal.dispose();
+    expect(tf.memory().numTensors).toBe(before - 1);
+    expect(maxAbsDiff(got, expected)).toBeLessThan(1e-5);
   });
 });

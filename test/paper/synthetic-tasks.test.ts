@@ -7,6 +7,9 @@ import { summarizeTaskResults, taskResultsMarkdown, trainOnTask } from '../../sr
 import type { TaskRunResult } from '../../src/paper/task-runner.ts';
 import { TASK_NAMES, TaskGenerator, taskSpec, tasksInCategory } from '../../src/paper/synthetic-tasks.ts';
 import type { TaskBatch } from '../../src/paper/synthetic-tasks.ts';
+import { PAPER_TASK_MODEL, TaskModel } from '../../src/paper/task-model.ts';
+import { IGNORE_LABEL } from '../../src/model/lm.ts';
+import { crossEntropyRef } from '../helpers/reference.ts';
 
 // The paper's table (docs/notes/slay-task-benchmark.md): name, category, T, V, mode.
 const TABLE: [string, string, number, number, string][] = [
@@ -236,9 +239,9 @@ describe('task model and runner', () => {
     await initBackend('wasm', { quiet: true });
   });
 
-  it('softmax learns copy within 40 steps (accuracy far above chance 1/32) and leaks no tensors', () => {
+  it('softmax learns copy within 40 steps (accuracy far above chance 1/32) and leaks no tensors', async () => {
     const before = tf.memory().numTensors;
-    const result = trainOnTask({ task: 'copy', attention: 'softmax', seed: 42, steps: 40, batchSize: 16, evalSamples: 32, lr: 1e-3, weightDecay: 0.01 });
+    const result = await trainOnTask({ task: 'copy', attention: 'softmax', seed: 42, steps: 40, batchSize: 16, evalSamples: 32, lr: 1e-3, weightDecay: 0.01 });
     expect(tf.memory().numTensors).toBe(before);
     expect(result.error).toBeUndefined();
     expect(result.accuracy).toBeGreaterThan(0.5);
@@ -247,6 +250,61 @@ describe('task model and runner', () => {
     // Embeddings 32·64 + 32·64, two blocks of four 64×64 projections with biases, head 64·32 + 32.
     expect(result.params).toBe(2 * 32 * 64 + 2 * 4 * (64 * 64 + 64) + 64 * 32 + 32);
   }, 60_000);
+
+  it('the task model as the training step sees it: a batch labelled where the mask scores gives the masked loss and hits, against float64', async () => {
+    // distant_match scores a few positions per row (position mode), so unscored positions must count for nothing.
+    const spec = taskSpec('distant_match');
+    const batch = new TaskGenerator('distant_match', 42).trainBatch(3);
+    const model = new TaskModel({ vocabSize: spec.vocabSize, seqLen: spec.seqLen, ...PAPER_TASK_MODEL, attention: 'softmax', attentionOptions: {}, seed: 42 });
+    try {
+      const labels = Int32Array.from(batch.targets, (t, i) => (batch.mask[i] ? t : IGNORE_LABEL));
+      const stepBatch = { batchSize: 3, seqLen: spec.seqLen, inputIds: batch.inputs, labels };
+      // The mechanism keeps what its first call makes (a causal mask): count after it.
+      tf.tidy(() => model.logits(tf.tensor2d(batch.inputs, [3, spec.seqLen], 'int32')));
+      const before = tf.memory().numTensors;
+      const [logits, loss, sums] = tf.tidy(() => {
+        const inputs = model.lossInputs(stepBatch)!;
+        const evalSums = model.evalSums(stepBatch);
+        return [
+          Array.from(model.logits(inputs.ids).dataSync()),
+          model.lossOf(inputs).dataSync()[0],
+          { loss: evalSums.loss.dataSync()[0], correct: evalSums.correct.dataSync()[0], count: evalSums.count },
+        ] as const;
+      });
+      expect(tf.memory().numTensors).toBe(before);
+      const scored = batch.mask.reduce((n, m) => n + m, 0);
+      const expected = crossEntropyRef(logits, Array.from(batch.targets), spec.vocabSize, Array.from(batch.mask)).value;
+      expect(Math.abs(loss - expected)).toBeLessThan(1e-5 * expected);
+      expect(Math.abs(sums.loss - expected)).toBeLessThan(1e-5 * expected);
+      let hits = 0;
+      for (let i = 0; i < batch.mask.length; i++) {
+        const row = logits.slice(i * spec.vocabSize, (i + 1) * spec.vocabSize);
+        if (batch.mask[i] && row.indexOf(Math.max(...row)) === batch.targets[i]) hits++;
+      }
+      expect(sums).toMatchObject({ correct: hits, count: scored });
+      expect(model.lossInputs({ ...stepBatch, labels: new Int32Array(labels.length).fill(IGNORE_LABEL) })).toBeNull();
+      expect(() => model.lossInputs({ ...stepBatch, labels: labels.map(() => spec.vocabSize) })).toThrow(/task batch: label 32 at position 0 is outside the vocabulary \[0, 32\)/);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  it("the runner trains through the training step: its first loss is the fresh model's masked mean cross-entropy on the first batch", async () => {
+    const spec = taskSpec('sort');
+    const batch = new TaskGenerator('sort', 7).trainBatch(4);
+    const model = new TaskModel({ vocabSize: spec.vocabSize, seqLen: spec.seqLen, ...PAPER_TASK_MODEL, attention: 'softmax', attentionOptions: {}, seed: 7 });
+    let logits: number[];
+    try {
+      logits = tf.tidy(() => Array.from(model.logits(tf.tensor2d(batch.inputs, [4, spec.seqLen], 'int32')).dataSync()));
+    } finally {
+      model.dispose();
+    }
+    const scored = batch.mask.reduce((n, m) => n + m, 0);
+    const expected = crossEntropyRef(logits, Array.from(batch.targets), spec.vocabSize, Array.from(batch.mask)).value / scored;
+    const result = await trainOnTask({ task: 'sort', attention: 'softmax', seed: 7, steps: 1, batchSize: 4, evalSamples: 4, lr: 1e-3, weightDecay: 0.01 });
+    expect(Math.abs(result.lossCurve[0] - expected)).toBeLessThan(1e-5 * expected);
+    expect(result.execution).toBe('eager'); // wasm has no TensorFlow functions
+  });
 
   it('summarises per task and per category: per-seed category means, then mean ± sd over seeds', () => {
     const run = (task: string, seed: number, accuracy: number | null, error?: string): TaskRunResult => ({

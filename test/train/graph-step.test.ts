@@ -157,10 +157,10 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     }
   });
 
-  it('the synthetic-task runner: function steps give the accuracies and losses of op-by-op steps', () => {
+  it('the synthetic-task runner: function steps give the accuracies and losses of op-by-op steps', async () => {
     for (const task of ['copy', 'sort']) {
       const run = (graph: boolean) => trainOnTask({ task, attention: 'slay', seed: 42, steps: 12, batchSize: 8, evalSamples: 16, lr: 1e-3, weightDecay: 0.01, graph });
-      const [functions, eager] = [run(true), run(false)];
+      const [functions, eager] = [await run(true), await run(false)];
       expect([functions.execution, eager.execution]).toEqual(['graph', 'eager']);
       expect(functions.accuracy, task).toBe(eager.accuracy);
       expect(Math.abs(functions.loss! - eager.loss!)).toBeLessThan(1e-5 * eager.loss!);

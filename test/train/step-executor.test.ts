@@ -5,7 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { describeDevice } from '../../src/backend/device.ts';
 import { initBackend } from '../../src/backend/start.ts';
-import { createLanguageModel } from '../../src/model/lm.ts';
+import { createLanguageModel, type LanguageModel, type StepModel } from '../../src/model/lm.ts';
 import { SCHEMA } from '../../src/recipe/schema.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import type { StepExecutorContext } from '../../src/train/step-executor.ts';
@@ -19,13 +19,16 @@ beforeAll(async () => {
 
 const config = { kind: 'gpt' as const, vocabSize: 32, dModel: 16, numHeads: 2, numLayers: 1, mlpRatio: 4, maxSeqLen: 8, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 3 };
 
-function context(over: Partial<StepExecutorContext> = {}): StepExecutorContext {
+/** A context on a GPT, which the test disposes. */
+type GptContext = StepExecutorContext & { model: LanguageModel };
+
+function context(over: Partial<Omit<StepExecutorContext, 'model'>> = {}): GptContext {
   const model = createLanguageModel(config);
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
   return { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1, ...over };
 }
 
-function free(c: StepExecutorContext): void {
+function free(c: GptContext): void {
   c.optimizer.dispose();
   c.model.dispose();
 }
@@ -54,6 +57,9 @@ describe('choosing', () => {
       expect(() => chooseStepExecutor('functions', c)).toThrow(/train\.executor functions: the cpu backend has no TensorFlow functions/);
       expect(() => chooseStepExecutor('replicas', c)).toThrow(/train\.executor replicas: train\.dataParallel resolves to 1/);
       expect(() => chooseStepExecutor('warp', c)).toThrow(/unknown executor 'warp'/);
+      // Replica threads rebuild a language model from its config: another StepModel (the task model) is refused.
+      const taskLike = { ...c, replicas: 2, model: { dropout: 0 } as unknown as StepModel };
+      expect(() => chooseStepExecutor('replicas', taskLike)).toThrow(/train\.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config/);
     } finally {
       free(c);
     }

@@ -15,7 +15,7 @@ class FunctionsExecutor extends InProcessExecutor {
   describe(firstBatch: ModelBatch): string {
     const { model, trainable, xla } = this.context;
     const variables = [...(trainable ?? model.parameters()).values()];
-    const status = graphStatus(model, firstBatch, variables, model.config.dropout > 0);
+    const status = graphStatus(model, firstBatch, variables, model.dropout > 0);
     if (!status.startsWith('graph')) return `train.graph: steps run op by op (${status.replace(/^eager: /, '')})`;
     return `train.graph: steps run as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${graphDevice()}${status.slice('graph'.length)}`;
   }

@@ -2,7 +2,7 @@
 // its shard of every micro-batch, the main thread sums, clips and applies AdamW. For wasm and cpu,
 // whose backends use one core each.
 import type { Batch } from '../../data/batch.ts';
-import type { ModelBatch } from '../../model/lm.ts';
+import { LanguageModel, type ModelBatch } from '../../model/lm.ts';
 import { DataParallelGroup } from '../data-parallel.ts';
 import { evaluate, type EvalResult } from '../evaluate.ts';
 import type { StepResult } from '../step.ts';
@@ -45,6 +45,13 @@ class ReplicasExecutor implements StepExecutor {
 export const replicas: StepExecutorEntry = {
   name: 'replicas',
   summary: 'train.dataParallel worker-thread replicas in this process (wasm, cpu)',
-  unsupported: ({ replicas: r }) => (r > 1 ? null : 'train.dataParallel resolves to 1 replica'),
-  create: async (context) => new ReplicasExecutor(context, await DataParallelGroup.start(context.model, context.replicas, context.device.backend)),
+  unsupported: ({ replicas: r, model }) => {
+    if (r <= 1) return 'train.dataParallel resolves to 1 replica';
+    // A replica thread rebuilds the model from its config (replica.ts), which only a language model carries.
+    return model instanceof LanguageModel ? null : 'worker-thread replicas rebuild a GPT or BERT from its config; this model is not one';
+  },
+  create: async (context) => {
+    if (!(context.model instanceof LanguageModel)) throw new Error(`replicas: ${replicas.unsupported(context)}`);
+    return new ReplicasExecutor(context, await DataParallelGroup.start(context.model, context.replicas, context.device.backend));
+  },
 };
