@@ -10,6 +10,58 @@ import * as tf from '@tensorflow/tfjs';
  */
 export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 
+/**
+ * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
+ * GELU and LayerNorm, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
+ * passed from the tfjs kernel's attrs.
+ */
+export const FUSED_CPU_KERNELS = [
+  { name: 'SlayformerGeluTanh', inputs: ['x'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerGeluTanhGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerGeluErf', inputs: ['x'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerGeluErfGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerLayerNorm', inputs: ['x', 'gain', 'shift'], outputs: 3, floatAttrs: ['eps'] },
+  { name: 'SlayformerLayerNormGrad', inputs: ['dy', 'xhat', 'rstd', 'gain'], outputs: 3, floatAttrs: [] },
+] as const;
+
+export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];
+
+/** Why the fused CPU kernels are not in use (null = they are; undefined = the native backend did not try). */
+let fusedCpuKernelsAbsent: string | null | undefined;
+
+export function noteFusedCpuKernels(why: string | null): void {
+  fusedCpuKernelsAbsent = why;
+}
+
+/** 'in use', or why not, for the run's start line and env.json. */
+export function fusedCpuKernelsStatus(): string {
+  return fusedCpuKernelsAbsent === null ? 'in use' : (fusedCpuKernelsAbsent ?? 'not on this backend');
+}
+
+/**
+ * While > 0, the model runs its composed forms: no fused CPU kernel, and the tied head's loss and
+ * softmax attention's backward as plain autodiff chains (model/tied-head-loss.ts, attention/softmax.ts).
+ * For programs that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements
+ * (bench/paired.ts): the composed forms are the reference twins of the fused ones.
+ */
+let composedOnly = 0;
+
+/** Runs `fn` with the composed form of every fused piece. */
+export function withComposedKernels<T>(fn: () => T): T {
+  composedOnly++;
+  try {
+    return fn();
+  } finally {
+    composedOnly--;
+  }
+}
+
+/** Whether the model's fused forms (one custom gradient where a chain of ops would do) are in use now: see withComposedKernels. */
+export function fusedFormsEnabled(): boolean {
+  return composedOnly === 0;
+}
+
 export function hasFusedKernel(name: string): boolean {
+  if (composedOnly > 0 && FUSED_CPU_KERNELS.some((k) => k.name === name)) return false;
   return tf.getKernel(name, tf.getBackend()) !== undefined;
 }

@@ -16,6 +16,8 @@ export const TENSORFLOW_CACHE = path.join(PROJECT_ROOT, '.cache', 'tensorflow');
 export const BUILD_STAMP = path.join(TENSORFLOW_CACHE, 'build.json');
 /** Our dup/dup2 addon (native/quiet_stderr.c), relative to the package folder. */
 export const QUIET_STDERR_ADDON = path.join('lib', 'quiet_stderr.node');
+/** The fused CPU kernels (native/fused_ops.cc), built beside the binding when the compiler can; absent = composed ops. */
+export const FUSED_OPS_ADDON = path.join('lib', 'fused_ops.node');
 /**
  * The version of what the set-up adds to tfjs-node's binding (native/tfjs_functions.cc: TensorFlow
  * functions); a build with another version is rebuilt by the set-up and not loaded until then.

@@ -23,7 +23,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BINDING_PATCH, BUILD_STAMP, currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
+import { BINDING_PATCH, BUILD_STAMP, currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, FUSED_OPS_ADDON, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
 
 export interface SetupOptions {
   gpu: boolean;
@@ -48,7 +48,8 @@ const GiB = 1024 ** 3;
 const TREE_PREFIX = 'tree-';
 
 /** Headers that c_api.h and eager/c_api.h include (checked against TF 2.21), as wheel paths under tensorflow/. */
-const HEADER_FOLDERS = ['include/tensorflow/c', 'include/tensorflow/core/platform', 'include/tsl/platform', 'include/xla/tsl/c'];
+// …and what tensorflow/c/kernels.h includes, for the fused kernels (native/fused_ops.cc).
+const HEADER_FOLDERS = ['include/tensorflow/c', 'include/tensorflow/core/platform', 'include/tsl/platform', 'include/xla/tsl/c', 'include/tensorflow/core/common_runtime/next_pluggable_device/c'];
 const LIBRARIES = ['libtensorflow_cc.so.2', 'libtensorflow_framework.so.2'];
 
 /** Builds (or, when an identical build is there, keeps) the native backend; returns what was built. */
@@ -370,7 +371,37 @@ function compileBinding(packageDir: string, work: string, tools: Tools, log: (li
   if (!fs.existsSync(bindingPath)) throw new SetupError(`node-gyp built no binding at ${bindingPath}`);
   fs.rmSync(path.join(packageDir, 'build'), { recursive: true, force: true });
   compileQuietStderr(packageDir, work, tools, log);
+  compileFusedOps(packageDir, work, tools, log);
   return bindingPath;
+}
+
+/**
+ * native/fused_ops.cc as FUSED_OPS_ADDON, compiled for this machine's CPU (-march=native: the build
+ * runs where it is used). Optional: where it cannot build, one line says so and the model runs the
+ * composed ops (src/backend/fused-kernels.ts).
+ */
+function compileFusedOps(packageDir: string, work: string, tools: Tools, log: (line: string) => void): void {
+  const dir = path.join(work, 'fused-ops');
+  fs.mkdirSync(dir, { recursive: true });
+  fs.copyFileSync(path.join(import.meta.dirname, 'native', 'fused_ops.cc'), path.join(dir, 'fused_ops.cc'));
+  const deps = path.join(packageDir, 'deps');
+  // No -ffast-math: NaN and Inf must pass through (the non-finite rule reads them); -fno-trapping-math lets the element loops vectorise.
+  const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17'];
+  const target = {
+    target_name: 'fused_ops',
+    sources: ['fused_ops.cc'],
+    include_dirs: [path.join(deps, 'include')],
+    cflags_cc: flags,
+    'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
+    libraries: [`-L${path.join(deps, 'lib')}`, '-l:libtensorflow_framework.so.2', `-Wl,-rpath,${path.join(deps, 'lib')}`],
+  };
+  fs.writeFileSync(path.join(dir, 'binding.gyp'), JSON.stringify({ targets: [target] }));
+  try {
+    nodeGyp(dir, tools, log, 'the fused kernels', []);
+    fs.copyFileSync(path.join(dir, 'build', 'Release', 'fused_ops.node'), path.join(packageDir, FUSED_OPS_ADDON));
+  } catch (err) {
+    log(`    fused CPU kernels not built (${(err as Error).message}): the model runs the composed ops instead`);
+  }
 }
 
 /** native/quiet_stderr.c as lib/quiet_stderr.node of the package (QUIET_STDERR_ADDON; see tensorflow.ts). */

@@ -5,8 +5,8 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { STATELESS_UNIFORM } from './fused-kernels.ts';
-import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
+import { FUSED_CPU_KERNELS, noteFusedCpuKernels, STATELESS_UNIFORM } from './fused-kernels.ts';
+import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, FUSED_OPS_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
 
 let loadedFrom: string | undefined;
 
@@ -35,6 +35,7 @@ export function loadTensorflowPackage(): string | undefined {
       const quietAddon = candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null;
       withoutStartupLines(quietAddon, () => require(candidate));
       registerTensorflowKernels();
+      if (candidate === wheelBuilt && !build!.gpu) registerFusedCpuKernels(path.join(wheelBuilt, FUSED_OPS_ADDON));
       loadedFrom = candidate === wheelBuilt ? '.cache/tensorflow' : candidate;
       return undefined;
     } catch (err) {
@@ -73,7 +74,7 @@ let kernelsRegistered = false;
 
 /** The part of tfjs-node's backend object that runs a raw TensorFlow op. */
 interface NativeBackendView {
-  binding: { TF_ATTR_TYPE: number; TF_FLOAT: number; TF_INT32: number };
+  binding: { TF_ATTR_TYPE: number; TF_ATTR_FLOAT: number; TF_FLOAT: number; TF_INT32: number };
   executeMultipleOutputs(name: string, attrs: Array<{ name: string; type: number; value: number }>, inputs: tf.TensorInfo[], outputs: number): tf.TensorInfo[];
 }
 
@@ -113,16 +114,42 @@ function registerTensorflowKernels(): void {
   registerTensorflowOp(STATELESS_UNIFORM, 'StatelessRandomUniform', ['shape', 'seed'], { dtype: 'float32', T: 'int32', Tseed: 'int32' }, 1);
 }
 
-/** Registers `kernelName` on the tensorflow backend as the TensorFlow op `op`, whose attributes are all types. */
-function registerTensorflowOp(kernelName: string, op: string, inputNames: string[], typeAttrs: Record<string, 'float32' | 'int32'>, outputs: number): void {
+/**
+ * The fused CPU kernels (native/fused_ops.cc, built by the set-up on CPU builds): loading the addon
+ * registers its ops in this process's TensorFlow; each then becomes the tfjs kernel of the same name.
+ * Where the addon is absent or refused, the model keeps its composed ops (fused-kernels.ts says why).
+ */
+function registerFusedCpuKernels(addonPath: string): void {
+  if (!fs.existsSync(addonPath)) return noteFusedCpuKernels(`not built (\`${SETUP_COMMAND}\` builds them where it can compile them)`);
+  try {
+    const addon = createRequire(import.meta.url)(addonPath) as { ops: string[]; error: string | null };
+    if (addon.error) return noteFusedCpuKernels(`TensorFlow refused them: ${addon.error}`);
+    for (const { name, inputs, outputs, floatAttrs } of FUSED_CPU_KERNELS) {
+      if (!addon.ops.includes(name)) return noteFusedCpuKernels(`the built addon lacks ${name} (\`${SETUP_COMMAND} -- --force\` rebuilds it)`);
+      if (!tf.getKernel(name, 'tensorflow')) registerTensorflowOp(name, name, inputs, {}, outputs, floatAttrs);
+    }
+    noteFusedCpuKernels(null);
+  } catch (err) {
+    noteFusedCpuKernels(`not loadable: ${(err as Error).message.split('\n')[0]}`);
+  }
+}
+
+/**
+ * Registers `kernelName` on the tensorflow backend as the TensorFlow op `op`: `typeAttrs` map type
+ * attributes to dtypes, `floatAttrs` name float attributes taken from the tfjs kernel's own attrs.
+ */
+function registerTensorflowOp(kernelName: string, op: string, inputNames: readonly string[], typeAttrs: Record<string, 'float32' | 'int32'>, outputs: number, floatAttrs: readonly string[] = []): void {
   tf.registerKernel({
     kernelName,
     backendName: 'tensorflow',
-    kernelFunc: ({ inputs, backend }) => {
+    kernelFunc: ({ inputs, backend, attrs }) => {
       const native = backend as unknown as NativeBackendView;
-      const { TF_ATTR_TYPE, TF_FLOAT, TF_INT32 } = native.binding;
-      const attrs = Object.entries(typeAttrs).map(([name, dtype]) => ({ name, type: TF_ATTR_TYPE, value: dtype === 'float32' ? TF_FLOAT : TF_INT32 }));
-      const results = native.executeMultipleOutputs(op, attrs, inputNames.map((n) => (inputs as Record<string, tf.TensorInfo>)[n]), outputs);
+      const { TF_ATTR_TYPE, TF_ATTR_FLOAT, TF_FLOAT, TF_INT32 } = native.binding;
+      const opAttrs = [
+        ...Object.entries(typeAttrs).map(([name, dtype]) => ({ name, type: TF_ATTR_TYPE, value: dtype === 'float32' ? TF_FLOAT : TF_INT32 })),
+        ...floatAttrs.map((name) => ({ name, type: TF_ATTR_FLOAT, value: (attrs as Record<string, number>)[name] })),
+      ];
+      const results = native.executeMultipleOutputs(op, opAttrs, inputNames.map((n) => (inputs as Record<string, tf.TensorInfo>)[n]), outputs);
       return outputs === 1 ? results[0] : results;
     },
   });

@@ -19,6 +19,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
+import { withComposedKernels } from './fused-kernels.ts';
 
 /** One attribute as the binding takes it (tfjs-node's opAttrs). */
 interface OpAttr {
@@ -361,7 +362,9 @@ export class GraphCache {
     private readonly maxRecordings = 3,
   ) {}
 
-  call(key: string, feeds: readonly tf.Tensor[], fn: () => tf.Tensor[], xla = false): tf.Tensor[] {
+  call(key: string, feeds: readonly tf.Tensor[], program: () => tf.Tensor[], xla = false): tf.Tensor[] {
+    // XLA cannot compile the fused CPU kernels (native/fused_ops.cc): a program for it is recorded, and run while it is not yet one, composed.
+    const fn = xla ? () => withComposedKernels(program) : program;
     const state = this.keys.get(key);
     if (state?.kind === 'compiled') return this.run(state, feeds, xla);
     if (state?.kind === 'eager' || (!state && this.keys.size >= this.maxKeys)) return fn();

@@ -7,6 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { deriveSeed } from '../core/rng.ts';
+import { fusedGelu, fusedLayerNorm } from './fused.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 
 export const ACTIVATIONS = ['gelu-tanh', 'gelu-erf'] as const;
@@ -59,6 +60,8 @@ export const geluErf = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc
 }) as (x: tf.Tensor) => tf.Tensor;
 
 export function activate(x: tf.Tensor2D, activation: Activation): tf.Tensor2D {
+  const fused = fusedGelu(activation);
+  if (fused) return fused(x) as tf.Tensor2D;
   return (activation === 'gelu-erf' ? geluErf(x) : gelu(x)) as tf.Tensor2D;
 }
 
@@ -92,6 +95,8 @@ const layerNormOp = (eps: number): LayerNormOp => tf.customGrad((...args: Array<
 const layerNormOps = new Map<number, LayerNormOp>();
 
 export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D, eps = DEFAULT_LAYER_NORM_EPS): tf.Tensor2D {
+  const fused = fusedLayerNorm(eps);
+  if (fused) return fused(x, gain, shift);
   let op = layerNormOps.get(eps);
   if (!op) layerNormOps.set(eps, (op = layerNormOp(eps)));
   return op(x, gain, shift);

@@ -11,6 +11,8 @@ import { activate, layerNorm, linear, linearTransposed } from './layers.ts';
 import type { DropoutSeed } from './layers.ts';
 import { attentionTensors } from './attention/index.ts';
 import { explicitTransposes } from './ops.ts';
+import { tiedHeadCrossEntropySum } from './tied-head-loss.ts';
+import { fusedFormsEnabled } from '../backend/fused-kernels.ts';
 
 export type ModelKind = 'gpt' | 'bert';
 
@@ -212,17 +214,21 @@ export class LanguageModel implements StepModel {
 
   /** Output head on rows of hidden states [N, d] → logits [N, V]. */
   private headLogits(h: tf.Tensor2D): tf.Tensor2D {
-    const embedding = this.body.w('embed.tokens.weight') as tf.Tensor2D;
+    const { input, embedding, bias } = this.decoderInputs(h);
     // The tied decoder x·Eᵀ: on wasm E is transposed once so that linear() runs the plain 2-D product
     // (XNNPACK); elsewhere MatMul's transpose flag does it, forward and backward, without a copy.
-    const decode = (x: tf.Tensor2D, bias?: tf.Tensor1D) =>
-      explicitTransposes() ? linear(x, tf.transpose(embedding), bias) : linearTransposed(x, embedding, bias);
-    if (this.kind === 'gpt') return decode(h);
+    return explicitTransposes() ? linear(input, tf.transpose(embedding), bias) : linearTransposed(input, embedding, bias);
+  }
+
+  /** What the tied decoder multiplies: the rows (BERT: after its dense + GELU + LayerNorm transform), E, and BERT's output bias. */
+  private decoderInputs(h: tf.Tensor2D): { input: tf.Tensor2D; embedding: tf.Tensor2D; bias?: tf.Tensor1D } {
+    const embedding = this.body.w('embed.tokens.weight') as tf.Tensor2D;
+    if (this.kind === 'gpt') return { input: h, embedding };
     const get = (n: string) => this.head.get(n)!;
     const { activation, layerNormEps } = this.body.architecture;
     let t = linear(h, get('mlm.dense.weight') as tf.Tensor2D, get('mlm.dense.bias') as tf.Tensor1D);
     t = layerNorm(activate(t, activation), get('mlm.norm.weight') as tf.Tensor1D, get('mlm.norm.bias') as tf.Tensor1D, layerNormEps);
-    return decode(t, get('mlm.decoder.bias') as tf.Tensor1D);
+    return { input: t, embedding, bias: get('mlm.decoder.bias') as tf.Tensor1D };
   }
 
   /** Logits at every position, no dropout: inputIds [B, L] → [B, L, V]. */
@@ -325,7 +331,10 @@ export class LanguageModel implements StepModel {
   lossOf(inputs: LossInputs, dropoutSeed: DropoutSeed = null): tf.Scalar {
     let h = this.hidden(inputs.ids, inputs.mask, dropoutSeed);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
-    return crossEntropySum(this.headLogits(h), inputs.targets, inputs.weights);
+    if (!fusedFormsEnabled()) return crossEntropySum(this.headLogits(h), inputs.targets, inputs.weights);
+    // The decoder and its loss as one function with one gradient: fewer [N, V] ops (tied-head-loss.ts).
+    const { input, embedding, bias } = this.decoderInputs(h);
+    return tiedHeadCrossEntropySum(input, embedding, inputs.targets, inputs.weights, bias);
   }
 
   /** Runs `cleanup` when the model is disposed (e.g. to free graphs built for it). */

@@ -3,11 +3,49 @@
 // future keys.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
 const NEG = -1e9;
+
+/** The reference twin of attentionProducts: the same maths, differentiated by tfjs op by op. */
+function composedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], additiveMask?: tf.Tensor): tf.Tensor3D {
+  let scores: tf.Tensor = tf.reshape(batchMatMul(q, k, false, true), scoresShape);
+  if (additiveMask) scores = tf.add(scores, additiveMask);
+  return batchMatMul(tf.reshape(tf.softmax(scores), [q.shape[0], q.shape[1], k.shape[1]]), v);
+}
+
+/**
+ * O = softmax(q·kᵀ + mask)·v over flattened heads (q already scaled), with the gradient written by hand:
+ * tf.softmax's own backward forms dP⊙P, its row sums and a second product with P, all on [.., Lq, Lk];
+ * here the row term is rowsum(dO⊙O), on [.., Lq, D] (equal, since O = P·v: FlashAttention's identity),
+ * so the [Lq, Lk]-sized work of the softmax backward is one subtraction and one product
+ * (docs/benchmarks.md, "Fewer ops"). The mask is a constant of the call: no gradient reaches it.
+ */
+function attentionProducts(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], additiveMask?: tf.Tensor): tf.Tensor3D {
+  const [bh, lq, lk] = [q.shape[0], q.shape[1], k.shape[1]];
+  const run = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+    const [qs, ks, vs, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
+    let scores: tf.Tensor = tf.reshape(batchMatMul(qs, ks, false, true), scoresShape);
+    if (additiveMask) scores = tf.add(scores, additiveMask);
+    const probs = tf.reshape(tf.softmax(scores), [bh, lq, lk]);
+    const out = batchMatMul(probs, vs);
+    save([qs, ks, vs, probs, out]);
+    return {
+      value: out,
+      gradFunc: (dOut: tf.Tensor, saved: tf.Tensor[]) => {
+        const [sq, sk, sv, sp, so] = saved as tf.Tensor3D[];
+        const dProbs = batchMatMul(dOut, sv, false, true);
+        const rowTerm = tf.sum(tf.mul(dOut, so), -1, true);
+        const dScores = tf.mul(sp, tf.sub(dProbs, rowTerm));
+        return [batchMatMul(dScores, sk), batchMatMul(dScores, sq, true, false), batchMatMul(sp, dOut, true, false)];
+      },
+    };
+  }) as (qs: tf.Tensor3D, ks: tf.Tensor3D, vs: tf.Tensor3D) => tf.Tensor3D;
+  return run(q, k, v);
+}
 
 registerAttention('softmax', {
   description: 'exact scaled dot-product attention softmax(qkᵀ/√d)v',
@@ -24,10 +62,9 @@ registerAttention('softmax', {
         const lk = k.shape[2];
         // The scale goes on q ([.., Lq, D]) rather than on the scores ([.., Lq, Lk]): L/D times fewer
         // multiplications forward and backward.
-        let scores: tf.Tensor = tf.reshape(batchMatMul(flattenHeads(tf.mul(q, scale)), flattenHeads(k), false, true), [b, h, lq, lk]);
-        if (additiveMask) scores = tf.add(scores, additiveMask);
-        const weights = tf.reshape(tf.softmax(scores), [b * h, lq, lk]);
-        return tf.reshape(batchMatMul(weights, flattenHeads(v)), [b, h, lq, d]) as tf.Tensor4D;
+        const [qs, ks, vs] = [flattenHeads(tf.mul(q, scale)), flattenHeads(k), flattenHeads(v)];
+        const out = fusedFormsEnabled() ? attentionProducts(qs, ks, vs, [b, h, lq, lk], additiveMask) : composedAttention(qs, ks, vs, [b, h, lq, lk], additiveMask);
+        return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {
       name: 'softmax',

@@ -1,0 +1,81 @@
+// Paired A/B of the model's fused forms against their composed twins (issue 35; docs/benchmarks.md,
+// "Fewer ops and fused kernels"): one process, one model, the same batches, steps alternating
+// fused / composed (the order flipped every round), so that the host's load, which moves its
+// absolute speed by ±15%, cancels out of the per-round ratio. Each form records its own step
+// function (compiled-step.ts keys the program by it).
+//
+//   npm run bench:paired -- [attention names…] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
+import { fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
+import { initBackend } from '../src/backend/start.ts';
+import { parseOrExit } from '../src/cli/command.ts';
+import { Rng } from '../src/core/rng.ts';
+import { attentionNames } from '../src/model/attention/index.ts';
+import { createLanguageModel } from '../src/model/lm.ts';
+import { AdamW } from '../src/train/optimizer.ts';
+import { trainStep } from '../src/train/step.ts';
+import { randomBatch } from '../src/train/throughput.ts';
+
+const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+
+const COMMAND = {
+  name: 'bench:paired',
+  usage: '[attention names…] [options]',
+  description: 'Step time of the fused forms against the composed ones, paired step by step in one process (tensorflow backend).',
+  options: {
+    rounds: int(2, 30, 'timed rounds (each one fused and one composed step)'),
+    warmup: int(0, 4, 'untimed rounds first (the first records each form\'s step function)'),
+    seq: int(2, 256, 'sequence length'),
+    batch: int(1, 8, 'batch size'),
+    vocab: int(2, 4096, 'vocabulary'),
+    d: int(2, 128, 'model width'),
+    layers: int(1, 4, 'layers'),
+    heads: int(1, 4, 'heads'),
+  },
+  positionals: { max: Infinity, name: 'attention names' },
+} as const;
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function main(): Promise<void> {
+  const { values, positionals } = parseOrExit(COMMAND, process.argv.slice(2));
+  const n = (k: keyof typeof COMMAND.options) => Number(values[k]);
+  const unknown = positionals.filter((name) => !attentionNames().includes(name));
+  if (unknown.length > 0) throw new Error(`bench:paired: unknown attention ${unknown.join(', ')} (one of ${attentionNames().join(', ')})`);
+  await initBackend('tensorflow', { quiet: true });
+  console.log(`bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads`);
+  console.log('| attention | fused ms/step | composed ms/step | paired ratio (fused / composed), median [IQR] | last losses (fused, composed) |');
+  console.log('| --- | ---: | ---: | --- | --- |');
+  for (const attention of positionals.length > 0 ? positionals : ['softmax', 'slay']) {
+    const model = createLanguageModel({
+      kind: 'gpt', vocabSize: n('vocab'), maxSeqLen: n('seq'), dModel: n('d'), numLayers: n('layers'), numHeads: n('heads'), mlpRatio: 4, dropout: 0, bias: true,
+      attention: { name: attention, options: {} }, seed: 1,
+    });
+    const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    try {
+      const rng = new Rng(7);
+      const times = { fused: [] as number[], composed: [] as number[] };
+      const losses = { fused: NaN, composed: NaN };
+      for (let round = 0; round < n('warmup') + n('rounds'); round++) {
+        const batch = randomBatch(rng, 'gpt', n('batch'), n('seq'), n('vocab'));
+        for (const form of round % 2 === 0 ? (['fused', 'composed'] as const) : (['composed', 'fused'] as const)) {
+          const step = () => trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null, graph: true });
+          const t0 = performance.now();
+          // The step's program is recorded synchronously, inside withComposedKernels; what follows awaits the update.
+          const result = await (form === 'composed' ? withComposedKernels(step) : step());
+          if (round >= n('warmup')) times[form].push(performance.now() - t0);
+          losses[form] = result.loss;
+        }
+      }
+      const ratios = times.fused.map((t, i) => t / times.composed[i]).sort((a, b) => a - b);
+      const q = (p: number) => ratios[Math.floor(p * (ratios.length - 1))];
+      console.log(
+        `| ${attention} | ${median(times.fused).toFixed(1)} | ${median(times.composed).toFixed(1)} | ${q(0.5).toFixed(3)} [${q(0.25).toFixed(3)}, ${q(0.75).toFixed(3)}] | ${losses.fused.toFixed(4)}, ${losses.composed.toFixed(4)} |`,
+      );
+    } finally {
+      optimizer.dispose();
+      model.dispose();
+    }
+  }
+}
+
+await main();

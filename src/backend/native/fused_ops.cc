@@ -1,0 +1,395 @@
+// Fused CPU kernels for the training step's element-wise chains (issue 35; docs/benchmarks.md,
+// "Fused kernels"): GELU (tanh and erf forms) and LayerNorm, forward and backward, each one pass over
+// memory where the composed form runs 6–9 TensorFlow ops. TensorFlow's own graph optimiser cannot fuse
+// these in a training graph (the backward reads the intermediates), and torch.compile's inductor
+// does exactly this kind of fusion; so the kernels are written here, against TensorFlow's stable C
+// API for ops and kernels (tensorflow/c/ops.h, kernels.h: plain C, the wheel's own library), built by
+// `npm run setup:tensorflow` with node-gyp and loaded as a Node addon after the binding: loading
+// registers the ops and their CPU kernels in the process's TensorFlow, so that eager calls and
+// recorded functions can name them (src/backend/tensorflow.ts registers the tfjs kernels that do).
+// The maths is the composed form's (src/model/layers.ts); test/backend/fused-ops.test.ts holds the
+// two to float rounding.
+#include <node_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tensorflow/c/kernels.h"
+#include "tensorflow/c/ops.h"
+#include "tensorflow/c/tf_status.h"
+#include "tensorflow/c/tf_tensor.h"
+
+namespace {
+
+constexpr float kGeluC = 0.7978845608028654f;  // √(2/π)
+constexpr float kGeluA = 0.044715f;
+constexpr float kSqrtHalf = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+// Rows [begin, end) of `rows` processed by `body`, on two threads when the work is large enough to
+// pay for starting one (TensorFlow's own thread pool is not reachable through the C API).
+template <typename Body>
+void parallelRows(int64_t rows, int64_t rowSize, Body body) {
+  const int64_t work = rows * rowSize;
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (work < (1 << 17) || rows < 2 || cores < 2) {
+    body(0, rows);
+    return;
+  }
+  const int64_t threads = std::min<int64_t>(std::min<int64_t>(cores, 4), rows);
+  std::vector<std::thread> pool;
+  const int64_t chunk = (rows + threads - 1) / threads;
+  for (int64_t t = 1; t < threads; t++) {
+    const int64_t begin = t * chunk, end = std::min(rows, begin + chunk);
+    if (begin < end) pool.emplace_back([=] { body(begin, end); });
+  }
+  body(0, std::min(rows, chunk));
+  for (auto& th : pool) th.join();
+}
+
+// Input i of the kernel; the caller deletes it.
+TF_Tensor* input(TF_OpKernelContext* ctx, int i, TF_Status* status) {
+  TF_Tensor* t = nullptr;
+  TF_GetInput(ctx, i, &t, status);
+  return t;
+}
+
+std::vector<int64_t> dimsOf(const TF_Tensor* t) {
+  std::vector<int64_t> dims(TF_NumDims(t));
+  for (size_t i = 0; i < dims.size(); i++) dims[i] = TF_Dim(t, static_cast<int>(i));
+  return dims;
+}
+
+TF_Tensor* output(TF_OpKernelContext* ctx, int i, const std::vector<int64_t>& dims, TF_Status* status) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return TF_AllocateOutput(ctx, i, TF_FLOAT, dims.data(), static_cast<int>(dims.size()), n * sizeof(float), status);
+}
+
+float* data(TF_Tensor* t) { return static_cast<float*>(TF_TensorData(t)); }
+
+// ---- GELU: y = x·s with s = σ(2c(x + a x³)) (tanh form) or s = Φ(x) (erf form). -----------------
+
+// e^x in float32 to ~1 ulp (Cody–Waite reduction and Cephes' expf polynomial), written out so that
+// the compiler vectorises the loops that call it: std::exp is a library call per element, which
+// left the fused GELU slower than TensorFlow's vectorised composed ops.
+inline float expApprox(float x) {
+  // Clamped where e^x leaves float32's normal range; comparisons and a truncation instead of
+  // fmin/fmax/floor, which GCC does not vectorise without assuming finite values (a NaN must stay NaN
+  // for the non-finite rule to see it).
+  x = x < -87.33f ? -87.33f : x;
+  x = x > 88.37f ? 88.37f : x;
+  const float t = x * 1.44269504088896341f + 0.5f;
+  const int32_t truncated = static_cast<int32_t>(t);
+  const int32_t n = truncated - (t < static_cast<float>(truncated) ? 1 : 0);  // ⌊t⌋
+  const float k = static_cast<float>(n);
+  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// erf to 1.5e-7 absolute (Abramowitz & Stegun 7.1.26), vectorisable for the same reason.
+inline float erfApprox(float x) {
+  const float a = std::fabs(x);
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  return std::copysign(1.0f - poly * expApprox(-a * a), x);
+}
+
+inline float geluTanhGate(float x) { return 1.0f / (1.0f + expApprox(-2.0f * kGeluC * x * (1.0f + kGeluA * x * x))); }
+
+// The element loops as plain functions over restrict pointers: what the vectoriser needs to see.
+template <bool Erf>
+void geluValues(const float* __restrict xs, float* __restrict ys, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = xs[i];
+    ys[i] = v * (Erf ? 0.5f * (1.0f + erfApprox(v * kSqrtHalf)) : geluTanhGate(v));
+  }
+}
+
+// dx = dy·y'(x): tanh form s + x·s(1 − s)·2c(1 + 3a x²); erf form Φ(x) + x·φ(x).
+template <bool Erf>
+void geluGradients(const float* __restrict dy, const float* __restrict xs, float* __restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = xs[i];
+    const float s = Erf ? 0.5f * (1.0f + erfApprox(v * kSqrtHalf)) : geluTanhGate(v);
+    const float slope = Erf ? s + v * kInvSqrt2Pi * expApprox(-0.5f * v * v) : s + v * s * (1.0f - s) * 2.0f * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    dx[i] = dy[i] * slope;
+  }
+}
+
+template <bool Erf>
+void geluForward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* x = input(ctx, 0, status);
+  TF_Tensor* y = TF_GetCode(status) == TF_OK ? output(ctx, 0, dimsOf(x), status) : nullptr;
+  if (TF_GetCode(status) == TF_OK) {
+    const float* xs = data(x);
+    float* ys = data(y);
+    parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) { geluValues<Erf>(xs + begin, ys + begin, end - begin); });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  if (x) TF_DeleteTensor(x);
+  if (y) TF_DeleteTensor(y);
+  TF_DeleteStatus(status);
+}
+
+template <bool Erf>
+void geluBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* dy = input(ctx, 0, status);
+  TF_Tensor* x = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* dx = TF_GetCode(status) == TF_OK ? output(ctx, 0, dimsOf(x), status) : nullptr;
+  if (TF_GetCode(status) == TF_OK) {
+    const float* g = data(dy);
+    const float* xs = data(x);
+    float* out = data(dx);
+    parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) { geluGradients<Erf>(g + begin, xs + begin, out + begin, end - begin); });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {dy, x, dx})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// ---- LayerNorm over the last axis: x̂ = (x − μ)·r, r = 1/√(σ² + ε), y = x̂·g + b. ------------------
+
+struct LayerNormKernel {
+  float eps;
+};
+
+void* createLayerNorm(TF_OpKernelConstruction* ctx) {
+  auto* kernel = new LayerNormKernel{1e-5f};
+  TF_Status* status = TF_NewStatus();
+  TF_OpKernelConstruction_GetAttrFloat(ctx, "eps", &kernel->eps, status);
+  if (TF_GetCode(status) != TF_OK) TF_OpKernelConstruction_Failure(ctx, status);
+  TF_DeleteStatus(status);
+  return kernel;
+}
+
+void deleteLayerNorm(void* kernel) { delete static_cast<LayerNormKernel*>(kernel); }
+
+// Outputs y and x̂ (shaped as x) and r (x's shape with the last axis 1).
+void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
+  const float eps = static_cast<LayerNormKernel*>(kernel)->eps;
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* x = input(ctx, 0, status);
+  TF_Tensor* gain = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* shift = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  TF_Tensor *y = nullptr, *xhat = nullptr, *rstd = nullptr;
+  if (TF_GetCode(status) == TF_OK) {
+    std::vector<int64_t> dims = dimsOf(x);
+    y = output(ctx, 0, dims, status);
+    if (TF_GetCode(status) == TF_OK) xhat = output(ctx, 1, dims, status);
+    dims.back() = 1;
+    if (TF_GetCode(status) == TF_OK) rstd = output(ctx, 2, dims, status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t d = TF_Dim(x, TF_NumDims(x) - 1);
+    const int64_t rows = d > 0 ? TF_TensorElementCount(x) / d : 0;
+    const float *xs = data(x), *g = data(gain), *b = data(shift);
+    float *ys = data(y), *xh = data(xhat), *rs = data(rstd);
+    parallelRows(rows, d, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const float* xr = xs + row * d;
+        float mean = 0;
+        for (int64_t j = 0; j < d; j++) mean += xr[j];
+        mean /= static_cast<float>(d);
+        float var = 0;
+        for (int64_t j = 0; j < d; j++) var += (xr[j] - mean) * (xr[j] - mean);
+        var /= static_cast<float>(d);
+        const float r = 1.0f / std::sqrt(var + eps);
+        rs[row] = r;
+        for (int64_t j = 0; j < d; j++) {
+          const float n = (xr[j] - mean) * r;
+          xh[row * d + j] = n;
+          ys[row * d + j] = n * g[j] + b[j];
+        }
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {x, gain, shift, y, xhat, rstd})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// Inputs dy, x̂, r, g → dx = r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) with ĝ = dy·g; dg = Σ_rows dy·x̂; db = Σ_rows dy.
+void layerNormBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* dy = input(ctx, 0, status);
+  TF_Tensor* xhat = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* rstd = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  TF_Tensor* gain = TF_GetCode(status) == TF_OK ? input(ctx, 3, status) : nullptr;
+  TF_Tensor *dx = nullptr, *dgain = nullptr, *dshift = nullptr;
+  int64_t d = 0;
+  if (TF_GetCode(status) == TF_OK) {
+    d = TF_Dim(xhat, TF_NumDims(xhat) - 1);
+    dx = output(ctx, 0, dimsOf(xhat), status);
+    if (TF_GetCode(status) == TF_OK) dgain = output(ctx, 1, {d}, status);
+    if (TF_GetCode(status) == TF_OK) dshift = output(ctx, 2, {d}, status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t rows = d > 0 ? TF_TensorElementCount(xhat) / d : 0;
+    const float *g = data(dy), *xh = data(xhat), *rs = data(rstd), *gn = data(gain);
+    float* out = data(dx);
+    for (int64_t row = 0; row < rows; row++) {
+      const float* gr = g + row * d;
+      const float* xr = xh + row * d;
+      float meanG = 0, meanGX = 0;
+      for (int64_t j = 0; j < d; j++) {
+        const float gh = gr[j] * gn[j];
+        meanG += gh;
+        meanGX += gh * xr[j];
+      }
+      meanG /= static_cast<float>(d);
+      meanGX /= static_cast<float>(d);
+      for (int64_t j = 0; j < d; j++) out[row * d + j] = rs[row] * (gr[j] * gn[j] - meanG - xr[j] * meanGX);
+    }
+    // Column sums in double: N rows of float32 terms (N up to B·L) would lose the low bits.
+    std::vector<double> sg(d, 0.0), sb(d, 0.0);
+    for (int64_t row = 0; row < rows; row++)
+      for (int64_t j = 0; j < d; j++) {
+        sg[j] += static_cast<double>(g[row * d + j]) * xh[row * d + j];
+        sb[j] += g[row * d + j];
+      }
+    float *dg = data(dgain), *db = data(dshift);
+    for (int64_t j = 0; j < d; j++) {
+      dg[j] = static_cast<float>(sg[j]);
+      db[j] = static_cast<float>(sb[j]);
+    }
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {dy, xhat, rstd, gain, dx, dgain, dshift})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// ---- Registration. --------------------------------------------------------------------------------
+
+void sameShapeAsInput(TF_ShapeInferenceContext* ctx, TF_Status* status, int input, int outputs) {
+  TF_ShapeHandle* shape = TF_NewShapeHandle();
+  TF_ShapeInferenceContextGetInput(ctx, input, shape, status);
+  for (int i = 0; i < outputs && TF_GetCode(status) == TF_OK; i++) TF_ShapeInferenceContextSetOutput(ctx, i, shape, status);
+  TF_DeleteShapeHandle(shape);
+}
+
+void firstInputShape(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 0, 1); }
+void secondInputShape(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 1); }
+
+// y, x̂: x's shape; r: x's shape with the last axis 1.
+void layerNormShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  sameShapeAsInput(ctx, status, 0, 2);
+  TF_ShapeHandle *x = TF_NewShapeHandle(), *rows = TF_NewShapeHandle(), *rstd = TF_NewShapeHandle();
+  TF_ShapeHandle* one = TF_ShapeInferenceContextVectorFromSize(ctx, 1);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextGetInput(ctx, 0, x, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, x, 0, -1, rows, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextConcatenateShapes(ctx, rows, one, rstd, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, 2, rstd, status);
+  for (TF_ShapeHandle* h : {x, rows, rstd, one}) TF_DeleteShapeHandle(h);
+}
+
+// dx: x̂'s shape; dg, db: its last axis.
+void layerNormGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  sameShapeAsInput(ctx, status, 1, 1);
+  TF_ShapeHandle *xhat = TF_NewShapeHandle(), *last = TF_NewShapeHandle();
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextGetInput(ctx, 1, xhat, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, xhat, -1, 1 << 20, last, status);
+  for (int i = 1; i <= 2 && TF_GetCode(status) == TF_OK; i++) TF_ShapeInferenceContextSetOutput(ctx, i, last, status);
+  for (TF_ShapeHandle* h : {xhat, last}) TF_DeleteShapeHandle(h);
+}
+
+struct OpSpec {
+  const char* name;
+  std::vector<const char*> inputs, outputs, attrs;
+  void (*shapes)(TF_ShapeInferenceContext*, TF_Status*);
+  void* (*create)(TF_OpKernelConstruction*);
+  void (*compute)(void*, TF_OpKernelContext*);
+  void (*destroy)(void*);
+};
+
+void* noState(TF_OpKernelConstruction*) { return nullptr; }
+void noDelete(void*) {}
+
+// The op names, as src/backend/fused-kernels.ts lists them.
+const std::vector<OpSpec>& specs() {
+  static const std::vector<OpSpec> all = {
+      {"SlayformerGeluTanh", {"x: float"}, {"y: float"}, {}, firstInputShape, noState, geluForward<false>, noDelete},
+      {"SlayformerGeluTanhGrad", {"dy: float", "x: float"}, {"dx: float"}, {}, secondInputShape, noState, geluBackward<false>, noDelete},
+      {"SlayformerGeluErf", {"x: float"}, {"y: float"}, {}, firstInputShape, noState, geluForward<true>, noDelete},
+      {"SlayformerGeluErfGrad", {"dy: float", "x: float"}, {"dx: float"}, {}, secondInputShape, noState, geluBackward<true>, noDelete},
+      {"SlayformerLayerNorm", {"x: float", "gain: float", "shift: float"}, {"y: float", "xhat: float", "rstd: float"}, {"eps: float"},
+       layerNormShapes, createLayerNorm, layerNormForward, deleteLayerNorm},
+      {"SlayformerLayerNormGrad", {"dy: float", "xhat: float", "rstd: float", "gain: float"}, {"dx: float", "dgain: float", "dshift: float"}, {},
+       layerNormGradShapes, noState, layerNormBackward, noDelete},
+  };
+  return all;
+}
+
+// Registers every op and its CPU kernel once per process; "" on success, else why not.
+std::string registerAll() {
+  static std::string result = [] {
+    TF_Status* status = TF_NewStatus();
+    std::string why;
+    for (const OpSpec& spec : specs()) {
+      TF_OpDefinitionBuilder* op = TF_NewOpDefinitionBuilder(spec.name);
+      for (const char* in : spec.inputs) TF_OpDefinitionBuilderAddInput(op, in);
+      for (const char* out : spec.outputs) TF_OpDefinitionBuilderAddOutput(op, out);
+      for (const char* attr : spec.attrs) TF_OpDefinitionBuilderAddAttr(op, attr);
+      TF_OpDefinitionBuilderSetShapeInferenceFunction(op, spec.shapes);
+      TF_RegisterOpDefinition(op, status);
+      if (TF_GetCode(status) == TF_OK) {
+        TF_KernelBuilder* kernel = TF_NewKernelBuilder(spec.name, "CPU", spec.create, spec.compute, spec.destroy);
+        TF_RegisterKernelBuilder(spec.name, kernel, status);
+      }
+      if (TF_GetCode(status) != TF_OK) {
+        why = std::string(spec.name) + ": " + TF_Message(status);
+        break;
+      }
+    }
+    TF_DeleteStatus(status);
+    return why;
+  }();
+  return result;
+}
+
+}  // namespace
+
+// The addon: loading registers the ops; `ops` lists their names, `error` says why registration failed.
+NAPI_MODULE_INIT() {
+  const std::string why = registerAll();
+  napi_value names, name, error;
+  napi_create_array(env, &names);
+  if (why.empty()) {
+    uint32_t i = 0;
+    for (const OpSpec& spec : specs()) {
+      napi_create_string_utf8(env, spec.name, NAPI_AUTO_LENGTH, &name);
+      napi_set_element(env, names, i++, name);
+    }
+  }
+  napi_set_named_property(env, exports, "ops", names);
+  if (why.empty()) {
+    napi_get_null(env, &error);
+  } else {
+    napi_create_string_utf8(env, why.c_str(), NAPI_AUTO_LENGTH, &error);
+  }
+  napi_set_named_property(env, exports, "error", error);
+  return exports;
+}

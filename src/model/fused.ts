@@ -1,0 +1,51 @@
+// The model's pieces that run as one fused op where the backend has the kernel (the native
+// backend's CPU build: backend/fused-kernels.ts, native/fused_ops.cc), with the gradient as the
+// kernel's twin op. Elsewhere — wasm, cpu, a GPU device, a graph being exported for XLA — the
+// composed form in layers.ts runs; test/backend/fused-ops.test.ts holds the two equal.
+import * as tf from '@tensorflow/tfjs';
+import { hasFusedKernel, type FusedCpuKernel } from '../backend/fused-kernels.ts';
+
+const run = (name: FusedCpuKernel, inputs: tf.NamedTensorMap, attrs: Record<string, number> = {}) =>
+  tf.engine().runKernel(name, inputs, attrs as unknown as tf.NamedAttrMap);
+
+type Unary = (x: tf.Tensor) => tf.Tensor;
+
+function fusedElementwise(forward: FusedCpuKernel, backward: FusedCpuKernel): Unary {
+  return tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+    const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
+    save([x]);
+    return { value: run(forward, { x }) as tf.Tensor, gradFunc: (dy: tf.Tensor, [sx]: tf.Tensor[]) => [run(backward, { dy, x: sx }) as tf.Tensor] };
+  }) as Unary;
+}
+
+const geluTanh = fusedElementwise('SlayformerGeluTanh', 'SlayformerGeluTanhGrad');
+const geluErf = fusedElementwise('SlayformerGeluErf', 'SlayformerGeluErfGrad');
+
+/** The fused GELU of this form, or null where the backend has no such kernel. */
+export function fusedGelu(form: 'gelu-tanh' | 'gelu-erf'): Unary | null {
+  const name = form === 'gelu-erf' ? 'SlayformerGeluErf' : 'SlayformerGeluTanh';
+  if (!hasFusedKernel(name)) return null;
+  return form === 'gelu-erf' ? geluErf : geluTanh;
+}
+
+type LayerNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
+const layerNorms = new Map<number, LayerNormOp>();
+
+/** The fused LayerNorm with this ε, or null where the backend has no such kernel. */
+export function fusedLayerNorm(eps: number): LayerNormOp | null {
+  if (!hasFusedKernel('SlayformerLayerNorm')) return null;
+  let op = layerNorms.get(eps);
+  if (!op) {
+    op = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+      const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
+      const [y, xhat, rstd] = run('SlayformerLayerNorm', { x, gain, shift }, { eps }) as tf.Tensor[];
+      save([xhat, rstd, gain]);
+      return {
+        value: y,
+        gradFunc: (dy: tf.Tensor, [sx, sr, sg]: tf.Tensor[]) => run('SlayformerLayerNormGrad', { dy, xhat: sx, rstd: sr, gain: sg }) as tf.Tensor[],
+      };
+    }) as LayerNormOp;
+    layerNorms.set(eps, op);
+  }
+  return op;
+}

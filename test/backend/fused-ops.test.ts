@@ -1,0 +1,131 @@
+// The fused CPU kernels of the native backend (src/backend/native/fused_ops.cc, src/model/fused.ts):
+// GELU (tanh and erf) and LayerNorm, values and gradients against the composed form the other
+// backends run, and against float64 references; recorded into a graph function; no tensor left.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as tf from '@tensorflow/tfjs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fusedCpuKernelsStatus, hasFusedKernel, withComposedKernels } from '../../src/backend/fused-kernels.ts';
+import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SETUP_COMMAND } from '../../src/backend/native-build.ts';
+import { initBackend } from '../../src/backend/start.ts';
+import { GraphCache } from '../../src/backend/tf-graph.ts';
+import { Rng } from '../../src/core/rng.ts';
+import { activate, layerNorm } from '../../src/model/layers.ts';
+
+const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
+const available = build !== null && !build.gpu && fs.existsSync(path.join(nativePackageDir(build), FUSED_OPS_ADDON));
+if (!available) console.log(`[slayformer] fused CPU kernels not built (a CPU build of \`${SETUP_COMMAND}\` builds them where g++ can): suite skipped`);
+
+const rng = new Rng(9);
+const randn = (n: number, scale = 1) => Array.from(rng.normalArray(n), (x) => x * scale);
+
+const maxRel = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+  let worst = 0;
+  let top = 1e-12;
+  for (let i = 0; i < b.length; i++) {
+    worst = Math.max(worst, Math.abs(a[i] - b[i]));
+    top = Math.max(top, Math.abs(b[i]));
+  }
+  return worst / top;
+};
+
+describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
+  beforeAll(async () => {
+    await initBackend('tensorflow', { quiet: true });
+  });
+  afterAll(async () => {
+    await initBackend('cpu', { quiet: true });
+  });
+
+  it('the built addon is loaded and its kernels registered', () => {
+    expect(fusedCpuKernelsStatus()).toBe('in use');
+  });
+
+  /** Value and gradients of `f` on the inputs, with the fused kernels and with the composed form. */
+  function both(inputs: tf.Tensor[], f: (...xs: tf.Tensor[]) => tf.Tensor, upstream: tf.Tensor) {
+    const once = () =>
+      tf.tidy(() => {
+        const value = f(...inputs);
+        const grads = tf.grads((...xs: tf.Tensor[]) => tf.sum(tf.mul(f(...xs), upstream)))(inputs);
+        return { value: value.dataSync().slice(), grads: grads.map((g) => g.dataSync().slice()) };
+      });
+    return { fused: once(), composed: withComposedKernels(once) };
+  }
+
+  it.each(['gelu-tanh', 'gelu-erf'] as const)('%s: value and gradient equal the composed form to float rounding and the float64 derivative; no tensor left', (form) => {
+    const before = tf.memory().numTensors;
+    const xs = randn(64 * 48, 2.5);
+    const dy = randn(64 * 48);
+    const x = tf.tensor2d(xs, [64, 48]);
+    const up = tf.tensor2d(dy, [64, 48]);
+    const { fused, composed } = both([x], (t) => activate(t as tf.Tensor2D, form), up);
+    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+    expect(maxRel(fused.grads[0], composed.grads[0])).toBeLessThan(2e-6);
+    // float64 derivative of the same function
+    const ref = xs.map((v, i) => {
+      const cdf = form === 'gelu-erf' ? 0.5 * (1 + erf64(v / Math.SQRT2)) : 0.5 * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)));
+      const slope =
+        form === 'gelu-erf'
+          ? cdf + (v * Math.exp(-0.5 * v * v)) / Math.sqrt(2 * Math.PI)
+          : cdf + v * 0.5 * (1 - Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)) ** 2) * Math.sqrt(2 / Math.PI) * (1 + 3 * 0.044715 * v * v);
+      return dy[i] * slope;
+    });
+    expect(maxRel(fused.grads[0], ref)).toBeLessThan(1e-5);
+    tf.dispose([x, up]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('LayerNorm: value and the gradients of x, gain and shift equal the composed form; no tensor left', () => {
+    const before = tf.memory().numTensors;
+    const [n, d] = [96, 40];
+    const x = tf.tensor2d(randn(n * d, 3).map((v, i) => v + (i % d) * 0.1), [n, d]);
+    const gain = tf.tensor1d(randn(d, 0.5).map((v) => 1 + v));
+    const shift = tf.tensor1d(randn(d, 0.2));
+    const up = tf.tensor2d(randn(n * d), [n, d]);
+    const { fused, composed } = both([x, gain, shift], (a, g, b) => layerNorm(a as tf.Tensor2D, g as tf.Tensor1D, b as tf.Tensor1D, 1e-5), up);
+    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+    fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(1e-5));
+    tf.dispose([x, gain, shift, up]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('is used on the CPU build, and recorded into a TensorFlow function that gives the eager values', () => {
+    expect(hasFusedKernel('SlayformerLayerNorm')).toBe(true);
+    expect(withComposedKernels(() => hasFusedKernel('SlayformerLayerNorm'))).toBe(false);
+    const cache = new GraphCache();
+    const x = tf.tensor2d(randn(8 * 16), [8, 16]);
+    const gain = tf.ones([16]) as tf.Tensor1D;
+    const shift = tf.zeros([16]) as tf.Tensor1D;
+    try {
+      const f = () => [activate(layerNorm(x, gain, shift, 1e-5), 'gelu-tanh')];
+      const eager = tf.tidy(() => f()[0].dataSync().slice());
+      for (let i = 0; i < 3; i++) {
+        const out = tf.tidy(() => cache.call('ln-gelu', [x, gain, shift], f)[0].dataSync().slice());
+        expect(maxRel(out, eager)).toBeLessThan(1e-6);
+      }
+      expect(cache.status('ln-gelu')).toMatch(/^graph/);
+    } finally {
+      cache.dispose();
+      tf.dispose([x, gain, shift]);
+    }
+  });
+});
+
+/** erf in float64 (Abramowitz–Stegun 7.1.26 is too coarse here: series + continued fraction). */
+function erf64(x: number): number {
+  const t = Math.abs(x);
+  if (t < 2.5) {
+    let sum = 0;
+    let term = t;
+    for (let k = 0; k < 80; k++) {
+      sum += term / (2 * k + 1);
+      term *= (-t * t) / (k + 1);
+    }
+    return Math.sign(x) * (2 / Math.sqrt(Math.PI)) * sum;
+  }
+  // erfc by its continued fraction for large |x|
+  let f = 0;
+  for (let k = 60; k >= 1; k--) f = k / 2 / (t + f);
+  const erfc = Math.exp(-t * t) / Math.sqrt(Math.PI) / (t + f);
+  return Math.sign(x) * (1 - erfc);
+}
