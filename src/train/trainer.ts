@@ -1,6 +1,7 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
 // warm-up + decay, global-norm clipping, gradient accumulation (the step itself: step.ts), periodic
 // logging and validation on a fixed token set, checkpoints, and the final save (src/store/model-folder.ts).
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createLanguageModel } from '../model/lm.ts';
@@ -39,6 +40,7 @@ import { currentDevice } from '../backend/current.ts';
 import type { Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { resolveXla } from '../backend/tf-graph.ts';
+import { barrier, checkSameOnEveryRank, currentCluster, type Cluster } from '../backend/collective.ts';
 
 export interface TrainResult {
   runDir: string;
@@ -176,6 +178,8 @@ class TrainingLoop {
     private readonly inputs: RunInputs,
     private readonly parts: RunParts,
     private readonly logger: TrainLogger,
+    /** False on ranks other than 0 of a run across processes: they neither evaluate nor write anything. */
+    private readonly leader = true,
   ) {
     const restored = inputs.resumed?.state;
     this.started = performance.now() - (restored?.elapsedS ?? 0) * 1000;
@@ -229,21 +233,21 @@ class TrainingLoop {
     this.executor = await startStepExecutor(executor, { model, optimizer, device, trainable: finetune.trainable, graph, xla: optimizer.options.xla, replicas });
     // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
     // A resumed run (step > 0) has this record from its first session.
-    if (this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
+    if (this.leader && this.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
     // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
     if (this.step < totalSteps) this.logger.line(`compiling the first steps… (a progress line every ${this.recipe.train.logInterval} steps)`);
     while (this.step < totalSteps) {
       const micro = await this.nextMicroBatches();
       if (micro.length === 0) break; // the epoch ended before the estimate said
       await this.trainOneStep(micro);
-      if (this.recipe.train.evalInterval > 0 && this.step % this.recipe.train.evalInterval === 0 && this.step < totalSteps) await this.validate();
+      if (this.leader && this.recipe.train.evalInterval > 0 && this.step % this.recipe.train.evalInterval === 0 && this.step < totalSteps) await this.validate();
       // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
       // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
       await new Promise((resolve) => setImmediate(resolve));
       // A stop asked for during the last step just lets the run finish (final validation and save follow).
       const signal = this.step < totalSteps ? (stop?.signal ?? null) : null;
       const interval = this.recipe.train.checkpointInterval;
-      if (signal || (interval > 0 && this.step % interval === 0 && this.step < totalSteps)) await this.saveCheckpoint();
+      if (this.leader && (signal || (interval > 0 && this.step % interval === 0 && this.step < totalSteps))) await this.saveCheckpoint();
       if (signal) throw new TrainingStopped(signal, this.step, this.checkpoints.lastDir!, this.logger.dir);
     }
   }
@@ -332,6 +336,10 @@ class TrainingLoop {
   /** Final validation, the last checkpoint, final/ and summary.json. */
   async finish(): Promise<TrainResult> {
     const { step, tokens, trainSeconds, recipe, logger } = this;
+    if (!this.leader) {
+      const unmeasured = { loss: NaN, ppl: NaN, bpb: NaN, accuracy: NaN, tokens: 0, bytes: 0 };
+      return { runDir: '', finalDir: '', steps: step, tokens, elapsedS: this.elapsed(), finalVal: unmeasured, parameters: this.parameterCount };
+    }
     const finalVal = await this.validate();
     if (this.checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
     await this.executor?.pull();
@@ -369,7 +377,7 @@ class TrainingLoop {
 export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
   // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
   // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
-  const resumeRun = opts.resume !== undefined && !opts.logger ? runFolderOf(opts.resume).runDir : null;
+  const resumeRun = opts.resume !== undefined && !opts.logger && isLeader() ? runFolderOf(opts.resume).runDir : null;
   const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
   try {
     return await trainLocked(recipe, opts);
@@ -392,31 +400,57 @@ export interface TrainOptions {
   beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
 }
 
+/**
+ * In a run across processes (backend/collective.ts), rank 0 leads: it alone writes the run folder, logs,
+ * evaluates and checkpoints; the other ranks only take part in the steps (docs/distributed.md).
+ */
+function isLeader(cluster: Cluster | null = currentCluster()): boolean {
+  return cluster === null || cluster.rank === 0;
+}
+
+/** What every rank of a run across processes must agree on: the recipe, the tokenizer, the data as the plan read it, where it resumes. */
+function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
+  const { train, ...rest } = recipe;
+  const { processes: _ranks, ...trainKeys } = train; // the number of ranks is not the run's
+  const data = { tokenizer: inputs.tokenizer.sha256, epoch: [inputs.epoch.tokens, inputs.epoch.batches], eval: inputs.evalSample.batches.length, resumedAt: inputs.resumed?.state.step ?? null };
+  return createHash('sha256').update(JSON.stringify({ recipe: { ...rest, train: trainKeys }, data })).digest('hex').slice(0, 16);
+}
+
 /** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
 async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
   const device = opts.device ?? currentDevice();
+  const cluster = currentCluster();
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
   recipe = { ...recipe, backend: device.backend };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const lines = deferredLines();
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
+  if (cluster) checkSameOnEveryRank(cluster, 'recipe and data fingerprint', runFingerprint(recipe, inputs));
   const parts = await buildRunParts(recipe, inputs, device, lines.line);
   let loop: TrainingLoop | null = null;
   let unlock = () => {};
   try {
-    let logger = opts.logger;
+    let logger = opts.logger ?? (isLeader(cluster) ? undefined : silentLogger());
     if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device));
     lines.attach(logger);
-    loop = new TrainingLoop(recipe, inputs, parts, logger);
+    loop = new TrainingLoop(recipe, inputs, parts, logger, isLeader(cluster));
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
-    if (opts.beforeTraining && !inputs.resumed) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
+    if (opts.beforeTraining && !inputs.resumed && isLeader(cluster)) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
     await loop.train(opts.stop);
-    return await loop.finish();
+    const result = await loop.finish();
+    // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
+    if (cluster) barrier(cluster);
+    return result;
   } finally {
     if (loop) await loop.close();
     else await closeRunParts(parts);
     unlock();
   }
+}
+
+/** The logger of a rank other than 0: it writes nothing (rank 0 keeps the run's one set of logs). */
+function silentLogger(): TrainLogger {
+  return { dir: '', log: () => {}, line: () => {}, finish: async () => {} };
 }
 
 /** A line function whose lines wait until a logger is attached (the run folder does not exist before the checks pass). */
