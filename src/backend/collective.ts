@@ -19,6 +19,12 @@ export interface ClusterSpec {
  */
 export const HEARTBEAT_TIMEOUT_MS = 4000;
 
+/**
+ * At exit every rank waits up to this long for the others to leave the coordination service too, so
+ * that rank 0, which hosts it, is not gone while another rank still says goodbye (an error line on that rank).
+ */
+const SHUTDOWN_BARRIER_MS = 10_000;
+
 const JOB = 'worker';
 export const taskName = (rank: number) => `/job:${JOB}/replica:0/task:${rank}`;
 
@@ -31,7 +37,7 @@ export function serverDefText(spec: ClusterSpec, heartbeatTimeoutMs = HEARTBEAT_
     `cluster { job { name: "${JOB}" ${tasks} } }`,
     `job_name: "${JOB}" task_index: ${spec.rank} protocol: "grpc"`,
     `default_session_config { experimental { collective_group_leader: ${leader}`,
-    `coordination_config { service_type: "standalone" service_leader: ${leader} heartbeat_timeout_in_ms: ${heartbeatTimeoutMs}`,
+    `coordination_config { service_type: "standalone" service_leader: ${leader} heartbeat_timeout_in_ms: ${heartbeatTimeoutMs} shutdown_barrier_timeout_in_ms: ${SHUTDOWN_BARRIER_MS}`,
     `coordinated_job_list { name: "${JOB}" num_tasks: ${spec.addresses.length} } } } }`,
   ].join(' ');
 }

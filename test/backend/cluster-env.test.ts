@@ -70,7 +70,7 @@ describe('serverDefText', () => {
     expect(text).toContain('cluster { job { name: "worker" tasks { key: 0 value: "127.0.0.1:5000" } tasks { key: 1 value: "127.0.0.1:5001" } } }');
     expect(text).toContain('job_name: "worker" task_index: 1 protocol: "grpc"');
     expect(text).toContain('collective_group_leader: "/job:worker/replica:0/task:0"');
-    expect(text).toMatch(/coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/);
+    expect(text).toMatch(/coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 shutdown_barrier_timeout_in_ms: \d+ coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/);
   });
 
   it('refuses a rank outside the cluster, an address that is not host:port, and two ranks on one address', () => {
