@@ -62,6 +62,7 @@ interface CollectiveBinding {
   checkPeerHealth(task: string, timeoutMs: number): string | null;
   setClusterValue(key: string, value: string): void;
   clusterValue(key: string, timeoutMs: number): string;
+  reportErrorToCluster(message: string): void;
   TF_ATTR_STRING: number;
   TF_ATTR_INT: number;
   TF_ATTR_FLOAT: number;
@@ -95,7 +96,9 @@ export function currentCluster(): Cluster | null {
  * Joins the cluster: starts this rank's gRPC server and renames the local devices (ops must then name
  * /job:worker/replica:0/task:R/...). Call right after the tensorflow backend starts and before any
  * tensor is made: a tensor made before lives on a device that no longer exists. Once per process (a
- * started server cannot stop inside it).
+ * started server cannot stop inside it). Returns once every rank has joined: TensorFlow waits here for
+ * all of them, without a deadline, so a rank that never starts must be ended by what started it (the
+ * launcher when a rank exits, srun --kill-on-bad-exit).
  */
 export function joinCluster(spec: ClusterSpec): Cluster {
   if (joined) throw new Error(`cluster: this process already joined as rank ${joined.rank} of ${joined.worldSize}`);
@@ -108,7 +111,7 @@ export function joinCluster(spec: ClusterSpec): Cluster {
   } catch (err) {
     const message = (err as Error).message;
     const port = spec.addresses[spec.rank];
-    const taken = /address already in use|Failed to add port|bind/i.test(message) ? ` (is ${port} already taken?)` : '';
+    const taken = /address already in use|could not start grpc server|bind/i.test(message) ? ` (is ${port} already taken?)` : '';
     throw new Error(`rank ${spec.rank}: could not start its server on ${port}${taken}: ${message.split('\n')[0]}`);
   }
   joined = { ...spec, worldSize: spec.addresses.length, device, communication: backend.isUsingGpuDevice ? 'nccl' : 'ring' };
@@ -176,10 +179,28 @@ export function checkSameOnEveryRank(cluster: Cluster, what: string, value: stri
 export function collectiveFailure(cluster: Cluster, err: unknown): Error {
   const message = err instanceof Error ? err.message : String(err);
   if (!/collective|UNAVAILABLE|heartbeat|socket closed|unhealthy/i.test(message)) return err instanceof Error ? err : new Error(message);
+  const reported = new RegExp(`${REPORT_TAG}(.*)`).exec(message);
+  if (reported) return new Error(`rank ${cluster.rank}: the all-reduce failed: ${reported[1].trim()}`);
   const dead = unresponsiveRanks(cluster);
   const who = dead.length ? dead.map((d) => `rank ${d.rank} (${cluster.addresses[d.rank]}) does not answer`).join('; ') : 'every rank still answers';
   const first = message.split('\n').find((l) => /unhealthy|aborted|closed|UNAVAILABLE/i.test(l)) ?? message.split('\n')[0];
   return new Error(`rank ${cluster.rank}: the all-reduce failed: ${who} (TensorFlow: ${first.trim()})`);
+}
+
+/** Marks the errors this project reports to the cluster, so that the other ranks can quote them. */
+const REPORT_TAG = 'slayformer: ';
+
+/**
+ * Tells every other rank that this one ends on `error`: their collectives fail at once with its message
+ * (collectiveFailure quotes it) instead of after the heartbeat timeout. Best effort: the cluster may be gone.
+ */
+export function reportFailureToCluster(cluster: Cluster, error: unknown): void {
+  const first = (error instanceof Error ? error.message : String(error)).split('\n')[0];
+  try {
+    nativeBackend().binding.reportErrorToCluster(`${REPORT_TAG}rank ${cluster.rank} ended: ${first}`);
+  } catch {
+    // the coordination service is unreachable: the others find out from the heartbeats
+  }
 }
 
 /**

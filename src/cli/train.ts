@@ -185,6 +185,10 @@ async function main(args: Args): Promise<number> {
     }
     console.error(`train: ${(err as Error).message}`);
     if (process.env.SLAYFORMER_DEBUG) console.error((err as Error).stack);
+    // The other ranks' collectives fail at once, quoting this error, rather than after the heartbeat timeout.
+    const { currentCluster, reportFailureToCluster } = await import('../backend/collective.ts');
+    const joined = currentCluster();
+    if (joined) reportFailureToCluster(joined, err);
     return 1;
   }
 }

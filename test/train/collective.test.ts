@@ -7,8 +7,11 @@ import { cpSync, existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLUSTER_ENV, RANK_ENV } from '../../src/backend/cluster-env.ts';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
+import { freePorts } from '../../src/cli/launch.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
@@ -113,5 +116,29 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     expect(startMoved).toBeLessThan(1e-3);
     const summary = JSON.parse(readFileSync(join(alone.finalDir, '..', 'summary.json'), 'utf8')) as { steps: number; tokens: number };
     expect(summary).toMatchObject({ steps: 100, tokens: 6400 });
+  });
+
+  it('a rank whose recipe differs from rank 0\'s is refused at start, naming it; a port already taken is named', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'mismatch.yaml'), setup, join(dir, 'runs-mismatch'));
+    const cluster = (await freePorts(2)).map((p) => `127.0.0.1:${p}`).join(',');
+    const rank = (r: number, extra: string[]) => startCli(TRAIN, [recipe, '--backend', 'tensorflow', ...extra], { ...process.env, [RANK_ENV]: String(r), [CLUSTER_ENV]: cluster });
+    const [zero, one] = [rank(0, []), rank(1, ['--train.lr=0.02'])];
+    const [exitZero, exitOne] = await Promise.all([zero.exited, one.exited]);
+    expect(exitOne.code, one.output()).toBe(1);
+    expect(one.output()).toMatch(/train: rank 1: its recipe and data fingerprint \(\w+\) differs from rank 0's \(\w+\): every rank must run the same recipe on the same data/);
+    // Rank 0, waiting in its first collective, hears it from rank 1 at once.
+    expect(exitZero.code, zero.output()).toBe(1);
+    expect(zero.output()).toMatch(/train: rank 0: the all-reduce failed: rank 1 ended: rank 1: its recipe and data fingerprint/);
+
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as import('node:net').AddressInfo).port;
+    try {
+      const blocked = startCli(TRAIN, [recipe, '--backend', 'tensorflow'], { ...process.env, [RANK_ENV]: '0', [CLUSTER_ENV]: `127.0.0.1:${port},${cluster.split(',')[1]}` });
+      expect((await blocked.exited).code).toBe(1);
+      expect(blocked.output()).toContain(`train: rank 0: could not start its server on 127.0.0.1:${port} (is 127.0.0.1:${port} already taken?)`);
+    } finally {
+      taken.close();
+    }
   });
 });

@@ -323,6 +323,21 @@ struct FunctionOps {
     return result;
   }
 
+  // reportErrorToCluster(message): every other task's collectives fail at once with `message` (a rank
+  // that ends on an error says so, instead of leaving the others to find out from missing heartbeats).
+  static napi_value ReportError(napi_env env, napi_callback_info info) {
+    napi_value args[1];
+    if (!Args(env, info, 1, args)) return nullptr;
+    TFJSBackend *backend = Backend(env);
+    std::string message;
+    if (!backend || !String(env, args[0], message)) return nullptr;
+    TF_Status *status = TF_NewStatus();
+    TFE_ReportErrorToCluster(backend->tfe_context_, TF_ABORTED, message.c_str(), status);
+    Fail(env, status, "reporting an error to the cluster", message);
+    TF_DeleteStatus(status);
+    return nullptr;
+  }
+
   // deviceName() → the device ops and functions run on (the binding's choice: GPU:0 if any).
   static napi_value Device(napi_env env, napi_callback_info info) {
     TFJSBackend *backend = Backend(env);
@@ -334,7 +349,7 @@ struct FunctionOps {
 };
 
 // Adds registerFunction, removeFunction, hasFunction, callFunction, deviceName and the collective
-// entry points (enableCollectives, checkPeerHealth, setClusterValue, clusterValue) to the binding's
+// entry points (enableCollectives, checkPeerHealth, setClusterValue, clusterValue, reportErrorToCluster) to the binding's
 // exports; called from InitTFNodeJSBinding (patched in at set-up).
 void RegisterFunctionOps(napi_env env, napi_value exports) {
   napi_property_descriptor properties[] = {
@@ -347,6 +362,7 @@ void RegisterFunctionOps(napi_env env, napi_value exports) {
       {"checkPeerHealth", nullptr, FunctionOps::CheckPeerHealth, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"setClusterValue", nullptr, FunctionOps::SetClusterValue, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"clusterValue", nullptr, FunctionOps::ClusterValue, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"reportErrorToCluster", nullptr, FunctionOps::ReportError, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(properties) / sizeof(properties[0]), properties);
 }
