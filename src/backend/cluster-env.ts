@@ -11,6 +11,9 @@ export const CLUSTER_ENV = 'SLAYFORMER_CLUSTER';
 /** Under Slurm: the first port of a node's ranks (rank with local id i listens on PORT + i); default from the job id. */
 export const PORT_ENV = 'SLAYFORMER_PORT';
 
+/** The most hosts one bracket range, or tasks one `(xK)`, expands to (docs/bounds.md): checked before expanding. */
+const MAX_EXPANDED = 100_000;
+
 /**
  * Expands a Slurm host list: `node[01-03,7],gpu5` → node01 node02 node03 node7 gpu5 (zero padding
  * kept, Slurm's order kept, several bracket groups as in `rack[1-2]-n[1-2]`).
@@ -55,7 +58,7 @@ function expandHost(item: string, list: string): string[] {
     const [, from, to = from] = match;
     const [a, b] = [Number(from), Number(to)];
     if (b < a) throw new Error(`host list '${list}': the range '${range}' runs backwards`);
-    if (b - a > 100_000) throw new Error(`host list '${list}': the range '${range}' is too long`);
+    if (b - a >= MAX_EXPANDED) throw new Error(`host list '${list}': the range '${range}' holds more than ${MAX_EXPANDED.toLocaleString('en-US')} hosts`);
     for (let n = a; n <= b; n++) values.push(String(n).padStart(from.length, '0'));
   }
   return values.flatMap((v) => expandHost(prefix + v + item.slice(close + 1), list));
@@ -68,7 +71,8 @@ export function expandTasksPerNode(text: string): number[] {
     const match = /^(\d+)(?:\(x(\d+)\))?$/.exec(part);
     if (!match) throw new Error(`tasks per node '${text}': '${part}' is not N or N(xK)`);
     const [count, times] = [Number(match[1]), Number(match[2] ?? 1)];
-    if (count < 1 || times < 1 || times > 100_000) throw new Error(`tasks per node '${text}': '${part}' counts no task`);
+    if (count < 1 || times < 1) throw new Error(`tasks per node '${text}': '${part}' counts no task`);
+    if (times > MAX_EXPANDED) throw new Error(`tasks per node '${text}': '${part}' repeats more than ${MAX_EXPANDED.toLocaleString('en-US')} times`);
     for (let i = 0; i < times; i++) counts.push(count);
   }
   return counts;

@@ -20,6 +20,8 @@ describe('Slurm host lists', () => {
     expect(() => expandHostList('node[3-1]')).toThrow(/'3-1' runs backwards/);
     expect(() => expandHostList('node[a-b]')).toThrow(/'a-b' is not a number or a range/);
     expect(() => expandHostList('node1,,node2')).toThrow(/an empty host name/);
+    expect(() => expandHostList('node[0-100000]')).toThrow(/'0-100000' holds more than 100,000 hosts/);
+    expect(expandHostList('node[1-100000]')).toHaveLength(100_000);
   });
 
   it('expands tasks per node: 2(x3),1 is 2, 2, 2, 1', () => {
@@ -27,6 +29,7 @@ describe('Slurm host lists', () => {
     expect(expandTasksPerNode('8')).toEqual([8]);
     expect(() => expandTasksPerNode('2(x0)')).toThrow(/'2\(x0\)' counts no task/);
     expect(() => expandTasksPerNode('2x3')).toThrow(/'2x3' is not N or N\(xK\)/);
+    expect(() => expandTasksPerNode('1(x100001)')).toThrow(/'1\(x100001\)' repeats more than 100,000 times/);
   });
 
   it('gives ranks in block order, node by node, each node\'s tasks on consecutive ports', () => {
