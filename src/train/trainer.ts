@@ -420,8 +420,9 @@ function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
 async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
   const device = opts.device ?? currentDevice();
   const cluster = currentCluster();
-  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
-  recipe = { ...recipe, backend: device.backend };
+  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`, and
+  // the number of ranks that run, whether --processes, srun or the recipe asked for them.
+  recipe = { ...recipe, backend: device.backend, train: { ...recipe.train, processes: cluster?.worldSize ?? 1 } };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const lines = deferredLines();
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));

@@ -3,6 +3,7 @@
 // a process). Two ranks must give, bit for bit, the weights of one process taking each batch's shards as
 // micro-batches; a rank killed with SIGKILL must end the run in seconds, naming it, and the last
 // checkpoint must resume with two ranks exactly and with one.
+import { spawn } from 'node:child_process';
 import { cpSync, existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -13,7 +14,7 @@ import { CLUSTER_ENV, RANK_ENV } from '../../src/backend/cluster-env.ts';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { freePorts } from '../../src/cli/launch.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
-import { startCli } from '../helpers/cli.ts';
+import { startCli, waitForOutput } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
@@ -63,6 +64,10 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     expect(ranks.output).toMatch(/train\.executor collective: rank 0 of 2 on \/job:worker\/replica:0\/task:0\/device:CPU:0, steps as TensorFlow functions; one ring all-reduce/);
     // One set of logs: rank 1 prints nothing of its own.
     expect(ranks.output.match(/^done: /gm)).toHaveLength(1);
+    // The run records its ranks: config.json the number, env.json where they ran.
+    const runDir = join(ranks.finalDir, '..');
+    expect(JSON.parse(readFileSync(join(runDir, 'config.json'), 'utf8')).train.processes).toBe(2);
+    expect(JSON.parse(readFileSync(join(runDir, 'env.json'), 'utf8')).cluster).toMatchObject({ worldSize: 2, communication: 'ring', addresses: [expect.stringMatching(/^127\.0\.0\.1:\d+$/), expect.stringMatching(/^127\.0\.0\.1:\d+$/)] });
     // Shard r of each batch of 4 rows is rows 2r, 2r+1 with dropout seed r: one process reading batches of 2 rows, 2 per step.
     const single = await train(recipe, ['--train.batchSize=2', '--train.gradAccum=2']);
     expect(maxDifference(await weights(ranks.finalDir), await weights(single.finalDir))).toBe(0);
@@ -140,5 +145,28 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     } finally {
       taken.close();
     }
+  });
+
+  it('Ctrl-C on the launcher: rank 0 saves one checkpoint, every rank stops, and the printed command resumes with 2 ranks', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'ctrl-c.yaml'), setup, join(dir, 'runs-ctrl-c'), { maxTokens: 6400, logInterval: 1, checkpointInterval: 1000, evalInterval: 0 });
+    // As a terminal does: the launcher leads its own process group and SIGINT goes to the whole group.
+    const child = spawn(process.execPath, ['--import', 'tsx', TRAIN, recipe, '--backend', 'tensorflow', '--processes', '2'], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    child.stdout.on('data', (d) => (text += d));
+    child.stderr.on('data', (d) => (text += d));
+    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+    const pids = await waitForOutput(child, () => text, /^\[train\] 2 processes \(pids (\d+), (\d+)\)/m);
+    await waitForOutput(child, () => text, /^step 3\/100 \|/m, pids.end);
+    process.kill(-child.pid!, 'SIGINT');
+    expect(await exited, text).toBe(130);
+    expect(text.match(/stopped by SIGINT/g), text).toHaveLength(1);
+    expect(text.match(/^checkpoint step \d+ saved/gm), text).toHaveLength(1);
+    for (const pid of [pids.match[1], pids.match[2]]) expect(() => process.kill(Number(pid), 0)).toThrow(); // every rank has ended
+    const command = /\nresume with: npm run train -- (.+)\n/.exec(text);
+    expect(command![1]).toContain('--processes 2');
+    const resumed = startCli(TRAIN, command![1].split(' '));
+    expect((await resumed.exited).code, resumed.output()).toBe(0);
+    expect(resumed.output()).toMatch(/resumed from .* at step \d+/);
+    expect(resumed.output().match(/^done: 100 steps/gm)).toHaveLength(1);
   });
 });
