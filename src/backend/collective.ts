@@ -162,9 +162,10 @@ export function barrier(cluster: Cluster): void {
 
 /**
  * Checks that every rank runs the same thing: each rank publishes `value` under `what`, and compares it
- * with rank 0's. A mismatch is an error naming the rank and both values (e.g. a recipe's hash).
+ * with rank 0's. A mismatch is an error naming the rank and both values (e.g. a recipe's hash). The
+ * others wait up to `timeoutMs` for rank 0's value (rank 0 reads its data plan first).
  */
-export function checkSameOnEveryRank(cluster: Cluster, what: string, value: string, timeoutMs = 120_000): void {
+export function checkSameOnEveryRank(cluster: Cluster, what: string, value: string, timeoutMs = 600_000): void {
   const b = nativeBackend().binding;
   b.setClusterValue(`slayformer/${what}/${cluster.rank}`, value);
   if (cluster.rank === 0) return;

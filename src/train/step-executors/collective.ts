@@ -5,7 +5,8 @@
 // micro-batches. ONE all-reduce per optimizer step adds the raveled gradients and the loss over the
 // ranks (CollectiveReduceV2 inside the recorded update function: ring over gRPC on CPUs, NCCL on
 // GPUs), and every rank clips, decides the non-finite rule and applies AdamW on the same sums. No
-// state lives elsewhere: pull and push have nothing to move once the ranks start equal.
+// state lives elsewhere: pull has nothing to bring back, and push (also at start) makes every rank's
+// model and moments rank 0's.
 import * as tf from '@tensorflow/tfjs';
 import { allReduceSum, collectiveFailure, currentCluster, INSTANCE_KEYS, type Cluster } from '../../backend/collective.ts';
 import type { Batch } from '../../data/batch.ts';
