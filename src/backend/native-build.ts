@@ -20,9 +20,10 @@ export const QUIET_STDERR_ADDON = path.join('lib', 'quiet_stderr.node');
 export const FUSED_OPS_ADDON = path.join('lib', 'fused_ops.node');
 /**
  * The version of what the set-up adds to tfjs-node's binding (native/tfjs_functions.cc: TensorFlow
- * functions); a build with another version is rebuilt by the set-up and not loaded until then.
+ * functions; 2: collective ops across processes); a build with another version is rebuilt by the
+ * set-up and not loaded until then.
  */
-export const BINDING_PATCH = 1;
+export const BINDING_PATCH = 2;
 
 /**
  * What `setup:tensorflow` built, written last (atomically), so its presence means a complete build.

@@ -5,12 +5,13 @@ import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
 import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
+import { clusterFromEnv } from '../backend/cluster-env.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
 const COMMAND = {
   name: 'train',
-  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>]',
+  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>] [--processes N]',
   description: `Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
 on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final weights in …/final/.
 
@@ -21,6 +22,11 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
     'dry-run': {
       type: 'boolean',
       help: 'resolve the recipe, build the model plan and print parameters, tokens per epoch, steps and a memory estimate; no training (dataset and tokenizer may be missing)',
+    },
+    processes: {
+      type: 'string',
+      value: 'N',
+      help: 'one run across N processes on this machine (train.processes; tensorflow backend): each rank trains on its shard of every batch and one all-reduce per step sums the gradients; rank 0 logs, evaluates and checkpoints (docs/distributed.md)',
     },
     resume: {
       type: 'string',
@@ -37,7 +43,8 @@ q/k/v projections and the mechanism's own parameters. Example: recipes/demo/fine
 
 Checkpoints go to <run>/checkpoints/step-NNNNNN/ every train.checkpointInterval steps and at the end.
 SIGINT/SIGTERM (Ctrl-C): the current step finishes, a checkpoint is saved, and the command to resume is
-printed (exit status 130/143); a second signal quits at once.
+printed (exit status 130/143); a second signal quits at once. With --processes N, rank 0 saves the
+checkpoint and every rank stops; under srun (several tasks) each task is a rank (docs/distributed.md).
 
 Exit status: 0 done, 1 runtime error, 2 bad recipe or arguments.`,
 } as const;
@@ -49,6 +56,7 @@ interface Args {
   verbose: boolean;
   dryRun: boolean;
   resume: string | undefined;
+  processes: string | undefined;
 }
 
 const MB = 1024 * 1024;
@@ -132,6 +140,25 @@ async function main(args: Args): Promise<number> {
     console.error(`train: ${(err as Error).message}`);
     return 2;
   }
+  let processes = recipe.train.processes;
+  if (args.processes !== undefined) {
+    processes = Number(args.processes);
+    if (!Number.isInteger(processes) || processes < 1 || processes > 4096) {
+      console.error(`train: --processes ${args.processes}: expected an integer from 1 to 4096`);
+      return 2;
+    }
+  }
+  let cluster: import('../backend/collective.ts').ClusterSpec | null;
+  try {
+    cluster = clusterFromEnv();
+  } catch (err) {
+    console.error(`train: ${(err as Error).message}`);
+    return 2;
+  }
+  if (!args.dryRun && !cluster && processes > 1) {
+    const { launchRanks } = await import('./launch.ts');
+    return launchRanks(processes, process.argv.slice(2));
+  }
   if (args.dryRun) {
     try {
       await dryRun(recipe, args.recipe, backend);
@@ -144,8 +171,10 @@ async function main(args: Args): Promise<number> {
   }
   try {
     const resume = args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
-    const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose });
-    await runWithSignals(recipe, resume, device);
+    const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose, silent: (cluster?.rank ?? 0) !== 0 });
+    // Before the model or any tensor exists: joining renames the devices (backend/collective.ts).
+    if (cluster) (await import('../backend/collective.ts')).joinCluster(cluster);
+    await runWithSignals(recipe, args, resume, device, cluster?.rank ?? 0);
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -154,6 +183,10 @@ async function main(args: Args): Promise<number> {
     }
     console.error(`train: ${(err as Error).message}`);
     if (process.env.SLAYFORMER_DEBUG) console.error((err as Error).stack);
+    // The other ranks' collectives fail at once, quoting this error, rather than after the heartbeat timeout.
+    const { currentCluster, reportFailureToCluster } = await import('../backend/collective.ts');
+    const joined = currentCluster();
+    if (joined) reportFailureToCluster(joined, err);
     return 1;
   }
 }
@@ -162,13 +195,21 @@ async function main(args: Args): Promise<number> {
 function resumeCommand(args: Args, checkpointDir: string): string {
   const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
   const relative = path.relative(process.cwd(), checkpointDir);
-  const parts = [args.recipe, ...args.overrides, ...(args.backend ? ['--backend', args.backend] : []), '--resume', relative.startsWith('..') ? checkpointDir : relative];
+  const parts = [args.recipe, ...args.overrides, ...(args.backend ? ['--backend', args.backend] : []), ...(args.processes ? ['--processes', args.processes] : []), '--resume', relative.startsWith('..') ? checkpointDir : relative];
   return `npm run train -- ${parts.map(quote).join(' ')}`;
 }
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
-async function runWithSignals(recipe: Recipe, resume: string | undefined, device: Device): Promise<void> {
+async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined, device: Device, rank: number): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
+  if (rank !== 0) {
+    // Rank 0 alone checkpoints on a signal (srun passes Ctrl-C to every task); the others end when it does.
+    const ignore = () => {};
+    process.on('SIGINT', ignore);
+    process.on('SIGTERM', ignore);
+    await runTraining(recipe, { resume, device });
+    return;
+  }
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {
     if (stop.signal) {
@@ -189,5 +230,5 @@ async function runWithSignals(recipe: Recipe, resume: string | undefined, device
 }
 
 await runCommand(COMMAND, ({ values, positionals, overrides }) =>
-  main({ recipe: positionals[0], overrides, backend: values.backend, verbose: values.verbose, dryRun: values['dry-run'], resume: values.resume }),
+  main({ recipe: positionals[0], overrides, backend: values.backend, verbose: values.verbose, dryRun: values['dry-run'], resume: values.resume, processes: values.processes }),
 );

@@ -46,8 +46,9 @@ export interface Recipe {
     batchSize: number;
     gradAccum: number;
     dataParallel: number | 'auto';
+    processes: number;
     graph: boolean;
-    executor: 'auto' | 'op-by-op' | 'functions' | 'replicas';
+    executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective';
     xla: 'auto' | 'on' | 'off';
     optimizer: 'adamw';
     lr: number;
@@ -173,6 +174,11 @@ export const RECIPE_SCHEMA = {
     default: 1,
     doc: 'Data-parallel replicas: each optimizer step\'s rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.',
   },
+  'train.processes': {
+    type: int(1, 4096),
+    default: 1,
+    doc: 'Ranks of one run across processes on this machine (`npm run train -- recipe.yaml --processes N` overrides it; under `srun` the ranks are Slurm\'s tasks): each rank computes its shard of every micro-batch and one all-reduce per step sums the gradients on TensorFlow\'s collective runtime (`tensorflow` backend; docs/distributed.md). Rank 0 alone logs, evaluates and checkpoints; a checkpoint resumes with any number of ranks. The update equals one process taking the shards as micro-batches; dropout masks depend on the number of ranks.',
+  },
   'train.graph': {
     type: bool,
     default: true,
@@ -180,9 +186,9 @@ export const RECIPE_SCHEMA = {
   },
   'train.executor': {
     // The names of src/train/step-executors/index.ts (the recipe sits below train/ and cannot import them; a test keeps the two equal).
-    type: oneOf('auto', 'op-by-op', 'functions', 'replicas'),
+    type: oneOf('auto', 'op-by-op', 'functions', 'replicas', 'collective'),
     default: 'auto',
-    doc: 'How the training step runs (src/train/step-executor.ts, docs/training.md "Step executors"): `op-by-op` (every op dispatched from JavaScript; any backend), `functions` (recorded once and run as TensorFlow functions; `tensorflow` backend), `replicas` (`train.dataParallel` worker threads). `auto` = `replicas` when `train.dataParallel` resolves above 1, else `functions` when `train.graph` is on and the backend has them, else `op-by-op`. An executor the run cannot use is an error naming why.',
+    doc: 'How the training step runs (src/train/step-executor.ts, docs/training.md "Step executors"): `op-by-op` (every op dispatched from JavaScript; any backend), `functions` (recorded once and run as TensorFlow functions; `tensorflow` backend), `replicas` (`train.dataParallel` worker threads), `collective` (one rank of a run across processes, `train.processes`; `tensorflow` backend). `auto` = `collective` in a rank of such a run, else `replicas` when `train.dataParallel` resolves above 1, else `functions` when `train.graph` is on and the backend has them, else `op-by-op`. An executor the run cannot use is an error naming why.',
   },
   'train.xla': {
     type: oneOf('auto', 'on', 'off'),

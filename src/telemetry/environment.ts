@@ -72,8 +72,11 @@ export async function processEnvironment(device?: Device): Promise<Record<string
 }
 
 async function environment(runDir: string, recipe: Recipe, device?: Device): Promise<Record<string, unknown>> {
+  // A run across processes (docs/distributed.md): its ranks and where they ran, rank order.
+  const cluster = (await import('../backend/collective.ts')).currentCluster();
   return {
     ...(await processEnvironment(device)),
+    ...(cluster ? { cluster: { worldSize: cluster.worldSize, addresses: cluster.addresses, communication: cluster.communication } } : {}),
     paths: {
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),

@@ -39,8 +39,20 @@ export function decays(name: string, variable: tf.Variable, decayEmbeddings = fa
  */
 export interface PendingUpdate {
   norm: tf.Scalar;
+  /** The step's loss summed over the ranks, when the update was computed across ranks (AcrossRanks). */
+  loss?: tf.Scalar;
   commit(): void;
   discard(): void;
+}
+
+/**
+ * An update computed by several processes at once (step-executors/collective.ts): each holds its part of the
+ * gradients and of the loss; `sum` adds a [P + 1] float32 vector over the processes (one all-reduce), so every
+ * process clips, decides and applies the same update from the same sums.
+ */
+export interface AcrossRanks {
+  loss: tf.Scalar;
+  sum: (packed: tf.Tensor1D) => tf.Tensor1D;
 }
 
 /**
@@ -131,9 +143,10 @@ export class AdamW {
    * The update of `grads` with learning rate `lr`, clipped to global norm `clip` (0 = no clipping), computed but not
    * applied. A parameter without a gradient is left as it is, moments included. Element for element the formulas of
    * torch.optim.AdamW (module comment), in the same float32 order as a per-parameter loop; the values that change
-   * from step to step are inputs of the program, so that it runs as one recorded graph (GraphCache).
+   * from step to step are inputs of the program, so that it runs as one recorded graph (GraphCache). `across`: the
+   * raveled gradients and the loss are summed over the ranks first, as one packed vector, inside the same program.
    */
-  prepare(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor>, lr: number, clip: number): PendingUpdate {
+  prepare(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor>, lr: number, clip: number, across?: AcrossRanks): PendingUpdate {
     const byName = grads instanceof Map ? grads : new Map(Object.entries(grads));
     for (const name of byName.keys()) {
       if (!this.params.has(name)) throw new Error(`optimizer: gradient for unknown parameter '${name}'`);
@@ -145,22 +158,31 @@ export class AdamW {
     const updated = this.names.filter((n) => byName.has(n));
     const present = this.presentMask(skipped);
     const params = this.names.map((n) => this.params.get(n)!);
-    const [norm, mNew, vNew, ...next] = tf.tidy(() => {
+    const outputs = tf.tidy(() => {
       const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay, clip].map((x) => tf.scalar(x));
       const given = updated.map((n) => byName.get(n)!);
-      const inputs = [...given, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params];
+      const inputs = [...given, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params, ...(across ? [across.loss] : [])];
       const program = () => {
-        const g = this.ravel(this.names.map((n, i) => byName.get(n) ?? tf.zerosLike(params[i])));
+        let g = this.ravel(this.names.map((n, i) => byName.get(n) ?? tf.zerosLike(params[i])));
+        let loss: tf.Tensor[] = [];
+        if (across) {
+          // One collective for both: the gradients and the loss travel as one [P + 1] vector.
+          const summed = across.sum(tf.concat([g, tf.reshape(across.loss, [1])]) as tf.Tensor1D);
+          [g, loss] = [tf.slice(summed, 0, g.size), [tf.reshape(tf.slice(summed, g.size, 1), [])]];
+        }
         const { grad, norm } = clipByGlobalNorm(g, clip, scalars[3]);
-        return [norm, ...this.update(grad, scalars, present, updated)];
+        return [norm, ...loss, ...this.update(grad, scalars, present, updated)];
       };
       const graphs = this.options.graph && currentDevice().graphSteps ? (this.graphs ??= new GraphCache()) : null;
-      this.lastKey = `${skipped.join(',')}|${weightDecay > 0}|${clip > 0}`;
+      this.lastKey = `${skipped.join(',')}|${weightDecay > 0}|${clip > 0}|${across ? 'across ranks' : ''}`;
       return graphs ? graphs.call(this.lastKey, inputs, program, this.options.xla) : program();
     });
-    const outputs = [norm, mNew, vNew, ...next];
+    const [norm, ...rest] = outputs;
+    const reducedLoss = across ? rest.shift() : undefined;
+    const [mNew, vNew, ...next] = rest;
     return {
       norm: norm as tf.Scalar,
+      ...(reducedLoss ? { loss: reducedLoss as tf.Scalar } : {}),
       commit: () => {
         this.m.assign(mNew as tf.Tensor1D);
         this.v.assign(vNew as tf.Tensor1D);

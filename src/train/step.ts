@@ -7,7 +7,7 @@ import { deriveSeed } from '../core/rng.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import { microBatchGradients } from './compiled-step.ts';
-import type { AdamW, PendingUpdate } from './optimizer.ts';
+import type { AcrossRanks, AdamW, PendingUpdate } from './optimizer.ts';
 
 function labelledCount(batch: ModelBatch): number {
   let n = 0;
@@ -87,7 +87,9 @@ export function accumulateGradients(
 /**
  * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). The update is
  * computed first (AdamW.prepare) and only written once the loss and the gradient norm read back finite: a NaN/Inf
- * step leaves weights, moments and the step count as they were. Disposes `grads` and `loss`.
+ * step leaves weights, moments and the step count as they were. Disposes `grads` and `loss`. `sumAcrossRanks`:
+ * `grads` and `loss` are this process's part, summed over the ranks inside the update (AcrossRanks), and the rule
+ * decides on the sums, so that every rank applies or skips together.
  */
 export async function applyGradients(
   optimizer: AdamW,
@@ -95,11 +97,12 @@ export async function applyGradients(
   loss: tf.Scalar,
   total: number,
   opts: Pick<StepOptions, 'lr' | 'clip'>,
+  sumAcrossRanks?: AcrossRanks['sum'],
 ): Promise<StepResult> {
   let pending: PendingUpdate | null = null;
   try {
-    pending = optimizer.prepare(grads, opts.lr, opts.clip);
-    const [norm, value] = await Promise.all([pending.norm.data(), loss.data()]);
+    pending = optimizer.prepare(grads, opts.lr, opts.clip, sumAcrossRanks ? { loss, sum: sumAcrossRanks } : undefined);
+    const [norm, value] = await Promise.all([pending.norm.data(), (pending.loss ?? loss).data()]);
     const applied = Number.isFinite(norm[0]) && Number.isFinite(value[0]);
     if (applied) pending.commit();
     else pending.discard();

@@ -3,6 +3,7 @@
 // step executor), periodic logging and validation on a fixed token set, checkpoints, and the final save
 // (src/store/model-folder.ts). The loop reads top to bottom in TrainingLoop.train; its counters are a
 // RunState (run-state.ts), which checkpoints save and a resume restores.
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createLanguageModel } from '../model/lm.ts';
@@ -42,6 +43,7 @@ import { currentDevice } from '../backend/current.ts';
 import { resolveDataParallel, type Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
 import { resolveXla } from '../backend/tf-graph.ts';
+import { barrier, checkSameOnEveryRank, currentCluster, type Cluster } from '../backend/collective.ts';
 
 export interface TrainResult {
   runDir: string;
@@ -178,6 +180,8 @@ class TrainingLoop {
     private readonly inputs: RunInputs,
     private readonly parts: RunParts,
     logger: TrainLogger,
+    /** False on ranks other than 0 of a run across processes: they neither evaluate nor write anything. */
+    private readonly leader = true,
   ) {
     this.state = new RunState(inputs.resumed?.state);
     const { lr, minLr, schedule } = recipe.train;
@@ -199,7 +203,7 @@ class TrainingLoop {
     await this.startExecutor();
     // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
     // A resumed run (step > 0) has this record from its first session.
-    if (state.step === 0 && (this.parts.finetune.initFrom !== null || evalInterval > 0)) await this.validate();
+    if (this.leader && state.step === 0 && (this.parts.finetune.initFrom !== null || evalInterval > 0)) await this.validate();
     // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
     if (state.step < totalSteps) writers.logger.line(`compiling the first steps… (a progress line every ${logInterval} steps)`);
     const due = (interval: number) => interval > 0 && state.step % interval === 0;
@@ -209,13 +213,13 @@ class TrainingLoop {
       if (micro.length === 0) break; // the epoch ended before the estimate said
       const result = await this.step(micro, lr);
       if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) this.logProgress(lr, result.gradNorm);
-      if (due(evalInterval) && state.step < totalSteps) await this.validate();
+      if (this.leader && due(evalInterval) && state.step < totalSteps) await this.validate();
       // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
       // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
       await new Promise((resolve) => setImmediate(resolve));
       // A stop asked for during the last step just lets the run finish (final validation and save follow).
       const signal = state.step < totalSteps ? (stop?.signal ?? null) : null;
-      if (signal || (due(checkpointInterval) && state.step < totalSteps)) await this.saveCheckpoint();
+      if (this.leader && (signal || (due(checkpointInterval) && state.step < totalSteps))) await this.saveCheckpoint();
       if (signal) throw new TrainingStopped(signal, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
     }
   }
@@ -333,6 +337,10 @@ class TrainingLoop {
     const { recipe, state } = this;
     const { logger, checkpoints } = this.writers;
     const { step, tokens, trainSeconds } = state;
+    if (!this.leader) {
+      const unmeasured = { loss: NaN, ppl: NaN, bpb: NaN, accuracy: NaN, tokens: 0, bytes: 0 };
+      return { runDir: '', finalDir: '', steps: step, tokens, elapsedS: state.elapsed(), finalVal: unmeasured, parameters: this.parameterCount };
+    }
     const finalVal = await this.validate();
     if (checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
     await this.executor?.pull();
@@ -370,7 +378,7 @@ class TrainingLoop {
 export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
   // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
   // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
-  const resumeRun = opts.resume !== undefined && !opts.logger ? runFolderOf(opts.resume).runDir : null;
+  const resumeRun = opts.resume !== undefined && !opts.logger && isLeader() ? runFolderOf(opts.resume).runDir : null;
   const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
   try {
     return await trainLocked(recipe, opts);
@@ -393,31 +401,58 @@ export interface TrainOptions {
   beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
 }
 
+/**
+ * In a run across processes (backend/collective.ts), rank 0 leads: it alone writes the run folder, logs,
+ * evaluates and checkpoints; the other ranks only take part in the steps (docs/distributed.md).
+ */
+function isLeader(cluster: Cluster | null = currentCluster()): boolean {
+  return cluster === null || cluster.rank === 0;
+}
+
+/** What every rank of a run across processes must agree on: the recipe, the tokenizer, the data as the plan read it, where it resumes. */
+function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
+  const { train, ...rest } = recipe;
+  const { processes: _ranks, ...trainKeys } = train; // the number of ranks is not the run's
+  const data = { tokenizer: inputs.tokenizer.sha256, epoch: [inputs.epoch.tokens, inputs.epoch.batches], eval: inputs.evalSample.batches.length, resumedAt: inputs.resumed?.state.step ?? null };
+  return createHash('sha256').update(JSON.stringify({ recipe: { ...rest, train: trainKeys }, data })).digest('hex').slice(0, 16);
+}
+
 /** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
 async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
   const device = opts.device ?? currentDevice();
-  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`.
-  recipe = { ...recipe, backend: device.backend };
+  const cluster = currentCluster();
+  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`, and
+  // the number of ranks that run, whether --processes, srun or the recipe asked for them.
+  recipe = { ...recipe, backend: device.backend, train: { ...recipe.train, processes: cluster?.worldSize ?? 1 } };
   // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
   const lines = deferredLines();
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
+  if (cluster) checkSameOnEveryRank(cluster, 'recipe and data fingerprint', runFingerprint(recipe, inputs));
   const parts = await buildRunParts(recipe, inputs, device, lines.line);
   let loop: TrainingLoop | null = null;
   let unlock = () => {};
   try {
-    let logger = opts.logger;
+    let logger = opts.logger ?? (isLeader(cluster) ? undefined : silentLogger());
     if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device));
     lines.attach(logger);
-    loop = new TrainingLoop(recipe, inputs, parts, logger);
+    loop = new TrainingLoop(recipe, inputs, parts, logger, isLeader(cluster));
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
-    if (opts.beforeTraining && !inputs.resumed) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
+    if (opts.beforeTraining && !inputs.resumed && isLeader(cluster)) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
     await loop.train(opts.stop);
-    return await loop.finish();
+    const result = await loop.finish();
+    // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
+    if (cluster) barrier(cluster);
+    return result;
   } finally {
     if (loop) await loop.close();
     else await closeRunParts(parts);
     unlock();
   }
+}
+
+/** The logger of a rank other than 0: it writes nothing (rank 0 keeps the run's one set of logs). */
+function silentLogger(): TrainLogger {
+  return { dir: '', log: () => {}, line: () => {}, finish: async () => {} };
 }
 
 /** A line function whose lines wait until a logger is attached (the run folder does not exist before the checks pass). */

@@ -144,6 +144,34 @@ describe('global-norm clipping and skipped parameters', () => {
     }
   });
 
+  it('across ranks: the gradients and the loss go through the sum as one packed vector, and the update is that of the sums', () => {
+    const [across, summed] = [params(), params()];
+    const [a, b] = [across, summed].map((vars) => new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 }));
+    // A stand-in for the all-reduce over 3 ranks holding the same part: × 3, and what it was given.
+    const seen: number[][] = [];
+    const sum = (packed: tf.Tensor1D) => {
+      seen.push(Array.from(packed.dataSync()));
+      return tf.mul(packed, 3) as tf.Tensor1D;
+    };
+    const loss = tf.scalar(0.25);
+    const pending = a.prepare(new Map<string, tf.Tensor>([['a.weight', tf.tensor([3, 0])], ['b.weight', tf.tensor([[0, 4]])]]), 0.1, 1, { loss, sum });
+    // Parameter order (a, b), then the loss: P + 1 values in one call (once per recording on tensorflow, which records the update twice).
+    expect(seen.length).toBeGreaterThan(0);
+    for (const packed of seen) expect(packed).toEqual([3, 0, 0, 4, 0.25]);
+    expect(pending.loss!.dataSync()[0]).toBeCloseTo(0.75, 6);
+    expect(pending.norm.dataSync()[0]).toBeCloseTo(15, 5); // the norm of the summed gradients decides clipping and the non-finite rule
+    pending.commit();
+    b.applyGradients(new Map<string, tf.Tensor>([['a.weight', tf.tensor([9, 0])], ['b.weight', tf.tensor([[0, 12]])]]), 0.1, 1);
+    for (const name of shapes.keys()) {
+      expect(Array.from(across.get(name)!.dataSync())).toEqual(Array.from(summed.get(name)!.dataSync()).map((x) => expect.closeTo(x, 6)));
+    }
+    loss.dispose();
+    for (const [opt, vars] of [[a, across], [b, summed]] as const) {
+      opt.dispose();
+      for (const v of vars.values()) v.dispose();
+    }
+  });
+
   it('leaves a parameter without a gradient, and its moments, exactly as they were', () => {
     const vars = params();
     vars.get('a.weight')!.assign(tf.tensor([1, -1]));

@@ -1,7 +1,9 @@
-// TensorFlow functions for tfjs-node's binding: a recorded GraphDef registered in the binding's eager
+// TensorFlow functions and collectives for tfjs-node's binding: a recorded GraphDef registered in the binding's eager
 // context as a function (what tf.function does in eager mode), then called by name like any op on the
 // backend's device. Inputs and outputs stay TFE_TensorHandles on that device: nothing is copied to
-// host memory, unlike the binding's SavedModel session route (docs/graph-functions.md).
+// host memory, unlike the binding's SavedModel session route (docs/graph-functions.md). The same
+// context joins a cluster of processes for collective ops (docs/distributed.md): enableCollectives
+// starts this task's gRPC server and the coordination service's heartbeats.
 //
 // Written by hand because tfjs-node has no such entry points and no maintained package offers them;
 // `npm run setup:tensorflow` compiles this file into the binding (tensorflow-setup.ts,
@@ -13,7 +15,9 @@
 #include <vector>
 
 #include "tensorflow/c/c_api.h"
+#include "tensorflow/c/c_api_experimental.h"
 #include "tensorflow/c/eager/c_api.h"
+#include "tensorflow/c/eager/c_api_experimental.h"
 #include "tfjs_backend.h"
 #include "utils.h"
 
@@ -228,6 +232,112 @@ struct FunctionOps {
     return infos;
   }
 
+  // enableCollectives(serverDefText, taskPrefix) → the new device name. The ServerDef (text format,
+  // docs/distributed.md) starts this task's gRPC server; local devices are renamed from
+  // /job:localhost/... to `taskPrefix`/device:..., so the binding's device follows (the same kind).
+  static napi_value EnableCollectives(napi_env env, napi_callback_info info) {
+    napi_value args[2];
+    if (!Args(env, info, 2, args)) return nullptr;
+    TFJSBackend *backend = Backend(env);
+    std::string text, prefix;
+    if (!backend || !String(env, args[0], text) || !String(env, args[1], prefix)) return nullptr;
+    TF_Status *status = TF_NewStatus();
+    TF_Buffer *server_def = TFE_GetServerDef(text.c_str(), status);
+    bool ok = !Fail(env, status, "parsing the ServerDef of", prefix);
+    if (ok) {
+      TFE_EnableCollectiveOps(backend->tfe_context_, server_def->data, server_def->length, status);
+      ok = !Fail(env, status, "enabling collective ops for", prefix);
+    }
+    if (server_def) TF_DeleteBuffer(server_def);
+    napi_value result = nullptr;
+    if (ok) {
+      // The device of the same kind (…/device:CPU:0 or …/device:GPU:0) under the new task name.
+      const std::string &old_name = backend->device_name;
+      const size_t kind = old_name.find("/device:");
+      const std::string wanted = prefix + (kind == std::string::npos ? old_name : old_name.substr(kind));
+      TF_DeviceList *devices = TFE_ContextListDevices(backend->tfe_context_, status);
+      bool found = false;
+      for (int i = 0; !found && TF_GetCode(status) == TF_OK && i < TF_DeviceListCount(devices); i++) {
+        found = wanted == TF_DeviceListName(devices, i, status);
+      }
+      if (devices) TF_DeleteDeviceList(devices);
+      if (found) {
+        backend->device_name = wanted;
+        napi_create_string_utf8(env, wanted.c_str(), wanted.size(), &result);
+      } else {
+        NAPI_THROW_ERROR(env, "enabling collective ops: no device '%s' afterwards", wanted.c_str());
+      }
+    }
+    TF_DeleteStatus(status);
+    return result;
+  }
+
+  // checkPeerHealth(task, timeoutMs) → null when `task` (/job:worker/replica:0/task:N) answers, else why not.
+  static napi_value CheckPeerHealth(napi_env env, napi_callback_info info) {
+    napi_value args[2];
+    if (!Args(env, info, 2, args)) return nullptr;
+    TFJSBackend *backend = Backend(env);
+    std::string task;
+    int64_t timeout_ms = 0;
+    if (!backend || !String(env, args[0], task) || napi_get_value_int64(env, args[1], &timeout_ms) != napi_ok) return nullptr;
+    TF_Status *status = TF_NewStatus();
+    TFE_CollectiveOpsCheckPeerHealth(backend->tfe_context_, task.c_str(), timeout_ms, status);
+    napi_value result;
+    if (TF_GetCode(status) == TF_OK) napi_get_null(env, &result);
+    else napi_create_string_utf8(env, TF_Message(status), NAPI_AUTO_LENGTH, &result);
+    TF_DeleteStatus(status);
+    return result;
+  }
+
+  // setClusterValue(key, value): a key-value pair in the coordination service, which every task reads.
+  static napi_value SetClusterValue(napi_env env, napi_callback_info info) {
+    napi_value args[2];
+    if (!Args(env, info, 2, args)) return nullptr;
+    TFJSBackend *backend = Backend(env);
+    std::string key, value;
+    if (!backend || !String(env, args[0], key) || !String(env, args[1], value)) return nullptr;
+    TF_Status *status = TF_NewStatus();
+    TFE_InsertConfigKeyValue(backend->tfe_context_, key.c_str(), value.c_str(), status);
+    Fail(env, status, "setting the cluster value", key);
+    TF_DeleteStatus(status);
+    return nullptr;
+  }
+
+  // clusterValue(key, timeoutMs) → the value some task set under `key`, waiting for it up to timeoutMs.
+  static napi_value ClusterValue(napi_env env, napi_callback_info info) {
+    napi_value args[2];
+    if (!Args(env, info, 2, args)) return nullptr;
+    TFJSBackend *backend = Backend(env);
+    std::string key;
+    int64_t timeout_ms = 0;
+    if (!backend || !String(env, args[0], key) || napi_get_value_int64(env, args[1], &timeout_ms) != napi_ok) return nullptr;
+    TF_Status *status = TF_NewStatus();
+    TF_Buffer *value = TF_NewBuffer();
+    TFE_GetConfigKeyValue(backend->tfe_context_, key.c_str(), timeout_ms, value, status);
+    napi_value result = nullptr;
+    if (!Fail(env, status, "reading the cluster value", key)) {
+      napi_create_string_utf8(env, static_cast<const char *>(value->data), value->length, &result);
+    }
+    TF_DeleteBuffer(value);
+    TF_DeleteStatus(status);
+    return result;
+  }
+
+  // reportErrorToCluster(message): every other task's collectives fail at once with `message` (a rank
+  // that ends on an error says so, instead of leaving the others to find out from missing heartbeats).
+  static napi_value ReportError(napi_env env, napi_callback_info info) {
+    napi_value args[1];
+    if (!Args(env, info, 1, args)) return nullptr;
+    TFJSBackend *backend = Backend(env);
+    std::string message;
+    if (!backend || !String(env, args[0], message)) return nullptr;
+    TF_Status *status = TF_NewStatus();
+    TFE_ReportErrorToCluster(backend->tfe_context_, TF_ABORTED, message.c_str(), status);
+    Fail(env, status, "reporting an error to the cluster", message);
+    TF_DeleteStatus(status);
+    return nullptr;
+  }
+
   // deviceName() → the device ops and functions run on (the binding's choice: GPU:0 if any).
   static napi_value Device(napi_env env, napi_callback_info info) {
     TFJSBackend *backend = Backend(env);
@@ -238,7 +348,8 @@ struct FunctionOps {
   }
 };
 
-// Adds registerFunction, removeFunction, hasFunction, callFunction and deviceName to the binding's
+// Adds registerFunction, removeFunction, hasFunction, callFunction, deviceName and the collective
+// entry points (enableCollectives, checkPeerHealth, setClusterValue, clusterValue, reportErrorToCluster) to the binding's
 // exports; called from InitTFNodeJSBinding (patched in at set-up).
 void RegisterFunctionOps(napi_env env, napi_value exports) {
   napi_property_descriptor properties[] = {
@@ -247,6 +358,11 @@ void RegisterFunctionOps(napi_env env, napi_value exports) {
       {"hasFunction", nullptr, FunctionOps::Has, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"callFunction", nullptr, FunctionOps::Call, nullptr, nullptr, nullptr, napi_default, nullptr},
       {"deviceName", nullptr, FunctionOps::Device, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"enableCollectives", nullptr, FunctionOps::EnableCollectives, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"checkPeerHealth", nullptr, FunctionOps::CheckPeerHealth, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"setClusterValue", nullptr, FunctionOps::SetClusterValue, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"clusterValue", nullptr, FunctionOps::ClusterValue, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"reportErrorToCluster", nullptr, FunctionOps::ReportError, nullptr, nullptr, nullptr, napi_default, nullptr},
   };
   napi_define_properties(env, exports, sizeof(properties) / sizeof(properties[0]), properties);
 }

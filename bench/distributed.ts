@@ -1,0 +1,155 @@
+// One run across processes (docs/distributed.md): tokens/s of the reference GPT shape on 1 and N ranks
+// of this machine (the same global batch, cut into N shards), the all-reduce's time alone and its share
+// of the step (N ranks' step against one process computing one shard's rows), and the bytes each step moves. Prints a Markdown table (docs/distributed.md quotes it).
+//
+//   npm run bench:distributed -- [--processes 1,2] [--steps 10] [--warmup 3] [--seq 256] [--batch 8]
+//                                [--vocab 4096] [--d 128] [--layers 4] [--heads 4] [--reduces 20]
+//
+// Each N runs as N child processes started here with free 127.0.0.1 ports (as train --processes does,
+// TensorFlow threads = cores / N each); N = 1 is one process with the 'functions' executor, no all-reduce.
+import { spawn } from 'node:child_process';
+import { availableParallelism, loadavg } from 'node:os';
+import * as tf from '@tensorflow/tfjs';
+import { allReduceSum, joinCluster, type Cluster } from '../src/backend/collective.ts';
+import { clusterFromEnv, CLUSTER_ENV, RANK_ENV } from '../src/backend/cluster-env.ts';
+import { initBackend } from '../src/backend/start.ts';
+import { GraphCache } from '../src/backend/tf-graph.ts';
+import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
+import { freePorts } from '../src/cli/launch.ts';
+import { createLanguageModel } from '../src/model/lm.ts';
+import { measureThroughput } from '../src/train/throughput.ts';
+
+const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+
+const COMMAND = {
+  name: 'bench:distributed',
+  usage: '[options]',
+  description: 'Tokens/s and the all-reduce share of the step for 1 and N ranks of one run on this machine (tensorflow backend).',
+  options: {
+    processes: { type: 'string', value: 'LIST', default: '1,2', help: 'rank counts to measure, e.g. 1,2' },
+    steps: int(1, 10, 'timed optimizer steps'),
+    warmup: int(0, 3, 'warm-up steps (the first records the step functions and resolves the group)'),
+    reduces: int(1, 20, 'all-reduces of the packed gradient timed alone'),
+    seq: int(2, 256, 'sequence length'),
+    batch: int(1, 8, 'rows per step, over all ranks'),
+    vocab: int(2, 4096, 'vocabulary'),
+    d: int(2, 128, 'dModel'),
+    layers: int(1, 4, 'layers'),
+    heads: int(1, 4, 'heads'),
+    child: { type: 'boolean', hidden: true, help: 'internal: one measuring process (a rank, or the one process of 1 rank)' },
+  },
+  positionals: { min: 0, max: 0 },
+} as const;
+
+interface Measured {
+  ranks: number;
+  /** With N > 1 ranks: ms per step of one process computing one shard's rows alone (no all-reduce). */
+  shardAloneMs?: number;
+  parameters: number;
+  msPerStep: number;
+  tokensPerSecond: number;
+  allReduceMs: number;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** One rank (or the one process of N = 1): measures and, on rank 0, prints one JSON line. */
+async function measureHere(values: Record<string, string>, cluster: Cluster | null): Promise<void> {
+  const model = createLanguageModel({
+    kind: 'gpt', vocabSize: Number(values.vocab), maxSeqLen: Number(values.seq), dModel: Number(values.d), numLayers: Number(values.layers),
+    numHeads: Number(values.heads), mlpRatio: 4, dropout: 0, seed: 1, attention: { name: 'softmax', options: {} },
+  } as Parameters<typeof createLanguageModel>[0]);
+  const parameters = [...model.parameters().values()].reduce((n, v) => n + v.size, 0);
+  const result = await measureThroughput(model, {
+    batchSize: Number(values.batch), seqLen: Number(values.seq), warmup: Number(values.warmup), steps: Number(values.steps), replicas: 1,
+    executor: cluster ? 'collective' : 'functions',
+  });
+  let allReduceMs = 0;
+  if (cluster) {
+    // The step's collective alone, as the step runs it: the packed [P + 1] vector in a recorded
+    // TensorFlow function, its result read back so that each call has ended.
+    const packed = tf.zeros([parameters + 1]);
+    const graphs = new GraphCache();
+    const reduce = () => tf.tidy(() => graphs.call('all-reduce', [packed], () => [allReduceSum(cluster, packed)])[0].dataSync());
+    // Untimed: the recordings, and the ranks leaving the timed steps at different moments.
+    for (let i = 0; i < 3; i++) reduce();
+    const times: number[] = [];
+    for (let i = 0; i < Number(values.reduces); i++) {
+      const t0 = performance.now();
+      reduce();
+      times.push(performance.now() - t0);
+    }
+    graphs.dispose();
+    packed.dispose();
+    allReduceMs = median(times);
+  }
+  model.dispose();
+  if (!cluster || cluster.rank === 0) {
+    const measured: Measured = { ranks: cluster?.worldSize ?? 1, parameters, msPerStep: result.msPerStep, tokensPerSecond: result.tokensPerSecond, allReduceMs };
+    console.log(JSON.stringify(measured));
+  }
+}
+
+/** Runs N ranks of this script (1: one process) and returns rank 0's measurement. */
+async function measureRanks(n: number, argv: string[], sharing = n): Promise<Measured> {
+  const ports = await freePorts(n);
+  // `sharing`: how many processes the cores are divided among (a rank's share, also for the one-shard comparison).
+  const threads = String(Math.max(1, Math.floor(availableParallelism() / sharing)));
+  const children = ports.map((_, rank) => {
+    const env = { ...process.env, TF_NUM_INTRAOP_THREADS: threads, TF_NUM_INTEROP_THREADS: threads, ...(n > 1 ? { [RANK_ENV]: String(rank), [CLUSTER_ENV]: ports.map((p) => `127.0.0.1:${p}`).join(',') } : {}) };
+    const child = spawn(process.execPath, [...process.execArgv, import.meta.filename, ...argv], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    return new Promise<string>((resolve, reject) => child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`rank ${rank} of ${n} exited with status ${code}`)))));
+  });
+  const outputs = await Promise.all(children);
+  return JSON.parse(outputs[0].trim().split('\n').at(-1)!) as Measured;
+}
+
+function table(rows: Measured[], values: Record<string, string>): string {
+  const one = rows.find((r) => r.ranks === 1);
+  const lines = [
+    `GPT softmax, vocab ${values.vocab}, d ${values.d}, ${values.layers} layers, ${values.heads} heads, seq ${values.seq}, ${values.batch} rows per step over all ranks; ` +
+      `${values.steps} timed steps after ${values.warmup} warm-up, medians; ${availableParallelism()} cores, TensorFlow threads = cores / ranks; ` +
+      `load average ${loadavg()[0].toFixed(1)} at the end (other work on the machine slows every figure, the all-reduce's most)`,
+    '',
+    '| ranks | tok/s | ms/step | vs 1 rank | one shard alone, ms/step | step − shard alone | all-reduce alone, ms | reduced per step | sent per rank per step (ring) |',
+    '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
+  for (const r of rows) {
+    const bytes = (r.parameters + 1) * 4;
+    const sent = r.ranks > 1 ? (2 * (r.ranks - 1) * bytes) / r.ranks : 0;
+    const mb = (b: number) => `${(b / 1e6).toFixed(2)} MB`;
+    lines.push(
+      `| ${r.ranks} | ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} | ${r.msPerStep.toFixed(1)} | ${one ? `${(r.tokensPerSecond / one.tokensPerSecond).toFixed(2)}×` : '–'} | ` +
+        `${r.shardAloneMs !== undefined ? r.shardAloneMs.toFixed(1) : '–'} | ` +
+        `${r.shardAloneMs !== undefined ? `${(r.msPerStep - r.shardAloneMs).toFixed(1)} ms (${((100 * (r.msPerStep - r.shardAloneMs)) / r.msPerStep).toFixed(0)}%)` : '–'} | ` +
+        `${r.ranks > 1 ? r.allReduceMs.toFixed(1) : '–'} | ${r.ranks > 1 ? mb(bytes) : '–'} | ${r.ranks > 1 ? mb(sent) : '–'} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const { values } = parseOrExit(COMMAND, argv);
+  if (values.child) {
+    await initBackend('tensorflow', { quiet: true });
+    const spec = clusterFromEnv();
+    // Before the model exists: joining renames the devices.
+    await measureHere(values as unknown as Record<string, string>, spec ? joinCluster(spec) : null);
+    return;
+  }
+  const counts = String(values.processes).split(',').map(Number);
+  if (counts.some((n) => !Number.isInteger(n) || n < 1)) exitWithUsage(COMMAND, `--processes ${values.processes}: expected rank counts such as 1,2`);
+  const rows: Measured[] = [];
+  for (const n of counts) {
+    const row = await measureRanks(n, [...argv, '--child']);
+    // What the step costs beyond the computation: N ranks' step against one process doing one shard's rows.
+    if (n > 1) row.shardAloneMs = (await measureRanks(1, [...argv, '--child', '--batch', String(Math.ceil(Number(values.batch) / n))], n)).msPerStep;
+    rows.push(row);
+  }
+  console.log(table(rows, values as unknown as Record<string, string>));
+}
+
+await main();

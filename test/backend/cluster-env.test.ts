@@ -1,0 +1,84 @@
+// Which rank of which cluster a process is: Slurm's compressed host lists and task counts expanded in
+// Slurm's own order (never sorted as strings, which would give node10 the ranks of node2), the
+// launcher's variables, and the ServerDef the ranks are started with.
+import { describe, expect, it } from 'vitest';
+import { clusterFromEnv, expandHostList, expandTasksPerNode, slurmAddresses } from '../../src/backend/cluster-env.ts';
+import { serverDefText } from '../../src/backend/collective.ts';
+
+describe('Slurm host lists', () => {
+  it('expands ranges and lists inside brackets, keeping zero padding and Slurm\'s order', () => {
+    expect(expandHostList('node[01-03,7],gpu5')).toEqual(['node01', 'node02', 'node03', 'node7', 'gpu5']);
+    expect(expandHostList('node[9-10]')).toEqual(['node9', 'node10']);
+    expect(expandHostList('node10,node9,node2')).toEqual(['node10', 'node9', 'node2']);
+    expect(expandHostList('gpu-a[098-101]')).toEqual(['gpu-a098', 'gpu-a099', 'gpu-a100', 'gpu-a101']);
+    expect(expandHostList('rack[1-2]-n[01-02]')).toEqual(['rack1-n01', 'rack1-n02', 'rack2-n01', 'rack2-n02']);
+    expect(expandHostList('localhost')).toEqual(['localhost']);
+  });
+
+  it('refuses what is not a host list, naming it', () => {
+    expect(() => expandHostList('node[01-03')).toThrow(/host list 'node\[01-03': unbalanced brackets/);
+    expect(() => expandHostList('node[3-1]')).toThrow(/'3-1' runs backwards/);
+    expect(() => expandHostList('node[a-b]')).toThrow(/'a-b' is not a number or a range/);
+    expect(() => expandHostList('node1,,node2')).toThrow(/an empty host name/);
+    expect(() => expandHostList('node[0-100000]')).toThrow(/'0-100000' holds more than 100,000 hosts/);
+    expect(expandHostList('node[1-100000]')).toHaveLength(100_000);
+  });
+
+  it('expands tasks per node: 2(x3),1 is 2, 2, 2, 1', () => {
+    expect(expandTasksPerNode('2(x3),1')).toEqual([2, 2, 2, 1]);
+    expect(expandTasksPerNode('8')).toEqual([8]);
+    expect(() => expandTasksPerNode('2(x0)')).toThrow(/'2\(x0\)' counts no task/);
+    expect(() => expandTasksPerNode('2x3')).toThrow(/'2x3' is not N or N\(xK\)/);
+    expect(() => expandTasksPerNode('1(x100001)')).toThrow(/'1\(x100001\)' repeats more than 100,000 times/);
+  });
+
+  it('gives ranks in block order, node by node, each node\'s tasks on consecutive ports', () => {
+    expect(slurmAddresses('node[9-10]', '2,1', 20000)).toEqual(['node9:20000', 'node9:20001', 'node10:20000']);
+    expect(() => slurmAddresses('node[1-3]', '2(x2)', 20000)).toThrow(/3 hosts in 'node\[1-3\]' but 2 task counts/);
+  });
+});
+
+describe('clusterFromEnv', () => {
+  const slurm = { SLURM_STEP_NUM_TASKS: '3', SLURM_STEP_NODELIST: 'node[9-10]', SLURM_STEP_TASKS_PER_NODE: '2,1', SLAYFORMER_PORT: '20000' };
+
+  it('reads a Slurm task: rank from SLURM_PROCID, addresses from the step\'s nodes', () => {
+    const spec = clusterFromEnv({ ...slurm, SLURM_PROCID: '2', SLURM_LOCALID: '0', SLURMD_NODENAME: 'node10' });
+    expect(spec).toEqual({ rank: 2, addresses: ['node9:20000', 'node9:20001', 'node10:20000'] });
+  });
+
+  it('refuses a task that is not where the block order puts it (a cyclic distribution)', () => {
+    expect(() => clusterFromEnv({ ...slurm, SLURM_PROCID: '1', SLURM_LOCALID: '0', SLURMD_NODENAME: 'node10' })).toThrow(
+      /Slurm task 1 runs on node10:20000 but the block distribution puts it at node9:20001: start the step with srun --distribution=block/,
+    );
+  });
+
+  it('derives the port from the job id unless told, so that jobs sharing a node differ', () => {
+    const env = { ...slurm, SLAYFORMER_PORT: undefined, SLURM_JOB_ID: '1234', SLURM_PROCID: '0', SLURM_LOCALID: '0', SLURMD_NODENAME: 'node9' };
+    expect(clusterFromEnv(env)!.addresses[0]).toBe(`node9:${15000 + 234 * 50}`);
+    expect(() => clusterFromEnv({ ...env, SLAYFORMER_PORT: '80' })).toThrow(/SLAYFORMER_PORT=80: expected a port from 1024 to 65000/);
+  });
+
+  it('is null for a single task or no Slurm at all, and reads the launcher\'s variables first', () => {
+    expect(clusterFromEnv({ SLURM_PROCID: '0', SLURM_STEP_NUM_TASKS: '1' })).toBeNull();
+    expect(clusterFromEnv({})).toBeNull();
+    expect(clusterFromEnv({ ...slurm, SLURM_PROCID: '0', SLAYFORMER_RANK: '1', SLAYFORMER_CLUSTER: '127.0.0.1:5000,127.0.0.1:5001' })).toEqual({
+      rank: 1, addresses: ['127.0.0.1:5000', '127.0.0.1:5001'],
+    });
+  });
+});
+
+describe('serverDefText', () => {
+  it('names every rank, this task, rank 0 as group and coordination leader, and the heartbeat timeout', () => {
+    const text = serverDefText({ rank: 1, addresses: ['127.0.0.1:5000', '127.0.0.1:5001'] }, 4000);
+    expect(text).toContain('cluster { job { name: "worker" tasks { key: 0 value: "127.0.0.1:5000" } tasks { key: 1 value: "127.0.0.1:5001" } } }');
+    expect(text).toContain('job_name: "worker" task_index: 1 protocol: "grpc"');
+    expect(text).toContain('collective_group_leader: "/job:worker/replica:0/task:0"');
+    expect(text).toMatch(/coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 shutdown_barrier_timeout_in_ms: \d+ coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/);
+  });
+
+  it('refuses a rank outside the cluster, an address that is not host:port, and two ranks on one address', () => {
+    expect(() => serverDefText({ rank: 2, addresses: ['a:1', 'b:2'] })).toThrow(/rank 2 is not one of the 2 ranks 0–1/);
+    expect(() => serverDefText({ rank: 0, addresses: ['a:1', 'b'] })).toThrow(/rank 1's address 'b' is not host:port/);
+    expect(() => serverDefText({ rank: 0, addresses: ['a:1', 'a:1'] })).toThrow(/ranks 0 and 1 both have the address a:1/);
+  });
+});
