@@ -120,17 +120,23 @@ function registerTensorflowKernels(): void {
  * Where the addon is absent or refused, the model keeps its composed ops (fused-kernels.ts says why).
  */
 function registerFusedCpuKernels(addonPath: string): void {
-  if (!fs.existsSync(addonPath)) return noteFusedCpuKernels(`not built (\`${SETUP_COMMAND}\` builds them where it can compile them)`);
+  noteFusedCpuKernels(fusedCpuKernelsProblem(addonPath));
+}
+
+/** Loads the addon and registers its kernels; why it could not (null = done). */
+function fusedCpuKernelsProblem(addonPath: string): string | null {
+  if (!fs.existsSync(addonPath)) return `not built (\`${SETUP_COMMAND}\` builds them where it can compile them)`;
   try {
     const addon = createRequire(import.meta.url)(addonPath) as { ops: string[]; error: string | null };
-    if (addon.error) return noteFusedCpuKernels(`TensorFlow refused them: ${addon.error}`);
+    if (addon.error) return `TensorFlow refused them: ${addon.error}`;
+    const missing = FUSED_CPU_KERNELS.find(({ name }) => !addon.ops.includes(name));
+    if (missing) return `the built addon lacks ${missing.name} (\`${SETUP_COMMAND} -- --force\` rebuilds it)`;
     for (const { name, inputs, outputs, floatAttrs } of FUSED_CPU_KERNELS) {
-      if (!addon.ops.includes(name)) return noteFusedCpuKernels(`the built addon lacks ${name} (\`${SETUP_COMMAND} -- --force\` rebuilds it)`);
       if (!tf.getKernel(name, 'tensorflow')) registerTensorflowOp(name, name, inputs, {}, outputs, floatAttrs);
     }
-    noteFusedCpuKernels(null);
+    return null;
   } catch (err) {
-    noteFusedCpuKernels(`not loadable: ${(err as Error).message.split('\n')[0]}`);
+    return `not loadable: ${(err as Error).message.split('\n')[0]}`;
   }
 }
 

@@ -174,7 +174,7 @@ async function main(args: Args): Promise<number> {
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose, silent: (cluster?.rank ?? 0) !== 0 });
     // Before the model or any tensor exists: joining renames the devices (backend/collective.ts).
     if (cluster) (await import('../backend/collective.ts')).joinCluster(cluster);
-    await runWithSignals(recipe, args, resume, device, cluster?.rank ?? 0);
+    await runWithSignals(recipe, resume, device, cluster?.rank ?? 0);
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -200,7 +200,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
 }
 
 /** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
-async function runWithSignals(recipe: Recipe, args: Args, resume: string | undefined, device: Device, rank: number): Promise<void> {
+async function runWithSignals(recipe: Recipe, resume: string | undefined, device: Device, rank: number): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
   if (rank !== 0) {
     // Rank 0 alone checkpoints on a signal (srun passes Ctrl-C to every task); the others end when it does.
