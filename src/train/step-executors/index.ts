@@ -4,8 +4,9 @@ import type { StepExecutor, StepExecutorContext, StepExecutorEntry } from '../st
 import { functions } from './functions.ts';
 import { opByOp } from './op-by-op.ts';
 import { replicas } from './replicas.ts';
+import { xla } from './xla.ts';
 
-export const STEP_EXECUTORS: readonly StepExecutorEntry[] = [opByOp, functions, replicas];
+export const STEP_EXECUTORS: readonly StepExecutorEntry[] = [opByOp, functions, replicas, xla];
 
 export const STEP_EXECUTOR_NAMES = ['auto', ...STEP_EXECUTORS.map((e) => e.name)] as const;
 
