@@ -31,11 +31,17 @@ const COMMAND = {
     'train-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '30', help: 'steps of the demo recipe through the trainer (CPU run)' },
     node: { type: 'string', value: 'FILE', help: 'the Node.js binary to carry (default: this one)' },
     recompile: { type: 'boolean', help: 'compile the programs again even when the staging folder has them' },
+    models: { type: 'string', value: 'LIST', default: 'demo,gpt2-small', help: 'the bench models to carry (the demo recipe always goes)' },
+    stage: { type: 'string', value: 'DIR', help: 'the staging folder (default .cache/xla/archive; programs are kept there between builds)' },
+    'xz-level': { type: 'string', value: 'N', number: { integer: true, min: 0, max: 9 }, default: '6', help: 'xz preset (0 = fastest)' },
   },
 } as const;
 
 const { values } = parseOrExit(COMMAND, process.argv.slice(2));
-const stage = path.join(XLA_CACHE, 'archive');
+const stage = path.resolve(values.stage ?? path.join(XLA_CACHE, 'archive'));
+const models = values.models.split(',');
+const unknownModel = models.find((m) => m !== 'demo' && m !== 'gpt2-small');
+if (unknownModel !== undefined) throw new Error(`--models: unknown model '${unknownModel}' (demo, gpt2-small)`);
 const log = (line: string) => console.log(`xla:archive: ${line}`);
 const run = (command: string, args: string[], options: { cwd?: string; env?: Record<string, string> } = {}) => {
   const r = spawnSync(command, args, { cwd: options.cwd ?? PROJECT_ROOT, env: { ...process.env, ...options.env }, encoding: 'utf8', maxBuffer: 256 << 20 });
@@ -52,7 +58,7 @@ if (values.recompile || !fs.existsSync(path.join(programs.demo, 'manifest.json')
   fs.rmSync(programs.demo, { recursive: true, force: true });
   tsx(['src/cli/compile.ts', DEMO_RECIPE, '--out', programs.demo]);
 }
-if (values.recompile || !fs.existsSync(path.join(programs.gpt2, 'manifest.json'))) {
+if (models.includes('gpt2-small') && (values.recompile || !fs.existsSync(path.join(programs.gpt2, 'manifest.json')))) {
   log('compiling GPT-2 small\'s shape');
   fs.rmSync(programs.gpt2, { recursive: true, force: true });
   tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);
@@ -94,14 +100,11 @@ fs.copyFileSync(path.join(PROJECT_ROOT, 'bench', 'xla-run.py'), path.join(stage,
 const commit = run('git', ['rev-parse', '--short', 'HEAD']).trim() + (run('git', ['status', '--porcelain', '--untracked-files=no']).trim() ? '+changes' : '');
 const manifest = {
   commit,
-  bench: [
-    { model: 'demo', programs: 'programs/demo', cpu: null as unknown },
-    { model: 'gpt2-small', programs: 'programs/gpt2-small', cpu: null as unknown },
-  ],
+  bench: models.map((model) => ({ model, programs: `programs/${model}`, cpu: null as unknown })),
   train: { recipe: 'recipe/gpt-slay.yaml', programs: 'programs/demo', tokensPerStep: recipe.train.batchSize * recipe.data.seqLen * recipe.train.gradAccum, cpu: [] as unknown },
 };
 fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, null, 1) + '\n');
-const cpuOut = path.join(XLA_CACHE, 'archive-cpu-run');
+const cpuOut = `${stage}-cpu-run`;
 fs.rmSync(cpuOut, { recursive: true, force: true });
 log(`CPU run (jax CPU): ${values['cpu-steps']} timed steps per bench, ${values['train-steps']} trainer steps`);
 const cpuLog = run(venvPython(), [path.join(stage, 'xla-run.py'), '--dir', stage, '--out', cpuOut, '--steps', String(values['cpu-steps']), '--warmup', '1', '--train-steps', String(values['train-steps'])], { env: { SLAYFORMER_XLA_PLATFORM: 'cpu' } });
@@ -119,8 +122,8 @@ fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, nul
 
 // 5. Pack (xz: Python's tarfile reads it with the standard library) and check the size.
 const out = path.resolve(values.out);
-const members = ['manifest.json', 'xla-run.py', 'node', 'app', 'programs', 'data', 'recipe'];
-run('tar', ['-cJf', out, '-C', stage, ...members], { env: { XZ_OPT: '-6 -T2' } });
+const members = ['manifest.json', 'xla-run.py', 'node', 'app', ...models.map((m) => `programs/${m}`), 'data', 'recipe'];
+run('tar', ['-cJf', out, '-C', stage, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
 fs.copyFileSync(path.join(stage, 'xla-run.py'), path.join(path.dirname(out), 'xla-run.py'));
 const size = fs.statSync(out).size;
 log(`${out}: ${(size / 1e6).toFixed(1)} MB (limit ${ARCHIVE_LIMIT_BYTES / 1e6} MB); run it with: python3 xla-run.py --archive ${path.basename(out)}`);
