@@ -122,6 +122,7 @@ fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, nul
 
 // 5. Pack (xz: Python's tarfile reads it with the standard library) and check the size.
 const out = path.resolve(values.out);
+fs.mkdirSync(path.dirname(out), { recursive: true });
 const members = ['manifest.json', 'xla-run.py', 'node', 'app', ...models.map((m) => `programs/${m}`), 'data', 'recipe'];
 run('tar', ['-cJf', out, '-C', stage, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
 fs.copyFileSync(path.join(stage, 'xla-run.py'), path.join(path.dirname(out), 'xla-run.py'));
