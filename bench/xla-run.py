@@ -124,9 +124,9 @@ for r in results['runs']:
             continue
         gpu_text = ' '.join('%d:%.4f' % (m['step'], m['loss']) for m in train_losses)
         cpu_text = ' '.join('%d:%.4f' % (s, l) for s, l in sorted(cpu_by_step.items()))
-        worst = max((abs(a - b) for a, b in both), default=float('nan'))
+        worst = f"{max(abs(a - b) for a, b in both):.2e}" if both else ''
         speed = f'{tps[-1]:,.0f} (last window)' if tps else ''
-        lines.append(f"| {r['model']} | | | | {speed} | | | {gpu_text} | {cpu_text} | {worst:.2e} |")
+        lines.append(f"| {r['model']} | | | | {speed} | | | {gpu_text} | {cpu_text} | {worst} |")
 text = '\n'.join(lines) + '\n'
 with open(os.path.join(args.out, 'results.md'), 'w') as f:
     f.write(text)

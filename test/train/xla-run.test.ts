@@ -1,8 +1,10 @@
 // Whole runs with train.executor xla (docs/xla.md): a run stopped after a checkpoint and resumed ends equal to the
 // uninterrupted one (Performer's projection redrawn every 2 steps, dropout on: buffers and masks must follow); and
 // `npm run compile` + training from the compiled programs in a process where TensorFlow's native backend cannot
-// load gives the same losses as recording them here. Needs the native backend and `npm run setup:xla`.
-import { spawnSync } from 'node:child_process';
+// load gives the same losses as recording them here; Ctrl-C (SIGINT to the whole process group, as a terminal sends
+// it, the jax process included) still finishes the step and saves a checkpoint from the device's state.
+// Needs the native backend and `npm run setup:xla`.
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { existsSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +19,7 @@ import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import type { Recipe } from '../../src/recipe/schema.ts';
 import { TrainingStopped, type StopRequest } from '../../src/train/stop.ts';
 import { runTraining } from '../../src/train/trainer.ts';
+import { waitForOutput } from '../helpers/cli.ts';
 import { makeTinySetup, stopAfter, tinyRecipeText, type TinySetup } from './checkpoint-fixtures.ts';
 
 const available = isTensorflowSetUp() && isXlaSetUp();
@@ -79,5 +82,24 @@ describe.skipIf(!available)('training runs with the xla executor', () => {
     const runs = readdirSync(join(dir, 'runs-compiled')).map((d) => join(dir, 'runs-compiled', d)).filter((d) => d !== recorded.dir);
     expect(runs).toHaveLength(1);
     expect(losses(runs[0])).toEqual(losses(recorded.dir));
+  });
+
+  it('Ctrl-C to the process group: the step finishes, the checkpoint holds the jax process\'s state, exit 130', async () => {
+    const recipeFile = join(dir, 'sigint.yaml');
+    await writeFile(recipeFile, tinyRecipeText(setup, join(dir, 'runs-sigint'), { executor: 'xla', maxTokens: 7680, checkpointInterval: 1000 }).replace('backend: cpu', 'backend: tensorflow'));
+    // Its own process group, as a terminal's foreground job: the signal reaches Node and the runner alike.
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', recipeFile], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let text = '';
+    child.stdout.on('data', (d) => (text += d));
+    child.stderr.on('data', (d) => (text += d));
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    await waitForOutput(child, () => text, /^step \d+\//m);
+    process.kill(-child.pid!, 'SIGINT');
+    expect(await exited, text).toBe(130);
+    const saved = /checkpoint step (\d+) saved in .*: (\S+)/.exec(text);
+    expect(saved, text).not.toBeNull();
+    expect(existsSync(join(saved![2], 'optimizer.safetensors'))).toBe(true);
+    const resumed = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', recipeFile, '--resume', saved![2]], { encoding: 'utf8' });
+    expect(resumed.status, resumed.stderr + resumed.stdout).toBe(0);
   });
 });

@@ -20,9 +20,14 @@
 import json
 import math
 import os
+import signal
 import struct
 import sys
 import time
+
+# Ctrl-C reaches the whole terminal's process group: Node answers it with a last step, pull and checkpoint, which
+# need this process; it ends when Node closes its stdin (also when Node is killed).
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 # The protocol owns file descriptor 1; anything else printing to stdout (jax's warnings) goes to stderr.
 PROTOCOL_OUT = os.fdopen(os.dup(1), 'wb')
