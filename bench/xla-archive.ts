@@ -26,7 +26,7 @@ const COMMAND = {
   usage: '[options]',
   description: 'Builds the offline GPU archive of the XLA route and the CPU figures it is compared against.',
   options: {
-    out: { type: 'string', value: 'FILE', default: 'slayformer-xla.tar.xz', help: 'the archive to write (xla-run.py is written beside it)' },
+    out: { type: 'string', value: 'FILE', default: 'exports/xla-gpu/slayformer-xla.tar.xz', help: 'the archive to write (xla-run.py is written beside it)' },
     'cpu-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '1', help: 'timed steps of each CPU bench run, after one warm-up step (GPT-2 small takes minutes a step on a small CPU)' },
     'train-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '30', help: 'steps of the demo recipe through the trainer (CPU run)' },
     node: { type: 'string', value: 'FILE', help: 'the Node.js binary to carry (default: this one)' },
