@@ -149,6 +149,8 @@ async function measureHere(o: Options): Promise<Row[]> {
     model.dispose();
     const label = executor === 'xla' ? 'xla executor (jax CPU)' : device.native ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
     const row: Row = { label, attention: name, replicas, ...r };
+    // The xla executor's work is in the jax process, whose CPU time this process does not see.
+    if (executor === 'xla') row.tokensPerCpuSecond = undefined;
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));
     else console.log(`  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second), ${r.readbackValues} values read back per step`);

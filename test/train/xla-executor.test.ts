@@ -3,6 +3,9 @@
 // AdamW's moments after (pulled back) agree within float32 rounding; validation agrees; the non-finite rule
 // leaves the state untouched; programs are cached by content; a run from compiled programs needs no
 // TensorFlow. Needs the native backend and `npm run setup:xla`; skipped with one line otherwise.
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
@@ -17,6 +20,8 @@ import type { StepExecutor } from '../../src/train/step-executor.ts';
 import { startStepExecutor } from '../../src/train/step-executors/index.ts';
 import { XlaExecutor } from '../../src/train/step-executors/xla.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
+import { recordGradientProgram } from '../../src/train/xla-programs.ts';
+import { exportPrograms } from '../../src/backend/xla/programs.ts';
 import type { Batch } from '../../src/data/batch.ts';
 
 const available = isTensorflowSetUp() && isXlaSetUp();
@@ -138,6 +143,26 @@ describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
     } finally {
       await executor.close();
       optimizer.dispose();
+      model.dispose();
+    }
+  });
+
+  it('a program is exported once per content: the same recording again writes nothing, another shape is another program', () => {
+    const model = tinyModel('softmax', 'gpt');
+    const cache = mkdtempSync(join(tmpdir(), 'slay-xla-cache-'));
+    try {
+      const variables = [...model.parameters().values()];
+      const rng = new Rng(5);
+      const batch = randomBatch(rng, 'gpt', 2, 16, 61);
+      const [first] = exportPrograms([recordGradientProgram(model, batch, variables, null, 32)], cache);
+      const written = statSync(`${first.base}.vhlo`).mtimeMs;
+      const [again] = exportPrograms([recordGradientProgram(model, randomBatch(rng, 'gpt', 2, 16, 61), variables, null, 32)], cache);
+      expect(again.hash).toBe(first.hash);
+      expect(statSync(`${again.base}.vhlo`).mtimeMs).toBe(written);
+      const [other] = exportPrograms([recordGradientProgram(model, randomBatch(rng, 'gpt', 3, 16, 61), variables, null, 48)], cache);
+      expect(other.hash).not.toBe(first.hash);
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
       model.dispose();
     }
   });
