@@ -4,15 +4,19 @@
 // the CPU run the builder recorded in it. The demo model only (GPT-2 small's CPU steps take minutes here).
 // Needs the native backend and `npm run setup:xla`.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { isXlaSetUp, venvPython, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
+import { loadRecipe } from '../../src/store/recipes.ts';
 
-const available = isTensorflowSetUp() && isXlaSetUp();
-if (!available) console.log(`[xla-archive] skipped: needs the tensorflow backend and ${XLA_SETUP_COMMAND}`);
+// The archive carries the demo recipe's data and tokenizer (npm run demo prepares them).
+const demo = loadRecipe('recipes/demo/gpt-slay.yaml');
+const hasDemoData = existsSync(demo.data.dataset) && existsSync(demo.data.tokenizer);
+const available = isTensorflowSetUp() && isXlaSetUp() && hasDemoData;
+if (!available) console.log(`[xla-archive] skipped: needs the tensorflow backend, ${XLA_SETUP_COMMAND} and the demo data (npm run demo)`);
 
 const dir = mkdtempSync(join(tmpdir(), 'slay-xla-archive-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

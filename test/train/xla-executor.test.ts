@@ -16,9 +16,11 @@ import { attentionNames } from '../../src/model/attention/index.ts';
 import { createLanguageModel, type LanguageModel, type ModelBatch } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
+import { partitionParameters } from '../../src/train/finetune.ts';
 import type { StepExecutor } from '../../src/train/step-executor.ts';
-import { startStepExecutor } from '../../src/train/step-executors/index.ts';
-import { XlaExecutor } from '../../src/train/step-executors/xla.ts';
+import { chooseStepExecutor, startStepExecutor } from '../../src/train/step-executors/index.ts';
+import { XLA_PROGRAMS_ENV, XlaExecutor } from '../../src/train/step-executors/xla.ts';
+import { describeDevice } from '../../src/backend/device.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { recordGradientProgram } from '../../src/train/xla-programs.ts';
 import { exportPrograms } from '../../src/backend/xla/programs.ts';
@@ -39,13 +41,14 @@ function stepsOf(kind: 'gpt' | 'bert'): ModelBatch[][] {
   return Array.from({ length: STEPS }, () => [randomBatch(rng, kind, 2, 16, 61), randomBatch(rng, kind, 2, 16, 61)]);
 }
 
-async function run(attention: string, kind: 'gpt' | 'bert', executor: string, steps: ModelBatch[][]) {
+async function run(attention: string, kind: 'gpt' | 'bert', executor: string, steps: ModelBatch[][], freeze: 'none' | 'all-but-qkv' = 'none') {
   const model = tinyModel(attention, kind);
-  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  const { trainable } = partitionParameters(model, freeze);
+  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, v.dataSync().slice() as Float32Array]));
   let running: StepExecutor | null = null;
   try {
-    running = await startStepExecutor(executor, { model, optimizer, device: currentDevice(), graph: true, xla: false, replicas: 1 });
+    running = await startStepExecutor(executor, { model, optimizer, device: currentDevice(), graph: true, xla: false, replicas: 1, trainable });
     const results = [];
     for (const micro of steps) results.push(await running.step(micro, { lr: 1e-2, clip: 0.5, dropoutSeed: null }));
     const evalBatches = steps[0].map((b) => ({ ...b, tokens: b.batchSize * b.seqLen, bytes: 100 }) as unknown as Batch);
@@ -85,6 +88,32 @@ const updateDifference = (a: Float32Array, b: Float32Array, initial: Float32Arra
   }
   return Math.sqrt(diff / (norm || 1));
 };
+
+describe('choosing the xla executor', () => {
+  it('auto never picks it; on a backend without recorded programs it is refused naming why and what would do', async () => {
+    await initBackend('cpu', { quiet: true });
+    const model = tinyModel('softmax', 'gpt');
+    const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    try {
+      const context = { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1 };
+      expect(chooseStepExecutor('auto', context).name).not.toBe('xla');
+      expect(() => chooseStepExecutor('xla', context)).toThrow(/^train\.executor xla: (no Python with jax for its runner \(npm run setup:xla|its programs are recorded on the tensorflow backend \(this run's is cpu\); or train from programs compiled ahead of time: \$SLAYFORMER_XLA_PROGRAMS)/);
+      if (isXlaSetUp()) {
+        const empty = mkdtempSync(join(tmpdir(), 'slay-xla-empty-'));
+        process.env[XLA_PROGRAMS_ENV] = empty;
+        try {
+          await expect(startStepExecutor('xla', context)).rejects.toThrow(`xla: ${join(empty, 'manifest.json')} not found (npm run compile`);
+        } finally {
+          delete process.env[XLA_PROGRAMS_ENV];
+          rmSync(empty, { recursive: true, force: true });
+        }
+      }
+    } finally {
+      optimizer.dispose();
+      model.dispose();
+    }
+  });
+});
 
 describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
   beforeAll(async () => {
@@ -164,6 +193,17 @@ describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
     } finally {
       rmSync(cache, { recursive: true, force: true });
       model.dispose();
+    }
+  });
+
+  it('train.freeze all-but-qkv: only the q/k/v projections move, as with TensorFlow functions', async () => {
+    const steps = stepsOf('gpt');
+    const reference = await run('linear-elu', 'gpt', 'functions', steps, 'all-but-qkv');
+    const xla = await run('linear-elu', 'gpt', 'xla', steps, 'all-but-qkv');
+    xla.results.forEach((r, i) => expect(Math.abs(r.loss - reference.results[i].loss)).toBeLessThan(1e-4 * reference.results[i].loss));
+    for (const [name, values] of xla.params) {
+      if (/\.attn\.(q|k|v)\./.test(name)) expect(updateDifference(values, reference.params.get(name)!, reference.initial.get(name)!), name).toBeLessThan(2e-2);
+      else expect(Array.from(values), name).toEqual(Array.from(reference.initial.get(name)!));
     }
   });
 });

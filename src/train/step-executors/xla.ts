@@ -190,5 +190,5 @@ export const xla: StepExecutorEntry = {
     if (!exporterPython()) return `its exporter needs ${XLA_SETUP_COMMAND}`;
     return null;
   },
-  create: (context) => XlaExecutor.start(context, bookFor(context)),
+  create: async (context) => XlaExecutor.start(context, bookFor(context)),
 };
