@@ -1,7 +1,7 @@
 // Training throughput of the reference GPT shape (vocab 4096, d 128, 4 layers, 4 heads, seq 256,
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
-//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--graph on,off] [--xla off,on] [--peer PYTHON]
+//   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--graph on,off] [--xla off,on] [--xla-executor] [--peer PYTHON]
 //                          [--steps 10] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
 //                          [--layers 4] [--heads 4] [--profile] [--options '{"chunkSize":32}']
 //
@@ -17,6 +17,9 @@
 // --graph: on tensorflow, measure the step as TF functions (train.graph, the default) and op by op;
 // --xla: the function rows with and/or without XLA (train.xla). Each row also gives the values read
 // back into JavaScript per step (backend/readback.ts).
+// --xla-executor: on tensorflow, also rows of train.executor xla (the step compiled by XLA and run by a jax process,
+// docs/xla.md). Every row gives its first step's wall time apart ("first step s": recording, exporting and compiling),
+// which the warm-up steps keep out of the median.
 // --profile runs tf.profile on one extra step (main thread) and prints kernel time by kernel name (on
 // tensorflow for the op-by-op rows only: a function call is one op that tf.profile cannot see into).
 import { spawnSync } from 'node:child_process';
@@ -43,6 +46,7 @@ interface Row {
   msPerStep: number;
   tokensPerCpuSecond?: number;
   lastLoss: number;
+  firstStepMs?: number;
   readbackValues?: number;
   readbackBytes?: number;
 }
@@ -62,6 +66,7 @@ const COMMAND = {
     warmup: int(0, 4, 'warm-up steps (on tensorflow the first step also records the step and builds its function)'),
     graph: { type: 'string', value: 'LIST', default: 'on,off', help: 'tensorflow only: train.graph settings to measure (on = the step as TF functions, off = op by op)' },
     xla: { type: 'string', value: 'LIST', default: 'off', help: 'tensorflow only: train.xla settings of the function rows (on, off or off,on)' },
+    'xla-executor': { type: 'boolean', help: 'tensorflow only: also rows of train.executor xla (jax process; npm run setup:xla)' },
     seq: int(1, 256, 'sequence length'),
     batch: int(1, 8, 'batch size'),
     vocab: int(1, 4096, 'vocabulary size'),
@@ -103,6 +108,7 @@ function parse(argv: string[]) {
     options,
     profile: values.profile,
     json: values.json,
+    xlaExecutor: values['xla-executor'] ?? false,
     graph: onOff(values.graph, '--graph', fail),
     xla: onOff(values.xla, '--xla', fail),
   };
@@ -126,21 +132,25 @@ async function measureHere(o: Options): Promise<Row[]> {
   const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), device, batch)))];
   const rows: Row[] = [];
   // (graph, xla) pairs: XLA applies to the function rows only.
-  type Mode = { graph: boolean; xla: boolean };
+  type Mode = { graph: boolean; xla: boolean; executor?: string };
   const modes: Mode[] = device.native ? o.graph.flatMap((graph): Mode[] => (graph ? o.xla.map((xla) => ({ graph, xla })) : [{ graph, xla: false }])) : [{ graph: true, xla: false }];
-  for (const name of o.names) for (const replicas of replicaCounts) for (const { graph, xla } of modes) {
+  if (device.native && o.xlaExecutor) modes.push({ graph: true, xla: false, executor: 'xla' });
+  for (const name of o.names) for (const replicas of replicaCounts) for (const { graph, xla, executor } of modes) {
+    if (executor === 'xla' && replicas > 1) continue;
     const model = createLanguageModel({
       kind: 'gpt', vocabSize: vocab, maxSeqLen: seq, dModel: d, numLayers: layers, numHeads: heads,
       mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
     });
     const r = await measureThroughput(model, {
-      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph, xla,
+      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph, xla, executor,
       // A function call is one op, which tf.profile does not see into: profiles are of op-by-op steps.
       afterTimed: o.profile && !(device.native && graph) ? (step) => profile(name, step) : undefined,
     });
     model.dispose();
-    const label = device.native ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
+    const label = executor === 'xla' ? 'xla executor (jax CPU)' : device.native ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
     const row: Row = { label, attention: name, replicas, ...r };
+    // The xla executor's work is in the jax process, whose CPU time this process does not see.
+    if (executor === 'xla') row.tokensPerCpuSecond = undefined;
     rows.push(row);
     if (o.json) console.log(JSON.stringify(row));
     else console.log(`  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second), ${r.readbackValues} values read back per step`);
@@ -209,10 +219,11 @@ function measurePeer(o: Options): Row[] {
 function printTable(rows: Row[]): void {
   const peerBest = new Map<string, number>();
   for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
-  const header = ['attention', 'backend', 'replicas', 'tokens/s (wall)', 'ms/step', 'tokens per CPU-s', 'host reads/step', 'last loss', ...(peerBest.size ? ['× PyTorch'] : [])];
+  const header = ['attention', 'backend', 'replicas', 'tokens/s (wall)', 'ms/step', 'tokens per CPU-s', 'host reads/step', 'first step s', 'last loss', ...(peerBest.size ? ['× PyTorch'] : [])];
   const cells = rows.map((r) => [
     r.attention, r.label, String(r.replicas), r.tokensPerSecond.toFixed(0), r.msPerStep.toFixed(0),
-    r.tokensPerCpuSecond?.toFixed(0) ?? '', r.readbackValues !== undefined && r.label.startsWith('tensorflow') ? `${r.readbackValues} (${r.readbackBytes} B)` : '', r.lastLoss.toFixed(3),
+    r.tokensPerCpuSecond?.toFixed(0) ?? '', r.readbackValues !== undefined && r.label.startsWith('tensorflow') ? `${r.readbackValues} (${r.readbackBytes} B)` : '',
+    r.firstStepMs !== undefined ? (r.firstStepMs / 1000).toFixed(1) : '', r.lastLoss.toFixed(3),
     ...(peerBest.size ? [peerBest.has(r.attention) ? (r.tokensPerSecond / peerBest.get(r.attention)!).toFixed(2) : ''] : []),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));

@@ -270,6 +270,11 @@ function nativePackageDir(): string {
   return path.dirname(path.dirname(loaded));
 }
 
+/** A recorded trace as a serialized GraphDef with its feed and fetch tensor names (the XLA route exports it: src/backend/xla/programs.ts). */
+export function traceGraphDef(trace: Trace): { graphDef: Uint8Array; feedNames: string[]; fetchNames: string[] } {
+  return buildGraphDef(trace, nativeBackend().binding);
+}
+
 /** The trace as a GraphDef: feeds are placeholders feed_i, frozen values constants const_i, ops op_k. */
 function buildGraphDef(trace: Trace, binding: NativeBinding): { graphDef: Uint8Array; feedNames: string[]; fetchNames: string[] } {
   const pb = proto();

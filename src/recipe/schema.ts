@@ -48,7 +48,7 @@ export interface Recipe {
     dataParallel: number | 'auto';
     processes: number;
     graph: boolean;
-    executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective';
+    executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
     optimizer: 'adamw';
     lr: number;
@@ -186,9 +186,9 @@ export const RECIPE_SCHEMA = {
   },
   'train.executor': {
     // The names of src/train/step-executors/index.ts (the recipe sits below train/ and cannot import them; a test keeps the two equal).
-    type: oneOf('auto', 'op-by-op', 'functions', 'replicas', 'collective'),
+    type: oneOf('auto', 'op-by-op', 'functions', 'replicas', 'collective', 'xla'),
     default: 'auto',
-    doc: 'How the training step runs (src/train/step-executor.ts, docs/training.md "Step executors"): `op-by-op` (every op dispatched from JavaScript; any backend), `functions` (recorded once and run as TensorFlow functions; `tensorflow` backend), `replicas` (`train.dataParallel` worker threads), `collective` (one rank of a run across processes, `train.processes`; `tensorflow` backend). `auto` = `collective` in a rank of such a run, else `replicas` when `train.dataParallel` resolves above 1, else `functions` when `train.graph` is on and the backend has them, else `op-by-op`. An executor the run cannot use is an error naming why.',
+    doc: 'How the training step runs (src/train/step-executor.ts, docs/training.md "Step executors"): `op-by-op` (every op dispatched from JavaScript; any backend), `functions` (recorded once and run as TensorFlow functions; `tensorflow` backend), `replicas` (`train.dataParallel` worker threads), `collective` (one rank of a run across processes, `train.processes`; `tensorflow` backend), `xla` (compiled by XLA and run by a jax process that keeps the state on its device, CPU or GPU; `npm run setup:xla`, docs/xla.md; never chosen by `auto`). `auto` = `collective` in a rank of such a run, else `replicas` when `train.dataParallel` resolves above 1, else `functions` when `train.graph` is on and the backend has them, else `op-by-op`. An executor the run cannot use is an error naming why.',
   },
   'train.xla': {
     type: oneOf('auto', 'on', 'off'),

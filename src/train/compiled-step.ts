@@ -105,18 +105,18 @@ export function evalSumsThroughGraph(model: StepModel, batch: ModelBatch, graph:
  * Labelled rows are padded to a multiple of this in graph steps (LanguageModel.lossInputs), so that
  * BERT batches, whose count of masked positions varies (~15% ± a few of B·L), share a few shapes.
  */
-const ROW_BUCKET = 64;
+export const ROW_BUCKET = 64;
 
 /** The tensors of LossInputs, in the order the graph takes them. */
-const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask'] as const;
+export const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask'] as const;
 
 /** What a recorded program depends on besides tensor values: the batch shapes, which parameters train, dropout or not. */
-function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
+export function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
   return `${shapesKey(inputs)}|${variables.map((v) => v.name).join(',')}|${dropout ? 'dropout' : ''}`;
 }
 
 /** The shapes of the loss inputs, and whether the model runs its fused or composed forms (bench/paired.ts alternates them): what decides the recorded program. */
-function shapesKey(inputs: LossInputs): string {
+export function shapesKey(inputs: LossInputs): string {
   return LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + (fusedFormsEnabled() ? '' : '|composed');
 }
 

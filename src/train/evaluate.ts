@@ -82,6 +82,11 @@ export async function evaluate(model: StepModel, batches: readonly Batch[], grap
     tokens += count;
     bytes += batch.bytes;
   }
+  return evalResult(lossNats, correct, tokens, bytes);
+}
+
+/** The result from validation's sums: Σ cross-entropy (nats), Σ correct, labelled tokens, bytes of their targets. */
+export function evalResult(lossNats: number, correct: number, tokens: number, bytes: number): EvalResult {
   const mean = tokens > 0 ? lossNats / tokens : NaN;
   return {
     loss: mean, ppl: Math.exp(mean), bpb: bytes > 0 ? lossNats / (Math.LN2 * bytes) : NaN,

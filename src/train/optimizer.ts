@@ -152,30 +152,15 @@ export class AdamW {
       if (!this.params.has(name)) throw new Error(`optimizer: gradient for unknown parameter '${name}'`);
     }
     if (!(clip >= 0)) throw new Error(`train.clip must be ≥ 0 (got ${clip})`);
-    const { beta1, beta2, weightDecay } = this.options;
     const t = this.step + 1;
     const skipped = this.names.filter((n) => !byName.has(n));
     const updated = this.names.filter((n) => byName.has(n));
-    const present = this.presentMask(skipped);
-    const params = this.names.map((n) => this.params.get(n)!);
     const outputs = tf.tidy(() => {
-      const scalars = [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay, clip].map((x) => tf.scalar(x));
-      const given = updated.map((n) => byName.get(n)!);
-      const inputs = [...given, this.m, this.v, ...scalars, ...(present ? [present] : []), ...params, ...(across ? [across.loss] : [])];
-      const program = () => {
-        let g = this.ravel(this.names.map((n, i) => byName.get(n) ?? tf.zerosLike(params[i])));
-        let loss: tf.Tensor[] = [];
-        if (across) {
-          // One collective for both: the gradients and the loss travel as one [P + 1] vector.
-          const summed = across.sum(tf.concat([g, tf.reshape(across.loss, [1])]) as tf.Tensor1D);
-          [g, loss] = [tf.slice(summed, 0, g.size), [tf.reshape(tf.slice(summed, g.size, 1), [])]];
-        }
-        const { grad, norm } = clipByGlobalNorm(g, clip, scalars[3]);
-        return [norm, ...loss, ...this.update(grad, scalars, present, updated)];
-      };
+      const program = this.updateProgram(byName, clip, this.stepScalars(lr, clip, t), across);
       const graphs = this.options.graph && currentDevice().graphSteps ? (this.graphs ??= new GraphCache()) : null;
-      this.lastKey = `${skipped.join(',')}|${weightDecay > 0}|${clip > 0}|${across ? 'across ranks' : ''}`;
-      return graphs ? graphs.call(this.lastKey, inputs, program, this.options.xla) : program();
+      this.lastKey = `${skipped.join(',')}|${this.options.weightDecay > 0}|${clip > 0}|${across ? 'across ranks' : ''}`;
+      const inputs = program.inputs.map(([, x]) => x);
+      return graphs ? graphs.call(this.lastKey, inputs, program.run, this.options.xla) : program.run();
     });
     const [norm, ...rest] = outputs;
     const reducedLoss = across ? rest.shift() : undefined;
@@ -192,6 +177,66 @@ export class AdamW {
       },
       discard: () => tf.dispose(outputs),
     };
+  }
+
+  /** The step's scalar inputs for step count `t`: lr / (1 − β1ᵗ), √(1 − β2ᵗ), 1 − lr·λ and the clip norm. */
+  stepScalars(lr: number, clip: number, t: number): number[] {
+    const { beta1, beta2, weightDecay } = this.options;
+    return [lr / (1 - beta1 ** t), Math.sqrt(1 - beta2 ** t), 1 - lr * weightDecay, clip];
+  }
+
+  /**
+   * The update of `grads` as one program with named inputs (grad:<name> of each parameter given a gradient,
+   * opt:m, opt:v, the four step scalars, opt:present where some parameter has none, param:<name> of all, and
+   * ranks:loss when the update is computed across ranks) and named outputs (norm, loss across ranks, opt:m,
+   * opt:v, param:<name> of the updated): prepare runs it, the xla executor records it (src/train/xla-programs.ts).
+   * Call inside tf.tidy.
+   */
+  updateProgram(
+    grads: ReadonlyMap<string, tf.Tensor>,
+    clip: number,
+    scalarValues: number[],
+    across?: AcrossRanks,
+  ): { inputs: Array<[string, tf.Tensor]>; outputs: string[]; run: () => tf.Tensor[] } {
+    const skipped = this.names.filter((n) => !grads.has(n));
+    const updated = this.names.filter((n) => grads.has(n));
+    const present = this.presentMask(skipped);
+    const params = this.names.map((n) => this.params.get(n)!);
+    const scalars = scalarValues.map((x) => tf.scalar(x));
+    const inputs: Array<[string, tf.Tensor]> = [
+      ...updated.map((n) => [`grad:${n}`, grads.get(n)!] as [string, tf.Tensor]),
+      ['opt:m', this.m], ['opt:v', this.v],
+      ...STEP_SCALARS.map((name, i) => [name, scalars[i]] as [string, tf.Tensor]),
+      ...(present ? [['opt:present', present] as [string, tf.Tensor]] : []),
+      ...this.names.map((n, i) => [`param:${n}`, params[i]] as [string, tf.Tensor]),
+      ...(across ? [['ranks:loss', across.loss] as [string, tf.Tensor]] : []),
+    ];
+    const run = () => {
+      let g = this.ravel(this.names.map((n, i) => grads.get(n) ?? tf.zerosLike(params[i])));
+      let loss: tf.Tensor[] = [];
+      if (across) {
+        // One collective for both: the gradients and the loss travel as one [P + 1] vector.
+        const summed = across.sum(tf.concat([g, tf.reshape(across.loss, [1])]) as tf.Tensor1D);
+        [g, loss] = [tf.slice(summed, 0, g.size), [tf.reshape(tf.slice(summed, g.size, 1), [])]];
+      }
+      const { grad, norm } = clipByGlobalNorm(g, clip, scalars[3]);
+      return [norm, ...loss, ...this.update(grad, scalars, present, updated)];
+    };
+    return { inputs, outputs: ['norm', ...(across ? ['ranks:loss'] : []), 'opt:m', 'opt:v', ...updated.map((n) => `param:${n}`)], run };
+  }
+
+  /** The moments as kept, flat [P] in parameter order, for an executor that keeps them elsewhere (pull/push). */
+  flatMoments(): { m: Float32Array; v: Float32Array } {
+    return { m: this.m.dataSync() as Float32Array, v: this.v.dataSync() as Float32Array };
+  }
+
+  /** Sets the step count and the flat moments (as flatMoments gives them). */
+  setFlatMoments(step: number, m: Float32Array, v: Float32Array): void {
+    for (const [label, values, target] of [['m', m, this.m], ['v', v, this.v]] as const) {
+      if (values.length !== target.size) throw new Error(`optimizer state: flat ${label} has ${values.length} values, the parameters ${target.size}`);
+      tf.tidy(() => target.assign(tf.tensor1d(values)));
+    }
+    this.step = step;
   }
 
   /** The [P] bool mask of the parameters that are not skipped, made once per set; null when none is. */
@@ -234,6 +279,9 @@ export class AdamW {
     this.v.dispose();
   }
 }
+
+/** Names of the step scalars in updateProgram's inputs, in stepScalars' order. */
+export const STEP_SCALARS = ['step:stepSize', 'step:sqrtBias2', 'step:decay', 'step:clip'] as const;
 
 /**
  * Global-norm clipping as torch.nn.utils.clip_grad_norm_: scale the gradient by

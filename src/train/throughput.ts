@@ -43,6 +43,8 @@ export interface Throughput {
   tokensPerSecond: number;
   tokensPerCpuSecond: number;
   lastLoss: number;
+  /** Wall time of the first step, ms: what recording, exporting and compiling the step cost (warm-up included it). */
+  firstStepMs: number;
   /** Values and bytes the last timed step read back into JavaScript (tensorflow backend; backend/readback.ts). */
   readbackValues: number;
   readbackBytes: number;
@@ -66,6 +68,7 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
     const wall: number[] = [];
     const cpu: number[] = [];
     let lastLoss = NaN;
+    let firstStepMs = NaN;
     let read = readback();
     for (let s = 0; s < o.warmup + o.steps; s++) {
       const r0 = readback();
@@ -74,6 +77,7 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
       lastLoss = await step();
       const used = process.cpuUsage(c0);
       read = readSince(r0);
+      if (s === 0) firstStepMs = performance.now() - t0;
       if (s < o.warmup) continue;
       wall.push(performance.now() - t0);
       cpu.push((used.user + used.system) / 1000);
@@ -82,7 +86,7 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
     const tokens = o.batchSize * o.seqLen;
     const [msPerStep, cpuMsPerStep] = [median(wall), median(cpu)];
     return {
-      msPerStep, cpuMsPerStep, tokensPerSecond: (1000 * tokens) / msPerStep, tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep, lastLoss,
+      msPerStep, cpuMsPerStep, tokensPerSecond: (1000 * tokens) / msPerStep, tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep, lastLoss, firstStepMs,
       readbackValues: read.values, readbackBytes: read.bytes,
     };
   } finally {

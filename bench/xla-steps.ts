@@ -1,0 +1,115 @@
+// Training steps of the xla executor (docs/xla.md) on seeded random tokens: the per-step losses, median ms per step
+// and tokens/s after warm-up, the programs' compile time apart, and the device's peak memory. Two uses:
+//   npm run bench:xla -- --model demo|gpt2-small --compile --out DIR     record + export the shape's programs here
+//                                                                         (tensorflow backend, npm run setup:xla)
+//   npm run bench:xla -- --model demo|gpt2-small --programs DIR [--steps 20] [--warmup 3] [--json FILE]
+//                                                                         train from them on the cpu backend: no
+//                                                                         TensorFlow needed (the GPU archive runs this)
+// The model's initial weights are made here from the model's seed (cpu backend), as a run of the recipe would.
+import * as fs from 'node:fs';
+import { initBackend } from '../src/backend/start.ts';
+import { parseOrExit } from '../src/cli/command.ts';
+import { Rng } from '../src/core/rng.ts';
+import { createLanguageModel, type LanguageModelConfig } from '../src/model/lm.ts';
+import { AdamW } from '../src/train/optimizer.ts';
+import { XLA_PROGRAMS_ENV, XlaExecutor, xla } from '../src/train/step-executors/xla.ts';
+import { randomBatch } from '../src/train/throughput.ts';
+import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram, writeCompiledPrograms } from '../src/train/xla-programs.ts';
+
+/** The shapes the GPU archive carries: the demo GPT (recipes/demo/gpt-slay.yaml) and GPT-2 small. */
+export const XLA_BENCH_MODELS: Record<string, { config: LanguageModelConfig; batch: number; seq: number }> = {
+  demo: {
+    config: {
+      kind: 'gpt', vocabSize: 4096, maxSeqLen: 128, dModel: 128, numLayers: 4, numHeads: 4, mlpRatio: 4, dropout: 0, bias: true, seed: 1,
+      attention: { name: 'slay', options: { chunkSize: 32, quadratureNodes: 2, prfFeatures: 16, anchors: 8, epsilon: 1e-3 } },
+    },
+    batch: 8, seq: 128,
+  },
+  'gpt2-small': {
+    config: { kind: 'gpt', vocabSize: 50257, maxSeqLen: 1024, dModel: 768, numLayers: 12, numHeads: 12, mlpRatio: 4, dropout: 0, bias: true, seed: 1, attention: { name: 'softmax', options: {} } },
+    batch: 4, seq: 256,
+  },
+};
+
+const COMMAND = {
+  name: 'bench:xla',
+  usage: '--model NAME (--compile --out DIR | --programs DIR) [options]',
+  description: 'Steps of the xla executor on seeded random tokens: losses, ms per step, tokens/s, compile time, peak device memory.',
+  options: {
+    model: { type: 'string', choices: Object.keys(XLA_BENCH_MODELS), default: 'demo', help: 'the model and batch shape' },
+    batch: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "batch size (default: the model's)" },
+    seq: { type: 'string', value: 'N', number: { integer: true, min: 2 }, help: "sequence length (default: the model's)" },
+    compile: { type: 'boolean', help: 'record and export the programs into --out (tensorflow backend)' },
+    out: { type: 'string', value: 'DIR', help: 'with --compile: the programs folder to write' },
+    programs: { type: 'string', value: 'DIR', help: 'train from this programs folder' },
+    steps: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '20', help: 'timed steps' },
+    warmup: { type: 'string', value: 'N', number: { integer: true, min: 0 }, default: '3', help: 'steps before timing (the first compiles)' },
+    json: { type: 'string', value: 'FILE', help: 'also write the result as JSON' },
+  },
+} as const;
+
+const LR = 3e-4;
+const CLIP = 1;
+
+const { values } = parseOrExit(COMMAND, process.argv.slice(2));
+const preset = XLA_BENCH_MODELS[values.model];
+const batchSize = values.batch ?? preset.batch;
+const seqLen = values.seq ?? preset.seq;
+const config = { ...preset.config, maxSeqLen: Math.max(preset.config.maxSeqLen, seqLen) };
+const optimizerOptions = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 };
+
+if (values.compile) {
+  if (!values.out) throw new Error('bench:xla --compile needs --out DIR');
+  await initBackend('tensorflow', { quiet: true });
+  const model = createLanguageModel(config);
+  const optimizer = new AdamW(model.parameters(), optimizerOptions);
+  const book = new RecordingBook();
+  const batch = randomBatch(new Rng(7), 'gpt', batchSize, seqLen, config.vocabSize);
+  const variables = [...model.parameters().values()];
+  const total = batchSize * seqLen;
+  const given = gradientInputs(model, batch, variables, null, total)!;
+  const gradient = book.get('gradient', given.key, () => ({ spec: recordGradientProgram(model, batch, variables, null, total) }));
+  const gradNames = gradient.outputs.filter((n) => n.startsWith('grad:')).map((n) => n.slice('grad:'.length));
+  book.get('apply', `${gradNames.join(',')}|clip true`, () => recordApplyProgram(optimizer, model, gradNames, CLIP));
+  writeCompiledPrograms(book, values.out, `bench:xla ${values.model} ${batchSize}x${seqLen}`, model);
+  console.log(`bench:xla: programs for ${values.model} at ${batchSize}×${seqLen} in ${values.out}`);
+} else {
+  if (!values.programs) throw new Error('bench:xla needs --programs DIR (or --compile --out DIR)');
+  process.env[XLA_PROGRAMS_ENV] = values.programs;
+  const device = await initBackend('cpu', { quiet: true });
+  const made = performance.now();
+  const model = createLanguageModel(config);
+  const optimizer = new AdamW(model.parameters(), optimizerOptions);
+  const initSeconds = (performance.now() - made) / 1000;
+  const why = xla.unsupported({ model, optimizer, device, graph: true, xla: false, replicas: 1 });
+  if (why) throw new Error(`bench:xla: ${why}`);
+  const executor = (await xla.create({ model, optimizer, device, graph: true, xla: false, replicas: 1 })) as XlaExecutor;
+  try {
+    const rng = new Rng(7);
+    const losses: number[] = [];
+    const ms: number[] = [];
+    for (let s = 0; s < values.warmup + values.steps; s++) {
+      const batch = randomBatch(rng, 'gpt', batchSize, seqLen, config.vocabSize);
+      const t0 = performance.now();
+      const r = await executor.step([batch], { lr: LR, clip: CLIP, dropoutSeed: null });
+      ms.push(performance.now() - t0);
+      losses.push(r.loss);
+    }
+    const timed = ms.slice(values.warmup).sort((a, b) => a - b);
+    const msPerStep = timed[Math.floor(timed.length / 2)];
+    const memory = await executor.memory();
+    const result = {
+      model: values.model, batch: batchSize, seq: seqLen, parameters: [...model.parameters().values()].reduce((n, v) => n + v.size, 0),
+      jax: executor.hello.jax, jaxlib: executor.hello.jaxlib, platform: executor.hello.platform, device: executor.hello.device,
+      path: executor.describe().replace(/.*loaded as /, '').replace(/; compiling.*/, ''),
+      compileSeconds: executor.compileSeconds, initSeconds, firstStepMs: ms[0], msPerStep, tokensPerSecond: (1000 * batchSize * seqLen) / msPerStep,
+      peakBytes: memory.peakBytes, losses,
+    };
+    console.log(`bench:xla ${values.model} ${batchSize}×${seqLen} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`);
+    if (values.json) fs.writeFileSync(values.json, JSON.stringify(result, null, 1) + '\n');
+  } finally {
+    await executor.close();
+    optimizer.dispose();
+    model.dispose();
+  }
+}

@@ -1,0 +1,194 @@
+// The step compiled by XLA and run by JAX's runtime (docs/xla.md): the programs recorded as the TensorFlow-function
+// steps record them (../xla-programs.ts), exported to StableHLO, run by a jax process beside Node
+// (backend/xla/runner.py) that keeps parameters, buffers and AdamW's moments as device buffers. A step sends the
+// micro-batches' token ids (and masks) and reads back the loss, the gradient norm and whether the update applied.
+// Programs come recorded here (native backend + `npm run setup:xla`) or from a folder `npm run compile` wrote
+// ($SLAYFORMER_XLA_PROGRAMS), which any backend, no TensorFlow, can train from.
+import * as tf from '@tensorflow/tfjs';
+import type { Batch } from '../../data/batch.ts';
+import type { ModelBatch } from '../../model/lm.ts';
+import { replyNumber, XlaRunner, type HostArray, type RunnerHello } from '../../backend/xla/runner.ts';
+import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../../backend/xla/setup.ts';
+import { evalResult, type EvalResult } from '../evaluate.ts';
+import { microBatchSeed, stepTokens, type StepResult } from '../step.ts';
+import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
+import { STEP_SCALARS } from '../optimizer.ts';
+import {
+  CompiledBook, evalInputs, gradientInputs, hostArray, modelTensors, RecordingBook, recordApplyProgram, recordEvalProgram, recordGradientProgram,
+  type BookEntry, type NamedArrays, type ProgramBook,
+} from '../xla-programs.ts';
+
+/** $SLAYFORMER_XLA_PROGRAMS: a folder of programs compiled ahead of time (npm run compile) to train from. */
+export const XLA_PROGRAMS_ENV = 'SLAYFORMER_XLA_PROGRAMS';
+
+const f32 = (x: number): HostArray => ({ dtype: 'float32', shape: [], data: Float32Array.of(x) });
+
+export class XlaExecutor implements StepExecutor {
+  readonly name = 'xla';
+  private readonly loaded = new Map<string, { seconds: number; via: string }>();
+  /** The step count AdamW's bias corrections use; the optimizer's own is set from it on pull. */
+  private step_: number;
+  /** The buffers (attention mechanisms' fixed or redrawn tensors) as last sent, by tensor identity. */
+  private readonly sentBuffers = new Map<string, object>();
+  /** Seconds spent compiling programs (XLA), apart from the steps. */
+  compileSeconds = 0;
+
+  private constructor(
+    private readonly context: StepExecutorContext,
+    private readonly runner: XlaRunner,
+    readonly hello: RunnerHello,
+    private readonly book: ProgramBook,
+  ) {
+    this.step_ = context.optimizer.stepCount;
+  }
+
+  static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
+    const python = runnerPython()!;
+    const { runner, hello } = await XlaRunner.start(python);
+    const executor = new XlaExecutor(context, runner, hello, book);
+    try {
+      await executor.push();
+    } catch (err) {
+      await runner.close();
+      throw err;
+    }
+    return executor;
+  }
+
+  private get variables(): tf.Variable[] {
+    const { model, trainable } = this.context;
+    return [...(trainable ?? model.parameters()).values()];
+  }
+
+  /** Loads `entry` into the runner once (compiling it there) and sends its fixed inputs. */
+  private async load(entry: BookEntry): Promise<string> {
+    if (!this.loaded.has(entry.base)) {
+      const reply = await this.runner.request({ op: 'load', key: entry.base, base: entry.base });
+      const info = { seconds: reply.header.seconds as number, via: reply.header.via as string };
+      this.compileSeconds += info.seconds;
+      this.loaded.set(entry.base, info);
+      if (entry.fixed.length) await this.put(entry.fixed);
+    }
+    return entry.base;
+  }
+
+  private put(arrays: NamedArrays) {
+    return this.runner.request({ op: 'put', names: arrays.map(([n]) => n) }, arrays.map(([, a]) => a));
+  }
+
+  /** Re-sends any buffer the model replaced since it was sent (a redrawn projection: model.onTrainStep). */
+  private async sendChangedBuffers(): Promise<void> {
+    const changed = [...this.context.model.buffers()].filter(([n, v]) => this.sentBuffers.get(n) !== v.dataId);
+    if (!changed.length) return;
+    await this.put(changed.map(([n, v]) => [`buffer:${n}`, hostArray(v)]));
+    for (const [n, v] of changed) this.sentBuffers.set(n, v.dataId);
+  }
+
+  async step(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult> {
+    const { model, optimizer } = this.context;
+    const total = stepTokens(microBatches);
+    const variables = this.variables;
+    await this.sendChangedBuffers();
+    const micro: Array<{ program: string; names: string[] }> = [];
+    const arrays: HostArray[] = [];
+    let gradOutputs: string[] | null = null;
+    for (let i = 0; i < microBatches.length; i++) {
+      const seed = microBatchSeed(inputs.dropoutSeed, i);
+      const batch = microBatches[i];
+      const given = gradientInputs(model, batch, variables, seed, total);
+      if (!given) continue;
+      const entry = this.book.get('gradient', given.key, () => ({ spec: recordGradientProgram(model, batch, variables, seed, total) }));
+      gradOutputs ??= entry.outputs;
+      micro.push({ program: await this.load(entry), names: given.arrays.map(([n]) => n) });
+      arrays.push(...given.arrays.map(([, a]) => a));
+    }
+    if (!gradOutputs) throw new Error('trainStep: the micro-batches hold no labelled token');
+    const gradNames = gradOutputs.filter((n) => n.startsWith('grad:')).map((n) => n.slice('grad:'.length));
+    const applyKey = `${gradNames.join(',')}|clip ${inputs.clip > 0}`;
+    const apply = this.book.get('apply', applyKey, () => recordApplyProgram(optimizer, model, gradNames, inputs.clip));
+    const scalars = optimizer.stepScalars(inputs.lr, inputs.clip, this.step_ + 1);
+    const applyProgram = await this.load(apply);
+    const reply = await this.runner.request(
+      { op: 'step', micro, apply: { program: applyProgram, names: [...STEP_SCALARS] } },
+      [...arrays, ...scalars.map(f32)],
+    );
+    const applied = reply.header.applied === true;
+    if (applied) this.step_++;
+    return { loss: replyNumber(reply.header.loss), gradNorm: replyNumber(reply.header.norm), tokens: total, applied };
+  }
+
+  async evaluate(batches: readonly Batch[]): Promise<EvalResult> {
+    const { model } = this.context;
+    let [lossNats, correct, tokens, bytes] = [0, 0, 0, 0];
+    await this.sendChangedBuffers();
+    for (const batch of batches) {
+      bytes += batch.bytes;
+      const given = evalInputs(model, batch);
+      if (!given) continue;
+      const entry = this.book.get('eval', given.key, () => ({ spec: recordEvalProgram(model, batch) }));
+      const program = await this.load(entry);
+      const reply = await this.runner.request({ op: 'eval', program, names: given.arrays.map(([n]) => n) }, given.arrays.map(([, a]) => a));
+      const sums = reply.header.sums as Record<string, unknown>;
+      lossNats += replyNumber(sums['sum:loss']);
+      correct += replyNumber(sums['sum:correct']);
+      tokens += given.count;
+    }
+    return evalResult(lossNats, correct, tokens, bytes);
+  }
+
+  async pull(): Promise<void> {
+    const { model, optimizer } = this.context;
+    const params = [...model.parameters()];
+    const reply = await this.runner.request({ op: 'get', names: [...params.map(([n]) => `param:${n}`), 'opt:m', 'opt:v'] });
+    params.forEach(([, v], i) => tf.tidy(() => v.assign(tf.tensor(reply.arrays[i].data as Float32Array, v.shape))));
+    optimizer.setFlatMoments(this.step_, reply.arrays[params.length].data as Float32Array, reply.arrays[params.length + 1].data as Float32Array);
+  }
+
+  async push(): Promise<void> {
+    const { model, optimizer } = this.context;
+    const { m, v } = optimizer.flatMoments();
+    const tensors = modelTensors(model);
+    await this.put([
+      ...tensors.map(([n, t]) => [n, hostArray(t)] as [string, HostArray]),
+      ['opt:m', { dtype: 'float32', shape: [m.length], data: m }],
+      ['opt:v', { dtype: 'float32', shape: [v.length], data: v }],
+    ]);
+    for (const [n, b] of model.buffers()) this.sentBuffers.set(n, b.dataId);
+    this.step_ = optimizer.stepCount;
+  }
+
+  describe(): string {
+    const vias = [...new Set([...this.loaded.values()].map((l) => l.via))].join(', ');
+    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device}); programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
+  }
+
+  /** Peak and current device memory in bytes (null where the device reports none, e.g. jax's CPU). */
+  async memory(): Promise<{ peakBytes: number | null; bytesInUse: number | null }> {
+    const reply = await this.runner.request({ op: 'memory' });
+    return reply.header as { peakBytes: number | null; bytesInUse: number | null };
+  }
+
+  async close(): Promise<void> {
+    await this.runner.close();
+  }
+}
+
+/** The program book this run uses: $SLAYFORMER_XLA_PROGRAMS when set, else recording on the native backend. */
+function bookFor(context: StepExecutorContext): ProgramBook {
+  const dir = process.env[XLA_PROGRAMS_ENV];
+  return dir ? new CompiledBook(dir, context.model) : new RecordingBook();
+}
+
+export const xla: StepExecutorEntry = {
+  name: 'xla',
+  summary: 'the step compiled by XLA (StableHLO through TensorFlow) and run by a jax process that keeps the state on its device (CPU here, GPU with jax\'s CUDA plugin)',
+  // train.dataParallel does not apply: the jax process runs the whole step on its one device (docs/xla.md).
+  unsupported: ({ device }) => {
+    if (!runnerPython()) return `no Python with jax for its runner (${XLA_SETUP_COMMAND} makes one, or set $${XLA_PYTHON_ENV})`;
+    if (process.env[XLA_PROGRAMS_ENV]) return null;
+    if (!device.graphSteps) return `its programs are recorded on the tensorflow backend (this run's is ${device.backend}); or train from programs compiled ahead of time: $${XLA_PROGRAMS_ENV}=<folder of npm run compile>`;
+    if (!exporterPython()) return `its exporter needs ${XLA_SETUP_COMMAND}`;
+    return null;
+  },
+  create: async (context) => XlaExecutor.start(context, bookFor(context)),
+};
