@@ -39,7 +39,19 @@ export default defineConfig({
     maxWorkers: 2,
     projects: [
       { extends: true, test: { name: 'default', include: ['test/**/*.test.ts'], exclude: [...excluded, '**/node_modules/**'] } },
-      ...(native ? [{ extends: true as const, test: { name: 'tensorflow', include: NATIVE_SUITES, exclude: [...excluded, '**/node_modules/**'], env: { SLAYFORMER_TEST_BACKEND: 'tensorflow' } } }] : []),
+      ...(native
+        ? [
+            {
+              extends: true as const,
+              test: {
+                name: 'tensorflow',
+                include: NATIVE_SUITES,
+                exclude: [...excluded, '**/node_modules/**'],
+                env: { SLAYFORMER_TEST_BACKEND: 'tensorflow' },
+              },
+            },
+          ]
+        : []),
     ],
   },
 });

@@ -37,14 +37,30 @@ JSON and log-log SVGs of time and memory.`,
     backend: backendOption('wasm'),
     ...ISOLATED_OPTIONS,
     'timeout-s': { ...ISOLATED_OPTIONS['timeout-s'], default: '600' },
-    'max-length': { type: 'string', value: 'L', number: { integer: true, min: 1 }, default: '16384', help: "longest L of the series 128, 256, … (131072 reaches the paper's range)" },
+    'max-length': {
+      type: 'string',
+      value: 'L',
+      number: { integer: true, min: 1 },
+      default: '16384',
+      help: "longest L of the series 128, 256, … (131072 reaches the paper's range)",
+    },
     lengths: { type: 'string', value: 'L,…', help: 'exactly these lengths instead of the series' },
     repeats: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '5', help: 'timed runs per measurement (the median is reported)' },
-    'max-timed-s': { type: 'string', value: 'S', number: { integer: true, min: 1 }, default: '120', help: "fewer repeats once a measurement's timed runs took this long (at least one)" },
+    'max-timed-s': {
+      type: 'string',
+      value: 'S',
+      number: { integer: true, min: 1 },
+      default: '120',
+      help: "fewer repeats once a measurement's timed runs took this long (at least one)",
+    },
     embed: { type: 'string', value: 'E', number: { integer: true, min: 1 }, default: '256', help: 'embedding width' },
     heads: { type: 'string', value: 'H', number: { integer: true, min: 1 }, default: '8', help: 'attention heads' },
     out: { type: 'string', value: 'FILE', default: 'reports/bench-attention.json', help: 'JSON output (plots beside it: -time.svg, -memory.svg)' },
-    merge: { type: 'string', value: 'a.json,…', help: "no measurement: the table and plots of earlier runs' results (a mechanism's rows in a later file replace earlier ones)" },
+    merge: {
+      type: 'string',
+      value: 'a.json,…',
+      help: "no measurement: the table and plots of earlier runs' results (a mechanism's rows in a later file replace earlier ones)",
+    },
   },
 } as const satisfies CommandSpec;
 
@@ -205,7 +221,13 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
   const { embed, heads } = opts;
   const headDim = embed / heads;
   const rng = new Rng(0);
-  const weight = () => tf.variable(tf.tensor2d(Float32Array.from(rng.normalArray(embed * embed), (x) => x * 0.05), [embed, embed]));
+  const weight = () =>
+    tf.variable(
+      tf.tensor2d(
+        Float32Array.from(rng.normalArray(embed * embed), (x) => x * 0.05),
+        [embed, embed],
+      ),
+    );
   const [wq, wk, wv, wo] = [weight(), weight(), weight(), weight()];
   const attn = createAttention(mechanism, { numHeads: heads, headDim, causal: true, seed: 1 });
   const params = [wq, wk, wv, wo, ...attn.trainableVariables];
@@ -249,7 +271,18 @@ async function measure(opts: Options, mechanism: string, length: number): Promis
 
 /** One measurement in its own process (its arguments forwarded). */
 function measureIsolated(opts: Options, mechanism: string, length: number): Promise<Row> {
-  const forwarded = ['--backend', opts.backend, '--repeats', String(opts.repeats), '--max-timed-s', String(opts.maxTimedS), '--embed', String(opts.embed), '--heads', String(opts.heads)];
+  const forwarded = [
+    '--backend',
+    opts.backend,
+    '--repeats',
+    String(opts.repeats),
+    '--max-timed-s',
+    String(opts.maxTimedS),
+    '--embed',
+    String(opts.embed),
+    '--heads',
+    String(opts.heads),
+  ];
   const empty = { mechanism, length, forwardMs: null, trainMs: null, tokensPerS: null, peakTensorMB: null, heapMB: null };
   return measureInChild(new URL(import.meta.url).pathname, forwarded, [mechanism, length], opts.timeoutS, empty);
 }
@@ -315,7 +348,11 @@ function mergedResults(files: string[]): { backend: string; rows: Row[] } {
   for (const file of files) {
     const results = JSON.parse(fs.readFileSync(file, 'utf8')) as { backend: string; rows: Row[] };
     backend ||= results.backend;
-    for (const mechanism of new Set(results.rows.map((r) => r.mechanism))) byMechanism.set(mechanism, results.rows.filter((r) => r.mechanism === mechanism));
+    for (const mechanism of new Set(results.rows.map((r) => r.mechanism)))
+      byMechanism.set(
+        mechanism,
+        results.rows.filter((r) => r.mechanism === mechanism),
+      );
   }
   return { backend, rows: [...byMechanism.values()].flat() };
 }
@@ -333,10 +370,16 @@ function printSummary(summary: ReturnType<typeof scalingSummary>): void {
 /** The JSON results and the log-log plots of time and memory against L beside them. */
 async function writeResults(opts: Options, backend: string, rows: Row[], summary: ReturnType<typeof scalingSummary>): Promise<void> {
   fs.mkdirSync(path.dirname(opts.out), { recursive: true });
-  fs.writeFileSync(opts.out, JSON.stringify({ backend, embed: opts.embed, heads: opts.heads, batch: 1, causal: true, repeats: opts.repeats, maxTimedS: opts.maxTimedS, rows, summary }, null, 2));
+  fs.writeFileSync(
+    opts.out,
+    JSON.stringify(
+      { backend, embed: opts.embed, heads: opts.heads, batch: 1, causal: true, repeats: opts.repeats, maxTimedS: opts.maxTimedS, rows, summary },
+      null,
+      2,
+    ),
+  );
   const base = opts.out.replace(/\.json$/, '');
-  const points = (value: (r: Row) => number | null) =>
-    rows.filter((r) => r.status === 'ok').map((r) => ({ series: r.mechanism, x: r.length, y: value(r)! }));
+  const points = (value: (r: Row) => number | null) => rows.filter((r) => r.status === 'ok').map((r) => ({ series: r.mechanism, x: r.length, y: value(r)! }));
   const shape = `${backend}, E=${opts.embed}, H=${opts.heads}, B=1, causal`;
   const plots: Array<[string, string, string, (r: Row) => number | null]> = [
     [`${base}-time.svg`, `One attention layer, forward + backward (${shape})`, 'ms (median)', (r) => r.trainMs],
@@ -362,7 +405,9 @@ async function main(): Promise<void> {
     ({ backend, rows } = mergedResults(opts.merge));
   } else {
     ({ backend } = await initBackend(opts.backend, { quiet: true }));
-    console.log(`backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats} (fewer past ${opts.maxTimedS} s of timed runs)\n`);
+    console.log(
+      `backend ${backend}; embedding ${opts.embed}, ${opts.heads} heads, batch 1, causal; median of ${opts.repeats} (fewer past ${opts.maxTimedS} s of timed runs)\n`,
+    );
     rows = await measureAll(opts, opts.mechanisms ?? attentionNames());
   }
   const summary = scalingSummary(rows, [...new Set(rows.map((r) => r.mechanism))]);

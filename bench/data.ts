@@ -44,7 +44,9 @@ try {
     for (const s of texts) if (s !== null) textBytes += s.length; // ASCII: characters = bytes
   }
   const readSeconds = seconds(t);
-  console.log(`read:            ${(textBytes / 1e6 / readSeconds).toFixed(0)} MB/s of text (${(textBytes / 1e6).toFixed(1)} MB in ${readSeconds.toFixed(2)} s)`);
+  console.log(
+    `read:            ${(textBytes / 1e6 / readSeconds).toFixed(0)} MB/s of text (${(textBytes / 1e6).toFixed(1)} MB in ${readSeconds.toFixed(2)} s)`,
+  );
 
   t = performance.now();
   const tokenizerPath = join(dir, 'tokenizer.json');

@@ -19,7 +19,8 @@ import { freePorts } from '../src/cli/launch.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { measureThroughput } from '../src/train/throughput.ts';
 
-const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+const int = (min: number, fallback: number, help: string) =>
+  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
 
 const COMMAND = {
   name: 'bench:distributed',
@@ -56,12 +57,24 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 /** One rank (or the one process of N = 1): measures and, on rank 0, prints one JSON line. */
 async function measureHere(values: Record<string, string>, cluster: Cluster | null): Promise<void> {
   const model = createLanguageModel({
-    kind: 'gpt', vocabSize: Number(values.vocab), maxSeqLen: Number(values.seq), dModel: Number(values.d), numLayers: Number(values.layers),
-    numHeads: Number(values.heads), mlpRatio: 4, dropout: 0, seed: 1, attention: { name: 'softmax', options: {} },
+    kind: 'gpt',
+    vocabSize: Number(values.vocab),
+    maxSeqLen: Number(values.seq),
+    dModel: Number(values.d),
+    numLayers: Number(values.layers),
+    numHeads: Number(values.heads),
+    mlpRatio: 4,
+    dropout: 0,
+    seed: 1,
+    attention: { name: 'softmax', options: {} },
   } as Parameters<typeof createLanguageModel>[0]);
   const parameters = [...model.parameters().values()].reduce((n, v) => n + v.size, 0);
   const result = await measureThroughput(model, {
-    batchSize: Number(values.batch), seqLen: Number(values.seq), warmup: Number(values.warmup), steps: Number(values.steps), replicas: 1,
+    batchSize: Number(values.batch),
+    seqLen: Number(values.seq),
+    warmup: Number(values.warmup),
+    steps: Number(values.steps),
+    replicas: 1,
     executor: cluster ? 'collective' : 'functions',
   });
   let allReduceMs = 0;
@@ -85,7 +98,13 @@ async function measureHere(values: Record<string, string>, cluster: Cluster | nu
   }
   model.dispose();
   if (!cluster || cluster.rank === 0) {
-    const measured: Measured = { ranks: cluster?.worldSize ?? 1, parameters, msPerStep: result.msPerStep, tokensPerSecond: result.tokensPerSecond, allReduceMs };
+    const measured: Measured = {
+      ranks: cluster?.worldSize ?? 1,
+      parameters,
+      msPerStep: result.msPerStep,
+      tokensPerSecond: result.tokensPerSecond,
+      allReduceMs,
+    };
     console.log(JSON.stringify(measured));
   }
 }
@@ -96,11 +115,18 @@ async function measureRanks(n: number, argv: string[], sharing = n): Promise<Mea
   // `sharing`: how many processes the cores are divided among (a rank's share, also for the one-shard comparison).
   const threads = String(Math.max(1, Math.floor(availableParallelism() / sharing)));
   const children = ports.map((_, rank) => {
-    const env = { ...process.env, TF_NUM_INTRAOP_THREADS: threads, TF_NUM_INTEROP_THREADS: threads, ...(n > 1 ? { [RANK_ENV]: String(rank), [CLUSTER_ENV]: ports.map((p) => `127.0.0.1:${p}`).join(',') } : {}) };
+    const env = {
+      ...process.env,
+      TF_NUM_INTRAOP_THREADS: threads,
+      TF_NUM_INTEROP_THREADS: threads,
+      ...(n > 1 ? { [RANK_ENV]: String(rank), [CLUSTER_ENV]: ports.map((p) => `127.0.0.1:${p}`).join(',') } : {}),
+    };
     const child = spawn(process.execPath, [...process.execArgv, import.meta.filename, ...argv], { env, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
-    return new Promise<string>((resolve, reject) => child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`rank ${rank} of ${n} exited with status ${code}`)))));
+    return new Promise<string>((resolve, reject) =>
+      child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`rank ${rank} of ${n} exited with status ${code}`)))),
+    );
   });
   const outputs = await Promise.all(children);
   return JSON.parse(outputs[0].trim().split('\n').at(-1)!) as Measured;

@@ -36,7 +36,13 @@ time per token, the state's size and the memory high-water mark against a budget
     lengths: { type: 'string', value: 'L,…', default: '4096,16384,65536,131072', help: 'prompt lengths' },
     generate: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '32', help: 'tokens generated after the prompt' },
     block: { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '2048', help: 'prompt tokens per prefill block' },
-    'budget-mb': { type: 'string', value: 'MB', number: { integer: true, min: 1 }, default: '4096', help: 'memory budget: a run whose high-water mark exceeds it does not fit (the wasm heap)' },
+    'budget-mb': {
+      type: 'string',
+      value: 'MB',
+      number: { integer: true, min: 1 },
+      default: '4096',
+      help: 'memory budget: a run whose high-water mark exceeds it does not fit (the wasm heap)',
+    },
     out: { type: 'string', value: 'FILE', default: 'reports/bench-long-context.json', help: 'JSON output' },
   },
 } as const satisfies CommandSpec;
@@ -82,8 +88,17 @@ const VOCAB = 4096;
 async function measure(opts: Options, mechanism: string, length: number): Promise<Row> {
   await initBackend(opts.backend, { quiet: true });
   const model = createLanguageModel({
-    kind: 'gpt', vocabSize: VOCAB, maxSeqLen: length + opts.generate, dModel: 128, numLayers: 4, numHeads: 4,
-    mlpRatio: 4, dropout: 0, bias: true, attention: { name: mechanism, options: {} }, seed: 1,
+    kind: 'gpt',
+    vocabSize: VOCAB,
+    maxSeqLen: length + opts.generate,
+    dModel: 128,
+    numLayers: 4,
+    numHeads: 4,
+    mlpRatio: 4,
+    dropout: 0,
+    bias: true,
+    attention: { name: mechanism, options: {} },
+    seed: 1,
   });
   const rng = new Rng(2);
   const prompt = Array.from({ length }, () => rng.int(VOCAB));
@@ -134,7 +149,9 @@ async function main(): Promise<void> {
   const opts = parseOptions(process.argv.slice(2));
   if (!(await benchmarkEntry(opts, (mechanism, length) => measure(opts, mechanism, length)))) return;
   const { backend } = await initBackend(opts.backend, { quiet: true });
-  console.log(`backend ${backend}; GPT vocab ${VOCAB}, width 128, 4 layers × 4 heads; prompt in blocks of ${opts.block}, then ${opts.generate} tokens; budget ${opts.budgetMB} MB\n`);
+  console.log(
+    `backend ${backend}; GPT vocab ${VOCAB}, width 128, 4 layers × 4 heads; prompt in blocks of ${opts.block}, then ${opts.generate} tokens; budget ${opts.budgetMB} MB\n`,
+  );
   console.log('mechanism           L   prefill s   prefill tok/s   decode ms/token   state MB    peak MB   status');
   const fmt = (v: number | null, digits = 1) => (v === null ? '—' : v.toFixed(digits));
   const rows: Row[] = [];

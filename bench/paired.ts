@@ -15,7 +15,8 @@ import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/step.ts';
 import { randomBatch } from '../src/train/throughput.ts';
 
-const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+const int = (min: number, fallback: number, help: string) =>
+  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
 
 const COMMAND = {
   name: 'bench:paired',
@@ -23,7 +24,7 @@ const COMMAND = {
   description: 'Step time of the fused forms against the composed ones, paired step by step in one process (tensorflow backend).',
   options: {
     rounds: int(2, 30, 'timed rounds (each one fused and one composed step)'),
-    warmup: int(0, 4, 'untimed rounds first (the first records each form\'s step function)'),
+    warmup: int(0, 4, "untimed rounds first (the first records each form's step function)"),
     seq: int(2, 256, 'sequence length'),
     batch: int(1, 8, 'batch size'),
     vocab: int(2, 4096, 'vocabulary'),
@@ -42,13 +43,24 @@ async function main(): Promise<void> {
   const unknown = positionals.filter((name) => !attentionNames().includes(name));
   if (unknown.length > 0) throw new Error(`bench:paired: unknown attention ${unknown.join(', ')} (one of ${attentionNames().join(', ')})`);
   await initBackend('tensorflow', { quiet: true });
-  console.log(`bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads`);
+  console.log(
+    `bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads`,
+  );
   console.log('| attention | fused ms/step | composed ms/step | paired ratio (fused / composed), median [IQR] | last losses (fused, composed) |');
   console.log('| --- | ---: | ---: | --- | --- |');
   for (const attention of positionals.length > 0 ? positionals : ['softmax', 'slay']) {
     const model = createLanguageModel({
-      kind: 'gpt', vocabSize: n('vocab'), maxSeqLen: n('seq'), dModel: n('d'), numLayers: n('layers'), numHeads: n('heads'), mlpRatio: 4, dropout: 0, bias: true,
-      attention: { name: attention, options: {} }, seed: 1,
+      kind: 'gpt',
+      vocabSize: n('vocab'),
+      maxSeqLen: n('seq'),
+      dModel: n('d'),
+      numLayers: n('layers'),
+      numHeads: n('heads'),
+      mlpRatio: 4,
+      dropout: 0,
+      bias: true,
+      attention: { name: attention, options: {} },
+      seed: 1,
     });
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     try {

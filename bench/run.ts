@@ -5,7 +5,10 @@ import path from 'node:path';
 import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
 
 const dir = path.dirname(new URL(import.meta.url).pathname);
-const available = fs.readdirSync(dir).filter((f) => f.endsWith('.ts') && f !== 'run.ts').map((f) => f.slice(0, -3));
+const available = fs
+  .readdirSync(dir)
+  .filter((f) => f.endsWith('.ts') && f !== 'run.ts')
+  .map((f) => f.slice(0, -3));
 const COMMAND = {
   name: 'bench',
   usage: `<${available.join('|')}> [options of that benchmark]`,

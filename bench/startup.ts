@@ -57,7 +57,9 @@ try {
   t = performance.now();
   const described = await describeSplit(data, 'train', 'text');
   const scanSeconds = seconds(t);
-  console.log(`header scan:     ${scanSeconds.toFixed(2)} s for ${described.shards.length} shards, ${described.rows!.toLocaleString('en-US')} rows, ${(described.bytes! / 1e9).toFixed(2)} GB of text`);
+  console.log(
+    `header scan:     ${scanSeconds.toFixed(2)} s for ${described.shards.length} shards, ${described.rows!.toLocaleString('en-US')} rows, ${(described.bytes! / 1e9).toFixed(2)} GB of text`,
+  );
 
   const recipeText = `
 backend: ${values.backend}
@@ -74,7 +76,9 @@ wandb: { enabled: false }
   // What counting by tokenizing the whole split (the old estimate whenever the header scan could not tell the text
   // bytes, or the split was under 32 MB) would take at the sample's rate:
   const sampleRate = epoch.sample.bytes / Math.max(1e-9, estimateSeconds - scanSeconds);
-  console.log(`whole-split count: ≈ ${(described.bytes! / sampleRate).toFixed(0)} s at the sample's tokenize rate of ${(sampleRate / 1e6).toFixed(1)} MB/s (not done)`);
+  console.log(
+    `whole-split count: ≈ ${(described.bytes! / sampleRate).toFixed(0)} s at the sample's tokenize rate of ${(sampleRate / 1e6).toFixed(1)} MB/s (not done)`,
+  );
 
   let firstStep = NaN;
   t = performance.now();

@@ -51,7 +51,8 @@ interface Row {
   readbackBytes?: number;
 }
 
-const int = (min: number, fallback: number, help: string) => ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+const int = (min: number, fallback: number, help: string) =>
+  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
 
 const COMMAND = {
   name: 'bench:train',
@@ -64,7 +65,12 @@ const COMMAND = {
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
     steps: int(1, 10, 'timed steps'),
     warmup: int(0, 4, 'warm-up steps (on tensorflow the first step also records the step and builds its function)'),
-    graph: { type: 'string', value: 'LIST', default: 'on,off', help: 'tensorflow only: train.graph settings to measure (on = the step as TF functions, off = op by op)' },
+    graph: {
+      type: 'string',
+      value: 'LIST',
+      default: 'on,off',
+      help: 'tensorflow only: train.graph settings to measure (on = the step as TF functions, off = op by op)',
+    },
     xla: { type: 'string', value: 'LIST', default: 'off', help: 'tensorflow only: train.xla settings of the function rows (on, off or off,on)' },
     'xla-executor': { type: 'boolean', help: 'tensorflow only: also rows of train.executor xla (jax process; npm run setup:xla)' },
     seq: int(1, 256, 'sequence length'),
@@ -128,33 +134,60 @@ async function measureHere(o: Options): Promise<Row[]> {
   const device = await initBackend(o.backends[0], { quiet: true });
   const { backend } = device;
   const { seq, batch, vocab, d, layers, heads } = o.shape;
-  if (!o.json) console.log(`bench:train on ${backend}: GPT vocab ${vocab}, d ${d}, ${layers} layers, ${heads} heads, seq ${seq}, batch ${batch}; ${o.warmup} warm-up + ${o.steps} timed steps`);
+  if (!o.json)
+    console.log(
+      `bench:train on ${backend}: GPT vocab ${vocab}, d ${d}, ${layers} layers, ${heads} heads, seq ${seq}, batch ${batch}; ${o.warmup} warm-up + ${o.steps} timed steps`,
+    );
   const replicaCounts = [...new Set(o.replicas.map((r) => resolveDataParallel(r === 'auto' ? 'auto' : Number(r), device, batch)))];
   const rows: Row[] = [];
   // (graph, xla) pairs: XLA applies to the function rows only.
   type Mode = { graph: boolean; xla: boolean; executor?: string };
-  const modes: Mode[] = device.native ? o.graph.flatMap((graph): Mode[] => (graph ? o.xla.map((xla) => ({ graph, xla })) : [{ graph, xla: false }])) : [{ graph: true, xla: false }];
+  const modes: Mode[] = device.native
+    ? o.graph.flatMap((graph): Mode[] => (graph ? o.xla.map((xla) => ({ graph, xla })) : [{ graph, xla: false }]))
+    : [{ graph: true, xla: false }];
   if (device.native && o.xlaExecutor) modes.push({ graph: true, xla: false, executor: 'xla' });
-  for (const name of o.names) for (const replicas of replicaCounts) for (const { graph, xla, executor } of modes) {
-    if (executor === 'xla' && replicas > 1) continue;
-    const model = createLanguageModel({
-      kind: 'gpt', vocabSize: vocab, maxSeqLen: seq, dModel: d, numLayers: layers, numHeads: heads,
-      mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: o.options }, seed: 1,
-    });
-    const r = await measureThroughput(model, {
-      batchSize: batch, seqLen: seq, warmup: o.warmup, steps: o.steps, replicas, graph, xla, executor,
-      // A function call is one op, which tf.profile does not see into: profiles are of op-by-op steps.
-      afterTimed: o.profile && !(device.native && graph) ? (step) => profile(name, step) : undefined,
-    });
-    model.dispose();
-    const label = executor === 'xla' ? 'xla executor (jax CPU)' : device.native ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
-    const row: Row = { label, attention: name, replicas, ...r };
-    // The xla executor's work is in the jax process, whose CPU time this process does not see.
-    if (executor === 'xla') row.tokensPerCpuSecond = undefined;
-    rows.push(row);
-    if (o.json) console.log(JSON.stringify(row));
-    else console.log(`  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second), ${r.readbackValues} values read back per step`);
-  }
+  for (const name of o.names)
+    for (const replicas of replicaCounts)
+      for (const { graph, xla, executor } of modes) {
+        if (executor === 'xla' && replicas > 1) continue;
+        const model = createLanguageModel({
+          kind: 'gpt',
+          vocabSize: vocab,
+          maxSeqLen: seq,
+          dModel: d,
+          numLayers: layers,
+          numHeads: heads,
+          mlpRatio: 4,
+          dropout: 0,
+          bias: true,
+          attention: { name, options: o.options },
+          seed: 1,
+        });
+        const r = await measureThroughput(model, {
+          batchSize: batch,
+          seqLen: seq,
+          warmup: o.warmup,
+          steps: o.steps,
+          replicas,
+          graph,
+          xla,
+          executor,
+          // A function call is one op, which tf.profile does not see into: profiles are of op-by-op steps.
+          afterTimed: o.profile && !(device.native && graph) ? (step) => profile(name, step) : undefined,
+        });
+        model.dispose();
+        const label =
+          executor === 'xla' ? 'xla executor (jax CPU)' : device.native ? `${backend} (${graph ? (xla ? 'function+XLA' : 'function') : 'eager'})` : backend;
+        const row: Row = { label, attention: name, replicas, ...r };
+        // The xla executor's work is in the jax process, whose CPU time this process does not see.
+        if (executor === 'xla') row.tokensPerCpuSecond = undefined;
+        rows.push(row);
+        if (o.json) console.log(JSON.stringify(row));
+        else
+          console.log(
+            `  ${name} × ${replicas}, ${label}: median ${r.msPerStep.toFixed(0)} ms/step wall (${r.tokensPerSecond.toFixed(0)} tokens/s), ${r.cpuMsPerStep.toFixed(0)} CPU-ms/step (${r.tokensPerCpuSecond.toFixed(0)} tokens per CPU-second), ${r.readbackValues} values read back per step`,
+          );
+      }
   return rows;
 }
 
@@ -183,9 +216,14 @@ function measureAll(o: Options, argv: string[]): Row[] {
   for (const backend of o.backends) {
     console.log(`bench:train: ${backend} …`);
     const child = spawnSync(process.execPath, ['--import', 'tsx', import.meta.filename, ...passOn, '--backend', backend, '--json'], {
-      cwd: PROJECT_ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'],
+      cwd: PROJECT_ROOT,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
     });
-    const got = child.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Row);
+    const got = child.stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Row);
     if (child.status !== 0 || got.length === 0) console.log(`  ${backend}: failed (exit ${child.status}); left out`);
     rows.push(...got);
   }
@@ -200,30 +238,68 @@ function measurePeer(o: Options): Row[] {
   }
   const rows: Row[] = [];
   const attentions = [...new Set(o.names.map((n) => (n === 'softmax' ? 'softmax' : n === 'linear-elu' ? 'linear' : null)).filter((n) => n !== null))];
-  for (const attn of attentions) for (const compile of [false, true]) for (const threads of [1, 2]) {
-    console.log(`bench:train: PyTorch peer, ${attn}, ${compile ? 'torch.compile' : 'eager'}, ${threads} thread(s) …`);
-    const shape = SHAPE.flatMap((k) => [`--${k}`, String(o.shape[k])]);
-    const args = [PEER, ...shape, '--steps', String(o.steps), '--warmup', String(o.warmup), '--attn', attn, '--threads', String(threads), ...(compile ? ['--compile'] : [])];
-    const child = spawnSync(o.peer!, args, { encoding: 'utf8' });
-    const line = child.stdout?.split('\n').find((l) => l.startsWith('{'));
-    if (child.status !== 0 || !line) {
-      console.log(`  PyTorch peer failed: ${(child.stderr || child.error?.message || '').trim().split('\n').pop()}`);
-      continue;
-    }
-    const r = JSON.parse(line) as { peer: string; tokens_per_s: number; step_ms: number; final_loss: number };
-    rows.push({ label: `${r.peer}, ${threads} thread${threads > 1 ? 's' : ''}`, attention: attn === 'linear' ? 'linear-elu' : 'softmax', replicas: 1, tokensPerSecond: r.tokens_per_s, msPerStep: r.step_ms, lastLoss: r.final_loss });
-  }
+  for (const attn of attentions)
+    for (const compile of [false, true])
+      for (const threads of [1, 2]) {
+        console.log(`bench:train: PyTorch peer, ${attn}, ${compile ? 'torch.compile' : 'eager'}, ${threads} thread(s) …`);
+        const shape = SHAPE.flatMap((k) => [`--${k}`, String(o.shape[k])]);
+        const args = [
+          PEER,
+          ...shape,
+          '--steps',
+          String(o.steps),
+          '--warmup',
+          String(o.warmup),
+          '--attn',
+          attn,
+          '--threads',
+          String(threads),
+          ...(compile ? ['--compile'] : []),
+        ];
+        const child = spawnSync(o.peer!, args, { encoding: 'utf8' });
+        const line = child.stdout?.split('\n').find((l) => l.startsWith('{'));
+        if (child.status !== 0 || !line) {
+          console.log(`  PyTorch peer failed: ${(child.stderr || child.error?.message || '').trim().split('\n').pop()}`);
+          continue;
+        }
+        const r = JSON.parse(line) as { peer: string; tokens_per_s: number; step_ms: number; final_loss: number };
+        rows.push({
+          label: `${r.peer}, ${threads} thread${threads > 1 ? 's' : ''}`,
+          attention: attn === 'linear' ? 'linear-elu' : 'softmax',
+          replicas: 1,
+          tokensPerSecond: r.tokens_per_s,
+          msPerStep: r.step_ms,
+          lastLoss: r.final_loss,
+        });
+      }
   return rows;
 }
 
 function printTable(rows: Row[]): void {
   const peerBest = new Map<string, number>();
   for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
-  const header = ['attention', 'backend', 'replicas', 'tokens/s (wall)', 'ms/step', 'tokens per CPU-s', 'host reads/step', 'first step s', 'last loss', ...(peerBest.size ? ['× PyTorch'] : [])];
+  const header = [
+    'attention',
+    'backend',
+    'replicas',
+    'tokens/s (wall)',
+    'ms/step',
+    'tokens per CPU-s',
+    'host reads/step',
+    'first step s',
+    'last loss',
+    ...(peerBest.size ? ['× PyTorch'] : []),
+  ];
   const cells = rows.map((r) => [
-    r.attention, r.label, String(r.replicas), r.tokensPerSecond.toFixed(0), r.msPerStep.toFixed(0),
-    r.tokensPerCpuSecond?.toFixed(0) ?? '', r.readbackValues !== undefined && r.label.startsWith('tensorflow') ? `${r.readbackValues} (${r.readbackBytes} B)` : '',
-    r.firstStepMs !== undefined ? (r.firstStepMs / 1000).toFixed(1) : '', r.lastLoss.toFixed(3),
+    r.attention,
+    r.label,
+    String(r.replicas),
+    r.tokensPerSecond.toFixed(0),
+    r.msPerStep.toFixed(0),
+    r.tokensPerCpuSecond?.toFixed(0) ?? '',
+    r.readbackValues !== undefined && r.label.startsWith('tensorflow') ? `${r.readbackValues} (${r.readbackBytes} B)` : '',
+    r.firstStepMs !== undefined ? (r.firstStepMs / 1000).toFixed(1) : '',
+    r.lastLoss.toFixed(3),
     ...(peerBest.size ? [peerBest.has(r.attention) ? (r.tokensPerSecond / peerBest.get(r.attention)!).toFixed(2) : ''] : []),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));

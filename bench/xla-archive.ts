@@ -27,8 +27,20 @@ const COMMAND = {
   description: 'Builds the offline GPU archive of the XLA route and the CPU figures it is compared against.',
   options: {
     out: { type: 'string', value: 'FILE', default: 'exports/xla-gpu/slayformer-xla.tar.xz', help: 'the archive to write (xla-run.py is written beside it)' },
-    'cpu-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '1', help: 'timed steps of each CPU bench run, after one warm-up step (GPT-2 small takes minutes a step on a small CPU)' },
-    'train-steps': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '30', help: 'steps of the demo recipe through the trainer (CPU run)' },
+    'cpu-steps': {
+      type: 'string',
+      value: 'N',
+      number: { integer: true, min: 1 },
+      default: '1',
+      help: 'timed steps of each CPU bench run, after one warm-up step (GPT-2 small takes minutes a step on a small CPU)',
+    },
+    'train-steps': {
+      type: 'string',
+      value: 'N',
+      number: { integer: true, min: 1 },
+      default: '30',
+      help: 'steps of the demo recipe through the trainer (CPU run)',
+    },
     node: { type: 'string', value: 'FILE', help: 'the Node.js binary to carry (default: this one)' },
     recompile: { type: 'boolean', help: 'compile the programs again even when the staging folder has them' },
     models: { type: 'string', value: 'LIST', default: 'demo,gpt2-small', help: 'the bench models to carry (the demo recipe always goes)' },
@@ -45,7 +57,8 @@ if (unknownModel !== undefined) throw new Error(`--models: unknown model '${unkn
 const log = (line: string) => console.log(`xla:archive: ${line}`);
 const run = (command: string, args: string[], options: { cwd?: string; env?: Record<string, string> } = {}) => {
   const r = spawnSync(command, args, { cwd: options.cwd ?? PROJECT_ROOT, env: { ...process.env, ...options.env }, encoding: 'utf8', maxBuffer: 256 << 20 });
-  if (r.status !== 0) throw new Error(`${path.basename(command)} ${args.join(' ')} failed (${r.status}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`);
+  if (r.status !== 0)
+    throw new Error(`${path.basename(command)} ${args.join(' ')} failed (${r.status}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`);
   return r.stdout;
 };
 const tsx = (args: string[], env: Record<string, string> = {}) => run(process.execPath, ['--import', 'tsx', ...args], { env });
@@ -59,7 +72,7 @@ if (values.recompile || !fs.existsSync(path.join(programs.demo, 'manifest.json')
   tsx(['src/cli/compile.ts', DEMO_RECIPE, '--out', programs.demo]);
 }
 if (models.includes('gpt2-small') && (values.recompile || !fs.existsSync(path.join(programs.gpt2, 'manifest.json')))) {
-  log('compiling GPT-2 small\'s shape');
+  log("compiling GPT-2 small's shape");
   fs.rmSync(programs.gpt2, { recursive: true, force: true });
   tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);
 }
@@ -70,15 +83,28 @@ fs.rmSync(app, { recursive: true, force: true });
 fs.mkdirSync(path.join(app, 'node_modules', 'tokenizers'), { recursive: true });
 // ESM bundles that still require() CommonJS packages at run time: the banner gives them a require.
 const banner = "import { createRequire as slayformerRequire } from 'node:module'; const require = slayformerRequire(import.meta.url);";
-for (const [entry, out] of [['src/cli/train.ts', 'train.mjs'], ['bench/xla-steps.ts', 'steps.mjs']]) {
+for (const [entry, out] of [
+  ['src/cli/train.ts', 'train.mjs'],
+  ['bench/xla-steps.ts', 'steps.mjs'],
+]) {
   run(path.join(PROJECT_ROOT, 'node_modules', '.bin', 'esbuild'), [
-    entry, '--bundle', '--platform=node', '--format=esm', '--target=node20', `--outfile=${path.join(app, out)}`, '--log-level=warning',
-    '--external:tokenizers', '--external:@tensorflow/tfjs-node', '--external:@tensorflow/tfjs-node-gpu', `--banner:js=${banner}`,
+    entry,
+    '--bundle',
+    '--platform=node',
+    '--format=esm',
+    '--target=node20',
+    `--outfile=${path.join(app, out)}`,
+    '--log-level=warning',
+    '--external:tokenizers',
+    '--external:@tensorflow/tfjs-node',
+    '--external:@tensorflow/tfjs-node-gpu',
+    `--banner:js=${banner}`,
   ]);
 }
 fs.copyFileSync(path.join(PROJECT_ROOT, 'src', 'backend', 'xla', 'runner.py'), path.join(app, 'runner.py'));
 const tokenizers = path.join(PROJECT_ROOT, 'node_modules', 'tokenizers');
-for (const file of ['package.json', 'index.js', 'LICENSE', 'tokenizers.linux-x64-gnu.node']) fs.copyFileSync(path.join(tokenizers, file), path.join(app, 'node_modules', 'tokenizers', file));
+for (const file of ['package.json', 'index.js', 'LICENSE', 'tokenizers.linux-x64-gnu.node'])
+  fs.copyFileSync(path.join(tokenizers, file), path.join(app, 'node_modules', 'tokenizers', file));
 fs.mkdirSync(path.join(stage, 'node', 'bin'), { recursive: true });
 fs.copyFileSync(values.node ?? process.execPath, path.join(stage, 'node', 'bin', 'node'));
 fs.chmodSync(path.join(stage, 'node', 'bin', 'node'), 0o755);
@@ -90,7 +116,8 @@ fs.cpSync(recipe.data.dataset, path.join(stage, 'data', 'sotu'), { recursive: tr
 fs.mkdirSync(path.join(stage, 'data', 'tokenizers'), { recursive: true });
 fs.copyFileSync(recipe.data.tokenizer, path.join(stage, 'data', 'tokenizers', path.basename(recipe.data.tokenizer)));
 fs.mkdirSync(path.join(stage, 'recipe'), { recursive: true });
-const recipeText = fs.readFileSync(path.join(PROJECT_ROOT, DEMO_RECIPE), 'utf8')
+const recipeText = fs
+  .readFileSync(path.join(PROJECT_ROOT, DEMO_RECIPE), 'utf8')
   .replace(/^(\s*dataset:).*$/m, '$1 data/sotu')
   .replace(/^(\s*tokenizer:).*$/m, `$1 data/tokenizers/${path.basename(recipe.data.tokenizer)}`);
 fs.writeFileSync(path.join(stage, 'recipe', 'gpt-slay.yaml'), recipeText);
@@ -101,13 +128,34 @@ const commit = run('git', ['rev-parse', '--short', 'HEAD']).trim() + (run('git',
 const manifest = {
   commit,
   bench: models.map((model) => ({ model, programs: `programs/${model}`, cpu: null as unknown })),
-  train: { recipe: 'recipe/gpt-slay.yaml', programs: 'programs/demo', tokensPerStep: recipe.train.batchSize * recipe.data.seqLen * recipe.train.gradAccum, cpu: [] as unknown },
+  train: {
+    recipe: 'recipe/gpt-slay.yaml',
+    programs: 'programs/demo',
+    tokensPerStep: recipe.train.batchSize * recipe.data.seqLen * recipe.train.gradAccum,
+    cpu: [] as unknown,
+  },
 };
 fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, null, 1) + '\n');
 const cpuOut = `${stage}-cpu-run`;
 fs.rmSync(cpuOut, { recursive: true, force: true });
 log(`CPU run (jax CPU): ${values['cpu-steps']} timed steps per bench, ${values['train-steps']} trainer steps`);
-const cpuLog = run(venvPython(), [path.join(stage, 'xla-run.py'), '--dir', stage, '--out', cpuOut, '--steps', String(values['cpu-steps']), '--warmup', '1', '--train-steps', String(values['train-steps'])], { env: { SLAYFORMER_XLA_PLATFORM: 'cpu' } });
+const cpuLog = run(
+  venvPython(),
+  [
+    path.join(stage, 'xla-run.py'),
+    '--dir',
+    stage,
+    '--out',
+    cpuOut,
+    '--steps',
+    String(values['cpu-steps']),
+    '--warmup',
+    '1',
+    '--train-steps',
+    String(values['train-steps']),
+  ],
+  { env: { SLAYFORMER_XLA_PLATFORM: 'cpu' } },
+);
 console.log(cpuLog);
 const cpu = JSON.parse(fs.readFileSync(path.join(cpuOut, 'results.json'), 'utf8')) as { runs: Array<Record<string, unknown>> };
 for (const b of manifest.bench) {

@@ -20,14 +20,37 @@ import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgra
 export const XLA_BENCH_MODELS: Record<string, { config: LanguageModelConfig; batch: number; seq: number }> = {
   demo: {
     config: {
-      kind: 'gpt', vocabSize: 4096, maxSeqLen: 128, dModel: 128, numLayers: 4, numHeads: 4, mlpRatio: 4, dropout: 0, bias: true, seed: 1,
+      kind: 'gpt',
+      vocabSize: 4096,
+      maxSeqLen: 128,
+      dModel: 128,
+      numLayers: 4,
+      numHeads: 4,
+      mlpRatio: 4,
+      dropout: 0,
+      bias: true,
+      seed: 1,
       attention: { name: 'slay', options: { chunkSize: 32, quadratureNodes: 2, prfFeatures: 16, anchors: 8, epsilon: 1e-3 } },
     },
-    batch: 8, seq: 128,
+    batch: 8,
+    seq: 128,
   },
   'gpt2-small': {
-    config: { kind: 'gpt', vocabSize: 50257, maxSeqLen: 1024, dModel: 768, numLayers: 12, numHeads: 12, mlpRatio: 4, dropout: 0, bias: true, seed: 1, attention: { name: 'softmax', options: {} } },
-    batch: 4, seq: 256,
+    config: {
+      kind: 'gpt',
+      vocabSize: 50257,
+      maxSeqLen: 1024,
+      dModel: 768,
+      numLayers: 12,
+      numHeads: 12,
+      mlpRatio: 4,
+      dropout: 0,
+      bias: true,
+      seed: 1,
+      attention: { name: 'softmax', options: {} },
+    },
+    batch: 4,
+    seq: 256,
   },
 };
 
@@ -99,13 +122,29 @@ if (values.compile) {
     const msPerStep = timed[Math.floor(timed.length / 2)];
     const memory = await executor.memory();
     const result = {
-      model: values.model, batch: batchSize, seq: seqLen, parameters: [...model.parameters().values()].reduce((n, v) => n + v.size, 0),
-      jax: executor.hello.jax, jaxlib: executor.hello.jaxlib, platform: executor.hello.platform, device: executor.hello.device,
-      path: executor.describe().replace(/.*loaded as /, '').replace(/; compiling.*/, ''),
-      compileSeconds: executor.compileSeconds, initSeconds, firstStepMs: ms[0], msPerStep, tokensPerSecond: (1000 * batchSize * seqLen) / msPerStep,
-      peakBytes: memory.peakBytes, losses,
+      model: values.model,
+      batch: batchSize,
+      seq: seqLen,
+      parameters: [...model.parameters().values()].reduce((n, v) => n + v.size, 0),
+      jax: executor.hello.jax,
+      jaxlib: executor.hello.jaxlib,
+      platform: executor.hello.platform,
+      device: executor.hello.device,
+      path: executor
+        .describe()
+        .replace(/.*loaded as /, '')
+        .replace(/; compiling.*/, ''),
+      compileSeconds: executor.compileSeconds,
+      initSeconds,
+      firstStepMs: ms[0],
+      msPerStep,
+      tokensPerSecond: (1000 * batchSize * seqLen) / msPerStep,
+      peakBytes: memory.peakBytes,
+      losses,
     };
-    console.log(`bench:xla ${values.model} ${batchSize}×${seqLen} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`);
+    console.log(
+      `bench:xla ${values.model} ${batchSize}×${seqLen} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`,
+    );
     if (values.json) fs.writeFileSync(values.json, JSON.stringify(result, null, 1) + '\n');
   } finally {
     await executor.close();

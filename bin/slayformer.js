@@ -14,10 +14,12 @@ const SCRIPT = /^node --import tsx ((?:src\/cli|bench)\/[\w.-]+\.ts)$/;
 /** Command name → its .ts file, for every npm script that starts one the way npm run does. */
 function commands() {
   const { scripts } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
-  return new Map(Object.entries(scripts).flatMap(([name, command]) => {
-    const match = SCRIPT.exec(command);
-    return match ? [[name, path.join(ROOT, match[1])]] : [];
-  }));
+  return new Map(
+    Object.entries(scripts).flatMap(([name, command]) => {
+      const match = SCRIPT.exec(command);
+      return match ? [[name, path.join(ROOT, match[1])]] : [];
+    }),
+  );
 }
 
 function usage() {

@@ -85,7 +85,8 @@ export function expandTasksPerNode(text: string): number[] {
 export function slurmAddresses(nodeList: string, tasksPerNode: string, basePort: number): string[] {
   const hosts = expandHostList(nodeList);
   const counts = expandTasksPerNode(tasksPerNode);
-  if (hosts.length !== counts.length) throw new Error(`Slurm step: ${hosts.length} hosts in '${nodeList}' but ${counts.length} task counts in '${tasksPerNode}'`);
+  if (hosts.length !== counts.length)
+    throw new Error(`Slurm step: ${hosts.length} hosts in '${nodeList}' but ${counts.length} task counts in '${tasksPerNode}'`);
   return hosts.flatMap((host, n) => Array.from({ length: counts[n] }, (_, i) => `${host}:${basePort + i}`));
 }
 
@@ -119,6 +120,7 @@ export function clusterFromEnv(env: NodeJS.ProcessEnv = process.env): ClusterSpe
   // A cyclic or arbitrary distribution puts ranks elsewhere than the block order computed here.
   const own = addresses[rank];
   const expected = env.SLURMD_NODENAME ? `${env.SLURMD_NODENAME}:${slurmBasePort(env) + Number(env.SLURM_LOCALID ?? 0)}` : own;
-  if (own !== expected) throw new Error(`Slurm task ${rank} runs on ${expected} but the block distribution puts it at ${own}: start the step with srun --distribution=block`);
+  if (own !== expected)
+    throw new Error(`Slurm task ${rank} runs on ${expected} but the block distribution puts it at ${own}: start the step with srun --distribution=block`);
   return { rank, addresses };
 }

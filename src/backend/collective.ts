@@ -47,7 +47,8 @@ export function checkClusterSpec(spec: ClusterSpec): void {
   if (n < 1) throw new Error('cluster: no rank address');
   if (!Number.isInteger(spec.rank) || spec.rank < 0 || spec.rank >= n) throw new Error(`cluster: rank ${spec.rank} is not one of the ${n} ranks 0–${n - 1}`);
   for (const [i, address] of spec.addresses.entries()) {
-    if (!/^[^\s:"]+:\d{1,5}$/.test(address) || Number(address.split(':').pop()) > 65535) throw new Error(`cluster: rank ${i}'s address '${address}' is not host:port`);
+    if (!/^[^\s:"]+:\d{1,5}$/.test(address) || Number(address.split(':').pop()) > 65535)
+      throw new Error(`cluster: rank ${i}'s address '${address}' is not host:port`);
   }
   const seen = new Map<string, number>();
   for (const [i, address] of spec.addresses.entries()) {
@@ -102,9 +103,11 @@ export function currentCluster(): Cluster | null {
  */
 export function joinCluster(spec: ClusterSpec): Cluster {
   if (joined) throw new Error(`cluster: this process already joined as rank ${joined.rank} of ${joined.worldSize}`);
-  if (tf.getBackend() !== 'tensorflow' || !graphsAvailable()) throw new Error('cluster: collective ops need the tensorflow backend built by `npm run setup:tensorflow`');
+  if (tf.getBackend() !== 'tensorflow' || !graphsAvailable())
+    throw new Error('cluster: collective ops need the tensorflow backend built by `npm run setup:tensorflow`');
   const backend = nativeBackend();
-  if (typeof backend.binding.enableCollectives !== 'function') throw new Error('cluster: this tensorflow binding has no collective ops (run `npm run setup:tensorflow` again)');
+  if (typeof backend.binding.enableCollectives !== 'function')
+    throw new Error('cluster: this tensorflow binding has no collective ops (run `npm run setup:tensorflow` again)');
   let device: string;
   try {
     device = backend.binding.enableCollectives(serverDefText(spec), taskName(spec.rank));
@@ -170,7 +173,8 @@ export function checkSameOnEveryRank(cluster: Cluster, what: string, value: stri
   b.setClusterValue(`slayformer/${what}/${cluster.rank}`, value);
   if (cluster.rank === 0) return;
   const leader = b.clusterValue(`slayformer/${what}/0`, timeoutMs);
-  if (leader !== value) throw new Error(`rank ${cluster.rank}: its ${what} (${value}) differs from rank 0's (${leader}): every rank must run the same recipe on the same data`);
+  if (leader !== value)
+    throw new Error(`rank ${cluster.rank}: its ${what} (${value}) differs from rank 0's (${leader}): every rank must run the same recipe on the same data`);
 }
 
 /**

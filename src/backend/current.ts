@@ -28,6 +28,7 @@ export function runningDevice(): Device<BackendName> | null {
 }
 
 function describeUnstarted(name: string): Device<BackendName> {
-  if (!(BACKENDS as readonly string[]).includes(name) || name === 'auto') throw new Error(`the running TensorFlow.js backend '${name}' is none of ${BACKENDS.slice(1).join(', ')}`);
+  if (!(BACKENDS as readonly string[]).includes(name) || name === 'auto')
+    throw new Error(`the running TensorFlow.js backend '${name}' is none of ${BACKENDS.slice(1).join(', ')}`);
   return backendEntry(name as BackendName).describe();
 }

@@ -24,13 +24,20 @@ export const BACKEND_ENV = 'SLAYFORMER_BACKEND';
 /** The built-in entries, typed as a list a test may extend with its own entry. */
 export const BUILT_IN_BACKENDS: readonly BackendEntry<BackendName>[] = BACKEND_ENTRIES;
 
-export function parseBackend<N extends string = BackendName>(value: string, source: string, entries: readonly BackendEntry<N>[] = BUILT_IN_BACKENDS as readonly BackendEntry<never>[]): N | 'auto' {
+export function parseBackend<N extends string = BackendName>(
+  value: string,
+  source: string,
+  entries: readonly BackendEntry<N>[] = BUILT_IN_BACKENDS as readonly BackendEntry<never>[],
+): N | 'auto' {
   if (value === 'auto' || entries.some((e) => e.name === value)) return value as N | 'auto';
   throw new Error(`${source}: unknown backend '${value}'; allowed: ${['auto', ...entries.map((e) => e.name)].join(', ')}`);
 }
 
 /** The entry called `name`. */
-export function backendEntry<N extends string = BackendName>(name: N, entries: readonly BackendEntry<N>[] = BUILT_IN_BACKENDS as readonly BackendEntry<never>[]): BackendEntry<N> {
+export function backendEntry<N extends string = BackendName>(
+  name: N,
+  entries: readonly BackendEntry<N>[] = BUILT_IN_BACKENDS as readonly BackendEntry<never>[],
+): BackendEntry<N> {
   const entry = entries.find((e) => e.name === name);
   if (!entry) throw new Error(`unknown backend '${name}'; allowed: ${entries.map((e) => e.name).join(', ')}`);
   return entry;
@@ -82,7 +89,11 @@ export function resolveBackend<N extends string = BackendName>(
     const device = entry.probe(probe);
     if (device) return device;
   }
-  throw new Error(`no backend is installed here (tried ${autoOrder(entries).map((e) => e.name).join(', ')})`);
+  throw new Error(
+    `no backend is installed here (tried ${autoOrder(entries)
+      .map((e) => e.name)
+      .join(', ')})`,
+  );
 }
 
 const requireHere = createRequire(import.meta.url);
@@ -100,7 +111,10 @@ function packageDir(name: string): string | undefined {
 export const LOCAL_PROBE: BackendProbe = {
   nativeBuild: () => currentBuild(),
   nativePackage: () => {
-    for (const [name, gpu] of [['@tensorflow/tfjs-node-gpu', true], ['@tensorflow/tfjs-node', false]] as const) {
+    for (const [name, gpu] of [
+      ['@tensorflow/tfjs-node-gpu', true],
+      ['@tensorflow/tfjs-node', false],
+    ] as const) {
       const dir = packageDir(name);
       // tfjs-node's install builds lib/napi-v<N>/tfjs_binding.node; without it the package does not load.
       const lib = dir && path.join(dir, 'lib');

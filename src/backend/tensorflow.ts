@@ -25,11 +25,7 @@ export function loadTensorflowPackage(): string | undefined {
   const reasons: string[] = [];
   const build = currentBuild();
   const wheelBuilt = build ? nativePackageDir(build) : null;
-  const candidates = [
-    ...(wheelBuilt ? [wheelBuilt] : []),
-    '@tensorflow/tfjs-node-gpu',
-    '@tensorflow/tfjs-node',
-  ];
+  const candidates = [...(wheelBuilt ? [wheelBuilt] : []), '@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'];
   for (const candidate of candidates) {
     try {
       const quietAddon = candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null;
@@ -42,7 +38,10 @@ export function loadTensorflowPackage(): string | undefined {
       reasons.push(`${path.isAbsolute(candidate) ? path.relative(PROJECT_ROOT, candidate) : candidate}: ${(err as Error).message.split('\n')[0]}`);
     }
   }
-  if (!build) reasons.unshift(readBuildStamp() ? `the native build predates this version of the project (run \`${SETUP_COMMAND}\` again)` : `not set up (run \`${SETUP_COMMAND}\`)`);
+  if (!build)
+    reasons.unshift(
+      readBuildStamp() ? `the native build predates this version of the project (run \`${SETUP_COMMAND}\` again)` : `not set up (run \`${SETUP_COMMAND}\`)`,
+    );
   return reasons.join('; ');
 }
 
@@ -144,7 +143,14 @@ function fusedCpuKernelsProblem(addonPath: string): string | null {
  * Registers `kernelName` on the tensorflow backend as the TensorFlow op `op`: `typeAttrs` map type
  * attributes to dtypes, `floatAttrs` name float attributes taken from the tfjs kernel's own attrs.
  */
-function registerTensorflowOp(kernelName: string, op: string, inputNames: readonly string[], typeAttrs: Record<string, 'float32' | 'int32'>, outputs: number, floatAttrs: readonly string[] = []): void {
+function registerTensorflowOp(
+  kernelName: string,
+  op: string,
+  inputNames: readonly string[],
+  typeAttrs: Record<string, 'float32' | 'int32'>,
+  outputs: number,
+  floatAttrs: readonly string[] = [],
+): void {
   tf.registerKernel({
     kernelName,
     backendName: 'tensorflow',
@@ -155,7 +161,12 @@ function registerTensorflowOp(kernelName: string, op: string, inputNames: readon
         ...Object.entries(typeAttrs).map(([name, dtype]) => ({ name, type: TF_ATTR_TYPE, value: dtype === 'float32' ? TF_FLOAT : TF_INT32 })),
         ...floatAttrs.map((name) => ({ name, type: TF_ATTR_FLOAT, value: (attrs as Record<string, number>)[name] })),
       ];
-      const results = native.executeMultipleOutputs(op, opAttrs, inputNames.map((n) => (inputs as Record<string, tf.TensorInfo>)[n]), outputs);
+      const results = native.executeMultipleOutputs(
+        op,
+        opAttrs,
+        inputNames.map((n) => (inputs as Record<string, tf.TensorInfo>)[n]),
+        outputs,
+      );
       return outputs === 1 ? results[0] : results;
     },
   });

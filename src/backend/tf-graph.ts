@@ -125,7 +125,11 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
     // A feed's handle may first be created here (tfjs-node uploads lazily): it is still the feed.
     const frozen = () => {
       if (!(tensor.dtype in DTYPES)) unknown ??= `a ${tensor.dtype} tensor from before the recording`;
-      return { dtype: dtypeEnum(binding, DTYPES[tensor.dtype] ? tensor.dtype : 'float32'), shape: [...tensor.shape], bytes: bytesOf(binding.tensorDataSync(id)) };
+      return {
+        dtype: dtypeEnum(binding, DTYPES[tensor.dtype] ? tensor.dtype : 'float32'),
+        shape: [...tensor.shape],
+        bytes: bytesOf(binding.tensorDataSync(id)),
+      };
     };
     const source = feed !== undefined ? ({ kind: 'feed', index: feed } as const) : freeze(uploads.get(id) ?? frozen());
     sources.set(id, source);
@@ -165,7 +169,10 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
   try {
     const outputs = fn();
     const outputSources = outputs.map((t) => sourceOf(handleId(backend, t), t));
-    return { outputs, trace: { ops, constants, outputs: outputSources, feeds: feeds.map((t) => ({ dtype: t.dtype, shape: [...t.shape] })), unfollowable: unknown } };
+    return {
+      outputs,
+      trace: { ops, constants, outputs: outputSources, feeds: feeds.map((t) => ({ dtype: t.dtype, shape: [...t.shape] })), unfollowable: unknown },
+    };
   } finally {
     backend.binding = binding;
     backend.getInputTensorIds = getInputTensorIds;
@@ -221,7 +228,8 @@ export class CompiledGraph {
     if (feeds.length !== this.feedShapes.length) throw new Error(`graph: ${feeds.length} feeds given, the graph takes ${this.feedShapes.length}`);
     feeds.forEach((t, i) => {
       const want = this.feedShapes[i];
-      if (t.dtype !== want.dtype || !tf.util.arraysEqual(t.shape, want.shape)) throw new Error(`graph: feed ${i} is ${t.dtype} [${t.shape}], the graph takes ${want.dtype} [${want.shape}]`);
+      if (t.dtype !== want.dtype || !tf.util.arraysEqual(t.shape, want.shape))
+        throw new Error(`graph: feed ${i} is ${t.dtype} [${t.shape}], the graph takes ${want.dtype} [${want.shape}]`);
     });
     const backend = nativeBackend();
     const results = backend.binding.callFunction(this.name, backend.getInputTensorIds([...feeds]), this.outputCount, xla);
@@ -307,17 +315,46 @@ function buildGraphDef(trace: Trace, binding: NativeBinding): { graphDef: Uint8A
   graph.setVersions(versions);
   const feedNames = trace.feeds.map((_, i) => `feed_${i}`);
   trace.feeds.forEach((f, i) =>
-    graph.addNode(node(feedNames[i], 'Placeholder', [], [['dtype', attr((v) => v.setType(dtypeEnum(binding, f.dtype)))], ['shape', attr((v) => v.setShape(shape(f.shape)))]])),
+    graph.addNode(
+      node(
+        feedNames[i],
+        'Placeholder',
+        [],
+        [
+          ['dtype', attr((v) => v.setType(dtypeEnum(binding, f.dtype)))],
+          ['shape', attr((v) => v.setShape(shape(f.shape)))],
+        ],
+      ),
+    ),
   );
   trace.constants.forEach((c, i) => {
     const t = new pb.Tensor();
     t.setDtype(c.dtype);
     t.setTensorShape(shape(c.shape));
     t.setTensorContent(c.bytes);
-    graph.addNode(node(`const_${i}`, 'Const', [], [['dtype', attr((v) => v.setType(c.dtype))], ['value', attr((v) => v.setTensor(t))]]));
+    graph.addNode(
+      node(
+        `const_${i}`,
+        'Const',
+        [],
+        [
+          ['dtype', attr((v) => v.setType(c.dtype))],
+          ['value', attr((v) => v.setTensor(t))],
+        ],
+      ),
+    );
   });
   const ref = (s: Source) => (s.kind === 'op' ? `op_${s.op}:${s.index}` : s.kind === 'feed' ? `feed_${s.index}:0` : `const_${s.value}:0`);
-  trace.ops.forEach((o, k) => graph.addNode(node(`op_${k}`, o.op, o.inputs.map(ref), o.attrs.map((a) => [a.name, attrValue(pb, binding, a, shape)]))));
+  trace.ops.forEach((o, k) =>
+    graph.addNode(
+      node(
+        `op_${k}`,
+        o.op,
+        o.inputs.map(ref),
+        o.attrs.map((a) => [a.name, attrValue(pb, binding, a, shape)]),
+      ),
+    ),
+  );
   // A function's outputs must be computed by its body: an output that is a feed or a constant gets an Identity.
   const fetchNames = trace.outputs.map((s, i) => {
     if (s.kind === 'op') return ref(s);
@@ -333,19 +370,50 @@ function attrValue(pb: Proto, binding: NativeBinding, a: OpAttr, shape: (dims: n
   const list = Array.isArray(a.value) ? new pb.AttrValue.ListValue() : null;
   const each = (add: (x: never) => void, set: (x: never) => void) => (list ? (a.value as never[]).forEach(add) : set(a.value as never));
   switch (a.type) {
-    case binding.TF_ATTR_TYPE: each((x) => list.addType(x), (x) => v.setType(x)); break;
-    case binding.TF_ATTR_INT: each((x) => list.addI(x), (x) => v.setI(x)); break;
-    case binding.TF_ATTR_FLOAT: each((x) => list.addF(x), (x) => v.setF(x)); break;
-    case binding.TF_ATTR_BOOL: each((x) => list.addB(x), (x) => v.setB(x)); break;
-    case binding.TF_ATTR_STRING: each((x) => list.addS(Buffer.from(x as string)), (x) => v.setS(Buffer.from(x as string))); break;
-    case binding.TF_ATTR_SHAPE: v.setShape(shape(a.value as number[])); return v;
-    default: throw new Error(`graph: attribute '${a.name}' has a type (${a.type}) this writer does not know`);
+    case binding.TF_ATTR_TYPE:
+      each(
+        (x) => list.addType(x),
+        (x) => v.setType(x),
+      );
+      break;
+    case binding.TF_ATTR_INT:
+      each(
+        (x) => list.addI(x),
+        (x) => v.setI(x),
+      );
+      break;
+    case binding.TF_ATTR_FLOAT:
+      each(
+        (x) => list.addF(x),
+        (x) => v.setF(x),
+      );
+      break;
+    case binding.TF_ATTR_BOOL:
+      each(
+        (x) => list.addB(x),
+        (x) => v.setB(x),
+      );
+      break;
+    case binding.TF_ATTR_STRING:
+      each(
+        (x) => list.addS(Buffer.from(x as string)),
+        (x) => v.setS(Buffer.from(x as string)),
+      );
+      break;
+    case binding.TF_ATTR_SHAPE:
+      v.setShape(shape(a.value as number[]));
+      return v;
+    default:
+      throw new Error(`graph: attribute '${a.name}' has a type (${a.type}) this writer does not know`);
   }
   if (list) v.setList(list);
   return v;
 }
 
-type KeyState = { kind: 'recorded'; trace: Trace; attempts: number } | { kind: 'compiled'; graph: CompiledGraph; xlaFailure?: string } | { kind: 'eager'; why: string };
+type KeyState =
+  | { kind: 'recorded'; trace: Trace; attempts: number }
+  | { kind: 'compiled'; graph: CompiledGraph; xlaFailure?: string }
+  | { kind: 'eager'; why: string };
 
 /**
  * Runs a function as a TensorFlow function per key. The first call of a key records the program
@@ -390,7 +458,12 @@ export class GraphCache {
     else if (state?.kind !== 'recorded') this.keys.set(key, { kind: 'recorded', trace, attempts: 1 });
     else if (!sameTrace(state.trace, trace)) {
       const attempts = state.attempts + 1;
-      this.keys.set(key, attempts < this.maxRecordings ? { kind: 'recorded', trace, attempts } : { kind: 'eager', why: `${attempts} recordings differed in their programs or constants` });
+      this.keys.set(
+        key,
+        attempts < this.maxRecordings
+          ? { kind: 'recorded', trace, attempts }
+          : { kind: 'eager', why: `${attempts} recordings differed in their programs or constants` },
+      );
     } else {
       try {
         this.keys.set(key, { kind: 'compiled', graph: CompiledGraph.load(trace) });

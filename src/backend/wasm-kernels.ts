@@ -101,7 +101,13 @@ let heapKernelsRegistered = false;
 function registerWasmHeapKernels(): void {
   if (heapKernelsRegistered) return;
   heapKernelsRegistered = true;
-  const replace = (kernelName: string, kernelFunc: (args: { inputs: tf.NamedTensorInfoMap; attrs?: tf.NamedAttrMap; backend: unknown }, original: tf.KernelFunc) => tf.TensorInfo | tf.TensorInfo[]) => {
+  const replace = (
+    kernelName: string,
+    kernelFunc: (
+      args: { inputs: tf.NamedTensorInfoMap; attrs?: tf.NamedAttrMap; backend: unknown },
+      original: tf.KernelFunc,
+    ) => tf.TensorInfo | tf.TensorInfo[],
+  ) => {
     const original = tf.getKernel(kernelName, 'wasm');
     if (!original) return;
     tf.unregisterKernel(kernelName, 'wasm');

@@ -35,7 +35,16 @@ async function runChild(args: Args, backend: BackendChoice, length: number, labe
   const result = await runIsolated<FidelityRow>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${length}:${label}`]);
   if (result.row) return result.row;
   const none = { relL2: NaN, cosine: NaN, mse: NaN };
-  return { label, length, status: result.outOfMemory ? 'OOM (process died)' : `error (${result.message})`, ...none, forwardMs: NaN, sd: none, seeds: 0, relL2PerSeed: [] };
+  return {
+    label,
+    length,
+    status: result.outOfMemory ? 'OOM (process died)' : `error (${result.message})`,
+    ...none,
+    forwardMs: NaN,
+    sd: none,
+    seeds: 0,
+    relL2PerSeed: [],
+  };
 }
 
 await runCommand(COMMAND, async ({ values: args }) => {
@@ -49,13 +58,21 @@ await runCommand(COMMAND, async ({ values: args }) => {
     const [length, label] = args.child.split(':');
     const scale = PAPER_SCALES.find((s) => s.length === Number(length))!;
     await startBackend(COMMAND.name, { flag: choice }, { silent: true });
-    const [row] = await runFidelity(paperCases(scale, epsilon).filter((c) => c.label === label), scale.length, settings);
+    const [row] = await runFidelity(
+      paperCases(scale, epsilon).filter((c) => c.label === label),
+      scale.length,
+      settings,
+    );
     emitRow(row);
     process.exit(0);
   }
 
   const { backend } = await startBackend(COMMAND.name, { flag: choice });
-  const lengths = listOption(args.lengths, 'lengths', PAPER_SCALES.map((s) => String(s.length)));
+  const lengths = listOption(
+    args.lengths,
+    'lengths',
+    PAPER_SCALES.map((s) => String(s.length)),
+  );
   const scales = PAPER_SCALES.filter((s) => !lengths || lengths.includes(String(s.length)));
 
   const rows: FidelityRow[] = [];
@@ -64,9 +81,7 @@ await runCommand(COMMAND, async ({ values: args }) => {
     const scaleRows: FidelityRow[] = [];
     for (const c of paperCases(scale, epsilon)) scaleRows.push(await runChild(args, backend, scale.length, c.label));
     rows.push(...scaleRows);
-    console.log(
-      `\nT=${scale.length} R=${scale.quadratureNodes} M=${scale.prfFeatures} P=${scale.anchors} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
-    );
+    console.log(`\nT=${scale.length} R=${scale.quadratureNodes} M=${scale.prfFeatures} P=${scale.anchors} (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
     console.log(fidelityMarkdown(scaleRows));
   }
 

@@ -10,7 +10,13 @@ import type { OptionSpec } from './command.ts';
  * experiment's, a benchmark's reference backend); auto when left out.
  */
 export function backendOption(below = 'auto') {
-  return { type: 'string', value: 'NAME', choices: BACKENDS, help: 'TensorFlow.js backend', defaultText: `$${BACKEND_ENV}, else ${below}` } as const satisfies OptionSpec;
+  return {
+    type: 'string',
+    value: 'NAME',
+    choices: BACKENDS,
+    help: 'TensorFlow.js backend',
+    defaultText: `$${BACKEND_ENV}, else ${below}`,
+  } as const satisfies OptionSpec;
 }
 
 export const VERBOSE_OPTION = { type: 'boolean', help: 'also say why other backends were skipped (with auto)' } satisfies OptionSpec;
@@ -27,7 +33,11 @@ export interface StartOptions {
  * command hands down. Says on stderr, in one line, `[<command>] backend <name>`, or `[<command>] backend auto → <name>`
  * when auto chose (with `verbose`, followed by why it skipped the others).
  */
-export async function startBackend(command: string, sources: { flag?: string; recipe?: string }, { verbose = false, silent = false }: StartOptions = {}): Promise<Device> {
+export async function startBackend(
+  command: string,
+  sources: { flag?: string; recipe?: string },
+  { verbose = false, silent = false }: StartOptions = {},
+): Promise<Device> {
   const { choice } = chooseBackend(sources);
   const { startDevice } = await import('../backend/start.ts');
   const { device, skipped } = await startDevice(choice);

@@ -30,11 +30,27 @@ class CheckFailed extends Error {}
 async function main({ values, positionals }: ParsedCommand<typeof COMMAND.options>): Promise<void> {
   const steps = values.steps;
   const recipeFile = positionals[0] ?? DEFAULT_RECIPE;
-  const [{ formatChecks, verifyTensorflow }, { graphDevice }, { tensorflowInfo }, { TextTokenizer }, { countParameters, createLanguageModel }, { loadRecipe }, { modelConfigFromRecipe }, { measureThroughput }, { GPT2_VOCAB_SIZE }] =
-    await Promise.all([
-      import('../backend/tensorflow-check.ts'), import('../backend/tf-graph.ts'), import('../backend/tensorflow.ts'), import('../data/tokenizer.ts'),
-      import('../model/lm.ts'), import('../store/recipes.ts'), import('../recipe/model-config.ts'), import('../train/throughput.ts'), import('../train/plan.ts'),
-    ]);
+  const [
+    { formatChecks, verifyTensorflow },
+    { graphDevice },
+    { tensorflowInfo },
+    { TextTokenizer },
+    { countParameters, createLanguageModel },
+    { loadRecipe },
+    { modelConfigFromRecipe },
+    { measureThroughput },
+    { GPT2_VOCAB_SIZE },
+  ] = await Promise.all([
+    import('../backend/tensorflow-check.ts'),
+    import('../backend/tf-graph.ts'),
+    import('../backend/tensorflow.ts'),
+    import('../data/tokenizer.ts'),
+    import('../model/lm.ts'),
+    import('../store/recipes.ts'),
+    import('../recipe/model-config.ts'),
+    import('../train/throughput.ts'),
+    import('../train/plan.ts'),
+  ]);
 
   console.log('[1/4] the native backend');
   const build = readBuildStamp();
@@ -49,7 +65,8 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
 
   console.log('[3/4] the GPU');
   const { gpu } = tensorflowInfo();
-  if (!gpu && !values.cpu) throw new CheckFailed(`TensorFlow found no GPU. ${describeDriver()}; CUDA libraries linked from ${build.cudaLibraryDirs.length} nvidia-* folders`);
+  if (!gpu && !values.cpu)
+    throw new CheckFailed(`TensorFlow found no GPU. ${describeDriver()}; CUDA libraries linked from ${build.cudaLibraryDirs.length} nvidia-* folders`);
   console.log(`    ${gpu ? 'TensorFlow runs on the GPU' : 'no GPU (accepted: --cpu)'}; ${describeDriver()}`);
 
   console.log(`[4/4] ${recipeFile}: ${steps} training steps on random tokens`);
@@ -60,11 +77,19 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
   const model = createLanguageModel(config);
   try {
     const vocabNote = haveTokenizer ? '' : ` (${recipe.data.tokenizer} not found: GPT-2's vocabulary of ${GPT2_VOCAB_SIZE.toLocaleString('en-US')} assumed)`;
-    console.log(`    ${config.kind} ${config.attention.name}, ${countParameters(config).total.toLocaleString('en-US')} parameters${vocabNote}, batch ${recipe.train.batchSize}×${recipe.data.seqLen}, on ${graphDevice()}`);
+    console.log(
+      `    ${config.kind} ${config.attention.name}, ${countParameters(config).total.toLocaleString('en-US')} parameters${vocabNote}, batch ${recipe.train.batchSize}×${recipe.data.seqLen}, on ${graphDevice()}`,
+    );
     // The first step of a shape records it and builds its function: a warm-up step of its own.
-    for (const [label, graph, xla] of [['TensorFlow functions', true, false], ['functions + XLA', true, true], ['op by op', false, false]] as const) {
+    for (const [label, graph, xla] of [
+      ['TensorFlow functions', true, false],
+      ['functions + XLA', true, true],
+      ['op by op', false, false],
+    ] as const) {
       const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: 2, steps, replicas: 1, graph, xla });
-      console.log(`    ${label.padEnd(20)} ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}, ${r.readbackValues} values (${r.readbackBytes} bytes) read back per step`);
+      console.log(
+        `    ${label.padEnd(20)} ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}, ${r.readbackValues} values (${r.readbackBytes} bytes) read back per step`,
+      );
       if (!Number.isFinite(r.lastLoss)) throw new CheckFailed('the loss is not finite');
     }
     console.log(`    peak memory: ${peakMemory(graphDevice())}`);
@@ -94,7 +119,13 @@ function describeDriver(): string {
 /** This process's memory on the GPU (nvidia-smi), or on a CPU device (`device`, where the graphs run) its peak resident set. */
 function peakMemory(device: string): string {
   const apps = spawnSync('nvidia-smi', ['--query-compute-apps=pid,used_memory', '--format=csv,noheader,nounits'], { encoding: 'utf8' });
-  const mine = apps.status === 0 ? apps.stdout.split('\n').map((l) => l.split(',').map((x) => x.trim())).find(([pid]) => pid === String(process.pid)) : undefined;
+  const mine =
+    apps.status === 0
+      ? apps.stdout
+          .split('\n')
+          .map((l) => l.split(',').map((x) => x.trim()))
+          .find(([pid]) => pid === String(process.pid))
+      : undefined;
   const rss = `${Math.round(process.resourceUsage().maxRSS / 1024).toLocaleString('en-US')} MB peak resident on the host`;
   return mine ? `${Number(mine[1]).toLocaleString('en-US')} MiB on the GPU (TensorFlow's pool, grown on demand); ${rss}` : `${rss} (no GPU memory: ${device})`;
 }

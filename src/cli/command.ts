@@ -128,7 +128,10 @@ export function parseCommandLine<const O extends Record<string, OptionSpec>>(spe
   }
   const { min = 0, max = 0, name = 'argument' } = spec.positionals ?? {};
   if (positionals.length > max) {
-    const extra = positionals.slice(max).map((p) => `'${p}'`).join(' ');
+    const extra = positionals
+      .slice(max)
+      .map((p) => `'${p}'`)
+      .join(' ');
     throw new UsageError(max === 0 ? `unexpected argument ${extra}` : `unexpected argument ${extra} (at most ${max} ${name})`);
   }
   if (positionals.length < min) throw new UsageError(`missing ${name}${min > 1 ? ` (at least ${min})` : ''}`);
@@ -172,7 +175,10 @@ export function usageErrorText(spec: CommandSpec, message: string): string {
  * For scripts whose body reads the options at top level (the benchmarks): the parsed arguments, or, after
  * printing the help (exit 0) or a usage error (exit 2), the process ends here.
  */
-export function parseOrExit<const O extends Record<string, OptionSpec>>(spec: CommandSpec<O>, argv: readonly string[] = process.argv.slice(2)): ParsedCommand<O> {
+export function parseOrExit<const O extends Record<string, OptionSpec>>(
+  spec: CommandSpec<O>,
+  argv: readonly string[] = process.argv.slice(2),
+): ParsedCommand<O> {
   try {
     const args = parseCommandLine(spec, argv);
     if (args !== 'help') return args;
@@ -256,7 +262,10 @@ function numberOption(value: string | undefined, option: string, { integer = fal
 /** A comma-separated option's items (undefined when not given); with `allowed`, every item must be one of them. */
 export function listOption(value: string | undefined, option: string, allowed?: readonly string[]): string[] | undefined {
   if (value === undefined) return undefined;
-  const items = value.split(',').map((s) => s.trim()).filter(Boolean);
+  const items = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (items.length === 0) throw new UsageError(`--${option} needs at least one item (got '${value}')`);
   const unknown = allowed ? items.filter((s) => !allowed.includes(s)) : [];
   if (unknown.length > 0) throw new UsageError(`--${option}: unknown ${unknown.map((s) => `'${s}'`).join(', ')}; allowed: ${allowed!.join(', ')}`);

@@ -18,7 +18,12 @@ the difference (their losses share no axis), unless --split. A group whose runs 
 (tokens trained, learning-rate schedule) is an error naming them, unless --force.`,
   options: {
     out: { type: 'string', value: 'DIR', defaultText: 'reports/compare-<timestamp>', help: 'report folder' },
-    baseline: { type: 'string', value: 'NAME', defaultText: 'softmax, when a run uses it', help: "the attention the other groups' final validation loss is paired with, seed by seed ('none': no pairing)" },
+    baseline: {
+      type: 'string',
+      value: 'NAME',
+      defaultText: 'softmax, when a run uses it',
+      help: "the attention the other groups' final validation loss is paired with, seed by seed ('none': no pairing)",
+    },
     split: { type: 'boolean', help: 'runs of different model kinds, tokenizers, evaluation tokens or validation data: one report per kind, in sub-folders' },
     'skip-invalid': { type: 'boolean', help: 'leave out runs with a missing or corrupt config.json/metrics.jsonl (warning) instead of failing' },
     force: { type: 'boolean', help: 'average groups whose runs differ in more than the seed (warned about, and marked in the report)' },
@@ -36,7 +41,15 @@ await runCommand(COMMAND, async ({ values, positionals }) => {
   const dirs = resolveRunDirs(positionals);
   const outDir = values.out ?? join('reports', `compare-${timestamp()}`);
   const baseline = values.baseline === 'none' ? null : values.baseline;
-  const { runs, groups, files, reports } = await compareRuns(dirs, { outDir, skipInvalid: values['skip-invalid'], force: values.force, split: values.split, baseline });
-  console.log(`compared ${runs.length} runs in ${groups.length} groups${reports.length > 1 ? `, ${reports.length} reports (one per kind of run)` : ''}; wrote:`);
+  const { runs, groups, files, reports } = await compareRuns(dirs, {
+    outDir,
+    skipInvalid: values['skip-invalid'],
+    force: values.force,
+    split: values.split,
+    baseline,
+  });
+  console.log(
+    `compared ${runs.length} runs in ${groups.length} groups${reports.length > 1 ? `, ${reports.length} reports (one per kind of run)` : ''}; wrote:`,
+  );
   for (const file of files) console.log(`  ${file}`);
 });

@@ -86,14 +86,29 @@ backend once \`npm run setup:tensorflow\` has built it), and compares its valida
 async function main({ values, overrides }: ParsedCommand<typeof COMMAND.options>): Promise<number> {
   const { backend, recipe: recipeFile } = values;
   const started = performance.now();
-  const [{ prepareDemoCorpus }, { TextTokenizer }, { trainTokenizer }, { loadRecipe }, { RecipeError }, { streamOptions, validateRecipeModel }, { runTraining }] = await Promise.all([
-    import('../data/prepare/demo-corpus.ts'), import('../data/tokenizer.ts'), import('../data/train-tokenizer.ts'),
-    import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../train/trainer.ts'),
+  const [
+    { prepareDemoCorpus },
+    { TextTokenizer },
+    { trainTokenizer },
+    { loadRecipe },
+    { RecipeError },
+    { streamOptions, validateRecipeModel },
+    { runTraining },
+  ] = await Promise.all([
+    import('../data/prepare/demo-corpus.ts'),
+    import('../data/tokenizer.ts'),
+    import('../data/train-tokenizer.ts'),
+    import('../store/recipes.ts'),
+    import('../recipe/load.ts'),
+    import('../train/plan.ts'),
+    import('../train/trainer.ts'),
   ]);
   if (existsSync(path.join(DEMO_DATASET, 'dataset_dict.json'))) {
     console.log(`[demo] corpus: ${DEMO_DATASET} present, skipped`);
     if (!existsSync(path.join(DEMO_DATASET, DOCUMENT_ORDER_FILE))) {
-      console.log(`[demo] warning: ${DEMO_DATASET} was prepared in year order, before prepare wrote documents in a random order (docs/data.md); remove it and ${DEMO_TOKENIZER} to prepare both again`);
+      console.log(
+        `[demo] warning: ${DEMO_DATASET} was prepared in year order, before prepare wrote documents in a random order (docs/data.md); remove it and ${DEMO_TOKENIZER} to prepare both again`,
+      );
     }
   } else {
     const t0 = performance.now();

@@ -18,8 +18,18 @@ model on the same data and tokenizer is measured on the same tokens. The output 
 <checkpoint> is a run's final/ folder, a checkpoint folder (model.safetensors + recipe.json) or a run folder.`,
   options: {
     data: { type: 'string', value: 'PATH', help: "dataset whose validation split is read (default: the recipe's data.dataset)" },
-    tokens: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: `labelled validation tokens to evaluate (default ${DEFAULT_EVAL_TOKENS.toLocaleString('en-US')} for every model, run folder or Hugging Face export alike; give a run's train.evalTokens to match its log)` },
-    sample: { type: 'string', value: 'spread|head', default: 'spread', help: "spread: drawn across the split by a fixed seed; head: the split's first tokens (a protocol's train.evalSample: head)" },
+    tokens: {
+      type: 'string',
+      value: 'N',
+      number: { integer: true, min: 1 },
+      help: `labelled validation tokens to evaluate (default ${DEFAULT_EVAL_TOKENS.toLocaleString('en-US')} for every model, run folder or Hugging Face export alike; give a run's train.evalTokens to match its log)`,
+    },
+    sample: {
+      type: 'string',
+      value: 'spread|head',
+      default: 'spread',
+      help: "spread: drawn across the split by a fixed seed; head: the split's first tokens (a protocol's train.evalSample: head)",
+    },
     all: { type: 'boolean', help: 'evaluate the whole validation split' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
     backend: backendOption(),
@@ -54,7 +64,9 @@ export interface EvalCheckpointResult extends EvalResult {
 /** Loads the checkpoint, reads validation batches as training does, evaluates (the backend must be initialised). */
 export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalCheckpointResult> {
   const [{ collectEvalBatches, evaluate }, { loadModel, loadModelTokenizer }, { streamOptions }] = await Promise.all([
-    import('../train/evaluate.ts'), import('../store/load-model.ts'), import('../train/plan.ts'),
+    import('../train/evaluate.ts'),
+    import('../store/load-model.ts'),
+    import('../train/plan.ts'),
   ]);
   const loaded = await loadModel(opts.checkpoint);
   const { dir, model, recipe, metadata } = loaded;
@@ -85,9 +97,16 @@ if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
     const tokens = values.all ? Infinity : values.tokens;
-    if (!(EVAL_SAMPLES as readonly string[]).includes(values.sample)) throw new UsageError(`--sample must be one of ${EVAL_SAMPLES.join(', ')}, got ${JSON.stringify(values.sample)}`);
+    if (!(EVAL_SAMPLES as readonly string[]).includes(values.sample))
+      throw new UsageError(`--sample must be one of ${EVAL_SAMPLES.join(', ')}, got ${JSON.stringify(values.sample)}`);
     await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
-    const result = await evalCheckpoint({ checkpoint: positionals[0], data: values.data, tokens, sample: values.sample as EvalSampleKind, tokenizer: values.tokenizer });
+    const result = await evalCheckpoint({
+      checkpoint: positionals[0],
+      data: values.data,
+      tokens,
+      sample: values.sample as EvalSampleKind,
+      tokenizer: values.tokenizer,
+    });
     console.log(formatEval(result));
   });
 }

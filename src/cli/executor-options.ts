@@ -15,7 +15,10 @@ export const EXECUTOR_OPTIONS = {
 
 export const EXECUTOR_SETTING_OPTIONS = Object.fromEntries(
   SWEEP_EXECUTORS.flatMap((executor) =>
-    Object.values(executor.settings).map((s) => [s.flag.slice(2), { type: 'string', value: s.value ?? 'VALUE', help: `${executor.name}: ${s.help}`, ...(s.type === 'list' ? { multiple: true } : {}) }]),
+    Object.values(executor.settings).map((s) => [
+      s.flag.slice(2),
+      { type: 'string', value: s.value ?? 'VALUE', help: `${executor.name}: ${s.help}`, ...(s.type === 'list' ? { multiple: true } : {}) },
+    ]),
   ),
 ) as Record<string, OptionSpec>;
 
@@ -25,7 +28,11 @@ const given = (raw: unknown) => raw !== undefined && !(Array.isArray(raw) && raw
  * The executor's settings: the set file's `<executor>:` section with the command-line flags on top, checked like the
  * file's. A flag of another executor is a usage error (it would be ignored).
  */
-export function executorSettings(executor: SweepExecutor, fromFile: Record<string, unknown> | undefined, values: Record<string, unknown>): Record<string, unknown> {
+export function executorSettings(
+  executor: SweepExecutor,
+  fromFile: Record<string, unknown> | undefined,
+  values: Record<string, unknown>,
+): Record<string, unknown> {
   for (const other of SWEEP_EXECUTORS.filter((e) => e !== executor)) {
     const stray = Object.values(other.settings).find((s) => given(values[s.flag.slice(2)]));
     if (stray) throw new UsageError(`${stray.flag} is a setting of the ${other.name} executor, not of ${executor.name}`);
@@ -35,7 +42,18 @@ export function executorSettings(executor: SweepExecutor, fromFile: Record<strin
     const raw = values[setting.flag.slice(2)];
     if (!given(raw)) continue;
     const text = raw as string;
-    const value = setting.type === 'list' ? raw : setting.type === 'boolean' ? (text === 'true' ? true : text === 'false' ? false : text) : /^\d+$/.test(text) ? Number(text) : text;
+    const value =
+      setting.type === 'list'
+        ? raw
+        : setting.type === 'boolean'
+          ? text === 'true'
+            ? true
+            : text === 'false'
+              ? false
+              : text
+          : /^\d+$/.test(text)
+            ? Number(text)
+            : text;
     const problem = setting.check(value);
     if (problem) throw new UsageError(`${setting.flag} must be ${problem} (got '${raw}')`);
     settings[key] = Array.isArray(value) ? [...((settings[key] as unknown[] | undefined) ?? []), ...value] : value;
@@ -49,7 +67,9 @@ export function executorSettings(executor: SweepExecutor, fromFile: Record<strin
  * `preflight` sees the executor first (e.g. to refuse missing inputs where the runs would run here).
  */
 export async function runOnExecutor(
-  set: RunSet, values: Record<string, unknown>, opts: { nothingLeft: string; preflight?: (executor: SweepExecutor) => void },
+  set: RunSet,
+  values: Record<string, unknown>,
+  opts: { nothingLeft: string; preflight?: (executor: SweepExecutor) => void },
 ): Promise<SweepExecutorOutcome | null> {
   const executor = executorNamed((values.executor as string | undefined) ?? DEFAULT_EXECUTOR);
   const settings = executorSettings(executor, set.executorSettings[executor.name], values);

@@ -16,7 +16,11 @@ their PyTorch implementation, which transformers loads with trust_remote_code=Tr
   options: {
     format: { type: 'string', value: 'FORMAT', default: 'hf', choices: EXPORT_FORMATS, help: 'what to write' },
     out: { type: 'string', value: 'DIR', help: 'the folder to write (must not exist); required' },
-    tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json to ship (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
+    tokenizer: {
+      type: 'string',
+      value: 'FILE',
+      help: "tokenizer.json to ship (default: the recipe's data.tokenizer; must be the one the model was trained with)",
+    },
     overwrite: { type: 'boolean', help: 'replace DIR if it is an earlier export' },
     backend: backendOption(),
     verbose: VERBOSE_OPTION,

@@ -13,10 +13,22 @@ one token at a time with each attention layer's recurrent state. The text goes t
 model's context length, to stderr.`,
   options: {
     prompt: { type: 'string', value: 'TEXT', help: 'the text to continue (empty: start from the end-of-text token); required' },
-    'max-tokens': { type: 'string', value: 'N', default: '100', number: { integer: true, min: 0 }, help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token" },
+    'max-tokens': {
+      type: 'string',
+      value: 'N',
+      default: '100',
+      number: { integer: true, min: 0 },
+      help: "new tokens to sample; generation also stops at the model's maxSeqLen and after an end-of-text token",
+    },
     temperature: { type: 'string', value: 'T', default: '1', number: { min: 0 }, help: 'softmax temperature (0 = greedy)' },
     'top-k': { type: 'string', value: 'K', default: '50', number: { integer: true, min: 0 }, help: 'sample among the K most likely tokens (0 = all)' },
-    'top-p': { type: 'string', value: 'P', default: '1', number: { min: 0, exclusiveMin: true }, help: 'nucleus sampling: among the fewest most likely tokens whose probability sums to ≥ P, after --top-k (1 = all)' },
+    'top-p': {
+      type: 'string',
+      value: 'P',
+      default: '1',
+      number: { min: 0, exclusiveMin: true },
+      help: 'nucleus sampling: among the fewest most likely tokens whose probability sums to ≥ P, after --top-k (1 = all)',
+    },
     seed: { type: 'string', value: 'S', default: '0', number: { integer: true }, help: 'sampling seed' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer)" },
     backend: backendOption(),
@@ -51,7 +63,10 @@ export interface GenerateCheckpointResult {
 
 /** Loads the checkpoint and samples (the backend must be initialised). */
 export async function generateFromCheckpoint(opts: GenerateCheckpointOptions): Promise<GenerateCheckpointResult> {
-  const [{ generateTokens, validateSampling }, { loadModel, loadModelTokenizer }] = await Promise.all([import('../model/decode.ts'), import('../store/load-model.ts')]);
+  const [{ generateTokens, validateSampling }, { loadModel, loadModelTokenizer }] = await Promise.all([
+    import('../model/decode.ts'),
+    import('../store/load-model.ts'),
+  ]);
   if (!(Number.isInteger(opts.maxTokens) && opts.maxTokens >= 0)) throw new Error(`--max-tokens must be an integer ≥ 0 (got ${opts.maxTokens})`);
   if (!Number.isInteger(opts.seed)) throw new Error(`--seed must be an integer (got ${opts.seed})`);
   validateSampling(opts);
@@ -84,9 +99,13 @@ if (isMainModule(import.meta.url)) {
     const result = await generateFromCheckpoint({ checkpoint: positionals[0], prompt: values.prompt, tokenizer: values.tokenizer, ...options });
     console.log(result.text);
     const rate = result.newTokens.length / Math.max(result.seconds, 1e-9);
-    process.stderr.write(`[generate] ${result.promptTokens.length} prompt + ${result.newTokens.length} new tokens in ${result.seconds.toFixed(2)} s (${rate.toFixed(1)} tokens/s)\n`);
+    process.stderr.write(
+      `[generate] ${result.promptTokens.length} prompt + ${result.newTokens.length} new tokens in ${result.seconds.toFixed(2)} s (${rate.toFixed(1)} tokens/s)\n`,
+    );
     if (result.truncated) {
-      process.stderr.write(`[generate] stopped at the model's context length (maxSeqLen ${result.contextLength}) after ${result.newTokens.length} of the ${options.maxTokens} new tokens asked\n`);
+      process.stderr.write(
+        `[generate] stopped at the model's context length (maxSeqLen ${result.contextLength}) after ${result.newTokens.length} of the ${options.maxTokens} new tokens asked\n`,
+      );
     }
   });
 }

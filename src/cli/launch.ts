@@ -17,11 +17,15 @@ const GRACE_MS = 20_000;
 /** N distinct free ports on 127.0.0.1, as the system hands them out (all held open until every one is known). */
 export async function freePorts(n: number): Promise<number[]> {
   const servers = await Promise.all(
-    Array.from({ length: n }, () => new Promise<import('node:net').Server>((resolve, reject) => {
-      const server = createServer();
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => resolve(server));
-    })),
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<import('node:net').Server>((resolve, reject) => {
+          const server = createServer();
+          server.once('error', reject);
+          server.listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
   );
   const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
   await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
@@ -60,7 +64,9 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
     }
     return entry;
   });
-  log(`[train] ${n} processes (pids ${ranks.map((r) => r.child.pid).join(', ')}) on ${cluster}, ${threads} TensorFlow threads each; rank 0 prints the run's logs`);
+  log(
+    `[train] ${n} processes (pids ${ranks.map((r) => r.child.pid).join(', ')}) on ${cluster}, ${threads} TensorFlow threads each; rank 0 prints the run's logs`,
+  );
 
   let failure: Rank | null = null;
   let stopping = false;
@@ -84,22 +90,27 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    await Promise.all(ranks.map((r) => new Promise<void>((resolve) => {
-      r.child.on('error', (err) => {
-        r.tail.push(err.message);
-        r.exit ??= { code: 1, signal: null };
-        resolve();
-      });
-      r.child.on('exit', (code, signal) => {
-        r.exit = { code, signal };
-        // The first rank to end badly is the run's failure (rank 0 stopped by a signal, its checkpoint saved, included).
-        if (code !== 0 && !failure && !stopping) {
-          failure = r;
-          stopOthers(r);
-        }
-        resolve();
-      });
-    })));
+    await Promise.all(
+      ranks.map(
+        (r) =>
+          new Promise<void>((resolve) => {
+            r.child.on('error', (err) => {
+              r.tail.push(err.message);
+              r.exit ??= { code: 1, signal: null };
+              resolve();
+            });
+            r.child.on('exit', (code, signal) => {
+              r.exit = { code, signal };
+              // The first rank to end badly is the run's failure (rank 0 stopped by a signal, its checkpoint saved, included).
+              if (code !== 0 && !failure && !stopping) {
+                failure = r;
+                stopOthers(r);
+              }
+              resolve();
+            });
+          }),
+      ),
+    );
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -76,9 +76,8 @@ async function main({ values, positionals }: Args): Promise<number> {
   if (name === 'summary') return summary(values.out ?? path.join('docs', 'results'));
   if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, list or summary)`);
   const experiment = await loadExperiment(name);
-  const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] = await Promise.all([
-    import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/status.ts'),
-  ]);
+  const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] =
+    await Promise.all([import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/status.ts')]);
   // Resolved here, before any backend loads: the units' folder names it, and the executor packs them by its device.
   const { backend } = resolveBackend(chooseBackend({ flag: values.backend, recipe: experiment.backend }).choice);
   const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
@@ -109,13 +108,17 @@ async function main({ values, positionals }: Args): Promise<number> {
     const outcome = await runOnExecutor(set, values, { nothingLeft: `${set.file}: every unit is done; write the results with --report` });
     if (outcome === null) return 0;
     if (outcome.kind === 'submitted') {
-      console.log(`submitted ${outcome.what} (${outcome.runs} of ${set.runs.length} units): ${outcome.file}\n` +
-        `status: ${set.file} --status   results, once done: ${set.file} --report`);
+      console.log(
+        `submitted ${outcome.what} (${outcome.runs} of ${set.runs.length} units): ${outcome.file}\n` +
+          `status: ${set.file} --status   results, once done: ${set.file} --report`,
+      );
       return 0;
     }
-    console.log(`${set.file}: ${outcome.done.length} units done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
-      (outcome.elsewhere.length ? `, ${outcome.elsewhere.length} running in another process (${outcome.elsewhere.join(', ')})` : '') +
-      outcome.failed.map((f) => `\n  failed: ${f.name}: ${f.lastLine}`).join(''));
+    console.log(
+      `${set.file}: ${outcome.done.length} units done now, ${outcome.skipped.length} done before, ${outcome.stopped.length} stopped, ${outcome.failed.length} failed` +
+        (outcome.elsewhere.length ? `, ${outcome.elsewhere.length} running in another process (${outcome.elsewhere.join(', ')})` : '') +
+        outcome.failed.map((f) => `\n  failed: ${f.name}: ${f.lastLine}`).join(''),
+    );
     exitCode = outcome.failed.length > 0 ? 1 : outcome.stopped.length > 0 ? 130 : 0;
     if (outcome.stopped.length > 0) return exitCode;
   }

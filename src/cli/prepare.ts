@@ -13,7 +13,9 @@ shards with 1,000-row record batches, state.json, dataset_info.json, dataset_dic
 datasets.load_from_disk opens and the trainer streams.
 
 Inputs (files, folders searched recursively in name order, or quoted file-name globs):
-${inputsHelp().map((line) => `  ${line}`).join('\n')}`,
+${inputsHelp()
+  .map((line) => `  ${line}`)
+  .join('\n')}`,
   options: {
     out: { type: 'string', value: 'FOLDER', help: 'output folder (required unless --demo; default for --demo: data/sotu)' },
     demo: { type: 'boolean', help: 'prepare the State of the Union demo corpus (no network needed)' },
@@ -25,10 +27,19 @@ ${inputsHelp().map((line) => `  ${line}`).join('\n')}`,
     'text-column': { type: 'string', value: 'NAME', help: 'text field/column in the inputs and the output (default text)' },
     'keep-columns': { type: 'string', value: 'a,b', help: 'extra input fields kept as string columns (e.g. url,timestamp)' },
     'validation-fraction': { type: 'string', value: 'F', default: '0.05', number: {}, help: 'share of documents drawn into validation, in [0, 1)' },
-    seed: { type: 'string', value: 'N', default: '0', number: { integer: true }, help: 'seed of the document order and of the split (--demo and --corpus: always 0)' },
+    seed: {
+      type: 'string',
+      value: 'N',
+      default: '0',
+      number: { integer: true },
+      help: 'seed of the document order and of the split (--demo and --corpus: always 0)',
+    },
     'keep-order': { type: 'boolean', help: 'write the documents in input order (default: a seeded random order, recorded in document_order.json)' },
     'shard-size': { type: 'string', value: 'ROWS|SIZE', help: 'rows per shard (e.g. 100000) or size (e.g. 500MB, the default)' },
-    overwrite: { type: 'boolean', help: 'replace the output folder if it is an earlier prepare output (its .slayformer-prepared marker); any other folder is refused' },
+    overwrite: {
+      type: 'boolean',
+      help: 'replace the output folder if it is an earlier prepare output (its .slayformer-prepared marker); any other folder is refused',
+    },
   },
   positionals: { max: Infinity, name: 'inputs' },
   notes: `Documents are written in a seeded random order (the trainer streams a split in file order through a bounded
@@ -45,7 +56,8 @@ if (!lifecycleHook) {
     const started = Date.now();
     let summary;
     const corpora = listOption(values.corpus, 'corpus', Object.keys(OFFLINE_CORPORA)) ?? [];
-    if ((values.demo || corpora.length > 0) && positionals.length > 0) throw new UsageError(`--demo and --corpus take no inputs, got: ${positionals.join(' ')}`);
+    if ((values.demo || corpora.length > 0) && positionals.length > 0)
+      throw new UsageError(`--demo and --corpus take no inputs, got: ${positionals.join(' ')}`);
     if (values.demo && corpora.length > 0) throw new UsageError('--demo and --corpus exclude each other');
     if (values.demo) {
       summary = await prepareDemoCorpus(values.out ?? 'data/sotu', values['keep-order'] ?? false);

@@ -17,5 +17,7 @@ from pip (a mirror or the network), for train.executor xla and npm run compile. 
 await runCommand(COMMAND, async ({ values }) => {
   const log = (line: string) => console.log(line);
   const { reused } = setupXla({ python: values.python, log });
-  log(`${reused ? 'setup:xla: the venv is there' : 'setup:xla: installed'}; ready: train.executor xla (jax ${XLA_PINS.jax}, TensorFlow ${XLA_PINS.tensorflow})`);
+  log(
+    `${reused ? 'setup:xla: the venv is there' : 'setup:xla: installed'}; ready: train.executor xla (jax ${XLA_PINS.jax}, TensorFlow ${XLA_PINS.tensorflow})`,
+  );
 });

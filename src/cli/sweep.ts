@@ -34,15 +34,26 @@ ${SWEEP_EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ?
   options: {
     only: { type: 'string', value: 'RUNS', help: "plan, run, status: only these runs (names, globs or indices, comma-separated, e.g. 'gpt-*')" },
     set: {
-      type: 'string', value: 'KEY=VALUE', multiple: true,
+      type: 'string',
+      value: 'KEY=VALUE',
+      multiple: true,
       help: "plan, run, task: a recipe key for every run, on top of the file's set: (repeatable), e.g. --set train.lr=1e-3; a key the grid or a case sets is refused",
     },
-    backend: { type: 'string', value: 'NAME', choices: BACKENDS, help: "plan, run, task: every run on this backend (beats $SLAYFORMER_BACKEND, then the runs' recipes; else auto)" },
+    backend: {
+      type: 'string',
+      value: 'NAME',
+      choices: BACKENDS,
+      help: "plan, run, task: every run on this backend (beats $SLAYFORMER_BACKEND, then the runs' recipes; else auto)",
+    },
     'tokens-per-s': { type: 'string', value: 'N', number: { min: 0, exclusiveMin: true }, help: 'plan: assumed training speed when no run has logged one' },
     executor: { ...EXECUTOR_OPTIONS.executor, help: `run: ${EXECUTOR_OPTIONS.executor.help}` },
     'dry-run': { ...EXECUTOR_OPTIONS['dry-run'], help: `run: ${EXECUTOR_OPTIONS['dry-run'].help}` },
     ...EXECUTOR_SETTING_OPTIONS,
-    baseline: { type: 'string', value: 'NAME', help: "report: the mechanism the others are paired with (default: the sweep file's report.baseline, else softmax if present, as compare; 'none': no pairing)" },
+    baseline: {
+      type: 'string',
+      value: 'NAME',
+      help: "report: the mechanism the others are paired with (default: the sweep file's report.baseline, else softmax if present, as compare; 'none': no pairing)",
+    },
     metric: { type: 'string', value: 'NAME', choices: Object.keys(REPORT_METRICS), help: 'report: the compared number' },
     out: { type: 'string', value: 'DIR', help: 'report: the report folder' },
   },
@@ -71,7 +82,8 @@ function checkOptionsFor(command: Subcommand, values: Record<string, unknown>): 
 async function main({ values, positionals }: Args): Promise<number> {
   const [command, file, run] = positionals as [Subcommand, string, string | undefined];
   if (!SUBCOMMANDS.includes(command)) throw new UsageError(`unknown command '${command}' (one of ${SUBCOMMANDS.join(', ')})`);
-  if ((command === 'task') !== (run !== undefined)) throw new UsageError(command === 'task' ? 'task needs one run: its index or name' : `unexpected argument '${run}'`);
+  if ((command === 'task') !== (run !== undefined))
+    throw new UsageError(command === 'task' ? 'task needs one run: its index or name' : `unexpected argument '${run}'`);
   checkOptionsFor(command, values);
   const { findRun, loadSweep, selectRuns } = await import('../sweep/spec.ts');
   const sweep = loadSweep(file, values.set, { backend: values.backend ?? null });
@@ -134,7 +146,10 @@ function missingInputs(sweep: Sweep): string[] {
   const needs = new Map<string, string[]>();
   for (const run of sweep.runs) {
     const { dataset, tokenizer } = run.recipe.data;
-    for (const [key, file] of [['data.dataset', dataset], ['data.tokenizer', tokenizer]]) {
+    for (const [key, file] of [
+      ['data.dataset', dataset],
+      ['data.tokenizer', tokenizer],
+    ]) {
       if (/[*?[]/.test(file) || existsSync(file)) continue; // globs are the trainer's to resolve
       const line = `${key} ${file} does not exist`;
       needs.set(line, [...(needs.get(line) ?? []), run.name]);
@@ -159,7 +174,9 @@ async function report(sweep: Sweep, values: Args['values']): Promise<number> {
   const outDir = values.out ?? path.join('reports', `sweep-${sweep.name}`);
   const { buildReport } = await import('../sweep/report.ts');
   const result = await buildReport(sweep, { outDir, baseline, metric });
-  console.log(`sweep ${sweep.name}: ${result.groups.length} groups from ${sweep.runs.length - result.missing.length} finished runs; wrote:\n${result.files.map((f) => `  ${f}`).join('\n')}`);
+  console.log(
+    `sweep ${sweep.name}: ${result.groups.length} groups from ${sweep.runs.length - result.missing.length} finished runs; wrote:\n${result.files.map((f) => `  ${f}`).join('\n')}`,
+  );
   return 0;
 }
 

@@ -31,8 +31,20 @@ prints accuracy mean ± sd per task and per category and writes results.json and
     lr: { type: 'string', value: 'X', number: { min: 0, exclusiveMin: true }, help: 'AdamW learning rate (default 1e-3)' },
     backend: backendOption('wasm'),
     verbose: VERBOSE_OPTION,
-    graph: { type: 'string', value: 'on|off', choices: ['on', 'off'], default: 'on', help: 'tensorflow: steps as TensorFlow functions (on) or op by op (off), as train.graph' },
-    xla: { type: 'string', value: 'auto|on|off', choices: ['auto', 'on', 'off'], default: 'auto', help: 'tensorflow: compile those functions with XLA, as train.xla' },
+    graph: {
+      type: 'string',
+      value: 'on|off',
+      choices: ['on', 'off'],
+      default: 'on',
+      help: 'tensorflow: steps as TensorFlow functions (on) or op by op (off), as train.graph',
+    },
+    xla: {
+      type: 'string',
+      value: 'auto|on|off',
+      choices: ['auto', 'on', 'off'],
+      default: 'auto',
+      help: 'tensorflow: compile those functions with XLA, as train.xla',
+    },
     out: { type: 'string', value: 'DIR', help: 'report folder (default reports/tasks-<timestamp>)' },
   },
 } as const;
@@ -41,7 +53,8 @@ prints accuracy mean ± sd per task and per category and writes results.json and
 function describeExecution(executions: string[], xla: boolean, device: string): string {
   const counts = new Map<string, number>();
   for (const e of executions) {
-    const how = e === 'graph' ? `as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${device}` : e === 'eager' ? 'op by op' : e.replace(/^eager: /, 'op by op: ');
+    const how =
+      e === 'graph' ? `as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${device}` : e === 'eager' ? 'op by op' : e.replace(/^eager: /, 'op by op: ');
     counts.set(how, (counts.get(how) ?? 0) + 1);
   }
   return [...counts].map(([how, n]) => `${how} (${n} run${n === 1 ? '' : 's'})`).join(', ');
@@ -52,9 +65,11 @@ function timestamp(): string {
 }
 
 await runCommand(COMMAND, async ({ values }) => {
-  const [{ graphDevice, resolveXla }, { attentionNames }, { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown }] = await Promise.all([
-    import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../paper/task-runner.ts'),
-  ]);
+  const [
+    { graphDevice, resolveXla },
+    { attentionNames },
+    { PAPER_PROTOCOL, TASK_ATTENTION_OPTIONS, runTaskBenchmark, summarizeTaskResults, taskResultsMarkdown },
+  ] = await Promise.all([import('../backend/tf-graph.ts'), import('../model/attention/index.ts'), import('../paper/task-runner.ts')]);
   const protocol = values.quick ? QUICK_PROTOCOL : PAPER_PROTOCOL;
   let tasks = listOption(values.tasks, 'tasks', TASK_NAMES);
   if (values.category !== undefined) {
@@ -74,7 +89,9 @@ await runCommand(COMMAND, async ({ values }) => {
 
   const [graph, xla] = [values.graph === 'on', resolveXla(values.xla)];
   const settings = { backend, tasks, attentions, seeds, steps, batchSize, evalSamples, lr, weightDecay: PAPER_PROTOCOL.weightDecay, graph, xla };
-  console.log(`[tasks] ${tasks.length} tasks × ${attentions.length} mechanisms × ${seeds.length} seeds; ${steps} steps, batch ${batchSize}, eval ${evalSamples}, lr ${lr}, backend ${backend}`);
+  console.log(
+    `[tasks] ${tasks.length} tasks × ${attentions.length} mechanisms × ${seeds.length} seeds; ${steps} steps, batch ${batchSize}, eval ${evalSamples}, lr ${lr}, backend ${backend}`,
+  );
   const started = performance.now();
   const results = await runTaskBenchmark({
     ...settings,
@@ -86,7 +103,11 @@ await runCommand(COMMAND, async ({ values }) => {
   const wallSeconds = (performance.now() - started) / 1000;
   const summary = summarizeTaskResults(results);
   const markdown = taskResultsMarkdown(summary);
-  const execution = describeExecution(results.map((r) => r.execution), xla, graphDevice());
+  const execution = describeExecution(
+    results.map((r) => r.execution),
+    xla,
+    graphDevice(),
+  );
   console.log(`\n${markdown}\ntotal wall time ${wallSeconds.toFixed(1)} s; steps ran ${execution}`);
 
   await mkdir(outDir, { recursive: true });
@@ -95,7 +116,8 @@ await runCommand(COMMAND, async ({ values }) => {
     join(outDir, 'results.json'),
     JSON.stringify({ settings: { ...settings, attentionOptions, quick: values.quick }, wallSeconds, execution, summary, runs: results }, null, 2) + '\n',
   );
-  const header = `# Synthetic tasks\n\n${tasks.length} tasks × ${attentions.length} mechanisms × seeds ${seeds.join(', ')}; ${steps} steps, batch ${batchSize}, ` +
+  const header =
+    `# Synthetic tasks\n\n${tasks.length} tasks × ${attentions.length} mechanisms × seeds ${seeds.join(', ')}; ${steps} steps, batch ${batchSize}, ` +
     `${evalSamples} evaluation samples, AdamW lr ${lr}, backend ${backend}; wall time ${wallSeconds.toFixed(1)} s; steps ran ${execution}.\n\n`;
   await writeFile(join(outDir, 'results.md'), header + markdown);
   console.log(`[tasks] wrote ${join(outDir, 'results.json')} and ${join(outDir, 'results.md')}`);

@@ -52,7 +52,9 @@ await runCommand(COMMAND, async ({ values, positionals }) => {
   if (command === 'info') {
     if (rest.length !== 1) throw new UsageError('info expects one tokenizer.json path');
     const tokenizer = await TextTokenizer.load(rest[0]);
-    console.log(`${tokenizer.path}\n  vocab size: ${tokenizer.vocabSize}\n  special ids: ${JSON.stringify(tokenizer.specialIds)}\n  sha256: ${tokenizer.sha256}`);
+    console.log(
+      `${tokenizer.path}\n  vocab size: ${tokenizer.vocabSize}\n  special ids: ${JSON.stringify(tokenizer.specialIds)}\n  sha256: ${tokenizer.sha256}`,
+    );
     if (values.text !== undefined) {
       const [ids] = await tokenizer.encodeBatch([values.text]);
       const bytes = Array.from(ids).reduce((n, id) => n + tokenizer.tokenBytes(id), 0);

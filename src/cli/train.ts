@@ -72,7 +72,10 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
   const plan = await planRun(recipe);
   const m = plan.modelConfig;
   const options = JSON.stringify(m.attention.options);
-  const groups = Object.entries(plan.parameters.byGroup).filter(([, n]) => n > 0).map(([g, n]) => `${g} ${fmt(n)}`).join(', ');
+  const groups = Object.entries(plan.parameters.byGroup)
+    .filter(([, n]) => n > 0)
+    .map(([g, n]) => `${g} ${fmt(n)}`)
+    .join(', ');
   const out = [
     `recipe      ${file} (name ${recipe.name})`,
     `backend     ${device.backend} (${describeDecision(backend)}): ${device.source}; not started by --dry-run`,
@@ -88,7 +91,9 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
   }
   const { batchSize, gradAccum } = recipe.train;
   if (plan.epoch) {
-    out.push(`data        tokens per epoch ${fmt(plan.epoch.tokens)} (${plan.epoch.exact ? 'exact' : 'estimated'}) = ${fmt(plan.epoch.batches)} batches of ${batchSize} sequences × ${recipe.data.seqLen} tokens`);
+    out.push(
+      `data        tokens per epoch ${fmt(plan.epoch.tokens)} (${plan.epoch.exact ? 'exact' : 'estimated'}) = ${fmt(plan.epoch.batches)} batches of ${batchSize} sequences × ${recipe.data.seqLen} tokens`,
+    );
   } else {
     out.push(`data        ${plan.datasetNote}`);
   }
@@ -100,7 +105,9 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
   );
   const { dataParallel } = recipe.train;
   if (dataParallel !== 1) {
-    out.push(`replicas    ${resolveDataParallel(dataParallel, device, batchSize)} on ${device.backend} (train.dataParallel ${dataParallel}): each holds the weights and its share of the activations`);
+    out.push(
+      `replicas    ${resolveDataParallel(dataParallel, device, batchSize)} on ${device.backend} (train.dataParallel ${dataParallel}): each holds the weights and its share of the activations`,
+    );
   }
   const mem = plan.memory;
   out.push(
@@ -118,7 +125,11 @@ function describeDecision({ choice, from }: BackendDecision): string {
 
 async function main(args: Args): Promise<number> {
   const [{ loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }, { signalExitCode, TrainingStopped }] = await Promise.all([
-    import('../store/recipes.ts'), import('../recipe/load.ts'), import('../train/plan.ts'), import('../store/resolve.ts'), import('../train/stop.ts'),
+    import('../store/recipes.ts'),
+    import('../recipe/load.ts'),
+    import('../train/plan.ts'),
+    import('../store/resolve.ts'),
+    import('../train/stop.ts'),
   ]);
   let recipe: Recipe;
   try {
@@ -170,7 +181,8 @@ async function main(args: Args): Promise<number> {
     }
   }
   try {
-    const resume = args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
+    const resume =
+      args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose, silent: (cluster?.rank ?? 0) !== 0 });
     // Before the model or any tensor exists: joining renames the devices (backend/collective.ts).
     if (cluster) (await import('../backend/collective.ts')).joinCluster(cluster);
@@ -195,7 +207,14 @@ async function main(args: Args): Promise<number> {
 function resumeCommand(args: Args, checkpointDir: string): string {
   const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
   const relative = path.relative(process.cwd(), checkpointDir);
-  const parts = [args.recipe, ...args.overrides, ...(args.backend ? ['--backend', args.backend] : []), ...(args.processes ? ['--processes', args.processes] : []), '--resume', relative.startsWith('..') ? checkpointDir : relative];
+  const parts = [
+    args.recipe,
+    ...args.overrides,
+    ...(args.backend ? ['--backend', args.backend] : []),
+    ...(args.processes ? ['--processes', args.processes] : []),
+    '--resume',
+    relative.startsWith('..') ? checkpointDir : relative,
+  ];
   return `npm run train -- ${parts.map(quote).join(' ')}`;
 }
 
@@ -230,5 +249,13 @@ async function runWithSignals(recipe: Recipe, resume: string | undefined, device
 }
 
 await runCommand(COMMAND, ({ values, positionals, overrides }) =>
-  main({ recipe: positionals[0], overrides, backend: values.backend, verbose: values.verbose, dryRun: values['dry-run'], resume: values.resume, processes: values.processes }),
+  main({
+    recipe: positionals[0],
+    overrides,
+    backend: values.backend,
+    verbose: values.verbose,
+    dryRun: values['dry-run'],
+    resume: values.resume,
+    processes: values.processes,
+  }),
 );

@@ -57,7 +57,11 @@ export function isSymbolicLink(file: string): boolean {
  * through `note`. Returns the folder.
  */
 export async function writeFolderAtomically(
-  parent: string, name: string, files: Map<string, string | Uint8Array>, ownFiles: ReadonlySet<string>, note: (text: string) => void = () => {},
+  parent: string,
+  name: string,
+  files: Map<string, string | Uint8Array>,
+  ownFiles: ReadonlySet<string>,
+  note: (text: string) => void = () => {},
 ): Promise<string> {
   await mkdir(parent, { recursive: true });
   const target = path.join(parent, name);
@@ -78,7 +82,10 @@ export async function writeFolderAtomically(
   if (replacing) await rename(target, aside);
   await rename(tmp, target);
   await syncDir(parent);
-  if (linked) note(`${target} was a symbolic link (to ${await readlink(aside)}): the new folder replaces it, the link is kept as ${aside} and what it points to is left as it was`);
+  if (linked)
+    note(
+      `${target} was a symbolic link (to ${await readlink(aside)}): the new folder replaces it, the link is kept as ${aside} and what it points to is left as it was`,
+    );
   else if (replacing) await removeOwnFolder(aside, ownFiles);
   return target;
 }

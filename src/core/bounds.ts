@@ -29,7 +29,10 @@ export const BOUNDS = {
   /** Runs of a sweep: cases × the product of the grid's axes. */
   sweepRuns: { max: 10000, why: "each run is a recipe validated up front and a Slurm array task (Slurm's default MaxArraySize allows 1,001)" },
   /** Bytes the columns read from one Parquet row group may decompress to (`npm run prepare`'s Parquet input). */
-  parquetRowGroupBytes: { max: 2 ** 28, why: "2× the 128 MB row groups of Spark and parquet-mr; a row group is decoded whole and its text held at ~3× its size" },
+  parquetRowGroupBytes: {
+    max: 2 ** 28,
+    why: '2× the 128 MB row groups of Spark and parquet-mr; a row group is decoded whole and its text held at ~3× its size',
+  },
 } as const satisfies Record<string, Bound>;
 
 /** Most elements one float32 tensor may hold: TensorFlow.js indexes tensors with 32-bit integers. */
@@ -52,7 +55,9 @@ export function listSome(items: readonly string[], separator = ', '): string {
 export function showValue(value: unknown, maxChars = 120): string {
   const inexact = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && !Number.isSafeInteger(v) && Math.abs(v) < 1e21;
   const marked = JSON.stringify(value, (_key, v: unknown) => (inexact(v) ? `\u0000${BigInt(v)}` : v));
-  return String(marked).replace(/"\\u0000(-?\d+)"/g, '$1').slice(0, maxChars);
+  return String(marked)
+    .replace(/"\\u0000(-?\d+)"/g, '$1')
+    .slice(0, maxChars);
 }
 
 /**

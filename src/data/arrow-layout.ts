@@ -104,7 +104,15 @@ export function textColumnLayout(schema: Schema, column: string): TextColumnLayo
   for (const field of schema.fields) {
     columns.push({ name: field.name, node });
     if (field.name === column) {
-      return { column, node, buffer, ...textWidth(field.type), columns, nodesNeeded: node + 1, buffersNeeded: buffer + 2 + (field.type.typeId === Type.Dictionary ? 0 : 1) };
+      return {
+        column,
+        node,
+        buffer,
+        ...textWidth(field.type),
+        columns,
+        nodesNeeded: node + 1,
+        buffersNeeded: buffer + 2 + (field.type.typeId === Type.Dictionary ? 0 : 1),
+      };
     }
     const nodes = nodeCount(field.type);
     const buffers = bufferCount(field.type);
@@ -119,7 +127,15 @@ export function textColumnLayout(schema: Schema, column: string): TextColumnLayo
 
 /** The layout of a dictionary batch of `valueType`: one column, its values. */
 export function dictionaryLayout(valueType: DataType): TextColumnLayout {
-  return { column: '(dictionary)', node: 0, buffer: 0, ...textWidth(valueType), columns: [{ name: '(dictionary)', node: 0 }], nodesNeeded: 1, buffersNeeded: 3 };
+  return {
+    column: '(dictionary)',
+    node: 0,
+    buffer: 0,
+    ...textWidth(valueType),
+    columns: [{ name: '(dictionary)', node: 0 }],
+    nodesNeeded: 1,
+    buffersNeeded: 3,
+  };
 }
 
 const count = (n: number) => n.toLocaleString('en-US');
@@ -128,7 +144,8 @@ const count = (n: number) => n.toLocaleString('en-US');
 export function recordBatchProblem(header: BatchHeader, bodyLength: number, layout: TextColumnLayout): string | null {
   const rows = header.length;
   if (!Number.isSafeInteger(rows) || rows < 0) return `the record batch declares ${rows} rows`;
-  if (header.compression) return 'the record batch is compressed (LZ4 or ZSTD buffers), which this reader does not decode: write the shard uncompressed, as `datasets` does';
+  if (header.compression)
+    return 'the record batch is compressed (LZ4 or ZSTD buffers), which this reader does not decode: write the shard uncompressed, as `datasets` does';
   for (const [i, { offset, length }] of header.buffers.entries()) {
     if (!(Number.isSafeInteger(offset) && Number.isSafeInteger(length) && offset >= 0 && length >= 0 && offset + length <= bodyLength)) {
       return `buffer ${i} (bytes ${count(offset)} to ${count(offset + length)}) lies outside the record batch's body of ${count(bodyLength)} bytes`;

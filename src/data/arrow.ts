@@ -40,10 +40,7 @@ function checkTextColumn(file: string, schema: Schema, column: string): void {
   const type = field.type as DataType;
   const valueType = type.typeId === Type.Dictionary ? (type as unknown as { dictionary: DataType }).dictionary : type;
   if (!STRING_TYPES.has(valueType.typeId)) {
-    throw new ArrowShardError(
-      file,
-      `column "${column}" has type ${typeName(type)}; expected a string column (Utf8 "string" or LargeUtf8 "large_string")`,
-    );
+    throw new ArrowShardError(file, `column "${column}" has type ${typeName(type)}; expected a string column (Utf8 "string" or LargeUtf8 "large_string")`);
   }
 }
 
@@ -195,9 +192,7 @@ function columnTexts(file: string, batchIndex: number, column: string, vector: V
     }
     // One unit per byte holds only if every byte is ASCII or an invalid byte (each becomes one U+FFFD), so there any
     // U+FFFD is a replacement. Otherwise rows were decoded apart: count on them, less the U+FFFD the text itself held.
-    const invalidUtf8 = ascii
-      ? replacementChars(whole)
-      : out.reduce((n, t) => n + (t === null ? 0 : replacementChars(t)), 0) - encodedReplacementChars(bytes);
+    const invalidUtf8 = ascii ? replacementChars(whole) : out.reduce((n, t) => n + (t === null ? 0 : replacementChars(t)), 0) - encodedReplacementChars(bytes);
     return { texts: out, invalidUtf8: Math.max(0, invalidUtf8) };
   }
   for (const chunk of vector.data) {
@@ -290,7 +285,8 @@ class ShardMessages {
   /** The record batch message at `position` with its header checked (`batch`: its index, for errors). */
   async recordBatchAt(position: number, batch: number, layout: TextColumnLayout): Promise<CheckedBatch> {
     const at = await this.messageAt(position, batch);
-    if (!at || at.message.headerType !== MessageHeader.RecordBatch) throw new ArrowShardError(this.file, 'corrupt: the footer points at no record batch', batch);
+    if (!at || at.message.headerType !== MessageHeader.RecordBatch)
+      throw new ArrowShardError(this.file, 'corrupt: the footer points at no record batch', batch);
     return this.check(at.message, at.bodyStart, batch, layout);
   }
 
@@ -368,11 +364,7 @@ function batchTexts(file: string, batchIndex: number, column: string, batch: Rec
  * even read, thanks to the footer). Never loads the whole shard. Each record batch's header is checked
  * against its bytes before apache-arrow decodes it (ShardMessages).
  */
-export async function* readTextBatches(
-  file: string,
-  column: string,
-  fromBatch = 0,
-): AsyncGenerator<TextBatch> {
+export async function* readTextBatches(file: string, column: string, fromBatch = 0): AsyncGenerator<TextBatch> {
   if (!Number.isInteger(fromBatch) || fromBatch < 0) {
     throw new ArrowShardError(file, `fromBatch must be a non-negative integer, got ${fromBatch}`);
   }
@@ -408,7 +400,11 @@ export async function* readTextBatches(
       // apache-arrow yields one empty placeholder batch for a stream that holds none: that is the end too.
       if (checked.done && !step.done && step.value.numRows === 0) break;
       if (checked.done !== step.done) {
-        throw new ArrowShardError(file, `corrupt: ${checked.done ? 'a record batch after the end of the messages' : 'the reader found no record batch here'}`, batchIndex);
+        throw new ArrowShardError(
+          file,
+          `corrupt: ${checked.done ? 'a record batch after the end of the messages' : 'the reader found no record batch here'}`,
+          batchIndex,
+        );
       }
       if (step.done) break;
       if (batchIndex >= fromBatch) yield batchTexts(file, batchIndex, column, step.value, checked.value!);

@@ -108,19 +108,25 @@ export async function checkCursor(cursor: DataCursor, context: CursorContext, so
     throw new CursorError(`${source}: ${message}`);
   };
   for (const field of STREAM_FIELDS) {
-    if (cursor[field] !== context[field]) fail(`the data cursor does not match this stream: ${field} = ${JSON.stringify(cursor[field])}, the stream has ${JSON.stringify(context[field])}`);
+    if (cursor[field] !== context[field])
+      fail(`the data cursor does not match this stream: ${field} = ${JSON.stringify(cursor[field])}, the stream has ${JSON.stringify(context[field])}`);
   }
   const n = context.shardCount;
   if (cursor.shardOrder.length !== n) fail(`shardOrder lists ${cursor.shardOrder.length} shards but ${context.dataset} (${context.split}) has ${n}`);
-  if (new Set(cursor.shardOrder).size !== n || cursor.shardOrder.some((i) => i >= n)) fail(`shardOrder must be an order of the shards 0…${n - 1} (got ${JSON.stringify(cursor.shardOrder).slice(0, 80)})`);
+  if (new Set(cursor.shardOrder).size !== n || cursor.shardOrder.some((i) => i >= n))
+    fail(`shardOrder must be an order of the shards 0…${n - 1} (got ${JSON.stringify(cursor.shardOrder).slice(0, 80)})`);
   if (cursor.shard > n) fail(`shard = ${cursor.shard} is past the dataset's ${n} shards`);
   if (cursor.shard < n) {
     const rows = await context.recordBatchRows(cursor.shardOrder[cursor.shard]);
     if (cursor.recordBatch > rows.length || (cursor.recordBatch === rows.length && cursor.row > 0)) {
-      fail(`recordBatch = ${cursor.recordBatch}, row = ${cursor.row} is past the end of shard ${cursor.shardOrder[cursor.shard]}, which has ${rows.length} record batches`);
+      fail(
+        `recordBatch = ${cursor.recordBatch}, row = ${cursor.row} is past the end of shard ${cursor.shardOrder[cursor.shard]}, which has ${rows.length} record batches`,
+      );
     }
     if (cursor.recordBatch < rows.length && cursor.row >= rows[cursor.recordBatch]) {
-      fail(`row = ${cursor.row} is past the end of record batch ${cursor.recordBatch} (${rows[cursor.recordBatch]} rows) of shard ${cursor.shardOrder[cursor.shard]}`);
+      fail(
+        `row = ${cursor.row} is past the end of record batch ${cursor.recordBatch} (${rows[cursor.recordBatch]} rows) of shard ${cursor.shardOrder[cursor.shard]}`,
+      );
     }
   } else if (cursor.recordBatch !== 0 || cursor.row !== 0 || cursor.offset !== 0) {
     fail(`shard = ${cursor.shard} (the end of the split) with recordBatch ${cursor.recordBatch}, row ${cursor.row}, offset ${cursor.offset}: expected 0, 0, 0`);
@@ -131,12 +137,15 @@ export async function checkCursor(cursor: DataCursor, context: CursorContext, so
   const position = `shard ${cursor.shard} of ${n}, record batch ${cursor.recordBatch}, row ${cursor.row}`;
   if (cursor.done && !atEnd) fail(`done = true, but the position (${position}) is not the end of the split`);
   if (cursor.shuffle?.exhausted && !atEnd) fail(`shuffle.exhausted = true, but the position (${position}) is not the end of the split`);
-  if (cursor.done && cursor.shuffle && cursor.shuffle.lengths.length > 0) fail(`done = true, but the shuffle buffer still holds ${cursor.shuffle.lengths.length} items`);
+  if (cursor.done && cursor.shuffle && cursor.shuffle.lengths.length > 0)
+    fail(`done = true, but the shuffle buffer still holds ${cursor.shuffle.lengths.length} items`);
   if (cursor.kind === 'gpt' && cursor.carry.length > cursor.seqLen) fail(`carry holds ${cursor.carry.length} tokens, more than seqLen ${cursor.seqLen}`);
   if (cursor.kind === 'bert' && cursor.carry.length > 0) fail('carry must be empty for a BERT stream');
   if (cursor.carry.some((t) => t >= context.vocabSize)) fail(`carry holds a token id ≥ the vocabulary size ${context.vocabSize}`);
-  if ((cursor.kind === 'bert') !== (cursor.maskRng !== null)) fail(`maskRng must be ${cursor.kind === 'bert' ? 'four 32-bit words for a BERT stream' : 'null for a GPT stream'}`);
-  if ((context.shuffleBuffer > 0) !== (cursor.shuffle !== null)) fail(`shuffle must be ${context.shuffleBuffer > 0 ? 'an object' : 'null'} for shuffleBuffer ${context.shuffleBuffer}`);
+  if ((cursor.kind === 'bert') !== (cursor.maskRng !== null))
+    fail(`maskRng must be ${cursor.kind === 'bert' ? 'four 32-bit words for a BERT stream' : 'null for a GPT stream'}`);
+  if (context.shuffleBuffer > 0 !== (cursor.shuffle !== null))
+    fail(`shuffle must be ${context.shuffleBuffer > 0 ? 'an object' : 'null'} for shuffleBuffer ${context.shuffleBuffer}`);
   if (cursor.shuffle) {
     const { lengths, width } = cursor.shuffle;
     if (lengths.length > context.shuffleBuffer) fail(`shuffle holds ${lengths.length} items, more than shuffleBuffer ${context.shuffleBuffer}`);

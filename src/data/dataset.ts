@@ -100,7 +100,10 @@ export function expandFileGlob(pattern: string): string[] {
   // Node 20 has no fs.glob; file-name-only patterns need no more than this translation.
   const regex = new RegExp(
     '^' +
-      base.replace(/[.+^${}()|\\]/g, '\\$&').replace(/\*/g, '[^/]*').replace(/\?/g, '[^/]') +
+      base
+        .replace(/[.+^${}()|\\]/g, '\\$&')
+        .replace(/\*/g, '[^/]*')
+        .replace(/\?/g, '[^/]') +
       '$',
   );
   if (!isDirectory(dir)) throw new DatasetPathError(pattern, `folder ${dir} does not exist`);
@@ -125,7 +128,8 @@ export async function listShards(datasetPath: string, split: Split): Promise<str
     return filterBySplitName(datasetPath, files, split);
   }
   const endings = shardFileEndings();
-  if (!fs.existsSync(datasetPath)) throw new DatasetPathError(datasetPath, `does not exist (expected a dataset folder, a ${endings} file or a glob of ${endings} files)`);
+  if (!fs.existsSync(datasetPath))
+    throw new DatasetPathError(datasetPath, `does not exist (expected a dataset folder, a ${endings} file or a glob of ${endings} files)`);
   if (isFile(datasetPath)) {
     if (!isShardFile(datasetPath)) throw new DatasetPathError(datasetPath, `expected a ${endings} file, a dataset folder or a glob of ${endings} files`);
     return filterBySplitName(path.dirname(datasetPath), [datasetPath], split);

@@ -10,7 +10,10 @@ export class WindowPacker {
   private readonly window: Int32Array;
   private filled: number;
 
-  constructor(readonly seqLen: number, carry: readonly number[] = []) {
+  constructor(
+    readonly seqLen: number,
+    carry: readonly number[] = [],
+  ) {
     const problem = seqLenProblem(seqLen, 'gpt');
     if (problem !== null) throw new Error(`WindowPacker: seqLen must be ${problem} (got ${seqLen})`);
     if (carry.length > seqLen) throw new Error(`packer carry of ${carry.length} tokens exceeds seqLen ${seqLen}`);

@@ -15,7 +15,10 @@ export class ShuffleBuffer<T> {
   private readonly rng: Rng;
   private exhausted: boolean;
 
-  constructor(readonly capacity: number, seedOrState: number | ShuffleState<T>) {
+  constructor(
+    readonly capacity: number,
+    seedOrState: number | ShuffleState<T>,
+  ) {
     if (!Number.isInteger(capacity) || capacity < 0) {
       throw new Error(`shuffle buffer capacity must be an integer ≥ 0, got ${capacity}`);
     }

@@ -42,12 +42,23 @@ export const VALIDATION_MASK_SEED = 0x5eed;
 /** checkCursor against this stream's settings and its shards. */
 function checkCursorAgainst(cursor: DataCursor, opts: StreamOptions, shards: string[], source: string): Promise<void> {
   const isTrain = opts.split === 'train';
-  return checkCursor(cursor, {
-    kind: opts.kind, split: opts.split, seqLen: opts.seqLen, batchSize: opts.batchSize, seed: isTrain ? opts.seed : 0,
-    shuffleBuffer: isTrain ? opts.shuffleBuffer : 0, tokenizerSha256: opts.tokenizer.sha256, vocabSize: opts.tokenizer.vocabSize,
-    dataset: opts.dataset, shardCount: shards.length,
-    recordBatchRows: async (shard) => (await shardFormatOf(shards[shard]).scan(shards[shard], opts.textColumn)).batchRows,
-  }, source);
+  return checkCursor(
+    cursor,
+    {
+      kind: opts.kind,
+      split: opts.split,
+      seqLen: opts.seqLen,
+      batchSize: opts.batchSize,
+      seed: isTrain ? opts.seed : 0,
+      shuffleBuffer: isTrain ? opts.shuffleBuffer : 0,
+      tokenizerSha256: opts.tokenizer.sha256,
+      vocabSize: opts.tokenizer.vocabSize,
+      dataset: opts.dataset,
+      shardCount: shards.length,
+      recordBatchRows: async (shard) => (await shardFormatOf(shards[shard]).scan(shards[shard], opts.textColumn)).batchRows,
+    },
+    source,
+  );
 }
 
 /** BERT's masking options for this tokenizer and its masking RNG (restored from the cursor, else seeded). */
@@ -121,7 +132,10 @@ export class ShardBatchStream implements BatchStream {
         : shards.map((_, i) => i);
     this.done = cursor?.done ?? false;
     this.batches = cursor?.batches ?? 0;
-    this.producers = new ShardProducers(this.shardOrder.map((i) => shards[i]), opts);
+    this.producers = new ShardProducers(
+      this.shardOrder.map((i) => shards[i]),
+      opts,
+    );
     const start: Position = { shard: cursor?.shard ?? 0, recordBatch: cursor?.recordBatch ?? 0, row: cursor?.row ?? 0, offset: cursor?.offset ?? 0 };
     this.statistics = cursor ? { ...cursor.stats } : { documents: 0, tokens: 0, skippedEmpty: 0, bytes: 0 };
     this.walker = new DocumentWalker(this.producers, this.shardOrder.length, kind, start, this.statistics, cursorFile);
@@ -222,7 +236,10 @@ export class ShardBatchStream implements BatchStream {
       shardOrder: [...this.shardOrder],
       ...this.walker.position,
       carry: this.packer ? this.packer.carry() : [],
-      shuffle: this.shuffleCapacity > 0 ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted } : null,
+      shuffle:
+        this.shuffleCapacity > 0
+          ? { ...encodeTokenArrays(shuffleState.items, tokenizer.vocabSize), rng: shuffleState.rng, exhausted: shuffleState.exhausted }
+          : null,
       maskRng: this.masking ? this.masking.maskRng.state() : null,
       done: this.done,
       batches: this.batches,

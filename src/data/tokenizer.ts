@@ -61,7 +61,7 @@ const SPLIT_PRE_TOKENIZERS = new Set(['BertPreTokenizer', 'Whitespace', 'Whitesp
 
 /** Whether cutting at the boundaries above gives the ids of the whole text, from the tokenizer.json. */
 function canEncodeInPieces(json: TokenizerJson): boolean {
-  const normalizers = json.normalizer ? (json.normalizer.type === 'Sequence' ? json.normalizer.normalizers ?? [] : [json.normalizer]) : [];
+  const normalizers = json.normalizer ? (json.normalizer.type === 'Sequence' ? (json.normalizer.normalizers ?? []) : [json.normalizer]) : [];
   if (!normalizers.every((n) => LOCAL_NORMALIZERS.has(n.type ?? ''))) return false;
   if ((json.added_tokens ?? []).some((t) => SPACE.test(t.content))) return false;
   const pre = json.pre_tokenizer;

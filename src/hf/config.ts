@@ -141,11 +141,9 @@ export function parseHfConfig(json: unknown, file: string): HfConfig {
   const architecture = readArchitecture(obj, layout, custom, fields);
   const { model, fieldNames } = layout === 'gpt2' ? gpt2Model(fields) : bertModel(fields, custom);
   const seed = custom ? applySection(obj[SECTION], model, fields) : 0;
-  if (!custom && model.dModel % model.numHeads !== 0) fields.problems.push(`${fieldNames['model.dModel']} (${model.dModel}) must be divisible by ${fieldNames['model.numHeads']} (${model.numHeads})`);
-  const lines = [
-    ...fields.problems,
-    ...(fields.unsupported.length ? [`settings this project does not compute: ${fields.unsupported.join('; ')}`] : []),
-  ];
+  if (!custom && model.dModel % model.numHeads !== 0)
+    fields.problems.push(`${fieldNames['model.dModel']} (${model.dModel}) must be divisible by ${fieldNames['model.numHeads']} (${model.numHeads})`);
+  const lines = [...fields.problems, ...(fields.unsupported.length ? [`settings this project does not compute: ${fields.unsupported.join('; ')}`] : [])];
   if (lines.length > 0) throw new Error(`${file}: ${lines.join('\n  ')}`);
   return { file, layout, modelType: modelType as string, architecture, model, seed, fields: fieldNames };
 }
@@ -192,10 +190,19 @@ function gpt2Model(f: FieldReader): ModelFields {
     layerNormEps: f.positive('layer_norm_epsilon', 1e-5),
   };
   const fieldNames = {
-    'model.kind': 'model_type', 'model.vocabSize': 'vocab_size', 'model.maxSeqLen': 'n_positions', 'model.dModel': 'n_embd',
-    'model.numLayers': 'n_layer', 'model.numHeads': 'n_head', 'model.mlpRatio': 'n_inner / n_embd', 'model.bias': 'model_type',
-    'model.normPosition': 'model_type', 'model.embeddingNorm': 'model_type', 'model.typeVocabSize': 'model_type',
-    'model.activation': 'activation_function', 'model.layerNormEps': 'layer_norm_epsilon',
+    'model.kind': 'model_type',
+    'model.vocabSize': 'vocab_size',
+    'model.maxSeqLen': 'n_positions',
+    'model.dModel': 'n_embd',
+    'model.numLayers': 'n_layer',
+    'model.numHeads': 'n_head',
+    'model.mlpRatio': 'n_inner / n_embd',
+    'model.bias': 'model_type',
+    'model.normPosition': 'model_type',
+    'model.embeddingNorm': 'model_type',
+    'model.typeVocabSize': 'model_type',
+    'model.activation': 'activation_function',
+    'model.layerNormEps': 'layer_norm_epsilon',
   };
   return { model, fieldNames };
 }
@@ -224,10 +231,19 @@ function bertModel(f: FieldReader, custom: boolean): ModelFields {
     layerNormEps: f.positive('layer_norm_eps', 1e-12),
   };
   const fieldNames = {
-    'model.kind': 'model_type', 'model.vocabSize': 'vocab_size', 'model.maxSeqLen': 'max_position_embeddings', 'model.dModel': 'hidden_size',
-    'model.numLayers': 'num_hidden_layers', 'model.numHeads': 'num_attention_heads', 'model.mlpRatio': 'intermediate_size / hidden_size',
-    'model.bias': 'model_type', 'model.normPosition': 'model_type', 'model.embeddingNorm': 'model_type', 'model.typeVocabSize': 'type_vocab_size',
-    'model.activation': 'hidden_act', 'model.layerNormEps': 'layer_norm_eps',
+    'model.kind': 'model_type',
+    'model.vocabSize': 'vocab_size',
+    'model.maxSeqLen': 'max_position_embeddings',
+    'model.dModel': 'hidden_size',
+    'model.numLayers': 'num_hidden_layers',
+    'model.numHeads': 'num_attention_heads',
+    'model.mlpRatio': 'intermediate_size / hidden_size',
+    'model.bias': 'model_type',
+    'model.normPosition': 'model_type',
+    'model.embeddingNorm': 'model_type',
+    'model.typeVocabSize': 'type_vocab_size',
+    'model.activation': 'hidden_act',
+    'model.layerNormEps': 'layer_norm_eps',
   };
   return { model, fieldNames };
 }
@@ -284,7 +300,8 @@ export function nonStandardSettings(c: LanguageModelConfig): string[] {
   const out: string[] = [];
   if (c.attention.name !== 'softmax') out.push(`attention ${c.attention.name}`);
   if (!c.bias) out.push('no biases (model.bias false)');
-  const expected: Partial<Architecture> = c.kind === 'gpt' ? { normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 } : { normPosition: 'post', embeddingNorm: true };
+  const expected: Partial<Architecture> =
+    c.kind === 'gpt' ? { normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 } : { normPosition: 'post', embeddingNorm: true };
   for (const [key, value] of Object.entries(expected)) {
     if (arch[key as keyof Architecture] !== value) out.push(`model.${key} ${JSON.stringify(arch[key as keyof Architecture])}`);
   }
@@ -323,7 +340,10 @@ export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions):
   const classes = CUSTOM_CLASSES[layout];
   const remoteCode = {
     auto_map: { AutoConfig: `${PYTHON_CONFIG_MODULE}.${classes.config}`, [classes.auto]: `${PYTHON_MODEL_MODULE}.${classes.model}` },
-    layer_types: Array.from({ length: c.numLayers }, () => `slayformer ${c.attention.name} attention (load with ${classes.auto}.from_pretrained(folder, trust_remote_code=True))`),
+    layer_types: Array.from(
+      { length: c.numLayers },
+      () => `slayformer ${c.attention.name} attention (load with ${classes.auto}.from_pretrained(folder, trust_remote_code=True))`,
+    ),
   };
   const common = {
     architectures: [custom ? classes.model : SUPPORTED_ARCHITECTURES[layout][0]],
@@ -337,18 +357,37 @@ export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions):
   const body =
     layout === 'gpt2'
       ? {
-          n_positions: c.maxSeqLen, n_embd: c.dModel, n_layer: c.numLayers, n_head: c.numHeads, n_inner: hidden,
-          activation_function: HF_ACTIVATION[arch.activation], layer_norm_epsilon: arch.layerNormEps,
+          n_positions: c.maxSeqLen,
+          n_embd: c.dModel,
+          n_layer: c.numLayers,
+          n_head: c.numHeads,
+          n_inner: hidden,
+          activation_function: HF_ACTIVATION[arch.activation],
+          layer_norm_epsilon: arch.layerNormEps,
           // This project drops out the embeddings, attention outputs and MLP outputs, never the attention weights.
-          embd_pdrop: c.dropout, resid_pdrop: c.dropout, attn_pdrop: 0,
-          scale_attn_weights: true, scale_attn_by_inverse_layer_idx: false, reorder_and_upcast_attn: false,
-          bos_token_id: opts.specialIds.eos ?? null, eos_token_id: opts.specialIds.eos ?? null, pad_token_id: opts.specialIds.pad ?? null,
+          embd_pdrop: c.dropout,
+          resid_pdrop: c.dropout,
+          attn_pdrop: 0,
+          scale_attn_weights: true,
+          scale_attn_by_inverse_layer_idx: false,
+          reorder_and_upcast_attn: false,
+          bos_token_id: opts.specialIds.eos ?? null,
+          eos_token_id: opts.specialIds.eos ?? null,
+          pad_token_id: opts.specialIds.pad ?? null,
         }
       : {
-          max_position_embeddings: c.maxSeqLen, hidden_size: c.dModel, num_hidden_layers: c.numLayers, num_attention_heads: c.numHeads,
-          intermediate_size: hidden, hidden_act: HF_ACTIVATION[arch.activation], layer_norm_eps: arch.layerNormEps,
-          type_vocab_size: arch.typeVocabSize, hidden_dropout_prob: c.dropout, attention_probs_dropout_prob: 0,
-          is_decoder: false, pad_token_id: opts.specialIds.pad ?? null,
+          max_position_embeddings: c.maxSeqLen,
+          hidden_size: c.dModel,
+          num_hidden_layers: c.numLayers,
+          num_attention_heads: c.numHeads,
+          intermediate_size: hidden,
+          hidden_act: HF_ACTIVATION[arch.activation],
+          layer_norm_eps: arch.layerNormEps,
+          type_vocab_size: arch.typeVocabSize,
+          hidden_dropout_prob: c.dropout,
+          attention_probs_dropout_prob: 0,
+          is_decoder: false,
+          pad_token_id: opts.specialIds.pad ?? null,
         };
   return { ...common, ...body, ...(custom ? remoteCode : {}), [SECTION]: section };
 }

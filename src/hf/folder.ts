@@ -87,7 +87,9 @@ export async function readHfFolder(dir: string): Promise<HfFolder> {
     const a = await readTensor(copy);
     const b = await readTensor(target);
     if (a.length !== b.length || a.some((v, i) => !Object.is(v, b[i]))) {
-      throw new Error(`${copy.file}: ${copy.name} differs from ${target.name}: untied output weights (tie_word_embeddings false) are not supported; this project ties them`);
+      throw new Error(
+        `${copy.file}: ${copy.name} differs from ${target.name}: untied output weights (tie_word_embeddings false) are not supported; this project ties them`,
+      );
     }
   }
   return { dir, config, tensors, fresh: plan.fresh, ignored: plan.ignored, tokenizer };
@@ -168,7 +170,8 @@ function planTensors(dir: string, config: HfConfig, entries: Map<string, TensorE
     used.add(canonicalName(layout, entry.name));
     const shape = shapes.get(rule.ours[0])!;
     const expected = hfShape(rule, shape);
-    if (!sameShape(entry.shape, expected)) problems.push(`${entry.file}: ${entry.name} is [${entry.shape.join(', ')}] but ${path.basename(config.file)} implies [${expected.join(', ')}]`);
+    if (!sameShape(entry.shape, expected))
+      problems.push(`${entry.file}: ${entry.name} is [${entry.shape.join(', ')}] but ${path.basename(config.file)} implies [${expected.join(', ')}]`);
     else if (!isFloat(entry)) problems.push(`${entry.file}: ${entry.name} has dtype ${entry.dtype} (weights must be ${FLOAT_DTYPES.join(', ')})`);
     else plan.matched.push({ rule, entry, shape });
   }

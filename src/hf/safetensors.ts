@@ -28,7 +28,21 @@ export interface NamedArray {
 
 /** Bytes per element of the safetensors dtypes. */
 const DTYPE_BYTES: Record<string, number> = {
-  F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U64: 8, U32: 4, U16: 2, U8: 1, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1,
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U64: 8,
+  U32: 4,
+  U16: 2,
+  U8: 1,
+  BOOL: 1,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
 };
 /** dtypes read as weights (converted to float32). */
 export const FLOAT_DTYPES = ['F32', 'F16', 'BF16', 'F64'] as const;
@@ -39,9 +53,11 @@ const MAX_HEADER_BYTES = 100_000_000;
 const HEADER_ALIGN = 8;
 
 type Fail = (problem: string) => never;
-const failer = (source: string): Fail => (problem) => {
-  throw new Error(`${source}: ${problem}`);
-};
+const failer =
+  (source: string): Fail =>
+  (problem) => {
+    throw new Error(`${source}: ${problem}`);
+  };
 
 /** Serialises float32 tensors (in the given order) and string metadata into one safetensors buffer. */
 export function encodeSafetensors(tensors: Map<string, NamedArray>, metadata: Record<string, string> = {}): Buffer {
@@ -77,10 +93,7 @@ export function encodeSafetensors(tensors: Map<string, NamedArray>, metadata: Re
  * Parses a safetensors buffer of this project's (F32 tensors, read whole); `source` names the file in every error.
  * See the top of this file for what is checked.
  */
-export function decodeSafetensors(
-  bytes: Uint8Array,
-  source = 'safetensors buffer',
-): { tensors: Map<string, NamedArray>; metadata: Record<string, string> } {
+export function decodeSafetensors(bytes: Uint8Array, source = 'safetensors buffer'): { tensors: Map<string, NamedArray>; metadata: Record<string, string> } {
   const fail = failer(source);
   const headerLength = checkHeaderLength(bytes.subarray(0, 8), bytes.length, fail);
   const dataStart = 8 + headerLength;
@@ -133,7 +146,8 @@ export function readSafetensorsHeader(file: string): { entries: Map<string, Tens
 /** The tensor's values as float32 (F32 as stored; F16, BF16 and F64 converted); a NaN or infinite value is refused. */
 export async function readTensor(entry: TensorEntry): Promise<Float32Array> {
   const fail = failer(entry.file);
-  if (!(FLOAT_DTYPES as readonly string[]).includes(entry.dtype)) fail(`tensor '${entry.name}' has dtype ${entry.dtype}; weights must be ${FLOAT_DTYPES.join(', ')}`);
+  if (!(FLOAT_DTYPES as readonly string[]).includes(entry.dtype))
+    fail(`tensor '${entry.name}' has dtype ${entry.dtype}; weights must be ${FLOAT_DTYPES.join(', ')}`);
   const bytes = Buffer.alloc(entry.end - entry.begin);
   const handle = await open(entry.file, 'r');
   try {

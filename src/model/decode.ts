@@ -48,7 +48,11 @@ export class IncrementalDecoder {
       throw new Error(`IncrementalDecoder.feedBlock: expected ${this.batch} rows of the same length ≥ 1 (one per sequence)`);
     }
     if (this.remaining < n) {
-      throw new Error(this.remaining === 0 ? `IncrementalDecoder.feed: the model's maxSeqLen ${this.model.config.maxSeqLen} is reached` : `IncrementalDecoder.feedBlock: ${n} tokens do not fit: ${this.remaining} positions left before maxSeqLen ${this.model.config.maxSeqLen}`);
+      throw new Error(
+        this.remaining === 0
+          ? `IncrementalDecoder.feed: the model's maxSeqLen ${this.model.config.maxSeqLen} is reached`
+          : `IncrementalDecoder.feedBlock: ${n} tokens do not fit: ${this.remaining} positions left before maxSeqLen ${this.model.config.maxSeqLen}`,
+      );
     }
     const vocab = this.model.config.vocabSize;
     const ids = rows.flatMap((row) => Array.from(row));

@@ -71,25 +71,23 @@ export function activate(x: tf.Tensor2D, activation: Activation): tf.Tensor2D {
  *   dx = r · (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)),  ĝ = dy·g;   dg = Σ dy·x̂;   db = Σ dy
  */
 type LayerNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
-const layerNormOp = (eps: number): LayerNormOp => tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
-  const { mean, variance } = tf.moments(x, -1, true);
-  const rstd = tf.rsqrt(tf.add(variance, eps));
-  const normalized = tf.mul(tf.sub(x, mean), rstd);
-  save([normalized, rstd, gain]);
-  return {
-    value: tf.add(tf.mul(normalized, gain), shift),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [xhat, r, g] = saved;
-      const gHat = tf.mul(dy, g);
-      const dx = tf.mul(
-        tf.sub(tf.sub(gHat, tf.mean(gHat, -1, true)), tf.mul(xhat, tf.mean(tf.mul(gHat, xhat), -1, true))),
-        r,
-      );
-      return [dx, columnSums(tf.mul(dy, xhat) as tf.Tensor2D), columnSums(dy as tf.Tensor2D)];
-    },
-  };
-}) as LayerNormOp;
+const layerNormOp = (eps: number): LayerNormOp =>
+  tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+    const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
+    const { mean, variance } = tf.moments(x, -1, true);
+    const rstd = tf.rsqrt(tf.add(variance, eps));
+    const normalized = tf.mul(tf.sub(x, mean), rstd);
+    save([normalized, rstd, gain]);
+    return {
+      value: tf.add(tf.mul(normalized, gain), shift),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [xhat, r, g] = saved;
+        const gHat = tf.mul(dy, g);
+        const dx = tf.mul(tf.sub(tf.sub(gHat, tf.mean(gHat, -1, true)), tf.mul(xhat, tf.mean(tf.mul(gHat, xhat), -1, true))), r);
+        return [dx, columnSums(tf.mul(dy, xhat) as tf.Tensor2D), columnSums(dy as tf.Tensor2D)];
+      },
+    };
+  }) as LayerNormOp;
 
 /** One op per ε (tf.customGrad takes tensors only, so ε is closed over). */
 const layerNormOps = new Map<number, LayerNormOp>();
@@ -168,11 +166,14 @@ export class DropoutSource {
     const site = this.site++;
     if (hasFusedKernel(STATELESS_UNIFORM)) {
       const seed = typeof this.seed === 'number' ? dropoutSeedTensor(this.seed) : this.seed;
-      const uniform = tf.engine().runKernel(STATELESS_UNIFORM, { shape: tf.tensor1d(x.shape, 'int32'), seed: tf.add(seed, tf.tensor1d([0, site + 1], 'int32')) }) as tf.Tensor;
+      const uniform = tf
+        .engine()
+        .runKernel(STATELESS_UNIFORM, { shape: tf.tensor1d(x.shape, 'int32'), seed: tf.add(seed, tf.tensor1d([0, site + 1], 'int32')) }) as tf.Tensor;
       // As tf.dropout: keep where u ≥ rate, kept values scaled by 1 / (1 − rate).
       return tf.mul(tf.mul(x, 1 / (1 - this.rate)), tf.floor(tf.add(uniform, 1 - this.rate))) as T;
     }
-    if (typeof this.seed !== 'number') throw new Error(`a dropout seed tensor needs the ${STATELESS_UNIFORM} kernel, which the ${currentDevice().backend} backend lacks`);
+    if (typeof this.seed !== 'number')
+      throw new Error(`a dropout seed tensor needs the ${STATELESS_UNIFORM} kernel, which the ${currentDevice().backend} backend lacks`);
     // tfjs treats seed 0 as "no seed", hence the | 1.
     return tf.dropout(x, this.rate, undefined, deriveSeed(this.seed, site) | 1) as T;
   }

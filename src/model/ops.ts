@@ -204,7 +204,10 @@ function unstackedMatMul(a: tf.Tensor3D, b: tf.Tensor3D): tf.Tensor3D {
   // input once per piece.
   return tf.tidy(() => {
     const products = Array.from({ length: n }, (_, i) =>
-      tf.matMul(tf.reshape(tf.slice(a, [i, 0, 0], [1, m, k]), [m, k]) as tf.Tensor2D, tf.reshape(tf.slice(b, [i, 0, 0], [1, k, cols]), [k, cols]) as tf.Tensor2D),
+      tf.matMul(
+        tf.reshape(tf.slice(a, [i, 0, 0], [1, m, k]), [m, k]) as tf.Tensor2D,
+        tf.reshape(tf.slice(b, [i, 0, 0], [1, k, cols]), [k, cols]) as tf.Tensor2D,
+      ),
     );
     return tf.reshape(tf.concat(products), [n, m, cols]);
   });

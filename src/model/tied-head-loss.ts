@@ -18,7 +18,14 @@ import { matMulTransposeB, weightGradient } from './ops.ts';
 const FLT_MIN = 1.1754943508222875e-38;
 
 /** The loss and what the backward keeps: the probabilities, and the inputs it multiplies them with. */
-function forward(h: tf.Tensor2D, embedding: tf.Tensor2D, targets: tf.Tensor1D, weights: tf.Tensor1D, bias: tf.Tensor1D | null, save: tf.GradSaveFunc): tf.Scalar {
+function forward(
+  h: tf.Tensor2D,
+  embedding: tf.Tensor2D,
+  targets: tf.Tensor1D,
+  weights: tf.Tensor1D,
+  bias: tf.Tensor1D | null,
+  save: tf.GradSaveFunc,
+): tf.Scalar {
   const logits = matMulTransposeB(h, embedding);
   const probs = tf.softmax(bias ? tf.add(logits, bias) : logits) as tf.Tensor2D;
   const at = tf.stack([tf.range(0, h.shape[0], 1, 'int32'), targets], 1) as tf.Tensor2D;

@@ -127,9 +127,11 @@ export function validateTransformerConfig(c: TransformerConfig): void {
   if (!(c.mlpRatio > 0) || mlpHidden(c) < 1) throw new Error(`model.mlpRatio must be > 0 (got ${c.mlpRatio})`);
   if (!(c.dropout >= 0 && c.dropout < 1)) throw new Error(`model.dropout must be in [0, 1) (got ${c.dropout})`);
   const arch = architectureOf(c);
-  if (!NORM_POSITIONS.includes(arch.normPosition)) throw new Error(`model.normPosition must be one of ${NORM_POSITIONS.join(', ')} (got ${String(arch.normPosition)})`);
+  if (!NORM_POSITIONS.includes(arch.normPosition))
+    throw new Error(`model.normPosition must be one of ${NORM_POSITIONS.join(', ')} (got ${String(arch.normPosition)})`);
   if (typeof arch.embeddingNorm !== 'boolean') throw new Error(`model.embeddingNorm must be true or false (got ${String(arch.embeddingNorm)})`);
-  if (!(Number.isInteger(arch.typeVocabSize) && arch.typeVocabSize >= 0)) throw new Error(`model.typeVocabSize must be an integer ≥ 0 (got ${arch.typeVocabSize})`);
+  if (!(Number.isInteger(arch.typeVocabSize) && arch.typeVocabSize >= 0))
+    throw new Error(`model.typeVocabSize must be an integer ≥ 0 (got ${arch.typeVocabSize})`);
   if (!ACTIVATIONS.includes(arch.activation)) throw new Error(`model.activation must be one of ${ACTIVATIONS.join(', ')} (got ${String(arch.activation)})`);
   if (!(arch.layerNormEps > 0 && Number.isFinite(arch.layerNormEps))) throw new Error(`model.layerNormEps must be a number > 0 (got ${arch.layerNormEps})`);
 }

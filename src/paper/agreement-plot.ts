@@ -18,8 +18,13 @@ export async function agreementPlotSvg(results: AgreementPlotInput): Promise<str
   const points = results.cells
     .filter((c) => c.published && c.ours.n > 0)
     .map((c) => ({
-      series: c.column, cell: `${c.row} × ${c.column}`, paper: c.published!.mean, ours: c.ours.mean,
-      lo: c.ours.mean - (c.ours.sd ?? 0), hi: c.ours.mean + (c.ours.sd ?? 0), verdict: c.verdict,
+      series: c.column,
+      cell: `${c.row} × ${c.column}`,
+      paper: c.published!.mean,
+      ours: c.ours.mean,
+      lo: c.ours.mean - (c.ours.sd ?? 0),
+      hi: c.ours.mean + (c.ours.sd ?? 0),
+      verdict: c.verdict,
     }));
   const positive = points.filter((p) => p.paper > 0 && p.ours > 0);
   const extent = positive.flatMap((p) => [p.paper, p.ours]);
@@ -40,7 +45,12 @@ export async function agreementPlotSvg(results: AgreementPlotInput): Promise<str
     background: 'white',
     layer: [
       {
-        data: { values: [{ paper: log ? min : Math.min(0, min), ours: log ? min : Math.min(0, min) }, { paper: max, ours: max }] },
+        data: {
+          values: [
+            { paper: log ? min : Math.min(0, min), ours: log ? min : Math.min(0, min) },
+            { paper: max, ours: max },
+          ],
+        },
         mark: { type: 'line', color: '#999999', strokeDash: [4, 4] },
         encoding: { x, y: { field: 'ours', type: 'quantitative', scale } },
       },

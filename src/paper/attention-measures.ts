@@ -74,10 +74,12 @@ class Moments {
 
   geometry(hasTilde: boolean): HeadGeometry {
     const { d, n } = this;
-    const cov = Array.from({ length: d }, (_, i) => Array.from({ length: d }, (__, j) => {
-      const [a, b] = i <= j ? [i, j] : [j, i];
-      return (this.outer[a * d + b] - (this.sum[a] * this.sum[b]) / n) / (n - 1);
-    }));
+    const cov = Array.from({ length: d }, (_, i) =>
+      Array.from({ length: d }, (__, j) => {
+        const [a, b] = i <= j ? [i, j] : [j, i];
+        return (this.outer[a * d + b] - (this.sum[a] * this.sum[b]) / n) / (n - 1);
+      }),
+    );
     const values = symmetricEigen(cov).values.map((v) => Math.max(v, 0));
     const largest = values[values.length - 1];
     const total = values.reduce((s, v) => s + v, 0);
@@ -96,11 +98,13 @@ class RelativeError {
   private diff = 0;
   private norm = 0;
   add(a: tf.Tensor, b: tf.Tensor): void {
-    const [diff, norm] = tf.tidy(() => [tf.sum(tf.square(tf.sub(a, b))), tf.sum(tf.square(b))]).map((t) => {
-      const value = t.dataSync()[0];
-      t.dispose();
-      return value;
-    });
+    const [diff, norm] = tf
+      .tidy(() => [tf.sum(tf.square(tf.sub(a, b))), tf.sum(tf.square(b))])
+      .map((t) => {
+        const value = t.dataSync()[0];
+        t.dispose();
+        return value;
+      });
     this.diff += diff;
     this.norm += norm;
   }
@@ -123,11 +127,15 @@ export async function measureStart(model: LanguageModel, batches: readonly Batch
   const exactKernel = (m: RandomFeatureModule, q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, keyMask?: tf.Tensor2D) =>
     tf.tidy(() => {
       const [qt, kt] = [m.kernelInputs(q), m.kernelInputs(k)];
-      if (qt.shape[3] !== headDim) throw new Error(`measureStart: kernel inputs of width ${qt.shape[3]} ≠ headDim ${headDim} (DARKFormer rank < headDim) are not measured`);
+      if (qt.shape[3] !== headDim)
+        throw new Error(`measureStart: kernel inputs of width ${qt.shape[3]} ≠ headDim ${headDim} (DARKFormer rank < headDim) are not measured`);
       const up = headDim ** 0.25;
       return softmax.apply(tf.mul(qt, up) as tf.Tensor4D, tf.mul(kt, up) as tf.Tensor4D, v, { keyMask });
     });
-  const moments = mechanisms.map(() => ({ q: Array.from({ length: numHeads }, () => new Moments(headDim)), k: Array.from({ length: numHeads }, () => new Moments(headDim)) }));
+  const moments = mechanisms.map(() => ({
+    q: Array.from({ length: numHeads }, () => new Moments(headDim)),
+    k: Array.from({ length: numHeads }, () => new Moments(headDim)),
+  }));
   const errors = mechanisms.map(() => ({ rfSoftmax: new RelativeError(), rfKernel: new RelativeError(), kernelSoftmax: new RelativeError() }));
 
   const accumulate = (layer: number, label: 'q' | 'k', x: tf.Tensor4D, mechanism: AttentionModule) => {

@@ -41,7 +41,10 @@ export function countSpikes(losses: readonly number[]): number {
   let spikes = 0;
   for (let i = SPIKE_WINDOW; i < losses.length; i++) {
     // A non-finite loss is a spike itself, and left out of the windows after it.
-    const window = losses.slice(i - SPIKE_WINDOW, i).filter(Number.isFinite).sort((a, b) => a - b);
+    const window = losses
+      .slice(i - SPIKE_WINDOW, i)
+      .filter(Number.isFinite)
+      .sort((a, b) => a - b);
     if (window.length === 0) continue;
     const median = (window[(window.length - 1) >> 1] + window[window.length >> 1]) / 2;
     if (!(losses[i] <= median + SPIKE_NATS)) spikes++;
@@ -65,9 +68,15 @@ function startExtras(measures: StartMeasures): Record<string, number | null> {
     ['scale_before', (g) => g.scaleBefore],
     ['scale_after', (g) => g.scaleAfter],
   ];
-  for (const [side, heads] of [['q', measures.queries], ['k', measures.keys]] as const) {
+  for (const [side, heads] of [
+    ['q', measures.queries],
+    ['k', measures.keys],
+  ] as const) {
     for (const [name, of] of fields) {
-      const values = heads.flat().map(of).filter((v): v is number => v !== null);
+      const values = heads
+        .flat()
+        .map(of)
+        .filter((v): v is number => v !== null);
       const s = values.length ? spread(values) : null;
       extra[`${side}_${name}_min`] = s?.min ?? null;
       extra[`${side}_${name}_median`] = s?.median ?? null;
@@ -91,7 +100,11 @@ async function train(recipe: Recipe, context: UnitContext, measure: boolean): Pr
   return {
     values: last.acc === null ? [] : [last.acc],
     extra: {
-      loss: last.loss, acc_start: first.step === 0 ? first.acc : null, loss_start: first.step === 0 ? first.loss : null, spikes, steps,
+      loss: last.loss,
+      acc_start: first.step === 0 ? first.acc : null,
+      loss_start: first.step === 0 ? first.loss : null,
+      spikes,
+      steps,
       ...(start ? startExtras(start) : {}),
     },
     details: { finalDir, curves, ...(start ? { start } : {}) },
@@ -103,7 +116,8 @@ async function train(recipe: Recipe, context: UnitContext, measure: boolean): Pr
 function attentionOf(finetune: string): Record<string, unknown> {
   if (finetune === 'softmax') return { 'model.attention.name': 'softmax', 'model.attention.options': {} };
   if (finetune === 'performer') return { 'model.attention.name': 'performer', 'model.attention.options': { chunkSize: 32 } };
-  if (finetune === 'darkformer-variance-optimal') return { 'model.attention.name': 'darkformer', 'model.attention.options': { chunkSize: 32, init: 'identity', dataInit: 'variance-optimal' } };
+  if (finetune === 'darkformer-variance-optimal')
+    return { 'model.attention.name': 'darkformer', 'model.attention.options': { chunkSize: 32, init: 'identity', dataInit: 'variance-optimal' } };
   const init = finetune === 'darkformer-whitening' ? 'whitening' : 'identity';
   return { 'model.attention.name': 'darkformer', 'model.attention.options': { chunkSize: 32, init } };
 }
@@ -121,7 +135,11 @@ function pretrainedModel(context: UnitContext, seed: number): string {
 export function unitRecipeOf(settings: Record<string, unknown>, dir: string, pretrained: string | null): Recipe {
   const seed = settings.seed as number;
   if (settings.kind === 'pretrain') {
-    return unitRecipe(PRETRAIN_RECIPE, { 'train.seed': seed, 'train.maxTokens': settings.tokens, 'train.evalInterval': 250, 'train.checkpointInterval': 0 }, dir);
+    return unitRecipe(
+      PRETRAIN_RECIPE,
+      { 'train.seed': seed, 'train.maxTokens': settings.tokens, 'train.evalInterval': 250, 'train.checkpointInterval': 0 },
+      dir,
+    );
   }
   if (pretrained === null) throw new Error('a finetuning unit needs its pretrained model');
   return unitRecipe(
@@ -155,9 +173,17 @@ export function units(quick: boolean): UnitSpec[] {
     ...seeds.map((seed): UnitSpec => ({ name: pretrainName(seed), settings: { kind: 'pretrain', seed, tokens: pretrainTokens } })),
     // All weights trained first, every arm and seed (the start measures and claim (1) need only these), then Q/K/V only.
     ...TRAINED.flatMap((trained) =>
-      finetunes.flatMap((finetune) => seeds.map((seed): UnitSpec => ({ name: finetuneName(finetune, trained, seed), settings: { kind: 'finetune', finetune, trained, seed, lr: 1e-3, tokens } }))),
+      finetunes.flatMap((finetune) =>
+        seeds.map(
+          (seed): UnitSpec => ({ name: finetuneName(finetune, trained, seed), settings: { kind: 'finetune', finetune, trained, seed, lr: 1e-3, tokens } }),
+        ),
+      ),
     ),
-    ...(quick ? [] : ['performer', 'darkformer-identity'].flatMap((finetune) => RATES.map((lr): UnitSpec => ({ name: rateName(finetune, lr), settings: { kind: 'finetune', finetune, trained: 'all', seed: 1, lr, tokens } })))),
+    ...(quick
+      ? []
+      : ['performer', 'darkformer-identity'].flatMap((finetune) =>
+          RATES.map((lr): UnitSpec => ({ name: rateName(finetune, lr), settings: { kind: 'finetune', finetune, trained: 'all', seed: 1, lr, tokens } })),
+        )),
   ];
 }
 
@@ -168,11 +194,29 @@ function cells(quick: boolean): CellSpec[] {
   const finetunes = quick ? QUICK.finetunes : FINETUNES;
   return [
     ...finetunes.flatMap((finetune) =>
-      TRAINED.map((trained): CellSpec => ({ table: 'Finetuned from softmax', row: finetune, column: TRAINED_TITLES[trained], published: null, units: seeds.map((s) => finetuneName(finetune, trained, s)) })),
+      TRAINED.map(
+        (trained): CellSpec => ({
+          table: 'Finetuned from softmax',
+          row: finetune,
+          column: TRAINED_TITLES[trained],
+          published: null,
+          units: seeds.map((s) => finetuneName(finetune, trained, s)),
+        }),
+      ),
     ),
-    ...(quick ? [] : ['performer', 'darkformer-identity'].flatMap((finetune) =>
-      RATES.map((lr): CellSpec => ({ table: 'Learning-rate sweep, all weights, seed 1 (Figure 5)', row: finetune, column: `lr ${lr}`, published: null, units: [rateName(finetune, lr)] })),
-    )),
+    ...(quick
+      ? []
+      : ['performer', 'darkformer-identity'].flatMap((finetune) =>
+          RATES.map(
+            (lr): CellSpec => ({
+              table: 'Learning-rate sweep, all weights, seed 1 (Figure 5)',
+              row: finetune,
+              column: `lr ${lr}`,
+              published: null,
+              units: [rateName(finetune, lr)],
+            }),
+          ),
+        )),
   ];
 }
 
@@ -184,28 +228,39 @@ export function claims(view: UnitView, quick: boolean): Claim[] {
   const darkformers = quick ? ['darkformer-identity'] : DARKFORMERS;
   for (const darkformer of darkformers) {
     for (const trained of TRAINED) {
-      out.push(pairedClaim(
-        `(1) ${darkformer}'s final accuracy is above Performer's, ${trained === 'all' ? 'all weights trained' : 'only Q/K/V (+ M) trained'} (Figure ${trained === 'all' ? 2 : 4})`,
-        seeds.map((s) => [acc(finetuneName(darkformer, trained, s)), acc(finetuneName('performer', trained, s))]),
-        { claimedSign: 1, digits: 4 },
-      ));
+      out.push(
+        pairedClaim(
+          `(1) ${darkformer}'s final accuracy is above Performer's, ${trained === 'all' ? 'all weights trained' : 'only Q/K/V (+ M) trained'} (Figure ${trained === 'all' ? 2 : 4})`,
+          seeds.map((s) => [acc(finetuneName(darkformer, trained, s)), acc(finetuneName('performer', trained, s))]),
+          { claimedSign: 1, digits: 4 },
+        ),
+      );
     }
     const lead = (trained: string, s: number) => acc(finetuneName(darkformer, trained, s)) - acc(finetuneName('performer', trained, s));
-    out.push(pairedClaim(
-      `(2) ${darkformer}'s lead over Performer is larger when only Q/K/V (+ M) train than when all weights train (Figure 4 against Figure 3)`,
-      seeds.map((s) => [lead('qkv', s), lead('all', s)]),
-      { claimedSign: 1, digits: 4, pairName: 'seed' },
-    ));
+    out.push(
+      pairedClaim(
+        `(2) ${darkformer}'s lead over Performer is larger when only Q/K/V (+ M) train than when all weights train (Figure 4 against Figure 3)`,
+        seeds.map((s) => [lead('qkv', s), lead('all', s)]),
+        { claimedSign: 1, digits: 4, pairName: 'seed' },
+      ),
+    );
   }
   if (!quick) {
     const spikes = (name: string) => view.extra(name, 'spikes');
-    const pairs = RATES.map((lr) => [spikes(rateName('darkformer-identity', lr)), spikes(rateName('performer', lr))] as const).filter(([a, b]) => a !== null && b !== null) as [number, number][];
+    const pairs = RATES.map((lr) => [spikes(rateName('darkformer-identity', lr)), spikes(rateName('performer', lr))] as const).filter(
+      ([a, b]) => a !== null && b !== null,
+    ) as [number, number][];
     const total = (i: number) => pairs.reduce((s, p) => s + p[i], 0);
     const statement = '(3) DARKFormer has fewer loss spikes than Performer across learning rates (Figure 5)';
     out.push(
       pairs.length >= 2 && total(0) + total(1) === 0
         ? { statement, verdict: 'not separated', evidence: `no run spiked at any of the ${pairs.length} rates: this scale cannot show the claim` }
-        : pairedClaim(statement, pairs, { claimedSign: -1, digits: 2, pairName: 'rate', prefix: `${total(0)} spikes against ${total(1)} over ${pairs.length} rates; ` }),
+        : pairedClaim(statement, pairs, {
+            claimedSign: -1,
+            digits: 2,
+            pairName: 'rate',
+            prefix: `${total(0)} spikes against ${total(1)} over ${pairs.length} rates; `,
+          }),
     );
   }
   return out;
@@ -264,7 +319,9 @@ export function measuredNotes(view: UnitView, quick: boolean): string[] {
   );
 
   const randomFeatureArms = measured.filter((f) => f !== 'softmax');
-  const afterWords = randomFeatureArms.map((f) => `${ARM_WORDS[f]} ${range([f], 'q_scale_after_min', 'q_scale_after_max', 2)} (keys ${range([f], 'k_scale_after_min', 'k_scale_after_max', 2)})`);
+  const afterWords = randomFeatureArms.map(
+    (f) => `${ARM_WORDS[f]} ${range([f], 'q_scale_after_min', 'q_scale_after_max', 2)} (keys ${range([f], 'k_scale_after_min', 'k_scale_after_max', 2)})`,
+  );
   notes.push(
     `Scale: at the kernel's input the queries have E‖d^(−1/4)q‖² = ${range(measured, 'q_scale_before_min', 'q_scale_before_max', 2)} per head ` +
       `(keys ${range(measured, 'k_scale_before_min', 'k_scale_before_max', 2)}) before any init; after each init, E‖x̃‖²: ${afterWords.join('; ')}. ` +
@@ -287,7 +344,9 @@ export function measuredNotes(view: UnitView, quick: boolean): string[] {
     const [rf, alone, kernel] = ['rf_error', 'rf_error_kernel', 'kernel_error'].map((k) => mean(f, k));
     return `${ARM_WORDS[f]} ${rf === null ? '—' : rf.toFixed(3)} (features against its own kernel ${alone === null ? '—' : alone.toFixed(3)}, kernel against softmax ${kernel === null ? '—' : kernel.toFixed(3)})${short(f, 'rf_error')}`;
   });
-  notes.push(`Output error against exact softmax at step 0, ‖Y − Y_softmax‖/‖Y_softmax‖ per layer on the pretrained model's own q, k, v, mean over layers and ${seedWords}: ${errorWords.join('; ')}.`);
+  notes.push(
+    `Output error against exact softmax at step 0, ‖Y − Y_softmax‖/‖Y_softmax‖ per layer on the pretrained model's own q, k, v, mean over layers and ${seedWords}: ${errorWords.join('; ')}.`,
+  );
 
   const whitening = 'darkformer-whitening';
   const [wExact, wFeatures] = [mean(whitening, 'acc_exact_start'), mean(whitening, 'acc_start')];
@@ -298,9 +357,14 @@ export function measuredNotes(view: UnitView, quick: boolean): string[] {
         'whitening defines another kernel, which finetuning must then unlearn, besides raising the scale the features see.',
     );
   }
-  const errors = randomFeatureArms.map((f) => [f, mean(f, 'rf_error')] as const).filter((e): e is readonly [string, number] => e[1] !== null).sort((a, b) => a[1] - b[1]);
+  const errors = randomFeatureArms
+    .map((f) => [f, mean(f, 'rf_error')] as const)
+    .filter((e): e is readonly [string, number] => e[1] !== null)
+    .sort((a, b) => a[1] - b[1]);
   if (errors.length >= 2) {
-    notes.push(`Lowest step-0 output error against softmax: ${ARM_WORDS[errors[0][0]]} (${errors[0][1].toFixed(3)}); highest: ${ARM_WORDS[errors.at(-1)![0]]} (${errors.at(-1)![1].toFixed(3)}).`);
+    notes.push(
+      `Lowest step-0 output error against softmax: ${ARM_WORDS[errors[0][0]]} (${errors[0][1].toFixed(3)}); highest: ${ARM_WORDS[errors.at(-1)![0]]} (${errors.at(-1)![1].toFixed(3)}).`,
+    );
   }
   return notes;
 }
@@ -309,17 +373,23 @@ export const darkformerFinetune: Experiment = {
   name: 'darkformer-finetune',
   version: 3,
   title: 'DARKFormer finetuning of a softmax-pretrained GPT',
-  source: 'DARKFormer: Data-Aware Random Feature Kernel for Transformers, Figures 2–5 (finetuning Gemma-2B; the figures have no tables, so the claims are tested, not numbers)',
-  measures: 'next-token validation accuracy after swapping the attention of a softmax-pretrained GPT and finetuning; loss spikes per run in a learning-rate sweep',
+  source:
+    'DARKFormer: Data-Aware Random Feature Kernel for Transformers, Figures 2–5 (finetuning Gemma-2B; the figures have no tables, so the claims are tested, not numbers)',
+  measures:
+    'next-token validation accuracy after swapping the attention of a softmax-pretrained GPT and finetuning; loss spikes per run in a learning-rate sweep',
   metric: { name: 'final validation top-1 accuracy', digits: 4 },
-  agreement: claimsOnly('no published numbers: each claim holds when its paired difference has a 95% Student t interval on the claimed side of 0, is "not separated" when the interval crosses 0 and "contradicted" when it lies on the other side'),
+  agreement: claimsOnly(
+    'no published numbers: each claim holds when its paired difference has a 95% Student t interval on the claimed side of 0, is "not separated" when the interval crosses 0 and "contradicted" when it lies on the other side',
+  ),
   protocol: {
     pretraining: `one softmax GPT per seed, ${PRETRAIN_RECIPE} (width 128, 4 layers × 4 heads, context 128) for a whole epoch of the demo corpus (≈ 2.3M tokens)`,
     finetuning: `${FINETUNES.join(', ')} (softmax is the control; DARKFormer’s M from the identity or whitened on 2 calibration batches, or M = I with the projection drawn from the paper's Theorem 3.2 proposal fitted on 2 calibration batches, with importance weights: dataInit 'variance-optimal'), each training all weights or only Q/K/V (+ M) (train.freeze: all-but-qkv); ${FINETUNE_RECIPE}'s settings (lr 1e-3 cosine to 1e-4, 20 warm-up steps, no weight decay, chunk 32), ${FINETUNE_TOKENS.toLocaleString('en-US')} tokens (250 steps); seeds ${SEEDS.join(', ')}, each from its own seed's pretrained model`,
     'learning-rate sweep': `Performer and DARKFormer (identity), all weights, seed 1, at lr ${RATES.join(', ')} (Figure 5)`,
-    'start measures': 'every finetuning unit, after the swap and its init, before step 0, on the validation tokens: per head, the eigenvalue ratio (largest/smallest) and effective rank (exp of the entropy of the normalised eigenvalues) of the raw queries’ and keys’ covariance, their scale E‖d^(−1/4)x‖² and, after the init, E‖x̃‖² of the kernel’s inputs (DARKFormer: x̃ = M d^(−1/4)x); the validation accuracy with every kernel computed exactly (softmax over x̃_qᵀx̃_k, no random features); and the random-feature outputs’ relative error ‖Y − Y_softmax‖/‖Y_softmax‖ per layer on the pretrained model’s own q, k, v (every layer fed by exact softmax), averaged over layers',
+    'start measures':
+      'every finetuning unit, after the swap and its init, before step 0, on the validation tokens: per head, the eigenvalue ratio (largest/smallest) and effective rank (exp of the entropy of the normalised eigenvalues) of the raw queries’ and keys’ covariance, their scale E‖d^(−1/4)x‖² and, after the init, E‖x̃‖² of the kernel’s inputs (DARKFormer: x̃ = M d^(−1/4)x); the validation accuracy with every kernel computed exactly (softmax over x̃_qᵀx̃_k, no random features); and the random-feature outputs’ relative error ‖Y − Y_softmax‖/‖Y_softmax‖ per layer on the pretrained model’s own q, k, v (every layer fed by exact softmax), averaged over layers',
     'loss spike': `a logged training loss (every 5 steps) more than ${SPIKE_NATS} nats above the median of the previous ${SPIKE_WINDOW} logged losses (counted per run)`,
-    claims: '(1) DARKFormer’s accuracy is above Performer’s (Figure 2, bottom); (2) the gap is larger when only Q/K/V (+ M) train (Figure 4 against Figure 3); (3) DARKFormer has fewer loss spikes across learning rates (Figure 5)',
+    claims:
+      '(1) DARKFormer’s accuracy is above Performer’s (Figure 2, bottom); (2) the gap is larger when only Q/K/V (+ M) train (Figure 4 against Figure 3); (3) DARKFormer has fewer loss spikes across learning rates (Figure 5)',
     quick: `--quick: seed 1, Performer and DARKFormer (identity), pretraining ${QUICK.pretrainTokens.toLocaleString('en-US')} tokens and finetuning ${QUICK.finetuneTokens.toLocaleString('en-US')}: a smoke test, not a reproduction`,
   },
   notes: [

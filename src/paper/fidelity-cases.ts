@@ -69,4 +69,3 @@ export interface FidelitySettings {
 }
 
 export const PAPER_SETTINGS: FidelitySettings = { embed: 64, heads: 4, batch: 8, causal: true, seeds: [0, 1, 2] };
-

@@ -17,7 +17,10 @@ function inputs(settings: FidelitySettings, length: number, seed: number): [tf.T
   const headDim = embed / heads;
   const x = tf.tensor3d(Float32Array.from(rng.normalArray(batch * length * embed)), [batch, length, embed]);
   const project = () => {
-    const w = tf.tensor2d(Float32Array.from(rng.normalArray(embed * embed), (v) => v / Math.sqrt(embed)), [embed, embed]);
+    const w = tf.tensor2d(
+      Float32Array.from(rng.normalArray(embed * embed), (v) => v / Math.sqrt(embed)),
+      [embed, embed],
+    );
     const y = tf.transpose(tf.reshape(dense(x, w), [batch, length, heads, headDim]), [0, 2, 1, 3]) as tf.Tensor4D;
     w.dispose();
     return y;
@@ -57,11 +60,7 @@ async function timedForward(fn: () => tf.Tensor): Promise<{ out: Float32Array; m
   return { out, ms };
 }
 
-export async function runFidelity(
-  cases: FidelityCase[],
-  length: number,
-  settings: FidelitySettings,
-): Promise<FidelityRow[]> {
+export async function runFidelity(cases: FidelityCase[], length: number, settings: FidelitySettings): Promise<FidelityRow[]> {
   const { heads, embed, causal } = settings;
   const headDim = embed / heads;
   const perCase = new Map<string, { relL2: number[]; cosine: number[]; mse: number[]; ms: number[] }>();

@@ -31,7 +31,12 @@ export function runIsolated<T>(script: string, args: string[], timeoutMs = Infin
     child.on('close', (code, signal) => {
       if (timer) clearTimeout(timer);
       const line = stdout.split('\n').find((l) => l.startsWith('ROW '));
-      const message = stderr.trim().split('\n').filter((l) => /Error|memory|abort/i.test(l)).pop() ?? `exit ${code ?? signal}`;
+      const message =
+        stderr
+          .trim()
+          .split('\n')
+          .filter((l) => /Error|memory|abort/i.test(l))
+          .pop() ?? `exit ${code ?? signal}`;
       resolve({
         row: line ? (JSON.parse(line.slice(4)) as T) : null,
         timedOut: !line && signal === 'SIGKILL',

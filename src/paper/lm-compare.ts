@@ -125,20 +125,26 @@ function units(quick: boolean): UnitSpec[] {
   const mechanisms = quick ? QUICK.mechanisms : MECHANISMS;
   // Seed first: every mechanism's seed 1 lands before any seed 2, so a stopped run still pairs whole seeds.
   return (quick ? QUICK.seeds : SEEDS).flatMap((seed) =>
-    KINDS.flatMap((kind) => mechanisms.map((mechanism): UnitSpec => ({ name: unitName(kind, mechanism, seed), settings: { kind, mechanism, seed, ...(quick ? { tokens: QUICK.tokens } : {}) } }))),
+    KINDS.flatMap((kind) =>
+      mechanisms.map(
+        (mechanism): UnitSpec => ({ name: unitName(kind, mechanism, seed), settings: { kind, mechanism, seed, ...(quick ? { tokens: QUICK.tokens } : {}) } }),
+      ),
+    ),
   );
 }
 
 function cells(quick: boolean): CellSpec[] {
   const seeds = quick ? QUICK.seeds : SEEDS;
   return KINDS.flatMap((kind) =>
-    (quick ? QUICK.mechanisms : MECHANISMS).map((m): CellSpec => ({
-      table: tableOf(kind),
-      row: m,
-      column: 'after one epoch',
-      published: null,
-      units: seeds.map((s) => unitName(kind, m, s)),
-    })),
+    (quick ? QUICK.mechanisms : MECHANISMS).map(
+      (m): CellSpec => ({
+        table: tableOf(kind),
+        row: m,
+        column: 'after one epoch',
+        published: null,
+        units: seeds.map((s) => unitName(kind, m, s)),
+      }),
+    ),
   );
 }
 
@@ -153,11 +159,13 @@ function differences(view: UnitView, quick: boolean): Difference[] {
   const of = (kind: string, m: string, read: (unit: string) => number | null | undefined) =>
     pairedOf(seeds.map((s) => [read(unitName(kind, m, s)), read(unitName(kind, 'softmax', s))] as const));
   return KINDS.flatMap((kind) =>
-    (quick ? QUICK.mechanisms : MECHANISMS).filter((m) => m !== 'softmax').map((m): Difference => {
-      const loss = of(kind, m, (unit) => view.values(unit)[0]);
-      const acc = of(kind, m, (unit) => view.extra(unit, 'acc'));
-      return { table: tableOf(kind), row: m, baseline: 'softmax', n: loss.n, metric: loss.result, extra: { acc: acc.result } };
-    }),
+    (quick ? QUICK.mechanisms : MECHANISMS)
+      .filter((m) => m !== 'softmax')
+      .map((m): Difference => {
+        const loss = of(kind, m, (unit) => view.values(unit)[0]);
+        const acc = of(kind, m, (unit) => view.extra(unit, 'acc'));
+        return { table: tableOf(kind), row: m, baseline: 'softmax', n: loss.n, metric: loss.result, extra: { acc: acc.result } };
+      }),
   );
 }
 
@@ -172,17 +180,43 @@ function claims(view: UnitView, quick: boolean): Claim[] {
   const mechanisms = quick ? QUICK.mechanisms : MECHANISMS;
   const loss = (kind: string, m: string, s: number) => view.values(unitName(kind, m, s))[0];
   const claim = (kind: string, m: string, base: string, statement: string, threshold = 0) =>
-    pairedClaim(`${kind.toUpperCase()}: ${statement}`, seeds.map((s) => [loss(kind, m, s), loss(kind, base, s)] as const), { claimedSign: -1, threshold, digits: 4 });
+    pairedClaim(
+      `${kind.toUpperCase()}: ${statement}`,
+      seeds.map((s) => [loss(kind, m, s), loss(kind, base, s)] as const),
+      { claimedSign: -1, threshold, digits: 4 },
+    );
   const out: Claim[] = [];
   for (const kind of KINDS) {
     if (!mechanisms.includes('slay')) continue;
-    out.push(claim(kind, 'slay', 'yat-spherical', `SLAY matches spherical Yat: its final validation loss is at most ${MATCH_MARGIN} nats/token above Yat's (SLAY paper, abstract)`, MATCH_MARGIN));
+    out.push(
+      claim(
+        kind,
+        'slay',
+        'yat-spherical',
+        `SLAY matches spherical Yat: its final validation loss is at most ${MATCH_MARGIN} nats/token above Yat's (SLAY paper, abstract)`,
+        MATCH_MARGIN,
+      ),
+    );
     for (const base of Object.keys(BASELINE_NAMES)) {
-      out.push(claim(kind, 'slay', base, `SLAY's final validation loss is below ${BASELINE_NAMES[base]}'s (SLAY paper, abstract and §3.6: favourable to linearized baselines)`));
+      out.push(
+        claim(
+          kind,
+          'slay',
+          base,
+          `SLAY's final validation loss is below ${BASELINE_NAMES[base]}'s (SLAY paper, abstract and §3.6: favourable to linearized baselines)`,
+        ),
+      );
     }
   }
   if (mechanisms.includes('darkformer') && mechanisms.includes('performer')) {
-    out.push(claim('gpt', 'darkformer', 'performer', "DARKFormer's final validation loss is below Performer's (DARKFormer paper §5: in pretraining it narrows the gap to softmax)"));
+    out.push(
+      claim(
+        'gpt',
+        'darkformer',
+        'performer',
+        "DARKFormer's final validation loss is below Performer's (DARKFormer paper §5: in pretraining it narrows the gap to softmax)",
+      ),
+    );
   }
   return out;
 }
@@ -191,12 +225,17 @@ export const lmCompare: Experiment = {
   name: 'lm-compare',
   version: 3,
   title: 'Language models: every mechanism against softmax',
-  source: 'SLAY paper (abstract, §3.6): SLAY matches exact spherical Yat attention and compares favourably to linearized baselines in language modelling; DARKFormer paper §5: in pretraining, DARKFormer narrows the gap to softmax compared with Performer. Neither prints numbers at this scale, so these claims are tested in words, and every mechanism’s paired difference to softmax is reported beside them',
-  measures: 'final validation loss (nats/token) and top-1 accuracy (next-token for GPT, masked-token for BERT) after one whole epoch; the paired difference to softmax over seeds with its 95% Student t interval',
+  source:
+    'SLAY paper (abstract, §3.6): SLAY matches exact spherical Yat attention and compares favourably to linearized baselines in language modelling; DARKFormer paper §5: in pretraining, DARKFormer narrows the gap to softmax compared with Performer. Neither prints numbers at this scale, so these claims are tested in words, and every mechanism’s paired difference to softmax is reported beside them',
+  measures:
+    'final validation loss (nats/token) and top-1 accuracy (next-token for GPT, masked-token for BERT) after one whole epoch; the paired difference to softmax over seeds with its 95% Student t interval',
   metric: { name: 'final validation loss', digits: 4 },
-  agreement: claimsOnly(`no published numbers: each claim is judged by the paired 95% Student t interval of the loss difference over seeds (holds: the interval lies on the claimed side; “matches”: its upper end is below +${MATCH_MARGIN} nats/token); each mechanism’s difference to softmax is reported with its interval, separated where the interval excludes 0`),
+  agreement: claimsOnly(
+    `no published numbers: each claim is judged by the paired 95% Student t interval of the loss difference over seeds (holds: the interval lies on the claimed side; “matches”: its upper end is below +${MATCH_MARGIN} nats/token); each mechanism’s difference to softmax is reported with its interval, separated where the interval excludes 0`,
+  ),
   protocol: {
-    models: 'GPT and BERT of the demo recipes’ shape (width 128, 4 layers × 4 heads, MLP ×4, context 128, vocabulary 4,096; recipes/demo/gpt-softmax.yaml, bert-softmax.yaml), each mechanism with the demo options (SLAY: R = 2, M = 16, P = 8, ε = 1e-3; causal chunk 32)',
+    models:
+      'GPT and BERT of the demo recipes’ shape (width 128, 4 layers × 4 heads, MLP ×4, context 128, vocabulary 4,096; recipes/demo/gpt-softmax.yaml, bert-softmax.yaml), each mechanism with the demo options (SLAY: R = 2, M = 16, P = 8, ε = 1e-3; causal chunk 32)',
     corpus: `${LM_CORPUS.dataset} (npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset}), 16.1 MB of text, 1,560 documents in a seeded random order (one corpus after the other would train on each in turn and validate on the first), seeded 95/5 document split; a byte-level BPE of ${LM_CORPUS.vocab.toLocaleString('en-US')} ids trained on its train split (${LM_CORPUS.tokenizer}). Sources: ${offlineCorporaSources(LM_CORPUS.names)}`,
     training: `one whole epoch of the train split, batch ${BATCH} × 128, AdamW with the demo recipes’ settings (GPT lr 2e-3, BERT 1e-3, cosine to 1e-4, 50 warm-up steps); validation every 200 steps on the first 131,072 validation tokens (GPT) or 16,384 masked tokens (BERT), the same for every run; seeds ${SEEDS.join(', ')}, paired by seed (same data order and draws)`,
     runs: `${MECHANISMS.length} mechanisms × ${SEEDS.length} seeds × {GPT, BERT} = ${MECHANISMS.length * SEEDS.length * 2} runs on the native (tensorflow) backend, graph steps, every seed 1 first`,

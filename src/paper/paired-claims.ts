@@ -21,14 +21,27 @@ export function describeInterval(result: PairedResult, digits: number): string {
 }
 
 function describePaired(result: PairedResult, digits: number): string {
-  const ci = result.ci ? ` (95% interval ${signed(result.ci[0], digits)} … ${signed(result.ci[1], digits)}` + (result.p === null ? ')' : `, p = ${result.p.toPrecision(2)})`) : '';
+  const ci = result.ci
+    ? ` (95% interval ${signed(result.ci[0], digits)} … ${signed(result.ci[1], digits)}` + (result.p === null ? ')' : `, p = ${result.p.toPrecision(2)})`)
+    : '';
   return `mean difference ${signed(result.mean, digits)} over ${result.n} pairs${ci}`;
 }
 
 /** The number of pairs whose both values exist, and their paired t result (null when fewer than 2: nothing to judge). */
 export function pairedOf(pairs: (readonly [number | undefined | null, number | undefined | null])[]): { n: number; result: PairedResult | null } {
-  const done = pairs.filter((p): p is [number, number] => typeof p[0] === 'number' && typeof p[1] === 'number' && Number.isFinite(p[0]) && Number.isFinite(p[1]));
-  return { n: done.length, result: done.length < 2 ? null : pairedT(done.map((p) => p[0]), done.map((p) => p[1])) };
+  const done = pairs.filter(
+    (p): p is [number, number] => typeof p[0] === 'number' && typeof p[1] === 'number' && Number.isFinite(p[0]) && Number.isFinite(p[1]),
+  );
+  return {
+    n: done.length,
+    result:
+      done.length < 2
+        ? null
+        : pairedT(
+            done.map((p) => p[0]),
+            done.map((p) => p[1]),
+          ),
+  };
 }
 
 /**
@@ -39,7 +52,7 @@ export function seedsToSeparate(mean: number, sd: number, threshold = 0): number
   const distance = Math.abs(mean - threshold);
   if (!(distance > 0) || !Number.isFinite(sd)) return null;
   if (sd === 0) return 2;
-  for (let n = 2; n <= 10_000; n++) if (tQuantileOf(0.975, n - 1) * sd / Math.sqrt(n) < distance) return n;
+  for (let n = 2; n <= 10_000; n++) if ((tQuantileOf(0.975, n - 1) * sd) / Math.sqrt(n) < distance) return n;
   return null;
 }
 

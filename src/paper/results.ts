@@ -93,8 +93,11 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     const errors = units.map((u) => u.result?.outcome.error ?? u.failure ?? (u.result ? null : 'not run yet')).filter((e): e is string => e !== null);
     const extraKeys = [...new Set(units.flatMap((u) => Object.keys(u.result?.outcome.extra ?? {})))];
     return {
-      ...spec, ...verdict, ours, values,
-      explanation: verdict.verdict === 'disagrees' ? spec.explanation ?? OPEN : null,
+      ...spec,
+      ...verdict,
+      ours,
+      values,
+      explanation: verdict.verdict === 'disagrees' ? (spec.explanation ?? OPEN) : null,
       error: errors.length > 0 ? [...new Set(errors)].join('; ') : null,
       extra: Object.fromEntries(extraKeys.map((k) => [k, meanSd(units.map((u) => u.result?.outcome.extra[k]))])),
       curve: meanCurve(units),
@@ -106,10 +109,18 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
   const withPublished = cells.filter((c) => c.published);
   const disagreeing = cells.filter((c) => c.verdict === 'disagrees');
   return {
-    experiment: experiment.name, version: experiment.version, title: experiment.title, source: experiment.source, measures: experiment.measures,
-    metric: experiment.metric, rule: experiment.agreement.statement, protocol: experiment.protocol,
-    notes: [...experiment.notes, ...(experiment.measuredNotes?.(unitView(records), settings.quick) ?? [])], shown: experiment.shown ?? [],
-    quick: settings.quick, command: set.file,
+    experiment: experiment.name,
+    version: experiment.version,
+    title: experiment.title,
+    source: experiment.source,
+    measures: experiment.measures,
+    metric: experiment.metric,
+    rule: experiment.agreement.statement,
+    protocol: experiment.protocol,
+    notes: [...experiment.notes, ...(experiment.measuredNotes?.(unitView(records), settings.quick) ?? [])],
+    shown: experiment.shown ?? [],
+    quick: settings.quick,
+    command: set.file,
     provenance: {
       commits: distinct(done.map((r) => describeCommit(r.env))),
       backends: distinct(done.map((r) => describeBackend(r.env))),
@@ -136,8 +147,12 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     claims: experiment.claims?.(unitView(records), settings.quick) ?? [],
     differences: experiment.differences?.(unitView(records), settings.quick) ?? [],
     units: records.map((r) => ({
-      name: r.unit.name, dir: r.dir && path.relative(process.cwd(), r.dir), values: r.result?.outcome.values ?? [], extra: r.result?.outcome.extra ?? {},
-      error: r.result?.outcome.error ?? r.failure, seconds: r.result?.seconds ?? null,
+      name: r.unit.name,
+      dir: r.dir && path.relative(process.cwd(), r.dir),
+      values: r.result?.outcome.values ?? [],
+      extra: r.result?.outcome.extra ?? {},
+      error: r.result?.outcome.error ?? r.failure,
+      seconds: r.result?.seconds ?? null,
     })),
   };
 }
@@ -229,10 +244,15 @@ function gridTable(cells: CellResult[], text: (cell: CellResult) => string): str
   return [
     `| | ${columns.join(' | ')} |`,
     `|---|${columns.map(() => '---:').join('|')}|`,
-    ...rows.map((row) => `| ${row} | ${columns.map((column) => {
-      const cell = cells.find((c) => c.row === row && c.column === column);
-      return cell ? text(cell) : '';
-    }).join(' | ')} |`),
+    ...rows.map(
+      (row) =>
+        `| ${row} | ${columns
+          .map((column) => {
+            const cell = cells.find((c) => c.row === row && c.column === column);
+            return cell ? text(cell) : '';
+          })
+          .join(' | ')} |`,
+    ),
   ];
 }
 
@@ -253,8 +273,10 @@ function claimCounts(claims: Claim[]): string {
 export function resultsHeadline(results: ExperimentResults): string {
   const c = results.counts;
   if (c.withPublished === 0 && results.claims.length > 0) return claimCounts(results.claims);
-  return `${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
-    `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run)`;
+  return (
+    `${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
+    `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run)`
+  );
 }
 
 /** The results file for people. */
@@ -296,9 +318,12 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     const curves = curvePlots.get(table);
     if (curves) lines.push(`![${table}: validation loss against optimizer steps, mean ± sd over seeds](${curves})`, '');
   }
-  lines.push(counts.withPublished === 0
-    ? 'Each cell: ours, mean ± sd over its seeds; — not run.'
-    : `Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`, '');
+  lines.push(
+    counts.withPublished === 0
+      ? 'Each cell: ours, mean ± sd over its seeds; — not run.'
+      : `Each cell: ours (mean ± sd over its seeds) · the paper’s, ✓ agrees, ✗ disagrees under the rule above; ours alone where the paper has no number; — not run.`,
+    '',
+  );
   for (const extra of results.shown) {
     for (const [table, cells] of tables) {
       lines.push(`### ${extra.title}${tables.length > 1 ? `: ${table}` : ''}`, '', ...gridTable(cells, (cell) => extraText(cell, extra)), '');
@@ -324,10 +349,14 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
           `${c.delta! >= 0 ? '+' : '−'}${formatValue(Math.abs(c.delta!), digits)} | ${formatValue(c.tolerance!, digits)} | ${EXPLANATION_TITLES[(c.explanation ?? OPEN).kind]} [${refOf(c)}] |`,
       );
     }
-    lines.push('', ...explanations.map((e, i) => {
-      const count = disagreeing.filter((c) => refOf(c) === i + 1).length;
-      return `${i + 1}. **${EXPLANATION_TITLES[e.kind]}** (${count} cell${count > 1 ? 's' : ''}): ${e.text}.`;
-    }), '');
+    lines.push(
+      '',
+      ...explanations.map((e, i) => {
+        const count = disagreeing.filter((c) => refOf(c) === i + 1).length;
+        return `${i + 1}. **${EXPLANATION_TITLES[e.kind]}** (${count} cell${count > 1 ? 's' : ''}): ${e.text}.`;
+      }),
+      '',
+    );
   }
   if (results.notes.length) lines.push('## Notes', '', ...results.notes.flatMap((n) => [n, '']));
   if (plotFile) lines.push(`![ours against the paper, one point per cell](${plotFile})`, '');
@@ -361,9 +390,16 @@ function differencesMarkdown(results: ExperimentResults): string[] {
         const separated = separation(d);
         // 'no' means an interval that crosses 0, which needs n ≥ 2, so the sd exists.
         const needed = separated === 'no' ? seedsToSeparate(d.metric!.mean, d.metric!.sd!) : null;
-        return `| ${d.row} | ${d.n} | ${d.metric ? describeInterval(d.metric, digits) : '—'} | ${d.metric?.p != null ? d.metric.p.toPrecision(2) : '—'} | ` +
-          results.shown.map((e) => { const x = d.extra[e.key]; return `${x ? describeInterval(x, e.digits) : '—'} | `; }).join('') +
-          `${separated} | ${needed === null ? '' : describeSeedsNeeded(needed)} |`;
+        return (
+          `| ${d.row} | ${d.n} | ${d.metric ? describeInterval(d.metric, digits) : '—'} | ${d.metric?.p != null ? d.metric.p.toPrecision(2) : '—'} | ` +
+          results.shown
+            .map((e) => {
+              const x = d.extra[e.key];
+              return `${x ? describeInterval(x, e.digits) : '—'} | `;
+            })
+            .join('') +
+          `${separated} | ${needed === null ? '' : describeSeedsNeeded(needed)} |`
+        );
       }),
       '',
     );
@@ -382,7 +418,10 @@ function curvesSvg(results: ExperimentResults, table: string, cells: CellResult[
     c.curve!.map((p) => ({ series: label(c), x: p.step, y: p.mean, ...(p.sd !== null ? { lo: p.mean - p.sd, hi: p.mean + p.sd } : {}) })),
   );
   return lineChartSvg(points, {
-    title: `${results.title}: ${table}`, xTitle: 'optimizer step', yTitle: 'validation loss (nats/token)', seriesTitle: 'cell',
+    title: `${results.title}: ${table}`,
+    xTitle: 'optimizer step',
+    yTitle: 'validation loss (nats/token)',
+    seriesTitle: 'cell',
     mechanismOf: (series) => rowOf.get(series) ?? series,
   });
 }

@@ -44,10 +44,7 @@ export interface ExperimentRunSet extends RunSet {
 
 /** The command that runs (or resumes) the experiment and writes its results, as the results file names it. */
 function experimentCommand(experiment: Experiment, settings: ExperimentSettings): string {
-  const flags = [
-    ...(settings.quick ? ['--quick'] : []),
-    ...(settings.backend !== experiment.backend ? ['--backend', settings.backend] : []),
-  ];
+  const flags = [...(settings.quick ? ['--quick'] : []), ...(settings.backend !== experiment.backend ? ['--backend', settings.backend] : [])];
   return ['npm run paper --', experiment.name, ...flags].join(' ');
 }
 
@@ -56,7 +53,8 @@ export function experimentRunSet(experiment: Experiment, settings: ExperimentSet
   const units = experiment.units(settings.quick);
   const seen = new Set<string>();
   for (const unit of units) {
-    if (!/^[A-Za-z0-9._-]+$/.test(unit.name) || seen.has(unit.name)) throw new Error(`${experiment.name}: unit name '${unit.name}' is not a unique word of letters, digits, '.', '_' and '-'`);
+    if (!/^[A-Za-z0-9._-]+$/.test(unit.name) || seen.has(unit.name))
+      throw new Error(`${experiment.name}: unit name '${unit.name}' is not a unique word of letters, digits, '.', '_' and '-'`);
     seen.add(unit.name);
   }
   const tag = `${experiment.name}-v${experiment.version}-${settings.backend}${settings.quick ? '-quick' : ''}`;
@@ -113,8 +111,14 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   const outcome = await experiment.runUnit(unit.settings, { dir, doneUnit: (name) => doneUnit(set, name) });
   const used = process.cpuUsage(cpu);
   const result: UnitResultFile = {
-    experiment: experiment.name, version: experiment.version, unit: unit.name, outcome,
-    seconds: (performance.now() - started) / 1000, cpuSeconds: (used.user + used.system) / 1e6, startedAt, finishedAt: new Date().toISOString(),
+    experiment: experiment.name,
+    version: experiment.version,
+    unit: unit.name,
+    outcome,
+    seconds: (performance.now() - started) / 1000,
+    cpuSeconds: (used.user + used.system) / 1e6,
+    startedAt,
+    finishedAt: new Date().toISOString(),
   };
   writeJson(path.join(dir, 'result.json'), result);
   // summary.json marks the run done for the sweep machinery; its headline is the unit's line in `sweep status`.
@@ -178,13 +182,15 @@ function unitResultProblem(value: unknown): string | null {
   for (const key of ['experiment', 'unit', 'startedAt', 'finishedAt'] as const) {
     if (typeof value[key] !== 'string') return `${key} must be a string (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
   }
-  for (const key of ['startedAt', 'finishedAt'] as const) if (Number.isNaN(Date.parse(value[key] as string))) return `${key} must be a date (got ${JSON.stringify(value[key])})`;
+  for (const key of ['startedAt', 'finishedAt'] as const)
+    if (Number.isNaN(Date.parse(value[key] as string))) return `${key} must be a date (got ${JSON.stringify(value[key])})`;
   for (const key of ['version', 'seconds', 'cpuSeconds'] as const) {
     if (!isFiniteNumber(value[key])) return `${key} must be a number (got ${JSON.stringify(value[key]) ?? 'nothing'})`;
   }
   const outcome = value.outcome;
   if (!isRecord(outcome)) return `outcome must be an object (got ${JSON.stringify(outcome) ?? 'nothing'})`;
-  if (!Array.isArray(outcome.values) || !outcome.values.every(isFiniteNumber)) return `outcome.values must be a list of numbers (got ${JSON.stringify(outcome.values) ?? 'nothing'})`;
+  if (!Array.isArray(outcome.values) || !outcome.values.every(isFiniteNumber))
+    return `outcome.values must be a list of numbers (got ${JSON.stringify(outcome.values) ?? 'nothing'})`;
   if (!isRecord(outcome.extra) || !Object.values(outcome.extra).every((v) => v === null || isFiniteNumber(v))) {
     return `outcome.extra must map names to numbers or null (got ${JSON.stringify(outcome.extra) ?? 'nothing'})`;
   }

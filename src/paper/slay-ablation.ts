@@ -39,7 +39,8 @@ function explanation(label: string): Explanation | undefined {
     case 'slay/hadamard':
       return {
         kind: 'protocol-gap',
-        text: 'the paper ties the q/k/v/out projections to the exact reference but does not say how its inputs or weights are drawn; ours project x ~ N(0, I) with one random matrix per q, k, v, ' +
+        text:
+          'the paper ties the q/k/v/out projections to the exact reference but does not say how its inputs or weights are drawn; ours project x ~ N(0, I) with one random matrix per q, k, v, ' +
           'so with head dimension 16 the cosine q̂·k̂ ≈ N(0, 1/16) sits where x²/(C − 2x) is small and flat, the exact attention is close to uniform and the estimators’ bias dominates',
       };
     case 'slay/nystrom':
@@ -63,10 +64,12 @@ export const slayAblation: Experiment = {
   version: 1,
   title: 'SLAY polynomial-approximation ablation',
   source: 'SLAY: Spherical Linearized Attention with Yat-Kernel (ICML 2026), Table 10 (its Large block is Table 2)',
-  measures: 'rel-ℓ2 error ‖y − y*‖/‖y*‖ of each SLAY polynomial variant’s attention output against exact kernel-normalised spherical Yat attention on the same inputs (Performer and DARKFormer against softmax as extra rows)',
+  measures:
+    'rel-ℓ2 error ‖y − y*‖/‖y*‖ of each SLAY polynomial variant’s attention output against exact kernel-normalised spherical Yat attention on the same inputs (Performer and DARKFormer against softmax as extra rows)',
   metric: { name: 'rel-ℓ2', digits: 4 },
   agreement: {
-    statement: '|ours − paper| ≤ 2·√2·sd_ours + 0.1·|paper|: the paper prints one run without an sd, so our sd over the seeds stands in for its run-to-run spread, and 10% of its value covers the rest of the harness noise',
+    statement:
+      '|ours − paper| ≤ 2·√2·sd_ours + 0.1·|paper|: the paper prints one run without an sd, so our sd over the seeds stands in for its run-to-run spread, and 10% of its value covers the rest of the harness noise',
     tolerance: (paper, ours) => 2 * Math.SQRT2 * (ours.sd ?? 0) + 0.1 * Math.abs(paper.mean),
   },
   protocol: {
@@ -78,7 +81,9 @@ export const slayAblation: Experiment = {
     quick: '--quick: the Small scale only',
   },
   notes: ['Performer and DARKFormer give the same numbers: DARKFormer starts from M = I, where it is Performer with the same projection draw.'],
-  shown: [{ key: 'forward_ms', paperKey: 'paper_forward_ms', title: 'Forward latency (ms; ours on this CPU, the paper’s on an A100: not compared)', digits: 1 }],
+  shown: [
+    { key: 'forward_ms', paperKey: 'paper_forward_ms', title: 'Forward latency (ms; ours on this CPU, the paper’s on an A100: not compared)', digits: 1 },
+  ],
   backend: 'wasm',
 
   units(quick) {

@@ -26,54 +26,87 @@ const QUICK = { tasks: ['copy', 'pattern', 'majority'], mechanisms: ['softmax', 
  */
 const TABLES: { table: string; title: string; tasks: string[]; rows: Record<(typeof PAPER_MECHANISMS)[number], string> }[] = [
   {
-    table: 'Table 3', title: 'Basic', tasks: ['copy', 'sort', 'reverse'],
+    table: 'Table 3',
+    title: 'Basic',
+    tasks: ['copy', 'sort', 'reverse'],
     rows: {
-      softmax: '1.00±0.00 0.28±0.02 0.51±0.00', 'yat-spherical': '1.00±0.00 0.24±0.01 0.33±0.02', performer: '1.00±0.00 0.27±0.02 0.09±0.01',
-      'linear-elu': '1.00±0.00 0.26±0.02 0.05±0.01', slay: '1.00±0.00 0.29±0.01 0.42±0.04',
+      softmax: '1.00±0.00 0.28±0.02 0.51±0.00',
+      'yat-spherical': '1.00±0.00 0.24±0.01 0.33±0.02',
+      performer: '1.00±0.00 0.27±0.02 0.09±0.01',
+      'linear-elu': '1.00±0.00 0.26±0.02 0.05±0.01',
+      slay: '1.00±0.00 0.29±0.01 0.42±0.04',
     },
   },
   {
-    table: 'Table 4', title: 'Arithmetic', tasks: ['counting', 'parity', 'addition', 'modular'],
+    table: 'Table 4',
+    title: 'Arithmetic',
+    tasks: ['counting', 'parity', 'addition', 'modular'],
     rows: {
-      softmax: '0.72±0.01 0.49±0.03 0.78±0.03 0.15±0.03', 'yat-spherical': '0.78±0.04 0.49±0.03 0.68±0.16 0.16±0.01',
-      performer: '0.81±0.06 0.49±0.03 0.84±0.02 0.15±0.02', 'linear-elu': '0.83±0.05 0.49±0.03 0.91±0.04 0.15±0.03',
+      softmax: '0.72±0.01 0.49±0.03 0.78±0.03 0.15±0.03',
+      'yat-spherical': '0.78±0.04 0.49±0.03 0.68±0.16 0.16±0.01',
+      performer: '0.81±0.06 0.49±0.03 0.84±0.02 0.15±0.02',
+      'linear-elu': '0.83±0.05 0.49±0.03 0.91±0.04 0.15±0.03',
       slay: '0.74±0.13 0.49±0.03 0.86±0.05 0.20±0.03',
     },
   },
   {
-    table: 'Table 5', title: 'Long-Range', tasks: ['long_copy', 'distant_match', 'multihop'],
+    table: 'Table 5',
+    title: 'Long-Range',
+    tasks: ['long_copy', 'distant_match', 'multihop'],
     rows: {
-      softmax: '1.00±0.00 1.00±0.00 0.04±0.01', 'yat-spherical': '1.00±0.00 1.00±0.00 0.04±0.01', performer: '1.00±0.00 1.00±0.00 0.03±0.02',
-      'linear-elu': '1.00±0.00 0.99±0.02 0.03±0.00', slay: '1.00±0.00 1.00±0.00 0.04±0.01',
+      softmax: '1.00±0.00 1.00±0.00 0.04±0.01',
+      'yat-spherical': '1.00±0.00 1.00±0.00 0.04±0.01',
+      performer: '1.00±0.00 1.00±0.00 0.03±0.02',
+      'linear-elu': '1.00±0.00 0.99±0.02 0.03±0.00',
+      slay: '1.00±0.00 1.00±0.00 0.04±0.01',
     },
   },
   {
-    table: 'Table 6', title: 'Memory', tasks: ['retrieval', 'kv_recall', 'first_token', 'selective_copy'],
+    table: 'Table 6',
+    title: 'Memory',
+    tasks: ['retrieval', 'kv_recall', 'first_token', 'selective_copy'],
     rows: {
-      softmax: '1.00±0.00 0.02±0.02 1.00±0.00 0.88±0.00', 'yat-spherical': '1.00±0.00 0.02±0.03 1.00±0.00 0.88±0.00',
-      performer: '1.00±0.00 0.03±0.00 1.00±0.00 0.88±0.00', 'linear-elu': '1.00±0.00 0.02±0.02 0.97±0.02 0.88±0.00',
+      softmax: '1.00±0.00 0.02±0.02 1.00±0.00 0.88±0.00',
+      'yat-spherical': '1.00±0.00 0.02±0.03 1.00±0.00 0.88±0.00',
+      performer: '1.00±0.00 0.03±0.00 1.00±0.00 0.88±0.00',
+      'linear-elu': '1.00±0.00 0.02±0.02 0.97±0.02 0.88±0.00',
       slay: '1.00±0.00 0.02±0.01 1.00±0.00 0.88±0.00',
     },
   },
   {
-    table: 'Table 7', title: 'Patterns', tasks: ['bigram', 'majority', 'histogram'],
+    table: 'Table 7',
+    title: 'Patterns',
+    tasks: ['bigram', 'majority', 'histogram'],
     rows: {
-      softmax: '– 0.78±0.07 0.87±0.00', 'yat-spherical': '– 0.75±0.06 0.87±0.00', performer: '– 0.82±0.02 0.87±0.00',
-      'linear-elu': '– 0.82±0.06 0.87±0.00', slay: '– 0.84±0.03 0.87±0.00',
+      softmax: '– 0.78±0.07 0.87±0.00',
+      'yat-spherical': '– 0.75±0.06 0.87±0.00',
+      performer: '– 0.82±0.02 0.87±0.00',
+      'linear-elu': '– 0.82±0.06 0.87±0.00',
+      slay: '– 0.84±0.03 0.87±0.00',
     },
   },
   {
-    table: 'Table 8', title: 'Reasoning', tasks: ['stack', 'induction', 'pattern'],
+    table: 'Table 8',
+    title: 'Reasoning',
+    tasks: ['stack', 'induction', 'pattern'],
     rows: {
-      softmax: '0.75±0.01 0.02±0.02 0.91±0.00', 'yat-spherical': '0.75±0.01 0.02±0.02 0.91±0.00', performer: '0.76±0.01 0.02±0.01 0.91±0.00',
-      'linear-elu': '0.75±0.01 0.01±0.01 0.91±0.00', slay: '0.76±0.01 0.03±0.01 0.91±0.00',
+      softmax: '0.75±0.01 0.02±0.02 0.91±0.00',
+      'yat-spherical': '0.75±0.01 0.02±0.02 0.91±0.00',
+      performer: '0.76±0.01 0.02±0.01 0.91±0.00',
+      'linear-elu': '0.75±0.01 0.01±0.01 0.91±0.00',
+      slay: '0.76±0.01 0.03±0.01 0.91±0.00',
     },
   },
   {
-    table: 'Table 9', title: 'Robustness', tasks: ['noisy_copy', 'compression'],
+    table: 'Table 9',
+    title: 'Robustness',
+    tasks: ['noisy_copy', 'compression'],
     rows: {
-      softmax: '1.00±0.00 0.59±0.00', 'yat-spherical': '1.00±0.00 0.59±0.00', performer: '1.00±0.00 0.59±0.01',
-      'linear-elu': '1.00±0.00 0.59±0.01', slay: '1.00±0.00 0.59±0.01',
+      softmax: '1.00±0.00 0.59±0.00',
+      'yat-spherical': '1.00±0.00 0.59±0.00',
+      performer: '1.00±0.00 0.59±0.01',
+      'linear-elu': '1.00±0.00 0.59±0.01',
+      slay: '1.00±0.00 0.59±0.01',
     },
   },
 ];
@@ -101,7 +134,8 @@ function explanation(task: string, mechanism: string): Explanation | undefined {
   if (mechanism === 'performer') {
     return {
       kind: 'protocol-gap',
-      text: "the paper's Performer column is the reference code's ReLU random-feature attention, not FAVOR+; ours is FAVOR+ " +
+      text:
+        "the paper's Performer column is the reference code's ReLU random-feature attention, not FAVOR+; ours is FAVOR+ " +
         '(positive random features, 64 of them), which solves more of the position-dependent tasks (e.g. reverse)',
     };
   }
@@ -111,17 +145,24 @@ function explanation(task: string, mechanism: string): Explanation | undefined {
     case 'selective_copy':
       return {
         kind: 'deliberate',
-        text: 'our target is the token after each marker in the final input (the reference read it before later markers were written); ' +
+        text:
+          'our target is the token after each marker in the final input (the reference read it before later markers were written); ' +
           'under both rules the score sits at the level of a constant prediction (≈ 0.88–0.91), so neither measures copying',
       };
     case 'distant_match':
-      return { kind: 'deliberate', text: 'we score the position the generator marks; the reference inferred it as target ≠ 0 and so dropped samples whose answer is token 0' };
+      return {
+        kind: 'deliberate',
+        text: 'we score the position the generator marks; the reference inferred it as target ≠ 0 and so dropped samples whose answer is token 0',
+      };
     default:
       return undefined;
   }
 }
 
-const QUICK_DIFFERENCE: Explanation = { kind: 'deliberate', text: `--quick trains ${QUICK.steps} steps and one seed instead of the protocol's ${PROTOCOL.steps} steps and three` };
+const QUICK_DIFFERENCE: Explanation = {
+  kind: 'deliberate',
+  text: `--quick trains ${QUICK.steps} steps and one seed instead of the protocol's ${PROTOCOL.steps} steps and three`,
+};
 
 const unitName = (task: string, mechanism: string, seed: number) => `${task}-${mechanism}-seed${seed}`;
 
@@ -144,7 +185,8 @@ export const slayTasks: Experiment = {
     training: `AdamW lr ${PROTOCOL.lr}, weight decay ${PROTOCOL.weightDecay} (embeddings included), β (0.9, 0.999), ε 1e-8; ${PROTOCOL.steps} steps, each on a fresh batch of ${PROTOCOL.batchSize}`,
     evaluation: `accuracy on ${PROTOCOL.evalSamples} fresh samples (4 × batch) at the positions the task scores (every position, the last one, or the marked ones)`,
     mechanisms: `${PAPER_MECHANISMS.join(', ')} (the paper's columns: Standard, Spherical-YAT, Performer, Linear, SLAY); extra columns ${EXTRA_MECHANISMS.join(', ')}`,
-    'mechanism options': 'SLAY anchor features R = 2, M = 16, P = 32, ε = 1e-6; spherical Yat ε = 1e-6; Performer 64 features; the others their defaults (src/paper/task-runner.ts)',
+    'mechanism options':
+      'SLAY anchor features R = 2, M = 16, P = 32, ε = 1e-6; spherical Yat ε = 1e-6; Performer 64 features; the others their defaults (src/paper/task-runner.ts)',
     seeds: SEEDS.join(', '),
     batch: `${PROTOCOL.batchSize}: the batch of the reference run behind the tables (its script defaults to 32; \`npm run tasks\` keeps that default)`,
     quick: `--quick: ${QUICK.tasks.join(', ')} × ${QUICK.mechanisms.join(', ')}, seed ${QUICK.seeds.join(', ')}, ${QUICK.steps} steps (the script's quick mode): a smoke test, not a reproduction`,
@@ -172,14 +214,16 @@ export const slayTasks: Experiment = {
     const ordered = [...tasks].sort((a, b) => TABLES.findIndex((t) => t.tasks.includes(a)) - TABLES.findIndex((t) => t.tasks.includes(b)));
     return ordered.flatMap((task) => {
       const { table, title } = paperTableOf(task);
-      return mechanisms.map((mechanism): CellSpec => ({
-        table: `${table} (${title})`,
-        row: task,
-        column: mechanism,
-        published: publishedAccuracy(task, mechanism),
-        explanation: quick ? QUICK_DIFFERENCE : explanation(task, mechanism),
-        units: seeds.map((seed) => unitName(task, mechanism, seed)),
-      }));
+      return mechanisms.map(
+        (mechanism): CellSpec => ({
+          table: `${table} (${title})`,
+          row: task,
+          column: mechanism,
+          published: publishedAccuracy(task, mechanism),
+          explanation: quick ? QUICK_DIFFERENCE : explanation(task, mechanism),
+          units: seeds.map((seed) => unitName(task, mechanism, seed)),
+        }),
+      );
     });
   },
 
@@ -188,8 +232,14 @@ export const slayTasks: Experiment = {
     const s = settings as { task: string; mechanism: string; seed: number } & typeof PROTOCOL;
     taskSpec(s.task);
     const result = await trainOnTask({
-      task: s.task, attention: s.mechanism, seed: s.seed, steps: s.steps, batchSize: s.batchSize,
-      evalSamples: s.evalSamples, lr: s.lr, weightDecay: s.weightDecay,
+      task: s.task,
+      attention: s.mechanism,
+      seed: s.seed,
+      steps: s.steps,
+      batchSize: s.batchSize,
+      evalSamples: s.evalSamples,
+      lr: s.lr,
+      weightDecay: s.weightDecay,
     });
     return {
       values: result.accuracy === null ? [] : [result.accuracy],

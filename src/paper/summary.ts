@@ -24,7 +24,10 @@ export async function summaryLines(resultsDir: string, linkBase: string): Promis
     }
     const results = readJsonFile(file) as ExperimentResults;
     const { units, wallSeconds, commits, backends } = results.provenance;
-    const markdown = path.relative(linkBase, path.join(resultsDir, `${name}.md`)).split(path.sep).join('/');
+    const markdown = path
+      .relative(linkBase, path.join(resultsDir, `${name}.md`))
+      .split(path.sep)
+      .join('/');
     const done = units.notDone ? `; ${units.done} of ${units.total} units done` : '';
     lines.push(
       `| ${name} | [${markdown}](${markdown}) | ${resultsHeadline({ ...results, claims: results.claims ?? [] })}${done} | ${formatDuration(wallSeconds)} | ` +

@@ -83,12 +83,20 @@ const last = (x: Int32Array) => x.length - 1;
 
 const DEFINITIONS: TaskDefinition[] = [
   {
-    name: 'copy', category: 'basic', seqLen: 32, vocabSize: 32, mode: 'sequence',
+    name: 'copy',
+    category: 'basic',
+    seqLen: 32,
+    vocabSize: 32,
+    mode: 'sequence',
     description: 'uniform tokens; target = input',
     fill: copyTokens,
   },
   {
-    name: 'sort', category: 'basic', seqLen: 16, vocabSize: 32, mode: 'sequence',
+    name: 'sort',
+    category: 'basic',
+    seqLen: 16,
+    vocabSize: 32,
+    mode: 'sequence',
     description: 'target = the input sorted ascending (a causal model cannot know later tokens: ceiling well below 1)',
     fill(rng, x, y) {
       uniformTokens(rng, x, 32);
@@ -96,7 +104,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'reverse', category: 'basic', seqLen: 32, vocabSize: 32, mode: 'sequence',
+    name: 'reverse',
+    category: 'basic',
+    seqLen: 32,
+    vocabSize: 32,
+    mode: 'sequence',
     description: 'target = the input reversed (causal ceiling ≈ 0.5)',
     fill(rng, x, y) {
       uniformTokens(rng, x, 32);
@@ -104,7 +116,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'retrieval', category: 'memory', seqLen: 64, vocabSize: 64, mode: 'last',
+    name: 'retrieval',
+    category: 'memory',
+    seqLen: 64,
+    vocabSize: 64,
+    mode: 'last',
     description: 'tokens in [0,V−2); NEEDLE=V−1 at a random position < T−2; QUERY=V−2 last; target at last = NEEDLE',
     fill(rng, x, y) {
       const V = 64;
@@ -115,7 +131,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'kv_recall', category: 'memory', seqLen: 22, vocabSize: 64, mode: 'last',
+    name: 'kv_recall',
+    category: 'memory',
+    seqLen: 22,
+    vocabSize: 64,
+    mode: 'last',
     description: '10 (key, value) pairs with distinct keys in [0,V−1), values in [0,V−1); then SEP=V−1 and a queried key; target = its value',
     fill(rng, x, y) {
       const V = 64;
@@ -132,7 +152,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'first_token', category: 'memory', seqLen: 64, vocabSize: 32, mode: 'last',
+    name: 'first_token',
+    category: 'memory',
+    seqLen: 64,
+    vocabSize: 32,
+    mode: 'last',
     description: 'uniform tokens; target at last = the first token',
     fill(rng, x, y) {
       uniformTokens(rng, x, 32);
@@ -140,8 +164,13 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'selective_copy', category: 'memory', seqLen: 64, vocabSize: 32, mode: 'sequence',
-    description: 'tokens in [0,V−1); MARKER=V−1 at T/8 sorted random positions of the first half; target at half+i = the token after the i-th marker (0 past the half), 0 elsewhere',
+    name: 'selective_copy',
+    category: 'memory',
+    seqLen: 64,
+    vocabSize: 32,
+    mode: 'sequence',
+    description:
+      'tokens in [0,V−1); MARKER=V−1 at T/8 sorted random positions of the first half; target at half+i = the token after the i-th marker (0 past the half), 0 elsewhere',
     fill(rng, x, y) {
       const V = 32;
       const half = x.length >> 1;
@@ -154,12 +183,20 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'long_copy', category: 'long_range', seqLen: 256, vocabSize: 32, mode: 'sequence',
+    name: 'long_copy',
+    category: 'long_range',
+    seqLen: 256,
+    vocabSize: 32,
+    mode: 'sequence',
     description: 'copy at length 256',
     fill: copyTokens,
   },
   {
-    name: 'distant_match', category: 'long_range', seqLen: 128, vocabSize: 32, mode: 'position',
+    name: 'distant_match',
+    category: 'long_range',
+    seqLen: 128,
+    vocabSize: 32,
+    mode: 'position',
     description: 'uniform tokens; target at T/2 = token 0 (only that position is scored)',
     fill(rng, x, y) {
       uniformTokens(rng, x, 32);
@@ -169,7 +206,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'multihop', category: 'long_range', seqLen: 64, vocabSize: 32, mode: 'last',
+    name: 'multihop',
+    category: 'long_range',
+    seqLen: 64,
+    vocabSize: 32,
+    mode: 'last',
     description: 'tokens in [0,V−2); pointer V−2 in the first third, pointer V−1 in the middle third; target at last = the token after the 2nd pointer',
     fill(rng, x, y) {
       const V = 32;
@@ -184,8 +225,13 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'stack', category: 'reasoning', seqLen: 32, vocabSize: 32, mode: 'sequence',
-    description: 'per step: POP=V−1 with p=0.3 if the stack is non-empty (target = popped value), else PUSH=V−2 with p=0.5 of a hidden value (as in the paper, the pushed value is not in the input); other steps keep a random token, target 0',
+    name: 'stack',
+    category: 'reasoning',
+    seqLen: 32,
+    vocabSize: 32,
+    mode: 'sequence',
+    description:
+      'per step: POP=V−1 with p=0.3 if the stack is non-empty (target = popped value), else PUSH=V−2 with p=0.5 of a hidden value (as in the paper, the pushed value is not in the input); other steps keep a random token, target 0',
     fill(rng, x, y) {
       const V = 32;
       uniformTokens(rng, x, V - 2);
@@ -202,7 +248,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'induction', category: 'reasoning', seqLen: 64, vocabSize: 64, mode: 'last',
+    name: 'induction',
+    category: 'reasoning',
+    seqLen: 64,
+    vocabSize: 64,
+    mode: 'last',
     description: 'uniform tokens; a trigger at a random position in [1,T/2) is repeated at T−2; target at T−1 = the token that followed the trigger',
     fill(rng, x, y) {
       uniformTokens(rng, x, 64);
@@ -213,7 +263,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'pattern', category: 'reasoning', seqLen: 32, vocabSize: 16, mode: 'sequence',
+    name: 'pattern',
+    category: 'reasoning',
+    seqLen: 32,
+    vocabSize: 16,
+    mode: 'sequence',
     description: 'a random period-4 pattern repeated; target = the next element',
     fill(rng, x, y) {
       const pattern = [0, 1, 2, 3].map(() => rng.int(16));
@@ -224,7 +278,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'counting', category: 'arithmetic', seqLen: 32, vocabSize: 32, mode: 'last',
+    name: 'counting',
+    category: 'arithmetic',
+    seqLen: 32,
+    vocabSize: 32,
+    mode: 'last',
     description: 'tokens in [0,10); target at last = the number of zeros (clamped to V−1)',
     fill(rng, x, y) {
       uniformTokens(rng, x, 10);
@@ -232,7 +290,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'parity', category: 'arithmetic', seqLen: 32, vocabSize: 2, mode: 'last',
+    name: 'parity',
+    category: 'arithmetic',
+    seqLen: 32,
+    vocabSize: 2,
+    mode: 'last',
     description: 'bits; target at last = parity of the number of ones',
     fill(rng, x, y) {
       uniformTokens(rng, x, 2);
@@ -240,7 +302,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'addition', category: 'arithmetic', seqLen: 16, vocabSize: 32, mode: 'last',
+    name: 'addition',
+    category: 'arithmetic',
+    seqLen: 16,
+    vocabSize: 32,
+    mode: 'last',
     description: 'bits; target at last = their sum mod V',
     fill(rng, x, y) {
       uniformTokens(rng, x, 2);
@@ -248,7 +314,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'modular', category: 'arithmetic', seqLen: 16, vocabSize: 8, mode: 'last',
+    name: 'modular',
+    category: 'arithmetic',
+    seqLen: 16,
+    vocabSize: 8,
+    mode: 'last',
     description: 'tokens in [0,7); target at last = their sum mod 7',
     fill(rng, x, y) {
       uniformTokens(rng, x, 7);
@@ -256,7 +326,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'bigram', category: 'pattern', seqLen: 32, vocabSize: 32, mode: 'sequence',
+    name: 'bigram',
+    category: 'pattern',
+    seqLen: 32,
+    vocabSize: 32,
+    mode: 'sequence',
     description: 'a fixed random map table[x] drawn from the run seed; target = table[input]',
     constants: (seed, spec) => {
       const rng = new Rng(deriveSeed(seed, 'bigram.table'));
@@ -268,7 +342,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'majority', category: 'pattern', seqLen: 32, vocabSize: 8, mode: 'last',
+    name: 'majority',
+    category: 'pattern',
+    seqLen: 32,
+    vocabSize: 8,
+    mode: 'last',
     description: 'tokens in [0,5); target at last = the most frequent token (the smallest on ties)',
     fill(rng, x, y) {
       uniformTokens(rng, x, 5);
@@ -277,7 +355,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'noisy_copy', category: 'robustness', seqLen: 64, vocabSize: 32, mode: 'sequence',
+    name: 'noisy_copy',
+    category: 'robustness',
+    seqLen: 64,
+    vocabSize: 32,
+    mode: 'sequence',
     description: 'tokens in [0,V−1); in the 2nd half each token becomes NOISE=V−1 with p=0.3; target = the first half copied in place, 0 elsewhere',
     fill(rng, x, y) {
       const V = 32;
@@ -288,7 +370,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'compression', category: 'robustness', seqLen: 32, vocabSize: 16, mode: 'sequence',
+    name: 'compression',
+    category: 'robustness',
+    seqLen: 32,
+    vocabSize: 16,
+    mode: 'sequence',
     description: 'runs of length 1–3 of random tokens; target = the run-collapsed sequence, left-aligned, 0-padded',
     fill(rng, x, y) {
       for (let pos = 0; pos < x.length; ) {
@@ -302,7 +388,11 @@ const DEFINITIONS: TaskDefinition[] = [
     },
   },
   {
-    name: 'histogram', category: 'other', seqLen: 32, vocabSize: 16, mode: 'sequence',
+    name: 'histogram',
+    category: 'other',
+    seqLen: 32,
+    vocabSize: 16,
+    mode: 'sequence',
     description: 'tokens in [0,5); targets at positions 0…4 = the count of each token (clamped to V−1), 0 elsewhere',
     fill(rng, x, y) {
       uniformTokens(rng, x, 5);

@@ -87,7 +87,10 @@ export class TaskModel implements StepModel {
 
   private parameter(name: string, shape: number[], init: Init): void {
     const values = initialValues(shape, init, new Rng(deriveSeed(this.config.seed, name)));
-    this.weights.set(name, tf.tidy(() => tf.variable(tf.tensor(values, shape, 'float32'), true, name)));
+    this.weights.set(
+      name,
+      tf.tidy(() => tf.variable(tf.tensor(values, shape, 'float32'), true, name)),
+    );
   }
 
   private w(name: string): tf.Variable {
@@ -123,7 +126,10 @@ export class TaskModel implements StepModel {
     let h = tf.reshape(tf.add(tf.reshape(tokens, [b, t, d]), positions), [b * t, d]) as tf.Tensor2D;
     const param = (name: string) => this.w(name);
     for (let i = 0; i < this.config.numLayers; i++) {
-      h = tf.add(h, multiHeadAttention(h, t, numHeads, `blocks.${i}.attn`, param, true, (q, k, v) => this.attention[i].apply(q, k, v)));
+      h = tf.add(
+        h,
+        multiHeadAttention(h, t, numHeads, `blocks.${i}.attn`, param, true, (q, k, v) => this.attention[i].apply(q, k, v)),
+      );
     }
     return linear(h, this.w('head.weight') as tf.Tensor2D, this.w('head.bias') as tf.Tensor1D);
   }
@@ -141,7 +147,8 @@ export class TaskModel implements StepModel {
     let count = 0;
     for (let i = 0; i < labels.length; i++) {
       if (labels[i] === IGNORE_LABEL) continue;
-      if (!(labels[i] >= 0 && labels[i] < vocabSize)) throw new Error(`task batch: label ${labels[i]} at position ${i} is outside the vocabulary [0, ${vocabSize})`);
+      if (!(labels[i] >= 0 && labels[i] < vocabSize))
+        throw new Error(`task batch: label ${labels[i]} at position ${i} is outside the vocabulary [0, ${vocabSize})`);
       targets[i] = labels[i];
       weights[i] = 1;
       count++;

@@ -125,10 +125,15 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
     }
     const scored = await executor.evaluate(evalBatches);
     return {
-      task: spec.name, category: spec.category, attention: opts.attention, seed: opts.seed,
+      task: spec.name,
+      category: spec.category,
+      attention: opts.attention,
+      seed: opts.seed,
       accuracy: scored.tokens > 0 ? scored.accuracy : null,
       loss: scored.tokens > 0 ? scored.loss : null,
-      lossCurve, params: model.parameterCount(), trainSeconds,
+      lossCurve,
+      params: model.parameterCount(),
+      trainSeconds,
       execution: graph && batch ? graphStatus(model, batch, [...params.values()]) : 'eager',
     };
   } finally {
@@ -165,8 +170,17 @@ export async function runTaskBenchmark(opts: BenchmarkOptions): Promise<TaskRunR
         } catch (err) {
           const spec = taskSpec(task);
           result = {
-            task, category: spec.category, attention, seed, accuracy: null, loss: null,
-            lossCurve: [], params: 0, trainSeconds: 0, execution: 'failed', error: (err as Error).message,
+            task,
+            category: spec.category,
+            attention,
+            seed,
+            accuracy: null,
+            loss: null,
+            lossCurve: [],
+            params: 0,
+            trainSeconds: 0,
+            execution: 'failed',
+            error: (err as Error).message,
           };
         }
         results.push(result);
@@ -209,7 +223,9 @@ export function summarizeTaskResults(results: TaskRunResult[]): TaskSummary {
   for (const runs of groupBy(results, (r) => `${r.task}\u0000${r.attention}`).values()) {
     const { task, category, attention } = runs[0];
     tasks.push({
-      task, category, attention,
+      task,
+      category,
+      attention,
       accuracy: meanSd(runs.map((r) => r.accuracy)),
       loss: meanSd(runs.map((r) => r.loss)),
       trainSeconds: meanSd(runs.filter((r) => !r.error).map((r) => r.trainSeconds)),
@@ -253,12 +269,14 @@ export function taskResultsMarkdown(summary: TaskSummary, digits = 2): string {
     lines.push(`| ${category} | ${attentions.map((a) => cell(rows.find((r) => r.attention === a))).join(' | ')} |`);
   }
   lines.push('', '### Training seconds per run (mean)', '', ...header([]));
-  lines.push(`| ${attentions
-    .map((a) => {
-      const times = summary.tasks.filter((r) => r.attention === a && r.trainSeconds.n > 0).map((r) => r.trainSeconds.mean);
-      return times.length ? (times.reduce((x, y) => x + y, 0) / times.length).toFixed(1) : '—';
-    })
-    .join(' | ')} |`);
+  lines.push(
+    `| ${attentions
+      .map((a) => {
+        const times = summary.tasks.filter((r) => r.attention === a && r.trainSeconds.n > 0).map((r) => r.trainSeconds.mean);
+        return times.length ? (times.reduce((x, y) => x + y, 0) / times.length).toFixed(1) : '—';
+      })
+      .join(' | ')} |`,
+  );
   const errors = summary.tasks.flatMap((r) => r.errors.map((e) => `- ${r.task} / ${r.attention}, ${e}`));
   if (errors.length) lines.push('', '### Failed runs', '', ...errors);
   return lines.join('\n') + '\n';

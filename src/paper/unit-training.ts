@@ -55,7 +55,11 @@ export interface TrainedUnit {
 }
 
 /** Trains the unit's recipe with the ordinary trainer and reads back its curves. */
-export async function trainUnit(recipe: Recipe, context: UnitContext, opts: Pick<Parameters<typeof runTraining>[1] & object, 'beforeTraining'> = {}): Promise<TrainedUnit> {
+export async function trainUnit(
+  recipe: Recipe,
+  context: UnitContext,
+  opts: Pick<Parameters<typeof runTraining>[1] & object, 'beforeTraining'> = {},
+): Promise<TrainedUnit> {
   const result = await runTraining(recipe, opts);
   const curves = readCurves(result.runDir);
   return {

@@ -13,7 +13,10 @@ export function freezeProblem(value: unknown): string | null {
 }
 
 function globRegExp(glob: string): RegExp {
-  const body = glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.');
+  const body = glob
+    .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+    .replace(/\*/g, '.*')
+    .replace(/\?/g, '.');
   return new RegExp(`^${body}$`);
 }
 
@@ -32,7 +35,9 @@ export function frozenRule(freeze: FreezeSpec, names: readonly string[], mechani
   const patterns = freeze.map((glob) => ({ glob, re: globRegExp(glob) }));
   const unmatched = patterns.filter((p) => !names.some((n) => p.re.test(n))).map((p) => p.glob);
   if (unmatched.length > 0) {
-    throw new Error(`train.freeze: ${unmatched.map((g) => JSON.stringify(g)).join(', ')} match no parameter (names look like ${names.slice(0, 3).join(', ')}, …)`);
+    throw new Error(
+      `train.freeze: ${unmatched.map((g) => JSON.stringify(g)).join(', ')} match no parameter (names look like ${names.slice(0, 3).join(', ')}, …)`,
+    );
   }
   return (name) => patterns.some((p) => p.re.test(name));
 }

@@ -213,7 +213,11 @@ function resolve(given: Map<string, Given>, file: string, hooks: RecipeHooks): R
   for (const key of derivedKeys) flat[key] = (SCHEMA[key].default as DerivedDefault).compute(partial, file);
   // Rebuilt in schema order so config.json reads like docs/recipes.md.
   const recipe = unflatten(Object.fromEntries(KEYS.map((key) => [key, flat[key]]))) as unknown as Recipe;
-  const crossProblems = crossChecks(recipe, (key) => given.get(key)?.origin ?? '', (key) => given.has(key));
+  const crossProblems = crossChecks(
+    recipe,
+    (key) => given.get(key)?.origin ?? '',
+    (key) => given.has(key),
+  );
   if (crossProblems.length > 0) throw new RecipeError(file, crossProblems);
   return recipe;
 }
@@ -238,7 +242,9 @@ function applyInitFromSettings(given: Map<string, Given>, problems: string[], se
     const entry = given.get(key);
     if (entry === undefined) given.set(key, { value, origin: '' });
     else if (entry.value !== value) {
-      problems.push(`${at(entry.origin)}${key} is ${describe(entry.value)} but ${source.configFile} (initFrom) makes it ${JSON.stringify(value)} (from ${field}): leave ${key} out or set it to that`);
+      problems.push(
+        `${at(entry.origin)}${key} is ${describe(entry.value)} but ${source.configFile} (initFrom) makes it ${JSON.stringify(value)} (from ${field}): leave ${key} out or set it to that`,
+      );
     }
   }
   if (!given.has('data.tokenizer') && source.tokenizer) given.set('data.tokenizer', { value: source.tokenizer, origin: '' });

@@ -24,12 +24,15 @@ export function tensorSizeProblems(
   if (batch) {
     const { batchSize: b, seqLen: l } = batch;
     sizes.push(['train.batchSize × data.seqLen × model.mlpRatio·model.dModel (the MLP activations of a micro-batch)', b * l * hidden]);
-    if (attentionIsQuadratic(m.attention.name)) sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
+    if (attentionIsQuadratic(m.attention.name))
+      sizes.push(['train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch)', b * m.numHeads * l * l]);
     if (vocabSize !== undefined) sizes.push([`train.batchSize × data.seqLen × the vocabulary (${vocabSize}) (the logits of a micro-batch)`, b * l * vocabSize]);
   }
   return sizes
     .filter(([, elements]) => elements > MAX_TENSOR_ELEMENTS)
-    .map(([what, elements]) => `${what} = ${elements.toLocaleString('en-US')} elements: more than one TensorFlow.js tensor can hold (2^31 − 1); lower those keys`);
+    .map(
+      ([what, elements]) => `${what} = ${elements.toLocaleString('en-US')} elements: more than one TensorFlow.js tensor can hold (2^31 − 1); lower those keys`,
+    );
 }
 
 /** The model config a recipe builds for a vocabulary of `vocabSize`; sizes that cannot fit are an error naming the keys. */

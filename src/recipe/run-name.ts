@@ -33,6 +33,9 @@ export function nameWithModelOverrides(name: string, overrides: readonly string[
   if (changed.length === 0) return name;
   const tags = changed.map(({ key, value }) => `${tagKey(key)}=${value.replace(UNSAFE, '_')}`).join('+');
   if (tags.length <= MAX_TAGS_LENGTH) return `${name}+${tags}`;
-  const digest = createHash('sha256').update(changed.map(({ key, value }) => `${key}=${value}`).join('\n')).digest('hex').slice(0, 8);
+  const digest = createHash('sha256')
+    .update(changed.map(({ key, value }) => `${key}=${value}`).join('\n'))
+    .digest('hex')
+    .slice(0, 8);
   return `${name}+model-${digest}`;
 }

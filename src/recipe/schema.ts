@@ -131,10 +131,15 @@ const oneOf = (...values: (string | boolean)[]): FieldType => ({ kind: 'enum', v
  * resolved config. `satisfies` makes the compiler check that it names every leaf of `Recipe` and nothing else.
  */
 export const RECIPE_SCHEMA = {
-  name: { type: str, default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))), doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`. Command-line overrides of `model.*` keys add themselves to it (`gpt-softmax+attention=performer`, [training.md](training.md#run-names)), unless `--name` is given too.' },
+  name: {
+    type: str,
+    default: derived("the recipe file's base name", (_r, file) => path.basename(file, path.extname(file))),
+    doc: 'Run name; run folders are `<train.runDir>/<name>-<timestamp>/`. Command-line overrides of `model.*` keys add themselves to it (`gpt-softmax+attention=performer`, [training.md](training.md#run-names)), unless `--name` is given too.',
+  },
   backend: {
-    type: oneOf(...BACKENDS), default: 'auto',
-    doc: 'TensorFlow.js backend. `auto` = `tensorflow` where `npm run setup:tensorflow` has built it (or a tfjs-node package is installed), else `wasm`. `--backend` and `$SLAYFORMER_BACKEND` take precedence; the run\'s config.json records the backend it ran on.',
+    type: oneOf(...BACKENDS),
+    default: 'auto',
+    doc: "TensorFlow.js backend. `auto` = `tensorflow` where `npm run setup:tensorflow` has built it (or a tfjs-node package is installed), else `wasm`. `--backend` and `$SLAYFORMER_BACKEND` take precedence; the run's config.json records the backend it ran on.",
   },
   initFrom: {
     type: str,
@@ -149,40 +154,80 @@ export const RECIPE_SCHEMA = {
   'model.numHeads': { type: int(1, BOUNDS.heads.max), default: 4, doc: 'Attention heads per block (head size = dModel / numHeads).' },
   'model.mlpRatio': { type: num({ exclusiveMin: 0, max: BOUNDS.mlpRatio.max }), default: 4, doc: 'MLP hidden width = mlpRatio × dModel.' },
   'model.dropout': { type: num({ min: 0, exclusiveMax: 1 }), default: 0, doc: 'Dropout probability (0 for small CPU demos; GPU recipes use 0.1).' },
-  'model.maxSeqLen': { type: int(1, MAX_SEQ_LEN), default: derived('`data.seqLen`', (r) => r.data.seqLen), doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.' },
+  'model.maxSeqLen': {
+    type: int(1, MAX_SEQ_LEN),
+    default: derived('`data.seqLen`', (r) => r.data.seqLen),
+    doc: 'Size of the position-embedding table; must be ≥ `data.seqLen`.',
+  },
   'model.bias': { type: bool, default: true, doc: 'Biases in the linear layers.' },
-  'model.normPosition': { type: oneOf(...NORM_POSITIONS), default: 'pre', doc: "Where each block's LayerNorms sit: `pre` = x + f(LN(x)) and a final LayerNorm (GPT-2); `post` = LN(x + f(x)), no final LayerNorm (BERT)." },
+  'model.normPosition': {
+    type: oneOf(...NORM_POSITIONS),
+    default: 'pre',
+    doc: "Where each block's LayerNorms sit: `pre` = x + f(LN(x)) and a final LayerNorm (GPT-2); `post` = LN(x + f(x)), no final LayerNorm (BERT).",
+  },
   'model.embeddingNorm': { type: bool, default: false, doc: 'A LayerNorm on the summed embeddings (BERT).' },
-  'model.typeVocabSize': { type: int(0, BOUNDS.embeddingRows.max), default: 0, doc: 'Rows of a token-type (segment) embedding table (BERT: 2); every token is type 0, one segment per sequence. 0 = none.' },
-  'model.activation': { type: oneOf(...ACTIVATIONS), default: 'gelu-tanh', doc: "Activation of the MLP and of BERT's MLM head: `gelu-tanh` (the tanh approximation, GPT-2's `gelu_new`) or `gelu-erf` (exact, BERT's `gelu`)." },
+  'model.typeVocabSize': {
+    type: int(0, BOUNDS.embeddingRows.max),
+    default: 0,
+    doc: 'Rows of a token-type (segment) embedding table (BERT: 2); every token is type 0, one segment per sequence. 0 = none.',
+  },
+  'model.activation': {
+    type: oneOf(...ACTIVATIONS),
+    default: 'gelu-tanh',
+    doc: "Activation of the MLP and of BERT's MLM head: `gelu-tanh` (the tanh approximation, GPT-2's `gelu_new`) or `gelu-erf` (exact, BERT's `gelu`).",
+  },
   'model.layerNormEps': { type: num({ exclusiveMin: 0 }), default: 1e-5, doc: 'ε of every LayerNorm (GPT-2: 1e-5, BERT: 1e-12).' },
-  'model.attention.name': { type: { kind: 'attentionName' }, default: 'softmax', doc: 'Attention mechanism, one of the registered names (see the table below).' },
-  'model.attention.options': { type: { kind: 'attentionOptions' }, default: {}, doc: "Options of that mechanism (see the table below); the resolved recipe holds every option with the mechanism's defaults filled in." },
+  'model.attention.name': {
+    type: { kind: 'attentionName' },
+    default: 'softmax',
+    doc: 'Attention mechanism, one of the registered names (see the table below).',
+  },
+  'model.attention.options': {
+    type: { kind: 'attentionOptions' },
+    default: {},
+    doc: "Options of that mechanism (see the table below); the resolved recipe holds every option with the mechanism's defaults filled in.",
+  },
 
-  'data.dataset': { type: filePath, default: REQUIRED, doc: 'Dataset: a `save_to_disk` folder, a split folder, a folder of `.arrow` shards, or a glob such as `cache/c4-train-*.arrow`.' },
+  'data.dataset': {
+    type: filePath,
+    default: REQUIRED,
+    doc: 'Dataset: a `save_to_disk` folder, a split folder, a folder of `.arrow` shards, or a glob such as `cache/c4-train-*.arrow`.',
+  },
   'data.textColumn': { type: str, default: 'text', doc: 'Name of the text column in the Arrow shards.' },
   'data.tokenizer': { type: filePath, default: REQUIRED, doc: 'Path to a `tokenizer.json` (Hugging Face tokenizers format).' },
-  'data.seqLen': { type: { kind: 'custom', text: SEQ_LEN_RULE, check: (v, given) => seqLenProblem(v, given('model.kind') === 'bert' ? 'bert' : 'gpt') }, default: 128, doc: 'Tokens per training sequence.' },
+  'data.seqLen': {
+    type: { kind: 'custom', text: SEQ_LEN_RULE, check: (v, given) => seqLenProblem(v, given('model.kind') === 'bert' ? 'bert' : 'gpt') },
+    default: 128,
+    doc: 'Tokens per training sequence.',
+  },
   'data.shuffleBuffer': { type: int(0, 1_000_000), default: 1024, doc: 'Sequences held for the bounded shuffle of the training stream (0 = no shuffle).' },
   'data.readAhead': { type: int(1, 64), default: 2, doc: 'Shards read and tokenized ahead of the trainer.' },
-  'data.mlmProbability': { type: num({ exclusiveMin: 0, exclusiveMax: 1 }), default: 0.15, doc: 'BERT: fraction of tokens chosen for the masked-LM loss (80% mask, 10% random, 10% kept).' },
+  'data.mlmProbability': {
+    type: num({ exclusiveMin: 0, exclusiveMax: 1 }),
+    default: 0.15,
+    doc: 'BERT: fraction of tokens chosen for the masked-LM loss (80% mask, 10% random, 10% kept).',
+  },
 
   'train.batchSize': { type: int(1, 65536), default: 8, doc: 'Sequences per micro-batch.' },
   'train.gradAccum': { type: int(1, 65536), default: 1, doc: 'Micro-batches accumulated per optimizer step (effective batch = batchSize × gradAccum).' },
   'train.dataParallel': {
-    type: { kind: 'custom', text: '`auto` \\| integer ≥ 1', check: (v) => (v === 'auto' || (Number.isInteger(v) && (v as number) >= 1) ? null : "'auto' or an integer ≥ 1") },
+    type: {
+      kind: 'custom',
+      text: '`auto` \\| integer ≥ 1',
+      check: (v) => (v === 'auto' || (Number.isInteger(v) && (v as number) >= 1) ? null : "'auto' or an integer ≥ 1"),
+    },
     default: 1,
-    doc: 'Data-parallel replicas: each optimizer step\'s rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.',
+    doc: "Data-parallel replicas: each optimizer step's rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.",
   },
   'train.processes': {
     type: int(1, 4096),
     default: 1,
-    doc: 'Ranks of one run across processes on this machine (`npm run train -- recipe.yaml --processes N` overrides it; under `srun` the ranks are Slurm\'s tasks): each rank computes its shard of every micro-batch and one all-reduce per step sums the gradients on TensorFlow\'s collective runtime (`tensorflow` backend; docs/distributed.md). Rank 0 alone logs, evaluates and checkpoints; a checkpoint resumes with any number of ranks. The update equals one process taking the shards as micro-batches; dropout masks depend on the number of ranks.',
+    doc: "Ranks of one run across processes on this machine (`npm run train -- recipe.yaml --processes N` overrides it; under `srun` the ranks are Slurm's tasks): each rank computes its shard of every micro-batch and one all-reduce per step sums the gradients on TensorFlow's collective runtime (`tensorflow` backend; docs/distributed.md). Rank 0 alone logs, evaluates and checkpoints; a checkpoint resumes with any number of ranks. The update equals one process taking the shards as micro-batches; dropout masks depend on the number of ranks.",
   },
   'train.graph': {
     type: bool,
     default: true,
-    doc: 'On the `tensorflow` backend (CPU or GPU device): run each micro-batch\'s forward and backward pass, and AdamW\'s update, as TensorFlow functions on the device instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–3× faster on the bench GPT, and on a GPU the parameters and moments never leave the device. BERT\'s labelled rows are padded to a multiple of 64 so that its shapes repeat, and dropout masks come from TensorFlow\'s stateless generator fed the step\'s seed (a different draw from the wasm/cpu masks). `false` = always op by op. Other backends ignore it.',
+    doc: "On the `tensorflow` backend (CPU or GPU device): run each micro-batch's forward and backward pass, and AdamW's update, as TensorFlow functions on the device instead of op by op, once two steps with the same batch shape recorded the same program (src/backend/tf-graph.ts); the same function, 1.5–3× faster on the bench GPT, and on a GPU the parameters and moments never leave the device. BERT's labelled rows are padded to a multiple of 64 so that its shapes repeat, and dropout masks come from TensorFlow's stateless generator fed the step's seed (a different draw from the wasm/cpu masks). `false` = always op by op. Other backends ignore it.",
   },
   'train.executor': {
     // The names of src/train/step-executors/index.ts (the recipe sits below train/ and cannot import them; a test keeps the two equal).
@@ -193,15 +238,36 @@ export const RECIPE_SCHEMA = {
   'train.xla': {
     type: oneOf('auto', 'on', 'off'),
     default: 'auto',
-    doc: 'With `train.graph` on the `tensorflow` backend: compile each step\'s graph function with XLA (`on`), not (`off`), or what was measured best on this kind of device (`auto`: off on CPU devices, where XLA gained 0–30% at the bench shape but its compilation outweighs that in short runs and ran out of memory at the GPT-2-small shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.',
+    doc: "With `train.graph` on the `tensorflow` backend: compile each step's graph function with XLA (`on`), not (`off`), or what was measured best on this kind of device (`auto`: off on CPU devices, where XLA gained 0–30% at the bench shape but its compilation outweighs that in short runs and ran out of memory at the GPT-2-small shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.",
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
-  'train.minLr': { type: num({ min: 0 }), default: derived('`train.lr` / 10', (r) => r.train.lr / 10), doc: 'Final learning rate of the `cosine` and `linear` schedules; must be ≤ `train.lr`.' },
-  'train.schedule': { type: oneOf('cosine', 'linear', 'constant'), default: 'cosine', doc: 'Learning-rate decay after warm-up, over the token budget (`train.maxTokens` or one epoch).' },
-  'train.warmupSteps': { type: int(0), default: 100, doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`. A warm-up longer than a fifth of the run (e.g. after shortening it with `train.maxTokens`) is warned about.' },
-  'train.warmupFraction': { type: num({ min: 0, exclusiveMax: 1 }), nullable: true, default: null, doc: 'Warm-up as a fraction of the run\'s optimizer steps (e.g. `0.05`), rounded to whole steps, instead of `train.warmupSteps` (set one of the two); it follows `train.maxTokens`. `null` = use `train.warmupSteps`.' },
-  'train.weightDecay': { type: num({ min: 0 }), default: 0.1, doc: 'AdamW weight decay (not applied to norms, biases and embeddings unless `train.decayEmbeddings`).' },
+  'train.minLr': {
+    type: num({ min: 0 }),
+    default: derived('`train.lr` / 10', (r) => r.train.lr / 10),
+    doc: 'Final learning rate of the `cosine` and `linear` schedules; must be ≤ `train.lr`.',
+  },
+  'train.schedule': {
+    type: oneOf('cosine', 'linear', 'constant'),
+    default: 'cosine',
+    doc: 'Learning-rate decay after warm-up, over the token budget (`train.maxTokens` or one epoch).',
+  },
+  'train.warmupSteps': {
+    type: int(0),
+    default: 100,
+    doc: 'Optimizer steps of linear warm-up from 0 to `train.lr`. A warm-up longer than a fifth of the run (e.g. after shortening it with `train.maxTokens`) is warned about.',
+  },
+  'train.warmupFraction': {
+    type: num({ min: 0, exclusiveMax: 1 }),
+    nullable: true,
+    default: null,
+    doc: "Warm-up as a fraction of the run's optimizer steps (e.g. `0.05`), rounded to whole steps, instead of `train.warmupSteps` (set one of the two); it follows `train.maxTokens`. `null` = use `train.warmupSteps`.",
+  },
+  'train.weightDecay': {
+    type: num({ min: 0 }),
+    default: 0.1,
+    doc: 'AdamW weight decay (not applied to norms, biases and embeddings unless `train.decayEmbeddings`).',
+  },
   'train.beta1': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.9, doc: 'AdamW β₁.' },
   'train.beta2': { type: num({ min: 0, exclusiveMax: 1 }), default: 0.95, doc: 'AdamW β₂.' },
   'train.eps': { type: num({ exclusiveMin: 0 }), default: 1e-8, doc: 'AdamW ε.' },
@@ -214,8 +280,16 @@ export const RECIPE_SCHEMA = {
   },
   'train.seed': { type: int(0), default: 1337, doc: 'Seed of the initialisation, the data order and the random features.' },
   'train.maxTokens': { type: int(1), nullable: true, default: null, doc: 'Training budget in tokens; `null` = one full epoch of the training split.' },
-  'train.evalInterval': { type: int(0), default: 200, doc: 'Optimizer steps between validation runs, and one at step 0 (the model before training), so that curves start there (0 = only at the end).' },
-  'train.evalTokens': { type: int(1), default: DEFAULT_EVAL_TOKENS, doc: 'Validation tokens per evaluation (labelled tokens: BERT counts the masked ones), the same every time (`train.evalSample`).' },
+  'train.evalInterval': {
+    type: int(0),
+    default: 200,
+    doc: 'Optimizer steps between validation runs, and one at step 0 (the model before training), so that curves start there (0 = only at the end).',
+  },
+  'train.evalTokens': {
+    type: int(1),
+    default: DEFAULT_EVAL_TOKENS,
+    doc: 'Validation tokens per evaluation (labelled tokens: BERT counts the masked ones), the same every time (`train.evalSample`).',
+  },
   'train.evalSample': {
     type: oneOf(...EVAL_SAMPLES),
     default: 'spread',
@@ -223,23 +297,55 @@ export const RECIPE_SCHEMA = {
   },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },
-  'train.keepCheckpoints': { type: int(1), default: 3, doc: 'Most recent checkpoints kept in `<run>/checkpoints/`, plus the one with the lowest validation loss (among checkpoints taken at a validation step).' },
-  'train.nanPolicy': { type: oneOf('stop', 'skip'), default: 'stop', doc: 'A NaN or infinite loss or gradient norm: `stop` = end the run with an error naming the step (the weights are not updated, the last checkpoint stays intact); `skip` = drop that update and go on (up to `train.nanSkipLimit` in a row).' },
-  'train.nanSkipLimit': { type: int(1), default: 10, doc: 'With `train.nanPolicy: skip`: this many dropped updates in a row end the run with an error (non-zero exit) naming the steps and the last good checkpoint, instead of skipping every remaining step of a diverged run.' },
+  'train.keepCheckpoints': {
+    type: int(1),
+    default: 3,
+    doc: 'Most recent checkpoints kept in `<run>/checkpoints/`, plus the one with the lowest validation loss (among checkpoints taken at a validation step).',
+  },
+  'train.nanPolicy': {
+    type: oneOf('stop', 'skip'),
+    default: 'stop',
+    doc: 'A NaN or infinite loss or gradient norm: `stop` = end the run with an error naming the step (the weights are not updated, the last checkpoint stays intact); `skip` = drop that update and go on (up to `train.nanSkipLimit` in a row).',
+  },
+  'train.nanSkipLimit': {
+    type: int(1),
+    default: 10,
+    doc: 'With `train.nanPolicy: skip`: this many dropped updates in a row end the run with an error (non-zero exit) naming the steps and the last good checkpoint, instead of skipping every remaining step of a diverged run.',
+  },
   'train.runDir': { type: filePath, default: 'runs', doc: 'Folder that holds the run folders.' },
 
-  'wandb.enabled': { type: oneOf(true, false, 'auto'), default: 'auto', doc: 'Send the metric records to Weights & Biases; `auto` = when `WANDB_API_KEY` is set.' },
+  'wandb.enabled': {
+    type: oneOf(true, false, 'auto'),
+    default: 'auto',
+    doc: 'Send the metric records to Weights & Biases; `auto` = when `WANDB_API_KEY` is set.',
+  },
   'wandb.project': { type: str, default: 'slayformer', doc: 'W&B project.' },
   'wandb.entity': { type: str, nullable: true, default: null, doc: "W&B entity (user or team); `null` = the API key's default entity." },
   'wandb.runName': { type: str, nullable: true, default: null, doc: 'W&B display name; `null` = the run folder name.' },
 
-  'tensorboard.enabled': { type: bool, default: true, doc: 'Write the metric records as a TensorBoard event file in the run folder (`events.out.tfevents.*`), as they land: `tensorboard --logdir runs` shows every run.' },
+  'tensorboard.enabled': {
+    type: bool,
+    default: true,
+    doc: 'Write the metric records as a TensorBoard event file in the run folder (`events.out.tfevents.*`), as they land: `tensorboard --logdir runs` shows every run.',
+  },
 } as const satisfies Record<RecipeKey, FieldSpec>;
 
 export const SCHEMA: Record<string, FieldSpec> = RECIPE_SCHEMA;
 export const KEYS = Object.keys(SCHEMA) as RecipeKey[];
 /** Mapping keys (sections) implied by the dotted leaf paths: "model", "model.attention", "train", … */
-export const SECTIONS = new Set(KEYS.flatMap((key) => key.split('.').slice(1).map((_, i) => key.split('.').slice(0, i + 1).join('.'))));
+export const SECTIONS = new Set(
+  KEYS.flatMap((key) =>
+    key
+      .split('.')
+      .slice(1)
+      .map((_, i) =>
+        key
+          .split('.')
+          .slice(0, i + 1)
+          .join('.'),
+      ),
+  ),
+);
 
 type DeepPartial<T> = { [K in keyof T]?: T[K] extends Record<string, unknown> ? DeepPartial<T[K]> : T[K] };
 

@@ -22,31 +22,51 @@ import { lineChartSvg, seriesColours } from './plot.ts';
 import { safeJoin } from './safe-path.ts';
 import { formatMeanSd, formatNumber, groupBy } from './stats.ts';
 import type { MeanSd } from './stats.ts';
-import { constantsLine, csvTable, factorConstants, htmlTable, latexTable, makeTable, markdownTable, selectColumns, withoutColumns, type Column, type Table } from './table.ts';
+import {
+  constantsLine,
+  csvTable,
+  factorConstants,
+  htmlTable,
+  latexTable,
+  makeTable,
+  markdownTable,
+  selectColumns,
+  withoutColumns,
+  type Column,
+  type Table,
+} from './table.ts';
 
 const MIB = 2 ** 20;
-const number = <T>(title: string, value: (item: T) => number | null, digits = 0): Column<T> => ({ title, right: true, text: (item) => formatNumber(value(item), digits), raw: value });
+const number = <T>(title: string, value: (item: T) => number | null, digits = 0): Column<T> => ({
+  title,
+  right: true,
+  text: (item) => formatNumber(value(item), digits),
+  raw: value,
+});
 
 /** One row per run, with where it ran: backend, commit, peak memory. */
 function runsTableModel(runs: RunSummary[]): Table {
-  return makeTable<RunSummary>([
-    { title: 'run', text: describeRun, raw: (r) => r.name },
-    { title: 'attention', text: (r) => r.attention },
-    { title: 'kind', text: (r) => r.kind },
-    { title: 'seed', right: true, text: (r) => String(r.seed ?? '—'), raw: (r) => r.seed },
-    number('params', (r) => r.params),
-    number('tokens', (r) => r.tokens),
-    number('final val loss', (r) => r.finalValLoss, 4),
-    number('best val loss', (r) => r.bestValLoss, 4),
-    number('val ppl', (r) => r.finalValPpl, 2),
-    number('val bpb', (r) => r.finalValBpb, 4),
-    number('val acc', (r) => r.finalValAcc, 4),
-    number('tokens/s', (r) => r.tokensPerSecond),
-    number('wall s', (r) => r.wallSeconds, 1),
-    number('peak MiB', (r) => (r.peakRssBytes === null ? null : r.peakRssBytes / MIB)),
-    { title: 'backend', text: (r) => r.backend ?? '—', raw: (r) => r.backend },
-    { title: 'commit', text: (r) => r.commit ?? '—', raw: (r) => r.commit },
-  ], runs);
+  return makeTable<RunSummary>(
+    [
+      { title: 'run', text: describeRun, raw: (r) => r.name },
+      { title: 'attention', text: (r) => r.attention },
+      { title: 'kind', text: (r) => r.kind },
+      { title: 'seed', right: true, text: (r) => String(r.seed ?? '—'), raw: (r) => r.seed },
+      number('params', (r) => r.params),
+      number('tokens', (r) => r.tokens),
+      number('final val loss', (r) => r.finalValLoss, 4),
+      number('best val loss', (r) => r.bestValLoss, 4),
+      number('val ppl', (r) => r.finalValPpl, 2),
+      number('val bpb', (r) => r.finalValBpb, 4),
+      number('val acc', (r) => r.finalValAcc, 4),
+      number('tokens/s', (r) => r.tokensPerSecond),
+      number('wall s', (r) => r.wallSeconds, 1),
+      number('peak MiB', (r) => (r.peakRssBytes === null ? null : r.peakRssBytes / MIB)),
+      { title: 'backend', text: (r) => r.backend ?? '—', raw: (r) => r.backend },
+      { title: 'commit', text: (r) => r.commit ?? '—', raw: (r) => r.commit },
+    ],
+    runs,
+  );
 }
 
 const signed = (v: number, digits: number) => `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(digits)}`;
@@ -62,20 +82,40 @@ const seedsText = (g: RunGroup) => g.seeds.map(({ seed, runs }) => `${seed ?? '�
  */
 function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
   const ms = (pick: (g: RunGroup) => MeanSd, title: string, digits: number, { exact = false } = {}): Column<RunGroup> => ({
-    title, right: true,
+    title,
+    right: true,
     // A count or speed equal over the seeds up to the digits shown reads as the value alone, not "1,334,016 ± 0".
-    text: (g) => (exact && pick(g).sd !== null && Number(pick(g).sd!.toFixed(digits)) === 0 ? formatNumber(pick(g).mean, digits) : formatMeanSd(pick(g), digits, { showN: false })),
+    text: (g) =>
+      exact && pick(g).sd !== null && Number(pick(g).sd!.toFixed(digits)) === 0
+        ? formatNumber(pick(g).mean, digits)
+        : formatMeanSd(pick(g), digits, { showN: false }),
     raw: (g) => (pick(g).n === 0 ? null : pick(g).mean),
   });
   const columns: Column<RunGroup>[] = [{ title: 'group', text: (g) => `${g.mixed.length ? '⚠ ' : ''}${g.label}`, raw: (g) => g.label }];
   if (baseline !== null) {
     const base = (g: RunGroup) => (g.attention === baseline ? '(baseline)' : '—');
     columns.push(
-      { title: `Δ final val loss vs ${baseline} [95% CI]`, right: true, text: (g) => (g.paired ? `${signed(g.paired.mean, 4)}${g.paired.ci ? ` [${signed(g.paired.ci[0], 4)}, ${signed(g.paired.ci[1], 4)}]` : ' (n = 1)'}` : base(g)), raw: (g) => g.paired?.mean ?? null },
+      {
+        title: `Δ final val loss vs ${baseline} [95% CI]`,
+        right: true,
+        text: (g) =>
+          g.paired ? `${signed(g.paired.mean, 4)}${g.paired.ci ? ` [${signed(g.paired.ci[0], 4)}, ${signed(g.paired.ci[1], 4)}]` : ' (n = 1)'}` : base(g),
+        raw: (g) => g.paired?.mean ?? null,
+      },
       { title: 'CI low', right: true, text: (g) => (g.paired?.ci ? signed(g.paired.ci[0], 4) : ''), raw: (g) => g.paired?.ci?.[0] ?? null },
       { title: 'CI high', right: true, text: (g) => (g.paired?.ci ? signed(g.paired.ci[1], 4) : ''), raw: (g) => g.paired?.ci?.[1] ?? null },
-      { title: 'p', right: true, text: (g) => (g.paired?.p == null ? '' : g.paired.p < 0.001 ? '< 0.001' : g.paired.p.toFixed(3)), raw: (g) => g.paired?.p ?? null },
-      { title: `lower than ${baseline} on`, right: true, text: (g) => (g.paired ? `${g.paired.wins}/${g.paired.n}` : ''), raw: (g) => (g.paired ? `${g.paired.wins}/${g.paired.n}` : null) },
+      {
+        title: 'p',
+        right: true,
+        text: (g) => (g.paired?.p == null ? '' : g.paired.p < 0.001 ? '< 0.001' : g.paired.p.toFixed(3)),
+        raw: (g) => g.paired?.p ?? null,
+      },
+      {
+        title: `lower than ${baseline} on`,
+        right: true,
+        text: (g) => (g.paired ? `${g.paired.wins}/${g.paired.n}` : ''),
+        raw: (g) => (g.paired ? `${g.paired.wins}/${g.paired.n}` : null),
+      },
     );
   }
   columns.push(
@@ -108,7 +148,8 @@ function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
 const SPREADSHEET_ONLY = new Set(['final val loss sd', 'CI low', 'CI high']);
 
 /** The columns of groups.tex (a page wide at most): the comparison and the final loss; the rest is in groups.csv. */
-const PAPER_COLUMNS = (header: string) => header === 'group' || header.startsWith('Δ ') || ['p', 'final val loss', 'n', 'repeated runs', 'val ppl', 'val acc', 'params', 'tokens'].includes(header);
+const PAPER_COLUMNS = (header: string) =>
+  header === 'group' || header.startsWith('Δ ') || ['p', 'final val loss', 'n', 'repeated runs', 'val ppl', 'val acc', 'params', 'tokens'].includes(header);
 
 export const PLOTS = [
   { file: 'val-loss.svg', split: 'val', value: 'loss', against: 'tokens', title: 'Validation loss' },
@@ -166,7 +207,10 @@ function seedsNote(groups: RunGroup[]): string {
  */
 function groupColours(groups: RunGroup[]): Map<string, string> {
   const legend = legendNames(groups);
-  const colours = seriesColours(groups.map((g) => g.label), (label) => groups.find((g) => g.label === label)!.attention);
+  const colours = seriesColours(
+    groups.map((g) => g.label),
+    (label) => groups.find((g) => g.label === label)!.attention,
+  );
   return new Map(groups.map((g, i) => [legend.get(g.label)!, colours[i]]));
 }
 
@@ -228,9 +272,31 @@ function reportMarkdown(p: ReportParts): string {
   const differences = p.differences ? [`## ${DIFFERENCES_HEADING}`, '', markdownTable(p.differences), ''] : [];
   const constants = p.groupConstants ? [escapeMarkdown(p.groupConstants), ''] : [];
   return [
-    '# Run comparison', '', escapeMarkdown(p.intro), '', ...mixed, '## Groups', '', ...constants, markdownTable(p.perGroup), '', ...differences,
-    '## Curves', '', ...p.svgs.map((s) => `![${s.title}](${s.file})`), '',
-    '## Runs', '', markdownTable(p.perRun), '', TABLE_FILES, '', '## Run folders', '', ...p.runs.map((r) => `- ${escapeMarkdown(`${r.name}: ${r.dir}`)}`), '',
+    '# Run comparison',
+    '',
+    escapeMarkdown(p.intro),
+    '',
+    ...mixed,
+    '## Groups',
+    '',
+    ...constants,
+    markdownTable(p.perGroup),
+    '',
+    ...differences,
+    '## Curves',
+    '',
+    ...p.svgs.map((s) => `![${s.title}](${s.file})`),
+    '',
+    '## Runs',
+    '',
+    markdownTable(p.perRun),
+    '',
+    TABLE_FILES,
+    '',
+    '## Run folders',
+    '',
+    ...p.runs.map((r) => `- ${escapeMarkdown(`${r.name}: ${r.dir}`)}`),
+    '',
   ].join('\n');
 }
 
@@ -265,7 +331,8 @@ export async function compareRuns(dirs: string[], opts: CompareOptions): Promise
   const warn = opts.warn ?? ((m: string) => process.stderr.write(`warning: ${m}\n`));
   const runs = await loadRuns(dirs, opts, warn);
   const baseline = opts.baseline === undefined ? defaultBaseline(runs.map((r) => r.attention)) : opts.baseline;
-  if (baseline !== null && !runs.some((r) => r.attention === baseline)) throw new Error(`--baseline ${baseline}: no run uses that attention (${[...new Set(runs.map((r) => r.attention))].join(', ')})`);
+  if (baseline !== null && !runs.some((r) => r.attention === baseline))
+    throw new Error(`--baseline ${baseline}: no run uses that attention (${[...new Set(runs.map((r) => r.attention))].join(', ')})`);
   const differences = familyDifferences(runs);
   if (differences.length === 0) {
     const report = await writeReport(runs, opts.outDir, baseline, opts, warn);
@@ -284,19 +351,34 @@ export async function compareRuns(dirs: string[], opts: CompareOptions): Promise
     reports.push(await writeReport(members, safeJoin(opts.outDir, folder), familyBaseline, opts, warn));
   }
   const index = [
-    '# Run comparison, split', '',
-    `The runs differ in what makes losses comparable, so each kind has its own report:`, '',
-    ...differences.map((line) => `- ${escapeMarkdown(line)}`), '',
-    ...reports.map((r) => `- [${relative(opts.outDir, r.outDir)}](${relative(opts.outDir, r.outDir)}/report.md): ${r.runs.length} runs in ${r.groups.length} groups ([page](${relative(opts.outDir, r.outDir)}/index.html))`), '',
+    '# Run comparison, split',
+    '',
+    `The runs differ in what makes losses comparable, so each kind has its own report:`,
+    '',
+    ...differences.map((line) => `- ${escapeMarkdown(line)}`),
+    '',
+    ...reports.map(
+      (r) =>
+        `- [${relative(opts.outDir, r.outDir)}](${relative(opts.outDir, r.outDir)}/report.md): ${r.runs.length} runs in ${r.groups.length} groups ([page](${relative(opts.outDir, r.outDir)}/index.html))`,
+    ),
+    '',
   ].join('\n');
   const indexFile = safeJoin(opts.outDir, 'report.md');
   await writeFile(indexFile, index);
-  warn(`the runs differ in ${differences.map((line) => line.slice(0, line.indexOf(' ('))).join(', ')}: one report per kind, in ${reports.map((r) => r.outDir).join(', ')}`);
+  warn(
+    `the runs differ in ${differences.map((line) => line.slice(0, line.indexOf(' ('))).join(', ')}: one report per kind, in ${reports.map((r) => r.outDir).join(', ')}`,
+  );
   return { outDir: opts.outDir, runs, groups: reports.flatMap((r) => r.groups), files: [indexFile, ...reports.flatMap((r) => r.files)], reports, baseline };
 }
 
 /** One report folder (see the file comment) for runs of one family. */
-async function writeReport(runs: RunSummary[], outDir: string, baseline: string | null, opts: CompareOptions, warn: (m: string) => void): Promise<CompareReport> {
+async function writeReport(
+  runs: RunSummary[],
+  outDir: string,
+  baseline: string | null,
+  opts: CompareOptions,
+  warn: (m: string) => void,
+): Promise<CompareReport> {
   const groups = groupRuns(runs, baseline);
   const mixed = mixingLines(groups);
   if (mixed.length > 0 && !opts.force) {
@@ -318,30 +400,61 @@ async function writeReport(runs: RunSummary[], outDir: string, baseline: string 
   for (const { file, svg } of svgs) await write(file, svg);
   const single = groups.every((g) => g.seeds.length === 1);
   const repeated = groups.filter((g) => g.repeats.runs > 0);
-  const intro = `${runs.length} runs in ${groups.length} groups (same recipe and attention, different seeds); n counts distinct seeds. ` +
-    (single ? 'Every group has one seed (n = 1): its values are that seed’s, without a spread or interval. ' : 'Grouped values are mean ± sample sd over the group’s seeds (one seed: its value, n = 1), and a group’s perplexity is exp(mean loss). ') +
+  const intro =
+    `${runs.length} runs in ${groups.length} groups (same recipe and attention, different seeds); n counts distinct seeds. ` +
+    (single
+      ? 'Every group has one seed (n = 1): its values are that seed’s, without a spread or interval. '
+      : 'Grouped values are mean ± sample sd over the group’s seeds (one seed: its value, n = 1), and a group’s perplexity is exp(mean loss). ') +
     (repeated.length > 0
       ? `Runs that repeat a seed (${repeated.map((g) => `${g.label}: ${g.repeats.runs}`).join(', ')}) are averaged with it first and are not counted in n; their spread (the largest max − min of the final validation loss among runs of one seed) measures non-determinism, not the seed. `
       : '') +
-    (baseline ? `Δ is the paired difference of the final validation loss to the ${baseline} group with the same other settings, over the seeds both ran (negative = lower than ${baseline}), with a 95% Student t interval and the paired t-test’s p when there are two or more seeds. ` : '') +
+    (baseline
+      ? `Δ is the paired difference of the final validation loss to the ${baseline} group with the same other settings, over the seeds both ran (negative = lower than ${baseline}), with a 95% Student t interval and the paired t-test’s p when there are two or more seeds. `
+      : '') +
     `Curves are group means at each logged token count (or step, against time), from the model before training (step 0) where the runs validated it${single ? '' : ', the band ± one sd over seeds'}.`;
   const diffTable = differencesTable(groups);
-  const differences = diffTable.keys.length === 0
-    ? null
-    : makeTable<{ label: string; values: string[] }>([{ title: 'group', text: (r) => r.label }, ...diffTable.keys.map((k, i) => ({ title: shortKey(k), text: (r: { values: string[] }) => r.values[i] }))], diffTable.rows);
+  const differences =
+    diffTable.keys.length === 0
+      ? null
+      : makeTable<{ label: string; values: string[] }>(
+          [{ title: 'group', text: (r) => r.label }, ...diffTable.keys.map((k, i) => ({ title: shortKey(k), text: (r: { values: string[] }) => r.values[i] }))],
+          diffTable.rows,
+        );
   const perGroupFull = groupsTableModel(groups, baseline);
   const shown = factorConstants(withoutColumns(perGroupFull, SPREADSHEET_ONLY));
   const paper = factorConstants(selectColumns(perGroupFull, PAPER_COLUMNS));
-  const parts: ReportParts = { intro, mixed, perRun: runsTableModel(runs), perGroup: shown.table, groupConstants: constantsLine(shown.constants), differences, svgs, runs };
+  const parts: ReportParts = {
+    intro,
+    mixed,
+    perRun: runsTableModel(runs),
+    perGroup: shown.table,
+    groupConstants: constantsLine(shown.constants),
+    differences,
+    svgs,
+    runs,
+  };
   await write('report.md', reportMarkdown(parts));
   await write('index.html', reportHtml(parts));
   await write('runs.csv', csvTable(parts.perRun));
   await write('groups.csv', csvTable(perGroupFull));
-  await write('groups.tex', latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')));
+  await write(
+    'groups.tex',
+    latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')),
+  );
   const json = {
     baseline,
     runs: runs.map(({ records: _records, ...r }) => r),
-    groups: groups.map((g) => ({ label: g.label, attention: g.attention, recipeName: g.recipeName, runs: g.runs.map((r) => r.dir), seeds: g.seeds, repeats: g.repeats, stats: g.stats, mixed: g.mixed, paired: g.paired })),
+    groups: groups.map((g) => ({
+      label: g.label,
+      attention: g.attention,
+      recipeName: g.recipeName,
+      runs: g.runs.map((r) => r.dir),
+      seeds: g.seeds,
+      repeats: g.repeats,
+      stats: g.stats,
+      mixed: g.mixed,
+      paired: g.paired,
+    })),
   };
   await write('runs.json', JSON.stringify(json, null, 2) + '\n');
   return { outDir, runs, groups, files };

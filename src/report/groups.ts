@@ -24,7 +24,10 @@ export interface RunGroup {
    */
   repeats: { runs: number; spread: number | null };
   /** Mean ± sd over distinct seeds (a seed's repeats averaged first; n = seeds); finalValPpl is exp(mean final loss), without an sd. */
-  stats: Record<'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'finalValAcc' | 'tokensPerSecond' | 'wallSeconds', MeanSd>;
+  stats: Record<
+    'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'finalValAcc' | 'tokensPerSecond' | 'wallSeconds',
+    MeanSd
+  >;
   /** How the runs differ in more than the seed (empty when they do not). */
   mixed: string[];
   /** The runs' recipe without the attention (from the first run): the baseline group has the same. */
@@ -82,8 +85,7 @@ function groupMixing(runs: RunSummary[]): string[] {
   if (runs.length < 2) return [];
   const problems: string[] = [];
   // "256,000: a, b; 153,600: c (unfinished)": the runs by value.
-  const list = (value: (r: RunSummary) => string) =>
-    [...groupBy(runs, value)].map(([v, same]) => `${v}: ${same.map(describeRun).join(', ')}`).join('; ');
+  const list = (value: (r: RunSummary) => string) => [...groupBy(runs, value)].map(([v, same]) => `${v}: ${same.map(describeRun).join(', ')}`).join('; ');
   if (new Set(runs.map((r) => r.finalValTokens)).size > 1) {
     problems.push(`final validation after different token counts (${list((r) => formatNumber(r.finalValTokens))})`);
   } else if (new Set(runs.map((r) => r.tokens)).size > 1) {
@@ -93,7 +95,9 @@ function groupMixing(runs: RunSummary[]): string[] {
   for (const [step, lr] of lrAt[0]) {
     const others = lrAt.map((m) => m.get(step));
     if (others.some((v) => v !== undefined && Math.abs(v - lr) > 1e-9 * Math.abs(lr))) {
-      problems.push(`different learning rates at step ${step} (${list((r) => String(r.records.find((rec) => rec.split === 'train' && rec.step === step)?.lr ?? '—'))}): resumed with other train.* keys?`);
+      problems.push(
+        `different learning rates at step ${step} (${list((r) => String(r.records.find((rec) => rec.split === 'train' && rec.step === step)?.lr ?? '—'))}): resumed with other train.* keys?`,
+      );
       break;
     }
   }
@@ -110,10 +114,23 @@ export function groupRuns(runs: RunSummary[], baseline: string | null = null): R
   const labels = groupLabels(grouped);
   const groups = grouped.map((runsOfGroup, i): RunGroup => {
     const first = runsOfGroup[0];
-    const stat = (key: keyof RunGroup['stats']) => meanSdOverSeeds(runsOfGroup, (r) => r.seed, (r) => r[key]);
+    const stat = (key: keyof RunGroup['stats']) =>
+      meanSdOverSeeds(
+        runsOfGroup,
+        (r) => r.seed,
+        (r) => r[key],
+      );
     const loss = stat('finalValLoss');
-    const seeds = perSeed(runsOfGroup, (r) => r.seed, () => 0).map(({ seed, runs: count }) => ({ seed, runs: count }));
-    const repeatedLosses = perSeed(runsOfGroup, (r) => r.seed, (r) => r.finalValLoss).filter((s) => s.runs > 1);
+    const seeds = perSeed(
+      runsOfGroup,
+      (r) => r.seed,
+      () => 0,
+    ).map(({ seed, runs: count }) => ({ seed, runs: count }));
+    const repeatedLosses = perSeed(
+      runsOfGroup,
+      (r) => r.seed,
+      (r) => r.finalValLoss,
+    ).filter((s) => s.runs > 1);
     return {
       label: labels[i],
       attention: first.attention,
@@ -125,10 +142,16 @@ export function groupRuns(runs: RunSummary[], baseline: string | null = null): R
         spread: repeatedLosses.length > 0 ? Math.max(...repeatedLosses.map((s) => s.range)) : null,
       },
       stats: {
-        params: stat('params'), tokens: stat('tokens'), finalValLoss: loss, bestValLoss: stat('bestValLoss'),
+        params: stat('params'),
+        tokens: stat('tokens'),
+        finalValLoss: loss,
+        bestValLoss: stat('bestValLoss'),
         // The perplexity of the mean loss: averaging perplexities would weight the worse seeds exponentially.
         finalValPpl: { mean: Math.exp(loss.mean), sd: null, n: loss.n },
-        finalValBpb: stat('finalValBpb'), finalValAcc: stat('finalValAcc'), tokensPerSecond: stat('tokensPerSecond'), wallSeconds: stat('wallSeconds'),
+        finalValBpb: stat('finalValBpb'),
+        finalValAcc: stat('finalValAcc'),
+        tokensPerSecond: stat('tokensPerSecond'),
+        wallSeconds: stat('wallSeconds'),
       },
       mixed: groupMixing(runsOfGroup),
       pairingKey: first.pairingKey,
@@ -150,7 +173,11 @@ function pairWithBaseline(groups: RunGroup[], baseline: string): void {
     const partner = baselines.get(g.pairingKey);
     if (g.attention === baseline || !partner) continue;
     const finalLoss = (r: RunSummary) => r.finalValLoss;
-    const baseBySeed = new Map(perSeed(partner.runs, (r) => r.seed, finalLoss).filter((s) => s.seed !== null).map((s) => [s.seed, s.value]));
+    const baseBySeed = new Map(
+      perSeed(partner.runs, (r) => r.seed, finalLoss)
+        .filter((s) => s.seed !== null)
+        .map((s) => [s.seed, s.value]),
+    );
     const pairs = perSeed(g.runs, (r) => r.seed, finalLoss).filter((s) => s.seed !== null && baseBySeed.has(s.seed));
     if (pairs.length === 0) continue;
     const x = pairs.map((s) => s.value);
@@ -174,7 +201,11 @@ export function groupCurves(groups: RunGroup[], split: 'train' | 'val', value: '
     );
     for (const [key, recs] of byPoint) {
       // Over distinct seeds, as the tables: a seed's repeated runs are averaged first.
-      const { mean, sd } = meanSdOverSeeds(recs, (r) => r.seed, (r) => r.rec.loss);
+      const { mean, sd } = meanSdOverSeeds(
+        recs,
+        (r) => r.seed,
+        (r) => r.rec.loss,
+      );
       const band = sd === null ? {} : { lo: scale(mean - sd), hi: scale(mean + sd) };
       const x = against === 'tokens' ? Number(key) : meanSd(recs.map(({ rec }) => rec.elapsed_s)).mean;
       points.push({ series: g.label, x, y: scale(mean), ...band });

@@ -86,8 +86,16 @@ function tokenizerIdentity(dir: string, configured: unknown): string {
 /** What a family key is called in messages, and how its value is shown. */
 const FAMILY_KEYS = [
   { key: 'kind', label: 'model kind (causal vs masked LM loss)', folder: (v: string) => folderSegment(v) },
-  { key: 'tokenizer', label: 'tokenizer (another vocabulary: other tokens, other losses)', folder: (v: string) => `tokenizer-${folderSegment(v.replace(/^sha256 (\w+).*$/, '$1')).slice(-24)}` },
-  { key: 'evalTokens', label: 'train.evalTokens and train.evalSample (other validation tokens)', folder: (v: string) => `evalTokens-${folderSegment(v.replace(' ', '-'))}` },
+  {
+    key: 'tokenizer',
+    label: 'tokenizer (another vocabulary: other tokens, other losses)',
+    folder: (v: string) => `tokenizer-${folderSegment(v.replace(/^sha256 (\w+).*$/, '$1')).slice(-24)}`,
+  },
+  {
+    key: 'evalTokens',
+    label: 'train.evalTokens and train.evalSample (other validation tokens)',
+    folder: (v: string) => `evalTokens-${folderSegment(v.replace(' ', '-'))}`,
+  },
   { key: 'dataset', label: 'data.dataset (other validation data)', folder: (v: string) => `dataset-${folderSegment(basename(v))}` },
 ] as const;
 
@@ -107,11 +115,20 @@ export function familyDifferences(runs: RunSummary[]): string[] {
 function checkRecipeValue(file: string, key: 'model.kind' | 'train.evalTokens', value: unknown): void {
   if (value === undefined) return;
   const type = RECIPE_SCHEMA[key].type;
-  const ok = type.kind === 'enum'
-    ? type.values.includes(value as string)
-    : type.kind === 'int' && Number.isInteger(value) && (type.min === undefined || (value as number) >= type.min) && (type.max === undefined || (value as number) <= type.max);
+  const ok =
+    type.kind === 'enum'
+      ? type.values.includes(value as string)
+      : type.kind === 'int' &&
+        Number.isInteger(value) &&
+        (type.min === undefined || (value as number) >= type.min) &&
+        (type.max === undefined || (value as number) <= type.max);
   if (ok) return;
-  const expected = type.kind === 'enum' ? `one of ${type.values.join(', ')}` : type.kind === 'int' ? `an integer${type.min === undefined ? '' : ` ≥ ${type.min}`}${type.max === undefined ? '' : ` ≤ ${type.max}`}` : type.kind;
+  const expected =
+    type.kind === 'enum'
+      ? `one of ${type.values.join(', ')}`
+      : type.kind === 'int'
+        ? `an integer${type.min === undefined ? '' : ` ≥ ${type.min}`}${type.max === undefined ? '' : ` ≤ ${type.max}`}`
+        : type.kind;
   throw new Error(`${file}: ${key} must be ${expected} (got ${JSON.stringify(value)})`);
 }
 
@@ -120,7 +137,8 @@ export async function loadRun(dir: string): Promise<RunSummary> {
   const warnings: string[] = [];
   const configFile = join(dir, RUN_CONFIG_FILE);
   const summaryFile = join(dir, SUMMARY_FILE);
-  if (!existsSync(configFile) && existsSync(join(dir, RUN_MARKER))) throw new Error(`${configFile}: missing: ${dir} is an incomplete run folder (interrupted before it started?)`);
+  if (!existsSync(configFile) && existsSync(join(dir, RUN_MARKER)))
+    throw new Error(`${configFile}: missing: ${dir} is an incomplete run folder (interrupted before it started?)`);
   const config = readJsonObjectFile(configFile);
   const model = config.model;
   if (!isRecord(model) || !isRecord(model.attention) || typeof model.attention.name !== 'string') {
@@ -182,7 +200,9 @@ export async function loadRun(dir: string): Promise<RunSummary> {
       dataset: typeof data.dataset === 'string' ? data.dataset : '?',
     },
     backend: distinct(sessions.map((e) => (isRecord(e.backend) && typeof e.backend.name === 'string' ? e.backend.name : null))),
-    commit: distinct(sessions.map((e) => (isRecord(e.git) && typeof e.git.commit === 'string' ? `${e.git.commit.slice(0, 8)}${e.git.dirty ? '*' : ''}` : null))),
+    commit: distinct(
+      sessions.map((e) => (isRecord(e.git) && typeof e.git.commit === 'string' ? `${e.git.commit.slice(0, 8)}${e.git.dirty ? '*' : ''}` : null)),
+    ),
     peakRssBytes: summary.peak_rss_bytes ?? null,
     params: summary.parameters ?? null,
     tokens,
@@ -201,7 +221,10 @@ export async function loadRun(dir: string): Promise<RunSummary> {
 }
 
 function matchesSegment(pattern: string, name: string): boolean {
-  const source = pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '[^/]*').replace(/\?/g, '[^/]');
+  const source = pattern
+    .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+    .replace(/\*/g, '[^/]*')
+    .replace(/\?/g, '[^/]');
   return new RegExp(`^${source}$`).test(name);
 }
 
@@ -256,13 +279,21 @@ export function resolveRunDirs(args: string[], warn: (message: string) => void =
         dirs.push(path);
         continue;
       }
-      const children = readdirSync(path).sort().map((e) => join(path, e)).filter((p) => statSync(p, { throwIfNoEntry: false })?.isDirectory() && isRunDir(p));
+      const children = readdirSync(path)
+        .sort()
+        .map((e) => join(path, e))
+        .filter((p) => statSync(p, { throwIfNoEntry: false })?.isDirectory() && isRunDir(p));
       if (children.length === 0) skipped.push(path);
       dirs.push(...children);
     }
   }
   const why = `not a run folder (no ${RUN_MARKER}, ${RUN_CONFIG_FILE} or ${METRICS_FILE}) and holds none`;
-  if (dirs.length === 0) throw new Error(skipped.length === 1 ? `${skipped[0]}: ${why}` : `no run folders: ${skipped.join(', ')} are ${why.replace('a run folder', 'run folders').replace('holds', 'hold')}`);
+  if (dirs.length === 0)
+    throw new Error(
+      skipped.length === 1
+        ? `${skipped[0]}: ${why}`
+        : `no run folders: ${skipped.join(', ')} are ${why.replace('a run folder', 'run folders').replace('holds', 'hold')}`,
+    );
   for (const path of skipped) warn(`skipped ${path}: ${why}`);
   return [...new Set(dirs.map((d) => resolve(d)))];
 }
@@ -288,7 +319,8 @@ export async function loadRuns(dirs: string[], opts: LoadOptions, warn: (m: stri
       run.warnings.forEach(warn);
       runs.push(run);
     } catch (err) {
-      if (!opts.skipInvalid) throw new Error(`${(err as Error).message}\nLeave that folder out, or pass --skip-invalid to skip the runs that cannot be read (with a warning).`);
+      if (!opts.skipInvalid)
+        throw new Error(`${(err as Error).message}\nLeave that folder out, or pass --skip-invalid to skip the runs that cannot be read (with a warning).`);
       warn(`skipped ${dir}: ${(err as Error).message}`);
     }
   }
@@ -298,5 +330,7 @@ export async function loadRuns(dirs: string[], opts: LoadOptions, warn: (m: stri
 
 /** The sub-folder of a run's family: its values of the family keys in which `all` the runs differ (`bert-evalTokens-4096`). */
 export function familyFolder(run: RunSummary, all: RunSummary[]): string {
-  return FAMILY_KEYS.filter(({ key }) => new Set(all.map((r) => r.family[key])).size > 1).map(({ key, folder }) => folder(run.family[key])).join('-');
+  return FAMILY_KEYS.filter(({ key }) => new Set(all.map((r) => r.family[key])).size > 1)
+    .map(({ key, folder }) => folder(run.family[key]))
+    .join('-');
 }

@@ -62,7 +62,8 @@ export function distinctColours(n: number): string[] {
   const chosen = Object.values(MECHANISM_COLOURS).slice(0, n);
   if (n <= chosen.length) return chosen;
   const levels = Array.from({ length: 16 }, (_, i) => Math.round((i * 255) / 15));
-  const candidates = levels.flatMap((r) => levels.flatMap((g) => levels.map((b) => [r, g, b])))
+  const candidates = levels
+    .flatMap((r) => levels.flatMap((g) => levels.map((b) => [r, g, b])))
     .map((rgb) => ({ hex: `#${rgb.map((v) => v.toString(16).padStart(2, '0')).join('')}`, lab: labOf(rgb) }))
     .filter((c) => c.lab[0] <= 80);
   const distance = (a: number[], b: number[]) => Math.hypot(a[0] - b[0], a[1] - b[1], a[2] - b[2]);
@@ -108,7 +109,13 @@ function lineChartSpec(points: LinePoint[], opts: LineChartOptions): TopLevelSpe
   const series = opts.colours ? [...opts.colours.keys()].filter((name) => present.has(name)) : [...present];
   const missing = [...present].filter((name) => opts.colours && !opts.colours.has(name));
   if (missing.length > 0) throw new Error(`lineChartSpec: no colour given for ${missing.join(', ')}`);
-  const x: Encoding['x'] = { field: 'x', type: 'quantitative', title: opts.xTitle, axis: { format: '~s', labelExpr: "datum.value === 0 ? '0' : datum.label" }, scale: opts.logX ? { type: 'log', base: 2 } : undefined };
+  const x: Encoding['x'] = {
+    field: 'x',
+    type: 'quantitative',
+    title: opts.xTitle,
+    axis: { format: '~s', labelExpr: "datum.value === 0 ? '0' : datum.label" },
+    scale: opts.logX ? { type: 'log', base: 2 } : undefined,
+  };
   const yScale: Scale = opts.logY ? { type: 'log', nice: false } : { zero: false };
   const color: Encoding['color'] = {
     field: 'series',

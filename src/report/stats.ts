@@ -68,7 +68,12 @@ export function perSeed<T>(items: Iterable<T>, seedOf: (item: T) => number | nul
   );
   return [...groups.values()].map((same) => {
     const values = same.map((v) => v.value);
-    return { seed: same[0].seed, value: values.reduce((a, b) => a + b, 0) / values.length, runs: values.length, range: Math.max(...values) - Math.min(...values) };
+    return {
+      seed: same[0].seed,
+      value: values.reduce((a, b) => a + b, 0) / values.length,
+      runs: values.length,
+      range: Math.max(...values) - Math.min(...values),
+    };
   });
 }
 

@@ -30,7 +30,11 @@ export function makeTable<T>(columns: Column<T>[], items: T[]): Table {
 
 export function selectColumns(table: Table, keep: (header: string) => boolean): Table {
   const kept = table.header.map((h, i) => (keep(h) ? i : -1)).filter((i) => i >= 0);
-  return { header: kept.map((i) => table.header[i]), right: kept.map((i) => table.right[i]), rows: table.rows.map((r) => ({ text: kept.map((i) => r.text[i]), raw: kept.map((i) => r.raw[i]) })) };
+  return {
+    header: kept.map((i) => table.header[i]),
+    right: kept.map((i) => table.right[i]),
+    rows: table.rows.map((r) => ({ text: kept.map((i) => r.text[i]), raw: kept.map((i) => r.raw[i]) })),
+  };
 }
 
 export function withoutColumns(table: Table, drop: ReadonlySet<string>): Table {
@@ -82,8 +86,14 @@ export function csvTable(table: Table): string {
 /** A booktabs table (\\usepackage{booktabs}) with the shown cells, LaTeX's special characters escaped. */
 export function latexTable(table: Table, caption: string): string {
   const escape = (text: string) =>
-    text.replace(/[\\{}$&#^_%~]/g, (c) => ({ '\\': '\\textbackslash{}', '~': '\\textasciitilde{}', '^': '\\textasciicircum{}' })[c] ?? `\\${c}`)
-      .replace(/±/g, '$\\pm$').replace(/−/g, '$-$').replace(/Δ/g, '$\\Delta$').replace(/·/g, '$\\cdot$').replace(/×/g, '$\\times$').replace(/⚠ /g, '');
+    text
+      .replace(/[\\{}$&#^_%~]/g, (c) => ({ '\\': '\\textbackslash{}', '~': '\\textasciitilde{}', '^': '\\textasciicircum{}' })[c] ?? `\\${c}`)
+      .replace(/±/g, '$\\pm$')
+      .replace(/−/g, '$-$')
+      .replace(/Δ/g, '$\\Delta$')
+      .replace(/·/g, '$\\cdot$')
+      .replace(/×/g, '$\\times$')
+      .replace(/⚠ /g, '');
   const row = (cells: string[]) => `${cells.map(escape).join(' & ')} \\\\`;
   return [
     '\\begin{table}',

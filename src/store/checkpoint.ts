@@ -188,7 +188,8 @@ function checkState(value: unknown, file: string): CheckpointState {
   if (s.version !== STATE_VERSION) throw new Error(`${file}: version ${JSON.stringify(s.version)} is not supported (expected ${STATE_VERSION})`);
   const count = (field: string, v: unknown) => (Number.isSafeInteger(v) && (v as number) >= 0 ? v : fail(field, 'an integer ≥ 0', v));
   const seconds = (field: string, v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : fail(field, 'a finite number ≥ 0', v));
-  const lossOrNull = (field: string, v: unknown) => (v === null || (typeof v === 'number' && Number.isFinite(v)) ? v : fail(field, 'a finite number or null', v));
+  const lossOrNull = (field: string, v: unknown) =>
+    v === null || (typeof v === 'number' && Number.isFinite(v)) ? v : fail(field, 'a finite number or null', v);
   s.consecutiveSkips ??= 0; // checkpoints written before train.nanSkipLimit existed
   s.runId ??= null; // checkpoints written before run folders were marked
   if (s.runId !== null && (typeof s.runId !== 'string' || !RUN_ID_PATTERN.test(s.runId))) fail('runId', 'null or a run id (a UUID)', s.runId);
@@ -247,7 +248,9 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
   ['model.maxSeqLen', (r) => r.model.maxSeqLen],
   ['model.bias', (r) => r.model.bias],
   // Recipes saved before these options existed have the defaults.
-  ...(Object.keys(ARCHITECTURE_DEFAULTS) as (keyof Architecture)[]).map((key) => [`model.${key}`, (r: Recipe) => architectureOf(r.model)[key]] as [string, (r: Recipe) => unknown]),
+  ...(Object.keys(ARCHITECTURE_DEFAULTS) as (keyof Architecture)[]).map(
+    (key) => [`model.${key}`, (r: Recipe) => architectureOf(r.model)[key]] as [string, (r: Recipe) => unknown],
+  ),
   ['model.attention.name', (r) => r.model.attention.name],
   ['model.attention.options', (r) => r.model.attention.options],
   ['data.textColumn', (r) => r.data.textColumn],
@@ -302,7 +305,9 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
     );
   }
   if (problems.length > 0) {
-    throw new Error(`cannot resume from ${checkpoint.dir}: the recipe differs from the checkpoint's in what fixes the model or the data order:\n  ${problems.join('\n  ')}`);
+    throw new Error(
+      `cannot resume from ${checkpoint.dir}: the recipe differs from the checkpoint's in what fixes the model or the data order:\n  ${problems.join('\n  ')}`,
+    );
   }
   const flat = (r: Recipe) => {
     const out = new Map<string, string>();
@@ -388,10 +393,17 @@ export class CheckpointWriter {
   async save(model: LanguageModel, optimizer: OptimizerState, cursor: DataCursor, counters: TrainingCounters, valLoss: number | null): Promise<string> {
     const t0 = performance.now();
     if (valLoss !== null && (this.bestValLoss === null || valLoss < this.bestValLoss)) this.bestValLoss = valLoss;
-    const dir = await saveCheckpoint(this.runDir, {
-      model, optimizer, cursor, recipe: this.recipe,
-      state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer, runId: this.runId },
-    }, this.line);
+    const dir = await saveCheckpoint(
+      this.runDir,
+      {
+        model,
+        optimizer,
+        cursor,
+        recipe: this.recipe,
+        state: { ...counters, window: { ...counters.window }, valLoss, bestValLoss: this.bestValLoss, tokenizer: this.tokenizer, runId: this.runId },
+      },
+      this.line,
+    );
     this.lastDir = dir;
     this.lastStep = counters.step;
     await pruneCheckpoints(this.runDir, this.recipe.train.keepCheckpoints, dir, (link) => {

@@ -79,10 +79,21 @@ export async function exportHf(checkpoint: string, opts: ExportOptions): Promise
       [WEIGHTS_FILE, encodeSafetensors(tensors, { format: 'pt' })],
       [TOKENIZER_FILE, readFileSync(tokenizerPath)],
       [TOKENIZER_CONFIG_FILE, JSON.stringify(tokenizerConfig(tokenizerPath, tokenizer, model.config.maxSeqLen), null, 2) + '\n'],
-      [README_FILE, modelCard({
-        model, modelType: config.model_type as string, nonStandard, pythonFiles: PYTHON_FILES, dir, fromHf, recipe: loaded.recipe,
-        metadata: loaded.metadata, outName: path.basename(out), tokenizerVocab: tokenizer.vocabSize,
-      })],
+      [
+        README_FILE,
+        modelCard({
+          model,
+          modelType: config.model_type as string,
+          nonStandard,
+          pythonFiles: PYTHON_FILES,
+          dir,
+          fromHf,
+          recipe: loaded.recipe,
+          metadata: loaded.metadata,
+          outName: path.basename(out),
+          tokenizerVocab: tokenizer.vocabSize,
+        }),
+      ],
     ]);
     if (nonStandard.length > 0) {
       for (const file of PYTHON_FILES) files.set(file, readFileSync(new URL(file, PYTHON_DIR)));
@@ -103,7 +114,14 @@ async function hfTensors(model: LanguageModel): Promise<Map<string, NamedArray>>
   const rules = tensorRules(layout, ours.keys()).sort((a, b) => (a.hf < b.hf ? -1 : 1));
   for (const rule of rules) {
     const shape = ours.get(rule.ours[0])!.shape;
-    out.set(rule.hf, { shape: hfShape(rule, shape), data: encodeTensor(rule, rule.ours.map((n) => ours.get(n)!.data), shape) });
+    out.set(rule.hf, {
+      shape: hfShape(rule, shape),
+      data: encodeTensor(
+        rule,
+        rule.ours.map((n) => ours.get(n)!.data),
+        shape,
+      ),
+    });
   }
   return out;
 }
@@ -119,8 +137,13 @@ function tokenizerConfig(file: string, tokenizer: TextTokenizer, maxLength: numb
   const s = tokenizer.specialIds;
   const named = (id: number | undefined) => (id === undefined ? undefined : contentOf.get(id));
   const specials = {
-    bos_token: named(s.eos), eos_token: named(s.eos), unk_token: named(s.unk), pad_token: named(s.pad),
-    mask_token: named(s.mask), cls_token: named(s.cls), sep_token: named(s.sep),
+    bos_token: named(s.eos),
+    eos_token: named(s.eos),
+    unk_token: named(s.unk),
+    pad_token: named(s.pad),
+    mask_token: named(s.mask),
+    cls_token: named(s.cls),
+    sep_token: named(s.sep),
   };
   return {
     tokenizer_class: 'PreTrainedTokenizerFast',

@@ -79,7 +79,9 @@ export async function loadModelTokenizer(loaded: LoadedModel, override?: string)
   const file = override ?? recipe.data.tokenizer;
   const tokenizer = await TextTokenizer.load(file);
   if (metadata.tokenizer_sha256 && metadata.tokenizer_sha256 !== tokenizer.sha256) {
-    throw new Error(`${file} is not the tokenizer ${dir} was trained with (sha256 ${tokenizer.sha256.slice(0, 12)}… vs ${metadata.tokenizer_sha256.slice(0, 12)}…)`);
+    throw new Error(
+      `${file} is not the tokenizer ${dir} was trained with (sha256 ${tokenizer.sha256.slice(0, 12)}… vs ${metadata.tokenizer_sha256.slice(0, 12)}…)`,
+    );
   }
   if (tokenizer.vocabSize !== model.config.vocabSize) {
     throw new Error(`${file} has ${tokenizer.vocabSize} tokens but the model of ${dir} has a vocabulary of ${model.config.vocabSize}`);

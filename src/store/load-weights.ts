@@ -45,18 +45,24 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
   const where = `initFrom ${source.dir}`;
   const target = model.config;
   if (source.config.numHeads !== undefined && source.config.numHeads !== target.numHeads) {
-    throw new Error(`${where}: the checkpoint has ${source.config.numHeads} heads per block but model.numHeads is ${target.numHeads} (the q/k/v weights would be split differently)`);
+    throw new Error(
+      `${where}: the checkpoint has ${source.config.numHeads} heads per block but model.numHeads is ${target.numHeads} (the q/k/v weights would be split differently)`,
+    );
   }
   // Settings that change the function without changing any tensor's shape (absent in older checkpoints: the defaults).
   const sourceArch = architectureOf(source.config);
   const targetArch = model.body.architecture;
   const archDiffers = (Object.keys(sourceArch) as (keyof Architecture)[]).filter((key) => sourceArch[key] !== targetArch[key]);
   if (archDiffers.length > 0) {
-    throw new Error(`${where}: ${archDiffers.map((key) => `model.${key} is ${JSON.stringify(targetArch[key])} but the checkpoint's model has ${JSON.stringify(sourceArch[key])}`).join('; ')}`);
+    throw new Error(
+      `${where}: ${archDiffers.map((key) => `model.${key} is ${JSON.stringify(targetArch[key])} but the checkpoint's model has ${JSON.stringify(sourceArch[key])}`).join('; ')}`,
+    );
   }
   const sourceSha = source.metadata.tokenizer_sha256;
   if (opts.tokenizerSha256 && sourceSha && sourceSha !== opts.tokenizerSha256) {
-    throw new Error(`${where}: the checkpoint was trained with another tokenizer (sha256 ${sourceSha.slice(0, 12)}…) than data.tokenizer (${opts.tokenizerSha256.slice(0, 12)}…): token ids would not match`);
+    throw new Error(
+      `${where}: the checkpoint was trained with another tokenizer (sha256 ${sourceSha.slice(0, 12)}…) than data.tokenizer (${opts.tokenizerSha256.slice(0, 12)}…): token ids would not match`,
+    );
   }
   const mechanismChanged = source.config.attention.name !== target.attention.name;
   const loadBuffers = sameAttention(source.config.attention, target.attention);
@@ -73,8 +79,7 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
     else if (!tf.util.arraysEqual(saved.shape, variable.shape)) {
       mismatched.push(`${name} checkpoint [${saved.shape.join(', ')}] vs model [${variable.shape.join(', ')}]`);
       reshaped.add(name);
-    }
-    else {
+    } else {
       assignments.push([variable, saved]);
       report.loaded.push(name);
     }
@@ -101,7 +106,9 @@ export function loadWeights(model: LanguageModel, source: ModelFolder, opts: { t
     unexpected.length ? `in the checkpoint but not in the model: ${listSome(unexpected)}` : '',
   ].filter(Boolean);
   if (problems.length > 0) {
-    throw new Error(`${where}: the checkpoint does not fit the model of this recipe (same model.* settings needed, except model.attention and model.dropout):\n  ${problems.join('\n  ')}`);
+    throw new Error(
+      `${where}: the checkpoint does not fit the model of this recipe (same model.* settings needed, except model.attention and model.dropout):\n  ${problems.join('\n  ')}`,
+    );
   }
   for (const [variable, saved] of assignments) tf.tidy(() => variable.assign(tf.tensor(saved.data, saved.shape, 'float32')));
   return report;

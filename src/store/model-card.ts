@@ -57,20 +57,36 @@ function readRunRecord(runDir: string, modelDir: string, step: number | null): R
   let tokens: number | null = null;
   const isFinal = path.basename(modelDir) === FINAL_DIR;
   if (isFinal && summary?.val_loss !== undefined && (step === null || summary.steps === step)) {
-    evaluation = { loss: summary.val_loss, ppl: summary.val_ppl ?? Math.exp(summary.val_loss), bpb: summary.val_bpb ?? null, acc: summary.val_acc ?? null, from: `the run's ${SUMMARY_FILE}` };
+    evaluation = {
+      loss: summary.val_loss,
+      ppl: summary.val_ppl ?? Math.exp(summary.val_loss),
+      bpb: summary.val_bpb ?? null,
+      acc: summary.val_acc ?? null,
+      from: `the run's ${SUMMARY_FILE}`,
+    };
     tokens = summary.tokens ?? null;
   } else if (step !== null && existsSync(path.join(runDir, METRICS_FILE))) {
     for (const record of metricsIfReadable(runDir)) {
       if (record.step !== step) continue;
       tokens = numberOr(record.tokens) ?? tokens;
       if (record.split === 'val' && numberOr(record.loss) !== null) {
-        evaluation = { loss: record.loss, ppl: numberOr(record.ppl) ?? Math.exp(record.loss), bpb: numberOr(record.bpb), acc: numberOr(record.acc), from: `the run's ${METRICS_FILE} at step ${step}` };
+        evaluation = {
+          loss: record.loss,
+          ppl: numberOr(record.ppl) ?? Math.exp(record.loss),
+          bpb: numberOr(record.bpb),
+          acc: numberOr(record.acc),
+          from: `the run's ${METRICS_FILE} at step ${step}`,
+        };
       }
     }
   }
   return {
-    name: path.basename(runDir), commit: typeof git.commit === 'string' ? git.commit : null, dirty: typeof git.dirty === 'boolean' ? git.dirty : null,
-    steps: step ?? summary?.steps ?? null, tokens, evaluation,
+    name: path.basename(runDir),
+    commit: typeof git.commit === 'string' ? git.commit : null,
+    dirty: typeof git.dirty === 'boolean' ? git.dirty : null,
+    steps: step ?? summary?.steps ?? null,
+    tokens,
+    evaluation,
   };
 }
 
@@ -144,7 +160,11 @@ export function modelCard(input: ModelCardInput): string {
     `- **Attention:** ${attention} attention, options \`${JSON.stringify(c.attention.options)}\`${attention === 'softmax' ? ' (exact scaled dot-product attention)' : ''}.`,
     `- **Size:** ${n(parameters)} parameters: ${c.numLayers} layers, width ${c.dModel}, ${c.numHeads} heads, MLP ${c.mlpRatio}× the width, ` +
       `context ${n(c.maxSeqLen)} tokens, vocabulary ${n(c.vocabSize)}.`,
-    ...(recipe.initFrom !== null ? [`- **Finetuned from:** \`${initFromName(recipe.initFrom)}\`${recipe.train.freeze !== 'none' ? `, training only \`${JSON.stringify(recipe.train.freeze)}\` (train.freeze)` : ''}.`] : []),
+    ...(recipe.initFrom !== null
+      ? [
+          `- **Finetuned from:** \`${initFromName(recipe.initFrom)}\`${recipe.train.freeze !== 'none' ? `, training only \`${JSON.stringify(recipe.train.freeze)}\` (train.freeze)` : ''}.`,
+        ]
+      : []),
     `- **Exported from:** \`${describeModelSource(input.dir, input.fromHf)}\` by slayformer's \`npm run export\`.`,
   ];
 
@@ -157,15 +177,22 @@ export function modelCard(input: ModelCardInput): string {
         `${gpt ? `windows of ${recipe.data.seqLen} tokens` : `sequences of up to ${recipe.data.seqLen} tokens, masked as BERT's masked-language-model objective`}.`,
     );
   }
-  data.push(`- **Tokenizer:** \`tokenizer.json\` in this folder, ${n(input.tokenizerVocab)} tokens (the recipe's data.tokenizer, \`${localName(recipe.data.tokenizer)}\`), loaded by \`AutoTokenizer\`.`);
+  data.push(
+    `- **Tokenizer:** \`tokenizer.json\` in this folder, ${n(input.tokenizerVocab)} tokens (the recipe's data.tokenizer, \`${localName(recipe.data.tokenizer)}\`), loaded by \`AutoTokenizer\`.`,
+  );
 
   const training = ['## Training procedure', ''];
   if (input.fromHf || run === null) {
-    training.push(input.fromHf ? 'Not recorded (exported from a Hugging Face folder).' : `Not recorded: \`${describeModelSource(input.dir, false)}\` is not inside a run folder.`);
+    training.push(
+      input.fromHf
+        ? 'Not recorded (exported from a Hugging Face folder).'
+        : `Not recorded: \`${describeModelSource(input.dir, false)}\` is not inside a run folder.`,
+    );
     if (!input.fromHf) training.push('', `Recipe \`${recipe.name}\`.`);
   } else {
     const t = recipe.train;
-    const commit = run.commit === null ? 'an unknown slayformer commit' : `slayformer commit ${run.commit.slice(0, 12)}${run.dirty ? ' (with uncommitted changes)' : ''}`;
+    const commit =
+      run.commit === null ? 'an unknown slayformer commit' : `slayformer commit ${run.commit.slice(0, 12)}${run.dirty ? ' (with uncommitted changes)' : ''}`;
     training.push(
       `- **Recipe:** \`${recipe.name}\` (run \`${run.name}\`), trained with ${commit}.`,
       `- **Amount:** ${run.steps === null ? 'an unrecorded number of' : n(run.steps)} optimizer steps${run.tokens === null ? '' : `, ${n(run.tokens)} tokens`}; ` +
@@ -227,7 +254,9 @@ export function modelCard(input: ModelCardInput): string {
     `- A small research model (${n(parameters)} parameters${run?.tokens ? `, ${n(run.tokens)} training tokens` : ''}) for comparing attention mechanisms on equal terms; ` +
       'it is not trained or evaluated for any use beyond that, and what it writes reflects its training text.',
     `- The numbers above are one run on one validation slice; compare mechanisms over several seeds (\`npm run compare\`).`,
-    ...(attention === 'softmax' ? [] : [`- ${attention} attention approximates or replaces softmax attention: the model is not interchangeable with a softmax model of the same weights.`]),
+    ...(attention === 'softmax'
+      ? []
+      : [`- ${attention} attention approximates or replaces softmax attention: the model is not interchangeable with a softmax model of the same weights.`]),
     `- Its context is ${n(c.maxSeqLen)} tokens: it has position embeddings for no more.`,
   ];
 
@@ -240,11 +269,17 @@ export function modelCard(input: ModelCardInput): string {
     '',
     `${gpt ? 'A causal' : 'A masked'} language model with ${attention} attention, trained with slayformer.`,
     '',
-    ...description, '',
-    ...data, '',
-    ...training, '',
-    ...evaluation, '',
-    ...use, '',
-    ...limitations, '',
+    ...description,
+    '',
+    ...data,
+    '',
+    ...training,
+    '',
+    ...evaluation,
+    '',
+    ...use,
+    '',
+    ...limitations,
+    '',
   ].join('\n');
 }

@@ -19,7 +19,11 @@ import type { Recipe } from '../recipe/schema.ts';
  * or, in files saved before that metadata existed, the recipe's model with the saved embedding's rows as the
  * vocabulary — once the file's tensors are checked against it. The one check that eval, generate and initFrom make.
  */
-export function checkSavedModel(saved: { tensors: Map<string, NamedArray>; metadata: Record<string, string> }, recipe: Recipe, modelFile: string): LanguageModelConfig {
+export function checkSavedModel(
+  saved: { tensors: Map<string, NamedArray>; metadata: Record<string, string> },
+  recipe: Recipe,
+  modelFile: string,
+): LanguageModelConfig {
   const { tensors, metadata } = saved;
   let config: LanguageModelConfig;
   if (metadata.config) {

@@ -54,7 +54,11 @@ const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
  * says so).
  */
 export async function saveFinalModel(
-  runDir: string, model: LanguageModel, recipe: Recipe, metadata: Record<string, string> = {}, tokenizer?: Pick<TextTokenizer, 'path' | 'sha256'>,
+  runDir: string,
+  model: LanguageModel,
+  recipe: Recipe,
+  metadata: Record<string, string> = {},
+  tokenizer?: Pick<TextTokenizer, 'path' | 'sha256'>,
   note?: (text: string) => void,
 ): Promise<string> {
   const files = new Map<string, string | Uint8Array>([
@@ -65,7 +69,9 @@ export async function saveFinalModel(
     const bytes = await readFile(tokenizer.path);
     // The file the run loaded, not one changed on disk since: final/ must hold the tokenizer its model was trained with.
     if (createHash('sha256').update(bytes).digest('hex') !== tokenizer.sha256) {
-      throw new Error(`${tokenizer.path} changed on disk since the run loaded it (sha256 ${tokenizer.sha256.slice(0, 12)}…): final/ is not written with another tokenizer`);
+      throw new Error(
+        `${tokenizer.path} changed on disk since the run loaded it (sha256 ${tokenizer.sha256.slice(0, 12)}…): final/ is not written with another tokenizer`,
+      );
     }
     files.set(TOKENIZER_FILE, bytes);
   }

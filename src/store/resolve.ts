@@ -91,7 +91,9 @@ function newestRunCheckpoint(label: string, runDir: string, name: string): strin
     const newest = listCheckpoints(run).at(-1);
     if (newest) return newest.dir;
   }
-  throw new Error(`${label}: none of the ${runs.length} run folders of '${name}' in ${path.resolve(runDir)} has a complete checkpoint; name a checkpoint folder instead`);
+  throw new Error(
+    `${label}: none of the ${runs.length} run folders of '${name}' in ${path.resolve(runDir)} has a complete checkpoint; name a checkpoint folder instead`,
+  );
 }
 
 interface FinishedRun {
@@ -184,12 +186,18 @@ function chooseAutoRun(name: string, runDir: string): ModelSource {
       const summary = readSummary(folder, { unreadable: () => {} }); // a broken summary tells nothing of the run
       const config = readJsonObject(path.join(folder, RUN_CONFIG_FILE));
       return {
-        entry: path.basename(folder), budget: config ? maxTokensOf(config) : undefined, recipeBudget: recipeFileBudget(folder),
-        tokens: summary?.tokens, valLoss: summary?.val_loss, mismatch: recipeMismatch(folder, name),
+        entry: path.basename(folder),
+        budget: config ? maxTokensOf(config) : undefined,
+        recipeBudget: recipeFileBudget(folder),
+        tokens: summary?.tokens,
+        valLoss: summary?.val_loss,
+        mismatch: recipeMismatch(folder, name),
       };
     });
   if (finished.length === 0) {
-    throw new Error(`initFrom ${spec}: no finished run of '${name}' (a folder ${name}-<timestamp>/${FINAL_DIR}/${MODEL_FILE}) under ${runDir}; train it first, e.g. npm run train -- recipes/demo/${name}.yaml`);
+    throw new Error(
+      `initFrom ${spec}: no finished run of '${name}' (a folder ${name}-<timestamp>/${FINAL_DIR}/${MODEL_FILE}) under ${runDir}; train it first, e.g. npm run train -- recipes/demo/${name}.yaml`,
+    );
   }
   // Another model is never a stand-in: runs that are not the recipe as written are passed over, and none is an error.
   const asWritten = finished.filter((run) => run.mismatch === null);
@@ -210,11 +218,13 @@ function chooseAutoRun(name: string, runDir: string): ModelSource {
     reason = `initFrom ${spec}: none of the ${asWritten.length} finished runs of '${name}' trained its recipe's budget; using the newest, ${shortened(chosen)}`;
   } else {
     const known = trainedFullBudget(chosen) === true;
-    reason = `initFrom ${spec}: using ${describeRun(chosen)}, the newest finished run of '${name}'` +
-      (known ? ` that trained its recipe's budget (${tokensText(chosen.recipeBudget!.maxTokens)} in ${chosen.recipeBudget!.file})` : ' (its recipe file is not readable: budget not checked)');
+    reason =
+      `initFrom ${spec}: using ${describeRun(chosen)}, the newest finished run of '${name}'` +
+      (known
+        ? ` that trained its recipe's budget (${tokensText(chosen.recipeBudget!.maxTokens)} in ${chosen.recipeBudget!.file})`
+        : ' (its recipe file is not readable: budget not checked)');
   }
   const newer = finished.slice(0, finished.indexOf(chosen));
   if (newer.length > 0) reason += `; passed over the newer ${newer.map(passedOver).join('; ')}`;
   return { format: 'slayformer', dir, reason };
 }
-

@@ -45,7 +45,8 @@ export function readRunMarker(dir: string): RunMarker {
   const file = path.join(dir, RUN_MARKER);
   const stat = statSync(file, { throwIfNoEntry: false });
   if (!stat) return { marked: false, why: `${dir} has no ${RUN_MARKER} marker` };
-  if (!stat.isFile() || stat.size > MARKER_MAX_BYTES) return { marked: false, why: `${file} is not a run marker (a file of at most ${MARKER_MAX_BYTES} bytes)` };
+  if (!stat.isFile() || stat.size > MARKER_MAX_BYTES)
+    return { marked: false, why: `${file} is not a run marker (a file of at most ${MARKER_MAX_BYTES} bytes)` };
   const buffer = Buffer.alloc(stat.size);
   const fd = openSync(file, 'r');
   try {
@@ -71,7 +72,9 @@ export function lockRunFolder(dir: string): () => void {
   const lock = takeLockFile(file, thisProcess(), (holder) => !holderIsLive(holder));
   if (!lock.held) {
     const { pid, host, startedAt } = lock.holder;
-    throw new Error(`cannot train in ${dir}: another process trains it (pid ${pid} on ${host}, since ${startedAt}; its lock is ${file}); wait for it to end (the lock of a process that died on this host is taken over)`);
+    throw new Error(
+      `cannot train in ${dir}: another process trains it (pid ${pid} on ${host}, since ${startedAt}; its lock is ${file}); wait for it to end (the lock of a process that died on this host is taken over)`,
+    );
   }
   return lock.release;
 }
@@ -114,7 +117,10 @@ export function runFolderOf(modelDir: string, runId: string | null = null): { ru
   const marker = readRunMarker(runDir);
   if (!marker.marked) return { runDir: null, outsideRun: `is not inside a run folder (${marker.why}; ${markAdvice(runDir)})` };
   if (marker.id !== '' && runId !== null && marker.id !== runId) {
-    return { runDir: null, outsideRun: `is not inside a run folder (${runDir} belongs to another run: its ${RUN_MARKER} id differs from the checkpoint's runId)` };
+    return {
+      runDir: null,
+      outsideRun: `is not inside a run folder (${runDir} belongs to another run: its ${RUN_MARKER} id differs from the checkpoint's runId)`,
+    };
   }
   return { runDir, outsideRun: null };
 }
@@ -142,7 +148,10 @@ export function listRunFolders(parent: string, name: string): string[] {
   if (!existsSync(parent)) return [];
   return readdirSync(parent)
     .map((entry) => ({ entry, order: runFolderOrder(name, entry) }))
-    .filter((r): r is { entry: string; order: [string, number] } => r.order !== null && statSync(path.join(parent, r.entry), { throwIfNoEntry: false })?.isDirectory() === true)
+    .filter(
+      (r): r is { entry: string; order: [string, number] } =>
+        r.order !== null && statSync(path.join(parent, r.entry), { throwIfNoEntry: false })?.isDirectory() === true,
+    )
     .sort((a, b) => (a.order[0] === b.order[0] ? a.order[1] - b.order[1] : a.order[0] < b.order[0] ? -1 : 1))
     .map(({ entry }) => path.join(parent, entry));
 }

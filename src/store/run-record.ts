@@ -140,7 +140,9 @@ export type SummaryRecord = TrainingSummaryRecord | UnitSummaryRecord;
 export type SummaryFields = Partial<TrainingSummaryRecord> & Partial<UnitSummaryRecord>;
 
 /** The summary's fields that are strings; every other field is a number. */
-const STRING_FIELDS: Record<string, true> = { final: true, finished_at: true, headline: true } satisfies { [K in keyof SummaryFields as SummaryFields[K] extends string | undefined ? K : never]-?: true };
+const STRING_FIELDS: Record<string, true> = { final: true, finished_at: true, headline: true } satisfies {
+  [K in keyof SummaryFields as SummaryFields[K] extends string | undefined ? K : never]-?: true;
+};
 
 /**
  * A run folder's summary.json: undefined when the run has none (not finished). A file that cannot be read, does not

@@ -57,7 +57,11 @@ export function currentTask(): { executor: SweepExecutor; task: SweepExecutorTas
  * A set file's executor sections (`<executor>: { key: value }`) from its top-level mapping, each key checked by its
  * executor's table; problems name the section and key. Executors without settings have no section.
  */
-export function readExecutorSettings(root: Record<string, unknown>, problems: string[], describe: (value: unknown) => string): Record<string, Record<string, unknown>> {
+export function readExecutorSettings(
+  root: Record<string, unknown>,
+  problems: string[],
+  describe: (value: unknown) => string,
+): Record<string, Record<string, unknown>> {
   const out: Record<string, Record<string, unknown>> = {};
   for (const executor of SWEEP_EXECUTORS) {
     const value = root[executor.name];

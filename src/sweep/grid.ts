@@ -29,7 +29,9 @@ export function runCountProblems(cases: Source[], axes: Axis[]): string[] {
   const runs = Math.max(1, cases.length) * axes.reduce((n, axis) => n * axis.values.length, 1);
   if (runs <= BOUNDS.sweepRuns.max) return [];
   const factors = [...(cases.length > 1 ? [`${cases.length} cases`] : []), ...axes.map((a) => `grid.${a.key} (${a.values.length})`)];
-  return [`${listSome(factors, ' × ')} make ${runs.toLocaleString('en-US')} runs; a sweep has at most ${BOUNDS.sweepRuns.max.toLocaleString('en-US')} (${BOUNDS.sweepRuns.why}): split it into several sweep files`];
+  return [
+    `${listSome(factors, ' × ')} make ${runs.toLocaleString('en-US')} runs; a sweep has at most ${BOUNDS.sweepRuns.max.toLocaleString('en-US')} (${BOUNDS.sweepRuns.why}): split it into several sweep files`,
+  ];
 }
 
 /** Every case × every combination of the axes, first axis slowest; each run is its list of sources. */
@@ -52,7 +54,10 @@ export function mergedValues(sources: Source[]): Record<string, unknown> {
 /** Keys (and `recipe` for cases that switch the base file) whose value is not the same in every run. */
 export function varyingKeys(combos: Source[][], baseRecipe: string | null): string[] {
   const keys: string[] = [];
-  const valuesOf = (key: string) => combos.map((combo) => canonicalJson(key === 'recipe' ? ([...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? baseRecipe) : mergedValues(combo)[key]));
+  const valuesOf = (key: string) =>
+    combos.map((combo) =>
+      canonicalJson(key === 'recipe' ? ([...combo].reverse().find((s) => s.recipeFile)?.recipeFile ?? baseRecipe) : mergedValues(combo)[key]),
+    );
   for (const key of ['recipe', ...new Set(combos.flatMap((combo) => combo.flatMap((s) => [...s.values.keys()])))]) {
     if (new Set(valuesOf(key)).size > 1) keys.push(key);
   }
@@ -80,7 +85,11 @@ export function runName(combo: Source[], varying: string[], axes: Axis[], sweepN
       if (own.length > 0) parts.push({ part: own.join('-'), key: 'case' });
     }
   }
-  const without = (...keys: string[]) => parts.filter((p) => !keys.includes(p.key)).map((p) => p.part).join('-') || sweepName;
+  const without = (...keys: string[]) =>
+    parts
+      .filter((p) => !keys.includes(p.key))
+      .map((p) => p.part)
+      .join('-') || sweepName;
   return { name: without(), group: without(SEED_KEY), pairing: without(SEED_KEY, ATTENTION_KEY, `${ATTENTION_KEY}.name`) };
 }
 

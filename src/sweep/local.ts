@@ -21,7 +21,12 @@ run's data-parallel replicas (--cores N to change the count), one progress line 
 failing run does not stop the others; run it again to skip finished runs and resume interrupted
 ones. Ctrl-C: the running runs save a checkpoint and stop.`,
   settings: {
-    cores: { flag: '--cores', value: 'N', help: "cores to fill (default: this machine's)", check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1') },
+    cores: {
+      flag: '--cores',
+      value: 'N',
+      help: "cores to fill (default: this machine's)",
+      check: (v) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1'),
+    },
     threads: {
       flag: '--threads',
       value: 'N',
@@ -31,7 +36,12 @@ ones. Ctrl-C: the running runs save a checkpoint and stop.`,
   },
   submits: false,
   run: (set, pending, settings, context = {}) =>
-    runLocal(set, pending, { cores: settings.cores as number | undefined, threads: settings.threads as number | undefined, out: context.out, logIntervalS: context.logIntervalS }),
+    runLocal(set, pending, {
+      cores: settings.cores as number | undefined,
+      threads: settings.threads as number | undefined,
+      out: context.out,
+      logIntervalS: context.logIntervalS,
+    }),
 };
 
 interface LocalOptions {
@@ -88,16 +98,20 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
   }
   const running = new Map<number, Running>();
   const display = new ProgressDisplay(out, tty, (opts.logIntervalS ?? 30) * 1000);
-  display.event(`sweep ${sweep.name}: ${sweep.runs.length} runs, ${result.skipped.length} done already, ${queue.length} to run on ${cores} cores → ${sweep.runDir}`);
+  display.event(
+    `sweep ${sweep.name}: ${sweep.runs.length} runs, ${result.skipped.length} done already, ${queue.length} to run on ${cores} cores → ${sweep.runDir}`,
+  );
   if (elsewhere.length > 0) display.event(`left alone, being trained by another process: ${elsewhere.join(', ')}`);
 
   let stopping = 0;
   const onSignal = (signal: NodeJS.Signals) => {
     stopping++;
     queue.length = 0;
-    display.event(stopping === 1
-      ? `sweep: ${signal}: the running runs save a checkpoint and stop (again to quit at once); run the sweep again to resume`
-      : `sweep: ${signal} again: the running runs quit at once`);
+    display.event(
+      stopping === 1
+        ? `sweep: ${signal}: the running runs save a checkpoint and stop (again to quit at once); run the sweep again to resume`
+        : `sweep: ${signal} again: the running runs quit at once`,
+    );
     for (const r of running.values()) r.child.kill('SIGUSR1'); // a task that has just exited is skipped by kill()
   };
   process.on('SIGINT', onSignal);
@@ -122,7 +136,11 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         if (running.size === 0 && queue.length === 0) resolve();
       };
       const start = (run: SetRun, need: number, env: Record<string, string>) => {
-        const child = spawn(process.execPath, taskArgs(sweep, run.index), { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+        const child = spawn(process.execPath, taskArgs(sweep, run.index), {
+          detached: true,
+          stdio: ['ignore', 'pipe', 'pipe'],
+          env: { ...process.env, ...env },
+        });
         const entry: Running = { run, child, cores: need, lastLine: 'starting', shownLine: '', shownAt: 0 };
         running.set(run.index, entry);
         display.event(`start  ${run.name} (run ${run.index}, ${need} core${need === 1 ? '' : 's'})`);

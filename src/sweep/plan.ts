@@ -49,7 +49,13 @@ export async function planSweep(sweep: Sweep, opts: { planRun: (recipe: Recipe) 
     const own = speeds.get(run.name) ?? null;
     const sibling = sweep.runs.find((r) => r.group === run.group && speeds.get(r.name));
     const [rate, source] =
-      own !== null ? [own, 'logged'] : sibling ? [speeds.get(sibling.name)!, `from ${sibling.name}`] : opts.tokensPerSecond ? [opts.tokensPerSecond, '--tokens-per-s'] : [null, 'unknown'];
+      own !== null
+        ? [own, 'logged']
+        : sibling
+          ? [speeds.get(sibling.name)!, `from ${sibling.name}`]
+          : opts.tokensPerSecond
+            ? [opts.tokensPerSecond, '--tokens-per-s']
+            : [null, 'unknown'];
     out.push({
       run,
       parameters: plan.parameters.total,
@@ -91,7 +97,10 @@ export function formatPlan(sweep: Sweep, planned: PlannedRun[]): string {
   const tokens = planned.reduce((n, p) => n + (p.tokens ?? 0), 0);
   const timed = planned.filter((p) => p.seconds !== null && !p.done);
   const left = planned.filter((p) => !p.done);
-  lines.push('', `total ${fmt(tokens)} tokens${planned.some((p) => p.tokens === null) ? ' (some unknown: no dataset or tokenizer here)' : ''}; ${left.length} runs to go`);
+  lines.push(
+    '',
+    `total ${fmt(tokens)} tokens${planned.some((p) => p.tokens === null) ? ' (some unknown: no dataset or tokenizer here)' : ''}; ${left.length} runs to go`,
+  );
   if (left.length > 0) {
     lines.push(
       timed.length === left.length

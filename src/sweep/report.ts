@@ -62,7 +62,8 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
   const warn = opts.warn ?? ((m: string) => process.stderr.write(`warning: ${m}\n`));
   const metric = opts.metric ?? sweep.report.metric;
   // The sweep file's report.baseline, else compare's default (softmax when a run uses it); null (--baseline none): none.
-  const baseline = opts.baseline === undefined ? sweep.report.baseline ?? defaultBaseline(sweep.runs.map((r) => r.recipe.model.attention.name)) : opts.baseline;
+  const baseline =
+    opts.baseline === undefined ? (sweep.report.baseline ?? defaultBaseline(sweep.runs.map((r) => r.recipe.model.attention.name))) : opts.baseline;
   const level = opts.level ?? 0.95;
   const finished: { run: SweepRun; summary: RunSummary }[] = [];
   const missing: string[] = [];
@@ -90,9 +91,21 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
       values,
       repeatedRuns: values.length - new Set(values.map((v) => v.seed)).size,
       // n counts distinct seeds: a seed's repeated runs are averaged first.
-      stats: meanSdOverSeeds(values, (v) => v.seed, (v) => v.value),
-      accuracy: meanSdOverSeeds(members, (m) => m.run.recipe.train.seed, (m) => m.summary.finalValAcc),
-      tokensPerSecond: meanSdOverSeeds(members, (m) => m.run.recipe.train.seed, (m) => m.summary.tokensPerSecond),
+      stats: meanSdOverSeeds(
+        values,
+        (v) => v.seed,
+        (v) => v.value,
+      ),
+      accuracy: meanSdOverSeeds(
+        members,
+        (m) => m.run.recipe.train.seed,
+        (m) => m.summary.finalValAcc,
+      ),
+      tokensPerSecond: meanSdOverSeeds(
+        members,
+        (m) => m.run.recipe.train.seed,
+        (m) => m.summary.tokensPerSecond,
+      ),
       backend: [...new Set(members.map((m) => m.summary.backend ?? '—'))].join(', '),
       paired: null,
     };
@@ -103,12 +116,21 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
   const compareDir = safeJoin(opts.outDir, 'compare');
   // The recipe column names the sweep's group (the run's name without its seed), not the run (`softmax-seed1`).
   const groupOf = new Map(finished.map((f) => [f.summary.dir, f.run.group]));
-  const compared = await compareRuns(finished.map((f) => f.summary.dir), {
-    outDir: compareDir, warn, split: true, baseline: baseline !== null && finished.some((f) => f.summary.attention === baseline) ? baseline : null,
-    recipeName: (dir) => groupOf.get(dir),
-  });
+  const compared = await compareRuns(
+    finished.map((f) => f.summary.dir),
+    {
+      outDir: compareDir,
+      warn,
+      split: true,
+      baseline: baseline !== null && finished.some((f) => f.summary.attention === baseline) ? baseline : null,
+      recipeName: (dir) => groupOf.get(dir),
+    },
+  );
   const report: SweepReport = { sweep: sweep.file, metric, baseline, level, groups, missing, files: [] };
-  const compareFolders = compared.reports.map((r) => ({ folder: path.relative(opts.outDir, r.outDir), files: r.files.map((f) => path.relative(opts.outDir, f)) }));
+  const compareFolders = compared.reports.map((r) => ({
+    folder: path.relative(opts.outDir, r.outDir),
+    files: r.files.map((f) => path.relative(opts.outDir, f)),
+  }));
   const markdown = renderMarkdown(sweep, report, compareFolders);
   const mdFile = safeJoin(opts.outDir, 'report.md');
   const jsonFile = safeJoin(opts.outDir, 'report.json');
@@ -129,8 +151,18 @@ function pairWithBaseline(groups: GroupReport[], baseline: string, level: number
     if (g.attention === baseline || g.values.length === 0) continue;
     const partner = baselineGroups.get(g.pairing);
     if (!partner) continue;
-    const bySeed = new Map(perSeed(partner.values, (v) => v.seed, (v) => v.value).map((v) => [v.seed, v.value]));
-    const pairs = perSeed(g.values, (v) => v.seed, (v) => v.value).filter((v) => bySeed.has(v.seed));
+    const bySeed = new Map(
+      perSeed(
+        partner.values,
+        (v) => v.seed,
+        (v) => v.value,
+      ).map((v) => [v.seed, v.value]),
+    );
+    const pairs = perSeed(
+      g.values,
+      (v) => v.seed,
+      (v) => v.value,
+    ).filter((v) => bySeed.has(v.seed));
     const x = pairs.map((v) => v.value);
     const base = pairs.map((v) => bySeed.get(v.seed)!);
     g.paired = { ...pairedT(x, base, level), baselineGroup: partner.group, wins: x.filter((v, i) => (higherIsBetter ? v > base[i] : v < base[i])).length };
@@ -145,11 +177,18 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFolders: { fol
   // Accuracy beside the compared metric, unless it is the compared metric.
   const accuracyColumn = report.metric !== 'finalValAcc';
   // The comparison first (Δ, its interval, p), then the group's own numbers.
-  const header = `| group |${report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : ''} ${REPORT_METRICS[report.metric].title} (mean ± sd) | n | seeds | attention |` +
+  const header =
+    `| group |${report.baseline ? ` Δ vs ${report.baseline} (paired mean [${pct}% CI]) | p | better on |` : ''} ${REPORT_METRICS[report.metric].title} (mean ± sd) | n | seeds | attention |` +
     `${accuracyColumn ? ' val acc |' : ''} tokens/s | backend |`;
   const rule = `|---|${report.baseline ? '---:|---:|---:|' : ''}---:|---:|---|---|${accuracyColumn ? '---:|' : ''}---:|---|`;
   const rows = report.groups.map((g) => {
-    const seeds = perSeed(g.values, (v) => v.seed, (v) => v.value).map((v) => `${v.seed}${v.runs > 1 ? ` (×${v.runs})` : ''}`).join(', ');
+    const seeds = perSeed(
+      g.values,
+      (v) => v.seed,
+      (v) => v.value,
+    )
+      .map((v) => `${v.seed}${v.runs > 1 ? ` (×${v.runs})` : ''}`)
+      .join(', ');
     const accuracy = accuracyColumn ? ` ${formatMeanSd(g.accuracy, 4, { showN: false })} |` : '';
     const own = ` ${formatMeanSd(g.stats, digits, { showN: false })} | ${g.stats.n} | ${seeds} | ${g.attention} |${accuracy} ${formatMeanSd(g.tokensPerSecond, 0, { showN: false })} | ${escapeMarkdown(g.backend)} |`;
     if (!report.baseline) return `| ${g.group} |${own}`;
@@ -170,7 +209,9 @@ function renderMarkdown(sweep: Sweep, report: SweepReport, compareFolders: { fol
     '',
     `${sweep.file}: ${sweep.runs.length} runs, ${sweep.runs.length - report.missing.length} finished. Groups are runs that differ only in ` +
       `their seed; values are mean ± sample sd over the seeds, and n counts distinct seeds.` +
-      (repeated.length > 0 ? ` Runs that repeat a seed (${repeated.map((g) => `${g.group}: ${g.repeatedRuns}`).join(', ')}) are averaged with it first, not counted in n.` : '') +
+      (repeated.length > 0
+        ? ` Runs that repeat a seed (${repeated.map((g) => `${g.group}: ${g.repeatedRuns}`).join(', ')}) are averaged with it first, not counted in n.`
+        : '') +
       (report.baseline
         ? ` Δ is the paired difference to the ${report.baseline} run with the same seed and settings (negative = lower ${report.metric} than ${report.baseline}), ` +
           `with a ${pct}% Student t confidence interval over the seeds both finished and the two-sided paired t-test's p; "better on" counts those seeds ` +

@@ -16,7 +16,9 @@ export interface RunFolder {
 /** The run folders of a run, oldest first (`<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]`, as the trainer names them). */
 export function runFolders(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): RunFolder[] {
   return listRunFolders(sweep.runDir, run.name).map((dir) => ({
-    dir, done: existsSync(path.join(dir, SUMMARY_FILE)), checkpointStep: listCheckpoints(dir).at(-1)?.step ?? null,
+    dir,
+    done: existsSync(path.join(dir, SUMMARY_FILE)),
+    checkpointStep: listCheckpoints(dir).at(-1)?.step ?? null,
   }));
 }
 

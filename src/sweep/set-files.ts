@@ -84,6 +84,9 @@ export function lockHolder(lock: Lock): string {
  */
 export function tellingLine(previous: string, chunk: string): string {
   const noise = /^(Node\.js v\d|at |\^+$|\.\.\. \d+ lines matching)/;
-  const lines = chunk.split('\n').map((l) => l.trim()).filter((l) => l !== '' && !noise.test(l));
+  const lines = chunk
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !noise.test(l));
   return lines.at(-1) ?? previous;
 }

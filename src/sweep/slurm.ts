@@ -61,12 +61,21 @@ const options = (v: unknown) =>
 const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
   partition: { check: word, flag: '--partition', help: 'partition (queue)' },
   time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
-  gpus: { check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'), flag: '--gpus', help: 'GPUs per task, e.g. 1 or a100:1' },
+  gpus: {
+    check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'),
+    flag: '--gpus',
+    help: 'GPUs per task, e.g. 1 or a100:1',
+  },
   mem: { check: word, flag: '--mem', help: 'memory per task, e.g. 64G' },
-  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: 'CPU cores per task (default: the run\'s data-parallel replicas)' },
+  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: "CPU cores per task (default: the run's data-parallel replicas)" },
   maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
   signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
-  requeueOnTimeLimit: { check: (v) => (typeof v === 'boolean' ? null : 'true or false'), flag: '--requeue-on-time-limit', type: 'boolean', help: 'requeue a task stopped by its time limit (default true)' },
+  requeueOnTimeLimit: {
+    check: (v) => (typeof v === 'boolean' ? null : 'true or false'),
+    flag: '--requeue-on-time-limit',
+    type: 'boolean',
+    help: 'requeue a task stopped by its time limit (default true)',
+  },
   sbatch: { check: options, flag: '--sbatch', type: 'list', help: 'an extra sbatch option (repeatable), e.g. --sbatch=--account=lab' },
   setup: { check: lines, flag: '--setup', type: 'list', help: 'a shell line run before the task (repeatable), e.g. "module load nodejs"' },
 };
@@ -80,10 +89,20 @@ instead of submitting it.`,
   settings: SLURM_SETTINGS,
   submits: true,
   async run(set, pending, settings) {
-    const submission = submitSweep(set, pending.map((r) => r.index), settings as SlurmOptions);
+    const submission = submitSweep(
+      set,
+      pending.map((r) => r.index),
+      settings as SlurmOptions,
+    );
     return { kind: 'submitted', what: `job array ${submission.jobId}`, runs: pending.length, file: submission.script };
   },
-  preview: (set, pending, settings, cwd) => renderSbatchScript(set, pending.map((r) => r.index), settings as SlurmOptions, cwd),
+  preview: (set, pending, settings, cwd) =>
+    renderSbatchScript(
+      set,
+      pending.map((r) => r.index),
+      settings as SlurmOptions,
+      cwd,
+    ),
   queue: slurmQueue,
   currentTask: () => {
     const job = currentSlurmJob();
@@ -114,9 +133,16 @@ function checkScriptValues(sweep: RunSet, options: SlurmOptions, cwd: string): v
     if (problem) problems.push(`slurm.${key} must be ${problem} (got ${JSON.stringify(value)})`);
   }
   const outputDir = executorFolder(sweep, NAME);
-  const values = [['the sweep file', sweep.file], ['the working folder (--chdir)', cwd], ['runDir', outputDir], ['the sweep name', sweep.name], ...sweep.task.map((arg) => ['the task command', arg])];
+  const values = [
+    ['the sweep file', sweep.file],
+    ['the working folder (--chdir)', cwd],
+    ['runDir', outputDir],
+    ['the sweep name', sweep.name],
+    ...sweep.task.map((arg) => ['the task command', arg]),
+  ];
   for (const [what, text] of values) {
-    if (CONTROL.test(text)) problems.push(`${what} ${JSON.stringify(text)} holds a control character (a newline would start a line of its own in the sbatch script)`);
+    if (CONTROL.test(text))
+      problems.push(`${what} ${JSON.stringify(text)} holds a control character (a newline would start a line of its own in the sbatch script)`);
   }
   // Slurm replaces %A, %j, … in --output (and %% by %): a '%' of the folder's own would change the path.
   if (outputDir.includes('%')) problems.push(`runDir ${JSON.stringify(sweep.runDir)} holds '%', which Slurm reads as a pattern in --output`);
@@ -199,13 +225,16 @@ function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cw
 function readSubmissions(sweep: Pick<RunSet, 'runDir'>): Submission[] {
   const file = path.join(executorFolder(sweep, NAME), 'jobs.jsonl');
   if (!existsSync(file)) return [];
-  return readFileSync(file, 'utf8').split('\n').filter((l) => l.trim() !== '').map((l, i) => {
-    try {
-      return JSON.parse(l) as Submission;
-    } catch {
-      throw new Error(`${file}:${i + 1}: not a JSON object`);
-    }
-  });
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l, i) => {
+      try {
+        return JSON.parse(l) as Submission;
+      } catch {
+        throw new Error(`${file}:${i + 1}: not a JSON object`);
+      }
+    });
 }
 
 /** What Slurm says about one array task. */
@@ -260,7 +289,20 @@ function runQuiet(cmd: string, args: string[]): string | null {
 }
 
 /** Slurm states in which a task still holds (or will get) an allocation. */
-const ACTIVE_STATES = new Set(['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESIZING', 'SUSPENDED', 'STOPPED', 'SIGNALING', 'STAGE_OUT']);
+const ACTIVE_STATES = new Set([
+  'PENDING',
+  'CONFIGURING',
+  'RUNNING',
+  'COMPLETING',
+  'REQUEUED',
+  'REQUEUE_HOLD',
+  'REQUEUE_FED',
+  'RESIZING',
+  'SUSPENDED',
+  'STOPPED',
+  'SIGNALING',
+  'STAGE_OUT',
+]);
 /** Slurm states after which a task holds nothing and was not a success. */
 const FAILED_STATES = new Set(['FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAIL', 'DEADLINE', 'TIMEOUT', 'CANCELLED', 'PREEMPTED']);
 

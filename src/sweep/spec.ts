@@ -36,7 +36,18 @@ import { RECIPE_SCHEMA } from '../recipe/schema.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { executorSections, readExecutorSettings } from './executor-registry.ts';
 import type { RunSet, SetRun } from './run-set.ts';
-import { ATTENTION_KEY, attentionEntry, checkUniqueNames, expand, mergedValues, runCountProblems, runName, varyingKeys, type Axis, type Source } from './grid.ts';
+import {
+  ATTENTION_KEY,
+  attentionEntry,
+  checkUniqueNames,
+  expand,
+  mergedValues,
+  runCountProblems,
+  runName,
+  varyingKeys,
+  type Axis,
+  type Source,
+} from './grid.ts';
 import { REPORT_METRICS } from './report-metrics.ts';
 import type { ReportMetric } from './report-metrics.ts';
 
@@ -90,7 +101,11 @@ const LEAF_KEYS = new Set<string>([...Object.keys(RECIPE_SCHEMA), ATTENTION_KEY]
  * line's `--set key=value` entries (see the file comment), passed on to every task; `backend`: its --backend; `probe`:
  * what is installed, which resolves `auto` (this machine's unless a test injects one).
  */
-export function loadSweep(file: string, overrides: readonly string[] = [], { backend = null, probe }: { backend?: BackendChoice | null; probe?: BackendProbe } = {}): Sweep {
+export function loadSweep(
+  file: string,
+  overrides: readonly string[] = [],
+  { backend = null, probe }: { backend?: BackendChoice | null; probe?: BackendProbe } = {},
+): Sweep {
   const spec = readSweepFile(file);
   const problems: string[] = [];
   const commandLine = commandLineSource(overrides, spec, problems);
@@ -98,11 +113,21 @@ export function loadSweep(file: string, overrides: readonly string[] = [], { bac
   const combos = expand(spec.cases.length > 0 ? spec.cases : [{ where: 'recipe', recipeFile: null, label: null, values: new Map() }], spec.axes);
   const varying = varyingKeys(combos, spec.baseRecipe);
   const named = combos.map((combo) => ({ combo, ...runName(combo, varying, spec.axes, spec.name) }));
-  checkUniqueNames(named.map((n) => ({ name: n.name, where: n.combo.map((s) => s.where).join(' × ') })), problems);
+  checkUniqueNames(
+    named.map((n) => ({ name: n.name, where: n.combo.map((s) => s.where).join(' × ') })),
+    problems,
+  );
   if (problems.length > 0) throw new SweepError(file, problems);
 
   const cache = new Map<string, Record<string, unknown>>();
-  const firstRecipe = resolveRunRecipe(spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!, cache, [spec.set, commandLine], 'base', null, problems);
+  const firstRecipe = resolveRunRecipe(
+    spec.baseRecipe ?? combos[0].find((s) => s.recipeFile)!.recipeFile!,
+    cache,
+    [spec.set, commandLine],
+    'base',
+    null,
+    problems,
+  );
   if (!firstRecipe) throw new SweepError(file, problems);
   const runDir = path.resolve(spec.runDir ?? path.join(firstRecipe.train.runDir, spec.name));
   // It names folders and may reach an executor's batch script: a newline there would be a shell line of its own.
@@ -123,7 +148,18 @@ export function loadSweep(file: string, overrides: readonly string[] = [], { bac
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
   const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry]), ...(backend ? ['--backend', backend] : [])];
-  return { file, name: spec.name, runDir, runs, varying, executorSettings: spec.executorSettings, report: spec.report, task, overrides: [...overrides], backend };
+  return {
+    file,
+    name: spec.name,
+    runDir,
+    runs,
+    varying,
+    executorSettings: spec.executorSettings,
+    report: spec.report,
+    task,
+    overrides: [...overrides],
+    backend,
+  };
 }
 
 /**
@@ -144,7 +180,10 @@ function commandLineSource(overrides: readonly string[], spec: ReturnType<typeof
     const axis = spec.axes.find((a) => related(a.key, key));
     if (axis) problems.push(`--set ${key}: the sweep's grid varies ${axis.key}, which would override it; change the grid in the file instead`);
     const inCase = spec.cases.find((c) => [...c.values.keys()].some((k) => related(k, key)));
-    if (inCase) problems.push(`--set ${key}: ${inCase.where} sets ${[...inCase.values.keys()].find((k) => related(k, key))}, which would override it; change the case in the file instead`);
+    if (inCase)
+      problems.push(
+        `--set ${key}: ${inCase.where} sets ${[...inCase.values.keys()].find((k) => related(k, key))}, which would override it; change the case in the file instead`,
+      );
   }
   return { where: '--set', recipeFile: null, label: null, values };
 }
@@ -209,10 +248,18 @@ export function findRun(sweep: Sweep, which: string): SweepRun {
  */
 export function selectRuns(sweep: Sweep, only: string | undefined): Sweep {
   if (only === undefined) return sweep;
-  const patterns = only.split(',').map((p) => p.trim()).filter((p) => p !== '');
+  const patterns = only
+    .split(',')
+    .map((p) => p.trim())
+    .filter((p) => p !== '');
   const matchers = patterns.map((p) => {
     if (/^\d+$/.test(p)) return (r: SweepRun) => r.index === Number(p);
-    const re = new RegExp(`^${p.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+    const re = new RegExp(
+      `^${p
+        .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+        .replace(/\*/g, '.*')
+        .replace(/\?/g, '.')}$`,
+    );
     return (r: SweepRun) => re.test(r.name);
   });
   const runs = sweep.runs.filter((r) => matchers.some((m) => m(r)));
@@ -233,11 +280,17 @@ function readCases(value: unknown, problems: string[]): Source[] {
       return { where, recipeFile: null, label: null, values: new Map() };
     }
     const { recipe, label, ...keys } = entry;
-    if (recipe !== undefined && (typeof recipe !== 'string' || recipe === '')) problems.push(`${where}.recipe must be a recipe file path (got ${describe(recipe)})`);
+    if (recipe !== undefined && (typeof recipe !== 'string' || recipe === ''))
+      problems.push(`${where}.recipe must be a recipe file path (got ${describe(recipe)})`);
     if (label !== undefined && (typeof label !== 'string' || !/^[A-Za-z0-9._-]+$/.test(label))) {
       problems.push(`${where}.label must be a word of letters, digits, '.', '_' and '-' (got ${describe(label)})`);
     }
-    return { where, recipeFile: typeof recipe === 'string' ? recipe : null, label: typeof label === 'string' ? label : null, values: keyValues(keys, where, problems) };
+    return {
+      where,
+      recipeFile: typeof recipe === 'string' ? recipe : null,
+      label: typeof label === 'string' ? label : null,
+      values: keyValues(keys, where, problems),
+    };
   });
 }
 
@@ -268,7 +321,8 @@ function keyValues(value: unknown, where: string, problems: string[]): Map<strin
   }
   const out = flattenKeys(value);
   for (const [key, v] of out) {
-    if (RESERVED_KEYS.has(key)) problems.push(`${where}.${key}: the sweep sets ${key} itself (runs are named by their varying values; use runDir for the folder)`);
+    if (RESERVED_KEYS.has(key))
+      problems.push(`${where}.${key}: the sweep sets ${key} itself (runs are named by their varying values; use runDir for the folder)`);
     checkAttentionEntry(key, v, `${where}.${key}`, problems);
   }
   return out;
@@ -300,7 +354,12 @@ function checkAttentionEntry(key: string, value: unknown, where: string, problem
  * loader. Its problems are added to `problems` prefixed with the run's name; returns null when there are any.
  */
 function resolveRunRecipe(
-  recipeFile: string, cache: Map<string, Record<string, unknown>>, sources: Source[], runName: string, runDir: string | null, problems: string[],
+  recipeFile: string,
+  cache: Map<string, Record<string, unknown>>,
+  sources: Source[],
+  runName: string,
+  runDir: string | null,
+  problems: string[],
 ): Recipe | null {
   let base = cache.get(recipeFile);
   if (!base) {
@@ -331,7 +390,8 @@ function resolveRunRecipe(
     return parseRecipe(YAML.stringify(mapping), recipeFile);
   } catch (err) {
     if (!(err instanceof RecipeError)) throw err;
-    const where = sources.length > 1 || runDir !== null ? `run ${runName} (${recipeFile} with ${sources.map((s) => s.where).join(', ')})` : `recipe ${recipeFile}`;
+    const where =
+      sources.length > 1 || runDir !== null ? `run ${runName} (${recipeFile} with ${sources.map((s) => s.where).join(', ')})` : `recipe ${recipeFile}`;
     for (const problem of err.problems) problems.push(`${where}: ${problem}`);
     return null;
   }

@@ -80,7 +80,10 @@ function summaryLine(dir: string): string {
 function lastLogLine(sweep: RunSet, run: SetRun): string {
   const file = logFile(sweep, run);
   if (!existsSync(file)) return '';
-  const lines = readFileSync(file, 'utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('=== '));
+  const lines = readFileSync(file, 'utf8')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('=== '));
   return lines.at(-1) ?? '';
 }
 
@@ -90,7 +93,10 @@ function formatStatus(states: RunState[]): string {
   const counts = new Map<RunStateName, number>();
   for (const s of states) counts.set(s.state, (counts.get(s.state) ?? 0) + 1);
   const lines = states.map((s) => `${String(s.run.index).padStart(3)}  ${s.run.name.padEnd(width)}  ${s.state.padEnd(7)}  ${s.detail}`);
-  const total = (['done', 'running', 'pending', 'stopped', 'failed'] as const).filter((k) => counts.has(k)).map((k) => `${counts.get(k)} ${k}`).join(', ');
+  const total = (['done', 'running', 'pending', 'stopped', 'failed'] as const)
+    .filter((k) => counts.has(k))
+    .map((k) => `${counts.get(k)} ${k}`)
+    .join(', ');
   return [...lines, `${states.length} runs: ${total}`].join('\n');
 }
 
@@ -105,5 +111,9 @@ export function setStatus(set: RunSet, what: string): { text: string; states: Ru
   });
   const states = set.runs.map((r) => runState(set, r, queues));
   const held = queues.map((q) => `; ${q.header}`).join('');
-  return { text: `${what} ${set.name} (${set.file}) → ${set.runDir}${held}\n${formatStatus(states)}`, states, failed: states.some((s) => s.state === 'failed') };
+  return {
+    text: `${what} ${set.name} (${set.file}) → ${set.runDir}${held}\n${formatStatus(states)}`,
+    states,
+    failed: states.some((s) => s.state === 'failed'),
+  };
 }

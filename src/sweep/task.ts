@@ -65,15 +65,26 @@ export interface TaskResult {
  * Runs (or resumes, or skips) one run of the sweep; the trainer's output goes to `out`/`err` and to the run's log.
  * Resolves with the trainer's exit status (0 when skipped).
  */
-export function runTask(sweep: Sweep, run: SweepRun, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<TaskResult> {
-  return runGuarded(sweep, run, (current) => {
-    const recipeFile = writeRunRecipe(sweep, run);
-    const resumeFrom = current.findLast((f) => f.checkpointStep !== null);
-    return {
-      args: [TRAIN_CLI, recipeFile, ...(sweep.backend ? ['--backend', sweep.backend] : []), ...(resumeFrom ? ['--resume', resumeFrom.dir] : [])],
-      banner: resumeFrom ? `resuming from step ${resumeFrom.checkpointStep} in ${resumeFrom.dir}` : 'starting',
-    };
-  }, out, err);
+export function runTask(
+  sweep: Sweep,
+  run: SweepRun,
+  out: NodeJS.WritableStream = process.stdout,
+  err: NodeJS.WritableStream = process.stderr,
+): Promise<TaskResult> {
+  return runGuarded(
+    sweep,
+    run,
+    (current) => {
+      const recipeFile = writeRunRecipe(sweep, run);
+      const resumeFrom = current.findLast((f) => f.checkpointStep !== null);
+      return {
+        args: [TRAIN_CLI, recipeFile, ...(sweep.backend ? ['--backend', sweep.backend] : []), ...(resumeFrom ? ['--resume', resumeFrom.dir] : [])],
+        banner: resumeFrom ? `resuming from step ${resumeFrom.checkpointStep} in ${resumeFrom.dir}` : 'starting',
+      };
+    },
+    out,
+    err,
+  );
 }
 
 /** What a task starts for a run that is not done: a worker script and its arguments (after `node --import tsx`). */
@@ -89,14 +100,18 @@ export interface Worker {
  * to `out`/`err` and to the run's log, its outcome to the run's attempt record. Resolves with the worker's exit status.
  */
 export async function runGuarded(
-  sweep: RunSet, run: SetRun, prepare: (folders: RunFolder[]) => Worker,
-  out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr,
+  sweep: RunSet,
+  run: SetRun,
+  prepare: (folders: RunFolder[]) => Worker,
+  out: NodeJS.WritableStream = process.stdout,
+  err: NodeJS.WritableStream = process.stderr,
 ): Promise<TaskResult> {
   const paths = sweepPaths(sweep);
   for (const dir of [paths.locks, paths.logs, paths.attempts]) mkdirSync(dir, { recursive: true });
   const here = currentTask();
   const lock = takeLock(lockFile(sweep, run), here?.task ?? null);
-  if (!lock.held) return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${lockHolder(lock.holder)}, since ${lock.holder.startedAt})` };
+  if (!lock.held)
+    return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${lockHolder(lock.holder)}, since ${lock.holder.startedAt})` };
   let requeue = false;
   try {
     // Looked at under the lock: a task that just released it may have finished the run.
@@ -109,8 +124,16 @@ export async function runGuarded(
     const { args, banner } = prepare(current);
     appendOwnFile(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${here ? ` (${here.task.name})` : ''}\n`);
     const result = await runWorker(args, log, out, err);
-    const outcome: Attempt['outcome'] = result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
-    const attempt: Attempt = { outcome, exitCode: result.exitCode, signal: result.signal, lastLine: result.lastLine, task: here?.task ?? null, endedAt: new Date().toISOString() };
+    const outcome: Attempt['outcome'] =
+      result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
+    const attempt: Attempt = {
+      outcome,
+      exitCode: result.exitCode,
+      signal: result.signal,
+      lastLine: result.lastLine,
+      task: here?.task ?? null,
+      endedAt: new Date().toISOString(),
+    };
     writeOwnFile(attemptFile(sweep, run), JSON.stringify(attempt, null, 2) + '\n');
     appendOwnFile(log, `=== ${attempt.endedAt} ${run.name}: ${outcome} (exit ${result.exitCode ?? result.signal})\n`);
     requeue = result.stopRequested && outcome === 'stopped';

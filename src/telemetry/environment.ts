@@ -30,7 +30,11 @@ function gitSource(): { commit: string | null; dirty: boolean | null; reason?: s
  * before any backend loads).
  */
 async function backendVersions(started?: Device): Promise<Record<string, unknown>> {
-  const [tf, { runningDevice }, { tensorflowInfo }] = await Promise.all([import('@tensorflow/tfjs'), import('../backend/current.ts'), import('../backend/tensorflow.ts')]);
+  const [tf, { runningDevice }, { tensorflowInfo }] = await Promise.all([
+    import('@tensorflow/tfjs'),
+    import('../backend/current.ts'),
+    import('../backend/tensorflow.ts'),
+  ]);
   const device = started ?? runningDevice();
   const versions: Record<string, string | null> = { ...tf.version };
   try {
@@ -39,8 +43,12 @@ async function backendVersions(started?: Device): Promise<Record<string, unknown
     versions['tfjs-backend-wasm'] = null;
   }
   return {
-    name: device?.backend ?? null, source: device?.source ?? null, cpuBound: device?.cpuBound ?? null, graphSteps: device?.graphSteps ?? null,
-    tensorflow: device?.native ? tensorflowInfo().tensorflow : null, versions,
+    name: device?.backend ?? null,
+    source: device?.source ?? null,
+    cpuBound: device?.cpuBound ?? null,
+    graphSteps: device?.graphSteps ?? null,
+    tensorflow: device?.native ? tensorflowInfo().tensorflow : null,
+    versions,
   };
 }
 const requireFromHere = createRequire(import.meta.url);
@@ -90,7 +98,11 @@ async function environment(runDir: string, recipe: Recipe, device?: Device): Pro
  * env.json of a new run, on `device` (else the running backend's); a resume (resumedAtStep defined) keeps the first
  * session's and appends its own.
  */
-export async function environmentRecord(runDir: string, recipe: Recipe, { resumedAtStep, device }: { resumedAtStep?: number | null; device?: Device } = {}): Promise<Record<string, unknown>> {
+export async function environmentRecord(
+  runDir: string,
+  recipe: Recipe,
+  { resumedAtStep, device }: { resumedAtStep?: number | null; device?: Device } = {},
+): Promise<Record<string, unknown>> {
   const file = path.join(runDir, ENV_FILE);
   const current = await environment(runDir, recipe, device);
   let previous: Record<string, unknown> | null = null;

@@ -74,7 +74,10 @@ export class RunLogger {
   /** The terminal's progress bar, from the first progress() on (only when echoing to a terminal). */
   private bar: ProgressBar | null = null;
 
-  private constructor(dir: string, private readonly options: RunLoggerOptions) {
+  private constructor(
+    dir: string,
+    private readonly options: RunLoggerOptions,
+  ) {
     this.dir = dir;
     this.echo = options.echo ?? true;
     this.terminal = options.terminal ?? process.stdout;
@@ -96,7 +99,7 @@ export class RunLogger {
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
-    const env = await environmentRecord(dir, recipe, { resumedAtStep: opts.resumeDir ? opts.resumeStep ?? null : undefined, device: opts.device });
+    const env = await environmentRecord(dir, recipe, { resumedAtStep: opts.resumeDir ? (opts.resumeStep ?? null) : undefined, device: opts.device });
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
@@ -110,7 +113,9 @@ export class RunLogger {
       logger.sink = new WandbSink(info, toWandbConfig(recipe), {
         onReady: (url) => logger.line(`W&B run: ${url}`),
         onProblem: (reason) =>
-          logger.warn(`W&B: ${reason}. Training goes on; the metrics are kept in ${path.join(dir, METRICS_FILE)}; upload them later with: ${replayCommand(dir)}`),
+          logger.warn(
+            `W&B: ${reason}. Training goes on; the metrics are kept in ${path.join(dir, METRICS_FILE)}; upload them later with: ${replayCommand(dir)}`,
+          ),
       });
       // A resumed run re-sends the kept records first, so the W&B history has the same lines as the JSONL.
       for (const record of kept) logger.sink.log(record);
@@ -150,7 +155,13 @@ export class RunLogger {
   /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
   private appendToLog(text: string): void {
     const time = new Date().toISOString();
-    appendOwnFile(path.join(this.dir, LOG_FILE), text.split('\n').map((line) => `${time} ${line}\n`).join(''));
+    appendOwnFile(
+      path.join(this.dir, LOG_FILE),
+      text
+        .split('\n')
+        .map((line) => `${time} ${line}\n`)
+        .join(''),
+    );
   }
 
   /** After each step: on a terminal (the terminal stream's isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
@@ -187,7 +198,8 @@ export class RunLogger {
   private recordsToKeep(resumeStep: number | undefined, finishing: boolean): MetricRecord[] {
     const file = path.join(this.dir, METRICS_FILE);
     const records = fs.existsSync(file) ? readMetrics(this.dir) : [];
-    const kept = resumeStep === undefined ? records : records.filter((r) => r.step < resumeStep || (r.step === resumeStep && !(finishing && r.split === 'val')));
+    const kept =
+      resumeStep === undefined ? records : records.filter((r) => r.step < resumeStep || (r.step === resumeStep && !(finishing && r.split === 'val')));
     this.records = kept.length;
     return kept;
   }

@@ -101,7 +101,9 @@ export function toWandbRow(record: MetricRecord): Record<string, number> {
  * 1 step_sync, 3 defined): `tokens` is a defined metric and the x-axis of every measurement of both splits.
  */
 function wandbMetricDefinitions(): Record<string, unknown>[] {
-  const measured = Object.entries(FIELD_ROLES).filter(([, role]) => role === 'measured').map(([field]) => field);
+  const measured = Object.entries(FIELD_ROLES)
+    .filter(([, role]) => role === 'measured')
+    .map(([field]) => field);
   const keys = ['train', 'val'].flatMap((split) => measured.map((field) => `${split}/${field}`));
   return [{ 1: 'tokens', 6: [3] }, ...keys.map((name) => ({ 1: name, 5: 1, 6: [1] }))];
 }

@@ -12,7 +12,14 @@ import { AdamW } from './optimizer.ts';
 import { streamOptions } from './plan.ts';
 import { ROW_BUCKET } from './compiled-step.ts';
 import {
-  evalInputs, gradientInputs, RecordingBook, recordApplyProgram, recordEvalProgram, recordGradientProgram, writeCompiledPrograms, type ProgramManifest,
+  evalInputs,
+  gradientInputs,
+  RecordingBook,
+  recordApplyProgram,
+  recordEvalProgram,
+  recordGradientProgram,
+  writeCompiledPrograms,
+  type ProgramManifest,
 } from './xla-programs.ts';
 
 /** A batch of the recipe's shape with `labelled` labelled positions (the first ones; GPT: all). */
@@ -29,7 +36,13 @@ export async function compilePrograms(recipe: Recipe, out: string, log: (line: s
   const config = modelConfigFromRecipe(recipe, tokenizer.vocabSize);
   const model = createLanguageModel(config);
   const { trainable } = partitionParameters(model, recipe.train.freeze);
-  const optimizer = new AdamW(trainable, { beta1: recipe.train.beta1, beta2: recipe.train.beta2, eps: recipe.train.eps, weightDecay: recipe.train.weightDecay, decayEmbeddings: recipe.train.decayEmbeddings });
+  const optimizer = new AdamW(trainable, {
+    beta1: recipe.train.beta1,
+    beta2: recipe.train.beta2,
+    eps: recipe.train.eps,
+    weightDecay: recipe.train.weightDecay,
+    decayEmbeddings: recipe.train.decayEmbeddings,
+  });
   try {
     const book = new RecordingBook();
     const variables = [...trainable.values()];
@@ -37,7 +50,8 @@ export async function compilePrograms(recipe: Recipe, out: string, log: (line: s
     const seqLen = recipe.data.seqLen;
     const positions = batchSize * seqLen;
     // GPT labels every position; BERT's masked count varies, padded to ROW_BUCKET rows (compiled-step.ts): every bucket.
-    const counts = config.kind === 'gpt' ? [positions] : Array.from({ length: Math.ceil(positions / ROW_BUCKET) }, (_, i) => Math.min(positions, (i + 1) * ROW_BUCKET));
+    const counts =
+      config.kind === 'gpt' ? [positions] : Array.from({ length: Math.ceil(positions / ROW_BUCKET) }, (_, i) => Math.min(positions, (i + 1) * ROW_BUCKET));
     const dropout = config.dropout > 0 ? 1 : null;
     let gradNames: string[] = [];
     for (const labelled of counts) {

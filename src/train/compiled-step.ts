@@ -44,12 +44,17 @@ export function gradientsThroughGraph(
   const eager = () => tf.variableGrads(loss, variables);
   if (!cache) return eager();
   let names: string[] = [];
-  const [value, ...grads] = cache.call(key, [...batch, ...state], () => {
-    const out = eager();
-    names = Object.keys(out.grads);
-    gradNames.set(cache, { ...gradNames.get(cache), [key]: names });
-    return [out.value, ...names.map((n) => out.grads[n])];
-  }, xla);
+  const [value, ...grads] = cache.call(
+    key,
+    [...batch, ...state],
+    () => {
+      const out = eager();
+      names = Object.keys(out.grads);
+      gradNames.set(cache, { ...gradNames.get(cache), [key]: names });
+      return [out.value, ...names.map((n) => out.grads[n])];
+    },
+    xla,
+  );
   names = gradNames.get(cache)![key];
   return { value: value as tf.Scalar, grads: Object.fromEntries(names.map((n, i) => [n, grads[i]])) };
 }

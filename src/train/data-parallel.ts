@@ -80,12 +80,26 @@ export function unpackTensors(packed: Float32Array, shapes: readonly number[][])
 /** main → replica messages. */
 export type ReplicaRequest =
   | { type: 'weights'; names: string[]; values: Float32Array }
-  | { type: 'step'; id: number; names: string[]; values: Float32Array; batches: ModelBatch[]; seeds: (number | null)[]; total: number; gradNames: string[]; graph: boolean; xla: boolean };
+  | {
+      type: 'step';
+      id: number;
+      names: string[];
+      values: Float32Array;
+      batches: ModelBatch[];
+      seeds: (number | null)[];
+      total: number;
+      gradNames: string[];
+      graph: boolean;
+      xla: boolean;
+    };
 /** replica → main messages. */
 export type ReplicaReply =
   | { type: 'ready' }
   | {
-      type: 'grads'; id: number; values: Float32Array; loss: number;
+      type: 'grads';
+      id: number;
+      values: Float32Array;
+      loss: number;
       /** tf.memory().numTensors in the replica after the step. */ tensors: number;
       /** How the replica's step ran (compiled-step.ts graphStatus: 'graph', 'not recorded', 'eager: …'). */ execution: string;
     }
@@ -147,7 +161,10 @@ class Replica {
 
   /** Sends one step's work; resolves with the replica's gradient sum and loss. */
   request(message: Extract<ReplicaRequest, { type: 'step' }>): Promise<Extract<ReplicaReply, { type: 'grads' }>> {
-    const transfer = [message.values.buffer as ArrayBuffer, ...message.batches.flatMap((b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : [])] as ArrayBuffer[])];
+    const transfer = [
+      message.values.buffer as ArrayBuffer,
+      ...message.batches.flatMap((b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : [])] as ArrayBuffer[]),
+    ];
     return new Promise((resolve, reject) => {
       if (this.failure) return reject(this.failure);
       this.pending = { id: message.id, resolve, reject };
@@ -233,11 +250,31 @@ export class DataParallelGroup {
     const remote = this.replicas.map((replica, i) => {
       const { batches, seeds } = shards[replica.rank];
       if (batches.length === 0) return Promise.resolve(null);
-      return replica.request({ type: 'step', id, names, values: this.copyFor(packed, i), batches, seeds, total, gradNames, graph: opts.graph ?? true, xla: opts.xla ?? false });
+      return replica.request({
+        type: 'step',
+        id,
+        names,
+        values: this.copyFor(packed, i),
+        batches,
+        seeds,
+        total,
+        gradNames,
+        graph: opts.graph ?? true,
+        xla: opts.xla ?? false,
+      });
     });
     let local: ReturnType<typeof accumulateGradients> | null = null;
     try {
-      if (shards[0].batches.length) local = accumulateGradients(this.model, shards[0].batches, shards[0].seeds, total, trainable.map(([, v]) => v), opts.graph ?? true, opts.xla ?? false);
+      if (shards[0].batches.length)
+        local = accumulateGradients(
+          this.model,
+          shards[0].batches,
+          shards[0].seeds,
+          total,
+          trainable.map(([, v]) => v),
+          opts.graph ?? true,
+          opts.xla ?? false,
+        );
     } catch (err) {
       await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled
       throw err;
@@ -260,7 +297,10 @@ export class DataParallelGroup {
       let lossSum: tf.Scalar = local ? tf.clone(local.loss) : tf.scalar(0);
       for (const reply of replies) {
         if (!reply) continue;
-        const parts = unpackTensors(reply.values, trainable.map(([, v]) => v.shape));
+        const parts = unpackTensors(
+          reply.values,
+          trainable.map(([, v]) => v.shape),
+        );
         sums = sums.map((s, i) => tf.add(s, parts[i]));
         lossSum = tf.add(lossSum, reply.loss);
       }

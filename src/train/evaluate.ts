@@ -36,7 +36,9 @@ export async function collectEvalBatches(
 ): Promise<EvalSample> {
   const collected = sample === 'spread' && Number.isFinite(evalTokens) ? await spreadSample(opts, evalTokens) : await headSample(opts, evalTokens);
   if (collected.batches.length === 0) {
-    throw new Error(`${opts.dataset}: the validation split gave no batch of ${opts.batchSize}×${opts.seqLen} tokens; a validation split with enough text is needed`);
+    throw new Error(
+      `${opts.dataset}: the validation split gave no batch of ${opts.batchSize}×${opts.seqLen} tokens; a validation split with enough text is needed`,
+    );
   }
   return collected;
 }
@@ -89,7 +91,11 @@ export async function evaluate(model: StepModel, batches: readonly Batch[], grap
 export function evalResult(lossNats: number, correct: number, tokens: number, bytes: number): EvalResult {
   const mean = tokens > 0 ? lossNats / tokens : NaN;
   return {
-    loss: mean, ppl: Math.exp(mean), bpb: bytes > 0 ? lossNats / (Math.LN2 * bytes) : NaN,
-    accuracy: tokens > 0 ? correct / tokens : NaN, tokens, bytes,
+    loss: mean,
+    ppl: Math.exp(mean),
+    bpb: bytes > 0 ? lossNats / (Math.LN2 * bytes) : NaN,
+    accuracy: tokens > 0 ? correct / tokens : NaN,
+    tokens,
+    bytes,
   };
 }

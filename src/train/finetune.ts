@@ -145,7 +145,9 @@ export async function prepareFinetune(
     if (!opts.calibration) throw new Error(`model.attention.options.${trigger} needs calibration batches`);
     const batches = await readBatches(opts.calibration, CALIBRATION_BATCHES);
     initializeLayersFromData(model, batches, initLayers);
-    line(`${model.config.attention.name} ${trigger}: ${fills.label} of ${initLayers.size} layers from the queries and keys of ${batches.length} training batches`);
+    line(
+      `${model.config.attention.name} ${trigger}: ${fills.label} of ${initLayers.size} layers from the queries and keys of ${batches.length} training batches`,
+    );
   }
   const { trainable, frozen } = partitionParameters(model, recipe.train.freeze);
   const freezeText = typeof recipe.train.freeze === 'string' ? recipe.train.freeze : JSON.stringify(recipe.train.freeze);

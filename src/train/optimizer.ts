@@ -91,7 +91,10 @@ export class AdamW {
     this.decaySet = new Set([...params].filter(([n, v]) => decays(n, v, this.options.decayEmbeddings)).map(([n]) => n));
     const total = this.sizes.reduce((a, b) => a + b, 0);
     // tf.variable copies its initial value, so the zeros are built and freed inside a tidy.
-    [this.m, this.v] = tf.tidy(() => [tf.variable(tf.zeros([total]), false), tf.variable(tf.zeros([total]), false)]) as [tf.Variable<tf.Rank.R1>, tf.Variable<tf.Rank.R1>];
+    [this.m, this.v] = tf.tidy(() => [tf.variable(tf.zeros([total]), false), tf.variable(tf.zeros([total]), false)]) as [
+      tf.Variable<tf.Rank.R1>,
+      tf.Variable<tf.Rank.R1>,
+    ];
   }
 
   /** How the last update ran: 'graph', 'not recorded' or 'eager…' (GraphCache.status), for logs and tests. */
@@ -119,7 +122,10 @@ export class AdamW {
 
   /** Restores the step count and moments (e.g. from a checkpoint); names and shapes must match. */
   setState(step: number, m: Map<string, tf.Tensor>, v: Map<string, tf.Tensor>): void {
-    for (const [label, source, target] of [['m', m, this.m], ['v', v, this.v]] as const) {
+    for (const [label, source, target] of [
+      ['m', m, this.m],
+      ['v', v, this.v],
+    ] as const) {
       const pieces = this.names.map((name) => {
         const t = source.get(name);
         if (!t) throw new Error(`optimizer state: missing ${label} for parameter '${name}'`);
@@ -205,7 +211,8 @@ export class AdamW {
     const scalars = scalarValues.map((x) => tf.scalar(x));
     const inputs: Array<[string, tf.Tensor]> = [
       ...updated.map((n) => [`grad:${n}`, grads.get(n)!] as [string, tf.Tensor]),
-      ['opt:m', this.m], ['opt:v', this.v],
+      ['opt:m', this.m],
+      ['opt:v', this.v],
       ...STEP_SCALARS.map((name, i) => [name, scalars[i]] as [string, tf.Tensor]),
       ...(present ? [['opt:present', present] as [string, tf.Tensor]] : []),
       ...this.names.map((n, i) => [`param:${n}`, params[i]] as [string, tf.Tensor]),
@@ -232,7 +239,10 @@ export class AdamW {
 
   /** Sets the step count and the flat moments (as flatMoments gives them). */
   setFlatMoments(step: number, m: Float32Array, v: Float32Array): void {
-    for (const [label, values, target] of [['m', m, this.m], ['v', v, this.v]] as const) {
+    for (const [label, values, target] of [
+      ['m', m, this.m],
+      ['v', v, this.v],
+    ] as const) {
       if (values.length !== target.size) throw new Error(`optimizer state: flat ${label} has ${values.length} values, the parameters ${target.size}`);
       tf.tidy(() => target.assign(tf.tensor1d(values)));
     }
@@ -244,7 +254,14 @@ export class AdamW {
     const key = skipped.join(',');
     if (!this.presentMasks.has(key)) {
       // Kept: the cache outlives any tidy the caller runs the step in.
-      const mask = skipped.length === 0 ? null : tf.keep(tf.tidy(() => tf.cast(this.ravel(this.names.map((n) => (skipped.includes(n) ? tf.zeros : tf.ones)(this.params.get(n)!.shape))), 'bool') as tf.Tensor1D));
+      const mask =
+        skipped.length === 0
+          ? null
+          : tf.keep(
+              tf.tidy(
+                () => tf.cast(this.ravel(this.names.map((n) => (skipped.includes(n) ? tf.zeros : tf.ones)(this.params.get(n)!.shape))), 'bool') as tf.Tensor1D,
+              ),
+            );
       this.presentMasks.set(key, mask);
     }
     return this.presentMasks.get(key)!;

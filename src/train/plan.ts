@@ -33,8 +33,8 @@ export function estimateMemory(config: LanguageModelConfig, parameters: number, 
   const state = parameters * bytes * (gradAccum > 1 ? 5 : 4);
   const tokens = batchSize * seqLen;
   const quadratic = attentionIsQuadratic(config.attention.name);
-  const perLayer = tokens * (18 * config.dModel + 2 * config.mlpRatio * config.dModel) * bytes +
-    (quadratic ? batchSize * config.numHeads * seqLen * seqLen * 3 * bytes : 0);
+  const perLayer =
+    tokens * (18 * config.dModel + 2 * config.mlpRatio * config.dModel) * bytes + (quadratic ? batchSize * config.numHeads * seqLen * seqLen * 3 * bytes : 0);
   const headRows = config.kind === 'bert' ? Math.ceil(tokens * 0.15) : tokens;
   const activations = perLayer * config.numLayers + headRows * config.vocabSize * 3 * bytes;
   return { state, activations, total: state + activations };

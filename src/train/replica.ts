@@ -28,7 +28,12 @@ try {
       if (!v) throw new Error(`no tensor named '${n}' in the replica`);
       return v;
     });
-    tf.tidy(() => unpackTensors(values, targets.map((v) => v.shape)).forEach((t, i) => targets[i].assign(t)));
+    tf.tidy(() =>
+      unpackTensors(
+        values,
+        targets.map((v) => v.shape),
+      ).forEach((t, i) => targets[i].assign(t)),
+    );
   };
 
   port.on('message', (message: ReplicaRequest) => {

@@ -86,8 +86,14 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
     const tokens = o.batchSize * o.seqLen;
     const [msPerStep, cpuMsPerStep] = [median(wall), median(cpu)];
     return {
-      msPerStep, cpuMsPerStep, tokensPerSecond: (1000 * tokens) / msPerStep, tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep, lastLoss, firstStepMs,
-      readbackValues: read.values, readbackBytes: read.bytes,
+      msPerStep,
+      cpuMsPerStep,
+      tokensPerSecond: (1000 * tokens) / msPerStep,
+      tokensPerCpuSecond: (1000 * tokens) / cpuMsPerStep,
+      lastLoss,
+      firstStepMs,
+      readbackValues: read.values,
+      readbackBytes: read.bytes,
     };
   } finally {
     await executor?.close();

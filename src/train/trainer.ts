@@ -102,7 +102,9 @@ function checkNotFinished(resumed: LoadedCheckpoint, totalSteps: number): void {
   }
   const summary = resumed.runDir ? path.join(resumed.runDir, SUMMARY_FILE) : null;
   if (step === totalSteps && summary && existsSync(summary) && existsSync(path.join(resumed.runDir!, FINAL_DIR))) {
-    throw new Error(`checkpoint ${resumed.dir} is at step ${step}, the end of this recipe's ${totalSteps} steps, and its run finished (${summary}): nothing to resume ${advice}`);
+    throw new Error(
+      `checkpoint ${resumed.dir} is at step ${step}, the end of this recipe's ${totalSteps} steps, and its run finished (${summary}): nothing to resume ${advice}`,
+    );
   }
 }
 
@@ -128,7 +130,10 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
   try {
     // initFrom and whitening are skipped on resume: the checkpoint restores every tensor.
     const finetune = await prepareFinetune(model, recipe, {
-      tokenizerSha256: tokenizer.sha256, calibration: { ...base, split: 'train' }, line, skipInit: resumed !== null,
+      tokenizerSha256: tokenizer.sha256,
+      calibration: { ...base, split: 'train' },
+      line,
+      skipInit: resumed !== null,
     });
     optimizer = new AdamW(finetune.trainable, {
       beta1: recipe.train.beta1,
@@ -282,7 +287,9 @@ class TrainingLoop {
           `train.nanSkipLimit ${nanSkipLimit}); ${last}`,
       );
     }
-    this.writers.logger.line(`warning: ${what}; update dropped (train.nanPolicy: skip; ${state.skippedSteps} dropped so far, ${state.consecutiveSkips} in a row)`);
+    this.writers.logger.line(
+      `warning: ${what}; update dropped (train.nanPolicy: skip; ${state.skippedSteps} dropped so far, ${state.consecutiveSkips} in a row)`,
+    );
   }
 
   /** The train record and progress line of the logging window that ends at this step. */
@@ -296,14 +303,24 @@ class TrainingLoop {
     const rate = window.tokens / window.seconds;
     const fraction = state.epochFraction(epoch.batches);
     logger.log({
-      step, tokens, split: 'train', loss, ppl: Math.exp(loss), lr, grad_norm: gradNorm,
-      tokens_per_s: rate, elapsed_s: state.elapsed(), epoch_fraction: fraction,
+      step,
+      tokens,
+      split: 'train',
+      loss,
+      ppl: Math.exp(loss),
+      lr,
+      grad_norm: gradNorm,
+      tokens_per_s: rate,
+      elapsed_s: state.elapsed(),
+      epoch_fraction: fraction,
       ...(this.lastReadback ? { readback_values: this.lastReadback.values, readback_bytes: this.lastReadback.bytes } : {}),
     });
     const eta = ((totalSteps - step) * window.seconds) / window.steps;
     if (this.lastReadback && this.lastReadback.values !== this.statedReadback) {
       this.statedReadback = this.lastReadback.values;
-      logger.line(`host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`);
+      logger.line(
+        `host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`,
+      );
     }
     const fields = progressFields({ step, totalSteps, epochFraction: fraction, loss, lr, gradNorm, tokensPerS: rate, etaS: eta });
     logger.line(joinFields(fields), fields);
@@ -316,12 +333,23 @@ class TrainingLoop {
     const result = this.executor ? await this.executor.evaluate(batches) : await evaluate(this.parts.model, batches, this.recipe.train.graph);
     const { step, tokens, trainSeconds } = state;
     logger.log({
-      step, tokens, split: 'val', loss: result.loss, ppl: result.ppl, lr: learningRate(Math.max(0, step - 1), this.schedule),
-      grad_norm: null, tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0, elapsed_s: state.elapsed(), bpb: result.bpb, acc: result.accuracy,
+      step,
+      tokens,
+      split: 'val',
+      loss: result.loss,
+      ppl: result.ppl,
+      lr: learningRate(Math.max(0, step - 1), this.schedule),
+      grad_norm: null,
+      tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
+      elapsed_s: state.elapsed(),
+      bpb: result.bpb,
+      acc: result.accuracy,
       epoch_fraction: state.epochFraction(this.inputs.epoch.batches),
     });
     this.lastVal = { step, loss: result.loss };
-    logger.line(`val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${documents} documents)`);
+    logger.line(
+      `val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${documents} documents)`,
+    );
     return result;
   }
 
@@ -344,11 +372,26 @@ class TrainingLoop {
     const finalVal = await this.validate();
     if (checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
     await this.executor?.pull();
-    const finalDir = await saveFinalModel(logger.dir, this.parts.model, recipe, { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata }, this.inputs.tokenizer, (text) => logger.line(text));
+    const finalDir = await saveFinalModel(
+      logger.dir,
+      this.parts.model,
+      recipe,
+      { tokenizer_sha256: this.inputs.tokenizer.sha256, step: String(step), ...this.parts.finetune.metadata },
+      this.inputs.tokenizer,
+      (text) => logger.line(text),
+    );
     const parameters = this.parameterCount;
     const summary: TrainingSummary = {
-      steps: step, tokens, elapsed_s: state.elapsed(), train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
-      val_loss: finalVal.loss, val_ppl: finalVal.ppl, val_bpb: finalVal.bpb, val_acc: finalVal.accuracy, parameters, final: path.relative(logger.dir, finalDir),
+      steps: step,
+      tokens,
+      elapsed_s: state.elapsed(),
+      train_tokens_per_s: trainSeconds > 0 ? tokens / trainSeconds : 0,
+      val_loss: finalVal.loss,
+      val_ppl: finalVal.ppl,
+      val_bpb: finalVal.bpb,
+      val_acc: finalVal.accuracy,
+      parameters,
+      final: path.relative(logger.dir, finalDir),
     };
     await logger.finish(summary);
     logger.line(
@@ -413,8 +456,16 @@ function isLeader(cluster: Cluster | null = currentCluster()): boolean {
 function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
   const { train, ...rest } = recipe;
   const { processes: _ranks, ...trainKeys } = train; // the number of ranks is not the run's
-  const data = { tokenizer: inputs.tokenizer.sha256, epoch: [inputs.epoch.tokens, inputs.epoch.batches], eval: inputs.evalSample.batches.length, resumedAt: inputs.resumed?.state.step ?? null };
-  return createHash('sha256').update(JSON.stringify({ recipe: { ...rest, train: trainKeys }, data })).digest('hex').slice(0, 16);
+  const data = {
+    tokenizer: inputs.tokenizer.sha256,
+    epoch: [inputs.epoch.tokens, inputs.epoch.batches],
+    eval: inputs.evalSample.batches.length,
+    resumedAt: inputs.resumed?.state.step ?? null,
+  };
+  return createHash('sha256')
+    .update(JSON.stringify({ recipe: { ...rest, train: trainKeys }, data }))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 /** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
@@ -472,9 +523,19 @@ function deferredLines(): { line: (text: string) => void; attach: (logger: Train
  * The run folder: the checkpoint's own when it is inside a run (runTraining locked it already), else a new one, locked
  * for this process here (src/store/run-folder.ts). Returns the logger and the release of the lock taken here.
  */
-async function openRunLogger(recipe: Recipe, resumed: LoadedCheckpoint | null, totalSteps: number, device: Device): Promise<{ logger: TrainLogger; unlock: () => void }> {
+async function openRunLogger(
+  recipe: Recipe,
+  resumed: LoadedCheckpoint | null,
+  totalSteps: number,
+  device: Device,
+): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
-    const logger = await RunLogger.create(recipe, { resumeDir: resumed.runDir, resumeStep: resumed.state.step, finishing: resumed.state.step === totalSteps, device });
+    const logger = await RunLogger.create(recipe, {
+      resumeDir: resumed.runDir,
+      resumeStep: resumed.state.step,
+      finishing: resumed.state.step === totalSteps,
+      device,
+    });
     return { logger, unlock: () => {} };
   }
   const logger = await RunLogger.create(recipe, { device });
@@ -495,7 +556,10 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
       (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
   );
   const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');
-  const what = recipe.train.evalSample === 'spread' ? `${evalTokens} labelled tokens drawn across the validation split` : `the validation split's first ${evalTokens} labelled tokens`;
+  const what =
+    recipe.train.evalSample === 'spread'
+      ? `${evalTokens} labelled tokens drawn across the validation split`
+      : `the validation split's first ${evalTokens} labelled tokens`;
   logger.line(`validation: ${what} (train.evalSample: ${recipe.train.evalSample}), from ${inputs.evalSample.documents.toLocaleString('en-US')} documents`);
   const { warning } = resolveWarmup(recipe.train, totalSteps);
   if (warning) logger.line(`warning: ${warning}`);

@@ -33,7 +33,12 @@ export function hostArray(t: tf.Tensor): HostArray {
   const dtype = t.dtype as ArrayDtype;
   if (dtype !== 'float32' && dtype !== 'int32' && dtype !== 'bool') throw new Error(`xla: a ${t.dtype} tensor cannot be sent`);
   const values = t.dataSync();
-  const data = dtype === 'bool' ? Uint8Array.from(values as Uint8Array) : dtype === 'int32' ? Int32Array.from(values as Int32Array) : Float32Array.from(values as Float32Array);
+  const data =
+    dtype === 'bool'
+      ? Uint8Array.from(values as Uint8Array)
+      : dtype === 'int32'
+        ? Int32Array.from(values as Int32Array)
+        : Float32Array.from(values as Float32Array);
   return { dtype, shape: [...t.shape], data };
 }
 
@@ -58,12 +63,21 @@ function batchTensors(inputs: LossInputs, seed: number | null, total: number | n
  * A micro-batch's inputs as host arrays and the key of the program that takes them (the same key as the
  * TensorFlow-function step's: shapes, trained parameters, dropout), or null when it labels nothing.
  */
-export function gradientInputs(model: StepModel, batch: ModelBatch, variables: tf.Variable[], seed: number | null, total: number): { key: string; arrays: NamedArrays } | null {
+export function gradientInputs(
+  model: StepModel,
+  batch: ModelBatch,
+  variables: tf.Variable[],
+  seed: number | null,
+  total: number,
+): { key: string; arrays: NamedArrays } | null {
   return tidyValue(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
     if (!inputs) return null;
     const dropout = seed !== null && model.dropout > 0;
-    return { key: stepKey(inputs, variables, dropout), arrays: batchTensors(inputs, dropout ? seed : null, total).map(([n, t]) => [n, hostArray(t)] as [string, HostArray]) };
+    return {
+      key: stepKey(inputs, variables, dropout),
+      arrays: batchTensors(inputs, dropout ? seed : null, total).map(([n, t]) => [n, hostArray(t)] as [string, HostArray]),
+    };
   });
 }
 
@@ -72,7 +86,11 @@ export function evalInputs(model: StepModel, batch: ModelBatch): { key: string; 
   return tidyValue(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
     if (!inputs) return null;
-    return { key: `eval|${shapesKey(inputs)}`, arrays: batchTensors(inputs, null, null).map(([n, t]) => [n, hostArray(t)] as [string, HostArray]), count: inputs.count };
+    return {
+      key: `eval|${shapesKey(inputs)}`,
+      arrays: batchTensors(inputs, null, null).map(([n, t]) => [n, hostArray(t)] as [string, HostArray]),
+      count: inputs.count,
+    };
   });
 }
 
@@ -86,7 +104,12 @@ function recordProgram(feeds: Array<[string, tf.Tensor]>, outputs: (produced: tf
     let names: string[] = [];
     const trace = tidyValue(() => {
       // XLA cannot compile the fused CPU kernels (backend/fused-kernels.ts): the program is recorded in its composed form.
-      const recorded = withComposedKernels(() => recordTrace(feeds.map(([, t]) => t), run));
+      const recorded = withComposedKernels(() =>
+        recordTrace(
+          feeds.map(([, t]) => t),
+          run,
+        ),
+      );
       names = outputs(recorded.outputs);
       return recorded.trace;
     });
@@ -94,7 +117,10 @@ function recordProgram(feeds: Array<[string, tf.Tensor]>, outputs: (produced: tf
     if (previous && sameTrace(previous, trace)) {
       const { graphDef, feedNames, fetchNames } = traceGraphDef(trace);
       return {
-        graphDef, fetches: fetchNames, inputs: feeds.map(([n]) => n), outputs: names,
+        graphDef,
+        fetches: fetchNames,
+        inputs: feeds.map(([n]) => n),
+        outputs: names,
         feeds: trace.feeds.map((f, i) => ({ name: feedNames[i], dtype: f.dtype as ArrayDtype, shape: f.shape })),
       };
     }
@@ -206,24 +232,35 @@ export class CompiledBook implements ProgramBook {
   readonly origin: string;
   private readonly byKey = new Map<string, BookEntry>();
 
-  constructor(readonly dir: string, model: StepModel) {
+  constructor(
+    readonly dir: string,
+    model: StepModel,
+  ) {
     const file = path.join(dir, MANIFEST_FILE);
     if (!fs.existsSync(file)) throw new Error(`xla: ${file} not found (npm run compile -- <recipe> --out ${dir} writes it)`);
     const manifest = JSON.parse(fs.readFileSync(file, 'utf8')) as ProgramManifest;
-    if (manifest.format !== 1 || !Array.isArray(manifest.programs) || !Array.isArray(manifest.tensors)) throw new Error(`xla: ${file} is not a program manifest of format 1`);
+    if (manifest.format !== 1 || !Array.isArray(manifest.programs) || !Array.isArray(manifest.tensors))
+      throw new Error(`xla: ${file} is not a program manifest of format 1`);
     const have = new Map(modelTensors(model).map(([n, t]) => [n, t.shape]));
     for (const [name, shape] of manifest.tensors) {
       const mine = have.get(name);
-      if (!mine || !tf.util.arraysEqual(mine, shape)) throw new Error(`xla: ${file} was compiled for tensor ${name} [${shape}], this model has ${mine ? `[${mine}]` : 'none'}`);
+      if (!mine || !tf.util.arraysEqual(mine, shape))
+        throw new Error(`xla: ${file} was compiled for tensor ${name} [${shape}], this model has ${mine ? `[${mine}]` : 'none'}`);
     }
-    if (have.size !== manifest.tensors.length) throw new Error(`xla: ${file} was compiled for ${manifest.tensors.length} model tensors, this model has ${have.size}`);
+    if (have.size !== manifest.tensors.length)
+      throw new Error(`xla: ${file} was compiled for ${manifest.tensors.length} model tensors, this model has ${have.size}`);
     for (const p of manifest.programs) {
       const base = path.join(dir, p.file);
       if (path.dirname(path.resolve(base)) !== path.resolve(dir)) throw new Error(`xla: ${file}: program file '${p.file}' is outside the folder`);
       const fixed = p.fixed.map((f): [string, HostArray] => {
         const bytes = fs.readFileSync(path.join(dir, path.basename(f.file)));
         const count = f.shape.reduce((a, b) => a * b, 1);
-        const data = f.dtype === 'bool' ? new Uint8Array(bytes) : f.dtype === 'int32' ? new Int32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4) : new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
+        const data =
+          f.dtype === 'bool'
+            ? new Uint8Array(bytes)
+            : f.dtype === 'int32'
+              ? new Int32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4)
+              : new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
         if (data.length !== count) throw new Error(`xla: ${f.file} holds ${data.length} values, the manifest says [${f.shape}]`);
         return [f.name, { dtype: f.dtype, shape: f.shape, data }];
       });
@@ -234,7 +271,10 @@ export class CompiledBook implements ProgramBook {
 
   get(kind: ProgramKind, key: string): BookEntry {
     const entry = this.byKey.get(`${kind}|${key}`);
-    if (!entry) throw new Error(`xla: ${this.dir} has no ${kind} program for ${key.split('|')[0]} (npm run compile covers the recipe's batch shapes; other shapes need recompiling)`);
+    if (!entry)
+      throw new Error(
+        `xla: ${this.dir} has no ${kind} program for ${key.split('|')[0]} (npm run compile covers the recipe's batch shapes; other shapes need recompiling)`,
+      );
     return entry;
   }
 }

@@ -5,7 +5,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
 import {
-  attentionIsQuadratic, attentionNames, attentionOptionSpecs, attentionTensors, createAttention, type AttentionModule, type AttentionState, type TensorDeclaration,
+  attentionIsQuadratic,
+  attentionNames,
+  attentionOptionSpecs,
+  attentionTensors,
+  createAttention,
+  type AttentionModule,
+  type AttentionState,
+  type TensorDeclaration,
 } from '../../src/model/attention/index.ts';
 import { SLAY_POLY_VARIANTS } from '../../src/model/attention/slay.ts';
 import { dense } from '../../src/model/ops.ts';
@@ -81,9 +88,7 @@ describe.each(MECHANISMS)('%s', (name) => {
     const rng = new Rng(11);
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [B, H, L, D]));
     const cut = 6;
-    const changed = [q, k, v].map((x, n) =>
-      x.map((b) => b.map((h) => h.map((row, i) => (i <= cut ? row : row.map(() => rng.normal() * (n === 1 ? 30 : 3)))))),
-    );
+    const changed = [q, k, v].map((x, n) => x.map((b) => b.map((h) => h.map((row, i) => (i <= cut ? row : row.map(() => rng.normal() * (n === 1 ? 30 : 3)))))));
     const prefix = (t: tf.Tensor4D) => tf.slice(t, [0, 0, 0, 0], [B, H, cut + 1, D]).arraySync();
     const a = tf.tidy(() => prefix(attn.apply(tensor4(q), tensor4(k), tensor4(v))));
     const b = tf.tidy(() => prefix(attn.apply(tensor4(changed[0]), tensor4(changed[1]), tensor4(changed[2]))));
@@ -128,37 +133,69 @@ describe.each(MECHANISMS)('%s', (name) => {
   // The gradient of Σ w ⊙ attention with respect to q, k, v (and the mechanism's own parameters),
   // against float64 central differences of the mechanism's float64 reference (test/helpers/mechanisms.ts):
   // causal, and bidirectional with a key mask, in one segment and in segments (recomputing gradient).
-  const gradientCases: Array<[boolean, boolean, number]> = [[true, false, 0], [false, true, 0]];
+  const gradientCases: Array<[boolean, boolean, number]> = [
+    [true, false, 0],
+    [false, true, 0],
+  ];
   if (!attentionIsQuadratic(name)) gradientCases.push([true, false, 4], [false, true, 4]);
-  it.each(gradientCases)('gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)', (causal, masked, segmentLength) => {
-    const [b, l] = [2, 6];
-    const attn = createAttention(name, { numHeads: H, headDim: D, causal, seed: 3, ...SMALL[name], ...(attentionIsQuadratic(name) ? {} : { segmentLength }) });
-    const rng = new Rng(13);
-    // Entries kept ≥ 0.05 away from 0: no finite difference straddles cosFormer's ReLU kink.
-    const awayFromZero = (a: Array4) => a.map((bb) => bb.map((h) => h.map((row) => row.map((x) => x + 0.05 * Math.sign(x)))));
-    const [q, k, v] = [0, 1, 2].map(() => awayFromZero(randomArray4(rng, [b, H, l, D])));
-    const w = randomArray4(rng, [b, H, l, D]);
-    const keyMask = masked ? [[1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 0]] : undefined;
-    const params = attentionParameters(attn, rng);
-    const flatW = flat(w);
-    const reference = (x: Array4[], p: ParameterValues) =>
-      flat(mechanismRef(attn, x[0], x[1], x[2], { causal, keyMask, seed: 3, ...p })).reduce((s, y, i) => s + y * flatW[i], 0);
-    const auto = tf.tidy(() => {
-      const inputs = [q, k, v].map(tensor4);
-      const mask = keyMask && tf.tensor2d(keyMask);
-      const variables = inputs.map((t) => tf.variable(t));
-      const lossOf = () => tf.sum(tf.mul(attn.apply(variables[0] as tf.Tensor4D, variables[1] as tf.Tensor4D, variables[2] as tf.Tensor4D, mask ? { keyMask: mask } : {}), tensor4(w))) as tf.Scalar;
-      const { grads } = tf.variableGrads(lossOf, [...variables, ...attn.trainableVariables]);
-      const result = [...variables, ...attn.trainableVariables].map((x) => Array.from(grads[x.name].dataSync()));
-      variables.forEach((x) => x.dispose());
-      return result;
-    });
-    const numeric = centralDifferences(reference, [q, k, v], params.values, rng);
-    const names = ['q', 'k', 'v', ...params.names];
-    // Measured ≤ 3.3e-7 (float32 autodiff against float64); a 2% error in one gradient term gives ~1e-2.
-    numeric.forEach(({ at, values }, i) => expect(relL2(at.map((j) => auto[i][j]), values), names[i]).toBeLessThan(1e-5));
-    attn.dispose();
-  });
+  it.each(gradientCases)(
+    'gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)',
+    (causal, masked, segmentLength) => {
+      const [b, l] = [2, 6];
+      const attn = createAttention(name, {
+        numHeads: H,
+        headDim: D,
+        causal,
+        seed: 3,
+        ...SMALL[name],
+        ...(attentionIsQuadratic(name) ? {} : { segmentLength }),
+      });
+      const rng = new Rng(13);
+      // Entries kept ≥ 0.05 away from 0: no finite difference straddles cosFormer's ReLU kink.
+      const awayFromZero = (a: Array4) => a.map((bb) => bb.map((h) => h.map((row) => row.map((x) => x + 0.05 * Math.sign(x)))));
+      const [q, k, v] = [0, 1, 2].map(() => awayFromZero(randomArray4(rng, [b, H, l, D])));
+      const w = randomArray4(rng, [b, H, l, D]);
+      const keyMask = masked
+        ? [
+            [1, 1, 1, 1, 1, 1],
+            [1, 1, 0, 1, 1, 0],
+          ]
+        : undefined;
+      const params = attentionParameters(attn, rng);
+      const flatW = flat(w);
+      const reference = (x: Array4[], p: ParameterValues) =>
+        flat(mechanismRef(attn, x[0], x[1], x[2], { causal, keyMask, seed: 3, ...p })).reduce((s, y, i) => s + y * flatW[i], 0);
+      const auto = tf.tidy(() => {
+        const inputs = [q, k, v].map(tensor4);
+        const mask = keyMask && tf.tensor2d(keyMask);
+        const variables = inputs.map((t) => tf.variable(t));
+        const lossOf = () =>
+          tf.sum(
+            tf.mul(
+              attn.apply(variables[0] as tf.Tensor4D, variables[1] as tf.Tensor4D, variables[2] as tf.Tensor4D, mask ? { keyMask: mask } : {}),
+              tensor4(w),
+            ),
+          ) as tf.Scalar;
+        const { grads } = tf.variableGrads(lossOf, [...variables, ...attn.trainableVariables]);
+        const result = [...variables, ...attn.trainableVariables].map((x) => Array.from(grads[x.name].dataSync()));
+        variables.forEach((x) => x.dispose());
+        return result;
+      });
+      const numeric = centralDifferences(reference, [q, k, v], params.values, rng);
+      const names = ['q', 'k', 'v', ...params.names];
+      // Measured ≤ 3.3e-7 (float32 autodiff against float64); a 2% error in one gradient term gives ~1e-2.
+      numeric.forEach(({ at, values }, i) =>
+        expect(
+          relL2(
+            at.map((j) => auto[i][j]),
+            values,
+          ),
+          names[i],
+        ).toBeLessThan(1e-5),
+      );
+      attn.dispose();
+    },
+  );
 });
 
 type ParameterValues = { covarianceFactor?: number[][][]; gamma?: number; beta?: number[] };
@@ -166,7 +203,9 @@ type ParameterValues = { covarianceFactor?: number[][][]; gamma?: number; beta?:
 /** The trainable parameters the references take, set to random values away from their initialisation. */
 function attentionParameters(attn: AttentionModule, rng: Rng): { names: string[]; values: ParameterValues } {
   if (attn.name === 'darkformer') {
-    const m = Array.from({ length: H }, () => Array.from({ length: D }, (_, i) => Array.from({ length: D }, (_, j) => (i === j ? 0.8 : 0) + 0.3 * rng.normal())));
+    const m = Array.from({ length: H }, () =>
+      Array.from({ length: D }, (_, i) => Array.from({ length: D }, (_, j) => (i === j ? 0.8 : 0) + 0.3 * rng.normal())),
+    );
     attn.trainableVariables[0].assign(tf.tensor3d(m));
     return { names: ['M'], values: { covarianceFactor: m } };
   }
@@ -185,7 +224,12 @@ function attentionParameters(attn: AttentionModule, rng: Rng): { names: string[]
  * coordinates of each input and each parameter (all of it when smaller). Returns, per input then per
  * parameter, the coordinates and the derivatives there.
  */
-function centralDifferences(f: (x: Array4[], p: ParameterValues) => number, inputs: Array4[], params: ParameterValues, rng: Rng): Array<{ at: number[]; values: number[] }> {
+function centralDifferences(
+  f: (x: Array4[], p: ParameterValues) => number,
+  inputs: Array4[],
+  params: ParameterValues,
+  rng: Rng,
+): Array<{ at: number[]; values: number[] }> {
   const h = 1e-5;
   const sample = (size: number) => (size <= COORDINATES ? Array.from({ length: size }, (_, i) => i) : Array.from({ length: COORDINATES }, () => rng.int(size)));
   const differences = (values: number[], evaluate: (moved: number[]) => number) => {
@@ -202,7 +246,14 @@ function centralDifferences(f: (x: Array4[], p: ParameterValues) => number, inpu
       }),
     };
   };
-  const perInput = inputs.map((input, which) => differences(flat(input), (moved) => f(inputs.map((x, n) => (n === which ? reshapeLike(moved, x) : x)), params)));
+  const perInput = inputs.map((input, which) =>
+    differences(flat(input), (moved) =>
+      f(
+        inputs.map((x, n) => (n === which ? reshapeLike(moved, x) : x)),
+        params,
+      ),
+    ),
+  );
   const perParameter = Object.entries(params).map(([key, value]) =>
     differences(flat([value]), (moved) => f(inputs, { ...params, [key]: typeof value === 'number' ? moved[0] : reshapeLike(moved, value) })),
   );
@@ -221,10 +272,18 @@ function trainToy(name: string, steps: number, segmentLength: number) {
   const rng = new Rng(21);
   const width = H * D;
   const init = (rows: number, cols: number, scale: number) =>
-    tf.variable(tf.tensor2d(Float32Array.from(rng.normalArray(rows * cols), (x) => x * scale), [rows, cols]));
+    tf.variable(
+      tf.tensor2d(
+        Float32Array.from(rng.normalArray(rows * cols), (x) => x * scale),
+        [rows, cols],
+      ),
+    );
   const [wq, wk, wv] = [0, 1, 2].map(() => init(width, width, 0.3));
   const x = tf.tensor3d(Float32Array.from(rng.normalArray(B * L * width)), [B, L, width]);
-  const target = tf.tensor3d(Float32Array.from(rng.normalArray(B * L * width), (t) => 0.5 * t), [B, L, width]);
+  const target = tf.tensor3d(
+    Float32Array.from(rng.normalArray(B * L * width), (t) => 0.5 * t),
+    [B, L, width],
+  );
   const attn = createAttention(name, { numHeads: H, headDim: D, causal: true, seed: 3, ...SMALL[name], ...(segmentLength ? { segmentLength } : {}) });
   const heads = (t: tf.Tensor) => tf.transpose(tf.reshape(t, [B, L, H, D]), [0, 2, 1, 3]) as tf.Tensor4D;
   const vars = [wq, wk, wv, ...attn.trainableVariables];
@@ -259,11 +318,14 @@ describe.each(testBackends())('training on %s', (backend) => {
     await initBackend(testBackend());
   });
 
-  it.each([...MECHANISMS.map((name) => [name, 0] as const), ...MECHANISMS.filter((name) => !attentionIsQuadratic(name)).map((name) => [name, 4] as const)])('%s (segmentLength %i): a few Adam steps lower the loss, with no tensor leak', (name, segmentLength) => {
-    const { losses, tensorsAfterStep } = trainToy(name, 12, segmentLength);
-    expect(losses.every(Number.isFinite)).toBe(true);
-    expect(losses[losses.length - 1]).toBeLessThan(0.9 * losses[0]);
-    // After the optimizer has created its slots (first step), the count stays flat.
-    expect(new Set(tensorsAfterStep.slice(1)).size).toBe(1);
-  });
+  it.each([...MECHANISMS.map((name) => [name, 0] as const), ...MECHANISMS.filter((name) => !attentionIsQuadratic(name)).map((name) => [name, 4] as const)])(
+    '%s (segmentLength %i): a few Adam steps lower the loss, with no tensor leak',
+    (name, segmentLength) => {
+      const { losses, tensorsAfterStep } = trainToy(name, 12, segmentLength);
+      expect(losses.every(Number.isFinite)).toBe(true);
+      expect(losses[losses.length - 1]).toBeLessThan(0.9 * losses[0]);
+      // After the optimizer has created its slots (first step), the count stays flat.
+      expect(new Set(tensorsAfterStep.slice(1)).size).toBe(1);
+    },
+  );
 });

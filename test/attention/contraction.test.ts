@@ -21,9 +21,7 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
       const phiK = positive(randomArray4(rng, [2, 3, length, 5]));
       const v = randomArray4(rng, [2, 3, length, 4]);
       const expected = featureAttentionRef(phiQ, phiK, v, { causal: true, delta: 1e-3 });
-      const actual = tf.tidy(() =>
-        toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal: true, chunkSize: 4, delta: 1e-3 })),
-      );
+      const actual = tf.tidy(() => toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal: true, chunkSize: 4, delta: 1e-3 })));
       expect(relL2(actual, expected)).toBeLessThan(1e-5);
     });
   }
@@ -34,9 +32,7 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
     const phiK = positive(randomArray4(rng, [1, 2, 9, 6]));
     const v = randomArray4(rng, [1, 2, 9, 3]);
     const expected = featureAttentionRef(phiQ, phiK, v, { causal: false, delta: 1e-6 });
-    const actual = tf.tidy(() =>
-      toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal: false, chunkSize: 4, delta: 1e-6 })),
-    );
+    const actual = tf.tidy(() => toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal: false, chunkSize: 4, delta: 1e-6 })));
     expect(relL2(actual, expected)).toBeLessThan(1e-5);
   });
 
@@ -52,9 +48,7 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
     for (const causal of [false, true]) {
       const expected = kernelAttentionRef(phiQ, phiK, v, (a, b) => dot(a, b), { causal, keyMask, delta: 1e-6 });
       const actual = tf.tidy(() =>
-        toArray4(
-          linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal, chunkSize: 3, delta: 1e-6, keyMask: tf.tensor2d(keyMask) }),
-        ),
+        toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal, chunkSize: 3, delta: 1e-6, keyMask: tf.tensor2d(keyMask) })),
       );
       expect(relL2(actual, expected)).toBeLessThan(1e-5);
     }
@@ -80,9 +74,7 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
           }),
         ),
       );
-      const actual = tf.tidy(() =>
-        toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal, chunkSize: 3, clampMin: 1 })),
-      );
+      const actual = tf.tidy(() => toArray4(linearAttention(tensor4(phiQ), tensor4(phiK), tensor4(v), { causal, chunkSize: 3, clampMin: 1 })));
       expect(relL2(actual, expected)).toBeLessThan(1e-5);
     }
   });
@@ -90,8 +82,24 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
   it('keeps gradients finite when a whole denominator is a tiny δ (no b² underflow)', () => {
     // Row 0's query is orthogonal to key 0: its denominator is exactly δ = 1e−30, as when every
     // stabilised feature product of a row underflows.
-    const phiQ = tf.tensor4d([[[[1, 0], [1, 1], [0.5, 0.5]]]]);
-    const phiK = tf.tensor4d([[[[0, 1], [1, 0], [1, 1]]]]);
+    const phiQ = tf.tensor4d([
+      [
+        [
+          [1, 0],
+          [1, 1],
+          [0.5, 0.5],
+        ],
+      ],
+    ]);
+    const phiK = tf.tensor4d([
+      [
+        [
+          [0, 1],
+          [1, 0],
+          [1, 1],
+        ],
+      ],
+    ]);
     const v = tf.tensor4d([[[[1], [2], [3]]]]);
     const f = (a: tf.Tensor, b: tf.Tensor) => tf.sum(linearAttention(a as tf.Tensor4D, b as tf.Tensor4D, v, { causal: true, chunkSize: 2, delta: 1e-30 }));
     const grads = tf.grads(f)([phiQ, phiK]);
@@ -114,9 +122,7 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
       return tf.sum(tf.mul(tf.reshape(out, [1, 2, 11, 3]), weights)) as tf.Scalar;
     };
     const chunked = (q: tf.Tensor, k: tf.Tensor, vv: tf.Tensor) =>
-      tf.sum(
-        tf.mul(linearAttention(q as tf.Tensor4D, k as tf.Tensor4D, vv as tf.Tensor4D, { causal: true, chunkSize: 4, delta: 1e-3 }), weights),
-      ) as tf.Scalar;
+      tf.sum(tf.mul(linearAttention(q as tf.Tensor4D, k as tf.Tensor4D, vv as tf.Tensor4D, { causal: true, chunkSize: 4, delta: 1e-3 }), weights)) as tf.Scalar;
     const gradsA = tf.grads(quadratic)([phiQ, phiK, v]);
     const gradsB = tf.grads(chunked)([phiQ, phiK, v]);
     for (let i = 0; i < 3; i++) expect(relL2(gradsB[i].arraySync(), gradsA[i].arraySync())).toBeLessThan(1e-4);
@@ -125,7 +131,11 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
   // Segments (the memory-bounded form): lengths that are not multiples of the segment, segments that
   // are not multiples of the chunk; values against the float64 quadratic form, gradients against the
   // one-segment form (ordinary autodiff).
-  for (const [causal, segmentLength] of [[true, 6], [true, 8], [false, 6]] as const) {
+  for (const [causal, segmentLength] of [
+    [true, 6],
+    [true, 8],
+    [false, 6],
+  ] as const) {
     it(`segments of ${segmentLength} (chunk 4, L=21, ${causal ? 'causal' : 'bidirectional'}, key mask): the quadratic form, and the one-segment gradients`, () => {
       const rng = new Rng(700 + segmentLength);
       const l = 21;
@@ -137,10 +147,21 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
       const opts = { causal, chunkSize: 4, delta: 1e-3, keyMask: mask };
       const expected = kernelAttentionRef(phiQ, phiK, v, (a, b) => dot(a, b), { causal, keyMask, delta: 1e-3 });
       const inputs = [phiQ, phiK, v].map(tensor4);
-      const run = (segment: number) => (x: tf.Tensor[]) => linearAttention(x[0] as tf.Tensor4D, x[1] as tf.Tensor4D, x[2] as tf.Tensor4D, { ...opts, segmentLength: segment });
-      expect(relL2(tf.tidy(() => toArray4(run(segmentLength)(inputs))), expected)).toBeLessThan(1e-5);
+      const run = (segment: number) => (x: tf.Tensor[]) =>
+        linearAttention(x[0] as tf.Tensor4D, x[1] as tf.Tensor4D, x[2] as tf.Tensor4D, { ...opts, segmentLength: segment });
+      expect(
+        relL2(
+          tf.tidy(() => toArray4(run(segmentLength)(inputs))),
+          expected,
+        ),
+      ).toBeLessThan(1e-5);
       const weights = tensor4(randomArray4(rng, [2, 2, l, 3]));
-      const grad = (f: (x: tf.Tensor[]) => tf.Tensor) => tf.tidy(() => tf.grads((...x: tf.Tensor[]) => tf.sum(tf.mul(f(x), weights)))(inputs).map((g) => toArray4(g)));
+      const grad = (f: (x: tf.Tensor[]) => tf.Tensor) =>
+        tf.tidy(() =>
+          tf
+            .grads((...x: tf.Tensor[]) => tf.sum(tf.mul(f(x), weights)))(inputs)
+            .map((g) => toArray4(g)),
+        );
       const [segmented, whole] = [grad(run(segmentLength)), grad(run(l))];
       for (let i = 0; i < 3; i++) expect(relL2(segmented[i], whole[i])).toBeLessThan(1e-5);
       tf.dispose([...inputs, weights, mask]);
@@ -152,23 +173,34 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
   // is chunked or goes through states (L=40, chunk 4), causal and bidirectional, with a key mask —
   // and the gradients with respect to the factors must equal those through the explicit features.
   const expand = (a: Array4, b: Array4, nodes: number): Array4 =>
-    a.map((ab, i) => ab.map((ah, j) => ah.map((row, t) => {
-      const bRow = b[i][j][t];
-      const m = bRow.length / nodes;
-      const out: number[] = [];
-      for (let r = 0; r < nodes; r++) for (const x of row) for (let c = 0; c < m; c++) out.push(x * bRow[r * m + c]);
-      return out;
-    })));
-  const expandTensor = (nodes: number) => ({ a, b }: { a: tf.Tensor4D; b: tf.Tensor4D }) => {
-    const [bs, h, l, fa] = a.shape;
-    const m = b.shape[3] / nodes;
-    const parts = Array.from({ length: nodes }, (_, r) =>
-      tf.reshape(tf.mul(tf.reshape(a, [bs, h, l, fa, 1]), tf.reshape(tf.slice(b, [0, 0, 0, r * m], [bs, h, l, m]), [bs, h, l, 1, m])), [bs, h, l, fa * m]),
+    a.map((ab, i) =>
+      ab.map((ah, j) =>
+        ah.map((row, t) => {
+          const bRow = b[i][j][t];
+          const m = bRow.length / nodes;
+          const out: number[] = [];
+          for (let r = 0; r < nodes; r++) for (const x of row) for (let c = 0; c < m; c++) out.push(x * bRow[r * m + c]);
+          return out;
+        }),
+      ),
     );
-    return tf.concat(parts, 3) as tf.Tensor4D;
-  };
+  const expandTensor =
+    (nodes: number) =>
+    ({ a, b }: { a: tf.Tensor4D; b: tf.Tensor4D }) => {
+      const [bs, h, l, fa] = a.shape;
+      const m = b.shape[3] / nodes;
+      const parts = Array.from({ length: nodes }, (_, r) =>
+        tf.reshape(tf.mul(tf.reshape(a, [bs, h, l, fa, 1]), tf.reshape(tf.slice(b, [0, 0, 0, r * m], [bs, h, l, m]), [bs, h, l, 1, m])), [bs, h, l, fa * m]),
+      );
+      return tf.concat(parts, 3) as tf.Tensor4D;
+    };
 
-  for (const [length, causal] of [[6, true], [40, true], [9, false], [40, false]] as const) {
+  for (const [length, causal] of [
+    [6, true],
+    [40, true],
+    [9, false],
+    [40, false],
+  ] as const) {
     it(`product features: equal the expanded quadratic form, values and gradients (L=${length}, ${causal ? 'causal' : 'bidirectional'})`, () => {
       const rng = new Rng(500 + length);
       const nodes = 2;
@@ -183,13 +215,26 @@ describe.each(testBackends())('linear-attention contraction on %s', (backend) =>
       const mask = tf.tensor2d(keyMask);
       const features = expandTensor(nodes);
       const viaFactors = (x: tf.Tensor[]) =>
-        productLinearAttention({ a: x[0] as tf.Tensor4D, b: x[1] as tf.Tensor4D }, { a: x[2] as tf.Tensor4D, b: x[3] as tf.Tensor4D }, tensor4(v), features, { ...opts, keyMask: mask });
+        productLinearAttention({ a: x[0] as tf.Tensor4D, b: x[1] as tf.Tensor4D }, { a: x[2] as tf.Tensor4D, b: x[3] as tf.Tensor4D }, tensor4(v), features, {
+          ...opts,
+          keyMask: mask,
+        });
       const viaFeatures = (x: tf.Tensor[]) =>
-        linearAttention(features({ a: x[0] as tf.Tensor4D, b: x[1] as tf.Tensor4D }), features({ a: x[2] as tf.Tensor4D, b: x[3] as tf.Tensor4D }), tensor4(v), { ...opts, keyMask: mask });
+        linearAttention(
+          features({ a: x[0] as tf.Tensor4D, b: x[1] as tf.Tensor4D }),
+          features({ a: x[2] as tf.Tensor4D, b: x[3] as tf.Tensor4D }),
+          tensor4(v),
+          { ...opts, keyMask: mask },
+        );
       const inputs = [aq, bq, ak, bk].map(tensor4);
       const actual = tf.tidy(() => toArray4(viaFactors(inputs)));
       expect(relL2(actual, expected)).toBeLessThan(1e-5);
-      const grad = (f: (x: tf.Tensor[]) => tf.Tensor) => tf.tidy(() => tf.grads((...x: tf.Tensor[]) => tf.sum(tf.mul(f(x), weights)))(inputs).map((g) => toArray4(g)));
+      const grad = (f: (x: tf.Tensor[]) => tf.Tensor) =>
+        tf.tidy(() =>
+          tf
+            .grads((...x: tf.Tensor[]) => tf.sum(tf.mul(f(x), weights)))(inputs)
+            .map((g) => toArray4(g)),
+        );
       const [g1, g2] = [grad(viaFactors), grad(viaFeatures)];
       for (let i = 0; i < 4; i++) expect(relL2(g1[i], g2[i])).toBeLessThan(1e-4);
       tf.dispose([...inputs, weights, mask]);

@@ -10,8 +10,7 @@ import { Rng } from '../../src/core/rng.ts';
 import { dot, kernelAttentionRef, randomArray4, relL2, tensor4, toArray4 } from '../helpers/reference.ts';
 
 const relu = (row: number[]) => row.map((x) => Math.max(x, 0));
-const cosformerKernel = (m: number) => (qi: number[], kj: number[], i: number, j: number) =>
-  dot(relu(qi), relu(kj)) * Math.cos(((Math.PI / 2) * (i - j)) / m);
+const cosformerKernel = (m: number) => (qi: number[], kj: number[], i: number, j: number) => dot(relu(qi), relu(kj)) * Math.cos(((Math.PI / 2) * (i - j)) / m);
 
 describe('cosformer', () => {
   beforeAll(async () => {

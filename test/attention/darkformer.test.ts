@@ -8,17 +8,7 @@ import { darkformerAttention, type DarkformerModule } from '../../src/model/atte
 import type { RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { Rng } from '../../src/core/rng.ts';
-import {
-  dot,
-  flat,
-  gradientCheck,
-  kernelAttentionRef,
-  meanAndStdErr,
-  randomArray4,
-  relL2,
-  tensor4,
-  type Array4,
-} from '../helpers/reference.ts';
+import { dot, flat, gradientCheck, kernelAttentionRef, meanAndStdErr, randomArray4, relL2, tensor4, type Array4 } from '../helpers/reference.ts';
 import { attentionTracker, runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
@@ -29,8 +19,7 @@ const modules = attentionTracker<RandomFeatureModule>();
 afterEach(() => modules.disposeAll());
 
 const make = modules.create;
-const darkformer = (options: Record<string, unknown> & { numHeads: number; headDim: number }) =>
-  make<DarkformerModule>('darkformer', options);
+const darkformer = (options: Record<string, unknown> & { numHeads: number; headDim: number }) => make<DarkformerModule>('darkformer', options);
 
 /** A random r×d factor per head, away from the identity. */
 function randomFactors(rng: Rng, heads: number, r: number, d: number, scale: number): number[][][] {
@@ -111,7 +100,16 @@ describe('darkformer attention', () => {
     const options = { numHeads: h, headDim: d, causal, seed: 19, features: 10, chunkSize: 4 };
     const performer = make<RandomFeatureModule>('performer', options);
     const dark = darkformer(options);
-    expect(flat(dark.covarianceFactor.arraySync())).toEqual(flat([0, 1].map(() => [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])));
+    expect(flat(dark.covarianceFactor.arraySync())).toEqual(
+      flat(
+        [0, 1].map(() => [
+          [1, 0, 0, 0],
+          [0, 1, 0, 0],
+          [0, 0, 1, 0],
+          [0, 0, 0, 1],
+        ]),
+      ),
+    );
     expect(flat(dark.buffers[0].arraySync())).toEqual(flat(performer.buffers[0].arraySync()));
     expect(relL2(run(dark, q, k, v), run(performer, q, k, v))).toBeLessThan(1e-6);
   });
@@ -158,16 +156,25 @@ describe('darkformer attention', () => {
     const rng = new Rng(23);
     // Anisotropic, correlated Gaussians x = A z (+ an offset for the keys), A different per head.
     const mixing = [
-      [[3, 0, 0], [1, 0.5, 0], [0.5, -0.2, 0.6]],
-      [[0.5, 0, 0], [0, 2, 0], [1, 1, 1]],
+      [
+        [3, 0, 0],
+        [1, 0.5, 0],
+        [0.5, -0.2, 0.6],
+      ],
+      [
+        [0.5, 0, 0],
+        [0, 2, 0],
+        [1, 1, 1],
+      ],
     ];
-    const sample = (offset: number) =>
-      [Array.from({ length: h }, (_, head) =>
+    const sample = (offset: number) => [
+      Array.from({ length: h }, (_, head) =>
         Array.from({ length: l }, () => {
           const z = [rng.normal(), rng.normal(), rng.normal()];
           return mixing[head].map((row) => dot(row, z) + offset);
         }),
-      )];
+      ),
+    ];
     const q = sample(0);
     const k = sample(2);
     const module = darkformer({ numHeads: h, headDim: d, seed: 1, features: 4, init: 'whitening' });
@@ -214,18 +221,14 @@ describe('darkformer attention', () => {
       const module = darkformer({ numHeads: h, headDim: d, causal, seed: 8, features: 8, chunkSize: 2 });
       module.covarianceFactor.assign(factor);
       expect(module.trainableVariables).toEqual([module.covarianceFactor]);
-      const { value, grads } = tf.variableGrads(
-        () => tf.sum(tf.mul(module.apply(q, k, v), weights)) as tf.Scalar,
-        module.trainableVariables,
-      );
+      const { value, grads } = tf.variableGrads(() => tf.sum(tf.mul(module.apply(q, k, v), weights)) as tf.Scalar, module.trainableVariables);
       const gradNorm = tf.tidy(() => tf.norm(grads[module.covarianceFactor.name]).arraySync() as number);
       expect(gradNorm).toBeGreaterThan(1e-3);
       tf.dispose([value, ...Object.values(grads)]);
 
       const opts = { causal, chunkSize: 2, delta: 1e-6 };
       const omega = module.buffers[0];
-      const lossOfQ = (x: tf.Tensor) =>
-        tf.sum(tf.mul(darkformerAttention(x as tf.Tensor4D, k, v, module.covarianceFactor, omega, opts), weights)) as tf.Scalar;
+      const lossOfQ = (x: tf.Tensor) => tf.sum(tf.mul(darkformerAttention(x as tf.Tensor4D, k, v, module.covarianceFactor, omega, opts), weights)) as tf.Scalar;
       const lossOfM = (x: tf.Tensor) => tf.sum(tf.mul(darkformerAttention(q, k, v, x, omega, opts), weights)) as tf.Scalar;
       expect(gradientCheck(lossOfQ, q)).toBeLessThan(2e-2);
       expect(gradientCheck(lossOfM, factor)).toBeLessThan(2e-2);

@@ -38,9 +38,13 @@ describe('softmax', () => {
     const [b, h, l, d] = [2, 2, 9, 4];
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [b, h, l, d]));
     // Left padding: sequence 0's first three keys and sequence 1's first key are padding.
-    const keyMask = [[0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 1, 1, 1, 1]];
+    const keyMask = [
+      [0, 0, 0, 1, 1, 1, 1, 1, 1],
+      [0, 1, 1, 1, 0, 1, 1, 1, 1],
+    ];
     const attn = createAttention('softmax', { numHeads: h, headDim: d, causal: true });
-    const run = (keys: Array4, values: Array4) => tf.tidy(() => toArray4(attn.apply(tensor4(q), tensor4(keys), tensor4(values), { keyMask: tf.tensor2d(keyMask) })));
+    const run = (keys: Array4, values: Array4) =>
+      tf.tidy(() => toArray4(attn.apply(tensor4(q), tensor4(keys), tensor4(values), { keyMask: tf.tensor2d(keyMask) })));
     const actual = run(k, v);
     // δ = 1e−300 turns a row with no visible real key into 0/δ = 0 and changes no other row.
     const expected = kernelAttentionRef(q, k, v, (a, c) => Math.exp(dot(a, c) / 2), { causal: true, keyMask, delta: 1e-300 });
@@ -78,9 +82,30 @@ describe('yat-spherical', () => {
     const epsilon = 1e-3;
     const attn = createAttention('yat-spherical', { numHeads: 1, headDim: 4, causal: false, epsilon });
     // One key equal to the query and one orthogonal key: weights 1/ε and 0, so the output is v₀.
-    const q = tf.tensor4d([[[[1, 0, 0, 0], [1, 0, 0, 0]]]]);
-    const k = tf.tensor4d([[[[3, 0, 0, 0], [0, 5, 0, 0]]]]);
-    const v = tf.tensor4d([[[[2, 2, 2, 2], [-7, 1, 0, 4]]]]);
+    const q = tf.tensor4d([
+      [
+        [
+          [1, 0, 0, 0],
+          [1, 0, 0, 0],
+        ],
+      ],
+    ]);
+    const k = tf.tensor4d([
+      [
+        [
+          [3, 0, 0, 0],
+          [0, 5, 0, 0],
+        ],
+      ],
+    ]);
+    const v = tf.tensor4d([
+      [
+        [
+          [2, 2, 2, 2],
+          [-7, 1, 0, 4],
+        ],
+      ],
+    ]);
     const out = attn.apply(q, k, v).arraySync()[0][0][0];
     const w0 = 1 / epsilon;
     out.forEach((x) => expect(x).toBeCloseTo((2 * w0) / (w0 + 1e-6), 4));

@@ -54,7 +54,16 @@ describe.each(['performer', 'darkformer'])('%s, head size 64, one key aligned wi
     const module = make(true);
     const keys = adversarial(module);
     const omega = omegaOf(module);
-    const shift = (x: number[], head: number) => Math.log(Math.sqrt(omega[0][0].length) * Math.max(...prfRef(x.map((c) => c * D ** -0.25), omega[head])));
+    const shift = (x: number[], head: number) =>
+      Math.log(
+        Math.sqrt(omega[0][0].length) *
+          Math.max(
+            ...prfRef(
+              x.map((c) => c * D ** -0.25),
+              omega[head],
+            ),
+          ),
+      );
     for (let head = 0; head < H; head++) {
       const others = keys[0][head].filter((_, i) => i !== AT).map((x) => shift(x, head));
       expect(shift(keys[0][head][AT], head) - Math.max(...others)).toBeGreaterThan(30);

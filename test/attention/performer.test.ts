@@ -6,17 +6,7 @@ import '../../src/model/attention/performer.ts';
 import { drawPrfProjection, type RandomFeatureModule } from '../../src/model/attention/performer.ts';
 import { createAttention } from '../../src/model/attention/registry.ts';
 import { Rng } from '../../src/core/rng.ts';
-import {
-  dot,
-  flat,
-  gradientCheck,
-  meanAndStdErr,
-  randomArray4,
-  relL2,
-  softmaxAttentionRef,
-  tensor4,
-  type Array4,
-} from '../helpers/reference.ts';
+import { dot, flat, gradientCheck, meanAndStdErr, randomArray4, relL2, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 import { attentionTracker, runAttention as run } from '../helpers/modules.ts';
 
 beforeAll(async () => {
@@ -173,8 +163,7 @@ describe('performer attention', () => {
     const withFuture = (make: (head: number, i: number) => number[]) =>
       k.map((kb) => kb.map((kh, head) => kh.map((row, i) => (i > cut ? make(head, i) : row))));
     const futureV = v.map((vb) => vb.map((vh) => vh.map((row, i) => (i > cut ? row.map((x) => -10 * x + 3) : row))));
-    const maxKeyLogit = (keys: Array4) =>
-      tf.tidy(() => Math.log(Math.sqrt(m) * (module.featureMap(tensor4(keys)).max().arraySync() as number)));
+    const maxKeyLogit = (keys: Array4) => tf.tidy(() => Math.log(Math.sqrt(m) * (module.featureMap(tensor4(keys)).max().arraySync() as number)));
 
     const before = run(module, q, k, v);
     const aligned = withFuture((head) => alignedKey(head));

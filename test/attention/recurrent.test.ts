@@ -115,7 +115,12 @@ describe.each(CASES)('%s', (_label, name, options) => {
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [B, H, L, D]));
     const { shapes } = compare(attn, q, k, v);
     if (attentionIsQuadratic(name)) {
-      shapes.forEach((s, t) => expect(JSON.parse(s)).toEqual([['keys', [B, H, t + 1, D]], ['values', [B, H, t + 1, D]]]));
+      shapes.forEach((s, t) =>
+        expect(JSON.parse(s)).toEqual([
+          ['keys', [B, H, t + 1, D]],
+          ['values', [B, H, t + 1, D]],
+        ]),
+      );
     } else {
       expect(new Set(shapes).size).toBe(1);
       const [[, sums]] = JSON.parse(shapes[0]) as [string, number[]][];

@@ -127,7 +127,7 @@ describe('schoenbat', () => {
     module.dispose();
   });
 
-  it("the default clamp keeps exact results where the released 1.0 clamp shrinks them", () => {
+  it('the default clamp keeps exact results where the released 1.0 clamp shrinks them', () => {
     // One query facing one key with q̂ᵀk̂ = −1 (d = 4): the exact causal output at position 0 is v₀,
     // whose true denominator f(−1/√d) = e^(−1/2) < 1.
     const q0: Array4 = [[[[1, -1, 1, -1]]]];
@@ -138,7 +138,12 @@ describe('schoenbat', () => {
     const ours = make('kernel-min');
     const released = make('reference');
     expect(relL2(run(ours, q0, k0, v0), v0)).toBeLessThan(0.05);
-    expect(relL2(run(released, q0, k0, v0), v0.map((b) => b.map((h) => h.map((row) => row.map((x) => x * Math.exp(-0.5))))))).toBeLessThan(0.05);
+    expect(
+      relL2(
+        run(released, q0, k0, v0),
+        v0.map((b) => b.map((h) => h.map((row) => row.map((x) => x * Math.exp(-0.5))))),
+      ),
+    ).toBeLessThan(0.05);
     ours.dispose();
     released.dispose();
   });

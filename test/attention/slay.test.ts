@@ -108,7 +108,10 @@ describe('slay: convergence to the kernel each estimator targets (float64 refere
     relL2(run(slay(2, 4, causal, seed, { delta: 0, chunkSize: 4, ...options }), q, k, v), target);
 
   it("poly 'exact' converges to the quadrature kernel Σ w_r x² e^{2 s_r x} as M grows", () => {
-    for (const [r, epsilon, small, large, bound] of [[1, 1e-3, 64, 8192, 0.03], [2, 6, 64, 4096, 0.01]] as const) {
+    for (const [r, epsilon, small, large, bound] of [
+      [1, 1e-3, 64, 8192, 0.03],
+      [2, 6, 64, 4096, 0.01],
+    ] as const) {
       const target = kernelRef(q, k, v, quadratureKernel(r, epsilon), true);
       const options = { poly: 'exact', quadratureNodes: r, epsilon };
       const coarse = error(target, true, 3, { ...options, prfFeatures: small });
@@ -146,7 +149,10 @@ describe('slay: convergence to the kernel each estimator targets (float64 refere
     // The Hadamard product (ωᵀu)²(ωᵀv)²·e^{√(2s)ωᵀ(u+v)} has a much heavier tail than the PRF alone,
     // so it is tested at ε = 30 (s ≈ 0.02, 0.11), where M = 16384 suffices (at ε = 6 it gives ~0.06).
     // With a wrong target (a² = 2s(1+x) instead of 2s(1+x)²) the error was 0.16.
-    const cases = [['laplace-only', 6, laplace(6), 0.01], ['hadamard', 30, hadamard(30), 0.04]] as const;
+    const cases = [
+      ['laplace-only', 6, laplace(6), 0.01],
+      ['hadamard', 30, hadamard(30), 0.04],
+    ] as const;
     for (const [poly, epsilon, kappa, bound] of cases) {
       const target = kernelRef(q, k, v, kappa, false);
       const coarse = error(target, false, 5, { poly, epsilon, prfFeatures: 16 });
@@ -162,10 +168,10 @@ describe('slay: convergence to the kernel each estimator targets (float64 refere
     const anchored = anchorKernel(2); // the table's d = 64: the factor 1/(d(d+2)) cancels in the ratio
     const rows: Array<[number, number, number, number]> = [
       // x, exact, quadrature (R = 2), anchor-expected (R = 2, d = 64); each normalised to 1 at x = 0.5
-      [-0.5, 0.334, 0.340, 0.340],
+      [-0.5, 0.334, 0.34, 0.34],
       [0, 0, 0, 0.342],
       [0.3, 0.257, 0.263, 0.575],
-      [0.7, 3.26, 2.90, 1.95],
+      [0.7, 3.26, 2.9, 1.95],
       [0.9, 16.1, 7.65, 4.12],
       [1.0, 4004, 12.3, 6.13],
     ];
@@ -212,13 +218,17 @@ function expandFactors(module: SlayAttention, x: Array4): Array4 {
     return [toArray4(f.a), toArray4(f.b)];
   });
   const nodes = module.quadrature.scales.length;
-  return a.map((ab, i) => ab.map((ah, j) => ah.map((row, t) => {
-    const bRow = b[i][j][t];
-    const m = bRow.length / nodes;
-    const out: number[] = [];
-    for (let r = 0; r < nodes; r++) for (const ai of row) for (let c = 0; c < m; c++) out.push(ai * bRow[r * m + c]);
-    return out;
-  })));
+  return a.map((ab, i) =>
+    ab.map((ah, j) =>
+      ah.map((row, t) => {
+        const bRow = b[i][j][t];
+        const m = bRow.length / nodes;
+        const out: number[] = [];
+        for (let r = 0; r < nodes; r++) for (const ai of row) for (let c = 0; c < m; c++) out.push(ai * bRow[r * m + c]);
+        return out;
+      }),
+    ),
+  );
 }
 
 describe('slay: the finite-feature output is the quadratic form of its own features', () => {
@@ -240,7 +250,14 @@ describe('slay: the finite-feature output is the quadratic form of its own featu
 
   for (const poly of ['anchor', 'exact', 'laplace-only', 'hadamard']) {
     // L=8, 10, 7, 9: the whole sequence is one block (cheaper for these sizes); L=64: chunked or states.
-    for (const [l, chunkSize, causal] of [[8, 4, true], [10, 4, true], [7, 64, true], [64, 4, true], [9, 4, false], [64, 4, false]] as const) {
+    for (const [l, chunkSize, causal] of [
+      [8, 4, true],
+      [10, 4, true],
+      [7, 64, true],
+      [64, 4, true],
+      [9, 4, false],
+      [64, 4, false],
+    ] as const) {
       it(`poly '${poly}', L=${l}, chunk ${chunkSize}, ${causal ? 'causal' : 'bidirectional'}: output = masked quadratic form (rel ≤ ${poly === 'exact' ? '1e-3' : '1e-5'})`, () => {
         const shape: Shape = [2, 2, l, 3];
         const { q, k, v } = inputs(8 + l, shape);
@@ -351,7 +368,11 @@ describe('slay: construction and options', () => {
     expect(values(a)).toEqual(values(b));
     expect(values(a)).not.toEqual(values(c));
     // Anchors are shared by the heads ([d, P]); PRF projections are per head and node ([H, d, M]).
-    expect(a.buffers.map((t) => t.shape)).toEqual([[4, 8], [2, 4, 16], [2, 4, 16]]);
+    expect(a.buffers.map((t) => t.shape)).toEqual([
+      [4, 8],
+      [2, 4, 16],
+      [2, 4, 16],
+    ]);
     for (const x of [a, b, c]) x.dispose();
   });
 

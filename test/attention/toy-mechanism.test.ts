@@ -50,23 +50,41 @@ describe('a mechanism registered by one line', () => {
     const before = tf.memory().numTensors;
     const rng = new Rng(4);
     const [q, k, v] = [0, 1, 2].map(() => tensor4(randomArray4(rng, [2, 2, 6, 4])));
-    const keyMask = tf.tensor2d([[1, 1, 1, 1, 1, 1], [0, 1, 1, 0, 1, 1]]);
+    const keyMask = tf.tensor2d([
+      [1, 1, 1, 1, 1, 1],
+      [0, 1, 1, 0, 1, 1],
+    ]);
     for (const causal of [true, false]) {
       const [toy, softmax] = [TOY_ATTENTION, 'softmax'].map((name) => createAttention(name, { numHeads: 2, headDim: 4, causal }));
-      expect(relL2(tf.tidy(() => toy.apply(q, k, v, { keyMask }).arraySync()), tf.tidy(() => softmax.apply(q, k, v, { keyMask }).arraySync()))).toBeLessThan(1e-6);
+      expect(
+        relL2(
+          tf.tidy(() => toy.apply(q, k, v, { keyMask }).arraySync()),
+          tf.tidy(() => softmax.apply(q, k, v, { keyMask }).arraySync()),
+        ),
+      ).toBeLessThan(1e-6);
       if (causal) {
         const whole = tf.tidy(() => toy.apply(q, k, v).arraySync());
         const slice = (t: tf.Tensor4D, from: number, n: number) => tf.slice(t, [0, 0, from, 0], [2, 2, n, 4]) as tf.Tensor4D;
         let state = toy.initState(2, 6);
         const outputs: tf.Tensor4D[] = [];
-        for (const [from, n] of [[0, 3], [3, 1], [4, 1], [5, 1]]) {
+        for (const [from, n] of [
+          [0, 3],
+          [3, 1],
+          [4, 1],
+          [5, 1],
+        ]) {
           const inputs = [q, k, v].map((t) => slice(t, from, n));
           const next = toy.step(inputs[0], inputs[1], inputs[2], state, from);
           tf.dispose([...inputs, ...Object.values(state.tensors)]);
           outputs.push(next.out);
           state = next.state;
         }
-        expect(relL2(tf.tidy(() => tf.concat(outputs, 2).arraySync()), whole)).toBeLessThan(1e-6);
+        expect(
+          relL2(
+            tf.tidy(() => tf.concat(outputs, 2).arraySync()),
+            whole,
+          ),
+        ).toBeLessThan(1e-6);
         tf.dispose([...outputs, ...Object.values(state.tensors)]);
       }
       toy.dispose();
@@ -85,17 +103,31 @@ describe('a mechanism registered by one line', () => {
     expect(() => parseRecipe(recipeText(`{ name: ${TOY_ATTENTION}, options: { temprature: 2 } }`), join(dir, 'toy.yaml'))).toThrow(
       /unknown key model\.attention\.options\.temprature for attention 'toy-tempered-softmax' \(did you mean model\.attention\.options\.temperature\?\)/,
     );
-    expect(renderRecipeDocs()).toContain("| `toy-tempered-softmax` | `init` | `fixed` \\| `calibrated` | `fixed` | 'calibrated': τ from the first training batches |");
+    expect(renderRecipeDocs()).toContain(
+      "| `toy-tempered-softmax` | `init` | `fixed` \\| `calibrated` | `fixed` | 'calibrated': τ from the first training batches |",
+    );
   });
 
   it('its quadratic declaration reaches the tensor-size check and the memory estimate', () => {
     // 8 rows × 8 heads × 8192² scores is more than one tensor holds; a linear mechanism has no such tensor.
     const overrides = ['--model.numHeads=8', '--model.dModel=64', '--model.maxSeqLen=8192', '--data.seqLen=8192', '--train.batchSize=8'];
     const long = (attention: string) => parseRecipe(recipeText(`{ name: ${attention} }`), join(dir, 'long.yaml'), overrides);
-    expect(() => long(TOY_ATTENTION)).toThrow(/train\.batchSize × model\.numHeads × data\.seqLen² \(the attention scores of a micro-batch\) = 4,294,967,296 elements/);
+    expect(() => long(TOY_ATTENTION)).toThrow(
+      /train\.batchSize × model\.numHeads × data\.seqLen² \(the attention scores of a micro-batch\) = 4,294,967,296 elements/,
+    );
     expect(long('linear-elu').model.attention.name).toBe('linear-elu');
     const config = (name: string): LanguageModelConfig => ({
-      kind: 'gpt', vocabSize: 300, maxSeqLen: 32, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 4, dropout: 0, bias: true, attention: { name, options: {} }, seed: 1,
+      kind: 'gpt',
+      vocabSize: 300,
+      maxSeqLen: 32,
+      dModel: 16,
+      numLayers: 2,
+      numHeads: 2,
+      mlpRatio: 4,
+      dropout: 0,
+      bias: true,
+      attention: { name, options: {} },
+      seed: 1,
     });
     const [b, l] = [4, 16];
     const scores = 2 * b * 2 * l * l * 3 * 4; // layers · B·H·L² · (scores, weights, mask product) · float32
@@ -108,7 +140,12 @@ describe('a mechanism registered by one line', () => {
     const lines: string[] = [];
     const losses: number[] = [];
     const result = await runTraining(recipe, {
-      logger: { dir: join(dir, 'runs', 'toy'), log: (r) => void (r.split === 'train' && losses.push(r.loss)), line: (t) => lines.push(t), finish: async () => {} },
+      logger: {
+        dir: join(dir, 'runs', 'toy'),
+        log: (r) => void (r.split === 'train' && losses.push(r.loss)),
+        line: (t) => lines.push(t),
+        finish: async () => {},
+      },
     });
     expect(lines).toContain(`${TOY_ATTENTION} init 'calibrated': τ of 2 layers from the queries and keys of 2 training batches`);
     expect(result.steps).toBe(8); // 512 tokens / (4 × 16) per step

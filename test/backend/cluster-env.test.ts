@@ -6,7 +6,7 @@ import { clusterFromEnv, expandHostList, expandTasksPerNode, slurmAddresses } fr
 import { serverDefText } from '../../src/backend/collective.ts';
 
 describe('Slurm host lists', () => {
-  it('expands ranges and lists inside brackets, keeping zero padding and Slurm\'s order', () => {
+  it("expands ranges and lists inside brackets, keeping zero padding and Slurm's order", () => {
     expect(expandHostList('node[01-03,7],gpu5')).toEqual(['node01', 'node02', 'node03', 'node7', 'gpu5']);
     expect(expandHostList('node[9-10]')).toEqual(['node9', 'node10']);
     expect(expandHostList('node10,node9,node2')).toEqual(['node10', 'node9', 'node2']);
@@ -32,7 +32,7 @@ describe('Slurm host lists', () => {
     expect(() => expandTasksPerNode('1(x100001)')).toThrow(/'1\(x100001\)' repeats more than 100,000 times/);
   });
 
-  it('gives ranks in block order, node by node, each node\'s tasks on consecutive ports', () => {
+  it("gives ranks in block order, node by node, each node's tasks on consecutive ports", () => {
     expect(slurmAddresses('node[9-10]', '2,1', 20000)).toEqual(['node9:20000', 'node9:20001', 'node10:20000']);
     expect(() => slurmAddresses('node[1-3]', '2(x2)', 20000)).toThrow(/3 hosts in 'node\[1-3\]' but 2 task counts/);
   });
@@ -41,7 +41,7 @@ describe('Slurm host lists', () => {
 describe('clusterFromEnv', () => {
   const slurm = { SLURM_STEP_NUM_TASKS: '3', SLURM_STEP_NODELIST: 'node[9-10]', SLURM_STEP_TASKS_PER_NODE: '2,1', SLAYFORMER_PORT: '20000' };
 
-  it('reads a Slurm task: rank from SLURM_PROCID, addresses from the step\'s nodes', () => {
+  it("reads a Slurm task: rank from SLURM_PROCID, addresses from the step's nodes", () => {
     const spec = clusterFromEnv({ ...slurm, SLURM_PROCID: '2', SLURM_LOCALID: '0', SLURMD_NODENAME: 'node10' });
     expect(spec).toEqual({ rank: 2, addresses: ['node9:20000', 'node9:20001', 'node10:20000'] });
   });
@@ -58,11 +58,12 @@ describe('clusterFromEnv', () => {
     expect(() => clusterFromEnv({ ...env, SLAYFORMER_PORT: '80' })).toThrow(/SLAYFORMER_PORT=80: expected a port from 1024 to 65000/);
   });
 
-  it('is null for a single task or no Slurm at all, and reads the launcher\'s variables first', () => {
+  it("is null for a single task or no Slurm at all, and reads the launcher's variables first", () => {
     expect(clusterFromEnv({ SLURM_PROCID: '0', SLURM_STEP_NUM_TASKS: '1' })).toBeNull();
     expect(clusterFromEnv({})).toBeNull();
     expect(clusterFromEnv({ ...slurm, SLURM_PROCID: '0', SLAYFORMER_RANK: '1', SLAYFORMER_CLUSTER: '127.0.0.1:5000,127.0.0.1:5001' })).toEqual({
-      rank: 1, addresses: ['127.0.0.1:5000', '127.0.0.1:5001'],
+      rank: 1,
+      addresses: ['127.0.0.1:5000', '127.0.0.1:5001'],
     });
   });
 });
@@ -73,7 +74,9 @@ describe('serverDefText', () => {
     expect(text).toContain('cluster { job { name: "worker" tasks { key: 0 value: "127.0.0.1:5000" } tasks { key: 1 value: "127.0.0.1:5001" } } }');
     expect(text).toContain('job_name: "worker" task_index: 1 protocol: "grpc"');
     expect(text).toContain('collective_group_leader: "/job:worker/replica:0/task:0"');
-    expect(text).toMatch(/coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 shutdown_barrier_timeout_in_ms: \d+ coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/);
+    expect(text).toMatch(
+      /coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 shutdown_barrier_timeout_in_ms: \d+ coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/,
+    );
   });
 
   it('refuses a rank outside the cluster, an address that is not host:port, and two ranks on one address', () => {

@@ -9,7 +9,15 @@ import { currentBuild } from '../../src/backend/native-build.ts';
 import { explicitTransposes } from '../../src/model/ops.ts';
 
 /** A machine with the given things installed. */
-function probe({ build = null, pkg = null, wasm = true }: { build?: { gpu: boolean } | null; pkg?: { name: string; gpu: boolean } | null; wasm?: boolean }): BackendProbe {
+function probe({
+  build = null,
+  pkg = null,
+  wasm = true,
+}: {
+  build?: { gpu: boolean } | null;
+  pkg?: { name: string; gpu: boolean } | null;
+  wasm?: boolean;
+}): BackendProbe {
   return {
     nativeBuild: () => (build ? { tensorflow: '2.21.0', gpu: build.gpu } : undefined),
     nativePackage: () => pkg ?? undefined,
@@ -40,7 +48,11 @@ describe('resolveBackend: auto without loading tfjs', () => {
     expect(built.source).toBe('.cache/tensorflow (TensorFlow 2.21.0, CPU build)');
     // A stock tfjs-node binding has no TensorFlow functions; a -gpu package computes on the GPU.
     expect(resolveBackend('auto', probe({ pkg: { name: '@tensorflow/tfjs-node-gpu', gpu: true } }))).toMatchObject({
-      backend: 'tensorflow', source: '@tensorflow/tfjs-node-gpu', graphSteps: false, cpuBound: false, coresPerReplica: 'all',
+      backend: 'tensorflow',
+      source: '@tensorflow/tfjs-node-gpu',
+      graphSteps: false,
+      cpuBound: false,
+      coresPerReplica: 'all',
     });
     expect(resolveBackend('auto', probe({}))).toMatchObject({ backend: 'wasm', native: false, graphSteps: false, cpuBound: true, coresPerReplica: 1 });
     expect(resolveBackend('auto', probe({ wasm: false })).backend).toBe('cpu');

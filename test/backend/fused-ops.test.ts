@@ -52,33 +52,39 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     return { fused: once(), composed: withComposedKernels(once) };
   }
 
-  it.each(['gelu-tanh', 'gelu-erf'] as const)('%s: value and gradient equal the composed form to float rounding and the float64 derivative; no tensor left', (form) => {
-    const before = tf.memory().numTensors;
-    const xs = randn(64 * 48, 2.5);
-    const dy = randn(64 * 48);
-    const x = tf.tensor2d(xs, [64, 48]);
-    const up = tf.tensor2d(dy, [64, 48]);
-    const { fused, composed } = both([x], (t) => activate(t as tf.Tensor2D, form), up);
-    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
-    expect(maxRel(fused.grads[0], composed.grads[0])).toBeLessThan(2e-6);
-    // float64 derivative of the same function
-    const ref = xs.map((v, i) => {
-      const cdf = form === 'gelu-erf' ? 0.5 * (1 + erf64(v / Math.SQRT2)) : 0.5 * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)));
-      const slope =
-        form === 'gelu-erf'
-          ? cdf + (v * Math.exp(-0.5 * v * v)) / Math.sqrt(2 * Math.PI)
-          : cdf + v * 0.5 * (1 - Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)) ** 2) * Math.sqrt(2 / Math.PI) * (1 + 3 * 0.044715 * v * v);
-      return dy[i] * slope;
-    });
-    expect(maxRel(fused.grads[0], ref)).toBeLessThan(1e-5);
-    tf.dispose([x, up]);
-    expect(tf.memory().numTensors).toBe(before);
-  });
+  it.each(['gelu-tanh', 'gelu-erf'] as const)(
+    '%s: value and gradient equal the composed form to float rounding and the float64 derivative; no tensor left',
+    (form) => {
+      const before = tf.memory().numTensors;
+      const xs = randn(64 * 48, 2.5);
+      const dy = randn(64 * 48);
+      const x = tf.tensor2d(xs, [64, 48]);
+      const up = tf.tensor2d(dy, [64, 48]);
+      const { fused, composed } = both([x], (t) => activate(t as tf.Tensor2D, form), up);
+      expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+      expect(maxRel(fused.grads[0], composed.grads[0])).toBeLessThan(2e-6);
+      // float64 derivative of the same function
+      const ref = xs.map((v, i) => {
+        const cdf = form === 'gelu-erf' ? 0.5 * (1 + erf64(v / Math.SQRT2)) : 0.5 * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)));
+        const slope =
+          form === 'gelu-erf'
+            ? cdf + (v * Math.exp(-0.5 * v * v)) / Math.sqrt(2 * Math.PI)
+            : cdf + v * 0.5 * (1 - Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)) ** 2) * Math.sqrt(2 / Math.PI) * (1 + 3 * 0.044715 * v * v);
+        return dy[i] * slope;
+      });
+      expect(maxRel(fused.grads[0], ref)).toBeLessThan(1e-5);
+      tf.dispose([x, up]);
+      expect(tf.memory().numTensors).toBe(before);
+    },
+  );
 
   it('LayerNorm: value and the gradients of x, gain and shift equal the composed form; no tensor left', () => {
     const before = tf.memory().numTensors;
     const [n, d] = [96, 40];
-    const x = tf.tensor2d(randn(n * d, 3).map((v, i) => v + (i % d) * 0.1), [n, d]);
+    const x = tf.tensor2d(
+      randn(n * d, 3).map((v, i) => v + (i % d) * 0.1),
+      [n, d],
+    );
     const gain = tf.tensor1d(randn(d, 0.5).map((v) => 1 + v));
     const shift = tf.tensor1d(randn(d, 0.2));
     const up = tf.tensor2d(randn(n * d), [n, d]);

@@ -8,7 +8,15 @@ import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../../src/backend/fused-kernels.ts';
-import { BUILD_STAMP, isTensorflowSetUp, nativePackageDir, PROJECT_ROOT, readBuildStamp, SETUP_COMMAND, TENSORFLOW_CACHE } from '../../src/backend/native-build.ts';
+import {
+  BUILD_STAMP,
+  isTensorflowSetUp,
+  nativePackageDir,
+  PROJECT_ROOT,
+  readBuildStamp,
+  SETUP_COMMAND,
+  TENSORFLOW_CACHE,
+} from '../../src/backend/native-build.ts';
 import { SetupError, setupTensorflow } from '../../src/backend/tensorflow-setup.ts';
 import { tensorflowInfo } from '../../src/backend/tensorflow.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
@@ -60,7 +68,11 @@ describe.skipIf(!available)(`tensorflow backend (skipped when not built: ${SETUP
       const t = tf.tensor1d(targets, 'int32');
       return {
         value: crossEntropySum(l, t).dataSync()[0],
-        grad: Array.from(tf.grad((x: tf.Tensor) => tf.mul(crossEntropySum(x as tf.Tensor2D, t), 2))(l).dataSync()),
+        grad: Array.from(
+          tf
+            .grad((x: tf.Tensor) => tf.mul(crossEntropySum(x as tf.Tensor2D, t), 2))(l)
+            .dataSync(),
+        ),
       };
     });
     expect(Math.abs(value - want) / want).toBeLessThan(1e-6);
@@ -99,13 +111,24 @@ describe.skipIf(!available)(`tensorflow backend (skipped when not built: ${SETUP
   });
 });
 
-describe.skipIf(!available)('TensorFlow\'s start-up lines', () => {
+describe.skipIf(!available)("TensorFlow's start-up lines", () => {
   // absl prints INFO lines from TF's static initialisers while the library loads ("oneDNN custom operations
   // are on"); the loader silences them through native/quiet_stderr.c. A child's stderr here is a socket.
   const load = (env: Record<string, string>) =>
-    spawnSync(process.execPath, ['--import', 'tsx', '-e', "import('./src/backend/start.ts').then(async (m) => { await m.initBackend('tensorflow', { quiet: true }); process.stderr.write('loaded\\n'); })"], {
-      cwd: PROJECT_ROOT, encoding: 'utf8', env: { ...process.env, ...env },
-    });
+    spawnSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '-e',
+        "import('./src/backend/start.ts').then(async (m) => { await m.initBackend('tensorflow', { quiet: true }); process.stderr.write('loaded\\n'); })",
+      ],
+      {
+        cwd: PROJECT_ROOT,
+        encoding: 'utf8',
+        env: { ...process.env, ...env },
+      },
+    );
 
   it('do not reach stderr; TF_CPP_MIN_LOG_LEVEL=0 shows them again', () => {
     // oneDNN on explicitly: TF logs that line whenever it is on, whatever the CPU's default.
@@ -130,8 +153,7 @@ describe('setup:tensorflow', () => {
   it('fails with one line naming what is missing, before it touches the cache', () => {
     const stampBefore = fs.existsSync(BUILD_STAMP) ? fs.readFileSync(BUILD_STAMP, 'utf8') : null;
     const lines: string[] = [];
-    const attempt = () =>
-      setupTensorflow({ gpu: false, tensorflow: '2.21.*', python: '/nonexistent/python3', force: true, log: (l) => lines.push(l) });
+    const attempt = () => setupTensorflow({ gpu: false, tensorflow: '2.21.*', python: '/nonexistent/python3', force: true, log: (l) => lines.push(l) });
     expect(attempt).toThrow(SetupError);
     expect(attempt).toThrow(/^\/nonexistent\/python3 not found: install Python 3 with pip \(or pass --python PATH\)$/);
     expect(fs.existsSync(BUILD_STAMP) ? fs.readFileSync(BUILD_STAMP, 'utf8') : null).toBe(stampBefore);
@@ -184,10 +206,12 @@ describe.skipIf(!available)('check:gpu on this (CPU) build', () => {
   it('refuses a CPU build with the command that makes a GPU one', () => {
     const r = checkGpu();
     expect(r.status).toBe(1);
-    expect(r.stderr.trim().split('\n').pop()).toBe(`check:gpu: this is a CPU build: run \`${SETUP_COMMAND} -- --gpu --force\` (or pass --cpu to check it anyway)`);
+    expect(r.stderr.trim().split('\n').pop()).toBe(
+      `check:gpu: this is a CPU build: run \`${SETUP_COMMAND} -- --gpu --force\` (or pass --cpu to check it anyway)`,
+    );
   });
 
-  it('with --cpu runs every other check and a recipe\'s first steps, printing tokens/s', () => {
+  it("with --cpu runs every other check and a recipe's first steps, printing tokens/s", () => {
     const r = checkGpu('recipes/demo/gpt-softmax.yaml', '--cpu', '--steps', '1');
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/ok {3}gradient vs cpu: relative error/);

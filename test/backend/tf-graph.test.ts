@@ -74,7 +74,7 @@ describe.skipIf(!available)(`graph execution on the tensorflow backend (skipped 
     }
   });
 
-  it('registers a function once, calls it by name on the backend\'s device, and refuses misuse with errors naming it', () => {
+  it("registers a function once, calls it by name on the backend's device, and refuses misuse with errors naming it", () => {
     const binding = (tf.backend() as unknown as { binding: Record<string, (...args: unknown[]) => unknown> }).binding;
     const x = tf.tensor1d([1, 2, 3]);
     const { outputs, trace } = recordTrace([x], () => [tf.mul(x, x)]);
@@ -100,7 +100,10 @@ describe.skipIf(!available)(`graph execution on the tensorflow backend (skipped 
 
   it(`writes each function's GraphDef and its feeds where ${DUMP_GRAPHS_ENV} says`, () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dump-graphs-'));
-    const x = tf.tensor2d([[1, 2], [3, 4]]);
+    const x = tf.tensor2d([
+      [1, 2],
+      [3, 4],
+    ]);
     const build = () => {
       const { outputs, trace } = recordTrace([x], () => [tf.sum(tf.square(x))]);
       tf.dispose(outputs);
@@ -141,13 +144,23 @@ describe.skipIf(!available)(`graph execution on the tensorflow backend (skipped 
 
   it('builds a graph once two calls repeat the program, and keeps a changing program eager with its results right', () => {
     const cache = new GraphCache();
-    const w = tf.variable(tf.tensor2d([[1, -1], [2, 0.5]]), true, 'graph-test.cache');
+    const w = tf.variable(
+      tf.tensor2d([
+        [1, -1],
+        [2, 0.5],
+      ]),
+      true,
+      'graph-test.cache',
+    );
     const stable = (x: tf.Tensor2D) => () => program(x, w)();
     const states: string[] = [];
     const counts: number[] = [];
     try {
       for (let step = 0; step < 5; step++) {
-        const xs = [[step + 1, -1], [0.5, step]];
+        const xs = [
+          [step + 1, -1],
+          [0.5, step],
+        ];
         const got = tf.tidy(() => {
           const x = tf.tensor2d(xs);
           return Array.from(cache.call('stable', [x, w], stable(x))[0].dataSync());

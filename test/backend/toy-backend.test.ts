@@ -12,7 +12,11 @@ import { initBackend, startDevice } from '../../src/backend/start.ts';
 const TOY_ENTRIES = [...BUILT_IN_BACKENDS, toyBackend]; // the list line
 
 /** A machine without the native build, with wasm, and with the toy's package or not. */
-const machine = (toy: boolean): BackendProbe => ({ nativeBuild: () => undefined, nativePackage: () => undefined, installed: (name) => name.startsWith('toy') ? toy : true });
+const machine = (toy: boolean): BackendProbe => ({
+  nativeBuild: () => undefined,
+  nativePackage: () => undefined,
+  installed: (name) => (name.startsWith('toy') ? toy : true),
+});
 
 afterAll(async () => {
   await initBackend('cpu', { quiet: true });

@@ -61,17 +61,22 @@ describe('train --dry-run: --backend > $SLAYFORMER_BACKEND > recipe > auto', () 
     expect(backendLine(envOverRecipe.stdout)).toMatch(/^backend {5}cpu \(SLAYFORMER_BACKEND=cpu\): /);
     expect(backendLine(fromRecipe.stdout)).toMatch(/^backend {5}wasm \(recipe: wasm\): /);
     // The demo recipes say auto: the native build where it is set up, else wasm.
-    expect(backendLine(fromAuto.stdout)).toMatch(currentBuild() ? /^backend {5}tensorflow \(recipe: auto\): \.cache\/tensorflow / : /^backend {5}wasm \(recipe: auto\): /);
+    expect(backendLine(fromAuto.stdout)).toMatch(
+      currentBuild() ? /^backend {5}tensorflow \(recipe: auto\): \.cache\/tensorflow / : /^backend {5}wasm \(recipe: auto\): /,
+    );
     expect(badEnv.status).toBe(2);
     expect(badEnv.stderr).toBe("train: SLAYFORMER_BACKEND: unknown backend 'tpu'; allowed: auto, tensorflow, wasm, cpu\n");
   });
 
-  it.skipIf(!currentBuild())('with the native build (skipped without `npm run setup:tensorflow`): SLAYFORMER_BACKEND=tensorflow names the .cache build', async () => {
-    const r = await train([DEMO_RECIPE, '--dry-run'], envWith({ [BACKEND_ENV]: 'tensorflow' }));
-    expect(backendLine(r.stdout)).toMatch(/^backend {5}tensorflow \(SLAYFORMER_BACKEND=tensorflow\): \.cache\/tensorflow \(TensorFlow \d/);
-    // The demo recipe's train.dataParallel auto is one replica there: the native thread pool takes every core.
-    expect(r.stdout).toMatch(/^replicas {4}1 on tensorflow \(train\.dataParallel auto\)/m);
-  });
+  it.skipIf(!currentBuild())(
+    'with the native build (skipped without `npm run setup:tensorflow`): SLAYFORMER_BACKEND=tensorflow names the .cache build',
+    async () => {
+      const r = await train([DEMO_RECIPE, '--dry-run'], envWith({ [BACKEND_ENV]: 'tensorflow' }));
+      expect(backendLine(r.stdout)).toMatch(/^backend {5}tensorflow \(SLAYFORMER_BACKEND=tensorflow\): \.cache\/tensorflow \(TensorFlow \d/);
+      // The demo recipe's train.dataParallel auto is one replica there: the native thread pool takes every core.
+      expect(r.stdout).toMatch(/^replicas {4}1 on tensorflow \(train\.dataParallel auto\)/m);
+    },
+  );
 });
 
 describe('config.json', () => {
@@ -79,7 +84,10 @@ describe('config.json', () => {
   /** The tiny recipe saying `backend`, training into runs-<backend>/. */
   const tinyRecipe = (backend: string) => {
     const file = join(dir, `tiny-${backend}.yaml`);
-    writeFileSync(file, tinyRecipeText(setup, join(dir, `runs-${backend}`), { maxTokens: 192, checkpointInterval: 3 }).replace('backend: cpu', `backend: ${backend}`));
+    writeFileSync(
+      file,
+      tinyRecipeText(setup, join(dir, `runs-${backend}`), { maxTokens: 192, checkpointInterval: 3 }).replace('backend: cpu', `backend: ${backend}`),
+    );
     return file;
   };
   const onlyRunFolder = (recipeFile: string) => {
@@ -92,7 +100,7 @@ describe('config.json', () => {
     setup = await makeTinySetup(dir);
   });
 
-  it('records the backend the run trained on (--backend cpu over the recipe\'s wasm), as do its checkpoints and env.json', async () => {
+  it("records the backend the run trained on (--backend cpu over the recipe's wasm), as do its checkpoints and env.json", async () => {
     const recipeFile = tinyRecipe('wasm');
     const r = await train([recipeFile, '--backend', 'cpu'], envWith({ [BACKEND_ENV]: 'wasm' }));
     expect(r.status, r.stderr).toBe(0);
@@ -103,13 +111,16 @@ describe('config.json', () => {
     expect(JSON.parse(readFileSync(join(checkpoint.dir, 'recipe.json'), 'utf8')).backend).toBe('cpu');
   });
 
-  it.skipIf(!currentBuild())('with the native build (skipped without `npm run setup:tensorflow`): a backend: auto recipe trains on it, and config.json says so', async () => {
-    const recipeFile = tinyRecipe('auto');
-    const r = await train([recipeFile], envWith());
-    expect(r.status, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(/^\[train\] backend auto → tensorflow$/m);
-    expect(JSON.parse(readFileSync(join(onlyRunFolder(recipeFile), 'config.json'), 'utf8')).backend).toBe('tensorflow');
-  });
+  it.skipIf(!currentBuild())(
+    'with the native build (skipped without `npm run setup:tensorflow`): a backend: auto recipe trains on it, and config.json says so',
+    async () => {
+      const recipeFile = tinyRecipe('auto');
+      const r = await train([recipeFile], envWith());
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stderr).toMatch(/^\[train\] backend auto → tensorflow$/m);
+      expect(JSON.parse(readFileSync(join(onlyRunFolder(recipeFile), 'config.json'), 'utf8')).backend).toBe('tensorflow');
+    },
+  );
 });
 
 describe('sweep packing by the resolved device', () => {
@@ -122,7 +133,10 @@ describe('sweep packing by the resolved device', () => {
     delete process.env[BACKEND_ENV];
     file = join(dir, 'auto-sweep.yaml');
     // The demo recipe says backend: auto and train.dataParallel: auto.
-    writeFileSync(file, `recipe: ${resolve(DEMO_RECIPE)}\ngrid:\n  model.attention: [softmax, slay]\n  train.seed: [1, 2]\nrunDir: ${join(dir, 'sweep-runs')}\n`);
+    writeFileSync(
+      file,
+      `recipe: ${resolve(DEMO_RECIPE)}\ngrid:\n  model.attention: [softmax, slay]\n  train.seed: [1, 2]\nrunDir: ${join(dir, 'sweep-runs')}\n`,
+    );
   });
   afterAll(() => {
     if (saved === undefined) delete process.env[BACKEND_ENV];

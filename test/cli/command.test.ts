@@ -66,12 +66,16 @@ describe('parseCommandLine', () => {
 
   it('takes a recipe override’s value after a space too, as every option does', () => {
     expect(parsed('r.yaml', '--train.lr', '1e-3', '--dry-run', '--model.attention.options.prfFeatures', '32')).toMatchObject({
-      positionals: ['r.yaml'], overrides: ['--train.lr=1e-3', '--model.attention.options.prfFeatures=32'], values: { 'dry-run': true },
+      positionals: ['r.yaml'],
+      overrides: ['--train.lr=1e-3', '--model.attention.options.prfFeatures=32'],
+      values: { 'dry-run': true },
     });
     // Before the recipe file as well: the value is not taken for the positional.
     expect(parsed('--train.lr', '1e-3', 'r.yaml')).toMatchObject({ positionals: ['r.yaml'], overrides: ['--train.lr=1e-3'] });
     expect(usageError('r.yaml', '--train.lr')).toBe("unknown option '--train.lr' (a recipe override needs a value: --train.lr VALUE or --train.lr=VALUE)");
-    expect(usageError('r.yaml', '--train.lr', '--dry-run')).toBe("unknown option '--train.lr' (a recipe override needs a value: --train.lr VALUE or --train.lr=VALUE)");
+    expect(usageError('r.yaml', '--train.lr', '--dry-run')).toBe(
+      "unknown option '--train.lr' (a recipe override needs a value: --train.lr VALUE or --train.lr=VALUE)",
+    );
   });
 
   it('answers -h and --help wherever they appear', () => {
@@ -142,27 +146,36 @@ function runWithoutTfjs(file: string, ...args: string[]): Promise<Ran> {
 }
 
 function runNode(nodeArgs: string[]): Promise<Ran> {
-  return limit(() => new Promise<Ran>((resolve) => {
-    const child = spawn(process.execPath, nodeArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (status) => resolve({ status, stdout, stderr }));
-  }));
+  return limit(
+    () =>
+      new Promise<Ran>((resolve) => {
+        const child = spawn(process.execPath, nodeArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
+        let stdout = '';
+        let stderr = '';
+        child.stdout.on('data', (d) => (stdout += d));
+        child.stderr.on('data', (d) => (stderr += d));
+        child.on('close', (status) => resolve({ status, stdout, stderr }));
+      }),
+  );
 }
 
 describe('every command', () => {
   it('is started by its npm script with node --import tsx (tsx’s own CLI would relay Ctrl-C and kill a busy trainer)', () => {
     const typescript = Object.entries(scripts).filter(([, command]) => /\.ts\b/.test(command));
     expect(typescript.filter(([, command]) => !command.startsWith('node --import tsx ')).map(([name]) => name)).toEqual([]);
-    expect(COMMANDS.map((c) => c.name)).toEqual(expect.arrayContaining(['train', 'finetune', 'demo', 'eval', 'generate', 'compare', 'bench', 'bench:attention', 'bench:data', 'bench:train']));
+    expect(COMMANDS.map((c) => c.name)).toEqual(
+      expect.arrayContaining(['train', 'finetune', 'demo', 'eval', 'generate', 'compare', 'bench', 'bench:attention', 'bench:data', 'bench:train']),
+    );
   });
 
   it('parses its arguments with the shared parser, and no other way', () => {
     const entryPoints = [
-      ...readdirSync('src/cli').filter((f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts'].includes(f)).map((f) => `src/cli/${f}`),
-      ...readdirSync('bench').filter((f) => f.endsWith('.ts')).map((f) => `bench/${f}`),
+      ...readdirSync('src/cli')
+        .filter((f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts'].includes(f))
+        .map((f) => `src/cli/${f}`),
+      ...readdirSync('bench')
+        .filter((f) => f.endsWith('.ts'))
+        .map((f) => `bench/${f}`),
     ];
     expect(entryPoints.length).toBeGreaterThanOrEqual(COMMANDS.length - 1); // finetune shares train's file
     for (const file of entryPoints) {
@@ -181,7 +194,9 @@ describe('commands, spawned', () => {
   it('--help prints the usage and options (exit 0); an unknown option one line plus the usage (exit 2), no stack trace', async () => {
     const commands = COMMANDS.filter((c) => SPAWNED.includes(c.name));
     expect(commands).toHaveLength(SPAWNED.length);
-    const results = await Promise.all(commands.map(async ({ name, file }) => ({ name, help: await run(file, '--help'), bad: await run(file, '--no-such-option') })));
+    const results = await Promise.all(
+      commands.map(async ({ name, file }) => ({ name, help: await run(file, '--help'), bad: await run(file, '--no-such-option') })),
+    );
     for (const { name, help, bad } of results) {
       expect(help.status, `${name}: ${help.stderr}`).toBe(0);
       expect(help.stdout, name).toMatch(new RegExp(`^Usage:\\n {2}npm run ${name} -- `));
@@ -190,7 +205,9 @@ describe('commands, spawned', () => {
       expect(bad.status, name).toBe(2);
       expect(bad.stdout, name).toBe('');
       const lines = bad.stderr.split('\n');
-      expect(lines[0], name).toBe(`${name}: unknown option '--no-such-option'${name === 'train' ? ' (a recipe override needs a value: --no-such-option VALUE or --no-such-option=VALUE)' : ''}`);
+      expect(lines[0], name).toBe(
+        `${name}: unknown option '--no-such-option'${name === 'train' ? ' (a recipe override needs a value: --no-such-option VALUE or --no-such-option=VALUE)' : ''}`,
+      );
       expect(lines[1], name).toBe('Usage:');
       expect(bad.stderr, name).not.toMatch(/\n\s+at /);
     }
@@ -219,7 +236,9 @@ describe('commands, spawned', () => {
   });
 
   it('--help of every command answers before TensorFlow.js loads (any import of it fails here)', async () => {
-    const files = readdirSync('src/cli').filter((f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts'].includes(f));
+    const files = readdirSync('src/cli').filter(
+      (f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts'].includes(f),
+    );
     const results = await Promise.all(files.map(async (file) => ({ file, help: await runWithoutTfjs(`src/cli/${file}`, '--help') })));
     for (const { file, help } of results) {
       expect(help.status, `${file}: ${help.stderr}`).toBe(0);

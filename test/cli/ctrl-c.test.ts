@@ -47,7 +47,9 @@ function npmRun(args: string[], detached: boolean): Started {
   let text = '';
   child.stdout.on('data', (d) => (text += d));
   child.stderr.on('data', (d) => (text += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('close', (code, signal) => resolve({ code, signal })),
+  );
   return { pid: child.pid!, child, output: () => text, exited };
 }
 
@@ -56,7 +58,13 @@ describe('Ctrl-C under npm run train', () => {
     const runs = join(dir, 'runs');
     // Steps of 16×16 tokens take a few hundred ms on the cpu backend: the signal lands while a step
     // computes, which is when a relaying parent (tsx's CLI) gives up on the trainer and kills it.
-    const recipe = await writeTinyRecipe(join(dir, 'tiny.yaml'), setup, runs, { batchSize: 16, maxTokens: 2048, logInterval: 1, checkpointInterval: 100, evalInterval: 100 });
+    const recipe = await writeTinyRecipe(join(dir, 'tiny.yaml'), setup, runs, {
+      batchSize: 16,
+      maxTokens: 2048,
+      logInterval: 1,
+      checkpointInterval: 100,
+      evalInterval: 100,
+    });
     const train = npmRun(['train', '--', recipe], true);
     // The progress line of step 2 of 8: the signal lands mid-run, while the next step computes.
     await waitForOutput(train.child, train.output, /^step 2\/8 \|/m);
@@ -78,7 +86,9 @@ describe('Ctrl-C under npm run train', () => {
     expect(done.code, resumed.output()).toBe(0);
     expect(resumed.output()).toMatch(new RegExp(`resumed from .*step-${step.padStart(6, '0')} at step ${step}`));
     expect(existsSync(join(runDir!, 'final', 'model.safetensors'))).toBe(true);
-    const trainSteps = readMetrics(runDir!).filter((r) => r.split === 'train').map((r) => r.step);
+    const trainSteps = readMetrics(runDir!)
+      .filter((r) => r.split === 'train')
+      .map((r) => r.step);
     expect(trainSteps).toEqual([1, 2, 3, 4, 5, 6, 7, 8]); // every step logged once, none lost or repeated
   }, 120_000);
 });

@@ -37,8 +37,20 @@ describe('paths into mappings', () => {
   });
 
   it('flattenPaths gives dotted paths (dotted keys read as nested ones), stops where told, keeps empty mappings and lists as values', () => {
-    const nested = { train: { lr: 1, seed: undefined }, 'data.seqLen': 8, model: { attention: { name: 'slay', options: { prf: { m: 4 } } }, layers: [1, 2] }, wandb: {} };
-    expect(flattenPaths(nested)).toEqual({ 'train.lr': 1, 'data.seqLen': 8, 'model.attention.name': 'slay', 'model.attention.options.prf.m': 4, 'model.layers': [1, 2], wandb: {} });
+    const nested = {
+      train: { lr: 1, seed: undefined },
+      'data.seqLen': 8,
+      model: { attention: { name: 'slay', options: { prf: { m: 4 } } }, layers: [1, 2] },
+      wandb: {},
+    };
+    expect(flattenPaths(nested)).toEqual({
+      'train.lr': 1,
+      'data.seqLen': 8,
+      'model.attention.name': 'slay',
+      'model.attention.options.prf.m': 4,
+      'model.layers': [1, 2],
+      wandb: {},
+    });
     expect(flattenPaths(nested, (p) => p === 'model.attention.options')['model.attention.options']).toEqual({ prf: { m: 4 } });
     // setPath undoes it.
     const back: Record<string, unknown> = {};

@@ -16,7 +16,9 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const DEAD = { pid: 2 ** 22 + 12345, host: hostname(), startedAt: '2026-01-01T00:00:00.000Z' };
 
 const TAKER = join(dir, 'take.mts'); // .mts: an ES module wherever it lies (top-level await)
-writeFileSync(TAKER, `import { takeLockFile, thisProcess } from ${JSON.stringify(pathToFileURL(resolve('src/core/lock-file.ts')).href)};
+writeFileSync(
+  TAKER,
+  `import { takeLockFile, thisProcess } from ${JSON.stringify(pathToFileURL(resolve('src/core/lock-file.ts')).href)};
 import { createInterface } from 'node:readline';
 const lines = createInterface({ input: process.stdin });
 console.log('ready');
@@ -25,7 +27,8 @@ for await (const line of lines) {
   const lock = takeLockFile(process.argv[2], thisProcess());
   console.log(lock.held ? 'held' : 'refused ' + lock.holder.pid);
 }
-`);
+`,
+);
 
 /** Starts `n` takers of `file` and waits until each is ready; `said(k)` resolves with a taker's first k lines. */
 async function takers(file: string, n: number) {
@@ -37,10 +40,11 @@ async function takers(file: string, n: number) {
       text += d;
       for (const w of waiters.splice(0)) w();
     });
-    return (lines: number) => new Promise<string[]>((done) => {
-      const check = () => (text.split('\n').length > lines ? done(text.trim().split('\n')) : waiters.push(check));
-      check();
-    });
+    return (lines: number) =>
+      new Promise<string[]>((done) => {
+        const check = () => (text.split('\n').length > lines ? done(text.trim().split('\n')) : waiters.push(check));
+        check();
+      });
   });
   await Promise.all(said.map((s) => s(1)));
   return { children, said };

@@ -9,7 +9,9 @@ describe.skipIf(!existsSync('/dev/full'))('a full disk', () => {
   it('the error of a failed write names the file and keeps its code', async () => {
     await expect(writeFileSynced('/dev/full', 'model bytes')).rejects.toMatchObject({ code: 'ENOSPC', message: expect.stringMatching(/^\/dev\/full: ENOSPC/) });
     for (const write of [writeOwnFile, appendOwnFile]) {
-      expect(() => write('/dev/full', 'a record\n')).toThrow(expect.objectContaining({ code: 'ENOSPC', message: expect.stringMatching(/^\/dev\/full: ENOSPC/) }));
+      expect(() => write('/dev/full', 'a record\n')).toThrow(
+        expect.objectContaining({ code: 'ENOSPC', message: expect.stringMatching(/^\/dev\/full: ENOSPC/) }),
+      );
     }
   });
 });

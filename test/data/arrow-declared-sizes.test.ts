@@ -98,7 +98,9 @@ describe('declared sizes beyond the bytes present are refused by both readers, n
     it(`${format} format: 2³¹ − 1 rows declared over 3 offsets (the issue's shard)`, async () => {
       const file = crafted('most-rows.arrow', format, declareRows(MOST_ROWS));
       expect(fs.statSync(file).size).toBeLessThan(600);
-      const refusal = regex(`${file} (record batch 0): corrupt: the record batch declares 2,147,483,647 rows, but the offsets of column "text" hold 16 bytes (3 rows)`);
+      const refusal = regex(
+        `${file} (record batch 0): corrupt: the record batch declares 2,147,483,647 rows, but the offsets of column "text" hold 16 bytes (3 rows)`,
+      );
       await expect(drain(file)).rejects.toThrow(refusal);
       await expect(scanShard(file, 'text')).rejects.toThrow(refusal);
     });
@@ -134,7 +136,10 @@ describe('declared sizes beyond the bytes present are refused by both readers, n
         await expect(drain(file), name).rejects.toThrow(regex(`${file} (record batch 0): corrupt: column "text": ${problem}`));
       }
       // The header scan reads the first and the last offset only: it sees those two out of the data.
-      for (const [name, end] of [['past.arrow', 900], ['first-negative.arrow', -2]] as const) {
+      for (const [name, end] of [
+        ['past.arrow', 900],
+        ['first-negative.arrow', -2],
+      ] as const) {
         const file = path.join(dir, format, name);
         await expect(scanShard(file, 'text'), name).rejects.toThrow(regex(`${file} (record batch 0): corrupt: column "text": its offsets run from byte`));
         await expect(scanShard(file, 'text'), name).rejects.toThrow(String(end));
@@ -192,12 +197,16 @@ describe('dictionary-encoded text', () => {
     outside.writeInt32LE(99, at.bodyStart + at.header.buffers[1].offset + 4 * 4);
     const outsideFile = path.join(dir, 'dictionary-outside.arrow');
     fs.writeFileSync(outsideFile, outside);
-    await expect(drain(outsideFile)).rejects.toThrow(regex(`${outsideFile} (record batch 0): corrupt: column "text": row 4 points at dictionary entry 99 of 3`));
+    await expect(drain(outsideFile)).rejects.toThrow(
+      regex(`${outsideFile} (record batch 0): corrupt: column "text": row 4 points at dictionary entry 99 of 3`),
+    );
     const many = Buffer.from(bytes);
     expect(replaceInt64(many, at.metadataStart, at.metadataEnd, 5n, 7n)).toBe(2);
     const manyFile = path.join(dir, 'dictionary-rows.arrow');
     fs.writeFileSync(manyFile, many);
-    const refusal = regex(`${manyFile} (record batch 0): corrupt: the record batch declares 7 rows, but the dictionary indices of column "text" hold 24 bytes (6 rows)`);
+    const refusal = regex(
+      `${manyFile} (record batch 0): corrupt: the record batch declares 7 rows, but the dictionary indices of column "text" hold 24 bytes (6 rows)`,
+    );
     await expect(drain(manyFile)).rejects.toThrow(refusal);
     await expect(scanShard(manyFile, 'text')).rejects.toThrow(refusal);
   });

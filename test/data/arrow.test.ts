@@ -92,7 +92,11 @@ describe('shards written by the project', () => {
   it('keeps non-ASCII text exact (multi-byte UTF-8 in a batch)', async () => {
     const unicode = ['naïve café', 'plain ascii', '日本語のテキスト', 'emoji 😀 ok', '', 'Ünïcödé'];
     const f = path.join(dir, 'unicode.arrow');
-    const writer = await writeShard(f, unicode.map((t) => [t]), ['text']);
+    const writer = await writeShard(
+      f,
+      unicode.map((t) => [t]),
+      ['text'],
+    );
     expect((await collect(f)).flatMap((b) => b.texts)).toEqual(unicode);
     expect(writer.textBytes).toBe(unicode.reduce((s, t) => s + Buffer.byteLength(t), 0));
   });
@@ -225,7 +229,9 @@ describe('listShards and describeSplit', () => {
     for (const name of names) await writeShard(path.join(cache, name), [[name]], ['text']);
     const train = ['c4-train-00000-of-00003.arrow', 'c4-train-00001-of-00003.arrow', 'c4-train-00002-of-00003.arrow'].map((n) => path.join(cache, n));
     expect(await listShards(cache, 'train')).toEqual(train);
-    expect(await listShards(cache, 'validation')).toEqual(['c4-validation-00000-of-00002.arrow', 'c4-validation-00001-of-00002.arrow'].map((n) => path.join(cache, n)));
+    expect(await listShards(cache, 'validation')).toEqual(
+      ['c4-validation-00000-of-00002.arrow', 'c4-validation-00001-of-00002.arrow'].map((n) => path.join(cache, n)),
+    );
     expect(await listShards(path.join(cache, 'c4-train-*.arrow'), 'train')).toEqual(train);
     expect(await listShards(path.join(cache, 'c4-train-0000[12]-of-*.arrow'), 'train')).toEqual(train.slice(1));
     await expect(listShards(path.join(cache, 'c4-train-*.arrow'), 'validation')).rejects.toThrow(/no "-validation-" \.arrow files.*train/);

@@ -81,7 +81,9 @@ describe('bad Arrow shards', () => {
     await writeBatches(fileFormat, batches, 'file');
     const whole = fs.readFileSync(fileFormat);
     const cutFile = write('file-format-cut.arrow', whole.subarray(0, Math.floor(whole.length * 0.7)));
-    await expect(drain(cutFile)).rejects.toThrow(regex(`${cutFile}: truncated or corrupt: not a readable Arrow IPC file (stream or file format): IPC file format without its footer`));
+    await expect(drain(cutFile)).rejects.toThrow(
+      regex(`${cutFile}: truncated or corrupt: not a readable Arrow IPC file (stream or file format): IPC file format without its footer`),
+    );
     const garbage = write('garbage.arrow', Buffer.from('this is not an arrow file at all, just text'));
     await expect(drain(garbage)).rejects.toThrow(regex(`${garbage}: not an Arrow IPC file: it starts with 74 68 69 73 20 69 73 20 ("this is ")`));
     // A flipped byte in batch 1's message header (its metadata length) is corrupt, and said so with the batch.
@@ -127,7 +129,16 @@ describe('bad Arrow shards', () => {
     const tokenizer = await TextTokenizer.load(path.join(dir, 'utf8-tok.json'));
     const warnings: string[] = [];
     const stream = await openBatchStream({
-      dataset: file, split: 'train', textColumn: 'text', tokenizer, kind: 'gpt', seqLen: 4, batchSize: 1, seed: 0, shuffleBuffer: 0, readAhead: 1,
+      dataset: file,
+      split: 'train',
+      textColumn: 'text',
+      tokenizer,
+      kind: 'gpt',
+      seqLen: 4,
+      batchSize: 1,
+      seed: 0,
+      shuffleBuffer: 0,
+      readAhead: 1,
       onWarning: (m) => warnings.push(m),
     });
     while (await stream.next());
@@ -243,7 +254,8 @@ describe('bad prepare inputs', () => {
     await expect(prepare([ints])).rejects.toThrow(regex(`${ints} (row group 0, row 0): column "text" is a bigint; expected a string (UTF-8) column`));
     const zstd = path.join(fixtures, 'zstd.parquet');
     const hasZstd = 'zstdDecompressSync' in zlib;
-    if (hasZstd) expect((await prepare([zstd])).documents).toBe(19); // Node >= 22.15 decodes ZSTD through node:zlib
+    if (hasZstd)
+      expect((await prepare([zstd])).documents).toBe(19); // Node >= 22.15 decodes ZSTD through node:zlib
     else await expect(prepare([zstd])).rejects.toThrow(regex(`${zstd} (row group 0): cannot decode: parquet unsupported compression codec: ZSTD`));
   });
 

@@ -19,7 +19,10 @@ const tsvSource: DocumentSource = {
   description: '.tsv (toy: a header line, then a document per line)',
   help: '*.tsv  (toy)',
   async *read(file, textColumn, keepColumns): AsyncGenerator<SourceDocument> {
-    const [header, ...lines] = fs.readFileSync(file, 'utf8').split('\n').filter((line) => line !== '');
+    const [header, ...lines] = fs
+      .readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((line) => line !== '');
     const names = header.split('\t');
     if (!names.includes(textColumn)) throw new InputError(`${file}: no "${textColumn}" column`);
     for (const [i, line] of lines.entries()) {

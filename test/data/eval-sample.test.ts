@@ -48,23 +48,26 @@ async function quartersOf(batches: { labels: Int32Array }[]): Promise<Set<string
 }
 
 describe('the evaluation sample', () => {
-  it.each(['gpt', 'bert'] as const)('%s: spread draws from documents across the whole split, the same tokens every time; head only from its start', async (kind) => {
-    // About 20 GPT windows or 50 BERT chunks of the split's ≈ 300 or ≈ 500 (BERT: 15% of a chunk's tokens labelled).
-    const evalTokens = kind === 'gpt' ? 320 : 96;
-    const spread = await collectEvalBatches(options(kind), evalTokens, 'spread');
-    const again = await spreadSample(options(kind), evalTokens);
-    expect(again.batches).toEqual(spread.batches);
-    expect(again.documents).toBe(spread.documents);
-    const labelled = spread.batches.reduce((sum, b) => sum + b.tokens, 0);
-    expect(labelled).toBeGreaterThanOrEqual(evalTokens);
-    expect(await quartersOf(spread.batches)).toEqual(new Set(QUARTERS));
-    expect(spread.batches.every((b) => b.batchSize <= 4)).toBe(true);
+  it.each(['gpt', 'bert'] as const)(
+    '%s: spread draws from documents across the whole split, the same tokens every time; head only from its start',
+    async (kind) => {
+      // About 20 GPT windows or 50 BERT chunks of the split's ≈ 300 or ≈ 500 (BERT: 15% of a chunk's tokens labelled).
+      const evalTokens = kind === 'gpt' ? 320 : 96;
+      const spread = await collectEvalBatches(options(kind), evalTokens, 'spread');
+      const again = await spreadSample(options(kind), evalTokens);
+      expect(again.batches).toEqual(spread.batches);
+      expect(again.documents).toBe(spread.documents);
+      const labelled = spread.batches.reduce((sum, b) => sum + b.tokens, 0);
+      expect(labelled).toBeGreaterThanOrEqual(evalTokens);
+      expect(await quartersOf(spread.batches)).toEqual(new Set(QUARTERS));
+      expect(spread.batches.every((b) => b.batchSize <= 4)).toBe(true);
 
-    const head = await collectEvalBatches(options(kind), evalTokens, 'head');
-    expect(await quartersOf(head.batches)).toEqual(new Set(['q']));
-    expect(spread.documents).toBeGreaterThan(head.documents);
-    expect(head.documents).toBeLessThan(DOCS_PER_QUARTER);
-  });
+      const head = await collectEvalBatches(options(kind), evalTokens, 'head');
+      expect(await quartersOf(head.batches)).toEqual(new Set(['q']));
+      expect(spread.documents).toBeGreaterThan(head.documents);
+      expect(head.documents).toBeLessThan(DOCS_PER_QUARTER);
+    },
+  );
 });
 
 describe('SmallestKeys', () => {

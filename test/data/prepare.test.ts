@@ -88,7 +88,9 @@ describe('prepareDataset', () => {
 
   it('prints the counts it wrote', () => {
     const lines = formatSummary(summary);
-    expect(lines[0]).toBe(`wrote ${allDocs.length} documents, ${utf8Bytes(allDocs)} bytes of text (${(utf8Bytes(allDocs) / 1e6).toFixed(2)} MB), 2 shards to ${out}`);
+    expect(lines[0]).toBe(
+      `wrote ${allDocs.length} documents, ${utf8Bytes(allDocs)} bytes of text (${(utf8Bytes(allDocs) / 1e6).toFixed(2)} MB), 2 shards to ${out}`,
+    );
     expect(lines).toContain(`  train: ${summary.splits.train.documents} documents, ${summary.splits.train.bytes} bytes, 1 shard(s)`);
     expect(lines).toContain('skipped 2 empty documents');
   });
@@ -140,7 +142,11 @@ describe('prepareDataset', () => {
       const out = path.join(dir, name);
       await prepareDataset({ inputs: [rows], out, validationFraction: 0, ...options });
       const record = JSON.parse(fs.readFileSync(path.join(out, DOCUMENT_ORDER_FILE), 'utf8')) as DocumentOrderRecord;
-      return { texts: await readSplit(out, 'train'), record, description: (JSON.parse(fs.readFileSync(path.join(out, 'train', 'dataset_info.json'), 'utf8')) as { description: string }).description };
+      return {
+        texts: await readSplit(out, 'train'),
+        record,
+        description: (JSON.parse(fs.readFileSync(path.join(out, 'train', 'dataset_info.json'), 'utf8')) as { description: string }).description,
+      };
     };
     const a = await written('order-1a', { seed: 1 });
     const b = await written('order-1b', { seed: 1 });
@@ -227,9 +233,13 @@ describe('prepareDataset', () => {
 describe('npm run prepare (CLI)', () => {
   it('prints documents, bytes, shards and skipped empty documents', () => {
     const out = path.join(dir, 'cli-out');
-    const result = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out, '--seed', '3', '--keep-order'], {
-      encoding: 'utf8',
-    });
+    const result = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/prepare.ts', path.join(inputs, 'part.jsonl'), '--out', out, '--seed', '3', '--keep-order'],
+      {
+        encoding: 'utf8',
+      },
+    );
     expect(result.status, result.stderr).toBe(0);
     const docs = jsonlRecords.map((r) => r.text);
     expect(result.stdout).toContain(`wrote ${docs.length} documents, ${utf8Bytes(docs)} bytes of text`);
@@ -245,7 +255,10 @@ describe('npm run prepare (CLI)', () => {
 describe('prepare --overwrite', () => {
   const input = () => path.join(inputs, 'part.jsonl');
   const tree = (folder: string): string[] =>
-    fs.readdirSync(folder, { recursive: true, encoding: 'utf8' }).sort().map((f) => `${f}:${fs.statSync(path.join(folder, f)).isFile() ? fs.readFileSync(path.join(folder, f), 'utf8') : '/'}`);
+    fs
+      .readdirSync(folder, { recursive: true, encoding: 'utf8' })
+      .sort()
+      .map((f) => `${f}:${fs.statSync(path.join(folder, f)).isFile() ? fs.readFileSync(path.join(folder, f), 'utf8') : '/'}`);
 
   it('replaces an earlier prepare output, and refuses any other folder, naming it, with every file kept', async () => {
     const out = path.join(dir, 'overwrite-earlier');

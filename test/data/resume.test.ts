@@ -177,7 +177,9 @@ describe('untrusted cursors are checked against the dataset, naming the file and
 
   it('an all-zero generator state (xoshiro128 would only yield 0), and 2⁶⁰ printed exactly', async () => {
     const good = await midDocumentCursor();
-    expect(() => parseCursor({ ...good, shuffle: { ...good.shuffle!, rng: [0, 0, 0, 0] } }, source)).toThrow(`${source}: shuffle.rng must be four 32-bit words, not all zero (got [0,0,0,0])`);
+    expect(() => parseCursor({ ...good, shuffle: { ...good.shuffle!, rng: [0, 0, 0, 0] } }, source)).toThrow(
+      `${source}: shuffle.rng must be four 32-bit words, not all zero (got [0,0,0,0])`,
+    );
     expect(() => parseCursor({ ...good, offset: 2 ** 60 }, source)).toThrow(`${source}: offset must be an integer ≥ 0 (got 1152921504606846976)`);
   });
 
@@ -199,7 +201,9 @@ describe('untrusted cursors are checked against the dataset, naming the file and
     ];
     for (const [change, message] of cases) {
       const cursor = { ...good, ...change };
-      await expect(openBatchStream({ ...options('gpt', cursor), cursorFile: source }), JSON.stringify(change)).rejects.toThrow(new RegExp(`^${source.replace(/[./]/g, '\\$&')}: ${message.source}`));
+      await expect(openBatchStream({ ...options('gpt', cursor), cursorFile: source }), JSON.stringify(change)).rejects.toThrow(
+        new RegExp(`^${source.replace(/[./]/g, '\\$&')}: ${message.source}`),
+      );
     }
     // The unchanged cursor restores.
     const restored = await openBatchStream({ ...options('gpt', good), cursorFile: source });

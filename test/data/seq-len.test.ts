@@ -33,7 +33,18 @@ function recipeVerdict(kind: 'gpt' | 'bert', seqLen: number): Verdict {
 async function streamVerdict(kind: 'gpt' | 'bert', seqLen: number): Promise<Verdict> {
   // The options are checked before the dataset is listed: a valid seqLen gets as far as the missing dataset.
   const tokenizer = { path: 'tokenizer.json', specialIds: { eos: 0 } } as unknown as TextTokenizer;
-  const opts = { dataset: path.join(os.tmpdir(), 'no-such-dataset-for-seq-len'), split: 'train', textColumn: 'text', tokenizer, kind, seqLen, batchSize: 1, seed: 0, shuffleBuffer: 0, readAhead: 1 } as const;
+  const opts = {
+    dataset: path.join(os.tmpdir(), 'no-such-dataset-for-seq-len'),
+    split: 'train',
+    textColumn: 'text',
+    tokenizer,
+    kind,
+    seqLen,
+    batchSize: 1,
+    seed: 0,
+    shuffleBuffer: 0,
+    readAhead: 1,
+  } as const;
   try {
     await openBatchStream(opts);
     throw new Error('the stream opened a dataset that does not exist');
@@ -66,7 +77,11 @@ describe('seqLen', () => {
     [MAX, 'accepted', 'accepted'],
     [MAX + 1, GPT_RULE, BERT_RULE],
   ] as [number, Verdict, Verdict][])('%s: the recipe, the stream and the packer agree', async (seqLen, gpt, bert) => {
-    expect({ recipe: recipeVerdict('gpt', seqLen), stream: await streamVerdict('gpt', seqLen), packer: packerVerdict(seqLen) }).toEqual({ recipe: gpt, stream: gpt, packer: gpt });
+    expect({ recipe: recipeVerdict('gpt', seqLen), stream: await streamVerdict('gpt', seqLen), packer: packerVerdict(seqLen) }).toEqual({
+      recipe: gpt,
+      stream: gpt,
+      packer: gpt,
+    });
     expect({ recipe: recipeVerdict('bert', seqLen), stream: await streamVerdict('bert', seqLen) }).toEqual({ recipe: bert, stream: bert });
   });
 });

@@ -114,7 +114,9 @@ describe('a shard format registered with one call', () => {
     // A split folder's state.json may list only files a format reads.
     await mkdir(join(dir, 'listed'));
     await writeFile(join(dir, 'listed', 'state.json'), JSON.stringify({ _data_files: [{ filename: 'data-00000-of-00001.csv' }], _split: 'train' }));
-    await expect(listShards(join(dir, 'listed'), 'train')).rejects.toThrow(/listed\/state\.json: _data_files\[0\]\.filename data-00000-of-00001\.csv is not a \.arrow\/\.jsonl file/);
+    await expect(listShards(join(dir, 'listed'), 'train')).rejects.toThrow(
+      /listed\/state\.json: _data_files\[0\]\.filename data-00000-of-00001\.csv is not a \.arrow\/\.jsonl file/,
+    );
   });
 
   it('streams the same GPT and BERT batches as Arrow shards of the same rows, and the same epoch estimate', async () => {

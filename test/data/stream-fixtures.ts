@@ -51,11 +51,7 @@ export async function writeShard(file: string, texts: (string | null)[], rowsPer
 }
 
 /** A folder of HF-cache-style shards `corpus-<split>-0000i-of-0000n.arrow`; returns the documents per split. */
-export async function writeDataset(
-  dir: string,
-  splits: Record<'train' | 'validation', (string | null)[][]>,
-  rowsPerBatch: number,
-): Promise<void> {
+export async function writeDataset(dir: string, splits: Record<'train' | 'validation', (string | null)[][]>, rowsPerBatch: number): Promise<void> {
   await mkdir(dir, { recursive: true });
   for (const [split, shards] of Object.entries(splits)) {
     const n = String(shards.length).padStart(5, '0');

@@ -85,7 +85,8 @@ async function tokenStream(shards: (string | null)[][]): Promise<{ stream: numbe
   return { stream, docTokens, documents, blanks, bytes };
 }
 
-const rowsOf = (ids: Int32Array, seqLen: number) => Array.from({ length: ids.length / seqLen }, (_, r) => Array.from(ids.subarray(r * seqLen, (r + 1) * seqLen)));
+const rowsOf = (ids: Int32Array, seqLen: number) =>
+  Array.from({ length: ids.length / seqLen }, (_, r) => Array.from(ids.subarray(r * seqLen, (r + 1) * seqLen)));
 
 describe('GPT packing', () => {
   it('windows overlap by one token and, joined, give the eos-separated token stream; labels are inputs shifted by one', async () => {
@@ -229,7 +230,9 @@ describe('bad input', () => {
     await stream.next();
     const cursor = stream.cursor();
     await stream.close();
-    await expect(openBatchStream(options({ shuffleBuffer: 4, seed: 12, cursor }))).rejects.toThrow(/data cursor: the data cursor does not match this stream: seed = 11, the stream has 12/);
+    await expect(openBatchStream(options({ shuffleBuffer: 4, seed: 12, cursor }))).rejects.toThrow(
+      /data cursor: the data cursor does not match this stream: seed = 11, the stream has 12/,
+    );
     await expect(openBatchStream(options({ shuffleBuffer: 4, kind: 'bert', cursor }))).rejects.toThrow(/does not match this stream: kind = "gpt"/);
     const wrongColumn = await openBatchStream(options({ textColumn: 'body' }));
     await expect(wrongColumn.next()).rejects.toThrow(/no column "body"; columns present: "text"/);

@@ -161,12 +161,20 @@ describe('loading tokenizer files', () => {
       version: '1.0',
       truncation: null,
       padding: null,
-      added_tokens: vocab.slice(0, 5).map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
+      added_tokens: vocab
+        .slice(0, 5)
+        .map((content, id) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
       normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
       pre_tokenizer: { type: 'BertPreTokenizer' },
       post_processor: null,
       decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
-      model: { type: 'WordPiece', unk_token: '[UNK]', continuing_subword_prefix: '##', max_input_chars_per_word: 100, vocab: Object.fromEntries(vocab.map((t, i) => [t, i])) },
+      model: {
+        type: 'WordPiece',
+        unk_token: '[UNK]',
+        continuing_subword_prefix: '##',
+        max_input_chars_per_word: 100,
+        vocab: Object.fromEntries(vocab.map((t, i) => [t, i])),
+      },
     };
     const wp = join(dir, 'wordpiece.json');
     await writeFile(wp, JSON.stringify(json));

@@ -43,8 +43,15 @@ describe('citations', () => {
 
   it('in code and docs point at no notes or papers of the shared folder beside the checkout', () => {
     const self = path.join('test', 'docs', 'citations.test.ts'); // its pattern below names what it looks for
-    const docs = ['README.md', ...readdirSync('docs', { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.md')).map((f) => path.join('docs', f))];
-    const offending = [...files, ...docs].filter((file) => file !== self && /\.\.\/shared\/(notes|papers)|reference notes|notes §/.test(readFileSync(file, 'utf8')));
+    const docs = [
+      'README.md',
+      ...readdirSync('docs', { recursive: true, encoding: 'utf8' })
+        .filter((f) => f.endsWith('.md'))
+        .map((f) => path.join('docs', f)),
+    ];
+    const offending = [...files, ...docs].filter(
+      (file) => file !== self && /\.\.\/shared\/(notes|papers)|reference notes|notes §/.test(readFileSync(file, 'utf8')),
+    );
     expect(offending).toEqual([]);
   });
 });

@@ -48,7 +48,8 @@ const D = 6;
 const EIGEN = [0.4, 0.3, 0.15, 0.08, 0.03, 0.01];
 
 /** One feature's term of the estimator: w·exp(ωᵀq − ‖q‖²/2)·exp(ωᵀk − ‖k‖²/2), float64. */
-const term = (omega: number[], logWeight: number, q: number[], k: number[]) => Math.exp(logWeight + dot(omega, q) + dot(omega, k) - (dot(q, q) + dot(k, k)) / 2);
+const term = (omega: number[], logWeight: number, q: number[], k: number[]) =>
+  Math.exp(logWeight + dot(omega, q) + dot(omega, k) - (dot(q, q) + dot(k, k)) / 2);
 
 const rowsOf = (flat: Float64Array, m: number, d: number) => Array.from({ length: m }, (_, j) => Array.from(flat.subarray(j * d, (j + 1) * d)));
 
@@ -61,7 +62,10 @@ describe('variance-optimal proposal (float64)', () => {
   it('draws ω = Σ*^(1/2)z with Σ* = (I + 2Λ)(I − 2Λ)⁻¹, each weighted by p_I(ω)/ψ*(ω)', () => {
     const s = EIGEN.map((l) => (1 + 2 * l) / (1 - 2 * l));
     const root = spectral(u, s.map(Math.sqrt));
-    const inverse = spectral(u, s.map((x) => 1 / x));
+    const inverse = spectral(
+      u,
+      s.map((x) => 1 / x),
+    );
     const logDet = s.reduce((a, x) => a + Math.log(x), 0);
     const m = 20;
     const z = rng.normalArray(m * D);
@@ -132,11 +136,22 @@ describe('variance-optimal proposal (float64)', () => {
     expect(opt).toBeLessThan(0.8 * iso);
   });
 
-  it('pools the queries\' and keys\' sample covariances: ½(Cov q + Cov k)', () => {
-    const q = [[1, 2], [3, 1], [2, 6]].map((r) => Float64Array.from(r));
-    const k = [[0, 0], [2, 2], [4, 1]].map((r) => Float64Array.from(r));
+  it("pools the queries' and keys' sample covariances: ½(Cov q + Cov k)", () => {
+    const q = [
+      [1, 2],
+      [3, 1],
+      [2, 6],
+    ].map((r) => Float64Array.from(r));
+    const k = [
+      [0, 0],
+      [2, 2],
+      [4, 1],
+    ].map((r) => Float64Array.from(r));
     // Cov q = [[1, −0.5], [−0.5, 7]], Cov k = [[4, 1], [1, 1]] (centred, 1/(n − 1)).
-    expect(pooledCovariance(q, k)).toEqual([[2.5, 0.25], [0.25, 4]]);
+    expect(pooledCovariance(q, k)).toEqual([
+      [2.5, 0.25],
+      [0.25, 4],
+    ]);
   });
 });
 
@@ -150,7 +165,14 @@ describe("dataInit 'variance-optimal'", () => {
   /** [B, H, L, d] raw inputs x = d^(1/4)·x̃ with x̃ ~ N(0, Λ_h) per head: the mechanism's scale x̃ is anisotropic. */
   const calibration = (b: number, l: number): Array4 =>
     Array.from({ length: b }, () => bases.map((u) => Array.from({ length: l }, () => gaussian(rng, u, eigen).map((x) => x * scale))));
-  const options = (extra: Record<string, unknown> = {}) => ({ numHeads: HEADS, headDim: HEAD_DIM, causal: true, features: 32, dataInit: 'variance-optimal', ...extra });
+  const options = (extra: Record<string, unknown> = {}) => ({
+    numHeads: HEADS,
+    headDim: HEAD_DIM,
+    causal: true,
+    features: 32,
+    dataInit: 'variance-optimal',
+    ...extra,
+  });
 
   it('Performer: apply equals the float64 reference with the fitted projection and importance weights', () => {
     const module = createAttention('performer', { ...options(), seed: 3 }) as RandomFeatureModule;
@@ -182,7 +204,6 @@ describe("dataInit 'variance-optimal'", () => {
       const { mean, stdErr } = meanAndStdErr(samples[h]);
       expect(Math.abs(mean - exact), `head ${h}: ${mean} ± ${stdErr} against ${exact}`).toBeLessThan(4 * stdErr);
       expect(stdErr).toBeLessThan(0.15 * exact); // a tight bound: a biased, heavy-tailed estimate would pass the first with a huge error
-
     }
   });
 
@@ -191,7 +212,9 @@ describe("dataInit 'variance-optimal'", () => {
     const dark = createAttention('darkformer', { ...options(), seed: 9 }) as DarkformerModule;
     const performer = createAttention('performer', { ...options(), seed: 9 }) as RandomFeatureModule;
     for (const m of [dark, performer]) tf.tidy(() => m.dataInit!.initializeFromData(tensor4(cq), tensor4(ck)));
-    const identity = Array.from({ length: HEADS }, () => Array.from({ length: HEAD_DIM }, (_, i) => Array.from({ length: HEAD_DIM }, (__, j) => (i === j ? 1 : 0))));
+    const identity = Array.from({ length: HEADS }, () =>
+      Array.from({ length: HEAD_DIM }, (_, i) => Array.from({ length: HEAD_DIM }, (__, j) => (i === j ? 1 : 0))),
+    );
     expect(dark.covarianceFactor.arraySync()).toEqual(identity);
     expect(dark.dataInit!.fills.label).toBe('projection and importance weights');
     dark.buffers.forEach((b, i) => expect(Array.from(b.dataSync())).toEqual(Array.from(performer.buffers[i].dataSync())));

@@ -64,7 +64,11 @@ describe('anchor map (a_pᵀu)²/√P', () => {
     const d = 5;
     const p = 40000;
     const rng = new Rng(4);
-    for (const [cos, seed] of [[0, 41], [0.5, 42], [-0.9, 43]] as const) {
+    for (const [cos, seed] of [
+      [0, 41],
+      [0.5, 42],
+      [-0.9, 43],
+    ] as const) {
       const [u, v] = pairWithCosine(rng, d, cos);
       const { out } = featuresOf('anchor', [u, v], p, seed);
       // P·φ_p(u)φ_p(v) = (a_pᵀu)²(a_pᵀv)²: one iid sample per anchor.
@@ -126,8 +130,14 @@ describe('TensorSketch map CS₁(u) ⊛ CS₂(u)', () => {
 
   it('has correct gradients (the fold is an ordinary differentiable matmul)', () => {
     const map = createPolynomialMap({ kind: 'tensorsketch', inputDim: 4, features: 3, rng: new Rng(8) });
-    const weights = tf.tensor2d([[0.3, -1.2, 0.7], [1.1, 0.4, -0.5]]);
-    const x = tf.tensor2d([[0.5, -0.2, 0.9, 0.1], [-0.4, 0.8, 0.3, -0.6]]);
+    const weights = tf.tensor2d([
+      [0.3, -1.2, 0.7],
+      [1.1, 0.4, -0.5],
+    ]);
+    const x = tf.tensor2d([
+      [0.5, -0.2, 0.9, 0.1],
+      [-0.4, 0.8, 0.3, -0.6],
+    ]);
     const worst = gradientCheck((u) => tf.sum(tf.mul(map.apply(u as tf.Tensor2D), weights)), x);
     expect(worst).toBeLessThan(1e-2);
     tf.dispose([weights, x]);
@@ -169,7 +179,9 @@ describe('Nyström map K(u, A)(K_AA + λI)^(−1/2)', () => {
 describe('createPolynomialMap input checks', () => {
   it('rejects unknown kinds and bad sizes, naming the allowed values', () => {
     const rng = new Rng(0);
-    expect(() => createPolynomialMap({ kind: 'cubic' as PolynomialKind, inputDim: 4, features: 4, rng })).toThrow(/unknown kind 'cubic'; allowed: anchor, exact/);
+    expect(() => createPolynomialMap({ kind: 'cubic' as PolynomialKind, inputDim: 4, features: 4, rng })).toThrow(
+      /unknown kind 'cubic'; allowed: anchor, exact/,
+    );
     expect(() => createPolynomialMap({ kind: 'anchor', inputDim: 4, features: 0, rng })).toThrow(/'features' must be an integer ≥ 1/);
     const map = createPolynomialMap({ kind: 'anchor', inputDim: 4, features: 2, rng });
     expect(() => map.apply(tf.zeros([3, 5]) as tf.Tensor2D)).toThrow(/expected input \[N, 4\]/);

@@ -41,7 +41,10 @@ describe('positiveRandomFeatures', () => {
   it('is unbiased for exp(xᵀy) (shared ω [d, m])', () => {
     const x = [0.5, -0.3, 0.2, 0.4, -0.1, 0.3];
     const y = [0.2, 0.4, -0.5, 0.1, 0.3, 0.2];
-    for (const [scale, seed] of [[1, 11], [0.6, 12]] as const) {
+    for (const [scale, seed] of [
+      [1, 11],
+      [0.6, 12],
+    ] as const) {
       const xs = x.map((v) => v * scale);
       expectWithin4StdErr(prfSamples(xs, y, 40000, seed, null), Math.exp(dot(xs, y)));
     }
@@ -53,7 +56,7 @@ describe('positiveRandomFeatures', () => {
     expectWithin4StdErr(prfSamples(x, y, 10000, 21, 3), Math.exp(dot(x, y)));
   });
 
-  it('estimates e^{2s x̂ᵀŷ} at SLAY\'s input √(2s)·û for the R = 2 quadrature scales', () => {
+  it("estimates e^{2s x̂ᵀŷ} at SLAY's input √(2s)·û for the R = 2 quadrature scales", () => {
     const { scales } = slayQuadrature(2, 1e-3);
     const rng = new Rng(5);
     const d = 8;
@@ -65,17 +68,34 @@ describe('positiveRandomFeatures', () => {
       return u.map((ui, i) => cos * ui + Math.sqrt(1 - cos * cos) * perp[i]);
     };
     // Large s with x̂ᵀŷ → 1 has a heavy log-normal tail (variance e^{2s‖x̂+ŷ‖²}); these pairs keep it moderate.
-    const cases: Array<[number, number, number]> = [[scales[0], 0.8, 31], [scales[0], -0.5, 32], [scales[1], -0.6, 33], [scales[1], -0.85, 34]];
+    const cases: Array<[number, number, number]> = [
+      [scales[0], 0.8, 31],
+      [scales[0], -0.5, 32],
+      [scales[1], -0.6, 33],
+      [scales[1], -0.85, 34],
+    ];
     for (const [s, cos, seed] of cases) {
       const v = along(cos);
       expect(dot(u, v)).toBeCloseTo(cos, 12);
       const a = Math.sqrt(2 * s);
-      expectWithin4StdErr(prfSamples(u.map((x) => a * x), v.map((x) => a * x), 60000, seed, null), Math.exp(2 * s * cos));
+      expectWithin4StdErr(
+        prfSamples(
+          u.map((x) => a * x),
+          v.map((x) => a * x),
+          60000,
+          seed,
+          null,
+        ),
+        Math.exp(2 * s * cos),
+      );
     }
   });
 
   it('clamps the exponent to [−clamp, clamp] when asked', () => {
-    const omega = tf.tensor2d([[1, -1], [0, 0]]); // columns ω₁ = (1, 0), ω₂ = (−1, 0)
+    const omega = tf.tensor2d([
+      [1, -1],
+      [0, 0],
+    ]); // columns ω₁ = (1, 0), ω₂ = (−1, 0)
     const wide = tf.tensor4d([[[[3, 0]]]]);
     const clamped = positiveRandomFeatures(wide, omega, { clamp: 2 }).features.dataSync();
     // exponents 3 − 4.5 = −1.5 and −3 − 4.5 = −7.5 → clamp to [−2, 2]: −1.5 and −2.

@@ -54,7 +54,13 @@ describe('slayQuadrature', () => {
   });
 
   it('gives the peak Σ_r w_r e^{2 s_r} of docs/notes/attention-kernels.md §1.4 (ε = 1e-3): 1.36, 2.99, 4.71, 13.8, 58', () => {
-    const expected: Array<[number, number]> = [[1, 1.36], [2, 2.99], [3, 4.71], [8, 13.8], [32, 58]];
+    const expected: Array<[number, number]> = [
+      [1, 1.36],
+      [2, 2.99],
+      [3, 4.71],
+      [8, 13.8],
+      [32, 58],
+    ];
     for (const [r, peak] of expected) {
       // x = 1: the kernel x² Σ w_r e^{2 s_r x} equals Σ w_r e^{2 s_r}; the exact kernel is 1/ε = 1000.
       const value = quadratureYatKernel(1, slayQuadrature(r, 1e-3));

@@ -28,10 +28,12 @@ export function startCli(script: string, args: string[], env: NodeJS.ProcessEnv 
   let closed = false;
   child.stdout!.on('data', (d) => (text += d));
   child.stderr!.on('data', (d) => (text += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => {
-    closed = true;
-    resolve({ code, signal });
-  }));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('close', (code, signal) => {
+      closed = true;
+      resolve({ code, signal });
+    }),
+  );
   const output = () => text;
   return { process: child, output, exited, waitForOutput: (pattern, from = 0) => waitForOutput(child, output, pattern, from, () => closed) };
 }
@@ -41,7 +43,13 @@ export function startCli(script: string, args: string[], env: NodeJS.ProcessEnv 
  * (its data listeners that collect `output` were attached first); rejects, with the output, when the child exits
  * without printing it.
  */
-export function waitForOutput(child: ChildProcess, output: () => string, pattern: RegExp, from = 0, isClosed: () => boolean = () => false): Promise<OutputMatch> {
+export function waitForOutput(
+  child: ChildProcess,
+  output: () => string,
+  pattern: RegExp,
+  from = 0,
+  isClosed: () => boolean = () => false,
+): Promise<OutputMatch> {
   const find = (): OutputMatch | null => {
     const match = pattern.exec(output().slice(from));
     return match ? { match, end: from + match.index + match[0].length } : null;

@@ -22,7 +22,13 @@ const mapRows = (x: Array4, f: (row: number[], head: number) => number[]): Array
 
 /** SLAY's Ψ(x) in float64 from the module's stored buffers, for every poly variant. */
 export function slayFeaturesRef(module: SlayAttention, x: Array4): Array4 {
-  const { poly, quadratureNodes: r, prfFeatures: m, anchors: p, epsilon } = module.options as { poly: string; quadratureNodes: number; prfFeatures: number; anchors: number; epsilon: number };
+  const {
+    poly,
+    quadratureNodes: r,
+    prfFeatures: m,
+    anchors: p,
+    epsilon,
+  } = module.options as { poly: string; quadratureNodes: number; prfFeatures: number; anchors: number; epsilon: number };
   const c = 2 + epsilon;
   const buffer = (suffix: string) => bufferOf(module, suffix);
   const rule = slayQuadrature(r, epsilon);
@@ -85,7 +91,13 @@ export function preSbnScaledRef(row: number[]): number[] {
  * The random Maclaurin map of a SchoenbAt module made with `seed`, from the draw behind it (re-drawn
  * from the same seed): φ_0 = √a₀, φ_j = scale_j·Π_l r_{j,l}ᵀx over the feature's degree.
  */
-export function maclaurinFeaturesRef(seed: number, inputDim: number, numFeatures: number, kernel: MaclaurinKernel, maxDegree: number): { features: (x: number[]) => number[]; kernelValue: (t: number) => number } {
+export function maclaurinFeaturesRef(
+  seed: number,
+  inputDim: number,
+  numFeatures: number,
+  kernel: MaclaurinKernel,
+  maxDegree: number,
+): { features: (x: number[]) => number[]; kernelValue: (t: number) => number } {
   const coefficients = maclaurinCoefficients(kernel, maxDegree);
   const draw = drawRandomMaclaurin(new Rng(deriveSeed(seed, 'schoenbat.maclaurin')), inputDim, numFeatures, coefficients);
   const levelStarts = draw.levelSizes.map((_, l) => draw.levelSizes.slice(0, l).reduce((a, b) => a + b, 0));
@@ -127,7 +139,12 @@ export function mechanismRef(module: AttentionModule, q: Array4, k: Array4, v: A
     q.map((_, b) =>
       q[b].map((__, head) => {
         const one = (a: Array4) => [[a[b][head].map((row) => phi(row, head))]];
-        return kernelAttentionRef(one(q), one(k), [[v[b][head]]], (x, y) => dot(x, y), { causal, delta: o.delta ?? 0, clampMin, keyMask: keyMask && [keyMask[b]] })[0][0];
+        return kernelAttentionRef(one(q), one(k), [[v[b][head]]], (x, y) => dot(x, y), {
+          causal,
+          delta: o.delta ?? 0,
+          clampMin,
+          keyMask: keyMask && [keyMask[b]],
+        })[0][0];
       }),
     );
   switch (module.name) {
@@ -136,10 +153,16 @@ export function mechanismRef(module: AttentionModule, q: Array4, k: Array4, v: A
       // A row that sees no real key is 0 (δ = 1e−300 makes it 0/δ and changes nothing else).
       return kernelAttentionRef(q, k, v, (a, b) => Math.exp(dot(a, b) / Math.sqrt(d)), { causal, keyMask, delta: 1e-300 });
     case 'yat-spherical':
-      return kernelAttentionRef(q, k, v, (a, b) => {
-        const x = Math.min(1, Math.max(-1, dot(unit(a), unit(b))));
-        return (x * x) / (2 + o.epsilon - 2 * x);
-      }, { causal, keyMask, delta: o.delta });
+      return kernelAttentionRef(
+        q,
+        k,
+        v,
+        (a, b) => {
+          const x = Math.min(1, Math.max(-1, dot(unit(a), unit(b))));
+          return (x * x) / (2 + o.epsilon - 2 * x);
+        },
+        { causal, keyMask, delta: o.delta },
+      );
     case 'slay': {
       const slay = module as SlayAttention;
       const [phiQ, phiK] = [q, k].map((x) => slayFeaturesRef(slay, x));

@@ -74,12 +74,7 @@ export function softmaxAttentionRef(q: Array4, k: Array4, v: Array4, causal: boo
 }
 
 /** The quadratic masked form of linear attention over given features (the chunked form's reference). */
-export function featureAttentionRef(
-  phiQ: Array4,
-  phiK: Array4,
-  v: Array4,
-  { causal, delta = 0 }: { causal: boolean; delta?: number },
-): Array4 {
+export function featureAttentionRef(phiQ: Array4, phiK: Array4, v: Array4, { causal, delta = 0 }: { causal: boolean; delta?: number }): Array4 {
   return kernelAttentionRef(phiQ, phiK, v, (a, b) => dot(a, b), { causal, delta });
 }
 
@@ -152,7 +147,13 @@ export function favorAttentionRef(
   k: Array4,
   v: Array4,
   omega: number[][][],
-  { causal, delta, keyMask, covarianceFactor, logWeights }: { causal: boolean; delta: number; keyMask?: number[][]; covarianceFactor?: number[][][]; logWeights?: number[][] },
+  {
+    causal,
+    delta,
+    keyMask,
+    covarianceFactor,
+    logWeights,
+  }: { causal: boolean; delta: number; keyMask?: number[][]; covarianceFactor?: number[][][]; logWeights?: number[][] },
 ): Array4 {
   const tilde = (x: number[], head: number) => {
     const scaled = x.map((c) => c * x.length ** -0.25);
@@ -177,7 +178,13 @@ export function favorAttentionRef(
  * Σ_r w_r·(logsumexp(row r) − row r[target r]) and its gradient × `scale`: scale·w_r·(softmax(row r) − onehot), in
  * float64 (logits row-major [n, vocab]; weights default 1).
  */
-export function crossEntropyRef(logits: number[], targets: number[], vocab: number, weights: number[] = targets.map(() => 1), scale = 1): { value: number; grad: number[] } {
+export function crossEntropyRef(
+  logits: number[],
+  targets: number[],
+  vocab: number,
+  weights: number[] = targets.map(() => 1),
+  scale = 1,
+): { value: number; grad: number[] } {
   let value = 0;
   const grad: number[] = [];
   targets.forEach((target, r) => {

@@ -3,5 +3,14 @@
 import type { TrainingSummary } from '../../src/store/run-record.ts';
 
 export const TRAINING_SUMMARY: TrainingSummary = {
-  steps: 4, tokens: 256, elapsed_s: 1.5, train_tokens_per_s: 170, val_loss: 4.4, val_ppl: Math.exp(4.4), val_bpb: 1.9, val_acc: 0.1, parameters: 1000, final: 'final',
+  steps: 4,
+  tokens: 256,
+  elapsed_s: 1.5,
+  train_tokens_per_s: 170,
+  val_loss: 4.4,
+  val_ppl: Math.exp(4.4),
+  val_bpb: 1.9,
+  val_acc: 0.1,
+  parameters: 1000,
+  final: 'final',
 };

@@ -21,7 +21,7 @@ beforeAll(async () => {
 function normalCdf(x: number): number {
   const n = 2000;
   const h = x / n;
-  const density = (t: number) => Math.exp(-t * t / 2) / Math.sqrt(2 * Math.PI);
+  const density = (t: number) => Math.exp((-t * t) / 2) / Math.sqrt(2 * Math.PI);
   let sum = density(0) + density(x);
   for (let i = 1; i < n; i++) sum += (i % 2 ? 4 : 2) * density(i * h);
   return 0.5 + (sum * h) / 3;
@@ -33,10 +33,16 @@ const xs = [...Array.from(rng.normalArray(40), (v) => 2.5 * v), -7, -3, -1e-3, 0
 describe('architecture options', () => {
   it('gelu-erf is x·Φ(x) with derivative Φ(x) + x·φ(x)', () => {
     const y = tf.tidy(() => Array.from(geluErf(tf.tensor1d(xs)).dataSync()));
-    const dy = tf.tidy(() => Array.from(tf.grad((t: tf.Tensor) => tf.sum(geluErf(t)))(tf.tensor1d(xs)).dataSync()));
+    const dy = tf.tidy(() =>
+      Array.from(
+        tf
+          .grad((t: tf.Tensor) => tf.sum(geluErf(t)))(tf.tensor1d(xs))
+          .dataSync(),
+      ),
+    );
     xs.forEach((x, i) => {
       expect(Math.abs(y[i] - x * normalCdf(x)), `value at ${x}`).toBeLessThan(2e-6 * Math.max(1, Math.abs(x)));
-      const slope = normalCdf(x) + (x * Math.exp(-x * x / 2)) / Math.sqrt(2 * Math.PI);
+      const slope = normalCdf(x) + (x * Math.exp((-x * x) / 2)) / Math.sqrt(2 * Math.PI);
       expect(Math.abs(dy[i] - slope), `slope at ${x}`).toBeLessThan(2e-6);
     });
   });
@@ -59,12 +65,37 @@ describe('architecture options', () => {
 
   it('post-LN blocks without a final LayerNorm: a one-layer model equals LN₂(h + MLP(h)), h = LN₁(e + Attn(e)), e = LN_emb(tok + pos + type₀), in float64', () => {
     const config: LanguageModelConfig = {
-      kind: 'bert', vocabSize: 11, maxSeqLen: 5, dModel: 4, numLayers: 1, numHeads: 1, mlpRatio: 2, dropout: 0, bias: true,
-      attention: { name: 'softmax', options: {} }, seed: 3, normPosition: 'post', embeddingNorm: true, typeVocabSize: 2, activation: 'gelu-erf', layerNormEps: 1e-12,
+      kind: 'bert',
+      vocabSize: 11,
+      maxSeqLen: 5,
+      dModel: 4,
+      numLayers: 1,
+      numHeads: 1,
+      mlpRatio: 2,
+      dropout: 0,
+      bias: true,
+      attention: { name: 'softmax', options: {} },
+      seed: 3,
+      normPosition: 'post',
+      embeddingNorm: true,
+      typeVocabSize: 2,
+      activation: 'gelu-erf',
+      layerNormEps: 1e-12,
     };
     const model = createLanguageModel(config);
     const noise = new Rng(4);
-    for (const v of model.parameters().values()) tf.tidy(() => v.assign(tf.add(v, tf.tensor(Float32Array.from(noise.normalArray(v.size), (x) => 0.3 * x), v.shape))));
+    for (const v of model.parameters().values())
+      tf.tidy(() =>
+        v.assign(
+          tf.add(
+            v,
+            tf.tensor(
+              Float32Array.from(noise.normalArray(v.size), (x) => 0.3 * x),
+              v.shape,
+            ),
+          ),
+        ),
+      );
     expect(model.parameters().has('norm.weight')).toBe(false);
     const w = (name: string) => Array.from(model.parameters().get(name)!.dataSync());
     const ids = [3, 1, 10, 7];
@@ -85,7 +116,12 @@ describe('architecture options', () => {
     const tok = w('embed.tokens.weight');
     const pos = w('embed.positions.weight');
     const type0 = w('embed.types.weight').slice(0, d);
-    const e = ids.map((id, t) => ln(Array.from({ length: d }, (_, j) => tok[id * d + j] + pos[t * d + j] + type0[j]), 'embed.norm'));
+    const e = ids.map((id, t) =>
+      ln(
+        Array.from({ length: d }, (_, j) => tok[id * d + j] + pos[t * d + j] + type0[j]),
+        'embed.norm',
+      ),
+    );
     const q = e.map((x) => dense(x, 'blocks.0.attn.q', d));
     const k = e.map((x) => dense(x, 'blocks.0.attn.k', d));
     const v = e.map((x) => dense(x, 'blocks.0.attn.v', d));
@@ -96,8 +132,22 @@ describe('architecture options', () => {
       const z = p.reduce((a, b) => a + b, 0);
       return Array.from({ length: d }, (_, c) => p.reduce((a, pj, j) => a + (pj / z) * v[j][c], 0));
     });
-    const h = e.map((x, t) => ln(dense(attn[t], 'blocks.0.attn.out', d).map((a, j) => a + x[j]), 'blocks.0.ln1'));
-    const y = h.map((x) => ln(dense(dense(x, 'blocks.0.mlp.fc', 8).map((u) => u * normalCdf(u)), 'blocks.0.mlp.proj', d).map((a, j) => a + x[j]), 'blocks.0.ln2'));
+    const h = e.map((x, t) =>
+      ln(
+        dense(attn[t], 'blocks.0.attn.out', d).map((a, j) => a + x[j]),
+        'blocks.0.ln1',
+      ),
+    );
+    const y = h.map((x) =>
+      ln(
+        dense(
+          dense(x, 'blocks.0.mlp.fc', 8).map((u) => u * normalCdf(u)),
+          'blocks.0.mlp.proj',
+          d,
+        ).map((a, j) => a + x[j]),
+        'blocks.0.ln2',
+      ),
+    );
     const ours = tf.tidy(() => model.body.forward(tf.tensor2d([ids], undefined, 'int32')).arraySync());
     for (let t = 0; t < L; t++) for (let j = 0; j < d; j++) expect(Math.abs(ours[t][j] - y[t][j])).toBeLessThan(1e-4);
     model.dispose();
@@ -108,7 +158,10 @@ describe('the options are model settings', () => {
   const recipe = (model: string) => parseRecipe(`model: ${model}\ndata: { dataset: d, tokenizer: t, seqLen: 8 }`, 'arch.yaml');
 
   it('recipes validate them, naming the key', () => {
-    expect(recipe('{ normPosition: post, embeddingNorm: true, typeVocabSize: 2, activation: gelu-erf, layerNormEps: 1e-12 }').model).toMatchObject({ normPosition: 'post', layerNormEps: 1e-12 });
+    expect(recipe('{ normPosition: post, embeddingNorm: true, typeVocabSize: 2, activation: gelu-erf, layerNormEps: 1e-12 }').model).toMatchObject({
+      normPosition: 'post',
+      layerNormEps: 1e-12,
+    });
     expect(() => recipe('{ normPosition: middle, activation: relu, layerNormEps: 0, typeVocabSize: -1 }')).toThrow(
       /model\.normPosition must be one of pre, post .*\n.*model\.typeVocabSize must be an integer ≥ 0, ≤ 1048576 .*\n.*model\.activation must be one of gelu-tanh, gelu-erf .*\n.*model\.layerNormEps must be a number > 0/,
     );
@@ -117,14 +170,34 @@ describe('the options are model settings', () => {
   it('a resume that changes one is refused naming it; a checkpoint from before they existed resumes with the defaults', () => {
     const base = recipe('{ dModel: 8 }');
     const saved = (r: Recipe) => ({ dir: 'ckpt', recipe: r, state: { tokenizer: { path: 't', sha256: 'x' } } }) as unknown as LoadedCheckpoint;
-    expect(() => checkResumeCompatible(saved(base), recipe('{ dModel: 8, activation: gelu-erf }'), 'x')).toThrow(/model\.activation: checkpoint "gelu-tanh", recipe "gelu-erf"/);
+    expect(() => checkResumeCompatible(saved(base), recipe('{ dModel: 8, activation: gelu-erf }'), 'x')).toThrow(
+      /model\.activation: checkpoint "gelu-tanh", recipe "gelu-erf"/,
+    );
     const old = structuredClone(base) as unknown as { model: Record<string, unknown> };
     for (const key of ['normPosition', 'embeddingNorm', 'typeVocabSize', 'activation', 'layerNormEps']) delete old.model[key];
-    expect(checkResumeCompatible(saved(old as unknown as Recipe), base, 'x')).toEqual(['model.normPosition', 'model.embeddingNorm', 'model.typeVocabSize', 'model.activation', 'model.layerNormEps']);
+    expect(checkResumeCompatible(saved(old as unknown as Recipe), base, 'x')).toEqual([
+      'model.normPosition',
+      'model.embeddingNorm',
+      'model.typeVocabSize',
+      'model.activation',
+      'model.layerNormEps',
+    ]);
   });
 
   it('initFrom refuses a checkpoint whose activation or ε differs (no tensor shape would tell)', () => {
-    const config: LanguageModelConfig = { kind: 'gpt', vocabSize: 9, maxSeqLen: 4, dModel: 4, numLayers: 1, numHeads: 1, mlpRatio: 1, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 1 };
+    const config: LanguageModelConfig = {
+      kind: 'gpt',
+      vocabSize: 9,
+      maxSeqLen: 4,
+      dModel: 4,
+      numLayers: 1,
+      numHeads: 1,
+      mlpRatio: 1,
+      dropout: 0,
+      bias: true,
+      attention: { name: 'softmax', options: {} },
+      seed: 1,
+    };
     const model = createLanguageModel(config);
     const tensors = new Map([...model.parameters()].map(([n, v]) => [n, { shape: v.shape, data: v.dataSync() as Float32Array }]));
     const source = (extra: Partial<LanguageModelConfig>) => ({ dir: 'src', tensors, metadata: {}, config: { ...config, ...extra } });

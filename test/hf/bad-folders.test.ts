@@ -30,7 +30,13 @@ beforeAll(async () => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const failure = async (folder: string) => (await readHfFolder(folder).then(() => null, (err: Error) => err))?.message ?? 'no error';
+const failure = async (folder: string) =>
+  (
+    await readHfFolder(folder).then(
+      () => null,
+      (err: Error) => err,
+    )
+  )?.message ?? 'no error';
 const gpt2 = (change: Parameters<typeof variant>[2]) => variant(GPT2_DIR, fresh(), change);
 
 describe('missing and unreadable files', () => {
@@ -38,7 +44,9 @@ describe('missing and unreadable files', () => {
     await expect(loadModel(`hf:${path.join(dir, 'nowhere')}`)).rejects.toThrow(/Hugging Face folder .*nowhere does not exist/);
     const empty = fresh();
     mkdirSync(empty);
-    await expect(loadModel(`hf:${empty}`)).rejects.toThrow(`${path.join(empty, 'config.json')} does not exist (a Hugging Face model folder holds config.json, model.safetensors and tokenizer.json)`);
+    await expect(loadModel(`hf:${empty}`)).rejects.toThrow(
+      `${path.join(empty, 'config.json')} does not exist (a Hugging Face model folder holds config.json, model.safetensors and tokenizer.json)`,
+    );
     const folder = gpt2({});
     writeFileSync(path.join(folder, 'config.json'), '{"model_type": "gpt2",');
     expect(await failure(folder)).toMatch(new RegExp(`^${path.join(folder, 'config.json')} is not valid JSON`));
@@ -49,48 +57,81 @@ describe('missing and unreadable files', () => {
     expect(await failure(folder)).toBe(
       `${path.join(folder, 'model.safetensors')} does not exist, nor model.safetensors.index.json (it holds pytorch_model.bin: convert it with transformers, AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True))`,
     );
-    const index = (weightMap: Record<string, string>) => gpt2({ writeWeights: (d) => writeFileSync(path.join(d, 'model.safetensors.index.json'), JSON.stringify({ weight_map: weightMap })) });
-    expect(await failure(index({ 'transformer.wte.weight': '../elsewhere.safetensors' }))).toMatch(/model\.safetensors\.index\.json: weight_map names "\.\.\/elsewhere\.safetensors"; shards must be \.safetensors files in the same folder/);
-    expect(await failure(index({ 'transformer.wte.weight': 'model-00001-of-00002.safetensors' }))).toMatch(/model\.safetensors\.index\.json: the shard .*model-00001-of-00002\.safetensors does not exist/);
+    const index = (weightMap: Record<string, string>) =>
+      gpt2({ writeWeights: (d) => writeFileSync(path.join(d, 'model.safetensors.index.json'), JSON.stringify({ weight_map: weightMap })) });
+    expect(await failure(index({ 'transformer.wte.weight': '../elsewhere.safetensors' }))).toMatch(
+      /model\.safetensors\.index\.json: weight_map names "\.\.\/elsewhere\.safetensors"; shards must be \.safetensors files in the same folder/,
+    );
+    expect(await failure(index({ 'transformer.wte.weight': 'model-00001-of-00002.safetensors' }))).toMatch(
+      /model\.safetensors\.index\.json: the shard .*model-00001-of-00002\.safetensors does not exist/,
+    );
   });
 
   it('a corrupt safetensors header is refused before anything is allocated from it', async () => {
-    const hugeHeader = gpt2({ writeWeights: (d) => {
-      const bytes = Buffer.alloc(64);
-      bytes.writeBigUInt64LE(2n ** 50n); // Buffer.alloc(2^50) would throw a RangeError: the check comes first
-      writeFileSync(path.join(d, 'model.safetensors'), bytes);
-    } });
+    const hugeHeader = gpt2({
+      writeWeights: (d) => {
+        const bytes = Buffer.alloc(64);
+        bytes.writeBigUInt64LE(2n ** 50n); // Buffer.alloc(2^50) would throw a RangeError: the check comes first
+        writeFileSync(path.join(d, 'model.safetensors'), bytes);
+      },
+    });
     expect(await failure(hugeHeader)).toMatch(/model\.safetensors: the header length 1125899906842624 runs past the end of the file \(64 bytes\)/);
-    const pastTheEnd = gpt2({ writeWeights: (d) => {
-      const json = Buffer.from(JSON.stringify({ 'transformer.wte.weight': { dtype: 'F32', shape: [1000000, 64], data_offsets: [0, 256000000] } }));
-      const prefix = Buffer.alloc(8);
-      prefix.writeBigUInt64LE(BigInt(json.length));
-      writeFileSync(path.join(d, 'model.safetensors'), Buffer.concat([prefix, json, Buffer.alloc(16)]));
-    } });
-    expect(await failure(pastTheEnd)).toMatch(/model\.safetensors: tensor 'transformer\.wte\.weight' has data_offsets \[0, 256000000\] that do not fit shape \[1000000, 64\] of F32 in 16 data bytes/);
+    const pastTheEnd = gpt2({
+      writeWeights: (d) => {
+        const json = Buffer.from(JSON.stringify({ 'transformer.wte.weight': { dtype: 'F32', shape: [1000000, 64], data_offsets: [0, 256000000] } }));
+        const prefix = Buffer.alloc(8);
+        prefix.writeBigUInt64LE(BigInt(json.length));
+        writeFileSync(path.join(d, 'model.safetensors'), Buffer.concat([prefix, json, Buffer.alloc(16)]));
+      },
+    });
+    expect(await failure(pastTheEnd)).toMatch(
+      /model\.safetensors: tensor 'transformer\.wte\.weight' has data_offsets \[0, 256000000\] that do not fit shape \[1000000, 64\] of F32 in 16 data bytes/,
+    );
   });
 });
 
 describe('config.json', () => {
   it('an unsupported model_type or architecture', async () => {
-    expect(await failure(gpt2({ config: (c) => ({ ...c, model_type: 'llama' }) }))).toMatch(/config\.json: model_type "llama" is not supported \(supported: gpt2, bert, slayformer-gpt2, slayformer-bert\)$/);
+    expect(await failure(gpt2({ config: (c) => ({ ...c, model_type: 'llama' }) }))).toMatch(
+      /config\.json: model_type "llama" is not supported \(supported: gpt2, bert, slayformer-gpt2, slayformer-bert\)$/,
+    );
     expect(await failure(gpt2({ config: (c) => ({ ...c, architectures: ['GPT2ForSequenceClassification'] }) }))).toMatch(
       /config\.json: settings this project does not compute: architectures: \["GPT2ForSequenceClassification"\] \(supported: GPT2LMHeadModel, GPT2Model\)$/,
     );
   });
 
   it('every setting that would change the computation is listed in one error; a field of the wrong type names it', async () => {
-    const message = await failure(gpt2({ config: (c) => ({ ...c, scale_attn_weights: false, activation_function: 'relu', add_cross_attention: true, scale_attn_by_inverse_layer_idx: true, tie_word_embeddings: false }) }));
+    const message = await failure(
+      gpt2({
+        config: (c) => ({
+          ...c,
+          scale_attn_weights: false,
+          activation_function: 'relu',
+          add_cross_attention: true,
+          scale_attn_by_inverse_layer_idx: true,
+          tie_word_embeddings: false,
+        }),
+      }),
+    );
     expect(message.split('\n')).toHaveLength(1);
     expect(message).toMatch(/config\.json: settings this project does not compute: /);
-    for (const field of ['activation_function: "relu" (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, gelu_python)', 'scale_attn_weights: false', 'scale_attn_by_inverse_layer_idx: true', 'add_cross_attention: true', 'tie_word_embeddings: false']) {
+    for (const field of [
+      'activation_function: "relu" (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, gelu_python)',
+      'scale_attn_weights: false',
+      'scale_attn_by_inverse_layer_idx: true',
+      'add_cross_attention: true',
+      'tie_word_embeddings: false',
+    ]) {
       expect(message).toContain(field);
     }
     const bert = variant(BERT_DIR, fresh(), { config: (c) => ({ ...c, is_decoder: true, position_embedding_type: 'relative_key', hidden_act: 'quick_gelu' }) });
     const bertMessage = await failure(bert);
     expect(bertMessage).toMatch(/config\.json: settings this project does not compute: /);
-    for (const field of ['hidden_act: "quick_gelu"', 'is_decoder: true (causal BERT)', 'position_embedding_type: "relative_key"']) expect(bertMessage).toContain(field);
-    expect(await failure(gpt2({ config: (c) => ({ ...c, n_embd: '64', layer_norm_epsilon: -1 }) }))).toMatch(/config\.json: n_embd must be an integer ≥ 1, ≤ 65536 \(got "64"\)\n {2}layer_norm_epsilon must be a number > 0 \(got -1\)/);
+    for (const field of ['hidden_act: "quick_gelu"', 'is_decoder: true (causal BERT)', 'position_embedding_type: "relative_key"'])
+      expect(bertMessage).toContain(field);
+    expect(await failure(gpt2({ config: (c) => ({ ...c, n_embd: '64', layer_norm_epsilon: -1 }) }))).toMatch(
+      /config\.json: n_embd must be an integer ≥ 1, ≤ 65536 \(got "64"\)\n {2}layer_norm_epsilon must be a number > 0 \(got -1\)/,
+    );
   });
 
   it('sizes beyond the bounds table are refused naming the field and the bound, before any tensor is listed (eval, initFrom)', async () => {
@@ -101,12 +142,21 @@ describe('config.json', () => {
     await expect(loadModel(`hf:${deep}`)).rejects.toThrow(expected);
     expect(() => parseRecipe(`initFrom: hf:${deep}\ndata: { dataset: d, seqLen: 16 }`, path.join(dir, 'r.yaml'))).toThrow(expected);
     const wide = await failure(gpt2({ config: (c) => ({ ...c, n_embd: 65537, n_head: 4097, vocab_size: 2 ** 20 + 1, n_positions: 2 ** 60 }) }));
-    for (const line of ['n_embd must be an integer ≥ 1, ≤ 65536 (got 65537;', 'n_head must be an integer ≥ 1, ≤ 4096 (got 4097;', 'vocab_size must be an integer ≥ 1, ≤ 1048576 (got 1048577;', 'n_positions must be an integer ≥ 1, ≤ 1048576 (got 1152921504606846976;']) {
+    for (const line of [
+      'n_embd must be an integer ≥ 1, ≤ 65536 (got 65537;',
+      'n_head must be an integer ≥ 1, ≤ 4096 (got 4097;',
+      'vocab_size must be an integer ≥ 1, ≤ 1048576 (got 1048577;',
+      'n_positions must be an integer ≥ 1, ≤ 1048576 (got 1152921504606846976;',
+    ]) {
       expect(wide).toContain(line);
     }
-    expect(await failure(gpt2({ config: (c) => ({ ...c, n_inner: 65 * 64 }) }))).toMatch(/config\.json: n_inner \(4160\) must be ≤ 64 × n_embd \(64\) \(the bound: 16× the usual 4\)$/);
+    expect(await failure(gpt2({ config: (c) => ({ ...c, n_inner: 65 * 64 }) }))).toMatch(
+      /config\.json: n_inner \(4160\) must be ≤ 64 × n_embd \(64\) \(the bound: 16× the usual 4\)$/,
+    );
     const bert = await failure(variant(BERT_DIR, fresh(), { config: (c) => ({ ...c, num_hidden_layers: 5000, type_vocab_size: 2 ** 21 }) }));
-    expect(bert).toMatch(/config\.json: num_hidden_layers must be an integer ≥ 1, ≤ 1024 \(got 5000;.*\n {2}type_vocab_size must be an integer ≥ 1, ≤ 1048576 \(got 2097152;/);
+    expect(bert).toMatch(
+      /config\.json: num_hidden_layers must be an integer ≥ 1, ≤ 1024 \(got 5000;.*\n {2}type_vocab_size must be an integer ≥ 1, ≤ 1048576 \(got 2097152;/,
+    );
   });
 
   it("this project's exports: a slayformer section with an unknown attention is refused", async () => {
@@ -144,7 +194,9 @@ describe('weights that do not fit config.json', () => {
 
   it('a config.json within the bounds that promises many more tensors than the weights hold gets an error of a few lines', async () => {
     const message = await failure(gpt2({ config: (c) => ({ ...c, n_layer: 1024 }) }));
-    expect(message).toMatch(/^Hugging Face folder .*: the weights do not fit .*config\.json:\n {2}missing: transformer\.h\.2\.ln_1\.weight, transformer\.h\.2\.ln_1\.bias, .*, … \(12,264 in all\)$/);
+    expect(message).toMatch(
+      /^Hugging Face folder .*: the weights do not fit .*config\.json:\n {2}missing: transformer\.h\.2\.ln_1\.weight, transformer\.h\.2\.ln_1\.bias, .*, … \(12,264 in all\)$/,
+    );
     expect(message.split('\n')).toHaveLength(2);
     expect(message.length).toBeLessThan(1000);
   });
@@ -162,7 +214,9 @@ describe('weights that do not fit config.json', () => {
     writeFileSync(configFile, JSON.stringify(json));
     const nextTensorId = () => tf.tidy(() => tf.scalar(0).id);
     const before = nextTensorId();
-    expect(await failure(out)).toContain(`${path.join(out, 'model.safetensors')}: slayformer.blocks.0.attn.projection is [2, 8, 8] but config.json implies [2, 8, 65536]`);
+    expect(await failure(out)).toContain(
+      `${path.join(out, 'model.safetensors')}: slayformer.blocks.0.attn.projection is [2, 8, 8] but config.json implies [2, 8, 65536]`,
+    );
     await expect(loadModel(`hf:${out}`)).rejects.toThrow('slayformer.blocks.1.attn.projection is [2, 8, 8] but config.json implies [2, 8, 65536]');
     expect(nextTensorId()).toBe(before + 1);
   });
@@ -196,7 +250,9 @@ describe('safetensors files that the format or this project refuses', () => {
         return new Map([...t].map(([n, raw]) => [n, n === 'transformer.ln_f.bias' ? { dtype: 'F16', shape: [64], bytes: half } : raw]));
       },
     });
-    expect(await failure(infinity)).toBe(`${file(infinity)}: tensor 'transformer.ln_f.bias' holds a non-finite value (Infinity at index 5); refusing to load it`);
+    expect(await failure(infinity)).toBe(
+      `${file(infinity)}: tensor 'transformer.ln_f.bias' holds a non-finite value (Infinity at index 5); refusing to load it`,
+    );
   });
 
   it('overlapping data offsets, a gap, and a list as __metadata__ are refused from the header', async () => {
@@ -208,9 +264,13 @@ describe('safetensors files that the format or this project refuses', () => {
     };
     const bias = (begin: number) => ({ dtype: 'F32', shape: [64], data_offsets: [begin, begin + 256] });
     const overlap = gpt2({ writeWeights: header({ 'transformer.ln_f.weight': bias(0), 'transformer.ln_f.bias': bias(128) }, 384) });
-    expect(await failure(overlap)).toBe(`${file(overlap)}: tensor 'transformer.ln_f.bias' starts at byte 128 of the data but the previous one ends at 256 (gap or overlap)`);
+    expect(await failure(overlap)).toBe(
+      `${file(overlap)}: tensor 'transformer.ln_f.bias' starts at byte 128 of the data but the previous one ends at 256 (gap or overlap)`,
+    );
     const same = gpt2({ writeWeights: header({ 'transformer.ln_f.weight': bias(0), 'transformer.ln_f.bias': bias(0) }, 256) });
-    expect(await failure(same)).toMatch(/tensor 'transformer\.ln_f\.(weight|bias)' starts at byte 0 of the data but the previous one ends at 256 \(gap or overlap\)$/);
+    expect(await failure(same)).toMatch(
+      /tensor 'transformer\.ln_f\.(weight|bias)' starts at byte 0 of the data but the previous one ends at 256 \(gap or overlap\)$/,
+    );
     const gap = gpt2({ writeWeights: header({ 'transformer.ln_f.bias': bias(0) }, 512) });
     expect(await failure(gap)).toBe(`${file(gap)}: the tensors cover 256 of the 512 data bytes`);
     const list = gpt2({ writeWeights: (d, t) => writeRaw(file(d), t, ['format', 'pt'] as unknown as Record<string, string>) });
@@ -218,11 +278,13 @@ describe('safetensors files that the format or this project refuses', () => {
   });
 
   it('a header length of 2⁶⁰ is printed exactly', async () => {
-    const huge = gpt2({ writeWeights: (d) => {
-      const bytes = Buffer.alloc(64);
-      bytes.writeBigUInt64LE(2n ** 60n);
-      writeFileSync(file(d), bytes);
-    } });
+    const huge = gpt2({
+      writeWeights: (d) => {
+        const bytes = Buffer.alloc(64);
+        bytes.writeBigUInt64LE(2n ** 60n);
+        writeFileSync(file(d), bytes);
+      },
+    });
     expect(await failure(huge)).toMatch(/model\.safetensors: the header length 1152921504606846976 runs past the end of the file/);
   });
 });
@@ -232,7 +294,19 @@ describe('recipes with a Hugging Face initFrom', () => {
 
   it("take every model setting from config.json and the folder's tokenizer; a contradicting key is an error naming it and the field", () => {
     const r = recipe(`initFrom: hf:${BERT_DIR}\nmodel: { attention: { name: performer } }\ndata: { dataset: d, seqLen: 16 }`);
-    expect(r.model).toMatchObject({ kind: 'bert', dModel: 64, numLayers: 2, numHeads: 4, mlpRatio: 2, maxSeqLen: 64, normPosition: 'post', embeddingNorm: true, typeVocabSize: 2, activation: 'gelu-erf', layerNormEps: 1e-12 });
+    expect(r.model).toMatchObject({
+      kind: 'bert',
+      dModel: 64,
+      numLayers: 2,
+      numHeads: 4,
+      mlpRatio: 2,
+      maxSeqLen: 64,
+      normPosition: 'post',
+      embeddingNorm: true,
+      typeVocabSize: 2,
+      activation: 'gelu-erf',
+      layerNormEps: 1e-12,
+    });
     expect(r.model.attention.name).toBe('performer');
     expect(r.data.tokenizer).toBe(path.join(BERT_DIR, 'tokenizer.json'));
     expect(() => recipe(`initFrom: hf:${GPT2_DIR}\nmodel: { dModel: 128, numLayers: 2, layerNormEps: 1e-6 }\ndata: { dataset: d, seqLen: 16 }`)).toThrow(
@@ -241,19 +315,25 @@ describe('recipes with a Hugging Face initFrom', () => {
           `.*r\\.yaml: model\\.layerNormEps is 0\\.000001 but .*config\\.json \\(initFrom\\) makes it 0\\.00001 \\(from layer_norm_epsilon\\)`,
       ),
     );
-    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16 }`, ['--model.kind=bert'])).toThrow(/override --model\.kind=bert: model\.kind is "bert" but .*config\.json \(initFrom\) makes it "gpt" \(from model_type\)/);
+    expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16 }`, ['--model.kind=bert'])).toThrow(
+      /override --model\.kind=bert: model\.kind is "bert" but .*config\.json \(initFrom\) makes it "gpt" \(from model_type\)/,
+    );
     expect(() => recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 64 }`)).toThrow(/model\.maxSeqLen \(32\) must be ≥ data\.seqLen \(64\)/);
   });
 
   it('a bad folder fails the recipe, naming initFrom', () => {
     const folder = gpt2({ config: (c) => ({ ...c, n_head: 5 }) });
-    expect(() => recipe(`initFrom: hf:${folder}\ndata: { dataset: d, seqLen: 16 }`)).toThrow(/r\.yaml: initFrom hf:.*: .*config\.json: n_embd \(64\) must be divisible by n_head \(5\)/);
+    expect(() => recipe(`initFrom: hf:${folder}\ndata: { dataset: d, seqLen: 16 }`)).toThrow(
+      /r\.yaml: initFrom hf:.*: .*config\.json: n_embd \(64\) must be divisible by n_head \(5\)/,
+    );
   });
 
   it('a run whose tokenizer has another vocabulary than the folder is refused, naming data.tokenizer and vocab_size', async () => {
     const r = recipe(`initFrom: hf:${GPT2_DIR}\ndata: { dataset: d, seqLen: 16, tokenizer: ${otherTokenizer} }`);
     const model = createLanguageModel(modelConfigFromRecipe(r, 300));
-    await expect(prepareFinetune(model, r)).rejects.toThrow(`initFrom ${GPT2_DIR}: the run's tokenizer (data.tokenizer) has 300 tokens but ${GPT2_DIR}/config.json has vocab_size 320: use the folder's tokenizer.json`);
+    await expect(prepareFinetune(model, r)).rejects.toThrow(
+      `initFrom ${GPT2_DIR}: the run's tokenizer (data.tokenizer) has 300 tokens but ${GPT2_DIR}/config.json has vocab_size 320: use the folder's tokenizer.json`,
+    );
     model.dispose();
   });
 });

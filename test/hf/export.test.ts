@@ -33,8 +33,16 @@ const nativeRecipe = (model: string) =>
 
 /** What defines the function of a model (dropout and seed do not). */
 const definition = (c: LanguageModelConfig) => ({
-  kind: c.kind, vocabSize: c.vocabSize, maxSeqLen: c.maxSeqLen, dModel: c.dModel, numLayers: c.numLayers, numHeads: c.numHeads,
-  mlpRatio: c.mlpRatio, bias: c.bias, attention: c.attention, ...architectureOf(c),
+  kind: c.kind,
+  vocabSize: c.vocabSize,
+  maxSeqLen: c.maxSeqLen,
+  dModel: c.dModel,
+  numLayers: c.numLayers,
+  numHeads: c.numHeads,
+  mlpRatio: c.mlpRatio,
+  bias: c.bias,
+  attention: c.attention,
+  ...architectureOf(c),
 });
 
 /** Exports `checkpoint`, imports the export, and checks every tensor and the config; returns the export folder. */
@@ -65,7 +73,10 @@ async function snapshot(folder: string) {
 }
 
 describe('export → import is the identity', () => {
-  for (const [name, fixture, modelType] of [['GPT2LMHeadModel', GPT2_DIR, 'gpt2'], ['BertForMaskedLM', BERT_DIR, 'bert']] as const) {
+  for (const [name, fixture, modelType] of [
+    ['GPT2LMHeadModel', GPT2_DIR, 'gpt2'],
+    ['BertForMaskedLM', BERT_DIR, 'bert'],
+  ] as const) {
     it(`the ${name} fixture, whose exported tensors are byte for byte the ones transformers wrote`, async () => {
       const out = await roundTrip(`hf:${fixture}`, modelType);
       const original = readRaw(path.join(fixture, 'model.safetensors'));
@@ -80,18 +91,33 @@ describe('export → import is the identity', () => {
   }
 
   it('a native GPT with the exact GELU and ε 1e-6 is a standard GPT-2 (activation_function "gelu")', async () => {
-    const run = await savedRun(nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, activation: gelu-erf, layerNormEps: 1e-6 }'), fresh(), 1);
+    const run = await savedRun(
+      nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, activation: gelu-erf, layerNormEps: 1e-6 }'),
+      fresh(),
+      1,
+    );
     const out = await roundTrip(run, 'gpt2');
     const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as Record<string, unknown>;
     expect(config).toMatchObject({ activation_function: 'gelu', layer_norm_epsilon: 1e-6, n_inner: 128, eos_token_id: 0, pad_token_id: 1 });
-    expect(JSON.parse(readFileSync(path.join(out, 'tokenizer_config.json'), 'utf8'))).toMatchObject({ tokenizer_class: 'PreTrainedTokenizerFast', eos_token: '<|endoftext|>', pad_token: '[PAD]', model_max_length: 16 });
+    expect(JSON.parse(readFileSync(path.join(out, 'tokenizer_config.json'), 'utf8'))).toMatchObject({
+      tokenizer_class: 'PreTrainedTokenizerFast',
+      eos_token: '<|endoftext|>',
+      pad_token: '[PAD]',
+      model_max_length: 16,
+    });
   });
 
   it('a DARKFormer GPT is a slayformer-gpt2 folder: M and the random projection travel as slayformer.* tensors', async () => {
-    const run = await savedRun(nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: darkformer, options: { features: 8, rank: 4 } } }'), fresh(), 2);
+    const run = await savedRun(
+      nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: darkformer, options: { features: 8, rank: 4 } } }'),
+      fresh(),
+      2,
+    );
     const out = await roundTrip(run, 'slayformer-gpt2');
     const tensors = [...readRaw(path.join(out, 'model.safetensors')).keys()];
-    expect(tensors.filter((t) => t.startsWith('slayformer.')).sort()).toEqual([0, 1].flatMap((i) => [`slayformer.blocks.${i}.attn.covarianceFactor`, `slayformer.blocks.${i}.attn.projection`]));
+    expect(tensors.filter((t) => t.startsWith('slayformer.')).sort()).toEqual(
+      [0, 1].flatMap((i) => [`slayformer.blocks.${i}.attn.covarianceFactor`, `slayformer.blocks.${i}.attn.projection`]),
+    );
     expect(readFileSync(path.join(out, 'README.md'), 'utf8')).toContain('transformers has no class for it (attention darkformer)');
     const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as Record<string, unknown>;
     expect(config).toMatchObject({
@@ -99,12 +125,29 @@ describe('export → import is the identity', () => {
       auto_map: { AutoConfig: 'configuration_slayformer.SlayformerGPT2Config', AutoModelForCausalLM: 'modeling_slayformer.SlayformerForCausalLM' },
       layer_types: Array(2).fill('slayformer darkformer attention (load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True))'),
       // Every option written out, the defaults included.
-      slayformer: { attention: { name: 'darkformer', options: { features: 8, rank: 4, orthogonal: true, redrawInterval: 0, delta: 1e-6, init: 'identity', dataInit: 'none', chunkSize: 64, segmentLength: 0 } } },
+      slayformer: {
+        attention: {
+          name: 'darkformer',
+          options: {
+            features: 8,
+            rank: 4,
+            orthogonal: true,
+            redrawInterval: 0,
+            delta: 1e-6,
+            init: 'identity',
+            dataInit: 'none',
+            chunkSize: 64,
+            segmentLength: 0,
+          },
+        },
+      },
     });
   });
 
   it('a SchoenbAt GPT records the degrees of its Maclaurin features per layer (the buffers do not show them)', async () => {
-    const recipe = nativeRecipe('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: schoenbat, options: { features: 12 } } }');
+    const recipe = nativeRecipe(
+      '{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, attention: { name: schoenbat, options: { features: 12 } } }',
+    );
     const out = await roundTrip(await savedRun(recipe, fresh(), 5), 'slayformer-gpt2');
     const { model } = await loadModel(out);
     const degrees = model.body.attention.map((a) => a.drawLayout!.maclaurinDegrees);
@@ -115,7 +158,11 @@ describe('export → import is the identity', () => {
   });
 
   it('a native pre-LN BERT without biases or token types, with SLAY attention, is a slayformer-bert folder', async () => {
-    const run = await savedRun(nativeRecipe('{ kind: bert, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, bias: false, attention: { name: slay } }'), fresh(), 3);
+    const run = await savedRun(
+      nativeRecipe('{ kind: bert, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, bias: false, attention: { name: slay } }'),
+      fresh(),
+      3,
+    );
     const out = await roundTrip(run, 'slayformer-bert');
     const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as { slayformer: Record<string, unknown> };
     expect(config.slayformer).toMatchObject({ bias: false, normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 });
@@ -129,14 +176,18 @@ describe('the output folder', () => {
     mkdirSync(foreign);
     writeFileSync(path.join(foreign, 'notes.txt'), 'mine');
     await expect(exportHf(`hf:${GPT2_DIR}`, { out: foreign })).rejects.toThrow(`${foreign} already exists; pass --overwrite to replace an earlier export`);
-    await expect(exportHf(`hf:${GPT2_DIR}`, { out: foreign, overwrite: true })).rejects.toThrow(`${foreign} was not written by npm run export (its config.json has no "slayformer" section); not replacing it`);
+    await expect(exportHf(`hf:${GPT2_DIR}`, { out: foreign, overwrite: true })).rejects.toThrow(
+      `${foreign} was not written by npm run export (its config.json has no "slayformer" section); not replacing it`,
+    );
     expect(readdirSync(foreign)).toEqual(['notes.txt']);
     const out = fresh();
     await exportHf(`hf:${GPT2_DIR}`, { out });
     await exportHf(`hf:${BERT_DIR}`, { out, overwrite: true });
     expect((JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as { model_type: string }).model_type).toBe('bert');
     writeFileSync(path.join(out, 'notes.txt'), 'mine');
-    await expect(exportHf(`hf:${GPT2_DIR}`, { out, overwrite: true })).rejects.toThrow(`${out} was not written by npm run export (it holds notes.txt, which export does not write); not replacing it`);
+    await expect(exportHf(`hf:${GPT2_DIR}`, { out, overwrite: true })).rejects.toThrow(
+      `${out} was not written by npm run export (it holds notes.txt, which export does not write); not replacing it`,
+    );
     expect(readdirSync(dir).filter((e) => e.includes('.partial-') || e.includes('.old-'))).toEqual([]);
   });
 
@@ -160,7 +211,8 @@ describe('the output folder', () => {
   });
 
   it('npm run export: the command line writes the folder; an unknown --format is an error', () => {
-    const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/export.ts', ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 120_000 });
+    const cli = (...args: string[]) =>
+      spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/export.ts', ...args, '--backend', 'cpu'], { encoding: 'utf8', timeout: 120_000 });
     const out = fresh();
     const ok = cli(GPT2_DIR, '--format', 'hf', '--out', out);
     expect(ok.stdout).toContain(`wrote ${out}: model_type gpt2, 28 tensors`);
@@ -192,7 +244,10 @@ describe('the model card (README.md) and config.json of an export', () => {
     await savedRun(recipe, runDir, 2);
     writeFileSync(path.join(runDir, 'config.json'), JSON.stringify(recipe));
     writeFileSync(path.join(runDir, 'env.json'), JSON.stringify({ git: { commit: '0123456789abcdef0123456789abcdef01234567', dirty: false } }));
-    writeFileSync(path.join(runDir, 'summary.json'), JSON.stringify({ steps: 3, tokens: 384, val_loss: 5.12341, val_ppl: 167.88, val_bpb: 1.9876, val_acc: 0.2345, parameters: 43210, final: 'final' }));
+    writeFileSync(
+      path.join(runDir, 'summary.json'),
+      JSON.stringify({ steps: 3, tokens: 384, val_loss: 5.12341, val_ppl: 167.88, val_bpb: 1.9876, val_acc: 0.2345, parameters: 43210, final: 'final' }),
+    );
     const out = path.join(fresh(), 'demo-dark');
     await exportHf(path.join(runDir, 'final'), { out });
     return { runDir, out };
@@ -203,11 +258,22 @@ describe('the model card (README.md) and config.json of an export', () => {
     const card = readFileSync(path.join(out, 'README.md'), 'utf8');
     const parts = /^---\n([\s\S]*?)\n---\n\n([\s\S]*)$/.exec(card);
     expect(parts, card).not.toBeNull();
-    expect(YAML.parse(parts![1])).toEqual({ library_name: 'transformers', pipeline_tag: 'text-generation', tags: ['slayformer', 'gpt2', 'causal-lm', 'darkformer', 'custom_code'] });
+    expect(YAML.parse(parts![1])).toEqual({
+      library_name: 'transformers',
+      pipeline_tag: 'text-generation',
+      tags: ['slayformer', 'gpt2', 'causal-lm', 'darkformer', 'custom_code'],
+    });
     const body = parts![2];
     expect(body.split('\n')[0]).toBe('# gpt-dark');
     const headings = body.split('\n').filter((line) => line.startsWith('## '));
-    expect(headings).toEqual(['## Model description', '## Training data and tokenizer', '## Training procedure', '## Evaluation results', '## How to use', '## Limitations']);
+    expect(headings).toEqual([
+      '## Model description',
+      '## Training data and tokenizer',
+      '## Training procedure',
+      '## Evaluation results',
+      '## How to use',
+      '## Limitations',
+    ]);
     expect(body).toContain('darkformer attention');
     expect(body).toContain('"features":8');
     expect(body).toContain('**Dataset:** `sotu`');

@@ -118,7 +118,17 @@ export const sameBytes = (a: Float32Array, b: Float32Array) =>
 export function perturb(model: LanguageModel, seed: number, scale = 0.05): void {
   const rng = new Rng(seed);
   for (const v of model.parameters().values()) {
-    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Float32Array.from(rng.normalArray(v.size), (x) => scale * x), v.shape))));
+    tf.tidy(() =>
+      v.assign(
+        tf.add(
+          v,
+          tf.tensor(
+            Float32Array.from(rng.normalArray(v.size), (x) => scale * x),
+            v.shape,
+          ),
+        ),
+      ),
+    );
   }
 }
 

@@ -14,7 +14,19 @@ import { toFloat32 } from '../../src/hf/safetensors.ts';
 import { IGNORE_LABEL } from '../../src/model/lm.ts';
 import { loadModel } from '../../src/store/load-model.ts';
 import {
-  BERT_DIR, f32, GPT2_DIR, logitsOf, maxAbsDiff, rawF32, readRaw, readReference, renamed, sameBytes, variant, writeRaw, type RawTensor,
+  BERT_DIR,
+  f32,
+  GPT2_DIR,
+  logitsOf,
+  maxAbsDiff,
+  rawF32,
+  readRaw,
+  readReference,
+  renamed,
+  sameBytes,
+  variant,
+  writeRaw,
+  type RawTensor,
 } from './fixtures.ts';
 
 let dir: string;
@@ -45,13 +57,28 @@ describe('the transformers fixtures', () => {
       try {
         const reference = readReference(GPT2_DIR);
         const { model, recipe } = await loadModel(`hf:${GPT2_DIR}`);
-        expect(model.config).toMatchObject({ kind: 'gpt', vocabSize: 320, maxSeqLen: 32, dModel: 64, numLayers: 2, numHeads: 4, mlpRatio: 4, activation: 'gelu-tanh', layerNormEps: 1e-5 });
+        expect(model.config).toMatchObject({
+          kind: 'gpt',
+          vocabSize: 320,
+          maxSeqLen: 32,
+          dModel: 64,
+          numLayers: 2,
+          numHeads: 4,
+          mlpRatio: 4,
+          activation: 'gelu-tanh',
+          layerNormEps: 1e-5,
+        });
         expect(maxAbsDiff(logitsOf(model, reference.input_ids), reference.logits)).toBeLessThan(TOLERANCE);
         // transformers' loss: mean cross-entropy of logits[:, :-1] against input_ids[:, 1:].
         const ids = reference.input_ids;
         const labels = ids.flatMap((row) => [...row.slice(1), IGNORE_LABEL]);
         const loss = tf.tidy(() => {
-          const { loss: sum, count: n } = model.lossSum({ batchSize: ids.length, seqLen: ids[0].length, inputIds: Int32Array.from(ids.flat()), labels: Int32Array.from(labels) });
+          const { loss: sum, count: n } = model.lossSum({
+            batchSize: ids.length,
+            seqLen: ids[0].length,
+            inputIds: Int32Array.from(ids.flat()),
+            labels: Int32Array.from(labels),
+          });
           return sum.dataSync()[0] / n;
         });
         expect(Math.abs(loss - reference.loss!)).toBeLessThan(TOLERANCE);
@@ -67,7 +94,15 @@ describe('the transformers fixtures', () => {
       try {
         const reference = readReference(BERT_DIR);
         const { model } = await loadModel(BERT_DIR); // recognised by its config.json, without hf:
-        expect(model.config).toMatchObject({ kind: 'bert', normPosition: 'post', embeddingNorm: true, typeVocabSize: 2, activation: 'gelu-erf', layerNormEps: 1e-12, mlpRatio: 2 });
+        expect(model.config).toMatchObject({
+          kind: 'bert',
+          normPosition: 'post',
+          embeddingNorm: true,
+          typeVocabSize: 2,
+          activation: 'gelu-erf',
+          layerNormEps: 1e-12,
+          mlpRatio: 2,
+        });
         expect(maxAbsDiff(logitsOf(model, reference.input_ids), reference.logits)).toBeLessThan(TOLERANCE);
         model.dispose();
       } finally {
@@ -82,13 +117,23 @@ describe('the transformers fixtures', () => {
     const cAttn = f32(raw.get('transformer.h.1.attn.c_attn.weight')!); // [64, 192]
     const k = gpt.tensors.get('blocks.1.attn.k.weight')!;
     expect(k.shape).toEqual([64, 64]);
-    for (const [r, c] of [[0, 0], [5, 63], [63, 17]]) expect(k.data[r * 64 + c]).toBe(cAttn[r * 192 + 64 + c]);
+    for (const [r, c] of [
+      [0, 0],
+      [5, 63],
+      [63, 17],
+    ])
+      expect(k.data[r * 64 + c]).toBe(cAttn[r * 192 + 64 + c]);
     expect(gpt.tensors.get('blocks.1.attn.v.bias')!.data).toEqual(f32(raw.get('transformer.h.1.attn.c_attn.bias')!).slice(128));
     const bert = await readHfFolder(BERT_DIR);
     const fc = f32(readRaw(path.join(BERT_DIR, 'model.safetensors')).get('bert.encoder.layer.0.intermediate.dense.weight')!); // [128, 64]
     const ours = bert.tensors.get('blocks.0.mlp.fc.weight')!;
     expect(ours.shape).toEqual([64, 128]);
-    for (const [i, o] of [[0, 0], [3, 100], [63, 127]]) expect(ours.data[i * 128 + o]).toBe(fc[o * 64 + i]);
+    for (const [i, o] of [
+      [0, 0],
+      [3, 100],
+      [63, 127],
+    ])
+      expect(ours.data[i * 128 + o]).toBe(fc[o * 64 + i]);
     expect([gpt.tensors.size, bert.tensors.size]).toEqual([36, 42]);
     expect([gpt.fresh, bert.fresh, gpt.ignored, bert.ignored]).toEqual([[], [], [], []]);
   });
@@ -122,7 +167,14 @@ describe('format variants of real checkpoints', () => {
     const folder = variant(BERT_DIR, fresh(), {
       config: (c) => ({ ...c, architectures: ['BertModel'] }),
       tensors: (t) => {
-        const out = renamed(t, (n) => (n.startsWith('cls.') ? null : n.replace(/^bert\./, '').replace(/LayerNorm\.weight$/, 'LayerNorm.gamma').replace(/LayerNorm\.bias$/, 'LayerNorm.beta')));
+        const out = renamed(t, (n) =>
+          n.startsWith('cls.')
+            ? null
+            : n
+                .replace(/^bert\./, '')
+                .replace(/LayerNorm\.weight$/, 'LayerNorm.gamma')
+                .replace(/LayerNorm\.bias$/, 'LayerNorm.beta'),
+        );
         out.set('pooler.dense.weight', rawF32([64, 64], new Float32Array(4096)));
         out.set('pooler.dense.bias', rawF32([64], new Float32Array(64)));
         out.set('embeddings.position_ids', { dtype: 'I64', shape: [1, 64], bytes: Buffer.alloc(512) });
@@ -153,7 +205,9 @@ describe('format variants of real checkpoints', () => {
         return new Map([...t, ['cls.predictions.decoder.weight', rawF32([320, 64], w)]]);
       },
     });
-    await expect(readHfFolder(untied)).rejects.toThrow(/model\.safetensors: cls\.predictions\.decoder\.weight differs from bert\.embeddings\.word_embeddings\.weight: untied output weights \(tie_word_embeddings false\) are not supported/);
+    await expect(readHfFolder(untied)).rejects.toThrow(
+      /model\.safetensors: cls\.predictions\.decoder\.weight differs from bert\.embeddings\.word_embeddings\.weight: untied output weights \(tie_word_embeddings false\) are not supported/,
+    );
   });
 
   it('sharded weights (model.safetensors.index.json) load as one file', async () => {

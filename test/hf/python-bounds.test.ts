@@ -46,13 +46,29 @@ interface Edit {
 const EDITS: Edit[] = [
   { name: 'SLAY quadratureNodes 20000', export: 'slay', edit: (c) => (c.slayformer.attention.options.quadratureNodes = 20000) },
   { name: 'n_layer 100000', export: 'slay', edit: (c) => (c.n_layer = 100000) },
-  { name: 'n_positions 2.5, n_embd 33 (not divisible by n_head), typeVocabSize -1', export: 'slay', edit: (c) => Object.assign(c, { n_positions: 2.5, n_embd: 33, n_inner: null }, { slayformer: { ...c.slayformer, typeVocabSize: -1 } }) },
+  {
+    name: 'n_positions 2.5, n_embd 33 (not divisible by n_head), typeVocabSize -1',
+    export: 'slay',
+    edit: (c) => Object.assign(c, { n_positions: 2.5, n_embd: 33, n_inner: null }, { slayformer: { ...c.slayformer, typeVocabSize: -1 } }),
+  },
   { name: 'prfFeatures 1e6, n_inner 100 × n_embd', export: 'slay', edit: (c) => ((c.n_inner = 3200), (c.slayformer.attention.options.prfFeatures = 1e6)) },
   { name: 'an unknown option', export: 'slay', edit: (c) => (c.slayformer.attention.options.nodes = 3) },
-  { name: 'a number option below its minimum (written as JavaScript writes -1e-7)', export: 'slay', edit: (c) => (c.slayformer.attention.options.delta = -1e-7) },
+  {
+    name: 'a number option below its minimum (written as JavaScript writes -1e-7)',
+    export: 'slay',
+    edit: (c) => (c.slayformer.attention.options.delta = -1e-7),
+  },
   { name: 'an option of the wrong type', export: 'slay', edit: (c) => (c.slayformer.attention.options.poly = ['anchor']) },
-  { name: 'BERT vocab_size 2^21, num_attention_heads 5000, intermediate_size 10^7', export: 'bert', edit: (c) => Object.assign(c, { vocab_size: 2 ** 21, num_attention_heads: 5000, intermediate_size: 1e7 }) },
-  { name: 'BERT Performer features 2^20, max_position_embeddings 2^30', export: 'bert', edit: (c) => ((c.max_position_embeddings = 2 ** 30), (c.slayformer.attention.options.features = 2 ** 20)) },
+  {
+    name: 'BERT vocab_size 2^21, num_attention_heads 5000, intermediate_size 10^7',
+    export: 'bert',
+    edit: (c) => Object.assign(c, { vocab_size: 2 ** 21, num_attention_heads: 5000, intermediate_size: 1e7 }),
+  },
+  {
+    name: 'BERT Performer features 2^20, max_position_embeddings 2^30',
+    export: 'bert',
+    edit: (c) => ((c.max_position_embeddings = 2 ** 30), (c.slayformer.attention.options.features = 2 ** 20)),
+  },
   { name: 'an unknown mechanism', export: 'bert', edit: (c) => (c.slayformer.attention.name = 'flash') },
 ];
 
@@ -68,19 +84,29 @@ describe.skipIf(!python)(`the exported PyTorch code's bounds (needs: ${TRANSFORM
   beforeAll(async () => {
     const tokenizer = path.join(dir, 'tokenizer.json');
     await trainByteLevelBpeFromTexts(syntheticDocuments(100, 3), 300, tokenizer);
-    const models = { slay: 'kind: gpt, attention: { name: slay }', bert: 'kind: bert, attention: { name: performer, options: { features: 16 } }', schoenbat: 'kind: gpt, attention: { name: schoenbat, options: { features: 16 } }' };
+    const models = {
+      slay: 'kind: gpt, attention: { name: slay }',
+      bert: 'kind: bert, attention: { name: performer, options: { features: 16 } }',
+      schoenbat: 'kind: gpt, attention: { name: schoenbat, options: { features: 16 } }',
+    };
     for (const [name, model] of Object.entries(models)) {
-      const recipe = parseRecipe(`model: { dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, ${model} }\ndata: { dataset: d, tokenizer: ${tokenizer}, seqLen: 16 }`, path.join(dir, `${name}.yaml`));
+      const recipe = parseRecipe(
+        `model: { dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, ${model} }\ndata: { dataset: d, tokenizer: ${tokenizer}, seqLen: 16 }`,
+        path.join(dir, `${name}.yaml`),
+      );
       const run = await savedRun(recipe, path.join(dir, `run-${name}`), 1);
       exports.set(name, (await exportHf(run, { out: path.join(dir, `hf-${name}`) })).out);
     }
   });
 
-  it('its tables are src/core/bounds.ts and every mechanism\'s option specs', () => {
+  it("its tables are src/core/bounds.ts and every mechanism's option specs", () => {
     const tables = runCheck(['tables'], dir) as { bounds: Json; options: Json };
     expect(tables.bounds).toEqual(BOUNDS);
     const specs = Object.fromEntries(
-      attentionNames().map((name) => [name, Object.fromEntries(Object.entries(attentionOptionSpecs(name)).map(([key, { doc: _doc, ...spec }]) => [key, spec]))]),
+      attentionNames().map((name) => [
+        name,
+        Object.fromEntries(Object.entries(attentionOptionSpecs(name)).map(([key, { doc: _doc, ...spec }]) => [key, spec])),
+      ]),
     );
     expect(tables.options).toEqual(specs);
     // In the same order: the first bad option is the one both name.
@@ -122,7 +148,9 @@ describe.skipIf(!python)(`the exported PyTorch code's bounds (needs: ${TRANSFORM
     config.slayformer.layers[1].maclaurinDegrees = [1e9, ...config.slayformer.layers[1].maclaurinDegrees.slice(1)];
     writeFileSync(file, JSON.stringify(config));
     const [result] = runCheck(['load', writeRequests([{ folder, kind: 'gpt' }])], dir) as { error: string }[];
-    expect(result.error).toBe(`${file}: slayformer.layers[1].maclaurinDegrees must be 15 integers from 20 down to 1, highest first (got ${JSON.stringify(config.slayformer.layers[1].maclaurinDegrees).slice(0, 120)})`);
+    expect(result.error).toBe(
+      `${file}: slayformer.layers[1].maclaurinDegrees must be 15 integers from 20 down to 1, highest first (got ${JSON.stringify(config.slayformer.layers[1].maclaurinDegrees).slice(0, 120)})`,
+    );
   });
 
   it('an unedited export loads; a configuration changed after loading is checked again when the model is built', () => {

@@ -26,7 +26,8 @@ import { findTransformersPython, runTransformersCheck, TRANSFORMERS_SETUP } from
 import { maxAbsDiff, savedRun } from './fixtures.ts';
 
 const python = findTransformersPython();
-if (!python) console.warn(`skipped: the PyTorch tests of exported attention mechanisms need a Python with torch and transformers (set up with: ${TRANSFORMERS_SETUP})`);
+if (!python)
+  console.warn(`skipped: the PyTorch tests of exported attention mechanisms need a Python with torch and transformers (set up with: ${TRANSFORMERS_SETUP})`);
 
 /** Transformers' BERT architecture: post-LN blocks, LayerNorm on the embeddings, token types, exact GELU, ε 1e-12. */
 const HF_BERT = 'normPosition: post, embeddingNorm: true, typeVocabSize: 2, activation: gelu-erf, layerNormEps: 1e-12';
@@ -60,19 +61,33 @@ const CASES: Case[] = [
   { name: 'bert slay laplace-only', kind: 'bert', model: `${HF_BERT}, attention: { name: slay, options: { poly: laplace-only } }` },
   { name: 'bert performer, pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: performer, options: { features: 16 } }` },
   { name: 'bert darkformer', kind: 'bert', model: `${HF_BERT}, attention: { name: darkformer, options: { features: 16 } }` },
-  { name: 'bert schoenbat (inverse kernel, reference clamp), pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: schoenbat, options: { kernel: inverse, denominatorClamp: reference, features: 24 } }` },
+  {
+    name: 'bert schoenbat (inverse kernel, reference clamp), pre-LN',
+    kind: 'bert',
+    model: `${PRE_LN_BERT}, attention: { name: schoenbat, options: { kernel: inverse, denominatorClamp: reference, features: 24 } }`,
+  },
   { name: 'bert linear-elu', kind: 'bert', model: `${HF_BERT}, attention: { name: linear-elu }` },
   { name: 'bert cosformer, pre-LN', kind: 'bert', model: `${PRE_LN_BERT}, attention: { name: cosformer }` },
   // Last, so that the cases before keep their seeds (index + 11): a seed decides whether greedy text varies.
-  { name: 'gpt darkformer, dataInit variance-optimal', kind: 'gpt', model: 'attention: { name: darkformer, options: { features: 16, dataInit: variance-optimal } }' },
+  {
+    name: 'gpt darkformer, dataInit variance-optimal',
+    kind: 'gpt',
+    model: 'attention: { name: darkformer, options: { features: 16, dataInit: variance-optimal } }',
+  },
 ];
 
 /** Beam search reorders the cache: tried on a key/value cache, running sums with a key scale, and plain running sums. */
 const BEAM_CASES = ['gpt softmax, no biases, exact GELU', 'gpt performer (iid)', 'gpt slay (anchor), embedding LayerNorm'];
 
-const IDS = [[3, 40, 77, 120, 9, 250, 18, 4], [3, 5, 6, 7, 8, 9, 10, 4]];
+const IDS = [
+  [3, 40, 77, 120, 9, 250, 18, 4],
+  [3, 5, 6, 7, 8, 9, 10, 4],
+];
 /** BERT's second row is padded at the end: padded keys get no attention. */
-const BERT_MASK = [[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0, 0]];
+const BERT_MASK = [
+  [1, 1, 1, 1, 1, 1, 1, 1],
+  [1, 1, 1, 1, 1, 0, 0, 0],
+];
 const PROMPT = [3, 40, 77, 120];
 const TEXTS = ['The state of the Union is strong.', 'Congress shall make no law, 1789.'];
 const NEW_TOKENS = 10;
@@ -183,27 +198,35 @@ describe.skipIf(!python)(`exported attention mechanisms in PyTorch, trust_remote
   });
 
   const GPT_CASES = CASES.filter((c) => c.kind === 'gpt');
-  it.each(GPT_CASES.map((c) => [c.name, c] as const))('%s: generate() decodes from its cache, one token per step, with the tokens and logits of use_cache=False', (_, c) => {
-    const result = theirs.get(c.name)!;
-    const steps = result.generated!.length;
-    expect(result.uncached!.generated).toEqual(result.generated);
-    expect(result.uncached!.logits_diff).toBeLessThan(TOLERANCE);
-    // The prompt once, then each new token alone (the last token generated is never fed); without the cache, the whole sequence every time.
-    expect(result.forward_lengths).toEqual([PROMPT.length, ...Array(steps - 1).fill(1)]);
-    expect(result.uncached!.forward_lengths).toEqual(Array.from({ length: steps }, (_, i) => PROMPT.length + i));
-    const [afterPrompt, atEnd] = result.cache_elements!;
-    const name = /name: ([\w-]+)/.exec(c.model)![1];
-    // Keys and values grow with the positions; the kernel mechanisms' running sums do not.
-    if (attentionIsQuadratic(name)) expect(atEnd * PROMPT.length).toBe(afterPrompt * (PROMPT.length + steps - 1));
-    else expect(atEnd).toBe(afterPrompt);
-    // Beam search reorders the cache with its beams.
-    if (BEAM_CASES.includes(c.name)) expect(result.beams_agree).toBe(true);
-  });
+  it.each(GPT_CASES.map((c) => [c.name, c] as const))(
+    '%s: generate() decodes from its cache, one token per step, with the tokens and logits of use_cache=False',
+    (_, c) => {
+      const result = theirs.get(c.name)!;
+      const steps = result.generated!.length;
+      expect(result.uncached!.generated).toEqual(result.generated);
+      expect(result.uncached!.logits_diff).toBeLessThan(TOLERANCE);
+      // The prompt once, then each new token alone (the last token generated is never fed); without the cache, the whole sequence every time.
+      expect(result.forward_lengths).toEqual([PROMPT.length, ...Array(steps - 1).fill(1)]);
+      expect(result.uncached!.forward_lengths).toEqual(Array.from({ length: steps }, (_, i) => PROMPT.length + i));
+      const [afterPrompt, atEnd] = result.cache_elements!;
+      const name = /name: ([\w-]+)/.exec(c.model)![1];
+      // Keys and values grow with the positions; the kernel mechanisms' running sums do not.
+      if (attentionIsQuadratic(name)) expect(atEnd * PROMPT.length).toBe(afterPrompt * (PROMPT.length + steps - 1));
+      else expect(atEnd).toBe(afterPrompt);
+      // Beam search reorders the cache with its beams.
+      if (BEAM_CASES.includes(c.name)) expect(result.beams_agree).toBe(true);
+    },
+  );
 
-  it('transformers\' own GPT2LMHeadModel / BertForMaskedLM refuse every folder, naming the attention; AutoModel refuses without trust_remote_code', () => {
+  it("transformers' own GPT2LMHeadModel / BertForMaskedLM refuse every folder, naming the attention; AutoModel refuses without trust_remote_code", () => {
     for (const c of CASES) {
       const name = /name: ([\w-]+)/.exec(c.model)![1];
-      expect(theirs.get(c.name)!.plain_error, c.name).toMatch(new RegExp(`layer_types.*slayformer ${name} attention \\(load with ${c.kind === 'gpt' ? 'AutoModelForCausalLM' : 'AutoModelForMaskedLM'}\\.from_pretrained\\(folder, trust_remote_code=True\\)\\)`, 's'));
+      expect(theirs.get(c.name)!.plain_error, c.name).toMatch(
+        new RegExp(
+          `layer_types.*slayformer ${name} attention \\(load with ${c.kind === 'gpt' ? 'AutoModelForCausalLM' : 'AutoModelForMaskedLM'}\\.from_pretrained\\(folder, trust_remote_code=True\\)\\)`,
+          's',
+        ),
+      );
     }
     expect(refusal.error).toMatch(/trust_remote_code=True/);
   });

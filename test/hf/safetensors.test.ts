@@ -62,14 +62,26 @@ describe('safetensors', () => {
       ['null entry', craft({ w: null }, f32(1, 2)), /tensor 'w': entry must be an object \{dtype, shape, data_offsets\} \(got null\)/],
       ['shape not a list', craft({ w: entry({ shape: '2' }) }, f32(1, 2)), /tensor 'w': shape must be a list of non-negative integers \(got "2"\)/],
       ['shape with a fraction', craft({ w: entry({ shape: [0.5, 4] }) }, f32(1, 2)), /tensor 'w': shape must be a list of non-negative integers/],
-      ['missing offsets', craft({ w: entry({ data_offsets: undefined }) }, f32(1, 2)), /tensor 'w': data_offsets must be \[begin, end\] byte offsets \(got undefined\)/],
+      [
+        'missing offsets',
+        craft({ w: entry({ data_offsets: undefined }) }, f32(1, 2)),
+        /tensor 'w': data_offsets must be \[begin, end\] byte offsets \(got undefined\)/,
+      ],
       ['null offsets', craft({ w: entry({ data_offsets: null }) }, f32(1, 2)), /tensor 'w': data_offsets must be/],
       ['reversed offsets', craft({ w: entry({ data_offsets: [8, 0] }) }, f32(1, 2)), /tensor 'w' has data_offsets \[8, 0\] that do not fit/],
-      ['huge shape, small data', craft({ w: entry({ shape: [65536, 65536, 65536, 512] }) }, f32(1, 2)), /tensor 'w' has data_offsets \[0, 8\] that do not fit shape \[65536, 65536, 65536, 512\]/],
+      [
+        'huge shape, small data',
+        craft({ w: entry({ shape: [65536, 65536, 65536, 512] }) }, f32(1, 2)),
+        /tensor 'w' has data_offsets \[0, 8\] that do not fit shape \[65536, 65536, 65536, 512\]/,
+      ],
       ['null dtype', craft({ w: entry({ dtype: null }) }, f32(1, 2)), /tensor 'w' has dtype null; only F32/],
       ['metadata not strings', craft({ __metadata__: { step: 3 } }), /__metadata__ must be a map of strings/],
       ['header length of 2^63', craft({}, Buffer.alloc(0), 2n ** 63n), /the header length 9223372036854775808 runs past the end of the file/],
-      ['overlapping tensors', craft({ a: entry(), b: entry() }, f32(1, 2)), /tensor '(a|b)' starts at byte 0 of the data but the previous one ends at 8 \(gap or overlap\)/],
+      [
+        'overlapping tensors',
+        craft({ a: entry(), b: entry() }, f32(1, 2)),
+        /tensor '(a|b)' starts at byte 0 of the data but the previous one ends at 8 \(gap or overlap\)/,
+      ],
       ['bytes no tensor covers', craft({ a: entry() }, f32(1, 2, 3)), /the tensors cover 8 of the 12 data bytes/],
       ['NaN weight', craft({ w: entry() }, f32(1, NaN)), /tensor 'w' holds a non-finite value \(NaN at index 1\)/],
       ['infinite weight', craft({ w: entry() }, f32(-Infinity, 2)), /tensor 'w' holds a non-finite value \(-Infinity at index 0\)/],
@@ -88,4 +100,3 @@ describe('safetensors', () => {
     }
   });
 });
-

@@ -42,7 +42,14 @@ describe.skipIf(!python)(`transformers from_pretrained on exported folders (need
     await trainByteLevelBpeFromTexts(syntheticDocuments(200, 7), 300, path.join(dir, 'tokenizer.json'));
     const native = (model: string) =>
       parseRecipe(`model: ${model}\ndata: { dataset: d, tokenizer: ${path.join(dir, 'tokenizer.json')}, seqLen: 16 }`, path.join(dir, 'r.yaml'));
-    const gpt = await exportHf(await savedRun(native('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, activation: gelu-erf, layerNormEps: 1e-6 }'), path.join(dir, 'gpt'), 1), { out: path.join(dir, 'gpt-hf') });
+    const gpt = await exportHf(
+      await savedRun(
+        native('{ kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, activation: gelu-erf, layerNormEps: 1e-6 }'),
+        path.join(dir, 'gpt'),
+        1,
+      ),
+      { out: path.join(dir, 'gpt-hf') },
+    );
     // The fixture BERT with every weight moved (as a finetune would), saved as a run and exported.
     const imported = await loadModel(`hf:${BERT_DIR}`);
     perturb(imported.model, 3);
@@ -52,7 +59,10 @@ describe.skipIf(!python)(`transformers from_pretrained on exported folders (need
     imported.model.dispose();
     const bert = await exportHf(bertRun, { out: path.join(dir, 'bert-hf') });
 
-    const ids = [[3, 40, 77, 120, 9, 250, 18, 4], [3, 5, 6, 7, 8, 9, 10, 4]];
+    const ids = [
+      [3, 40, 77, 120, 9, 250, 18, 4],
+      [3, 5, 6, 7, 8, 9, 10, 4],
+    ];
     const requests = [
       { folder: gpt.out, kind: 'gpt', input_ids: ids, texts },
       { folder: bert.out, kind: 'bert', input_ids: ids, texts },
@@ -64,7 +74,10 @@ describe.skipIf(!python)(`transformers from_pretrained on exported folders (need
     for (const result of [gptResult, bertResult]) {
       expect(result.loading).toEqual({ missing_keys: [], unexpected_keys: [], mismatched_keys: [], error_msgs: [] });
     }
-    for (const [result, folder] of [[gptResult, gpt.out], [bertResult, bert.out]] as const) {
+    for (const [result, folder] of [
+      [gptResult, gpt.out],
+      [bertResult, bert.out],
+    ] as const) {
       const { model } = await loadModel(folder);
       const ours = logitsOf(model, ids);
       model.dispose();

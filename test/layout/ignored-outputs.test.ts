@@ -16,9 +16,13 @@ describe('outputs git ignores', () => {
     const outputs = outputsNamedInReadme();
     expect(outputs).toContain('exports/demo-darkformer');
     expect(outputs).toContain('data/tokenizers/x.json');
-    for (const extra of ['runs/gpt-softmax-x/final/model.safetensors', 'reports/compare-x/index.html', '.venv-hf/bin/python', 'checkpoints/x']) outputs.push(extra);
+    for (const extra of ['runs/gpt-softmax-x/final/model.safetensors', 'reports/compare-x/index.html', '.venv-hf/bin/python', 'checkpoints/x'])
+      outputs.push(extra);
     const check = spawnSync('git', ['check-ignore', '--no-index', '--verbose', '--non-matching', ...outputs], { encoding: 'utf8' });
-    const notIgnored = check.stdout.split('\n').filter((line) => line.startsWith('::')).map((line) => line.slice(2).trim());
+    const notIgnored = check.stdout
+      .split('\n')
+      .filter((line) => line.startsWith('::'))
+      .map((line) => line.slice(2).trim());
     expect(notIgnored, check.stderr).toEqual([]);
   });
 });

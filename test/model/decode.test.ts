@@ -16,12 +16,31 @@ const MAX_LEN = 12;
 /** A tiny GPT with weights drawn larger than the init, so attention and position visibly matter. */
 function tinyGpt(attention: string, options: Record<string, unknown> = {}): LanguageModel {
   const model = createLanguageModel({
-    kind: 'gpt', vocabSize: VOCAB, maxSeqLen: MAX_LEN, dModel: 16, numLayers: 2, numHeads: 2,
-    mlpRatio: 2, dropout: 0.1, bias: true, attention: { name: attention, options }, seed: 7,
+    kind: 'gpt',
+    vocabSize: VOCAB,
+    maxSeqLen: MAX_LEN,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 2,
+    dropout: 0.1,
+    bias: true,
+    attention: { name: attention, options },
+    seed: 7,
   });
   const rng = new Rng(99);
   for (const v of model.parameters().values()) {
-    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Array.from(rng.normalArray(v.size), (x) => 0.3 * x), v.shape))));
+    tf.tidy(() =>
+      v.assign(
+        tf.add(
+          v,
+          tf.tensor(
+            Array.from(rng.normalArray(v.size), (x) => 0.3 * x),
+            v.shape,
+          ),
+        ),
+      ),
+    );
   }
   return model;
 }
@@ -92,7 +111,11 @@ describe.each(MODELS)('GPT with %s', (_, attention, options) => {
     const full = tf.tidy(() => model.logits(tf.tensor2d(rows, [2, MAX_LEN], 'int32')).arraySync());
     const decoder = new IncrementalDecoder(model, 2);
     const after = (t: number) => [full[0][t], full[1][t]];
-    for (const [start, end] of [[0, 7], [7, 8], [8, 12]]) {
+    for (const [start, end] of [
+      [0, 7],
+      [7, 8],
+      [8, 12],
+    ]) {
       const logits = decoder.feedBlock(rows.map((row) => row.slice(start, end)));
       expect(relL2(logits.arraySync(), after(end - 1)), `after ${end} tokens`).toBeLessThan(1e-5);
       logits.dispose();
@@ -139,7 +162,12 @@ describe('sampling', () => {
     expect(nucleus(probabilities, 0.8)).toEqual([1, 3, 0]);
     expect(nucleus(probabilities, 0.9375)).toEqual([1, 3, 0, 2]); // of two equal ones, the lower id
     expect(nucleus(probabilities, 1)).toEqual([1, 3, 0, 2, 4]);
-    expect(nucleus(probabilities.map((q) => q * 8), 0.75)).toEqual([1, 3]); // unnormalised weights alike
+    expect(
+      nucleus(
+        probabilities.map((q) => q * 8),
+        0.75,
+      ),
+    ).toEqual([1, 3]); // unnormalised weights alike
 
     // Sampling with top-p 0.75 at T = 1 draws only from {1, 3}, in the ratio 2 : 1 (within 4 standard errors).
     const logits = probabilities.map(Math.log);
@@ -151,7 +179,7 @@ describe('sampling', () => {
       counts.set(id, (counts.get(id) ?? 0) + 1);
     }
     expect([...counts.keys()].sort()).toEqual([1, 3]);
-    expect(Math.abs(counts.get(1)! / n - 2 / 3)).toBeLessThan(4 * Math.sqrt((2 / 9) / n));
+    expect(Math.abs(counts.get(1)! / n - 2 / 3)).toBeLessThan(4 * Math.sqrt(2 / 9 / n));
     // After top-k: the nucleus is taken of the k survivors' renormalised mass.
     for (let i = 0; i < 200; i++) expect([1, 3]).toContain(sampleToken(logits, { temperature: 1, topK: 3, topP: 0.85 }, rng));
     const model = tinyGpt('softmax');
@@ -184,8 +212,17 @@ describe('sampling', () => {
     expect(generateTokens(model, [1, 2], nucleusOpts).tokens).toEqual(generateTokens(model, [1, 2], nucleusOpts).tokens);
     model.dispose();
     const bert = createLanguageModel({
-      kind: 'bert', vocabSize: VOCAB, maxSeqLen: MAX_LEN, dModel: 8, numLayers: 1, numHeads: 1,
-      mlpRatio: 2, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 1,
+      kind: 'bert',
+      vocabSize: VOCAB,
+      maxSeqLen: MAX_LEN,
+      dModel: 8,
+      numLayers: 1,
+      numHeads: 1,
+      mlpRatio: 2,
+      dropout: 0,
+      bias: true,
+      attention: { name: 'softmax', options: {} },
+      seed: 1,
     });
     expect(() => new IncrementalDecoder(bert)).toThrow(/needs a GPT \(causal\) model; this one is 'bert'/);
     bert.dispose();

@@ -30,7 +30,16 @@ const batches: Record<'gpt' | 'bert', { train: Batch[]; val: Batch[] }> = { gpt:
 
 async function take(kind: 'gpt' | 'bert', split: 'train' | 'validation', count: number, dataset: string): Promise<Batch[]> {
   const stream = await openBatchStream({
-    dataset, split, textColumn: 'text', tokenizer, kind, seqLen: SEQ, batchSize: BATCH, seed: 1, shuffleBuffer: split === 'train' ? 64 : 0, readAhead: 1,
+    dataset,
+    split,
+    textColumn: 'text',
+    tokenizer,
+    kind,
+    seqLen: SEQ,
+    batchSize: BATCH,
+    seed: 1,
+    shuffleBuffer: split === 'train' ? 64 : 0,
+    readAhead: 1,
   });
   const out: Batch[] = [];
   try {
@@ -78,8 +87,17 @@ afterAll(async () => {
 
 async function lossDrop(kind: 'gpt' | 'bert', attention: string): Promise<{ before: number; after: number }> {
   const model = createLanguageModel({
-    kind, vocabSize: tokenizer.vocabSize, maxSeqLen: SEQ, dModel: 32, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-    attention: { name: attention, options: {} }, seed: 2,
+    kind,
+    vocabSize: tokenizer.vocabSize,
+    maxSeqLen: SEQ,
+    dModel: 32,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 2,
+    dropout: 0,
+    bias: true,
+    attention: { name: attention, options: {} },
+    seed: 2,
   });
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.01 });
   try {

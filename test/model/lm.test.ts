@@ -18,8 +18,18 @@ afterEach(() => {
 
 function config(kind: 'gpt' | 'bert', attention = 'softmax', extra: Partial<LanguageModelConfig> = {}): LanguageModelConfig {
   return {
-    kind, vocabSize: 23, maxSeqLen: 8, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-    attention: { name: attention, options: {} }, seed: 5, ...extra,
+    kind,
+    vocabSize: 23,
+    maxSeqLen: 8,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 2,
+    dropout: 0,
+    bias: true,
+    attention: { name: attention, options: {} },
+    seed: 5,
+    ...extra,
   };
 }
 
@@ -32,9 +42,19 @@ describe('language model parameters', () => {
     model = createLanguageModel(config('bert', 'darkformer'));
     const params = model.parameters();
     for (const name of [
-      'embed.tokens.weight', 'embed.positions.weight', 'blocks.0.ln1.weight', 'blocks.1.attn.q.weight', 'blocks.1.attn.k.bias',
-      'blocks.1.attn.v.weight', 'blocks.1.attn.out.weight', 'blocks.0.mlp.fc.weight', 'blocks.0.mlp.proj.bias', 'norm.weight',
-      'mlm.dense.weight', 'mlm.norm.bias', 'mlm.decoder.bias',
+      'embed.tokens.weight',
+      'embed.positions.weight',
+      'blocks.0.ln1.weight',
+      'blocks.1.attn.q.weight',
+      'blocks.1.attn.k.bias',
+      'blocks.1.attn.v.weight',
+      'blocks.1.attn.out.weight',
+      'blocks.0.mlp.fc.weight',
+      'blocks.0.mlp.proj.bias',
+      'norm.weight',
+      'mlm.dense.weight',
+      'mlm.norm.bias',
+      'mlm.decoder.bias',
     ]) {
       expect(params.has(name), name).toBe(true);
       expect(params.get(name)!.name).toBe(name);
@@ -57,7 +77,12 @@ describe('language model parameters', () => {
       return { mean, std, n: v.length };
     };
     // The sample std of n normals has standard error ≈ σ/√(2n); allow 4 of them.
-    for (const [name, sigma] of [['embed.tokens.weight', 0.02], ['blocks.3.attn.q.weight', 0.02], ['blocks.3.attn.out.weight', 0.02 / 4], ['blocks.7.mlp.proj.weight', 0.02 / 4]] as const) {
+    for (const [name, sigma] of [
+      ['embed.tokens.weight', 0.02],
+      ['blocks.3.attn.q.weight', 0.02],
+      ['blocks.3.attn.out.weight', 0.02 / 4],
+      ['blocks.7.mlp.proj.weight', 0.02 / 4],
+    ] as const) {
       const s = stats(name);
       expect(Math.abs(s.std - sigma), name).toBeLessThan((4 * sigma) / Math.sqrt(2 * s.n));
       expect(Math.abs(s.mean), name).toBeLessThan((4 * sigma) / Math.sqrt(s.n));
@@ -87,11 +112,13 @@ describe('GPT causality at the model level', () => {
         const other = tf.tidy(() => model!.logits(tf.tensor2d(changed, [b, l], 'int32')).arraySync());
         let before = 0;
         let after = 0;
-        for (let r = 0; r < b; r++) for (let t = 0; t < l; t++) for (let v = 0; v < 23; v++) {
-          const d = Math.abs(base[r][t][v] - other[r][t][v]);
-          if (t <= cut) before = Math.max(before, d);
-          else after = Math.max(after, d);
-        }
+        for (let r = 0; r < b; r++)
+          for (let t = 0; t < l; t++)
+            for (let v = 0; v < 23; v++) {
+              const d = Math.abs(base[r][t][v] - other[r][t][v]);
+              if (t <= cut) before = Math.max(before, d);
+              else after = Math.max(after, d);
+            }
         expect(before).toBeLessThan(1e-5);
         expect(after).toBeGreaterThan(1e-4); // later positions do see the change
       }
@@ -116,10 +143,12 @@ describe('BERT padding', () => {
       const base = run(ids);
       const other = run(changed);
       let real = 0;
-      for (let r = 0; r < b; r++) for (let t = 0; t < realLength[r]; t++) for (let v = 0; v < 23; v++) real = Math.max(real, Math.abs(base[r][t][v] - other[r][t][v]));
+      for (let r = 0; r < b; r++)
+        for (let t = 0; t < realLength[r]; t++) for (let v = 0; v < 23; v++) real = Math.max(real, Math.abs(base[r][t][v] - other[r][t][v]));
       expect(real).toBeLessThan(1e-5);
       // Bidirectional: without the mask, the real positions would see the change.
-      const unmasked = (x: Int32Array) => tf.tidy(() => model!.logits(tf.tensor2d(x, [b, l], 'int32'), tf.tensor2d(new Float32Array(b * l).fill(1), [b, l])).arraySync());
+      const unmasked = (x: Int32Array) =>
+        tf.tidy(() => model!.logits(tf.tensor2d(x, [b, l], 'int32'), tf.tensor2d(new Float32Array(b * l).fill(1), [b, l])).arraySync());
       const u0 = unmasked(ids);
       const u1 = unmasked(changed);
       expect(Math.abs(u0[0][0][0] - u1[0][0][0]) + Math.abs(u0[0][1][3] - u1[0][1][3])).toBeGreaterThan(1e-6);
@@ -165,7 +194,12 @@ describe('loss and dropout', () => {
       tf.tidy(() => {
         const inputs = model!.lossInputs(batch, bucket)!;
         const { value, grads } = tf.variableGrads(() => model!.lossOf(inputs), variables);
-        return { rows: inputs.rows!.shape[0], count: inputs.count, value: value.dataSync()[0], grads: variables.map((v) => Array.from(grads[v.name].dataSync())) };
+        return {
+          rows: inputs.rows!.shape[0],
+          count: inputs.count,
+          value: value.dataSync()[0],
+          grads: variables.map((v) => Array.from(grads[v.name].dataSync())),
+        };
       });
     const plain = run(1);
     const padded = run(4);

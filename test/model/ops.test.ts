@@ -28,7 +28,9 @@ describe('wasm fast paths', () => {
     const run = (f: (x: tf.Tensor, y: tf.Tensor) => tf.Tensor) =>
       tf.tidy(() => {
         const value = f(a, b).arraySync();
-        const grads = tf.grads((x: tf.Tensor, y: tf.Tensor) => tf.sum(tf.mul(f(x, y), weights)))([a, b]).map((g) => g.arraySync());
+        const grads = tf
+          .grads((x: tf.Tensor, y: tf.Tensor) => tf.sum(tf.mul(f(x, y), weights)))([a, b])
+          .map((g) => g.arraySync());
         return { value, grads };
       });
     const expected = run((x, y) => tf.matMul(x as tf.Tensor3D, y as tf.Tensor3D, ta, tb));
@@ -40,7 +42,10 @@ describe('wasm fast paths', () => {
   });
 
   it('contiguous and strided slices return the right elements', () => {
-    const x = tf.tensor(Array.from({ length: 4 * 3 * 5 }, (_, i) => i), [4, 3, 5]);
+    const x = tf.tensor(
+      Array.from({ length: 4 * 3 * 5 }, (_, i) => i),
+      [4, 3, 5],
+    );
     // Contiguous: one batch entry, and a block of rows of it.
     expect(tf.slice(x, [2, 0, 0], [1, 3, 5]).dataSync()).toEqual(Float32Array.from({ length: 15 }, (_, i) => 30 + i));
     expect(tf.slice(x, [1, 1, 0], [1, 2, 5]).dataSync()).toEqual(Float32Array.from({ length: 10 }, (_, i) => 20 + i));
@@ -66,7 +71,11 @@ describe('wasm fast paths', () => {
     const rng = new Rng(3);
     const total = shape5.reduce((a, b) => a * b, 1);
     for (const dtype of ['float32', 'int32'] as const) {
-      const x = tf.tensor(Array.from({ length: total }, (_, i) => i), shape5, dtype);
+      const x = tf.tensor(
+        Array.from({ length: total }, (_, i) => i),
+        shape5,
+        dtype,
+      );
       for (let trial = 0; trial < 40; trial++) {
         const start = shape5.map((n) => rng.int(n));
         const extent = shape5.map((n, d) => 1 + rng.int(n - start[d]));
@@ -81,7 +90,10 @@ describe('wasm fast paths', () => {
 
   it('split along every axis returns the pieces, and concat then split round-trips gradients', () => {
     const total = shape5.reduce((a, b) => a * b, 1);
-    const x = tf.tensor(Array.from({ length: total }, (_, i) => i), shape5);
+    const x = tf.tensor(
+      Array.from({ length: total }, (_, i) => i),
+      shape5,
+    );
     for (let axis = 0; axis < shape5.length; axis++) {
       const sizes = shape5[axis] === 2 ? [1, 1] : [1, shape5[axis] - 3, 2];
       const pieces = tf.split(x, sizes, axis);
@@ -96,7 +108,10 @@ describe('wasm fast paths', () => {
       tf.dispose(pieces);
     }
     // concat's gradient is a SplitV: d/dpiece Σ w·concat(pieces) = the matching block of w.
-    const w = tf.tensor(Array.from({ length: total }, (_, i) => i), shape5);
+    const w = tf.tensor(
+      Array.from({ length: total }, (_, i) => i),
+      shape5,
+    );
     const parts = tf.split(x, [2, 1], 0);
     const grads = tf.grads((a: tf.Tensor, b: tf.Tensor) => tf.sum(tf.mul(tf.concat([a, b], 0), w)))(parts);
     expect([...grads[0].dataSync()]).toEqual(expectedSlice([0, 0, 0, 0, 0], [2, 4, 2, 5, 6]));
@@ -147,7 +162,14 @@ describe('wasm fast paths', () => {
     for (const axis of [-1, [2, 3]]) {
       expect(untaped(() => tf.max(x, axis, true)).arraySync()).toEqual(tf.max(x, axis, true).arraySync());
       // d/dx Σ (x − max) = 1 everywhere when the max carries no gradient.
-      const [g] = tf.grads((t: tf.Tensor) => tf.sum(tf.sub(t, untaped(() => tf.max(t, axis, true)))))([x]);
+      const [g] = tf.grads((t: tf.Tensor) =>
+        tf.sum(
+          tf.sub(
+            t,
+            untaped(() => tf.max(t, axis, true)),
+          ),
+        ),
+      )([x]);
       expect(new Set(g.dataSync())).toEqual(new Set([1]));
     }
     x.dispose();
@@ -162,7 +184,12 @@ describe('wasm fast paths', () => {
     const x = tf.variable(random(new Rng(9), [3, 5]));
     const w = random(new Rng(10), [3, 1]);
     const gradient = (f: (t: tf.Tensor) => tf.Tensor) =>
-      tf.tidy(() => tf.variableGrads(() => tf.sum(tf.mul(f(tf.mul(x, 2)), w)) as tf.Scalar).grads[x.name].dataSync().slice());
+      tf.tidy(() =>
+        tf
+          .variableGrads(() => tf.sum(tf.mul(f(tf.mul(x, 2)), w)) as tf.Scalar)
+          .grads[x.name].dataSync()
+          .slice(),
+      );
     const expected = gradient(inner);
     gradient(recomputed);
     const before = tf.memory().numTensors;
@@ -174,7 +201,10 @@ describe('wasm fast paths', () => {
     tf.dispose([x, w, none]);
   });
   it('clamp: tf.clipByValue in value and in gradient (boundaries inclusive), asymmetric bounds too', () => {
-    for (const [lo, hi] of [[-1, 1], [-46, 69]]) {
+    for (const [lo, hi] of [
+      [-1, 1],
+      [-46, 69],
+    ]) {
       const x = tf.tensor1d([lo - 0.5, lo, lo + 1e-3, (lo + hi) / 2, hi - 1e-3, hi, hi + 2, 1 + 1e-6]);
       const w = tf.tensor1d([1, 2, 3, 4, 5, 6, 7, 8]);
       const f = (c: (t: tf.Tensor) => tf.Tensor) => tf.grads((t: tf.Tensor) => tf.sum(tf.mul(c(t), w)))([x])[0];

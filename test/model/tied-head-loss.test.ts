@@ -64,7 +64,8 @@ describe('tiedHeadCrossEntropySum', () => {
       const bt = b ? tf.tensor1d(b) : undefined;
       const t = tf.tensor1d(targets, 'int32');
       const wt = weights ? tf.tensor1d(weights) : undefined;
-      const f = (x: tf.Tensor, y: tf.Tensor, z?: tf.Tensor) => tf.mul(tiedHeadCrossEntropySum(x as tf.Tensor2D, y as tf.Tensor2D, t, wt, z as tf.Tensor1D | undefined), scale);
+      const f = (x: tf.Tensor, y: tf.Tensor, z?: tf.Tensor) =>
+        tf.mul(tiedHeadCrossEntropySum(x as tf.Tensor2D, y as tf.Tensor2D, t, wt, z as tf.Tensor1D | undefined), scale);
       const value = tiedHeadCrossEntropySum(ht, et, t, wt, bt).dataSync()[0];
       const grads = bt ? tf.grads((x, y, z) => f(x, y, z))([ht, et, bt]) : tf.grads((x, y) => f(x, y))([ht, et]);
       return { value, grads: grads.map((g) => g.dataSync()) };

@@ -23,14 +23,27 @@ beforeAll(async () => {
 const VOCAB = 29;
 const SEQ = 12;
 const config = (attention: string, options: Record<string, unknown> = {}): LanguageModelConfig => ({
-  kind: 'gpt', vocabSize: VOCAB, maxSeqLen: SEQ, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-  attention: { name: attention, options }, seed: 3,
+  kind: 'gpt',
+  vocabSize: VOCAB,
+  maxSeqLen: SEQ,
+  dModel: 16,
+  numLayers: 2,
+  numHeads: 2,
+  mlpRatio: 2,
+  dropout: 0,
+  bias: true,
+  attention: { name: attention, options },
+  seed: 3,
 });
 
 function batches(): Batch[] {
   const rng = new Rng(12);
   return [0, 1].map(() => ({
-    kind: 'gpt', batchSize: 3, seqLen: SEQ, tokens: 3 * SEQ, bytes: 3 * SEQ,
+    kind: 'gpt',
+    batchSize: 3,
+    seqLen: SEQ,
+    tokens: 3 * SEQ,
+    bytes: 3 * SEQ,
     inputIds: Int32Array.from({ length: 3 * SEQ }, () => rng.int(VOCAB)),
     labels: Int32Array.from({ length: 3 * SEQ }, () => rng.int(VOCAB)),
   }));
@@ -40,7 +53,14 @@ function batches(): Batch[] {
 function withWeights(model: LanguageModel): LanguageModel {
   const rng = new Rng(7);
   for (const v of model.parameters().values()) {
-    tf.tidy(() => v.assign(tf.tensor(Float32Array.from({ length: v.size }, () => 0.3 * rng.normal()), v.shape)));
+    tf.tidy(() =>
+      v.assign(
+        tf.tensor(
+          Float32Array.from({ length: v.size }, () => 0.3 * rng.normal()),
+          v.shape,
+        ),
+      ),
+    );
   }
   return model;
 }
@@ -58,7 +78,10 @@ describe('measureStart', () => {
         softmax.body.forward(tf.tensor2d(batch.inputIds, [batch.batchSize, SEQ], 'int32'), {
           onAttentionInputs: (layer, q, k) => {
             if (layer !== 0) return;
-            for (const [label, t] of [['q', q], ['k', k]] as const) {
+            for (const [label, t] of [
+              ['q', q],
+              ['k', k],
+            ] as const) {
               const a = t.arraySync() as number[][][][];
               a.forEach((b) => b.forEach((head, h) => head.forEach((row) => captured[label][h].push(row))));
             }
@@ -80,7 +103,9 @@ describe('measureStart', () => {
         const rows = captured[label][h];
         const d = rows[0].length;
         const mean = Array.from({ length: d }, (_, j) => rows.reduce((s, r) => s + r[j], 0) / rows.length);
-        const cov = Array.from({ length: d }, (_, i) => Array.from({ length: d }, (__, j) => rows.reduce((s, r) => s + (r[i] - mean[i]) * (r[j] - mean[j]), 0) / (rows.length - 1)));
+        const cov = Array.from({ length: d }, (_, i) =>
+          Array.from({ length: d }, (__, j) => rows.reduce((s, r) => s + (r[i] - mean[i]) * (r[j] - mean[j]), 0) / (rows.length - 1)),
+        );
         const eigen = symmetricEigen(cov).values;
         const total = eigen.reduce((s, v) => s + v, 0);
         const geometry = (label === 'q' ? measures.queries : measures.keys)[0][h];
@@ -116,12 +141,53 @@ describe('measureStart', () => {
 
 describe("darkformer-finetune's measured notes", () => {
   const extras: Record<string, Record<string, number>> = {};
-  const geometry = { q_eig_ratio_min: 300, q_eig_ratio_max: 7000, k_eig_ratio_min: 250, k_eig_ratio_max: 5000, q_eff_rank_min: 3.5, q_eff_rank_median: 6, q_eff_rank_max: 10.6, k_eff_rank_min: 4, k_eff_rank_max: 9, q_scale_before_min: 0.4, q_scale_before_max: 4.2, k_scale_before_min: 0.5, k_scale_before_max: 3 };
+  const geometry = {
+    q_eig_ratio_min: 300,
+    q_eig_ratio_max: 7000,
+    k_eig_ratio_min: 250,
+    k_eig_ratio_max: 5000,
+    q_eff_rank_min: 3.5,
+    q_eff_rank_median: 6,
+    q_eff_rank_max: 10.6,
+    k_eff_rank_min: 4,
+    k_eff_rank_max: 9,
+    q_scale_before_min: 0.4,
+    q_scale_before_max: 4.2,
+    k_scale_before_min: 0.5,
+    k_scale_before_max: 3,
+  };
   for (const seed of [1, 2, 3]) {
     extras[`softmax-all-seed${seed}`] = { ...geometry, acc_start: 0.175, acc_exact_start: 0.175 };
-    extras[`performer-all-seed${seed}`] = { ...geometry, acc_start: 0.17, acc_exact_start: 0.175, rf_error: 0.41, rf_error_kernel: 0.41, kernel_error: 0, q_scale_after_min: 0.4, q_scale_after_max: 4.2 };
-    extras[`darkformer-whitening-all-seed${seed}`] = { ...geometry, acc_start: 0.159, acc_exact_start: 0.159, rf_error: 1.06, rf_error_kernel: 0.6, kernel_error: 0.9, q_scale_after_min: 5.5, q_scale_after_max: 8.2 };
-    extras[`darkformer-variance-optimal-all-seed${seed}`] = { ...geometry, acc_start: 0.175, acc_exact_start: 0.175, rf_error: 0.23, rf_error_kernel: 0.23, kernel_error: 0, q_scale_after_min: 0.4, q_scale_after_max: 4.2 };
+    extras[`performer-all-seed${seed}`] = {
+      ...geometry,
+      acc_start: 0.17,
+      acc_exact_start: 0.175,
+      rf_error: 0.41,
+      rf_error_kernel: 0.41,
+      kernel_error: 0,
+      q_scale_after_min: 0.4,
+      q_scale_after_max: 4.2,
+    };
+    extras[`darkformer-whitening-all-seed${seed}`] = {
+      ...geometry,
+      acc_start: 0.159,
+      acc_exact_start: 0.159,
+      rf_error: 1.06,
+      rf_error_kernel: 0.6,
+      kernel_error: 0.9,
+      q_scale_after_min: 5.5,
+      q_scale_after_max: 8.2,
+    };
+    extras[`darkformer-variance-optimal-all-seed${seed}`] = {
+      ...geometry,
+      acc_start: 0.175,
+      acc_exact_start: 0.175,
+      rf_error: 0.23,
+      rf_error_kernel: 0.23,
+      kernel_error: 0,
+      q_scale_after_min: 0.4,
+      q_scale_after_max: 4.2,
+    };
   }
   const view: UnitView = { values: () => [], extra: (name, key) => extras[name]?.[key] ?? null };
 
@@ -138,6 +204,8 @@ describe("darkformer-finetune's measured notes", () => {
   });
 
   it('says nothing is measured yet when no finetuning unit has run', () => {
-    expect(measuredNotes({ values: () => [], extra: () => null }, false)).toEqual(['The start measures (see the protocol) are summarised here once finetuning units have run.']);
+    expect(measuredNotes({ values: () => [], extra: () => null }, false)).toEqual([
+      'The start measures (see the protocol) are summarised here once finetuning units have run.',
+    ]);
   });
 });

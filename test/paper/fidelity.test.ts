@@ -36,7 +36,11 @@ it("builds the paper's ablation set at each scale: seven SLAY variants against s
   for (const scale of PAPER_SCALES) {
     const cases = paperCases(scale);
     expect(cases.map((c) => c.label).sort()).toEqual(
-      ['darkformer', 'performer', ...['anchor', 'exact', 'hadamard', 'laplace-only', 'nystrom', 'random-maclaurin', 'tensorsketch'].map((p) => `slay/${p}`)].sort(),
+      [
+        'darkformer',
+        'performer',
+        ...['anchor', 'exact', 'hadamard', 'laplace-only', 'nystrom', 'random-maclaurin', 'tensorsketch'].map((p) => `slay/${p}`),
+      ].sort(),
     );
     for (const c of cases.filter((x) => x.mechanism === 'slay')) {
       expect(c.reference).toEqual({ mechanism: 'yat-spherical', options: { epsilon: 1e-6, delta: 1e-6 } });

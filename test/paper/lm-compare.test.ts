@@ -60,7 +60,15 @@ describe('lm-compare claims and differences', () => {
   it('reports each mechanism against softmax as a paired difference over the seeds done, its interval the t interval', () => {
     const all = lmCompare.differences!(view({ performer: [0.1, 0.12, 0.11], slay: [-0.05, -0.06, -0.04], cosformer: [0.05, -0.04, 0.01] }), false);
     const of = (row: string) => all.find((d) => d.table.startsWith('GPT') && d.row === row)!;
-    expect(all.filter((d) => d.table.startsWith('GPT')).map((d) => d.row)).toEqual(['yat-spherical', 'slay', 'performer', 'darkformer', 'schoenbat', 'linear-elu', 'cosformer']);
+    expect(all.filter((d) => d.table.startsWith('GPT')).map((d) => d.row)).toEqual([
+      'yat-spherical',
+      'slay',
+      'performer',
+      'darkformer',
+      'schoenbat',
+      'linear-elu',
+      'cosformer',
+    ]);
     expect(of('performer').metric!.ci![0]).toBeGreaterThan(0);
     expect(of('slay').metric!.ci![1]).toBeLessThan(0);
     const cosformer = of('cosformer').metric!;
@@ -72,7 +80,16 @@ describe('lm-compare claims and differences', () => {
   });
 
   it('judges the papers’ claims: SLAY below Performer and ELU+1, SLAY within the margin of spherical Yat, DARKFormer below Performer', () => {
-    const all = lmCompare.claims!(view({ slay: [0.02, 0.025, 0.03], 'yat-spherical': [0.03, 0.035, 0.025], performer: [0.06, 0.07, 0.065], 'linear-elu': [0.0, 0.03, -0.02], darkformer: [0.09, 0.1, 0.085] }), false);
+    const all = lmCompare.claims!(
+      view({
+        slay: [0.02, 0.025, 0.03],
+        'yat-spherical': [0.03, 0.035, 0.025],
+        performer: [0.06, 0.07, 0.065],
+        'linear-elu': [0.0, 0.03, -0.02],
+        darkformer: [0.09, 0.1, 0.085],
+      }),
+      false,
+    );
     expect(claimOf(all, "GPT: SLAY's final validation loss is below Performer's").verdict).toBe('holds');
     const elu = claimOf(all, "GPT: SLAY's final validation loss is below ELU+1");
     expect(elu.verdict).toBe('not separated');
@@ -98,8 +115,8 @@ describe('lm-compare claims and differences', () => {
     expect(seedsToSeparate(3, 1)).toBe(3);
     expect(seedsToSeparate(3.01, 1, 0.01)).toBe(3);
     const n = seedsToSeparate(0.01, 0.05)!;
-    expect(tQuantileOf(0.975, n - 1) * 0.05 / Math.sqrt(n)).toBeLessThan(0.01);
-    expect(tQuantileOf(0.975, n - 2) * 0.05 / Math.sqrt(n - 1)).toBeGreaterThanOrEqual(0.01);
+    expect((tQuantileOf(0.975, n - 1) * 0.05) / Math.sqrt(n)).toBeLessThan(0.01);
+    expect((tQuantileOf(0.975, n - 2) * 0.05) / Math.sqrt(n - 1)).toBeGreaterThanOrEqual(0.01);
     expect(seedsToSeparate(0, 1)).toBeNull();
     expect(seedsToSeparate(0.5, 1, 0.5)).toBeNull();
     expect([3, 100, 101].map(describeSeedsNeeded)).toEqual(['≈ 3', '≈ 100', 'more than 100']);
@@ -115,7 +132,9 @@ describe('ensureCorpus', () => {
       const info = path.join(LM_CORPUS.dataset, 'train', 'dataset_info.json');
       fs.mkdirSync(path.dirname(info), { recursive: true });
       fs.writeFileSync(info, JSON.stringify({ description: 'the corpora one after the other' }));
-      await expect(ensureCorpus()).rejects.toThrow(/data\/english was not prepared as this experiment needs .* npm run prepare -- --corpus sotu,kjv,moby-dick --out data\/english/);
+      await expect(ensureCorpus()).rejects.toThrow(
+        /data\/english was not prepared as this experiment needs .* npm run prepare -- --corpus sotu,kjv,moby-dick --out data\/english/,
+      );
       expect(JSON.parse(fs.readFileSync(info, 'utf8')).description).toBe('the corpora one after the other');
       expect(fs.existsSync(LM_CORPUS.tokenizer)).toBe(false);
     } finally {

@@ -16,7 +16,9 @@ const PAPERS = path.join(SHARED_DIR, 'papers');
 function slayPaperText(): string | null {
   const index = path.join(PAPERS, 'README.md');
   if (!existsSync(index)) return null;
-  const row = readFileSync(index, 'utf8').split('\n').find((l) => /SLAY: Spherical Linearized Attention/.test(l) && /full text/.test(l));
+  const row = readFileSync(index, 'utf8')
+    .split('\n')
+    .find((l) => /SLAY: Spherical Linearized Attention/.test(l) && /full text/.test(l));
   const file = row?.match(/\|\s*(\S+\.txt)\s*\|/)?.[1];
   return file ? readFileSync(path.join(PAPERS, file), 'utf8') : null;
 }
@@ -40,7 +42,13 @@ function tableBlock(source: string, table: string): string[][] {
   return rows;
 }
 
-const PAPER_ROW_NAMES: Record<string, string> = { softmax: 'Standard', 'yat-spherical': 'Spherical-YAT', performer: 'Performer', 'linear-elu': 'Linear', slay: 'SLAY' };
+const PAPER_ROW_NAMES: Record<string, string> = {
+  softmax: 'Standard',
+  'yat-spherical': 'Spherical-YAT',
+  performer: 'Performer',
+  'linear-elu': 'Linear',
+  slay: 'SLAY',
+};
 /** "Kv Recall" → kv_recall. */
 const taskOf = (header: string) => header.toLowerCase().replace(/ /g, '_');
 

@@ -35,43 +35,88 @@ describe('judge', () => {
 });
 
 const toy: Experiment = {
-  name: 'toy', version: 3, title: 'Toy', source: 'A paper, Table 1', measures: 'accuracy', metric: { name: 'accuracy', digits: 2 },
-  agreement: rule, protocol: { steps: '10' }, notes: ['A note.'], backend: 'wasm',
+  name: 'toy',
+  version: 3,
+  title: 'Toy',
+  source: 'A paper, Table 1',
+  measures: 'accuracy',
+  metric: { name: 'accuracy', digits: 2 },
+  agreement: rule,
+  protocol: { steps: '10' },
+  notes: ['A note.'],
+  backend: 'wasm',
   shown: [{ key: 'loss', paperKey: 'paper_loss', title: 'Loss', digits: 3 }],
   units: () => ['a-s1', 'a-s2', 'b-s1', 'b-s2', 'c-s1', 'd-s1'].map((name) => ({ name, settings: {} })),
   cells: () => [
     { table: 'Table 1', row: 'task', column: 'a', published: { mean: 0.9, sd: 0.01, source: 'Table 1' }, units: ['a-s1', 'a-s2'] },
     {
-      table: 'Table 1', row: 'task', column: 'b', published: { mean: 0.5, sd: 0.0, source: 'Table 1' }, units: ['b-s1', 'b-s2'],
+      table: 'Table 1',
+      row: 'task',
+      column: 'b',
+      published: { mean: 0.5, sd: 0.0, source: 'Table 1' },
+      units: ['b-s1', 'b-s2'],
       explanation: { kind: 'protocol-gap', text: 'the paper used another batch' },
     },
     { table: 'Table 1', row: 'other', column: 'a', published: { mean: 0.2, sd: 0.0, source: 'Table 1' }, units: ['c-s1'] },
-    { table: 'Table 1', row: 'other', column: 'b', published: { mean: 0.2, sd: 0.0, source: 'Table 1' }, units: ['d-s1'], explanation: { kind: 'deliberate', text: 'never used: the cell agrees' } },
+    {
+      table: 'Table 1',
+      row: 'other',
+      column: 'b',
+      published: { mean: 0.2, sd: 0.0, source: 'Table 1' },
+      units: ['d-s1'],
+      explanation: { kind: 'deliberate', text: 'never used: the cell agrees' },
+    },
     { table: 'Extra', row: 'task', column: 'e', published: null, units: ['a-s1'] },
   ],
   runUnit: async () => ({ values: [], extra: {}, headline: '' }),
 };
 
-function record(name: string, values: number[] | null, env: Record<string, unknown>, opts: { error?: string; failure?: string; start?: number } = {}): UnitRecord {
-  const outcome: UnitOutcome = { values: values ?? [], extra: { loss: values?.[0] ?? null, paper_loss: 1 }, headline: 'x', ...(opts.error ? { error: opts.error } : {}) };
-  const start = Date.parse('2026-01-01T00:00:00Z') + (opts.start ?? 0) * 1000;
-  const result: UnitResultFile | null = values === null ? null : {
-    experiment: 'toy', version: 3, unit: name, outcome, seconds: 10, cpuSeconds: 9,
-    startedAt: new Date(start).toISOString(), finishedAt: new Date(start + 10_000).toISOString(),
+function record(
+  name: string,
+  values: number[] | null,
+  env: Record<string, unknown>,
+  opts: { error?: string; failure?: string; start?: number } = {},
+): UnitRecord {
+  const outcome: UnitOutcome = {
+    values: values ?? [],
+    extra: { loss: values?.[0] ?? null, paper_loss: 1 },
+    headline: 'x',
+    ...(opts.error ? { error: opts.error } : {}),
   };
+  const start = Date.parse('2026-01-01T00:00:00Z') + (opts.start ?? 0) * 1000;
+  const result: UnitResultFile | null =
+    values === null
+      ? null
+      : {
+          experiment: 'toy',
+          version: 3,
+          unit: name,
+          outcome,
+          seconds: 10,
+          cpuSeconds: 9,
+          startedAt: new Date(start).toISOString(),
+          finishedAt: new Date(start + 10_000).toISOString(),
+        };
   return { unit: { name, settings: {} }, dir: result ? path.join(dir, name) : null, result, env: result ? env : null, failure: opts.failure ?? null };
 }
 
 const env = {
-  git: { commit: '0123456789abcdef0123', dirty: false }, backend: { name: 'wasm', tensorflow: null, versions: { 'tfjs-core': '4.22.0' } },
-  cpuModel: 'Test CPU', cpus: 2, memoryGiB: 8, platform: 'linux-x64', node: 'v20',
+  git: { commit: '0123456789abcdef0123', dirty: false },
+  backend: { name: 'wasm', tensorflow: null, versions: { 'tfjs-core': '4.22.0' } },
+  cpuModel: 'Test CPU',
+  cpus: 2,
+  memoryGiB: 8,
+  platform: 'linux-x64',
+  node: 'v20',
 };
 
 describe('buildResults', () => {
   const set = experimentRunSet(toy, { quick: false, backend: 'wasm', runsRoot: path.join(dir, 'runs') });
   const records = [
-    record('a-s1', [0.91], env), record('a-s2', [0.89], env, { start: 100 }), // 0.90 ± 0.014: agrees
-    record('b-s1', [0.6], env), record('b-s2', [0.62], env), // 0.61 vs 0.5: disagrees, protocol gap
+    record('a-s1', [0.91], env),
+    record('a-s2', [0.89], env, { start: 100 }), // 0.90 ± 0.014: agrees
+    record('b-s1', [0.6], env),
+    record('b-s2', [0.62], env), // 0.61 vs 0.5: disagrees, protocol gap
     record('c-s1', [0.5], { ...env, git: { commit: 'fedcba9876543210', dirty: true } }), // disagrees, no explanation: open
     record('d-s1', [], env, { error: 'OOM: out of memory' }), // ran, no value
   ];
@@ -86,7 +131,14 @@ describe('buildResults', () => {
     expect(cell('other', 'b')).toMatchObject({ verdict: 'not run', explanation: null, error: 'OOM: out of memory' });
     expect(cell('task', 'e')).toMatchObject({ verdict: 'no published value' });
     expect(cell('task', 'a').extra.loss.mean).toBeCloseTo(0.9, 12);
-    expect(results.counts).toEqual({ withPublished: 4, agrees: 1, disagrees: 2, notRun: 1, extra: 1, disagreementsBy: { deliberate: 0, 'protocol-gap': 1, open: 1 } });
+    expect(results.counts).toEqual({
+      withPublished: 4,
+      agrees: 1,
+      disagrees: 2,
+      notRun: 1,
+      extra: 1,
+      disagreementsBy: { deliberate: 0, 'protocol-gap': 1, open: 1 },
+    });
   });
 
   it('names the commits, backends, machines, wall time and the command', () => {
@@ -95,10 +147,15 @@ describe('buildResults', () => {
       commits: ['0123456789ab', 'fedcba987654 (with uncommitted changes)'],
       backends: ['wasm, TensorFlow.js 4.22.0'],
       machines: ['Test CPU, 2 cores, 8 GiB, linux-x64, Node v20'],
-      wallSeconds: 110, unitSeconds: 60, cpuSeconds: 54, units: { total: 6, done: 6, notDone: 0 },
+      wallSeconds: 110,
+      unitSeconds: 60,
+      cpuSeconds: 54,
+      units: { total: 6, done: 6, notDone: 0 },
     });
     const markdown = resultsMarkdown(results, 'toy/agreement.svg');
-    expect(markdown).toContain('**1 of 4 cells with a published value agree with the paper** (2 disagree: 0 by a deliberate difference, 1 by a protocol gap, 1 open; 1 without a value of ours); 1 more cells have no published value.');
+    expect(markdown).toContain(
+      '**1 of 4 cells with a published value agree with the paper** (2 disagree: 0 by a deliberate difference, 1 by a protocol gap, 1 open; 1 without a value of ours); 1 more cells have no published value.',
+    );
     expect(markdown).toContain('| regenerate | `npm run paper -- toy` |');
     expect(markdown).toContain('| wall time | 1 min 50 s from the first unit’s start');
     expect(markdown).toContain('| task | 0.90 ± 0.01 · paper 0.90 ± 0.01 ✓ | 0.61 ± 0.01 · paper 0.50 ± 0.00 ✗ |');
@@ -124,7 +181,10 @@ describe('buildResults', () => {
         });
       },
     };
-    const markdown = resultsMarkdown(buildResults(experimentRunSet(withDifferences, { quick: false, backend: 'wasm', runsRoot: path.join(dir, 'runs') }), records), null);
+    const markdown = resultsMarkdown(
+      buildResults(experimentRunSet(withDifferences, { quick: false, backend: 'wasm', runsRoot: path.join(dir, 'runs') }), records),
+      null,
+    );
     // a − b per seed: 0.31, 0.27; mean 0.29, se 0.02, t(0.975, 1) = 12.706: 0.29 ± 0.254; p = 1 − (2/π)·atan(14.5) = 0.044.
     expect(markdown).toContain('### Table 1: each − b\n\n| | pairs | Δ accuracy | p | Δ loss | separated | seeds to separate |');
     expect(markdown).toContain('| a | 2 | +0.29 (+0.04 … +0.54) | 0.044 | +0.290 (+0.036 … +0.544) | **above** |  |');
@@ -141,26 +201,39 @@ describe('buildResults', () => {
     expect(svg).toContain('1 of 4 agree');
   });
 
-  it('averages the units\' validation curves step by step and draws one plot per table that has them', async () => {
+  it("averages the units' validation curves step by step and draws one plot per table that has them", async () => {
     const withCurve = (r: UnitRecord, losses: number[]): UnitRecord => ({
       ...r,
-      result: { ...r.result!, outcome: { ...r.result!.outcome, details: { curves: { train: [], val: losses.map((loss, i) => ({ step: 10 * i, loss, acc: null })) } } } },
+      result: {
+        ...r.result!,
+        outcome: { ...r.result!.outcome, details: { curves: { train: [], val: losses.map((loss, i) => ({ step: 10 * i, loss, acc: null })) } } },
+      },
     });
     const curved = [withCurve(records[0], [5, 4, 3]), withCurve(records[1], [6, 4]), ...records.slice(2)];
     const out = buildResults(set, curved);
     const curve = out.cells.find((c) => c.row === 'task' && c.column === 'a')!.curve!;
-    expect(curve.map((p) => [p.step, p.mean, p.n])).toEqual([[0, 5.5, 2], [10, 4, 2], [20, 3, 1]]);
+    expect(curve.map((p) => [p.step, p.mean, p.n])).toEqual([
+      [0, 5.5, 2],
+      [10, 4, 2],
+      [20, 3, 1],
+    ]);
     expect(curve[0].sd).toBeCloseTo(Math.SQRT1_2, 12);
     expect(out.cells.find((c) => c.row === 'task' && c.column === 'b')!.curve).toBeNull();
     const files = await writeResults(out, path.join(dir, 'curves'));
     // Table 1 and Extra both hold a-s1: a plot each.
-    expect(files.map((f) => path.relative(dir, f))).toEqual(['curves/toy.md', 'curves/toy.json', 'curves/toy/agreement.svg', 'curves/toy/curves-1.svg', 'curves/toy/curves-2.svg']);
+    expect(files.map((f) => path.relative(dir, f))).toEqual([
+      'curves/toy.md',
+      'curves/toy.json',
+      'curves/toy/agreement.svg',
+      'curves/toy/curves-1.svg',
+      'curves/toy/curves-2.svg',
+    ]);
     expect(readFileSync(files[3], 'utf8')).toContain('task · a');
     expect(readFileSync(files[0], 'utf8')).toContain('## Table 1\n\n| | a | b |');
     expect(readFileSync(files[0], 'utf8')).toContain('![Table 1: validation loss against optimizer steps, mean ± sd over seeds](toy/curves-1.svg)');
   });
 
-  it('writes text from the units\' files (errors, env.json strings) as text: no injected heading, link or HTML', () => {
+  it("writes text from the units' files (errors, env.json strings) as text: no injected heading, link or HTML", () => {
     const hostileEnv = { ...env, cpuModel: 'CPU <script>alert(1)</script>\n# Injected heading', backend: { name: 'wasm](javascript:alert(2))' } };
     const hostile = buildResults(set, [...records.slice(0, 5), record('d-s1', [], hostileEnv, { error: 'boom\n## Injected <img src=x onerror=alert(3)>' })]);
     const markdown = resultsMarkdown(hostile, null);
@@ -183,15 +256,23 @@ describe('buildResults', () => {
     expect(experimentRunSet(toy, { quick: true, backend: 'tensorflow', runsRoot: dir }).runs[0].cores).toBe('all');
     const script = renderSbatchScript(set, [0, 2], {}, '/project');
     expect(script).toContain('#SBATCH --array=0,2');
-    expect(script.trim().split('\n').at(-1)).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --task "\$SLURM_ARRAY_TASK_ID"$/);
+    expect(script.trim().split('\n').at(-1)).toMatch(
+      /^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --task "\$SLURM_ARRAY_TASK_ID"$/,
+    );
   });
 });
 
 describe('readUnitResult', () => {
-  it('checks a unit\'s result.json when read: an error names the file and the field', () => {
+  it("checks a unit's result.json when read: an error names the file and the field", () => {
     const file = path.join(dir, 'result.json');
     const good = {
-      experiment: 'toy', version: 3, unit: 'a-s1', seconds: 1, cpuSeconds: 1, startedAt: '2026-01-01T00:00:00Z', finishedAt: '2026-01-01T00:00:01Z',
+      experiment: 'toy',
+      version: 3,
+      unit: 'a-s1',
+      seconds: 1,
+      cpuSeconds: 1,
+      startedAt: '2026-01-01T00:00:00Z',
+      finishedAt: '2026-01-01T00:00:01Z',
       outcome: { values: [0.5], extra: { loss: 1, other: null }, headline: 'ok' },
     };
     writeFileSync(file, JSON.stringify(good));

@@ -24,7 +24,10 @@ describe('summaryLines', () => {
     const resultsDir = path.join(dir, 'docs', 'results');
     mkdirSync(resultsDir, { recursive: true });
     writeFileSync(path.join(resultsDir, 'slay-tasks.json'), JSON.stringify(results('slay-tasks', {})));
-    const claims = [{ statement: 'a', verdict: 'holds', evidence: '' }, { statement: 'b', verdict: 'not separated', evidence: '' }];
+    const claims = [
+      { statement: 'a', verdict: 'holds', evidence: '' },
+      { statement: 'b', verdict: 'not separated', evidence: '' },
+    ];
     writeFileSync(path.join(resultsDir, 'darkformer-finetune.json'), JSON.stringify(results('darkformer-finetune', { counts: { withPublished: 0 }, claims })));
     const lines = await summaryLines(resultsDir, dir);
     expect(lines).toHaveLength(2 + EXPERIMENT_NAMES.length);

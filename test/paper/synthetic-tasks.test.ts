@@ -13,14 +13,28 @@ import { crossEntropyRef } from '../helpers/reference.ts';
 
 // The paper's table (docs/notes/slay-task-benchmark.md): name, category, T, V, mode.
 const TABLE: [string, string, number, number, string][] = [
-  ['copy', 'basic', 32, 32, 'sequence'], ['sort', 'basic', 16, 32, 'sequence'], ['reverse', 'basic', 32, 32, 'sequence'],
-  ['retrieval', 'memory', 64, 64, 'last'], ['kv_recall', 'memory', 22, 64, 'last'], ['first_token', 'memory', 64, 32, 'last'],
-  ['selective_copy', 'memory', 64, 32, 'sequence'], ['long_copy', 'long_range', 256, 32, 'sequence'],
-  ['distant_match', 'long_range', 128, 32, 'position'], ['multihop', 'long_range', 64, 32, 'last'],
-  ['stack', 'reasoning', 32, 32, 'sequence'], ['induction', 'reasoning', 64, 64, 'last'], ['pattern', 'reasoning', 32, 16, 'sequence'],
-  ['counting', 'arithmetic', 32, 32, 'last'], ['parity', 'arithmetic', 32, 2, 'last'], ['addition', 'arithmetic', 16, 32, 'last'],
-  ['modular', 'arithmetic', 16, 8, 'last'], ['bigram', 'pattern', 32, 32, 'sequence'], ['majority', 'pattern', 32, 8, 'last'],
-  ['noisy_copy', 'robustness', 64, 32, 'sequence'], ['compression', 'robustness', 32, 16, 'sequence'], ['histogram', 'other', 32, 16, 'sequence'],
+  ['copy', 'basic', 32, 32, 'sequence'],
+  ['sort', 'basic', 16, 32, 'sequence'],
+  ['reverse', 'basic', 32, 32, 'sequence'],
+  ['retrieval', 'memory', 64, 64, 'last'],
+  ['kv_recall', 'memory', 22, 64, 'last'],
+  ['first_token', 'memory', 64, 32, 'last'],
+  ['selective_copy', 'memory', 64, 32, 'sequence'],
+  ['long_copy', 'long_range', 256, 32, 'sequence'],
+  ['distant_match', 'long_range', 128, 32, 'position'],
+  ['multihop', 'long_range', 64, 32, 'last'],
+  ['stack', 'reasoning', 32, 32, 'sequence'],
+  ['induction', 'reasoning', 64, 64, 'last'],
+  ['pattern', 'reasoning', 32, 16, 'sequence'],
+  ['counting', 'arithmetic', 32, 32, 'last'],
+  ['parity', 'arithmetic', 32, 2, 'last'],
+  ['addition', 'arithmetic', 16, 32, 'last'],
+  ['modular', 'arithmetic', 16, 8, 'last'],
+  ['bigram', 'pattern', 32, 32, 'sequence'],
+  ['majority', 'pattern', 32, 8, 'last'],
+  ['noisy_copy', 'robustness', 64, 32, 'sequence'],
+  ['compression', 'robustness', 32, 16, 'sequence'],
+  ['histogram', 'other', 32, 16, 'sequence'],
 ];
 
 /** Rows of a batch as plain arrays. */
@@ -158,7 +172,10 @@ describe('task rules', () => {
 
   it('induction: the token at T−2 repeats an earlier trigger; the target is what followed it', () => {
     for (const { x, y } of sample('induction')) {
-      const candidates = x.slice(1, 32).map((v, i) => (v === x[62] ? i + 1 : -1)).filter((i) => i >= 0);
+      const candidates = x
+        .slice(1, 32)
+        .map((v, i) => (v === x[62] ? i + 1 : -1))
+        .filter((i) => i >= 0);
       expect(candidates.length).toBeGreaterThan(0);
       expect(candidates.map((p) => x[p + 1])).toContain(lastOf(y));
     }
@@ -283,7 +300,9 @@ describe('task model and runner', () => {
       }
       expect(sums).toMatchObject({ correct: hits, count: scored });
       expect(model.lossInputs({ ...stepBatch, labels: new Int32Array(labels.length).fill(IGNORE_LABEL) })).toBeNull();
-      expect(() => model.lossInputs({ ...stepBatch, labels: labels.map(() => spec.vocabSize) })).toThrow(/task batch: label 32 at position 0 is outside the vocabulary \[0, 32\)/);
+      expect(() => model.lossInputs({ ...stepBatch, labels: labels.map(() => spec.vocabSize) })).toThrow(
+        /task batch: label 32 at position 0 is outside the vocabulary \[0, 32\)/,
+      );
     } finally {
       model.dispose();
     }
@@ -308,8 +327,17 @@ describe('task model and runner', () => {
 
   it('summarises per task and per category: per-seed category means, then mean ± sd over seeds', () => {
     const run = (task: string, seed: number, accuracy: number | null, error?: string): TaskRunResult => ({
-      task, category: taskSpec(task).category, attention: 'softmax', seed, accuracy, loss: accuracy === null ? null : 1,
-      lossCurve: [], params: 1, trainSeconds: 2, execution: 'eager', error,
+      task,
+      category: taskSpec(task).category,
+      attention: 'softmax',
+      seed,
+      accuracy,
+      loss: accuracy === null ? null : 1,
+      lossCurve: [],
+      params: 1,
+      trainSeconds: 2,
+      execution: 'eager',
+      error,
     });
     const results = [run('copy', 1, 1.0), run('sort', 1, 0.5), run('copy', 2, 0.8), run('sort', 2, 0.3), run('parity', 1, null, 'boom')];
     const summary = summarizeTaskResults(results);

@@ -56,7 +56,9 @@ describe('loadRecipe', () => {
 
   it('reads values of every type from the file', () => {
     const r = loadRecipe(
-      recipeFile(`${MINIMAL}name: custom\nbackend: wasm\nmodel:\n  kind: bert\n  dModel: 64\n  numHeads: 2\n  bias: false\n  dropout: 0.1\n  attention:\n    name: yat-spherical\n    options: {epsilon: 0.01}\ntrain:\n  lr: 1e-3\n  maxTokens: 100000\n  schedule: linear\nwandb:\n  enabled: false\n  entity: team\n`),
+      recipeFile(
+        `${MINIMAL}name: custom\nbackend: wasm\nmodel:\n  kind: bert\n  dModel: 64\n  numHeads: 2\n  bias: false\n  dropout: 0.1\n  attention:\n    name: yat-spherical\n    options: {epsilon: 0.01}\ntrain:\n  lr: 1e-3\n  maxTokens: 100000\n  schedule: linear\nwandb:\n  enabled: false\n  entity: team\n`,
+      ),
     );
     expect(r.name).toBe('custom');
     expect(r.backend).toBe('wasm');
@@ -79,7 +81,9 @@ describe('loadRecipe', () => {
   });
 
   it('rejects wrong types, naming the key, the expected type and the value', () => {
-    const message = errorOf(recipeFile(`${MINIMAL}train:\n  lr: fast\n  batchSize: 2.5\n  maxTokens: many\nmodel:\n  kind: lstm\n  bias: yes please\nwandb:\n  enabled: maybe\n`));
+    const message = errorOf(
+      recipeFile(`${MINIMAL}train:\n  lr: fast\n  batchSize: 2.5\n  maxTokens: many\nmodel:\n  kind: lstm\n  bias: yes please\nwandb:\n  enabled: maybe\n`),
+    );
     expect(message).toContain('train.lr must be a number (got "fast")');
     expect(message).toContain('train.batchSize must be an integer (got 2.5)');
     expect(message).toContain('train.maxTokens must be an integer or null (got "many")');
@@ -90,7 +94,9 @@ describe('loadRecipe', () => {
     expect(errorOf(recipeFile(`${MINIMAL}train:\n  maxTokens: 0\n`))).toContain('train.maxTokens must be an integer ≥ 1 or null (got 0)');
     expect(errorOf(recipeFile(`${MINIMAL}model:\n  dropout: 1\n`))).toContain('model.dropout must be a number ≥ 0, < 1 (got 1)');
     expect(errorOf(recipeFile(`${MINIMAL}model: 3\n`))).toContain('model must be a mapping of keys (got 3)');
-    expect(errorOf(recipeFile(`${MINIMAL}model:\n  attention:\n    name: nope\n`))).toMatch(/model\.attention\.name must be one of softmax, .*slay.* \(got "nope"\)/);
+    expect(errorOf(recipeFile(`${MINIMAL}model:\n  attention:\n    name: nope\n`))).toMatch(
+      /model\.attention\.name must be one of softmax, .*slay.* \(got "nope"\)/,
+    );
   });
 
   it('reports missing required keys, bad YAML, a non-mapping file and a missing file', () => {
@@ -108,11 +114,18 @@ describe('loadRecipe', () => {
   it('expands ${NAME} and ${NAME:-default} in paths and initFrom from the environment; an unset one without a default is an error', () => {
     const previous = process.env.SLAYFORMER_TEST_DATA;
     try {
-      const file = recipeFile('data:\n  dataset: ${SLAYFORMER_TEST_DATA:-data}/sotu\n  tokenizer: ${SLAYFORMER_TEST_DATA}/tok.json\ntrain: { runDir: "${SLAYFORMER_TEST_UNSET:-runs}/x" }\n');
+      const file = recipeFile(
+        'data:\n  dataset: ${SLAYFORMER_TEST_DATA:-data}/sotu\n  tokenizer: ${SLAYFORMER_TEST_DATA}/tok.json\ntrain: { runDir: "${SLAYFORMER_TEST_UNSET:-runs}/x" }\n',
+      );
       process.env.SLAYFORMER_TEST_DATA = '/elsewhere';
-      expect(loadRecipe(file)).toMatchObject({ data: { dataset: '/elsewhere/sotu', tokenizer: '/elsewhere/tok.json' }, train: { runDir: path.resolve('runs/x') } });
+      expect(loadRecipe(file)).toMatchObject({
+        data: { dataset: '/elsewhere/sotu', tokenizer: '/elsewhere/tok.json' },
+        train: { runDir: path.resolve('runs/x') },
+      });
       delete process.env.SLAYFORMER_TEST_DATA;
-      expect(errorOf(file)).toBe(`${file}: data.tokenizer: the environment variable SLAYFORMER_TEST_DATA in "\${SLAYFORMER_TEST_DATA}/tok.json" is not set (or write \${SLAYFORMER_TEST_DATA:-default})`);
+      expect(errorOf(file)).toBe(
+        `${file}: data.tokenizer: the environment variable SLAYFORMER_TEST_DATA in "\${SLAYFORMER_TEST_DATA}/tok.json" is not set (or write \${SLAYFORMER_TEST_DATA:-default})`,
+      );
       // Other keys are taken as written.
       expect(loadRecipe(file, ['--data.tokenizer=t.json', '--wandb.runName=${X}']).wandb.runName).toBe('${X}');
     } finally {
@@ -127,7 +140,9 @@ describe('loadRecipe', () => {
       'model.maxSeqLen (64) must be ≥ data.seqLen (128)',
     );
     expect(errorOf(recipeFile(`${MINIMAL}train: {lr: 1e-3, minLr: 1e-2}\n`))).toContain('train.minLr (0.01) must be ≤ train.lr (0.001)');
-    expect(errorOf(recipeFile(`${MINIMAL}train: {warmupSteps: 10, warmupFraction: 0.05}\n`))).toContain('train.warmupFraction and train.warmupSteps are both set; set one of them');
+    expect(errorOf(recipeFile(`${MINIMAL}train: {warmupSteps: 10, warmupFraction: 0.05}\n`))).toContain(
+      'train.warmupFraction and train.warmupSteps are both set; set one of them',
+    );
     expect(loadRecipe(recipeFile(`${MINIMAL}train: {warmupFraction: 0.05}\n`)).train.warmupFraction).toBe(0.05);
   });
 
@@ -139,14 +154,18 @@ describe('loadRecipe', () => {
   it('catches sizes that cannot fit, naming the key, before anything is allocated', () => {
     expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 1e12}\n`))).toMatch(/model\.dModel must be an integer ≥ 1, ≤ 65536 \(got 1000000000000\)/);
     expect(errorOf(recipeFile(`${MINIMAL}model: {numLayers: 100000}\n`))).toMatch(/model\.numLayers must be an integer ≥ 1, ≤ 1024/);
-    expect(errorOf(recipeFile(`${MINIMAL}data: {dataset: d, tokenizer: t, seqLen: 1e9}\n`.replace(MINIMAL, '')))).toMatch(/data\.seqLen must be an integer ≥ 2, ≤ 1048576/);
+    expect(errorOf(recipeFile(`${MINIMAL}data: {dataset: d, tokenizer: t, seqLen: 1e9}\n`.replace(MINIMAL, '')))).toMatch(
+      /data\.seqLen must be an integer ≥ 2, ≤ 1048576/,
+    );
     // Each key within its bounds, together too large for one tensor.
     expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 32768, numHeads: 8}\n`))).toContain(
       'model.dModel × model.mlpRatio·model.dModel (an MLP weight) = 4,294,967,296 elements: more than one TensorFlow.js tensor can hold (2^31 − 1)',
     );
-    expect(errorOf(recipeFile(`${MINIMAL}model: {maxSeqLen: 65536}\ndata: {dataset: d, tokenizer: t, seqLen: 65536}\ntrain: {batchSize: 64}\n`.replace(MINIMAL, '')))).toContain(
-      'train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch) =',
-    );
+    expect(
+      errorOf(
+        recipeFile(`${MINIMAL}model: {maxSeqLen: 65536}\ndata: {dataset: d, tokenizer: t, seqLen: 65536}\ntrain: {batchSize: 64}\n`.replace(MINIMAL, '')),
+      ),
+    ).toContain('train.batchSize × model.numHeads × data.seqLen² (the attention scores of a micro-batch) =');
   });
 
   it('validates attention options through the registry', () => {
@@ -184,7 +203,9 @@ describe('loadRecipe', () => {
 
     const switched = loadRecipe(file, ['--model.attention.name=yat-spherical', '--model.attention.options={epsilon: 0.5}']);
     expect(switched.model.attention).toEqual({ name: 'yat-spherical', options: { epsilon: 0.5, delta: 1e-6 } });
-    expect(errorOf(file, ['--model.attention.name=yat-spherical'])).toContain("unknown key model.attention.options.quadratureNodes for attention 'yat-spherical'");
+    expect(errorOf(file, ['--model.attention.name=yat-spherical'])).toContain(
+      "unknown key model.attention.options.quadratureNodes for attention 'yat-spherical'",
+    );
     expect(loadRecipe(file, ['--model.attention.name=softmax', '--model.attention.options={}']).model.attention).toEqual({ name: 'softmax', options: {} });
 
     expect(errorOf(file, ['--train.lr=fast'])).toContain('override --train.lr=fast: train.lr must be a number (got "fast")');
@@ -218,13 +239,22 @@ describe('run names', () => {
     expect(loadRecipe(file).name).toBe('gpt-softmax');
     expect(loadRecipe(file, ['--train.lr=1e-2', '--train.maxTokens=16384', '--train.seed=2']).name).toBe('gpt-softmax');
     expect(loadRecipe(file, ['--model.attention.name=performer']).name).toBe('gpt-softmax+attention=performer');
-    expect(loadRecipe(file, ['--model.attention.name=performer', '--train.lr=1e-2', '--model.attention.options.features=32', '--model.dModel=64']).name)
-      .toBe('gpt-softmax+attention=performer+features=32+dModel=64');
+    expect(loadRecipe(file, ['--model.attention.name=performer', '--train.lr=1e-2', '--model.attention.options.features=32', '--model.dModel=64']).name).toBe(
+      'gpt-softmax+attention=performer+features=32+dModel=64',
+    );
     // The same key twice: the value that counts, in the place it was first given.
     expect(loadRecipe(file, ['--model.dropout=0.1', '--model.numLayers=2', '--model.dropout=0.2']).name).toBe('gpt-softmax+dropout=0.2+numLayers=2');
     // Characters a folder name should not hold become _; a long list becomes a digest of it.
-    expect(loadRecipe(file, ['--model.attention.name=yat-spherical', '--model.attention.options={epsilon: 0.5}']).name).toBe('gpt-softmax+attention=yat-spherical+options=_epsilon__0.5_');
-    const long = loadRecipe(file, ['--model.attention.name=performer', '--model.attention.options.features=32', '--model.attention.options.orthogonal=false', '--model.attention.options.redrawInterval=0', '--model.dModel=64']).name;
+    expect(loadRecipe(file, ['--model.attention.name=yat-spherical', '--model.attention.options={epsilon: 0.5}']).name).toBe(
+      'gpt-softmax+attention=yat-spherical+options=_epsilon__0.5_',
+    );
+    const long = loadRecipe(file, [
+      '--model.attention.name=performer',
+      '--model.attention.options.features=32',
+      '--model.attention.options.orthogonal=false',
+      '--model.attention.options.redrawInterval=0',
+      '--model.dModel=64',
+    ]).name;
     expect(long).toMatch(/^gpt-softmax\+model-[0-9a-f]{8}$/);
     // A name given on the command line is taken as it is.
     expect(loadRecipe(file, ['--name=mine', '--model.attention.name=performer']).name).toBe('mine');

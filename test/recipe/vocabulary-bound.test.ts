@@ -18,8 +18,7 @@ afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 const OVER = BOUNDS.embeddingRows.max + 1;
 /** The words every entrance uses after its own key. */
-const beyond = (value: number, min = 1) =>
-  `must be an integer ≥ ${min}, ≤ ${BOUNDS.embeddingRows.max} (got ${value}; the bound: ${BOUNDS.embeddingRows.why})`;
+const beyond = (value: number, min = 1) => `must be an integer ≥ ${min}, ≤ ${BOUNDS.embeddingRows.max} (got ${value}; the bound: ${BOUNDS.embeddingRows.why})`;
 
 const recipeFor = (tokenizer: string) =>
   parseRecipe(`data: {dataset: ${JSON.stringify(path.join(dir, 'no-data'))}, tokenizer: ${JSON.stringify(tokenizer)}}\nwandb: {enabled: false}`, 'vocab.yaml');

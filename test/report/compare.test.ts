@@ -40,8 +40,19 @@ interface FakeRun {
 
 function recipe(attention: string, seed: number, lr = 1e-3, more: Pick<FakeRun, 'kind' | 'dModel' | 'tokenizer'> = {}) {
   return {
-    name: 'tiny', backend: 'wasm',
-    model: { kind: more.kind ?? 'gpt', dModel: more.dModel ?? 32, numLayers: 1, numHeads: 2, mlpRatio: 4, dropout: 0, maxSeqLen: 16, bias: true, attention: { name: attention, options: {} } },
+    name: 'tiny',
+    backend: 'wasm',
+    model: {
+      kind: more.kind ?? 'gpt',
+      dModel: more.dModel ?? 32,
+      numLayers: 1,
+      numHeads: 2,
+      mlpRatio: 4,
+      dropout: 0,
+      maxSeqLen: 16,
+      bias: true,
+      attention: { name: attention, options: {} },
+    },
     data: { dataset: 'data/x', textColumn: 'text', tokenizer: more.tokenizer ?? 't.json', seqLen: 16, shuffleBuffer: 0, readAhead: 1, mlmProbability: 0.15 },
     train: { batchSize: 2, lr, seed, runDir: 'runs', maxTokens: 3000 },
     wandb: { enabled: false, project: 'p', entity: null, runName: null },
@@ -71,12 +82,27 @@ function writeRun(run: FakeRun): string {
 }
 
 const summaryOf = (valLoss: number, params: number) => ({
-  steps: 30, tokens: 3000, elapsed_s: 6, train_tokens_per_s: 520, val_loss: valLoss, val_ppl: Math.exp(valLoss),
-  val_bpb: valLoss / Math.LN2 / 4, val_acc: 1 - valLoss / 4, parameters: params, records: 6,
+  steps: 30,
+  tokens: 3000,
+  elapsed_s: 6,
+  train_tokens_per_s: 520,
+  val_loss: valLoss,
+  val_ppl: Math.exp(valLoss),
+  val_bpb: valLoss / Math.LN2 / 4,
+  val_acc: 1 - valLoss / 4,
+  parameters: params,
+  records: 6,
 });
 
 const softmax1 = writeRun({ folder: 'softmax-s1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 12345) });
-const softmax2 = writeRun({ folder: 'softmax-s2', attention: 'softmax', seed: 2, val: [3.1, 2.4, 2.4], train: [3.3, 2.5, 2.35], summary: summaryOf(2.4, 12345) });
+const softmax2 = writeRun({
+  folder: 'softmax-s2',
+  attention: 'softmax',
+  seed: 2,
+  val: [3.1, 2.4, 2.4],
+  train: [3.3, 2.5, 2.35],
+  summary: summaryOf(2.4, 12345),
+});
 const slay = writeRun({ folder: 'slay-s1', attention: 'slay', seed: 1, val: [3.5, 3.0, 2.9], train: [3.6, 3.1, 3.0] });
 
 /** Checks that every tag opened is closed in order (enough to catch a truncated or mangled SVG). */
@@ -95,8 +121,16 @@ describe('loadRun', () => {
   it('reads the numbers of a finished run from summary.json and metrics.jsonl', async () => {
     const run = await loadRun(softmax1);
     expect(run).toMatchObject({
-      attention: 'softmax', kind: 'gpt', seed: 1, params: 12345, tokens: 3000, finalValLoss: 2.2, bestValLoss: 2.2,
-      tokensPerSecond: 520, wallSeconds: 6, finished: true,
+      attention: 'softmax',
+      kind: 'gpt',
+      seed: 1,
+      params: 12345,
+      tokens: 3000,
+      finalValLoss: 2.2,
+      bestValLoss: 2.2,
+      tokensPerSecond: 520,
+      wallSeconds: 6,
+      finished: true,
     });
     expect(run.finalValPpl).toBeCloseTo(Math.exp(2.2), 12);
     expect(run.warnings).toEqual([]);
@@ -131,7 +165,9 @@ describe('compareRuns', () => {
     // (the mean of the perplexities, (e^2.2 + e^2.4)/2 = 10.02, would weight the worse seed more).
     // The comparison first (Δ to softmax, the seeds it was lower on); what every group shares is said once above the
     // table, and a count equal over seeds shows no "± 0".
-    expect(md).toContain('## Groups\n\nSame for every group: tokens 3,000 · wall s 6.0 · recipe tiny.\n\n| group | Δ final val loss vs softmax \\[95% CI\\] | lower than softmax on | final val loss | n | seeds |');
+    expect(md).toContain(
+      '## Groups\n\nSame for every group: tokens 3,000 · wall s 6.0 · recipe tiny.\n\n| group | Δ final val loss vs softmax \\[95% CI\\] | lower than softmax on | final val loss | n | seeds |',
+    );
     expect(md).toContain('| softmax | (baseline) |  | 2.3000 ± 0.1414 | 2 | 1, 2 | 2.3000 ± 0.1414 | 9.97 | 0.8295 ± 0.0510 | 0.4250 ± 0.0354 | 12,345 |');
     expect(md).toMatch(/\| slay \| \+0\.7000 \(n = 1\) \| 0\/1 \| 2\.9000 \| 1 \| 1 \| 2\.9000 \| 18\.17 \| 1\.0460 \| 0\.2750 \| — \|/);
 
@@ -156,11 +192,22 @@ describe('compareRuns', () => {
   });
 
   it('averages a group over its seeds in the curves and splits groups by recipe', async () => {
-    const other = writeRun({ folder: 'softmax-lr', attention: 'softmax', seed: 1, lr: 3e-3, val: [2.9, 2.3, 2.0], train: [3, 2.4, 2.1], summary: summaryOf(2.0, 12345) });
+    const other = writeRun({
+      folder: 'softmax-lr',
+      attention: 'softmax',
+      seed: 1,
+      lr: 3e-3,
+      val: [2.9, 2.3, 2.0],
+      train: [3, 2.4, 2.1],
+      summary: summaryOf(2.0, 12345),
+    });
     try {
       const result = await compareRuns([softmax1, softmax2, other], { outDir: join(root, 'report2'), warn: () => {} });
       // Labelled by the setting that tells the groups apart.
-      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([['softmax lr=0.001', 2], ['softmax lr=0.003', 1]]);
+      expect(result.groups.map((g) => [g.label, g.runs.length])).toEqual([
+        ['softmax lr=0.001', 2],
+        ['softmax lr=0.003', 1],
+      ]);
       const svg = readFileSync(join(root, 'report2', 'val-loss.svg'), 'utf8');
       expect(svg.match(/class="mark-line role-mark/g)).toHaveLength(2);
     } finally {
@@ -193,7 +240,12 @@ describe('compareRuns', () => {
 
   it('refuses a group whose runs followed different learning-rate schedules (a resume with other train keys)', async () => {
     const resumed = writeRun({
-      folder: 'softmax-s4', attention: 'softmax', seed: 4, val: [3, 2.5, 2.3], train: [3.2, 2.6, 2.3], summary: summaryOf(2.3, 12345),
+      folder: 'softmax-s4',
+      attention: 'softmax',
+      seed: 4,
+      val: [3, 2.5, 2.3],
+      train: [3.2, 2.6, 2.3],
+      summary: summaryOf(2.3, 12345),
       lrAt: (step) => (step < 20 ? 1e-3 : 5e-4),
     });
     try {
@@ -246,20 +298,29 @@ describe('compareRuns', () => {
     expect(result.runs).toHaveLength(1);
     expect(warnings[0]).toContain(`skipped ${broken}`);
 
-    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":5,"split":"train","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{oops\n{}\n');
+    writeFileSync(
+      join(broken, 'metrics.jsonl'),
+      '{"step":1,"tokens":5,"split":"train","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{oops\n{}\n',
+    );
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'metrics.jsonl')}:2: not valid JSON`);
     writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":"5","split":"train"}\n');
     await expect(loadRun(broken)).rejects.toThrow(`${join(broken, 'metrics.jsonl')}:1: metric record field tokens must be a number`);
     // A diverged loss is logged as null: the record is kept; no final loss, the best is the finite one.
     writeFileSync(
       join(broken, 'metrics.jsonl'),
-      ['{"step":1,"tokens":5,"split":"val","loss":2,"ppl":7.4,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}',
-        '{"step":2,"tokens":9,"split":"val","loss":null,"ppl":null,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":2}', ''].join('\n'),
+      [
+        '{"step":1,"tokens":5,"split":"val","loss":2,"ppl":7.4,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}',
+        '{"step":2,"tokens":9,"split":"val","loss":null,"ppl":null,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":2}',
+        '',
+      ].join('\n'),
     );
     const diverged = await loadRun(broken);
     expect(diverged).toMatchObject({ tokens: 9, finalValLoss: null, finalValPpl: null, bestValLoss: 2, wallSeconds: 2 });
     // A last line cut short by a crash is dropped with a warning.
-    writeFileSync(join(broken, 'metrics.jsonl'), '{"step":1,"tokens":5,"split":"val","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{"step":2,"tok');
+    writeFileSync(
+      join(broken, 'metrics.jsonl'),
+      '{"step":1,"tokens":5,"split":"val","loss":1,"ppl":2.7,"lr":1,"grad_norm":null,"tokens_per_s":1,"elapsed_s":1}\n{"step":2,"tok',
+    );
     const partial = await loadRun(broken);
     expect(partial.records).toHaveLength(1);
     expect(partial.warnings[0]).toContain('metrics.jsonl:2: incomplete last line ignored');
@@ -272,8 +333,24 @@ describe('compareRuns', () => {
 
   it('refuses runs evaluated on another validation sample (train.evalSample), a run without the key counting as head', async () => {
     const sampleRoot = join(root, 'eval-samples');
-    const head = writeRun({ parent: sampleRoot, folder: 'softmax-head', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
-    const spread = writeRun({ parent: sampleRoot, folder: 'slay-spread', attention: 'slay', seed: 1, val: [3, 2.5, 2.3], train: [3.2, 2.6, 2.3], summary: summaryOf(2.3, 100) });
+    const head = writeRun({
+      parent: sampleRoot,
+      folder: 'softmax-head',
+      attention: 'softmax',
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3.2, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
+    const spread = writeRun({
+      parent: sampleRoot,
+      folder: 'slay-spread',
+      attention: 'slay',
+      seed: 1,
+      val: [3, 2.5, 2.3],
+      train: [3.2, 2.6, 2.3],
+      summary: summaryOf(2.3, 100),
+    });
     const config = JSON.parse(readFileSync(join(spread, 'config.json'), 'utf8'));
     writeFileSync(join(spread, 'config.json'), JSON.stringify({ ...config, train: { ...config.train, evalSample: 'spread' } }));
     await expect(compareRuns([head, spread], { outDir: join(root, 'eval-samples-report'), warn: () => {} })).rejects.toThrow(
@@ -284,9 +361,20 @@ describe('compareRuns', () => {
   it('tells tokenizers apart by the sha256 their final model recorded, not by the path config.json names', async () => {
     const shaRoot = join(root, 'tokenizer-sha');
     const withModel = (folder: string, sha: string) => {
-      const dir = writeRun({ parent: shaRoot, folder, attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+      const dir = writeRun({
+        parent: shaRoot,
+        folder,
+        attention: 'softmax',
+        seed: 1,
+        val: [3, 2.5, 2.2],
+        train: [3.2, 2.6, 2.3],
+        summary: summaryOf(2.2, 100),
+      });
       mkdirSync(join(dir, 'final'));
-      writeFileSync(join(dir, 'final', 'model.safetensors'), encodeSafetensors(new Map([['w', { shape: [1], data: new Float32Array([1]) }]]), { tokenizer_sha256: sha }));
+      writeFileSync(
+        join(dir, 'final', 'model.safetensors'),
+        encodeSafetensors(new Map([['w', { shape: [1], data: new Float32Array([1]) }]]), { tokenizer_sha256: sha }),
+      );
       return dir;
     };
     const [a, b] = [withModel('a', 'a'.repeat(64)), withModel('b', 'b'.repeat(64))];
@@ -298,9 +386,35 @@ describe('compareRuns', () => {
 
   it('refuses runs of another model kind or tokenizer, naming the difference; --split writes one report per kind', async () => {
     const mixedRoot = join(root, 'families');
-    const gpt = writeRun({ parent: mixedRoot, folder: 'gpt-softmax', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3.2, 2.6, 2.3], summary: summaryOf(2.2, 100) });
-    const bert = writeRun({ parent: mixedRoot, folder: 'bert-softmax', attention: 'softmax', seed: 1, kind: 'bert', val: [4, 3.5, 3.2], train: [4.2, 3.6, 3.3], summary: summaryOf(3.2, 100) });
-    const otherVocab = writeRun({ parent: mixedRoot, folder: 'gpt-slay-big-vocab', attention: 'slay', seed: 1, tokenizer: 'big.json', val: [6, 5.5, 5.2], train: [6, 5.6, 5.3], summary: summaryOf(5.2, 100) });
+    const gpt = writeRun({
+      parent: mixedRoot,
+      folder: 'gpt-softmax',
+      attention: 'softmax',
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3.2, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
+    const bert = writeRun({
+      parent: mixedRoot,
+      folder: 'bert-softmax',
+      attention: 'softmax',
+      seed: 1,
+      kind: 'bert',
+      val: [4, 3.5, 3.2],
+      train: [4.2, 3.6, 3.3],
+      summary: summaryOf(3.2, 100),
+    });
+    const otherVocab = writeRun({
+      parent: mixedRoot,
+      folder: 'gpt-slay-big-vocab',
+      attention: 'slay',
+      seed: 1,
+      tokenizer: 'big.json',
+      val: [6, 5.5, 5.2],
+      train: [6, 5.6, 5.3],
+      summary: summaryOf(5.2, 100),
+    });
     await expect(compareRuns([gpt, bert], { outDir: join(root, 'families-report'), warn: () => {} })).rejects.toThrow(
       /^these runs' losses are not comparable on one axis; they differ in\n {2}model kind \(causal vs masked LM loss\): gpt: gpt-softmax; bert: bert-softmax\nCompare them separately, or pass --split/,
     );
@@ -314,7 +428,9 @@ describe('compareRuns', () => {
       [join(root, 'families-report', 'gpt'), ['gpt-softmax']],
       [join(root, 'families-report', 'bert'), ['bert-softmax']],
     ]);
-    expect(readFileSync(join(root, 'families-report', 'report.md'), 'utf8')).toMatch(/each kind has its own report[^]*model kind[^]*\[gpt\]\(gpt\/report\.md\)[^]*\[bert\]\(bert\/report\.md\)/);
+    expect(readFileSync(join(root, 'families-report', 'report.md'), 'utf8')).toMatch(
+      /each kind has its own report[^]*model kind[^]*\[gpt\]\(gpt\/report\.md\)[^]*\[bert\]\(bert\/report\.md\)/,
+    );
     expect(existsSync(join(root, 'families-report', 'bert', 'val-loss.svg'))).toBe(true);
     expect(warnings.some((w) => w.startsWith('the runs differ in model kind: one report per kind'))).toBe(true);
   });
@@ -323,14 +439,26 @@ describe('compareRuns', () => {
     const labelsRoot = join(root, 'labels');
     const runs = [
       writeRun({ parent: labelsRoot, folder: 'a', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
-      writeRun({ parent: labelsRoot, folder: 'b', attention: 'softmax', seed: 1, lr: 3e-3, dModel: 64, val: [3, 2.4, 2.1], train: [3, 2.5, 2.2], summary: summaryOf(2.1, 100) }),
+      writeRun({
+        parent: labelsRoot,
+        folder: 'b',
+        attention: 'softmax',
+        seed: 1,
+        lr: 3e-3,
+        dModel: 64,
+        val: [3, 2.4, 2.1],
+        train: [3, 2.5, 2.2],
+        summary: summaryOf(2.1, 100),
+      }),
       writeRun({ parent: labelsRoot, folder: 'c', attention: 'slay', seed: 1, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) }),
     ];
     const out = join(root, 'labels-report');
     const result = await compareRuns(runs, { outDir: out, warn: () => {} });
     expect(result.groups.map((g) => g.label)).toEqual(['softmax #1', 'softmax #2', 'slay']);
     const md = readFileSync(join(out, 'report.md'), 'utf8');
-    expect(md).toContain('## What tells the groups apart\n\n| group | model.dModel | train.lr |\n|---|---|---|\n| softmax #1 | 32 | 0.001 |\n| softmax #2 | 64 | 0.003 |\n| slay | 32 | 0.001 |');
+    expect(md).toContain(
+      '## What tells the groups apart\n\n| group | model.dModel | train.lr |\n|---|---|---|\n| softmax #1 | 32 | 0.001 |\n| softmax #2 | 64 | 0.003 |\n| slay | 32 | 0.001 |',
+    );
     const svg = readFileSync(join(out, 'val-loss.svg'), 'utf8');
     expect(svg).toContain('n = 1: one seed per group, no spread');
     expect(svg).not.toContain('mean ± sd');
@@ -340,15 +468,26 @@ describe('compareRuns', () => {
   it('pairs each group with the baseline (softmax by default) over the seeds both ran, with the 95% interval', async () => {
     const pairedRoot = join(root, 'paired');
     const loss = { softmax: [2.2, 2.4, 2.3], slay: [2.25, 2.42, 2.37] };
-    const runs = Object.entries(loss).flatMap(([attention, finals]) => finals.map((f, i) =>
-      writeRun({ parent: pairedRoot, folder: `${attention}-${i + 1}`, attention, seed: i + 1, val: [3, 2.6, f], train: [3, 2.7, f + 0.1], summary: summaryOf(f, 100) })));
+    const runs = Object.entries(loss).flatMap(([attention, finals]) =>
+      finals.map((f, i) =>
+        writeRun({
+          parent: pairedRoot,
+          folder: `${attention}-${i + 1}`,
+          attention,
+          seed: i + 1,
+          val: [3, 2.6, f],
+          train: [3, 2.7, f + 0.1],
+          summary: summaryOf(f, 100),
+        }),
+      ),
+    );
     const out = join(root, 'paired-report');
     const result = await compareRuns(runs, { outDir: out, warn: () => {} });
     expect(result.baseline).toBe('softmax');
     const slay = result.groups.find((g) => g.attention === 'slay')!;
     // Differences 0.05, 0.02, 0.07: mean 0.0467, sd 0.0252, t(0.975, 2) = 4.3027 → half-width 0.0625.
     expect(slay.paired!.mean).toBeCloseTo(0.046667, 5);
-    expect(slay.paired!.ci![0]).toBeCloseTo(0.046667 - 4.302653 * 0.025166 / Math.sqrt(3), 4);
+    expect(slay.paired!.ci![0]).toBeCloseTo(0.046667 - (4.302653 * 0.025166) / Math.sqrt(3), 4);
     expect(slay.paired!.wins).toBe(0);
     expect(result.groups.find((g) => g.attention === 'softmax')!.paired).toBeNull();
     const md = readFileSync(join(out, 'report.md'), 'utf8');
@@ -357,29 +496,49 @@ describe('compareRuns', () => {
     expect(md).toMatch(/\| softmax \| \(baseline\) \|/);
     // The same numbers for a spreadsheet (plain) and a paper (LaTeX).
     const csv = readFileSync(join(out, 'groups.csv'), 'utf8').split('\r\n');
-    expect(csv[0]).toBe('group,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on,final val loss,final val loss sd,n,seeds,best val loss,val ppl,val bpb,val acc,params,tokens,tokens/s,wall s,recipe');
+    expect(csv[0]).toBe(
+      'group,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on,final val loss,final val loss sd,n,seeds,best val loss,val ppl,val bpb,val acc,params,tokens,tokens/s,wall s,recipe',
+    );
     expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,0\.0466\d*,-0\.0158\d*,0\.1091\d*,0\.0847\d*,0\/3,2\.34\d*,0\.0\d+,3,"1, 2, 3",/);
     // groups.tex fits a page: the comparison and the final loss; what every group shares goes to the caption.
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
     expect(tex.slice(0, 6)).toEqual([
-      '\\begin{table}', '\\centering', '\\small',
+      '\\begin{table}',
+      '\\centering',
+      '\\small',
       '\\caption{Final validation loss per group (mean $\\pm$ sd over n = 3 seeds). Same for every group: n 3 $\\cdot$ params 100 $\\cdot$ tokens 3,000.}',
-      '\\begin{tabular}{lrrrrr}', '\\toprule',
+      '\\begin{tabular}{lrrrrr}',
+      '\\toprule',
     ]);
     expect(tex).toContain('group & $\\Delta$ final val loss vs softmax [95\\% CI] & p & final val loss & val ppl & val acc \\\\');
     expect(tex).toContain('slay & +0.0467 [$-$0.0158, +0.1092] & 0.085 & 2.3467 $\\pm$ 0.0874 & 10.45 & 0.4133 $\\pm$ 0.0218 \\\\');
-    await expect(compareRuns(runs, { outDir: join(root, 'paired-none'), baseline: 'performer', warn: () => {} })).rejects.toThrow(/--baseline performer: no run uses that attention \(softmax, slay\)/);
+    await expect(compareRuns(runs, { outDir: join(root, 'paired-none'), baseline: 'performer', warn: () => {} })).rejects.toThrow(
+      /--baseline performer: no run uses that attention \(softmax, slay\)/,
+    );
   });
 
   it('reports backend, commit and peak memory from env.json and summary.json, and plots loss against wall-clock time', async () => {
     const envRoot = join(root, 'env');
     const env = (backend: string, commit: string, dirty: boolean) => ({ backend: { name: backend }, git: { commit, dirty } });
     const run = writeRun({
-      parent: envRoot, folder: 'with-env', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3],
+      parent: envRoot,
+      folder: 'with-env',
+      attention: 'softmax',
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
       summary: { ...summaryOf(2.2, 100), peak_rss_bytes: 512 * 2 ** 20 },
       env: { ...env('tensorflow', '0123456789abcdef', false), resumes: [{ ...env('wasm', 'fedcba9876543210', true), resumedAtStep: 10 }] },
     });
-    const bare = writeRun({ parent: envRoot, folder: 'without-env', attention: 'slay', seed: 1, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) });
+    const bare = writeRun({
+      parent: envRoot,
+      folder: 'without-env',
+      attention: 'slay',
+      seed: 1,
+      val: [3, 2.6, 2.4],
+      train: [3, 2.7, 2.5],
+      summary: summaryOf(2.4, 100),
+    });
     const out = join(root, 'env-report');
     await compareRuns([run, bare], { outDir: out, warn: () => {} });
     const md = readFileSync(join(out, 'report.md'), 'utf8');
@@ -399,7 +558,9 @@ describe('compareRuns', () => {
   it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
     const table = { header: ['a', 'b'], right: [false, true], rows: [{ text: ['x_1 & 50%', '1,234'], raw: ['say "hi", ok', 1234] }] };
     expect(csvTable(table)).toBe('a,b\r\n"say ""hi"", ok",1234\r\n');
-    expect(latexTable(table, 'Δ ± #')).toContain('\\caption{$\\Delta$ $\\pm$ \\#}\n\\begin{tabular}{lr}\n\\toprule\na & b \\\\\n\\midrule\nx\\_1 \\& 50\\% & 1,234 \\\\');
+    expect(latexTable(table, 'Δ ± #')).toContain(
+      '\\caption{$\\Delta$ $\\pm$ \\#}\n\\begin{tabular}{lr}\n\\toprule\na & b \\\\\n\\midrule\nx\\_1 \\& 50\\% & 1,234 \\\\',
+    );
   });
 
   it('resolves quoted globs and parent folders to run folders', () => {
@@ -420,8 +581,24 @@ describe('statistics over distinct seeds', () => {
     const repeatRoot = join(root, 'repeats');
     // Each mechanism trained twice with seed 1337 (a re-run after a crash, say): one seed per group.
     const runs = [
-      writeRun({ parent: repeatRoot, folder: 'softmax-a', attention: 'softmax', seed: 1337, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
-      writeRun({ parent: repeatRoot, folder: 'softmax-b', attention: 'softmax', seed: 1337, val: [3, 2.5, 2.21], train: [3, 2.6, 2.3], summary: summaryOf(2.21, 100) }),
+      writeRun({
+        parent: repeatRoot,
+        folder: 'softmax-a',
+        attention: 'softmax',
+        seed: 1337,
+        val: [3, 2.5, 2.2],
+        train: [3, 2.6, 2.3],
+        summary: summaryOf(2.2, 100),
+      }),
+      writeRun({
+        parent: repeatRoot,
+        folder: 'softmax-b',
+        attention: 'softmax',
+        seed: 1337,
+        val: [3, 2.5, 2.21],
+        train: [3, 2.6, 2.3],
+        summary: summaryOf(2.21, 100),
+      }),
       writeRun({ parent: repeatRoot, folder: 'slay-a', attention: 'slay', seed: 1337, val: [3, 2.6, 2.3], train: [3, 2.7, 2.4], summary: summaryOf(2.3, 100) }),
       writeRun({ parent: repeatRoot, folder: 'slay-b', attention: 'slay', seed: 1337, val: [3, 2.6, 2.3], train: [3, 2.7, 2.4], summary: summaryOf(2.3, 100) }),
     ];
@@ -454,9 +631,35 @@ describe('a report fit for a paper', () => {
     // Two softmax groups (so the colours are not the mechanisms' own) and a faster slay: against time, slay's
     // points come first.
     const runs = [
-      writeRun({ parent: colourRoot, folder: 'softmax-lr1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) }),
-      writeRun({ parent: colourRoot, folder: 'softmax-lr3', attention: 'softmax', seed: 1, lr: 3e-3, val: [3, 2.4, 2.1], train: [3, 2.5, 2.2], summary: summaryOf(2.1, 100) }),
-      writeRun({ parent: colourRoot, folder: 'slay-fast', attention: 'slay', seed: 1, speed: 5000, val: [3, 2.6, 2.4], train: [3, 2.7, 2.5], summary: summaryOf(2.4, 100) }),
+      writeRun({
+        parent: colourRoot,
+        folder: 'softmax-lr1',
+        attention: 'softmax',
+        seed: 1,
+        val: [3, 2.5, 2.2],
+        train: [3, 2.6, 2.3],
+        summary: summaryOf(2.2, 100),
+      }),
+      writeRun({
+        parent: colourRoot,
+        folder: 'softmax-lr3',
+        attention: 'softmax',
+        seed: 1,
+        lr: 3e-3,
+        val: [3, 2.4, 2.1],
+        train: [3, 2.5, 2.2],
+        summary: summaryOf(2.1, 100),
+      }),
+      writeRun({
+        parent: colourRoot,
+        folder: 'slay-fast',
+        attention: 'slay',
+        seed: 1,
+        speed: 5000,
+        val: [3, 2.6, 2.4],
+        train: [3, 2.7, 2.5],
+        summary: summaryOf(2.4, 100),
+      }),
     ];
     const out = join(root, 'colours-report');
     await compareRuns(runs, { outDir: out, warn: () => {} });
@@ -469,10 +672,20 @@ describe('a report fit for a paper', () => {
 
   it('states once what every group shares, keeps counts without "± 0", and names the recipe the caller gives', async () => {
     const sharedRoot = join(root, 'shared');
-    const runs = [1, 2].flatMap((seed) => ['softmax', 'slay'].map((attention) => {
-      const final = 2 + seed / 10 + (attention === 'slay' ? 0.05 * seed : 0);
-      return writeRun({ parent: sharedRoot, folder: `${attention}-seed${seed}`, attention, seed, val: [3, 2.5, final], train: [3, 2.6, 2.3], summary: summaryOf(final, 1_334_016) });
-    }));
+    const runs = [1, 2].flatMap((seed) =>
+      ['softmax', 'slay'].map((attention) => {
+        const final = 2 + seed / 10 + (attention === 'slay' ? 0.05 * seed : 0);
+        return writeRun({
+          parent: sharedRoot,
+          folder: `${attention}-seed${seed}`,
+          attention,
+          seed,
+          val: [3, 2.5, final],
+          train: [3, 2.6, 2.3],
+          summary: summaryOf(final, 1_334_016),
+        });
+      }),
+    );
     const out = join(root, 'shared-report');
     await compareRuns(runs, { outDir: out, warn: () => {}, recipeName: (dir) => (dir.includes('slay') ? 'sweep: slay' : 'sweep: softmax') });
     const md = readFileSync(join(out, 'report.md'), 'utf8');
@@ -482,7 +695,9 @@ describe('a report fit for a paper', () => {
     const html = readFileSync(join(out, 'index.html'), 'utf8');
     expect(html).toContain('<p>Same for every group: n 2 · seeds 1, 2 · params 1,334,016');
     // The comparison columns come right after the group's name.
-    expect(html).toMatch(/<thead><tr><th style="text-align:left">group<\/th><th style="text-align:right">Δ final val loss vs softmax \[95% CI\]<\/th><th style="text-align:right">p<\/th>/);
+    expect(html).toMatch(
+      /<thead><tr><th style="text-align:left">group<\/th><th style="text-align:right">Δ final val loss vs softmax \[95% CI\]<\/th><th style="text-align:right">p<\/th>/,
+    );
     // groups.tex: booktabs, the comparison and what varies only.
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8');
     expect(tex).toContain('\\toprule\ngroup & $\\Delta$ final val loss vs softmax [95\\% CI] & p & final val loss & val ppl & val acc \\\\\n\\midrule');
@@ -493,12 +708,42 @@ describe('a report fit for a paper', () => {
 describe('hostile and broken run folders', () => {
   it('refuses a model.kind or train.evalTokens from config.json that is not a recipe value, before anything is written', async () => {
     const hostileRoot = join(root, 'hostile');
-    const good = writeRun({ parent: hostileRoot, folder: 'good', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
-    const kind = writeRun({ parent: hostileRoot, folder: 'kind', attention: 'slay', seed: 1, raw: { kind: '../victim' }, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
-    const tokens = writeRun({ parent: hostileRoot, folder: 'tokens', attention: 'slay', seed: 1, raw: { evalTokens: 'x/../../../victim5' }, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const good = writeRun({
+      parent: hostileRoot,
+      folder: 'good',
+      attention: 'softmax',
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
+    const kind = writeRun({
+      parent: hostileRoot,
+      folder: 'kind',
+      attention: 'slay',
+      seed: 1,
+      raw: { kind: '../victim' },
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
+    const tokens = writeRun({
+      parent: hostileRoot,
+      folder: 'tokens',
+      attention: 'slay',
+      seed: 1,
+      raw: { evalTokens: 'x/../../../victim5' },
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
     const out = join(root, 'hostile-out', 'report');
-    await expect(compareRuns([good, kind], { outDir: out, split: true, warn: () => {} })).rejects.toThrow(`${join(kind, 'config.json')}: model.kind must be one of gpt, bert (got "../victim")`);
-    await expect(compareRuns([good, tokens], { outDir: out, split: true, warn: () => {} })).rejects.toThrow(`${join(tokens, 'config.json')}: train.evalTokens must be an integer ≥ 1 (got "x/../../../victim5")`);
+    await expect(compareRuns([good, kind], { outDir: out, split: true, warn: () => {} })).rejects.toThrow(
+      `${join(kind, 'config.json')}: model.kind must be one of gpt, bert (got "../victim")`,
+    );
+    await expect(compareRuns([good, tokens], { outDir: out, split: true, warn: () => {} })).rejects.toThrow(
+      `${join(tokens, 'config.json')}: train.evalTokens must be an integer ≥ 1 (got "x/../../../victim5")`,
+    );
     expect(existsSync(join(root, 'hostile-out'))).toBe(false);
     expect(existsSync(join(root, 'victim'))).toBe(false);
   });
@@ -513,14 +758,21 @@ describe('hostile and broken run folders', () => {
 
   it('neutralises spreadsheet formulas in CSV cells (OWASP: a leading single quote), numbers stay numbers', async () => {
     const table = {
-      header: ['a', 'b', 'c', 'd', 'e', 'f', 'g'], right: [false, false, false, false, false, true, true],
+      header: ['a', 'b', 'c', 'd', 'e', 'f', 'g'],
+      right: [false, false, false, false, false, true, true],
       rows: [{ text: [], raw: ['=HYPERLINK("http://x")', '+1+2', '@SUM(A1)', '-cmd', '\tx', -0.5, '-1.5e-3'] }],
     };
     expect(csvTable(table).split('\r\n')[1]).toBe(`"'=HYPERLINK(""http://x"")",'+1+2,'@SUM(A1),'-cmd,'\tx,-0.5,-1.5e-3`);
     // End to end: a backend and commit from env.json, a mechanism's name.
     const csvRoot = join(root, 'csv');
     const run = writeRun({
-      parent: csvRoot, folder: 'formula', attention: '=1+1', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100),
+      parent: csvRoot,
+      folder: 'formula',
+      attention: '=1+1',
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
       env: { backend: { name: '@evil' }, git: { commit: '-2+3abcdef', dirty: false } },
     });
     await compareRuns([run], { outDir: join(root, 'csv-report'), warn: () => {} });
@@ -532,7 +784,15 @@ describe('hostile and broken run folders', () => {
 
   it('shows a hostile attention name as text in report.md and index.html, never as HTML or a link', async () => {
     const name = '<img src=x onerror=alert(1)>[link](javascript:alert(2))';
-    const run = writeRun({ parent: join(root, 'xss'), folder: 'xss', attention: name, seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const run = writeRun({
+      parent: join(root, 'xss'),
+      folder: 'xss',
+      attention: name,
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
     await compareRuns([run], { outDir: join(root, 'xss-report'), warn: () => {} });
     const md = readFileSync(join(root, 'xss-report', 'report.md'), 'utf8');
     expect(md).not.toMatch(/(^|[^\\])<img/m);
@@ -543,7 +803,15 @@ describe('hostile and broken run folders', () => {
 
   it('skips a folder that is no run and holds none (runs/paper) with one line; an incomplete run is named with --skip-invalid', async () => {
     const parent = join(root, 'mixed-parent');
-    const run = writeRun({ parent, folder: 'gpt-softmax-1', attention: 'softmax', seed: 1, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const run = writeRun({
+      parent,
+      folder: 'gpt-softmax-1',
+      attention: 'softmax',
+      seed: 1,
+      val: [3, 2.5, 2.2],
+      train: [3, 2.6, 2.3],
+      summary: summaryOf(2.2, 100),
+    });
     // What `npm run paper` leaves: experiment folders of unit folders, none of them a training run folder.
     const paper = join(parent, 'paper');
     mkdirSync(join(paper, 'lm-compare-v1-tensorflow', 'unit-20260101-000000'), { recursive: true });

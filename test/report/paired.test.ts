@@ -18,8 +18,14 @@ function normals(seed: number): () => number {
 describe('pairedT', () => {
   it('matches the closed-form t distribution for 2 and 3 pairs (1 and 2 degrees of freedom)', () => {
     for (const [x, base] of [
-      [[5.31, 5.4], [5.3, 5.35]],
-      [[5.37, 5.41, 5.36], [5.35, 5.36, 5.355]],
+      [
+        [5.31, 5.4],
+        [5.3, 5.35],
+      ],
+      [
+        [5.37, 5.41, 5.36],
+        [5.35, 5.36, 5.355],
+      ],
     ] as const) {
       const r = pairedT(x, base);
       const d = x.map((v, i) => v - base[i]);

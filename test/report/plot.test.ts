@@ -34,7 +34,8 @@ function deltaE2000([L1, a1, b1]: number[], [L2, a2, b2]: number[]): number {
   const Cpbar = (C1 + C2) / 2;
   let hbar = h1 + h2;
   if (C1 * C2 !== 0) hbar = Math.abs(h1 - h2) > 180 ? (hbar < 360 ? hbar + 360 : hbar - 360) / 2 : hbar / 2;
-  const T = 1 - 0.17 * Math.cos((hbar - 30) * rad) + 0.24 * Math.cos(2 * hbar * rad) + 0.32 * Math.cos((3 * hbar + 6) * rad) - 0.2 * Math.cos((4 * hbar - 63) * rad);
+  const T =
+    1 - 0.17 * Math.cos((hbar - 30) * rad) + 0.24 * Math.cos(2 * hbar * rad) + 0.32 * Math.cos((3 * hbar + 6) * rad) - 0.2 * Math.cos((4 * hbar - 63) * rad);
   const SL = 1 + (0.015 * (Lbar - 50) ** 2) / Math.sqrt(20 + (Lbar - 50) ** 2);
   const SC = 1 + 0.045 * Cpbar;
   const SH = 1 + 0.015 * Cpbar * T;
@@ -46,9 +47,21 @@ function deltaE2000([L1, a1, b1]: number[], [L2, a2, b2]: number[]): number {
 /** Colour-vision-deficiency simulation matrices on linear RGB (Machado, Oliveira & Fernandes 2009, severity 1). */
 const VISION: Record<string, number[][] | null> = {
   normal: null,
-  deuteranopia: [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.01182, 0.04294, 0.968881]],
-  protanopia: [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
-  tritanopia: [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.3039]],
+  deuteranopia: [
+    [0.367322, 0.860646, -0.227968],
+    [0.280085, 0.672501, 0.047413],
+    [-0.01182, 0.04294, 0.968881],
+  ],
+  protanopia: [
+    [0.152286, 1.052583, -0.204868],
+    [0.114503, 0.786281, 0.099216],
+    [-0.003882, -0.048116, 1.051998],
+  ],
+  tritanopia: [
+    [1.255528, -0.076749, -0.178779],
+    [-0.078411, 0.930809, 0.147602],
+    [0.004733, 0.691367, 0.3039],
+  ],
 };
 
 /** The smallest CIEDE2000 difference between any two of the colours as seen with `vision`. */
@@ -107,7 +120,12 @@ describe('mechanism colours', () => {
     expect(seriesColours(['softmax lr=0.001', 'softmax lr=0.003'], (s) => s.split(' ')[0])).toEqual(distinctColours(2));
     // Up to 16 as far apart as the mechanisms' own colours (CIEDE2000 ≥ 10, from each other and from the white
     // background); more crowd the colour space, but stay apart (24: ≥ 8) and never repeat.
-    for (const [n, atLeast] of [[9, 10], [12, 10], [16, 10], [24, 8]]) {
+    for (const [n, atLeast] of [
+      [9, 10],
+      [12, 10],
+      [16, 10],
+      [24, 8],
+    ]) {
       const colours = distinctColours(n);
       expect(colours.slice(0, 8)).toEqual(Object.values(MECHANISM_COLOURS)); // the well-tested ones first
       const { delta, pair } = closestPair([...colours, '#ffffff'], null);

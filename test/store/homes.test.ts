@@ -43,9 +43,27 @@ describe('homes', () => {
   });
 
   it("the run folder's and model folder's file names are spelled only in src/store/layout.ts", () => {
-    const names = ['model.safetensors', 'recipe.json', 'tokenizer.json', 'config.json', 'optimizer.safetensors', 'cursor.json', 'state.json', 'summary.json', 'env.json', 'metrics.jsonl', 'log.txt', '.slayformer-run', 'checkpoints', 'final'];
+    const names = [
+      'model.safetensors',
+      'recipe.json',
+      'tokenizer.json',
+      'config.json',
+      'optimizer.safetensors',
+      'cursor.json',
+      'state.json',
+      'summary.json',
+      'env.json',
+      'metrics.jsonl',
+      'log.txt',
+      '.slayformer-run',
+      'checkpoints',
+      'final',
+    ];
     // Hugging Face's own layout (a format of its own, beneath store) and the `datasets` library's state.json.
-    const elsewhere: Record<string, string[]> = { [path.join('hf', 'folder.ts')]: ['config.json', 'model.safetensors', 'tokenizer.json'], [path.join('data', 'dataset.ts')]: ['state.json'] };
+    const elsewhere: Record<string, string[]> = {
+      [path.join('hf', 'folder.ts')]: ['config.json', 'model.safetensors', 'tokenizer.json'],
+      [path.join('data', 'dataset.ts')]: ['state.json'],
+    };
     const found: string[] = [];
     for (const file of sources()) {
       const relative = path.relative(SRC, file);

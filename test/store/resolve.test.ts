@@ -37,7 +37,8 @@ describe('which folder holds a model', () => {
     checkpoint('done', 1);
     const newest = checkpoint('done', 2);
     touch('done', FINAL_DIR, MODEL_FILE);
-    for (const role of MODEL_ROLES) expect(resolve(role, join(root, 'done'))).toEqual({ format: 'slayformer', dir: join(root, 'done', FINAL_DIR), reason: null });
+    for (const role of MODEL_ROLES)
+      expect(resolve(role, join(root, 'done'))).toEqual({ format: 'slayformer', dir: join(root, 'done', FINAL_DIR), reason: null });
     expect(resolve('resume', join(root, 'done')).dir).toBe(newest);
   });
 
@@ -58,7 +59,9 @@ describe('which folder holds a model', () => {
 
   it('--resume wants a training state: a final/ folder or a Hugging Face folder is refused, naming what it may be', () => {
     touch('finished', FINAL_DIR, MODEL_FILE);
-    expect(() => resolve('resume', join(root, 'finished', FINAL_DIR))).toThrow(/^--resume .*final: .*final is a model folder without training state \(no state\.json\); give 'auto', a run folder or a checkpoint folder$/);
+    expect(() => resolve('resume', join(root, 'finished', FINAL_DIR))).toThrow(
+      /^--resume .*final: .*final is a model folder without training state \(no state\.json\); give 'auto', a run folder or a checkpoint folder$/,
+    );
     writeFileSync(touch('hf-gpt2', 'config.json'), JSON.stringify({ model_type: 'gpt2' }));
     expect(() => resolve('resume', join(root, 'hf-gpt2'))).toThrow(/is a Hugging Face folder, which holds no training state/);
     for (const role of MODEL_ROLES) expect(resolve(role, join(root, 'hf-gpt2'))).toEqual({ format: 'hf', dir: join(root, 'hf-gpt2'), reason: null });
@@ -75,8 +78,12 @@ describe('which folder holds a model', () => {
   it('errors name the argument as each command knows it', () => {
     const nowhere = join(root, 'nowhere');
     expect(() => resolve('resume', nowhere)).toThrow(`--resume ${nowhere}: no such folder (give 'auto', a run folder or a checkpoint folder)`);
-    expect(() => resolve('initFrom', nowhere)).toThrow(`initFrom ${nowhere}: no such folder (give a run's final/ folder, a checkpoint folder, a run folder, auto:<recipe name> or hf:<folder>)`);
-    expect(() => resolve('load', nowhere)).toThrow(`checkpoint ${nowhere}: no such folder (give a run's final/ folder, a checkpoint folder, a run folder or hf:<folder>)`);
+    expect(() => resolve('initFrom', nowhere)).toThrow(
+      `initFrom ${nowhere}: no such folder (give a run's final/ folder, a checkpoint folder, a run folder, auto:<recipe name> or hf:<folder>)`,
+    );
+    expect(() => resolve('load', nowhere)).toThrow(
+      `checkpoint ${nowhere}: no such folder (give a run's final/ folder, a checkpoint folder, a run folder or hf:<folder>)`,
+    );
     mkdirSync(join(root, 'empty'));
     expect(() => resolve('load', join(root, 'empty'))).toThrow(/empty holds no model\.safetensors, final\/ or complete checkpoint/);
     expect(() => resolve('resume', join(root, 'empty'))).toThrow(/empty holds no complete checkpoint; give 'auto'/);
@@ -98,14 +105,25 @@ describe("initFrom auto:<name> trusts what a run recorded, not its folder's name
   it('a run of the recipe whose command line overrode model keys is passed over, naming the overrides', () => {
     finishedRun('auto-a', 'gpt-softmax-20260101-000000', 'gpt-softmax', ['recipes/demo/gpt-softmax.yaml']);
     // A run folder of a version that named runs after the recipe alone, trained as a Performer.
-    finishedRun('auto-a', 'gpt-softmax-20260102-000000', 'gpt-softmax', ['recipes/demo/gpt-softmax.yaml', '--model.attention.name', 'performer', '--train.lr=1e-3']);
+    finishedRun('auto-a', 'gpt-softmax-20260102-000000', 'gpt-softmax', [
+      'recipes/demo/gpt-softmax.yaml',
+      '--model.attention.name',
+      'performer',
+      '--train.lr=1e-3',
+    ]);
     const choice = auto('auto-a');
     expect(choice.dir).toBe(join(root, 'auto-a', 'gpt-softmax-20260101-000000', FINAL_DIR));
-    expect(choice.reason).toContain('passed over the newer gpt-softmax-20260102-000000 (1,024 tokens, final val loss 5.0000): trained with --model.attention.name=performer, which changes the model');
+    expect(choice.reason).toContain(
+      'passed over the newer gpt-softmax-20260102-000000 (1,024 tokens, final val loss 5.0000): trained with --model.attention.name=performer, which changes the model',
+    );
   });
 
   it('when every run changed the model or records another name, it is an error naming each mismatch', () => {
-    finishedRun('auto-b', 'gpt-softmax-20260101-000000', 'gpt-softmax', ['recipes/demo/gpt-softmax.yaml', '--model.attention.options.prfFeatures=32', '--model.dModel=64']);
+    finishedRun('auto-b', 'gpt-softmax-20260101-000000', 'gpt-softmax', [
+      'recipes/demo/gpt-softmax.yaml',
+      '--model.attention.options.prfFeatures=32',
+      '--model.dModel=64',
+    ]);
     finishedRun('auto-b', 'gpt-softmax-20260102-000000', 'gpt-other', ['recipes/demo/gpt-other.yaml']); // copied or renamed by hand
     expect(() => auto('auto-b')).toThrow(
       "initFrom auto:gpt-softmax: none of the 2 finished runs of 'gpt-softmax' is the recipe as written: " +

@@ -12,7 +12,15 @@ let folders = 0;
 const runDir = () => fs.mkdtempSync(path.join(root, `run${folders++}-`));
 
 const record = (step: number, split: 'train' | 'val' = 'train'): MetricRecord => ({
-  step, tokens: step * 64, split, loss: 5 - step / 10, ppl: Math.exp(5 - step / 10), lr: 1e-3, grad_norm: 1, tokens_per_s: 100, elapsed_s: step,
+  step,
+  tokens: step * 64,
+  split,
+  loss: 5 - step / 10,
+  ppl: Math.exp(5 - step / 10),
+  lr: 1e-3,
+  grad_norm: 1,
+  tokens_per_s: 100,
+  elapsed_s: step,
 });
 const lines = (records: MetricRecord[]) => records.map((r) => JSON.stringify(r) + '\n').join('');
 
@@ -47,8 +55,19 @@ describe('readMetrics', () => {
 
 describe('summary.json', () => {
   const training: TrainingSummaryRecord = {
-    steps: 20, tokens: 2560, elapsed_s: 3.5, train_tokens_per_s: 731, val_loss: 4.25, val_ppl: Math.exp(4.25), val_bpb: 1.7, val_acc: 0.12,
-    parameters: 12345, final: 'final', records: 7, peak_rss_bytes: 2 ** 28, finished_at: '2026-11-28T06:00:00.000Z',
+    steps: 20,
+    tokens: 2560,
+    elapsed_s: 3.5,
+    train_tokens_per_s: 731,
+    val_loss: 4.25,
+    val_ppl: Math.exp(4.25),
+    val_bpb: 1.7,
+    val_acc: 0.12,
+    parameters: 12345,
+    final: 'final',
+    records: 7,
+    peak_rss_bytes: 2 ** 28,
+    finished_at: '2026-11-28T06:00:00.000Z',
   };
 
   it('is written whole (no .tmp left) and reads back as written, for a training run and for a paper unit', () => {

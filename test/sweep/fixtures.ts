@@ -60,21 +60,39 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * recursive watcher on Linux throws an uncaught ENOENT when a watched folder disappears under it, which the
  * trainer's atomic checkpoint folders (written aside, renamed, pruned) do all the time.
  */
-export function waitForFiles<T>(what: string, folder: string, timeoutMs: number, check: () => T | null | undefined | false, diagnose: () => string = () => ''): Promise<T> {
-  return pollFor(`${what} (under ${folder})`, timeoutMs, () => {
-    try {
-      return check();
-    } catch {
-      return null;
-    }
-  }, diagnose, 100);
+export function waitForFiles<T>(
+  what: string,
+  folder: string,
+  timeoutMs: number,
+  check: () => T | null | undefined | false,
+  diagnose: () => string = () => '',
+): Promise<T> {
+  return pollFor(
+    `${what} (under ${folder})`,
+    timeoutMs,
+    () => {
+      try {
+        return check();
+      } catch {
+        return null;
+      }
+    },
+    diagnose,
+    100,
+  );
 }
 
 /**
  * Polls `check` every `everyMs` (200) ms until it returns a value or `timeoutMs` passes (then throws `what` and `diagnose()`): for
  * state outside the file system (Slurm's queue), which has no event to wait on.
  */
-export async function pollFor<T>(what: string, timeoutMs: number, check: () => T | null | undefined | false, diagnose: () => string = () => '', everyMs = 200): Promise<T> {
+export async function pollFor<T>(
+  what: string,
+  timeoutMs: number,
+  check: () => T | null | undefined | false,
+  diagnose: () => string = () => '',
+  everyMs = 200,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = check();

@@ -22,8 +22,14 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const runFolders = (runDir: string) => (existsSync(runDir) ? readdirSync(runDir).filter((e) => e !== '_sweep').sort() : []);
-const summary = (runDir: string, folder: string) => JSON.parse(readFileSync(join(runDir, folder, 'summary.json'), 'utf8')) as { val_loss: number; steps: number };
+const runFolders = (runDir: string) =>
+  existsSync(runDir)
+    ? readdirSync(runDir)
+        .filter((e) => e !== '_sweep')
+        .sort()
+    : [];
+const summary = (runDir: string, folder: string) =>
+  JSON.parse(readFileSync(join(runDir, folder, 'summary.json'), 'utf8')) as { val_loss: number; steps: number };
 
 describe('local executor', () => {
   it('runs every run as its own process, as many at once as the cores allow, and skips finished runs when run again', async () => {
@@ -36,7 +42,10 @@ describe('local executor', () => {
     expect(folders.map((f) => f.replace(/-\d{8}-\d{6}(-\d+)?$/, ''))).toEqual(['slay-seed1', 'slay-seed2', 'softmax-seed1', 'softmax-seed2']);
     for (const folder of folders) expect(summary(runDir, folder).steps).toBe(24);
     // Each run has one replica: two start at once on two cores, the third waits for one of them to finish.
-    const events = out.split('\n').filter((l) => /^(start|done) /.test(l)).map((l) => l.split(/\s+/).slice(0, 2).join(' ').replace(/:$/, ''));
+    const events = out
+      .split('\n')
+      .filter((l) => /^(start|done) /.test(l))
+      .map((l) => l.split(/\s+/).slice(0, 2).join(' ').replace(/:$/, ''));
     expect(events.slice(0, 2)).toEqual(['start softmax-seed1', 'start softmax-seed2']);
     expect(events[2]).toMatch(/^done softmax-seed[12]$/);
     expect(events.filter((e) => e.startsWith('done'))).toHaveLength(4);
@@ -57,7 +66,9 @@ describe('local executor', () => {
     expect(await report.exited, report.output()).toEqual({ code: 0, signal: null });
     const markdown = readFileSync(join(outDir, 'report.md'), 'utf8');
     expect(markdown).toMatch(/\| softmax \| \(baseline\) \| \| \| \d\.\d{4} ± \d\.\d{4} \| 2 \| 1, 2 \| softmax \|/);
-    expect(markdown).toMatch(/\| slay \| [+−]\d\.\d{4} \[[+−]\d\.\d{4}, [+−]\d\.\d{4}\] \| [\d.<\s]+ \| [012]\/2 \| \d\.\d{4} ± \d\.\d{4} \| 2 \| 1, 2 \| slay \|/);
+    expect(markdown).toMatch(
+      /\| slay \| [+−]\d\.\d{4} \[[+−]\d\.\d{4}, [+−]\d\.\d{4}\] \| [\d.<\s]+ \| [012]\/2 \| \d\.\d{4} ± \d\.\d{4} \| 2 \| 1, 2 \| slay \|/,
+    );
     expect(existsSync(join(outDir, 'compare', 'val-loss.svg'))).toBe(true);
     // --baseline none: no pairing, as compare's.
     const unpaired = sweepCli(['report', file, '--out', join(dir, 'report-none'), '--baseline', 'none']);
@@ -83,13 +94,20 @@ describe('local executor', () => {
   }, 900_000);
 
   it('refuses to start when a dataset or tokenizer is missing, naming it and the runs that need it', async () => {
-    const file = writeTinySweep(join(dir, 'missing.yaml'), { data: join(dir, 'no-such-data'), tokenizer: corpus.tokenizer }, join(dir, 'runs-missing'), (sweep) => {
-      sweep.cases = [{ label: 'a' }, { label: 'b', 'data.tokenizer': join(dir, 'no-such-tokenizer.json') }];
-    });
+    const file = writeTinySweep(
+      join(dir, 'missing.yaml'),
+      { data: join(dir, 'no-such-data'), tokenizer: corpus.tokenizer },
+      join(dir, 'runs-missing'),
+      (sweep) => {
+        sweep.cases = [{ label: 'a' }, { label: 'b', 'data.tokenizer': join(dir, 'no-such-tokenizer.json') }];
+      },
+    );
     const run = sweepCli(['run', file]);
     expect(await run.exited).toEqual({ code: 2, signal: null });
     expect(run.output()).toContain(`${file}: data.dataset ${join(dir, 'no-such-data')} does not exist (needed by every run)`);
-    expect(run.output()).toContain(`${file}: data.tokenizer ${join(dir, 'no-such-tokenizer.json')} does not exist (needed by b-softmax-seed1, b-softmax-seed2, b-slay-seed1, b-slay-seed2)`);
+    expect(run.output()).toContain(
+      `${file}: data.tokenizer ${join(dir, 'no-such-tokenizer.json')} does not exist (needed by b-softmax-seed1, b-softmax-seed2, b-slay-seed1, b-slay-seed2)`,
+    );
     expect(existsSync(join(dir, 'runs-missing'))).toBe(false);
   });
 
@@ -99,7 +117,8 @@ describe('local executor', () => {
     const runDir = join(dir, 'runs-interrupted');
     const file = writeTinySweep(join(dir, 'interrupted.yaml'), corpus, runDir, oneLongerRun);
     const run = sweepCli(['run', file]);
-    const checkpoints = () => runFolders(runDir).flatMap((f) => (existsSync(join(runDir, f, 'checkpoints')) ? readdirSync(join(runDir, f, 'checkpoints')) : []));
+    const checkpoints = () =>
+      runFolders(runDir).flatMap((f) => (existsSync(join(runDir, f, 'checkpoints')) ? readdirSync(join(runDir, f, 'checkpoints')) : []));
     await waitForFiles('the first checkpoint', dir, 120_000, () => checkpoints().some((c) => c.startsWith('step-')));
     run.process.kill('SIGINT');
     expect(await run.exited).toEqual({ code: 130, signal: null });
@@ -120,7 +139,10 @@ describe('local executor', () => {
     const want = summary(referenceDir, referenceFolder);
     expect(got.steps).toBe(want.steps);
     expect(Math.abs(got.val_loss - want.val_loss)).toBeLessThanOrEqual(1e-6 * want.val_loss);
-    const losses = (d: string) => readMetrics(d).filter((r) => r.split === 'train').map((r) => r.loss);
+    const losses = (d: string) =>
+      readMetrics(d)
+        .filter((r) => r.split === 'train')
+        .map((r) => r.loss);
     const a = losses(join(runDir, folder));
     const b = losses(join(referenceDir, referenceFolder));
     expect(a).toHaveLength(b.length);

@@ -38,10 +38,19 @@ afterAll(() => {
 });
 
 const slurm = (cmd: string, args: string[]) => execFileSync(cmd, args, { env, encoding: 'utf8' });
-const runFolders = (runDir: string) => (existsSync(runDir) ? readdirSync(runDir).filter((e) => e !== '_sweep').sort() : []);
+const runFolders = (runDir: string) =>
+  existsSync(runDir)
+    ? readdirSync(runDir)
+        .filter((e) => e !== '_sweep')
+        .sort()
+    : [];
 const summary = (dir: string) => JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8')) as { val_loss: number; steps: number };
 const checkpointSteps = (dir: string) =>
-  existsSync(join(dir, 'checkpoints')) ? readdirSync(join(dir, 'checkpoints')).filter((c) => existsSync(join(dir, 'checkpoints', c, 'COMPLETE'))).map((c) => Number(c.slice(5))) : [];
+  existsSync(join(dir, 'checkpoints'))
+    ? readdirSync(join(dir, 'checkpoints'))
+        .filter((c) => existsSync(join(dir, 'checkpoints', c, 'COMPLETE')))
+        .map((c) => Number(c.slice(5)))
+    : [];
 
 async function submit(file: string, extra: string[] = []): Promise<string> {
   const cli = sweepCli(['run', file, '--executor', 'slurm', '--time', '15:00', ...extra], env);
@@ -61,7 +70,12 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     expect(script).toMatch(/^#SBATCH --time=15:00$/m);
     expect(script).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+src\/cli\/sweep\.ts task \S+array\.yaml "\$SLURM_ARRAY_TASK_ID"$/m);
 
-    await waitForFiles('three finished runs', runDir, 300_000, () => runFolders(runDir).filter((f) => existsSync(join(runDir, f, 'summary.json'))).length === 3);
+    await waitForFiles(
+      'three finished runs',
+      runDir,
+      300_000,
+      () => runFolders(runDir).filter((f) => existsSync(join(runDir, f, 'summary.json'))).length === 3,
+    );
     expect(runFolders(runDir).map((f) => f.replace(/-\d{8}-\d{6}(-\d+)?$/, ''))).toEqual(['slay-seed1', 'softmax-seed1', 'softmax-seed2']);
     for (const f of runFolders(runDir)) expect(summary(join(runDir, f)).steps).toBe(24);
     for (const index of [0, 1, 2]) expect(existsSync(join(runDir, '_sweep', 'slurm', `${job}_${index}.out`))).toBe(true);
@@ -90,7 +104,11 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     const newestCheckpoint = () => (folder() ? Math.max(0, ...checkpointSteps(join(runDir, folder()))) : 0);
 
     const log = () => readFileSync(join(runDir, '_sweep', 'logs', 'requeued.log'), 'utf8');
-    const diagnose = () => `log:\n${log()}\nslurmctld.log:\n${readFileSync(join(clusterDir, 'cluster', 'slurmctld.log'), 'utf8').split('\n').slice(-15).join('\n')}`;
+    const diagnose = () =>
+      `log:\n${log()}\nslurmctld.log:\n${readFileSync(join(clusterDir, 'cluster', 'slurmctld.log'), 'utf8')
+        .split('\n')
+        .slice(-15)
+        .join('\n')}`;
 
     // 1. What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
     await waitForFiles('a first checkpoint', runDir, 180_000, () => newestCheckpoint() > 0);
@@ -121,8 +139,20 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
   const recipe = join(work, 'base.yaml');
   writeFileSync(recipe, 'model: { dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4 }\n');
   const INJECTIONS = [
-    'x\ntouch pwned\n#', 'x\r\ntouch pwned', '$(touch pwned)', '`touch pwned`', 'x;touch pwned', 'x && touch pwned', "x'; touch pwned; '",
-    'x"; touch pwned; "', 'x # touch pwned', 'x\\', 'x\\\ntouch pwned', 'x\u0000y', '%j', 'x y',
+    'x\ntouch pwned\n#',
+    'x\r\ntouch pwned',
+    '$(touch pwned)',
+    '`touch pwned`',
+    'x;touch pwned',
+    'x && touch pwned',
+    "x'; touch pwned; '",
+    'x"; touch pwned; "',
+    'x # touch pwned',
+    'x\\',
+    'x\\\ntouch pwned',
+    'x\u0000y',
+    '%j',
+    'x y',
   ];
   let count = 0;
 
@@ -167,7 +197,11 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
     chmodSync(join(sandbox, 'bin', 'node'), 0o755);
     writeFileSync(join(sandbox, 'job.sbatch'), script);
     const argsFile = join(sandbox, 'args');
-    const r = spawnSync('bash', ['job.sbatch'], { cwd: sandbox, encoding: 'utf8', env: { PATH: `${join(sandbox, 'bin')}:/usr/bin:/bin`, ARGS_FILE: argsFile, SLURM_ARRAY_TASK_ID: '1' } });
+    const r = spawnSync('bash', ['job.sbatch'], {
+      cwd: sandbox,
+      encoding: 'utf8',
+      env: { PATH: `${join(sandbox, 'bin')}:/usr/bin:/bin`, ARGS_FILE: argsFile, SLURM_ARRAY_TASK_ID: '1' },
+    });
     expect(r.status, r.stderr).toBe(0);
     const args = readFileSync(argsFile, 'utf8').split('\0').slice(0, -1);
     return { args, files: readdirSync(sandbox).filter((f) => !['bin', 'job.sbatch', 'args'].includes(f)) };
@@ -206,7 +240,10 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
   }
 
   /** Renders the script, or returns the error (which must name `field`). */
-  function renderOrRefuse(field: RegExp, render: () => { script: string; file: string; directives: Record<string, string>; setup?: string[] }): 'refused' | 'rendered' {
+  function renderOrRefuse(
+    field: RegExp,
+    render: () => { script: string; file: string; directives: Record<string, string>; setup?: string[] },
+  ): 'refused' | 'rendered' {
     let out: ReturnType<typeof render>;
     try {
       out = render();
@@ -225,7 +262,11 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
         const runDir = join(work, value);
         const file = sweepWith({ runDir });
         const sweep = loadSweep(file);
-        return { script: renderSbatchScript(sweep, [0, 1], {}, '/work/project'), file, directives: { '--output': join(runDir, '_sweep', 'slurm', '%A_%a.out') } };
+        return {
+          script: renderSbatchScript(sweep, [0, 1], {}, '/work/project'),
+          file,
+          directives: { '--output': join(runDir, '_sweep', 'slurm', '%A_%a.out') },
+        };
       }),
     );
     expect(outcomes[0]).toBe('refused'); // the issue's case: "out\ntouch pwned\n#"
@@ -241,8 +282,16 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
       const sweep = loadSweep(sweepWith({}));
       const file = join(work, `sweep ${value}.yaml`);
       // The task command names the sweep file (as loadSweep writes it).
-      renderOrRefuse(/sweep file/, () => ({ script: renderSbatchScript({ ...sweep, file, task: [...sweep.task.slice(0, -1), file] }, [0], {}, '/w'), file, directives: {} }));
-      renderOrRefuse(/working folder|--chdir/, () => ({ script: renderSbatchScript(sweep, [0], {}, `/w/${value}`), file: sweep.file, directives: { '--chdir': `/w/${value}` } }));
+      renderOrRefuse(/sweep file/, () => ({
+        script: renderSbatchScript({ ...sweep, file, task: [...sweep.task.slice(0, -1), file] }, [0], {}, '/w'),
+        file,
+        directives: {},
+      }));
+      renderOrRefuse(/working folder|--chdir/, () => ({
+        script: renderSbatchScript(sweep, [0], {}, `/w/${value}`),
+        file: sweep.file,
+        directives: { '--chdir': `/w/${value}` },
+      }));
     }
   });
 
@@ -253,19 +302,35 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
         const flag = { partition: '--partition', time: '--time', gpus: '--gpus', mem: '--mem' }[key as string]!;
         renderOrRefuse(new RegExp(`slurm\\.${key}`), () => {
           const file = sweepWith({ slurm: { [key]: value } });
-          return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'), file, directives: { [flag]: value } };
+          return {
+            script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'),
+            file,
+            directives: { [flag]: value },
+          };
         });
         const sweep = loadSweep(sweepWith({}));
-        renderOrRefuse(new RegExp(`slurm\\.${key}`), () => ({ script: renderSbatchScript(sweep, [0], { [key]: value }, '/w'), file: sweep.file, directives: { [flag]: value } }));
+        renderOrRefuse(new RegExp(`slurm\\.${key}`), () => ({
+          script: renderSbatchScript(sweep, [0], { [key]: value }, '/w'),
+          file: sweep.file,
+          directives: { [flag]: value },
+        }));
       }
       for (const key of ['cpusPerTask', 'maxParallel', 'signalSeconds', 'requeueOnTimeLimit'] as const) {
         const sweep = loadSweep(sweepWith({}));
-        renderOrRefuse(new RegExp(`slurm\\.${key}`), () => ({ script: renderSbatchScript(sweep, [0], { [key]: value } as SlurmOptions, '/w'), file: sweep.file, directives: {} }));
+        renderOrRefuse(new RegExp(`slurm\\.${key}`), () => ({
+          script: renderSbatchScript(sweep, [0], { [key]: value } as SlurmOptions, '/w'),
+          file: sweep.file,
+          directives: {},
+        }));
       }
       // Extra sbatch options: --name=value, the value quoted for sbatch.
       renderOrRefuse(/slurm\.sbatch/, () => {
         const file = sweepWith({ slurm: { sbatch: [`--comment=${value}`] } });
-        return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'), file, directives: { '--comment': value } };
+        return {
+          script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'),
+          file,
+          directives: { '--comment': value },
+        };
       });
       renderOrRefuse(/slurm\.sbatch/, () => {
         const sweep = loadSweep(sweepWith({}));
@@ -274,7 +339,12 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
       // Setup lines are shell code as written (the documented purpose): each stays one line of the script.
       renderOrRefuse(/slurm\.setup/, () => {
         const file = sweepWith({ slurm: { setup: [value] } });
-        return { script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'), file, directives: {}, setup: [value] };
+        return {
+          script: renderSbatchScript(loadSweep(file), [0], loadSweep(file).executorSettings.slurm as SlurmOptions, '/w'),
+          file,
+          directives: {},
+          setup: [value],
+        };
       });
     }
   });

@@ -54,8 +54,14 @@ grid:
     );
     expect(sweep.name).toBe('cmp');
     expect(sweep.runs.map((r) => r.name)).toEqual([
-      'gpt-softmax-seed1', 'gpt-softmax-seed2', 'gpt-slay-seed1', 'gpt-slay-seed2',
-      'bert-softmax-seed1', 'bert-softmax-seed2', 'bert-slay-seed1', 'bert-slay-seed2',
+      'gpt-softmax-seed1',
+      'gpt-softmax-seed2',
+      'gpt-slay-seed1',
+      'gpt-slay-seed2',
+      'bert-softmax-seed1',
+      'bert-softmax-seed2',
+      'bert-slay-seed1',
+      'bert-slay-seed2',
     ]);
     expect(sweep.runs.map((r) => r.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(sweep.runs[3].group).toBe('gpt-slay');
@@ -102,11 +108,15 @@ grid:
 `),
     );
     expect(sweep.runs.map((r) => r.name)).toEqual([
-      'lr0.004-prfFeatures4-slay-prfFeatures4', 'lr0.004-prfFeatures4-slay-prfFeatures32-anchors4',
-      'lr0.004-prfFeatures8-slay-prfFeatures4', 'lr0.004-prfFeatures8-slay-prfFeatures32-anchors4',
+      'lr0.004-prfFeatures4-slay-prfFeatures4',
+      'lr0.004-prfFeatures4-slay-prfFeatures32-anchors4',
+      'lr0.004-prfFeatures8-slay-prfFeatures4',
+      'lr0.004-prfFeatures8-slay-prfFeatures32-anchors4',
       // A case's part holds the varying keys it sets itself.
-      'dModel64-prfFeatures4-slay-prfFeatures4', 'dModel64-prfFeatures4-slay-prfFeatures32-anchors4',
-      'dModel64-prfFeatures8-slay-prfFeatures4', 'dModel64-prfFeatures8-slay-prfFeatures32-anchors4',
+      'dModel64-prfFeatures4-slay-prfFeatures4',
+      'dModel64-prfFeatures4-slay-prfFeatures32-anchors4',
+      'dModel64-prfFeatures8-slay-prfFeatures4',
+      'dModel64-prfFeatures8-slay-prfFeatures32-anchors4',
     ]);
     const first = sweep.runs[0].recipe;
     expect(first.train.lr).toBe(4e-3); // the case wins over set
@@ -134,16 +144,26 @@ grid:
       }
       throw new Error('expected --set to be refused');
     };
-    expect(refused(['train.seed=5'])).toBe(`${file}: --set train.seed: the sweep's grid varies train.seed, which would override it; change the grid in the file instead`);
-    expect(refused(['model.attention.options.prfFeatures=4'])).toMatch(/--set model\.attention\.options\.prfFeatures: the sweep's grid varies model\.attention/);
-    expect(refused(['train.batchSize=4'])).toBe(`${file}: --set train.batchSize: cases[0] sets train.batchSize, which would override it; change the case in the file instead`);
+    expect(refused(['train.seed=5'])).toBe(
+      `${file}: --set train.seed: the sweep's grid varies train.seed, which would override it; change the grid in the file instead`,
+    );
+    expect(refused(['model.attention.options.prfFeatures=4'])).toMatch(
+      /--set model\.attention\.options\.prfFeatures: the sweep's grid varies model\.attention/,
+    );
+    expect(refused(['train.batchSize=4'])).toBe(
+      `${file}: --set train.batchSize: cases[0] sets train.batchSize, which would override it; change the case in the file instead`,
+    );
     expect(refused(['train.lr'])).toBe(`${file}: --set train.lr: expected key=value (e.g. --set train.lr=1e-3)`);
     expect(refused(['train.lrr=1'])).toMatch(/unknown key train\.lrr \(did you mean train\.lr\?\)/);
   });
 
   it('selects runs by name, glob or index and keeps their indices', () => {
     const sweep = loadSweep(sweepFile(`recipe: ${base}\ngrid:\n  model.attention: [softmax, slay]\n  train.seed: [1, 2, 3]\n`));
-    expect(selectRuns(sweep, 'slay-*').runs.map((r) => [r.index, r.name])).toEqual([[3, 'slay-seed1'], [4, 'slay-seed2'], [5, 'slay-seed3']]);
+    expect(selectRuns(sweep, 'slay-*').runs.map((r) => [r.index, r.name])).toEqual([
+      [3, 'slay-seed1'],
+      [4, 'slay-seed2'],
+      [5, 'slay-seed3'],
+    ]);
     expect(selectRuns(sweep, '0, softmax-seed3').runs.map((r) => r.index)).toEqual([0, 2]);
     expect(selectRuns(sweep, undefined)).toBe(sweep);
     expect(() => selectRuns(sweep, 'performer-*')).toThrow(/no run .* matches/);
@@ -170,11 +190,15 @@ describe('sweep validation', () => {
     expect(problems(`recipe: ${base}\ngrid:\n  train.seed: 3\n`)).toMatch(/grid\.train\.seed must be a non-empty list of values \(got 3\)/);
     expect(problems(`recipe: ${base}\ngrid:\n  train.seed: []\n`)).toMatch(/grid\.train\.seed must be a non-empty list/);
     expect(problems(`recipe: ${base}\ncases: []\n`)).toMatch(/cases must be a non-empty list/);
-    expect(problems(`recipe: ${base}\ngrid:\n  model.attention: [{ options: {} }]\n`)).toMatch(/grid\.model\.attention\[0\] must be an attention name or a mapping \{ name, options \}/);
+    expect(problems(`recipe: ${base}\ngrid:\n  model.attention: [{ options: {} }]\n`)).toMatch(
+      /grid\.model\.attention\[0\] must be an attention name or a mapping \{ name, options \}/,
+    );
     expect(problems(`recipe: ${base}\nset: { train.runDir: x }\n`)).toMatch(/set\.train\.runDir: the sweep sets train\.runDir itself/);
     expect(problems(`grid:\n  train.seed: [1]\n`)).toMatch(/recipe \(the base recipe file\) is required/);
     expect(problems(`recipe: ${join(dir, 'missing.yaml')}\n`)).toMatch(/recipe .*missing\.yaml: cannot be read \(ENOENT\)/);
-    expect(problems(`recipe: ${base}\ncases:\n  - { train.lr: 1.0e-3 }\n  - { train.lr: 0.001 }\n`)).toMatch(/two runs get the name sweep-\d+ \(cases\[0\] and cases\[1\]\); give the cases a label/);
+    expect(problems(`recipe: ${base}\ncases:\n  - { train.lr: 1.0e-3 }\n  - { train.lr: 0.001 }\n`)).toMatch(
+      /two runs get the name sweep-\d+ \(cases\[0\] and cases\[1\]\); give the cases a label/,
+    );
     expect(problems(`recipe: ${base}\nslurm: { gpus: [1], tme: 1 }\n`)).toMatch(/slurm\.gpus must be a GPU count[\s\S]*unknown key slurm\.tme/);
     expect(problems(`recipe: ${base}\nreport: { baseline: softmax, metric: loss }\n`)).toMatch(/report\.metric must be one of finalValLoss/);
     expect(problems(`recipe: ${base}\nreport: { baseline: softmax }\n`)).toMatch(/report\.baseline: no run uses attention 'softmax'/);
@@ -191,14 +215,27 @@ describe('sweep size', () => {
 
   it('a grid of more than 10,000 runs is refused, naming its axes and the bound, before any run is expanded', () => {
     const message = problems(`recipe: ${base}\ngrid:\n  train.seed: ${values(101)}\n  train.logInterval: ${values(100)}\n`);
-    expect(message).toMatch(/sweep-\d+\.yaml: grid\.train\.seed \(101\) × grid\.train\.logInterval \(100\) make 10,100 runs; a sweep has at most 10,000 \(.*Slurm.*\): split it into several sweep files$/);
+    expect(message).toMatch(
+      /sweep-\d+\.yaml: grid\.train\.seed \(101\) × grid\.train\.logInterval \(100\) make 10,100 runs; a sweep has at most 10,000 \(.*Slurm.*\): split it into several sweep files$/,
+    );
     // The issue's 8 axes × 20 values (2.56·10¹⁰ runs): refused as fast, the message a line however many axes.
-    const axes = ['train.seed', 'train.logInterval', 'train.evalTokens', 'train.warmupSteps', 'train.keepCheckpoints', 'train.nanSkipLimit', 'train.checkpointInterval', 'train.evalInterval'];
+    const axes = [
+      'train.seed',
+      'train.logInterval',
+      'train.evalTokens',
+      'train.warmupSteps',
+      'train.keepCheckpoints',
+      'train.nanSkipLimit',
+      'train.checkpointInterval',
+      'train.evalInterval',
+    ];
     const huge = problems(`recipe: ${base}\ngrid:\n${axes.map((key) => `  ${key}: ${values(20)}\n`).join('')}`);
     expect(huge).toMatch(/grid\.train\.seed \(20\) × .* × … \(8 in all\) make 25,600,000,000 runs; a sweep has at most 10,000/);
     expect(huge.split('\n')).toHaveLength(1);
     // Cases count too.
-    expect(problems(`recipe: ${base}\ncases:\n  - { label: a }\n  - { label: b }\ngrid:\n  train.seed: ${values(5001)}\n`)).toMatch(/2 cases × grid\.train\.seed \(5001\) make 10,002 runs/);
+    expect(problems(`recipe: ${base}\ncases:\n  - { label: a }\n  - { label: b }\ngrid:\n  train.seed: ${values(5001)}\n`)).toMatch(
+      /2 cases × grid\.train\.seed \(5001\) make 10,002 runs/,
+    );
   });
 });
 
@@ -215,7 +252,13 @@ describe('shipped sweeps', () => {
       expect(new Set(runs.map((r) => r.recipe.train.seed))).toEqual(new Set([1, 2, 3]));
       expect(runs.every((r) => r.recipe.train.maxTokens === 256000 && r.name.startsWith(`${kind}-seed`))).toBe(true);
     }
-    expect(sweep.runs.find((r) => r.name === 'gpt-seed2-slay')!.recipe.model.attention.options).toMatchObject({ quadratureNodes: 2, prfFeatures: 16, anchors: 8, epsilon: 1e-3, chunkSize: 32 });
+    expect(sweep.runs.find((r) => r.name === 'gpt-seed2-slay')!.recipe.model.attention.options).toMatchObject({
+      quadratureNodes: 2,
+      prfFeatures: 16,
+      anchors: 8,
+      epsilon: 1e-3,
+      chunkSize: 32,
+    });
     expect(sweep.report).toEqual({ baseline: 'softmax', metric: 'finalValLoss' });
   });
 

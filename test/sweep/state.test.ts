@@ -16,9 +16,15 @@ const dir = mkdtempSync(join(tmpdir(), 'sweep-state-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const recipe = join(dir, 'base.yaml');
-writeFileSync(recipe, `model: { dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4, dataParallel: 2 }\n`);
+writeFileSync(
+  recipe,
+  `model: { dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4, dataParallel: 2 }\n`,
+);
 const file = join(dir, 'cmp.yaml');
-writeFileSync(file, `recipe: ${recipe}\nrunDir: ${join(dir, 'runs')}\ngrid:\n  model.attention: [softmax, slay, performer]\n  train.seed: [1, 2, 3]\nreport: { baseline: softmax }\n`);
+writeFileSync(
+  file,
+  `recipe: ${recipe}\nrunDir: ${join(dir, 'runs')}\ngrid:\n  model.attention: [softmax, slay, performer]\n  train.seed: [1, 2, 3]\nreport: { baseline: softmax }\n`,
+);
 const sweep: Sweep = loadSweep(file);
 const run = (name: string): SweepRun => sweep.runs.find((r) => r.name === name)!;
 const paths = sweepPaths(sweep);
@@ -29,15 +35,40 @@ function fabricate(name: string, opts: { finalLoss?: number; checkpointStep?: nu
   mkdirSync(folder, { recursive: true });
   writeFileSync(join(folder, 'config.json'), JSON.stringify(run(name).recipe));
   const loss = opts.finalLoss ?? 6;
-  const record = (split: string, l: number) => ({ step: 10, tokens: 640, split, loss: l, ppl: Math.exp(l), lr: 1e-3, grad_norm: split === 'train' ? 1 : null, tokens_per_s: 100, elapsed_s: 6.4 });
-  writeFileSync(join(folder, 'metrics.jsonl'), `${JSON.stringify(record('train', loss + 0.1))}\n${JSON.stringify({ ...record('val', loss), bpb: loss / 3 })}\n`);
+  const record = (split: string, l: number) => ({
+    step: 10,
+    tokens: 640,
+    split,
+    loss: l,
+    ppl: Math.exp(l),
+    lr: 1e-3,
+    grad_norm: split === 'train' ? 1 : null,
+    tokens_per_s: 100,
+    elapsed_s: 6.4,
+  });
+  writeFileSync(
+    join(folder, 'metrics.jsonl'),
+    `${JSON.stringify(record('train', loss + 0.1))}\n${JSON.stringify({ ...record('val', loss), bpb: loss / 3 })}\n`,
+  );
   if (opts.checkpointStep !== undefined) {
     const ckpt = join(folder, 'checkpoints', `step-${String(opts.checkpointStep).padStart(6, '0')}`);
     mkdirSync(ckpt, { recursive: true });
     writeFileSync(join(ckpt, 'COMPLETE'), 'x\n');
   }
   if (opts.finalLoss !== undefined) {
-    writeFileSync(join(folder, 'summary.json'), JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6.4, train_tokens_per_s: 100, val_loss: loss, val_ppl: Math.exp(loss), val_bpb: loss / 3, parameters: 1000 }));
+    writeFileSync(
+      join(folder, 'summary.json'),
+      JSON.stringify({
+        steps: 10,
+        tokens: 640,
+        elapsed_s: 6.4,
+        train_tokens_per_s: 100,
+        val_loss: loss,
+        val_ppl: Math.exp(loss),
+        val_bpb: loss / 3,
+        parameters: 1000,
+      }),
+    );
   }
   return folder;
 }
@@ -75,12 +106,16 @@ describe('run states', () => {
     expect(runState(sweep, run('slay-seed1'), queue('RUNNING'))).toMatchObject({ state: 'running', detail: 'Slurm 7_0 RUNNING' });
     fabricate('slay-seed2');
     expect(runState(sweep, run('slay-seed2'), queue('OUT_OF_MEMORY', '0:125', 'sacct'))).toMatchObject({
-      state: 'failed', detail: 'Slurm 7_0 OUT_OF_MEMORY (0:125); restarts from step 0 (no checkpoint)',
+      state: 'failed',
+      detail: 'Slurm 7_0 OUT_OF_MEMORY (0:125); restarts from step 0 (no checkpoint)',
     });
     writeState('attempts', 'slay-seed3', { outcome: 'failed', exitCode: 1, signal: null, lastLine: 'train: out of memory', task: null, endedAt: 'x' });
     expect(runState(sweep, run('slay-seed3'), undefined)).toMatchObject({ state: 'failed', detail: 'exit 1: train: out of memory' });
     writeState('attempts', 'performer-seed1', { outcome: 'stopped', exitCode: 143, signal: null, lastLine: 'resume with …', task: null, endedAt: 'x' });
-    expect(runState(sweep, run('performer-seed1'), undefined)).toMatchObject({ state: 'stopped', detail: 'stopped (exit 143); restarts from step 0 (no checkpoint)' });
+    expect(runState(sweep, run('performer-seed1'), undefined)).toMatchObject({
+      state: 'stopped',
+      detail: 'stopped (exit 143); restarts from step 0 (no checkpoint)',
+    });
     // A lock taken in a Slurm task that squeue no longer lists is stale.
     writeState('locks', 'performer-seed2', { pid: process.pid, host: 'node17', task: { executor: 'slurm', name: 'Slurm task 7_4' }, startedAt: 'then' });
     expect(runState(sweep, run('performer-seed2'), queue(null)).state).toBe('pending');
@@ -112,26 +147,54 @@ describe('slurm pieces', () => {
       if (cmd === 'squeue') return job === '21' ? '21_1|RUNNING|None\n' : '';
       return job === '20' ? '20_0|COMPLETED|0:0\n20_1|FAILED|1:0\n' : null;
     };
-    const state = queueState([{ jobId: '20', indices: [0, 1], script: '', submittedAt: '' }, { jobId: '21', indices: [1], script: '', submittedAt: '' }], fake);
+    const state = queueState(
+      [
+        { jobId: '20', indices: [0, 1], script: '', submittedAt: '' },
+        { jobId: '21', indices: [1], script: '', submittedAt: '' },
+      ],
+      fake,
+    );
     expect(state.get(0)).toMatchObject({ taskId: '20_0', state: 'COMPLETED', source: 'sacct' });
     expect(state.get(1)).toMatchObject({ taskId: '21_1', state: 'RUNNING', source: 'squeue' });
   });
 
   it('writes one array task per run with the settings, the checkpoint signal and the task command', () => {
-    const script = renderSbatchScript(sweep, [0, 1, 2, 5], { partition: 'gpu', time: '2-00:00:00', gpus: 'a100:1', mem: '64G', maxParallel: 4, sbatch: ['--account=lab'], setup: ['module load nodejs/20'] }, '/work/project');
+    const script = renderSbatchScript(
+      sweep,
+      [0, 1, 2, 5],
+      { partition: 'gpu', time: '2-00:00:00', gpus: 'a100:1', mem: '64G', maxParallel: 4, sbatch: ['--account=lab'], setup: ['module load nodejs/20'] },
+      '/work/project',
+    );
     const lines = script.split('\n');
     expect(lines[0]).toBe('#!/bin/bash');
     for (const directive of [
-      '--job-name=cmp', '--array=0-2,5%4', `--output=${join(executorFolder(sweep, 'slurm'), '%A_%a.out')}`, '--chdir=/work/project', '--requeue', '--signal=B:USR1@120',
-      '--cpus-per-task=2', '--partition=gpu', '--time=2-00:00:00', '--gpus=a100:1', '--mem=64G', '--account=lab',
-    ]) expect(lines).toContain(`#SBATCH ${directive}`);
+      '--job-name=cmp',
+      '--array=0-2,5%4',
+      `--output=${join(executorFolder(sweep, 'slurm'), '%A_%a.out')}`,
+      '--chdir=/work/project',
+      '--requeue',
+      '--signal=B:USR1@120',
+      '--cpus-per-task=2',
+      '--partition=gpu',
+      '--time=2-00:00:00',
+      '--gpus=a100:1',
+      '--mem=64G',
+      '--account=lab',
+    ])
+      expect(lines).toContain(`#SBATCH ${directive}`);
     expect(lines.indexOf('module load nodejs/20')).toBeGreaterThan(lines.findLastIndex((l) => l.startsWith('#SBATCH')));
     // tsx by its absolute URL: the job's folder need not be the project's.
-    expect(lines.at(-2)).toMatch(new RegExp(`^exec node --import file:///\\S+/tsx/dist/loader\\.mjs \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`));
+    expect(lines.at(-2)).toMatch(
+      new RegExp(
+        `^exec node --import file:///\\S+/tsx/dist/loader\\.mjs \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`,
+      ),
+    );
     // The command line's --set reaches every task.
     const withSet = renderSbatchScript(loadSweep(file, ['train.lr=0.003', 'backend=cpu']), [0], {}, '/x').split('\n');
     expect(withSet.at(-2)).toMatch(new RegExp(`task ${file.replace(/[.]/g, '\\.')} --set train\\.lr=0\\.003 --set backend=cpu "\\$SLURM_ARRAY_TASK_ID"$`));
-    expect(renderSbatchScript(sweep, [0], { requeueOnTimeLimit: false, signalSeconds: 300 }, '/x')).toMatch(/--signal=B:USR1@300[\s\S]*export SLAYFORMER_SWEEP_NO_REQUEUE=1/);
+    expect(renderSbatchScript(sweep, [0], { requeueOnTimeLimit: false, signalSeconds: 300 }, '/x')).toMatch(
+      /--signal=B:USR1@300[\s\S]*export SLAYFORMER_SWEEP_NO_REQUEUE=1/,
+    );
   });
 });
 
@@ -145,10 +208,39 @@ describe('report', () => {
       const folder = join(reportSweep.runDir, `${name}-20260101-000000`);
       mkdirSync(folder, { recursive: true });
       writeFileSync(join(folder, 'config.json'), JSON.stringify(run(name).recipe));
-      writeFileSync(join(folder, 'metrics.jsonl'), JSON.stringify({ step: 10, tokens: 640, split: 'val', loss, ppl: Math.exp(loss), lr: 1e-3, grad_norm: null, tokens_per_s: 100, elapsed_s: 6, bpb: 1, acc }) + '\n');
-      writeFileSync(join(folder, 'summary.json'), JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6, train_tokens_per_s: 100, val_loss: loss, val_ppl: Math.exp(loss), val_bpb: 1, val_acc: acc, parameters: 1000 }));
+      writeFileSync(
+        join(folder, 'metrics.jsonl'),
+        JSON.stringify({
+          step: 10,
+          tokens: 640,
+          split: 'val',
+          loss,
+          ppl: Math.exp(loss),
+          lr: 1e-3,
+          grad_norm: null,
+          tokens_per_s: 100,
+          elapsed_s: 6,
+          bpb: 1,
+          acc,
+        }) + '\n',
+      );
+      writeFileSync(
+        join(folder, 'summary.json'),
+        JSON.stringify({
+          steps: 10,
+          tokens: 640,
+          elapsed_s: 6,
+          train_tokens_per_s: 100,
+          val_loss: loss,
+          val_ppl: Math.exp(loss),
+          val_bpb: 1,
+          val_acc: acc,
+          parameters: 1000,
+        }),
+      );
       // Where a run trained (env.json); the performer runs stand for older folders without one.
-      if (!name.startsWith('performer')) writeFileSync(join(folder, 'env.json'), JSON.stringify({ backend: { name: name === 'slay-seed3' ? 'tensorflow' : 'wasm' } }));
+      if (!name.startsWith('performer'))
+        writeFileSync(join(folder, 'env.json'), JSON.stringify({ backend: { name: name === 'slay-seed3' ? 'tensorflow' : 'wasm' } }));
     };
     for (const [mechanism, values] of Object.entries(losses)) values.forEach((loss, i) => make(`${mechanism}-seed${i + 1}`, loss, accuracies[mechanism][i]));
     const warnings: string[] = [];
@@ -170,7 +262,9 @@ describe('report', () => {
     const markdown = report.files.find((f) => f.endsWith('report.md'))!;
     const text = readFileSync(markdown, 'utf8');
     // The comparison first: Δ with its interval, p, the seeds it won; then the group's own numbers.
-    expect(text).toMatch(/\| slay \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \| 5\.3733 ± 0\.0611 \| 3 \| 1, 2, 3 \| slay \| 0\.3133 ± 0\.0153 \| 100 ± 0 \| wasm, tensorflow \|\n/);
+    expect(text).toMatch(
+      /\| slay \| \+0\.0233 \[−0\.0146, \+0\.0613\] \| 0\.118 \| 0\/3 \| 5\.3733 ± 0\.0611 \| 3 \| 1, 2, 3 \| slay \| 0\.3133 ± 0\.0153 \| 100 ± 0 \| wasm, tensorflow \|\n/,
+    );
     expect(text).toMatch(/\| softmax \| \(baseline\) \| \| \| 5\.3500 ± 0\.0500 \| 3 \| .* \| wasm \|\n/);
     expect(text).toMatch(/\| performer \| \+0\.1250 [^\n]* \| 0\/2 \| 5\.4750 ± 0\.0354 \| 2 \| 1, 2 \| performer \|[^\n]* \| — \|\n/);
 
@@ -179,7 +273,9 @@ describe('report', () => {
     expect(byAccuracy.groups[1].paired).toMatchObject({ n: 3, wins: 2 });
     expect(byAccuracy.groups[1].paired!.mean).toBeCloseTo(0.01 / 3, 12);
     const accuracyMarkdown = readFileSync(byAccuracy.files.find((f) => f.endsWith('report.md'))!, 'utf8');
-    expect(accuracyMarkdown).toContain('| group | Δ vs softmax (paired mean [95% CI]) | p | better on | final validation top-1 accuracy (mean ± sd) | n | seeds | attention | tokens/s | backend |');
+    expect(accuracyMarkdown).toContain(
+      '| group | Δ vs softmax (paired mean [95% CI]) | p | better on | final validation top-1 accuracy (mean ± sd) | n | seeds | attention | tokens/s | backend |',
+    );
     expect(accuracyMarkdown).toContain('(higher is better)');
 
     // A sweep file without a report section: the baseline defaults to softmax, as compare's does; 'none' pairs nothing.
@@ -197,22 +293,39 @@ describe('report', () => {
 
   it('compares GPT and BERT runs of one sweep in separate compare reports, one per kind, and links both', async () => {
     const bertRecipe = join(dir, 'bert-base.yaml');
-    writeFileSync(bertRecipe, `model: { kind: bert, dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4 }\n`);
+    writeFileSync(
+      bertRecipe,
+      `model: { kind: bert, dModel: 16, numHeads: 2 }\ndata: { dataset: data/x, tokenizer: data/t.json, seqLen: 16 }\ntrain: { batchSize: 4 }\n`,
+    );
     const file = join(dir, 'kinds.yaml');
-    writeFileSync(file, `recipe: ${recipe}\nrunDir: ${join(dir, 'kinds', 'runs')}\ncases: [{ label: gpt }, { label: bert, recipe: ${bertRecipe} }]\ngrid:\n  train.seed: [1]\n`);
+    writeFileSync(
+      file,
+      `recipe: ${recipe}\nrunDir: ${join(dir, 'kinds', 'runs')}\ncases: [{ label: gpt }, { label: bert, recipe: ${bertRecipe} }]\ngrid:\n  train.seed: [1]\n`,
+    );
     const kinds = loadSweep(file);
     for (const r of kinds.runs) {
       const folder = join(kinds.runDir, `${r.name}-20260101-000000`);
       mkdirSync(folder, { recursive: true });
       writeFileSync(join(folder, 'config.json'), JSON.stringify(r.recipe));
-      writeFileSync(join(folder, 'metrics.jsonl'), JSON.stringify({ step: 10, tokens: 640, split: 'val', loss: 5, ppl: Math.exp(5), lr: 1e-3, grad_norm: null, tokens_per_s: 100, elapsed_s: 6, bpb: 1 }) + '\n');
-      writeFileSync(join(folder, 'summary.json'), JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6, train_tokens_per_s: 100, val_loss: 5, val_ppl: Math.exp(5), val_bpb: 1, parameters: 1000 }));
+      writeFileSync(
+        join(folder, 'metrics.jsonl'),
+        JSON.stringify({ step: 10, tokens: 640, split: 'val', loss: 5, ppl: Math.exp(5), lr: 1e-3, grad_norm: null, tokens_per_s: 100, elapsed_s: 6, bpb: 1 }) +
+          '\n',
+      );
+      writeFileSync(
+        join(folder, 'summary.json'),
+        JSON.stringify({ steps: 10, tokens: 640, elapsed_s: 6, train_tokens_per_s: 100, val_loss: 5, val_ppl: Math.exp(5), val_bpb: 1, parameters: 1000 }),
+      );
     }
     const out = join(dir, 'kinds', 'out');
     await buildReport(kinds, { outDir: out, warn: () => {} });
     const markdown = readFileSync(join(out, 'report.md'), 'utf8');
-    expect(markdown).toMatch(/### gpt\n\n!\[Validation loss\]\(compare\/gpt\/val-loss\.svg\)[^]*### bert\n\n!\[Validation loss\]\(compare\/bert\/val-loss\.svg\)/);
+    expect(markdown).toMatch(
+      /### gpt\n\n!\[Validation loss\]\(compare\/gpt\/val-loss\.svg\)[^]*### bert\n\n!\[Validation loss\]\(compare\/bert\/val-loss\.svg\)/,
+    );
     expect(markdown).toContain('[compare/gpt/report.md](compare/gpt/report.md)');
-    expect(readFileSync(join(out, 'compare', 'report.md'), 'utf8')).toContain('model kind (causal vs masked LM loss): gpt: gpt-20260101-000000; bert: bert-20260101-000000');
+    expect(readFileSync(join(out, 'compare', 'report.md'), 'utf8')).toContain(
+      'model kind (causal vs masked LM loss): gpt: gpt-20260101-000000; bert: bert-20260101-000000',
+    );
   });
 });

@@ -41,7 +41,11 @@ const toy: SweepExecutor = {
   queue(set: RunSet): SweepExecutorQueue | null {
     if (!existsSync(queueFile(set))) return null;
     const indices = JSON.parse(readFileSync(queueFile(set), 'utf8')) as number[];
-    return { header: 'toy batch 1', reachable: true, tasks: new Map(indices.map((i) => [i, { task: `toy task ${i}`, phase: 'waiting', detail: `toy ${i} queued` }])) };
+    return {
+      header: 'toy batch 1',
+      reachable: true,
+      tasks: new Map(indices.map((i) => [i, { task: `toy task ${i}`, phase: 'waiting', detail: `toy ${i} queued` }])),
+    };
   },
   currentTask: () => (process.env.TOY_TASK ? `toy task ${process.env.TOY_TASK}` : null),
 };
@@ -58,18 +62,23 @@ function sweepFile(name: string, section: string): string {
 
 /** A run folder as a finished run leaves it (summary.json marks it done). */
 const WORKER = join(dir, 'worker.mjs');
-writeFileSync(WORKER, `import { mkdirSync, writeFileSync } from 'node:fs';
+writeFileSync(
+  WORKER,
+  `import { mkdirSync, writeFileSync } from 'node:fs';
 const [folder] = process.argv.slice(2);
 mkdirSync(folder, { recursive: true });
 writeFileSync(folder + '/summary.json', JSON.stringify({ headline: 'toy finished' }));
 console.log('toy worker done');
-`);
+`,
+);
 
 describe('a registered executor', () => {
   it('takes its settings from its section of the sweep file, checked by its table', () => {
     expect(loadSweep(sweepFile('settings', 'toy: { batch: 2 }')).executorSettings.toy).toEqual({ batch: 2 });
     expect(() => loadSweep(sweepFile('bad', 'toy: { batch: 0, bacth: 1 }'))).toThrow(SweepError);
-    expect(() => loadSweep(sweepFile('bad', 'toy: { batch: 0, bacth: 1 }'))).toThrow(/toy\.batch must be an integer ≥ 1 \(got 0\)[\s\S]*unknown key toy\.bacth; allowed: batch/);
+    expect(() => loadSweep(sweepFile('bad', 'toy: { batch: 0, bacth: 1 }'))).toThrow(
+      /toy\.batch must be an integer ≥ 1 \(got 0\)[\s\S]*unknown key toy\.bacth; allowed: batch/,
+    );
     // Its flag on top of the file's; another executor's flag is refused rather than ignored.
     const sweep = loadSweep(sweepFile('flags', 'toy: { batch: 2 }'));
     expect(executorSettings(toy, sweep.executorSettings.toy, { 'toy-batch': '5' })).toEqual({ batch: 5 });
@@ -100,7 +109,13 @@ describe('a registered executor', () => {
     process.env.TOY_TASK = String(second.index);
     try {
       const sink = { write: () => true } as unknown as NodeJS.WritableStream;
-      const result = await runGuarded(sweep, second, () => ({ args: [WORKER, join(sweep.runDir, `${second.name}-20260101-000001`)], banner: 'starting' }), sink, sink);
+      const result = await runGuarded(
+        sweep,
+        second,
+        () => ({ args: [WORKER, join(sweep.runDir, `${second.name}-20260101-000001`)], banner: 'starting' }),
+        sink,
+        sink,
+      );
       expect(result).toMatchObject({ action: 'trained', exitCode: 0 });
     } finally {
       delete process.env.TOY_TASK;
@@ -133,7 +148,9 @@ describe('the slurm executor, through the registry', () => {
     const err: string[] = [];
     try {
       // SIGUSR1 is what the batch shell gets before the time limit; sent once the worker runs.
-      const out = { write: (chunk: Buffer) => (String(chunk).includes('ready') && process.kill(process.pid, 'SIGUSR1'), true) } as unknown as NodeJS.WritableStream;
+      const out = {
+        write: (chunk: Buffer) => (String(chunk).includes('ready') && process.kill(process.pid, 'SIGUSR1'), true),
+      } as unknown as NodeJS.WritableStream;
       const sink = { write: (chunk: Buffer | string) => (err.push(String(chunk)), true) } as unknown as NodeJS.WritableStream;
       const result = await runGuarded(sweep, run, () => ({ args: [waiter], banner: 'starting' }), out, sink);
       expect(result).toMatchObject({ action: 'trained', exitCode: 143 });
@@ -157,14 +174,14 @@ describe("a run's bookkeeping files", () => {
     const sink = { write: () => true } as unknown as NodeJS.WritableStream;
     const folder = join(sweep.runDir, `${run.name}-20260101-000001`);
     for (const kind of ['logs', 'attempts'] as const) {
-      writeFileSync(victim, 'not the sweep\'s');
+      writeFileSync(victim, "not the sweep's");
       const link = join(sweep.runDir, '_sweep', kind, `${run.name}.${kind === 'logs' ? 'log' : 'json'}`);
       mkdirSync(join(sweep.runDir, '_sweep', kind), { recursive: true });
       symlinkSync(victim, link);
       await expect(runGuarded(sweep, run, () => ({ args: [WORKER, folder], banner: 'starting' }), sink, sink)).rejects.toThrow(
         `${link} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`,
       );
-      expect(readFileSync(victim, 'utf8')).toBe('not the sweep\'s');
+      expect(readFileSync(victim, 'utf8')).toBe("not the sweep's");
       expect(existsSync(folder)).toBe(false); // the worker did not start
       rmSync(link);
     }
@@ -172,11 +189,13 @@ describe("a run's bookkeeping files", () => {
 });
 
 describe('the local executor, beside another process running the same set', () => {
-  it("counts a run whose task left it to another process (exit 0, not done) as running elsewhere, not as done now", async () => {
+  it('counts a run whose task left it to another process (exit 0, not done) as running elsewhere, not as done now', async () => {
     // The task of run 0 finishes it; the task of run 1 finds it locked by another process (as runGuarded answers
     // when a second `paper` command started after the first one's check) and exits 0 without finishing it.
     const task = join(dir, 'toy-task.mjs');
-    writeFileSync(task, `import { mkdirSync, writeFileSync } from 'node:fs';
+    writeFileSync(
+      task,
+      `import { mkdirSync, writeFileSync } from 'node:fs';
 const [runDir, index] = process.argv.slice(2);
 if (index === '1') {
   console.log('unit-1: running already (pid 4242 on this host, since then)');
@@ -184,10 +203,15 @@ if (index === '1') {
   mkdirSync(runDir + '/unit-0-20260101-000000', { recursive: true });
   writeFileSync(runDir + '/unit-0-20260101-000000/summary.json', '{}');
 }
-`);
+`,
+    );
     const runDir = join(dir, 'two-commands');
     const set: RunSet = {
-      file: 'toy set', name: 'toy', runDir, executorSettings: {}, task: [task, runDir],
+      file: 'toy set',
+      name: 'toy',
+      runDir,
+      executorSettings: {},
+      task: [task, runDir],
       runs: [0, 1].map((index) => ({ index, name: `unit-${index}`, cores: 1, requestedCpus: 1 })),
     };
     let printed = '';

@@ -49,7 +49,10 @@ describe('the progress line', () => {
     for (let width = 20; width <= 120; width++) {
       const line = fitFields(fields, width);
       const kept = line.split(' | ');
-      expect(kept.every((field) => fields.some((f) => f.text === field)), line).toBe(true);
+      expect(
+        kept.every((field) => fields.some((f) => f.text === field)),
+        line,
+      ).toBe(true);
       expect(kept).toEqual(fields.map((f) => f.text).filter((text) => kept.includes(text)));
       if (width >= 'step 120/250'.length) expect(line.length, line).toBeLessThanOrEqual(width);
       expect(kept[0]).toBe('step 120/250');
@@ -59,7 +62,10 @@ describe('the progress line', () => {
   });
 
   it('a field wider than the terminal is kept whole (the terminal wraps it), never cut', () => {
-    const wide: LineField[] = [{ text: 'x'.repeat(30), rank: 0 }, { text: 'y', rank: 1 }];
+    const wide: LineField[] = [
+      { text: 'x'.repeat(30), rank: 0 },
+      { text: 'y', rank: 1 },
+    ];
     expect(fitFields(wide, 10)).toBe('x'.repeat(30));
   });
 });

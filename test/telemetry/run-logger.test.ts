@@ -25,7 +25,17 @@ function recipe(): Recipe {
 }
 
 function trainRecord(step: number, loss: number): MetricRecord {
-  return { step, tokens: step * 256, split: 'train', loss, ppl: Math.exp(loss), lr: 1e-3 * Math.min(1, step / 10), grad_norm: 1 / step, tokens_per_s: 1000 + step, elapsed_s: step * 0.25 };
+  return {
+    step,
+    tokens: step * 256,
+    split: 'train',
+    loss,
+    ppl: Math.exp(loss),
+    lr: 1e-3 * Math.min(1, step / 10),
+    grad_norm: 1 / step,
+    tokens_per_s: 1000 + step,
+    elapsed_s: step * 0.25,
+  };
 }
 
 describe('RunLogger', () => {
@@ -57,7 +67,11 @@ describe('RunLogger', () => {
     expect(env.git).toEqual({ commit: git('rev-parse', 'HEAD').trim(), dirty: git('status', '--porcelain').trim() !== '' });
     const installed = (name: string) => JSON.parse(fs.readFileSync(path.join(root, 'node_modules', ...name.split('/'), 'package.json'), 'utf8')).version;
     expect(env.backend).toMatchObject({ name: 'cpu', tensorflow: null });
-    expect(env.backend.versions).toMatchObject({ 'tfjs-core': installed('@tensorflow/tfjs-core'), tfjs: installed('@tensorflow/tfjs'), 'tfjs-backend-wasm': installed('@tensorflow/tfjs-backend-wasm') });
+    expect(env.backend.versions).toMatchObject({
+      'tfjs-core': installed('@tensorflow/tfjs-core'),
+      tfjs: installed('@tensorflow/tfjs'),
+      'tfjs-backend-wasm': installed('@tensorflow/tfjs-backend-wasm'),
+    });
     expect(env).toMatchObject({ node: process.version, cpus: os.cpus().length, cpuModel: os.cpus()[0].model, platform: `${process.platform}-${process.arch}` });
     expect(env.paths.run).toBe(logger.dir);
     expect(env.paths.dataset).toEqual({ absolute: r.data.dataset, fromRun: path.relative(logger.dir, r.data.dataset) });
@@ -72,7 +86,11 @@ describe('RunLogger', () => {
 
   it('writes one parseable JSON line per record with every required field', async () => {
     const logger = await RunLogger.create(recipe(), { echo: false });
-    const logged: MetricRecord[] = [trainRecord(1, 6.2), trainRecord(2, 5.9), { ...trainRecord(2, 6.0), split: 'val', grad_norm: null, bpb: 2.1, epoch_fraction: 0.01 }];
+    const logged: MetricRecord[] = [
+      trainRecord(1, 6.2),
+      trainRecord(2, 5.9),
+      { ...trainRecord(2, 6.0), split: 'val', grad_norm: null, bpb: 2.1, epoch_fraction: 0.01 },
+    ];
     logged.forEach((record) => logger.log(record));
     const lines = fs.readFileSync(path.join(logger.dir, 'metrics.jsonl'), 'utf8').trimEnd().split('\n');
     expect(lines).toHaveLength(3);
@@ -160,14 +178,14 @@ describe('RunLogger', () => {
     first.line('first line');
     const victim = path.join(tmp, 'victim.txt');
     for (const name of ['config.json', 'env.json', 'metrics.jsonl', 'wandb.json', 'log.txt']) {
-      fs.writeFileSync(victim, 'not the run\'s');
+      fs.writeFileSync(victim, "not the run's");
       const file = path.join(first.dir, name);
       const saved = fs.readFileSync(file);
       fs.rmSync(file);
       fs.symlinkSync(victim, file);
       const refused = `${file} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`;
       await expect(RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 10 })).rejects.toThrow(refused);
-      expect(fs.readFileSync(victim, 'utf8')).toBe('not the run\'s');
+      expect(fs.readFileSync(victim, 'utf8')).toBe("not the run's");
       fs.rmSync(file);
       fs.writeFileSync(file, saved);
     }
@@ -177,6 +195,6 @@ describe('RunLogger', () => {
     fs.rmSync(log);
     fs.symlinkSync(victim, log);
     expect(() => resumed.line('resumed')).toThrow(`${log} is a symbolic link where slayformer keeps a file of its own`);
-    expect(fs.readFileSync(victim, 'utf8')).toBe('not the run\'s');
+    expect(fs.readFileSync(victim, 'utf8')).toBe("not the run's");
   });
 });

@@ -32,10 +32,29 @@ function recipe(more = ''): ReturnType<typeof parseRecipe> {
 }
 
 const train = (step: number, loss: number): MetricRecord => ({
-  step, tokens: step * 256, split: 'train', loss, ppl: Math.exp(loss), lr: 1e-3 * Math.min(1, step / 10), grad_norm: 1 / step, tokens_per_s: 1000 + step, elapsed_s: step * 0.5, epoch_fraction: step / 100,
+  step,
+  tokens: step * 256,
+  split: 'train',
+  loss,
+  ppl: Math.exp(loss),
+  lr: 1e-3 * Math.min(1, step / 10),
+  grad_norm: 1 / step,
+  tokens_per_s: 1000 + step,
+  elapsed_s: step * 0.5,
+  epoch_fraction: step / 100,
 });
 const val = (step: number, loss: number): MetricRecord => ({
-  step, tokens: step * 256, split: 'val', loss, ppl: Math.exp(loss), lr: 1e-3, grad_norm: null, tokens_per_s: 5000, elapsed_s: step * 0.5 + 0.1, bpb: loss / Math.LN2 / 4, acc: 0.25,
+  step,
+  tokens: step * 256,
+  split: 'val',
+  loss,
+  ppl: Math.exp(loss),
+  lr: 1e-3,
+  grad_norm: null,
+  tokens_per_s: 5000,
+  elapsed_s: step * 0.5 + 0.1,
+  bpb: loss / Math.LN2 / 4,
+  acc: 0.25,
 });
 
 interface Read {
@@ -78,11 +97,19 @@ describe('CRC32C and TFRecord framing', () => {
   });
 
   it("names a record's scalars as W&B does, the step and time left to the event", () => {
-    expect(recordScalars(val(20, 4))).toEqual({ tokens: 5120, 'val/loss': 4, 'val/ppl': Math.exp(4), 'val/lr': 1e-3, 'val/tokens_per_s': 5000, 'val/bpb': 4 / Math.LN2 / 4, 'val/acc': 0.25 });
+    expect(recordScalars(val(20, 4))).toEqual({
+      tokens: 5120,
+      'val/loss': 4,
+      'val/ppl': Math.exp(4),
+      'val/lr': 1e-3,
+      'val/tokens_per_s': 5000,
+      'val/bpb': 4 / Math.LN2 / 4,
+      'val/acc': 0.25,
+    });
   });
 });
 
-describe.skipIf(!python)('the run logger\'s event file, read by TensorBoard', () => {
+describe.skipIf(!python)("the run logger's event file, read by TensorBoard", () => {
   it('holds every record as it lands: train loss, lr, grad norm, tokens/s, val loss/ppl/bpb/acc at their steps', async () => {
     const logger = await RunLogger.create(recipe(), { echo: false });
     const records = [train(10, 5.5), train(20, 5.1), val(20, 5.2)];
@@ -101,8 +128,12 @@ describe.skipIf(!python)('the run logger\'s event file, read by TensorBoard', ()
       const expected = Object.fromEntries(Object.entries(recordScalars(records[i])).map(([tag, v]) => [tag, f32(v)]));
       expect(event.values).toEqual(expected);
     });
-    expect(live.scalars['train/loss'].map(([step, , v]) => [step, v])).toEqual([[10, f32(5.5)], [20, f32(5.1)]]);
-    for (const tag of ['train/lr', 'train/grad_norm', 'train/tokens_per_s', 'train/ppl', 'val/loss', 'val/ppl', 'val/bpb', 'val/acc']) expect(live.scalars[tag], tag).toBeDefined();
+    expect(live.scalars['train/loss'].map(([step, , v]) => [step, v])).toEqual([
+      [10, f32(5.5)],
+      [20, f32(5.1)],
+    ]);
+    for (const tag of ['train/lr', 'train/grad_norm', 'train/tokens_per_s', 'train/ppl', 'val/loss', 'val/ppl', 'val/bpb', 'val/acc'])
+      expect(live.scalars[tag], tag).toBeDefined();
     expect(live.scalars['val/grad_norm']).toBeUndefined(); // null in the record: no point
     logger.log(train(30, 4.9));
     expect(readWithTensorBoard(logger.dir).scalars['train/loss'].map(([step]) => step)).toEqual([10, 20, 30]);
@@ -131,11 +162,15 @@ describe.skipIf(!python)('the run logger\'s event file, read by TensorBoard', ()
     resumed.log(train(30, 4.6));
     const read = readWithTensorBoard(first.dir);
     expect(read.files).toEqual(before);
-    expect(read.scalars['train/loss'].map(([step, , v]) => [step, v])).toEqual([[10, f32(5)], [20, f32(4.8)], [30, f32(4.6)]]);
+    expect(read.scalars['train/loss'].map(([step, , v]) => [step, v])).toEqual([
+      [10, f32(5)],
+      [20, f32(4.8)],
+      [30, f32(4.6)],
+    ]);
     expect(read.scalars['val/loss'].map(([step]) => step)).toEqual([20]);
   });
 
-  it('a corrupted byte fails TensorBoard\'s CRC check (the check is real)', async () => {
+  it("a corrupted byte fails TensorBoard's CRC check (the check is real)", async () => {
     const logger = await RunLogger.create(recipe(), { echo: false });
     logger.log(train(10, 5));
     const file = path.join(logger.dir, readWithTensorBoard(logger.dir).files[0]);

@@ -53,7 +53,12 @@ async function startMockWandb(): Promise<MockWandb> {
           mock.upserts.push(vars);
           const project = { id: 'p1', name: vars.project, entity: { id: 'e1', name: vars.entity } };
           return reply(200, {
-            data: { upsertBucket: { bucket: { id: 'b1', name: vars.name, displayName: vars.displayName, description: null, config: vars.config, sweepName: null, project }, inserted: true } },
+            data: {
+              upsertBucket: {
+                bucket: { id: 'b1', name: vars.name, displayName: vars.displayName, description: null, config: vars.config, sweepName: null, project },
+                inserted: true,
+              },
+            },
           });
         }
         return reply(400, { errors: [{ message: `unexpected query ${query.slice(0, 40)}` }] });

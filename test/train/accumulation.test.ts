@@ -13,7 +13,10 @@ beforeAll(async () => {
   await initBackend(testBackend(), { quiet: true });
 });
 
-async function parametersAfterSteps(config: LanguageModelConfig, steps: ModelBatch[][]): Promise<{ params: Map<string, Float32Array>; losses: number[]; norms: number[] }> {
+async function parametersAfterSteps(
+  config: LanguageModelConfig,
+  steps: ModelBatch[][],
+): Promise<{ params: Map<string, Float32Array>; losses: number[]; norms: number[] }> {
   const model = createLanguageModel(config);
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
   const losses: number[] = [];
@@ -33,13 +36,25 @@ describe('gradient accumulation', () => {
   for (const kind of ['gpt', 'bert'] as const) {
     it(`${kind}: 3 accumulated micro-batches = one batch of 3× rows (two steps, clipping on)`, async () => {
       const config: LanguageModelConfig = {
-        kind, vocabSize: VOCAB, maxSeqLen: SEQ, dModel: 12, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-        attention: { name: 'softmax', options: {} }, seed: 9,
+        kind,
+        vocabSize: VOCAB,
+        maxSeqLen: SEQ,
+        dModel: 12,
+        numLayers: 2,
+        numHeads: 2,
+        mlpRatio: 2,
+        dropout: 0,
+        bias: true,
+        attention: { name: 'softmax', options: {} },
+        seed: 9,
       };
       const rng = new Rng(kind === 'gpt' ? 1 : 2);
       const steps = [0, 1].map(() => [1, 2, 1].map((rows) => makeBatch(kind, rows, rng)));
       const accumulated = await parametersAfterSteps(config, steps);
-      const whole = await parametersAfterSteps(config, steps.map((micro) => [concat(micro)]));
+      const whole = await parametersAfterSteps(
+        config,
+        steps.map((micro) => [concat(micro)]),
+      );
       for (let s = 0; s < 2; s++) {
         expect(accumulated.losses[s]).toBeCloseTo(whole.losses[s], 5);
         expect(accumulated.norms[s]).toBeCloseTo(whole.norms[s], 5);
@@ -64,8 +79,17 @@ describe('gradient accumulation', () => {
 
   it('a step whose micro-batches hold no labelled token is an error', async () => {
     const config: LanguageModelConfig = {
-      kind: 'bert', vocabSize: VOCAB, maxSeqLen: SEQ, dModel: 8, numLayers: 1, numHeads: 2, mlpRatio: 2, dropout: 0, bias: false,
-      attention: { name: 'softmax', options: {} }, seed: 3,
+      kind: 'bert',
+      vocabSize: VOCAB,
+      maxSeqLen: SEQ,
+      dModel: 8,
+      numLayers: 1,
+      numHeads: 2,
+      mlpRatio: 2,
+      dropout: 0,
+      bias: false,
+      attention: { name: 'softmax', options: {} },
+      seed: 3,
     };
     const model = createLanguageModel(config);
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0 });

@@ -27,8 +27,17 @@ const VOCAB = 29;
 
 function config(kind: 'gpt' | 'bert'): LanguageModelConfig {
   return {
-    kind, vocabSize: VOCAB, maxSeqLen: 12, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-    attention: { name: 'softmax', options: {} }, seed: 11,
+    kind,
+    vocabSize: VOCAB,
+    maxSeqLen: 12,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 2,
+    dropout: 0,
+    bias: true,
+    attention: { name: 'softmax', options: {} },
+    seed: 11,
   };
 }
 
@@ -37,7 +46,17 @@ function perturbed(kind: 'gpt' | 'bert'): LanguageModel {
   const m = createLanguageModel(config(kind));
   const rng = new Rng(4);
   for (const v of m.parameters().values()) {
-    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Array.from(rng.normalArray(v.size), (x) => 0.3 * x), v.shape))));
+    tf.tidy(() =>
+      v.assign(
+        tf.add(
+          v,
+          tf.tensor(
+            Array.from(rng.normalArray(v.size), (x) => 0.3 * x),
+            v.shape,
+          ),
+        ),
+      ),
+    );
   }
   return m;
 }
@@ -81,7 +100,14 @@ function argmaxes(m: LanguageModel, batch: Omit<Batch, 'labels'>): Int32Array {
  * A batch labelled at `labelled` positions: every other one of them (in order) gets the model's argmax (a hit), the
  * rest a token that is not the argmax (a miss); everything else −100.
  */
-function labelledBatch(m: LanguageModel, inputIds: Int32Array, b: number, l: number, labelled: number[], attentionMask?: Float32Array): { batch: Batch; hits: number } {
+function labelledBatch(
+  m: LanguageModel,
+  inputIds: Int32Array,
+  b: number,
+  l: number,
+  labelled: number[],
+  attentionMask?: Float32Array,
+): { batch: Batch; hits: number } {
   const unlabelled = { kind: m.kind, batchSize: b, seqLen: l, inputIds, attentionMask, tokens: labelled.length, bytes: 3 * labelled.length };
   const best = argmaxes(m, unlabelled);
   const labels = new Int32Array(b * l).fill(IGNORE_LABEL);
@@ -100,7 +126,13 @@ describe('validation accuracy', () => {
     // Next-token labels except at each row's last position and at a few ignored ones (as at document boundaries).
     const labelled = Array.from({ length: b * l }, (_, p) => p).filter((p) => p % l !== l - 1 && p % 7 !== 3);
     const { batch, hits } = labelledBatch(model, ids, b, l, labelled);
-    const second = labelledBatch(model, Int32Array.from({ length: b * l }, () => rng.int(VOCAB)), b, l, labelled.slice(0, 9));
+    const second = labelledBatch(
+      model,
+      Int32Array.from({ length: b * l }, () => rng.int(VOCAB)),
+      b,
+      l,
+      labelled.slice(0, 9),
+    );
     const ref = [reference(model, batch), reference(model, second.batch)];
     expect(ref[0].correct).toBe(hits); // the reference agrees with how the batch was built
     const before = tf.memory().numTensors;
@@ -139,7 +171,15 @@ describe('validation accuracy', () => {
 
   it('is NaN with no labelled token, like the loss', async () => {
     model = perturbed('gpt');
-    const batch = { kind: 'gpt', batchSize: 1, seqLen: 4, inputIds: new Int32Array(4), labels: new Int32Array(4).fill(IGNORE_LABEL), tokens: 0, bytes: 0 } as Batch;
+    const batch = {
+      kind: 'gpt',
+      batchSize: 1,
+      seqLen: 4,
+      inputIds: new Int32Array(4),
+      labels: new Int32Array(4).fill(IGNORE_LABEL),
+      tokens: 0,
+      bytes: 0,
+    } as Batch;
     const result = await evaluate(model, [batch]);
     expect(result.tokens).toBe(0);
     expect(result.accuracy).toBeNaN();

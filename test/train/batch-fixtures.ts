@@ -37,9 +37,19 @@ export function concat(batches: ModelBatch[]): ModelBatch {
   return {
     batchSize: batches.reduce((n, b) => n + b.batchSize, 0),
     seqLen: SEQ,
-    inputIds: cat(batches.map((b) => b.inputIds), (n) => new Int32Array(n)),
-    labels: cat(batches.map((b) => b.labels), (n) => new Int32Array(n)),
-    attentionMask: batches[0].attentionMask ? cat(batches.map((b) => b.attentionMask!), (n) => new Float32Array(n)) : undefined,
+    inputIds: cat(
+      batches.map((b) => b.inputIds),
+      (n) => new Int32Array(n),
+    ),
+    labels: cat(
+      batches.map((b) => b.labels),
+      (n) => new Int32Array(n),
+    ),
+    attentionMask: batches[0].attentionMask
+      ? cat(
+          batches.map((b) => b.attentionMask!),
+          (n) => new Float32Array(n),
+        )
+      : undefined,
   };
 }
-

@@ -29,10 +29,22 @@ export async function makeTinySetup(dir: string): Promise<TinySetup> {
  */
 export function tinyRecipeText(setup: TinySetup, runDir: string, train: Record<string, number | string> = {}): string {
   const keys: Record<string, number | string> = {
-    batchSize: 4, lr: 1e-2, warmupSteps: 2, maxTokens: 768, evalInterval: 4, evalTokens: 128, logInterval: 2,
-    checkpointInterval: 3, keepCheckpoints: 2, seed: 3, runDir, ...train,
+    batchSize: 4,
+    lr: 1e-2,
+    warmupSteps: 2,
+    maxTokens: 768,
+    evalInterval: 4,
+    evalTokens: 128,
+    logInterval: 2,
+    checkpointInterval: 3,
+    keepCheckpoints: 2,
+    seed: 3,
+    runDir,
+    ...train,
   };
-  const trainSection = Object.entries(keys).map(([k, v]) => `${k}: ${v}`).join(', ');
+  const trainSection = Object.entries(keys)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join(', ');
   return `
 backend: cpu
 model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, mlpRatio: 2, dropout: 0.1, attention: { name: performer, options: { features: 8, redrawInterval: 2 } } }

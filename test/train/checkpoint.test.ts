@@ -36,8 +36,17 @@ afterAll(async () => {
 
 const VOCAB = 23;
 const tinyConfig = (seed: number): LanguageModelConfig => ({
-  kind: 'gpt', vocabSize: VOCAB, maxSeqLen: 6, dModel: 8, numLayers: 1, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-  attention: { name: 'performer', options: { features: 4 } }, seed,
+  kind: 'gpt',
+  vocabSize: VOCAB,
+  maxSeqLen: 6,
+  dModel: 8,
+  numLayers: 1,
+  numHeads: 2,
+  mlpRatio: 2,
+  dropout: 0,
+  bias: true,
+  attention: { name: 'performer', options: { features: 4 } },
+  seed,
 });
 const tinyModel = (seed: number) => createLanguageModel(tinyConfig(seed));
 const adamw = (model: LanguageModel) => new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
@@ -48,13 +57,38 @@ function recipeFor(runDir: string): Recipe {
 
 // The checkpoint code stores the cursor as JSON and checks its structure; its exactness is tested in test/data.
 const cursor: DataCursor = {
-  version: 1, kind: 'gpt', split: 'train', seqLen: 6, batchSize: 2, seed: 3, shuffleBuffer: 0, tokenizerSha256: 'ab'.repeat(32),
-  shardOrder: [2, 0, 1], shard: 2, recordBatch: 1, row: 7, offset: 3, carry: [1, 2, 3], shuffle: null, maskRng: null, done: false, batches: 9,
+  version: 1,
+  kind: 'gpt',
+  split: 'train',
+  seqLen: 6,
+  batchSize: 2,
+  seed: 3,
+  shuffleBuffer: 0,
+  tokenizerSha256: 'ab'.repeat(32),
+  shardOrder: [2, 0, 1],
+  shard: 2,
+  recordBatch: 1,
+  row: 7,
+  offset: 3,
+  carry: [1, 2, 3],
+  shuffle: null,
+  maskRng: null,
+  done: false,
+  batches: 9,
   stats: { documents: 30, tokens: 600, skippedEmpty: 1, bytes: 2400 },
 };
 
 function counters(step: number): TrainingCounters {
-  return { step, tokens: step * 48, batchesSeen: step, trainSeconds: 0.5 * step, elapsedS: step, window: { loss: 1.5, steps: 1, tokens: 48, seconds: 0.5 }, skippedSteps: 0, consecutiveSkips: 0 };
+  return {
+    step,
+    tokens: step * 48,
+    batchesSeen: step,
+    trainSeconds: 0.5 * step,
+    elapsedS: step,
+    window: { loss: 1.5, steps: 1, tokens: 48, seconds: 0.5 },
+    skippedSteps: 0,
+    consecutiveSkips: 0,
+  };
 }
 
 async function trainedPair(seed: number) {
@@ -68,7 +102,9 @@ async function trainedPair(seed: number) {
 
 async function save(runDir: string, step: number, valLoss: number | null, pair: { model: LanguageModel; optimizer: AdamW }) {
   return saveCheckpoint(runDir, {
-    ...pair, cursor, recipe: recipeFor(runDir),
+    ...pair,
+    cursor,
+    recipe: recipeFor(runDir),
     state: { ...counters(step), valLoss, bestValLoss: valLoss, tokenizer: { path: 'tok.json', sha256: 'ab'.repeat(32) } },
   });
 }
@@ -99,8 +135,10 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
 
     const snapshot = (m: Map<string, tf.Tensor>) => new Map([...m].map(([n, v]) => [n, Array.from(v.dataSync())]));
     const expected = {
-      parameters: snapshot(pair.model.parameters()), buffers: snapshot(pair.model.buffers()),
-      m: snapshot(pair.optimizer.getState().m), v: snapshot(pair.optimizer.getState().v),
+      parameters: snapshot(pair.model.parameters()),
+      buffers: snapshot(pair.model.buffers()),
+      m: snapshot(pair.optimizer.getState().m),
+      v: snapshot(pair.optimizer.getState().v),
     };
     pair.model.dispose(); // tfjs variable names are global: one model at a time
     pair.optimizer.dispose();
@@ -137,7 +175,9 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     recipe.model.attention = { name: 'performer', options: { features: 2 ** 21 } };
     writeFileSync(join(saved, 'recipe.json'), JSON.stringify(recipe));
     // Its checksum line dropped, as anyone editing the file can: the file itself is checked all the same.
-    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8').split('\n').filter((line) => !line.endsWith('  recipe.json'));
+    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8')
+      .split('\n')
+      .filter((line) => !line.endsWith('  recipe.json'));
     writeFileSync(join(saved, COMPLETE_MARKER), sums.join('\n'));
     await expect(loadCheckpoint(saved)).rejects.toThrow(
       `${join(saved, 'recipe.json')}: model.attention.options.features: attention 'performer': option 'features' must be an integer ≤ 65536 (got 2097152)`,
@@ -154,7 +194,9 @@ describe('saveCheckpoint / loadCheckpoint / restoreCheckpoint', () => {
     const recipe = JSON.parse(readFileSync(join(saved, 'recipe.json'), 'utf8'));
     delete recipe.train.evalSample;
     writeFileSync(join(saved, 'recipe.json'), JSON.stringify(recipe));
-    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8').split('\n').filter((line) => !line.endsWith('  recipe.json'));
+    const sums = readFileSync(join(saved, COMPLETE_MARKER), 'utf8')
+      .split('\n')
+      .filter((line) => !line.endsWith('  recipe.json'));
     writeFileSync(join(saved, COMPLETE_MARKER), sums.join('\n'));
     expect((await loadCheckpoint(saved)).recipe.train.evalSample).toBe('head');
   });
@@ -287,7 +329,12 @@ describe('resolveResume', () => {
 });
 
 describe('symbolic links in a run folder are read, never emptied or removed through', () => {
-  const filesOf = (folder: string) => Object.fromEntries(readdirSync(folder).sort().map((f) => [f, readFileSync(join(folder, f)).length]));
+  const filesOf = (folder: string) =>
+    Object.fromEntries(
+      readdirSync(folder)
+        .sort()
+        .map((f) => [f, readFileSync(join(folder, f)).length]),
+    );
 
   it('pruning leaves a linked checkpoint (moved to another disk and linked back) and what it points to, and says so', async () => {
     const runDir = join(dir, 'prune-linked');
@@ -341,7 +388,7 @@ describe('symbolic links in a run folder are read, never emptied or removed thro
     pair.optimizer.dispose();
   });
 
-  it("--resume auto passes over a dangling link named like a run folder", async () => {
+  it('--resume auto passes over a dangling link named like a run folder', async () => {
     const runs = join(dir, 'auto-dangling');
     const recipe = { ...recipeFor(runs), name: 'tiny' };
     const pair = await trainedPair(9);

@@ -18,7 +18,11 @@ const native = isTensorflowSetUp();
 const clusterDir = mkdtempSync(join(tmpdir(), 'collective-slurm-'));
 const started = native ? spawnSync('bash', ['scripts/slurm-local.sh', 'start', join(clusterDir, 'cluster')], { encoding: 'utf8', timeout: 90_000 }) : null;
 const available = started?.status === 0;
-const reason = !native ? 'the tensorflow backend is not set up' : available ? '' : (started!.stderr || started!.stdout || String(started!.error)).trim().split('\n').at(-1);
+const reason = !native
+  ? 'the tensorflow backend is not set up'
+  : available
+    ? ''
+    : (started!.stderr || started!.stdout || String(started!.error)).trim().split('\n').at(-1);
 const env = { ...process.env, SLURM_CONF: join(clusterDir, 'cluster', 'slurm.conf') };
 
 let setup: TinySetup;
@@ -38,7 +42,7 @@ async function finalWeights(output: string): Promise<Map<string, Float32Array>> 
 }
 
 describe.skipIf(!available)(available ? 'train under srun -n2' : `train under srun -n2 (skipped: ${reason})`, () => {
-  it('two Slurm tasks are the two ranks of one run: one set of logs, one process\'s weights over the same shards', async () => {
+  it("two Slurm tasks are the two ranks of one run: one set of logs, one process's weights over the same shards", async () => {
     const recipe = await writeTinyRecipe(join(clusterDir, 'gpt.yaml'), setup, join(clusterDir, 'runs'), { maxTokens: 512 });
     const args = ['--import', 'tsx', 'src/cli/train.ts', recipe, '--backend', 'tensorflow'];
     const srun = spawn('srun', ['-n2', '--kill-on-bad-exit=1', process.execPath, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });

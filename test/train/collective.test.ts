@@ -61,13 +61,19 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     const recipe = await writeTinyRecipe(join(dir, 'gpt.yaml'), setup, join(dir, 'runs-gpt'), { maxTokens: 512 });
     const ranks = await train(recipe, ['--processes', '2']);
     expect(ranks.output).toMatch(/^\[train\] 2 processes \(pids \d+, \d+\) on 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+/m);
-    expect(ranks.output).toMatch(/train\.executor collective: rank 0 of 2 on \/job:worker\/replica:0\/task:0\/device:CPU:0, steps as TensorFlow functions; one ring all-reduce/);
+    expect(ranks.output).toMatch(
+      /train\.executor collective: rank 0 of 2 on \/job:worker\/replica:0\/task:0\/device:CPU:0, steps as TensorFlow functions; one ring all-reduce/,
+    );
     // One set of logs: rank 1 prints nothing of its own.
     expect(ranks.output.match(/^done: /gm)).toHaveLength(1);
     // The run records its ranks: config.json the number, env.json where they ran.
     const runDir = join(ranks.finalDir, '..');
     expect(JSON.parse(readFileSync(join(runDir, 'config.json'), 'utf8')).train.processes).toBe(2);
-    expect(JSON.parse(readFileSync(join(runDir, 'env.json'), 'utf8')).cluster).toMatchObject({ worldSize: 2, communication: 'ring', addresses: [expect.stringMatching(/^127\.0\.0\.1:\d+$/), expect.stringMatching(/^127\.0\.0\.1:\d+$/)] });
+    expect(JSON.parse(readFileSync(join(runDir, 'env.json'), 'utf8')).cluster).toMatchObject({
+      worldSize: 2,
+      communication: 'ring',
+      addresses: [expect.stringMatching(/^127\.0\.0\.1:\d+$/), expect.stringMatching(/^127\.0\.0\.1:\d+$/)],
+    });
     // Shard r of each batch of 4 rows is rows 2r, 2r+1 with dropout seed r: one process reading batches of 2 rows, 2 per step.
     const single = await train(recipe, ['--train.batchSize=2', '--train.gradAccum=2']);
     expect(maxDifference(await weights(ranks.finalDir), await weights(single.finalDir))).toBe(0);
@@ -76,7 +82,7 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     expect(maxDifference(await weights(ranks.finalDir), await weights(unsharded.finalDir))).toBeGreaterThan(1e-4);
   });
 
-  it('two ranks give one process\'s BERT weights over the same shards, bit for bit', async () => {
+  it("two ranks give one process's BERT weights over the same shards, bit for bit", async () => {
     const recipe = await writeTinyRecipe(join(dir, 'bert.yaml'), setup, join(dir, 'runs-bert'), { maxTokens: 384 });
     const ranks = await train(recipe, ['--processes', '2', '--model.kind=bert']);
     const single = await train(recipe, ['--model.kind=bert', '--train.batchSize=2', '--train.gradAccum=2']);
@@ -85,7 +91,12 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
 
   it('kill -9 of rank 1: rank 0 ends the run within seconds naming rank 1; the last checkpoint resumes exactly with 2 ranks and with 1', async () => {
     // No dropout, whose masks depend on the number of ranks: one rank then takes the same steps up to float rounding.
-    const recipe = await writeTinyRecipe(join(dir, 'kill.yaml'), setup, join(dir, 'runs-kill'), { maxTokens: 6400, logInterval: 1, checkpointInterval: 3, evalInterval: 0 });
+    const recipe = await writeTinyRecipe(join(dir, 'kill.yaml'), setup, join(dir, 'runs-kill'), {
+      maxTokens: 6400,
+      logInterval: 1,
+      checkpointInterval: 3,
+      evalInterval: 0,
+    });
     const args = ['--processes', '2', '--model.dropout=0'];
     const whole = await train(recipe, args);
 
@@ -123,14 +134,17 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     expect(summary).toMatchObject({ steps: 100, tokens: 6400 });
   });
 
-  it('a rank whose recipe differs from rank 0\'s is refused at start, naming it; a port already taken is named', async () => {
+  it("a rank whose recipe differs from rank 0's is refused at start, naming it; a port already taken is named", async () => {
     const recipe = await writeTinyRecipe(join(dir, 'mismatch.yaml'), setup, join(dir, 'runs-mismatch'));
     const cluster = (await freePorts(2)).map((p) => `127.0.0.1:${p}`).join(',');
-    const rank = (r: number, extra: string[]) => startCli(TRAIN, [recipe, '--backend', 'tensorflow', ...extra], { ...process.env, [RANK_ENV]: String(r), [CLUSTER_ENV]: cluster });
+    const rank = (r: number, extra: string[]) =>
+      startCli(TRAIN, [recipe, '--backend', 'tensorflow', ...extra], { ...process.env, [RANK_ENV]: String(r), [CLUSTER_ENV]: cluster });
     const [zero, one] = [rank(0, []), rank(1, ['--train.lr=0.02'])];
     const [exitZero, exitOne] = await Promise.all([zero.exited, one.exited]);
     expect(exitOne.code, one.output()).toBe(1);
-    expect(one.output()).toMatch(/train: rank 1: its recipe and data fingerprint \(\w+\) differs from rank 0's \(\w+\): every rank must run the same recipe on the same data/);
+    expect(one.output()).toMatch(
+      /train: rank 1: its recipe and data fingerprint \(\w+\) differs from rank 0's \(\w+\): every rank must run the same recipe on the same data/,
+    );
     // Rank 0, waiting in its first collective, hears it from rank 1 at once.
     expect(exitZero.code, zero.output()).toBe(1);
     expect(zero.output()).toMatch(/train: rank 0: the all-reduce failed: rank 1 ended: rank 1: its recipe and data fingerprint/);
@@ -139,7 +153,11 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
     const port = (taken.address() as import('node:net').AddressInfo).port;
     try {
-      const blocked = startCli(TRAIN, [recipe, '--backend', 'tensorflow'], { ...process.env, [RANK_ENV]: '0', [CLUSTER_ENV]: `127.0.0.1:${port},${cluster.split(',')[1]}` });
+      const blocked = startCli(TRAIN, [recipe, '--backend', 'tensorflow'], {
+        ...process.env,
+        [RANK_ENV]: '0',
+        [CLUSTER_ENV]: `127.0.0.1:${port},${cluster.split(',')[1]}`,
+      });
       expect((await blocked.exited).code).toBe(1);
       expect(blocked.output()).toContain(`train: rank 0: could not start its server on 127.0.0.1:${port} (is 127.0.0.1:${port} already taken?)`);
     } finally {
@@ -148,9 +166,17 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
   });
 
   it('Ctrl-C on the launcher: rank 0 saves one checkpoint, every rank stops, and the printed command resumes with 2 ranks', async () => {
-    const recipe = await writeTinyRecipe(join(dir, 'ctrl-c.yaml'), setup, join(dir, 'runs-ctrl-c'), { maxTokens: 6400, logInterval: 1, checkpointInterval: 1000, evalInterval: 0 });
+    const recipe = await writeTinyRecipe(join(dir, 'ctrl-c.yaml'), setup, join(dir, 'runs-ctrl-c'), {
+      maxTokens: 6400,
+      logInterval: 1,
+      checkpointInterval: 1000,
+      evalInterval: 0,
+    });
     // As a terminal does: the launcher leads its own process group and SIGINT goes to the whole group.
-    const child = spawn(process.execPath, ['--import', 'tsx', TRAIN, recipe, '--backend', 'tensorflow', '--processes', '2'], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', TRAIN, recipe, '--backend', 'tensorflow', '--processes', '2'], {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     child.stdout.on('data', (d) => (text += d));
     child.stderr.on('data', (d) => (text += d));

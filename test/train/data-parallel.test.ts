@@ -84,7 +84,17 @@ function initialParameters(config: LanguageModelConfig): Map<string, Float32Arra
 }
 
 const config = (kind: 'gpt' | 'bert', attention: LanguageModelConfig['attention'], dropout = 0): LanguageModelConfig => ({
-  kind, vocabSize: VOCAB, maxSeqLen: SEQ, dModel: 12, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout, bias: true, attention, seed: 9,
+  kind,
+  vocabSize: VOCAB,
+  maxSeqLen: SEQ,
+  dModel: 12,
+  numLayers: 2,
+  numHeads: 2,
+  mlpRatio: 2,
+  dropout,
+  bias: true,
+  attention,
+  seed: 9,
 });
 
 describe('data-parallel replicas', () => {
@@ -113,7 +123,12 @@ describe('data-parallel replicas', () => {
     const steps = [0, 1].map(() => [makeBatch('bert', 4, rng), makeBatch('bert', 3, rng)]);
     const trainable = (name: string) => /\.attn\.(q|k|v)\./.test(name);
     const parallel = await train(c, steps, 3, { trainable });
-    const whole = await train(c, steps.map((micro) => [concat(micro)]), 1, { trainable });
+    const whole = await train(
+      c,
+      steps.map((micro) => [concat(micro)]),
+      1,
+      { trainable },
+    );
     const initial = initialParameters(c);
     expectSameRun(parallel, whole, initial);
     for (const [name, values] of parallel.params) {
@@ -147,13 +162,17 @@ describe('data-parallel replicas', () => {
     const group = await DataParallelGroup.start(model, 2);
     const bad = makeBatch('gpt', 2, new Rng(6));
     bad.labels[SEQ + 1] = VOCAB + 5; // row 1 → replica 1
-    await expect(group.step(optimizer, [bad], { lr: 1e-3, clip: 1, dropoutSeed: null })).rejects.toThrow(/data-parallel replica 1: batch label 24 at position 1 is outside the vocabulary/);
+    await expect(group.step(optimizer, [bad], { lr: 1e-3, clip: 1, dropoutSeed: null })).rejects.toThrow(
+      /data-parallel replica 1: batch label 24 at position 1 is outside the vocabulary/,
+    );
     await group.close();
     // The main thread's own shard failing while a replica computes: its error, and nothing left unhandled.
     const other = await DataParallelGroup.start(model, 2);
     const badHere = makeBatch('gpt', 2, new Rng(7));
     badHere.labels[2] = VOCAB + 1; // row 0 → the main thread
-    await expect(other.step(optimizer, [badHere], { lr: 1e-3, clip: 1, dropoutSeed: null })).rejects.toThrow(/^batch label 20 at position 2 is outside the vocabulary/);
+    await expect(other.step(optimizer, [badHere], { lr: 1e-3, clip: 1, dropoutSeed: null })).rejects.toThrow(
+      /^batch label 20 at position 2 is outside the vocabulary/,
+    );
     const fine = await other.step(optimizer, [makeBatch('gpt', 2, new Rng(8))], { lr: 1e-3, clip: 1, dropoutSeed: null });
     expect(fine.applied).toBe(true); // the group still works after a step that failed on the main thread
     await other.close();

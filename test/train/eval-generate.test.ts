@@ -47,7 +47,17 @@ function perturbedModel(recipe: Recipe): LanguageModel {
   const model = createLanguageModel(modelConfigFromRecipe(recipe, tokenizer.vocabSize));
   const rng = new Rng(8);
   for (const v of model.parameters().values()) {
-    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Array.from(rng.normalArray(v.size), (x) => 0.2 * x), v.shape))));
+    tf.tidy(() =>
+      v.assign(
+        tf.add(
+          v,
+          tf.tensor(
+            Array.from(rng.normalArray(v.size), (x) => 0.2 * x),
+            v.shape,
+          ),
+        ),
+      ),
+    );
   }
   return model;
 }
@@ -109,7 +119,13 @@ describe('eval', () => {
     await cp(join(dir, 'data'), join(project, 'data'), { recursive: true });
     await copyFile(join(dir, 'tokenizer.json'), join(project, 'tokenizer.json'));
     const recipe = parseRecipe(
-      JSON.stringify({ ...gptRecipe, name: 'moved', data: { ...gptRecipe.data, dataset: join(project, 'data'), tokenizer: join(project, 'tokenizer.json') }, train: { ...gptRecipe.train, runDir: join(project, 'runs') }, wandb: { ...gptRecipe.wandb, enabled: false } }),
+      JSON.stringify({
+        ...gptRecipe,
+        name: 'moved',
+        data: { ...gptRecipe.data, dataset: join(project, 'data'), tokenizer: join(project, 'tokenizer.json') },
+        train: { ...gptRecipe.train, runDir: join(project, 'runs') },
+        wandb: { ...gptRecipe.wandb, enabled: false },
+      }),
       join(dir, 'moved.yaml'),
     );
     const logger = await RunLogger.create(recipe, { echo: false });
@@ -129,7 +145,13 @@ describe('eval', () => {
     await copyFile(join(dir, 'tokenizer.json'), ownTokenizer);
     const recipe = { ...gptRecipe, data: { ...gptRecipe.data, tokenizer: ownTokenizer } };
     const model = perturbedModel(recipe);
-    const finalDir = await saveFinalModel(join(dir, 'runs', 'standalone-run'), model, recipe, { tokenizer_sha256: tokenizer.sha256 }, await TextTokenizer.load(ownTokenizer));
+    const finalDir = await saveFinalModel(
+      join(dir, 'runs', 'standalone-run'),
+      model,
+      recipe,
+      { tokenizer_sha256: tokenizer.sha256 },
+      await TextTokenizer.load(ownTokenizer),
+    );
     model.dispose();
     expect(readFileSync(join(finalDir, 'tokenizer.json'))).toEqual(readFileSync(ownTokenizer));
     expect(readFileSync(join(finalDir, 'COMPLETE'), 'utf8')).toMatch(/^[0-9a-f]{64} {2}tokenizer\.json$/m);
@@ -196,9 +218,21 @@ describe('untrusted model folders', () => {
 
   it('a config that does not fit the file is refused before any model is built, naming the file (time and memory bounded)', async () => {
     const cases: [string, { config?: unknown; recipe?: string }, RegExp][] = [
-      ['huge', { config: { ...saved(), dModel: 65536, numLayers: 512 } }, /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.dModel × model\.mlpRatio·model\.dModel \(an MLP weight\) = 17,179,869,184 elements/],
-      ['large', { config: { ...saved(), dModel: 2048, numLayers: 24 } }, /model\.safetensors: the tensors do not match the model config:[\s\S]*other shape: embed\.tokens\.weight \[300, 16\], the config builds \[300, 2048\]/],
-      ['deep', { config: { ...saved(), numLayers: 1024 } }, /model\.safetensors: the tensors do not match the model config:\n {2}missing: blocks\.2\.ln1\.weight/],
+      [
+        'huge',
+        { config: { ...saved(), dModel: 65536, numLayers: 512 } },
+        /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.dModel × model\.mlpRatio·model\.dModel \(an MLP weight\) = 17,179,869,184 elements/,
+      ],
+      [
+        'large',
+        { config: { ...saved(), dModel: 2048, numLayers: 24 } },
+        /model\.safetensors: the tensors do not match the model config:[\s\S]*other shape: embed\.tokens\.weight \[300, 16\], the config builds \[300, 2048\]/,
+      ],
+      [
+        'deep',
+        { config: { ...saved(), numLayers: 1024 } },
+        /model\.safetensors: the tensors do not match the model config:\n {2}missing: blocks\.2\.ln1\.weight/,
+      ],
       ['typed', { config: { ...saved(), dModel: 'big' } }, /the saved model config is not valid:\n {2}model\.dModel must be an integer \(got "big"\)/],
       ['options', { config: { ...saved(), attention: { name: 'performer', options: { features: -3 } } } }, /model\.attention\.options\.features/],
       ['no-json', { config: '{"dModel": ' }, /model\.safetensors: metadata 'config' is not valid JSON/],
@@ -217,7 +251,8 @@ describe('untrusted model folders', () => {
     }
   });
   it("attention options are held to the bounds table, and the mechanism's tensors compared with the file before any is drawn", async () => {
-    const performer = (features: number) => crafted(`performer-${features}`, { config: { ...saved(), attention: { name: 'performer', options: { features } } } });
+    const performer = (features: number) =>
+      crafted(`performer-${features}`, { config: { ...saved(), attention: { name: 'performer', options: { features } } } });
     // Just past the bound (the issue's 2²¹ fails alike): the old code drew the projections first, for seconds.
     await expect(loadModel(await performer(2 ** 16 + 1))).rejects.toThrow(
       /model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.attention\.options\.features: attention 'performer': option 'features' must be an integer ≤ 65536 \(got 65537\)/,
@@ -226,7 +261,9 @@ describe('untrusted model folders', () => {
     const folder = await performer(65536);
     const nextTensorId = () => tf.tidy(() => tf.scalar(0).id);
     const before = nextTensorId();
-    await expect(loadModel(folder)).rejects.toThrow(/model\.safetensors: the tensors do not match the model config:\n {2}other shape: blocks\.0\.attn\.projection \[2, 8, 64\], the config builds \[2, 8, 65536\]/);
+    await expect(loadModel(folder)).rejects.toThrow(
+      /model\.safetensors: the tensors do not match the model config:\n {2}other shape: blocks\.0\.attn\.projection \[2, 8, 64\], the config builds \[2, 8, 65536\]/,
+    );
     expect(nextTensorId()).toBe(before + 1);
   });
 

@@ -41,8 +41,18 @@ const SEQ = 8;
 
 function config(attention: string, options: Record<string, unknown> = {}, extra: Partial<LanguageModelConfig> = {}): LanguageModelConfig {
   return {
-    kind: 'gpt', vocabSize: VOCAB, maxSeqLen: SEQ, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true,
-    attention: { name: attention, options }, seed: 5, ...extra,
+    kind: 'gpt',
+    vocabSize: VOCAB,
+    maxSeqLen: SEQ,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 2,
+    dropout: 0,
+    bias: true,
+    attention: { name: attention, options },
+    seed: 5,
+    ...extra,
   };
 }
 
@@ -51,11 +61,24 @@ const RECIPE = parseRecipe('data: { dataset: d, tokenizer: t }', 'source.yaml');
 
 let folderCount = 0;
 /** Saves `model` (after a few noisy updates, so no tensor sits at its init) as a run's final/ folder. */
-async function savedModel(c: LanguageModelConfig, metadata: Record<string, string> = { step: '7' }): Promise<{ folder: string; tensors: Map<string, NamedArray> }> {
+async function savedModel(
+  c: LanguageModelConfig,
+  metadata: Record<string, string> = { step: '7' },
+): Promise<{ folder: string; tensors: Map<string, NamedArray> }> {
   const model = createLanguageModel(c);
   const rng = new Rng(99);
   for (const v of model.parameters().values()) {
-    tf.tidy(() => v.assign(tf.add(v, tf.tensor(Float32Array.from({ length: v.size }, () => 0.05 * rng.normal()), v.shape))));
+    tf.tidy(() =>
+      v.assign(
+        tf.add(
+          v,
+          tf.tensor(
+            Float32Array.from({ length: v.size }, () => 0.05 * rng.normal()),
+            v.shape,
+          ),
+        ),
+      ),
+    );
   }
   const runDir = join(dir, `run-${folderCount++}`);
   const folder = await saveFinalModel(runDir, model, RECIPE, metadata);
@@ -65,7 +88,8 @@ async function savedModel(c: LanguageModelConfig, metadata: Record<string, strin
 
 function randomBatch(rng: Rng, b = 2): ModelBatch {
   return {
-    batchSize: b, seqLen: SEQ,
+    batchSize: b,
+    seqLen: SEQ,
     inputIds: Int32Array.from({ length: b * SEQ }, () => rng.int(VOCAB)),
     labels: Int32Array.from({ length: b * SEQ }, () => rng.int(VOCAB)),
   };
@@ -103,8 +127,20 @@ describe('train.freeze all-but-qkv after a softmax → darkformer swap', () => {
     // 2 layers × (3·(16·16 + 16) + M 2·8·8) = 1,888 trained; the rest of 2,656 + … frozen.
     const size = (m: Map<string, tf.Variable>) => [...m.values()].reduce((n, v) => n + v.size, 0);
     expect(size(trainable)).toBe(2 * (3 * (16 * 16 + 16) + 2 * 8 * 8));
-    expect(lines.some((l) => l.includes(`training ${size(trainable).toLocaleString('en-US')} parameters in ${trainable.size} tensors, ${size(frozen).toLocaleString('en-US')} frozen in ${frozen.size} tensors`))).toBe(true);
-    expect(lines.some((l) => /attention softmax → darkformer: loaded \d+ tensors; new mechanism parameters blocks\.\*\.attn\.covarianceFactor ×2; buffers from the new seed blocks\.\*\.attn\.projection ×2/.test(l))).toBe(true);
+    expect(
+      lines.some((l) =>
+        l.includes(
+          `training ${size(trainable).toLocaleString('en-US')} parameters in ${trainable.size} tensors, ${size(frozen).toLocaleString('en-US')} frozen in ${frozen.size} tensors`,
+        ),
+      ),
+    ).toBe(true);
+    expect(
+      lines.some((l) =>
+        /attention softmax → darkformer: loaded \d+ tensors; new mechanism parameters blocks\.\*\.attn\.covarianceFactor ×2; buffers from the new seed blocks\.\*\.attn\.projection ×2/.test(
+          l,
+        ),
+      ),
+    ).toBe(true);
 
     const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     expect([...optimizer.getState().m.keys()].sort()).toEqual(expectedTrainable.sort());
@@ -138,11 +174,18 @@ describe('train.freeze all-but-qkv after a softmax → darkformer swap', () => {
     const base = 'data: { dataset: d, tokenizer: t }\n';
     expect(parseRecipe(base, 'r.yaml').train.freeze).toBe('none');
     expect(parseRecipe(base, 'r.yaml').initFrom).toBeNull();
-    expect(parseRecipe(base + 'initFrom: auto:gpt-softmax\ntrain: { freeze: all-but-qkv }', 'r.yaml')).toMatchObject({ initFrom: 'auto:gpt-softmax', train: { freeze: 'all-but-qkv' } });
-    expect(parseRecipe(base, 'r.yaml', ['--train.freeze=[embed.*, "blocks.0.*"]', '--initFrom=runs/x/final']))
-      .toMatchObject({ initFrom: 'runs/x/final', train: { freeze: ['embed.*', 'blocks.0.*'] } });
+    expect(parseRecipe(base + 'initFrom: auto:gpt-softmax\ntrain: { freeze: all-but-qkv }', 'r.yaml')).toMatchObject({
+      initFrom: 'auto:gpt-softmax',
+      train: { freeze: 'all-but-qkv' },
+    });
+    expect(parseRecipe(base, 'r.yaml', ['--train.freeze=[embed.*, "blocks.0.*"]', '--initFrom=runs/x/final'])).toMatchObject({
+      initFrom: 'runs/x/final',
+      train: { freeze: ['embed.*', 'blocks.0.*'] },
+    });
     expect(() => parseRecipe(base + 'train: { freeze: qkv }', 'r.yaml')).toThrow(RecipeError);
-    expect(() => parseRecipe(base + 'train: { freeze: qkv }', 'r.yaml')).toThrow(/train\.freeze must be one of none, all-but-qkv or a non-empty list of parameter-name globs .*\(got "qkv"\)/);
+    expect(() => parseRecipe(base + 'train: { freeze: qkv }', 'r.yaml')).toThrow(
+      /train\.freeze must be one of none, all-but-qkv or a non-empty list of parameter-name globs .*\(got "qkv"\)/,
+    );
     expect(() => parseRecipe(base + 'train: { freeze: [] }', 'r.yaml')).toThrow(/train\.freeze must be/);
   });
 });
@@ -182,7 +225,7 @@ describe('initFrom with an attention swap', () => {
     });
   }
 
-  it('same mechanism with the same options loads the buffers too (not the new seed\'s); other options draw new ones', async () => {
+  it("same mechanism with the same options loads the buffers too (not the new seed's); other options draw new ones", async () => {
     const source = await savedModel(config('performer', { features: 8 }));
     const same = createLanguageModel(config('performer', { features: 8 }, { seed: 77 }));
     await finetune(same, source.folder);
@@ -209,13 +252,28 @@ describe('initFrom with an attention swap', () => {
 
 describe('unmappable checkpoints', () => {
   const cases: [string, LanguageModelConfig, LanguageModelConfig, RegExp[]][] = [
-    ['another dModel and vocabulary', config('softmax', {}, { dModel: 8, vocabSize: 30 }), config('softmax'), [
-      /shape differs: embed\.tokens\.weight checkpoint \[30, 8\] vs model \[23, 16\]; embed\.positions\.weight checkpoint \[8, 8\] vs model \[8, 16\]/,
-      // A few names however many tensors differ, not listed again as not in the model.
-      /^[^\n]*\n {2}shape differs: [^\n]*blocks\.0\.attn\.q\.bias checkpoint \[8\] vs model \[16\]; … \(36 in all\)$/,
-    ]],
-    ['fewer layers', config('softmax', {}, { numLayers: 1 }), config('darkformer'), [/missing in the checkpoint: blocks\.1\.ln1\.weight, blocks\.1\.ln1\.bias, blocks\.1\.attn\.q\.weight/]],
-    ['a BERT checkpoint for a GPT', config('softmax', {}, { kind: 'bert' }), config('softmax'), [/in the checkpoint but not in the model: mlm\.dense\.weight, mlm\.dense\.bias, mlm\.norm\.weight, mlm\.norm\.bias, mlm\.decoder\.bias/]],
+    [
+      'another dModel and vocabulary',
+      config('softmax', {}, { dModel: 8, vocabSize: 30 }),
+      config('softmax'),
+      [
+        /shape differs: embed\.tokens\.weight checkpoint \[30, 8\] vs model \[23, 16\]; embed\.positions\.weight checkpoint \[8, 8\] vs model \[8, 16\]/,
+        // A few names however many tensors differ, not listed again as not in the model.
+        /^[^\n]*\n {2}shape differs: [^\n]*blocks\.0\.attn\.q\.bias checkpoint \[8\] vs model \[16\]; … \(36 in all\)$/,
+      ],
+    ],
+    [
+      'fewer layers',
+      config('softmax', {}, { numLayers: 1 }),
+      config('darkformer'),
+      [/missing in the checkpoint: blocks\.1\.ln1\.weight, blocks\.1\.ln1\.bias, blocks\.1\.attn\.q\.weight/],
+    ],
+    [
+      'a BERT checkpoint for a GPT',
+      config('softmax', {}, { kind: 'bert' }),
+      config('softmax'),
+      [/in the checkpoint but not in the model: mlm\.dense\.weight, mlm\.dense\.bias, mlm\.norm\.weight, mlm\.norm\.bias, mlm\.decoder\.bias/],
+    ],
     ['no biases', config('softmax', {}, { bias: false }), config('softmax'), [/missing in the checkpoint: blocks\.0\.attn\.q\.bias/]],
     ['another head count', config('softmax', {}, { numHeads: 4 }), config('softmax'), [/checkpoint has 4 heads per block but model\.numHeads is 2/]],
   ];
@@ -224,7 +282,10 @@ describe('unmappable checkpoints', () => {
       const source = await savedModel(from);
       const fresh = freshValues(to);
       const model = createLanguageModel(to);
-      const error = await finetune(model, source.folder).then(() => null, (err: Error) => err);
+      const error = await finetune(model, source.folder).then(
+        () => null,
+        (err: Error) => err,
+      );
       expect(error).not.toBeNull();
       expect(error!.message).toContain(`initFrom ${source.folder}`);
       for (const m of messages) expect(error!.message).toMatch(m);
@@ -241,7 +302,10 @@ describe('unmappable checkpoints', () => {
     const crafted = { ...JSON.parse(metadata.config), dModel: 'wide', attention: { name: 'performer', options: { features: 2 ** 21 } } };
     await writeFile(file, encodeSafetensors(tensors, { ...metadata, config: JSON.stringify(crafted) }));
     await rm(join(source.folder, 'COMPLETE')); // its checksums no longer hold; a folder without them is checked all the same
-    const evalError = await loadModel(source.folder).then(() => null, (err: Error) => err.message);
+    const evalError = await loadModel(source.folder).then(
+      () => null,
+      (err: Error) => err.message,
+    );
     expect(evalError).toMatch(/model\.safetensors \(metadata 'config'\): the saved model config is not valid:\n {2}model\.dModel must be an integer/);
     await expect(readModelFolder(source.folder)).rejects.toThrow(evalError!);
     const model = createLanguageModel(config('softmax'));
@@ -252,8 +316,13 @@ describe('unmappable checkpoints', () => {
   it('a checkpoint trained with another tokenizer is refused', async () => {
     const source = await savedModel(config('softmax'), { tokenizer_sha256: 'a'.repeat(64) });
     const model = createLanguageModel(config('softmax'));
-    expect(() => loadWeights(model, { ...source, dir: source.folder, metadata: { tokenizer_sha256: 'a'.repeat(64) }, config: config('softmax') }, { tokenizerSha256: 'b'.repeat(64) }))
-      .toThrow(/another tokenizer \(sha256 aaaaaaaaaaaa…\) than data\.tokenizer \(bbbbbbbbbbbb…\)/);
+    expect(() =>
+      loadWeights(
+        model,
+        { ...source, dir: source.folder, metadata: { tokenizer_sha256: 'a'.repeat(64) }, config: config('softmax') },
+        { tokenizerSha256: 'b'.repeat(64) },
+      ),
+    ).toThrow(/another tokenizer \(sha256 aaaaaaaaaaaa…\) than data\.tokenizer \(bbbbbbbbbbbb…\)/);
     expect(loadWeights(model, await readModelFolder(source.folder), { tokenizerSha256: 'a'.repeat(64) }).loaded.length).toBe(model.parameters().size);
     model.dispose();
   });
@@ -307,7 +376,9 @@ describe('unmappable checkpoints', () => {
     await rename(join(root, 'gpt-b-20260102-000000'), join(onlySmoke, 'gpt-b-20260102-000000'));
     const fallback = resolveModelSource('initFrom', 'auto:gpt-b', { runDir: onlySmoke });
     expect(fallback.dir).toBe(join(onlySmoke, 'gpt-b-20260102-000000', 'final'));
-    expect(fallback.reason).toMatch(/^initFrom auto:gpt-b: none of the 1 finished runs of 'gpt-b' trained its recipe's budget; using the newest, gpt-b-20260102-000000 \(10,240 tokens/);
+    expect(fallback.reason).toMatch(
+      /^initFrom auto:gpt-b: none of the 1 finished runs of 'gpt-b' trained its recipe's budget; using the newest, gpt-b-20260102-000000 \(10,240 tokens/,
+    );
   });
 
   it('initFrom: a folder without a model, an unknown auto: recipe', async () => {
@@ -319,7 +390,7 @@ describe('unmappable checkpoints', () => {
 });
 
 describe('whitening init', () => {
-  it('sets each layer\'s M so that M·Λ·M = I for the covariance Λ of that layer\'s own queries and keys (later layers calibrated after earlier ones)', async () => {
+  it("sets each layer's M so that M·Λ·M = I for the covariance Λ of that layer's own queries and keys (later layers calibrated after earlier ones)", async () => {
     const source = await savedModel(config('softmax'));
     const model = createLanguageModel(config('darkformer', { features: 8, init: 'whitening' }));
     const tensorsBefore = tf.memory().numTensors;
@@ -345,9 +416,12 @@ describe('whitening init', () => {
         // Float64 reference: Λ = ½(Cov q + Cov k) (centred, 1/(n − 1)).
         const cov = (data: Float32Array) => {
           const rows: number[][] = [];
-          for (let bi = 0; bi < b; bi++) for (let li = 0; li < l; li++) rows.push(Array.from(data.subarray(((bi * h + head) * l + li) * d, ((bi * h + head) * l + li + 1) * d)));
+          for (let bi = 0; bi < b; bi++)
+            for (let li = 0; li < l; li++) rows.push(Array.from(data.subarray(((bi * h + head) * l + li) * d, ((bi * h + head) * l + li + 1) * d)));
           const mean = Array.from({ length: d }, (_, j) => rows.reduce((s, r) => s + r[j], 0) / rows.length);
-          return Array.from({ length: d }, (_, i) => Array.from({ length: d }, (_, j) => rows.reduce((s, r) => s + (r[i] - mean[i]) * (r[j] - mean[j]), 0) / (rows.length - 1)));
+          return Array.from({ length: d }, (_, i) =>
+            Array.from({ length: d }, (_, j) => rows.reduce((s, r) => s + (r[i] - mean[i]) * (r[j] - mean[j]), 0) / (rows.length - 1)),
+          );
         };
         const cq = cov(captured[layer].q);
         const ck = cov(captured[layer].k);
@@ -381,7 +455,17 @@ describe("dataInit 'variance-optimal'", () => {
     for (const [name, v] of sourceModel.parameters()) {
       const qk = /attn\.[qk]\.weight/.test(name);
       const gain = (i: number) => (qk ? 0.3 * 0.6 ** ((i % v.shape[1]!) % headDim) : 0.05);
-      tf.tidy(() => v.assign(tf.add(v, tf.tensor(Float32Array.from({ length: v.size }, (_, i) => gain(i) * rng.normal()), v.shape))));
+      tf.tidy(() =>
+        v.assign(
+          tf.add(
+            v,
+            tf.tensor(
+              Float32Array.from({ length: v.size }, (_, i) => gain(i) * rng.normal()),
+              v.shape,
+            ),
+          ),
+        ),
+      );
     }
     const source = await saveFinalModel(join(dir, `run-${folderCount++}`), sourceModel, RECIPE, { step: '7' });
     const batches = [randomBatch(rng, 4), randomBatch(rng, 4)];
@@ -394,7 +478,11 @@ describe("dataInit 'variance-optimal'", () => {
     const seeds = [1, 2, 3, 4, 5, 6];
     for (const seed of seeds) {
       for (const arm of ['performer', 'variance-optimal', 'whitening'] as const) {
-        const options = { performer: { features: 16 }, 'variance-optimal': { features: 16, dataInit: 'variance-optimal' }, whitening: { features: 16, init: 'whitening' } }[arm];
+        const options = {
+          performer: { features: 16 },
+          'variance-optimal': { features: 16, dataInit: 'variance-optimal' },
+          whitening: { features: 16, init: 'whitening' },
+        }[arm];
         const model = createLanguageModel(config('darkformer', options, { seed }));
         loadWeights(model, await readModelFolder(source));
         if (arm === 'whitening') initializeLayersFromData(model, batches, new Set([0, 1]));
@@ -429,7 +517,7 @@ describe("dataInit 'variance-optimal'", () => {
 });
 
 describe('runTraining with initFrom: auto:<recipe>', () => {
-  it('softmax run → darkformer finetune with whitening and all-but-qkv: validates before training, frozen tensors of the saved model are the source\'s bytes', async () => {
+  it("softmax run → darkformer finetune with whitening and all-but-qkv: validates before training, frozen tensors of the saved model are the source's bytes", async () => {
     const docs = syntheticDocuments(300, 6);
     const data = join(dir, 'data');
     await writeDataset(data, { train: [docs.slice(0, 270)], validation: [docs.slice(270)] }, 50);
@@ -438,18 +526,24 @@ describe('runTraining with initFrom: auto:<recipe>', () => {
     const runs = join(dir, 'runs');
     const common = `data: { dataset: ${data}, tokenizer: ${tokenizer}, seqLen: 16, shuffleBuffer: 8 }`;
     const quiet = (lines: string[], runDir: string) => ({ dir: runDir, log: () => {}, line: (t: string) => lines.push(t), finish: async () => {} });
-    const source = parseRecipe(`
+    const source = parseRecipe(
+      `
 model: { kind: gpt, dModel: 16, numLayers: 2, numHeads: 2, attention: { name: softmax } }
 ${common}
 train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 0, evalTokens: 128, logInterval: 5, runDir: ${runs}, maxTokens: 640, checkpointInterval: 0 }
-`, join(dir, 'tiny-softmax.yaml'));
+`,
+      join(dir, 'tiny-softmax.yaml'),
+    );
     const sourceResult = await runTraining(source, { logger: quiet([], join(runs, 'tiny-softmax-20260101-000000')) });
-    const finetuneRecipe = parseRecipe(`
+    const finetuneRecipe = parseRecipe(
+      `
 initFrom: auto:tiny-softmax
 model: { kind: gpt, dModel: 16, numLayers: 2, numHeads: 2, attention: { name: darkformer, options: { features: 8, init: whitening } } }
 ${common}
 train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 0, evalTokens: 128, logInterval: 5, runDir: ${runs}, maxTokens: 640, freeze: all-but-qkv, checkpointInterval: 0 }
-`, join(dir, 'tiny-finetune.yaml'));
+`,
+      join(dir, 'tiny-finetune.yaml'),
+    );
     const lines: string[] = [];
     const result = await runTraining(finetuneRecipe, { logger: quiet(lines, join(runs, 'tiny-finetune-20260101-000001')) });
     const text = lines.join('\n');

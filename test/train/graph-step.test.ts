@@ -26,13 +26,29 @@ const STEPS = 5;
 
 function tinyModel(attention: string, kind: 'gpt' | 'bert' = 'gpt', dropout = 0): LanguageModel {
   return createLanguageModel({
-    kind, vocabSize: 61, maxSeqLen: 16, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 4, dropout, bias: true,
-    attention: { name: attention, options: {} }, seed: 4,
+    kind,
+    vocabSize: 61,
+    maxSeqLen: 16,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 4,
+    dropout,
+    bias: true,
+    attention: { name: attention, options: {} },
+    seed: 4,
   });
 }
 
 /** A fresh tiny model trained by `train` and disposed (models share variable names: one at a time). */
-async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: ModelBatch[], graph: boolean, dropoutSeed: ((step: number) => number) | null = null, xla = false) {
+async function trainFresh(
+  attention: string,
+  kind: 'gpt' | 'bert',
+  batches: ModelBatch[],
+  graph: boolean,
+  dropoutSeed: ((step: number) => number) | null = null,
+  xla = false,
+) {
   const model = tinyModel(attention, kind, dropoutSeed ? 0.2 : 0);
   try {
     return await train(model, batches, graph, model.parameters(), dropoutSeed, xla);
@@ -42,7 +58,14 @@ async function trainFresh(attention: string, kind: 'gpt' | 'bert', batches: Mode
 }
 
 /** STEPS optimizer steps on fixed batches: the losses, the weights after, and how the last step ran. */
-async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean, trainable = model.parameters(), dropoutSeed: ((step: number) => number) | null = null, xla = false) {
+async function train(
+  model: LanguageModel,
+  batches: ModelBatch[],
+  graph: boolean,
+  trainable = model.parameters(),
+  dropoutSeed: ((step: number) => number) | null = null,
+  xla = false,
+) {
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
   const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla });
   const losses: number[] = [];
@@ -51,7 +74,9 @@ async function train(model: LanguageModel, batches: ModelBatch[], graph: boolean
   try {
     for (const [i, batch] of batches.entries()) {
       // A learning rate that changes every step: it must reach the graph as an input, not a constant.
-      losses.push((await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph, xla })).loss);
+      losses.push(
+        (await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph, xla })).loss,
+      );
       tensorCounts.push(tf.memory().numTensors);
     }
     optimizerStatus = optimizer.graphStatus();
@@ -115,11 +140,24 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     expect(new Set(xla.tensorCounts.slice(2)).size).toBe(1);
   });
 
-  it('a step reads back a constant handful of values into JavaScript, whatever the model\'s size', async () => {
+  it("a step reads back a constant handful of values into JavaScript, whatever the model's size", async () => {
     const readPerStep: number[] = [];
-    for (const [dModel, numLayers] of [[16, 1], [64, 3]]) {
+    for (const [dModel, numLayers] of [
+      [16, 1],
+      [64, 3],
+    ]) {
       const model = createLanguageModel({
-        kind: 'gpt', vocabSize: 61, maxSeqLen: 16, dModel, numLayers, numHeads: 2, mlpRatio: 4, dropout: 0, bias: true, attention: { name: 'performer', options: {} }, seed: 4,
+        kind: 'gpt',
+        vocabSize: 61,
+        maxSeqLen: 16,
+        dModel,
+        numLayers,
+        numHeads: 2,
+        mlpRatio: 4,
+        dropout: 0,
+        bias: true,
+        attention: { name: 'performer', options: {} },
+        seed: 4,
       });
       const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: true });
       try {
@@ -159,7 +197,8 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
 
   it('the synthetic-task runner: function steps give the accuracies and losses of op-by-op steps', async () => {
     for (const task of ['copy', 'sort']) {
-      const run = (graph: boolean) => trainOnTask({ task, attention: 'slay', seed: 42, steps: 12, batchSize: 8, evalSamples: 16, lr: 1e-3, weightDecay: 0.01, graph });
+      const run = (graph: boolean) =>
+        trainOnTask({ task, attention: 'slay', seed: 42, steps: 12, batchSize: 8, evalSamples: 16, lr: 1e-3, weightDecay: 0.01, graph });
       const [functions, eager] = [await run(true), await run(false)];
       expect([functions.execution, eager.execution]).toEqual(['graph', 'eager']);
       expect(functions.accuracy, task).toBe(eager.accuracy);
@@ -235,7 +274,13 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     const run = (graph: boolean) => {
       const a = tf.variable(tf.tensor2d(start.a, [2, 3]), true, `graph-adamw-${graph}.a.weight`);
       const b = tf.variable(tf.tensor1d(start.b), true, `graph-adamw-${graph}.b`);
-      const optimizer = new AdamW(new Map<string, tf.Variable>([[a.name, a], [b.name, b]]), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      const optimizer = new AdamW(
+        new Map<string, tf.Variable>([
+          [a.name, a],
+          [b.name, b],
+        ]),
+        { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph },
+      );
       try {
         const counts: number[] = [];
         grads.forEach((g, i) => {

@@ -127,7 +127,7 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
       const child = startCli(TRAIN_CLI, round === 0 ? [recipeFile] : [recipeFile, '--resume', 'auto']);
       const before = round === 0 ? 0 : listCheckpoints(runFolders(runs)[0]).at(-1)!.step;
       // A checkpoint saved by this process: its checkpoints folder exists and can be watched.
-      for (let from = 0; ;) {
+      for (let from = 0; ; ) {
         const { match, end } = await child.waitForOutput(SAVED_LINE, from);
         if (Number(match[1]) > before) break;
         from = end;
@@ -193,7 +193,14 @@ describe('train CLI under SIGKILL and SIGTERM', () => {
     const resumed = startCli(TRAIN_CLI, command.split(' '));
     const done = await resumed.exited;
     expect(done.code, resumed.output()).toBe(0);
-    const reference = await referenceRun(await writeTinyRecipe(join(dir, 'tiny-term-ref.yaml'), setup, join(dir, 'runs-term-ref'), { ...TRAIN, checkpointInterval: 5, logInterval: 3, dataParallel: 2 }));
+    const reference = await referenceRun(
+      await writeTinyRecipe(join(dir, 'tiny-term-ref.yaml'), setup, join(dir, 'runs-term-ref'), {
+        ...TRAIN,
+        checkpointInterval: 5,
+        logInterval: 3,
+        dataParallel: 2,
+      }),
+    );
     expect(comparable(readMetrics(runFolders(runs)[0]))).toEqual(comparable(reference));
   }, 120_000);
 });

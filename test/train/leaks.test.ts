@@ -52,7 +52,13 @@ function wasmHeapBytes(): number {
 describe('no leaks over the full training loop (wasm)', () => {
   it('tensors, their bytes and the wasm heap stay flat through checkpoint saves, validation and dropped NaN updates', async () => {
     const text = tinyRecipeText(setup, join(dir, 'runs'), {
-      maxTokens: 64 * 30, checkpointInterval: 1, keepCheckpoints: 2, evalInterval: 2, logInterval: 1, nanPolicy: 'skip', nanSkipLimit: 5,
+      maxTokens: 64 * 30,
+      checkpointInterval: 1,
+      keepCheckpoints: 2,
+      evalInterval: 2,
+      logInterval: 1,
+      nanPolicy: 'skip',
+      nanSkipLimit: 5,
     }).replace('backend: cpu', 'backend: wasm');
     const recipe = parseRecipe(text, join(dir, 'leaks.yaml'));
     const samples: { line: string; tensors: number; bytes: number; heap: number }[] = [];
@@ -72,7 +78,9 @@ describe('no leaks over the full training loop (wasm)', () => {
     expect(kinds(/^val /)).toBe(16); // step 0 (the model before training), every 2 steps, and the end
     // Caches (masks, constants) fill during the first steps; after a third of the run nothing may grow.
     const settled = samples.slice(Math.floor(samples.length / 3));
-    console.log(`leaks: ${samples.length} samples; tensors ${[...new Set(settled.map((s) => s.tensors))]}, bytes ${[...new Set(settled.map((s) => s.bytes))]}, heap ${[...new Set(settled.map((s) => s.heap))]}`);
+    console.log(
+      `leaks: ${samples.length} samples; tensors ${[...new Set(settled.map((s) => s.tensors))]}, bytes ${[...new Set(settled.map((s) => s.bytes))]}, heap ${[...new Set(settled.map((s) => s.heap))]}`,
+    );
     expect(new Set(settled.map((s) => s.tensors)).size).toBe(1);
     expect(new Set(settled.map((s) => s.bytes)).size).toBe(1);
     expect(new Set(settled.map((s) => s.heap)).size).toBe(1);

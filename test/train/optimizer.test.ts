@@ -88,7 +88,10 @@ describe('AdamW', () => {
         for (let i = 0; i < expected.length; i++) expect(Math.abs(got[i] - expected[i])).toBeLessThan(2e-6 * Math.max(1, Math.abs(expected[i])));
         // Moments: m after 3 steps is Σ (1−β1) β1^(2−s) g_s.
         const m = opt.getState().m.get(name)!.dataSync();
-        const mExpected = grads32.reduce((acc, g, s) => acc.map((a, i) => a + (1 - options.beta1) * options.beta1 ** (2 - s) * g[i]), new Float64Array(start.length));
+        const mExpected = grads32.reduce(
+          (acc, g, s) => acc.map((a, i) => a + (1 - options.beta1) * options.beta1 ** (2 - s) * g[i]),
+          new Float64Array(start.length),
+        );
         for (let i = 0; i < m.length; i++) expect(m[i]).toBeCloseTo(mExpected[i], 5);
       }
       opt.dispose();
@@ -107,7 +110,10 @@ describe('AdamW', () => {
 });
 
 describe('global-norm clipping and skipped parameters', () => {
-  const shapes = new Map([['a.weight', [2]], ['b.weight', [1, 2]]]);
+  const shapes = new Map([
+    ['a.weight', [2]],
+    ['b.weight', [1, 2]],
+  ]);
   const params = () => new Map([...shapes].map(([n, s]) => [n, tf.variable(tf.zeros(s), true, `flat-test.${n}.${Math.random()}`)]));
 
   it('clips by the global norm over all parameters: the prepared update reports it, and equals AdamW on the clipped gradients', () => {
@@ -121,12 +127,25 @@ describe('global-norm clipping and skipped parameters', () => {
     const [clippedHere, clippedBefore] = [params(), params()];
     const [a, b] = [clippedHere, clippedBefore].map((vars) => new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 }));
     const before = tf.memory().numTensors;
-    const pending = a.prepare(new Map<string, tf.Tensor>([['b.weight', tf.tensor([[0, 4]])], ['a.weight', tf.tensor([3, 0])]]), 0.1, 1);
+    const pending = a.prepare(
+      new Map<string, tf.Tensor>([
+        ['b.weight', tf.tensor([[0, 4]])],
+        ['a.weight', tf.tensor([3, 0])],
+      ]),
+      0.1,
+      1,
+    );
     expect(pending.norm.dataSync()[0]).toBeCloseTo(5, 6);
     expect(a.stepCount).toBe(0);
     pending.commit();
     expect(a.stepCount).toBe(1);
-    b.applyGradients(new Map<string, tf.Tensor>([['a.weight', tf.tensor([0.6, 0])], ['b.weight', tf.tensor([[0, 0.8]])]]), 0.1);
+    b.applyGradients(
+      new Map<string, tf.Tensor>([
+        ['a.weight', tf.tensor([0.6, 0])],
+        ['b.weight', tf.tensor([[0, 0.8]])],
+      ]),
+      0.1,
+    );
     for (const name of shapes.keys()) {
       expect(Array.from(clippedHere.get(name)!.dataSync())).toEqual(Array.from(clippedBefore.get(name)!.dataSync()).map((x) => expect.closeTo(x, 6)));
     }
@@ -138,7 +157,10 @@ describe('global-norm clipping and skipped parameters', () => {
     expect(a.stepCount).toBe(1);
     expect(Array.from(clippedHere.get('a.weight')!.dataSync())).toEqual(kept);
     tf.dispose([flat, clipped.grad, clipped.norm, off.norm]);
-    for (const [opt, vars] of [[a, clippedHere], [b, clippedBefore]] as const) {
+    for (const [opt, vars] of [
+      [a, clippedHere],
+      [b, clippedBefore],
+    ] as const) {
       opt.dispose();
       for (const v of vars.values()) v.dispose();
     }
@@ -154,19 +176,37 @@ describe('global-norm clipping and skipped parameters', () => {
       return tf.mul(packed, 3) as tf.Tensor1D;
     };
     const loss = tf.scalar(0.25);
-    const pending = a.prepare(new Map<string, tf.Tensor>([['a.weight', tf.tensor([3, 0])], ['b.weight', tf.tensor([[0, 4]])]]), 0.1, 1, { loss, sum });
+    const pending = a.prepare(
+      new Map<string, tf.Tensor>([
+        ['a.weight', tf.tensor([3, 0])],
+        ['b.weight', tf.tensor([[0, 4]])],
+      ]),
+      0.1,
+      1,
+      { loss, sum },
+    );
     // Parameter order (a, b), then the loss: P + 1 values in one call (once per recording on tensorflow, which records the update twice).
     expect(seen.length).toBeGreaterThan(0);
     for (const packed of seen) expect(packed).toEqual([3, 0, 0, 4, 0.25]);
     expect(pending.loss!.dataSync()[0]).toBeCloseTo(0.75, 6);
     expect(pending.norm.dataSync()[0]).toBeCloseTo(15, 5); // the norm of the summed gradients decides clipping and the non-finite rule
     pending.commit();
-    b.applyGradients(new Map<string, tf.Tensor>([['a.weight', tf.tensor([9, 0])], ['b.weight', tf.tensor([[0, 12]])]]), 0.1, 1);
+    b.applyGradients(
+      new Map<string, tf.Tensor>([
+        ['a.weight', tf.tensor([9, 0])],
+        ['b.weight', tf.tensor([[0, 12]])],
+      ]),
+      0.1,
+      1,
+    );
     for (const name of shapes.keys()) {
       expect(Array.from(across.get(name)!.dataSync())).toEqual(Array.from(summed.get(name)!.dataSync()).map((x) => expect.closeTo(x, 6)));
     }
     loss.dispose();
-    for (const [opt, vars] of [[a, across], [b, summed]] as const) {
+    for (const [opt, vars] of [
+      [a, across],
+      [b, summed],
+    ] as const) {
       opt.dispose();
       for (const v of vars.values()) v.dispose();
     }
@@ -177,7 +217,13 @@ describe('global-norm clipping and skipped parameters', () => {
     vars.get('a.weight')!.assign(tf.tensor([1, -1]));
     vars.get('b.weight')!.assign(tf.tensor([[2, 5]]));
     const opt = new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.5 });
-    opt.applyGradients(new Map([['a.weight', tf.tensor([1, 1])], ['b.weight', tf.tensor([[1, 1]])]]), 0.1);
+    opt.applyGradients(
+      new Map([
+        ['a.weight', tf.tensor([1, 1])],
+        ['b.weight', tf.tensor([[1, 1]])],
+      ]),
+      0.1,
+    );
     const before = { b: Array.from(vars.get('b.weight')!.dataSync()), m: opt.getState().m.get('b.weight')!.dataSync().slice() };
     opt.applyGradients(new Map([['a.weight', tf.tensor([1, 1])]]), 0.1);
     expect(Array.from(vars.get('b.weight')!.dataSync())).toEqual(before.b);

@@ -126,21 +126,24 @@ describe('exact resume on the cpu backend', () => {
   // from the fed step seed. Every step of a process, its first included, comes from the function
   // (backend/tf-graph.ts records before it runs), so the resumed run is the uninterrupted one bit for
   // bit. Defined in the tensorflow project only (vitest.config.ts says when that project is not set up).
-  if (testBackend() === 'tensorflow') it('tensorflow graph steps with dropout: stop after step 5 + resume reproduces the uninterrupted run bit for bit', async () => {
-    const runs = join(dir, 'runs-graph');
-    const recipe = parseRecipe(tinyRecipeText(setup, runs), join(dir, 'tiny.yaml'));
-    expect(recipe.model.dropout).toBe(0.1);
-    const full = await train(recipe);
-    expect(full.error).toBeNull();
-    expect(readFileSync(join(full.dir, 'log.txt'), 'utf8')).toMatch(/train\.graph: steps run as TensorFlow functions on \/job:localhost\/replica:0\/task:0\/device:CPU:0\n/);
-    const stopped = await train(recipe, { stop: stopAfter(5) });
-    const stop = stopped.error as TrainingStopped;
-    expect(stop.step).toBe(5);
-    const resumed = await train(recipe, { resume: stop.checkpointDir, resumeDir: stopped.dir, resumeStep: 5 });
-    expect(resumed.error).toBeNull();
-    expect(maxRelativeDifference(readMetrics(full.dir), readMetrics(stopped.dir))).toBe(0);
-    expect(await finalWeightsDifference(full.dir, stopped.dir)).toBe(0);
-  });
+  if (testBackend() === 'tensorflow')
+    it('tensorflow graph steps with dropout: stop after step 5 + resume reproduces the uninterrupted run bit for bit', async () => {
+      const runs = join(dir, 'runs-graph');
+      const recipe = parseRecipe(tinyRecipeText(setup, runs), join(dir, 'tiny.yaml'));
+      expect(recipe.model.dropout).toBe(0.1);
+      const full = await train(recipe);
+      expect(full.error).toBeNull();
+      expect(readFileSync(join(full.dir, 'log.txt'), 'utf8')).toMatch(
+        /train\.graph: steps run as TensorFlow functions on \/job:localhost\/replica:0\/task:0\/device:CPU:0\n/,
+      );
+      const stopped = await train(recipe, { stop: stopAfter(5) });
+      const stop = stopped.error as TrainingStopped;
+      expect(stop.step).toBe(5);
+      const resumed = await train(recipe, { resume: stop.checkpointDir, resumeDir: stopped.dir, resumeStep: 5 });
+      expect(resumed.error).toBeNull();
+      expect(maxRelativeDifference(readMetrics(full.dir), readMetrics(stopped.dir))).toBe(0);
+      expect(await finalWeightsDifference(full.dir, stopped.dir)).toBe(0);
+    });
 
   it('refuses a recipe that changes the model shape, the attention or the tokenizer, naming what differs', async () => {
     const runs = join(dir, 'runs-refuse');
@@ -153,7 +156,10 @@ describe('exact resume on the cpu backend', () => {
       [['--model.dModel=32'], /model\.dModel: checkpoint 16, recipe 32/],
       [['--model.attention.options.features=16'], /model\.attention\.options: checkpoint \{.*"features":8.*\}, recipe \{.*"features":16/],
       [['--model.attention.name=linear-elu', '--model.attention.options={}'], /model\.attention\.name: checkpoint "performer", recipe "linear-elu"/],
-      [[`--data.tokenizer=${setup.otherTokenizer}`], /tokenizer: checkpoint used .*tokenizer\.json \(sha256 [0-9a-f]{12}…\), recipe's .*tokenizer-other\.json has sha256/],
+      [
+        [`--data.tokenizer=${setup.otherTokenizer}`],
+        /tokenizer: checkpoint used .*tokenizer\.json \(sha256 [0-9a-f]{12}…\), recipe's .*tokenizer-other\.json has sha256/,
+      ],
       // The cursor is a position in the checkpoint's data: other data (even a copy) is a new run, not a resume.
       [[`--data.dataset=${otherData}`], new RegExp(`data\\.dataset: checkpoint "${setup.data}", recipe "${otherData}"`)],
     ];
@@ -172,7 +178,9 @@ describe('exact resume on the cpu backend', () => {
     const text = tinyRecipeText(setup, runs, { lr: 1e30, minLr: 0, warmupSteps: 0, checkpointInterval: 1 });
     const stopRecipe = parseRecipe(text, join(dir, 'tiny.yaml'));
     const stopped = await train(stopRecipe);
-    expect(stopped.error?.message).toMatch(/training diverged at step 2: loss (NaN|Infinity), gradient norm \S+; the update was not applied and the last good checkpoint is .*step-000001/);
+    expect(stopped.error?.message).toMatch(
+      /training diverged at step 2: loss (NaN|Infinity), gradient norm \S+; the update was not applied and the last good checkpoint is .*step-000001/,
+    );
     expect(listCheckpoints(stopped.dir).map((c) => c.step)).toEqual([1]);
 
     const skipRecipe = parseRecipe(text, join(dir, 'tiny.yaml'), ['--train.nanPolicy=skip', '--train.nanSkipLimit=20']);

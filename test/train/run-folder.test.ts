@@ -5,7 +5,20 @@
 // finished by --resume; nanPolicy skip gives up after train.nanSkipLimit dropped updates in a row.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -150,7 +163,7 @@ describe('a run folder is recognised only by the marker its trainer wrote', () =
     expect(readFileSync(join(result.runDir, 'log.txt'), 'utf8')).toContain(`is not inside a run folder (${user} has no ${RUN_MARKER} marker`);
   }, 120_000);
 
-  it("a checkpoint of another run copied into a run folder does not continue there; a run folder of an older version continues in place once marked", async () => {
+  it('a checkpoint of another run copied into a run folder does not continue there; a run folder of an older version continues in place once marked', async () => {
     const a = dirname(dirname(await stoppedRun(join(dir, 'runs-marker-a'))));
     const b = dirname(dirname(await stoppedRun(join(dir, 'runs-marker-b'))));
     cpSync(join(a, 'checkpoints', 'step-000005'), join(b, 'checkpoints', 'step-000007'), { recursive: true });
@@ -159,7 +172,9 @@ describe('a run folder is recognised only by the marker its trainer wrote', () =
     const moved = await quietly(() => runTraining(recipeIn(runs), { resume: join(b, 'checkpoints', 'step-000007') }));
     expect(digest(b)).toEqual(before);
     expect(dirname(moved.runDir)).toBe(runs);
-    expect(readFileSync(join(moved.runDir, 'log.txt'), 'utf8')).toMatch(/is not inside a run folder \(.* belongs to another run: its .slayformer-run id differs/);
+    expect(readFileSync(join(moved.runDir, 'log.txt'), 'utf8')).toMatch(
+      /is not inside a run folder \(.* belongs to another run: its .slayformer-run id differs/,
+    );
 
     // A run folder written before the marker existed: not a run until the user marks it (an empty marker will do).
     rmSync(join(a, RUN_MARKER));
@@ -206,16 +221,22 @@ describe('resumes that fail', () => {
 describe('starts that fail', () => {
   it('an empty train split, or one too short for a batch, is an error before a run folder exists (as an empty validation split is)', async () => {
     const validation = syntheticDocuments(40, 9);
-    for (const [name, train] of [['empty', []], ['blank', ['', '  \n ']], ['short', ['A few words.']]] as const) {
+    for (const [name, train] of [
+      ['empty', []],
+      ['blank', ['', '  \n ']],
+      ['short', ['A few words.']],
+    ] as const) {
       const data = join(dir, `data-train-${name}`);
       await writeDataset(data, { train: [[...train]], validation: [validation] }, 40);
       const runs = join(dir, `runs-train-${name}`);
       const recipe = parseRecipe(tinyRecipeText({ ...setup, data }, runs), join(dir, 'tiny.yaml'));
-      await expect(quietly(() => runTraining(recipe)), name).rejects.toThrow(/the train split gave no batch of 4×16 tokens; a train split with enough text is needed/);
+      await expect(
+        quietly(() => runTraining(recipe)),
+        name,
+      ).rejects.toThrow(/the train split gave no batch of 4×16 tokens; a train split with enough text is needed/);
       expect(runFolders(runs)).toEqual([]);
     }
   });
-
 
   it('a start that fails its checks creates no run folder, frees its model, and a second start in the same process works', async () => {
     const runs = join(dir, 'runs-failing');
@@ -230,7 +251,9 @@ describe('starts that fail', () => {
     writeFileSync(cursorFile, JSON.stringify({ ...JSON.parse(readFileSync(cursorFile, 'utf8')), seqLen: 8 }));
     writeFileSync(join(checkpoint, COMPLETE_MARKER), '2026-01-01T00:00:00.000Z\n'); // a marker of an older version: no checksums
     const tensorsBefore = tf.memory().numTensors;
-    await expect(quietly(() => runTraining(recipeIn(runs), { resume: checkpoint }))).rejects.toThrow(/cursor\.json: the data cursor does not match this stream: seqLen = 8, the stream has 16/);
+    await expect(quietly(() => runTraining(recipeIn(runs), { resume: checkpoint }))).rejects.toThrow(
+      /cursor\.json: the data cursor does not match this stream: seqLen = 8, the stream has 16/,
+    );
     expect(tf.memory().numTensors).toBe(tensorsBefore);
     expect(tf.memory().numTensors).toBe(baseline);
     expect(runFolders(runs)).toEqual([]);
@@ -245,7 +268,9 @@ describe('starts that fail', () => {
     // lr 1e30: the first update moves every weight by ~1e30, so every later step is NaN/Inf.
     const recipe = recipeIn(runs, { lr: 1e30, minLr: 0, warmupSteps: 0, nanPolicy: 'skip', nanSkipLimit: 3 });
     const logger = await RunLogger.create(recipe, { echo: false });
-    await expect(runTraining(recipe, { logger })).rejects.toThrow(/training diverged: 3 updates in a row were dropped \(steps 2–4, the last with loss \S+, gradient norm \S+; train\.nanSkipLimit 3\); the last good checkpoint is .*step-000003/);
+    await expect(runTraining(recipe, { logger })).rejects.toThrow(
+      /training diverged: 3 updates in a row were dropped \(steps 2–4, the last with loss \S+, gradient norm \S+; train\.nanSkipLimit 3\); the last good checkpoint is .*step-000003/,
+    );
     expect(existsSync(join(logger.dir, 'final'))).toBe(false);
     expect(existsSync(join(logger.dir, 'summary.json'))).toBe(false);
   });
@@ -274,7 +299,9 @@ describe('a run that died between its last checkpoint and final/', () => {
     expect(JSON.parse(readFileSync(join(full.runDir, 'summary.json'), 'utf8'))).toMatchObject({ steps: 12, final: 'final' });
     expect(readFileSync(join(full.runDir, 'log.txt'), 'utf8')).toMatch(/it is the last step of the plan: finishing the run/);
 
-    await expect(quietly(() => runTraining(recipe, { resume: last.dir }))).rejects.toThrow(/at step 12, the end of this recipe's 12 steps, and its run finished .*summary\.json\): nothing to resume/);
+    await expect(quietly(() => runTraining(recipe, { resume: last.dir }))).rejects.toThrow(
+      /at step 12, the end of this recipe's 12 steps, and its run finished .*summary\.json\): nothing to resume/,
+    );
   });
 
   it('a resume from a checkpoint moved to another disk and linked back, with keepCheckpoints 1 and a linked final/, leaves both targets whole and says so', async () => {
@@ -291,7 +318,17 @@ describe('a run that died between its last checkpoint and final/', () => {
     symlinkSync(join(elsewhere, 'ckpt'), checkpoint.dir);
     writeFileSync(join(elsewhere, 'final', 'model.safetensors'), 'an earlier final model');
     symlinkSync(join(elsewhere, 'final'), join(runDir, 'final'));
-    const files = (folder: string) => Object.fromEntries(readdirSync(folder).sort().map((f) => [f, createHash('sha256').update(readFileSync(join(folder, f))).digest('hex')]));
+    const files = (folder: string) =>
+      Object.fromEntries(
+        readdirSync(folder)
+          .sort()
+          .map((f) => [
+            f,
+            createHash('sha256')
+              .update(readFileSync(join(folder, f)))
+              .digest('hex'),
+          ]),
+      );
     const before = { ckpt: files(join(elsewhere, 'ckpt')), final: files(join(elsewhere, 'final')) };
 
     const finished = await quietly(() => runTraining(recipe, { resume: checkpoint.dir }));

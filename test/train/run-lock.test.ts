@@ -27,7 +27,7 @@ afterAll(async () => {
 const LOCK = '.slayformer-lock';
 
 describe('the run folder lock', () => {
-  it('is held while a run trains; a second resume is refused naming the holder; a dead holder\'s lock is taken over', async () => {
+  it("is held while a run trains; a second resume is refused naming the holder; a dead holder's lock is taken over", async () => {
     const runs = join(dir, 'runs');
     const recipe = parseRecipe(tinyRecipeText(setup, runs), join(dir, 'tiny.yaml'));
     const seen: unknown[] = [];

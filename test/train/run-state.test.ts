@@ -30,7 +30,15 @@ describe('RunState', () => {
     const saved = first.counters();
     saved.elapsedS = 100;
     const resumed = new RunState(saved);
-    expect(resumed.counters()).toMatchObject({ step: 1, tokens: 32, batchesSeen: 3, trainSeconds: 1, window: { loss: 4, steps: 1, tokens: 32, seconds: 1 }, skippedSteps: 1, consecutiveSkips: 1 });
+    expect(resumed.counters()).toMatchObject({
+      step: 1,
+      tokens: 32,
+      batchesSeen: 3,
+      trainSeconds: 1,
+      window: { loss: 4, steps: 1, tokens: 32, seconds: 1 },
+      skippedSteps: 1,
+      consecutiveSkips: 1,
+    });
     expect(resumed.elapsed()).toBeGreaterThanOrEqual(100);
     // The saved window is a copy: moving the resumed state leaves the checkpoint's record as it was.
     resumed.stepped(step(1), 32, 1);

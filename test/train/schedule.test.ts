@@ -16,7 +16,7 @@ describe('learning-rate schedule', () => {
     expect(learningRate(10, o)).toBeCloseTo(1e-3, 15);
     expect(learningRate(60, o)).toBeCloseTo((1e-3 + 1e-4) / 2, 15);
     // step 85: p = 0.75 → minLr + (lr − minLr)(1 + cos(3π/4))/2
-    expect(learningRate(85, o)).toBeCloseTo(1e-4 + 9e-4 * (1 - Math.SQRT1_2) / 2, 15);
+    expect(learningRate(85, o)).toBeCloseTo(1e-4 + (9e-4 * (1 - Math.SQRT1_2)) / 2, 15);
     expect(learningRate(109, o)).toBeGreaterThan(1e-4);
     expect(learningRate(110, o)).toBe(1e-4);
     expect(learningRate(500, o)).toBe(1e-4);
@@ -54,4 +54,3 @@ describe('warm-up of a run', () => {
     expect(learningRate(9, { lr: 1, minLr: 0.1, schedule: 'cosine', warmupSteps: short.steps, totalSteps: 10 })).toBeCloseTo(0.1, 15);
   });
 });
-

@@ -17,7 +17,19 @@ beforeAll(async () => {
   await initBackend('cpu', { quiet: true });
 });
 
-const config = { kind: 'gpt' as const, vocabSize: 32, dModel: 16, numHeads: 2, numLayers: 1, mlpRatio: 4, maxSeqLen: 8, dropout: 0, bias: true, attention: { name: 'softmax', options: {} }, seed: 3 };
+const config = {
+  kind: 'gpt' as const,
+  vocabSize: 32,
+  dModel: 16,
+  numHeads: 2,
+  numLayers: 1,
+  mlpRatio: 4,
+  maxSeqLen: 8,
+  dropout: 0,
+  bias: true,
+  attention: { name: 'softmax', options: {} },
+  seed: 3,
+};
 
 /** A context on a GPT, which the test disposes. */
 type GptContext = StepExecutorContext & { model: LanguageModel };
@@ -97,4 +109,3 @@ it('op-by-op and two worker replicas take the same steps to float rounding, with
   reference.weights.forEach((w, i) => (worst = Math.max(worst, Math.abs(w - replicated.weights[i]))));
   expect(worst).toBeLessThan(1e-5);
 });
-

@@ -58,7 +58,11 @@ describe.skipIf(!hasScript)(hasScript ? 'train on a terminal' : 'train on a term
     expect(log).toMatch(/Z step 2\/12 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /);
 
     const pipedRuns = join(dir, 'runs-piped');
-    const piped = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', await writeTinyRecipe(join(dir, 'piped.yaml'), setup, pipedRuns, { checkpointInterval: 0 })], { encoding: 'utf8', timeout: 120_000 });
+    const piped = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/train.ts', await writeTinyRecipe(join(dir, 'piped.yaml'), setup, pipedRuns, { checkpointInterval: 0 })],
+      { encoding: 'utf8', timeout: 120_000 },
+    );
     expect(piped.status, piped.stderr).toBe(0);
     expect(piped.stdout).not.toMatch(/█|\x1b/);
     expect(piped.stdout).toMatch(/^compiling the first steps…/m);

@@ -36,7 +36,13 @@ function randomBatch(rng: Rng, kind: 'gpt' | 'bert', b: number, l: number, vocab
   const labels = Int32Array.from({ length: b * l }, (_, i) => (kind === 'bert' && i > 0 && rng.uniform() < 0.6 ? -100 : rng.int(vocab)));
   const tokens = labels.filter((x) => x !== -100).length;
   return {
-    kind, batchSize: b, seqLen: l, inputIds, labels, tokens, bytes: 3 * tokens,
+    kind,
+    batchSize: b,
+    seqLen: l,
+    inputIds,
+    labels,
+    tokens,
+    bytes: 3 * tokens,
     attentionMask: kind === 'bert' ? new Float32Array(b * l).fill(1) : undefined,
   };
 }
@@ -48,8 +54,17 @@ describe('no tensor leaks', () => {
   ] as const) {
     it(`${kind}/${attention}: numTensors stays flat over 22 train steps (dropout, accumulation, redraws) and evaluations`, async () => {
       const model = createLanguageModel({
-        kind, vocabSize: 17, maxSeqLen: 6, dModel: 8, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0.1, bias: true,
-        attention: { name: attention, options }, seed: 1,
+        kind,
+        vocabSize: 17,
+        maxSeqLen: 6,
+        dModel: 8,
+        numLayers: 2,
+        numHeads: 2,
+        mlpRatio: 2,
+        dropout: 0.1,
+        bias: true,
+        attention: { name: attention, options },
+        seed: 1,
       });
       const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
       const rng = new Rng(2);
@@ -115,10 +130,20 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
     expect(result.finalVal.bpb).toBeCloseTo((result.finalVal.loss * result.finalVal.tokens) / (Math.LN2 * result.finalVal.bytes), 6);
     expect(result.finalVal.tokens).toBeGreaterThanOrEqual(256);
     // The log says what the evaluation reads: its labelled tokens, drawn across the split, and how many documents.
-    expect(lines).toContainEqual(expect.stringMatching(/^validation: [\d,]+ labelled tokens drawn across the validation split \(train\.evalSample: spread\), from \d+ documents$/));
+    expect(lines).toContainEqual(
+      expect.stringMatching(/^validation: [\d,]+ labelled tokens drawn across the validation split \(train\.evalSample: spread\), from \d+ documents$/),
+    );
     expect(lines).toContainEqual(expect.stringMatching(/^val {3}step 20: .* \(\d+ tokens of \d+ documents\)$/));
-    expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s( \| host reads \d+ values\/step)? \| ETA /.test(l))).toBe(true);
-    expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /.test(l))).toBe(true);
+    expect(
+      lines.some((l) =>
+        /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s( \| host reads \d+ values\/step)? \| ETA /.test(
+          l,
+        ),
+      ),
+    ).toBe(true);
+    expect(lines.some((l) => /^step 5\/20 \| epoch [\d.]+% \| loss [\d.]+ \| ppl [\d.]+ \| lr [\d.e+-]+ \| grad [\d.]+ \| [\d,]+ tok\/s \| ETA /.test(l))).toBe(
+      true,
+    );
     // The sizes of a step are labelled; a constant (the host's reads per step, on the native backend) is said once.
     expect(lines.find((l) => l.startsWith('model '))).toMatch(/; 20 steps of 128 tokens \(batchSize 4 × gradAccum 2 × seqLen 16; epoch /);
     expect(lines.filter((l) => l.includes('host reads')).length).toBe(currentDevice().native ? 1 : 0);
@@ -163,7 +188,9 @@ train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 5, evalTokens: 12
       const records: MetricRecord[] = [];
       const lines: string[] = [];
       const recipe = parseRecipe(recipeText, join(dir, 'dp.yaml'), [`--train.dataParallel=${replicas}`]);
-      await runTraining(recipe, { logger: { dir: join(dir, 'runs-dp', `r${replicas}`), log: (r) => records.push(r), line: (t) => lines.push(t), finish: async () => {} } });
+      await runTraining(recipe, {
+        logger: { dir: join(dir, 'runs-dp', `r${replicas}`), log: (r) => records.push(r), line: (t) => lines.push(t), finish: async () => {} },
+      });
       return { records, lines };
     };
     const single = await run(1);
@@ -178,8 +205,7 @@ train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 5, evalTokens: 12
 });
 
 describe('train CLI', () => {
-  const cli = (...args: string[]) =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', ...args], { encoding: 'utf8', timeout: 120_000 });
+  const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', ...args], { encoding: 'utf8', timeout: 120_000 });
 
   it('--dry-run of a GPU recipe works without its dataset and tokenizer', () => {
     const r = cli('recipes/gpu/gpt2-small-slay.yaml', '--dry-run', '--data.dataset=/nonexistent/c4', '--data.tokenizer=/nonexistent/tokenizer.json');
@@ -190,9 +216,17 @@ describe('train CLI', () => {
     expect(r.stdout).toMatch(/memory {6}≈ [\d,]+ MiB/);
     expect(r.stdout).not.toMatch(/warning/);
     // Shortened to 100 optimizer steps, its 2,000 warm-up steps are warned about.
-    const short = cli('recipes/gpu/gpt2-small-slay.yaml', '--dry-run', '--data.dataset=/nonexistent/c4', '--data.tokenizer=/nonexistent/tokenizer.json', '--train.maxTokens=6553600');
+    const short = cli(
+      'recipes/gpu/gpt2-small-slay.yaml',
+      '--dry-run',
+      '--data.dataset=/nonexistent/c4',
+      '--data.tokenizer=/nonexistent/tokenizer.json',
+      '--train.maxTokens=6553600',
+    );
     expect(short.stdout).toMatch(/steps {7}100 optimizer steps of 65,536 tokens \(batchSize \d+ × gradAccum \d+ × seqLen 1024; train\.maxTokens 6,553,600\)/);
-    expect(short.stdout).toMatch(/warning {5}warm-up of 2000 steps \(train\.warmupSteps 2000\) is 2000% of the run's 100 steps: the run ends before the learning rate reaches train\.lr/);
+    expect(short.stdout).toMatch(
+      /warning {5}warm-up of 2000 steps \(train\.warmupSteps 2000\) is 2000% of the run's 100 steps: the run ends before the learning rate reaches train\.lr/,
+    );
   });
 
   it('a bad recipe value prints the message naming the key and exits 2 without a stack trace', () => {

@@ -24,11 +24,35 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 describe.skipIf(!available)('the offline GPU archive', () => {
   it('builds under 60 MB, and xla-run.py unpacks it and trains from it on jax CPU with the recorded CPU losses', () => {
     const archive = join(dir, 'slayformer-xla.tar.xz');
-    const build = spawnSync(process.execPath, ['--import', 'tsx', 'bench/xla-archive.ts', '--out', archive, '--models', 'demo', '--cpu-steps', '1', '--train-steps', '2', '--stage', join(dir, 'stage'), '--xz-level', '0'], { encoding: 'utf8' });
+    const build = spawnSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'bench/xla-archive.ts',
+        '--out',
+        archive,
+        '--models',
+        'demo',
+        '--cpu-steps',
+        '1',
+        '--train-steps',
+        '2',
+        '--stage',
+        join(dir, 'stage'),
+        '--xz-level',
+        '0',
+      ],
+      { encoding: 'utf8' },
+    );
     expect(build.status, build.stderr).toBe(0);
     expect(statSync(archive).size).toBeLessThanOrEqual(60e6);
     const out = join(dir, 'results');
-    const run = spawnSync(venvPython(), [join(dir, 'xla-run.py'), '--archive', archive, '--dir', join(dir, 'unpacked'), '--out', out, '--steps', '1', '--warmup', '1', '--train-steps', '2'], { encoding: 'utf8', env: { ...process.env, SLAYFORMER_XLA_PLATFORM: 'cpu' } });
+    const run = spawnSync(
+      venvPython(),
+      [join(dir, 'xla-run.py'), '--archive', archive, '--dir', join(dir, 'unpacked'), '--out', out, '--steps', '1', '--warmup', '1', '--train-steps', '2'],
+      { encoding: 'utf8', env: { ...process.env, SLAYFORMER_XLA_PLATFORM: 'cpu' } },
+    );
     expect(run.status, run.stderr + run.stdout).toBe(0);
     expect(run.stdout).toMatch(/^unpacking /m);
     const results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as { runs: Array<Record<string, unknown>> };
@@ -36,7 +60,11 @@ describe.skipIf(!available)('the offline GPU archive', () => {
     expect(demo.losses).toHaveLength(2);
     expect(demo.path).toBe('portable artifact');
     expect(demo.maxLossDifference).toBeLessThan(1e-5);
-    const trained = results.runs.find((r) => Array.isArray(r.metrics)) as { metrics: Array<{ split: string; step: number; loss: number }>; cpu: Array<{ split: string; step: number; loss: number }>; error?: string };
+    const trained = results.runs.find((r) => Array.isArray(r.metrics)) as {
+      metrics: Array<{ split: string; step: number; loss: number }>;
+      cpu: Array<{ split: string; step: number; loss: number }>;
+      error?: string;
+    };
     expect(trained.error).toBeUndefined();
     const train = trained.metrics.filter((m) => m.split === 'train');
     expect(train.map((m) => m.step)).toEqual(trained.cpu.filter((m) => m.split === 'train').map((m) => m.step));

@@ -32,7 +32,19 @@ if (!available) console.log(`[xla-executor] skipped: needs the tensorflow backen
 const STEPS = 3;
 
 function tinyModel(attention: string, kind: 'gpt' | 'bert'): LanguageModel {
-  return createLanguageModel({ kind, vocabSize: 61, maxSeqLen: 16, dModel: 16, numLayers: 2, numHeads: 2, mlpRatio: 4, dropout: 0, bias: true, attention: { name: attention, options: {} }, seed: 4 });
+  return createLanguageModel({
+    kind,
+    vocabSize: 61,
+    maxSeqLen: 16,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 4,
+    dropout: 0,
+    bias: true,
+    attention: { name: attention, options: {} },
+    seed: 4,
+  });
 }
 
 function stepsOf(kind: 'gpt' | 'bert'): ModelBatch[][] {
@@ -97,7 +109,9 @@ describe('choosing the xla executor', () => {
     try {
       const context = { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1 };
       expect(chooseStepExecutor('auto', context).name).not.toBe('xla');
-      expect(() => chooseStepExecutor('xla', context)).toThrow(/^train\.executor xla: (no Python with jax for its runner \(npm run setup:xla|its programs are recorded on the tensorflow backend \(this run's is cpu\); or train from programs compiled ahead of time: \$SLAYFORMER_XLA_PROGRAMS)/);
+      expect(() => chooseStepExecutor('xla', context)).toThrow(
+        /^train\.executor xla: (no Python with jax for its runner \(npm run setup:xla|its programs are recorded on the tensorflow backend \(this run's is cpu\); or train from programs compiled ahead of time: \$SLAYFORMER_XLA_PROGRAMS)/,
+      );
       if (isXlaSetUp()) {
         const empty = mkdtempSync(join(tmpdir(), 'slay-xla-empty-'));
         process.env[XLA_PROGRAMS_ENV] = empty;

@@ -67,26 +67,42 @@ describe.skipIf(!available)('training runs with the xla executor', () => {
   it('npm run compile, then a run from the compiled programs with no TensorFlow backend, equals the recorded run', async () => {
     const recipeFile = join(dir, 'compiled.yaml');
     // Dropout off: the recorded run and the compiled one then draw nothing, and their losses must agree.
-    await writeFile(recipeFile, tinyRecipeText(setup, join(dir, 'runs-compiled'), { executor: 'xla' }).replace('dropout: 0.1', 'dropout: 0').replace('backend: cpu', 'backend: tensorflow'));
+    await writeFile(
+      recipeFile,
+      tinyRecipeText(setup, join(dir, 'runs-compiled'), { executor: 'xla' })
+        .replace('dropout: 0.1', 'dropout: 0')
+        .replace('backend: cpu', 'backend: tensorflow'),
+    );
     const programs = join(dir, 'programs');
-    const node = (args: string[], env: Record<string, string> = {}) => spawnSync(process.execPath, ['--import', 'tsx', ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
+    const node = (args: string[], env: Record<string, string> = {}) =>
+      spawnSync(process.execPath, ['--import', 'tsx', ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
     const compiled = node(['src/cli/compile.ts', recipeFile, '--out', programs]);
     expect(compiled.status, compiled.stderr).toBe(0);
     expect(readdirSync(programs)).toContain('manifest.json');
     const recorded = await train(parseRecipe(await import('node:fs').then((fs) => fs.readFileSync(recipeFile, 'utf8')), recipeFile));
     expect(recorded.error).toBeNull();
     // The child cannot load the native backend (its package is hidden) and runs on cpu, from the programs alone.
-    const run = node(['--require', './test/helpers/no-tfjs-node.cjs', 'src/cli/train.ts', recipeFile, '--backend', 'cpu'], { SLAYFORMER_XLA_PROGRAMS: programs });
+    const run = node(['--require', './test/helpers/no-tfjs-node.cjs', 'src/cli/train.ts', recipeFile, '--backend', 'cpu'], {
+      SLAYFORMER_XLA_PROGRAMS: programs,
+    });
     expect(run.status, run.stderr + run.stdout).toBe(0);
     expect(run.stdout).toMatch(/train\.executor xla: steps as XLA programs on jax .* programs compiled ahead of time/);
-    const runs = readdirSync(join(dir, 'runs-compiled')).map((d) => join(dir, 'runs-compiled', d)).filter((d) => d !== recorded.dir);
+    const runs = readdirSync(join(dir, 'runs-compiled'))
+      .map((d) => join(dir, 'runs-compiled', d))
+      .filter((d) => d !== recorded.dir);
     expect(runs).toHaveLength(1);
     expect(losses(runs[0])).toEqual(losses(recorded.dir));
   });
 
-  it('Ctrl-C to the process group: the step finishes, the checkpoint holds the jax process\'s state, exit 130', async () => {
+  it("Ctrl-C to the process group: the step finishes, the checkpoint holds the jax process's state, exit 130", async () => {
     const recipeFile = join(dir, 'sigint.yaml');
-    await writeFile(recipeFile, tinyRecipeText(setup, join(dir, 'runs-sigint'), { executor: 'xla', maxTokens: 7680, checkpointInterval: 1000 }).replace('backend: cpu', 'backend: tensorflow'));
+    await writeFile(
+      recipeFile,
+      tinyRecipeText(setup, join(dir, 'runs-sigint'), { executor: 'xla', maxTokens: 7680, checkpointInterval: 1000 }).replace(
+        'backend: cpu',
+        'backend: tensorflow',
+      ),
+    );
     // Its own process group, as a terminal's foreground job: the signal reaches Node and the runner alike.
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/train.ts', recipeFile], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let text = '';

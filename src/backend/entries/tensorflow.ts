@@ -11,7 +11,12 @@ export const tensorflowBackend: BackendEntry<'tensorflow'> = {
   priority: 30,
   probe(machine) {
     const build = machine.nativeBuild();
-    if (build) return this.describe({ source: `.cache/tensorflow (TensorFlow ${build.tensorflow}, ${build.gpu ? 'GPU' : 'CPU'} build)`, graphSteps: true, gpu: build.gpu });
+    if (build)
+      return this.describe({
+        source: `.cache/tensorflow (TensorFlow ${build.tensorflow}, ${build.gpu ? 'GPU' : 'CPU'} build)`,
+        graphSteps: true,
+        gpu: build.gpu,
+      });
     const pkg = machine.nativePackage();
     // A stock tfjs-node binding has no TensorFlow functions (tf-graph.ts).
     return pkg ? this.describe({ source: pkg.name, graphSteps: false, gpu: pkg.gpu }) : undefined;
@@ -23,7 +28,11 @@ export const tensorflowBackend: BackendEntry<'tensorflow'> = {
     await selectTfBackend('tensorflow');
     // What loaded, as the binding reports it: a GPU build on a host without a GPU computes on the CPU.
     const info = tensorflowInfo();
-    return this.describe({ source: `${info.package} (TensorFlow ${info.tensorflow}, ${info.gpu ? 'GPU' : 'CPU'})`, graphSteps: graphsAvailable(), gpu: info.gpu });
+    return this.describe({
+      source: `${info.package} (TensorFlow ${info.tensorflow}, ${info.gpu ? 'GPU' : 'CPU'})`,
+      graphSteps: graphsAvailable(),
+      gpu: info.gpu,
+    });
   },
   describe: (facts: DeviceFacts = {}) => ({
     backend: 'tensorflow',

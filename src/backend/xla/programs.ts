@@ -37,7 +37,18 @@ export interface ExportedProgram {
 
 export function programHash(spec: ProgramSpec): string {
   const h = createHash('sha256');
-  h.update(JSON.stringify({ format: EXPORT_FORMAT, pins: XLA_PINS, feeds: spec.feeds, fetches: spec.fetches, inputs: spec.inputs, outputs: spec.outputs, extra: spec.extraInputs ?? [], guard: spec.guard ?? null }));
+  h.update(
+    JSON.stringify({
+      format: EXPORT_FORMAT,
+      pins: XLA_PINS,
+      feeds: spec.feeds,
+      fetches: spec.fetches,
+      inputs: spec.inputs,
+      outputs: spec.outputs,
+      extra: spec.extraInputs ?? [],
+      guard: spec.guard ?? null,
+    }),
+  );
   h.update(spec.graphDef);
   return h.digest('hex');
 }
@@ -53,14 +64,28 @@ export function exportPrograms(specs: readonly ProgramSpec[], cache = PROGRAM_CA
     fs.mkdirSync(cache, { recursive: true });
     const programs = unique.map(({ spec, base }) => {
       fs.writeFileSync(`${base}.pb`, spec.graphDef);
-      return { graphdef: `${base}.pb`, feeds: spec.feeds, fetches: spec.fetches, inputs: spec.inputs, outputs: spec.outputs, extraInputs: spec.extraInputs ?? [], guard: spec.guard ?? null, out: base };
+      return {
+        graphdef: `${base}.pb`,
+        feeds: spec.feeds,
+        fetches: spec.fetches,
+        inputs: spec.inputs,
+        outputs: spec.outputs,
+        extraInputs: spec.extraInputs ?? [],
+        guard: spec.guard ?? null,
+        out: base,
+      };
     });
     const job = path.join(cache, `job-${process.pid}-${Date.now()}.json`);
     fs.writeFileSync(job, JSON.stringify({ programs }));
     try {
       const run = spawnSync(python, [EXPORT_SCRIPT, job], { encoding: 'utf8', env: { ...process.env, TF_CPP_MIN_LOG_LEVEL: '2' }, maxBuffer: 64 << 20 });
       if (run.status !== 0) {
-        const tail = (run.stderr || run.error?.message || '').trim().split('\n').filter((l) => l.trim()).slice(-4).join(' | ');
+        const tail = (run.stderr || run.error?.message || '')
+          .trim()
+          .split('\n')
+          .filter((l) => l.trim())
+          .slice(-4)
+          .join(' | ');
         throw new Error(`XLA export (${EXPORT_SCRIPT}) failed: ${tail}`);
       }
     } finally {

@@ -55,7 +55,12 @@ export class XlaRunner {
       this.stderrTail = (this.stderrTail + chunk.toString()).slice(-4000);
     });
     child.on('exit', (code, signal) => {
-      const lines = this.stderrTail.trim().split('\n').filter((l) => l.trim()).slice(-3).join(' | ');
+      const lines = this.stderrTail
+        .trim()
+        .split('\n')
+        .filter((l) => l.trim())
+        .slice(-3)
+        .join(' | ');
       this.exited = new Error(`xla runner (${RUNNER_SCRIPT}) exited (${signal ?? `code ${code}`})${lines ? `: ${lines}` : ''}`);
       for (const p of this.pending.splice(0)) p.reject(this.exited);
     });
@@ -97,7 +102,9 @@ export class XlaRunner {
       if (this.buffered.length < 4) return;
       const length = this.buffered.readUInt32LE(0);
       if (this.buffered.length < 4 + length) return;
-      const header = JSON.parse(this.buffered.subarray(4, 4 + length).toString()) as Record<string, unknown> & { arrays?: Array<{ dtype: ArrayDtype; shape: number[] }> };
+      const header = JSON.parse(this.buffered.subarray(4, 4 + length).toString()) as Record<string, unknown> & {
+        arrays?: Array<{ dtype: ArrayDtype; shape: number[] }>;
+      };
       const specs = header.arrays ?? [];
       const total = specs.reduce((n, s) => n + elements(s.shape) * ITEM_BYTES[s.dtype], 0);
       if (this.buffered.length < 4 + length + total) return;

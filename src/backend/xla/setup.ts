@@ -62,7 +62,10 @@ export function setupXla(options: { python: string; log: (line: string) => void 
   }
   const wheels = [`tensorflow-cpu==${XLA_PINS.tensorflow}`, `jax==${XLA_PINS.jax}`, `jaxlib==${XLA_PINS.jaxlib}`];
   log(`setup:xla: pip install ${wheels.join(' ')} into ${path.relative(PROJECT_ROOT, XLA_VENV)}`);
-  const pip = spawnSync(venvPython(), ['-m', 'pip', 'install', '--retries', '1', '--timeout', '15', ...wheels], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const pip = spawnSync(venvPython(), ['-m', 'pip', 'install', '--retries', '1', '--timeout', '15', ...wheels], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   if (pip.status !== 0) {
     const missing = /No matching distribution found for (\S+)/.exec(pip.stderr)?.[1];
     throw new XlaSetupError(missing ? `pip cannot get ${missing} (no mirror or network has it)` : `pip install failed: ${lastLine(pip.stderr)}`);
@@ -74,5 +77,11 @@ export function setupXla(options: { python: string; log: (line: string) => void 
 }
 
 function lastLine(text: string | null): string {
-  return (text ?? '').trim().split('\n').filter((l) => l.trim()).pop() ?? 'no output';
+  return (
+    (text ?? '')
+      .trim()
+      .split('\n')
+      .filter((l) => l.trim())
+      .pop() ?? 'no output'
+  );
 }

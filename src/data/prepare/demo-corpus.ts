@@ -22,7 +22,10 @@ export function sotuDataDir(): string {
 }
 
 export async function* sotuDocuments(dataDir: string): AsyncGenerator<SourceDocument> {
-  const files = fs.readdirSync(dataDir).filter((f) => /^\d{4}_.+\.json$/.test(f)).sort();
+  const files = fs
+    .readdirSync(dataDir)
+    .filter((f) => /^\d{4}_.+\.json$/.test(f))
+    .sort();
   if (files.length === 0) throw new InputError(`${dataDir}: no State of the Union JSON files found`);
   for (const name of files) {
     const file = path.join(dataDir, name);

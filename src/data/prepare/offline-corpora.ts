@@ -105,7 +105,10 @@ export function offlineCorporaDescription(names: readonly string[], keepOrder = 
 
 /** What each named corpus is, its package and its licence, in one line. */
 export function offlineCorporaSources(names: readonly string[]): string {
-  return names.map(offlineCorpus).map((c) => `${c.title} (npm package ${c.package}; ${c.licence})`).join('; ');
+  return names
+    .map(offlineCorpus)
+    .map((c) => `${c.title} (npm package ${c.package}; ${c.licence})`)
+    .join('; ');
 }
 
 /**

@@ -87,10 +87,7 @@ function checkFraction(fraction: number): void {
  * one split would end up empty, it can move there: with a fraction in (0, 1) and at least two
  * documents both splits are non-empty.
  */
-export async function writeSplitDataset(
-  documents: AsyncIterable<SourceDocument>,
-  options: WriteDatasetOptions,
-): Promise<Omit<PrepareSummary, 'inputFiles'>> {
+export async function writeSplitDataset(documents: AsyncIterable<SourceDocument>, options: WriteDatasetOptions): Promise<Omit<PrepareSummary, 'inputFiles'>> {
   const { out, textColumn, extraColumns, validationFraction, seed, shardSize } = options;
   checkFraction(validationFraction);
   checkOutput(out, options.overwrite);
@@ -118,7 +115,10 @@ export async function writeSplitDataset(
     }
     const total = (s: Split) => writers[s].rows + (held[s] ? 1 : 0);
     if (validationFraction > 0) {
-      for (const [empty, full] of [['validation', 'train'], ['train', 'validation']] as const) {
+      for (const [empty, full] of [
+        ['validation', 'train'],
+        ['train', 'validation'],
+      ] as const) {
         if (total(empty) === 0 && total(full) >= 2) {
           held[empty] = held[full];
           held[full] = null;
@@ -176,7 +176,12 @@ export async function prepareDataset(options: PrepareOptions): Promise<PrepareSu
   }
   const seed = options.seed ?? 0;
   const keepOrder = options.keepOrder ?? false;
-  const ordered = orderDocuments(allDocuments(), { seed, keepOrder, estimatedBytes: estimatedTextBytes(files), workDir: `${options.out}.order-${process.pid}` });
+  const ordered = orderDocuments(allDocuments(), {
+    seed,
+    keepOrder,
+    estimatedBytes: estimatedTextBytes(files),
+    workDir: `${options.out}.order-${process.pid}`,
+  });
   const summary = await writeSplitDataset(ordered.documents, {
     out: options.out,
     textColumn,
@@ -232,11 +237,7 @@ const SYNTHETIC_WORDS = (() => {
  * batches, `huggingface` metadata) with at least `megabytes` MB of pseudo-English text, for
  * throughput benchmarks. Deterministic for a seed.
  */
-export async function generateSyntheticShard(
-  file: string,
-  megabytes: number,
-  seed: number,
-): Promise<{ rows: number; textBytes: number }> {
+export async function generateSyntheticShard(file: string, megabytes: number, seed: number): Promise<{ rows: number; textBytes: number }> {
   if (!(megabytes > 0)) throw new Error(`generateSyntheticShard: megabytes must be positive, got ${megabytes}`);
   const rng = new Rng(deriveSeed(seed, 'synthetic-shard'));
   const writer = new ArrowShardWriter(file, ['text', 'timestamp', 'url'], 'text');

@@ -26,7 +26,9 @@ function notPrepared(out: string): string | null {
     if (!TOP_LEVEL.has(entry.name)) foreign.push(entry.name);
     else if ((SPLITS as readonly string[]).includes(entry.name)) {
       if (!entry.isDirectory()) foreign.push(entry.name);
-      else for (const f of fs.readdirSync(path.join(out, entry.name), { withFileTypes: true })) if (!f.isFile() || !SPLIT_FILE.test(f.name)) foreign.push(`${entry.name}/${f.name}`);
+      else
+        for (const f of fs.readdirSync(path.join(out, entry.name), { withFileTypes: true }))
+          if (!f.isFile() || !SPLIT_FILE.test(f.name)) foreign.push(`${entry.name}/${f.name}`);
     } else if (!entry.isFile()) foreign.push(entry.name);
   }
   return foreign.length > 0 ? `it holds ${foreign.slice(0, 5).join(', ')}, which prepare does not write` : null;

@@ -70,7 +70,10 @@ const SMALLEST_NORMAL = 2 ** -126;
  * cached: sizes vary with segments and decoding blocks.
  */
 const lowerTriangle = (n: number, strict: boolean, inside: number, outside: number) =>
-  tf.tensor2d(Float32Array.from({ length: n * n }, (_, e) => (e % n <= Math.floor(e / n) - (strict ? 1 : 0) ? inside : outside)), [n, n]);
+  tf.tensor2d(
+    Float32Array.from({ length: n * n }, (_, e) => (e % n <= Math.floor(e / n) - (strict ? 1 : 0) ? inside : outside)),
+    [n, n],
+  );
 /** The causal 0/1 mask. */
 const lowerOnes = (n: number, strict = false) => lowerTriangle(n, strict, 1, 0);
 /** Added before a maximum over j: a masked maximum. */
@@ -127,12 +130,33 @@ interface CausalScales {
   delta: tf.Tensor4D;
 }
 
-function causalScales(queryShift: tf.Tensor4D, keyShift: tf.Tensor4D, carryShift: tf.Tensor4D | undefined, c: number, chunks: number, delta: number): CausalScales {
+function causalScales(
+  queryShift: tf.Tensor4D,
+  keyShift: tf.Tensor4D,
+  carryShift: tf.Tensor4D | undefined,
+  c: number,
+  chunks: number,
+  delta: number,
+): CausalScales {
   return untaped(() => {
     const [b, h, s] = keyShift.shape;
     const bh = b * h;
     const padded = chunks * c;
-    const keys = tf.reshape(padded === s ? keyShift : tf.pad(keyShift, [[0, 0], [0, 0], [0, padded - s], [0, 0]], EMPTY_SHIFT), [bh * chunks, 1, c]);
+    const keys = tf.reshape(
+      padded === s
+        ? keyShift
+        : tf.pad(
+            keyShift,
+            [
+              [0, 0],
+              [0, 0],
+              [0, padded - s],
+              [0, 0],
+            ],
+            EMPTY_SHIFT,
+          ),
+      [bh * chunks, 1, c],
+    );
     const within = tf.max(tf.add(keys, lowerShifts(c)), -1, true); // [N, C, 1]: max of c_j over j ≤ i in the chunk
     const chunkMax = tf.reshape(tf.slice(tf.reshape(within, [bh, chunks, c]), [0, 0, c - 1], [bh, chunks, 1]), [bh, 1, chunks]); // b_m
     const incoming = carryShift ? tf.reshape(carryShift, [bh, 1, 1]) : tf.fill([bh, 1, 1], EMPTY_SHIFT);
@@ -187,7 +211,17 @@ export function causalSegment(
   const bh = b * h;
   // Zero-padding at the end is harmless: padded keys come after every real query.
   const cut = (x: tf.Tensor4D) =>
-    tf.reshape(padded === s ? x : tf.pad(x, [[0, 0], [0, 0], [0, padded - s], [0, 0]]), [bh * chunks, c, x.shape[3]]) as tf.Tensor3D;
+    tf.reshape(
+      padded === s
+        ? x
+        : tf.pad(x, [
+            [0, 0],
+            [0, 0],
+            [0, padded - s],
+            [0, 0],
+          ]),
+      [bh * chunks, c, x.shape[3]],
+    ) as tf.Tensor3D;
   const values = cut(withOnes(v));
   const scales = k.shift ? causalScales(q.shift!, k.shift, carry?.shift, c, chunks, norm.delta ?? 0) : null;
 

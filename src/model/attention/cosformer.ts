@@ -50,7 +50,9 @@ registerAttention('cosformer', {
     // Features of positions start … start+L−1 in sequences of totalLength positions.
     const maps = (totalLength: number): FeatureMaps => {
       if (fixedLength > 0 && totalLength > fixedLength) {
-        throw new Error(`attention 'cosformer': sequence length ${totalLength} exceeds option 'reweightLength' = ${fixedLength}; use a length ≤ ${fixedLength} or a larger reweightLength`);
+        throw new Error(
+          `attention 'cosformer': sequence length ${totalLength} exceeds option 'reweightLength' = ${fixedLength}; use a length ≤ ${fixedLength} or a larger reweightLength`,
+        );
       }
       const m = fixedLength > 0 ? fixedLength : totalLength;
       const side = (x: tf.Tensor4D, start: number) => {
@@ -59,9 +61,10 @@ registerAttention('cosformer', {
         const weights = (f: (a: number) => number) => tf.tensor4d(angles.map(f), [1, 1, length, 1]);
         // Whole sequences reuse their weights (kept until dispose); decoding steps (one position)
         // make theirs inside the caller's tidy, so the cache does not grow with every position.
-        const [sin, cos] = start === 0 && length > 1
-          ? [constants.get(`sin${length}/${m}`, () => weights(Math.sin)), constants.get(`cos${length}/${m}`, () => weights(Math.cos))]
-          : [weights(Math.sin), weights(Math.cos)];
+        const [sin, cos] =
+          start === 0 && length > 1
+            ? [constants.get(`sin${length}/${m}`, () => weights(Math.sin)), constants.get(`cos${length}/${m}`, () => weights(Math.cos))]
+            : [weights(Math.sin), weights(Math.cos)];
         const positive = tf.relu(x);
         return { features: tf.concat([tf.mul(positive, sin), tf.mul(positive, cos)], 3) as tf.Tensor4D };
       };

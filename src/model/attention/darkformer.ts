@@ -101,7 +101,8 @@ registerAttention('darkformer', {
       return namedVariable(config.scope, 'covarianceFactor', tf.tile(tf.expandDims(identityRows, 0), [numHeads, 1, 1]), true);
     });
     const kernelInputs = (x: tf.Tensor4D) => dataAlignedInputs(x, covarianceFactor);
-    const weights = options.dataInit === 'variance-optimal' ? new ImportanceWeights('darkformer', { ...config, numHeads }, options, projection.variable, kernelInputs) : null;
+    const weights =
+      options.dataInit === 'variance-optimal' ? new ImportanceWeights('darkformer', { ...config, numHeads }, options, projection.variable, kernelInputs) : null;
     const maps = favorFeatureMaps(projection.variable, 1, kernelInputs, weights?.variable);
     const methods = featureMapMethods('darkformer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
 
@@ -109,7 +110,10 @@ registerAttention('darkformer', {
       if (rank !== headDim) {
         throw new Error(`darkformer.initializeFromData: whitening needs option 'rank' = headDim = ${headDim} (got ${rank})`);
       }
-      for (const [label, t] of [['q', q], ['k', k]] as const) {
+      for (const [label, t] of [
+        ['q', q],
+        ['k', k],
+      ] as const) {
         if (t.rank !== 4 || t.shape[1] !== numHeads || t.shape[3] !== headDim) {
           throw new Error(`darkformer.initializeFromData: ${label} must be [batch, ${numHeads}, length, ${headDim}] (got [${t.shape.join(', ')}])`);
         }
@@ -155,7 +159,9 @@ registerAttention('darkformer', {
         return projection.drawIndex;
       },
       initializeFromData,
-      ...(options.init === 'whitening' ? { dataInit: { trigger: "init 'whitening'", fills: { variable: covarianceFactor, label: 'M' }, initializeFromData } } : {}),
+      ...(options.init === 'whitening'
+        ? { dataInit: { trigger: "init 'whitening'", fills: { variable: covarianceFactor, label: 'M' }, initializeFromData } }
+        : {}),
       ...(weights ? { dataInit: weights.dataInit } : {}),
       onTrainStep: (step) => projection.onTrainStep(step),
       dispose: () => {
@@ -204,9 +210,7 @@ export function darkformerAttention(
   omega: tf.Tensor,
   opts: FavorOptions,
 ): tf.Tensor4D {
-  return tf.tidy(() =>
-    favorAttention(dataAlignedInputs(q, covarianceFactor), dataAlignedInputs(k, covarianceFactor), v, omega, opts),
-  );
+  return tf.tidy(() => favorAttention(dataAlignedInputs(q, covarianceFactor), dataAlignedInputs(k, covarianceFactor), v, omega, opts));
 }
 
 /** Sample covariance (centred, 1/(n−1)) of head h's vectors over batch and length, in float64. */

@@ -13,7 +13,17 @@ import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../../backend/current.ts';
 import { BOUNDS } from '../../core/bounds.ts';
 import { untaped } from '../ops.ts';
-import { accumulateKeys, bidirectionalBlock, causalSegment, EMPTY_SHIFT, readQueries, type Carry, type Normalization, type ProductFactors, type Side } from './chunked.ts';
+import {
+  accumulateKeys,
+  bidirectionalBlock,
+  causalSegment,
+  EMPTY_SHIFT,
+  readQueries,
+  type Carry,
+  type Normalization,
+  type ProductFactors,
+  type Side,
+} from './chunked.ts';
 import { bidirectionalRecomputed, causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';
 import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState, OptionSpecs } from './types.ts';
 
@@ -261,7 +271,11 @@ export function featureMapStep(
 
 /** Fails unless q, k, v are [B, H, n, D] with the same n ≥ 1 and the state has room for n more positions. */
 export function checkStepShapes(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, state: AttentionState): void {
-  for (const [label, t] of [['q', q], ['k', k], ['v', v]] as const) {
+  for (const [label, t] of [
+    ['q', q],
+    ['k', k],
+    ['v', v],
+  ] as const) {
     if (t.rank !== 4 || !(q.shape[2]! >= 1) || t.shape[2] !== q.shape[2]) {
       throw new Error(`attention step: ${label} must be [batch, heads, n, headDim] with the same n ≥ 1 as q (got [${t.shape.join(', ')}])`);
     }

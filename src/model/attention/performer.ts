@@ -19,7 +19,14 @@ import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../../core/rng.ts';
-import { contractionOptions, contractionOptionSpecs, featureMapAttention, featureMapMethods, type ContractionOptions, type FeatureMaps } from './linear-attention.ts';
+import {
+  contractionOptions,
+  contractionOptionSpecs,
+  featureMapAttention,
+  featureMapMethods,
+  type ContractionOptions,
+  type FeatureMaps,
+} from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
 import type { ApplyOptions, AttentionModule, DataInitialization, OptionSpecs, TensorDeclaration } from './types.ts';
 
@@ -86,11 +93,13 @@ export class ImportanceWeights {
 
   private fit(q: tf.Tensor4D, k: tf.Tensor4D, seed: number): void {
     const [heads, dim, m] = this.projection.shape as [number, number, number];
-    const [qData, kData] = tf.tidy(() => [this.inputs(q), this.inputs(k)]).map((t) => {
-      const data = { values: t.dataSync(), shape: t.shape };
-      t.dispose();
-      return data;
-    });
+    const [qData, kData] = tf
+      .tidy(() => [this.inputs(q), this.inputs(k)])
+      .map((t) => {
+        const data = { values: t.dataSync(), shape: t.shape };
+        t.dispose();
+        return data;
+      });
     if (qData.shape[1] !== heads || qData.shape[3] !== dim) {
       throw new Error(`${this.name}: dataInit 'variance-optimal' got inputs [${qData.shape.join(', ')}], expected [batch, ${heads}, length, ${dim}]`);
     }
@@ -117,7 +126,9 @@ export class ImportanceWeights {
 /** dataInit 'variance-optimal' keeps one draw: a redraw would draw from N(0, I) again. Called before anything is built. */
 export function checkImportanceOptions(name: string, options: Record<string, unknown>): void {
   if (options.dataInit === 'variance-optimal' && (options.redrawInterval as number) !== 0) {
-    throw new Error(`attention '${name}': option dataInit 'variance-optimal' needs redrawInterval 0 (a redraw would draw from N(0, I) again; got ${options.redrawInterval})`);
+    throw new Error(
+      `attention '${name}': option dataInit 'variance-optimal' needs redrawInterval 0 (a redraw would draw from N(0, I) again; got ${options.redrawInterval})`,
+    );
   }
 }
 
@@ -138,18 +149,9 @@ function headRows(data: tf.TypedArray, shape: readonly number[], h: number): Flo
  * Projection number `drawIndex` of a mechanism seeded `seed`: [heads, dim, features] with N(0, I)
  * columns, from its own sub-stream so any draw can be rebuilt from (seed, drawIndex) alone.
  */
-export function drawPrfProjection(
-  seed: number,
-  drawIndex: number,
-  heads: number,
-  dim: number,
-  features: number,
-  orthogonal: boolean,
-): tf.Tensor3D {
+export function drawPrfProjection(seed: number, drawIndex: number, heads: number, dim: number, features: number, orthogonal: boolean): tf.Tensor3D {
   const rng = new Rng(deriveSeed(seed, `prf-projection/${drawIndex}`));
-  return (orthogonal
-    ? orthogonalGaussianProjection(rng, heads, dim, features)
-    : gaussianProjection(rng, heads, dim, features)) as tf.Tensor3D;
+  return (orthogonal ? orthogonalGaussianProjection(rng, heads, dim, features) : gaussianProjection(rng, heads, dim, features)) as tf.Tensor3D;
 }
 
 /**
@@ -200,20 +202,17 @@ export type FavorOptions = Omit<ContractionOptions, 'clampMin'> & { delta: numbe
  */
 export function favorFeatureMaps(omega: tf.Tensor, scale: number, prepare?: (x: tf.Tensor4D) => tf.Tensor4D, logWeights?: tf.Tensor): FeatureMaps {
   const side = (x: tf.Tensor4D) =>
-    positiveRandomFeatures(scale === 1 ? x : (tf.mul(x, scale) as tf.Tensor4D), omega, { stabilizer: 'row', logWeights }) as { features: tf.Tensor4D; shift: tf.Tensor4D };
+    positiveRandomFeatures(scale === 1 ? x : (tf.mul(x, scale) as tf.Tensor4D), omega, { stabilizer: 'row', logWeights }) as {
+      features: tf.Tensor4D;
+      shift: tf.Tensor4D;
+    };
   return { featureDim: omega.shape[omega.rank - 1]!, shiftedKeys: true, ...(prepare ? { prepare } : {}), query: side, key: side };
 }
 
 /**
  * FAVOR+ on already-scaled inputs x̃ (q̃, k̃ [B, H, L, r]) with projection omega [H, r, m].
  */
-export function favorAttention(
-  qTilde: tf.Tensor4D,
-  kTilde: tf.Tensor4D,
-  v: tf.Tensor4D,
-  omega: tf.Tensor,
-  opts: FavorOptions,
-): tf.Tensor4D {
+export function favorAttention(qTilde: tf.Tensor4D, kTilde: tf.Tensor4D, v: tf.Tensor4D, omega: tf.Tensor, opts: FavorOptions): tf.Tensor4D {
   return featureMapAttention(favorFeatureMaps(omega, 1), qTilde, kTilde, v, opts);
 }
 
@@ -234,15 +233,12 @@ export interface RandomFeatureModule extends AttentionModule {
 }
 
 /** Fails unless q, k, v are [B, H, L, headDim] with the configured heads. */
-export function checkAttentionShapes(
-  name: string,
-  numHeads: number,
-  headDim: number,
-  q: tf.Tensor,
-  k: tf.Tensor,
-  v: tf.Tensor,
-): void {
-  for (const [label, t] of [['q', q], ['k', k], ['v', v]] as const) {
+export function checkAttentionShapes(name: string, numHeads: number, headDim: number, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor): void {
+  for (const [label, t] of [
+    ['q', q],
+    ['k', k],
+    ['v', v],
+  ] as const) {
     if (t.rank !== 4 || t.shape[1] !== numHeads || t.shape[3] !== headDim) {
       throw new Error(`${name}: ${label} must be [batch, ${numHeads}, length, ${headDim}] (got [${t.shape.join(', ')}])`);
     }
@@ -269,7 +265,8 @@ registerAttention('performer', {
     });
     const scale = headDim ** -0.25;
     const kernelInputs = (x: tf.Tensor4D) => tf.mul(x, scale) as tf.Tensor4D;
-    const weights = options.dataInit === 'variance-optimal' ? new ImportanceWeights('performer', { ...config, numHeads }, options, projection.variable, kernelInputs) : null;
+    const weights =
+      options.dataInit === 'variance-optimal' ? new ImportanceWeights('performer', { ...config, numHeads }, options, projection.variable, kernelInputs) : null;
     const maps = favorFeatureMaps(projection.variable, scale, undefined, weights?.variable);
     const methods = featureMapMethods('performer', config, () => maps, { ...contractionOptions(options), delta: options.delta as number });
     return {

@@ -111,8 +111,7 @@ export function resolveOptions(name: string, specs: OptionSpecs, given: Record<s
 }
 
 function checkOption(name: string, key: string, spec: OptionSpec, value: unknown): number | string | boolean {
-  const fail = (expected: string) =>
-    new Error(`attention '${name}': option '${key}' must be ${expected} (got ${JSON.stringify(value)})`);
+  const fail = (expected: string) => new Error(`attention '${name}': option '${key}' must be ${expected} (got ${JSON.stringify(value)})`);
   switch (spec.kind) {
     case 'int': {
       if (typeof value !== 'number' || !Number.isInteger(value)) throw fail('an integer');

@@ -44,8 +44,19 @@ registerAttention('schoenbat', {
   description: 'SchoenbAt: pre-SBN, random Maclaurin feature attention for a dot-product kernel, post-SBN γ·out+β',
   quadratic: false,
   options: {
-    kernel: { kind: 'enum', default: 'exp', values: MACLAURIN_KERNELS, doc: 'dot-product kernel f: exp eˣ, inverse 1/(1−x), logi 1−log(1−x), trigh cosh x+sinh x (= exp), sqrt 2−√(1−x)' },
-    features: { kind: 'int', default: 128, min: 2, max: BOUNDS.features.max, doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)' },
+    kernel: {
+      kind: 'enum',
+      default: 'exp',
+      values: MACLAURIN_KERNELS,
+      doc: 'dot-product kernel f: exp eˣ, inverse 1/(1−x), logi 1−log(1−x), trigh cosh x+sinh x (= exp), sqrt 2−√(1−x)',
+    },
+    features: {
+      kind: 'int',
+      default: 128,
+      min: 2,
+      max: BOUNDS.features.max,
+      doc: 'D: one constant feature plus D−1 random Maclaurin features (shared by all heads)',
+    },
     maxDegree: { kind: 'int', default: DEFAULT_MAX_DEGREE, min: 1, max: 40, doc: 'largest sampled degree; the series is truncated there' },
     denominatorClamp: {
       kind: 'enum',

@@ -63,7 +63,9 @@ export function causalSegments(
   parts.forEach(([offset, length], i) => {
     entering.push(current);
     const wantNext = wantCarry || i < parts.length - 1;
-    const result = tidy(() => fns.causal(positions(q, offset, length), positions(k, offset, length), positions(v, offset, length), current, start + offset, wantNext));
+    const result = tidy(() =>
+      fns.causal(positions(q, offset, length), positions(k, offset, length), positions(v, offset, length), current, start + offset, wantNext),
+    );
     outs.push(result.out);
     current = result.carry ?? null;
   });
@@ -82,7 +84,10 @@ export function causalRecomputed(fns: SegmentFunctions, segment: number): (q: tf
       gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
         const [sq, sk, sv, ...flat] = saved as tf.Tensor4D[];
         const width = shifted ? 2 : 1;
-        const carries: Array<Carry | null> = [null, ...Array.from({ length: flat.length / width }, (_, i) => ({ sums: flat[i * width], shift: shifted ? flat[i * width + 1] : undefined }))];
+        const carries: Array<Carry | null> = [
+          null,
+          ...Array.from({ length: flat.length / width }, (_, i) => ({ sums: flat[i * width], shift: shifted ? flat[i * width + 1] : undefined })),
+        ];
         const grads: tf.Tensor[][] = [[], [], []];
         let dCarry: tf.Tensor | null = null; // ∂loss/∂(carry leaving this segment), from the segments after it
         const parts = segments(sq.shape[2], segment);
@@ -95,7 +100,14 @@ export function causalRecomputed(fns: SegmentFunctions, segment: number): (q: tf
             const dyHere = positions(dy, offset, length);
             return vjp(
               (qs, ks, vs, sums) => {
-                const result = fns.causal(qs as tf.Tensor4D, ks as tf.Tensor4D, vs as tf.Tensor4D, carry && { sums: sums as tf.Tensor4D, shift: carry.shift }, offset, outgoing !== null);
+                const result = fns.causal(
+                  qs as tf.Tensor4D,
+                  ks as tf.Tensor4D,
+                  vs as tf.Tensor4D,
+                  carry && { sums: sums as tf.Tensor4D, shift: carry.shift },
+                  offset,
+                  outgoing !== null,
+                );
                 const loss = tf.sum(tf.mul(result.out, dyHere));
                 return (outgoing ? tf.add(loss, tf.sum(tf.mul(result.carry!.sums, outgoing))) : loss) as tf.Scalar;
               },
@@ -135,7 +147,10 @@ export function bidirectionalRecomputed(fns: SegmentFunctions, segment: number):
         const dq = parts.map(([offset, length]) => {
           const [g, gSums] = tf.tidy(() => {
             const dyHere = positions(dy, offset, length);
-            return vjp((qs, s) => tf.sum(tf.mul(fns.read(qs as tf.Tensor4D, { sums: s as tf.Tensor4D, shift }, offset), dyHere)) as tf.Scalar, [positions(sq, offset, length), sums]);
+            return vjp(
+              (qs, s) => tf.sum(tf.mul(fns.read(qs as tf.Tensor4D, { sums: s as tf.Tensor4D, shift }, offset), dyHere)) as tf.Scalar,
+              [positions(sq, offset, length), sums],
+            );
           });
           const total = tf.add(dSums, gSums);
           tf.dispose([dSums, gSums]);

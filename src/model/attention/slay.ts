@@ -67,10 +67,22 @@ registerAttention('slay', {
     delta: { kind: 'number', default: 1e-6, min: 0, doc: 'δ added to the attention denominator' },
     quadratureNodes: { kind: 'int', default: 2, min: 1, max: BOUNDS.quadratureNodes.max, doc: 'R, Gauss–Laguerre nodes' },
     prfFeatures: { kind: 'int', default: 16, min: 1, max: BOUNDS.features.max, doc: 'M, positive random features per node and head' },
-    anchors: { kind: 'int', default: 8, min: 1, max: BOUNDS.features.max, doc: 'P, polynomial features: anchors, Maclaurin pairs, sketch size or Nyström anchors (unused by exact, laplace-only, hadamard)' },
+    anchors: {
+      kind: 'int',
+      default: 8,
+      min: 1,
+      max: BOUNDS.features.max,
+      doc: 'P, polynomial features: anchors, Maclaurin pairs, sketch size or Nyström anchors (unused by exact, laplace-only, hadamard)',
+    },
     poly: { kind: 'enum', default: 'anchor', values: SLAY_POLY_VARIANTS, doc: 'polynomial factor x² approximation' },
     ...contractionOptionSpecs,
-    chunkSize: { kind: 'int', default: 64, min: 1, max: BOUNDS.positions.max, doc: 'chunk length of the causal contraction (tensor-product variants score the whole sequence as one block instead when that costs fewer multiply-adds: L ≤ ~300 at the defaults with head size 32)' },
+    chunkSize: {
+      kind: 'int',
+      default: 64,
+      min: 1,
+      max: BOUNDS.positions.max,
+      doc: 'chunk length of the causal contraction (tensor-product variants score the whole sequence as one block instead when that costs fewer multiply-adds: L ≤ ~300 at the defaults with head size 32)',
+    },
   },
   tensors: ({ numHeads, headDim }, options) => {
     const { quadratureNodes: r, prfFeatures: m, anchors: p, poly } = options as unknown as SlayOptions;
@@ -111,7 +123,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   }
   const prfRng = new Rng(deriveSeed(config.seed, 'slay.prf'));
   const omegas = scales.map((_, node) => buffer(`prf.node${node}`, gaussianProjection(prfRng, h, d, m)));
-  const perNode = poly === 'laplace-only' || poly === 'hadamard' ? m : (polyMap!.outputDim * m);
+  const perNode = poly === 'laplace-only' || poly === 'hadamard' ? m : polyMap!.outputDim * m;
   const featureDim = r * perNode;
 
   /** q or k [B, H, L, d] unit-normalised per row (after checking the shape). */
@@ -124,7 +136,10 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   };
   // √w_r goes on the small PRF factor, before the P·M expansion.
   const prfFeatures = (unit: tf.Tensor4D, node: number) =>
-    tf.mul(positiveRandomFeatures(tf.mul(unit, Math.sqrt(2 * scales[node])) as tf.Tensor4D, omegas[node], { clamp: PRF_CLAMP }).features, Math.sqrt(weights[node])) as tf.Tensor4D;
+    tf.mul(
+      positiveRandomFeatures(tf.mul(unit, Math.sqrt(2 * scales[node])) as tf.Tensor4D, omegas[node], { clamp: PRF_CLAMP }).features,
+      Math.sqrt(weights[node]),
+    ) as tf.Tensor4D;
   const concatNodes = (parts: tf.Tensor4D[]) => (parts.length === 1 ? parts[0] : (tf.concat(parts, 3) as tf.Tensor4D));
 
   /** Tensor-product variants: Ψ = concat_r φ_poly ⊗ φ_PRF,r, as factors a = φ_poly, b = concat_r φ_PRF,r. */

@@ -63,7 +63,9 @@ registerAttention('softmax', {
         // The scale goes on q ([.., Lq, D]) rather than on the scores ([.., Lq, Lk]): L/D times fewer
         // multiplications forward and backward.
         const [qs, ks, vs] = [flattenHeads(tf.mul(q, scale)), flattenHeads(k), flattenHeads(v)];
-        const out = fusedFormsEnabled() ? attentionProducts(qs, ks, vs, [b, h, lq, lk], additiveMask) : composedAttention(qs, ks, vs, [b, h, lq, lk], additiveMask);
+        const out = fusedFormsEnabled()
+          ? attentionProducts(qs, ks, vs, [b, h, lq, lk], additiveMask)
+          : composedAttention(qs, ks, vs, [b, h, lq, lk], additiveMask);
         return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {

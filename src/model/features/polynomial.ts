@@ -70,7 +70,10 @@ export function polynomialParameterShapes(kind: PolynomialKind, inputDim: number
     case 'tensorsketch':
       return [['countSketch', [inputDim, 2 * features]]];
     case 'nystrom':
-      return [['anchors', [inputDim, features]], ['whitening', [features, features]]];
+      return [
+        ['anchors', [inputDim, features]],
+        ['whitening', [features, features]],
+      ];
   }
 }
 
@@ -79,7 +82,10 @@ export function createPolynomialMap(spec: PolynomialMapSpec): PolynomialFeatureM
   if (!(POLYNOMIAL_KINDS as readonly string[]).includes(kind)) {
     throw new Error(`polynomial feature map: unknown kind '${String(kind)}'; allowed: ${POLYNOMIAL_KINDS.join(', ')}`);
   }
-  for (const [name, value] of [['inputDim', d], ['features', p]] as const) {
+  for (const [name, value] of [
+    ['inputDim', d],
+    ['features', p],
+  ] as const) {
     if (!Number.isInteger(value) || value < 1) {
       throw new Error(`polynomial feature map: '${name}' must be an integer ≥ 1 (got ${String(value)})`);
     }
@@ -130,7 +136,10 @@ export function createPolynomialMap(spec: PolynomialMapSpec): PolynomialFeatureM
         const c1 = tf.reshape(tf.slice(both, [0, 0], [n, p]), [n, p, 1]) as tf.Tensor3D;
         const c2 = tf.reshape(tf.slice(both, [0, p], [n, p]), [n, 1, p]) as tf.Tensor3D;
         const outer = tf.matMul(c1, c2); // c₁c₂ᵀ per row
-        return matMul2d(tf.reshape(outer, [n, p * p]), constants.get('fold', () => circularFold(p)));
+        return matMul2d(
+          tf.reshape(outer, [n, p * p]),
+          constants.get('fold', () => circularFold(p)),
+        );
       };
       break;
     }

@@ -95,12 +95,7 @@ export interface MaclaurinDraw {
 }
 
 /** Draws degrees and Rademacher vectors for numFeatures = D features (one constant + D−1 random). */
-export function drawRandomMaclaurin(
-  rng: Rng,
-  inputDim: number,
-  numFeatures: number,
-  coefficients: readonly number[],
-): MaclaurinDraw {
+export function drawRandomMaclaurin(rng: Rng, inputDim: number, numFeatures: number, coefficients: readonly number[]): MaclaurinDraw {
   if (!Number.isInteger(numFeatures) || numFeatures < 2) {
     throw new Error(`random Maclaurin: features must be an integer ≥ 2 (one constant and at least one random feature), got ${numFeatures}`);
   }

@@ -24,6 +24,7 @@ class FunctionsExecutor extends InProcessExecutor {
 export const functions: StepExecutorEntry = {
   name: 'functions',
   summary: 'the step recorded once and run as TensorFlow functions (tensorflow backend, CPU or GPU)',
-  unsupported: ({ device }) => (device.graphSteps ? null : `the ${device.backend} backend has no TensorFlow functions (npm run setup:tensorflow builds a binding that has)`),
+  unsupported: ({ device }) =>
+    device.graphSteps ? null : `the ${device.backend} backend has no TensorFlow functions (npm run setup:tensorflow builds a binding that has)`,
   create: async (context) => new FunctionsExecutor(context),
 };

@@ -28,7 +28,8 @@ export function chooseStepExecutor(setting: string, context: StepExecutorContext
   const why = entry.unsupported(context);
   if (why) throw new Error(`train.executor ${setting}: ${why}`);
   // Any other executor in a rank would train without the all-reduce: the ranks would drift apart unseen.
-  if (entry !== collective && collective.unsupported(context) === null) throw new Error(`train.executor ${setting}: this process is a rank of a run across processes, whose steps run as 'collective' (or 'auto')`);
+  if (entry !== collective && collective.unsupported(context) === null)
+    throw new Error(`train.executor ${setting}: this process is a rank of a run across processes, whose steps run as 'collective' (or 'auto')`);
   return entry;
 }
 

@@ -14,8 +14,18 @@ import { microBatchSeed, stepTokens, type StepResult } from '../step.ts';
 import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
 import { STEP_SCALARS } from '../optimizer.ts';
 import {
-  CompiledBook, evalInputs, gradientInputs, hostArray, modelTensors, RecordingBook, recordApplyProgram, recordEvalProgram, recordGradientProgram,
-  type BookEntry, type NamedArrays, type ProgramBook,
+  CompiledBook,
+  evalInputs,
+  gradientInputs,
+  hostArray,
+  modelTensors,
+  RecordingBook,
+  recordApplyProgram,
+  recordEvalProgram,
+  recordGradientProgram,
+  type BookEntry,
+  type NamedArrays,
+  type ProgramBook,
 } from '../xla-programs.ts';
 
 /** $SLAYFORMER_XLA_PROGRAMS: a folder of programs compiled ahead of time (npm run compile) to train from. */
@@ -73,7 +83,10 @@ export class XlaExecutor implements StepExecutor {
   }
 
   private put(arrays: NamedArrays) {
-    return this.runner.request({ op: 'put', names: arrays.map(([n]) => n) }, arrays.map(([, a]) => a));
+    return this.runner.request(
+      { op: 'put', names: arrays.map(([n]) => n) },
+      arrays.map(([, a]) => a),
+    );
   }
 
   /** Re-sends any buffer the model replaced since it was sent (a redrawn projection: model.onTrainStep). */
@@ -108,10 +121,10 @@ export class XlaExecutor implements StepExecutor {
     const apply = this.book.get('apply', applyKey, () => recordApplyProgram(optimizer, model, gradNames, inputs.clip));
     const scalars = optimizer.stepScalars(inputs.lr, inputs.clip, this.step_ + 1);
     const applyProgram = await this.load(apply);
-    const reply = await this.runner.request(
-      { op: 'step', micro, apply: { program: applyProgram, names: [...STEP_SCALARS] } },
-      [...arrays, ...scalars.map(f32)],
-    );
+    const reply = await this.runner.request({ op: 'step', micro, apply: { program: applyProgram, names: [...STEP_SCALARS] } }, [
+      ...arrays,
+      ...scalars.map(f32),
+    ]);
     const applied = reply.header.applied === true;
     if (applied) this.step_++;
     return { loss: replyNumber(reply.header.loss), gradNorm: replyNumber(reply.header.norm), tokens: total, applied };
@@ -127,7 +140,10 @@ export class XlaExecutor implements StepExecutor {
       if (!given) continue;
       const entry = this.book.get('eval', given.key, () => ({ spec: recordEvalProgram(model, batch) }));
       const program = await this.load(entry);
-      const reply = await this.runner.request({ op: 'eval', program, names: given.arrays.map(([n]) => n) }, given.arrays.map(([, a]) => a));
+      const reply = await this.runner.request(
+        { op: 'eval', program, names: given.arrays.map(([n]) => n) },
+        given.arrays.map(([, a]) => a),
+      );
       const sums = reply.header.sums as Record<string, unknown>;
       lossNats += replyNumber(sums['sum:loss']);
       correct += replyNumber(sums['sum:correct']);
@@ -181,12 +197,14 @@ function bookFor(context: StepExecutorContext): ProgramBook {
 
 export const xla: StepExecutorEntry = {
   name: 'xla',
-  summary: 'the step compiled by XLA (StableHLO through TensorFlow) and run by a jax process that keeps the state on its device (CPU here, GPU with jax\'s CUDA plugin)',
+  summary:
+    "the step compiled by XLA (StableHLO through TensorFlow) and run by a jax process that keeps the state on its device (CPU here, GPU with jax's CUDA plugin)",
   // train.dataParallel does not apply: the jax process runs the whole step on its one device (docs/xla.md).
   unsupported: ({ device }) => {
     if (!runnerPython()) return `no Python with jax for its runner (${XLA_SETUP_COMMAND} makes one, or set $${XLA_PYTHON_ENV})`;
     if (process.env[XLA_PROGRAMS_ENV]) return null;
-    if (!device.graphSteps) return `its programs are recorded on the tensorflow backend (this run's is ${device.backend}); or train from programs compiled ahead of time: $${XLA_PROGRAMS_ENV}=<folder of npm run compile>`;
+    if (!device.graphSteps)
+      return `its programs are recorded on the tensorflow backend (this run's is ${device.backend}); or train from programs compiled ahead of time: $${XLA_PROGRAMS_ENV}=<folder of npm run compile>`;
     if (!exporterPython()) return `its exporter needs ${XLA_SETUP_COMMAND}`;
     return null;
   },

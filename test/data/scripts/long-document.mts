@@ -15,7 +15,18 @@ long = '';
 const tokenizer = await TextTokenizer.load(tokPath);
 const before = process.resourceUsage().maxRSS;
 const t0 = performance.now();
-const stream = await openBatchStream({ dataset: join(dir, 'data'), split: 'train', textColumn: 'text', tokenizer, kind: 'gpt', seqLen: 64, batchSize: 8, seed: 1, shuffleBuffer: 16, readAhead: 2 });
+const stream = await openBatchStream({
+  dataset: join(dir, 'data'),
+  split: 'train',
+  textColumn: 'text',
+  tokenizer,
+  kind: 'gpt',
+  seqLen: 64,
+  batchSize: 8,
+  seed: 1,
+  shuffleBuffer: 16,
+  readAhead: 2,
+});
 let batches = 0;
 while (await stream.next()) batches++;
 await stream.close();

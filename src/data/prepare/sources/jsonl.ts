@@ -64,7 +64,13 @@ export async function* readJsonLines(file: string, textColumn: string, keepColum
       }
       const fields = record as Record<string, unknown>;
       if (!(textColumn in fields)) {
-        throw new InputError(`${where}: no "${textColumn}" field; fields present: ${Object.keys(fields).map((k) => `"${k}"`).join(', ') || '(none)'}`);
+        throw new InputError(
+          `${where}: no "${textColumn}" field; fields present: ${
+            Object.keys(fields)
+              .map((k) => `"${k}"`)
+              .join(', ') || '(none)'
+          }`,
+        );
       }
       const text = fields[textColumn];
       if (text !== null && typeof text !== 'string') {

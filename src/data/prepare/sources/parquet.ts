@@ -30,7 +30,8 @@ const count = (n: number) => n.toLocaleString('en-US');
  */
 export function parquetDecompressors(budget: { left: number }): Compressors {
   const take = (declared: number) => {
-    if (declared > budget.left) throw new Error(`a page decompresses to ${count(declared)} bytes, more than the ${count(budget.left)} bytes left of the bound on a row group`);
+    if (declared > budget.left)
+      throw new Error(`a page decompresses to ${count(declared)} bytes, more than the ${count(budget.left)} bytes left of the bound on a row group`);
     budget.left -= declared;
   };
   const inflate = (run: (input: Uint8Array, options: zlib.ZlibOptions) => Buffer) => (input: Uint8Array, declared: number) => {
@@ -38,7 +39,8 @@ export function parquetDecompressors(budget: { left: number }): Compressors {
     try {
       return new Uint8Array(run(input, { maxOutputLength: Math.max(1, declared) }));
     } catch (err) {
-      if ((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE') throw new Error(`a page decompresses to more than the ${declared} bytes its header declares`);
+      if ((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE')
+        throw new Error(`a page decompresses to more than the ${declared} bytes its header declares`);
       throw err;
     }
   };
@@ -102,7 +104,14 @@ export async function* readParquet(
     }
     let rows: Record<string, unknown>[];
     try {
-      rows = await parquetReadObjects({ file: buffer, metadata, columns: wanted, rowStart, rowEnd, compressors: parquetDecompressors({ left: maxRowGroupBytes }) });
+      rows = await parquetReadObjects({
+        file: buffer,
+        metadata,
+        columns: wanted,
+        rowStart,
+        rowEnd,
+        compressors: parquetDecompressors({ left: maxRowGroupBytes }),
+      });
     } catch (err) {
       throw new InputError(
         `${file} (row group ${group}): cannot decode: ${(err as Error).message} (readable codecs: UNCOMPRESSED, SNAPPY, GZIP, BROTLI${zstd ? ', ZSTD' : ''})`,
