@@ -14,13 +14,10 @@ import { allReduceSum, joinCluster, type Cluster } from '../src/backend/collecti
 import { clusterFromEnv, CLUSTER_ENV, RANK_ENV } from '../src/backend/cluster-env.ts';
 import { initBackend } from '../src/backend/start.ts';
 import { GraphCache } from '../src/backend/tf-graph.ts';
-import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
+import { exitWithUsage, parseOrExit, integerOption } from '../src/cli/command.ts';
 import { freePorts } from '../src/cli/launch.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { measureThroughput } from '../src/train/throughput.ts';
-
-const int = (min: number, fallback: number, help: string) =>
-  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
 
 const COMMAND = {
   name: 'bench:distributed',
@@ -28,15 +25,15 @@ const COMMAND = {
   description: 'Tokens/s and the all-reduce share of the step for 1 and N ranks of one run on this machine (tensorflow backend).',
   options: {
     processes: { type: 'string', value: 'LIST', default: '1,2', help: 'rank counts to measure, e.g. 1,2' },
-    steps: int(1, 10, 'timed optimizer steps'),
-    warmup: int(0, 3, 'warm-up steps (the first records the step functions and resolves the group)'),
-    reduces: int(1, 20, 'all-reduces of the packed gradient timed alone'),
-    seq: int(2, 256, 'sequence length'),
-    batch: int(1, 8, 'rows per step, over all ranks'),
-    vocab: int(2, 4096, 'vocabulary'),
-    d: int(2, 128, 'dModel'),
-    layers: int(1, 4, 'layers'),
-    heads: int(1, 4, 'heads'),
+    steps: integerOption(1, 10, 'timed optimizer steps'),
+    warmup: integerOption(0, 3, 'warm-up steps (the first records the step functions and resolves the group)'),
+    reduces: integerOption(1, 20, 'all-reduces of the packed gradient timed alone'),
+    seq: integerOption(2, 256, 'sequence length'),
+    batch: integerOption(1, 8, 'rows per step, over all ranks'),
+    vocab: integerOption(2, 4096, 'vocabulary'),
+    d: integerOption(2, 128, 'dModel'),
+    layers: integerOption(1, 4, 'layers'),
+    heads: integerOption(1, 4, 'heads'),
     child: { type: 'boolean', hidden: true, help: 'internal: one measuring process (a rank, or the one process of 1 rank)' },
   },
   positionals: { min: 0, max: 0 },

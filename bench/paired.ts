@@ -7,7 +7,7 @@
 //   npm run bench:paired -- [attention names…] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
 import { fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
 import { initBackend } from '../src/backend/start.ts';
-import { parseOrExit } from '../src/cli/command.ts';
+import { parseOrExit, integerOption } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
@@ -15,22 +15,19 @@ import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/step.ts';
 import { randomBatch } from '../src/train/throughput.ts';
 
-const int = (min: number, fallback: number, help: string) =>
-  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
-
 const COMMAND = {
   name: 'bench:paired',
   usage: '[attention names…] [options]',
   description: 'Step time of the fused forms against the composed ones, paired step by step in one process (tensorflow backend).',
   options: {
-    rounds: int(2, 30, 'timed rounds (each one fused and one composed step)'),
-    warmup: int(0, 4, "untimed rounds first (the first records each form's step function)"),
-    seq: int(2, 256, 'sequence length'),
-    batch: int(1, 8, 'batch size'),
-    vocab: int(2, 4096, 'vocabulary'),
-    d: int(2, 128, 'model width'),
-    layers: int(1, 4, 'layers'),
-    heads: int(1, 4, 'heads'),
+    rounds: integerOption(2, 30, 'timed rounds (each one fused and one composed step)'),
+    warmup: integerOption(0, 4, "untimed rounds first (the first records each form's step function)"),
+    seq: integerOption(2, 256, 'sequence length'),
+    batch: integerOption(1, 8, 'batch size'),
+    vocab: integerOption(2, 4096, 'vocabulary'),
+    d: integerOption(2, 128, 'model width'),
+    layers: integerOption(1, 4, 'layers'),
+    heads: integerOption(1, 4, 'heads'),
   },
   positionals: { max: Infinity, name: 'attention names' },
 } as const;

@@ -29,7 +29,7 @@ import * as tf from '@tensorflow/tfjs';
 import { initBackend } from '../src/backend/start.ts';
 import { BACKEND_ENV, BACKENDS, chooseBackend } from '../src/backend/device.ts';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
-import { exitWithUsage, parseOrExit } from '../src/cli/command.ts';
+import { exitWithUsage, parseOrExit, integerOption } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { resolveDataParallel } from '../src/backend/device.ts';
@@ -51,9 +51,6 @@ interface Row {
   readbackBytes?: number;
 }
 
-const int = (min: number, fallback: number, help: string) =>
-  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
-
 const COMMAND = {
   name: 'bench:train',
   usage: '[attention names…] [options]',
@@ -63,8 +60,8 @@ const COMMAND = {
     backend: { type: 'string', choices: BACKENDS, hidden: true, help: 'internal: the backend of one child process' },
     replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
-    steps: int(1, 10, 'timed steps'),
-    warmup: int(0, 4, 'warm-up steps (on tensorflow the first step also records the step and builds its function)'),
+    steps: integerOption(1, 10, 'timed steps'),
+    warmup: integerOption(0, 4, 'warm-up steps (on tensorflow the first step also records the step and builds its function)'),
     graph: {
       type: 'string',
       value: 'LIST',
@@ -73,12 +70,12 @@ const COMMAND = {
     },
     xla: { type: 'string', value: 'LIST', default: 'off', help: 'tensorflow only: train.xla settings of the function rows (on, off or off,on)' },
     'xla-executor': { type: 'boolean', help: 'tensorflow only: also rows of train.executor xla (jax process; npm run setup:xla)' },
-    seq: int(1, 256, 'sequence length'),
-    batch: int(1, 8, 'batch size'),
-    vocab: int(1, 4096, 'vocabulary size'),
-    d: int(1, 128, 'model width'),
-    layers: int(1, 4, 'layers'),
-    heads: int(1, 4, 'attention heads'),
+    seq: integerOption(1, 256, 'sequence length'),
+    batch: integerOption(1, 8, 'batch size'),
+    vocab: integerOption(1, 4096, 'vocabulary size'),
+    d: integerOption(1, 128, 'model width'),
+    layers: integerOption(1, 4, 'layers'),
+    heads: integerOption(1, 4, 'attention heads'),
     options: { type: 'string', value: 'JSON', default: '{}', help: 'attention options applied to every named mechanism, e.g. \'{"chunkSize":32}\'' },
     profile: { type: 'boolean', help: 'kernel time by kernel name for one extra step' },
     json: { type: 'boolean', help: 'one JSON line per measurement (used between the processes)' },

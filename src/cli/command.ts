@@ -240,6 +240,10 @@ export async function runCommand<const O extends Record<string, OptionSpec>>(
   }
 }
 
+/** An integer option ≥ `min` with a default, as the benchmarks declare their shape and step counts. */
+export const integerOption = (min: number, fallback: number, help: string) =>
+  ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
+
 export interface NumberBounds {
   integer?: boolean;
   min?: number;
