@@ -27,4 +27,10 @@ export interface RunSet<R extends SetRun = SetRun> {
   executorSettings: Readonly<Record<string, Record<string, unknown>>>;
   /** The task process of a run: the script and its arguments after `node --import tsx`; the run's index is appended. */
   task: string[];
+  /**
+   * true when a run's worker can be one rank of a run across processes, started once per scheduler task of a unit of
+   * several (a training run: the trainer finds its rank in Slurm's variables, docs/distributed.md); absent for sets whose
+   * workers run in one process (a paper experiment's units).
+   */
+  multiTask?: boolean;
 }

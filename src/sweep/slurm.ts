@@ -9,6 +9,15 @@
 // so the task passes nothing on then (a second SIGTERM would make the trainer quit without its checkpoint). USR1 rather
 // than TERM for the warning is what tells the two cases apart.
 //
+// Units of several tasks (`nodes`, `tasksPerNode`): the batch shell is still the one task process (one lock, one log,
+// one attempt), and it starts the trainer under `srun --kill-on-bad-exit=1 --distribution=block`, one trainer per
+// Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts), where `train.executor: auto`
+// is `collective`. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a
+// SIGTERM, so no checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the
+// batch shell alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues.
+// scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its last
+// periodic checkpoint (docs/distributed.md).
+//
 // Script text. Every value is refused or quoted before it reaches the script, so that each line is one of the
 // shapes renderSbatchScript writes: values of `#SBATCH` lines (a comment to bash, options to sbatch) are words of a
 // safe alphabet or double-quoted as sbatch's own parser reads them (`\` escapes `"`, `\` and `#`, which ends an
@@ -19,7 +28,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
-import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask } from './sweep-executor.ts';
+import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet } from './run-set.ts';
 import { executorFolder, taskCommand } from './set-files.ts';
 
@@ -29,6 +38,12 @@ export interface SlurmOptions {
   partition?: string;
   time?: string;
   gpus?: number | string;
+  /** Nodes per run (sbatch --nodes); with tasksPerNode, a unit of nodes × tasksPerNode tasks, one rank each. */
+  nodes?: number;
+  /** Slurm tasks (ranks) per node (sbatch --ntasks-per-node). */
+  tasksPerNode?: number;
+  /** GPUs per Slurm task (sbatch --gpus-per-task): one GPU per rank. */
+  gpusPerTask?: number | string;
   mem?: string;
   cpusPerTask?: number;
   /** At most this many array tasks at once (`--array=…%N`). */
@@ -49,6 +64,10 @@ const SAFE_WORD = /^[A-Za-z0-9._:,+@%=/-]+$/;
 const CONTROL = /[\u0000-\u001f\u007f]/;
 const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
 const word = (v: unknown) => (typeof v === 'string' && SAFE_WORD.test(v) ? null : 'a word of letters, digits and . _ : , + @ % = / -');
+/** The most ranks of one run, as `train --processes` (src/cli/train.ts); docs/bounds.md. */
+const MAX_RANKS = 4096;
+const rankCount = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= MAX_RANKS ? null : `an integer from 1 to ${MAX_RANKS}`);
+const gpuCount = (v: unknown) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count');
 const oneLine = (l: unknown) => typeof l === 'string' && l.trim() !== '' && !CONTROL.test(l);
 const lines = (v: unknown) => (Array.isArray(v) && v.every(oneLine) ? null : 'a list of one-line strings without control characters');
 /** Extra sbatch options: `--name` or `--name=value` each (the value is quoted for sbatch, see the top of this file). */
@@ -61,13 +80,12 @@ const options = (v: unknown) =>
 const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
   partition: { check: word, flag: '--partition', help: 'partition (queue)' },
   time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
-  gpus: {
-    check: (v) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count'),
-    flag: '--gpus',
-    help: 'GPUs per task, e.g. 1 or a100:1',
-  },
+  gpus: { check: gpuCount, flag: '--gpus', help: 'GPUs per run (all its tasks together), e.g. 1 or a100:1' },
+  nodes: { check: rankCount, flag: '--nodes', help: 'nodes per run (default 1); more than one task per run: one rank each, under srun (docs/distributed.md)' },
+  tasksPerNode: { check: rankCount, flag: '--tasks-per-node', help: 'Slurm tasks per node, each a rank of the run (default 1; the tensorflow backend)' },
+  gpusPerTask: { check: gpuCount, flag: '--gpus-per-task', help: 'GPUs per Slurm task (rank), e.g. 1 or h100:1' },
   mem: { check: word, flag: '--mem', help: 'memory per task, e.g. 64G' },
-  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: "CPU cores per task (default: the run's data-parallel replicas)" },
+  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: "CPU cores per Slurm task (default: the run's data-parallel replicas)" },
   maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
   signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
   requeueOnTimeLimit: {
@@ -108,6 +126,7 @@ instead of submitting it.`,
     const job = currentSlurmJob();
     return job ? `Slurm task ${job}` : null;
   },
+  workerLauncher: unitLauncher,
   requeue: requeueSelf,
 };
 
@@ -146,7 +165,29 @@ function checkScriptValues(sweep: RunSet, options: SlurmOptions, cwd: string): v
   }
   // Slurm replaces %A, %j, … in --output (and %% by %): a '%' of the folder's own would change the path.
   if (outputDir.includes('%')) problems.push(`runDir ${JSON.stringify(sweep.runDir)} holds '%', which Slurm reads as a pattern in --output`);
+  problems.push(...unitProblems(sweep, options));
   if (problems.length > 0) throw new Error(`cannot write the sbatch script of ${JSON.stringify(sweep.file)}:\n  ${problems.join('\n  ')}`);
+}
+
+/** Slurm tasks per run: nodes × tasks per node. */
+function unitTasks(options: SlurmOptions): number {
+  return (options.nodes ?? 1) * (options.tasksPerNode ?? 1);
+}
+
+/** What is wrong with the unit's shape as a whole (each setting alone passed its check), naming the settings. */
+export function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmOptions): string[] {
+  const problems: string[] = [];
+  if (options.gpus !== undefined && options.gpusPerTask !== undefined)
+    problems.push('slurm.gpus and slurm.gpusPerTask both given: give one (gpus counts all GPUs of a run, gpusPerTask those of each Slurm task)');
+  if (rankCount(options.nodes ?? 1) || rankCount(options.tasksPerNode ?? 1)) return problems; // named by their own checks
+  const tasks = unitTasks(options);
+  if (tasks > MAX_RANKS)
+    problems.push(`slurm.nodes × slurm.tasksPerNode must be at most ${MAX_RANKS} ranks (got ${options.nodes ?? 1} × ${options.tasksPerNode ?? 1} = ${tasks})`);
+  else if (tasks > 1 && !sweep.multiTask)
+    problems.push(
+      `slurm.nodes × slurm.tasksPerNode = ${tasks} tasks per run, but each run of ${sweep.file} runs in one process; only a sweep's training runs span several tasks`,
+    );
+  return problems;
 }
 
 /** The sbatch script of an array over `indices` (runs of the set). Paths are absolute; the job runs in `cwd`. */
@@ -164,6 +205,11 @@ export function renderSbatchScript(sweep: RunSet, indices: number[], options: Sl
     ...(options.partition ? [`--partition=${options.partition}`] : []),
     ...(options.time ? [`--time=${options.time}`] : []),
     ...(options.gpus !== undefined ? [`--gpus=${options.gpus}`] : []),
+    // Given as a pair, so that the array task's SLURM_NTASKS says how many ranks the task starts (unitLauncher).
+    ...(options.nodes !== undefined || options.tasksPerNode !== undefined
+      ? [`--nodes=${options.nodes ?? 1}`, `--ntasks-per-node=${options.tasksPerNode ?? 1}`]
+      : []),
+    ...(options.gpusPerTask !== undefined ? [`--gpus-per-task=${options.gpusPerTask}`] : []),
     ...(options.mem ? [`--mem=${options.mem}`] : []),
     ...(options.sbatch ?? []).map(directive),
   ];
@@ -173,6 +219,7 @@ export function renderSbatchScript(sweep: RunSet, indices: number[], options: Sl
     `# Generated for ${sweep.file}: one array task per run (the array index is the run's index in`,
     '# the sweep). Each task runs the same command as the local executor; a requeued or preempted task resumes from',
     '# its last checkpoint. USR1 before the time limit: checkpoint, then requeue (see src/sweep/slurm.ts).',
+    ...(unitTasks(options) > 1 ? [`# ${unitTasks(options)} Slurm tasks per run: the task starts the trainer under srun, one rank per Slurm task.`] : []),
     ...directives.map((d) => `#SBATCH ${d}`),
     ...(options.requeueOnTimeLimit === false ? ['export SLAYFORMER_SWEEP_NO_REQUEUE=1'] : []),
     ...(options.setup ?? []),
@@ -349,6 +396,29 @@ function commandAnswers(cmd: string, args: string[]): boolean {
 function currentSlurmJob(): string | null {
   const { SLURM_ARRAY_JOB_ID: job, SLURM_ARRAY_TASK_ID: task } = process.env;
   return job && task ? `${job}_${task}` : null;
+}
+
+/**
+ * In an array task of several Slurm tasks (SLURM_NTASKS > 1, from the script's --nodes and --ntasks-per-node): the
+ * trainer runs under srun, one rank per task. srun is given the CPUs per task (since Slurm 22.05 it does not take them
+ * from the batch job) and each rank's TensorFlow thread pools are capped to them, as `train --processes` does.
+ */
+function unitLauncher(): WorkerLauncher | null {
+  const { SLURM_NTASKS: tasks, SLURM_CPUS_PER_TASK: cpus, SLURM_JOB_ID: job } = process.env;
+  if (!currentSlurmJob() || !job || !(Number(tasks) > 1)) return null;
+  const threads = cpus && /^\d+$/.test(cpus) ? cpus : null;
+  return {
+    prefix: ['srun', '--kill-on-bad-exit=1', '--distribution=block', ...(threads ? [`--cpus-per-task=${threads}`] : [])],
+    env: threads ? { TF_NUM_INTRAOP_THREADS: threads, TF_NUM_INTEROP_THREADS: threads } : {},
+    stop(log) {
+      // The step's tasks, not srun (see the top of this file); without --batch or --full scancel leaves the batch shell alone.
+      try {
+        execFileSync('scancel', ['--signal=TERM', job], { stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 });
+      } catch (e) {
+        log.write(`sweep: scancel --signal=TERM ${job} failed (${(e as Error).message.split('\n')[0]}); the ranks go on until the time limit\n`);
+      }
+    },
+  };
 }
 
 /** In a Slurm array task stopped by the time-limit warning: put the task back in the queue, to resume. */

@@ -157,6 +157,7 @@ export function loadSweep(
     executorSettings: spec.executorSettings,
     report: spec.report,
     task,
+    multiTask: true,
     overrides: [...overrides],
     backend,
   };

@@ -63,6 +63,16 @@ export interface SweepExecutorTask {
   name: string;
 }
 
+/** How a task process starts its worker when the executor's task is several processes (a Slurm unit of several tasks). */
+export interface WorkerLauncher {
+  /** The command and arguments that start the worker's `node …` command line once per process, e.g. `srun …`. */
+  prefix: string[];
+  /** Variables added to the worker's environment (e.g. thread pools capped to a task's CPUs). */
+  env: Record<string, string>;
+  /** Asks every process of the worker to stop, as SIGTERM asks a worker that is the task's own child. */
+  stop(log: NodeJS.WritableStream): void;
+}
+
 export interface SweepExecutor {
   /** What `--executor` takes; it also names the executor's section of a set file and its folder under `_sweep/`. */
   name: string;
@@ -82,6 +92,8 @@ export interface SweepExecutor {
   queue?(set: RunSet): SweepExecutorQueue | null;
   /** In a task process: the name of the executor task this process runs as, or null when it is none of this executor's. */
   currentTask?(): string | null;
+  /** In a task process: how to start the worker when this executor's task is several processes; null (or absent): as the task's child. */
+  workerLauncher?(): WorkerLauncher | null;
   /** In its task process, after it asked the run to stop (SIGUSR1, e.g. before a time limit) and the run did: run the task again later. */
   requeue?(log: NodeJS.WritableStream): void;
 }

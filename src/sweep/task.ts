@@ -10,7 +10,9 @@
 // is a child process in the task's process group, so a Ctrl-C in a terminal or a scheduler's cancel/requeue/preemption
 // signal it directly; the task passes on only SIGUSR1, as SIGTERM: an executor's stop request (the local executor's
 // Ctrl-C, a scheduler's time-limit warning). After such a stop the executor the task runs in may requeue it
-// (SweepExecutor.requeue).
+// (SweepExecutor.requeue). When the executor's task is several processes (a Slurm unit of several tasks), the executor
+// says how the worker starts on all of them and how it is asked to stop (SweepExecutor.workerLauncher): the task
+// itself stays one process, so the lock, the log and the attempt are written once, whatever the number of ranks.
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
 import { spawn } from 'node:child_process';
@@ -22,7 +24,7 @@ import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts'
 import { takeLockFile, thisProcess, type LockResult } from '../core/lock-file.ts';
 import { signalExitCode } from '../train/stop.ts';
 import { currentTask } from './executor-registry.ts';
-import type { SweepExecutorTask } from './sweep-executor.ts';
+import type { SweepExecutorTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import type { RunFolder } from './run-folders.ts';
@@ -123,7 +125,7 @@ export async function runGuarded(
     for (const file of [log, attemptFile(sweep, run)]) assertNotLink(file);
     const { args, banner } = prepare(current);
     appendOwnFile(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${here ? ` (${here.task.name})` : ''}\n`);
-    const result = await runWorker(args, log, out, err);
+    const result = await runWorker(args, here?.executor.workerLauncher?.() ?? null, log, out, err);
     const outcome: Attempt['outcome'] =
       result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
     const attempt: Attempt = {
@@ -152,9 +154,18 @@ interface WorkerResult {
   stopRequested: boolean;
 }
 
-function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err: NodeJS.WritableStream): Promise<WorkerResult> {
+/** The worker as the task's child, or through `launcher` (e.g. srun: one worker process per scheduler task). */
+function runWorker(
+  args: string[],
+  launcher: WorkerLauncher | null,
+  log: string,
+  out: NodeJS.WritableStream,
+  err: NodeJS.WritableStream,
+): Promise<WorkerResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', TSX_IMPORT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const command = [...(launcher?.prefix ?? []), process.execPath, '--import', TSX_IMPORT, ...args];
+    const env = launcher ? { ...launcher.env, ...process.env } : process.env; // what the user set wins
+    const child = spawn(command[0], command.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env });
     let lastLine = '';
     let stopRequested = false;
     const tee = (target: NodeJS.WritableStream) => (chunk: Buffer) => {
@@ -168,7 +179,8 @@ function runWorker(args: string[], log: string, out: NodeJS.WritableStream, err:
     const ignore = () => {};
     const stop = () => {
       stopRequested = true;
-      child.kill('SIGTERM');
+      if (launcher) launcher.stop(err);
+      else child.kill('SIGTERM');
     };
     process.on('SIGINT', ignore);
     process.on('SIGTERM', ignore);
