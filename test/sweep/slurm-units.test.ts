@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
-import { startCli } from '../helpers/cli.ts';
 import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitForFiles, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
 
@@ -73,7 +72,7 @@ async function finalWeights(runDir: string): Promise<Map<string, Float32Array>> 
   return new Map([...tensors].map(([name, t]) => [name, t.data]));
 }
 
-async function maxDifference(a: Map<string, Float32Array>, b: Map<string, Float32Array>): Promise<number> {
+function maxDifference(a: Map<string, Float32Array>, b: Map<string, Float32Array>): number {
   expect([...a.keys()].sort()).toEqual([...b.keys()].sort());
   let max = 0;
   for (const [name, x] of a) x.forEach((v, i) => (max = Math.max(max, Math.abs(v - b.get(name)![i]))));
@@ -91,8 +90,20 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
     expect(script).toMatch(/^#SBATCH --ntasks-per-node=2$/m);
 
     const log = () => readFileSync(join(runDir, '_sweep', 'logs', 'units.log'), 'utf8');
-    await waitForFiles('the run to finish', runDir, 300_000, () => runFolders(runDir).some((f) => existsSync(join(runDir, f, 'summary.json'))), () => log());
-    await waitForFiles('the attempt record', runDir, 60_000, () => existsSync(join(runDir, '_sweep', 'attempts', 'units.json')), () => log());
+    await waitForFiles(
+      'the run to finish',
+      runDir,
+      300_000,
+      () => runFolders(runDir).some((f) => existsSync(join(runDir, f, 'summary.json'))),
+      () => log(),
+    );
+    await waitForFiles(
+      'the attempt record',
+      runDir,
+      60_000,
+      () => existsSync(join(runDir, '_sweep', 'attempts', 'units.json')),
+      () => log(),
+    );
     expect(runFolders(runDir)).toHaveLength(1);
     // Both ranks wrote to the one log through srun; rank 0 alone logs the run.
     expect(log()).toMatch(/train\.executor collective: rank 0 of 2/);
@@ -102,14 +113,27 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
     expect(attempt).toMatchObject({ outcome: 'done', exitCode: 0, task: { executor: 'slurm', name: `Slurm task ${job}_0` } });
 
     const referenceDir = join(clusterDir, 'runs-units-reference');
-    const reference = sweepCli(['task', writeTinySweep(join(clusterDir, 'units-reference.yaml'), corpus, referenceDir, asTwoMicroBatches(() => {})), '0']);
+    const reference = sweepCli([
+      'task',
+      writeTinySweep(
+        join(clusterDir, 'units-reference.yaml'),
+        corpus,
+        referenceDir,
+        asTwoMicroBatches(() => {}),
+      ),
+      '0',
+    ]);
     expect(await reference.exited, reference.output()).toEqual({ code: 0, signal: null });
-    expect(await maxDifference(await finalWeights(runDir), await finalWeights(referenceDir))).toBe(0);
+    expect(maxDifference(await finalWeights(runDir), await finalWeights(referenceDir))).toBe(0);
   }, 900_000);
 
   it('a 2-task unit stopped by the time-limit warning checkpoints, requeues and resumes to the uninterrupted weights', async () => {
     const referenceDir = join(clusterDir, 'runs-units-requeue-reference');
-    const reference = sweepCli(['task', writeTinySweep(join(clusterDir, 'requeue-reference.yaml'), corpus, referenceDir, asTwoMicroBatches(oneLongerRun)), '0']);
+    const reference = sweepCli([
+      'task',
+      writeTinySweep(join(clusterDir, 'requeue-reference.yaml'), corpus, referenceDir, asTwoMicroBatches(oneLongerRun)),
+      '0',
+    ]);
     const runDir = join(clusterDir, 'runs-units-requeued');
     const file = writeTinySweep(join(clusterDir, 'units-requeued.yaml'), corpus, runDir, onTensorflow(oneLongerRun));
     const task = `${await submitUnits(file)}_0`;
@@ -117,7 +141,10 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
     const newestCheckpoint = () => (folder() ? Math.max(0, ...checkpointSteps(join(runDir, folder()))) : 0);
     const log = () => readFileSync(join(runDir, '_sweep', 'logs', 'units-requeued.log'), 'utf8');
     const diagnose = () =>
-      `log:\n${log()}\nslurmctld.log:\n${readFileSync(join(clusterDir, 'cluster', 'slurmctld.log'), 'utf8').split('\n').slice(-15).join('\n')}`;
+      `log:\n${log()}\nslurmctld.log:\n${readFileSync(join(clusterDir, 'cluster', 'slurmctld.log'), 'utf8')
+        .split('\n')
+        .slice(-15)
+        .join('\n')}`;
 
     await waitForFiles('a first checkpoint', runDir, 180_000, () => newestCheckpoint() > 0, diagnose);
     // What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
@@ -128,11 +155,16 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
     expect(log()).toMatch(/units-requeued: stopped \(exit 143\)/); // rank 0's exit: the others were ended by srun
 
     await waitForFiles('the run to finish', runDir, 300_000, () => existsSync(join(runDir, folder(), 'summary.json')), diagnose);
-    await waitForFiles('the attempt record', runDir, 60_000, () => JSON.parse(readFileSync(join(runDir, '_sweep', 'attempts', 'units-requeued.json'), 'utf8')).outcome === 'done');
+    await waitForFiles(
+      'the attempt record',
+      runDir,
+      60_000,
+      () => JSON.parse(readFileSync(join(runDir, '_sweep', 'attempts', 'units-requeued.json'), 'utf8')).outcome === 'done',
+    );
     expect(runFolders(runDir)).toHaveLength(1);
     expect(log().match(/resuming from step \d+ in \S+ \(Slurm task \d+_0\)/g)).toHaveLength(1);
     expect(log().match(/^done: /gm)).toHaveLength(1);
     expect(await reference.exited, reference.output()).toEqual({ code: 0, signal: null });
-    expect(await maxDifference(await finalWeights(runDir), await finalWeights(referenceDir))).toBe(0);
+    expect(maxDifference(await finalWeights(runDir), await finalWeights(referenceDir))).toBe(0);
   }, 900_000);
 });
