@@ -399,13 +399,15 @@ function currentSlurmJob(): string | null {
 }
 
 /**
- * In an array task of several Slurm tasks (SLURM_NTASKS > 1, from the script's --nodes and --ntasks-per-node): the
+ * In an array task of several Slurm tasks (SLURM_NTASKS > 1, from the script's --nodes and --ntasks-per-node) of a set
+ * whose runs can span them (RunSet.multiTask): the
  * trainer runs under srun, one rank per task. srun is given the CPUs per task (since Slurm 22.05 it does not take them
  * from the batch job) and each rank's TensorFlow thread pools are capped to them, as `train --processes` does.
  */
-function unitLauncher(): WorkerLauncher | null {
+function unitLauncher(set: RunSet): WorkerLauncher | null {
   const { SLURM_NTASKS: tasks, SLURM_CPUS_PER_TASK: cpus, SLURM_JOB_ID: job } = process.env;
-  if (!currentSlurmJob() || !job || !(Number(tasks) > 1)) return null;
+  // A set whose workers run in one process (unitProblems refuses its units of several tasks) keeps them so under an `--sbatch=--ntasks=N`.
+  if (!set.multiTask || !currentSlurmJob() || !job || !(Number(tasks) > 1)) return null;
   const threads = cpus && /^\d+$/.test(cpus) ? cpus : null;
   return {
     prefix: ['srun', '--kill-on-bad-exit=1', '--distribution=block', ...(threads ? [`--cpus-per-task=${threads}`] : [])],

@@ -92,8 +92,8 @@ export interface SweepExecutor {
   queue?(set: RunSet): SweepExecutorQueue | null;
   /** In a task process: the name of the executor task this process runs as, or null when it is none of this executor's. */
   currentTask?(): string | null;
-  /** In a task process: how to start the worker when this executor's task is several processes; null (or absent): as the task's child. */
-  workerLauncher?(): WorkerLauncher | null;
+  /** In a task process of `set`: how to start the worker when this executor's task is several processes; null (or absent): as the task's child. */
+  workerLauncher?(set: RunSet): WorkerLauncher | null;
   /** In its task process, after it asked the run to stop (SIGUSR1, e.g. before a time limit) and the run did: run the task again later. */
   requeue?(log: NodeJS.WritableStream): void;
 }

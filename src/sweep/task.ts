@@ -125,7 +125,7 @@ export async function runGuarded(
     for (const file of [log, attemptFile(sweep, run)]) assertNotLink(file);
     const { args, banner } = prepare(current);
     appendOwnFile(log, `=== ${new Date().toISOString()} ${run.name}: ${banner}${here ? ` (${here.task.name})` : ''}\n`);
-    const result = await runWorker(args, here?.executor.workerLauncher?.() ?? null, log, out, err);
+    const result = await runWorker(args, here?.executor.workerLauncher?.(sweep) ?? null, log, out, err);
     const outcome: Attempt['outcome'] =
       result.exitCode === 0 ? 'done' : result.stopRequested || result.exitCode === 130 || result.exitCode === 143 ? 'stopped' : 'failed';
     const attempt: Attempt = {

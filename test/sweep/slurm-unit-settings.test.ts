@@ -115,20 +115,24 @@ describe('units of several Slurm tasks: the task process', () => {
 
   it('in an array task of several Slurm tasks, the worker runs under srun with the CPUs per task as its thread pools', () => {
     inArrayTask({ SLURM_NTASKS: '2', SLURM_CPUS_PER_TASK: '4' });
-    expect(slurmExecutor.workerLauncher!()).toMatchObject({
+    expect(slurmExecutor.workerLauncher!(sweepWith())).toMatchObject({
       prefix: ['srun', '--kill-on-bad-exit=1', '--distribution=block', '--cpus-per-task=4'],
       env: { TF_NUM_INTRAOP_THREADS: '4', TF_NUM_INTEROP_THREADS: '4' },
     });
   });
 
-  it('one Slurm task, or no array task, runs the worker as the task child', () => {
+  it("one Slurm task, no array task, or a set whose runs run in one process: the worker is the task's child", () => {
+    const sweep = sweepWith();
     inArrayTask({ SLURM_NTASKS: '1' });
-    expect(slurmExecutor.workerLauncher!()).toBeNull();
+    expect(slurmExecutor.workerLauncher!(sweep)).toBeNull();
     vi.unstubAllEnvs();
     inArrayTask({ SLURM_NTASKS: undefined });
-    expect(slurmExecutor.workerLauncher!()).toBeNull();
+    expect(slurmExecutor.workerLauncher!(sweep)).toBeNull();
     vi.unstubAllEnvs();
     inArrayTask({ SLURM_NTASKS: '2', SLURM_ARRAY_TASK_ID: undefined });
-    expect(slurmExecutor.workerLauncher!()).toBeNull();
+    expect(slurmExecutor.workerLauncher!(sweep)).toBeNull();
+    vi.unstubAllEnvs();
+    inArrayTask({ SLURM_NTASKS: '2' });
+    expect(slurmExecutor.workerLauncher!({ ...sweep, multiTask: undefined })).toBeNull();
   });
 });

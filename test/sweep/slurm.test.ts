@@ -296,10 +296,10 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
   });
 
   it('every slurm option, from the sweep file and given directly', () => {
-    const words: (keyof SlurmOptions)[] = ['partition', 'time', 'gpus', 'mem'];
+    const words: (keyof SlurmOptions)[] = ['partition', 'time', 'gpus', 'gpusPerTask', 'mem'];
     for (const value of INJECTIONS) {
       for (const key of words) {
-        const flag = { partition: '--partition', time: '--time', gpus: '--gpus', mem: '--mem' }[key as string]!;
+        const flag = { partition: '--partition', time: '--time', gpus: '--gpus', gpusPerTask: '--gpus-per-task', mem: '--mem' }[key as string]!;
         renderOrRefuse(new RegExp(`slurm\\.${key}`), () => {
           const file = sweepWith({ slurm: { [key]: value } });
           return {
@@ -315,7 +315,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
           directives: { [flag]: value },
         }));
       }
-      for (const key of ['cpusPerTask', 'maxParallel', 'signalSeconds', 'requeueOnTimeLimit'] as const) {
+      for (const key of ['cpusPerTask', 'maxParallel', 'signalSeconds', 'requeueOnTimeLimit', 'nodes', 'tasksPerNode'] as const) {
         const sweep = loadSweep(sweepWith({}));
         renderOrRefuse(new RegExp(`slurm\\.${key}`), () => ({
           script: renderSbatchScript(sweep, [0], { [key]: value } as SlurmOptions, '/w'),
