@@ -127,7 +127,7 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
     expect(maxDifference(await finalWeights(runDir), await finalWeights(referenceDir))).toBe(0);
   }, 900_000);
 
-  it('a 2-task unit stopped by the time-limit warning checkpoints, requeues and resumes to the uninterrupted weights', async () => {
+  it('a 2-task unit stopped by the time-limit warning checkpoints, requeues and resumes; requeued by Slurm, it resumes again; the weights are the uninterrupted ones', async () => {
     const referenceDir = join(clusterDir, 'runs-units-requeue-reference');
     const reference = sweepCli([
       'task',
@@ -154,6 +154,10 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
     expect(log()).toMatch(/train: SIGTERM received: finishing the current step and saving a checkpoint/);
     expect(log()).toMatch(/units-requeued: stopped \(exit 143\)/); // rank 0's exit: the others were ended by srun
 
+    // A requeue (as preemption does it): Slurm signals every process of the job, srun too, which ends both ranks at once.
+    const resumedAt = Number(/resuming from step (\d+)/.exec(log())![1]);
+    await waitForFiles('a checkpoint after the resume', runDir, 180_000, () => newestCheckpoint() > resumedAt, diagnose);
+    execFileSync('scontrol', ['requeue', task], { env });
     await waitForFiles('the run to finish', runDir, 300_000, () => existsSync(join(runDir, folder(), 'summary.json')), diagnose);
     await waitForFiles(
       'the attempt record',
@@ -162,7 +166,7 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
       () => JSON.parse(readFileSync(join(runDir, '_sweep', 'attempts', 'units-requeued.json'), 'utf8')).outcome === 'done',
     );
     expect(runFolders(runDir)).toHaveLength(1);
-    expect(log().match(/resuming from step \d+ in \S+ \(Slurm task \d+_0\)/g)).toHaveLength(1);
+    expect(log().match(/resuming from step \d+ in \S+ \(Slurm task \d+_0\)/g)).toHaveLength(2);
     expect(log().match(/^done: /gm)).toHaveLength(1);
     expect(await reference.exited, reference.output()).toEqual({ code: 0, signal: null });
     expect(maxDifference(await finalWeights(runDir), await finalWeights(referenceDir))).toBe(0);
