@@ -15,8 +15,8 @@
 // is `collective`. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a
 // SIGTERM, so no checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the
 // batch shell alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues.
-// scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its last
-// periodic checkpoint (docs/distributed.md).
+// scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its newest
+// complete checkpoint, in general the last periodic one (docs/distributed.md).
 //
 // Script text. Every value is refused or quoted before it reaches the script, so that each line is one of the
 // shapes renderSbatchScript writes: values of `#SBATCH` lines (a comment to bash, options to sbatch) are words of a
@@ -79,12 +79,12 @@ const options = (v: unknown) =>
 /** Each setting's check (null = valid, else what it must be), its command-line flag and its help. */
 const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
   partition: { check: word, flag: '--partition', help: 'partition (queue)' },
-  time: { check: word, flag: '--time', help: 'time limit per task, e.g. 24:00:00 or 2-00:00:00' },
+  time: { check: word, flag: '--time', help: 'time limit per run (its array task), e.g. 24:00:00 or 2-00:00:00' },
   gpus: { check: gpuCount, flag: '--gpus', help: 'GPUs per run (all its tasks together), e.g. 1 or a100:1' },
   nodes: { check: rankCount, flag: '--nodes', help: 'nodes per run (default 1); more than one task per run: one rank each, under srun (docs/distributed.md)' },
   tasksPerNode: { check: rankCount, flag: '--tasks-per-node', help: 'Slurm tasks per node, each a rank of the run (default 1; the tensorflow backend)' },
   gpusPerTask: { check: gpuCount, flag: '--gpus-per-task', help: 'GPUs per Slurm task (rank), e.g. 1 or h100:1' },
-  mem: { check: word, flag: '--mem', help: 'memory per task, e.g. 64G' },
+  mem: { check: word, flag: '--mem', help: 'memory per node (of a run), e.g. 64G' },
   cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: "CPU cores per Slurm task (default: the run's data-parallel replicas)" },
   maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
   signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
@@ -175,7 +175,7 @@ function unitTasks(options: SlurmOptions): number {
 }
 
 /** What is wrong with the unit's shape as a whole (each setting alone passed its check), naming the settings. */
-export function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmOptions): string[] {
+function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmOptions): string[] {
   const problems: string[] = [];
   if (options.gpus !== undefined && options.gpusPerTask !== undefined)
     problems.push('slurm.gpus and slurm.gpusPerTask both given: give one (gpus counts all GPUs of a run, gpusPerTask those of each Slurm task)');
@@ -400,13 +400,13 @@ function currentSlurmJob(): string | null {
 
 /**
  * In an array task of several Slurm tasks (SLURM_NTASKS > 1, from the script's --nodes and --ntasks-per-node) of a set
- * whose runs can span them (RunSet.multiTask): the
- * trainer runs under srun, one rank per task. srun is given the CPUs per task (since Slurm 22.05 it does not take them
- * from the batch job) and each rank's TensorFlow thread pools are capped to them, as `train --processes` does.
+ * whose runs can span them (RunSet.multiTask): the trainer runs under srun, one rank per task. srun is given the CPUs
+ * per task (since Slurm 22.05 it does not take them from the batch job) and each rank's TensorFlow thread pools are
+ * capped to them, as `train --processes` does.
  */
 function unitLauncher(set: RunSet): WorkerLauncher | null {
   const { SLURM_NTASKS: tasks, SLURM_CPUS_PER_TASK: cpus, SLURM_JOB_ID: job } = process.env;
-  // A set whose workers run in one process (unitProblems refuses its units of several tasks) keeps them so under an `--sbatch=--ntasks=N`.
+  // A paper unit stays one process even when an extra `--sbatch=--ntasks=N` gave its array task several Slurm tasks.
   if (!set.multiTask || !currentSlurmJob() || !job || !(Number(tasks) > 1)) return null;
   const threads = cpus && /^\d+$/.test(cpus) ? cpus : null;
   return {
