@@ -3,7 +3,7 @@
 // of the step (N ranks' step against one process computing one shard's rows), and the bytes each step moves. Prints a Markdown table (docs/distributed.md quotes it).
 //
 //   npm run bench:distributed -- [--processes 1,2] [--steps 10] [--warmup 3] [--seq 256] [--batch 8]
-//                                [--vocab 4096] [--d 128] [--layers 4] [--heads 4] [--reduces 20]
+//                                [--vocab 4096] [--d 128] [--layers 4] [--heads 4] [--reduces 20] [--rounds 3]
 //
 // Each N runs as N child processes started here with free 127.0.0.1 ports (as train --processes does,
 // TensorFlow threads = cores / N each); N = 1 is one process with the 'functions' executor, no all-reduce.
@@ -28,6 +28,7 @@ const COMMAND = {
     steps: integerOption(1, 10, 'timed optimizer steps'),
     warmup: integerOption(0, 3, 'warm-up steps (the first records the step functions and resolves the group)'),
     reduces: integerOption(1, 20, 'all-reduces of the packed gradient timed alone'),
+    rounds: integerOption(1, 3, 'rounds of every measurement, alternating; each figure is the median over the rounds'),
     seq: integerOption(2, 256, 'sequence length'),
     batch: integerOption(1, 8, 'rows per step, over all ranks'),
     vocab: integerOption(2, 4096, 'vocabulary'),
@@ -77,10 +78,15 @@ async function measureHere(values: Record<string, string>, cluster: Cluster | nu
   let allReduceMs = 0;
   if (cluster) {
     // The step's collective alone, as the step runs it: the packed [P + 1] vector in a recorded
-    // TensorFlow function, its result read back so that each call has ended.
+    // TensorFlow function, its result read back so that each call has ended — after the tidy, which would
+    // otherwise walk the 1.3M returned floats one by one for tensors (~1 s, once mistaken for the all-reduce).
     const packed = tf.zeros([parameters + 1]);
     const graphs = new GraphCache();
-    const reduce = () => tf.tidy(() => graphs.call('all-reduce', [packed], () => [allReduceSum(cluster, packed)])[0].dataSync());
+    const reduce = () => {
+      const summed = tf.tidy(() => graphs.call('all-reduce', [packed], () => [allReduceSum(cluster, packed)])[0]);
+      summed.dataSync();
+      summed.dispose();
+    };
     // Untimed: the recordings, and the ranks leaving the timed steps at different moments.
     for (let i = 0; i < 3; i++) reduce();
     const times: number[] = [];
@@ -133,7 +139,7 @@ function table(rows: Measured[], values: Record<string, string>): string {
   const one = rows.find((r) => r.ranks === 1);
   const lines = [
     `GPT softmax, vocab ${values.vocab}, d ${values.d}, ${values.layers} layers, ${values.heads} heads, seq ${values.seq}, ${values.batch} rows per step over all ranks; ` +
-      `${values.steps} timed steps after ${values.warmup} warm-up, medians; ${availableParallelism()} cores, TensorFlow threads = cores / ranks; ` +
+      `${values.steps} timed steps after ${values.warmup} warm-up, medians, then the median of ${values.rounds} alternating rounds; ${availableParallelism()} cores, TensorFlow threads = cores / ranks; ` +
       `load average ${loadavg()[0].toFixed(1)} at the end (other work on the machine slows every figure, the all-reduce's most)`,
     '',
     '| ranks | tok/s | ms/step | vs 1 rank | one shard alone, ms/step | step − shard alone | all-reduce alone, ms | reduced per step | sent per rank per step (ring) |',
@@ -165,13 +171,30 @@ async function main(): Promise<void> {
   }
   const counts = String(values.processes).split(',').map(Number);
   if (counts.some((n) => !Number.isInteger(n) || n < 1)) exitWithUsage(COMMAND, `--processes ${values.processes}: expected rank counts such as 1,2`);
-  const rows: Measured[] = [];
-  for (const n of counts) {
-    const row = await measureRanks(n, [...argv, '--child']);
-    // What the step costs beyond the computation: N ranks' step against one process doing one shard's rows.
-    if (n > 1) row.shardAloneMs = (await measureRanks(1, [...argv, '--child', '--batch', String(Math.ceil(Number(values.batch) / n))], n)).msPerStep;
-    rows.push(row);
+  // The measurements alternate, round after round, and each figure is the median over the rounds: load from
+  // other work that comes and goes then weighs on every row alike instead of on whichever ran at the time.
+  const rounds: Measured[][] = [];
+  for (let round = 0; round < Number(values.rounds); round++) {
+    const rows: Measured[] = [];
+    for (const n of counts) {
+      const row = await measureRanks(n, [...argv, '--child']);
+      // What the step costs beyond the computation: N ranks' step against one process doing one shard's rows.
+      if (n > 1) row.shardAloneMs = (await measureRanks(1, [...argv, '--child', '--batch', String(Math.ceil(Number(values.batch) / n))], n)).msPerStep;
+      rows.push(row);
+    }
+    rounds.push(rows);
   }
+  const rows = counts.map((_, i): Measured => {
+    const of = (pick: (m: Measured) => number) => median(rounds.map((r) => pick(r[i])));
+    const first = rounds[0][i];
+    return {
+      ...first,
+      msPerStep: of((m) => m.msPerStep),
+      tokensPerSecond: of((m) => m.tokensPerSecond),
+      allReduceMs: of((m) => m.allReduceMs),
+      ...(first.shardAloneMs !== undefined ? { shardAloneMs: of((m) => m.shardAloneMs!) } : {}),
+    };
+  });
   console.log(table(rows, values as unknown as Record<string, string>));
 }
 

@@ -20,6 +20,14 @@ export interface ClusterSpec {
 export const HEARTBEAT_TIMEOUT_MS = 4000;
 
 /**
+ * How long the join waits for every rank to register with the coordination service (train.joinTimeout),
+ * so that a rank that never starts ends the others with an error naming it instead of a wait without end.
+ * Five minutes, as jax.distributed.initialize waits: ranks of a Slurm step may start that far apart on a
+ * busy shared file system.
+ */
+export const DEFAULT_JOIN_TIMEOUT_S = 300;
+
+/**
  * At exit every rank waits up to this long for the others to leave the coordination service too, so
  * that rank 0, which hosts it, is not gone while another rank still says goodbye (an error line on that rank).
  */
@@ -28,9 +36,23 @@ const SHUTDOWN_BARRIER_MS = 10_000;
 const JOB = 'worker';
 export const taskName = (rank: number) => `/job:${JOB}/replica:0/task:${rank}`;
 
-/** The cluster as the text-format ServerDef TFE_EnableCollectiveOps takes (rank 0 leads groups and the coordination service). */
-export function serverDefText(spec: ClusterSpec, heartbeatTimeoutMs = HEARTBEAT_TIMEOUT_MS): string {
+/** How long to wait: for every rank to join, and for a silent rank's heartbeats before it counts as dead. */
+export interface ClusterTimeouts {
+  joinTimeoutS?: number;
+  heartbeatTimeoutMs?: number;
+}
+
+/**
+ * The cluster as the text-format ServerDef TFE_EnableCollectiveOps takes (rank 0 leads groups and the coordination
+ * service). `cluster_register_with_barrier` makes registration itself wait for every rank, up to the join timeout;
+ * without it TensorFlow's next wait for all tasks has no deadline of ours.
+ */
+export function serverDefText(
+  spec: ClusterSpec,
+  { joinTimeoutS = DEFAULT_JOIN_TIMEOUT_S, heartbeatTimeoutMs = HEARTBEAT_TIMEOUT_MS }: ClusterTimeouts = {},
+): string {
   checkClusterSpec(spec);
+  if (!(joinTimeoutS > 0) || !Number.isFinite(joinTimeoutS)) throw new Error(`cluster: the join timeout ${joinTimeoutS} s is not a positive number of seconds`);
   const tasks = spec.addresses.map((address, i) => `tasks { key: ${i} value: ${JSON.stringify(address)} }`).join(' ');
   const leader = JSON.stringify(taskName(0));
   return [
@@ -38,6 +60,7 @@ export function serverDefText(spec: ClusterSpec, heartbeatTimeoutMs = HEARTBEAT_
     `job_name: "${JOB}" task_index: ${spec.rank} protocol: "grpc"`,
     `default_session_config { experimental { collective_group_leader: ${leader}`,
     `coordination_config { service_type: "standalone" service_leader: ${leader} heartbeat_timeout_in_ms: ${heartbeatTimeoutMs} shutdown_barrier_timeout_in_ms: ${SHUTDOWN_BARRIER_MS}`,
+    `cluster_register_timeout_in_ms: ${Math.round(joinTimeoutS * 1000)} cluster_register_with_barrier: true`,
     `coordinated_job_list { name: "${JOB}" num_tasks: ${spec.addresses.length} } } } }`,
   ].join(' ');
 }
@@ -97,11 +120,10 @@ export function currentCluster(): Cluster | null {
  * Joins the cluster: starts this rank's gRPC server and renames the local devices (ops must then name
  * /job:worker/replica:0/task:R/...). Call right after the tensorflow backend starts and before any
  * tensor is made: a tensor made before lives on a device that no longer exists. Once per process (a
- * started server cannot stop inside it). Returns once every rank has joined: TensorFlow waits here for
- * all of them, without a deadline, so a rank that never starts must be ended by what started it (the
- * launcher when a rank exits, srun --kill-on-bad-exit).
+ * started server cannot stop inside it). Returns once every rank has joined; a rank that has not joined
+ * within `joinTimeoutS` is an error naming it (see joinFailure).
  */
-export function joinCluster(spec: ClusterSpec): Cluster {
+export function joinCluster(spec: ClusterSpec, timeouts: ClusterTimeouts = {}): Cluster {
   if (joined) throw new Error(`cluster: this process already joined as rank ${joined.rank} of ${joined.worldSize}`);
   if (tf.getBackend() !== 'tensorflow' || !graphsAvailable())
     throw new Error('cluster: collective ops need the tensorflow backend built by `npm run setup:tensorflow`');
@@ -110,15 +132,36 @@ export function joinCluster(spec: ClusterSpec): Cluster {
     throw new Error('cluster: this tensorflow binding has no collective ops (run `npm run setup:tensorflow` again)');
   let device: string;
   try {
-    device = backend.binding.enableCollectives(serverDefText(spec), taskName(spec.rank));
+    device = backend.binding.enableCollectives(serverDefText(spec, timeouts), taskName(spec.rank));
   } catch (err) {
-    const message = (err as Error).message;
-    const port = spec.addresses[spec.rank];
-    const taken = /address already in use|could not start grpc server|bind/i.test(message) ? ` (is ${port} already taken?)` : '';
-    throw new Error(`rank ${spec.rank}: could not start its server on ${port}${taken}: ${message.split('\n')[0]}`);
+    throw joinFailure(spec, (err as Error).message, timeouts.joinTimeoutS ?? DEFAULT_JOIN_TIMEOUT_S);
   }
   joined = { ...spec, worldSize: spec.addresses.length, device, communication: backend.isUsingGpuDevice ? 'nccl' : 'ring' };
   return joined;
+}
+
+/**
+ * A failed join as an error naming its cause: ranks that did not join in time, or this rank's port. Rank 0, the
+ * coordination service's host, hears from the service which ranks never registered ("Some timed out task names:
+ * /job:worker/replica:0/task:1"); another rank whose registration with rank 0 timed out ("Deadline Exceeded" on
+ * RegisterTask) names rank 0.
+ */
+export function joinFailure(spec: ClusterSpec, message: string, joinTimeoutS: number): Error {
+  const n = spec.addresses.length;
+  const within = `did not join within ${joinTimeoutS} s (train.joinTimeout): is it running, and can it reach the others?`;
+  const listed = /timed out task names:([\s\S]*?)(?:\n\s*\n|$)/i.exec(message);
+  if (listed) {
+    const ranks = [...listed[1].matchAll(/\/task:(\d+)/g)].map((m) => Number(m[1]));
+    if (ranks.length) {
+      const names = ranks.map((r) => `${r} (${spec.addresses[r] ?? '?'})`).join(', ');
+      return new Error(`rank ${spec.rank}: rank${ranks.length > 1 ? 's' : ''} ${names} of ${n} ${within}`);
+    }
+  }
+  if (spec.rank !== 0 && /deadline exceeded/i.test(message) && /RegisterTask/.test(message))
+    return new Error(`rank ${spec.rank}: rank 0 (${spec.addresses[0]}), which leads the cluster, ${within}`);
+  const port = spec.addresses[spec.rank];
+  const taken = /address already in use|could not start grpc server|bind/i.test(message) ? ` (is ${port} already taken?)` : '';
+  return new Error(`rank ${spec.rank}: could not start its server on ${port}${taken}: ${message.split('\n')[0]}`);
 }
 
 /** One group for the run's all-reduces; its first collective resolves the group (~1 s, docs/distributed.md). */
@@ -157,7 +200,12 @@ export function allReduceSum(cluster: Cluster, x: tf.Tensor, instanceKey: number
 /** Returns once every rank called it (an all-reduce of one float); fails like any collective when a rank is dead. */
 export function barrier(cluster: Cluster): void {
   try {
-    tf.tidy(() => allReduceSum(cluster, tf.zeros([1]), INSTANCE_KEYS.barrier).dataSync());
+    const met = tf.tidy(() => allReduceSum(cluster, tf.zeros([1]), INSTANCE_KEYS.barrier));
+    try {
+      met.dataSync();
+    } finally {
+      met.dispose();
+    }
   } catch (err) {
     throw collectiveFailure(cluster, err);
   }

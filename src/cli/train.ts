@@ -185,7 +185,7 @@ async function main(args: Args): Promise<number> {
       args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose, silent: (cluster?.rank ?? 0) !== 0 });
     // Before the model or any tensor exists: joining renames the devices (backend/collective.ts).
-    if (cluster) (await import('../backend/collective.ts')).joinCluster(cluster);
+    if (cluster) (await import('../backend/collective.ts')).joinCluster(cluster, { joinTimeoutS: recipe.train.joinTimeout });
     await runWithSignals(recipe, resume, device, cluster?.rank ?? 0);
     return 0;
   } catch (err) {

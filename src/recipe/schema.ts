@@ -47,6 +47,7 @@ export interface Recipe {
     gradAccum: number;
     dataParallel: number | 'auto';
     processes: number;
+    joinTimeout: number;
     graph: boolean;
     executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
@@ -223,6 +224,11 @@ export const RECIPE_SCHEMA = {
     type: int(1, 4096),
     default: 1,
     doc: "Ranks of one run across processes on this machine (`npm run train -- recipe.yaml --processes N` overrides it; under `srun` the ranks are Slurm's tasks): each rank computes its shard of every micro-batch and one all-reduce per step sums the gradients on TensorFlow's collective runtime (`tensorflow` backend; docs/distributed.md). Rank 0 alone logs, evaluates and checkpoints; a checkpoint resumes with any number of ranks. The update equals one process taking the shards as micro-batches; dropout masks depend on the number of ranks.",
+  },
+  'train.joinTimeout': {
+    type: num({ exclusiveMin: 0, max: 86_400 }),
+    default: 300,
+    doc: "Seconds every rank of a run across processes waits for all ranks to join the cluster at start (TensorFlow's coordination service, `cluster_register_timeout_in_ms`); a rank that has not joined by then ends the run with an error naming it, before anything is written. Not part of the run: ranks may differ in it, and a resume may change it (docs/distributed.md).",
   },
   'train.graph': {
     type: bool,

@@ -455,7 +455,7 @@ function isLeader(cluster: Cluster | null = currentCluster()): boolean {
 /** What every rank of a run across processes must agree on: the recipe, the tokenizer, the data as the plan read it, where it resumes. */
 function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
   const { train, ...rest } = recipe;
-  const { processes: _ranks, ...trainKeys } = train; // the number of ranks is not the run's
+  const { processes: _ranks, joinTimeout: _deadline, ...trainKeys } = train; // how many ranks, and how long they wait to meet, are not the run's
   const data = {
     tokenizer: inputs.tokenizer.sha256,
     epoch: [inputs.epoch.tokens, inputs.epoch.batches],

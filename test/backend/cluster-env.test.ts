@@ -3,7 +3,7 @@
 // launcher's variables, and the ServerDef the ranks are started with.
 import { describe, expect, it } from 'vitest';
 import { clusterFromEnv, expandHostList, expandTasksPerNode, slurmAddresses } from '../../src/backend/cluster-env.ts';
-import { serverDefText } from '../../src/backend/collective.ts';
+import { joinFailure, serverDefText } from '../../src/backend/collective.ts';
 
 describe('Slurm host lists', () => {
   it("expands ranges and lists inside brackets, keeping zero padding and Slurm's order", () => {
@@ -69,19 +69,60 @@ describe('clusterFromEnv', () => {
 });
 
 describe('serverDefText', () => {
-  it('names every rank, this task, rank 0 as group and coordination leader, and the heartbeat timeout', () => {
-    const text = serverDefText({ rank: 1, addresses: ['127.0.0.1:5000', '127.0.0.1:5001'] }, 4000);
+  it('names every rank, this task, rank 0 as group and coordination leader, the heartbeat timeout and the join deadline', () => {
+    const text = serverDefText({ rank: 1, addresses: ['127.0.0.1:5000', '127.0.0.1:5001'] }, { heartbeatTimeoutMs: 4000, joinTimeoutS: 7.5 });
     expect(text).toContain('cluster { job { name: "worker" tasks { key: 0 value: "127.0.0.1:5000" } tasks { key: 1 value: "127.0.0.1:5001" } } }');
     expect(text).toContain('job_name: "worker" task_index: 1 protocol: "grpc"');
     expect(text).toContain('collective_group_leader: "/job:worker/replica:0/task:0"');
     expect(text).toMatch(
-      /coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 shutdown_barrier_timeout_in_ms: \d+ coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/,
+      /coordination_config \{ service_type: "standalone" service_leader: "\/job:worker\/replica:0\/task:0" heartbeat_timeout_in_ms: 4000 shutdown_barrier_timeout_in_ms: \d+ cluster_register_timeout_in_ms: 7500 cluster_register_with_barrier: true coordinated_job_list \{ name: "worker" num_tasks: 2 \} \}/,
     );
+  });
+
+  it('refuses a join deadline that is not a positive number of seconds', () => {
+    for (const joinTimeoutS of [0, -1, Number.NaN, Number.POSITIVE_INFINITY])
+      expect(() => serverDefText({ rank: 0, addresses: ['a:1', 'b:2'] }, { joinTimeoutS })).toThrow(/join timeout .* is not a positive number of seconds/);
   });
 
   it('refuses a rank outside the cluster, an address that is not host:port, and two ranks on one address', () => {
     expect(() => serverDefText({ rank: 2, addresses: ['a:1', 'b:2'] })).toThrow(/rank 2 is not one of the 2 ranks 0–1/);
     expect(() => serverDefText({ rank: 0, addresses: ['a:1', 'b'] })).toThrow(/rank 1's address 'b' is not host:port/);
     expect(() => serverDefText({ rank: 0, addresses: ['a:1', 'a:1'] })).toThrow(/ranks 0 and 1 both have the address a:1/);
+  });
+});
+
+// TensorFlow 2.21's messages when a rank never starts (probed with the built binding, docs/distributed.md).
+describe('joinFailure', () => {
+  const spec = (rank: number, n = 2) => ({ rank, addresses: Array.from({ length: n }, (_, i) => `127.0.0.1:${5000 + i}`) });
+  const barrier = (tasks: number[]) =>
+    "enabling collective ops for '/job:worker/replica:0/task:0': Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0. " +
+    'This usually happens because a task triggered the barrier too early or too slowly.\n# of tasks that reached the barrier: 1/3.\n' +
+    `The first task at the barrier: /job:worker/replica:0/task:0. Some timed out task names:\n${tasks.map((t) => `/job:worker/replica:0/task:${t}\n`).join('')}\n` +
+    'Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling /tensorflow.CoordinationService/RegisterTask:\n' +
+    ':UNKNOWN:Error received from peer  {grpc_message:"Barrier timed out. ... /job:worker/replica:0/task:0 ...", grpc_status:4}';
+
+  it("names the ranks the coordination service says never registered, with their addresses and the deadline's setting", () => {
+    expect(joinFailure(spec(0), barrier([1]), 60).message).toBe(
+      'rank 0: rank 1 (127.0.0.1:5001) of 2 did not join within 60 s (train.joinTimeout): is it running, and can it reach the others?',
+    );
+    expect(joinFailure(spec(0, 3), barrier([1, 2]), 5).message).toMatch(
+      /^rank 0: ranks 1 \(127\.0\.0\.1:5001\), 2 \(127\.0\.0\.1:5002\) of 3 did not join within 5 s/,
+    );
+  });
+
+  it('names rank 0 when this rank could not register with it in time', () => {
+    const message =
+      "enabling collective ops for '/job:worker/replica:0/task:1': Deadline Exceeded\nAdditional GRPC error information from remote target " +
+      '/job:worker/replica:0/task:0 while calling /tensorflow.CoordinationService/RegisterTask:\n:UNKNOWN:Error received from peer  {grpc_status:4, grpc_message:"Deadline Exceeded"}';
+    expect(joinFailure(spec(1), message, 60).message).toBe(
+      'rank 1: rank 0 (127.0.0.1:5000), which leads the cluster, did not join within 60 s (train.joinTimeout): is it running, and can it reach the others?',
+    );
+  });
+
+  it("names this rank's port when its server cannot start, and keeps any other failure's first line", () => {
+    expect(joinFailure(spec(0), 'Could not start gRPC server\nmore', 60).message).toBe(
+      'rank 0: could not start its server on 127.0.0.1:5000 (is 127.0.0.1:5000 already taken?): Could not start gRPC server',
+    );
+    expect(joinFailure(spec(1), 'something else\nmore', 60).message).toBe('rank 1: could not start its server on 127.0.0.1:5001: something else');
   });
 });

@@ -165,6 +165,42 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     }
   });
 
+  it('a rank that never starts: rank 0 ends within train.joinTimeout naming it, non-zero, having written nothing', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'alone.yaml'), setup, join(dir, 'runs-alone'));
+    const [port, absent] = await freePorts(2);
+    const zero = startCli(TRAIN, [recipe, '--backend', 'tensorflow', '--train.joinTimeout=3'], {
+      ...process.env,
+      [RANK_ENV]: '0',
+      [CLUSTER_ENV]: `127.0.0.1:${port},127.0.0.1:${absent}`,
+    });
+    const exit = await zero.exited;
+    expect(exit.code, zero.output()).toBe(1);
+    expect(zero.output()).toContain(
+      `train: rank 0: rank 1 (127.0.0.1:${absent}) of 2 did not join within 3 s (train.joinTimeout): is it running, and can it reach the others?`,
+    );
+    expect(existsSync(join(dir, 'runs-alone'))).toBe(false);
+  });
+
+  it('a long rank-0 evaluation trips no timeout: the others wait in the next all-reduce past the heartbeat timeout', async () => {
+    const cluster = (await freePorts(2)).map((p) => `127.0.0.1:${p}`).join(',');
+    // A 1 s heartbeat timeout; rank 0 holds its thread 4 s between two all-reduces (rank 1 gets there well within 3 s).
+    const heartbeatMs = 1000;
+    const ranks = [0, 1].map((r) =>
+      startCli('test/train/collective-wait-fixture.ts', [String(4 * heartbeatMs), String(heartbeatMs)], {
+        ...process.env,
+        [RANK_ENV]: String(r),
+        [CLUSTER_ENV]: cluster,
+      }),
+    );
+    const exits = await Promise.all(ranks.map((r) => r.exited));
+    for (const [r, exit] of exits.entries()) expect(exit.code, ranks[r].output()).toBe(0);
+    const waited = /rank 1: sum 3 after waiting (\d+) ms/.exec(ranks[1].output());
+    expect(waited, ranks[1].output()).not.toBeNull();
+    // The wait really outlasted the heartbeat timeout (rank 1 entered its all-reduce while rank 0 held its thread).
+    expect(Number(waited![1])).toBeGreaterThan(heartbeatMs);
+    expect(ranks[0].output()).toMatch(/rank 0: sum 3 after/);
+  });
+
   it('Ctrl-C on the launcher: rank 0 saves one checkpoint, every rank stops, and the printed command resumes with 2 ranks', async () => {
     const recipe = await writeTinyRecipe(join(dir, 'ctrl-c.yaml'), setup, join(dir, 'runs-ctrl-c'), {
       maxTokens: 6400,
