@@ -12,7 +12,7 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 
 /**
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
- * GELU and LayerNorm, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
+ * GELU, LayerNorm and attention's causal softmax, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
  */
 export const FUSED_CPU_KERNELS = [
@@ -22,6 +22,8 @@ export const FUSED_CPU_KERNELS = [
   { name: 'SlayformerGeluErfGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
   { name: 'SlayformerLayerNorm', inputs: ['x', 'gain', 'shift'], outputs: 3, floatAttrs: ['eps'] },
   { name: 'SlayformerLayerNormGrad', inputs: ['dy', 'xhat', 'rstd', 'gain'], outputs: 3, floatAttrs: [] },
+  { name: 'SlayformerCausalSoftmax', inputs: ['scores'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerAttentionSoftmaxGrad', inputs: ['probs', 'dprobs', 'dout', 'out'], outputs: 1, floatAttrs: [] },
 ] as const;
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];

@@ -49,3 +49,18 @@ export function fusedLayerNorm(eps: number): LayerNormOp | null {
   }
   return op;
 }
+
+/** softmax over each row's keys j ≤ i of scores [.., L, L] (0 above the diagonal), or null where the backend has no such kernel. */
+export function fusedCausalSoftmax(): ((scores: tf.Tensor) => tf.Tensor) | null {
+  if (!hasFusedKernel('SlayformerCausalSoftmax')) return null;
+  return (scores) => run('SlayformerCausalSoftmax', { scores }) as tf.Tensor;
+}
+
+/**
+ * Attention's softmax backward p⊙(dp − rowsum(dout⊙out)) for p, dp [.., Lq, Lk] and dout, out [.., Lq, D]
+ * (attention/softmax.ts), or null where the backend has no such kernel.
+ */
+export function fusedAttentionSoftmaxGrad(): ((probs: tf.Tensor, dprobs: tf.Tensor, dout: tf.Tensor, out: tf.Tensor) => tf.Tensor) | null {
+  if (!hasFusedKernel('SlayformerAttentionSoftmaxGrad')) return null;
+  return (probs, dprobs, dout, out) => run('SlayformerAttentionSoftmaxGrad', { probs, dprobs, dout, out }) as tf.Tensor;
+}

@@ -1,5 +1,5 @@
 // The fused CPU kernels of the native backend (src/backend/native/fused_ops.cc, src/model/fused.ts):
-// GELU (tanh and erf) and LayerNorm, values and gradients against the composed form the other
+// GELU (tanh and erf), LayerNorm and softmax attention's softmax, values and gradients against the composed form the other
 // backends run, and against float64 references; recorded into a graph function; no tensor left.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -10,7 +10,9 @@ import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SET
 import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
+import { createAttention } from '../../src/model/attention/index.ts';
 import { activate, layerNorm } from '../../src/model/layers.ts';
+import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
 const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
 const available = build !== null && !build.gpu && fs.existsSync(path.join(nativePackageDir(build), FUSED_OPS_ADDON));
@@ -95,6 +97,46 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(tf.memory().numTensors).toBe(before);
   });
 
+  it.each([true, false])(
+    'softmax attention (causal %s): value and the q, k, v gradients equal the composed form and float64 exact attention; no tensor left',
+    (causal) => {
+      const before = tf.memory().numTensors;
+      // L = 37: rows longer and shorter than the kernels' 16-lane blocks, and their tails.
+      const shape: [number, number, number, number] = [2, 3, 37, 8];
+      const [qa, ka, va, ua] = [0, 1, 2, 3].map(() => randomArray4(rng, shape, 1.5));
+      const [q, k, v, up] = [qa, ka, va, ua].map(tensor4);
+      const attn = createAttention('softmax', { numHeads: 3, headDim: 8, causal });
+      const { fused, composed } = both([q, k, v], (a, b, c) => attn.apply(a as tf.Tensor4D, b as tf.Tensor4D, c as tf.Tensor4D), up);
+      expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+      fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(2e-6));
+      expect(maxRel(fused.value, softmaxAttentionRef(qa, ka, va, causal).flat(3))).toBeLessThan(1e-5);
+      softmaxAttentionGradsRef(qa, ka, va, ua, causal).forEach((g, i) => expect(maxRel(fused.grads[i], g)).toBeLessThan(1e-5));
+      attn.dispose();
+      tf.dispose([q, k, v, up]);
+      expect(tf.memory().numTensors).toBe(before);
+    },
+  );
+
+  it('causal softmax: a NaN score makes its row NaN as the composed form does (the non-finite rule sees it); non-square scores are refused', () => {
+    expect(hasFusedKernel('SlayformerCausalSoftmax')).toBe(true);
+    const attn = createAttention('softmax', { numHeads: 1, headDim: 4, causal: true });
+    const qs = randn(20 * 4);
+    qs[5 * 4 + 1] = Number.NaN; // query 5
+    const q = tf.tensor4d(qs, [1, 1, 20, 4]);
+    const k = tf.tensor4d(randn(20 * 4), [1, 1, 20, 4]);
+    const rowsWithNaN = () =>
+      tf.tidy(() => {
+        const out = attn.apply(q, k, k).dataSync();
+        return Array.from({ length: 20 }, (_, i) => i).filter((i) => Number.isNaN(out[i * 4]));
+      });
+    expect(rowsWithNaN()).toEqual([5]);
+    expect(withComposedKernels(rowsWithNaN)).toEqual([5]);
+    const scores = tf.zeros([2, 3, 4]);
+    expect(() => tf.engine().runKernel('SlayformerCausalSoftmax', { scores })).toThrow(/SlayformerCausalSoftmax: scores must be \[\.\., L, L\]/);
+    tf.dispose([q, k, scores]);
+    attn.dispose();
+  });
+
   it('is used on the CPU build, and recorded into a TensorFlow function that gives the eager values', () => {
     expect(hasFusedKernel('SlayformerLayerNorm')).toBe(true);
     expect(withComposedKernels(() => hasFusedKernel('SlayformerLayerNorm'))).toBe(false);
@@ -116,6 +158,40 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     }
   });
 });
+
+/**
+ * d/dq, d/dk, d/dv of Σ O⊙U for O = softmax(q·kᵀ/√d, causal)·v in float64, flattened, by the textbook
+ * backward (row term rowsum(dP⊙P), not the kernels' rowsum(dO⊙O)).
+ */
+function softmaxAttentionGradsRef(q: Array4, k: Array4, v: Array4, u: Array4, causal: boolean): number[][] {
+  const grads = [q, k, v].map((t) => t.map((tb) => tb.map((th) => th.map((row) => row.map(() => 0)))));
+  const [dq, dk, dv] = grads;
+  const dot = (a: number[], b: number[]) => a.reduce((acc, x, i) => acc + x * b[i], 0);
+  q.forEach((qb, b) =>
+    qb.forEach((qh, h) => {
+      const [kh, vh, uh] = [k[b][h], v[b][h], u[b][h]];
+      const scale = 1 / Math.sqrt(qh[0].length);
+      qh.forEach((qi, i) => {
+        const logits = kh.map((kj, j) => (causal && j > i ? -Infinity : dot(qi, kj) * scale));
+        const m = Math.max(...logits);
+        const w = logits.map((x) => Math.exp(x - m));
+        const total = w.reduce((a, x) => a + x, 0);
+        const p = w.map((x) => x / total);
+        const dp = vh.map((vj) => dot(uh[i], vj));
+        const rowTerm = p.reduce((acc, pj, j) => acc + pj * dp[j], 0);
+        p.forEach((pj, j) => {
+          const ds = pj * (dp[j] - rowTerm) * scale;
+          for (let c = 0; c < qi.length; c++) {
+            dq[b][h][i][c] += ds * kh[j][c];
+            dk[b][h][j][c] += ds * qi[c];
+            dv[b][h][j][c] += pj * uh[i][c];
+          }
+        });
+      });
+    }),
+  );
+  return grads.map((g) => g.flat(3));
+}
 
 /** erf in float64 (Abramowitz–Stegun 7.1.26 is too coarse here: series + continued fraction). */
 function erf64(x: number): number {
