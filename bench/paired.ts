@@ -2,10 +2,11 @@
 // "Fewer ops and fused kernels"): one process, one model, the same batches, steps alternating
 // fused / composed (the order flipped every round), so that the host's load, which moves its
 // absolute speed by ±15%, cancels out of the per-round ratio. Each form records its own step
-// function (compiled-step.ts keys the program by it).
+// function (compiled-step.ts keys the program by it). --composed names CPU kernels to compare alone
+// (their fused op against their composed twin, everything else fused in both).
 //
-//   npm run bench:paired -- [attention names…] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
-import { fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
+//   npm run bench:paired -- [attention names…] [--composed KERNELS] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
+import { FUSED_CPU_KERNELS, type FusedCpuKernel, fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
 import { initBackend } from '../src/backend/start.ts';
 import { parseOrExit, integerOption } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
@@ -28,6 +29,11 @@ const COMMAND = {
     d: integerOption(2, 128, 'model width'),
     layers: integerOption(1, 4, 'layers'),
     heads: integerOption(1, 4, 'heads'),
+    composed: {
+      type: 'string',
+      value: 'KERNELS',
+      help: 'comma-separated fused CPU kernels whose composed twins the composed steps run (default: every fused form)',
+    },
   },
   positionals: { max: Infinity, name: 'attention names' },
 } as const;
@@ -39,9 +45,14 @@ async function main(): Promise<void> {
   const n = (k: keyof typeof COMMAND.options) => Number(values[k]);
   const unknown = positionals.filter((name) => !attentionNames().includes(name));
   if (unknown.length > 0) throw new Error(`bench:paired: unknown attention ${unknown.join(', ')} (one of ${attentionNames().join(', ')})`);
+  const kernelNames: readonly string[] = FUSED_CPU_KERNELS.map((k) => k.name);
+  const only = values.composed?.split(',');
+  const unknownKernel = only?.find((name) => !kernelNames.includes(name));
+  if (unknownKernel !== undefined) throw new Error(`bench:paired: --composed: unknown kernel ${unknownKernel} (one of ${kernelNames.join(', ')})`);
+  const composedKernels = only as FusedCpuKernel[] | undefined;
   await initBackend('tensorflow', { quiet: true });
   console.log(
-    `bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads`,
+    `bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads; composed: ${composedKernels?.join(', ') ?? 'every fused form'}`,
   );
   console.log('| attention | fused ms/step | composed ms/step | paired ratio (fused / composed), median [IQR] | last losses (fused, composed) |');
   console.log('| --- | ---: | ---: | --- | --- |');
@@ -70,7 +81,7 @@ async function main(): Promise<void> {
           const step = () => trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null, graph: true });
           const t0 = performance.now();
           // The step's program is recorded synchronously, inside withComposedKernels; what follows awaits the update.
-          const result = await (form === 'composed' ? withComposedKernels(step) : step());
+          const result = await (form === 'composed' ? withComposedKernels(step, composedKernels) : step());
           if (round >= n('warmup')) times[form].push(performance.now() - t0);
           losses[form] = result.loss;
         }

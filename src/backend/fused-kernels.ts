@@ -41,29 +41,40 @@ export function fusedCpuKernelsStatus(): string {
 }
 
 /**
- * While > 0, the model runs its composed forms: no fused CPU kernel, and the tied head's loss and
- * softmax attention's backward as plain autodiff chains (model/tied-head-loss.ts, attention/softmax.ts).
- * For programs that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements
- * (bench/paired.ts): the composed forms are the reference twins of the fused ones.
+ * The fused pieces running as their composed twins now. `all`: while > 0, every one of them — no fused
+ * CPU kernel, and the tied head's loss and softmax attention's backward as plain autodiff chains
+ * (model/tied-head-loss.ts, attention/softmax.ts). `kernels`: named CPU kernels alone. For programs
+ * that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements (bench/paired.ts):
+ * the composed forms are the reference twins of the fused ones.
  */
-let composedOnly = 0;
+const composed = { all: 0, kernels: [] as FusedCpuKernel[] };
 
-/** Runs `fn` with the composed form of every fused piece. */
-export function withComposedKernels<T>(fn: () => T): T {
-  composedOnly++;
+/** Runs `fn` with the composed form of every fused piece, or of the named CPU kernels alone. */
+export function withComposedKernels<T>(fn: () => T, kernels?: readonly FusedCpuKernel[]): T {
+  const saved = composed.kernels;
+  if (kernels) composed.kernels = [...saved, ...kernels];
+  else composed.all++;
   try {
     return fn();
   } finally {
-    composedOnly--;
+    if (kernels) composed.kernels = saved;
+    else composed.all--;
   }
 }
 
 /** Whether the model's fused forms (one custom gradient where a chain of ops would do) are in use now: see withComposedKernels. */
 export function fusedFormsEnabled(): boolean {
-  return composedOnly === 0;
+  return composed.all === 0;
+}
+
+/** Which composed forms are in use, for keys of recorded programs: '' when none. */
+export function composedFormsKey(): string {
+  if (composed.all > 0) return '|composed';
+  return composed.kernels.length > 0 ? `|composed:${[...new Set(composed.kernels)].sort().join(',')}` : '';
 }
 
 export function hasFusedKernel(name: string): boolean {
-  if (composedOnly > 0 && FUSED_CPU_KERNELS.some((k) => k.name === name)) return false;
+  const fused = FUSED_CPU_KERNELS.some((k) => k.name === name);
+  if (fused && (composed.all > 0 || composed.kernels.includes(name as FusedCpuKernel))) return false;
   return tf.getKernel(name, tf.getBackend()) !== undefined;
 }

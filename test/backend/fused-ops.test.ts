@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fusedCpuKernelsStatus, hasFusedKernel, withComposedKernels } from '../../src/backend/fused-kernels.ts';
+import { composedFormsKey, fusedCpuKernelsStatus, fusedFormsEnabled, hasFusedKernel, withComposedKernels } from '../../src/backend/fused-kernels.ts';
 import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
@@ -140,6 +140,15 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
   it('is used on the CPU build, and recorded into a TensorFlow function that gives the eager values', () => {
     expect(hasFusedKernel('SlayformerLayerNorm')).toBe(true);
     expect(withComposedKernels(() => hasFusedKernel('SlayformerLayerNorm'))).toBe(false);
+    // One kernel's composed twin alone (bench:paired --composed): the others stay fused, and recorded programs are keyed apart.
+    const onlyLayerNorm = () => [hasFusedKernel('SlayformerLayerNorm'), hasFusedKernel('SlayformerGeluTanh'), fusedFormsEnabled(), composedFormsKey()];
+    expect(withComposedKernels(onlyLayerNorm, ['SlayformerLayerNormGrad', 'SlayformerLayerNorm'])).toEqual([
+      false,
+      true,
+      true,
+      '|composed:SlayformerLayerNorm,SlayformerLayerNormGrad',
+    ]);
+    expect(onlyLayerNorm()).toEqual([true, true, true, '']);
     const cache = new GraphCache();
     const x = tf.tensor2d(randn(8 * 16), [8, 16]);
     const gain = tf.ones([16]) as tf.Tensor1D;
