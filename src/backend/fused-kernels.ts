@@ -28,6 +28,17 @@ export const FUSED_CPU_KERNELS = [
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];
 
+/**
+ * x [N, in]·W [in, out] + b as TensorFlow's MatMul and BiasAdd on the native backend (tensorflow.ts):
+ * tfjs emits BatchMatMulV2 and Add, which Grappler's remapper leaves apart; this pair it fuses into
+ * one _FusedMatMul in a recorded step.
+ */
+export const LINEAR_WITH_BIAS = 'SlayformerLinearWithBias';
+
+/** The pieces withComposedKernels can turn back into their composed twins one by one. */
+export type FusedKernel = FusedCpuKernel | typeof LINEAR_WITH_BIAS;
+export const FUSED_KERNEL_NAMES: readonly FusedKernel[] = [...FUSED_CPU_KERNELS.map((k) => k.name), LINEAR_WITH_BIAS];
+
 /** Why the fused CPU kernels are not in use (null = they are; undefined = the native backend did not try). */
 let fusedCpuKernelsAbsent: string | null | undefined;
 
@@ -43,14 +54,14 @@ export function fusedCpuKernelsStatus(): string {
 /**
  * The fused pieces running as their composed twins now. `all`: while > 0, every one of them — no fused
  * CPU kernel, and the tied head's loss and softmax attention's backward as plain autodiff chains
- * (model/tied-head-loss.ts, attention/softmax.ts). `kernels`: named CPU kernels alone. For programs
+ * (model/tied-head-loss.ts, attention/softmax.ts). `kernels`: the named kernels alone. For programs
  * that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements (bench/paired.ts):
  * the composed forms are the reference twins of the fused ones.
  */
-const composed = { all: 0, kernels: [] as FusedCpuKernel[] };
+const composed = { all: 0, kernels: [] as FusedKernel[] };
 
-/** Runs `fn` with the composed form of every fused piece, or of the named CPU kernels alone. */
-export function withComposedKernels<T>(fn: () => T, kernels?: readonly FusedCpuKernel[]): T {
+/** Runs `fn` with the composed form of every fused piece, or of the named kernels alone. */
+export function withComposedKernels<T>(fn: () => T, kernels?: readonly FusedKernel[]): T {
   const saved = composed.kernels;
   if (kernels) composed.kernels = [...saved, ...kernels];
   else composed.all++;
@@ -74,7 +85,7 @@ export function composedFormsKey(): string {
 }
 
 export function hasFusedKernel(name: string): boolean {
-  const fused = FUSED_CPU_KERNELS.some((k) => k.name === name);
-  if (fused && (composed.all > 0 || composed.kernels.includes(name as FusedCpuKernel))) return false;
+  const fused = (FUSED_KERNEL_NAMES as readonly string[]).includes(name);
+  if (fused && (composed.all > 0 || composed.kernels.includes(name as FusedKernel))) return false;
   return tf.getKernel(name, tf.getBackend()) !== undefined;
 }

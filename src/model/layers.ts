@@ -7,7 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { deriveSeed } from '../core/rng.ts';
-import { fusedGelu, fusedLayerNorm } from './fused.ts';
+import { fusedGelu, fusedLayerNorm, fusedLinearWithBias } from './fused.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 
 export const ACTIVATIONS = ['gelu-tanh', 'gelu-erf'] as const;
@@ -113,13 +113,14 @@ export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
 
 /**
  * x [N, in]·W [in, out] + b [out] with a hand-written gradient: ops.ts's matMul2d plus the bias
- * gradient as a ones-row product.
+ * gradient as a ones-row product. The forward is one fused op pair where the backend has it (fused.ts).
  */
 const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [x, w, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
   save([x, w]);
+  const fused = fusedLinearWithBias();
   return {
-    value: tf.add(tf.matMul(x, w), b),
+    value: fused ? fused(x, w, b) : tf.add(tf.matMul(x, w), b),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sx, sw] = saved as tf.Tensor2D[];
       const g = dy as tf.Tensor2D;

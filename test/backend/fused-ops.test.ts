@@ -5,13 +5,20 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { composedFormsKey, fusedCpuKernelsStatus, fusedFormsEnabled, hasFusedKernel, withComposedKernels } from '../../src/backend/fused-kernels.ts';
+import {
+  composedFormsKey,
+  fusedCpuKernelsStatus,
+  fusedFormsEnabled,
+  hasFusedKernel,
+  LINEAR_WITH_BIAS,
+  withComposedKernels,
+} from '../../src/backend/fused-kernels.ts';
 import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
-import { activate, layerNorm } from '../../src/model/layers.ts';
+import { activate, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
 const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
@@ -135,6 +142,20 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(() => tf.engine().runKernel('SlayformerCausalSoftmax', { scores })).toThrow(/SlayformerCausalSoftmax: scores must be \[\.\., L, L\]/);
     tf.dispose([q, k, scores]);
     attn.dispose();
+  });
+
+  it('a dense layer with bias runs as MatMul + BiasAdd: value and gradients equal the composed form; no tensor left', () => {
+    expect(hasFusedKernel(LINEAR_WITH_BIAS)).toBe(true);
+    const before = tf.memory().numTensors;
+    const x = tf.tensor2d(randn(50 * 24), [50, 24]);
+    const w = tf.tensor2d(randn(24 * 36, 0.2), [24, 36]);
+    const b = tf.tensor1d(randn(36));
+    const up = tf.tensor2d(randn(50 * 36), [50, 36]);
+    const { fused, composed } = both([x, w, b], (a, c, d) => linear(a as tf.Tensor2D, c as tf.Tensor2D, d as tf.Tensor1D), up);
+    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+    fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(2e-6));
+    tf.dispose([x, w, b, up]);
+    expect(tf.memory().numTensors).toBe(before);
   });
 
   it('is used on the CPU build, and recorded into a TensorFlow function that gives the eager values', () => {
