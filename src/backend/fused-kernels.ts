@@ -12,7 +12,8 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 
 /**
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
- * GELU, LayerNorm and attention's causal softmax, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
+ * GELU, LayerNorm, attention's causal softmax and linear attention's causal product of score blocks,
+ * each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
  */
 export const FUSED_CPU_KERNELS = [
@@ -24,6 +25,8 @@ export const FUSED_CPU_KERNELS = [
   { name: 'SlayformerLayerNormGrad', inputs: ['dy', 'xhat', 'rstd', 'gain'], outputs: 3, floatAttrs: [] },
   { name: 'SlayformerCausalSoftmax', inputs: ['scores'], outputs: 1, floatAttrs: [] },
   { name: 'SlayformerAttentionSoftmaxGrad', inputs: ['probs', 'dprobs', 'dout', 'out'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerCausalProduct', inputs: ['x', 'y'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerCausalProductGrad', inputs: ['g', 'x', 'y'], outputs: 2, floatAttrs: [] },
 ] as const;
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];

@@ -1,5 +1,6 @@
 // Fused CPU kernels for the training step's element-wise chains (issue 35; docs/benchmarks.md,
-// "Fused kernels"): GELU (tanh and erf forms), LayerNorm and attention's softmax, forward and backward, each one pass over
+// "Fused kernels"): GELU (tanh and erf forms), LayerNorm, attention's softmax and linear attention's
+// causal product of score blocks, forward and backward, each one pass over
 // memory where the composed form runs 6–9 TensorFlow ops. TensorFlow's own graph optimiser cannot fuse
 // these in a training graph (the backward reads the intermediates), and torch.compile's inductor
 // does exactly this kind of fusion; so the kernels are written here, against TensorFlow's stable C
@@ -392,6 +393,84 @@ void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
+// ---- Causal product of score blocks: linear attention's tensor-product scores (src/model/attention/chunked.ts). ----
+
+// Whether t is [.., C, C]; else sets an error naming the op.
+bool squareBlocks(const TF_Tensor* t, const char* op, TF_Status* status) {
+  const int n = TF_NumDims(t);
+  if (n >= 2 && TF_Dim(t, n - 1) == TF_Dim(t, n - 2)) return true;
+  TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": inputs must be [.., C, C] blocks of the same shape").c_str());
+  return false;
+}
+
+// x, y [.., C, C] → x⊙y on and below each block's diagonal, 0 above: three composed ops (a product and
+// the causal mask's) in one pass.
+void causalProductForward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* x = input(ctx, 0, status);
+  TF_Tensor* y = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* z = nullptr;
+  if (TF_GetCode(status) == TF_OK && squareBlocks(x, "SlayformerCausalProduct", status)) {
+    if (TF_TensorElementCount(y) != TF_TensorElementCount(x))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalProduct: inputs must be [.., C, C] blocks of the same shape");
+    else
+      z = output(ctx, 0, dimsOf(x), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t c = TF_Dim(x, TF_NumDims(x) - 1);
+    const float *xs = data(x), *ys = data(y);
+    float* zs = data(z);
+    parallelRows(c > 0 ? TF_TensorElementCount(x) / c : 0, c, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const int64_t seen = row % c + 1, at = row * c;
+        for (int64_t j = 0; j < seen; j++) zs[at + j] = xs[at + j] * ys[at + j];
+        for (int64_t j = seen; j < c; j++) zs[at + j] = 0.0f;
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {x, y, z})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// g, x, y [.., C, C] → dx = g⊙y, dy = g⊙x on and below the diagonal, 0 above.
+void causalProductBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* g = input(ctx, 0, status);
+  TF_Tensor* x = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* y = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  TF_Tensor *dx = nullptr, *dy = nullptr;
+  if (TF_GetCode(status) == TF_OK && squareBlocks(x, "SlayformerCausalProductGrad", status)) {
+    if (TF_TensorElementCount(y) != TF_TensorElementCount(x) || TF_TensorElementCount(g) != TF_TensorElementCount(x))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalProductGrad: inputs must be [.., C, C] blocks of the same shape");
+    else
+      dx = output(ctx, 0, dimsOf(x), status);
+    if (TF_GetCode(status) == TF_OK) dy = output(ctx, 1, dimsOf(x), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t c = TF_Dim(x, TF_NumDims(x) - 1);
+    const float *gs = data(g), *xs = data(x), *ys = data(y);
+    float *dxs = data(dx), *dys = data(dy);
+    parallelRows(c > 0 ? TF_TensorElementCount(x) / c : 0, 2 * c, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const int64_t seen = row % c + 1, at = row * c;
+        for (int64_t j = 0; j < seen; j++) {
+          dxs[at + j] = gs[at + j] * ys[at + j];
+          dys[at + j] = gs[at + j] * xs[at + j];
+        }
+        for (int64_t j = seen; j < c; j++) dxs[at + j] = dys[at + j] = 0.0f;
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {g, x, y, dx, dy})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
 // ---- Registration. --------------------------------------------------------------------------------
 
 void sameShapeAsInput(TF_ShapeInferenceContext* ctx, TF_Status* status, int input, int outputs) {
@@ -426,6 +505,9 @@ void layerNormGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
   for (TF_ShapeHandle* h : {xhat, last}) TF_DeleteShapeHandle(h);
 }
 
+// dx, dy: x's shape.
+void causalProductGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 2); }
+
 struct OpSpec {
   const char* name;
   std::vector<const char*> inputs, outputs, attrs;
@@ -452,6 +534,9 @@ const std::vector<OpSpec>& specs() {
       {"SlayformerCausalSoftmax", {"scores: float"}, {"probs: float"}, {}, firstInputShape, noState, causalSoftmaxForward, noDelete},
       {"SlayformerAttentionSoftmaxGrad", {"probs: float", "dprobs: float", "dout: float", "out: float"}, {"dscores: float"}, {},
        firstInputShape, noState, attentionSoftmaxBackward, noDelete},
+      {"SlayformerCausalProduct", {"x: float", "y: float"}, {"z: float"}, {}, firstInputShape, noState, causalProductForward, noDelete},
+      {"SlayformerCausalProductGrad", {"g: float", "x: float", "y: float"}, {"dx: float", "dy: float"}, {}, causalProductGradShapes, noState,
+       causalProductBackward, noDelete},
   };
   return all;
 }
