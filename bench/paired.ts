@@ -1,11 +1,13 @@
 // Paired A/B of the model's fused forms against their composed twins (issue 35; docs/benchmarks.md,
 // "Fewer ops and fused kernels"): one process, one model, the same batches, steps alternating
 // fused / composed (the order flipped every round), so that the host's load, which moves its
-// absolute speed by ±15%, cancels out of the per-round ratio. Each form records its own step
-// function (compiled-step.ts keys the program by it).
+// absolute speed by ±15%, cancels out of the per-round ratio. The ratio of the process's CPU time per
+// step is printed beside it: on a host busy with other work it moves less than wall time does. Each form records its own step
+// function (compiled-step.ts keys the program by it). --composed names CPU kernels to compare alone
+// (their fused op against their composed twin, everything else fused in both).
 //
-//   npm run bench:paired -- [attention names…] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
-import { fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
+//   npm run bench:paired -- [attention names…] [--composed KERNELS] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
+import { FUSED_KERNEL_NAMES, type FusedKernel, fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
 import { initBackend } from '../src/backend/start.ts';
 import { parseOrExit, integerOption } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
@@ -28,23 +30,42 @@ const COMMAND = {
     d: integerOption(2, 128, 'model width'),
     layers: integerOption(1, 4, 'layers'),
     heads: integerOption(1, 4, 'heads'),
+    composed: {
+      type: 'string',
+      value: 'KERNELS',
+      help: 'comma-separated fused kernels whose composed twins the composed steps run (default: every fused form)',
+    },
   },
   positionals: { max: Infinity, name: 'attention names' },
 } as const;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
+/** Median [interquartile range] of the per-round ratios fused / composed. */
+function pairedRatio(times: { fused: number[]; composed: number[] }): string {
+  const ratios = times.fused.map((t, i) => t / times.composed[i]).sort((a, b) => a - b);
+  const q = (p: number) => ratios[Math.floor(p * (ratios.length - 1))].toFixed(3);
+  return `${q(0.5)} [${q(0.25)}, ${q(0.75)}]`;
+}
+
 async function main(): Promise<void> {
   const { values, positionals } = parseOrExit(COMMAND, process.argv.slice(2));
   const n = (k: keyof typeof COMMAND.options) => Number(values[k]);
   const unknown = positionals.filter((name) => !attentionNames().includes(name));
   if (unknown.length > 0) throw new Error(`bench:paired: unknown attention ${unknown.join(', ')} (one of ${attentionNames().join(', ')})`);
+  const kernelNames: readonly string[] = FUSED_KERNEL_NAMES;
+  const only = values.composed?.split(',');
+  const unknownKernel = only?.find((name) => !kernelNames.includes(name));
+  if (unknownKernel !== undefined) throw new Error(`bench:paired: --composed: unknown kernel ${unknownKernel} (one of ${kernelNames.join(', ')})`);
+  const composedKernels = only as FusedKernel[] | undefined;
   await initBackend('tensorflow', { quiet: true });
   console.log(
-    `bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads`,
+    `bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads; composed: ${composedKernels?.join(', ') ?? 'every fused form'}`,
   );
-  console.log('| attention | fused ms/step | composed ms/step | paired ratio (fused / composed), median [IQR] | last losses (fused, composed) |');
-  console.log('| --- | ---: | ---: | --- | --- |');
+  console.log(
+    '| attention | fused ms/step | composed ms/step | paired ratio (fused / composed), median [IQR] | fused CPU-ms/step | composed CPU-ms/step | CPU-time ratio, median [IQR] | last losses (fused, composed) |',
+  );
+  console.log('| --- | ---: | ---: | --- | ---: | ---: | --- | --- |');
   for (const attention of positionals.length > 0 ? positionals : ['softmax', 'slay']) {
     const model = createLanguageModel({
       kind: 'gpt',
@@ -63,22 +84,26 @@ async function main(): Promise<void> {
     try {
       const rng = new Rng(7);
       const times = { fused: [] as number[], composed: [] as number[] };
+      const cpuTimes = { fused: [] as number[], composed: [] as number[] };
       const losses = { fused: NaN, composed: NaN };
       for (let round = 0; round < n('warmup') + n('rounds'); round++) {
         const batch = randomBatch(rng, 'gpt', n('batch'), n('seq'), n('vocab'));
         for (const form of round % 2 === 0 ? (['fused', 'composed'] as const) : (['composed', 'fused'] as const)) {
           const step = () => trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null, graph: true });
           const t0 = performance.now();
+          const cpu0 = process.cpuUsage();
           // The step's program is recorded synchronously, inside withComposedKernels; what follows awaits the update.
-          const result = await (form === 'composed' ? withComposedKernels(step) : step());
-          if (round >= n('warmup')) times[form].push(performance.now() - t0);
+          const result = await (form === 'composed' ? withComposedKernels(step, composedKernels) : step());
+          if (round >= n('warmup')) {
+            times[form].push(performance.now() - t0);
+            const cpu = process.cpuUsage(cpu0);
+            cpuTimes[form].push((cpu.user + cpu.system) / 1000);
+          }
           losses[form] = result.loss;
         }
       }
-      const ratios = times.fused.map((t, i) => t / times.composed[i]).sort((a, b) => a - b);
-      const q = (p: number) => ratios[Math.floor(p * (ratios.length - 1))];
       console.log(
-        `| ${attention} | ${median(times.fused).toFixed(1)} | ${median(times.composed).toFixed(1)} | ${q(0.5).toFixed(3)} [${q(0.25).toFixed(3)}, ${q(0.75).toFixed(3)}] | ${losses.fused.toFixed(4)}, ${losses.composed.toFixed(4)} |`,
+        `| ${attention} | ${median(times.fused).toFixed(1)} | ${median(times.composed).toFixed(1)} | ${pairedRatio(times)} | ${median(cpuTimes.fused).toFixed(1)} | ${median(cpuTimes.composed).toFixed(1)} | ${pairedRatio(cpuTimes)} | ${losses.fused.toFixed(4)}, ${losses.composed.toFixed(4)} |`,
       );
     } finally {
       optimizer.dispose();

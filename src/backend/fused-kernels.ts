@@ -12,7 +12,8 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 
 /**
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
- * GELU and LayerNorm, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
+ * GELU, LayerNorm, attention's causal softmax and linear attention's causal product of score blocks,
+ * each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
  */
 export const FUSED_CPU_KERNELS = [
@@ -22,9 +23,24 @@ export const FUSED_CPU_KERNELS = [
   { name: 'SlayformerGeluErfGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
   { name: 'SlayformerLayerNorm', inputs: ['x', 'gain', 'shift'], outputs: 3, floatAttrs: ['eps'] },
   { name: 'SlayformerLayerNormGrad', inputs: ['dy', 'xhat', 'rstd', 'gain'], outputs: 3, floatAttrs: [] },
+  { name: 'SlayformerCausalSoftmax', inputs: ['scores'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerAttentionSoftmaxGrad', inputs: ['probs', 'dprobs', 'dout', 'out'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerCausalProduct', inputs: ['x', 'y'], outputs: 1, floatAttrs: [] },
+  { name: 'SlayformerCausalProductGrad', inputs: ['g', 'x', 'y'], outputs: 2, floatAttrs: [] },
 ] as const;
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];
+
+/**
+ * x [N, in]·W [in, out] + b as TensorFlow's MatMul and BiasAdd on the native backend (tensorflow.ts):
+ * tfjs emits BatchMatMulV2 and Add, which Grappler's remapper leaves apart; this pair it fuses into
+ * one _FusedMatMul in a recorded step.
+ */
+export const LINEAR_WITH_BIAS = 'SlayformerLinearWithBias';
+
+/** The pieces withComposedKernels can turn back into their composed twins one by one. */
+export type FusedKernel = FusedCpuKernel | typeof LINEAR_WITH_BIAS;
+export const FUSED_KERNEL_NAMES: readonly FusedKernel[] = [...FUSED_CPU_KERNELS.map((k) => k.name), LINEAR_WITH_BIAS];
 
 /** Why the fused CPU kernels are not in use (null = they are; undefined = the native backend did not try). */
 let fusedCpuKernelsAbsent: string | null | undefined;
@@ -39,29 +55,40 @@ export function fusedCpuKernelsStatus(): string {
 }
 
 /**
- * While > 0, the model runs its composed forms: no fused CPU kernel, and the tied head's loss and
- * softmax attention's backward as plain autodiff chains (model/tied-head-loss.ts, attention/softmax.ts).
- * For programs that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements
- * (bench/paired.ts): the composed forms are the reference twins of the fused ones.
+ * The fused pieces running as their composed twins now. `all`: while > 0, every one of them — no fused
+ * CPU kernel, and the tied head's loss and softmax attention's backward as plain autodiff chains
+ * (model/tied-head-loss.ts, attention/softmax.ts). `kernels`: the named kernels alone. For programs
+ * that must compile elsewhere (XLA cannot run our ops) and for paired A/B measurements (bench/paired.ts):
+ * the composed forms are the reference twins of the fused ones.
  */
-let composedOnly = 0;
+const composed = { all: 0, kernels: [] as FusedKernel[] };
 
-/** Runs `fn` with the composed form of every fused piece. */
-export function withComposedKernels<T>(fn: () => T): T {
-  composedOnly++;
+/** Runs `fn` with the composed form of every fused piece, or of the named kernels alone. */
+export function withComposedKernels<T>(fn: () => T, kernels?: readonly FusedKernel[]): T {
+  const saved = composed.kernels;
+  if (kernels) composed.kernels = [...saved, ...kernels];
+  else composed.all++;
   try {
     return fn();
   } finally {
-    composedOnly--;
+    if (kernels) composed.kernels = saved;
+    else composed.all--;
   }
 }
 
 /** Whether the model's fused forms (one custom gradient where a chain of ops would do) are in use now: see withComposedKernels. */
 export function fusedFormsEnabled(): boolean {
-  return composedOnly === 0;
+  return composed.all === 0;
+}
+
+/** Which composed forms are in use, for keys of recorded programs: '' when none. */
+export function composedFormsKey(): string {
+  if (composed.all > 0) return '|composed';
+  return composed.kernels.length > 0 ? `|composed:${[...new Set(composed.kernels)].sort().join(',')}` : '';
 }
 
 export function hasFusedKernel(name: string): boolean {
-  if (composedOnly > 0 && FUSED_CPU_KERNELS.some((k) => k.name === name)) return false;
+  const fused = (FUSED_KERNEL_NAMES as readonly string[]).includes(name);
+  if (fused && (composed.all > 0 || composed.kernels.includes(name as FusedKernel))) return false;
   return tf.getKernel(name, tf.getBackend()) !== undefined;
 }

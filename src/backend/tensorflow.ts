@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { FUSED_CPU_KERNELS, noteFusedCpuKernels, STATELESS_UNIFORM } from './fused-kernels.ts';
+import { FUSED_CPU_KERNELS, LINEAR_WITH_BIAS, noteFusedCpuKernels, STATELESS_UNIFORM } from './fused-kernels.ts';
 import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, FUSED_OPS_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
 
 let loadedFrom: string | undefined;
@@ -84,7 +84,8 @@ interface NativeBackendView {
  *             already round, so int32 input is passed through;
  *   ConcatV2  refuses scalars in TF 2.21, where tfjs concatenates rank-0 tensors as length-1
  *             vectors (cpu/wasm): scalars are reshaped to [1] first.
- * Dropout masks come from TF's StatelessRandomUniform, seeded by a tensor (fused-kernels.ts). (TF's
+ * Dropout masks come from TF's StatelessRandomUniform, seeded by a tensor, and dense layers' x·W + b
+ * from MatMul and BiasAdd, which Grappler fuses (fused-kernels.ts). (TF's
  * SparseSoftmaxCrossEntropyWithLogits was registered here too, until the composed cross-entropy of
  * model/lm.ts measured twice as fast in a training step.)
  */
@@ -111,6 +112,21 @@ function registerTensorflowKernels(): void {
   });
   // Inputs in the kernel's order; attrs map names to 'float32' / 'int32' type attributes.
   registerTensorflowOp(STATELESS_UNIFORM, 'StatelessRandomUniform', ['shape', 'seed'], { dtype: 'float32', T: 'int32', Tseed: 'int32' }, 1);
+  tf.registerKernel({
+    kernelName: LINEAR_WITH_BIAS,
+    backendName: 'tensorflow',
+    kernelFunc: ({ inputs, backend }) => {
+      const native = backend as unknown as NativeBackendView;
+      const { x, w, b } = inputs as Record<'x' | 'w' | 'b', tf.TensorInfo>;
+      const float = [{ name: 'T', type: native.binding.TF_ATTR_TYPE, value: native.binding.TF_FLOAT }];
+      const [product] = native.executeMultipleOutputs('MatMul', float, [x, w], 1);
+      try {
+        return native.executeMultipleOutputs('BiasAdd', float, [product, b], 1)[0];
+      } finally {
+        (backend as tf.KernelBackend).disposeData(product.dataId);
+      }
+    },
+  });
 }
 
 /**

@@ -3,14 +3,14 @@
 // kernel's twin op. Elsewhere — wasm, cpu, a GPU device, a graph being exported for XLA — the
 // composed form in layers.ts runs; test/backend/fused-ops.test.ts holds the two equal.
 import * as tf from '@tensorflow/tfjs';
-import { hasFusedKernel, type FusedCpuKernel } from '../backend/fused-kernels.ts';
+import { hasFusedKernel, LINEAR_WITH_BIAS, type FusedKernel } from '../backend/fused-kernels.ts';
 
-const run = (name: FusedCpuKernel, inputs: tf.NamedTensorMap, attrs: Record<string, number> = {}) =>
+const run = (name: FusedKernel, inputs: tf.NamedTensorMap, attrs: Record<string, number> = {}) =>
   tf.engine().runKernel(name, inputs, attrs as unknown as tf.NamedAttrMap);
 
 type Unary = (x: tf.Tensor) => tf.Tensor;
 
-function fusedElementwise(forward: FusedCpuKernel, backward: FusedCpuKernel): Unary {
+function fusedElementwise(forward: FusedKernel, backward: FusedKernel): Unary {
   return tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
     const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
     save([x]);
@@ -48,4 +48,40 @@ export function fusedLayerNorm(eps: number): LayerNormOp | null {
     layerNorms.set(eps, op);
   }
   return op;
+}
+
+/** softmax over each row's keys j ≤ i of scores [.., L, L] (0 above the diagonal), or null where the backend has no such kernel. */
+export function fusedCausalSoftmax(): ((scores: tf.Tensor) => tf.Tensor) | null {
+  if (!hasFusedKernel('SlayformerCausalSoftmax')) return null;
+  return (scores) => run('SlayformerCausalSoftmax', { scores }) as tf.Tensor;
+}
+
+/**
+ * Attention's softmax backward p⊙(dp − rowsum(dout⊙out)) for p, dp [.., Lq, Lk] and dout, out [.., Lq, D]
+ * (attention/softmax.ts), or null where the backend has no such kernel.
+ */
+export function fusedAttentionSoftmaxGrad(): ((probs: tf.Tensor, dprobs: tf.Tensor, dout: tf.Tensor, out: tf.Tensor) => tf.Tensor) | null {
+  if (!hasFusedKernel('SlayformerAttentionSoftmaxGrad')) return null;
+  return (probs, dprobs, dout, out) => run('SlayformerAttentionSoftmaxGrad', { probs, dprobs, dout, out }) as tf.Tensor;
+}
+
+/** x [N, in]·W [in, out] + b as one op pair the backend fuses (fused-kernels.ts), or null where it has none. */
+export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
+  if (!hasFusedKernel(LINEAR_WITH_BIAS)) return null;
+  return (x, w, b) => run(LINEAR_WITH_BIAS, { x, w, b }) as tf.Tensor2D;
+}
+
+type CausalProduct = (x: tf.Tensor3D, y: tf.Tensor3D) => tf.Tensor3D;
+const causalProduct: CausalProduct = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, y, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
+  save([x, y]);
+  return {
+    value: run('SlayformerCausalProduct', { x, y }) as tf.Tensor3D,
+    gradFunc: (g: tf.Tensor, [sx, sy]: tf.Tensor[]) => run('SlayformerCausalProductGrad', { g, x: sx, y: sy }) as tf.Tensor[],
+  };
+}) as CausalProduct;
+
+/** x⊙y on and below the diagonal of each [C, C] block, 0 above (attention/chunked.ts), or null where the backend has no such kernel. */
+export function fusedCausalProduct(): CausalProduct | null {
+  return hasFusedKernel('SlayformerCausalProduct') ? causalProduct : null;
 }

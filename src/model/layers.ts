@@ -7,7 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { deriveSeed } from '../core/rng.ts';
-import { fusedGelu, fusedLayerNorm } from './fused.ts';
+import { fusedGelu, fusedLayerNorm, fusedLinearWithBias } from './fused.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 
 export const ACTIVATIONS = ['gelu-tanh', 'gelu-erf'] as const;
@@ -19,22 +19,24 @@ export const DEFAULT_LAYER_NORM_EPS = 1e-5;
 /**
  * GELU, tanh approximation (GPT-2's "gelu_new", also what BERT's TF code used), rewritten with
  * ½(1 + tanh z) = σ(2z) because the wasm sigmoid kernel is ~6× faster than its tanh, and with a
- * hand-written gradient (one saved sigmoid instead of autodiff through the chain):
- *   y = x·s,  s = σ(2c(x + a x³)),  y' = s + x·s(1 − s)·2c(1 + 3a x²)
+ * hand-written gradient that reuses the forward's x², s and y (6 ops forward, 7 backward, where
+ * autodiff through the chain takes about twice that):
+ *   y = x·s,  s = σ(x·(2c + 2ca·x²)),  y' = s + y·(1 − s)·(2c + 6ca·x²)
  */
 const GELU_C = Math.sqrt(2 / Math.PI);
 const GELU_A = 0.044715;
 export const gelu = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [x, save] = args as [tf.Tensor, tf.GradSaveFunc];
-  const s = tf.sigmoid(tf.mul(tf.mul(x, tf.add(tf.mul(tf.square(x), GELU_A), 1)), 2 * GELU_C));
-  save([x, s]);
+  const x2 = tf.square(x);
+  const s = tf.sigmoid(tf.mul(x, tf.add(tf.mul(x2, 2 * GELU_C * GELU_A), 2 * GELU_C)));
+  const y = tf.mul(x, s);
+  save([x2, s, y]);
   return {
-    value: tf.mul(x, s),
+    value: y,
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [sx, ss] = saved;
-      const inner = tf.add(tf.mul(tf.square(sx), 6 * GELU_A * GELU_C), 2 * GELU_C);
-      const slope = tf.add(ss, tf.mul(tf.mul(sx, tf.mul(ss, tf.sub(1, ss))), inner));
-      return [tf.mul(dy, slope)];
+      const [sx2, ss, sy] = saved;
+      const inner = tf.add(tf.mul(sx2, 6 * GELU_A * GELU_C), 2 * GELU_C);
+      return [tf.mul(dy, tf.add(ss, tf.mul(tf.mul(sy, tf.sub(1, ss)), inner)))];
     },
   };
 }) as (x: tf.Tensor) => tf.Tensor;
@@ -111,13 +113,14 @@ export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
 
 /**
  * x [N, in]·W [in, out] + b [out] with a hand-written gradient: ops.ts's matMul2d plus the bias
- * gradient as a ones-row product.
+ * gradient as a ones-row product. The forward is one fused op pair where the backend has it (fused.ts).
  */
 const linearWithBias = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [x, w, b, save] = args as [tf.Tensor2D, tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
   save([x, w]);
+  const fused = fusedLinearWithBias();
   return {
-    value: tf.add(tf.matMul(x, w), b),
+    value: fused ? fused(x, w, b) : tf.add(tf.matMul(x, w), b),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [sx, sw] = saved as tf.Tensor2D[];
       const g = dy as tf.Tensor2D;

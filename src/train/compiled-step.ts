@@ -4,7 +4,7 @@
 // seed) and every model tensor (parameters and buffers, so that updates, redraws and finetune
 // freezing reach them); anything else they read is checked to be constant by recording twice.
 import * as tf from '@tensorflow/tfjs';
-import { fusedFormsEnabled, hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
+import { composedFormsKey, hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { currentDevice } from '../backend/current.ts';
 import { GraphCache } from '../backend/tf-graph.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
@@ -122,7 +122,7 @@ export function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: b
 
 /** The shapes of the loss inputs, and whether the model runs its fused or composed forms (bench/paired.ts alternates them): what decides the recorded program. */
 export function shapesKey(inputs: LossInputs): string {
-  return LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + (fusedFormsEnabled() ? '' : '|composed');
+  return LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + composedFormsKey();
 }
 
 /** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */

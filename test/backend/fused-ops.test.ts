@@ -1,16 +1,26 @@
 // The fused CPU kernels of the native backend (src/backend/native/fused_ops.cc, src/model/fused.ts):
-// GELU (tanh and erf) and LayerNorm, values and gradients against the composed form the other
+// GELU (tanh and erf), LayerNorm and softmax attention's softmax, values and gradients against the composed form the other
 // backends run, and against float64 references; recorded into a graph function; no tensor left.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fusedCpuKernelsStatus, hasFusedKernel, withComposedKernels } from '../../src/backend/fused-kernels.ts';
+import {
+  composedFormsKey,
+  fusedCpuKernelsStatus,
+  fusedFormsEnabled,
+  hasFusedKernel,
+  LINEAR_WITH_BIAS,
+  withComposedKernels,
+} from '../../src/backend/fused-kernels.ts';
 import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { activate, layerNorm } from '../../src/model/layers.ts';
+import { createAttention } from '../../src/model/attention/index.ts';
+import { fusedCausalProduct } from '../../src/model/fused.ts';
+import { activate, layerNorm, linear } from '../../src/model/layers.ts';
+import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
 const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
 const available = build !== null && !build.gpu && fs.existsSync(path.join(nativePackageDir(build), FUSED_OPS_ADDON));
@@ -95,9 +105,116 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(tf.memory().numTensors).toBe(before);
   });
 
+  it.each([true, false])(
+    'softmax attention (causal %s): value and the q, k, v gradients equal the composed form and float64 exact attention; no tensor left',
+    (causal) => {
+      const before = tf.memory().numTensors;
+      // L = 37: rows longer and shorter than the kernels' 16-lane blocks, and their tails.
+      const shape: [number, number, number, number] = [2, 3, 37, 8];
+      const [qa, ka, va, ua] = [0, 1, 2, 3].map(() => randomArray4(rng, shape, 1.5));
+      const [q, k, v, up] = [qa, ka, va, ua].map(tensor4);
+      const attn = createAttention('softmax', { numHeads: 3, headDim: 8, causal });
+      const { fused, composed } = both([q, k, v], (a, b, c) => attn.apply(a as tf.Tensor4D, b as tf.Tensor4D, c as tf.Tensor4D), up);
+      expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+      fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(2e-6));
+      expect(maxRel(fused.value, softmaxAttentionRef(qa, ka, va, causal).flat(3))).toBeLessThan(1e-5);
+      softmaxAttentionGradsRef(qa, ka, va, ua, causal).forEach((g, i) => expect(maxRel(fused.grads[i], g)).toBeLessThan(1e-5));
+      attn.dispose();
+      tf.dispose([q, k, v, up]);
+      expect(tf.memory().numTensors).toBe(before);
+    },
+  );
+
+  it('causal softmax: a NaN score makes its row NaN as the composed form does (the non-finite rule sees it); non-square scores are refused', () => {
+    expect(hasFusedKernel('SlayformerCausalSoftmax')).toBe(true);
+    const attn = createAttention('softmax', { numHeads: 1, headDim: 4, causal: true });
+    const qs = randn(20 * 4);
+    qs[5 * 4 + 1] = Number.NaN; // query 5
+    const q = tf.tensor4d(qs, [1, 1, 20, 4]);
+    const k = tf.tensor4d(randn(20 * 4), [1, 1, 20, 4]);
+    const rowsWithNaN = () =>
+      tf.tidy(() => {
+        const out = attn.apply(q, k, k).dataSync();
+        return Array.from({ length: 20 }, (_, i) => i).filter((i) => Number.isNaN(out[i * 4]));
+      });
+    expect(rowsWithNaN()).toEqual([5]);
+    expect(withComposedKernels(rowsWithNaN)).toEqual([5]);
+    const scores = tf.zeros([2, 3, 4]);
+    expect(() => tf.engine().runKernel('SlayformerCausalSoftmax', { scores })).toThrow(/SlayformerCausalSoftmax: scores must be \[\.\., L, L\]/);
+    tf.dispose([q, k, scores]);
+    attn.dispose();
+  });
+
+  it('SLAY (tensor-product features, one causal block): value and q, k, v gradients equal the composed form; the kernel equals x⊙y under the mask; no tensor left', () => {
+    expect(hasFusedKernel('SlayformerCausalProduct')).toBe(true);
+    const before = tf.memory().numTensors;
+    const shape: [number, number, number, number] = [2, 2, 37, 8];
+    const [q, k, v, up] = [0, 1, 2, 3].map(() => tensor4(randomArray4(rng, shape)));
+    const attn = createAttention('slay', { numHeads: 2, headDim: 8, causal: true, seed: 3 });
+    const { fused, composed } = both([q, k, v], (a, b, c) => attn.apply(a as tf.Tensor4D, b as tf.Tensor4D, c as tf.Tensor4D), up);
+    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+    fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(1e-5));
+    // The kernel and its gradient against the definition, in float64.
+    const [xs, ys, gs] = [0, 1, 2].map(() => randn(3 * 19 * 19));
+    const below = (i: number) => i % 19 <= Math.floor(i / 19) % 19;
+    const [x, y, g] = [xs, ys, gs].map((a) => tf.tensor3d(a, [3, 19, 19]));
+    const [z, dx, dy] = tf.tidy(() => {
+      const [gx, gy] = tf.grads((a: tf.Tensor, b: tf.Tensor) => tf.sum(tf.mul(fusedCausalProduct()!(a as tf.Tensor3D, b as tf.Tensor3D), g)))([x, y]);
+      return [fusedCausalProduct()!(x, y), gx, gy].map((t) => t.dataSync().slice());
+    });
+    expect(
+      maxRel(
+        z,
+        xs.map((a, i) => (below(i) ? a * ys[i] : 0)),
+      ),
+    ).toBeLessThan(1e-7);
+    expect(
+      maxRel(
+        dx,
+        gs.map((a, i) => (below(i) ? a * ys[i] : 0)),
+      ),
+    ).toBeLessThan(1e-7);
+    expect(
+      maxRel(
+        dy,
+        gs.map((a, i) => (below(i) ? a * xs[i] : 0)),
+      ),
+    ).toBeLessThan(1e-7);
+    const notSquare = tf.zeros([2, 3, 4]);
+    expect(() => tf.engine().runKernel('SlayformerCausalProduct', { x: notSquare, y: notSquare })).toThrow(
+      /SlayformerCausalProduct: inputs must be \[\.\., C, C\]/,
+    );
+    attn.dispose();
+    tf.dispose([q, k, v, up, x, y, g, notSquare]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('a dense layer with bias runs as MatMul + BiasAdd: value and gradients equal the composed form; no tensor left', () => {
+    expect(hasFusedKernel(LINEAR_WITH_BIAS)).toBe(true);
+    const before = tf.memory().numTensors;
+    const x = tf.tensor2d(randn(50 * 24), [50, 24]);
+    const w = tf.tensor2d(randn(24 * 36, 0.2), [24, 36]);
+    const b = tf.tensor1d(randn(36));
+    const up = tf.tensor2d(randn(50 * 36), [50, 36]);
+    const { fused, composed } = both([x, w, b], (a, c, d) => linear(a as tf.Tensor2D, c as tf.Tensor2D, d as tf.Tensor1D), up);
+    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+    fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(2e-6));
+    tf.dispose([x, w, b, up]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
   it('is used on the CPU build, and recorded into a TensorFlow function that gives the eager values', () => {
     expect(hasFusedKernel('SlayformerLayerNorm')).toBe(true);
     expect(withComposedKernels(() => hasFusedKernel('SlayformerLayerNorm'))).toBe(false);
+    // One kernel's composed twin alone (bench:paired --composed): the others stay fused, and recorded programs are keyed apart.
+    const onlyLayerNorm = () => [hasFusedKernel('SlayformerLayerNorm'), hasFusedKernel('SlayformerGeluTanh'), fusedFormsEnabled(), composedFormsKey()];
+    expect(withComposedKernels(onlyLayerNorm, ['SlayformerLayerNormGrad', 'SlayformerLayerNorm'])).toEqual([
+      false,
+      true,
+      true,
+      '|composed:SlayformerLayerNorm,SlayformerLayerNormGrad',
+    ]);
+    expect(onlyLayerNorm()).toEqual([true, true, true, '']);
     const cache = new GraphCache();
     const x = tf.tensor2d(randn(8 * 16), [8, 16]);
     const gain = tf.ones([16]) as tf.Tensor1D;
@@ -116,6 +233,40 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     }
   });
 });
+
+/**
+ * d/dq, d/dk, d/dv of Σ O⊙U for O = softmax(q·kᵀ/√d, causal)·v in float64, flattened, by the textbook
+ * backward (row term rowsum(dP⊙P), not the kernels' rowsum(dO⊙O)).
+ */
+function softmaxAttentionGradsRef(q: Array4, k: Array4, v: Array4, u: Array4, causal: boolean): number[][] {
+  const grads = [q, k, v].map((t) => t.map((tb) => tb.map((th) => th.map((row) => row.map(() => 0)))));
+  const [dq, dk, dv] = grads;
+  const dot = (a: number[], b: number[]) => a.reduce((acc, x, i) => acc + x * b[i], 0);
+  q.forEach((qb, b) =>
+    qb.forEach((qh, h) => {
+      const [kh, vh, uh] = [k[b][h], v[b][h], u[b][h]];
+      const scale = 1 / Math.sqrt(qh[0].length);
+      qh.forEach((qi, i) => {
+        const logits = kh.map((kj, j) => (causal && j > i ? -Infinity : dot(qi, kj) * scale));
+        const m = Math.max(...logits);
+        const w = logits.map((x) => Math.exp(x - m));
+        const total = w.reduce((a, x) => a + x, 0);
+        const p = w.map((x) => x / total);
+        const dp = vh.map((vj) => dot(uh[i], vj));
+        const rowTerm = p.reduce((acc, pj, j) => acc + pj * dp[j], 0);
+        p.forEach((pj, j) => {
+          const ds = pj * (dp[j] - rowTerm) * scale;
+          for (let c = 0; c < qi.length; c++) {
+            dq[b][h][i][c] += ds * kh[j][c];
+            dk[b][h][j][c] += ds * qi[c];
+            dv[b][h][j][c] += pj * uh[i][c];
+          }
+        });
+      });
+    }),
+  );
+  return grads.map((g) => g.flat(3));
+}
 
 /** erf in float64 (Abramowitz–Stegun 7.1.26 is too coarse here: series + continued fraction). */
 function erf64(x: number): number {

@@ -1,5 +1,6 @@
 // Fused CPU kernels for the training step's element-wise chains (issue 35; docs/benchmarks.md,
-// "Fused kernels"): GELU (tanh and erf forms) and LayerNorm, forward and backward, each one pass over
+// "Fused kernels"): GELU (tanh and erf forms), LayerNorm, attention's softmax and linear attention's
+// causal product of score blocks, forward and backward, each one pass over
 // memory where the composed form runs 6–9 TensorFlow ops. TensorFlow's own graph optimiser cannot fuse
 // these in a training graph (the backward reads the intermediates), and torch.compile's inductor
 // does exactly this kind of fusion; so the kernels are written here, against TensorFlow's stable C
@@ -282,6 +283,194 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
+// ---- Attention softmax: causal softmax forward, and the softmax backward with FlashAttention's row term. ----
+
+// The largest of x[0..n), NaN ignored (it reaches the row through e^(x − max) instead); 16 running
+// maxima so that the loop vectorises without -ffast-math.
+inline float rowMax(const float* __restrict x, int64_t n) {
+  float lanes[16];
+  for (float& l : lanes) l = -INFINITY;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; k++) lanes[k] = x[j + k] > lanes[k] ? x[j + k] : lanes[k];
+  float m = -INFINITY;
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
+  for (float l : lanes) m = l > m ? l : m;
+  return m;
+}
+
+// Σ x[0..n) over 16 running sums (the vectorisable order; the composed Sum's order differs by rounding).
+inline float rowSum(const float* __restrict x, int64_t n) {
+  float lanes[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; k++) lanes[k] += x[j + k];
+  float s = 0;
+  for (; j < n; j++) s += x[j];
+  for (float l : lanes) s += l;
+  return s;
+}
+
+inline void expShifted(const float* __restrict x, float shift, float* __restrict e, int64_t n) {
+  for (int64_t j = 0; j < n; j++) e[j] = expApprox(x[j] - shift);
+}
+
+// scores [.., L, L] → p: row i is the softmax of its keys j ≤ i, and 0 for j > i — what softmax of
+// scores + (−1e9 above the diagonal) gives in float32 (e^−1e9 = 0), with half the exponentials.
+void causalSoftmaxForward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* scores = input(ctx, 0, status);
+  TF_Tensor* probs = nullptr;
+  if (TF_GetCode(status) == TF_OK) {
+    const int n = TF_NumDims(scores);
+    if (n < 2 || TF_Dim(scores, n - 1) != TF_Dim(scores, n - 2))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalSoftmax: scores must be [.., L, L] (queries and keys of one sequence)");
+    else
+      probs = output(ctx, 0, dimsOf(scores), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t l = TF_Dim(scores, TF_NumDims(scores) - 1);
+    const int64_t rows = l > 0 ? TF_TensorElementCount(scores) / l : 0;
+    const float* s = data(scores);
+    float* p = data(probs);
+    parallelRows(rows, l, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const float* sr = s + row * l;
+        float* pr = p + row * l;
+        const int64_t seen = row % l + 1;
+        expShifted(sr, rowMax(sr, seen), pr, seen);
+        const float inv = 1.0f / rowSum(pr, seen);
+        for (int64_t j = 0; j < seen; j++) pr[j] *= inv;
+        for (int64_t j = seen; j < l; j++) pr[j] = 0.0f;
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {scores, probs})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// p, dp [.., Lq, Lk], dout, out [.., Lq, D] → ds = p⊙(dp − Σ_d dout⊙out): the softmax backward with
+// the row term from O = P·V (src/model/attention/softmax.ts), four composed ops in one pass.
+void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* probs = input(ctx, 0, status);
+  TF_Tensor* dprobs = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* dout = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  TF_Tensor* out = TF_GetCode(status) == TF_OK ? input(ctx, 3, status) : nullptr;
+  TF_Tensor* dscores = nullptr;
+  int64_t lk = 0, d = 0, rows = 0;
+  if (TF_GetCode(status) == TF_OK) {
+    lk = TF_Dim(probs, TF_NumDims(probs) - 1);
+    d = TF_Dim(out, TF_NumDims(out) - 1);
+    rows = lk > 0 ? TF_TensorElementCount(probs) / lk : 0;
+    const bool rowsAgree = (d > 0 ? TF_TensorElementCount(out) / d : 0) == rows && TF_TensorElementCount(dout) == TF_TensorElementCount(out);
+    if (TF_TensorElementCount(dprobs) != TF_TensorElementCount(probs) || !rowsAgree)
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerAttentionSoftmaxGrad: p, dp must be [.., Lq, Lk] and dout, out [.., Lq, D] with the same rows");
+    else
+      dscores = output(ctx, 0, dimsOf(probs), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const float *p = data(probs), *dp = data(dprobs), *go = data(dout), *o = data(out);
+    float* ds = data(dscores);
+    parallelRows(rows, lk + d, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        float term = 0;
+        for (int64_t j = 0; j < d; j++) term += go[row * d + j] * o[row * d + j];
+        const float* pr = p + row * lk;
+        const float* dpr = dp + row * lk;
+        float* dsr = ds + row * lk;
+        for (int64_t j = 0; j < lk; j++) dsr[j] = pr[j] * (dpr[j] - term);
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {probs, dprobs, dout, out, dscores})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// ---- Causal product of score blocks: linear attention's tensor-product scores (src/model/attention/chunked.ts). ----
+
+// Whether t is [.., C, C]; else sets an error naming the op.
+bool squareBlocks(const TF_Tensor* t, const char* op, TF_Status* status) {
+  const int n = TF_NumDims(t);
+  if (n >= 2 && TF_Dim(t, n - 1) == TF_Dim(t, n - 2)) return true;
+  TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": inputs must be [.., C, C] blocks of the same shape").c_str());
+  return false;
+}
+
+// x, y [.., C, C] → x⊙y on and below each block's diagonal, 0 above: three composed ops (a product and
+// the causal mask's) in one pass.
+void causalProductForward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* x = input(ctx, 0, status);
+  TF_Tensor* y = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* z = nullptr;
+  if (TF_GetCode(status) == TF_OK && squareBlocks(x, "SlayformerCausalProduct", status)) {
+    if (TF_TensorElementCount(y) != TF_TensorElementCount(x))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalProduct: inputs must be [.., C, C] blocks of the same shape");
+    else
+      z = output(ctx, 0, dimsOf(x), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t c = TF_Dim(x, TF_NumDims(x) - 1);
+    const float *xs = data(x), *ys = data(y);
+    float* zs = data(z);
+    parallelRows(c > 0 ? TF_TensorElementCount(x) / c : 0, c, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const int64_t seen = row % c + 1, at = row * c;
+        for (int64_t j = 0; j < seen; j++) zs[at + j] = xs[at + j] * ys[at + j];
+        for (int64_t j = seen; j < c; j++) zs[at + j] = 0.0f;
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {x, y, z})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// g, x, y [.., C, C] → dx = g⊙y, dy = g⊙x on and below the diagonal, 0 above.
+void causalProductBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* g = input(ctx, 0, status);
+  TF_Tensor* x = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* y = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  TF_Tensor *dx = nullptr, *dy = nullptr;
+  if (TF_GetCode(status) == TF_OK && squareBlocks(x, "SlayformerCausalProductGrad", status)) {
+    if (TF_TensorElementCount(y) != TF_TensorElementCount(x) || TF_TensorElementCount(g) != TF_TensorElementCount(x))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalProductGrad: inputs must be [.., C, C] blocks of the same shape");
+    else
+      dx = output(ctx, 0, dimsOf(x), status);
+    if (TF_GetCode(status) == TF_OK) dy = output(ctx, 1, dimsOf(x), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t c = TF_Dim(x, TF_NumDims(x) - 1);
+    const float *gs = data(g), *xs = data(x), *ys = data(y);
+    float *dxs = data(dx), *dys = data(dy);
+    parallelRows(c > 0 ? TF_TensorElementCount(x) / c : 0, 2 * c, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const int64_t seen = row % c + 1, at = row * c;
+        for (int64_t j = 0; j < seen; j++) {
+          dxs[at + j] = gs[at + j] * ys[at + j];
+          dys[at + j] = gs[at + j] * xs[at + j];
+        }
+        for (int64_t j = seen; j < c; j++) dxs[at + j] = dys[at + j] = 0.0f;
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {g, x, y, dx, dy})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
 // ---- Registration. --------------------------------------------------------------------------------
 
 void sameShapeAsInput(TF_ShapeInferenceContext* ctx, TF_Status* status, int input, int outputs) {
@@ -316,6 +505,9 @@ void layerNormGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
   for (TF_ShapeHandle* h : {xhat, last}) TF_DeleteShapeHandle(h);
 }
 
+// dx, dy: x's shape.
+void causalProductGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 2); }
+
 struct OpSpec {
   const char* name;
   std::vector<const char*> inputs, outputs, attrs;
@@ -339,6 +531,12 @@ const std::vector<OpSpec>& specs() {
        layerNormShapes, createLayerNorm, layerNormForward, deleteLayerNorm},
       {"SlayformerLayerNormGrad", {"dy: float", "xhat: float", "rstd: float", "gain: float"}, {"dx: float", "dgain: float", "dshift: float"}, {},
        layerNormGradShapes, noState, layerNormBackward, noDelete},
+      {"SlayformerCausalSoftmax", {"scores: float"}, {"probs: float"}, {}, firstInputShape, noState, causalSoftmaxForward, noDelete},
+      {"SlayformerAttentionSoftmaxGrad", {"probs: float", "dprobs: float", "dout: float", "out: float"}, {"dscores: float"}, {},
+       firstInputShape, noState, attentionSoftmaxBackward, noDelete},
+      {"SlayformerCausalProduct", {"x: float", "y: float"}, {"z: float"}, {}, firstInputShape, noState, causalProductForward, noDelete},
+      {"SlayformerCausalProductGrad", {"g: float", "x: float", "y: float"}, {"dx: float", "dy: float"}, {}, causalProductGradShapes, noState,
+       causalProductBackward, noDelete},
   };
   return all;
 }

@@ -23,6 +23,7 @@
 // maxima are computed off the autodiff tape: the output does not depend on them.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, flattenHeads, safeDivide, untaped } from '../ops.ts';
+import { fusedCausalProduct } from '../fused.ts';
 
 /** Features given as a tensor product φ(u) = concat_r a(u) ⊗ b_r(u): a [B, H, L, Fa], b = concat_r b_r [B, H, L, Fb]. */
 export interface ProductFactors {
@@ -91,6 +92,18 @@ function scoreBlocks(q: Side, k: Side, cut: (x: tf.Tensor4D) => tf.Tensor3D): tf
     return tf.mul(batchMatMul(cut(q.factors.a), cut(k.factors.a), false, true), batchMatMul(cut(q.factors.b), cut(k.factors.b), false, true));
   }
   return batchMatMul(cut(q.features()), cut(k.features()), false, true);
+}
+
+/**
+ * The scores within chunks under the causal mask (or the shifted keys' rescaling, which holds it): for
+ * tensor-product features one fused kernel where the backend has it (model/fused.ts).
+ */
+function causalScoreBlocks(q: Side, k: Side, cut: (x: tf.Tensor4D) => tf.Tensor3D, c: number, scales: CausalScales | null): tf.Tensor {
+  const product = q.factors && k.factors && !scales ? fusedCausalProduct() : null;
+  if (product && q.factors && k.factors) {
+    return product(batchMatMul(cut(q.factors.a), cut(k.factors.a), false, true), batchMatMul(cut(q.factors.b), cut(k.factors.b), false, true));
+  }
+  return tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c));
 }
 
 /** [num, den] [B, H, S, D+1] → num / den, den normalised by δ (or its rescaled form) or clampMin. */
@@ -225,7 +238,7 @@ export function causalSegment(
   const values = cut(withOnes(v));
   const scales = k.shift ? causalScales(q.shift!, k.shift, carry?.shift, c, chunks, norm.delta ?? 0) : null;
 
-  let out = batchMatMul(tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c)), values); // within chunks
+  let out = batchMatMul(causalScoreBlocks(q, k, cut, c, scales), values); // within chunks
   let next: Carry | undefined;
   if (chunks > 1 || carry || wantCarry) {
     const keys = scales ? (tf.mul(k.features(), scales.keyScale) as tf.Tensor4D) : k.features();

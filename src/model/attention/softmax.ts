@@ -4,33 +4,38 @@
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
+import { fusedAttentionSoftmaxGrad, fusedCausalSoftmax } from '../fused.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
 
 const NEG = -1e9;
 
+/** What each query's scores see: its keys j ≤ i ('causal', queries and keys of one sequence), an additive mask broadcasting to the scores, or every key. */
+type ScoreMask = 'causal' | tf.Tensor | undefined;
+
+/** Softmax over the keys of scores [B, H, Lq, Lk], under the mask it was made for. */
+type MaskedSoftmax = (scores: tf.Tensor) => tf.Tensor;
+
 /** The reference twin of attentionProducts: the same maths, differentiated by tfjs op by op. */
-function composedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], additiveMask?: tf.Tensor): tf.Tensor3D {
-  let scores: tf.Tensor = tf.reshape(batchMatMul(q, k, false, true), scoresShape);
-  if (additiveMask) scores = tf.add(scores, additiveMask);
-  return batchMatMul(tf.reshape(tf.softmax(scores), [q.shape[0], q.shape[1], k.shape[1]]), v);
+function composedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], softmax: MaskedSoftmax): tf.Tensor3D {
+  const scores = tf.reshape(batchMatMul(q, k, false, true), scoresShape);
+  return batchMatMul(tf.reshape(softmax(scores), [q.shape[0], q.shape[1], k.shape[1]]), v);
 }
 
 /**
- * O = softmax(q·kᵀ + mask)·v over flattened heads (q already scaled), with the gradient written by hand:
+ * O = softmax(q·kᵀ under the mask)·v over flattened heads (q already scaled), with the gradient written by hand:
  * tf.softmax's own backward forms dP⊙P, its row sums and a second product with P, all on [.., Lq, Lk];
  * here the row term is rowsum(dO⊙O), on [.., Lq, D] (equal, since O = P·v: FlashAttention's identity),
- * so the [Lq, Lk]-sized work of the softmax backward is one subtraction and one product
- * (docs/benchmarks.md, "Fewer ops"). The mask is a constant of the call: no gradient reaches it.
+ * so the [Lq, Lk]-sized work of the softmax backward is one subtraction and one product, or one fused
+ * kernel where the backend has it (model/fused.ts; docs/benchmarks.md, "Fewer ops"). The mask is a
+ * constant of the call: no gradient reaches it.
  */
-function attentionProducts(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], additiveMask?: tf.Tensor): tf.Tensor3D {
+function attentionProducts(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], softmax: MaskedSoftmax): tf.Tensor3D {
   const [bh, lq, lk] = [q.shape[0], q.shape[1], k.shape[1]];
   const run = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
     const [qs, ks, vs, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
-    let scores: tf.Tensor = tf.reshape(batchMatMul(qs, ks, false, true), scoresShape);
-    if (additiveMask) scores = tf.add(scores, additiveMask);
-    const probs = tf.reshape(tf.softmax(scores), [bh, lq, lk]);
+    const probs = tf.reshape(softmax(tf.reshape(batchMatMul(qs, ks, false, true), scoresShape)), [bh, lq, lk]);
     const out = batchMatMul(probs, vs);
     save([qs, ks, vs, probs, out]);
     return {
@@ -38,8 +43,8 @@ function attentionProducts(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, score
       gradFunc: (dOut: tf.Tensor, saved: tf.Tensor[]) => {
         const [sq, sk, sv, sp, so] = saved as tf.Tensor3D[];
         const dProbs = batchMatMul(dOut, sv, false, true);
-        const rowTerm = tf.sum(tf.mul(dOut, so), -1, true);
-        const dScores = tf.mul(sp, tf.sub(dProbs, rowTerm));
+        const fusedGrad = fusedAttentionSoftmaxGrad();
+        const dScores = (fusedGrad ? fusedGrad(sp, dProbs, dOut, so) : tf.mul(sp, tf.sub(dProbs, tf.sum(tf.mul(dOut, so), -1, true)))) as tf.Tensor3D;
         return [batchMatMul(dScores, sk), batchMatMul(dScores, sq, true, false), batchMatMul(sp, dOut, true, false)];
       },
     };
@@ -54,18 +59,28 @@ registerAttention('softmax', {
   tensors: () => [],
   create(config): AttentionModule {
     const masks = new ConstantCache();
+    const additiveCausal = (l: number) => masks.get(`causal${l}`, () => tf.mul(tf.sub(1, causalMask01(l)), NEG));
     const scale = 1 / Math.sqrt(config.headDim);
-    // q [B, H, Lq, D] against keys/values [B, H, Lk, D]; `additiveMask` broadcasts to [B, H, Lq, Lk].
-    const attend = (q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, additiveMask?: tf.Tensor) =>
+    // The causal mask as one fused kernel where the backend has it (half the exponentials), else as an addend.
+    const maskedSoftmax =
+      (mask: ScoreMask, fused: boolean): MaskedSoftmax =>
+      (scores) => {
+        const causal = mask === 'causal' && fused ? fusedCausalSoftmax() : null;
+        if (causal) return causal(scores);
+        const addend = mask === 'causal' ? additiveCausal(scores.shape[scores.rank - 1] as number) : mask;
+        return tf.softmax(addend ? tf.add(scores, addend) : scores);
+      };
+    // q [B, H, Lq, D] against keys/values [B, H, Lk, D].
+    const attend = (q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, mask: ScoreMask) =>
       tf.tidy(() => {
         const [b, h, lq, d] = q.shape;
         const lk = k.shape[2];
         // The scale goes on q ([.., Lq, D]) rather than on the scores ([.., Lq, Lk]): L/D times fewer
         // multiplications forward and backward.
         const [qs, ks, vs] = [flattenHeads(tf.mul(q, scale)), flattenHeads(k), flattenHeads(v)];
-        const out = fusedFormsEnabled()
-          ? attentionProducts(qs, ks, vs, [b, h, lq, lk], additiveMask)
-          : composedAttention(qs, ks, vs, [b, h, lq, lk], additiveMask);
+        const fused = fusedFormsEnabled();
+        const products = fused ? attentionProducts : composedAttention;
+        const out = products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask, fused));
         return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {
@@ -76,15 +91,13 @@ registerAttention('softmax', {
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => {
           const [b, , l] = q.shape;
-          let mask: tf.Tensor | undefined;
-          if (config.causal) mask = masks.get(`causal${l}`, () => tf.mul(tf.sub(1, causalMask01(l)), NEG));
-          if (!opts.keyMask) return attend(q, k, v, mask);
+          if (!opts.keyMask) return attend(q, k, v, config.causal ? 'causal' : undefined);
           const padding = tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG);
           // A row that sees no real key (causal, every key up to it padded) would average over padded
           // and future keys alike; it outputs 0 instead, as kernel-normalised attention does (0/δ).
           const seen = config.causal ? tf.cumsum(opts.keyMask, 1) : tf.sum(opts.keyMask, 1, true);
           const seesAKey = tf.reshape(tf.cast(tf.greater(seen, 0), 'float32'), [b, 1, config.causal ? l : 1, 1]);
-          return tf.mul(attend(q, k, v, mask ? tf.add(mask, padding) : padding), seesAKey) as tf.Tensor4D;
+          return tf.mul(attend(q, k, v, config.causal ? tf.add(additiveCausal(l), padding) : padding), seesAKey) as tf.Tensor4D;
         });
       },
       ...kvCacheMethods('softmax', config, (q, keys, values, visible) => attend(q, keys, values, visible && tf.mul(tf.sub(1, visible), NEG))),
