@@ -175,7 +175,7 @@ function unitTasks(options: SlurmOptions): number {
 }
 
 /** What is wrong with the unit's shape as a whole (each setting alone passed its check), naming the settings. */
-function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmOptions): string[] {
+function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask' | 'oneProcessReason'>, options: SlurmOptions): string[] {
   const problems: string[] = [];
   if (options.gpus !== undefined && options.gpusPerTask !== undefined)
     problems.push('slurm.gpus and slurm.gpusPerTask both given: give one (gpus counts all GPUs of a run, gpusPerTask those of each Slurm task)');
@@ -185,7 +185,8 @@ function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmO
     problems.push(`slurm.nodes × slurm.tasksPerNode must be at most ${MAX_RANKS} ranks (got ${options.nodes ?? 1} × ${options.tasksPerNode ?? 1} = ${tasks})`);
   else if (tasks > 1 && !sweep.multiTask)
     problems.push(
-      `slurm.nodes × slurm.tasksPerNode = ${tasks} tasks per run, but each run of ${sweep.file} runs in one process; only a sweep's training runs span several tasks`,
+      `slurm.nodes × slurm.tasksPerNode = ${tasks} tasks per run, but each run of ${sweep.file} runs in one process` +
+        `: ${sweep.oneProcessReason ?? "only training runs (a sweep's, a paper experiment's on the tensorflow backend) span several tasks"}`,
     );
   return problems;
 }
@@ -406,7 +407,8 @@ function currentSlurmJob(): string | null {
  */
 function unitLauncher(set: RunSet): WorkerLauncher | null {
   const { SLURM_NTASKS: tasks, SLURM_CPUS_PER_TASK: cpus, SLURM_JOB_ID: job } = process.env;
-  // A paper unit stays one process even when an extra `--sbatch=--ntasks=N` gave its array task several Slurm tasks.
+  // A set whose runs run in one process (a paper experiment that does not train) stays so even when an extra
+  // `--sbatch=--ntasks=N` gave its array task several Slurm tasks.
   if (!set.multiTask || !currentSlurmJob() || !job || !(Number(tasks) > 1)) return null;
   const threads = cpus && /^\d+$/.test(cpus) ? cpus : null;
   return {
