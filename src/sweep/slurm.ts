@@ -10,9 +10,9 @@
 // than TERM for the warning is what tells the two cases apart.
 //
 // Units of several tasks (`nodes`, `tasksPerNode`): the batch shell is still the one task process (one lock, one log,
-// one attempt), and it starts the trainer under `srun --kill-on-bad-exit=1 --distribution=block`, one trainer per
-// Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts), where `train.executor: auto`
-// is `collective`. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a
+// one attempt), and it starts the worker (the trainer, or a paper unit's worker) under `srun --kill-on-bad-exit=1
+// --distribution=block`, one per Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts),
+// where `train.executor: auto` is `collective`. Sets whose runs run in one process (RunSet.multiTask unset) refuse them. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a
 // SIGTERM, so no checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the
 // batch shell alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues.
 // scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its newest
