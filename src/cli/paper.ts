@@ -92,6 +92,12 @@ async function main({ values, positionals }: Args): Promise<number> {
     // Before any tensor exists: joining renames the devices (src/backend/collective.ts).
     const collective = rank ? await import('../backend/collective.ts') : null;
     const cluster = rank ? collective!.joinCluster(rank) : null;
+    if (cluster) {
+      // Once a rank joined, TensorFlow's runtime holds SIGTERM and the rank would train on to the end (seen on a
+      // time-limit warning): each rank ends at once, as a unit of one process does, and the stopped unit runs again.
+      const { signalExitCode } = await import('../train/stop.ts');
+      for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(signalExitCode(signal)));
+    }
     try {
       const dir = await runUnitHere(set, index, cluster);
       if (dir) console.log(`${set.units[index].name}: done → ${dir}`);

@@ -1,8 +1,9 @@
 // A paper unit of several Slurm tasks on a real single-host cluster (scripts/slurm-local.sh, as
 // test/sweep/slurm-units.test.ts): the Slurm executor's array task starts the unit's worker under srun, one rank per
 // Slurm task; the ranks train with the collective step executor and rank 0 alone writes the unit's folder
-// (src/paper/run.ts). Its result equals the unit run in one process. The unit is slay-tasks --quick's first (50 steps
-// of the task model), submitted alone through the executor. The ranks are processes under srun, never test workers.
+// (src/paper/run.ts). Its result equals the unit run in one process; stopped by the time-limit warning, it requeues and
+// runs again from the start, as a unit of one process does. The unit is slay-tasks' first (the task model), submitted
+// alone through the executor. The ranks are processes under srun, never test workers.
 // Skipped, with the reason in the suite's name, where Slurm or the tensorflow backend is missing.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -87,5 +88,36 @@ describe.skipIf(!available)(available ? 'paper units of several Slurm tasks' : `
     expect(lossDifference(ranks, one)).toBeLessThan(1e-5);
     // Accuracy over the 64 samples' 4,096 scored positions: within 4 positions.
     expect(Math.abs(ranks.outcome.values[0] - one.outcome.values[0])).toBeLessThanOrEqual(4 / 4096);
+  }, 900_000);
+
+  it('a 2-task unit stopped by the time-limit warning requeues and runs again from the start, as a unit of one task', async () => {
+    // The protocol's 200 steps (not --quick's 50): the unit is still training when the warning comes.
+    const set = experimentRunSet(slayTasks, { ...settings(join(clusterDir, 'runs-requeued')), quick: false });
+    const unit = set.runs[0];
+    vi.stubEnv('SLURM_CONF', slurmConf);
+    const submitted = await slurmExecutor.run(set, [unit], { nodes: 1, tasksPerNode: 2, cpusPerTask: 1, time: '15:00' });
+    vi.unstubAllEnvs();
+    const task = `${/job array (\d+)/.exec((submitted as { what: string }).what)![1]}_0`;
+    const log = () => readFileSync(join(set.runDir, '_sweep', 'logs', `${unit.name}.log`), 'utf8');
+    const diagnose = () => `log:\n${existsSync(join(set.runDir, '_sweep', 'logs')) ? log() : '(none yet)'}`;
+
+    // Rank 0 made the unit's folder: both ranks joined and are in the unit.
+    await waitForFiles('the unit to start', set.runDir, 300_000, () => unitFolders(set.runDir).length === 1, diagnose);
+    // What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
+    spawnSync('scancel', ['--batch', '--signal=USR1', task], { env });
+    await waitForFiles(
+      'the unit to end after its requeue',
+      set.runDir,
+      300_000,
+      () => JSON.parse(readFileSync(join(set.runDir, '_sweep', 'attempts', `${unit.name}.json`), 'utf8')).outcome === 'done',
+      diagnose,
+    );
+    expect(log()).toMatch(new RegExp(`${unit.name}: stopped \\(exit `));
+    // Requeued: the same array task started the unit again.
+    expect(log().match(/^=== .* starting \(Slurm task \d+_0\)$/gm)).toHaveLength(2);
+    expect(log().match(new RegExp(`^${unit.name}: done → `, 'gm'))).toHaveLength(1);
+    // The stopped attempt's folder stays unfinished (no summary.json); the second attempt's is the unit's.
+    const done = unitFolders(set.runDir).map((f) => existsSync(join(set.runDir, f, 'summary.json')));
+    expect(done.sort()).toEqual([false, true]);
   }, 900_000);
 });
