@@ -12,9 +12,11 @@
 // Units of several tasks (`nodes`, `tasksPerNode`): the batch shell is still the one task process (one lock, one log,
 // one attempt), and it starts the worker (the trainer, or a paper unit's worker) under `srun --kill-on-bad-exit=1
 // --distribution=block`, one per Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts),
-// where `train.executor: auto` is `collective`. Sets whose runs run in one process (RunSet.multiTask unset) refuse them. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a
-// SIGTERM, so no checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the
-// batch shell alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues.
+// where `train.executor: auto` is `collective`; sets whose runs run in one process (RunSet.multiTask unset) refuse
+// them. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a SIGTERM, so no
+// checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the batch shell
+// alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues (a paper unit's
+// ranks end at once and the unit runs again from the start).
 // scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its newest
 // complete checkpoint, in general the last periodic one (docs/distributed.md).
 //
