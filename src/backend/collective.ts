@@ -226,6 +226,19 @@ export function checkSameOnEveryRank(cluster: Cluster, what: string, value: stri
 }
 
 /**
+ * Rank 0's `value` on every rank: rank 0 publishes it under `what` in the coordination service (its own
+ * value is returned as it is), the others wait up to `timeoutMs` for it, e.g. the folder rank 0 made.
+ */
+export function valueFromRankZero(cluster: Cluster, what: string, value: string | null, timeoutMs = 600_000): string {
+  const b = nativeBackend().binding;
+  const key = `slayformer/${what}/from-rank-0`;
+  if (cluster.rank !== 0) return b.clusterValue(key, timeoutMs);
+  if (value === null) throw new Error(`rank 0: no ${what} to send to the other ranks`);
+  b.setClusterValue(key, value);
+  return value;
+}
+
+/**
  * A failed collective as an error that names the ranks that do not answer (a killed rank, usually),
  * or `err` as it is when every rank answers (or the failure was not a collective's).
  */

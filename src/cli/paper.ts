@@ -7,6 +7,7 @@
 import path from 'node:path';
 import { DEFAULT_RUNS_ROOT, loadExperiment, EXPERIMENT_NAMES } from '../paper/index.ts';
 import type { ExperimentRunSet } from '../paper/run.ts';
+import { clusterFromEnv } from '../backend/cluster-env.ts';
 import { chooseBackend, resolveBackend } from '../backend/device.ts';
 import { backendOption, startBackend } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
@@ -83,10 +84,28 @@ async function main({ values, positionals }: Args): Promise<number> {
   const set = experimentRunSet(experiment, { quick: values.quick ?? false, backend, runsRoot: values.runs ?? DEFAULT_RUNS_ROOT });
 
   if (values.unit !== undefined) {
+    const index = unitIndex(values.unit, 'unit');
+    // A unit of a training experiment under srun, one process per Slurm task: the ranks of one run (docs/distributed.md).
+    const rank = set.multiTask ? clusterFromEnv() : null;
     // A unit's process: the command that started it said which backend runs.
     await startBackend(COMMAND.name, { flag: backend }, { silent: true });
-    const dir = await runUnitHere(set, unitIndex(values.unit, 'unit'));
-    console.log(`${set.units[Number(values.unit)].name}: done → ${dir}`);
+    // Before any tensor exists: joining renames the devices (src/backend/collective.ts).
+    const collective = rank ? await import('../backend/collective.ts') : null;
+    const cluster = rank ? collective!.joinCluster(rank) : null;
+    if (cluster) {
+      // Once a rank joined, TensorFlow's runtime holds SIGTERM and the rank would train on to the end (seen on a
+      // time-limit warning): each rank ends at once, as a unit of one process does, and the stopped unit runs again.
+      const { signalExitCode } = await import('../train/stop.ts');
+      for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => process.exit(signalExitCode(signal)));
+    }
+    try {
+      const dir = await runUnitHere(set, index, cluster);
+      if (dir) console.log(`${set.units[index].name}: done → ${dir}`);
+    } catch (err) {
+      // The other ranks' collectives fail at once, quoting this error, rather than after the heartbeat timeout.
+      if (cluster) collective!.reportFailureToCluster(cluster, err);
+      throw err;
+    }
     return 0;
   }
   if (values.task !== undefined) {

@@ -88,14 +88,16 @@ function startExtras(measures: StartMeasures): Record<string, number | null> {
   return extra;
 }
 
-async function train(recipe: Recipe, context: UnitContext, measure: boolean): Promise<UnitOutcome> {
+async function train(recipe: Recipe, context: UnitContext, measure: boolean): Promise<UnitOutcome | null> {
   let start: StartMeasures | null = null;
   const beforeTraining = measure
     ? async (model: LanguageModel, evalBatches: readonly Batch[]) => {
         start = await measureStart(model, evalBatches);
       }
     : undefined;
-  const { steps, finalDir, curves, first, last } = await trainUnit(recipe, context, { beforeTraining });
+  const trained = await trainUnit(recipe, context, { beforeTraining });
+  if (!trained) return null;
+  const { steps, finalDir, curves, first, last } = trained;
   const spikes = countSpikes(curves.train.map((r) => r.loss));
   return {
     values: last.acc === null ? [] : [last.acc],
@@ -159,7 +161,7 @@ export function unitRecipeOf(settings: Record<string, unknown>, dir: string, pre
   );
 }
 
-async function runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome> {
+async function runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome | null> {
   const pretrained = settings.kind === 'pretrain' ? null : pretrainedModel(context, settings.seed as number);
   return train(unitRecipeOf(settings, context.dir, pretrained), context, settings.kind === 'finetune');
 }
@@ -406,6 +408,7 @@ export const darkformerFinetune: Experiment = {
     { key: 'spikes', title: 'Loss spikes per run', digits: 1 },
   ],
   backend: 'tensorflow',
+  spansRanks: true,
   units,
   cells,
   claims,

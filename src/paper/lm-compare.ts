@@ -109,10 +109,12 @@ export function unitRecipeOf(settings: Record<string, unknown>, dir: string) {
   );
 }
 
-async function runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome> {
+async function runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome | null> {
   // Made by `prepare` before the units are dispatched; checked again for a unit run alone (--unit).
   await ensureCorpus((line) => console.log(line));
-  const { steps, curves, last } = await trainUnit(unitRecipeOf(settings, context.dir), context);
+  const trained = await trainUnit(unitRecipeOf(settings, context.dir), context);
+  if (!trained) return null;
+  const { steps, curves, last } = trained;
   return {
     values: [last.loss],
     extra: { acc: last.acc, steps },
@@ -249,6 +251,7 @@ export const lmCompare: Experiment = {
   shown: [{ key: 'acc', title: 'Final validation top-1 accuracy', digits: 4 }],
   backend: 'tensorflow',
   prepare: ensureCorpus,
+  spansRanks: true,
   units,
   cells,
   claims,

@@ -108,8 +108,16 @@ export interface Experiment {
    * fails once, with its message, instead of in every unit, and parallel units (Slurm) do not race to make it.
    */
   prepare?(log: (line: string) => void): Promise<void>;
-  /** Runs one unit in this process, the backend already started. */
-  runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome>;
+  /**
+   * true when its units train through the step executors (src/train/step-executor.ts), so that a unit can run as the
+   * ranks of one data-parallel run on the tensorflow backend (a Slurm unit of several tasks, docs/distributed.md).
+   */
+  spansRanks?: boolean;
+  /**
+   * Runs one unit in this process, the backend already started. In a rank other than 0 (`context.leader` false) it
+   * takes part in the training and may return null: rank 0's outcome is the unit's.
+   */
+  runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome | null>;
   /** The claims the experiment tests, with verdicts from the units done so far (experiments without published tables). */
   claims?(view: UnitView, quick: boolean): Claim[];
   /** Paired differences reported without a claim to judge (e.g. every mechanism against softmax). */
@@ -120,6 +128,11 @@ export interface Experiment {
 export interface UnitContext {
   /** The unit's run folder (already created): a unit that trains writes its run folders inside it. */
   dir: string;
+  /**
+   * false in ranks 1… of a unit that runs across processes: such a rank trains with rank 0 and writes nothing (rank 0
+   * alone writes the unit's folder, as the trainer's rank 0 alone writes its run folder). true in a unit of one process.
+   */
+  leader: boolean;
   /** Another unit's newest done folder and outcome (e.g. a pretrained model that a finetuning unit starts from); null if not done. */
   doneUnit(name: string): { dir: string; outcome: UnitOutcome } | null;
 }

@@ -9,17 +9,22 @@
 // The folder's name carries the version and the backend: results of another protocol version or backend are never
 // mixed into one table. A unit that stops half-way leaves a folder without summary.json and runs again from the
 // start (units are minutes at most).
+// A unit of an experiment that trains (Experiment.spansRanks) may run as the ranks of one data-parallel run, one per
+// Slurm task (docs/distributed.md): every rank runs the worker and trains with the collective step executor; rank 0
+// alone makes and writes the unit's folder, and tells the others its path (a recipe's train.runDir must be the same
+// on every rank).
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { writeOwnFile } from '../core/own-file.ts';
+import type { Cluster } from '../backend/collective.ts';
 import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
 import { runFolders } from '../sweep/run-folders.ts';
 import { readAttempt } from '../sweep/set-files.ts';
 import { runGuarded } from '../sweep/task.ts';
 import type { TaskResult } from '../sweep/task.ts';
-import { processEnvironment } from '../telemetry/environment.ts';
+import { clusterRecord, processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
 import { ENV_FILE } from '../store/layout.ts';
@@ -68,10 +73,19 @@ export function experimentRunSet(experiment: Experiment, settings: ExperimentSet
     runs: units.map((unit, index) => ({ index, name: unit.name, cores, requestedCpus: 1 })),
     executorSettings: {},
     task: [PAPER_CLI, experiment.name, ...workerFlags(settings, runsRoot), '--task'],
+    ...spanning(experiment, settings.backend),
     experiment,
     settings,
     units,
   };
+}
+
+/** Whether a unit can run as the ranks of one run (RunSet.multiTask), or why it runs in one process. */
+function spanning(experiment: Experiment, backend: BackendName): Pick<RunSet, 'multiTask' | 'oneProcessReason'> {
+  if (!experiment.spansRanks) return { oneProcessReason: `the units of ${experiment.name} measure without training, one process each` };
+  if (backend !== 'tensorflow')
+    return { oneProcessReason: `a unit spans several tasks on the tensorflow backend only (its collectives), not on ${backend}: add --backend tensorflow` };
+  return { multiTask: true };
 }
 
 function workerFlags(settings: ExperimentSettings, runsRoot: string): string[] {
@@ -97,18 +111,37 @@ export interface UnitResultFile {
   finishedAt: string;
 }
 
-/** The worker: runs unit `index` in this process (the backend started) and writes its run folder. Returns its folder. */
-export async function runUnitHere(set: ExperimentRunSet, index: number): Promise<string> {
+/**
+ * The worker: runs unit `index` in this process (the backend started) and writes its run folder. Returns its folder.
+ * In a rank of a unit across processes (`cluster`, joined), rank 0 does the same; the other ranks train with it, write
+ * nothing and return null.
+ */
+export async function runUnitHere(set: ExperimentRunSet, index: number, cluster: Cluster | null = null): Promise<string | null> {
   const unit = set.units[index];
   if (!unit) throw new Error(`${set.file}: no unit ${index} (units 0–${set.units.length - 1})`);
   const { experiment } = set;
-  const dir = makeRunDir(set.runDir, unit.name);
-  writeJson(path.join(dir, 'unit.json'), { experiment: experiment.name, version: experiment.version, quick: set.settings.quick, unit });
-  writeJson(path.join(dir, ENV_FILE), await processEnvironment());
+  const leader = cluster === null || cluster.rank === 0;
+  // Loaded only by a rank: the processes that schedule or report units load no TensorFlow.js.
+  const collective = cluster ? await import('../backend/collective.ts') : null;
+  if (cluster) {
+    const what = { experiment: experiment.name, version: experiment.version, quick: set.settings.quick, unit };
+    collective!.checkSameOnEveryRank(cluster, 'paper unit', JSON.stringify(what));
+  }
+  const made = leader ? makeRunDir(set.runDir, unit.name) : null;
+  const dir = cluster ? collective!.valueFromRankZero(cluster, 'paper unit folder', made) : made!;
+  if (leader) {
+    writeJson(path.join(dir, 'unit.json'), { experiment: experiment.name, version: experiment.version, quick: set.settings.quick, unit });
+    writeJson(path.join(dir, ENV_FILE), { ...(await processEnvironment()), ...clusterRecord(cluster) });
+  }
   const startedAt = new Date().toISOString();
   const started = performance.now();
   const cpu = process.cpuUsage();
-  const outcome = await experiment.runUnit(unit.settings, { dir, doneUnit: (name) => doneUnit(set, name) });
+  const outcome = await experiment.runUnit(unit.settings, { dir, leader, doneUnit: (name) => doneUnit(set, name) });
+  if (!leader) {
+    collective!.barrier(cluster!); // ends with rank 0, once it wrote the unit's results
+    return null;
+  }
+  if (outcome === null) throw new Error(`${set.file}: unit ${unit.name} reported no outcome on rank 0`);
   const used = process.cpuUsage(cpu);
   const result: UnitResultFile = {
     experiment: experiment.name,
@@ -123,6 +156,8 @@ export async function runUnitHere(set: ExperimentRunSet, index: number): Promise
   writeJson(path.join(dir, 'result.json'), result);
   // summary.json marks the run done for the sweep machinery; its headline is the unit's line in `sweep status`.
   writeSummary(dir, { headline: outcome.headline, elapsed_s: result.seconds, finished_at: result.finishedAt });
+  // The others wait here, so that no rank's end looks like a failure to the others while rank 0 writes.
+  if (cluster) collective!.barrier(cluster);
   return dir;
 }
 

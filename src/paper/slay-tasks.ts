@@ -197,6 +197,7 @@ export const slayTasks: Experiment = {
   ],
   shown: [{ key: 'train_s', title: 'Training seconds per run (mean over seeds; this machine, not compared)', digits: 1 }],
   backend: 'wasm',
+  spansRanks: true,
 
   units(quick) {
     const { tasks, mechanisms, seeds, steps } = grid(quick);

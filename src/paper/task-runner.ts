@@ -2,10 +2,12 @@
 // Protocol of the SLAY paper's benchmark (docs/notes/slay-task-benchmark.md): AdamW
 // lr 1e-3 (PyTorch's default weight decay 0.01, β = (0.9, 0.999), ε = 1e-8), one freshly generated
 // batch per optimizer step, final accuracy on 4 × batch fresh samples, seeds 42/43/44.
+import { currentCluster } from '../backend/collective.ts';
 import { currentDevice } from '../backend/current.ts';
 import type { Batch } from '../data/batch.ts';
-import { IGNORE_LABEL } from '../model/lm.ts';
+import { IGNORE_LABEL, type ModelBatch } from '../model/lm.ts';
 import { graphStatus } from '../train/compiled-step.ts';
+import { shardMicroBatches } from '../train/data-parallel.ts';
 import { AdamW } from '../train/optimizer.ts';
 import type { StepExecutor } from '../train/step-executor.ts';
 import { startStepExecutor } from '../train/step-executors/index.ts';
@@ -84,8 +86,9 @@ function stepBatch(batch: TaskBatch): Batch {
 /**
  * Trains one fresh model on one task with one seed and evaluates it, through the training step of
  * src/train/step.ts (the step executor `auto` picks: TensorFlow functions where the backend has them and
- * `graph` is on, else op by op): the loss is the mean cross-entropy over the step's scored positions, and
- * a NaN/Inf step is dropped as in training. Never leaves tensors behind.
+ * `graph` is on, else op by op; `collective` in a rank of a run across processes, which trains on its shard
+ * of every batch): the loss is the mean cross-entropy over the step's scored positions, and a NaN/Inf step
+ * is dropped as in training. Never leaves tensors behind.
  */
 export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult> {
   const spec = taskSpec(opts.task);
@@ -134,13 +137,19 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
       lossCurve,
       params: model.parameterCount(),
       trainSeconds,
-      execution: graph && batch ? graphStatus(model, batch, [...params.values()]) : 'eager',
+      execution: graph && batch ? graphStatus(model, ownShard(batch), [...params.values()]) : 'eager',
     };
   } finally {
     await executor?.close();
     optimizer.dispose();
     model.dispose();
   }
+}
+
+/** The rows of `batch` whose step this process recorded: its shard in a rank of a run across processes (a Slurm unit of several tasks). */
+function ownShard(batch: Batch): ModelBatch {
+  const cluster = currentCluster();
+  return cluster ? shardMicroBatches([batch], cluster.worldSize, null)[cluster.rank].batches[0] : batch;
 }
 
 export interface BenchmarkOptions extends Omit<TaskTrainOptions, 'task' | 'attention' | 'seed' | 'attentionOptions'> {

@@ -54,13 +54,17 @@ export interface TrainedUnit {
   first: Curves['val'][number];
 }
 
-/** Trains the unit's recipe with the ordinary trainer and reads back its curves. */
+/**
+ * Trains the unit's recipe with the ordinary trainer and reads back its curves; null in a rank other than 0, which
+ * trains with rank 0 (the collective step executor) and has no run folder to read.
+ */
 export async function trainUnit(
   recipe: Recipe,
   context: UnitContext,
   opts: Pick<Parameters<typeof runTraining>[1] & object, 'beforeTraining'> = {},
-): Promise<TrainedUnit> {
+): Promise<TrainedUnit | null> {
   const result = await runTraining(recipe, opts);
+  if (!context.leader) return null;
   const curves = readCurves(result.runDir);
   return {
     steps: result.steps,

@@ -29,8 +29,10 @@ export interface RunSet<R extends SetRun = SetRun> {
   task: string[];
   /**
    * true when a run's worker can be one rank of a run across processes, started once per scheduler task of a unit of
-   * several (a training run: the trainer finds its rank in Slurm's variables, docs/distributed.md); absent for sets whose
-   * workers run in one process (a paper experiment's units).
+   * several (a training run, or a paper unit that trains on the tensorflow backend: the worker finds its rank in Slurm's
+   * variables, docs/distributed.md); absent for sets whose workers run in one process.
    */
   multiTask?: boolean;
+  /** Why the runs run in one process, where multiTask is not set (named when several tasks per run are asked for). */
+  oneProcessReason?: string;
 }

@@ -10,11 +10,13 @@
 // than TERM for the warning is what tells the two cases apart.
 //
 // Units of several tasks (`nodes`, `tasksPerNode`): the batch shell is still the one task process (one lock, one log,
-// one attempt), and it starts the trainer under `srun --kill-on-bad-exit=1 --distribution=block`, one trainer per
-// Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts), where `train.executor: auto`
-// is `collective`. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a
-// SIGTERM, so no checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the
-// batch shell alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues.
+// one attempt), and it starts the worker (the trainer, or a paper unit's worker) under `srun --kill-on-bad-exit=1
+// --distribution=block`, one per Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts),
+// where `train.executor: auto` is `collective`; sets whose runs run in one process (RunSet.multiTask unset) refuse
+// them. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a SIGTERM, so no
+// checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the batch shell
+// alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues (a paper unit's
+// ranks end at once and the unit runs again from the start).
 // scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its newest
 // complete checkpoint, in general the last periodic one (docs/distributed.md).
 //
@@ -175,7 +177,7 @@ function unitTasks(options: SlurmOptions): number {
 }
 
 /** What is wrong with the unit's shape as a whole (each setting alone passed its check), naming the settings. */
-function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmOptions): string[] {
+function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask' | 'oneProcessReason'>, options: SlurmOptions): string[] {
   const problems: string[] = [];
   if (options.gpus !== undefined && options.gpusPerTask !== undefined)
     problems.push('slurm.gpus and slurm.gpusPerTask both given: give one (gpus counts all GPUs of a run, gpusPerTask those of each Slurm task)');
@@ -185,7 +187,8 @@ function unitProblems(sweep: Pick<RunSet, 'file' | 'multiTask'>, options: SlurmO
     problems.push(`slurm.nodes × slurm.tasksPerNode must be at most ${MAX_RANKS} ranks (got ${options.nodes ?? 1} × ${options.tasksPerNode ?? 1} = ${tasks})`);
   else if (tasks > 1 && !sweep.multiTask)
     problems.push(
-      `slurm.nodes × slurm.tasksPerNode = ${tasks} tasks per run, but each run of ${sweep.file} runs in one process; only a sweep's training runs span several tasks`,
+      `slurm.nodes × slurm.tasksPerNode = ${tasks} tasks per run, but each run of ${sweep.file} runs in one process` +
+        `: ${sweep.oneProcessReason ?? "only training runs (a sweep's, a paper experiment's on the tensorflow backend) span several tasks"}`,
     );
   return problems;
 }
@@ -406,7 +409,8 @@ function currentSlurmJob(): string | null {
  */
 function unitLauncher(set: RunSet): WorkerLauncher | null {
   const { SLURM_NTASKS: tasks, SLURM_CPUS_PER_TASK: cpus, SLURM_JOB_ID: job } = process.env;
-  // A paper unit stays one process even when an extra `--sbatch=--ntasks=N` gave its array task several Slurm tasks.
+  // A set whose runs run in one process (a paper experiment that does not train) stays so even when an extra
+  // `--sbatch=--ntasks=N` gave its array task several Slurm tasks.
   if (!set.multiTask || !currentSlurmJob() || !job || !(Number(tasks) > 1)) return null;
   const threads = cpus && /^\d+$/.test(cpus) ? cpus : null;
   return {

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
+import type { Cluster } from '../backend/collective.ts';
 import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE } from '../store/layout.ts';
@@ -79,12 +80,16 @@ export async function processEnvironment(device?: Device): Promise<Record<string
   };
 }
 
+/** A run across processes (docs/distributed.md): its ranks and where they ran, rank order; nothing for one process. */
+export function clusterRecord(cluster: Cluster | null): { cluster?: Pick<Cluster, 'worldSize' | 'addresses' | 'communication'> } {
+  return cluster ? { cluster: { worldSize: cluster.worldSize, addresses: cluster.addresses, communication: cluster.communication } } : {};
+}
+
 async function environment(runDir: string, recipe: Recipe, device?: Device): Promise<Record<string, unknown>> {
-  // A run across processes (docs/distributed.md): its ranks and where they ran, rank order.
   const cluster = (await import('../backend/collective.ts')).currentCluster();
   return {
     ...(await processEnvironment(device)),
-    ...(cluster ? { cluster: { worldSize: cluster.worldSize, addresses: cluster.addresses, communication: cluster.communication } } : {}),
+    ...clusterRecord(cluster),
     paths: {
       run: runDir,
       dataset: recordedPath(runDir, recipe.data.dataset),

@@ -1,6 +1,7 @@
 // The Slurm executor's settings for runs of several tasks (nodes, tasksPerNode, gpusPerTask), without a cluster: bad
 // values are refused naming the setting, from the sweep file and from the flags; the script asks sbatch for the unit;
-// and in an array task of several Slurm tasks the task starts its worker under srun (src/sweep/slurm.ts).
+// and in an array task of several Slurm tasks the task starts its worker under srun (src/sweep/slurm.ts); a paper
+// experiment's units span tasks only when they train on the tensorflow backend (src/paper/run.ts).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,7 +9,13 @@ import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { executorSettings } from '../../src/cli/executor-options.ts';
 import { renderSbatchScript, slurmExecutor } from '../../src/sweep/slurm.ts';
 import type { SlurmOptions } from '../../src/sweep/slurm.ts';
+import type { RunSet } from '../../src/sweep/run-set.ts';
 import { loadSweep } from '../../src/sweep/spec.ts';
+import type { BackendName } from '../../src/backend/device.ts';
+import type { Experiment } from '../../src/paper/protocol.ts';
+import { experimentRunSet } from '../../src/paper/run.ts';
+import { slayAblation } from '../../src/paper/slay-ablation.ts';
+import { slayTasks } from '../../src/paper/slay-tasks.ts';
 
 const work = mkdtempSync(join(tmpdir(), 'slurm-units-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -43,7 +50,7 @@ const flagProblem = (values: Record<string, unknown>): string => {
   throw new Error(`the flags ${JSON.stringify(values)} were accepted`);
 };
 
-const renderProblem = (set: ReturnType<typeof sweepWith>, options: SlurmOptions): string => {
+const renderProblem = (set: RunSet, options: SlurmOptions): string => {
   try {
     renderSbatchScript(set, [0, 1], options, '/w');
   } catch (err) {
@@ -80,12 +87,25 @@ describe('units of several Slurm tasks: the settings', () => {
     );
   });
 
-  it('a set whose runs run in one process (a paper experiment) refuses several tasks per run', () => {
+  it('a set whose runs run in one process refuses several tasks per run, saying why', () => {
     const set = { ...sweepWith(), multiTask: undefined, file: 'paper slay-tasks' };
     expect(renderProblem(set, { nodes: 2 })).toContain(
-      'slurm.nodes × slurm.tasksPerNode = 2 tasks per run, but each run of paper slay-tasks runs in one process',
+      'slurm.nodes × slurm.tasksPerNode = 2 tasks per run, but each run of paper slay-tasks runs in one process: only training runs',
     );
     expect(() => renderSbatchScript(set, [0], { nodes: 1, tasksPerNode: 1, gpusPerTask: 1 }, '/w')).not.toThrow();
+  });
+
+  it("a paper experiment's units span several tasks when they train on the tensorflow backend, and say why not otherwise", () => {
+    const runsRoot = join(work, 'paper');
+    const paperSet = (experiment: Experiment, backend: BackendName) => experimentRunSet(experiment, { quick: true, backend, runsRoot });
+    const unit = { nodes: 1, tasksPerNode: 2 };
+    expect(() => renderSbatchScript(paperSet(slayTasks, 'tensorflow'), [0], unit, '/w')).not.toThrow();
+    expect(renderProblem(paperSet(slayTasks, 'wasm'), unit)).toContain(
+      'runs in one process: a unit spans several tasks on the tensorflow backend only (its collectives), not on wasm: add --backend tensorflow',
+    );
+    expect(renderProblem(paperSet(slayAblation, 'tensorflow'), unit)).toContain(
+      'runs in one process: the units of slay-ablation measure without training, one process each',
+    );
   });
 
   it('the script asks sbatch for nodes, tasks per node and GPUs per task, and a single-task script for none of them', () => {
@@ -134,5 +154,8 @@ describe('units of several Slurm tasks: the task process', () => {
     vi.unstubAllEnvs();
     inArrayTask({ SLURM_NTASKS: '2' });
     expect(slurmExecutor.workerLauncher!({ ...sweep, multiTask: undefined })).toBeNull();
+    const runsRoot = join(work, 'paper');
+    expect(slurmExecutor.workerLauncher!(experimentRunSet(slayAblation, { quick: true, backend: 'tensorflow', runsRoot }))).toBeNull();
+    expect(slurmExecutor.workerLauncher!(experimentRunSet(slayTasks, { quick: true, backend: 'tensorflow', runsRoot }))?.prefix[0]).toBe('srun');
   });
 });
