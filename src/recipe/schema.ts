@@ -47,6 +47,7 @@ export interface Recipe {
     gradAccum: number;
     dataParallel: number | 'auto';
     processes: number;
+    shardOptimizer: boolean;
     graph: boolean;
     executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
@@ -223,6 +224,11 @@ export const RECIPE_SCHEMA = {
     type: int(1, 4096),
     default: 1,
     doc: "Ranks of one run across processes on this machine (`npm run train -- recipe.yaml --processes N` overrides it; under `srun` the ranks are Slurm's tasks): each rank computes its shard of every micro-batch and one all-reduce per step sums the gradients on TensorFlow's collective runtime (`tensorflow` backend; docs/distributed.md). Rank 0 alone logs, evaluates and checkpoints; a checkpoint resumes with any number of ranks. The update equals one process taking the shards as micro-batches; dropout masks depend on the number of ranks.",
+  },
+  'train.shardOptimizer': {
+    type: bool,
+    default: false,
+    doc: "In a run of several ranks (`train.processes`, `srun`): each rank keeps AdamW's two moments only for its 1/N slice of the raveled parameters (ZeRO-1), updates that slice and all-gathers the parameters after the step, instead of every rank keeping all of them (docs/distributed.md). Saves 2 × 4 bytes × P × (N − 1)/N per rank; the weights equal the unsharded run's. Checkpoints hold the whole moments (rank 0 gathers them) and resume with any number of ranks, sharded or not. Ignored with one rank.",
   },
   'train.graph': {
     type: bool,
