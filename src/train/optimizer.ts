@@ -153,6 +153,11 @@ export class AdamW {
     return this.step;
   }
 
+  /** Values of the two moments this process keeps: 2P, or 2S of its slice when sharded. */
+  get momentValues(): number {
+    return this.m.size + this.v.size;
+  }
+
   /**
    * Step count and moments by parameter name, for checkpoints: new tensors, which the caller disposes. A sharded
    * optimizer returns the moments gathered at this step (gatherMoments, called on every rank first) and lets go of them.
