@@ -179,7 +179,7 @@ function memoryTable(rows: Measured[]): string {
   const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
   const lines = [
     "Rank 0's memory after the timed steps: AdamW's moments it keeps (2 × 4 bytes × P, or of its slice when sharded), the tensors TensorFlow.js holds " +
-      '(parameters, moments, caches; not the step functions\' intermediates inside TensorFlow), and the process\'s peak resident set (Node, TensorFlow and all).',
+      "(parameters, moments, caches; not the step functions' intermediates inside TensorFlow), and the process's peak resident set (Node, TensorFlow and all).",
     '',
     '| ranks | parameters | moments kept | tensors held (tf.memory) | peak RSS |',
     '| ---: | ---: | ---: | ---: | ---: |',

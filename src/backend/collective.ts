@@ -178,7 +178,8 @@ export function allGather(cluster: Cluster, x: tf.Tensor, instanceKey: number): 
 /** Fails unless allGather puts rank r's piece r-th: every rank gathers its own rank number. */
 export function checkGatherOrder(cluster: Cluster): void {
   const order = tf.tidy(() => [...allGather(cluster, tf.tensor1d([cluster.rank]), INSTANCE_KEYS.rankOrder).dataSync()]);
-  if (order.some((r, i) => r !== i)) throw new Error(`rank ${cluster.rank}: the all-gather returned the ranks in the order ${order.join(', ')}, not 0–${cluster.worldSize - 1}`);
+  if (order.some((r, i) => r !== i))
+    throw new Error(`rank ${cluster.rank}: the all-gather returned the ranks in the order ${order.join(', ')}, not 0–${cluster.worldSize - 1}`);
 }
 
 /** Returns once every rank called it (an all-reduce of one float); fails like any collective when a rank is dead. */

@@ -128,7 +128,10 @@ export class AdamW {
     this.sizes = this.names.map((n) => params.get(n)!.size);
     this.decaySet = new Set([...params].filter(([n, v]) => decays(n, v, this.options.decayEmbeddings)).map(([n]) => n));
     const total = this.sizes.reduce((a, b) => a + b, 0);
-    if (shard && !(Number.isInteger(shard.worldSize) && shard.worldSize >= 1 && Number.isInteger(shard.rank) && shard.rank >= 0 && shard.rank < shard.worldSize))
+    if (
+      shard &&
+      !(Number.isInteger(shard.worldSize) && shard.worldSize >= 1 && Number.isInteger(shard.rank) && shard.rank >= 0 && shard.rank < shard.worldSize)
+    )
       throw new Error(`optimizer: rank ${shard.rank} of ${shard.worldSize} is not a rank of the run`);
     this.shard = shard ? { ...shard, ...shardSlice(total, shard) } : null;
     const kept = this.shard ? this.shard.size : total;
@@ -303,12 +306,7 @@ export class AdamW {
       ...(present ? [['opt:present', present] as [string, tf.Tensor]] : []),
       ...(decaysHere ? [['opt:decayed', decaysHere] as [string, tf.Tensor]] : []),
       ...this.names.map((n, i) => [`param:${n}`, params[i]] as [string, tf.Tensor]),
-      ...(across
-        ? [
-            ['ranks:loss', across.loss] as [string, tf.Tensor],
-            ['ranks:stop', across.stop] as [string, tf.Tensor],
-          ]
-        : []),
+      ...(across ? [['ranks:loss', across.loss] as [string, tf.Tensor], ['ranks:stop', across.stop] as [string, tf.Tensor]] : []),
     ];
     const run = () => {
       let g = this.ravel(this.names.map((n, i) => grads.get(n) ?? tf.zerosLike(params[i])));
@@ -416,7 +414,9 @@ export class AdamW {
     // Kept: it outlives the tidy of the step that first asks for it.
     this.decayMask ??= tf.keep(
       tf.tidy(() =>
-        this.ownSlice(tf.cast(this.ravel(this.names.map((n) => (this.decaySet.has(n) ? tf.ones : tf.zeros)(this.params.get(n)!.shape))), 'bool') as tf.Tensor1D),
+        this.ownSlice(
+          tf.cast(this.ravel(this.names.map((n) => (this.decaySet.has(n) ? tf.ones : tf.zeros)(this.params.get(n)!.shape))), 'bool') as tf.Tensor1D,
+        ),
       ),
     );
     return this.decayMask;

@@ -210,8 +210,11 @@ class TrainingLoop {
     return [...this.parts.model.parameters().values()].reduce((n, v) => n + v.size, 0);
   }
 
-  /** Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw TrainingStopped. */
-  async train(stop: StopRequest | undefined): Promise<void> {
+  /**
+   * Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw
+   * TrainingStopped. Returns 'stopped' on the other ranks of a run whose rank 0 stopped so: they end with it.
+   */
+  async train(stop: StopRequest | undefined): Promise<'ended' | 'stopped'> {
     const { state, writers } = this;
     const { totalSteps } = this.inputs;
     const { logInterval, evalInterval, checkpointInterval } = this.recipe.train;
@@ -236,9 +239,14 @@ class TrainingLoop {
       // ranks the step's all-reduce says whether a stop was asked before it, so that every rank checkpoints together.
       const stopping = state.step < totalSteps && (result.stopRequested ?? stop?.signal != null);
       if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await this.saveCheckpoint();
-      // The other ranks go on to the next step's all-reduce, where rank 0's exit ends them (src/cli/launch.ts).
-      if (stopping && this.leader && stop?.signal) throw new TrainingStopped(stop.signal, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
+      if (!stopping) continue;
+      // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
+      if (this.leader) throw new TrainingStopped(stop!.signal!, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
+      // The others have given their part of the checkpoint and end now, well, before rank 0 ends on the signal
+      // (an end that the launcher takes for the run's; a rank still waiting in a collective would fail then).
+      return 'stopped';
     }
+    return 'ended';
   }
 
   /** Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are. */
@@ -375,6 +383,13 @@ class TrainingLoop {
     await this.writers.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), state.counters(), valLoss);
   }
 
+  /** What a rank other than 0 returns: it measures and writes nothing. */
+  rankResult(): TrainResult {
+    const { step, tokens } = this.state;
+    const unmeasured = { loss: NaN, ppl: NaN, bpb: NaN, accuracy: NaN, tokens: 0, bytes: 0 };
+    return { runDir: '', finalDir: '', steps: step, tokens, elapsedS: this.state.elapsed(), finalVal: unmeasured, parameters: this.parameterCount };
+  }
+
   /** Final validation, the last checkpoint, final/ and summary.json. */
   async finish(): Promise<TrainResult> {
     const { recipe, state } = this;
@@ -384,8 +399,7 @@ class TrainingLoop {
       // Rank 0's last checkpoint and its final weights pull from every rank, as below.
       if (this.lastCheckpointStep !== step) await this.saveCheckpoint();
       await this.executor?.pull();
-      const unmeasured = { loss: NaN, ppl: NaN, bpb: NaN, accuracy: NaN, tokens: 0, bytes: 0 };
-      return { runDir: '', finalDir: '', steps: step, tokens, elapsedS: state.elapsed(), finalVal: unmeasured, parameters: this.parameterCount };
+      return this.rankResult();
     }
     const finalVal = await this.validate();
     if (this.lastCheckpointStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
@@ -507,7 +521,7 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
     loop = new TrainingLoop(recipe, inputs, parts, logger, isLeader(cluster));
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
     if (opts.beforeTraining && !inputs.resumed && isLeader(cluster)) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
-    await loop.train(opts.stop);
+    if ((await loop.train(opts.stop)) === 'stopped') return loop.rankResult();
     const result = await loop.finish();
     // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
     if (cluster) barrier(cluster);

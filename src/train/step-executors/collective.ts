@@ -117,7 +117,12 @@ function broadcastFromRankZero(cluster: Cluster, { model, optimizer }: StepExecu
   const pieces = tf.tidy(() => {
     const flat = tf.concat(tensors.map((t) => tf.reshape(t, [-1])));
     const summed = allReduceSum(cluster, cluster.rank === 0 ? flat : tf.zerosLike(flat), INSTANCE_KEYS.broadcast);
-    return tf.split(summed, tensors.map((t) => t.size)).map((p, i) => tf.reshape(p, tensors[i].shape));
+    return tf
+      .split(
+        summed,
+        tensors.map((t) => t.size),
+      )
+      .map((p, i) => tf.reshape(p, tensors[i].shape));
   });
   variables.forEach((v, i) => v.assign(pieces[i]));
   if (state) {
