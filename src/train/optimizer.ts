@@ -276,12 +276,11 @@ export class AdamW {
 
   /**
    * The update of `grads` as one program with named inputs (grad:<name> of each parameter given a gradient,
-   * opt:m, opt:v, the four step scalars, opt:present where some parameter has none, opt:decayed (sharded: this
-   * slice's decaying values), param:<name> of all, and
-   * ranks:loss, ranks:stop when the update is computed across ranks) and named outputs (norm, ranks:loss and
-   * ranks:stop across ranks, opt:m, opt:v, param:<name> of the updated): prepare runs it, the xla executor records it
-   * (src/train/xla-programs.ts). A sharded optimizer updates its slice and gathers the parameters (updateSlice).
-   * Call inside tf.tidy.
+   * opt:m, opt:v, the four step scalars, opt:present where some parameter has none, opt:decayed (sharded, with
+   * weight decay: which values of this rank's slice decay), param:<name> of all, and ranks:loss, ranks:stop when the
+   * update is computed across ranks) and named outputs (norm, ranks:loss and ranks:stop across ranks, opt:m, opt:v,
+   * param:<name> of the updated): prepare runs it, the xla executor records it (src/train/xla-programs.ts). A sharded
+   * optimizer updates its slice and gathers the parameters (updateSlice). Call inside tf.tidy.
    */
   updateProgram(
     grads: ReadonlyMap<string, tf.Tensor>,

@@ -242,8 +242,8 @@ class TrainingLoop {
       if (!stopping) continue;
       // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
       if (this.leader) throw new TrainingStopped(stop!.signal!, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
-      // The others have given their part of the checkpoint and end now, well, before rank 0 ends on the signal
-      // (an end that the launcher takes for the run's; a rank still waiting in a collective would fail then).
+      // The others have given their part of the checkpoint and end now, cleanly: one still waiting in a collective
+      // would fail as rank 0 leaves, and the launcher could take that failure for the run's end.
       return 'stopped';
     }
     return 'ended';
