@@ -1,8 +1,11 @@
 // One run across processes (docs/distributed.md): tokens/s of the reference GPT shape on 1 and N ranks
 // of this machine (the same global batch, cut into N shards), the all-reduce's time alone and its share
-// of the step (N ranks' step against one process computing one shard's rows), and the bytes each step moves. Prints a Markdown table (docs/distributed.md quotes it).
+// of the step (N ranks' step against one process computing one shard's rows), and the bytes each step moves; with
+// --zero also each N > 1 with AdamW's moments sharded over the ranks (ZeRO-1, train.shardOptimizer), and a second
+// table of rank 0's memory: the moments it keeps, the tensors TensorFlow.js holds, its peak RSS. Prints Markdown
+// tables (docs/distributed.md quotes them).
 //
-//   npm run bench:distributed -- [--processes 1,2] [--steps 10] [--warmup 3] [--seq 256] [--batch 8]
+//   npm run bench:distributed -- [--processes 1,2] [--zero] [--steps 10] [--warmup 3] [--seq 256] [--batch 8]
 //                                [--vocab 4096] [--d 128] [--layers 4] [--heads 4] [--reduces 20] [--rounds 3]
 //
 // Each N runs as N child processes started here with free 127.0.0.1 ports (as train --processes does,
@@ -25,6 +28,7 @@ const COMMAND = {
   description: 'Tokens/s and the all-reduce share of the step for 1 and N ranks of one run on this machine (tensorflow backend).',
   options: {
     processes: { type: 'string', value: 'LIST', default: '1,2', help: 'rank counts to measure, e.g. 1,2' },
+    zero: { type: 'boolean', help: "also measure each N > 1 with AdamW's moments sharded over the ranks (ZeRO-1), and print rank 0's memory" },
     steps: integerOption(1, 10, 'timed optimizer steps'),
     warmup: integerOption(0, 3, 'warm-up steps (the first records the step functions and resolves the group)'),
     reduces: integerOption(1, 20, 'all-reduces of the packed gradient timed alone'),
@@ -36,18 +40,25 @@ const COMMAND = {
     layers: integerOption(1, 4, 'layers'),
     heads: integerOption(1, 4, 'heads'),
     child: { type: 'boolean', hidden: true, help: 'internal: one measuring process (a rank, or the one process of 1 rank)' },
+    sharded: { type: 'boolean', hidden: true, help: "internal: this rank keeps its slice of AdamW's moments" },
   },
   positionals: { min: 0, max: 0 },
 } as const;
 
 interface Measured {
   ranks: number;
+  /** AdamW's moments sharded over the ranks (ZeRO-1). */
+  sharded: boolean;
   /** With N > 1 ranks: ms per step of one process computing one shard's rows alone (no all-reduce). */
   shardAloneMs?: number;
   parameters: number;
   msPerStep: number;
   tokensPerSecond: number;
   allReduceMs: number;
+  /** Rank 0's memory: the moments it keeps, the tensors TensorFlow.js holds after the timed steps, its peak RSS. */
+  momentBytes: number;
+  tensorBytes: number;
+  maxRssBytes: number;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -74,13 +85,14 @@ async function measureHere(values: Record<string, string>, cluster: Cluster | nu
     steps: Number(values.steps),
     replicas: 1,
     executor: cluster ? 'collective' : 'functions',
+    ...(cluster && values.sharded ? { shard: { rank: cluster.rank, worldSize: cluster.worldSize } } : {}),
   });
   let allReduceMs = 0;
   if (cluster) {
-    // The step's collective alone, as the step runs it: the packed [P + 1] vector in a recorded
+    // The step's collective alone, as the step runs it: the packed [P + 2] vector in a recorded
     // TensorFlow function, its result read back so that each call has ended — after the tidy, which would
     // otherwise walk the 1.3M returned floats one by one for tensors (~1 s, once mistaken for the all-reduce).
-    const packed = tf.zeros([parameters + 1]);
+    const packed = tf.zeros([parameters + 2]);
     const graphs = new GraphCache();
     const reduce = () => {
       const summed = tf.tidy(() => graphs.call('all-reduce', [packed], () => [allReduceSum(cluster, packed)])[0]);
@@ -103,10 +115,15 @@ async function measureHere(values: Record<string, string>, cluster: Cluster | nu
   if (!cluster || cluster.rank === 0) {
     const measured: Measured = {
       ranks: cluster?.worldSize ?? 1,
+      sharded: Boolean(cluster && values.sharded),
       parameters,
       msPerStep: result.msPerStep,
       tokensPerSecond: result.tokensPerSecond,
       allReduceMs,
+      momentBytes: result.momentBytes,
+      tensorBytes: result.tensorBytes,
+      // ru_maxrss, in kilobytes on Linux.
+      maxRssBytes: process.resourceUsage().maxRSS * 1024,
     };
     console.log(JSON.stringify(measured));
   }
@@ -146,16 +163,35 @@ function table(rows: Measured[], values: Record<string, string>): string {
     '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const r of rows) {
-    const bytes = (r.parameters + 1) * 4;
-    const sent = r.ranks > 1 ? (2 * (r.ranks - 1) * bytes) / r.ranks : 0;
+    const bytes = (r.parameters + 2) * 4;
+    // ZeRO-1 adds the all-gather of the parameters: each rank sends its slice of ⌈P / N⌉ floats to the N − 1 others (ring).
+    const gathered = r.sharded ? (r.ranks - 1) * Math.ceil(r.parameters / r.ranks) * 4 : 0;
+    const sent = r.ranks > 1 ? (2 * (r.ranks - 1) * bytes) / r.ranks + gathered : 0;
     const mb = (b: number) => `${(b / 1e6).toFixed(2)} MB`;
     lines.push(
-      `| ${r.ranks} | ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} | ${r.msPerStep.toFixed(1)} | ${one ? `${(r.tokensPerSecond / one.tokensPerSecond).toFixed(2)}×` : '–'} | ` +
+      `| ${rankLabel(r)} | ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} | ${r.msPerStep.toFixed(1)} | ${one ? `${(r.tokensPerSecond / one.tokensPerSecond).toFixed(2)}×` : '–'} | ` +
         `${r.shardAloneMs !== undefined ? r.shardAloneMs.toFixed(1) : '–'} | ` +
         `${r.shardAloneMs !== undefined ? `${(r.msPerStep - r.shardAloneMs).toFixed(1)} ms (${((100 * (r.msPerStep - r.shardAloneMs)) / r.msPerStep).toFixed(0)}%)` : '–'} | ` +
         `${r.ranks > 1 ? r.allReduceMs.toFixed(1) : '–'} | ${r.ranks > 1 ? mb(bytes) : '–'} | ${r.ranks > 1 ? mb(sent) : '–'} |`,
     );
   }
+  return lines.join('\n');
+}
+
+const rankLabel = (r: Measured) => `${r.ranks}${r.sharded ? ', ZeRO-1' : r.ranks > 1 ? ', DDP' : ''}`;
+
+/** Rank 0's memory per row: what ZeRO-1 saves is the moments' share; the rest of a process is the same. */
+function memoryTable(rows: Measured[]): string {
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
+  const lines = [
+    "Rank 0's memory after the timed steps: AdamW's moments it keeps (2 × 4 bytes × P, or of its slice when sharded), the tensors TensorFlow.js holds " +
+      "(parameters, moments, caches; not the step functions' intermediates inside TensorFlow), and the process's peak resident set (Node, TensorFlow and all).",
+    '',
+    '| ranks | parameters | moments kept | tensors held (tf.memory) | peak RSS |',
+    '| ---: | ---: | ---: | ---: | ---: |',
+  ];
+  for (const r of rows)
+    lines.push(`| ${rankLabel(r)} | ${r.parameters.toLocaleString('en-US')} | ${mib(r.momentBytes)} | ${mib(r.tensorBytes)} | ${mib(r.maxRssBytes)} |`);
   return lines.join('\n');
 }
 
@@ -181,10 +217,11 @@ async function main(): Promise<void> {
       // What the step costs beyond the computation: N ranks' step against one process doing one shard's rows.
       if (n > 1) row.shardAloneMs = (await measureRanks(1, [...argv, '--child', '--batch', String(Math.ceil(Number(values.batch) / n))], n)).msPerStep;
       rows.push(row);
+      if (n > 1 && values.zero) rows.push(await measureRanks(n, [...argv, '--child', '--sharded']));
     }
     rounds.push(rows);
   }
-  const rows = counts.map((_, i): Measured => {
+  const rows = rounds[0].map((_, i): Measured => {
     const of = (pick: (m: Measured) => number) => median(rounds.map((r) => pick(r[i])));
     const first = rounds[0][i];
     return {
@@ -196,6 +233,7 @@ async function main(): Promise<void> {
     };
   });
   console.log(table(rows, values as unknown as Record<string, string>));
+  if (values.zero) console.log(`\n${memoryTable(rows)}`);
 }
 
 await main();

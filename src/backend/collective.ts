@@ -171,7 +171,7 @@ const GROUP_KEY = 1;
  * one at a time, in the same order on every rank, so one key per purpose is reused every step (also
  * inside the recorded step function, where it is a constant).
  */
-export const INSTANCE_KEYS = { gradients: 1, broadcast: 2, barrier: 3 } as const;
+export const INSTANCE_KEYS = { gradients: 1, broadcast: 2, barrier: 3, parameters: 4, moments: 5, rankOrder: 6 } as const;
 
 /**
  * Σ over ranks of `x` (a float32 tensor of the same shape on every rank), as one CollectiveReduceV2
@@ -195,6 +195,34 @@ export function allReduceSum(cluster: Cluster, x: tf.Tensor, instanceKey: number
     const keys = [tf.scalar(cluster.worldSize, 'int32'), tf.scalar(GROUP_KEY, 'int32'), tf.scalar(instanceKey, 'int32')];
     return backend.executeMultipleOutputs('CollectiveReduceV2', attrs, [x, ...keys], 1)[0];
   });
+}
+
+/**
+ * Every rank's `x` (a float32 tensor of the same shape on every rank) concatenated along the first
+ * dimension in rank order, as one CollectiveGatherV2 op (it has a CPU kernel in TF 2.21; the
+ * reduce-scatter has none). TensorFlow orders a group's members by device name, task number compared as a
+ * number (CompareFullNames); checkGatherOrder confirms it once at start.
+ */
+export function allGather(cluster: Cluster, x: tf.Tensor, instanceKey: number): tf.Tensor {
+  const backend = nativeBackend();
+  const b = backend.binding;
+  const attrs = [
+    { name: 'T', type: b.TF_ATTR_TYPE, value: b.TF_FLOAT },
+    { name: 'communication_hint', type: b.TF_ATTR_STRING, value: cluster.communication },
+    { name: 'timeout_seconds', type: b.TF_ATTR_FLOAT, value: 0 },
+    { name: 'Nordering_token', type: b.TF_ATTR_INT, value: 0 },
+  ];
+  return tf.tidy(() => {
+    const keys = [tf.scalar(cluster.worldSize, 'int32'), tf.scalar(GROUP_KEY, 'int32'), tf.scalar(instanceKey, 'int32')];
+    return backend.executeMultipleOutputs('CollectiveGatherV2', attrs, [x, ...keys], 1)[0];
+  });
+}
+
+/** Fails unless allGather puts rank r's piece r-th: every rank gathers its own rank number. */
+export function checkGatherOrder(cluster: Cluster): void {
+  const order = tf.tidy(() => [...allGather(cluster, tf.tensor1d([cluster.rank]), INSTANCE_KEYS.rankOrder).dataSync()]);
+  if (order.some((r, i) => r !== i))
+    throw new Error(`rank ${cluster.rank}: the all-gather returned the ranks in the order ${order.join(', ')}, not 0–${cluster.worldSize - 1}`);
 }
 
 /** Returns once every rank called it (an all-reduce of one float); fails like any collective when a rank is dead. */

@@ -48,6 +48,7 @@ export interface Recipe {
     dataParallel: number | 'auto';
     processes: number;
     joinTimeout: number;
+    shardOptimizer: boolean;
     graph: boolean;
     executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
@@ -229,6 +230,11 @@ export const RECIPE_SCHEMA = {
     type: num({ exclusiveMin: 0, max: 86_400 }),
     default: 300,
     doc: "Seconds every rank of a run across processes waits for all ranks to join the cluster at start (TensorFlow's coordination service, `cluster_register_timeout_in_ms`); a rank that has not joined by then ends the run with an error naming it, before anything is written. Not part of the run: ranks may differ in it, and a resume may change it (docs/distributed.md).",
+  },
+  'train.shardOptimizer': {
+    type: bool,
+    default: false,
+    doc: "In a run of several ranks (`train.processes`, `srun`): each rank keeps AdamW's two moments only for its 1/N slice of the raveled parameters (ZeRO-1), updates that slice and all-gathers the parameters after the step, instead of every rank keeping all of them (docs/distributed.md). Saves 2 × 4 bytes × P × (N − 1)/N per rank; the weights equal the unsharded run's. Checkpoints hold the whole moments (rank 0 gathers them) and resume with any number of ranks, sharded or not. Ignored with one rank.",
   },
   'train.graph': {
     type: bool,

@@ -16,6 +16,11 @@ export interface StepInputs {
   clip: number;
   /** Seed of the step's dropout masks (null = no dropout). */
   dropoutSeed: number | null;
+  /**
+   * A signal asked this process to stop after the step. Across ranks the request travels with the step's all-reduce
+   * and StepResult.stopRequested says whether any rank asked (executors within one process ignore it).
+   */
+  stopRequested?: boolean;
 }
 
 /** What an executor is built from: the model and optimizer it updates, and how the run asked the step to run. */
@@ -43,7 +48,8 @@ export interface StepExecutor {
   /**
    * Brings state the executor keeps elsewhere (a device, other processes) back into the model's
    * variables and the optimizer's moments, before they are read (checkpoint, export). In-process
-   * executors keep none: a no-op.
+   * executors keep none: a no-op. In a run across ranks every rank calls it at the same points
+   * (a sharded optimizer's moments are gathered from all of them).
    */
   pull(): Promise<void>;
   /** Sends the model and optimizer as they are now (restored, initialised from another model) to where the executor keeps them. */

@@ -24,6 +24,8 @@ export interface StepResult {
   tokens: number;
   /** False when the loss or gradient norm was NaN/Inf: then nothing was updated (not even AdamW's step count). */
   applied: boolean;
+  /** Across ranks: whether some rank asked the run to stop after this step (every rank gets the same answer). */
+  stopRequested?: boolean;
 }
 
 export interface StepOptions {
@@ -97,20 +99,21 @@ export async function applyGradients(
   loss: tf.Scalar,
   total: number,
   opts: Pick<StepOptions, 'lr' | 'clip'>,
-  sumAcrossRanks?: AcrossRanks['sum'],
+  acrossRanks?: Omit<AcrossRanks, 'loss' | 'stop'> & { stopRequested: boolean },
 ): Promise<StepResult> {
   let pending: PendingUpdate | null = null;
+  const stop = acrossRanks ? tf.scalar(acrossRanks.stopRequested ? 1 : 0) : null;
   try {
-    pending = optimizer.prepare(grads, opts.lr, opts.clip, sumAcrossRanks ? { loss, sum: sumAcrossRanks } : undefined);
-    const [norm, value] = await Promise.all([pending.norm.data(), (pending.loss ?? loss).data()]);
+    pending = optimizer.prepare(grads, opts.lr, opts.clip, acrossRanks ? { ...acrossRanks, loss, stop: stop! } : undefined);
+    const [norm, value, stops] = await Promise.all([pending.norm.data(), (pending.loss ?? loss).data(), pending.stop?.data()]);
     const applied = Number.isFinite(norm[0]) && Number.isFinite(value[0]);
     if (applied) pending.commit();
     else pending.discard();
     pending = null;
-    return { loss: value[0], gradNorm: norm[0], tokens: total, applied };
+    return { loss: value[0], gradNorm: norm[0], tokens: total, applied, ...(stops ? { stopRequested: stops[0] > 0 } : {}) };
   } finally {
     pending?.discard();
-    tf.dispose([...grads.values(), loss]);
+    tf.dispose([...grads.values(), loss, ...(stop ? [stop] : [])]);
   }
 }
 

@@ -1,11 +1,12 @@
 // Timed optimizer steps on random tokens: what bench:train and check:gpu measure. Wall time and the
 // process's CPU time (all threads) per step, medians after warm-up steps.
+import * as tf from '@tensorflow/tfjs';
 import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { Rng } from '../core/rng.ts';
 import { currentDevice } from '../backend/current.ts';
-import { AdamW } from './optimizer.ts';
+import { AdamW, type ShardOf } from './optimizer.ts';
 import { startStepExecutor } from './step-executors/index.ts';
 
 /** Uniform random tokens; GPT labels every position, BERT about one in seven (its masking rate order). */
@@ -33,6 +34,8 @@ export interface ThroughputOptions {
   xla?: boolean;
   /** train.executor: how the step runs (default auto: step-executors/index.ts). */
   executor?: string;
+  /** train.shardOptimizer in a rank of a run across processes: this rank's share of AdamW's moments (ZeRO-1). */
+  shard?: ShardOf;
   /** Called once after the timed steps with a function that runs one more step (e.g. to profile it). */
   afterTimed?: (step: () => Promise<void>) => Promise<void>;
 }
@@ -48,6 +51,10 @@ export interface Throughput {
   /** Values and bytes the last timed step read back into JavaScript (tensorflow backend; backend/readback.ts). */
   readbackValues: number;
   readbackBytes: number;
+  /** Bytes of AdamW's moments this process keeps (a slice of them when sharded). */
+  momentBytes: number;
+  /** Bytes of the tensors TensorFlow.js holds after the timed steps (tf.memory: parameters, moments, caches). */
+  tensorBytes: number;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -55,7 +62,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
   const [graph, xla] = [o.graph ?? true, o.xla ?? false];
-  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla });
+  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla, ...(o.shard ? { shard: o.shard } : {}) });
   let executor: Awaited<ReturnType<typeof startStepExecutor>> | null = null;
   try {
     executor = await startStepExecutor(o.executor ?? 'auto', { model, optimizer, device: currentDevice(), graph, xla, replicas: o.replicas });
@@ -94,6 +101,8 @@ export async function measureThroughput(model: LanguageModel, o: ThroughputOptio
       firstStepMs,
       readbackValues: read.values,
       readbackBytes: read.bytes,
+      momentBytes: optimizer.momentValues * 4,
+      tensorBytes: tf.memory().numBytes,
     };
   } finally {
     await executor?.close();

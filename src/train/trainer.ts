@@ -20,7 +20,7 @@ import { modelConfigFromRecipe } from '../recipe/model-config.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
 import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
-import { AdamW } from './optimizer.ts';
+import { AdamW, type ShardOf } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
@@ -143,6 +143,7 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
       decayEmbeddings: recipe.train.decayEmbeddings,
       graph: recipe.train.graph,
       xla: resolveXla(recipe.train.xla),
+      ...optimizerShard(recipe),
     });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
     const replicas = resolveDataParallel(recipe.train.dataParallel, device, recipe.train.batchSize);
@@ -154,6 +155,12 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
     model.dispose();
     throw err;
   }
+}
+
+/** ZeRO-1 (train.shardOptimizer): this rank's share of AdamW's moments, in a run of more than one rank. */
+function optimizerShard(recipe: Recipe): { shard?: ShardOf } {
+  const cluster = currentCluster();
+  return recipe.train.shardOptimizer && cluster && cluster.worldSize > 1 ? { shard: { rank: cluster.rank, worldSize: cluster.worldSize } } : {};
 }
 
 /** Where a run writes: its logger (metrics.jsonl, log.txt, the progress bar) and its checkpoints. */
@@ -179,6 +186,8 @@ class TrainingLoop {
   /** Steps run by this process (its first step records the step program and builds its function). */
   private stepsInProcess = 0;
   private lastVal: { step: number; loss: number } | null = null;
+  /** The step of the last checkpoint (the resumed one at first), kept on every rank: each takes part in the next one. */
+  private lastCheckpointStep: number | null;
 
   constructor(
     private readonly recipe: Recipe,
@@ -189,6 +198,7 @@ class TrainingLoop {
     private readonly leader = true,
   ) {
     this.state = new RunState(inputs.resumed?.state);
+    this.lastCheckpointStep = inputs.resumed?.state.step ?? null;
     const { lr, minLr, schedule } = recipe.train;
     this.schedule = { lr, minLr, schedule, warmupSteps: resolveWarmup(recipe.train, inputs.totalSteps).steps, totalSteps: inputs.totalSteps };
     const { tokenizer } = inputs;
@@ -200,8 +210,11 @@ class TrainingLoop {
     return [...this.parts.model.parameters().values()].reduce((n, v) => n + v.size, 0);
   }
 
-  /** Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw TrainingStopped. */
-  async train(stop: StopRequest | undefined): Promise<void> {
+  /**
+   * Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw
+   * TrainingStopped. Returns 'stopped' on the other ranks of a run whose rank 0 stopped so: they end with it.
+   */
+  async train(stop: StopRequest | undefined): Promise<'ended' | 'stopped'> {
     const { state, writers } = this;
     const { totalSteps } = this.inputs;
     const { logInterval, evalInterval, checkpointInterval } = this.recipe.train;
@@ -216,17 +229,24 @@ class TrainingLoop {
       const lr = learningRate(state.step, this.schedule);
       const micro = await this.nextMicroBatches();
       if (micro.length === 0) break; // the epoch ended before the estimate said
-      const result = await this.step(micro, lr);
+      const result = await this.step(micro, lr, stop?.signal != null);
       if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) this.logProgress(lr, result.gradNorm);
       if (this.leader && due(evalInterval) && state.step < totalSteps) await this.validate();
       // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
       // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
       await new Promise((resolve) => setImmediate(resolve));
-      // A stop asked for during the last step just lets the run finish (final validation and save follow).
-      const signal = state.step < totalSteps ? (stop?.signal ?? null) : null;
-      if (this.leader && (signal || (due(checkpointInterval) && state.step < totalSteps))) await this.saveCheckpoint();
-      if (signal) throw new TrainingStopped(signal, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
+      // A stop asked for during the last step just lets the run finish (final validation and save follow). Across
+      // ranks the step's all-reduce says whether a stop was asked before it, so that every rank checkpoints together.
+      const stopping = state.step < totalSteps && (result.stopRequested ?? stop?.signal != null);
+      if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await this.saveCheckpoint();
+      if (!stopping) continue;
+      // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
+      if (this.leader) throw new TrainingStopped(stop!.signal!, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
+      // The others have given their part of the checkpoint and end now, cleanly: one still waiting in a collective
+      // would fail as rank 0 leaves, and the launcher could take that failure for the run's end.
+      return 'stopped';
     }
+    return 'ended';
   }
 
   /** Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are. */
@@ -249,13 +269,13 @@ class TrainingLoop {
   }
 
   /** One optimizer step at learning rate `lr`, the skip rule for a NaN/Inf one, and the counters it moves. */
-  private async step(micro: Batch[], lr: number): Promise<StepResult> {
+  private async step(micro: Batch[], lr: number, stopRequested: boolean): Promise<StepResult> {
     const { recipe, parts, state } = this;
     parts.model.onTrainStep(state.step);
     const t0 = performance.now();
     const readBefore = readback();
     const dropoutSeed = this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${state.step}`) : null;
-    const result = await this.executor!.step(micro, { lr, clip: recipe.train.clip, dropoutSeed });
+    const result = await this.executor!.step(micro, { lr, clip: recipe.train.clip, dropoutSeed, stopRequested });
     const seconds = (performance.now() - t0) / 1000;
     if (parts.device.native) this.lastReadback = readSince(readBefore);
     if (!result.applied) this.dropUpdate(result);
@@ -353,24 +373,36 @@ class TrainingLoop {
     return result;
   }
 
-  private async saveCheckpoint(): Promise<string> {
+  /** Rank 0 writes a checkpoint; every rank calls this at the same steps, since the pull may gather from all of them. */
+  private async saveCheckpoint(): Promise<void> {
     await this.executor?.pull();
     const { state } = this;
+    this.lastCheckpointStep = state.step;
+    if (!this.leader) return;
     const valLoss = this.lastVal?.step === state.step ? this.lastVal.loss : null;
-    return this.writers.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), state.counters(), valLoss);
+    await this.writers.checkpoints.save(this.parts.model, this.parts.optimizer, this.parts.stream.cursor(), state.counters(), valLoss);
+  }
+
+  /** What a rank other than 0 returns: it measures and writes nothing. */
+  rankResult(): TrainResult {
+    const { step, tokens } = this.state;
+    const unmeasured = { loss: NaN, ppl: NaN, bpb: NaN, accuracy: NaN, tokens: 0, bytes: 0 };
+    return { runDir: '', finalDir: '', steps: step, tokens, elapsedS: this.state.elapsed(), finalVal: unmeasured, parameters: this.parameterCount };
   }
 
   /** Final validation, the last checkpoint, final/ and summary.json. */
   async finish(): Promise<TrainResult> {
     const { recipe, state } = this;
-    const { logger, checkpoints } = this.writers;
+    const { logger } = this.writers;
     const { step, tokens, trainSeconds } = state;
     if (!this.leader) {
-      const unmeasured = { loss: NaN, ppl: NaN, bpb: NaN, accuracy: NaN, tokens: 0, bytes: 0 };
-      return { runDir: '', finalDir: '', steps: step, tokens, elapsedS: state.elapsed(), finalVal: unmeasured, parameters: this.parameterCount };
+      // Rank 0's last checkpoint and its final weights pull from every rank, as below.
+      if (this.lastCheckpointStep !== step) await this.saveCheckpoint();
+      await this.executor?.pull();
+      return this.rankResult();
     }
     const finalVal = await this.validate();
-    if (checkpoints.lastStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
+    if (this.lastCheckpointStep !== step) await this.saveCheckpoint(); // else resumed at the end: that checkpoint is this step's
     await this.executor?.pull();
     const finalDir = await saveFinalModel(
       logger.dir,
@@ -489,7 +521,7 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
     loop = new TrainingLoop(recipe, inputs, parts, logger, isLeader(cluster));
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
     if (opts.beforeTraining && !inputs.resumed && isLeader(cluster)) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
-    await loop.train(opts.stop);
+    if ((await loop.train(opts.stop)) === 'stopped') return loop.rankResult();
     const result = await loop.finish();
     // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
     if (cluster) barrier(cluster);

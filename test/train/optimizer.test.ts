@@ -166,7 +166,7 @@ describe('global-norm clipping and skipped parameters', () => {
     }
   });
 
-  it('across ranks: the gradients and the loss go through the sum as one packed vector, and the update is that of the sums', () => {
+  it('across ranks: the gradients, the loss and the stop requests go through the sum as one packed vector, and the update is that of the sums', () => {
     const [across, summed] = [params(), params()];
     const [a, b] = [across, summed].map((vars) => new AdamW(vars, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 }));
     // A stand-in for the all-reduce over 3 ranks holding the same part: × 3, and what it was given.
@@ -175,7 +175,7 @@ describe('global-norm clipping and skipped parameters', () => {
       seen.push(Array.from(packed.dataSync()));
       return tf.mul(packed, 3) as tf.Tensor1D;
     };
-    const loss = tf.scalar(0.25);
+    const [loss, stop] = [tf.scalar(0.25), tf.scalar(1)];
     const pending = a.prepare(
       new Map<string, tf.Tensor>([
         ['a.weight', tf.tensor([3, 0])],
@@ -183,12 +183,13 @@ describe('global-norm clipping and skipped parameters', () => {
       ]),
       0.1,
       1,
-      { loss, sum },
+      { loss, stop, sum },
     );
-    // Parameter order (a, b), then the loss: P + 1 values in one call (once per recording on tensorflow, which records the update twice).
+    // Parameter order (a, b), then the loss and the stop request: P + 2 values in one call (once per recording on tensorflow, which records the update twice).
     expect(seen.length).toBeGreaterThan(0);
-    for (const packed of seen) expect(packed).toEqual([3, 0, 0, 4, 0.25]);
+    for (const packed of seen) expect(packed).toEqual([3, 0, 0, 4, 0.25, 1]);
     expect(pending.loss!.dataSync()[0]).toBeCloseTo(0.75, 6);
+    expect(pending.stop!.dataSync()[0]).toBe(3);
     expect(pending.norm.dataSync()[0]).toBeCloseTo(15, 5); // the norm of the summed gradients decides clipping and the non-finite rule
     pending.commit();
     b.applyGradients(
@@ -202,7 +203,7 @@ describe('global-norm clipping and skipped parameters', () => {
     for (const name of shapes.keys()) {
       expect(Array.from(across.get(name)!.dataSync())).toEqual(Array.from(summed.get(name)!.dataSync()).map((x) => expect.closeTo(x, 6)));
     }
-    loss.dispose();
+    tf.dispose([loss, stop]);
     for (const [opt, vars] of [
       [a, across],
       [b, summed],
@@ -232,5 +233,90 @@ describe('global-norm clipping and skipped parameters', () => {
     expect(Array.from(vars.get('a.weight')!.dataSync()).every((x, i) => x < [1, -1][i] - 0.1)).toBe(true);
     opt.dispose();
     for (const v of vars.values()) v.dispose();
+  });
+});
+
+describe('ZeRO-1: moments sharded over ranks (train.shardOptimizer)', () => {
+  // Op by op: a recorded TensorFlow function would freeze the simulated gather's result into its graph.
+  const OPTIONS = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: false };
+  const RANKS = 3; // P = 28 parameters: slices of 10, the last one 8 values and 2 of padding
+  const copyOf = (values: Map<string, Float64Array>) => new Map([...values].map(([n, x]) => [n, tf.variable(tf.tensor(Array.from(x), SHAPES[n]))] as const));
+  const values = (t: Map<string, tf.Tensor>) => [...t.values()].flatMap((x) => Array.from(x.dataSync()));
+
+  /**
+   * An all-gather simulated in one process: `run(rank, gather)` is called for every rank twice, first with a gather
+   * that records the rank's piece (and returns zeros), then with one returning every piece in rank order. Each run's
+   * pieces must not depend on what the gather returned, as in the optimizer, where the gather is the last step.
+   */
+  function simulateGather(run: (rank: number, gather: (piece: tf.Tensor1D) => tf.Tensor1D, final: boolean) => void): void {
+    const pieces: number[][] = [];
+    for (let rank = 0; rank < RANKS; rank++)
+      run(
+        rank,
+        (piece) => {
+          pieces[rank] = Array.from(piece.dataSync());
+          return tf.zeros([piece.size * RANKS]);
+        },
+        false,
+      );
+    for (let rank = 0; rank < RANKS; rank++) run(rank, () => tf.tensor1d(pieces.flat()), true);
+  }
+
+  it('N sharded ranks (collectives simulated in one process) end with the weights and moments of one unsharded AdamW, bit for bit; a checkpoint state resumes sharded', () => {
+    const rng = new Rng(7);
+    const initial = new Map(Object.entries(SHAPES).map(([n, s]) => [n, randomValues(rng, s)] as const));
+    const whole = copyOf(initial);
+    const reference = new AdamW(whole, OPTIONS);
+    const ranks = Array.from({ length: RANKS }, (_, rank) => {
+      const vars = copyOf(initial);
+      return { vars, opt: new AdamW(vars, { ...OPTIONS, shard: { rank, worldSize: RANKS } }) };
+    });
+    expect(ranks.map((r) => [r.opt.shard!.start, r.opt.shard!.inside])).toEqual([
+      [0, 10],
+      [10, 10],
+      [20, 8],
+    ]);
+    expect(() => ranks[0].opt.applyGradients(new Map([['blocks.0.ln1.weight', tf.ones([3])]]), 0.1)).toThrow(
+      /rank 0 keeps only its slice of the moments: its updates run across ranks/,
+    );
+    // The second step skips three parameters (their values and moments must stay), both decay and clipping act.
+    const steps = [Object.keys(SHAPES), ['blocks.0.mlp.fc.weight', 'embed.tokens.weight']];
+    steps.forEach((names, s) => {
+      const grads = () => new Map(names.map((n) => [n, tf.tensor(Array.from(randomValues(new Rng(100 + s), SHAPES[n])), SHAPES[n])] as const));
+      const across = (gather?: (piece: tf.Tensor1D) => tf.Tensor1D) => ({ loss: tf.scalar(1), stop: tf.scalar(0), sum: (x: tf.Tensor1D) => x, gather });
+      const pending = reference.prepare(grads(), 0.01, 0.5, across());
+      expect(pending.norm.dataSync()[0]).toBeGreaterThan(0.5); // clipping changes the gradients
+      pending.commit();
+      simulateGather((rank, gather, final) => {
+        const update = ranks[rank].opt.prepare(grads(), 0.01, 0.5, across(gather));
+        if (final) update.commit();
+        else update.discard();
+      });
+    });
+    for (const { vars } of ranks) expect(values(vars)).toEqual(values(whole));
+    // Rank 0 holds the whole moments once every rank gathered; they are the unsharded optimizer's.
+    expect(() => ranks[0].opt.getState()).toThrow(/gather them at step 2 first/);
+    simulateGather((rank, gather, final) => ranks[rank].opt.gatherMoments(gather, final && rank === 0));
+    const gathered = ranks[0].opt.getState();
+    const expected = reference.getState();
+    expect(gathered.step).toBe(2);
+    expect(values(gathered.m)).toEqual(values(expected.m));
+    expect(values(gathered.v)).toEqual(values(expected.v));
+    expect(values(gathered.m).some((x) => x !== 0)).toBe(true);
+    // Taken by the checkpoint: a second read asks for a new gather.
+    expect(() => ranks[0].opt.getState()).toThrow(/gather them/);
+    // A checkpoint's whole moments restore into a sharded optimizer as its slice: gathered again, they are the same.
+    const resumed = Array.from({ length: RANKS }, (_, rank) => {
+      const opt = new AdamW(copyOf(initial), { ...OPTIONS, shard: { rank, worldSize: RANKS } });
+      opt.setState(expected.step, expected.m, expected.v);
+      return opt;
+    });
+    simulateGather((rank, gather, final) => resumed[rank].gatherMoments(gather, final && rank === 0));
+    const again = resumed[0].getState();
+    expect(values(again.m)).toEqual(values(expected.m));
+    expect(values(again.v)).toEqual(values(expected.v));
+    expect(() => ranks[1].opt.flatMoments()).toThrow(/flatMoments needs the whole moments, and rank 1 keeps only its slice/);
+    tf.dispose([...gathered.m.values(), ...gathered.v.values(), ...expected.m.values(), ...expected.v.values(), ...again.m.values(), ...again.v.values()]);
+    for (const opt of [reference, ...ranks.map((r) => r.opt), ...resumed]) opt.dispose();
   });
 });

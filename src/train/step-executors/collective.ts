@@ -4,11 +4,13 @@
 // them (data-parallel.ts), so N ranks give the update of one process taking those shards as
 // micro-batches. ONE all-reduce per optimizer step adds the raveled gradients and the loss over the
 // ranks (CollectiveReduceV2 inside the recorded update function: ring over gRPC on CPUs, NCCL on
-// GPUs), and every rank clips, decides the non-finite rule and applies AdamW on the same sums. No
-// state lives elsewhere: pull has nothing to bring back, and push (also at start) makes every rank's
-// model and moments rank 0's.
+// GPUs), and every rank clips, decides the non-finite rule and applies AdamW on the same sums. Push
+// (also at start) makes every rank's model and moments rank 0's. With train.shardOptimizer (ZeRO-1)
+// each rank keeps AdamW's moments for its slice of the raveled parameters only: it updates that
+// slice and an all-gather in the same recorded function gives every rank the whole parameters;
+// pull gathers the moments for rank 0's checkpoint, so every rank calls it at the same points.
 import * as tf from '@tensorflow/tfjs';
-import { allReduceSum, collectiveFailure, currentCluster, INSTANCE_KEYS, type Cluster } from '../../backend/collective.ts';
+import { allGather, allReduceSum, checkGatherOrder, collectiveFailure, currentCluster, INSTANCE_KEYS, type Cluster } from '../../backend/collective.ts';
 import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
 import { graphStatus } from '../compiled-step.ts';
@@ -19,6 +21,8 @@ import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs }
 
 class CollectiveExecutor implements StepExecutor {
   readonly name = 'collective';
+  /** Sharded: the optimizer step at which pull last gathered the moments (a second pull at the same step gathers nothing). */
+  private momentsGatheredAt = -1;
 
   constructor(
     private readonly context: StepExecutorContext,
@@ -43,7 +47,11 @@ class CollectiveExecutor implements StepExecutor {
     const variables = [...(trainable ?? model.parameters()).values()];
     const { batches, seeds } = shardMicroBatches(microBatches, worldSize, inputs.dropoutSeed)[rank];
     const { grads, loss } = accumulateGradients(model, batches, seeds, total, variables, graph, xla);
-    return applyGradients(optimizer, grads, loss, total, inputs, (packed) => allReduceSum(this.cluster, packed) as tf.Tensor1D);
+    return applyGradients(optimizer, grads, loss, total, inputs, {
+      sum: (packed) => allReduceSum(this.cluster, packed) as tf.Tensor1D,
+      ...(optimizer.shard ? { gather: (piece: tf.Tensor1D) => allGather(this.cluster, piece, INSTANCE_KEYS.parameters) as tf.Tensor1D } : {}),
+      stopRequested: inputs.stopRequested ?? false,
+    });
   }
 
   // Only rank 0 evaluates (trainer.ts); the others go on to the next all-reduce and wait there.
@@ -51,8 +59,18 @@ class CollectiveExecutor implements StepExecutor {
     return evaluate(this.context.model, batches, this.context.graph);
   }
 
-  // Every rank applies the same update to its own copy: the model and optimizer here are the state.
-  async pull(): Promise<void> {}
+  // Every rank applies the same update to its own copy of the model. A sharded optimizer's moments are
+  // gathered (every rank calls pull at the same points, trainer.ts); rank 0 keeps them for its checkpoint.
+  async pull(): Promise<void> {
+    const { optimizer } = this.context;
+    if (!optimizer.shard || this.momentsGatheredAt === optimizer.stepCount) return;
+    try {
+      optimizer.gatherMoments((piece) => allGather(this.cluster, piece, INSTANCE_KEYS.moments) as tf.Tensor1D, this.cluster.rank === 0);
+    } catch (err) {
+      throw collectiveFailure(this.cluster, err);
+    }
+    this.momentsGatheredAt = optimizer.stepCount;
+  }
 
   async push(): Promise<void> {
     try {
@@ -65,14 +83,20 @@ class CollectiveExecutor implements StepExecutor {
   describe(firstBatch: ModelBatch): string {
     const { model, trainable } = this.context;
     const variables = [...(trainable ?? model.parameters()).values()];
-    const floats = variables.reduce((n, v) => n + v.size, 0) + 1;
+    const floats = variables.reduce((n, v) => n + v.size, 0) + 2;
     const { rank, worldSize, communication, device } = this.cluster;
     const shard = shardMicroBatches([firstBatch], worldSize, null)[rank].batches[0];
     const status = graphStatus(model, shard, variables, model.dropout > 0);
     const how = status.startsWith('graph') ? 'TensorFlow functions' : `ops (${status.replace(/^eager: /, '')})`;
+    const mib = (n: number) => `${((n * 4) / 2 ** 20).toFixed(2)} MiB`;
+    const sliced = this.context.optimizer.shard;
+    const zero = sliced
+      ? `; AdamW's moments sharded (ZeRO-1): this rank keeps ${sliced.size.toLocaleString('en-US')} of each (${mib(2 * sliced.size)}), ` +
+        `then one all-gather of the parameters`
+      : '';
     return (
       `train.executor collective: rank ${rank} of ${worldSize} on ${device}, steps as ${how}; one ${communication} all-reduce of ` +
-      `${floats.toLocaleString('en-US')} floats (${((floats * 4) / 2 ** 20).toFixed(2)} MiB) per step`
+      `${floats.toLocaleString('en-US')} floats (${mib(floats)}) per step${zero}`
     );
   }
 
@@ -82,13 +106,14 @@ class CollectiveExecutor implements StepExecutor {
 /**
  * Makes every rank's model and optimizer rank 0's: an all-reduce of rank 0's values and the others'
  * zeros (x + 0 is x exactly). The ranks build the same model from the same seed already; this also
- * covers an initFrom or a data-dependent init that could differ in the last bit.
+ * covers an initFrom or a data-dependent init that could differ in the last bit. A sharded optimizer's
+ * moments stay as they are: zeros, or each rank's slice of the checkpoint every rank read.
  */
 function broadcastFromRankZero(cluster: Cluster, { model, optimizer }: StepExecutorContext): void {
-  const state = optimizer.getState();
   const variables = [...model.parameters().values(), ...model.buffers().values()].filter((t) => t.dtype === 'float32');
-  const names = [...state.m.keys()];
-  const tensors = [...variables, ...state.m.values(), ...state.v.values()];
+  const state = optimizer.shard ? null : optimizer.getState();
+  const moments = state ? [...state.m.values(), ...state.v.values()] : [];
+  const tensors = [...variables, ...moments];
   const pieces = tf.tidy(() => {
     const flat = tf.concat(tensors.map((t) => tf.reshape(t, [-1])));
     const summed = allReduceSum(cluster, cluster.rank === 0 ? flat : tf.zerosLike(flat), INSTANCE_KEYS.broadcast);
@@ -100,10 +125,13 @@ function broadcastFromRankZero(cluster: Cluster, { model, optimizer }: StepExecu
       .map((p, i) => tf.reshape(p, tensors[i].shape));
   });
   variables.forEach((v, i) => v.assign(pieces[i]));
-  const m = new Map(names.map((name, i) => [name, pieces[variables.length + i]]));
-  const v = new Map(names.map((name, i) => [name, pieces[variables.length + names.length + i]]));
-  optimizer.setState(state.step, m, v);
-  tf.dispose([...pieces, ...state.m.values(), ...state.v.values()]);
+  if (state) {
+    const names = [...state.m.keys()];
+    const m = new Map(names.map((name, i) => [name, pieces[variables.length + i]]));
+    const v = new Map(names.map((name, i) => [name, pieces[variables.length + names.length + i]]));
+    optimizer.setState(state.step, m, v);
+  }
+  tf.dispose([...pieces, ...moments]);
 }
 
 export const collective: StepExecutorEntry = {
@@ -114,7 +142,15 @@ export const collective: StepExecutorEntry = {
     return device.graphSteps ? null : `the ${device.backend} backend has no TensorFlow collectives (npm run setup:tensorflow builds a binding that has)`;
   },
   create: async (context) => {
-    const executor = new CollectiveExecutor(context, currentCluster()!);
+    const cluster = currentCluster()!;
+    const executor = new CollectiveExecutor(context, cluster);
+    if (context.optimizer.shard) {
+      try {
+        checkGatherOrder(cluster);
+      } catch (err) {
+        throw collectiveFailure(cluster, err);
+      }
+    }
     await executor.push();
     return executor;
   },
