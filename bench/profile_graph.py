@@ -4,7 +4,11 @@
 # Needs the TensorFlow of the native backend as a Python package (same version as `npm run setup:tensorflow` uses):
 #   python3 -m venv .venv-tf && .venv-tf/bin/pip install tensorflow-cpu==2.21.0
 #   SLAYFORMER_DUMP_GRAPHS=/tmp/graphs npm run bench:train -- softmax --backends tensorflow --replicas 1 --graph on
-#   .venv-tf/bin/python bench/profile_graph.py /tmp/graphs/slayformer_step_<pid>_1 [--threads 2] [--int-high 256]
+#   .venv-tf/bin/python bench/profile_graph.py /tmp/graphs/slayformer_step_<pid>_1 [--threads 2] [--int-high 256] [--ops LIB]
+# A step that runs the fused CPU kernels names their ops: --ops loads them from src/backend/native/fused_ops.cc built
+# as a plain library (g++ -shared -fPIC -O3 -march=native -fno-math-errno -fno-trapping-math -std=c++17
+# -DSLAYFORMER_STANDALONE_OPS -I<tf>/include fused_ops.cc -o fused_ops.so -L<tf> -l:libtensorflow_framework.so.2,
+# <tf> = the Python package's folder).
 # Why Python: the binding exposes no step stats; TF's profiler in Python reads them from the same executor and kernels.
 # Op times overlap (TF runs independent ops side by side), so their sum exceeds the wall time of a call.
 import argparse
@@ -22,11 +26,14 @@ parser.add_argument('--threads', type=int, default=2, help='intra- and inter-op 
 parser.add_argument('--int-high', type=int, default=256, help='int32 feeds are drawn from [0, N): token ids, rows (default 256)')
 parser.add_argument('--calls', type=int, default=5, help='timed calls (default 5)')
 parser.add_argument('--top', type=int, default=25, help='slowest nodes shown (default 25)')
+parser.add_argument('--ops', help="an op library defining the project's fused ops (src/backend/native/fused_ops.cc built with -DSLAYFORMER_STANDALONE_OPS)")
 args = parser.parse_args()
 
 meta = json.load(open(args.base + '.json'))
 graph_def = graph_pb2.GraphDef()
 graph_def.ParseFromString(open(args.base + '.pb', 'rb').read())
+if args.ops:
+    tf.load_op_library(args.ops)
 graph = tf.Graph()
 with graph.as_default():
     tf.graph_util.import_graph_def(graph_def, name='')

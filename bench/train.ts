@@ -2,14 +2,17 @@
 // batch 8) with each attention mechanism: tokens/s and ms per optimizer step after warm-up steps.
 //
 //   npm run bench:train -- [names…] [--backends tensorflow,wasm] [--replicas 1,auto] [--graph on,off] [--xla off,on] [--xla-executor] [--peer PYTHON]
-//                          [--steps 10] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
+//                          [--peer-threads 1,2] [--rounds 1] [--steps 10] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128]
 //                          [--layers 4] [--heads 4] [--profile] [--options '{"chunkSize":32}']
 //
 // Each backend runs in its own process (a process holds one tfjs backend), one after the other, so
 // that one invocation compares them back to back; --peer adds the PyTorch peer (PEER below, a script
 // of the shared folder beside the checkout, left out where it is absent; docs/benchmarks.md: same
 // shape, eager and torch.compile, --threads 1 and 2) run by that Python, and the table gives every
-// row's ratio to the peer's fastest run.
+// row's ratio to the peer's fastest run. --rounds R repeats the whole comparison R times, one after the
+// other, and gives each row's median over the rounds, its ratio to the peer as the median of the rounds'
+// ratios: this host's speed drifts by ±20% over minutes, and a row measured a few minutes after another
+// would otherwise carry the drift into their ratio.
 // --replicas: data-parallel replica counts (train.dataParallel; auto = what a recipe's `auto` picks
 // on that backend). Besides wall time it reports the process CPU time per step, all threads
 // together: on a shared machine it is the steadier figure, and with several replicas it shows what
@@ -49,6 +52,10 @@ interface Row {
   firstStepMs?: number;
   readbackValues?: number;
   readbackBytes?: number;
+  /** tokens/s over the fastest PyTorch peer row of the same attention (measureAll, per round). */
+  peerRatio?: number;
+  /** How many rounds measured this row (its figures are their medians). */
+  rounds?: number;
 }
 
 const COMMAND = {
@@ -60,6 +67,8 @@ const COMMAND = {
     backend: { type: 'string', choices: BACKENDS, hidden: true, help: 'internal: the backend of one child process' },
     replicas: { type: 'string', value: 'LIST', default: '1,auto', help: 'data-parallel replica counts, N or auto' },
     peer: { type: 'string', value: 'PYTHON', help: `also run the PyTorch peer (${path.relative(PROJECT_ROOT, PEER)}) with this Python` },
+    'peer-threads': { type: 'string', value: 'LIST', default: '1,2', help: "the peer's thread counts" },
+    rounds: integerOption(1, 1, 'times the whole comparison runs; each figure is the median over the rounds'),
     steps: integerOption(1, 10, 'timed steps'),
     warmup: integerOption(0, 4, 'warm-up steps (on tensorflow the first step also records the step and builds its function)'),
     graph: {
@@ -90,6 +99,8 @@ function parse(argv: string[]) {
   const unknownBackend = backends.find((b) => !(BACKENDS as readonly string[]).includes(b));
   if (unknownBackend !== undefined) fail(`--backends: unknown backend '${unknownBackend}'; allowed: ${BACKENDS.join(', ')}`);
   const replicas = values.replicas.split(',');
+  if (!values['peer-threads'].split(',').every((t) => /^[1-9]\d*$/.test(t)))
+    fail(`--peer-threads takes thread counts, comma-separated (got '${values['peer-threads']}')`);
   if (!replicas.every((r) => r === 'auto' || /^[1-9]\d*$/.test(r))) fail(`--replicas takes N or auto, comma-separated (got '${values.replicas}')`);
   const known = attentionNames();
   const unknown = positionals.filter((n) => !known.includes(n));
@@ -105,6 +116,8 @@ function parse(argv: string[]) {
     backends,
     replicas,
     peer: values.peer,
+    peerThreads: values['peer-threads'].split(',').map(Number),
+    rounds: values.rounds,
     steps: values.steps,
     warmup: values.warmup,
     shape: Object.fromEntries(SHAPE.map((k) => [k, values[k]])) as Record<(typeof SHAPE)[number], number>,
@@ -208,24 +221,62 @@ async function profile(name: string, step: () => Promise<void>): Promise<void> {
 
 /** Every backend in a child process of its own, then the peer; one table at the end. */
 function measureAll(o: Options, argv: string[]): Row[] {
-  const passOn = argv.filter((a, i) => !/^--(backends?|peer)(=|$)/.test(a) && !/^--(backends?|peer)$/.test(argv[i - 1] ?? ''));
-  const rows: Row[] = [];
-  for (const backend of o.backends) {
-    console.log(`bench:train: ${backend} …`);
-    const child = spawnSync(process.execPath, ['--import', 'tsx', import.meta.filename, ...passOn, '--backend', backend, '--json'], {
-      cwd: PROJECT_ROOT,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    const got = child.stdout
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as Row);
-    if (child.status !== 0 || got.length === 0) console.log(`  ${backend}: failed (exit ${child.status}); left out`);
-    rows.push(...got);
+  const passOn = argv.filter((a, i) => !/^--(backends?|peer|rounds)(=|$)/.test(a) && !/^--(backends?|peer|rounds)$/.test(argv[i - 1] ?? ''));
+  const rounds: Row[][] = [];
+  for (let round = 0; round < o.rounds; round++) {
+    if (o.rounds > 1) console.log(`bench:train: round ${round + 1} of ${o.rounds}`);
+    const rows: Row[] = [];
+    for (const backend of o.backends) {
+      console.log(`bench:train: ${backend} …`);
+      const child = spawnSync(process.execPath, ['--import', 'tsx', import.meta.filename, ...passOn, '--backend', backend, '--json'], {
+        cwd: PROJECT_ROOT,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      const got = child.stdout
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Row);
+      if (child.status !== 0 || got.length === 0) console.log(`  ${backend}: failed (exit ${child.status}); left out`);
+      rows.push(...got);
+    }
+    if (o.peer) rows.push(...measurePeer(o));
+    const rated = withPeerRatios(rows);
+    const ratios = rated.filter((r) => r.peerRatio !== undefined && !r.label.startsWith('pytorch'));
+    if (ratios.length) console.log(`  × PyTorch this round: ${ratios.map((r) => `${r.attention} ${r.label} ${r.peerRatio!.toFixed(2)}`).join('; ')}`);
+    rounds.push(rated);
   }
-  if (o.peer) rows.push(...measurePeer(o));
-  return rows;
+  return medianRows(rounds);
+}
+
+/** Each row's ratio of tokens/s to the fastest peer row of its attention, within one round. */
+function withPeerRatios(rows: Row[]): Row[] {
+  const peerBest = new Map<string, number>();
+  for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
+  return rows.map((r) => (peerBest.has(r.attention) ? { ...r, peerRatio: r.tokensPerSecond / peerBest.get(r.attention)! } : r));
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** One row per measurement, with the medians over the rounds that measured it (rounds where it failed are left out). */
+function medianRows(rounds: Row[][]): Row[] {
+  const key = (r: Row) => `${r.attention}|${r.label}|${r.replicas}`;
+  const seen = new Map<string, Row[]>();
+  for (const row of rounds.flat()) seen.set(key(row), [...(seen.get(key(row)) ?? []), row]);
+  return [...seen.values()].map((runs) => {
+    const of = (pick: (r: Row) => number | undefined) => {
+      const values = runs.map(pick).filter((v): v is number => v !== undefined);
+      return values.length ? median(values) : undefined;
+    };
+    return {
+      ...runs[0],
+      tokensPerSecond: of((r) => r.tokensPerSecond)!,
+      msPerStep: of((r) => r.msPerStep)!,
+      tokensPerCpuSecond: of((r) => r.tokensPerCpuSecond),
+      peerRatio: of((r) => r.peerRatio),
+      rounds: runs.length,
+    };
+  });
 }
 
 function measurePeer(o: Options): Row[] {
@@ -237,7 +288,7 @@ function measurePeer(o: Options): Row[] {
   const attentions = [...new Set(o.names.map((n) => (n === 'softmax' ? 'softmax' : n === 'linear-elu' ? 'linear' : null)).filter((n) => n !== null))];
   for (const attn of attentions)
     for (const compile of [false, true])
-      for (const threads of [1, 2]) {
+      for (const threads of o.peerThreads) {
         console.log(`bench:train: PyTorch peer, ${attn}, ${compile ? 'torch.compile' : 'eager'}, ${threads} thread(s) …`);
         const shape = SHAPE.flatMap((k) => [`--${k}`, String(o.shape[k])]);
         const args = [
@@ -273,8 +324,8 @@ function measurePeer(o: Options): Row[] {
 }
 
 function printTable(rows: Row[]): void {
-  const peerBest = new Map<string, number>();
-  for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
+  const withPeer = rows.some((r) => r.peerRatio !== undefined);
+  const rounds = Math.max(...rows.map((r) => r.rounds ?? 1));
   const header = [
     'attention',
     'backend',
@@ -285,7 +336,7 @@ function printTable(rows: Row[]): void {
     'host reads/step',
     'first step s',
     'last loss',
-    ...(peerBest.size ? ['× PyTorch'] : []),
+    ...(withPeer ? [rounds > 1 ? `× PyTorch (median of ${rounds} rounds)` : '× PyTorch'] : []),
   ];
   const cells = rows.map((r) => [
     r.attention,
@@ -297,7 +348,7 @@ function printTable(rows: Row[]): void {
     r.readbackValues !== undefined && r.label.startsWith('tensorflow') ? `${r.readbackValues} (${r.readbackBytes} B)` : '',
     r.firstStepMs !== undefined ? (r.firstStepMs / 1000).toFixed(1) : '',
     r.lastLoss.toFixed(3),
-    ...(peerBest.size ? [peerBest.has(r.attention) ? (r.tokensPerSecond / peerBest.get(r.attention)!).toFixed(2) : ''] : []),
+    ...(withPeer ? [r.peerRatio?.toFixed(2) ?? ''] : []),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
   const line = (c: string[]) => `| ${c.map((x, i) => x.padEnd(widths[i])).join(' | ')} |`;
@@ -307,7 +358,7 @@ function printTable(rows: Row[]): void {
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const o = parse(argv);
-  const oneProcess = o.backends.length === 1 && !o.peer;
+  const oneProcess = o.backends.length === 1 && !o.peer && o.rounds === 1;
   printTable(oneProcess ? await measureHere(o) : measureAll(o, argv));
 }
 

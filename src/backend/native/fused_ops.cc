@@ -10,7 +10,9 @@
 // recorded functions can name them (src/backend/tensorflow.ts registers the tfjs kernels that do).
 // The maths is the composed form's (src/model/layers.ts); test/backend/fused-ops.test.ts holds the
 // two to float rounding.
+#ifndef SLAYFORMER_STANDALONE_OPS
 #include <node_api.h>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -574,6 +576,11 @@ std::string registerAll() {
 
 }  // namespace
 
+#ifdef SLAYFORMER_STANDALONE_OPS
+// Built without Node as a plain op library for TensorFlow's Python (tf.load_op_library), so that
+// bench/profile_graph.py can run recorded steps that name these ops: loading registers them.
+static const bool registered = registerAll().empty();
+#else
 // The addon: loading registers the ops; `ops` lists their names, `error` says why registration failed.
 NAPI_MODULE_INIT() {
   const std::string why = registerAll();
@@ -595,3 +602,4 @@ NAPI_MODULE_INIT() {
   napi_set_named_property(env, exports, "error", error);
   return exports;
 }
+#endif
