@@ -16,7 +16,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -39,10 +38,7 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 template <typename Body>
 void parallelRows(int64_t rows, int64_t rowSize, Body body) {
   const int64_t work = rows * rowSize;
-  static const unsigned cores = [] {
-    const char* forced = std::getenv("SLAYFORMER_KERNEL_THREADS");
-    return forced ? static_cast<unsigned>(std::atoi(forced)) : std::thread::hardware_concurrency();
-  }();
+  const unsigned cores = std::thread::hardware_concurrency();
   if (work < (1 << 17) || rows < 2 || cores < 2) {
     body(0, rows);
     return;
