@@ -11,8 +11,8 @@
 // shape, eager and torch.compile, --threads 1 and 2) run by that Python, and the table gives every
 // row's ratio to the peer's fastest run. --rounds R repeats the whole comparison R times, one after the
 // other, and gives each row's median over the rounds, its ratio to the peer as the median of the rounds'
-// ratios: this host's speed drifts by ±20% over minutes, and a row measured a few minutes after another
-// would otherwise carry the drift into their ratio.
+// ratios, the peer measured first in every other round: this host's speed drifts by ±20% over minutes, and
+// a row measured a few minutes after another would otherwise carry the drift into their ratio.
 // --replicas: data-parallel replica counts (train.dataParallel; auto = what a recipe's `auto` picks
 // on that backend). Besides wall time it reports the process CPU time per step, all threads
 // together: on a shared machine it is the steadier figure, and with several replicas it shows what
@@ -226,6 +226,8 @@ function measureAll(o: Options, argv: string[]): Row[] {
   for (let round = 0; round < o.rounds; round++) {
     if (o.rounds > 1) console.log(`bench:train: round ${round + 1} of ${o.rounds}`);
     const rows: Row[] = [];
+    // The peer goes first every other round, so that a drift of the host's speed within a round favours neither side.
+    if (o.peer && round % 2 === 1) rows.push(...measurePeer(o));
     for (const backend of o.backends) {
       console.log(`bench:train: ${backend} …`);
       const child = spawnSync(process.execPath, ['--import', 'tsx', import.meta.filename, ...passOn, '--backend', backend, '--json'], {
@@ -240,7 +242,7 @@ function measureAll(o: Options, argv: string[]): Row[] {
       if (child.status !== 0 || got.length === 0) console.log(`  ${backend}: failed (exit ${child.status}); left out`);
       rows.push(...got);
     }
-    if (o.peer) rows.push(...measurePeer(o));
+    if (o.peer && round % 2 === 0) rows.push(...measurePeer(o));
     const rated = withPeerRatios(rows);
     const ratios = rated.filter((r) => r.peerRatio !== undefined && !r.label.startsWith('pytorch'));
     if (ratios.length) console.log(`  × PyTorch this round: ${ratios.map((r) => `${r.attention} ${r.label} ${r.peerRatio!.toFixed(2)}`).join('; ')}`);
