@@ -35,9 +35,9 @@ import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import type { StepResult } from './step.ts';
-import type { StepExecutor } from './step-executor.ts';
+import type { StepExecutor, StepExecutorContext, StepExecutorEntry } from './step-executor.ts';
 import { RunState } from './run-state.ts';
-import { startStepExecutor } from './step-executors/index.ts';
+import { chooseStepExecutor } from './step-executors/index.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
 import { currentDevice } from '../backend/current.ts';
 import { resolveDataParallel, type Device } from '../backend/device.ts';
@@ -114,7 +114,8 @@ interface RunParts {
   optimizer: AdamW;
   finetune: Awaited<ReturnType<typeof prepareFinetune>>;
   stream: BatchStream;
-  replicas: number;
+  /** The step executor train.executor chose for this device and model (step-executors/index.ts), and what it starts from. */
+  steps: { entry: StepExecutorEntry; context: StepExecutorContext };
   /** The device the run trains on, as its command started it. */
   device: Device;
 }
@@ -149,7 +150,8 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
     const replicas = resolveDataParallel(recipe.train.dataParallel, device, recipe.train.batchSize);
     const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
-    return { model, optimizer, finetune, stream, replicas, device };
+    const context = { model, optimizer, device, trainable: finetune.trainable, graph: recipe.train.graph, xla: optimizer.options.xla, replicas };
+    return { model, optimizer, finetune, stream, steps: { entry: chooseStepExecutor(recipe.train.executor, context), context }, device };
   } catch (err) {
     optimizer?.dispose();
     model.dispose();
@@ -251,9 +253,8 @@ class TrainingLoop {
 
   /** Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are. */
   private async startExecutor(): Promise<void> {
-    const { model, optimizer, finetune, device, replicas } = this.parts;
-    const { graph, executor } = this.recipe.train;
-    this.executor = await startStepExecutor(executor, { model, optimizer, device, trainable: finetune.trainable, graph, xla: optimizer.options.xla, replicas });
+    const { entry, context } = this.parts.steps;
+    this.executor = await entry.create(context);
   }
 
   /** Up to train.gradAccum batches of the stream, within the plan. */
@@ -585,7 +586,7 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
       `${totalSteps} steps of ${(batchSize * gradAccum * recipe.data.seqLen).toLocaleString('en-US')} tokens ` +
       `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${parts.device.backend}` +
-      (parts.replicas > 1 ? `, ${parts.replicas} data-parallel replicas` : ''),
+      (parts.steps.entry.name === 'replicas' ? `, ${parts.steps.context.replicas} data-parallel replicas` : ''),
   );
   const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');
   const what =

@@ -184,12 +184,12 @@ model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, attention: { name: sl
 data: { dataset: ${data}, tokenizer: ${tokenizer}, seqLen: 16, shuffleBuffer: 8 }
 train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 5, evalTokens: 128, logInterval: 5, runDir: ${join(dir, 'runs-dp')}, seed: 3, maxTokens: 640 }
 `;
-    const run = async (replicas: number) => {
+    const run = async (replicas: number, executor = 'auto') => {
       const records: MetricRecord[] = [];
       const lines: string[] = [];
-      const recipe = parseRecipe(recipeText, join(dir, 'dp.yaml'), [`--train.dataParallel=${replicas}`]);
+      const recipe = parseRecipe(recipeText, join(dir, 'dp.yaml'), [`--train.dataParallel=${replicas}`, `--train.executor=${executor}`]);
       await runTraining(recipe, {
-        logger: { dir: join(dir, 'runs-dp', `r${replicas}`), log: (r) => records.push(r), line: (t) => lines.push(t), finish: async () => {} },
+        logger: { dir: join(dir, 'runs-dp', `r${replicas}-${executor}`), log: (r) => records.push(r), line: (t) => lines.push(t), finish: async () => {} },
       });
       return { records, lines };
     };
@@ -197,6 +197,9 @@ train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 5, evalTokens: 12
     const parallel = await run(2);
     expect(parallel.lines[0]).toMatch(/2 data-parallel replicas/);
     expect(single.lines[0]).not.toMatch(/data-parallel/);
+    // Replicas are the 'replicas' executor's: a run whose steps another executor takes does not claim them.
+    const others = await run(2, 'op-by-op');
+    expect(others.lines[0]).not.toMatch(/data-parallel/);
     expect(parallel.records.map((r) => [r.step, r.split])).toEqual(single.records.map((r) => [r.step, r.split]));
     expect(single.records.length).toBeGreaterThanOrEqual(4);
     parallel.records.forEach((r, i) => expect(r.loss).toBeCloseTo(single.records[i].loss, 4));
