@@ -227,11 +227,13 @@ class TrainingLoop {
     // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
     if (state.step < totalSteps) writers.logger.line(`compiling the first steps… (a progress line every ${logInterval} steps)`);
     const due = (interval: number) => interval > 0 && state.step % interval === 0;
+    // The stop request as last read: once per step, after the event loop turned (below).
+    let requested: NodeJS.Signals | null = null;
     while (state.step < totalSteps) {
       const lr = learningRate(state.step, this.schedule);
       const micro = await this.nextMicroBatches();
       if (micro.length === 0) break; // the epoch ended before the estimate said
-      const result = await this.step(micro, lr, stop?.signal != null);
+      const result = await this.step(micro, lr, requested !== null);
       if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) this.logProgress(lr, result.gradNorm);
       if (this.leader && due(evalInterval) && state.step < totalSteps) await this.validate();
       // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
@@ -239,11 +241,12 @@ class TrainingLoop {
       await new Promise((resolve) => setImmediate(resolve));
       // A stop asked for during the last step just lets the run finish (final validation and save follow). Across
       // ranks the step's all-reduce says whether a stop was asked before it, so that every rank checkpoints together.
-      const stopping = state.step < totalSteps && (result.stopRequested ?? stop?.signal != null);
+      requested ??= stop?.signal ?? null;
+      const stopping = state.step < totalSteps && (result.stopRequested ?? requested !== null);
       if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await this.saveCheckpoint();
       if (!stopping) continue;
       // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
-      if (this.leader) throw new TrainingStopped(stop!.signal!, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
+      if (this.leader) throw new TrainingStopped(requested!, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
       // The others have given their part of the checkpoint and end now, cleanly: one still waiting in a collective
       // would fail as rank 0 leaves, and the launcher could take that failure for the run's end.
       return 'stopped';
