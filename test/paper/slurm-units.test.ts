@@ -6,8 +6,7 @@
 // alone through the executor. The ranks are processes under srun, never test workers.
 // Skipped, with the reason in the suite's name, where Slurm or the tensorflow backend is missing.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
@@ -17,26 +16,16 @@ import type { UnitResultFile } from '../../src/paper/run.ts';
 import { slurmExecutor } from '../../src/sweep/slurm.ts';
 import { killStartedClis, startCli } from '../helpers/cli.ts';
 import { waitForFiles } from '../sweep/fixtures.ts';
+import { startLocalSlurm } from '../helpers/slurm.ts';
 
 const native = isTensorflowSetUp();
-const clusterDir = mkdtempSync(join(tmpdir(), 'paper-slurm-units-'));
-const started = native ? spawnSync('bash', ['scripts/slurm-local.sh', 'start', join(clusterDir, 'cluster')], { encoding: 'utf8', timeout: 90_000 }) : null;
-const available = started?.status === 0;
-const reason = !native
-  ? 'the tensorflow backend is not set up'
-  : available
-    ? ''
-    : (started!.stderr || started!.stdout || String(started!.error)).trim().split('\n').at(-1);
-const slurmConf = join(clusterDir, 'cluster', 'slurm.conf');
-const env = { ...process.env, SLURM_CONF: slurmConf };
+const slurm = startLocalSlurm('paper-slurm-units', native ? '' : 'the tensorflow backend is not set up');
+const { dir: clusterDir, available, reason, env } = slurm;
+const slurmConf = env.SLURM_CONF!;
 
 afterAll(() => {
   killStartedClis();
-  if (available) {
-    spawnSync('scancel', ['--user', 'root'], { env });
-    spawnSync('bash', ['scripts/slurm-local.sh', 'stop', join(clusterDir, 'cluster')]);
-  }
-  rmSync(clusterDir, { recursive: true, force: true });
+  slurm.stop();
 });
 
 const settings = (runsRoot: string) => ({ quick: true, backend: 'tensorflow' as const, runsRoot });

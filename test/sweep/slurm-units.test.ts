@@ -4,26 +4,19 @@
 // taking each batch's shards as micro-batches; a unit stopped by the time-limit warning (USR1 to the batch shell)
 // checkpoints on rank 0, requeues itself and resumes to the uninterrupted run's weights. The ranks are processes under
 // srun, never test workers. Skipped, with the reason in the suite's name, where Slurm or the tensorflow backend is missing.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { killChildren, makeCorpus, oneLongerRun, sweepCli, waitForFiles, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
+import { startLocalSlurm } from '../helpers/slurm.ts';
 
 const native = isTensorflowSetUp();
-const clusterDir = mkdtempSync(join(tmpdir(), 'sweep-slurm-units-'));
-const started = native ? spawnSync('bash', ['scripts/slurm-local.sh', 'start', join(clusterDir, 'cluster')], { encoding: 'utf8', timeout: 90_000 }) : null;
-const available = started?.status === 0;
-const reason = !native
-  ? 'the tensorflow backend is not set up'
-  : available
-    ? ''
-    : (started!.stderr || started!.stdout || String(started!.error)).trim().split('\n').at(-1);
-const env = { ...process.env, SLURM_CONF: join(clusterDir, 'cluster', 'slurm.conf') };
+const slurm = startLocalSlurm('sweep-slurm-units', native ? '' : 'the tensorflow backend is not set up');
+const { dir: clusterDir, available, reason, env } = slurm;
 
 let corpus: Corpus;
 beforeAll(async () => {
@@ -31,11 +24,7 @@ beforeAll(async () => {
 });
 afterAll(() => {
   killChildren();
-  if (available) {
-    spawnSync('scancel', ['--user', 'root'], { env });
-    spawnSync('bash', ['scripts/slurm-local.sh', 'stop', join(clusterDir, 'cluster')]);
-  }
-  rmSync(clusterDir, { recursive: true, force: true });
+  slurm.stop();
 });
 
 const runFolders = (runDir: string) => (existsSync(runDir) ? readdirSync(runDir).filter((e) => e !== '_sweep') : []);

@@ -16,13 +16,11 @@ import { loadSweep } from '../../src/sweep/spec.ts';
 import { TSX_IMPORT } from '../../src/tsx-import.ts';
 import { killChildren, makeCorpus, oneLongerRun, pollFor, sweepCli, waitForFiles, writeTinySweep } from './fixtures.ts';
 import type { Corpus } from './fixtures.ts';
+import { startLocalSlurm } from '../helpers/slurm.ts';
 
 const SETUP = 'bash scripts/slurm-local.sh install';
-const clusterDir = mkdtempSync(join(tmpdir(), 'sweep-slurm-'));
-const started = spawnSync('bash', ['scripts/slurm-local.sh', 'start', join(clusterDir, 'cluster')], { encoding: 'utf8', timeout: 90_000 });
-const available = started.status === 0;
-const reason = available ? '' : (started.stderr || started.stdout || String(started.error)).trim().split('\n').at(-1);
-const env = { ...process.env, SLURM_CONF: join(clusterDir, 'cluster', 'slurm.conf') };
+const cluster = startLocalSlurm('sweep-slurm');
+const { dir: clusterDir, available, reason, env } = cluster;
 
 let corpus: Corpus;
 beforeAll(async () => {
@@ -30,11 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => {
   killChildren();
-  if (available) {
-    spawnSync('scancel', ['--user', 'root'], { env });
-    spawnSync('bash', ['scripts/slurm-local.sh', 'stop', join(clusterDir, 'cluster')]);
-  }
-  rmSync(clusterDir, { recursive: true, force: true });
+  cluster.stop();
 });
 
 const slurm = (cmd: string, args: string[]) => execFileSync(cmd, args, { env, encoding: 'utf8' });

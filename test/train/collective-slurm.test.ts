@@ -3,9 +3,7 @@
 // in Slurm's variables (src/backend/cluster-env.ts), and the two give, bit for bit, the weights of one process
 // taking each batch's shards as micro-batches. Skipped, with the reason in the suite's name, where Slurm or the
 // tensorflow backend is missing.
-import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
@@ -13,25 +11,18 @@ import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
+import { startLocalSlurm } from '../helpers/slurm.ts';
 
 const native = isTensorflowSetUp();
-const clusterDir = mkdtempSync(join(tmpdir(), 'collective-slurm-'));
-const started = native ? spawnSync('bash', ['scripts/slurm-local.sh', 'start', join(clusterDir, 'cluster')], { encoding: 'utf8', timeout: 90_000 }) : null;
-const available = started?.status === 0;
-const reason = !native
-  ? 'the tensorflow backend is not set up'
-  : available
-    ? ''
-    : (started!.stderr || started!.stdout || String(started!.error)).trim().split('\n').at(-1);
-const env = { ...process.env, SLURM_CONF: join(clusterDir, 'cluster', 'slurm.conf') };
+const slurm = startLocalSlurm('collective-slurm', native ? '' : 'the tensorflow backend is not set up');
+const { dir: clusterDir, available, reason, env } = slurm;
 
 let setup: TinySetup;
 beforeAll(async () => {
   if (available) setup = await makeTinySetup(clusterDir);
 });
 afterAll(() => {
-  if (available) spawnSync('bash', ['scripts/slurm-local.sh', 'stop', join(clusterDir, 'cluster')]);
-  rmSync(clusterDir, { recursive: true, force: true });
+  slurm.stop();
 });
 
 async function finalWeights(output: string): Promise<Map<string, Float32Array>> {
