@@ -74,9 +74,10 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
   const stopOthers = (except: Rank) => {
     stopping = true;
     for (const r of ranks) {
-      if (r === except || r.exit) continue;
-      // Rank 0 ends by itself (a failed collective, or its checkpoint on SIGTERM); the others hold no state.
-      r.child.kill(r.rank === 0 ? 'SIGTERM' : 'SIGKILL');
+      // Rank 0 ends by itself: its next collective fails and it says which rank does not answer (a signal now could
+      // end it before it has said so); the grace period below ends it otherwise. The others hold no state.
+      if (r === except || r.exit || r.rank === 0) continue;
+      r.child.kill('SIGKILL');
     }
     killTimer ??= setTimeout(() => ranks.forEach((r) => r.exit || r.child.kill('SIGKILL')), GRACE_MS);
   };
