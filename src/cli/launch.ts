@@ -11,7 +11,11 @@ import { CLUSTER_ENV, RANK_ENV } from '../backend/cluster-env.ts';
 
 /** Lines of a failed rank's output the parent repeats (ranks other than 0 print nowhere else). */
 const KEPT_LINES = 20;
-/** How long rank 0 may take to end by itself (its collective fails within the heartbeat timeout) before it is killed. */
+/**
+ * When another rank failed: how long rank 0 has to end by itself, saying which rank does not answer (its collective
+ * fails within the heartbeat timeout, 4 s in backend/collective.ts), before it is sent SIGTERM; and before it is killed.
+ */
+const SELF_END_MS = 8_000;
 const GRACE_MS = 20_000;
 
 /** N distinct free ports on 127.0.0.1, as the system hands them out (all held open until every one is known). */
@@ -70,15 +74,17 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
 
   let failure: Rank | null = null;
   let stopping = false;
+  let termTimer: NodeJS.Timeout | null = null;
   let killTimer: NodeJS.Timeout | null = null;
   const stopOthers = (except: Rank) => {
     stopping = true;
     for (const r of ranks) {
-      // Rank 0 ends by itself: its next collective fails and it says which rank does not answer (a signal now could
-      // end it before it has said so); the grace period below ends it otherwise. The others hold no state.
+      // Rank 0 first ends by itself: its next collective fails and it says which rank does not answer (a signal at
+      // once could end it before it has said so). The others hold no state.
       if (r === except || r.exit || r.rank === 0) continue;
       r.child.kill('SIGKILL');
     }
+    termTimer ??= setTimeout(() => ranks[0].exit || ranks[0].child.kill('SIGTERM'), SELF_END_MS);
     killTimer ??= setTimeout(() => ranks.forEach((r) => r.exit || r.child.kill('SIGKILL')), GRACE_MS);
   };
   let signals = 0;
@@ -115,6 +121,7 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    if (termTimer) clearTimeout(termTimer);
     if (killTimer) clearTimeout(killTimer);
   }
   const failed = failure as Rank | null;
