@@ -21,8 +21,9 @@ export interface OutputMatch {
 
 const started: ChildProcess[] = [];
 
-export function startCli(script: string, args: string[], env: NodeJS.ProcessEnv = process.env): StartedCli {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
+/** `ownProcessGroup`: the command leads a process group of its own, as in a terminal, where Ctrl-C signals the whole group. */
+export function startCli(script: string, args: string[], env: NodeJS.ProcessEnv = process.env, { ownProcessGroup = false } = {}): StartedCli {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env, detached: ownProcessGroup });
   started.push(child);
   let text = '';
   let closed = false;

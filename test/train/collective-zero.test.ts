@@ -4,7 +4,6 @@
 // give, bit for bit, the weights and the moments of one process taking each batch's shards as micro-batches; their
 // checkpoints hold the whole moments and resume unsharded, with 2 ranks or 1, and an unsharded checkpoint resumes
 // sharded; Ctrl-C checkpoints once with every rank's slice of the moments.
-import { spawn } from 'node:child_process';
 import { cpSync, existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -13,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { CHECKPOINTS_DIR, MODEL_FILE, OPTIMIZER_FILE } from '../../src/store/layout.ts';
-import { startCli, waitForOutput } from '../helpers/cli.ts';
+import { startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
@@ -120,18 +119,12 @@ describe.skipIf(!isTensorflowSetUp())('ZeRO-1: optimizer state sharded over rank
     });
     const whole = await train(recipe, SHARDED);
     // As a terminal does: the launcher leads its own process group and SIGINT goes to the whole group.
-    const child = spawn(process.execPath, ['--import', 'tsx', TRAIN, recipe, '--backend', 'tensorflow', ...SHARDED], {
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let text = '';
-    child.stdout.on('data', (d) => (text += d));
-    child.stderr.on('data', (d) => (text += d));
-    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
-    const pids = await waitForOutput(child, () => text, /^\[train\] 2 processes \(pids (\d+), (\d+)\)/m);
-    await waitForOutput(child, () => text, /^step 3\/100 \|/m, pids.end);
-    process.kill(-child.pid!, 'SIGINT');
-    expect(await exited, text).toBe(130);
+    const run = startCli(TRAIN, [recipe, '--backend', 'tensorflow', ...SHARDED], process.env, { ownProcessGroup: true });
+    const pids = await run.waitForOutput(/^\[train\] 2 processes \(pids (\d+), (\d+)\)/m);
+    await run.waitForOutput(/^step 3\/100 \|/m, pids.end);
+    process.kill(-run.process.pid!, 'SIGINT');
+    expect((await run.exited).code, run.output()).toBe(130);
+    const text = run.output();
     // Rank 1 ended well as it learned of the stop, not failing in a collective after rank 0 left.
     expect(text).not.toMatch(/rank 1 of 2/);
     const saved = [...text.matchAll(/^checkpoint step (\d+) saved in [\d.]+ s: (\S+)\n/gm)];

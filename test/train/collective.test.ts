@@ -3,7 +3,6 @@
 // a process). Two ranks must give, bit for bit, the weights of one process taking each batch's shards as
 // micro-batches; a rank killed with SIGKILL must end the run in seconds, naming it, and the last
 // checkpoint must resume with two ranks exactly and with one.
-import { spawn } from 'node:child_process';
 import { cpSync, existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,7 +13,7 @@ import { CLUSTER_ENV, RANK_ENV } from '../../src/backend/cluster-env.ts';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { freePorts } from '../../src/cli/launch.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
-import { startCli, waitForOutput } from '../helpers/cli.ts';
+import { startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
@@ -209,18 +208,12 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
       evalInterval: 0,
     });
     // As a terminal does: the launcher leads its own process group and SIGINT goes to the whole group.
-    const child = spawn(process.execPath, ['--import', 'tsx', TRAIN, recipe, '--backend', 'tensorflow', '--processes', '2'], {
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let text = '';
-    child.stdout.on('data', (d) => (text += d));
-    child.stderr.on('data', (d) => (text += d));
-    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
-    const pids = await waitForOutput(child, () => text, /^\[train\] 2 processes \(pids (\d+), (\d+)\)/m);
-    await waitForOutput(child, () => text, /^step 3\/100 \|/m, pids.end);
-    process.kill(-child.pid!, 'SIGINT');
-    expect(await exited, text).toBe(130);
+    const run = startCli(TRAIN, [recipe, '--backend', 'tensorflow', '--processes', '2'], process.env, { ownProcessGroup: true });
+    const pids = await run.waitForOutput(/^\[train\] 2 processes \(pids (\d+), (\d+)\)/m);
+    await run.waitForOutput(/^step 3\/100 \|/m, pids.end);
+    process.kill(-run.process.pid!, 'SIGINT');
+    expect((await run.exited).code, run.output()).toBe(130);
+    const text = run.output();
     expect(text.match(/stopped by SIGINT/g), text).toHaveLength(1);
     expect(text.match(/^checkpoint step \d+ saved/gm), text).toHaveLength(1);
     for (const pid of [pids.match[1], pids.match[2]]) expect(() => process.kill(Number(pid), 0)).toThrow(); // every rank has ended
