@@ -41,6 +41,8 @@ interface Rank {
   child: ChildProcess;
   tail: string[];
   exit: { code: number | null; signal: NodeJS.Signals | null } | null;
+  /** Ended by this launcher (stopOthers), not by whatever ended the run. */
+  stopped?: boolean;
 }
 
 /**
@@ -76,16 +78,21 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
   let stopping = false;
   let termTimer: NodeJS.Timeout | null = null;
   let killTimer: NodeJS.Timeout | null = null;
+  /** Ends a rank this launcher stops (so that the report below does not take it for the cause). */
+  const end = (r: Rank, signal: NodeJS.Signals) => {
+    if (r.exit) return;
+    r.stopped = true;
+    r.child.kill(signal);
+  };
   const stopOthers = (except: Rank) => {
     stopping = true;
     for (const r of ranks) {
       // Rank 0 first ends by itself: its next collective fails and it says which rank does not answer (a signal at
       // once could end it before it has said so). The others hold no state.
-      if (r === except || r.exit || r.rank === 0) continue;
-      r.child.kill('SIGKILL');
+      if (r !== except && r.rank !== 0) end(r, 'SIGKILL');
     }
-    termTimer ??= setTimeout(() => ranks[0].exit || ranks[0].child.kill('SIGTERM'), SELF_END_MS);
-    killTimer ??= setTimeout(() => ranks.forEach((r) => r.exit || r.child.kill('SIGKILL')), GRACE_MS);
+    termTimer ??= setTimeout(() => end(ranks[0], 'SIGTERM'), SELF_END_MS);
+    killTimer ??= setTimeout(() => ranks.forEach((r) => end(r, 'SIGKILL')), GRACE_MS);
   };
   let signals = 0;
   const onSignal = (signal: NodeJS.Signals) => {
@@ -124,7 +131,10 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
     if (termTimer) clearTimeout(termTimer);
     if (killTimer) clearTimeout(killTimer);
   }
-  const failed = failure as Rank | null;
+  // A rank killed from outside ends the run even when rank 0's failed collective reached the parent first: both
+  // exits arrive at once, in either order, and the killed rank is the cause.
+  const killed = failure ? ranks.find((r) => r.exit?.signal === 'SIGKILL' && !r.stopped) : undefined;
+  const failed = (killed ?? failure) as Rank | null;
   if (!failed) return 0;
   const { code, signal } = failed.exit!;
   const how = signal ? `was killed by ${signal}` : `exited with status ${code}`;

@@ -10,13 +10,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
-import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { CHECKPOINTS_DIR, MODEL_FILE, OPTIMIZER_FILE } from '../../src/store/layout.ts';
 import { startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
+import { maxDifference, TRAIN, tensorsOf, trainCommand } from './collective-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
-const TRAIN = 'src/cli/train.ts';
 const SHARDED = ['--processes', '2', '--train.shardOptimizer=true'];
 let dir: string;
 let setup: TinySetup;
@@ -32,37 +31,12 @@ afterAll(async () => {
 /** Runs `npm run train -- <recipe> --backend tensorflow <args>` to its end; returns its output, run folder and final/ folder. */
 const train = (recipe: string, args: string[]) => trainCommand([recipe, '--backend', 'tensorflow', ...args]);
 
-async function trainCommand(argv: string[]): Promise<{ output: string; runDir: string; finalDir: string }> {
-  const run = startCli(TRAIN, argv);
-  const exit = await run.exited;
-  expect(exit.code, run.output()).toBe(0);
-  const saved = /\| saved (\S+)\n/.exec(run.output());
-  expect(saved, run.output()).not.toBeNull();
-  return { output: run.output(), runDir: join(saved![1], '..'), finalDir: saved![1] };
-}
-
-async function tensors(file: string): Promise<Map<string, Float32Array>> {
-  const { tensors } = await readSafetensors(file);
-  return new Map([...tensors].map(([name, t]) => [name, t.data]));
-}
+const tensors = tensorsOf;
 
 const checkpoint = (runDir: string, step: number) => join(runDir, CHECKPOINTS_DIR, `step-${String(step).padStart(6, '0')}`);
 
-/** The largest |a − b| over every tensor (the two files hold the same names); at least one value must be non-zero. */
-function maxDifference(a: Map<string, Float32Array>, b: Map<string, Float32Array>): number {
-  expect([...a.keys()].sort()).toEqual([...b.keys()].sort());
-  let max = 0;
-  let nonZero = false;
-  for (const [name, x] of a) {
-    const y = b.get(name)!;
-    for (let i = 0; i < x.length; i++) {
-      max = Math.max(max, Math.abs(x[i] - y[i]));
-      nonZero ||= x[i] !== 0;
-    }
-  }
-  expect(nonZero).toBe(true);
-  return max;
-}
+/** The largest |a − b| over every tensor; at least one value must be non-zero. */
+const differenceOf = (a: Map<string, Float32Array>, b: Map<string, Float32Array>) => maxDifference(a, b, { nonZero: true });
 
 describe.skipIf(!isTensorflowSetUp())('ZeRO-1: optimizer state sharded over ranks (train.shardOptimizer)', () => {
   it("two sharded ranks give one process's weights and AdamW moments over the same shards, bit for bit (GPT with dropout and Performer redraws)", async () => {
@@ -71,10 +45,10 @@ describe.skipIf(!isTensorflowSetUp())('ZeRO-1: optimizer state sharded over rank
     expect(ranks.output).toMatch(/one ring all-reduce of [\d,]+ floats .* per step; AdamW's moments sharded \(ZeRO-1\): this rank keeps [\d,]+ of each/);
     // Shard r of each batch of 4 rows is rows 2r, 2r+1 with dropout seed r: one process reading batches of 2 rows, 2 per step.
     const single = await train(recipe, ['--train.batchSize=2', '--train.gradAccum=2']);
-    expect(maxDifference(await tensors(join(ranks.finalDir, MODEL_FILE)), await tensors(join(single.finalDir, MODEL_FILE)))).toBe(0);
+    expect(differenceOf(await tensors(join(ranks.finalDir, MODEL_FILE)), await tensors(join(single.finalDir, MODEL_FILE)))).toBe(0);
     // The last checkpoint (step 8) holds the whole moments, gathered from both ranks by rank 0.
     const moments = async (run: { runDir: string }) => tensors(join(checkpoint(run.runDir, 8), OPTIMIZER_FILE));
-    expect(maxDifference(await moments(ranks), await moments(single))).toBe(0);
+    expect(differenceOf(await moments(ranks), await moments(single))).toBe(0);
   });
 
   it('a sharded checkpoint resumes unsharded with 2 ranks exactly and with 1 up to rounding; an unsharded one resumes sharded exactly', async () => {
@@ -89,9 +63,9 @@ describe.skipIf(!isTensorflowSetUp())('ZeRO-1: optimizer state sharded over rank
     const sharded = await train(recipe, [...SHARDED, noDropout]);
     const unsharded = await train(recipe, ['--processes', '2', noDropout]);
     const reference = await tensors(join(sharded.finalDir, MODEL_FILE));
-    expect(maxDifference(await tensors(join(unsharded.finalDir, MODEL_FILE)), reference)).toBe(0);
+    expect(differenceOf(await tensors(join(unsharded.finalDir, MODEL_FILE)), reference)).toBe(0);
     const midway = async (run: { runDir: string }) => tensors(join(checkpoint(run.runDir, 6), OPTIMIZER_FILE));
-    expect(maxDifference(await midway(sharded), await midway(unsharded))).toBe(0);
+    expect(differenceOf(await midway(sharded), await midway(unsharded))).toBe(0);
 
     // Each resume from a copy: a checkpoint outside its run continues in a new run folder.
     const copy = (run: { runDir: string }, name: string) => {
@@ -101,13 +75,13 @@ describe.skipIf(!isTensorflowSetUp())('ZeRO-1: optimizer state sharded over rank
     };
     const unshardedFromSharded = await train(recipe, ['--processes', '2', noDropout, '--resume', copy(sharded, 'from-sharded-2')]);
     expect(unshardedFromSharded.output).toMatch(/resumed from .* at step 6/);
-    expect(maxDifference(await tensors(join(unshardedFromSharded.finalDir, MODEL_FILE)), reference)).toBe(0);
+    expect(differenceOf(await tensors(join(unshardedFromSharded.finalDir, MODEL_FILE)), reference)).toBe(0);
     const shardedFromUnsharded = await train(recipe, [...SHARDED, noDropout, '--resume', copy(unsharded, 'from-unsharded')]);
-    expect(maxDifference(await tensors(join(shardedFromUnsharded.finalDir, MODEL_FILE)), reference)).toBe(0);
+    expect(differenceOf(await tensors(join(shardedFromUnsharded.finalDir, MODEL_FILE)), reference)).toBe(0);
     // One process sums each batch's rows in another order than the two ranks' all-reduce does.
     const alone = await train(recipe, [noDropout, '--resume', copy(sharded, 'from-sharded-1')]);
     // Measured: 4.1e-8 after the 6 resumed steps (docs/distributed.md).
-    expect(maxDifference(await tensors(join(alone.finalDir, MODEL_FILE)), reference)).toBeLessThan(1e-6);
+    expect(differenceOf(await tensors(join(alone.finalDir, MODEL_FILE)), reference)).toBeLessThan(1e-6);
   });
 
   it('Ctrl-C on the launcher: rank 0 saves one complete checkpoint with both slices of the moments, and it resumes to the uninterrupted run', async () => {
@@ -134,6 +108,6 @@ describe.skipIf(!isTensorflowSetUp())('ZeRO-1: optimizer state sharded over rank
     expect(command![1]).toContain('--train.shardOptimizer=true');
     const resumed = await trainCommand(command![1].split(' '));
     expect(resumed.output).toMatch(new RegExp(`resumed from .* at step ${saved[0][1]}`));
-    expect(maxDifference(await tensors(join(resumed.finalDir, MODEL_FILE)), await tensors(join(whole.finalDir, MODEL_FILE)))).toBe(0);
+    expect(differenceOf(await tensors(join(resumed.finalDir, MODEL_FILE)), await tensors(join(whole.finalDir, MODEL_FILE)))).toBe(0);
   });
 });

@@ -12,12 +12,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLUSTER_ENV, RANK_ENV } from '../../src/backend/cluster-env.ts';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { freePorts } from '../../src/cli/launch.ts';
-import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
+import { maxDifference, TRAIN, tensorsOf, trainCommand } from './collective-fixtures.ts';
 import type { TinySetup } from './checkpoint-fixtures.ts';
 
-const TRAIN = 'src/cli/train.ts';
 let dir: string;
 let setup: TinySetup;
 
@@ -29,31 +28,9 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** Runs `npm run train -- <recipe> --backend tensorflow <args>` to its end; returns its output and final/ folder. */
-async function train(recipe: string, args: string[]): Promise<{ output: string; finalDir: string }> {
-  const run = startCli(TRAIN, [recipe, '--backend', 'tensorflow', ...args]);
-  const exit = await run.exited;
-  expect(exit.code, run.output()).toBe(0);
-  const saved = /\| saved (\S+)\n/.exec(run.output());
-  expect(saved, run.output()).not.toBeNull();
-  return { output: run.output(), finalDir: saved![1] };
-}
-
-async function weights(finalDir: string): Promise<Map<string, Float32Array>> {
-  const { tensors } = await readSafetensors(join(finalDir, 'model.safetensors'));
-  return new Map([...tensors].map(([name, t]) => [name, t.data]));
-}
-
-/** The largest |a − b| over every weight (the two models have the same tensors). */
-function maxDifference(a: Map<string, Float32Array>, b: Map<string, Float32Array>): number {
-  expect([...a.keys()].sort()).toEqual([...b.keys()].sort());
-  let max = 0;
-  for (const [name, x] of a) {
-    const y = b.get(name)!;
-    for (let i = 0; i < x.length; i++) max = Math.max(max, Math.abs(x[i] - y[i]));
-  }
-  return max;
-}
+/** Runs `npm run train -- <recipe> --backend tensorflow <args>` to its end. */
+const train = (recipe: string, args: string[]) => trainCommand([recipe, '--backend', 'tensorflow', ...args]);
+const weights = (finalDir: string) => tensorsOf(join(finalDir, 'model.safetensors'));
 
 describe.skipIf(!isTensorflowSetUp())('one run across processes (train --processes)', () => {
   it('two ranks give the weights of one process over the same shards, bit for bit: GPT with dropout and Performer redraws', async () => {
