@@ -59,13 +59,14 @@ const GiB = 1024 ** 3;
 const TREE_PREFIX = 'tree-';
 
 /** Headers that c_api.h and eager/c_api.h include (checked against TF 2.21), as wheel paths under tensorflow/. */
-// …and what tensorflow/c/kernels.h includes, for the fused kernels (native/fused_ops.cc).
+// …and what tensorflow/c/kernels.h includes, and Eigen, for the fused kernels (native/fused_ops.cc).
 const HEADER_FOLDERS = [
   'include/tensorflow/c',
   'include/tensorflow/core/platform',
   'include/tsl/platform',
   'include/xla/tsl/c',
   'include/tensorflow/core/common_runtime/next_pluggable_device/c',
+  'include/Eigen',
 ];
 const LIBRARIES = ['libtensorflow_cc.so.2', 'libtensorflow_framework.so.2'];
 

@@ -65,6 +65,32 @@ export function fusedAttentionSoftmaxGrad(): ((probs: tf.Tensor, dprobs: tf.Tens
   return (probs, dprobs, dout, out) => run('SlayformerAttentionSoftmaxGrad', { probs, dprobs, dout, out }) as tf.Tensor;
 }
 
+type CausalAttention = (q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D) => tf.Tensor3D;
+const causalAttention: CausalAttention = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [q, k, v, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
+  const [out, probs] = run('SlayformerCausalAttention', { q, k, v }) as tf.Tensor3D[];
+  save([q, k, v, probs, out]);
+  return {
+    value: out,
+    gradFunc: (dout: tf.Tensor, [sq, sk, sv, sp, so]: tf.Tensor[]) =>
+      run('SlayformerCausalAttentionGrad', { dout, q: sq, k: sk, v: sv, probs: sp, out: so }) as tf.Tensor[],
+  };
+}) as CausalAttention;
+
+/**
+ * softmax(q·kᵀ, causal)·v for q (scaled), k, v [N, L, D] as one op whose products skip the key tiles a
+ * query strip cannot see (attention/softmax.ts), or null where the backend has no such kernel.
+ */
+export function fusedCausalAttention(): CausalAttention | null {
+  return hasFusedKernel('SlayformerCausalAttention') ? causalAttention : null;
+}
+
+/** Σ over the rows of x [N, C] (a bias gradient: layers.ts), or null where the backend has no such kernel. */
+export function fusedColumnSums(): ((x: tf.Tensor2D) => tf.Tensor1D) | null {
+  if (!hasFusedKernel('SlayformerColumnSums')) return null;
+  return (x) => run('SlayformerColumnSums', { x }) as tf.Tensor1D;
+}
+
 /** x [N, in]·W [in, out] + b as one op pair the backend fuses (fused-kernels.ts), or null where it has none. */
 export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
   if (!hasFusedKernel(LINEAR_WITH_BIAS)) return null;

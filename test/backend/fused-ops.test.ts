@@ -19,7 +19,7 @@ import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
 import { fusedCausalProduct } from '../../src/model/fused.ts';
-import { activate, layerNorm, linear } from '../../src/model/layers.ts';
+import { activate, columnSums, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
 const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
@@ -105,12 +105,17 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(tf.memory().numTensors).toBe(before);
   });
 
-  it.each([true, false])(
-    'softmax attention (causal %s): value and the q, k, v gradients equal the composed form and float64 exact attention; no tensor left',
-    (causal) => {
+  // L = 37: rows longer and shorter than the kernels' 16-lane blocks, and their tails; L = 150: the causal
+  // kernel's three query strips of 64, the last one partial.
+  it.each([
+    [true, 37],
+    [true, 150],
+    [false, 37],
+  ])(
+    'softmax attention (causal %s, L = %i): value and the q, k, v gradients equal the composed form and float64 exact attention; no tensor left',
+    (causal, l) => {
       const before = tf.memory().numTensors;
-      // L = 37: rows longer and shorter than the kernels' 16-lane blocks, and their tails.
-      const shape: [number, number, number, number] = [2, 3, 37, 8];
+      const shape: [number, number, number, number] = [2, 3, l, 8];
       const [qa, ka, va, ua] = [0, 1, 2, 3].map(() => randomArray4(rng, shape, 1.5));
       const [q, k, v, up] = [qa, ka, va, ua].map(tensor4);
       const attn = createAttention('softmax', { numHeads: 3, headDim: 8, causal });
@@ -125,7 +130,8 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     },
   );
 
-  it('causal softmax: a NaN score makes its row NaN as the composed form does (the non-finite rule sees it); non-square scores are refused', () => {
+  it('causal attention: a NaN score makes its row NaN as the composed form does (the non-finite rule sees it); bad shapes are refused', () => {
+    expect(hasFusedKernel('SlayformerCausalAttention')).toBe(true);
     expect(hasFusedKernel('SlayformerCausalSoftmax')).toBe(true);
     const attn = createAttention('softmax', { numHeads: 1, headDim: 4, causal: true });
     const qs = randn(20 * 4);
@@ -139,9 +145,14 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
       });
     expect(rowsWithNaN()).toEqual([5]);
     expect(withComposedKernels(rowsWithNaN)).toEqual([5]);
+    expect(withComposedKernels(rowsWithNaN, ['SlayformerCausalAttention'])).toEqual([5]);
     const scores = tf.zeros([2, 3, 4]);
     expect(() => tf.engine().runKernel('SlayformerCausalSoftmax', { scores })).toThrow(/SlayformerCausalSoftmax: scores must be \[\.\., L, L\]/);
-    tf.dispose([q, k, scores]);
+    const wider = tf.zeros([2, 4, 4]);
+    expect(() => tf.engine().runKernel('SlayformerCausalAttention', { q: scores, k: scores, v: wider })).toThrow(
+      /SlayformerCausalAttention: q, k, v .* must be \[N, L, D\] of one shape/,
+    );
+    tf.dispose([q, k, scores, wider]);
     attn.dispose();
   });
 
@@ -200,6 +211,27 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
     fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(2e-6));
     tf.dispose([x, w, b, up]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('column sums (a bias gradient): the float64 sums, on shapes that split over threads or not; bad shapes are refused', () => {
+    const before = tf.memory().numTensors;
+    for (const [n, c] of [
+      [7, 5],
+      [2048, 200],
+    ]) {
+      const xs = randn(n * c, 3);
+      const x = tf.tensor2d(xs, [n, c]);
+      const sums = tf.tidy(() => columnSums(x).dataSync().slice());
+      const exact = new Array<number>(c).fill(0);
+      xs.forEach((v, i) => (exact[i % c] += Math.fround(v)));
+      // The sums of the float32 inputs in float64, rounded once to float32.
+      exact.forEach((e, j) => expect(Math.abs(sums[j] - e)).toBeLessThanOrEqual(Math.abs(e) * 2 ** -23 + 1e-6));
+      x.dispose();
+    }
+    const cube = tf.zeros([2, 3, 4]);
+    expect(() => tf.engine().runKernel('SlayformerColumnSums', { x: cube })).toThrow(/SlayformerColumnSums: x must be \[N, C\]/);
+    cube.dispose();
     expect(tf.memory().numTensors).toBe(before);
   });
 

@@ -14,12 +14,20 @@
 #include <node_api.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
+
+// The wheel's Eigen (3.4.90) does not compile its half-precision packets under GCC 12 on CPUs with
+// AVX512-FP16; these kernels use float alone, so Eigen is told the CPU lacks it.
+#undef __AVX512FP16__
+// One Eigen product per call on the calling thread: the kernels split their work over threads themselves.
+#define EIGEN_DONT_PARALLELIZE
+#include <Eigen/Core>
 
 #include "tensorflow/c/kernels.h"
 #include "tensorflow/c/ops.h"
@@ -317,6 +325,21 @@ inline void expShifted(const float* __restrict x, float shift, float* __restrict
   for (int64_t j = 0; j < n; j++) e[j] = expApprox(x[j] - shift);
 }
 
+// Row x[0..n) in place: x[0..seen) becomes its softmax and x[seen..n) zeros, in three passes (the
+// exponentials summed as they are written; the scaling and the zeros in one loop).
+inline void softmaxPrefix(float* __restrict x, int64_t seen, int64_t n) {
+  const float shift = rowMax(x, seen);
+  float lanes[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= seen; j += 16)
+    for (int k = 0; k < 16; k++) lanes[k] += (x[j + k] = expApprox(x[j + k] - shift));
+  float total = 0;
+  for (; j < seen; j++) total += (x[j] = expApprox(x[j] - shift));
+  for (float lane : lanes) total += lane;
+  const float inv = 1.0f / total;
+  for (j = 0; j < n; j++) x[j] = j < seen ? x[j] * inv : 0.0f;
+}
+
 // scores [.., L, L] → p: row i is the softmax of its keys j ≤ i, and 0 for j > i — what softmax of
 // scores + (−1e9 above the diagonal) gives in float32 (e^−1e9 = 0), with half the exponentials.
 void causalSoftmaxForward(void*, TF_OpKernelContext* ctx) {
@@ -473,6 +496,157 @@ void causalProductBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
+// ---- Column sums: a dense layer's bias gradient. ----------------------------------------------
+
+// x [N, C] → Σ_rows x [C], summed in double (exact enough that the order does not matter): TensorFlow's
+// Sum over axis 0 took 0.5–1 ms for [2048, 512] in the step's profile, a read of 4 MB (docs/benchmarks.md).
+void columnSums(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* x = input(ctx, 0, status);
+  TF_Tensor* sums = nullptr;
+  if (TF_GetCode(status) == TF_OK && TF_NumDims(x) != 2)
+    TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerColumnSums: x must be [N, C]");
+  if (TF_GetCode(status) == TF_OK) sums = output(ctx, 0, {TF_Dim(x, 1)}, status);
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t n = TF_Dim(x, 0), c = TF_Dim(x, 1);
+    const float* xs = data(x);
+    float* out = data(sums);
+    // Threads take column ranges of whole cache lines (16 floats), each running down every row.
+    const int64_t lines = (c + 15) / 16;
+    parallelRows(lines, n * 16, [&](int64_t begin, int64_t end) {
+      const int64_t c0 = begin * 16, c1 = std::min(c, end * 16);
+      std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
+      for (int64_t row = 0; row < n; row++) {
+        const float* xr = xs + row * c + c0;
+        for (int64_t j = 0; j < c1 - c0; j++) acc[j] += xr[j];
+      }
+      for (int64_t j = c0; j < c1; j++) out[j] = static_cast<float>(acc[j - c0]);
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {x, sums})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// ---- Causal softmax attention over query strips: masked tiles are never computed. -----------------
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixView = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
+using ConstMatrixView = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
+
+// rows × cols of a row-major matrix at p whose rows are `stride` floats apart.
+MatrixView view(float* p, int64_t rows, int64_t cols, int64_t stride) { return MatrixView(p, rows, cols, Eigen::OuterStride<>(stride)); }
+ConstMatrixView view(const float* p, int64_t rows, int64_t cols, int64_t stride) {
+  return ConstMatrixView(p, rows, cols, Eigen::OuterStride<>(stride));
+}
+
+// Query rows per strip. Strip [i0, i1) meets keys [0, i1) only: with L = 256 the products do 62% of
+// the full square's work (50% is the triangle), in products large enough to run near Eigen's GEMM
+// speed; 32 did no better in docs/benchmarks.md's measurement.
+constexpr int64_t kStrip = 64;
+
+// Whether q, k, v are [N, L, D] of one shape; else sets an error naming the op.
+bool sameHeads(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_Status* status) {
+  const TF_Tensor* first = *ts.begin();
+  bool ok = TF_NumDims(first) == 3;
+  for (const TF_Tensor* t : ts) ok = ok && TF_NumDims(t) == 3 && dimsOf(t) == dimsOf(first);
+  if (!ok) TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": q, k, v (and dout, out) must be [N, L, D] of one shape").c_str());
+  return ok;
+}
+
+// q (scaled), k, v [N, L, D] → out = P·v and P [N, L, L], P the causal softmax of q·kᵀ (0 above the
+// diagonal, as SlayformerCausalSoftmax gives): the composed form's three ops (src/model/attention/softmax.ts)
+// with the products done strip by strip, skipping the key tiles a strip's queries cannot see.
+void causalAttentionForward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* q = input(ctx, 0, status);
+  TF_Tensor* k = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
+  TF_Tensor* v = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  TF_Tensor *out = nullptr, *probs = nullptr;
+  if (TF_GetCode(status) == TF_OK && sameHeads({q, k, v}, "SlayformerCausalAttention", status)) {
+    out = output(ctx, 0, dimsOf(q), status);
+    if (TF_GetCode(status) == TF_OK) probs = output(ctx, 1, {TF_Dim(q, 0), TF_Dim(q, 1), TF_Dim(q, 1)}, status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1), d = TF_Dim(q, 2);
+    const float *qs = data(q), *ks = data(k), *vs = data(v);
+    float *os = data(out), *ps = data(probs);
+    parallelRows(n, l * l * d, [&](int64_t begin, int64_t end) {
+      for (int64_t h = begin; h < end; h++) {
+        const float *qh = qs + h * l * d, *kh = ks + h * l * d, *vh = vs + h * l * d;
+        float *oh = os + h * l * d, *ph = ps + h * l * l;
+        for (int64_t i0 = 0; i0 < l; i0 += kStrip) {
+          const int64_t i1 = std::min(l, i0 + kStrip);
+          view(ph + i0 * l, i1 - i0, i1, l).noalias() = view(qh + i0 * d, i1 - i0, d, d) * view(kh, i1, d, d).transpose();
+          for (int64_t i = i0; i < i1; i++) softmaxPrefix(ph + i * l, i + 1, l);
+          view(oh + i0 * d, i1 - i0, d, d).noalias() = view(ph + i0 * l, i1 - i0, i1, l) * view(vh, i1, d, d);
+        }
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : {q, k, v, out, probs})
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// dout, q, k, v, out [N, L, D], P [N, L, L] → dq, dk, dv: dS = P⊙(dout·vᵀ − rowsum(dout⊙out)) on the
+// strips, dq = dS·k by query strips, dk = dSᵀ·q and dv = Pᵀ·dout by key strips (the rows at or below them).
+void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* in[6] = {};
+  for (int i = 0; i < 6 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  TF_Tensor* grads[3] = {};  // dq, dk, dv
+  auto [dout, q, k, v, probs, out] = in;
+  if (TF_GetCode(status) == TF_OK && sameHeads({dout, q, k, v, out}, "SlayformerCausalAttentionGrad", status)) {
+    const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1);
+    if (dimsOf(probs) != std::vector<int64_t>{n, l, l})
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalAttentionGrad: probs must be [N, L, L] for q [N, L, D]");
+    for (int i = 0; i < 3 && TF_GetCode(status) == TF_OK; i++) grads[i] = output(ctx, i, dimsOf(q), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1), d = TF_Dim(q, 2);
+    const float *gos = data(dout), *qs = data(q), *ks = data(k), *vs = data(v), *ps = data(probs), *os = data(out);
+    float *dqs = data(grads[0]), *dks = data(grads[1]), *dvs = data(grads[2]);
+    parallelRows(n, l * l * d, [&](int64_t begin, int64_t end) {
+      // dS of one head: only the strips' entries are written, and only those are read.
+      std::vector<float> ds(static_cast<size_t>(l * l));
+      for (int64_t h = begin; h < end; h++) {
+        const int64_t at = h * l * d;
+        const float *go = gos + at, *qh = qs + at, *kh = ks + at, *vh = vs + at, *oh = os + at, *ph = ps + h * l * l;
+        for (int64_t i0 = 0; i0 < l; i0 += kStrip) {
+          const int64_t i1 = std::min(l, i0 + kStrip);
+          view(ds.data() + i0 * l, i1 - i0, i1, l).noalias() = view(go + i0 * d, i1 - i0, d, d) * view(vh, i1, d, d).transpose();
+          for (int64_t i = i0; i < i1; i++) {
+            float term = 0;
+            for (int64_t c = 0; c < d; c++) term += go[i * d + c] * oh[i * d + c];
+            const float* pr = ph + i * l;
+            float* dsr = ds.data() + i * l;
+            for (int64_t j = 0; j < i1; j++) dsr[j] = pr[j] * (dsr[j] - term);
+          }
+          view(dqs + at + i0 * d, i1 - i0, d, d).noalias() = view(ds.data() + i0 * l, i1 - i0, i1, l) * view(kh, i1, d, d);
+        }
+        for (int64_t j0 = 0; j0 < l; j0 += kStrip) {
+          const int64_t j1 = std::min(l, j0 + kStrip);
+          view(dks + at + j0 * d, j1 - j0, d, d).noalias() =
+              view(ds.data() + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(qh + j0 * d, l - j0, d, d);
+          view(dvs + at + j0 * d, j1 - j0, d, d).noalias() = view(ph + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(go + j0 * d, l - j0, d, d);
+        }
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : in)
+    if (t) TF_DeleteTensor(t);
+  for (TF_Tensor* t : grads)
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
 // ---- Registration. --------------------------------------------------------------------------------
 
 void sameShapeAsInput(TF_ShapeInferenceContext* ctx, TF_Status* status, int input, int outputs) {
@@ -510,6 +684,30 @@ void layerNormGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
 // dx, dy: x's shape.
 void causalProductGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 2); }
 
+// out: q's shape; probs: [N, L, L].
+void causalAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  sameShapeAsInput(ctx, status, 0, 1);
+  TF_ShapeHandle *q = TF_NewShapeHandle(), *nl = TF_NewShapeHandle(), *l = TF_NewShapeHandle(), *probs = TF_NewShapeHandle();
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextGetInput(ctx, 0, q, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, q, 0, 2, nl, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, q, 1, 2, l, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextConcatenateShapes(ctx, nl, l, probs, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, 1, probs, status);
+  for (TF_ShapeHandle* h : {q, nl, l, probs}) TF_DeleteShapeHandle(h);
+}
+
+// sums: x's last axis.
+void columnSumShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  TF_ShapeHandle *x = TF_NewShapeHandle(), *last = TF_NewShapeHandle();
+  TF_ShapeInferenceContextGetInput(ctx, 0, x, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, x, -1, 1 << 20, last, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, 0, last, status);
+  for (TF_ShapeHandle* h : {x, last}) TF_DeleteShapeHandle(h);
+}
+
+// dq, dk, dv: q's shape.
+void causalAttentionGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 3); }
+
 struct OpSpec {
   const char* name;
   std::vector<const char*> inputs, outputs, attrs;
@@ -539,6 +737,11 @@ const std::vector<OpSpec>& specs() {
       {"SlayformerCausalProduct", {"x: float", "y: float"}, {"z: float"}, {}, firstInputShape, noState, causalProductForward, noDelete},
       {"SlayformerCausalProductGrad", {"g: float", "x: float", "y: float"}, {"dx: float", "dy: float"}, {}, causalProductGradShapes, noState,
        causalProductBackward, noDelete},
+      {"SlayformerCausalAttention", {"q: float", "k: float", "v: float"}, {"out: float", "probs: float"}, {}, causalAttentionShapes, noState,
+       causalAttentionForward, noDelete},
+      {"SlayformerCausalAttentionGrad", {"dout: float", "q: float", "k: float", "v: float", "probs: float", "out: float"},
+       {"dq: float", "dk: float", "dv: float"}, {}, causalAttentionGradShapes, noState, causalAttentionBackward, noDelete},
+      {"SlayformerColumnSums", {"x: float"}, {"sums: float"}, {}, columnSumShapes, noState, columnSums, noDelete},
   };
   return all;
 }

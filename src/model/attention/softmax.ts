@@ -4,7 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
-import { fusedAttentionSoftmaxGrad, fusedCausalSoftmax } from '../fused.ts';
+import { fusedAttentionSoftmaxGrad, fusedCausalAttention, fusedCausalSoftmax } from '../fused.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
@@ -79,8 +79,10 @@ registerAttention('softmax', {
         // multiplications forward and backward.
         const [qs, ks, vs] = [flattenHeads(tf.mul(q, scale)), flattenHeads(k), flattenHeads(v)];
         const fused = fusedFormsEnabled();
+        // Causal attention whole as one kernel where the backend has it (the masked key tiles never computed).
+        const causalKernel = mask === 'causal' && fused ? fusedCausalAttention() : null;
         const products = fused ? attentionProducts : composedAttention;
-        const out = products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask, fused));
+        const out = causalKernel ? causalKernel(qs, ks, vs) : products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask, fused));
         return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {
