@@ -1,0 +1,51 @@
+// Our training step, run on command so that bench/versus.ts can interleave it with the PyTorch peer's
+// (peer_lockstep.py is its twin): one process per attention, because a process holds one model's named
+// variables. Prints {"ready": …} once the model is built; `steps N` on stdin runs N steps (the reference GPT,
+// AdamW, recorded functions on the tensorflow backend with its fused kernels) and prints
+// {"ms": [wall ms per step], "cpuMs": [process CPU ms per step], "loss": …}; EOF ends it.
+//
+//   node --import tsx bench/step_lockstep.ts ATTENTION VOCAB D LAYERS HEADS SEQ BATCH
+import * as readline from 'node:readline';
+import { fusedCpuKernelsStatus } from '../src/backend/fused-kernels.ts';
+import { initBackend } from '../src/backend/start.ts';
+import { Rng } from '../src/core/rng.ts';
+import { createLanguageModel } from '../src/model/lm.ts';
+import { AdamW } from '../src/train/optimizer.ts';
+import { trainStep } from '../src/train/step.ts';
+import { randomBatch } from '../src/train/throughput.ts';
+
+const [attention, vocab, d, layers, heads, seq, batchSize] = process.argv.slice(2).map((x, i) => (i === 0 ? x : Number(x))) as [string, ...number[]];
+await initBackend('tensorflow', { quiet: true });
+const model = createLanguageModel({
+  kind: 'gpt',
+  vocabSize: vocab,
+  maxSeqLen: seq,
+  dModel: d,
+  numLayers: layers,
+  numHeads: heads,
+  mlpRatio: 4,
+  dropout: 0,
+  bias: true,
+  attention: { name: attention, options: {} },
+  seed: 1,
+});
+const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+const rng = new Rng(7);
+console.log(JSON.stringify({ ready: 'tensorflow', fusedKernels: fusedCpuKernelsStatus() }));
+for await (const line of readline.createInterface({ input: process.stdin })) {
+  const match = /^steps (\d+)$/.exec(line.trim());
+  if (!match) throw new Error(`step_lockstep: expected 'steps N', got '${line}'`);
+  const result = { ms: [] as number[], cpuMs: [] as number[], loss: NaN };
+  for (let i = 0; i < Number(match[1]); i++) {
+    const batch = randomBatch(rng, 'gpt', batchSize, seq, vocab);
+    const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
+    result.loss = (await trainStep(model, optimizer, [batch], { lr: 3e-4, clip: 1, dropoutSeed: null, graph: true })).loss;
+    result.ms.push(performance.now() - t0);
+    const cpu = process.cpuUsage(cpu0);
+    result.cpuMs.push((cpu.user + cpu.system) / 1000);
+  }
+  console.log(JSON.stringify(result));
+}
+optimizer.dispose();
+model.dispose();
