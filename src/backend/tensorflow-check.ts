@@ -3,6 +3,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { initBackend } from './start.ts';
 import { Rng } from '../core/rng.ts';
+import { fusedCpuKernelsStatus } from './fused-kernels.ts';
 import { readBuildStamp } from './native-build.ts';
 import { tensorflowInfo } from './tensorflow.ts';
 import { CompiledGraph, graphDevice, graphsAvailable, recordTrace } from './tf-graph.ts';
@@ -119,6 +120,8 @@ export async function verifyTensorflow(): Promise<Check[]> {
       detail: 'this binding has no TensorFlow functions (a stock tfjs-node): training steps run op by op',
     });
   }
+  // The fused kernels are optional too (the composed ops run without them); their state is reported.
+  if (!info.gpu) checks.push({ name: 'fused CPU kernels', ok: true, detail: fusedCpuKernelsStatus() });
   checks.push({
     name: 'TF 2.21 fixes',
     ok: rounded.join() === '3,-2' && joined.join() === '1,2',

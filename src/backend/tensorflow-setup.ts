@@ -446,11 +446,11 @@ function compileFusedOps(packageDir: string, work: string, tools: Tools, log: (l
   fs.copyFileSync(path.join(import.meta.dirname, 'native', 'fused_ops.cc'), path.join(dir, 'fused_ops.cc'));
   const deps = path.join(packageDir, 'deps');
   // No -ffast-math: NaN and Inf must pass through (the non-finite rule reads them); -fno-trapping-math lets the element loops vectorise.
-  const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17'];
+  // The headers as system headers: Eigen's own code would print megabytes of -Wmaybe-uninitialized warnings.
+  const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17', '-isystem', path.join(deps, 'include')];
   const target = {
     target_name: 'fused_ops',
     sources: ['fused_ops.cc'],
-    include_dirs: [path.join(deps, 'include')],
     cflags_cc: flags,
     'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
     libraries: [`-L${path.join(deps, 'lib')}`, '-l:libtensorflow_framework.so.2', `-Wl,-rpath,${path.join(deps, 'lib')}`],
@@ -476,7 +476,8 @@ function compileQuietStderr(packageDir: string, work: string, tools: Tools, log:
 
 function nodeGyp(cwd: string, tools: Tools, log: (line: string) => void, what: string, extra: string[]): void {
   const args = [tools.nodeGyp, 'rebuild', `--nodedir=${tools.nodedir}`, `--jobs=${Math.max(1, os.availableParallelism())}`, ...extra];
-  const result = spawnSync(process.execPath, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  // A compiler's warnings can run past spawnSync's 1 MiB default, which kills the build as if it had failed.
+  const result = spawnSync(process.execPath, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 256 * 1024 ** 2 });
   if (result.status !== 0) {
     const errors = `${result.stdout}\n${result.stderr}`.split('\n').filter((l) => /error/i.test(l) && !/^gyp (ERR|info)/.test(l));
     for (const line of errors.slice(0, 5)) log(`    ${line.trim()}`);
