@@ -14,7 +14,7 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
  * GELU, LayerNorm, attention's causal softmax, causal softmax attention whole (products over the
  * visible key tiles only) and linear attention's causal product of score blocks, each forward and
- * backward as one op; and the column sums of a bias gradient. Inputs in the op's order; `floatAttrs` are
+ * backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
  */
 export const FUSED_CPU_KERNELS = [
@@ -30,7 +30,6 @@ export const FUSED_CPU_KERNELS = [
   { name: 'SlayformerCausalProductGrad', inputs: ['g', 'x', 'y'], outputs: 2, floatAttrs: [] },
   { name: 'SlayformerCausalAttention', inputs: ['q', 'k', 'v'], outputs: 2, floatAttrs: [] },
   { name: 'SlayformerCausalAttentionGrad', inputs: ['dout', 'q', 'k', 'v', 'probs', 'out'], outputs: 3, floatAttrs: [] },
-  { name: 'SlayformerColumnSums', inputs: ['x'], outputs: 1, floatAttrs: [] },
 ] as const;
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];

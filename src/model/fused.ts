@@ -85,12 +85,6 @@ export function fusedCausalAttention(): CausalAttention | null {
   return hasFusedKernel('SlayformerCausalAttention') ? causalAttention : null;
 }
 
-/** Σ over the rows of x [N, C] (a bias gradient: layers.ts), or null where the backend has no such kernel. */
-export function fusedColumnSums(): ((x: tf.Tensor2D) => tf.Tensor1D) | null {
-  if (!hasFusedKernel('SlayformerColumnSums')) return null;
-  return (x) => run('SlayformerColumnSums', { x }) as tf.Tensor1D;
-}
-
 /** x [N, in]·W [in, out] + b as one op pair the backend fuses (fused-kernels.ts), or null where it has none. */
 export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
   if (!hasFusedKernel(LINEAR_WITH_BIAS)) return null;

@@ -7,7 +7,7 @@ import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
 import { hasFusedKernel, STATELESS_UNIFORM } from '../backend/fused-kernels.ts';
 import { deriveSeed } from '../core/rng.ts';
-import { fusedColumnSums, fusedGelu, fusedLayerNorm, fusedLinearWithBias } from './fused.ts';
+import { fusedGelu, fusedLayerNorm, fusedLinearWithBias } from './fused.ts';
 import { explicitTransposes, matMul2d, matMulTransposeB, weightGradient } from './ops.ts';
 
 export const ACTIVATIONS = ['gelu-tanh', 'gelu-erf'] as const;
@@ -107,8 +107,6 @@ export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D,
  * axis by transposing first. (Not cached: N varies per batch for BERT's head.)
  */
 export function columnSums(x: tf.Tensor2D): tf.Tensor1D {
-  const fused = fusedColumnSums();
-  if (fused) return fused(x);
   if (!explicitTransposes()) return tf.sum(x, 0);
   return tf.reshape(tf.matMul(tf.ones([1, x.shape[0]]), x), [x.shape[1]]);
 }

@@ -19,7 +19,7 @@ import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
 import { fusedCausalProduct } from '../../src/model/fused.ts';
-import { activate, columnSums, layerNorm, linear } from '../../src/model/layers.ts';
+import { activate, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
 const build = isTensorflowSetUp() ? (currentBuild() ?? null) : null;
@@ -211,27 +211,6 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
     fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(2e-6));
     tf.dispose([x, w, b, up]);
-    expect(tf.memory().numTensors).toBe(before);
-  });
-
-  it('column sums (a bias gradient): the float64 sums, on shapes that split over threads or not; bad shapes are refused', () => {
-    const before = tf.memory().numTensors;
-    for (const [n, c] of [
-      [7, 5],
-      [2048, 200],
-    ]) {
-      const xs = randn(n * c, 3);
-      const x = tf.tensor2d(xs, [n, c]);
-      const sums = tf.tidy(() => columnSums(x).dataSync().slice());
-      const exact = new Array<number>(c).fill(0);
-      xs.forEach((v, i) => (exact[i % c] += Math.fround(v)));
-      // The sums of the float32 inputs in float64, rounded once to float32.
-      exact.forEach((e, j) => expect(Math.abs(sums[j] - e)).toBeLessThanOrEqual(Math.abs(e) * 2 ** -23 + 1e-6));
-      x.dispose();
-    }
-    const cube = tf.zeros([2, 3, 4]);
-    expect(() => tf.engine().runKernel('SlayformerColumnSums', { x: cube })).toThrow(/SlayformerColumnSums: x must be \[N, C\]/);
-    cube.dispose();
     expect(tf.memory().numTensors).toBe(before);
   });
 

@@ -496,40 +496,6 @@ void causalProductBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
-// ---- Column sums: a dense layer's bias gradient. ----------------------------------------------
-
-// x [N, C] → Σ_rows x [C], summed in double (exact enough that the order does not matter): TensorFlow's
-// Sum over axis 0 took 0.5–1 ms for [2048, 512] in the step's profile, a read of 4 MB (docs/benchmarks.md).
-void columnSums(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* x = input(ctx, 0, status);
-  TF_Tensor* sums = nullptr;
-  if (TF_GetCode(status) == TF_OK && TF_NumDims(x) != 2)
-    TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerColumnSums: x must be [N, C]");
-  if (TF_GetCode(status) == TF_OK) sums = output(ctx, 0, {TF_Dim(x, 1)}, status);
-  if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(x, 0), c = TF_Dim(x, 1);
-    const float* xs = data(x);
-    float* out = data(sums);
-    // Threads take column ranges of whole cache lines (16 floats), each running down every row.
-    const int64_t lines = (c + 15) / 16;
-    parallelRows(lines, n * 16, [&](int64_t begin, int64_t end) {
-      const int64_t c0 = begin * 16, c1 = std::min(c, end * 16);
-      std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
-      for (int64_t row = 0; row < n; row++) {
-        const float* xr = xs + row * c + c0;
-        for (int64_t j = 0; j < c1 - c0; j++) acc[j] += xr[j];
-      }
-      for (int64_t j = c0; j < c1; j++) out[j] = static_cast<float>(acc[j - c0]);
-    });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
-  }
-  for (TF_Tensor* t : {x, sums})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
-}
-
 // ---- Causal softmax attention over query strips: masked tiles are never computed. -----------------
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -696,15 +662,6 @@ void causalAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
   for (TF_ShapeHandle* h : {q, nl, l, probs}) TF_DeleteShapeHandle(h);
 }
 
-// sums: x's last axis.
-void columnSumShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
-  TF_ShapeHandle *x = TF_NewShapeHandle(), *last = TF_NewShapeHandle();
-  TF_ShapeInferenceContextGetInput(ctx, 0, x, status);
-  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, x, -1, 1 << 20, last, status);
-  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, 0, last, status);
-  for (TF_ShapeHandle* h : {x, last}) TF_DeleteShapeHandle(h);
-}
-
 // dq, dk, dv: q's shape.
 void causalAttentionGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 3); }
 
@@ -741,7 +698,6 @@ const std::vector<OpSpec>& specs() {
        causalAttentionForward, noDelete},
       {"SlayformerCausalAttentionGrad", {"dout: float", "q: float", "k: float", "v: float", "probs: float", "out: float"},
        {"dq: float", "dk: float", "dv: float"}, {}, causalAttentionGradShapes, noState, causalAttentionBackward, noDelete},
-      {"SlayformerColumnSums", {"x: float"}, {"sums: float"}, {}, columnSumShapes, noState, columnSums, noDelete},
   };
   return all;
 }
