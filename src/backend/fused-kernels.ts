@@ -13,7 +13,8 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 /**
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
  * GELU, LayerNorm, attention's causal softmax, causal softmax attention whole (products over the
- * visible key tiles only) and linear attention's causal product of score blocks, each forward and
+ * visible key tiles only), linear attention's causal product of score blocks and the whole causal
+ * block of tensor-product features (SLAY's, also over the visible tiles only), each forward and
  * backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
  */
@@ -30,6 +31,13 @@ export const FUSED_CPU_KERNELS = [
   { name: 'SlayformerCausalProductGrad', inputs: ['g', 'x', 'y'], outputs: 2, floatAttrs: [] },
   { name: 'SlayformerCausalAttention', inputs: ['q', 'k', 'v'], outputs: 2, floatAttrs: [] },
   { name: 'SlayformerCausalAttentionGrad', inputs: ['dout', 'q', 'k', 'v', 'probs', 'out'], outputs: 3, floatAttrs: [] },
+  { name: 'SlayformerCausalFactorAttention', inputs: ['aq', 'ak', 'bq', 'bk', 'values'], outputs: 3, floatAttrs: [] },
+  {
+    name: 'SlayformerCausalFactorAttentionGrad',
+    inputs: ['dout', 'aq', 'ak', 'bq', 'bk', 'values', 'xa', 'xb'],
+    outputs: 5,
+    floatAttrs: [],
+  },
 ] as const;
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];

@@ -85,6 +85,27 @@ export function fusedCausalAttention(): CausalAttention | null {
   return hasFusedKernel('SlayformerCausalAttention') ? causalAttention : null;
 }
 
+type CausalFactorAttention = (aq: tf.Tensor3D, ak: tf.Tensor3D, bq: tf.Tensor3D, bk: tf.Tensor3D, values: tf.Tensor3D) => tf.Tensor3D;
+const causalFactorAttention: CausalFactorAttention = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [aq, ak, bq, bk, values, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
+  const [out, xa, xb] = run('SlayformerCausalFactorAttention', { aq, ak, bq, bk, values }) as tf.Tensor3D[];
+  save([aq, ak, bq, bk, values, xa, xb]);
+  return {
+    value: out,
+    gradFunc: (dout: tf.Tensor, [saq, sak, sbq, sbk, sv, sxa, sxb]: tf.Tensor[]) =>
+      run('SlayformerCausalFactorAttentionGrad', { dout, aq: saq, ak: sak, bq: sbq, bk: sbk, values: sv, xa: sxa, xb: sxb }) as tf.Tensor[],
+  };
+}) as CausalFactorAttention;
+
+/**
+ * ((aq·akᵀ)⊙(bq·bkᵀ) under the causal mask)·values for blocks [N, C, ·] as one op whose products skip the key
+ * tiles a query strip cannot see (attention/chunked.ts, tensor-product features), or null where the backend has
+ * no such kernel.
+ */
+export function fusedCausalFactorAttention(): CausalFactorAttention | null {
+  return hasFusedKernel('SlayformerCausalFactorAttention') ? causalFactorAttention : null;
+}
+
 /** x [N, in]·W [in, out] + b as one op pair the backend fuses (fused-kernels.ts), or null where it has none. */
 export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
   if (!hasFusedKernel(LINEAR_WITH_BIAS)) return null;

@@ -18,7 +18,7 @@ import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
-import { fusedCausalProduct } from '../../src/model/fused.ts';
+import { fusedCausalFactorAttention, fusedCausalProduct } from '../../src/model/fused.ts';
 import { activate, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
@@ -200,6 +200,33 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(tf.memory().numTensors).toBe(before);
   });
 
+  it('causal attention of tensor-product features (SLAY, L = 150: three strips): value and gradients equal the composed form; the kernel equals its float64 definition; no tensor left', () => {
+    expect(hasFusedKernel('SlayformerCausalFactorAttention')).toBe(true);
+    const before = tf.memory().numTensors;
+    const shape: [number, number, number, number] = [1, 2, 150, 8];
+    const [q, k, v, up] = [0, 1, 2, 3].map(() => tensor4(randomArray4(rng, shape)));
+    const attn = createAttention('slay', { numHeads: 2, headDim: 8, causal: true, seed: 3 });
+    const { fused, composed } = both([q, k, v], (a, b, c) => attn.apply(a as tf.Tensor4D, b as tf.Tensor4D, c as tf.Tensor4D), up);
+    expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+    fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(1e-5));
+    // The kernel against its definition: C = 70 is a strip of 64 and one of 6.
+    const [n, c, fa, fb, dv] = [2, 70, 5, 7, 4];
+    const arrays = [fa, fa, fb, fb, dv, dv].map((f) => randn(n * c * f).map(Math.fround));
+    const [aq, ak, bq, bk, vs, us] = arrays.map((a, i) => tf.tensor3d(a, [n, c, [fa, fa, fb, fb, dv, dv][i]]));
+    const got = tf.tidy(() => {
+      const f = (...xs: tf.Tensor[]) => fusedCausalFactorAttention()!(...(xs as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor3D]));
+      const grads = tf.grads((...xs: tf.Tensor[]) => tf.sum(tf.mul(f(...xs), us)))([aq, ak, bq, bk, vs]);
+      return [f(aq, ak, bq, bk, vs), ...grads].map((t) => t.dataSync().slice());
+    });
+    causalFactorAttentionRef(arrays, [n, c, fa, fb, dv]).forEach((expected, i) => expect(maxRel(got[i], expected)).toBeLessThan(1e-5));
+    expect(() => tf.engine().runKernel('SlayformerCausalFactorAttention', { aq, ak: bq, bq, bk, values: vs })).toThrow(
+      /SlayformerCausalFactorAttention: aq, ak and bq, bk must have the same feature widths/,
+    );
+    attn.dispose();
+    tf.dispose([q, k, v, up, aq, ak, bq, bk, vs, us]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
   it('a dense layer with bias runs as MatMul + BiasAdd: value and gradients equal the composed form; no tensor left', () => {
     expect(hasFusedKernel(LINEAR_WITH_BIAS)).toBe(true);
     const before = tf.memory().numTensors;
@@ -277,6 +304,43 @@ function softmaxAttentionGradsRef(q: Array4, k: Array4, v: Array4, u: Array4, ca
     }),
   );
   return grads.map((g) => g.flat(3));
+}
+
+/**
+ * out_i = Σ_{j≤i} (aq_i·ak_j)(bq_i·bk_j) v_j per block, and the gradients of Σ out⊙u with respect to aq, ak, bq, bk, v,
+ * in float64 from flat [N, C, ·] arrays.
+ */
+function causalFactorAttentionRef([aq, ak, bq, bk, v, u]: number[][], [n, c, fa, fb, dv]: number[]): number[][] {
+  const out = new Array<number>(n * c * dv).fill(0);
+  const [daq, dak] = [0, 1].map(() => new Array<number>(n * c * fa).fill(0));
+  const [dbq, dbk] = [0, 1].map(() => new Array<number>(n * c * fb).fill(0));
+  const dvs = new Array<number>(n * c * dv).fill(0);
+  const dot = (x: number[], xi: number, y: number[], yi: number, w: number) => {
+    let acc = 0;
+    for (let f = 0; f < w; f++) acc += x[xi + f] * y[yi + f];
+    return acc;
+  };
+  for (let b = 0; b < n; b++)
+    for (let i = 0; i < c; i++)
+      for (let j = 0; j <= i; j++) {
+        const [qa, ka, qb, kb, vi, vj] = [(b * c + i) * fa, (b * c + j) * fa, (b * c + i) * fb, (b * c + j) * fb, (b * c + i) * dv, (b * c + j) * dv];
+        const xa = dot(aq, qa, ak, ka, fa);
+        const xb = dot(bq, qb, bk, kb, fb);
+        const ds = dot(u, vi, v, vj, dv);
+        for (let e = 0; e < dv; e++) {
+          out[vi + e] += xa * xb * v[vj + e];
+          dvs[vj + e] += xa * xb * u[vi + e];
+        }
+        for (let f = 0; f < fa; f++) {
+          daq[qa + f] += ds * xb * ak[ka + f];
+          dak[ka + f] += ds * xb * aq[qa + f];
+        }
+        for (let f = 0; f < fb; f++) {
+          dbq[qb + f] += ds * xa * bk[kb + f];
+          dbk[kb + f] += ds * xa * bq[qb + f];
+        }
+      }
+  return [out, daq, dak, dbq, dbk, dvs];
 }
 
 /** erf in float64 (Abramowitz–Stegun 7.1.26 is too coarse here: series + continued fraction). */

@@ -613,6 +613,131 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
+// ---- Causal attention of tensor-product features over query strips (SLAY's blocks). --------------
+
+// Whether every tensor is [N, C, ·] with one N and C; else sets an error naming the op.
+bool sameBlocks(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_Status* status) {
+  const TF_Tensor* first = *ts.begin();
+  bool ok = true;
+  for (const TF_Tensor* t : ts) ok = ok && TF_NumDims(t) == 3 && TF_Dim(t, 0) == TF_Dim(first, 0) && TF_Dim(t, 1) == TF_Dim(first, 1);
+  if (!ok) TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": inputs must be [N, C, ·] blocks of one N and C").c_str());
+  return ok;
+}
+
+// aq, ak [N, C, Fa], bq, bk [N, C, Fb], values [N, C, Dv] → out = S·values with S = (aq·akᵀ)⊙(bq·bkᵀ) on and below
+// the diagonal (src/model/attention/chunked.ts: two products, SlayformerCausalProduct and a third product in one),
+// and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
+// SlayformerCausalAttention: the key tiles a strip cannot see are never computed.
+void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* in[5] = {};
+  for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  TF_Tensor* outs[3] = {};  // out, xa, xb
+  auto [aq, ak, bq, bk, values] = in;
+  if (TF_GetCode(status) == TF_OK && sameBlocks({aq, ak, bq, bk, values}, "SlayformerCausalFactorAttention", status)) {
+    if (TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttention: aq, ak and bq, bk must have the same feature widths");
+    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1);
+    if (TF_GetCode(status) == TF_OK) outs[0] = output(ctx, 0, dimsOf(values), status);
+    for (int i = 1; i < 3 && TF_GetCode(status) == TF_OK; i++) outs[i] = output(ctx, i, {n, c, c}, status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2);
+    const float *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values);
+    float *os = data(outs[0]), *xas = data(outs[1]), *xbs = data(outs[2]);
+    parallelRows(n, c * c * (fa + fb + dv), [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(static_cast<size_t>(kStrip * c));  // one strip of S
+      for (int64_t h = begin; h < end; h++) {
+        const float *aqh = aqs + h * c * fa, *akh = aks + h * c * fa, *bqh = bqs + h * c * fb, *bkh = bks + h * c * fb, *vh = vs + h * c * dv;
+        float *xah = xas + h * c * c, *xbh = xbs + h * c * c;
+        for (int64_t i0 = 0; i0 < c; i0 += kStrip) {
+          const int64_t i1 = std::min(c, i0 + kStrip);
+          view(xah + i0 * c, i1 - i0, i1, c).noalias() = view(aqh + i0 * fa, i1 - i0, fa, fa) * view(akh, i1, fa, fa).transpose();
+          view(xbh + i0 * c, i1 - i0, i1, c).noalias() = view(bqh + i0 * fb, i1 - i0, fb, fb) * view(bkh, i1, fb, fb).transpose();
+          for (int64_t i = i0; i < i1; i++) {
+            float *xa = xah + i * c, *xb = xbh + i * c, *sr = scores.data() + (i - i0) * c;
+            for (int64_t j = 0; j <= i; j++) sr[j] = xa[j] * xb[j];
+            for (int64_t j = i + 1; j < i1; j++) sr[j] = 0.0f;
+            std::fill(xa + i + 1, xa + c, 0.0f);
+            std::fill(xb + i + 1, xb + c, 0.0f);
+          }
+          view(os + h * c * dv + i0 * dv, i1 - i0, dv, dv).noalias() = view(scores.data(), i1 - i0, i1, c) * view(vh, i1, dv, dv);
+        }
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : in)
+    if (t) TF_DeleteTensor(t);
+  for (TF_Tensor* t : outs)
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
+// dout [N, C, Dv], aq, ak, bq, bk, values, xa, xb (the forward's) → daq, dak, dbq, dbk, dvalues: dS = dout·valuesᵀ under
+// the mask, dXa = dS⊙xb, dXb = dS⊙xa; the query sides by strips (dXa·ak), the key sides and dvalues by key strips
+// over the rows at or below them (dXaᵀ·aq, Sᵀ·dout).
+void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
+  TF_Status* status = TF_NewStatus();
+  TF_Tensor* in[8] = {};
+  for (int i = 0; i < 8 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  TF_Tensor* grads[5] = {};  // daq, dak, dbq, dbk, dvalues
+  auto [dout, aq, ak, bq, bk, values, xa, xb] = in;
+  if (TF_GetCode(status) == TF_OK && sameBlocks({dout, aq, ak, bq, bk, values, xa, xb}, "SlayformerCausalFactorAttentionGrad", status)) {
+    const int64_t c = TF_Dim(aq, 1);
+    if (TF_Dim(xa, 2) != c || TF_Dim(xb, 2) != c || TF_Dim(dout, 2) != TF_Dim(values, 2) || TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttentionGrad: shapes do not match the forward's");
+    const TF_Tensor* like[5] = {aq, ak, bq, bk, values};
+    for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; i++) grads[i] = output(ctx, i, dimsOf(like[i]), status);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2);
+    const float *gos = data(dout), *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values), *xas = data(xa),
+                *xbs = data(xb);
+    float *daqs = data(grads[0]), *daks = data(grads[1]), *dbqs = data(grads[2]), *dbks = data(grads[3]), *dvs = data(grads[4]);
+    parallelRows(n, c * c * (2 * fa + 2 * fb + 2 * dv), [&](int64_t begin, int64_t end) {
+      // One head's S, dXa, dXb: only the strips' entries are written, and only those are read.
+      std::vector<float> scratch(static_cast<size_t>(3 * c * c));
+      float *s = scratch.data(), *dxa = s + c * c, *dxb = dxa + c * c;
+      for (int64_t h = begin; h < end; h++) {
+        const float *go = gos + h * c * dv, *aqh = aqs + h * c * fa, *akh = aks + h * c * fa, *bqh = bqs + h * c * fb, *bkh = bks + h * c * fb,
+                    *vh = vs + h * c * dv, *xah = xas + h * c * c, *xbh = xbs + h * c * c;
+        for (int64_t i0 = 0; i0 < c; i0 += kStrip) {
+          const int64_t i1 = std::min(c, i0 + kStrip);
+          view(dxb + i0 * c, i1 - i0, i1, c).noalias() = view(go + i0 * dv, i1 - i0, dv, dv) * view(vh, i1, dv, dv).transpose();  // dS
+          for (int64_t i = i0; i < i1; i++) {
+            const float *xar = xah + i * c, *xbr = xbh + i * c;
+            float *sr = s + i * c, *dar = dxa + i * c, *dbr = dxb + i * c;
+            for (int64_t j = 0; j <= i; j++) {
+              const float ds = dbr[j];
+              sr[j] = xar[j] * xbr[j];
+              dar[j] = ds * xbr[j];
+              dbr[j] = ds * xar[j];
+            }
+            for (int64_t j = i + 1; j < i1; j++) sr[j] = dar[j] = dbr[j] = 0.0f;
+          }
+          view(daqs + h * c * fa + i0 * fa, i1 - i0, fa, fa).noalias() = view(dxa + i0 * c, i1 - i0, i1, c) * view(akh, i1, fa, fa);
+          view(dbqs + h * c * fb + i0 * fb, i1 - i0, fb, fb).noalias() = view(dxb + i0 * c, i1 - i0, i1, c) * view(bkh, i1, fb, fb);
+        }
+        for (int64_t j0 = 0; j0 < c; j0 += kStrip) {
+          const int64_t j1 = std::min(c, j0 + kStrip), rows = c - j0, cols = j1 - j0;
+          view(daks + h * c * fa + j0 * fa, cols, fa, fa).noalias() = view(dxa + j0 * c + j0, rows, cols, c).transpose() * view(aqh + j0 * fa, rows, fa, fa);
+          view(dbks + h * c * fb + j0 * fb, cols, fb, fb).noalias() = view(dxb + j0 * c + j0, rows, cols, c).transpose() * view(bqh + j0 * fb, rows, fb, fb);
+          view(dvs + h * c * dv + j0 * dv, cols, dv, dv).noalias() = view(s + j0 * c + j0, rows, cols, c).transpose() * view(go + j0 * dv, rows, dv, dv);
+        }
+      }
+    });
+  } else {
+    TF_OpKernelContext_Failure(ctx, status);
+  }
+  for (TF_Tensor* t : in)
+    if (t) TF_DeleteTensor(t);
+  for (TF_Tensor* t : grads)
+    if (t) TF_DeleteTensor(t);
+  TF_DeleteStatus(status);
+}
+
 // ---- Registration. --------------------------------------------------------------------------------
 
 void sameShapeAsInput(TF_ShapeInferenceContext* ctx, TF_Status* status, int input, int outputs) {
@@ -665,6 +790,28 @@ void causalAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
 // dq, dk, dv: q's shape.
 void causalAttentionGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 3); }
 
+// out: values' shape; xa, xb: [N, C, C].
+void causalFactorAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  sameShapeAsInput(ctx, status, 4, 1);
+  TF_ShapeHandle *a = TF_NewShapeHandle(), *nc = TF_NewShapeHandle(), *cdim = TF_NewShapeHandle(), *blocks = TF_NewShapeHandle();
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextGetInput(ctx, 0, a, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, a, 0, 2, nc, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, a, 1, 2, cdim, status);
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextConcatenateShapes(ctx, nc, cdim, blocks, status);
+  for (int i = 1; i <= 2 && TF_GetCode(status) == TF_OK; i++) TF_ShapeInferenceContextSetOutput(ctx, i, blocks, status);
+  for (TF_ShapeHandle* h : {a, nc, cdim, blocks}) TF_DeleteShapeHandle(h);
+}
+
+// Each gradient has its input's shape (inputs 1–5: aq, ak, bq, bk, values).
+void causalFactorAttentionGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  TF_ShapeHandle* shape = TF_NewShapeHandle();
+  for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; i++) {
+    TF_ShapeInferenceContextGetInput(ctx, i + 1, shape, status);
+    if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, i, shape, status);
+  }
+  TF_DeleteShapeHandle(shape);
+}
+
 struct OpSpec {
   const char* name;
   std::vector<const char*> inputs, outputs, attrs;
@@ -698,6 +845,12 @@ const std::vector<OpSpec>& specs() {
        causalAttentionForward, noDelete},
       {"SlayformerCausalAttentionGrad", {"dout: float", "q: float", "k: float", "v: float", "probs: float", "out: float"},
        {"dq: float", "dk: float", "dv: float"}, {}, causalAttentionGradShapes, noState, causalAttentionBackward, noDelete},
+      {"SlayformerCausalFactorAttention", {"aq: float", "ak: float", "bq: float", "bk: float", "values: float"}, {"out: float", "xa: float", "xb: float"}, {},
+       causalFactorAttentionShapes, noState, causalFactorAttentionForward, noDelete},
+      {"SlayformerCausalFactorAttentionGrad",
+       {"dout: float", "aq: float", "ak: float", "bq: float", "bk: float", "values: float", "xa: float", "xb: float"},
+       {"daq: float", "dak: float", "dbq: float", "dbk: float", "dvalues: float"}, {}, causalFactorAttentionGradShapes, noState,
+       causalFactorAttentionBackward, noDelete},
   };
   return all;
 }

@@ -23,7 +23,7 @@
 // maxima are computed off the autodiff tape: the output does not depend on them.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, flattenHeads, safeDivide, untaped } from '../ops.ts';
-import { fusedCausalProduct } from '../fused.ts';
+import { fusedCausalFactorAttention, fusedCausalProduct } from '../fused.ts';
 
 /** Features given as a tensor product φ(u) = concat_r a(u) ⊗ b_r(u): a [B, H, L, Fa], b = concat_r b_r [B, H, L, Fb]. */
 export interface ProductFactors {
@@ -104,6 +104,16 @@ function causalScoreBlocks(q: Side, k: Side, cut: (x: tf.Tensor4D) => tf.Tensor3
     return product(batchMatMul(cut(q.factors.a), cut(k.factors.a), false, true), batchMatMul(cut(q.factors.b), cut(k.factors.b), false, true));
   }
   return tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c));
+}
+
+/**
+ * Σ_{j ≤ i} of scores·[v, 1] within each chunk: for tensor-product features one fused kernel where the backend has
+ * it, whose products skip the masked key tiles (model/fused.ts).
+ */
+function withinChunks(q: Side, k: Side, values: tf.Tensor3D, cut: (x: tf.Tensor4D) => tf.Tensor3D, c: number, scales: CausalScales | null): tf.Tensor3D {
+  const attention = q.factors && k.factors && !scales ? fusedCausalFactorAttention() : null;
+  if (attention && q.factors && k.factors) return attention(cut(q.factors.a), cut(k.factors.a), cut(q.factors.b), cut(k.factors.b), values);
+  return batchMatMul(causalScoreBlocks(q, k, cut, c, scales), values);
 }
 
 /** [num, den] [B, H, S, D+1] → num / den, den normalised by δ (or its rescaled form) or clampMin. */
@@ -238,7 +248,7 @@ export function causalSegment(
   const values = cut(withOnes(v));
   const scales = k.shift ? causalScales(q.shift!, k.shift, carry?.shift, c, chunks, norm.delta ?? 0) : null;
 
-  let out = batchMatMul(causalScoreBlocks(q, k, cut, c, scales), values); // within chunks
+  let out = withinChunks(q, k, values, cut, c, scales);
   let next: Carry | undefined;
   if (chunks > 1 || carry || wantCarry) {
     const keys = scales ? (tf.mul(k.features(), scales.keyScale) as tf.Tensor4D) : k.features();
