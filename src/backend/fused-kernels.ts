@@ -14,8 +14,8 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
  * GELU, LayerNorm, attention's causal softmax, causal softmax attention whole (products over the
  * visible key tiles only), linear attention's causal product of score blocks and the whole causal
- * block of tensor-product features (SLAY's, also over the visible tiles only), each forward and
- * backward as one op. Inputs in the op's order; `floatAttrs` are
+ * block of tensor-product features (SLAY's, also over the visible tiles only), and SLAY's feature
+ * factors, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
  */
 export const FUSED_CPU_KERNELS = [
@@ -38,6 +38,8 @@ export const FUSED_CPU_KERNELS = [
     outputs: 5,
     floatAttrs: [],
   },
+  { name: 'SlayformerSlayFactors', inputs: ['x', 'anchors', 'omegas', 'nodes'], outputs: 2, floatAttrs: [] },
+  { name: 'SlayformerSlayFactorsGrad', inputs: ['da', 'db', 'x', 'anchors', 'omegas', 'nodes'], outputs: 1, floatAttrs: [] },
 ] as const;
 
 export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];

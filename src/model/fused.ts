@@ -106,6 +106,34 @@ export function fusedCausalFactorAttention(): CausalFactorAttention | null {
   return hasFusedKernel('SlayformerCausalFactorAttention') ? causalFactorAttention : null;
 }
 
+/**
+ * SLAY's factors of x [B, H, L, d] ('anchor' polynomial; attention/slay.ts): a = (u·anchors)²/√P and
+ * b = concat_r √w_r·M^(−½)·exp(clamp(k_r u·ω_r − k_r²‖u‖²/2, ±20)) for u = x/‖x‖, given anchors [d, P], omegas
+ * [R, H, d, M] and nodes [R, 2] = (k_r, √w_r), fixed tensors without a gradient; or null where the backend has no such kernel.
+ */
+export function fusedSlayFactors(): ((x: tf.Tensor4D, anchors: tf.Tensor2D, omegas: tf.Tensor4D, nodes: tf.Tensor2D) => [tf.Tensor4D, tf.Tensor4D]) | null {
+  if (!hasFusedKernel('SlayformerSlayFactors')) return null;
+  return (x, anchors, omegas, nodes) => {
+    const both = slayFactors(x, anchors, omegas, nodes);
+    return tf.split(both, [anchors.shape[1], both.shape[3] - anchors.shape[1]], 3) as [tf.Tensor4D, tf.Tensor4D];
+  };
+}
+
+// customGrad takes one value: a and b travel as one tensor [B, H, L, P + R·M]. The fixed tensors get zero gradients.
+const slayFactors = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+  const [x, anchors, omegas, nodes, save] = args as [tf.Tensor4D, tf.Tensor2D, tf.Tensor4D, tf.Tensor2D, tf.GradSaveFunc];
+  save([x, anchors, omegas, nodes]);
+  const [a, b] = run('SlayformerSlayFactors', { x, anchors, omegas, nodes }) as tf.Tensor4D[];
+  return {
+    value: tf.concat([a, b], 3),
+    gradFunc: (dy: tf.Tensor, [sx, sa, so, sn]: tf.Tensor[]) => {
+      const [da, db] = tf.split(dy, [sa.shape[1]!, dy.shape[3]! - sa.shape[1]!], 3);
+      const dx = run('SlayformerSlayFactorsGrad', { da, db, x: sx, anchors: sa, omegas: so, nodes: sn }) as tf.Tensor;
+      return [dx, tf.zerosLike(sa), tf.zerosLike(so), tf.zerosLike(sn)];
+    },
+  };
+}) as (x: tf.Tensor4D, anchors: tf.Tensor2D, omegas: tf.Tensor4D, nodes: tf.Tensor2D) => tf.Tensor4D;
+
 /** x [N, in]·W [in, out] + b as one op pair the backend fuses (fused-kernels.ts), or null where it has none. */
 export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
   if (!hasFusedKernel(LINEAR_WITH_BIAS)) return null;

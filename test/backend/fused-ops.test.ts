@@ -18,6 +18,7 @@ import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
+import type { SlayAttention } from '../../src/model/attention/slay.ts';
 import { fusedCausalFactorAttention, fusedCausalProduct } from '../../src/model/fused.ts';
 import { activate, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
@@ -224,6 +225,39 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     );
     attn.dispose();
     tf.dispose([q, k, v, up, aq, ak, bq, bk, vs, us]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it("SLAY's feature factors, clamped exponents included: value and gradient equal the composed form; no tensor left", () => {
+    expect(hasFusedKernel('SlayformerSlayFactors')).toBe(true);
+    const before = tf.memory().numTensors;
+    // 16 nodes and head size 64: a row along a column of the last node's ω has an exponent above 20, its opposite below −20.
+    const attn = createAttention('slay', { numHeads: 1, headDim: 64, causal: true, seed: 3, quadratureNodes: 16 }) as SlayAttention;
+    const omega = attn.buffers.find((b) => b.name.endsWith('prf.node15'))!;
+    const column = Array.from(tf.tidy(() => tf.reshape(tf.slice(omega, [0, 0, 0], [1, 64, 1]), [64]).dataSync()));
+    const rows = [column, column.map((x) => -x), ...[0, 1, 2, 3].map(() => randn(64))];
+    const x = tf.tensor4d(rows.flat(), [1, 1, 6, 64]);
+    const features = 8 + 16 * 16; // anchors P = 8, then R·M
+    const up = tf.tensor4d(randn(6 * features, 1e-8), [1, 1, 6, features]); // e^20 ≈ 5e8: a moderate gradient scale
+    const once = () =>
+      tf.tidy(() => {
+        const f = (input: tf.Tensor) => {
+          const { a, b } = attn.factors!(input as tf.Tensor4D);
+          return tf.concat([a, b], 3);
+        };
+        const value = f(x);
+        return [value, tf.grad((input: tf.Tensor) => tf.sum(tf.mul(f(input), up)))(x)].map((t) => t.dataSync().slice());
+      });
+    const fused = once();
+    const composed = withComposedKernels(once);
+    expect(maxRel(fused[0], composed[0])).toBeLessThan(2e-6);
+    expect(maxRel(fused[1], composed[1])).toBeLessThan(1e-5);
+    // Row 0 reaches the clamp: its last-node first feature is √w·M^(−½)·e^20.
+    expect(fused[0].length).toBe(6 * features);
+    const top = fused[0][8 + 15 * 16];
+    expect(Math.abs(top - Math.sqrt(attn.quadrature.weights[15]) * Math.exp(20) * 0.25) / top).toBeLessThan(1e-5);
+    attn.dispose();
+    tf.dispose([x, up]);
     expect(tf.memory().numTensors).toBe(before);
   });
 

@@ -25,6 +25,7 @@ import { positiveRandomFeatures } from '../features/prf.ts';
 import { createPolynomialMap, POLYNOMIAL_KINDS, polynomialParameterShapes, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
+import { fusedSlayFactors } from '../fused.ts';
 import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../ops.ts';
 import { deriveSeed, Rng } from '../../core/rng.ts';
 import { contractionOptionSpecs, featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
@@ -142,8 +143,25 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     ) as tf.Tensor4D;
   const concatNodes = (parts: tf.Tensor4D[]) => (parts.length === 1 ? parts[0] : (tf.concat(parts, 3) as tf.Tensor4D));
 
+  // For the fused kernel of the 'anchor' factors (model/fused.ts): (k_r, √w_r) per node, with k_r = √(2 s_r).
+  const nodes =
+    poly === 'anchor'
+      ? tf.tensor2d(
+          scales.flatMap((scale, node) => [Math.sqrt(2 * scale), Math.sqrt(weights[node])]),
+          [r, 2],
+        )
+      : null;
+
   /** Tensor-product variants: Ψ = concat_r φ_poly ⊗ φ_PRF,r, as factors a = φ_poly, b = concat_r φ_PRF,r. */
   function factors(x: tf.Tensor4D): ProductFactors {
+    const fused = nodes ? fusedSlayFactors() : null;
+    if (fused && nodes) {
+      return tf.tidy(() => {
+        unitRows(x); // the shape check
+        const [a, b] = fused(x, polyMap!.parameters.get('anchors')!, tf.stack(omegas) as tf.Tensor4D, nodes);
+        return { a, b };
+      });
+    }
     return tf.tidy(() => {
       const unit = unitRows(x);
       const [b, , l] = x.shape;
@@ -194,6 +212,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     factors: polyMap ? factors : null,
     ...featureMapMethods('slay', config, () => maps, { chunkSize, segmentLength, delta }),
     dispose() {
+      nodes?.dispose();
       polyMap?.dispose();
       for (const omega of omegas) omega.dispose();
     },
