@@ -113,26 +113,19 @@ export function fusedCausalFactorAttention(): CausalFactorAttention | null {
  */
 export function fusedSlayFactors(): ((x: tf.Tensor4D, anchors: tf.Tensor2D, omegas: tf.Tensor4D, nodes: tf.Tensor2D) => [tf.Tensor4D, tf.Tensor4D]) | null {
   if (!hasFusedKernel('SlayformerSlayFactors')) return null;
-  return (x, anchors, omegas, nodes) => {
-    const both = slayFactors(x, anchors, omegas, nodes);
-    return tf.split(both, [anchors.shape[1], both.shape[3] - anchors.shape[1]], 3) as [tf.Tensor4D, tf.Tensor4D];
-  };
+  return (x, anchors, omegas, nodes) => run('SlayformerSlayFactors', { x, anchors, omegas, nodes }) as [tf.Tensor4D, tf.Tensor4D];
 }
 
-// customGrad takes one value: a and b travel as one tensor [B, H, L, P + R·M]. The fixed tensors get zero gradients.
-const slayFactors = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, anchors, omegas, nodes, save] = args as [tf.Tensor4D, tf.Tensor2D, tf.Tensor4D, tf.Tensor2D, tf.GradSaveFunc];
-  save([x, anchors, omegas, nodes]);
-  const [a, b] = run('SlayformerSlayFactors', { x, anchors, omegas, nodes }) as tf.Tensor4D[];
-  return {
-    value: tf.concat([a, b], 3),
-    gradFunc: (dy: tf.Tensor, [sx, sa, so, sn]: tf.Tensor[]) => {
-      const [da, db] = tf.split(dy, [sa.shape[1]!, dy.shape[3]! - sa.shape[1]!], 3);
-      const dx = run('SlayformerSlayFactorsGrad', { da, db, x: sx, anchors: sa, omegas: so, nodes: sn }) as tf.Tensor;
-      return [dx, tf.zerosLike(sa), tf.zerosLike(so), tf.zerosLike(sn)];
-    },
-  };
-}) as (x: tf.Tensor4D, anchors: tf.Tensor2D, omegas: tf.Tensor4D, nodes: tf.Tensor2D) => tf.Tensor4D;
+// The kernel's gradient by name (customGrad takes one output; this kernel has two). Only x receives one: anchors,
+// omegas and nodes are fixed tensors, never on a path the tape differentiates.
+tf.registerGradient({
+  kernelName: 'SlayformerSlayFactors',
+  inputsToSave: ['x', 'anchors', 'omegas', 'nodes'],
+  gradFunc: (dys: tf.Tensor | tf.Tensor[], [x, anchors, omegas, nodes]: tf.Tensor[]) => {
+    const [da, db] = dys as tf.Tensor[];
+    return { x: () => run('SlayformerSlayFactorsGrad', { da, db, x, anchors, omegas, nodes }) as tf.Tensor };
+  },
+});
 
 /** x [N, in]·W [in, out] + b as one op pair the backend fuses (fused-kernels.ts), or null where it has none. */
 export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
