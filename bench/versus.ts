@@ -44,8 +44,8 @@ const COMMAND = {
 interface Contender {
   label: string;
   attention: string;
-  /** Runs `steps` steps; their wall milliseconds, and the process CPU milliseconds where known. */
-  run(steps: number): Promise<{ ms: number[]; cpuMs?: number[] }>;
+  /** Runs `steps` steps; their wall milliseconds and the process's CPU milliseconds (all threads). */
+  run(steps: number): Promise<{ ms: number[]; cpuMs: number[] }>;
   close(): void;
 }
 
@@ -89,7 +89,7 @@ async function main(): Promise<void> {
         const { ms, cpuMs } = await c.run(n('block'));
         if (round < n('warmup')) continue;
         perRound.get(c)!.ms.push(median(ms));
-        if (cpuMs) perRound.get(c)!.cpuMs.push(median(cpuMs));
+        perRound.get(c)!.cpuMs.push(median(cpuMs));
       }
       if (round >= n('warmup')) process.stdout.write(`\rbench:versus: round ${round - n('warmup') + 1} of ${n('rounds')}`);
     }
@@ -103,22 +103,24 @@ async function main(): Promise<void> {
 /** The table: each contender's median ms/step and tokens/s; ours against the fastest peer and against our softmax, per round. */
 function report(contenders: Contender[], perRound: Map<Contender, { ms: number[]; cpuMs: number[] }>, tokens: number): void {
   const rounds = perRound.get(contenders[0])!.ms.length;
-  const bestPeer = (attention: string) =>
+  // Per round, the faster PyTorch run (eager or compiled) of this attention: by wall time, or by CPU time.
+  const bestPeer = (attention: string, by: 'ms' | 'cpuMs') =>
     Array.from({ length: rounds }, (_, r) =>
-      Math.min(...contenders.filter((c) => c.label.startsWith('pytorch') && c.attention === attention).map((c) => perRound.get(c)!.ms[r])),
+      Math.min(...contenders.filter((c) => c.label.startsWith('pytorch') && c.attention === attention).map((c) => perRound.get(c)![by][r])),
     );
   const softmax = contenders.find((c) => c.label === 'tensorflow' && c.attention === 'softmax');
   console.log(
-    '| attention | contender | ms/step (median) | tokens/s | CPU-ms/step | × fastest PyTorch (paired, median [IQR]) | step time ÷ our softmax (paired) |',
+    '| attention | contender | ms/step (median) | tokens/s | CPU-ms/step | × fastest PyTorch (paired, median [IQR]) | × fastest PyTorch in CPU time (paired) | step time ÷ our softmax (paired) |',
   );
-  console.log('| --- | --- | ---: | ---: | ---: | --- | --- |');
+  console.log('| --- | --- | ---: | ---: | ---: | --- | --- | --- |');
   for (const c of contenders) {
     const { ms, cpuMs } = perRound.get(c)!;
-    const peers = bestPeer(c.attention);
+    const [peers, peersCpu] = [bestPeer(c.attention, 'ms'), bestPeer(c.attention, 'cpuMs')];
     const vsPeer = Number.isFinite(peers[0]) ? quartiles(ms.map((t, r) => peers[r] / t)) : '';
+    const vsPeerCpu = Number.isFinite(peersCpu[0]) ? quartiles(cpuMs.map((t, r) => peersCpu[r] / t)) : '';
     const vsSoftmax = softmax && c.label === 'tensorflow' && c !== softmax ? quartiles(ms.map((t, r) => t / perRound.get(softmax)!.ms[r])) : '';
-    const cpu = cpuMs.length ? median(cpuMs).toFixed(1) : '';
-    console.log(`| ${c.attention} | ${c.label} | ${median(ms).toFixed(1)} | ${Math.round((tokens * 1000) / median(ms))} | ${cpu} | ${vsPeer} | ${vsSoftmax} |`);
+    const row = [c.attention, c.label, median(ms).toFixed(1), Math.round((tokens * 1000) / median(ms)), median(cpuMs).toFixed(1), vsPeer, vsPeerCpu, vsSoftmax];
+    console.log(`| ${row.join(' | ')} |`);
   }
 }
 
@@ -143,7 +145,7 @@ async function live(command: string, args: string[], attention: string, labelOf:
     async run(steps) {
       child.stdin.write(`steps ${steps}\n`);
       const { ms, cpuMs } = await next();
-      return { ms: ms!, cpuMs };
+      return { ms: ms!, cpuMs: cpuMs! };
     },
     close: () => child.stdin.end(),
   };
