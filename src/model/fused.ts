@@ -50,12 +50,6 @@ export function fusedLayerNorm(eps: number): LayerNormOp | null {
   return op;
 }
 
-/** softmax over each row's keys j ≤ i of scores [.., L, L] (0 above the diagonal), or null where the backend has no such kernel. */
-export function fusedCausalSoftmax(): ((scores: tf.Tensor) => tf.Tensor) | null {
-  if (!hasFusedKernel('SlayformerCausalSoftmax')) return null;
-  return (scores) => run('SlayformerCausalSoftmax', { scores }) as tf.Tensor;
-}
-
 /**
  * Attention's softmax backward p⊙(dp − rowsum(dout⊙out)) for p, dp [.., Lq, Lk] and dout, out [.., Lq, D]
  * (attention/softmax.ts), or null where the backend has no such kernel.
@@ -131,19 +125,4 @@ tf.registerGradient({
 export function fusedLinearWithBias(): ((x: tf.Tensor2D, w: tf.Tensor2D, b: tf.Tensor1D) => tf.Tensor2D) | null {
   if (!hasFusedKernel(LINEAR_WITH_BIAS)) return null;
   return (x, w, b) => run(LINEAR_WITH_BIAS, { x, w, b }) as tf.Tensor2D;
-}
-
-type CausalProduct = (x: tf.Tensor3D, y: tf.Tensor3D) => tf.Tensor3D;
-const causalProduct: CausalProduct = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
-  const [x, y, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
-  save([x, y]);
-  return {
-    value: run('SlayformerCausalProduct', { x, y }) as tf.Tensor3D,
-    gradFunc: (g: tf.Tensor, [sx, sy]: tf.Tensor[]) => run('SlayformerCausalProductGrad', { g, x: sx, y: sy }) as tf.Tensor[],
-  };
-}) as CausalProduct;
-
-/** x⊙y on and below the diagonal of each [C, C] block, 0 above (attention/chunked.ts), or null where the backend has no such kernel. */
-export function fusedCausalProduct(): CausalProduct | null {
-  return hasFusedKernel('SlayformerCausalProduct') ? causalProduct : null;
 }

@@ -1,7 +1,9 @@
-// Fused CPU kernels for the training step's element-wise chains (issue 35; docs/benchmarks.md,
-// "Fused kernels"): GELU (tanh and erf forms), LayerNorm, attention's softmax and linear attention's
-// causal product of score blocks, forward and backward, each one pass over
-// memory where the composed form runs 6–9 TensorFlow ops. TensorFlow's own graph optimiser cannot fuse
+// Fused CPU kernels for the training step (issue 35; docs/benchmarks.md, "Fewer ops and fused kernels"):
+// GELU (tanh and erf forms), LayerNorm and attention's softmax backward, each one pass over memory where
+// the composed form runs 4–9 TensorFlow ops; causal softmax attention, SLAY's causal block of
+// tensor-product features and SLAY's feature factors, each whole, their products over query strips
+// on Eigen (the wheel's headers) so that key tiles a strip cannot see are never computed; forward and
+// backward each. TensorFlow's own graph optimiser cannot fuse
 // these in a training graph (the backward reads the intermediates), and torch.compile's inductor
 // does exactly this kind of fusion; so the kernels are written here, against TensorFlow's stable C
 // API for ops and kernels (tensorflow/c/ops.h, kernels.h: plain C, the wheel's own library), built by
@@ -293,7 +295,7 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
-// ---- Attention softmax: causal softmax forward, and the softmax backward with FlashAttention's row term. ----
+// ---- Attention softmax: a row's causal softmax (for the attention kernel below), and the softmax backward. ----
 
 // The largest of x[0..n), NaN ignored (it reaches the row through e^(x − max) instead); 16 running
 // maxima so that the loop vectorises without -ffast-math.
@@ -309,22 +311,6 @@ inline float rowMax(const float* __restrict x, int64_t n) {
   return m;
 }
 
-// Σ x[0..n) over 16 running sums (the vectorisable order; the composed Sum's order differs by rounding).
-inline float rowSum(const float* __restrict x, int64_t n) {
-  float lanes[16] = {};
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int k = 0; k < 16; k++) lanes[k] += x[j + k];
-  float s = 0;
-  for (; j < n; j++) s += x[j];
-  for (float l : lanes) s += l;
-  return s;
-}
-
-inline void expShifted(const float* __restrict x, float shift, float* __restrict e, int64_t n) {
-  for (int64_t j = 0; j < n; j++) e[j] = expApprox(x[j] - shift);
-}
-
 // Row x[0..n) in place: x[0..seen) becomes its softmax and x[seen..n) zeros, in three passes (the
 // exponentials summed as they are written; the scaling and the zeros in one loop).
 inline void softmaxPrefix(float* __restrict x, int64_t seen, int64_t n) {
@@ -338,43 +324,6 @@ inline void softmaxPrefix(float* __restrict x, int64_t seen, int64_t n) {
   for (float lane : lanes) total += lane;
   const float inv = 1.0f / total;
   for (j = 0; j < n; j++) x[j] = j < seen ? x[j] * inv : 0.0f;
-}
-
-// scores [.., L, L] → p: row i is the softmax of its keys j ≤ i, and 0 for j > i — what softmax of
-// scores + (−1e9 above the diagonal) gives in float32 (e^−1e9 = 0), with half the exponentials.
-void causalSoftmaxForward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* scores = input(ctx, 0, status);
-  TF_Tensor* probs = nullptr;
-  if (TF_GetCode(status) == TF_OK) {
-    const int n = TF_NumDims(scores);
-    if (n < 2 || TF_Dim(scores, n - 1) != TF_Dim(scores, n - 2))
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalSoftmax: scores must be [.., L, L] (queries and keys of one sequence)");
-    else
-      probs = output(ctx, 0, dimsOf(scores), status);
-  }
-  if (TF_GetCode(status) == TF_OK) {
-    const int64_t l = TF_Dim(scores, TF_NumDims(scores) - 1);
-    const int64_t rows = l > 0 ? TF_TensorElementCount(scores) / l : 0;
-    const float* s = data(scores);
-    float* p = data(probs);
-    parallelRows(rows, l, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; row++) {
-        const float* sr = s + row * l;
-        float* pr = p + row * l;
-        const int64_t seen = row % l + 1;
-        expShifted(sr, rowMax(sr, seen), pr, seen);
-        const float inv = 1.0f / rowSum(pr, seen);
-        for (int64_t j = 0; j < seen; j++) pr[j] *= inv;
-        for (int64_t j = seen; j < l; j++) pr[j] = 0.0f;
-      }
-    });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
-  }
-  for (TF_Tensor* t : {scores, probs})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // p, dp [.., Lq, Lk], dout, out [.., Lq, D] → ds = p⊙(dp − Σ_d dout⊙out): the softmax backward with
@@ -418,84 +367,6 @@ void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
   TF_DeleteStatus(status);
 }
 
-// ---- Causal product of score blocks: linear attention's tensor-product scores (src/model/attention/chunked.ts). ----
-
-// Whether t is [.., C, C]; else sets an error naming the op.
-bool squareBlocks(const TF_Tensor* t, const char* op, TF_Status* status) {
-  const int n = TF_NumDims(t);
-  if (n >= 2 && TF_Dim(t, n - 1) == TF_Dim(t, n - 2)) return true;
-  TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": inputs must be [.., C, C] blocks of the same shape").c_str());
-  return false;
-}
-
-// x, y [.., C, C] → x⊙y on and below each block's diagonal, 0 above: three composed ops (a product and
-// the causal mask's) in one pass.
-void causalProductForward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* x = input(ctx, 0, status);
-  TF_Tensor* y = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* z = nullptr;
-  if (TF_GetCode(status) == TF_OK && squareBlocks(x, "SlayformerCausalProduct", status)) {
-    if (TF_TensorElementCount(y) != TF_TensorElementCount(x))
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalProduct: inputs must be [.., C, C] blocks of the same shape");
-    else
-      z = output(ctx, 0, dimsOf(x), status);
-  }
-  if (TF_GetCode(status) == TF_OK) {
-    const int64_t c = TF_Dim(x, TF_NumDims(x) - 1);
-    const float *xs = data(x), *ys = data(y);
-    float* zs = data(z);
-    parallelRows(c > 0 ? TF_TensorElementCount(x) / c : 0, c, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; row++) {
-        const int64_t seen = row % c + 1, at = row * c;
-        for (int64_t j = 0; j < seen; j++) zs[at + j] = xs[at + j] * ys[at + j];
-        for (int64_t j = seen; j < c; j++) zs[at + j] = 0.0f;
-      }
-    });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
-  }
-  for (TF_Tensor* t : {x, y, z})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
-}
-
-// g, x, y [.., C, C] → dx = g⊙y, dy = g⊙x on and below the diagonal, 0 above.
-void causalProductBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* g = input(ctx, 0, status);
-  TF_Tensor* x = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* y = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
-  TF_Tensor *dx = nullptr, *dy = nullptr;
-  if (TF_GetCode(status) == TF_OK && squareBlocks(x, "SlayformerCausalProductGrad", status)) {
-    if (TF_TensorElementCount(y) != TF_TensorElementCount(x) || TF_TensorElementCount(g) != TF_TensorElementCount(x))
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalProductGrad: inputs must be [.., C, C] blocks of the same shape");
-    else
-      dx = output(ctx, 0, dimsOf(x), status);
-    if (TF_GetCode(status) == TF_OK) dy = output(ctx, 1, dimsOf(x), status);
-  }
-  if (TF_GetCode(status) == TF_OK) {
-    const int64_t c = TF_Dim(x, TF_NumDims(x) - 1);
-    const float *gs = data(g), *xs = data(x), *ys = data(y);
-    float *dxs = data(dx), *dys = data(dy);
-    parallelRows(c > 0 ? TF_TensorElementCount(x) / c : 0, 2 * c, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; row++) {
-        const int64_t seen = row % c + 1, at = row * c;
-        for (int64_t j = 0; j < seen; j++) {
-          dxs[at + j] = gs[at + j] * ys[at + j];
-          dys[at + j] = gs[at + j] * xs[at + j];
-        }
-        for (int64_t j = seen; j < c; j++) dxs[at + j] = dys[at + j] = 0.0f;
-      }
-    });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
-  }
-  for (TF_Tensor* t : {g, x, y, dx, dy})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
-}
-
 // ---- Causal softmax attention over query strips: masked tiles are never computed. -----------------
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -523,7 +394,7 @@ bool sameHeads(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_St
 }
 
 // q (scaled), k, v [N, L, D] → out = P·v and P [N, L, L], P the causal softmax of q·kᵀ (0 above the
-// diagonal, as SlayformerCausalSoftmax gives): the composed form's three ops (src/model/attention/softmax.ts)
+// diagonal: the exact zeros that softmax of scores − 1e9 above the diagonal gives in float32): the composed form's three ops (src/model/attention/softmax.ts)
 // with the products done strip by strip, skipping the key tiles a strip's queries cannot see.
 void causalAttentionForward(void*, TF_OpKernelContext* ctx) {
   TF_Status* status = TF_NewStatus();
@@ -625,7 +496,7 @@ bool sameBlocks(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_S
 }
 
 // aq, ak [N, C, Fa], bq, bk [N, C, Fb], values [N, C, Dv] → out = S·values with S = (aq·akᵀ)⊙(bq·bkᵀ) on and below
-// the diagonal (src/model/attention/chunked.ts: two products, SlayformerCausalProduct and a third product in one),
+// the diagonal (src/model/attention/chunked.ts: two products, the masked product of their results and a third product in one),
 // and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
 // SlayformerCausalAttention: the key tiles a strip cannot see are never computed.
 void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
@@ -942,8 +813,6 @@ void layerNormGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
   for (TF_ShapeHandle* h : {xhat, last}) TF_DeleteShapeHandle(h);
 }
 
-// dx, dy: x's shape.
-void causalProductGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 2); }
 
 // out: q's shape; probs: [N, L, L].
 void causalAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
@@ -1025,12 +894,8 @@ const std::vector<OpSpec>& specs() {
        layerNormShapes, createLayerNorm, layerNormForward, deleteLayerNorm},
       {"SlayformerLayerNormGrad", {"dy: float", "xhat: float", "rstd: float", "gain: float"}, {"dx: float", "dgain: float", "dshift: float"}, {},
        layerNormGradShapes, noState, layerNormBackward, noDelete},
-      {"SlayformerCausalSoftmax", {"scores: float"}, {"probs: float"}, {}, firstInputShape, noState, causalSoftmaxForward, noDelete},
       {"SlayformerAttentionSoftmaxGrad", {"probs: float", "dprobs: float", "dout: float", "out: float"}, {"dscores: float"}, {},
        firstInputShape, noState, attentionSoftmaxBackward, noDelete},
-      {"SlayformerCausalProduct", {"x: float", "y: float"}, {"z: float"}, {}, firstInputShape, noState, causalProductForward, noDelete},
-      {"SlayformerCausalProductGrad", {"g: float", "x: float", "y: float"}, {"dx: float", "dy: float"}, {}, causalProductGradShapes, noState,
-       causalProductBackward, noDelete},
       {"SlayformerCausalAttention", {"q: float", "k: float", "v: float"}, {"out: float", "probs: float"}, {}, causalAttentionShapes, noState,
        causalAttentionForward, noDelete},
       {"SlayformerCausalAttentionGrad", {"dout: float", "q: float", "k: float", "v: float", "probs: float", "out: float"},

@@ -23,7 +23,7 @@
 // maxima are computed off the autodiff tape: the output does not depend on them.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, flattenHeads, safeDivide, untaped } from '../ops.ts';
-import { fusedCausalFactorAttention, fusedCausalProduct } from '../fused.ts';
+import { fusedCausalFactorAttention } from '../fused.ts';
 
 /** Features given as a tensor product φ(u) = concat_r a(u) ⊗ b_r(u): a [B, H, L, Fa], b = concat_r b_r [B, H, L, Fb]. */
 export interface ProductFactors {
@@ -95,25 +95,14 @@ function scoreBlocks(q: Side, k: Side, cut: (x: tf.Tensor4D) => tf.Tensor3D): tf
 }
 
 /**
- * The scores within chunks under the causal mask (or the shifted keys' rescaling, which holds it): for
- * tensor-product features one fused kernel where the backend has it (model/fused.ts).
- */
-function causalScoreBlocks(q: Side, k: Side, cut: (x: tf.Tensor4D) => tf.Tensor3D, c: number, scales: CausalScales | null): tf.Tensor {
-  const product = q.factors && k.factors && !scales ? fusedCausalProduct() : null;
-  if (product && q.factors && k.factors) {
-    return product(batchMatMul(cut(q.factors.a), cut(k.factors.a), false, true), batchMatMul(cut(q.factors.b), cut(k.factors.b), false, true));
-  }
-  return tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c));
-}
-
-/**
  * Σ_{j ≤ i} of scores·[v, 1] within each chunk: for tensor-product features one fused kernel where the backend has
  * it, whose products skip the masked key tiles (model/fused.ts).
  */
 function withinChunks(q: Side, k: Side, values: tf.Tensor3D, cut: (x: tf.Tensor4D) => tf.Tensor3D, c: number, scales: CausalScales | null): tf.Tensor3D {
   const attention = q.factors && k.factors && !scales ? fusedCausalFactorAttention() : null;
   if (attention && q.factors && k.factors) return attention(cut(q.factors.a), cut(k.factors.a), cut(q.factors.b), cut(k.factors.b), values);
-  return batchMatMul(causalScoreBlocks(q, k, cut, c, scales), values);
+  // The scores within chunks under the causal mask (or the shifted keys' rescaling, which holds it).
+  return batchMatMul(tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c)), values);
 }
 
 /** [num, den] [B, H, S, D+1] → num / den, den normalised by δ (or its rescaled form) or clampMin. */

@@ -4,7 +4,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
-import { fusedAttentionSoftmaxGrad, fusedCausalAttention, fusedCausalSoftmax } from '../fused.ts';
+import { fusedAttentionSoftmaxGrad, fusedCausalAttention } from '../fused.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
@@ -61,12 +61,9 @@ registerAttention('softmax', {
     const masks = new ConstantCache();
     const additiveCausal = (l: number) => masks.get(`causal${l}`, () => tf.mul(tf.sub(1, causalMask01(l)), NEG));
     const scale = 1 / Math.sqrt(config.headDim);
-    // The causal mask as one fused kernel where the backend has it (half the exponentials), else as an addend.
     const maskedSoftmax =
-      (mask: ScoreMask, fused: boolean): MaskedSoftmax =>
+      (mask: ScoreMask): MaskedSoftmax =>
       (scores) => {
-        const causal = mask === 'causal' && fused ? fusedCausalSoftmax() : null;
-        if (causal) return causal(scores);
         const addend = mask === 'causal' ? additiveCausal(scores.shape[scores.rank - 1] as number) : mask;
         return tf.softmax(addend ? tf.add(scores, addend) : scores);
       };
@@ -82,7 +79,7 @@ registerAttention('softmax', {
         // Causal attention whole as one kernel where the backend has it (the masked key tiles never computed).
         const causalKernel = mask === 'causal' && fused ? fusedCausalAttention() : null;
         const products = fused ? attentionProducts : composedAttention;
-        const out = causalKernel ? causalKernel(qs, ks, vs) : products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask, fused));
+        const out = causalKernel ? causalKernel(qs, ks, vs) : products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask));
         return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {
