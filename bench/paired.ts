@@ -15,7 +15,7 @@ import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/step.ts';
-import { randomBatch } from '../src/train/throughput.ts';
+import { BENCH_ADAMW, benchGptConfig, randomBatch } from '../src/train/throughput.ts';
 
 const COMMAND = {
   name: 'bench:paired',
@@ -67,20 +67,8 @@ async function main(): Promise<void> {
   );
   console.log('| --- | ---: | ---: | --- | ---: | ---: | --- | --- |');
   for (const attention of positionals.length > 0 ? positionals : ['softmax', 'slay']) {
-    const model = createLanguageModel({
-      kind: 'gpt',
-      vocabSize: n('vocab'),
-      maxSeqLen: n('seq'),
-      dModel: n('d'),
-      numLayers: n('layers'),
-      numHeads: n('heads'),
-      mlpRatio: 4,
-      dropout: 0,
-      bias: true,
-      attention: { name: attention, options: {} },
-      seed: 1,
-    });
-    const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    const model = createLanguageModel(benchGptConfig({ vocab: n('vocab'), seq: n('seq'), d: n('d'), layers: n('layers'), heads: n('heads') }, attention));
+    const optimizer = new AdamW(model.parameters(), BENCH_ADAMW);
     try {
       const rng = new Rng(7);
       const times = { fused: [] as number[], composed: [] as number[] };

@@ -12,24 +12,12 @@ import { Rng } from '../src/core/rng.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/step.ts';
-import { randomBatch } from '../src/train/throughput.ts';
+import { BENCH_ADAMW, benchGptConfig, randomBatch } from '../src/train/throughput.ts';
 
 const [attention, vocab, d, layers, heads, seq, batchSize] = process.argv.slice(2).map((x, i) => (i === 0 ? x : Number(x))) as [string, ...number[]];
 await initBackend('tensorflow', { quiet: true });
-const model = createLanguageModel({
-  kind: 'gpt',
-  vocabSize: vocab,
-  maxSeqLen: seq,
-  dModel: d,
-  numLayers: layers,
-  numHeads: heads,
-  mlpRatio: 4,
-  dropout: 0,
-  bias: true,
-  attention: { name: attention, options: {} },
-  seed: 1,
-});
-const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+const model = createLanguageModel(benchGptConfig({ vocab, seq, d, layers, heads }, attention));
+const optimizer = new AdamW(model.parameters(), BENCH_ADAMW);
 const rng = new Rng(7);
 console.log(JSON.stringify({ ready: 'tensorflow', fusedKernels: fusedCpuKernelsStatus() }));
 for await (const line of readline.createInterface({ input: process.stdin })) {

@@ -36,7 +36,7 @@ import { exitWithUsage, parseOrExit, integerOption } from '../src/cli/command.ts
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { resolveDataParallel } from '../src/backend/device.ts';
-import { measureThroughput } from '../src/train/throughput.ts';
+import { benchGptConfig, measureThroughput } from '../src/train/throughput.ts';
 
 const PEER = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');
 const SHAPE = ['seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
@@ -160,19 +160,7 @@ async function measureHere(o: Options): Promise<Row[]> {
     for (const replicas of replicaCounts)
       for (const { graph, xla, executor } of modes) {
         if (executor === 'xla' && replicas > 1) continue;
-        const model = createLanguageModel({
-          kind: 'gpt',
-          vocabSize: vocab,
-          maxSeqLen: seq,
-          dModel: d,
-          numLayers: layers,
-          numHeads: heads,
-          mlpRatio: 4,
-          dropout: 0,
-          bias: true,
-          attention: { name, options: o.options },
-          seed: 1,
-        });
+        const model = createLanguageModel(benchGptConfig({ vocab, seq, d, layers, heads }, name, o.options));
         const r = await measureThroughput(model, {
           batchSize: batch,
           seqLen: seq,

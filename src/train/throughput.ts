@@ -2,12 +2,42 @@
 // process's CPU time (all threads) per step, medians after warm-up steps.
 import * as tf from '@tensorflow/tfjs';
 import { readback, readSince } from '../backend/readback.ts';
-import type { LanguageModel, ModelBatch } from '../model/lm.ts';
+import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { Rng } from '../core/rng.ts';
 import { currentDevice } from '../backend/current.ts';
 import { AdamW, type ShardOf } from './optimizer.ts';
 import { startStepExecutor } from './step-executors/index.ts';
+
+/** The benchmarks' model shape: the reference GPT is vocab 4096, d 128, 4 layers × 4 heads, seq 256 (docs/benchmarks.md). */
+export interface BenchShape {
+  vocab: number;
+  seq: number;
+  d: number;
+  layers: number;
+  heads: number;
+}
+
+/** The GPT every throughput benchmark trains (bench:train, bench:paired, bench:versus): GPT-2's layout, no dropout, seed 1. */
+export function benchGptConfig(shape: BenchShape, attention: string, options: Record<string, unknown> = {}): LanguageModelConfig {
+  const { vocab, seq, d, layers, heads } = shape;
+  return {
+    kind: 'gpt',
+    vocabSize: vocab,
+    maxSeqLen: seq,
+    dModel: d,
+    numLayers: layers,
+    numHeads: heads,
+    mlpRatio: 4,
+    dropout: 0,
+    bias: true,
+    attention: { name: attention, options },
+    seed: 1,
+  };
+}
+
+/** The benchmarks' AdamW settings (GPT-2-style β2 = 0.95 and decay 0.1). */
+export const BENCH_ADAMW = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 } as const;
 
 /** Uniform random tokens; GPT labels every position, BERT about one in seven (its masking rate order). */
 export function randomBatch(rng: Rng, kind: LanguageModel['kind'], batchSize: number, seqLen: number, vocab: number): ModelBatch {
@@ -62,7 +92,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
   const [graph, xla] = [o.graph ?? true, o.xla ?? false];
-  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla, ...(o.shard ? { shard: o.shard } : {}) });
+  const optimizer = new AdamW(model.parameters(), { ...BENCH_ADAMW, graph, xla, ...(o.shard ? { shard: o.shard } : {}) });
   let executor: Awaited<ReturnType<typeof startStepExecutor>> | null = null;
   try {
     executor = await startStepExecutor(o.executor ?? 'auto', { model, optimizer, device: currentDevice(), graph, xla, replicas: o.replicas });
