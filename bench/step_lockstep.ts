@@ -4,17 +4,35 @@
 // AdamW, recorded functions on the tensorflow backend with its fused kernels) and prints
 // {"ms": [wall ms per step], "cpuMs": [process CPU ms per step], "loss": …}; EOF ends it.
 //
-//   node --import tsx bench/step_lockstep.ts ATTENTION VOCAB D LAYERS HEADS SEQ BATCH
+//   node --import tsx bench/step_lockstep.ts ATTENTION [--vocab 4096] [--d 128] [--layers 4] [--heads 4] [--seq 256] [--batch 8]
 import * as readline from 'node:readline';
 import { fusedCpuKernelsStatus } from '../src/backend/fused-kernels.ts';
 import { initBackend } from '../src/backend/start.ts';
+import { integerOption, parseOrExit } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/step.ts';
 import { BENCH_ADAMW, benchGptConfig, randomBatch } from '../src/train/throughput.ts';
 
-const [attention, vocab, d, layers, heads, seq, batchSize] = process.argv.slice(2).map((x, i) => (i === 0 ? x : Number(x))) as [string, ...number[]];
+const COMMAND = {
+  name: 'bench/step_lockstep.ts',
+  usage: 'ATTENTION [options]',
+  description: "Our training step on command, for bench:versus ('steps N' on stdin).",
+  options: {
+    vocab: integerOption(2, 4096, 'vocabulary'),
+    d: integerOption(2, 128, 'model width'),
+    layers: integerOption(1, 4, 'layers'),
+    heads: integerOption(1, 4, 'heads'),
+    seq: integerOption(2, 256, 'sequence length'),
+    batch: integerOption(1, 8, 'batch size'),
+  },
+  positionals: { min: 1, max: 1, name: 'attention' },
+} as const;
+
+const { values, positionals } = parseOrExit(COMMAND, process.argv.slice(2));
+const [vocab, d, layers, heads, seq, batchSize] = (['vocab', 'd', 'layers', 'heads', 'seq', 'batch'] as const).map((k) => Number(values[k]));
+const attention = positionals[0];
 await initBackend('tensorflow', { quiet: true });
 const model = createLanguageModel(benchGptConfig({ vocab, seq, d, layers, heads }, attention));
 const optimizer = new AdamW(model.parameters(), BENCH_ADAMW);

@@ -73,7 +73,9 @@ async function main(): Promise<void> {
   try {
     const dims = ['vocab', 'd', 'layers', 'heads', 'seq', 'batch'] as const;
     for (const name of names)
-      contenders.push(await live(process.execPath, ['--import', 'tsx', STEP_LOCKSTEP, name, ...dims.map((k) => String(shape[k]))], name, (r) => r));
+      contenders.push(
+        await live(process.execPath, ['--import', 'tsx', STEP_LOCKSTEP, name, ...dims.flatMap((k) => [`--${k}`, String(shape[k])])], name, (r) => r),
+      );
     for (const name of names.filter((name) => PEER_ATTENTION[name])) {
       for (const compile of [false, true]) {
         const args = [PEER_LOCKSTEP, '--peer-script', PEER_SCRIPT, '--attn', PEER_ATTENTION[name], '--threads', String(n('peer-threads'))];
