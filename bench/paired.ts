@@ -15,7 +15,7 @@ import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { trainStep } from '../src/train/step.ts';
-import { BENCH_ADAMW, benchGptConfig, randomBatch } from '../src/train/throughput.ts';
+import { BENCH_ADAMW, benchGptConfig, median, medianAndQuartiles, randomBatch } from '../src/train/throughput.ts';
 
 const COMMAND = {
   name: 'bench:paired',
@@ -39,14 +39,8 @@ const COMMAND = {
   positionals: { max: Infinity, name: 'attention names' },
 } as const;
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-
 /** Median [interquartile range] of the per-round ratios fused / composed. */
-function pairedRatio(times: { fused: number[]; composed: number[] }): string {
-  const ratios = times.fused.map((t, i) => t / times.composed[i]).sort((a, b) => a - b);
-  const q = (p: number) => ratios[Math.floor(p * (ratios.length - 1))].toFixed(3);
-  return `${q(0.5)} [${q(0.25)}, ${q(0.75)}]`;
-}
+const pairedRatio = (times: { fused: number[]; composed: number[] }) => medianAndQuartiles(times.fused.map((t, i) => t / times.composed[i]));
 
 async function main(): Promise<void> {
   const { values, positionals } = parseOrExit(COMMAND, process.argv.slice(2));

@@ -14,6 +14,7 @@ import * as readline from 'node:readline';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
 import { integerOption, parseOrExit } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
+import { median, medianAndQuartiles } from '../src/train/throughput.ts';
 
 const PEER_SCRIPT = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');
 const PEER_LOCKSTEP = path.join(import.meta.dirname, 'peer_lockstep.py');
@@ -48,13 +49,6 @@ interface Contender {
   run(steps: number): Promise<{ ms: number[]; cpuMs: number[] }>;
   close(): void;
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const quartiles = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const q = (p: number) => s[Math.floor(p * (s.length - 1))];
-  return `${q(0.5).toFixed(3)} [${q(0.25).toFixed(3)}, ${q(0.75).toFixed(3)}]`;
-};
 
 async function main(): Promise<void> {
   const { values, positionals } = parseOrExit(COMMAND, process.argv.slice(2));
@@ -118,9 +112,9 @@ function report(contenders: Contender[], perRound: Map<Contender, { ms: number[]
   for (const c of contenders) {
     const { ms, cpuMs } = perRound.get(c)!;
     const [peers, peersCpu] = [bestPeer(c.attention, 'ms'), bestPeer(c.attention, 'cpuMs')];
-    const vsPeer = Number.isFinite(peers[0]) ? quartiles(ms.map((t, r) => peers[r] / t)) : '';
-    const vsPeerCpu = Number.isFinite(peersCpu[0]) ? quartiles(cpuMs.map((t, r) => peersCpu[r] / t)) : '';
-    const vsSoftmax = softmax && c.label === 'tensorflow' && c !== softmax ? quartiles(ms.map((t, r) => t / perRound.get(softmax)!.ms[r])) : '';
+    const vsPeer = Number.isFinite(peers[0]) ? medianAndQuartiles(ms.map((t, r) => peers[r] / t)) : '';
+    const vsPeerCpu = Number.isFinite(peersCpu[0]) ? medianAndQuartiles(cpuMs.map((t, r) => peersCpu[r] / t)) : '';
+    const vsSoftmax = softmax && c.label === 'tensorflow' && c !== softmax ? medianAndQuartiles(ms.map((t, r) => t / perRound.get(softmax)!.ms[r])) : '';
     const row = [c.attention, c.label, median(ms).toFixed(1), Math.round((tokens * 1000) / median(ms)), median(cpuMs).toFixed(1), vsPeer, vsPeerCpu, vsSoftmax];
     console.log(`| ${row.join(' | ')} |`);
   }

@@ -87,7 +87,15 @@ export interface Throughput {
   tensorBytes: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+/** The middle value (the upper one of an even count): what the benchmarks report. */
+export const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** 'median [lower quartile, upper quartile]' to 3 decimals: how the benchmarks print paired per-round ratios. */
+export function medianAndQuartiles(xs: readonly number[]): string {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const q = (p: number) => sorted[Math.floor(p * (sorted.length - 1))].toFixed(3);
+  return `${q(0.5)} [${q(0.25)}, ${q(0.75)}]`;
+}
 
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
