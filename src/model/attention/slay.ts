@@ -127,12 +127,15 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   const perNode = poly === 'laplace-only' || poly === 'hadamard' ? m : polyMap!.outputDim * m;
   const featureDim = r * perNode;
 
-  /** q or k [B, H, L, d] unit-normalised per row (after checking the shape). */
-  const unitRows = (x: tf.Tensor4D) => {
+  const checkShape = (x: tf.Tensor4D) => {
     const [, heads, , dim] = x.shape;
     if (heads !== h || dim !== d) {
       throw new Error(`slay: expected q/k of shape [batch, ${h}, length, ${d}], got [${x.shape.join(', ')}]`);
     }
+  };
+  /** q or k [B, H, L, d] unit-normalised per row (after checking the shape). */
+  const unitRows = (x: tf.Tensor4D) => {
+    checkShape(x);
     return l2Normalize(x);
   };
   // √w_r goes on the small PRF factor, before the P·M expansion.
@@ -157,7 +160,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     const fused = nodes ? fusedSlayFactors() : null;
     if (fused && nodes) {
       return tf.tidy(() => {
-        unitRows(x); // the shape check
+        checkShape(x);
         const [a, b] = fused(x, polyMap!.parameters.get('anchors')!, tf.stack(omegas) as tf.Tensor4D, nodes);
         return { a, b };
       });
