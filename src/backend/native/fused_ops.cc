@@ -64,24 +64,49 @@ void parallelRows(int64_t rows, int64_t rowSize, Body body) {
   for (auto& th : pool) th.join();
 }
 
-// Input i of the kernel; the caller deletes it.
-TF_Tensor* input(TF_OpKernelContext* ctx, int i, TF_Status* status) {
-  TF_Tensor* t = nullptr;
-  TF_GetInput(ctx, i, &t, status);
-  return t;
-}
-
 std::vector<int64_t> dimsOf(const TF_Tensor* t) {
   std::vector<int64_t> dims(TF_NumDims(t));
   for (size_t i = 0; i < dims.size(); i++) dims[i] = TF_Dim(t, static_cast<int>(i));
   return dims;
 }
 
-TF_Tensor* output(TF_OpKernelContext* ctx, int i, const std::vector<int64_t>& dims, TF_Status* status) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return TF_AllocateOutput(ctx, i, TF_FLOAT, dims.data(), static_cast<int>(dims.size()), n * sizeof(float), status);
-}
+// One kernel call's status and the tensors it takes and allocates, released when the call ends; a status holding
+// an error by then is reported to TensorFlow as the call's failure. input and output return null once an error is set.
+struct KernelCall {
+  TF_OpKernelContext* ctx;
+  TF_Status* status = TF_NewStatus();
+  std::vector<TF_Tensor*> held;
+
+  explicit KernelCall(TF_OpKernelContext* context) : ctx(context) {}
+  KernelCall(const KernelCall&) = delete;
+  KernelCall& operator=(const KernelCall&) = delete;
+  ~KernelCall() {
+    if (!ok()) TF_OpKernelContext_Failure(ctx, status);
+    for (TF_Tensor* t : held) TF_DeleteTensor(t);
+    TF_DeleteStatus(status);
+  }
+
+  bool ok() const { return TF_GetCode(status) == TF_OK; }
+
+  TF_Tensor* input(int i) {
+    TF_Tensor* t = nullptr;
+    if (ok()) TF_GetInput(ctx, i, &t, status);
+    return keep(t);
+  }
+
+  TF_Tensor* output(int i, const std::vector<int64_t>& dims) {
+    if (!ok()) return nullptr;
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return keep(TF_AllocateOutput(ctx, i, TF_FLOAT, dims.data(), static_cast<int>(dims.size()), n * sizeof(float), status));
+  }
+
+ private:
+  TF_Tensor* keep(TF_Tensor* t) {
+    if (t) held.push_back(t);
+    return t;
+  }
+};
 
 float* data(TF_Tensor* t) { return static_cast<float*>(TF_TensorData(t)); }
 
@@ -146,38 +171,30 @@ void geluGradients(const float* __restrict dy, const float* __restrict xs, float
 
 template <bool Erf>
 void geluForward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* x = input(ctx, 0, status);
-  TF_Tensor* y = TF_GetCode(status) == TF_OK ? output(ctx, 0, dimsOf(x), status) : nullptr;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* x = call.input(0);
+  TF_Tensor* y = TF_GetCode(status) == TF_OK ? call.output(0, dimsOf(x)) : nullptr;
   if (TF_GetCode(status) == TF_OK) {
     const float* xs = data(x);
     float* ys = data(y);
     parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) { geluValues<Erf>(xs + begin, ys + begin, end - begin); });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  if (x) TF_DeleteTensor(x);
-  if (y) TF_DeleteTensor(y);
-  TF_DeleteStatus(status);
 }
 
 template <bool Erf>
 void geluBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* dy = input(ctx, 0, status);
-  TF_Tensor* x = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* dx = TF_GetCode(status) == TF_OK ? output(ctx, 0, dimsOf(x), status) : nullptr;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* dy = call.input(0);
+  TF_Tensor* x = call.input(1);
+  TF_Tensor* dx = TF_GetCode(status) == TF_OK ? call.output(0, dimsOf(x)) : nullptr;
   if (TF_GetCode(status) == TF_OK) {
     const float* g = data(dy);
     const float* xs = data(x);
     float* out = data(dx);
     parallelRows(TF_TensorElementCount(x), 1, [&](int64_t begin, int64_t end) { geluGradients<Erf>(g + begin, xs + begin, out + begin, end - begin); });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : {dy, x, dx})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // ---- LayerNorm over the last axis: x̂ = (x − μ)·r, r = 1/√(σ² + ε), y = x̂·g + b. ------------------
@@ -200,17 +217,18 @@ void deleteLayerNorm(void* kernel) { delete static_cast<LayerNormKernel*>(kernel
 // Outputs y and x̂ (shaped as x) and r (x's shape with the last axis 1).
 void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
   const float eps = static_cast<LayerNormKernel*>(kernel)->eps;
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* x = input(ctx, 0, status);
-  TF_Tensor* gain = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* shift = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* x = call.input(0);
+  TF_Tensor* gain = call.input(1);
+  TF_Tensor* shift = call.input(2);
   TF_Tensor *y = nullptr, *xhat = nullptr, *rstd = nullptr;
   if (TF_GetCode(status) == TF_OK) {
     std::vector<int64_t> dims = dimsOf(x);
-    y = output(ctx, 0, dims, status);
-    if (TF_GetCode(status) == TF_OK) xhat = output(ctx, 1, dims, status);
+    y = call.output(0, dims);
+    xhat = call.output(1, dims);
     dims.back() = 1;
-    if (TF_GetCode(status) == TF_OK) rstd = output(ctx, 2, dims, status);
+    rstd = call.output(2, dims);
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t d = TF_Dim(x, TF_NumDims(x) - 1);
@@ -235,28 +253,24 @@ void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
         }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : {x, gain, shift, y, xhat, rstd})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // Inputs dy, x̂, r, g → dx = r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) with ĝ = dy·g; dg = Σ_rows dy·x̂; db = Σ_rows dy.
 void layerNormBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* dy = input(ctx, 0, status);
-  TF_Tensor* xhat = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* rstd = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
-  TF_Tensor* gain = TF_GetCode(status) == TF_OK ? input(ctx, 3, status) : nullptr;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* dy = call.input(0);
+  TF_Tensor* xhat = call.input(1);
+  TF_Tensor* rstd = call.input(2);
+  TF_Tensor* gain = call.input(3);
   TF_Tensor *dx = nullptr, *dgain = nullptr, *dshift = nullptr;
   int64_t d = 0;
   if (TF_GetCode(status) == TF_OK) {
     d = TF_Dim(xhat, TF_NumDims(xhat) - 1);
-    dx = output(ctx, 0, dimsOf(xhat), status);
-    if (TF_GetCode(status) == TF_OK) dgain = output(ctx, 1, {d}, status);
-    if (TF_GetCode(status) == TF_OK) dshift = output(ctx, 2, {d}, status);
+    dx = call.output(0, dimsOf(xhat));
+    dgain = call.output(1, {d});
+    dshift = call.output(2, {d});
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t rows = d > 0 ? TF_TensorElementCount(xhat) / d : 0;
@@ -287,12 +301,7 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
       dg[j] = static_cast<float>(sg[j]);
       db[j] = static_cast<float>(sb[j]);
     }
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : {dy, xhat, rstd, gain, dx, dgain, dshift})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // ---- Attention softmax: a row's causal softmax (for the attention kernel below), and the softmax backward. ----
@@ -329,11 +338,12 @@ inline void softmaxPrefix(float* __restrict x, int64_t seen, int64_t n) {
 // p, dp [.., Lq, Lk], dout, out [.., Lq, D] → ds = p⊙(dp − Σ_d dout⊙out): the softmax backward with
 // the row term from O = P·V (src/model/attention/softmax.ts), four composed ops in one pass.
 void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* probs = input(ctx, 0, status);
-  TF_Tensor* dprobs = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* dout = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
-  TF_Tensor* out = TF_GetCode(status) == TF_OK ? input(ctx, 3, status) : nullptr;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* probs = call.input(0);
+  TF_Tensor* dprobs = call.input(1);
+  TF_Tensor* dout = call.input(2);
+  TF_Tensor* out = call.input(3);
   TF_Tensor* dscores = nullptr;
   int64_t lk = 0, d = 0, rows = 0;
   if (TF_GetCode(status) == TF_OK) {
@@ -344,7 +354,7 @@ void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
     if (TF_TensorElementCount(dprobs) != TF_TensorElementCount(probs) || !rowsAgree)
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerAttentionSoftmaxGrad: p, dp must be [.., Lq, Lk] and dout, out [.., Lq, D] with the same rows");
     else
-      dscores = output(ctx, 0, dimsOf(probs), status);
+      dscores = call.output(0, dimsOf(probs));
   }
   if (TF_GetCode(status) == TF_OK) {
     const float *p = data(probs), *dp = data(dprobs), *go = data(dout), *o = data(out);
@@ -359,12 +369,7 @@ void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
         for (int64_t j = 0; j < lk; j++) dsr[j] = pr[j] * (dpr[j] - term);
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : {probs, dprobs, dout, out, dscores})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // ---- Causal softmax attention over query strips: masked tiles are never computed. -----------------
@@ -397,14 +402,15 @@ bool sameHeads(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_St
 // diagonal: the exact zeros that softmax of scores − 1e9 above the diagonal gives in float32): the composed form's three ops (src/model/attention/softmax.ts)
 // with the products done strip by strip, skipping the key tiles a strip's queries cannot see.
 void causalAttentionForward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
-  TF_Tensor* q = input(ctx, 0, status);
-  TF_Tensor* k = TF_GetCode(status) == TF_OK ? input(ctx, 1, status) : nullptr;
-  TF_Tensor* v = TF_GetCode(status) == TF_OK ? input(ctx, 2, status) : nullptr;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* q = call.input(0);
+  TF_Tensor* k = call.input(1);
+  TF_Tensor* v = call.input(2);
   TF_Tensor *out = nullptr, *probs = nullptr;
   if (TF_GetCode(status) == TF_OK && sameHeads({q, k, v}, "SlayformerCausalAttention", status)) {
-    out = output(ctx, 0, dimsOf(q), status);
-    if (TF_GetCode(status) == TF_OK) probs = output(ctx, 1, {TF_Dim(q, 0), TF_Dim(q, 1), TF_Dim(q, 1)}, status);
+    out = call.output(0, dimsOf(q));
+    probs = call.output(1, {TF_Dim(q, 0), TF_Dim(q, 1), TF_Dim(q, 1)});
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1), d = TF_Dim(q, 2);
@@ -422,27 +428,23 @@ void causalAttentionForward(void*, TF_OpKernelContext* ctx) {
         }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : {q, k, v, out, probs})
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // dout, q, k, v, out [N, L, D], P [N, L, L] → dq, dk, dv: dS = P⊙(dout·vᵀ − rowsum(dout⊙out)) on the
 // strips, dq = dS·k by query strips, dk = dSᵀ·q and dv = Pᵀ·dout by key strips (the rows at or below them).
 void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
   TF_Tensor* in[6] = {};
-  for (int i = 0; i < 6 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  for (int i = 0; i < 6; i++) in[i] = call.input(i);
   TF_Tensor* grads[3] = {};  // dq, dk, dv
   auto [dout, q, k, v, probs, out] = in;
   if (TF_GetCode(status) == TF_OK && sameHeads({dout, q, k, v, out}, "SlayformerCausalAttentionGrad", status)) {
     const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1);
     if (dimsOf(probs) != std::vector<int64_t>{n, l, l})
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalAttentionGrad: probs must be [N, L, L] for q [N, L, D]");
-    for (int i = 0; i < 3 && TF_GetCode(status) == TF_OK; i++) grads[i] = output(ctx, i, dimsOf(q), status);
+    for (int i = 0; i < 3; i++) grads[i] = call.output(i, dimsOf(q));
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1), d = TF_Dim(q, 2);
@@ -474,14 +476,7 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
         }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : in)
-    if (t) TF_DeleteTensor(t);
-  for (TF_Tensor* t : grads)
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // ---- Causal attention of tensor-product features over query strips (SLAY's blocks). --------------
@@ -500,17 +495,18 @@ bool sameBlocks(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_S
 // and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
 // SlayformerCausalAttention: the key tiles a strip cannot see are never computed.
 void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
   TF_Tensor* in[5] = {};
-  for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  for (int i = 0; i < 5; i++) in[i] = call.input(i);
   TF_Tensor* outs[3] = {};  // out, xa, xb
   auto [aq, ak, bq, bk, values] = in;
   if (TF_GetCode(status) == TF_OK && sameBlocks({aq, ak, bq, bk, values}, "SlayformerCausalFactorAttention", status)) {
     if (TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttention: aq, ak and bq, bk must have the same feature widths");
     const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1);
-    if (TF_GetCode(status) == TF_OK) outs[0] = output(ctx, 0, dimsOf(values), status);
-    for (int i = 1; i < 3 && TF_GetCode(status) == TF_OK; i++) outs[i] = output(ctx, i, {n, c, c}, status);
+    outs[0] = call.output(0, dimsOf(values));
+    for (int i = 1; i < 3; i++) outs[i] = call.output(i, {n, c, c});
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2);
@@ -536,23 +532,17 @@ void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
         }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : in)
-    if (t) TF_DeleteTensor(t);
-  for (TF_Tensor* t : outs)
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // dout [N, C, Dv], aq, ak, bq, bk, values, xa, xb (the forward's) → daq, dak, dbq, dbk, dvalues: dS = dout·valuesᵀ under
 // the mask, dXa = dS⊙xb, dXb = dS⊙xa; the query sides by strips (dXa·ak), the key sides and dvalues by key strips
 // over the rows at or below them (dXaᵀ·aq, Sᵀ·dout).
 void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
   TF_Tensor* in[8] = {};
-  for (int i = 0; i < 8 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  for (int i = 0; i < 8; i++) in[i] = call.input(i);
   TF_Tensor* grads[5] = {};  // daq, dak, dbq, dbk, dvalues
   auto [dout, aq, ak, bq, bk, values, xa, xb] = in;
   if (TF_GetCode(status) == TF_OK && sameBlocks({dout, aq, ak, bq, bk, values, xa, xb}, "SlayformerCausalFactorAttentionGrad", status)) {
@@ -560,7 +550,7 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
     if (TF_Dim(xa, 2) != c || TF_Dim(xb, 2) != c || TF_Dim(dout, 2) != TF_Dim(values, 2) || TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttentionGrad: shapes do not match the forward's");
     const TF_Tensor* like[5] = {aq, ak, bq, bk, values};
-    for (int i = 0; i < 5 && TF_GetCode(status) == TF_OK; i++) grads[i] = output(ctx, i, dimsOf(like[i]), status);
+    for (int i = 0; i < 5; i++) grads[i] = call.output(i, dimsOf(like[i]));
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2);
@@ -599,14 +589,7 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
         }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : in)
-    if (t) TF_DeleteTensor(t);
-  for (TF_Tensor* t : grads)
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // ---- SLAY's feature factors: anchor features and positive random features of unit rows. -----------
@@ -668,15 +651,16 @@ inline float clampExponent(float e) { return e < -20.0f ? -20.0f : e > 20.0f ? 2
 // x, anchors, omegas, nodes (k_r = √(2 s_r), √w_r) → a = c²/√P [B, H, L, P] and b = concat_r √w_r·M^(−1/2)·exp(clamp(e_r, ±20))
 // [B, H, L, R·M]: SLAY's two factors (src/model/attention/slay.ts, 'anchor' polynomial) in one op.
 void slayFactorsForward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
   TF_Tensor* in[4] = {};
-  for (int i = 0; i < 4 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  for (int i = 0; i < 4; i++) in[i] = call.input(i);
   TF_Tensor* outs[2] = {};
   auto [x, anchors, omegas, nodes] = in;
   SlayShapes sh{};
   if (TF_GetCode(status) == TF_OK && slayShapes(x, anchors, omegas, nodes, "SlayformerSlayFactors", &sh, status)) {
-    outs[0] = output(ctx, 0, {sh.b, sh.h, sh.l, sh.p}, status);
-    if (TF_GetCode(status) == TF_OK) outs[1] = output(ctx, 1, {sh.b, sh.h, sh.l, sh.r * sh.m}, status);
+    outs[0] = call.output(0, {sh.b, sh.h, sh.l, sh.p});
+    outs[1] = call.output(1, {sh.b, sh.h, sh.l, sh.r * sh.m});
   }
   if (TF_GetCode(status) == TF_OK) {
     const float *xs = data(x), *as = data(anchors), *os = data(omegas), *ns = data(nodes);
@@ -699,22 +683,16 @@ void slayFactorsForward(void*, TF_OpKernelContext* ctx) {
           }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : in)
-    if (t) TF_DeleteTensor(t);
-  for (TF_Tensor* t : outs)
-    if (t) TF_DeleteTensor(t);
-  TF_DeleteStatus(status);
 }
 
 // da, db, x, anchors, omegas, nodes → dx: through a = c²/√P, b_r = √w_r M^(−½) e^(e_r) (zero where clamped),
 // e_r = k_r u·ω_r − k_r²‖u‖²/2 and u = x/‖x‖, recomputing the forward's rows.
 void slayFactorsBackward(void*, TF_OpKernelContext* ctx) {
-  TF_Status* status = TF_NewStatus();
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
   TF_Tensor* in[6] = {};
-  for (int i = 0; i < 6 && TF_GetCode(status) == TF_OK; i++) in[i] = input(ctx, i, status);
+  for (int i = 0; i < 6; i++) in[i] = call.input(i);
   TF_Tensor* dx = nullptr;
   auto [da, db, x, anchors, omegas, nodes] = in;
   SlayShapes sh{};
@@ -722,7 +700,7 @@ void slayFactorsBackward(void*, TF_OpKernelContext* ctx) {
     if (TF_TensorElementCount(da) != sh.b * sh.h * sh.l * sh.p || TF_TensorElementCount(db) != sh.b * sh.h * sh.l * sh.r * sh.m)
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerSlayFactorsGrad: da, db must have the forward's output shapes");
     else
-      dx = output(ctx, 0, dimsOf(x), status);
+      dx = call.output(0, dimsOf(x));
   }
   if (TF_GetCode(status) == TF_OK) {
     const float *das = data(da), *dbs = data(db), *xs = data(x), *as = data(anchors), *os = data(omegas), *ns = data(nodes);
@@ -770,13 +748,7 @@ void slayFactorsBackward(void*, TF_OpKernelContext* ctx) {
         }
       }
     });
-  } else {
-    TF_OpKernelContext_Failure(ctx, status);
   }
-  for (TF_Tensor* t : in)
-    if (t) TF_DeleteTensor(t);
-  if (dx) TF_DeleteTensor(dx);
-  TF_DeleteStatus(status);
 }
 
 // ---- Registration. --------------------------------------------------------------------------------
