@@ -9,7 +9,7 @@
 //   npm run bench:paired -- [attention names…] [--composed KERNELS] [--rounds 30] [--warmup 4] [--seq 256] [--batch 8] [--vocab 4096] [--d 128] [--layers 4] [--heads 4]
 import { FUSED_KERNEL_NAMES, type FusedKernel, fusedCpuKernelsStatus, withComposedKernels } from '../src/backend/fused-kernels.ts';
 import { initBackend } from '../src/backend/start.ts';
-import { parseOrExit, integerOption } from '../src/cli/command.ts';
+import { BENCH_SHAPE_OPTIONS, integerOption, parseOrExit } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
@@ -24,12 +24,7 @@ const COMMAND = {
   options: {
     rounds: integerOption(2, 30, 'timed rounds (each one fused and one composed step)'),
     warmup: integerOption(0, 4, "untimed rounds first (the first records each form's step function)"),
-    seq: integerOption(2, 256, 'sequence length'),
-    batch: integerOption(1, 8, 'batch size'),
-    vocab: integerOption(2, 4096, 'vocabulary'),
-    d: integerOption(2, 128, 'model width'),
-    layers: integerOption(1, 4, 'layers'),
-    heads: integerOption(1, 4, 'heads'),
+    ...BENCH_SHAPE_OPTIONS,
     composed: {
       type: 'string',
       value: 'KERNELS',

@@ -8,7 +8,7 @@
 import * as readline from 'node:readline';
 import { fusedCpuKernelsStatus } from '../src/backend/fused-kernels.ts';
 import { initBackend } from '../src/backend/start.ts';
-import { integerOption, parseOrExit } from '../src/cli/command.ts';
+import { BENCH_SHAPE_OPTIONS, parseOrExit } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
@@ -19,14 +19,7 @@ const COMMAND = {
   name: 'bench/step_lockstep.ts',
   usage: 'ATTENTION [options]',
   description: "Our training step on command, for bench:versus ('steps N' on stdin).",
-  options: {
-    vocab: integerOption(2, 4096, 'vocabulary'),
-    d: integerOption(2, 128, 'model width'),
-    layers: integerOption(1, 4, 'layers'),
-    heads: integerOption(1, 4, 'heads'),
-    seq: integerOption(2, 256, 'sequence length'),
-    batch: integerOption(1, 8, 'batch size'),
-  },
+  options: BENCH_SHAPE_OPTIONS,
   positionals: { min: 1, max: 1, name: 'attention' },
 } as const;
 

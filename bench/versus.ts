@@ -12,7 +12,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
-import { integerOption, parseOrExit } from '../src/cli/command.ts';
+import { BENCH_SHAPE_OPTIONS, integerOption, parseOrExit } from '../src/cli/command.ts';
 import { attentionNames } from '../src/model/attention/index.ts';
 import { median, medianAndQuartiles } from '../src/train/throughput.ts';
 
@@ -32,12 +32,7 @@ const COMMAND = {
     rounds: integerOption(2, 12, 'timed rounds (each one block of every contender)'),
     block: integerOption(1, 3, 'steps per block; a block counts by its median step'),
     warmup: integerOption(0, 2, 'untimed rounds first (recording, torch.compile)'),
-    seq: integerOption(2, 256, 'sequence length'),
-    batch: integerOption(1, 8, 'batch size'),
-    vocab: integerOption(2, 4096, 'vocabulary'),
-    d: integerOption(2, 128, 'model width'),
-    layers: integerOption(1, 4, 'layers'),
-    heads: integerOption(1, 4, 'heads'),
+    ...BENCH_SHAPE_OPTIONS,
   },
   positionals: { max: Infinity, name: 'attention names' },
 } as const;

@@ -244,6 +244,16 @@ export async function runCommand<const O extends Record<string, OptionSpec>>(
 export const integerOption = (min: number, fallback: number, help: string) =>
   ({ type: 'string', value: 'N', number: { integer: true, min }, default: String(fallback), help }) as const;
 
+/** The reference GPT's shape as options (src/train/throughput.ts, BenchShape; bench:paired, bench:versus and its worker). */
+export const BENCH_SHAPE_OPTIONS = {
+  seq: integerOption(2, 256, 'sequence length'),
+  batch: integerOption(1, 8, 'batch size'),
+  vocab: integerOption(2, 4096, 'vocabulary'),
+  d: integerOption(2, 128, 'model width'),
+  layers: integerOption(1, 4, 'layers'),
+  heads: integerOption(1, 4, 'heads'),
+} as const;
+
 export interface NumberBounds {
   integer?: boolean;
   min?: number;
