@@ -89,9 +89,13 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     },
   );
 
-  it('LayerNorm: value and the gradients of x, gain and shift equal the composed form; no tensor left', () => {
+  // [1100, 130]: enough work that the kernels split rows (and the gain's column sums) over threads, and rows that are
+  // not whole 16-lane blocks.
+  it.each([
+    [96, 40],
+    [1100, 130],
+  ])('LayerNorm [%i, %i]: value and the gradients of x, gain and shift equal the composed form; no tensor left', (n, d) => {
     const before = tf.memory().numTensors;
-    const [n, d] = [96, 40];
     const x = tf.tensor2d(
       randn(n * d, 3).map((v, i) => v + (i % d) * 0.1),
       [n, d],

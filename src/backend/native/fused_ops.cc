@@ -64,6 +64,21 @@ void parallelRows(int64_t rows, int64_t rowSize, Body body) {
   for (auto& th : pool) th.join();
 }
 
+// Σ_j term(j) for j in [0, n) over 16 running sums: a single running sum is a chain of dependent additions the
+// compiler may not reorder without -ffast-math, so the loop would not vectorise (the terms are the same, their
+// order of addition is not).
+template <typename Term>
+inline float laneSum(int64_t n, Term term) {
+  float lanes[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; k++) lanes[k] += term(j + k);
+  float total = 0;
+  for (; j < n; j++) total += term(j);
+  for (float lane : lanes) total += lane;
+  return total;
+}
+
 std::vector<int64_t> dimsOf(const TF_Tensor* t) {
   std::vector<int64_t> dims(TF_NumDims(t));
   for (size_t i = 0; i < dims.size(); i++) dims[i] = TF_Dim(t, static_cast<int>(i));
@@ -238,12 +253,8 @@ void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
     parallelRows(rows, d, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; row++) {
         const float* xr = xs + row * d;
-        float mean = 0;
-        for (int64_t j = 0; j < d; j++) mean += xr[j];
-        mean /= static_cast<float>(d);
-        float var = 0;
-        for (int64_t j = 0; j < d; j++) var += (xr[j] - mean) * (xr[j] - mean);
-        var /= static_cast<float>(d);
+        const float mean = laneSum(d, [&](int64_t j) { return xr[j]; }) / static_cast<float>(d);
+        const float var = laneSum(d, [&](int64_t j) { return (xr[j] - mean) * (xr[j] - mean); }) / static_cast<float>(d);
         const float r = 1.0f / std::sqrt(var + eps);
         rs[row] = r;
         for (int64_t j = 0; j < d; j++) {
@@ -276,31 +287,28 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
     const int64_t rows = d > 0 ? TF_TensorElementCount(xhat) / d : 0;
     const float *g = data(dy), *xh = data(xhat), *rs = data(rstd), *gn = data(gain);
     float* out = data(dx);
-    for (int64_t row = 0; row < rows; row++) {
-      const float* gr = g + row * d;
-      const float* xr = xh + row * d;
-      float meanG = 0, meanGX = 0;
-      for (int64_t j = 0; j < d; j++) {
-        const float gh = gr[j] * gn[j];
-        meanG += gh;
-        meanGX += gh * xr[j];
+    parallelRows(rows, d, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const float *gr = g + row * d, *xr = xh + row * d;
+        const float meanG = laneSum(d, [&](int64_t j) { return gr[j] * gn[j]; }) / static_cast<float>(d);
+        const float meanGX = laneSum(d, [&](int64_t j) { return gr[j] * gn[j] * xr[j]; }) / static_cast<float>(d);
+        for (int64_t j = 0; j < d; j++) out[row * d + j] = rs[row] * (gr[j] * gn[j] - meanG - xr[j] * meanGX);
       }
-      meanG /= static_cast<float>(d);
-      meanGX /= static_cast<float>(d);
-      for (int64_t j = 0; j < d; j++) out[row * d + j] = rs[row] * (gr[j] * gn[j] - meanG - xr[j] * meanGX);
-    }
-    // Column sums in double: N rows of float32 terms (N up to B·L) would lose the low bits.
-    std::vector<double> sg(d, 0.0), sb(d, 0.0);
-    for (int64_t row = 0; row < rows; row++)
-      for (int64_t j = 0; j < d; j++) {
-        sg[j] += static_cast<double>(g[row * d + j]) * xh[row * d + j];
-        sb[j] += g[row * d + j];
-      }
+    });
+    // Column sums in double: N rows of float32 terms (N up to B·L) would lose the low bits. Split by columns.
     float *dg = data(dgain), *db = data(dshift);
-    for (int64_t j = 0; j < d; j++) {
-      dg[j] = static_cast<float>(sg[j]);
-      db[j] = static_cast<float>(sb[j]);
-    }
+    parallelRows(d, rows, [&](int64_t begin, int64_t end) {
+      std::vector<double> sg(end - begin, 0.0), sb(end - begin, 0.0);
+      for (int64_t row = 0; row < rows; row++)
+        for (int64_t j = begin; j < end; j++) {
+          sg[j - begin] += static_cast<double>(g[row * d + j]) * xh[row * d + j];
+          sb[j - begin] += g[row * d + j];
+        }
+      for (int64_t j = begin; j < end; j++) {
+        dg[j] = static_cast<float>(sg[j - begin]);
+        db[j] = static_cast<float>(sb[j - begin]);
+      }
+    });
   }
 }
 
@@ -361,8 +369,7 @@ void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
     float* ds = data(dscores);
     parallelRows(rows, lk + d, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; row++) {
-        float term = 0;
-        for (int64_t j = 0; j < d; j++) term += go[row * d + j] * o[row * d + j];
+        const float term = laneSum(d, [&](int64_t j) { return go[row * d + j] * o[row * d + j]; });
         const float* pr = p + row * lk;
         const float* dpr = dp + row * lk;
         float* dsr = ds + row * lk;
@@ -460,8 +467,7 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
           const int64_t i1 = std::min(l, i0 + kStrip);
           view(ds.data() + i0 * l, i1 - i0, i1, l).noalias() = view(go + i0 * d, i1 - i0, d, d) * view(vh, i1, d, d).transpose();
           for (int64_t i = i0; i < i1; i++) {
-            float term = 0;
-            for (int64_t c = 0; c < d; c++) term += go[i * d + c] * oh[i * d + c];
+            const float term = laneSum(d, [&](int64_t c) { return go[i * d + c] * oh[i * d + c]; });
             const float* pr = ph + i * l;
             float* dsr = ds.data() + i * l;
             for (int64_t j = 0; j < i1; j++) dsr[j] = pr[j] * (dsr[j] - term);
@@ -624,8 +630,7 @@ struct SlayRows {
     invNorm.resize(sh.l);
     for (int64_t i = 0; i < sh.l; i++) {
       const float* xr = x + i * d;
-      float sum = 0;
-      for (int64_t j = 0; j < d; j++) sum += xr[j] * xr[j];
+      const float sum = laneSum(d, [&](int64_t j) { return xr[j] * xr[j]; });
       invNorm[i] = 1.0f / std::sqrt(std::max(sum, 1e-24f));
       float* ur = u.data() + i * d;
       for (int64_t j = 0; j < d; j++) ur[j] = xr[j] * invNorm[i];
@@ -635,8 +640,7 @@ struct SlayRows {
       view(e.data() + r * sh.m, sh.l, sh.m, rm).noalias() = u * view(omegas + (r * sh.h + head) * d * sh.m, d, sh.m, sh.m);
     for (int64_t i = 0; i < sh.l; i++) {
       const float* ur = u.data() + i * d;
-      float unitSum = 0;
-      for (int64_t j = 0; j < d; j++) unitSum += ur[j] * ur[j];
+      const float unitSum = laneSum(d, [&](int64_t j) { return ur[j] * ur[j]; });
       for (int64_t r = 0; r < sh.r; r++) {
         const float k = nodes[r * 2], half = 0.5f * k * k * unitSum;
         float* er = e.data() + i * rm + r * sh.m;
@@ -722,8 +726,11 @@ void slayFactorsBackward(void*, TF_OpKernelContext* ctx) {
             const float k = ns[r * 2], scale = invSqrtM * ns[r * 2 + 1];
             const float *er = rows.e.data() + i * rm + r * sh.m, *dbr = dB + i * rm + r * sh.m;
             float* gr = gradE.data() + i * rm + r * sh.m;
-            for (int64_t j = 0; j < sh.m; j++)
-              gr[j] = er[j] >= -20.0f && er[j] <= 20.0f ? k * dbr[j] * expApprox(er[j]) * scale : 0.0f;
+            // Branch-free (exp of the clamped exponent, times 0 where clamped) so that the loop vectorises.
+            for (int64_t j = 0; j < sh.m; j++) {
+              const float inside = er[j] >= -20.0f && er[j] <= 20.0f ? 1.0f : 0.0f;
+              gr[j] = k * dbr[j] * expApprox(clampExponent(er[j])) * scale * inside;
+            }
           }
         for (int64_t r = 0; r < sh.r; r++)
           du.noalias() += view(gradE.data() + r * sh.m, sh.l, sh.m, rm) * view(os + (r * sh.h + bh % sh.h) * d * sh.m, d, sh.m, sh.m).transpose();
@@ -731,11 +738,7 @@ void slayFactorsBackward(void*, TF_OpKernelContext* ctx) {
         const float* xb = xs + bh * sh.l * d;
         for (int64_t i = 0; i < sh.l; i++) {
           const float *ur = rows.u.data() + i * d, *dur = du.data() + i * d, *xr = xb + i * d;
-          float along = 0, norm2 = 0;
-          for (int64_t j = 0; j < d; j++) {
-            along += ur[j] * dur[j];
-            norm2 += xr[j] * xr[j];
-          }
+          const float along = laneSum(d, [&](int64_t j) { return ur[j] * dur[j]; }), norm2 = laneSum(d, [&](int64_t j) { return xr[j] * xr[j]; });
           float* dxr = dX + i * d;
           if (norm2 > 1e-24f) {
             for (int64_t j = 0; j < d; j++) dxr[j] = rows.invNorm[i] * (dur[j] - ur[j] * along);
