@@ -12,7 +12,7 @@ export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 
 /**
  * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
- * GELU, LayerNorm, attention's softmax backward, causal softmax attention whole (products over the
+ * GELU, LayerNorm, linear attention's normalisation, attention's softmax backward, causal softmax attention whole (products over the
  * visible key tiles only), the whole causal block of tensor-product features (SLAY's, also over the
  * visible tiles only) and SLAY's feature factors, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
  * passed from the tfjs kernel's attrs.
@@ -24,6 +24,8 @@ export const FUSED_CPU_KERNELS = [
   { name: 'SlayformerGeluErfGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
   { name: 'SlayformerLayerNorm', inputs: ['x', 'gain', 'shift'], outputs: 3, floatAttrs: ['eps'] },
   { name: 'SlayformerLayerNormGrad', inputs: ['dy', 'xhat', 'rstd', 'gain'], outputs: 3, floatAttrs: [] },
+  { name: 'SlayformerLinearNormalize', inputs: ['raw'], outputs: 1, floatAttrs: ['delta'] },
+  { name: 'SlayformerLinearNormalizeGrad', inputs: ['dy', 'raw'], outputs: 1, floatAttrs: ['delta'] },
   { name: 'SlayformerAttentionSoftmaxGrad', inputs: ['probs', 'dprobs', 'dout', 'out'], outputs: 1, floatAttrs: [] },
   { name: 'SlayformerCausalAttention', inputs: ['q', 'k', 'v'], outputs: 2, floatAttrs: [] },
   { name: 'SlayformerCausalAttentionGrad', inputs: ['dout', 'q', 'k', 'v', 'probs', 'out'], outputs: 3, floatAttrs: [] },

@@ -92,12 +92,36 @@ const causalFactorAttention: CausalFactorAttention = tf.customGrad((...args: Arr
 }) as CausalFactorAttention;
 
 /**
- * ((aq·akᵀ)⊙(bq·bkᵀ) under the causal mask)·values for blocks [N, C, ·] as one op whose products skip the key
- * tiles a query strip cannot see (attention/chunked.ts, tensor-product features), or null where the backend has
- * no such kernel.
+ * ((aq·akᵀ)⊙(bq·bkᵀ) under the causal mask)·[values, 1] [N, C, D + 1] for blocks [N, C, ·], values [N, C, D], as one op
+ * whose products skip the key tiles a query strip cannot see (attention/chunked.ts, tensor-product features), or null
+ * where the backend has no such kernel.
  */
 export function fusedCausalFactorAttention(): CausalFactorAttention | null {
   return hasFusedKernel('SlayformerCausalFactorAttention') ? causalFactorAttention : null;
+}
+
+type LinearNormalize = (raw: tf.Tensor) => tf.Tensor;
+const linearNormalizations = new Map<number, LinearNormalize>();
+
+/**
+ * raw [.., D + 1] (numerators, then the denominator) → raw[.., :D]/(raw[.., D] + δ) with safeDivide's gradient (ops.ts),
+ * as one op each way (attention/chunked.ts), or null where the backend has no such kernel.
+ */
+export function fusedLinearNormalize(delta: number): LinearNormalize | null {
+  if (!hasFusedKernel('SlayformerLinearNormalize')) return null;
+  let op = linearNormalizations.get(delta);
+  if (!op) {
+    op = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+      const [raw, save] = args as [tf.Tensor, tf.GradSaveFunc];
+      save([raw]);
+      return {
+        value: run('SlayformerLinearNormalize', { raw }, { delta }) as tf.Tensor,
+        gradFunc: (dy: tf.Tensor, [saved]: tf.Tensor[]) => [run('SlayformerLinearNormalizeGrad', { dy, raw: saved }, { delta }) as tf.Tensor],
+      };
+    }) as LinearNormalize;
+    linearNormalizations.set(delta, op);
+  }
+  return op;
 }
 
 /**

@@ -19,7 +19,7 @@ import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
 import type { SlayAttention } from '../../src/model/attention/slay.ts';
-import { fusedCausalFactorAttention } from '../../src/model/fused.ts';
+import { fusedCausalFactorAttention, fusedLinearNormalize } from '../../src/model/fused.ts';
 import { activate, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
@@ -182,8 +182,9 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(1e-5));
     // The kernel against its definition: C = 70 is a strip of 64 and one of 6.
     const [n, c, fa, fb, dv] = [2, 70, 5, 7, 4];
-    const arrays = [fa, fa, fb, fb, dv, dv].map((f) => randn(n * c * f).map(Math.fround));
-    const [aq, ak, bq, bk, vs, us] = arrays.map((a, i) => tf.tensor3d(a, [n, c, [fa, fa, fb, fb, dv, dv][i]]));
+    const widths = [fa, fa, fb, fb, dv, dv + 1]; // the output (and its upstream gradient) has the ones column's sums last
+    const arrays = widths.map((f) => randn(n * c * f).map(Math.fround));
+    const [aq, ak, bq, bk, vs, us] = arrays.map((a, i) => tf.tensor3d(a, [n, c, widths[i]]));
     const got = tf.tidy(() => {
       const f = (...xs: tf.Tensor[]) => fusedCausalFactorAttention()!(...(xs as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor3D]));
       const grads = tf.grads((...xs: tf.Tensor[]) => tf.sum(tf.mul(f(...xs), us)))([aq, ak, bq, bk, vs]);
@@ -197,6 +198,49 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     tf.dispose([q, k, v, up, aq, ak, bq, bk, vs, us]);
     expect(tf.memory().numTensors).toBe(before);
   });
+
+  it.each([true, false])(
+    "linear attention's normalisation (ELU+1, causal %s) equals the composed form; the kernel equals its float64 definition, denominators whose square underflows included; no tensor left",
+    (causal) => {
+      expect(hasFusedKernel('SlayformerLinearNormalize')).toBe(true);
+      const before = tf.memory().numTensors;
+      const shape: [number, number, number, number] = [2, 2, 37, 8];
+      const [q, k, v, up] = [0, 1, 2, 3].map(() => tensor4(randomArray4(rng, shape)));
+      const attn = createAttention('linear-elu', { numHeads: 2, headDim: 8, causal, seed: 3 });
+      const { fused, composed } = both([q, k, v], (a, b, c) => attn.apply(a as tf.Tensor4D, b as tf.Tensor4D, c as tf.Tensor4D), up);
+      expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
+      fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(1e-5));
+      // The kernel against its definition: rows of width D + 1 = 21 (a 16-lane block and a tail); every third row's
+      // denominator is 1e-25 (its square is 0 in float32), its numerators scaled alike, as a kernel-normalised row's are.
+      const [rows, d, delta] = [45, 20, 1e-30];
+      const raw = Array.from({ length: rows }, (_, r) => {
+        const scale = r % 3 === 0 ? 1e-25 : 1;
+        return [...randn(d).map((x) => Math.fround(x * scale)), Math.fround(scale * (1 + Math.abs(randn(1)[0])))];
+      });
+      const dy = randn(rows * d).map(Math.fround);
+      const [rawT, dyT] = [tf.tensor2d(raw.flat(), [rows, d + 1]), tf.tensor2d(dy, [rows, d])];
+      const got = tf.tidy(() => {
+        const f = (x: tf.Tensor) => fusedLinearNormalize(delta)!(x);
+        return [f(rawT), tf.grad((x: tf.Tensor) => tf.sum(tf.mul(f(x), dyT)))(rawT)].map((t) => t.dataSync().slice());
+      });
+      const g = raw.map((row) => Math.fround(row[d] + delta));
+      const value = raw.flatMap((row, r) => row.slice(0, d).map((n) => n / g[r]));
+      const grad = raw.flatMap((row, r) => {
+        const dyRow = dy.slice(r * d, (r + 1) * d);
+        const den = -dyRow.reduce((acc, x, j) => acc + x * (row[j] / g[r]), 0) / g[r];
+        return [...dyRow.map((x) => x / g[r]), den];
+      });
+      expect(got[1].every(Number.isFinite)).toBe(true);
+      expect(maxRel(got[0], value)).toBeLessThan(1e-6);
+      expect(maxRel(got[1], grad)).toBeLessThan(1e-5);
+      expect(() => tf.tidy(() => tf.engine().runKernel('SlayformerLinearNormalize', { raw: tf.zeros([3, 1]) }, { delta } as unknown as tf.NamedAttrMap))).toThrow(
+        /SlayformerLinearNormalize: raw must be \[\.\., D \+ 1\] with D ≥ 1/,
+      );
+      attn.dispose();
+      tf.dispose([q, k, v, up, rawT, dyT]);
+      expect(tf.memory().numTensors).toBe(before);
+    },
+  );
 
   it("SLAY's feature factors, clamped exponents included: value and gradient equal the composed form; no tensor left", () => {
     expect(hasFusedKernel('SlayformerSlayFactors')).toBe(true);
@@ -314,8 +358,10 @@ function softmaxAttentionGradsRef(q: Array4, k: Array4, v: Array4, u: Array4, ca
  * out_i = Σ_{j≤i} (aq_i·ak_j)(bq_i·bk_j) v_j per block, and the gradients of Σ out⊙u with respect to aq, ak, bq, bk, v,
  * in float64 from flat [N, C, ·] arrays.
  */
+/** out = S·[v, 1] [n, c, dv + 1] and the gradients for upstream u [n, c, dv + 1], in float64. */
 function causalFactorAttentionRef([aq, ak, bq, bk, v, u]: number[][], [n, c, fa, fb, dv]: number[]): number[][] {
-  const out = new Array<number>(n * c * dv).fill(0);
+  const w = dv + 1;
+  const out = new Array<number>(n * c * w).fill(0);
   const [daq, dak] = [0, 1].map(() => new Array<number>(n * c * fa).fill(0));
   const [dbq, dbk] = [0, 1].map(() => new Array<number>(n * c * fb).fill(0));
   const dvs = new Array<number>(n * c * dv).fill(0);
@@ -327,14 +373,15 @@ function causalFactorAttentionRef([aq, ak, bq, bk, v, u]: number[][], [n, c, fa,
   for (let b = 0; b < n; b++)
     for (let i = 0; i < c; i++)
       for (let j = 0; j <= i; j++) {
-        const [qa, ka, qb, kb, vi, vj] = [(b * c + i) * fa, (b * c + j) * fa, (b * c + i) * fb, (b * c + j) * fb, (b * c + i) * dv, (b * c + j) * dv];
+        const [qa, ka, qb, kb, oi, vj] = [(b * c + i) * fa, (b * c + j) * fa, (b * c + i) * fb, (b * c + j) * fb, (b * c + i) * w, (b * c + j) * dv];
         const xa = dot(aq, qa, ak, ka, fa);
         const xb = dot(bq, qb, bk, kb, fb);
-        const ds = dot(u, vi, v, vj, dv);
+        const ds = dot(u, oi, v, vj, dv) + u[oi + dv];
         for (let e = 0; e < dv; e++) {
-          out[vi + e] += xa * xb * v[vj + e];
-          dvs[vj + e] += xa * xb * u[vi + e];
+          out[oi + e] += xa * xb * v[vj + e];
+          dvs[vj + e] += xa * xb * u[oi + e];
         }
+        out[oi + dv] += xa * xb;
         for (let f = 0; f < fa; f++) {
           daq[qa + f] += ds * xb * ak[ka + f];
           dak[ka + f] += ds * xb * aq[qa + f];

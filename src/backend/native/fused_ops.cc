@@ -214,24 +214,28 @@ void geluBackward(void*, TF_OpKernelContext* ctx) {
 
 // ---- LayerNorm over the last axis: x̂ = (x − μ)·r, r = 1/√(σ² + ε), y = x̂·g + b. ------------------
 
-struct LayerNormKernel {
-  float eps;
+// A kernel's one float attribute (LayerNorm's ε, the normalisation's δ), read when TensorFlow builds the kernel.
+struct FloatAttr {
+  float value;
 };
 
-void* createLayerNorm(TF_OpKernelConstruction* ctx) {
-  auto* kernel = new LayerNormKernel{1e-5f};
+template <const char* Name>
+void* createFloatAttr(TF_OpKernelConstruction* ctx) {
+  auto* kernel = new FloatAttr{0.0f};
   TF_Status* status = TF_NewStatus();
-  TF_OpKernelConstruction_GetAttrFloat(ctx, "eps", &kernel->eps, status);
+  TF_OpKernelConstruction_GetAttrFloat(ctx, Name, &kernel->value, status);
   if (TF_GetCode(status) != TF_OK) TF_OpKernelConstruction_Failure(ctx, status);
   TF_DeleteStatus(status);
   return kernel;
 }
 
-void deleteLayerNorm(void* kernel) { delete static_cast<LayerNormKernel*>(kernel); }
+void deleteFloatAttr(void* kernel) { delete static_cast<FloatAttr*>(kernel); }
+constexpr char kEps[] = "eps";
+constexpr char kDelta[] = "delta";
 
 // Outputs y and x̂ (shaped as x) and r (x's shape with the last axis 1).
 void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
-  const float eps = static_cast<LayerNormKernel*>(kernel)->eps;
+  const float eps = static_cast<FloatAttr*>(kernel)->value;
   KernelCall call(ctx);
   TF_Status* status = call.status;
   TF_Tensor* x = call.input(0);
@@ -307,6 +311,79 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
       for (int64_t j = begin; j < end; j++) {
         dg[j] = static_cast<float>(sg[j - begin]);
         db[j] = static_cast<float>(sb[j - begin]);
+      }
+    });
+  }
+}
+
+// ---- Linear attention's normalisation: the sums [.., D + 1] (numerators, then the denominator) → their ratio. ----
+
+// Rows of raw [.., D + 1] and their width; else an error naming the op.
+bool normalizationRows(TF_Tensor* raw, const char* op, int64_t* rows, int64_t* width, TF_Status* status) {
+  *width = TF_NumDims(raw) >= 1 ? TF_Dim(raw, TF_NumDims(raw) - 1) : 0;
+  if (*width < 2) {
+    TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": raw must be [.., D + 1] with D ≥ 1").c_str());
+    return false;
+  }
+  *rows = TF_TensorElementCount(raw) / *width;
+  return true;
+}
+
+// raw [.., D + 1] → out [.., D] = raw[.., :D]/(raw[.., D] + δ) (src/model/attention/chunked.ts, normalize: two slices,
+// an addition and a division in one pass).
+void linearNormalizeForward(void* kernel, TF_OpKernelContext* ctx) {
+  const float delta = static_cast<FloatAttr*>(kernel)->value;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* raw = call.input(0);
+  TF_Tensor* out = nullptr;
+  int64_t rows = 0, width = 0;
+  if (TF_GetCode(status) == TF_OK && normalizationRows(raw, "SlayformerLinearNormalize", &rows, &width, status)) {
+    std::vector<int64_t> dims = dimsOf(raw);
+    dims.back() = width - 1;
+    out = call.output(0, dims);
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t d = width - 1;
+    const float* r = data(raw);
+    float* o = data(out);
+    parallelRows(rows, width, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const float* rr = r + row * width;
+        const float den = rr[d] + delta;
+        for (int64_t j = 0; j < d; j++) o[row * d + j] = rr[j] / den;
+      }
+    });
+  }
+}
+
+// dy [.., D], raw [.., D + 1] → draw: dy/g for the numerators and −Σ_j dy_j·(raw_j/g)/g for the denominator, g = raw[.., D] + δ:
+// the gradient of src/model/ops.ts's safeDivide (never g², which underflows for a δ-sized denominator).
+void linearNormalizeBackward(void* kernel, TF_OpKernelContext* ctx) {
+  const float delta = static_cast<FloatAttr*>(kernel)->value;
+  KernelCall call(ctx);
+  TF_Status* status = call.status;
+  TF_Tensor* dy = call.input(0);
+  TF_Tensor* raw = call.input(1);
+  TF_Tensor* draw = nullptr;
+  int64_t rows = 0, width = 0;
+  if (TF_GetCode(status) == TF_OK && normalizationRows(raw, "SlayformerLinearNormalizeGrad", &rows, &width, status)) {
+    if (TF_TensorElementCount(dy) != rows * (width - 1))
+      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerLinearNormalizeGrad: dy must be raw's shape with the last axis one shorter");
+    else
+      draw = call.output(0, dimsOf(raw));
+  }
+  if (TF_GetCode(status) == TF_OK) {
+    const int64_t d = width - 1;
+    const float *g = data(dy), *r = data(raw);
+    float* dr = data(draw);
+    parallelRows(rows, width, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; row++) {
+        const float *gr = g + row * d, *rr = r + row * width;
+        float* drr = dr + row * width;
+        const float den = rr[d] + delta;
+        for (int64_t j = 0; j < d; j++) drr[j] = gr[j] / den;
+        drr[d] = -laneSum(d, [&](int64_t j) { return gr[j] * (rr[j] / den); }) / den;
       }
     });
   }
@@ -496,9 +573,9 @@ bool sameBlocks(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_S
   return ok;
 }
 
-// aq, ak [N, C, Fa], bq, bk [N, C, Fb], values [N, C, Dv] → out = S·values with S = (aq·akᵀ)⊙(bq·bkᵀ) on and below
-// the diagonal (src/model/attention/chunked.ts: two products, the masked product of their results and a third product in one),
-// and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
+// aq, ak [N, C, Fa], bq, bk [N, C, Fb], values [N, C, D] → out = S·[values, 1] [N, C, D + 1] with S = (aq·akᵀ)⊙(bq·bkᵀ)
+// on and below the diagonal (src/model/attention/chunked.ts: the ones column, two products, the masked product of their
+// results and a third product in one; the last column, S's row sums, is the linear attention's denominator), and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
 // SlayformerCausalAttention: the key tiles a strip cannot see are never computed.
 void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
   KernelCall call(ctx);
@@ -511,11 +588,11 @@ void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
     if (TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttention: aq, ak and bq, bk must have the same feature widths");
     const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1);
-    outs[0] = call.output(0, dimsOf(values));
+    outs[0] = call.output(0, {n, c, TF_Dim(values, 2) + 1});
     for (int i = 1; i < 3; i++) outs[i] = call.output(i, {n, c, c});
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2);
+    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2), width = dv + 1;
     const float *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values);
     float *os = data(outs[0]), *xas = data(outs[1]), *xbs = data(outs[2]);
     parallelRows(n, c * c * (fa + fb + dv), [&](int64_t begin, int64_t end) {
@@ -527,22 +604,24 @@ void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
           const int64_t i1 = std::min(c, i0 + kStrip);
           view(xah + i0 * c, i1 - i0, i1, c).noalias() = view(aqh + i0 * fa, i1 - i0, fa, fa) * view(akh, i1, fa, fa).transpose();
           view(xbh + i0 * c, i1 - i0, i1, c).noalias() = view(bqh + i0 * fb, i1 - i0, fb, fb) * view(bkh, i1, fb, fb).transpose();
+          float* oh = os + h * c * width;
           for (int64_t i = i0; i < i1; i++) {
             float *xa = xah + i * c, *xb = xbh + i * c, *sr = scores.data() + (i - i0) * c;
             for (int64_t j = 0; j <= i; j++) sr[j] = xa[j] * xb[j];
             for (int64_t j = i + 1; j < i1; j++) sr[j] = 0.0f;
             std::fill(xa + i + 1, xa + c, 0.0f);
             std::fill(xb + i + 1, xb + c, 0.0f);
+            oh[i * width + dv] = laneSum(i + 1, [&](int64_t j) { return sr[j]; });
           }
-          view(os + h * c * dv + i0 * dv, i1 - i0, dv, dv).noalias() = view(scores.data(), i1 - i0, i1, c) * view(vh, i1, dv, dv);
+          view(oh + i0 * width, i1 - i0, dv, width).noalias() = view(scores.data(), i1 - i0, i1, c) * view(vh, i1, dv, dv);
         }
       }
     });
   }
 }
 
-// dout [N, C, Dv], aq, ak, bq, bk, values, xa, xb (the forward's) → daq, dak, dbq, dbk, dvalues: dS = dout·valuesᵀ under
-// the mask, dXa = dS⊙xb, dXb = dS⊙xa; the query sides by strips (dXa·ak), the key sides and dvalues by key strips
+// dout [N, C, D + 1], aq, ak, bq, bk, values [N, C, D], xa, xb (the forward's) → daq, dak, dbq, dbk, dvalues: dS = dout·[values, 1]ᵀ
+// under the mask, dXa = dS⊙xb, dXb = dS⊙xa; the query sides by strips (dXa·ak), the key sides and dvalues by key strips
 // over the rows at or below them (dXaᵀ·aq, Sᵀ·dout).
 void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
   KernelCall call(ctx);
@@ -553,13 +632,13 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
   auto [dout, aq, ak, bq, bk, values, xa, xb] = in;
   if (TF_GetCode(status) == TF_OK && sameBlocks({dout, aq, ak, bq, bk, values, xa, xb}, "SlayformerCausalFactorAttentionGrad", status)) {
     const int64_t c = TF_Dim(aq, 1);
-    if (TF_Dim(xa, 2) != c || TF_Dim(xb, 2) != c || TF_Dim(dout, 2) != TF_Dim(values, 2) || TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
+    if (TF_Dim(xa, 2) != c || TF_Dim(xb, 2) != c || TF_Dim(dout, 2) != TF_Dim(values, 2) + 1 || TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
       TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttentionGrad: shapes do not match the forward's");
     const TF_Tensor* like[5] = {aq, ak, bq, bk, values};
     for (int i = 0; i < 5; i++) grads[i] = call.output(i, dimsOf(like[i]));
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2);
+    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2), width = dv + 1;
     const float *gos = data(dout), *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values), *xas = data(xa),
                 *xbs = data(xb);
     float *daqs = data(grads[0]), *daks = data(grads[1]), *dbqs = data(grads[2]), *dbks = data(grads[3]), *dvs = data(grads[4]);
@@ -568,16 +647,17 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
       std::vector<float> scratch(static_cast<size_t>(3 * c * c));
       float *s = scratch.data(), *dxa = s + c * c, *dxb = dxa + c * c;
       for (int64_t h = begin; h < end; h++) {
-        const float *go = gos + h * c * dv, *aqh = aqs + h * c * fa, *akh = aks + h * c * fa, *bqh = bqs + h * c * fb, *bkh = bks + h * c * fb,
+        const float *go = gos + h * c * width, *aqh = aqs + h * c * fa, *akh = aks + h * c * fa, *bqh = bqs + h * c * fb, *bkh = bks + h * c * fb,
                     *vh = vs + h * c * dv, *xah = xas + h * c * c, *xbh = xbs + h * c * c;
         for (int64_t i0 = 0; i0 < c; i0 += kStrip) {
           const int64_t i1 = std::min(c, i0 + kStrip);
-          view(dxb + i0 * c, i1 - i0, i1, c).noalias() = view(go + i0 * dv, i1 - i0, dv, dv) * view(vh, i1, dv, dv).transpose();  // dS
+          // dS: the values' columns by a product, the ones column's gradient added to every entry of its row.
+          view(dxb + i0 * c, i1 - i0, i1, c).noalias() = view(go + i0 * width, i1 - i0, dv, width) * view(vh, i1, dv, dv).transpose();
           for (int64_t i = i0; i < i1; i++) {
-            const float *xar = xah + i * c, *xbr = xbh + i * c;
+            const float *xar = xah + i * c, *xbr = xbh + i * c, ones = go[i * width + dv];
             float *sr = s + i * c, *dar = dxa + i * c, *dbr = dxb + i * c;
             for (int64_t j = 0; j <= i; j++) {
-              const float ds = dbr[j];
+              const float ds = dbr[j] + ones;
               sr[j] = xar[j] * xbr[j];
               dar[j] = ds * xbr[j];
               dbr[j] = ds * xar[j];
@@ -591,7 +671,7 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
           const int64_t j1 = std::min(c, j0 + kStrip), rows = c - j0, cols = j1 - j0;
           view(daks + h * c * fa + j0 * fa, cols, fa, fa).noalias() = view(dxa + j0 * c + j0, rows, cols, c).transpose() * view(aqh + j0 * fa, rows, fa, fa);
           view(dbks + h * c * fb + j0 * fb, cols, fb, fb).noalias() = view(dxb + j0 * c + j0, rows, cols, c).transpose() * view(bqh + j0 * fb, rows, fb, fb);
-          view(dvs + h * c * dv + j0 * dv, cols, dv, dv).noalias() = view(s + j0 * c + j0, rows, cols, c).transpose() * view(go + j0 * dv, rows, dv, dv);
+          view(dvs + h * c * dv + j0 * dv, cols, dv, dv).noalias() = view(s + j0 * c + j0, rows, cols, c).transpose() * view(go + j0 * width, rows, dv, width);
         }
       }
     });
@@ -804,16 +884,49 @@ void causalAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
 // dq, dk, dv: q's shape.
 void causalAttentionGradShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) { sameShapeAsInput(ctx, status, 1, 3); }
 
-// out: values' shape; xa, xb: [N, C, C].
+// out: raw's shape with the last axis one shorter.
+void linearNormalizeShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
+  TF_ShapeHandle *raw = TF_NewShapeHandle(), *rows = TF_NewShapeHandle(), *out = TF_NewShapeHandle(), *width = nullptr;
+  TF_DimensionHandle* w = TF_NewDimensionHandle();
+  TF_ShapeInferenceContextGetInput(ctx, 0, raw, status);
+  const bool known = TF_GetCode(status) == TF_OK && TF_ShapeInferenceContextRankKnown(ctx, raw) && TF_ShapeInferenceContextRank(ctx, raw) >= 1;
+  if (known) {
+    const int64_t rank = TF_ShapeInferenceContextRank(ctx, raw);
+    TF_ShapeInferenceContextDim(ctx, raw, rank - 1, w);
+    if (TF_DimensionHandleValueKnown(w) && TF_DimensionHandleValue(w) >= 2) {
+      width = TF_ShapeInferenceContextVectorFromSize(ctx, static_cast<size_t>(TF_DimensionHandleValue(w) - 1));
+      TF_ShapeInferenceContextSubshape(ctx, raw, 0, rank - 1, rows, status);
+      if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextConcatenateShapes(ctx, rows, width, out, status);
+      if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSetOutput(ctx, 0, out, status);
+    }
+  }
+  if (TF_GetCode(status) == TF_OK && !width) TF_ShapeInferenceContextSetUnknownShape(ctx, status);
+  for (TF_ShapeHandle* h : {raw, rows, out}) TF_DeleteShapeHandle(h);
+  if (width) TF_DeleteShapeHandle(width);
+  TF_DeleteDimensionHandle(w);
+}
+
+// out: [N, C, D + 1] for values [N, C, D]; xa, xb: [N, C, C].
 void causalFactorAttentionShapes(TF_ShapeInferenceContext* ctx, TF_Status* status) {
-  sameShapeAsInput(ctx, status, 4, 1);
   TF_ShapeHandle *a = TF_NewShapeHandle(), *nc = TF_NewShapeHandle(), *cdim = TF_NewShapeHandle(), *blocks = TF_NewShapeHandle();
+  TF_ShapeHandle *values = TF_NewShapeHandle(), *out = TF_NewShapeHandle(), *width = nullptr;
+  TF_DimensionHandle* dv = TF_NewDimensionHandle();
+  if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextGetInput(ctx, 4, values, status);
+  if (TF_GetCode(status) == TF_OK && TF_ShapeInferenceContextRankKnown(ctx, values) && TF_ShapeInferenceContextRank(ctx, values) == 3) {
+    TF_ShapeInferenceContextDim(ctx, values, 2, dv);
+    if (TF_DimensionHandleValueKnown(dv)) width = TF_ShapeInferenceContextVectorFromSize(ctx, static_cast<size_t>(TF_DimensionHandleValue(dv) + 1));
+  }
+  if (TF_GetCode(status) == TF_OK && !width) TF_ShapeInferenceContextSetUnknownShape(ctx, status);  // every output; xa, xb refined below
   if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextGetInput(ctx, 0, a, status);
   if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, a, 0, 2, nc, status);
   if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextSubshape(ctx, a, 1, 2, cdim, status);
   if (TF_GetCode(status) == TF_OK) TF_ShapeInferenceContextConcatenateShapes(ctx, nc, cdim, blocks, status);
   for (int i = 1; i <= 2 && TF_GetCode(status) == TF_OK; i++) TF_ShapeInferenceContextSetOutput(ctx, i, blocks, status);
-  for (TF_ShapeHandle* h : {a, nc, cdim, blocks}) TF_DeleteShapeHandle(h);
+  if (TF_GetCode(status) == TF_OK && width) TF_ShapeInferenceContextConcatenateShapes(ctx, nc, width, out, status);
+  if (TF_GetCode(status) == TF_OK && width) TF_ShapeInferenceContextSetOutput(ctx, 0, out, status);
+  for (TF_ShapeHandle* h : {a, nc, cdim, blocks, values, out}) TF_DeleteShapeHandle(h);
+  if (width) TF_DeleteShapeHandle(width);
+  TF_DeleteDimensionHandle(dv);
 }
 
 // Each gradient has its input's shape (inputs 1–5: aq, ak, bq, bk, values).
@@ -866,9 +979,13 @@ const std::vector<OpSpec>& specs() {
       {"SlayformerGeluErf", {"x: float"}, {"y: float"}, {}, firstInputShape, noState, geluForward<true>, noDelete},
       {"SlayformerGeluErfGrad", {"dy: float", "x: float"}, {"dx: float"}, {}, secondInputShape, noState, geluBackward<true>, noDelete},
       {"SlayformerLayerNorm", {"x: float", "gain: float", "shift: float"}, {"y: float", "xhat: float", "rstd: float"}, {"eps: float"},
-       layerNormShapes, createLayerNorm, layerNormForward, deleteLayerNorm},
+       layerNormShapes, createFloatAttr<kEps>, layerNormForward, deleteFloatAttr},
       {"SlayformerLayerNormGrad", {"dy: float", "xhat: float", "rstd: float", "gain: float"}, {"dx: float", "dgain: float", "dshift: float"}, {},
        layerNormGradShapes, noState, layerNormBackward, noDelete},
+      {"SlayformerLinearNormalize", {"raw: float"}, {"out: float"}, {"delta: float"}, linearNormalizeShapes, createFloatAttr<kDelta>,
+       linearNormalizeForward, deleteFloatAttr},
+      {"SlayformerLinearNormalizeGrad", {"dy: float", "raw: float"}, {"draw: float"}, {"delta: float"}, secondInputShape, createFloatAttr<kDelta>,
+       linearNormalizeBackward, deleteFloatAttr},
       {"SlayformerAttentionSoftmaxGrad", {"probs: float", "dprobs: float", "dout: float", "out: float"}, {"dscores: float"}, {},
        firstInputShape, noState, attentionSoftmaxBackward, noDelete},
       {"SlayformerCausalAttention", {"q: float", "k: float", "v: float"}, {"out: float", "probs: float"}, {}, causalAttentionShapes, noState,

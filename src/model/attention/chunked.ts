@@ -23,7 +23,7 @@
 // maxima are computed off the autodiff tape: the output does not depend on them.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, flattenHeads, safeDivide, untaped } from '../ops.ts';
-import { fusedCausalFactorAttention } from '../fused.ts';
+import { fusedCausalFactorAttention, fusedLinearNormalize } from '../fused.ts';
 
 /** Features given as a tensor product φ(u) = concat_r a(u) ⊗ b_r(u): a [B, H, L, Fa], b = concat_r b_r [B, H, L, Fb]. */
 export interface ProductFactors {
@@ -95,18 +95,28 @@ function scoreBlocks(q: Side, k: Side, cut: (x: tf.Tensor4D) => tf.Tensor3D): tf
 }
 
 /**
- * Σ_{j ≤ i} of scores·[v, 1] within each chunk: for tensor-product features one fused kernel where the backend has
- * it, whose products skip the masked key tiles (model/fused.ts).
+ * Σ_{j ≤ i} of scores·[v, 1] within each chunk (`values` = the chunks of [v, 1]): for tensor-product features one fused
+ * kernel where the backend has it, which takes v itself and whose products skip the masked key tiles (model/fused.ts).
  */
-function withinChunks(q: Side, k: Side, values: tf.Tensor3D, cut: (x: tf.Tensor4D) => tf.Tensor3D, c: number, scales: CausalScales | null): tf.Tensor3D {
+function withinChunks(
+  q: Side,
+  k: Side,
+  v: tf.Tensor4D,
+  values: () => tf.Tensor3D,
+  cut: (x: tf.Tensor4D) => tf.Tensor3D,
+  c: number,
+  scales: CausalScales | null,
+): tf.Tensor3D {
   const attention = q.factors && k.factors && !scales ? fusedCausalFactorAttention() : null;
-  if (attention && q.factors && k.factors) return attention(cut(q.factors.a), cut(k.factors.a), cut(q.factors.b), cut(k.factors.b), values);
+  if (attention && q.factors && k.factors) return attention(cut(q.factors.a), cut(k.factors.a), cut(q.factors.b), cut(k.factors.b), cut(v));
   // The scores within chunks under the causal mask (or the shifted keys' rescaling, which holds it).
-  return batchMatMul(tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c)), values);
+  return batchMatMul(tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c)), values());
 }
 
-/** [num, den] [B, H, S, D+1] → num / den, den normalised by δ (or its rescaled form) or clampMin. */
+/** [num, den] [B, H, S, D+1] → num / den, den normalised by δ (or its rescaled form) or clampMin; a constant δ by one fused op where the backend has it. */
 function normalize(raw: tf.Tensor4D, norm: Normalization, scaledDelta?: tf.Tensor): tf.Tensor4D {
+  const fused = norm.clampMin === undefined && !scaledDelta ? fusedLinearNormalize(norm.delta ?? 0) : null;
+  if (fused) return fused(raw) as tf.Tensor4D;
   const [b, h, s, dv] = raw.shape;
   const numerator = tf.slice(raw, [0, 0, 0, 0], [b, h, s, dv - 1]);
   const denominator = tf.slice(raw, [0, 0, 0, dv - 1], [b, h, s, 1]);
@@ -234,15 +244,16 @@ export function causalSegment(
           ]),
       [bh * chunks, c, x.shape[3]],
     ) as tf.Tensor3D;
-  const values = cut(withOnes(v));
+  let withOnesCut: tf.Tensor3D | undefined;
+  const values = () => (withOnesCut ??= cut(withOnes(v)));
   const scales = k.shift ? causalScales(q.shift!, k.shift, carry?.shift, c, chunks, norm.delta ?? 0) : null;
 
-  let out = withinChunks(q, k, values, cut, c, scales);
+  let out = withinChunks(q, k, v, values, cut, c, scales);
   let next: Carry | undefined;
   if (chunks > 1 || carry || wantCarry) {
     const keys = scales ? (tf.mul(k.features(), scales.keyScale) as tf.Tensor4D) : k.features();
     const f = keys.shape[3];
-    const perChunk = tf.reshape(batchMatMul(cut(keys), values, true, false), [bh, chunks, f * dv]) as tf.Tensor3D; // φ(K_m)ᵀ[V_m, 1]
+    const perChunk = tf.reshape(batchMatMul(cut(keys), values(), true, false), [bh, chunks, f * dv]) as tf.Tensor3D; // φ(K_m)ᵀ[V_m, 1]
     const entering = statesEnteringChunks(perChunk, carry, scales);
     if (entering) {
       const read = batchMatMul(cut(q.features()), tf.reshape(entering, [bh * chunks, f, dv]));
