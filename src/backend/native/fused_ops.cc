@@ -17,6 +17,9 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -43,8 +46,35 @@ constexpr float kGeluA = 0.044715f;
 constexpr float kSqrtHalf = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-// Rows [begin, end) of `rows` processed by `body`, on two threads when the work is large enough to
-// pay for starting one (TensorFlow's own thread pool is not reachable through the C API).
+// Rows [begin, end) of `rows` processed by `body`, on up to four threads when the work is large enough to pay for
+// starting one (TensorFlow's own thread pool is not reachable through the C API). The rows go out in small blocks
+// from a shared counter, and the caller waits only for blocks a helper has claimed, not for the helper to start: on a
+// busy host a helper may get a core late or not before the caller is done, and a fixed half of the rows would then
+// hold the whole op (and the step behind it) until it ran. A helper that starts late finds nothing left and exits
+// without touching `body`; its state lives on the heap for that reason.
+struct RowBlocks {
+  std::atomic<int64_t> next{0}, done{0};
+  int64_t rows = 0, block = 1;
+  std::function<void(int64_t, int64_t)> body;
+
+  // Claims and runs blocks until none is left.
+  void drain() {
+    for (int64_t begin; (begin = next.fetch_add(block)) < rows;) {
+      const int64_t end = std::min(rows, begin + block);
+      body(begin, end);
+      done.fetch_add(end - begin, std::memory_order_release);
+    }
+  }
+};
+
+// Scratch floats of the calling thread, kept between blocks and calls (the bodies above run once per block of rows):
+// `slot` tells apart the buffers one body needs at once. Not zeroed: the kernels write what they read.
+float* scratch(size_t n, int slot = 0) {
+  thread_local std::vector<float> buffers[2];
+  if (buffers[slot].size() < n) buffers[slot].resize(n);
+  return buffers[slot].data();
+}
+
 template <typename Body>
 void parallelRows(int64_t rows, int64_t rowSize, Body body) {
   const int64_t work = rows * rowSize;
@@ -54,14 +84,13 @@ void parallelRows(int64_t rows, int64_t rowSize, Body body) {
     return;
   }
   const int64_t threads = std::min<int64_t>(std::min<int64_t>(cores, 4), rows);
-  std::vector<std::thread> pool;
-  const int64_t chunk = (rows + threads - 1) / threads;
-  for (int64_t t = 1; t < threads; t++) {
-    const int64_t begin = t * chunk, end = std::min(rows, begin + chunk);
-    if (begin < end) pool.emplace_back([=] { body(begin, end); });
-  }
-  body(0, std::min(rows, chunk));
-  for (auto& th : pool) th.join();
+  auto blocks = std::make_shared<RowBlocks>();
+  blocks->rows = rows;
+  blocks->block = std::max<int64_t>(1, rows / (threads * 8));
+  blocks->body = [&body](int64_t begin, int64_t end) { body(begin, end); };
+  for (int64_t t = 1; t < threads; t++) std::thread([blocks] { blocks->drain(); }).detach();
+  blocks->drain();
+  while (blocks->done.load(std::memory_order_acquire) < rows) std::this_thread::yield();
 }
 
 // Σ_j term(j) for j in [0, n) over 16 running sums: a single running sum is a chain of dependent additions the
@@ -536,25 +565,25 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
     float *dqs = data(grads[0]), *dks = data(grads[1]), *dvs = data(grads[2]);
     parallelRows(n, l * l * d, [&](int64_t begin, int64_t end) {
       // dS of one head: only the strips' entries are written, and only those are read.
-      std::vector<float> ds(static_cast<size_t>(l * l));
+      float* ds = scratch(static_cast<size_t>(l * l));
       for (int64_t h = begin; h < end; h++) {
         const int64_t at = h * l * d;
         const float *go = gos + at, *qh = qs + at, *kh = ks + at, *vh = vs + at, *oh = os + at, *ph = ps + h * l * l;
         for (int64_t i0 = 0; i0 < l; i0 += kStrip) {
           const int64_t i1 = std::min(l, i0 + kStrip);
-          view(ds.data() + i0 * l, i1 - i0, i1, l).noalias() = view(go + i0 * d, i1 - i0, d, d) * view(vh, i1, d, d).transpose();
+          view(ds + i0 * l, i1 - i0, i1, l).noalias() = view(go + i0 * d, i1 - i0, d, d) * view(vh, i1, d, d).transpose();
           for (int64_t i = i0; i < i1; i++) {
             const float term = laneSum(d, [&](int64_t c) { return go[i * d + c] * oh[i * d + c]; });
             const float* pr = ph + i * l;
-            float* dsr = ds.data() + i * l;
+            float* dsr = ds + i * l;
             for (int64_t j = 0; j < i1; j++) dsr[j] = pr[j] * (dsr[j] - term);
           }
-          view(dqs + at + i0 * d, i1 - i0, d, d).noalias() = view(ds.data() + i0 * l, i1 - i0, i1, l) * view(kh, i1, d, d);
+          view(dqs + at + i0 * d, i1 - i0, d, d).noalias() = view(ds + i0 * l, i1 - i0, i1, l) * view(kh, i1, d, d);
         }
         for (int64_t j0 = 0; j0 < l; j0 += kStrip) {
           const int64_t j1 = std::min(l, j0 + kStrip);
           view(dks + at + j0 * d, j1 - j0, d, d).noalias() =
-              view(ds.data() + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(qh + j0 * d, l - j0, d, d);
+              view(ds + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(qh + j0 * d, l - j0, d, d);
           view(dvs + at + j0 * d, j1 - j0, d, d).noalias() = view(ph + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(go + j0 * d, l - j0, d, d);
         }
       }
@@ -596,7 +625,7 @@ void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
     const float *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values);
     float *os = data(outs[0]), *xas = data(outs[1]), *xbs = data(outs[2]);
     parallelRows(n, c * c * (fa + fb + dv), [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(static_cast<size_t>(kStrip * c));  // one strip of S
+      float* scores = scratch(static_cast<size_t>(kStrip * c));  // one strip of S
       for (int64_t h = begin; h < end; h++) {
         const float *aqh = aqs + h * c * fa, *akh = aks + h * c * fa, *bqh = bqs + h * c * fb, *bkh = bks + h * c * fb, *vh = vs + h * c * dv;
         float *xah = xas + h * c * c, *xbh = xbs + h * c * c;
@@ -606,14 +635,14 @@ void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
           view(xbh + i0 * c, i1 - i0, i1, c).noalias() = view(bqh + i0 * fb, i1 - i0, fb, fb) * view(bkh, i1, fb, fb).transpose();
           float* oh = os + h * c * width;
           for (int64_t i = i0; i < i1; i++) {
-            float *xa = xah + i * c, *xb = xbh + i * c, *sr = scores.data() + (i - i0) * c;
+            float *xa = xah + i * c, *xb = xbh + i * c, *sr = scores + (i - i0) * c;
             for (int64_t j = 0; j <= i; j++) sr[j] = xa[j] * xb[j];
             for (int64_t j = i + 1; j < i1; j++) sr[j] = 0.0f;
             std::fill(xa + i + 1, xa + c, 0.0f);
             std::fill(xb + i + 1, xb + c, 0.0f);
             oh[i * width + dv] = laneSum(i + 1, [&](int64_t j) { return sr[j]; });
           }
-          view(oh + i0 * width, i1 - i0, dv, width).noalias() = view(scores.data(), i1 - i0, i1, c) * view(vh, i1, dv, dv);
+          view(oh + i0 * width, i1 - i0, dv, width).noalias() = view(scores, i1 - i0, i1, c) * view(vh, i1, dv, dv);
         }
       }
     });
@@ -644,8 +673,7 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
     float *daqs = data(grads[0]), *daks = data(grads[1]), *dbqs = data(grads[2]), *dbks = data(grads[3]), *dvs = data(grads[4]);
     parallelRows(n, c * c * (2 * fa + 2 * fb + 2 * dv), [&](int64_t begin, int64_t end) {
       // One head's S, dXa, dXb: only the strips' entries are written, and only those are read.
-      std::vector<float> scratch(static_cast<size_t>(3 * c * c));
-      float *s = scratch.data(), *dxa = s + c * c, *dxb = dxa + c * c;
+      float *s = scratch(static_cast<size_t>(3 * c * c)), *dxa = s + c * c, *dxb = dxa + c * c;
       for (int64_t h = begin; h < end; h++) {
         const float *go = gos + h * c * width, *aqh = aqs + h * c * fa, *akh = aks + h * c * fa, *bqh = bqs + h * c * fb, *bkh = bks + h * c * fb,
                     *vh = vs + h * c * dv, *xah = xas + h * c * c, *xbh = xbs + h * c * c;
