@@ -17,6 +17,7 @@ import { initBackend } from '../src/backend/start.ts';
 import { chooseBackend } from '../src/backend/device.ts';
 import { backendOption } from '../src/cli/backend-option.ts';
 import { listOption, numberListOption, optionsOrExit, type CommandSpec } from '../src/cli/command.ts';
+import { median } from '../src/train/throughput.ts';
 import { benchmarkEntry, ISOLATED_OPTIONS, measureInChild, type MeasurementStatus } from '../src/paper/isolated.ts';
 import { lineChartSvg } from '../src/report/plot.ts';
 import { attentionNames, createAttention } from '../src/model/attention/index.ts';
@@ -102,11 +103,6 @@ interface Row {
 }
 
 const MB = 2 ** 20;
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
-}
 
 async function time(fn: () => tf.Tensor | tf.Tensor[]): Promise<number> {
   const t0 = performance.now();

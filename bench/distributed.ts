@@ -20,7 +20,7 @@ import { GraphCache } from '../src/backend/tf-graph.ts';
 import { exitWithUsage, parseOrExit, integerOption } from '../src/cli/command.ts';
 import { freePorts } from '../src/cli/launch.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
-import { measureThroughput } from '../src/train/throughput.ts';
+import { measureThroughput, median } from '../src/train/throughput.ts';
 
 const COMMAND = {
   name: 'bench:distributed',
@@ -60,8 +60,6 @@ interface Measured {
   tensorBytes: number;
   maxRssBytes: number;
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** One rank (or the one process of N = 1): measures and, on rank 0, prints one JSON line. */
 async function measureHere(values: Record<string, string>, cluster: Cluster | null): Promise<void> {

@@ -36,7 +36,7 @@ import { exitWithUsage, parseOrExit, integerOption } from '../src/cli/command.ts
 import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { resolveDataParallel } from '../src/backend/device.ts';
-import { benchGptConfig, measureThroughput } from '../src/train/throughput.ts';
+import { benchGptConfig, measureThroughput, median } from '../src/train/throughput.ts';
 
 const PEER = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');
 const SHAPE = ['seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
@@ -245,8 +245,6 @@ function withPeerRatios(rows: Row[]): Row[] {
   for (const r of rows) if (r.label.startsWith('pytorch')) peerBest.set(r.attention, Math.max(peerBest.get(r.attention) ?? 0, r.tokensPerSecond));
   return rows.map((r) => (peerBest.has(r.attention) ? { ...r, peerRatio: r.tokensPerSecond / peerBest.get(r.attention)! } : r));
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** One row per measurement, with the medians over the rounds that measured it (rounds where it failed are left out). */
 function medianRows(rounds: Row[][]): Row[] {

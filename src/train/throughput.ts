@@ -88,12 +88,19 @@ export interface Throughput {
 }
 
 /** The middle value (the upper one of an even count): what the benchmarks report. */
-export const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+/** The p-quantile of xs, linear between the two nearest ranks (numpy's default); the median of an even count is the mean of the middle two. */
+export function quantile(xs: readonly number[], p: number): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const at = p * (sorted.length - 1);
+  const [lo, hi] = [Math.floor(at), Math.ceil(at)];
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo);
+}
+
+export const median = (xs: readonly number[]) => quantile(xs, 0.5);
 
 /** 'median [lower quartile, upper quartile]' to 3 decimals: how the benchmarks print paired per-round ratios. */
 export function medianAndQuartiles(xs: readonly number[]): string {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const q = (p: number) => sorted[Math.floor(p * (sorted.length - 1))].toFixed(3);
+  const q = (p: number) => quantile(xs, p).toFixed(3);
   return `${q(0.5)} [${q(0.25)}, ${q(0.75)}]`;
 }
 

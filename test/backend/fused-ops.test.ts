@@ -233,9 +233,9 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
       expect(got[1].every(Number.isFinite)).toBe(true);
       expect(maxRel(got[0], value)).toBeLessThan(1e-6);
       expect(maxRel(got[1], grad)).toBeLessThan(1e-5);
-      expect(() => tf.tidy(() => tf.engine().runKernel('SlayformerLinearNormalize', { raw: tf.zeros([3, 1]) }, { delta } as unknown as tf.NamedAttrMap))).toThrow(
-        /SlayformerLinearNormalize: raw must be \[\.\., D \+ 1\] with D ≥ 1/,
-      );
+      expect(() =>
+        tf.tidy(() => tf.engine().runKernel('SlayformerLinearNormalize', { raw: tf.zeros([3, 1]) }, { delta } as unknown as tf.NamedAttrMap)),
+      ).toThrow(/SlayformerLinearNormalize: raw must be \[\.\., D \+ 1\] with D ≥ 1/);
       attn.dispose();
       tf.dispose([q, k, v, up, rawT, dyT]);
       expect(tf.memory().numTensors).toBe(before);

@@ -1,6 +1,6 @@
 // Fused CPU kernels for the training step (issue 35; docs/benchmarks.md, "Fewer ops and fused kernels"):
-// GELU (tanh and erf forms), LayerNorm and attention's softmax backward, each one pass over memory where
-// the composed form runs 4–9 TensorFlow ops; causal softmax attention, SLAY's causal block of
+// GELU (tanh and erf forms), LayerNorm, linear attention's normalisation and attention's softmax backward, each one
+// pass over memory where the composed form runs 4–9 TensorFlow ops; causal softmax attention, SLAY's causal block of
 // tensor-product features and SLAY's feature factors, each whole, their products over query strips
 // on Eigen (the wheel's headers) so that key tiles a strip cannot see are never computed; forward and
 // backward each. TensorFlow's own graph optimiser cannot fuse
