@@ -28,15 +28,19 @@ export function fusedGelu(form: 'gelu-tanh' | 'gelu-erf'): Unary | null {
   return form === 'gelu-erf' ? geluErf : geluTanh;
 }
 
-type LayerNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
-const layerNorms = new Map<number, LayerNormOp>();
+/** An op per value of its float attribute (the customGrad closes over it), built on first use and kept. */
+function perAttribute<Op>(build: (value: number) => Op): (value: number) => Op {
+  const ops = new Map<number, Op>();
+  return (value) => {
+    if (!ops.has(value)) ops.set(value, build(value));
+    return ops.get(value)!;
+  };
+}
 
-/** The fused LayerNorm with this ε, or null where the backend has no such kernel. */
-export function fusedLayerNorm(eps: number): LayerNormOp | null {
-  if (!hasFusedKernel('SlayformerLayerNorm')) return null;
-  let op = layerNorms.get(eps);
-  if (!op) {
-    op = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+type LayerNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D) => tf.Tensor2D;
+const layerNorm = perAttribute(
+  (eps) =>
+    tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
       const [x, gain, shift, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
       const [y, xhat, rstd] = run('SlayformerLayerNorm', { x, gain, shift }, { eps }) as tf.Tensor[];
       save([xhat, rstd, gain]);
@@ -44,10 +48,12 @@ export function fusedLayerNorm(eps: number): LayerNormOp | null {
         value: y,
         gradFunc: (dy: tf.Tensor, [sx, sr, sg]: tf.Tensor[]) => run('SlayformerLayerNormGrad', { dy, xhat: sx, rstd: sr, gain: sg }) as tf.Tensor[],
       };
-    }) as LayerNormOp;
-    layerNorms.set(eps, op);
-  }
-  return op;
+    }) as LayerNormOp,
+);
+
+/** The fused LayerNorm with this ε, or null where the backend has no such kernel. */
+export function fusedLayerNorm(eps: number): LayerNormOp | null {
+  return hasFusedKernel('SlayformerLayerNorm') ? layerNorm(eps) : null;
 }
 
 /**
@@ -101,27 +107,24 @@ export function fusedCausalFactorAttention(): CausalFactorAttention | null {
 }
 
 type LinearNormalize = (raw: tf.Tensor) => tf.Tensor;
-const linearNormalizations = new Map<number, LinearNormalize>();
-
-/**
- * raw [.., D + 1] (numerators, then the denominator) → raw[.., :D]/(raw[.., D] + δ) with safeDivide's gradient (ops.ts),
- * as one op each way (attention/chunked.ts), or null where the backend has no such kernel.
- */
-export function fusedLinearNormalize(delta: number): LinearNormalize | null {
-  if (!hasFusedKernel('SlayformerLinearNormalize')) return null;
-  let op = linearNormalizations.get(delta);
-  if (!op) {
-    op = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+const linearNormalize = perAttribute(
+  (delta) =>
+    tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
       const [raw, save] = args as [tf.Tensor, tf.GradSaveFunc];
       save([raw]);
       return {
         value: run('SlayformerLinearNormalize', { raw }, { delta }) as tf.Tensor,
         gradFunc: (dy: tf.Tensor, [saved]: tf.Tensor[]) => [run('SlayformerLinearNormalizeGrad', { dy, raw: saved }, { delta }) as tf.Tensor],
       };
-    }) as LinearNormalize;
-    linearNormalizations.set(delta, op);
-  }
-  return op;
+    }) as LinearNormalize,
+);
+
+/**
+ * raw [.., D + 1] (numerators, then the denominator) → raw[.., :D]/(raw[.., D] + δ) with safeDivide's gradient (ops.ts),
+ * as one op each way (attention/chunked.ts), or null where the backend has no such kernel.
+ */
+export function fusedLinearNormalize(delta: number): LinearNormalize | null {
+  return hasFusedKernel('SlayformerLinearNormalize') ? linearNormalize(delta) : null;
 }
 
 /**
