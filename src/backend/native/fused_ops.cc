@@ -46,12 +46,8 @@ constexpr float kGeluA = 0.044715f;
 constexpr float kSqrtHalf = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-// Rows [begin, end) of `rows` processed by `body`, on up to four threads when the work is large enough to pay for
-// starting one (TensorFlow's own thread pool is not reachable through the C API). The rows go out in small blocks
-// from a shared counter, and the caller waits only for blocks a helper has claimed, not for the helper to start: on a
-// busy host a helper may get a core late or not before the caller is done, and a fixed half of the rows would then
-// hold the whole op (and the step behind it) until it ran. A helper that starts late finds nothing left and exits
-// without touching `body`; its state lives on the heap for that reason.
+// One parallelRows call's rows, handed out in blocks to whichever thread asks next; on the heap, shared with helpers
+// that may outlive the call.
 struct RowBlocks {
   std::atomic<int64_t> next{0}, done{0};
   int64_t rows = 0, block = 1;
@@ -67,14 +63,20 @@ struct RowBlocks {
   }
 };
 
-// Scratch floats of the calling thread, kept between blocks and calls (the bodies above run once per block of rows):
-// `slot` tells apart the buffers one body needs at once. Not zeroed: the kernels write what they read.
-float* scratch(size_t n, int slot = 0) {
-  thread_local std::vector<float> buffers[2];
-  if (buffers[slot].size() < n) buffers[slot].resize(n);
-  return buffers[slot].data();
+// Scratch floats of the calling thread, kept between blocks and calls (parallelRows runs a body once per block of
+// rows). Not zeroed: the kernels write what they read.
+float* scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
 }
 
+// Rows [begin, end) of `rows` processed by `body`, on up to four threads when the work is large enough to pay for
+// starting one (TensorFlow's own thread pool is not reachable through the C API). The rows go out in small blocks
+// from a shared counter, and the caller waits only for blocks a helper has claimed, not for the helper to start: on a
+// busy host a helper may get a core late or not before the caller is done, and a fixed half of the rows would then
+// hold the whole op (and the step behind it) until it ran. A helper that starts late finds nothing left and exits
+// without touching `body`.
 template <typename Body>
 void parallelRows(int64_t rows, int64_t rowSize, Body body) {
   const int64_t work = rows * rowSize;
