@@ -440,15 +440,9 @@ inline float rowMax(const float* __restrict x, int64_t n) {
 // exponentials summed as they are written; the scaling and the zeros in one loop).
 inline void softmaxPrefix(float* __restrict x, int64_t seen, int64_t n) {
   const float shift = rowMax(x, seen);
-  float lanes[16] = {};
-  int64_t j = 0;
-  for (; j + 16 <= seen; j += 16)
-    for (int k = 0; k < 16; k++) lanes[k] += (x[j + k] = expApprox(x[j + k] - shift));
-  float total = 0;
-  for (; j < seen; j++) total += (x[j] = expApprox(x[j] - shift));
-  for (float lane : lanes) total += lane;
+  const float total = laneSum(seen, [&](int64_t j) { return x[j] = expApprox(x[j] - shift); });
   const float inv = 1.0f / total;
-  for (j = 0; j < n; j++) x[j] = j < seen ? x[j] * inv : 0.0f;
+  for (int64_t j = 0; j < n; j++) x[j] = j < seen ? x[j] * inv : 0.0f;
 }
 
 // p, dp [.., Lq, Lk], dout, out [.., Lq, D] → ds = p⊙(dp − Σ_d dout⊙out): the softmax backward with
