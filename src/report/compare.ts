@@ -60,6 +60,8 @@ function runsTableModel(runs: RunSummary[]): Table {
       number('val bpb', (r) => r.finalValBpb, 4),
       number('val acc', (r) => r.finalValAcc, 4),
       number('tokens/s', (r) => r.tokensPerSecond),
+      // Runs logged before MFU was (or on a device of unknown peak) have none: no column of dashes then.
+      ...(runs.some((r) => r.mfu !== null) ? [number<RunSummary>('MFU %', (r) => (r.mfu === null ? null : 100 * r.mfu), 2)] : []),
       number('wall s', (r) => r.wallSeconds, 1),
       number('peak MiB', (r) => (r.peakRssBytes === null ? null : r.peakRssBytes / MIB)),
       { title: 'backend', text: (r) => r.backend ?? '—', raw: (r) => r.backend },
@@ -80,6 +82,9 @@ const seedsText = (g: RunGroup) => g.seeds.map(({ seed, runs }) => `${seed ?? '�
  * repeated runs when a seed was run twice (with their spread), and mean ± sample sd over the seeds (the value alone
  * when n = 1); ⚠ marks a mixed group. Parameters, tokens, speed and time equal over the seeds show no "± 0".
  */
+/** A fraction's mean ± sd in percent. */
+const percent = (stat: MeanSd): MeanSd => ({ ...stat, mean: 100 * stat.mean, sd: stat.sd === null ? null : 100 * stat.sd });
+
 function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
   const ms = (pick: (g: RunGroup) => MeanSd, title: string, digits: number, { exact = false } = {}): Column<RunGroup> => ({
     title,
@@ -138,6 +143,7 @@ function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
     ms((g) => g.stats.params, 'params', 0, { exact: true }),
     ms((g) => g.stats.tokens, 'tokens', 0, { exact: true }),
     ms((g) => g.stats.tokensPerSecond, 'tokens/s', 0, { exact: true }),
+    ...(groups.some((g) => g.stats.mfu.n > 0) ? [ms((g) => percent(g.stats.mfu), 'MFU %', 2, { exact: true })] : []),
     ms((g) => g.stats.wallSeconds, 'wall s', 1, { exact: true }),
     { title: 'recipe', text: (g) => g.recipeName },
   );

@@ -25,7 +25,7 @@ export interface RunGroup {
   repeats: { runs: number; spread: number | null };
   /** Mean ± sd over distinct seeds (a seed's repeats averaged first; n = seeds); finalValPpl is exp(mean final loss), without an sd. */
   stats: Record<
-    'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'finalValAcc' | 'tokensPerSecond' | 'wallSeconds',
+    'params' | 'tokens' | 'finalValLoss' | 'bestValLoss' | 'finalValPpl' | 'finalValBpb' | 'finalValAcc' | 'tokensPerSecond' | 'mfu' | 'wallSeconds',
     MeanSd
   >;
   /** How the runs differ in more than the seed (empty when they do not). */
@@ -151,6 +151,7 @@ export function groupRuns(runs: RunSummary[], baseline: string | null = null): R
         finalValBpb: stat('finalValBpb'),
         finalValAcc: stat('finalValAcc'),
         tokensPerSecond: stat('tokensPerSecond'),
+        mfu: stat('mfu'),
         wallSeconds: stat('wallSeconds'),
       },
       mixed: groupMixing(runsOfGroup),

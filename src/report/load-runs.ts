@@ -51,6 +51,8 @@ export interface RunSummary {
   /** Top-1 accuracy of the final validation (null for runs logged before accuracy was). */
   finalValAcc: number | null;
   tokensPerSecond: number | null;
+  /** Model FLOPs utilisation of the whole run (summary.json; null for runs before it was logged, or on a device of unknown peak). */
+  mfu: number | null;
   wallSeconds: number | null;
   finished: boolean;
   records: MetricRecord[];
@@ -213,6 +215,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     finalValBpb: summary.val_bpb ?? finite(lastVal?.bpb),
     finalValAcc: summary.val_acc ?? finite(lastVal?.acc),
     tokensPerSecond: summary.train_tokens_per_s ?? (wallSeconds !== null && wallSeconds > 0 ? tokens / wallSeconds : null),
+    mfu: summary.mfu ?? null,
     wallSeconds,
     finished,
     records,

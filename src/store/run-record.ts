@@ -27,6 +27,9 @@ export interface MetricRecord {
   /** Validation: top-1 accuracy over the loss's tokens (next-token for GPT, masked-token for BERT). */
   acc?: number;
   epoch_fraction?: number;
+  /** Train: the model FLOP/s the window's tokens/s stands for (src/model/flops.ts), and its fraction of the device's peak. */
+  model_flops_per_s?: number;
+  mfu?: number;
   /** Train, tensorflow backend: values and bytes the last step read back into JavaScript (backend/readback.ts). */
   readback_values?: number;
   readback_bytes?: number;
@@ -93,7 +96,7 @@ export function checkRecord(record: unknown, where: string): asserts record is M
   }
   if (!Number.isInteger(r.step) || (r.step as number) < 0) fail('field step must be an integer ≥ 0');
   if (typeof r.grad_norm !== 'number' && r.grad_norm !== null) fail('field grad_norm must be a number or null');
-  for (const key of ['bpb', 'acc', 'epoch_fraction']) {
+  for (const key of ['bpb', 'acc', 'epoch_fraction', 'model_flops_per_s', 'mfu']) {
     if (r[key] !== undefined && typeof r[key] !== 'number' && r[key] !== null) fail(`field ${key} must be a number`);
   }
 }
@@ -112,6 +115,10 @@ export interface TrainingSummary {
   parameters: number;
   /** The final model's folder, relative to the run folder. */
   final: string;
+  /** Training FLOPs per token (src/model/flops.ts); the peak FLOP/s of the devices and the run's MFU against it, where known. */
+  model_flops_per_token?: number;
+  peak_flops_per_s?: number;
+  mfu?: number;
 }
 
 /** summary.json of a training run: the trainer's summary and what the run logger adds when it writes it. */

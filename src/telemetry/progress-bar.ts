@@ -61,6 +61,8 @@ export interface ProgressNumbers {
   gradNorm: number;
   tokensPerS: number;
   etaS: number;
+  /** Model FLOPs utilisation (0–1), null where the device's peak is not known. */
+  mfu?: number | null;
 }
 
 /**
@@ -78,6 +80,7 @@ export function progressFields(p: ProgressNumbers): LineField[] {
     { text: `grad ${p.gradNorm.toFixed(3)}`, rank: 4 },
     { text: `${Math.round(p.tokensPerS).toLocaleString('en-US')} tok/s`, rank: 3 },
     { text: `ETA ${formatDuration(p.etaS)}`, rank: 2 },
+    ...(p.mfu == null ? [] : [{ text: `MFU ${(100 * p.mfu).toFixed(1)}%`, rank: 8 }]),
   ];
 }
 

@@ -76,6 +76,8 @@ const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'me
   lr: 'measured',
   grad_norm: 'measured',
   tokens_per_s: 'measured',
+  model_flops_per_s: 'measured',
+  mfu: 'measured',
   bpb: 'measured',
   acc: 'measured',
 };

@@ -39,6 +39,7 @@ import type { StepExecutor, StepExecutorContext, StepExecutorEntry } from './ste
 import { RunState } from './run-state.ts';
 import { chooseStepExecutor } from './step-executors/index.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
+import { utilisation, utilisationBasis, type UtilisationBasis } from './mfu.ts';
 import { currentDevice } from '../backend/current.ts';
 import { resolveDataParallel, type Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
@@ -188,6 +189,8 @@ class TrainingLoop {
   /** Steps run by this process (its first step records the step program and builds its function). */
   private stepsInProcess = 0;
   private lastVal: { step: number; loss: number } | null = null;
+  /** The model FLOPs per token and the peak its MFU is measured against (rank 0 only: the others log nothing). */
+  private utilisation: UtilisationBasis | null = null;
   /** The step of the last checkpoint (the resumed one at first), kept on every rank: each takes part in the next one. */
   private lastCheckpointStep: number | null;
 
@@ -258,6 +261,18 @@ class TrainingLoop {
   private async startExecutor(): Promise<void> {
     const { entry, context } = this.parts.steps;
     this.executor = await entry.create(context);
+    if (!this.leader) return;
+    const { device, replicas } = context;
+    this.utilisation = await utilisationBasis(this.inputs.modelConfig, this.recipe.data, {
+      device,
+      executor: this.executor,
+      replicas,
+      cluster: currentCluster(),
+    });
+    const { flopsPerToken, peak } = this.utilisation;
+    this.writers.logger.line(
+      `model FLOPs ${(flopsPerToken / 1e6).toFixed(1)} M per trained token (forward and backward; docs/training.md); MFU against ${peak ? `${formatFlops(peak.flopsPerSecond)}: ${peak.source}` : 'no known peak of this device: not logged'}`,
+    );
   }
 
   /** Up to train.gradAccum batches of the stream, within the plan. */
@@ -326,6 +341,7 @@ class TrainingLoop {
     const loss = window.loss / window.steps;
     const rate = window.tokens / window.seconds;
     const fraction = state.epochFraction(epoch.batches);
+    const used = this.utilisation ? utilisation(this.utilisation, rate) : null;
     logger.log({
       step,
       tokens,
@@ -338,6 +354,7 @@ class TrainingLoop {
       elapsed_s: state.elapsed(),
       epoch_fraction: fraction,
       ...(this.lastReadback ? { readback_values: this.lastReadback.values, readback_bytes: this.lastReadback.bytes } : {}),
+      ...(used ? { model_flops_per_s: used.flopsPerSecond, ...(used.mfu === null ? {} : { mfu: used.mfu }) } : {}),
     });
     const eta = ((totalSteps - step) * window.seconds) / window.steps;
     if (this.lastReadback && this.lastReadback.values !== this.statedReadback) {
@@ -346,7 +363,7 @@ class TrainingLoop {
         `host reads ${this.lastReadback.values} values/step from the device (${this.lastReadback.bytes} bytes; metrics.jsonl: readback_values, readback_bytes)`,
       );
     }
-    const fields = progressFields({ step, totalSteps, epochFraction: fraction, loss, lr, gradNorm, tokensPerS: rate, etaS: eta });
+    const fields = progressFields({ step, totalSteps, epochFraction: fraction, loss, lr, gradNorm, tokensPerS: rate, etaS: eta, mfu: used?.mfu ?? null });
     logger.line(joinFields(fields), fields);
   }
 
@@ -428,6 +445,7 @@ class TrainingLoop {
       val_acc: finalVal.accuracy,
       parameters,
       final: path.relative(logger.dir, finalDir),
+      ...this.summaryUtilisation(trainSeconds > 0 ? tokens / trainSeconds : 0),
     };
     await logger.finish(summary);
     logger.line(
@@ -435,6 +453,14 @@ class TrainingLoop {
         `(${Math.round(summary.train_tokens_per_s).toLocaleString('en-US')} tok/s) | final val loss ${finalVal.loss.toFixed(4)} | ppl ${finalVal.ppl.toFixed(2)} | bpb ${finalVal.bpb.toFixed(4)} | acc ${finalVal.accuracy.toFixed(4)} | saved ${finalDir}`,
     );
     return { runDir: logger.dir, finalDir, steps: step, tokens, elapsedS: state.elapsed(), finalVal, parameters };
+  }
+
+  /** summary.json's MFU fields: the whole run's rate against the basis (nothing when it has none, as on the other ranks). */
+  private summaryUtilisation(tokensPerSecond: number): Partial<TrainingSummary> {
+    if (!this.utilisation) return {};
+    const { flopsPerToken, peak } = this.utilisation;
+    const { mfu } = utilisation(this.utilisation, tokensPerSecond);
+    return { model_flops_per_token: flopsPerToken, ...(peak && mfu !== null ? { peak_flops_per_s: peak.flopsPerSecond, mfu } : {}) };
   }
 
   async close(): Promise<void> {
@@ -604,6 +630,11 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
     const finishing = resumed.state.step === totalSteps ? '; it is the last step of the plan: finishing the run (final validation, final/, summary.json)' : '';
     logger.line(`resumed from ${resumed.dir} at step ${resumed.state.step}${changed}${finishing}`);
   }
+}
+
+/** "38.2 TFLOP/s", "95.1 GFLOP/s". */
+function formatFlops(flopsPerSecond: number): string {
+  return flopsPerSecond >= 1e12 ? `${(flopsPerSecond / 1e12).toFixed(1)} TFLOP/s` : `${(flopsPerSecond / 1e9).toFixed(1)} GFLOP/s`;
 }
 
 /** "epoch 1,234 tokens" or, estimated, "epoch ≈ 1,234 tokens, estimated from the first 2,000 documents (5.1 MB) of 812 MB of text". */

@@ -555,6 +555,28 @@ describe('compareRuns', () => {
     expect(curve.map((p) => p.x)).toEqual([2, 4, 6]); // elapsed_s of the three validations
   });
 
+  it("shows MFU (summary.json's mfu, in percent) per run and per group once a run has it", async () => {
+    const mfuRoot = join(root, 'mfu');
+    const runs = [0.031, 0.035].map((mfu, i) =>
+      writeRun({
+        parent: mfuRoot,
+        folder: `mfu-${i + 1}`,
+        attention: 'softmax',
+        seed: i + 1,
+        val: [3, 2.2],
+        train: [3, 2.3],
+        summary: { ...summaryOf(2.2, 100), mfu },
+      }),
+    );
+    const out = join(root, 'mfu-report');
+    await compareRuns(runs, { outDir: out, warn: () => {} });
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('| tokens/s | MFU % | wall s |');
+    expect(md).toMatch(/\| mfu-1 \| softmax \|[^\n]*\| 520 \| 3\.10 \|/);
+    // The group: mean ± sd over the seeds, 3.30 ± 0.28 (sd of 3.1 and 3.5).
+    expect(md).toContain('3.30 ± 0.28');
+  });
+
   it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
     const table = { header: ['a', 'b'], right: [false, true], rows: [{ text: ['x_1 & 50%', '1,234'], raw: ['say "hi", ok', 1234] }] };
     expect(csvTable(table)).toBe('a,b\r\n"say ""hi"", ok",1234\r\n');

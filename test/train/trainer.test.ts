@@ -19,6 +19,8 @@ import { parseRecipe } from '../../src/store/recipes.ts';
 import { readSafetensors } from '../../src/hf/safetensors.ts';
 import { trainStep } from '../../src/train/step.ts';
 import { runTraining } from '../../src/train/trainer.ts';
+import { modelFlops } from '../../src/model/flops.ts';
+import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 
 let dir: string;
@@ -120,6 +122,17 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
       expect(r.ppl).toBeCloseTo(Math.exp(r.loss), 6);
       expect(r.tokens_per_s).toBeGreaterThan(0);
     }
+    // MFU: the model FLOPs per token (src/model/flops.ts) times the window's tokens/s, over the peak the log names.
+    const flopsPerToken = modelFlops(modelConfigFromRecipe(recipe, 300), 16).perToken;
+    expect(summary).toMatchObject({ model_flops_per_token: flopsPerToken });
+    const peak = (summary as TrainingSummary | null)!.peak_flops_per_s!;
+    expect(peak).toBeGreaterThan(0);
+    for (const r of train) {
+      expect(r.model_flops_per_s! / (flopsPerToken * r.tokens_per_s)).toBeCloseTo(1, 12);
+      expect(r.mfu! / (r.model_flops_per_s! / peak)).toBeCloseTo(1, 12);
+    }
+    expect(lines).toContainEqual(expect.stringMatching(/^model FLOPs [\d.]+ M per trained token .*; MFU against [\d.]+ [GT]FLOP\/s: /));
+    expect(lines.some((l) => /^step 5\/20 \| .* \| MFU [\d.]+%$/.test(l))).toBe(true);
     expect(val[2].loss).toBeLessThan(Math.log(300) - 0.5); // learned something beyond uniform
     expect(val[2].bpb).toBeGreaterThan(0);
     // Top-1 accuracy in every validation record and the summary, from the same evaluation as the loss.

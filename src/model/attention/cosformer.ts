@@ -44,6 +44,8 @@ registerAttention('cosformer', {
     ...contractionOptionSpecs,
   },
   tensors: () => [],
+  // ReLU, then its products with sin and cos of the position.
+  featureMap: ({ headDim }) => ({ features: 2 * headDim, flopsPerSide: 3 * headDim }),
   create(config, options): AttentionModule {
     const fixedLength = options.reweightLength as number;
     const constants = new ConstantCache();

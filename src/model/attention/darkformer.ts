@@ -83,6 +83,12 @@ registerAttention('darkformer', {
       ...importanceWeightTensors(numHeads, options),
     ];
   },
+  // M·x (2rd), the projection (2rm) and m exponentials.
+  featureMap: ({ headDim }, options) => {
+    const rank = rankOf(options, headDim);
+    const m = options.features as number;
+    return { features: m, flopsPerSide: 2 * rank * headDim + 2 * rank * m + m };
+  },
   create(config, options): DarkformerModule {
     const { numHeads, headDim } = config;
     const rank = rankOf(options, headDim);

@@ -9,6 +9,15 @@ import './schoenbat.ts';
 import './linear-elu.ts';
 import './cosformer.ts';
 
-export { createAttention, attentionTensors, attentionNames, attentionOptionSpecs, attentionDescription, attentionIsQuadratic } from './registry.ts';
+export {
+  createAttention,
+  attentionTensors,
+  attentionNames,
+  attentionOptionSpecs,
+  attentionDescription,
+  attentionIsQuadratic,
+  attentionFeatureMap,
+} from './registry.ts';
+export type { FeatureMapCost } from './registry.ts';
 export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, TensorDeclaration } from './types.ts';
 export { linearAttention } from './linear-attention.ts';

@@ -22,6 +22,7 @@ registerAttention('linear-elu', {
     ...contractionOptionSpecs,
   },
   tensors: () => [],
+  featureMap: ({ headDim }) => ({ features: headDim, flopsPerSide: headDim }),
   create(config, options): AttentionModule {
     const side = (x: tf.Tensor4D) => ({ features: eluPlusOne(x) });
     const maps = { featureDim: config.headDim, shiftedKeys: false, query: side, key: side };

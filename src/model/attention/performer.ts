@@ -253,6 +253,11 @@ registerAttention('performer', {
     { name: 'projection', shape: [numHeads, headDim, options.features as number], trainable: false },
     ...importanceWeightTensors(numHeads, options),
   ],
+  // The projection (2dm) and m exponentials.
+  featureMap: ({ headDim }, options) => {
+    const m = options.features as number;
+    return { features: m, flopsPerSide: 2 * headDim * m + m };
+  },
   create(config, options): RandomFeatureModule {
     const { numHeads, headDim } = config;
     const features = options.features as number;

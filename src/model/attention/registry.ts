@@ -24,12 +24,24 @@ export interface AttentionEntry {
    * a checkpoint's tensors are compared with these before any model is built from its config.
    */
   tensors(config: Omit<AttentionConfig, 'scope'>, options: ResolvedOptions): TensorDeclaration[];
+  /**
+   * Linear mechanisms (quadratic false) only: the feature map φ they contract with, for the model FLOPs count
+   * (src/model/flops.ts, docs/training.md "Model FLOPs and MFU") and the state size (m features per head).
+   */
+  featureMap?(config: Omit<AttentionConfig, 'scope'>, options: ResolvedOptions): FeatureMapCost;
+}
+
+/** A linear mechanism's φ: m features per head, and the forward FLOPs per token and head of φ(q) or φ(k) (one side). */
+export interface FeatureMapCost {
+  features: number;
+  flopsPerSide: number;
 }
 
 const registry = new Map<string, AttentionEntry>();
 
 export function registerAttention(name: string, entry: AttentionEntry): void {
   if (registry.has(name)) throw new Error(`attention '${name}' is registered twice`);
+  if (!entry.quadratic && !entry.featureMap) throw new Error(`attention '${name}' is linear (quadratic: false) but declares no featureMap`);
   registry.set(name, entry);
 }
 
@@ -74,6 +86,12 @@ export function createAttention(name: string, config: AttentionRequest): Attenti
 export function attentionTensors(name: string, config: AttentionRequest): TensorDeclaration[] {
   const { entry, base, resolved } = checkRequest(name, config);
   return entry.tensors(base, resolved);
+}
+
+/** The feature map of linear mechanism `name` under `config` (null for a quadratic one), with the same checks as createAttention. */
+export function attentionFeatureMap(name: string, config: AttentionRequest): FeatureMapCost | null {
+  const { entry, base, resolved } = checkRequest(name, config);
+  return entry.featureMap ? entry.featureMap(base, resolved) : null;
 }
 
 type AttentionRequest = Partial<AttentionConfig> & { numHeads: number; headDim: number; causal?: boolean } & Record<string, unknown>;

@@ -75,6 +75,12 @@ registerAttention('schoenbat', {
       { name: 'postSbnBeta', shape: [headDim], trainable: true },
     ];
   },
+  // Pre-SBN (~3d), one projection per factor (2d each, Σ degrees of them), their products and the D features.
+  featureMap: ({ headDim, seed }, options) => {
+    const features = options.features as number;
+    const factors = drawDegrees(maclaurinRng(seed), features - 1, options.maxDegree as number).reduce((a, n) => a + n, 0);
+    return { features, flopsPerSide: 3 * headDim + 2 * headDim * factors + factors + features };
+  },
   create(config, options): AttentionModule {
     const kernel = options.kernel as MaclaurinKernel;
     const featureMap = new RandomMaclaurinFeatures({

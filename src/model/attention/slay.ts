@@ -22,7 +22,14 @@
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
-import { createPolynomialMap, POLYNOMIAL_KINDS, polynomialParameterShapes, type PolynomialFeatureMap, type PolynomialKind } from '../features/polynomial.ts';
+import {
+  createPolynomialMap,
+  POLYNOMIAL_KINDS,
+  polynomialOutputDim,
+  polynomialParameterShapes,
+  type PolynomialFeatureMap,
+  type PolynomialKind,
+} from '../features/polynomial.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { fusedSlayFactors } from '../fused.ts';
@@ -92,6 +99,16 @@ registerAttention('slay', {
       ...polyShapes.map(([name, shape]) => ({ name: `${poly}.${name}`, shape, trainable: false })),
       ...Array.from({ length: r }, (_, node) => ({ name: `prf.node${node}`, shape: [numHeads, headDim, m], trainable: false })),
     ];
+  },
+  featureMap: ({ headDim }, options) => {
+    const { quadratureNodes: r, prfFeatures: m, anchors: p, poly } = options as unknown as SlayOptions;
+    // Unit rows (3d), then per node the PRF projection (2dM, M exponentials); the polynomial factor's projections and
+    // outputs, or hadamard's squares; and the R·P·M products of the tensor product.
+    const prf = r * (2 * headDim * m + m);
+    if (!isPolynomialKind(poly)) return { features: r * m, flopsPerSide: 3 * headDim + prf + (poly === 'hadamard' ? 2 * r * m : 0) };
+    const outputDim = polynomialOutputDim(poly, headDim, p);
+    const projections = polynomialParameterShapes(poly, headDim, p).reduce((sum, [, [rows, cols]]) => sum + 2 * rows * cols, 0);
+    return { features: r * outputDim * m, flopsPerSide: 3 * headDim + projections + outputDim + prf + r * outputDim * m };
   },
   create: (config, options) => createSlay(config, options as unknown as SlayOptions),
 });

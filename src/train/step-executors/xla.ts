@@ -52,6 +52,10 @@ export class XlaExecutor implements StepExecutor {
     this.step_ = context.optimizer.stepCount;
   }
 
+  get accelerator(): { platform: string; device: string } {
+    return { platform: this.hello.platform, device: this.hello.device };
+  }
+
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
     const python = runnerPython()!;
     const { runner, hello } = await XlaRunner.start(python);

@@ -1,0 +1,93 @@
+// The peaks MFU is measured against (src/backend/peak-flops.ts, src/train/mfu.ts): the datasheet table, the measured
+// CPU ceiling and its cache, and which one a run takes.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend/start.ts';
+import { currentDevice } from '../../src/backend/current.ts';
+import { cpuPeak, gpuPeak, measureGemmCeiling } from '../../src/backend/peak-flops.ts';
+import { utilisation, utilisationBasis } from '../../src/train/mfu.ts';
+import { modelFlops } from '../../src/model/flops.ts';
+import type { LanguageModelConfig } from '../../src/model/lm.ts';
+
+let dir: string;
+beforeAll(async () => {
+  await initBackend('cpu', { quiet: true });
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'slay-peak-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+describe('gpuPeak', () => {
+  it("takes the datasheet's dense figure by the device's name and precision, times the devices", () => {
+    expect(gpuPeak('NVIDIA H200', 'bf16')!.flopsPerSecond).toBe(989.4e12);
+    expect(gpuPeak('NVIDIA H100 80GB HBM3', 'tf32')!.flopsPerSecond).toBe(494.7e12);
+    expect(gpuPeak('NVIDIA H100 PCIe', 'bf16')!.flopsPerSecond).toBe(756e12);
+    expect(gpuPeak('NVIDIA A100-SXM4-80GB', 'bf16', 8)).toMatchObject({ flopsPerSecond: 8 * 312e12, source: expect.stringMatching(/^8 × NVIDIA A100 bf16/) });
+    expect(gpuPeak('Tesla T4', 'bf16')).toBeNull();
+  });
+});
+
+describe('cpuPeak', () => {
+  it('measures the ceiling once, then reads it from its cache; a malformed cache is measured again', async () => {
+    const cache = path.join(dir, 'ceiling.json');
+    const device = currentDevice();
+    const first = await cpuPeak(device, { cache });
+    expect(first.flopsPerSecond).toBeGreaterThan(0);
+    const [key] = Object.keys(JSON.parse(fs.readFileSync(cache, 'utf8')));
+    // A figure planted in the cache is what the next run takes: the cache, not a new measure, answered.
+    fs.writeFileSync(cache, JSON.stringify({ [key]: 1234 }));
+    expect((await cpuPeak(device, { cache })).flopsPerSecond).toBe(1234);
+    // Replicas that keep one core each (cpu, wasm) and hosts multiply it.
+    expect((await cpuPeak(device, { cache, replicas: 3, hosts: 2 })).flopsPerSecond).toBe(1234 * (device.coresPerReplica === 1 ? 3 : 1) * 2);
+    fs.writeFileSync(cache, JSON.stringify({ [key]: -5 }));
+    expect((await cpuPeak(device, { cache })).flopsPerSecond).toBeGreaterThan(0);
+    fs.writeFileSync(cache, '{ not json');
+    expect((await cpuPeak(device, { cache })).flopsPerSecond).toBeGreaterThan(0);
+    expect(JSON.parse(fs.readFileSync(cache, 'utf8'))[key]).toBeGreaterThan(0);
+  });
+
+  it('the measured ceiling is a real rate: above zero, below what any CPU core reaches (1 TFLOP/s)', async () => {
+    const flops = await measureGemmCeiling({ size: 64, minSeconds: 0.01, rounds: 1 });
+    expect(flops).toBeGreaterThan(0);
+    expect(flops).toBeLessThan(1e12);
+  });
+});
+
+describe('utilisationBasis', () => {
+  const config = {
+    kind: 'gpt',
+    vocabSize: 100,
+    maxSeqLen: 32,
+    dModel: 16,
+    numLayers: 2,
+    numHeads: 2,
+    mlpRatio: 4,
+    dropout: 0,
+    bias: true,
+    attention: { name: 'softmax', options: {} },
+    seed: 1,
+  } as LanguageModelConfig;
+  const data = { seqLen: 32, mlmProbability: 0.15 };
+
+  it("an XLA executor on a GPU takes that GPU's TF32 peak; a GPU of unknown name gives no MFU", async () => {
+    const device = { ...currentDevice(), cpuBound: false };
+    const onH100 = await utilisationBasis(config, data, {
+      device,
+      executor: { accelerator: { platform: 'gpu', device: 'NVIDIA H100 80GB HBM3' } },
+      replicas: 1,
+      cluster: null,
+    });
+    expect(onH100).toEqual({ flopsPerToken: modelFlops(config, 32).perToken, peak: expect.objectContaining({ flopsPerSecond: 494.7e12 }) });
+    expect(utilisation(onH100, 1000)).toEqual({ flopsPerSecond: 1000 * onH100.flopsPerToken, mfu: (1000 * onH100.flopsPerToken) / 494.7e12 });
+    const unknown = await utilisationBasis(config, data, { device, executor: {}, replicas: 1, cluster: null });
+    expect(unknown.peak).toBeNull();
+    expect(utilisation(unknown, 1000).mfu).toBeNull();
+  });
+
+  it("BERT's head counts on data.mlmProbability of the positions", async () => {
+    const bert = { ...config, kind: 'bert', typeVocabSize: 2 } as LanguageModelConfig;
+    const basis = await utilisationBasis(bert, data, { device: { ...currentDevice(), cpuBound: false }, executor: {}, replicas: 1, cluster: null });
+    expect(basis.flopsPerToken).toBe(modelFlops(bert, 32, 0.15).perToken);
+  });
+});
