@@ -63,7 +63,11 @@ const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
 async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
-  const [{ planRun }, { resolveModelSource }] = await Promise.all([import('../train/plan.ts'), import('../store/resolve.ts')]);
+  const [{ planRun }, { resolveModelSource }, { modelFlops }] = await Promise.all([
+    import('../train/plan.ts'),
+    import('../store/resolve.ts'),
+    import('../model/flops.ts'),
+  ]);
   // The device the run would get, resolved without loading it.
   const device = resolveBackend(backend.choice);
   // Counting parameters builds the attention mechanisms' small buffers: the cpu backend suffices and
@@ -109,6 +113,9 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
       `replicas    ${resolveDataParallel(dataParallel, device, batchSize)} on ${device.backend} (train.dataParallel ${dataParallel}): each holds the weights and its share of the activations`,
     );
   }
+  const flops = modelFlops(m, recipe.data.seqLen, m.kind === 'bert' ? recipe.data.mlmProbability : 1).perToken;
+  const runFlops = plan.totalSteps === null ? '' : `; ${(flops * plan.totalSteps * plan.tokensPerStep).toExponential(2)} for the run`;
+  out.push(`flops       ${(flops / 1e6).toFixed(1)} M per trained token, forward and backward${runFlops} (docs/training.md, "Model FLOPs and MFU")`);
   const mem = plan.memory;
   out.push(
     `memory      ≈ ${fmt(Math.round(mem.total / MB))} MiB = parameters+gradients+AdamW m,v ${fmt(Math.round(mem.state / MB))} MiB (16 bytes × parameters${gradAccum > 1 ? ' + 4 for accumulation' : ''})` +

@@ -230,6 +230,9 @@ describe('train CLI', () => {
     expect(r.stdout).toMatch(/dataset not found: tokens per epoch unknown/);
     expect(r.stdout).toMatch(/attention slay \{.*"quadratureNodes":2,"prfFeatures":16,"anchors":8/);
     expect(r.stdout).toMatch(/memory {6}≈ [\d,]+ MiB/);
+    // 6 × 123,532,032 matrix weights + 3 × 12 layers × 12 heads × (2 × 5,608 for φ(q), φ(k) + 4 × 256 features × 65):
+    // SLAY's φ at d_h 64, R 2, M 16, P 8 is 3·64 + 2·64·8 + 8 + 2·(2·64·16 + 16) + 256 = 5,608 FLOPs.
+    expect(r.stdout).toMatch(/flops {7}774\.8 M per trained token/);
     expect(r.stdout).not.toMatch(/warning/);
     // Shortened to 100 optimizer steps, its 2,000 warm-up steps are warned about.
     const short = cli(
