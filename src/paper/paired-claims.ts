@@ -1,6 +1,6 @@
 // A claim judged by a paired difference over seeds (or rates): its 95% Student t interval on the claimed side of a
 // threshold, 0 unless the claim names a margin (holds), across it (not separated) or on the other side (contradicted).
-import { pairedT, tQuantileOf } from '../report/paired.ts';
+import { pairedT, pValueAgainst, tQuantileOf } from '../report/paired.ts';
 import type { PairedResult } from '../report/paired.ts';
 import type { Claim } from './protocol.ts';
 
@@ -88,5 +88,6 @@ export function pairedClaim(statement: string, pairs: (readonly [number | undefi
     const needed = seedsToSeparate(result.mean, result.sd, threshold);
     evidence += needed === null ? '; no difference to separate' : `; a difference this size would need ${describeSeedsNeeded(needed)} ${pairName}s to separate`;
   }
-  return { statement, verdict, evidence };
+  const side = Math.sign(result.mean - threshold) === options.claimedSign ? 1 : -1;
+  return { statement, verdict, evidence, test: { p: pValueAgainst(result, threshold), side } };
 }

@@ -151,6 +151,12 @@ export interface Claim {
   verdict: 'holds' | 'not separated' | 'contradicted' | 'not run';
   /** The numbers behind the verdict, in words. */
   evidence: string;
+  /**
+   * A claim judged by a paired test: its two-sided p against the claim's threshold (null when it has none) and the
+   * side its mean lies on (+1 the claimed one). The experiment's results adjust the p for the family of tests it
+   * reports and judge the verdict by the adjusted one (results.ts, correctedForFamily).
+   */
+  test?: { p: number | null; side: 1 | -1 };
 }
 
 /** One row against a baseline, paired over seeds: the metric's difference (row − baseline) and the shown extras'. */
@@ -163,6 +169,8 @@ export interface Difference {
   n: number;
   /** null when fewer than 2 pairs are done. */
   metric: PairedResult | null;
+  /** metric's p adjusted for the experiment's family of tests (Holm; results.ts), once the results set it. */
+  pAdjusted?: number | null;
   /** The same for each of the experiment's shown extras, by key. */
   extra: Record<string, PairedResult | null>;
 }

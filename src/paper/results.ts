@@ -11,6 +11,7 @@ import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
 import type { CellSpec, CellVerdict, Claim, Difference, Explanation, ShownExtra } from './protocol.ts';
 import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
+import { holmAdjusted } from '../report/paired.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
 import { lineChartSvg } from '../report/plot.ts';
 import { escapeMarkdown } from '../report/markdown.ts';
@@ -144,8 +145,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       },
     },
     cells,
-    claims: experiment.claims?.(unitView(records), settings.quick) ?? [],
-    differences: experiment.differences?.(unitView(records), settings.quick) ?? [],
+    ...correctedForFamily(experiment.claims?.(unitView(records), settings.quick) ?? [], experiment.differences?.(unitView(records), settings.quick) ?? []),
     units: records.map((r) => ({
       name: r.unit.name,
       dir: r.dir && path.relative(process.cwd(), r.dir),
@@ -154,6 +154,30 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       error: r.result?.outcome.error ?? r.failure,
       seconds: r.result?.seconds ?? null,
     })),
+  };
+}
+
+/** The level every verdict of a paired test is judged at, after the family's correction. */
+const FAMILY_ALPHA = 0.05;
+
+/**
+ * The experiment's claims and differences with the multiple comparisons taken into account: Holm's adjustment
+ * (src/report/paired.ts) over every paired test it reports — each claim's, and each difference's main metric (the shown
+ * extras are descriptive, not tested) — so that the chance of any false "holds", "contradicted", "above" or "below" in
+ * the experiment stays at most 5%. A claim's verdict is then judged by its adjusted p (below 0.05: holds or
+ * contradicted by the side of its mean; else not separated), which uncorrected is its 95% interval's rule.
+ */
+export function correctedForFamily(claims: Claim[], differences: Difference[]): { claims: Claim[]; differences: Difference[] } {
+  const adjusted = holmAdjusted([...claims.map((c) => c.test?.p ?? null), ...differences.map((d) => d.metric?.p ?? null)]);
+  const tests = adjusted.filter((p) => p !== null).length;
+  return {
+    claims: claims.map((claim, i) => {
+      const p = adjusted[i];
+      if (!claim.test || p === null) return claim;
+      const verdict = p < FAMILY_ALPHA ? (claim.test.side > 0 ? 'holds' : 'contradicted') : 'not separated';
+      return { ...claim, verdict, evidence: `${claim.evidence}; Holm-adjusted p = ${p.toPrecision(2)} over the experiment's ${tests} paired tests` };
+    }),
+    differences: differences.map((d, i) => ({ ...d, pAdjusted: adjusted[claims.length + i] })),
   };
 }
 
@@ -363,11 +387,14 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
   return lines.join('\n');
 }
 
-/** Whether the difference's interval lies above 0, below it, or across it. */
+/** Whether the difference lies above 0 or below it after the family's correction (Holm-adjusted p < 0.05), or neither. */
 function separation(d: Difference): string {
   if (!d.metric?.ci) return '—';
-  const [lo, hi] = d.metric.ci;
-  return lo > 0 ? '**above**' : hi < 0 ? '**below**' : 'no';
+  if (d.pAdjusted == null) {
+    const [lo, hi] = d.metric.ci;
+    return lo > 0 ? '**above**' : hi < 0 ? '**below**' : 'no';
+  }
+  return d.pAdjusted >= FAMILY_ALPHA ? 'no' : d.metric.mean > 0 ? '**above**' : '**below**';
 }
 
 /** The paired differences, a table per results table: Δ with its interval, p, separated or the pairs that would separate it. */
@@ -376,7 +403,7 @@ function differencesMarkdown(results: ExperimentResults): string[] {
   const lines = [
     '## Paired differences',
     '',
-    `Each row minus its baseline, paired by seed: the mean difference with its 95% Student t interval. Separated: the interval lies above or below 0; if not, the seeds a difference of the observed size and spread would need.`,
+    `Each row minus its baseline, paired by seed: the mean difference with its 95% Student t interval and the paired t-test's p. Separated: above or below 0 with a Holm-adjusted p below 0.05, Holm's correction taken over every paired test this experiment reports (its claims' and these rows'), so that the chance of any false separation among them stays at most 5%; if the interval itself crosses 0, the seeds a difference of the observed size and spread would need (uncorrected).`,
     '',
   ];
   for (const [table, differences] of groupBy(results.differences, (d) => d.table)) {
@@ -384,14 +411,16 @@ function differencesMarkdown(results: ExperimentResults): string[] {
     lines.push(
       `### ${table}: each − ${baselines}`,
       '',
-      `| | pairs | Δ ${results.metric.name} | p | ${results.shown.map((e) => `Δ ${e.title.toLowerCase()} | `).join('')}separated | seeds to separate |`,
-      `|---|---:|---:|---:|${results.shown.map(() => '---:|').join('')}---|---:|`,
+      `| | pairs | Δ ${results.metric.name} | p | p (Holm) | ${results.shown.map((e) => `Δ ${e.title.toLowerCase()} | `).join('')}separated | seeds to separate |`,
+      `|---|---:|---:|---:|---:|${results.shown.map(() => '---:|').join('')}---|---:|`,
       ...differences.map((d) => {
         const separated = separation(d);
-        // 'no' means an interval that crosses 0, which needs n ≥ 2, so the sd exists.
-        const needed = separated === 'no' ? seedsToSeparate(d.metric!.mean, d.metric!.sd!) : null;
+        // An interval that crosses 0 needs n ≥ 2, so the sd exists.
+        const crosses = d.metric?.ci ? d.metric.ci[0] <= 0 && d.metric.ci[1] >= 0 : false;
+        const needed = crosses ? seedsToSeparate(d.metric!.mean, d.metric!.sd!) : null;
         return (
           `| ${d.row} | ${d.n} | ${d.metric ? describeInterval(d.metric, digits) : '—'} | ${d.metric?.p != null ? d.metric.p.toPrecision(2) : '—'} | ` +
+          `${d.pAdjusted != null ? d.pAdjusted.toPrecision(2) : '—'} | ` +
           results.shown
             .map((e) => {
               const x = d.extra[e.key];

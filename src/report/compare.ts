@@ -21,6 +21,7 @@ import { escapeHtml, escapeMarkdown } from './markdown.ts';
 import { lineChartSvg, seriesColours } from './plot.ts';
 import { safeJoin } from './safe-path.ts';
 import { formatMeanSd, formatNumber, groupBy } from './stats.ts';
+import { holmAdjusted } from './paired.ts';
 import type { MeanSd } from './stats.ts';
 import {
   constantsLine,
@@ -99,6 +100,9 @@ function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
   const columns: Column<RunGroup>[] = [{ title: 'group', text: (g) => `${g.mixed.length ? '⚠ ' : ''}${g.label}`, raw: (g) => g.label }];
   if (baseline !== null) {
     const base = (g: RunGroup) => (g.attention === baseline ? '(baseline)' : '—');
+    // The groups' tests against the baseline are one family: Holm's adjustment keeps the chance of any false "p < 0.05" among them at 5%.
+    const adjusted = holmAdjusted(groups.map((g) => g.paired?.p ?? null));
+    const holm = new Map(groups.map((g, i) => [g, adjusted[i]]));
     columns.push(
       {
         title: `Δ final val loss vs ${baseline} [95% CI]`,
@@ -114,6 +118,15 @@ function groupsTableModel(groups: RunGroup[], baseline: string | null): Table {
         right: true,
         text: (g) => (g.paired?.p == null ? '' : g.paired.p < 0.001 ? '< 0.001' : g.paired.p.toFixed(3)),
         raw: (g) => g.paired?.p ?? null,
+      },
+      {
+        title: 'p (Holm)',
+        right: true,
+        text: (g) => {
+          const p = holm.get(g);
+          return p == null ? '' : p < 0.001 ? '< 0.001' : p.toFixed(3);
+        },
+        raw: (g) => holm.get(g) ?? null,
       },
       {
         title: `lower than ${baseline} on`,
@@ -415,7 +428,7 @@ async function writeReport(
       ? `Runs that repeat a seed (${repeated.map((g) => `${g.label}: ${g.repeats.runs}`).join(', ')}) are averaged with it first and are not counted in n; their spread (the largest max − min of the final validation loss among runs of one seed) measures non-determinism, not the seed. `
       : '') +
     (baseline
-      ? `Δ is the paired difference of the final validation loss to the ${baseline} group with the same other settings, over the seeds both ran (negative = lower than ${baseline}), with a 95% Student t interval and the paired t-test’s p when there are two or more seeds. `
+      ? `Δ is the paired difference of the final validation loss to the ${baseline} group with the same other settings, over the seeds both ran (negative = lower than ${baseline}), with a 95% Student t interval and the paired t-test’s p when there are two or more seeds; p (Holm) is that p adjusted by Holm’s method over every group’s test against the baseline, the one to read when several groups are compared (the chance of any false p < 0.05 among them stays at 5%). `
       : '') +
     `Curves are group means at each logged token count (or step, against time), from the model before training (step 0) where the runs validated it${single ? '' : ', the band ± one sd over seeds'}.`;
   const diffTable = differencesTable(groups);

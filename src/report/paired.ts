@@ -21,6 +21,35 @@ export interface PairedResult {
   level: number;
 }
 
+/**
+ * The two-sided p-value of H0: E[d] = `threshold` for the differences `result` summarises (its own p is against 0);
+ * null where it has none (n < 2, or every difference the same).
+ */
+export function pValueAgainst(result: PairedResult, threshold: number): number | null {
+  if (result.sd === null || result.sd === 0) return null;
+  const t = (result.mean - threshold) / (result.sd / Math.sqrt(result.n));
+  return 2 * tCdf(-Math.abs(t), result.n - 1);
+}
+
+/**
+ * Holm's step-down adjustment (Holm 1979) of a family of p-values, which keeps the chance of any false rejection
+ * in the family at most α without assuming the tests independent: sorted ascending, the k-th of m becomes
+ * max over j ≤ k of min(1, (m − j + 1)·p_(j)). Nulls (tests not run) are not in the family and stay null.
+ */
+export function holmAdjusted(pValues: readonly (number | null)[]): (number | null)[] {
+  const order = pValues
+    .map((p, index) => ({ p, index }))
+    .filter((e): e is { p: number; index: number } => e.p !== null)
+    .sort((a, b) => a.p - b.p);
+  const adjusted: (number | null)[] = pValues.map(() => null);
+  let running = 0;
+  order.forEach(({ p, index }, k) => {
+    running = Math.max(running, Math.min(1, (order.length - k) * p));
+    adjusted[index] = running;
+  });
+  return adjusted;
+}
+
 /** The Student t quantile: P(T ≤ q) = p with `dof` degrees of freedom. */
 export function tQuantileOf(p: number, dof: number): number {
   return tQuantile(p, dof);

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { judge, sdRule } from '../../src/paper/protocol.ts';
 import type { Experiment, UnitOutcome } from '../../src/paper/protocol.ts';
 import { pairedOf } from '../../src/paper/paired-claims.ts';
-import { buildResults, resultsMarkdown, writeResults } from '../../src/paper/results.ts';
+import { buildResults, correctedForFamily, resultsMarkdown, writeResults } from '../../src/paper/results.ts';
 import { experimentRunSet, readUnitResult } from '../../src/paper/run.ts';
 import type { UnitRecord, UnitResultFile } from '../../src/paper/run.ts';
 import { renderSbatchScript } from '../../src/sweep/slurm.ts';
@@ -186,10 +186,31 @@ describe('buildResults', () => {
       null,
     );
     // a − b per seed: 0.31, 0.27; mean 0.29, se 0.02, t(0.975, 1) = 12.706: 0.29 ± 0.254; p = 1 − (2/π)·atan(14.5) = 0.044.
-    expect(markdown).toContain('### Table 1: each − b\n\n| | pairs | Δ accuracy | p | Δ loss | separated | seeds to separate |');
-    expect(markdown).toContain('| a | 2 | +0.29 (+0.04 … +0.54) | 0.044 | +0.290 (+0.036 … +0.544) | **above** |  |');
-    expect(markdown).toContain('| c | 1 | — | — | — | — |  |');
+    // One test in the family (c has one pair: no test), so its Holm-adjusted p is its p.
+    expect(markdown).toContain('### Table 1: each − b\n\n| | pairs | Δ accuracy | p | p (Holm) | Δ loss | separated | seeds to separate |');
+    expect(markdown).toContain('| a | 2 | +0.29 (+0.04 … +0.54) | 0.044 | 0.044 | +0.290 (+0.036 … +0.544) | **above** |  |');
+    expect(markdown).toContain('| c | 1 | — | — | — | — | — |  |');
     expect(resultsMarkdown(results, null)).not.toContain('## Paired differences');
+  });
+
+  it("judges claims and separations after Holm's correction over the experiment's paired tests", () => {
+    const claim = (p: number | null, side: 1 | -1) => ({ statement: 's', verdict: 'not run' as const, evidence: 'e', test: { p, side } });
+    const difference = (p: number, mean: number) => ({
+      table: 'T',
+      row: 'r',
+      baseline: 'b',
+      n: 3,
+      metric: { n: 3, mean, sd: 0.1, ci: [mean - 0.01, mean + 0.01] as [number, number], p, t: 1, level: 0.95 },
+      extra: {},
+    });
+    // Raw, 0.03 holds and 0.01 is separated; as a family of three: 0.01·3 = 0.03, 0.03·2 = 0.06, 0.2.
+    const { claims, differences } = correctedForFamily([claim(0.03, 1), claim(0.2, -1)], [difference(0.01, -0.5)]);
+    expect(claims.map((c) => c.verdict)).toEqual(['not separated', 'not separated']);
+    expect(claims[0].evidence).toBe("e; Holm-adjusted p = 0.060 over the experiment's 3 paired tests");
+    expect(differences[0].pAdjusted).toBeCloseTo(0.03, 12);
+    // Small enough after the correction: the side of the mean decides holds or contradicted; a claim without a p keeps its verdict.
+    const strong = correctedForFamily([claim(0.001, 1), claim(0.002, -1), { ...claim(null, 1), verdict: 'holds' }], []);
+    expect(strong.claims.map((c) => c.verdict)).toEqual(['holds', 'contradicted', 'holds']);
   });
 
   it('writes the markdown, the JSON and the plot', async () => {

@@ -492,14 +492,17 @@ describe('compareRuns', () => {
     expect(result.groups.find((g) => g.attention === 'softmax')!.paired).toBeNull();
     const md = readFileSync(join(out, 'report.md'), 'utf8');
     expect(md).toContain('Same for every group: n 3 · seeds 1, 2, 3 · params 100 · tokens 3,000 · tokens/s 520 · wall s 6.0 · recipe tiny.');
-    expect(md).toMatch(/\| slay \| \+0\.0467 \\\[−0\.0158, \+0\.1092\\\] \| 0\.085 \| 0\/3 \| 2\.3467 ± 0\.0874 \|/);
+    // One group against the baseline: a family of one test, whose Holm-adjusted p is its p.
+    expect(md).toMatch(/\| slay \| \+0\.0467 \\\[−0\.0158, \+0\.1092\\\] \| 0\.085 \| 0\.085 \| 0\/3 \| 2\.3467 ± 0\.0874 \|/);
     expect(md).toMatch(/\| softmax \| \(baseline\) \|/);
     // The same numbers for a spreadsheet (plain) and a paper (LaTeX).
     const csv = readFileSync(join(out, 'groups.csv'), 'utf8').split('\r\n');
     expect(csv[0]).toBe(
-      'group,Δ final val loss vs softmax [95% CI],CI low,CI high,p,lower than softmax on,final val loss,final val loss sd,n,seeds,best val loss,val ppl,val bpb,val acc,params,tokens,tokens/s,wall s,recipe',
+      'group,Δ final val loss vs softmax [95% CI],CI low,CI high,p,p (Holm),lower than softmax on,final val loss,final val loss sd,n,seeds,best val loss,val ppl,val bpb,val acc,params,tokens,tokens/s,wall s,recipe',
     );
-    expect(csv.find((line) => line.startsWith('slay,'))).toMatch(/^slay,0\.0466\d*,-0\.0158\d*,0\.1091\d*,0\.0847\d*,0\/3,2\.34\d*,0\.0\d+,3,"1, 2, 3",/);
+    expect(csv.find((line) => line.startsWith('slay,'))).toMatch(
+      /^slay,0\.0466\d*,-0\.0158\d*,0\.1091\d*,0\.0847\d*,0\.0847\d*,0\/3,2\.34\d*,0\.0\d+,3,"1, 2, 3",/,
+    );
     // groups.tex fits a page: the comparison and the final loss; what every group shares goes to the caption.
     const tex = readFileSync(join(out, 'groups.tex'), 'utf8').split('\n');
     expect(tex.slice(0, 6)).toEqual([

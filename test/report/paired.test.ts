@@ -1,6 +1,6 @@
 // The paired t comparison against closed forms and tables, and the coverage of its interval by simulation.
 import { describe, expect, it } from 'vitest';
-import { pairedT } from '../../src/report/paired.ts';
+import { holmAdjusted, pairedT, pValueAgainst } from '../../src/report/paired.ts';
 
 /** Student t CDF in closed form for 1 and 2 degrees of freedom (Cauchy; t/(2√(2 + t²)) + 1/2). */
 const tCdf = { 1: (t: number) => 0.5 + Math.atan(t) / Math.PI, 2: (t: number) => 0.5 + t / (2 * Math.sqrt(2 + t * t)) };
@@ -81,5 +81,30 @@ describe('pairedT', () => {
     expect(pairedT([1, 2], [0.5, 1.5])).toMatchObject({ n: 2, mean: 0.5, sd: 0, ci: [0.5, 0.5], p: null });
     expect(() => pairedT([1, 2], [1])).toThrow(/2 values against 1/);
     expect(() => pairedT([1, 2], [1, 2], 1.5)).toThrow(/level 1.5/);
+  });
+});
+
+describe('holmAdjusted', () => {
+  it("is Holm's step-down: sorted ascending, the k-th of m times (m − k + 1), never below an earlier one, at most 1", () => {
+    // Sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → kept at 0.06 (monotone).
+    const adjusted = holmAdjusted([0.01, 0.04, 0.03, 0.005]);
+    [0.03, 0.06, 0.06, 0.02].forEach((p, i) => expect(adjusted[i]).toBeCloseTo(p, 12));
+    expect(holmAdjusted([0.6, 0.5])).toEqual([1, 1]);
+    // A test not run is not in the family: m counts the others.
+    expect(holmAdjusted([null, 0.02, 0.04, null])).toEqual([null, 0.04, 0.04, null]);
+    expect(holmAdjusted([])).toEqual([]);
+  });
+});
+
+describe('pValueAgainst', () => {
+  it('tests the mean difference against a threshold: the paired t-test of the shifted differences', () => {
+    const x = [2.31, 2.42, 2.37, 2.29];
+    const base = [2.3, 2.4, 2.3, 2.3];
+    const shifted = pairedT(
+      x.map((v) => v - 0.01),
+      base,
+    );
+    expect(pValueAgainst(pairedT(x, base), 0.01)).toBeCloseTo(shifted.p!, 12);
+    expect(pValueAgainst(pairedT(x, base), 0)).toBeCloseTo(pairedT(x, base).p!, 12);
   });
 });
