@@ -43,7 +43,7 @@ function isFile(p: string): boolean {
 }
 
 /**
- * How to make a held-out validation split, quoted by every refusal of a dataset without one (docs/data.md,
+ * How to make a held-out validation split, quoted when a save_to_disk folder without one is refused (docs/data.md,
  * "Validation split"): `load` is the Python expression of the dataset to split.
  */
 function validationSplitFix(load: string): string {
