@@ -66,8 +66,9 @@ function shardsOfSplitFolder(folder: string, split: Split, inDatasetDict: boolea
   const declared = state._split ?? null;
   // The user named one split folder of a DatasetDict (data/x/train): the fix is to name the DatasetDict.
   const dictAbove = path.dirname(folder);
+  const inDictFolder = !inDatasetDict && isFile(path.join(dictAbove, DATASET_DICT_JSON));
   const fix = () =>
-    isFile(path.join(dictAbove, DATASET_DICT_JSON))
+    inDictFolder
       ? `name the DatasetDict folder ${dictAbove} as the dataset (its dataset_dict.json lists the splits)`
       : validationSplitFix(`datasets.load_from_disk(${JSON.stringify(folder)})`);
   if (declared !== null && declared !== split) {
@@ -75,10 +76,12 @@ function shardsOfSplitFolder(folder: string, split: Split, inDatasetDict: boolea
     throw new DatasetPathError(folder, `is the "${String(declared)}" split (state.json _split), but the "${split}" split was asked for${hint}`);
   }
   if (declared === null && !inDatasetDict && split === 'validation') {
+    const what = inDictFolder
+      ? `is one split folder of the DatasetDict ${dictAbove} and its state.json names no split ("_split": null)`
+      : 'is one dataset without splits (state.json "_split": null, as Dataset.save_to_disk writes it)';
     throw new DatasetPathError(
       folder,
-      'is one dataset without splits (state.json "_split": null, as Dataset.save_to_disk writes it), read as the train split: ' +
-        `it has no validation split, and validating on its own documents would measure how well they were memorised; ${fix()}`,
+      `${what}, read as the train split: it has no validation split, and validating on its own documents would measure how well they were memorised; ${fix()}`,
     );
   }
   if (!Array.isArray(state._data_files) || state._data_files.length === 0) {

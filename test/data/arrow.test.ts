@@ -192,9 +192,9 @@ describe('genuine HuggingFace datasets 5.0.1 output (test/fixtures/hf-datasets-5
     // such a folder is refused with the DatasetDict to name instead.
     expect(JSON.parse(fs.readFileSync(path.join(root, 'dict', 'validation', 'state.json'), 'utf8'))._split).toBeNull();
     expect(await listShards(path.join(root, 'dict'), 'validation')).toEqual([path.join(root, 'dict', 'validation', 'data-00000-of-00001.arrow')]);
-    await expect(listShards(path.join(root, 'dict', 'train'), 'validation')).rejects.toThrow(
-      `name the DatasetDict folder ${path.join(root, 'dict')} as the dataset`,
-    );
+    const splitAlone = listShards(path.join(root, 'dict', 'train'), 'validation');
+    await expect(splitAlone).rejects.toThrow(`${path.join(root, 'dict', 'train')}: is one split folder of the DatasetDict ${path.join(root, 'dict')}`);
+    await expect(splitAlone).rejects.toThrow(`name the DatasetDict folder ${path.join(root, 'dict')} as the dataset`);
   });
 
   it('reads a large_string dataset written by Python', async () => {
