@@ -62,7 +62,8 @@ interface Args {
 const MB = 1024 * 1024;
 const fmt = (n: number) => n.toLocaleString('en-US');
 
-async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<void> {
+/** Prints the plan; 1 when the run would refuse its dataset (the reason on stderr, as the run prints it), else 0. */
+async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): Promise<number> {
   const [{ planRun }, { resolveModelSource }, { modelFlops }] = await Promise.all([
     import('../train/plan.ts'),
     import('../store/resolve.ts'),
@@ -123,6 +124,9 @@ async function dryRun(recipe: Recipe, file: string, backend: BackendDecision): P
   );
   for (const warning of plan.warnings) out.push(`warning     ${warning}`);
   console.log(out.join('\n'));
+  if (plan.datasetRefusal === null) return 0;
+  console.error(`train: ${plan.datasetRefusal}`);
+  return 1;
 }
 
 /** Who chose the backend: "--backend cpu", "SLAYFORMER_BACKEND=tensorflow", "recipe: auto". */
@@ -179,8 +183,7 @@ async function main(args: Args): Promise<number> {
   }
   if (args.dryRun) {
     try {
-      await dryRun(recipe, args.recipe, backend);
-      return 0;
+      return await dryRun(recipe, args.recipe, backend);
     } catch (err) {
       // Model-shape errors (e.g. dModel not divisible by numHeads) are recipe errors too.
       console.error(`${args.recipe}: ${(err as Error).message}`);

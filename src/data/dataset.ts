@@ -42,12 +42,47 @@ function isFile(p: string): boolean {
   }
 }
 
-/** Shard files named in a split folder's state.json (save_to_disk order = shard order). */
-function shardsOfSplitFolder(folder: string, split: Split): string[] {
+/**
+ * How to make a held-out validation split, quoted when a save_to_disk folder without one is refused (docs/data.md,
+ * "Validation split"): `load` is the Python expression of the dataset to split.
+ */
+function validationSplitFix(load: string): string {
+  return (
+    `make a held-out validation split: in Python, d = ${load}.train_test_split(test_size=0.05, seed=0); ` +
+    `datasets.DatasetDict(train=d["train"], validation=d["test"]).save_to_disk("<new folder>"); ` +
+    `or write the dataset from its source files with npm run prepare -- <files> --out <new folder> (a seeded 5% of the documents go to validation)`
+  );
+}
+
+/**
+ * Shard files named in a split folder's state.json (save_to_disk order = shard order). A folder that is not one
+ * split of a DatasetDict and says no split ("_split": null, as Dataset.save_to_disk writes it) is the train split
+ * only, as a folder of shard files whose names carry no split is: validating on it would be validating on the
+ * training documents.
+ */
+function shardsOfSplitFolder(folder: string, split: Split, inDatasetDict: boolean): string[] {
   const stateFile = path.join(folder, STATE_JSON);
   const state = readJson(stateFile) as { _data_files?: unknown; _split?: unknown };
-  if (state._split !== null && state._split !== undefined && state._split !== split) {
-    throw new DatasetPathError(folder, `is the "${String(state._split)}" split (state.json _split), but the "${split}" split was asked for`);
+  const declared = state._split ?? null;
+  // The user named one split folder of a DatasetDict (data/x/train): the fix is to name the DatasetDict.
+  const dictAbove = path.dirname(folder);
+  const inDictFolder = !inDatasetDict && isFile(path.join(dictAbove, DATASET_DICT_JSON));
+  const fix = () =>
+    inDictFolder
+      ? `name the DatasetDict folder ${dictAbove} as the dataset (its dataset_dict.json lists the splits)`
+      : validationSplitFix(`datasets.load_from_disk(${JSON.stringify(folder)})`);
+  if (declared !== null && declared !== split) {
+    const hint = split === 'validation' && !inDatasetDict ? `; ${fix()}` : '';
+    throw new DatasetPathError(folder, `is the "${String(declared)}" split (state.json _split), but the "${split}" split was asked for${hint}`);
+  }
+  if (declared === null && !inDatasetDict && split === 'validation') {
+    const what = inDictFolder
+      ? `is one split folder of the DatasetDict ${dictAbove} and its state.json names no split ("_split": null)`
+      : 'is one dataset without splits (state.json "_split": null, as Dataset.save_to_disk writes it)';
+    throw new DatasetPathError(
+      folder,
+      `${what}, read as the train split: it has no validation split, and validating on its own documents would measure how well they were memorised; ${fix()}`,
+    );
   }
   if (!Array.isArray(state._data_files) || state._data_files.length === 0) {
     throw new DatasetPathError(stateFile, 'expected "_data_files": [{"filename": "data-00000-of-0000N.arrow"}, …] with at least one entry');
@@ -75,7 +110,8 @@ function filterBySplitName(where: string, files: string[], split: Split): string
     throw new DatasetPathError(
       where,
       `the ${shardFileEndings()} file names carry no "-train-"/"-validation-" part, so they are all treated as the train split; ` +
-        `there are no validation shards (pass a save_to_disk dataset or name the files like c4-validation-00000-of-00008.arrow)`,
+        `there are no validation shards (pass a save_to_disk dataset with a validation split — npm run prepare -- <files> --out <folder> writes one, ` +
+        `as does train_test_split in Python — or name the files like c4-validation-00000-of-00008.arrow)`,
     );
   }
   const chosen = marked.filter((f) => SPLIT_IN_NAME.exec(path.basename(f))![1] === split);
@@ -140,13 +176,18 @@ export async function listShards(datasetPath: string, split: Split): Promise<str
       throw new DatasetPathError(path.join(datasetPath, DATASET_DICT_JSON), 'expected {"splits": ["train", "validation", …]}');
     }
     if (!dict.splits.includes(split)) {
-      throw new DatasetPathError(datasetPath, `has no "${split}" split (dataset_dict.json lists: ${dict.splits.join(', ') || 'none'})`);
+      const missing = `has no "${split}" split (dataset_dict.json lists: ${dict.splits.join(', ') || 'none'})`;
+      const load = `datasets.load_from_disk(${JSON.stringify(datasetPath)})`;
+      const fix = dict.splits.includes('test')
+        ? `to validate on its "test" split, save it as "validation": d = ${load}; datasets.DatasetDict(train=d["train"], validation=d["test"]).save_to_disk("<new folder>")`
+        : validationSplitFix(`${load}["train"]`);
+      throw new DatasetPathError(datasetPath, split === 'validation' && dict.splits.includes('train') ? `${missing}; ${fix}` : missing);
     }
     const folder = path.join(datasetPath, split);
     if (!isFile(path.join(folder, STATE_JSON))) throw new DatasetPathError(folder, 'split folder has no state.json');
-    return shardsOfSplitFolder(folder, split);
+    return shardsOfSplitFolder(folder, split, true);
   }
-  if (isFile(path.join(datasetPath, STATE_JSON))) return shardsOfSplitFolder(datasetPath, split);
+  if (isFile(path.join(datasetPath, STATE_JSON))) return shardsOfSplitFolder(datasetPath, split, false);
   const files = fs
     .readdirSync(datasetPath)
     .filter((name) => isShardFile(name) && isFile(path.join(datasetPath, name)))

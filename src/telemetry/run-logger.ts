@@ -31,6 +31,7 @@ import { checkRecord, readMetrics, writeSummary, type MetricRecord, type Trainin
 import { TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
+  offlineModeLine,
   readWandbInfo,
   replayCommand,
   toWandbConfig,
@@ -119,6 +120,8 @@ export class RunLogger {
       });
       // A resumed run re-sends the kept records first, so the W&B history has the same lines as the JSONL.
       for (const record of kept) logger.sink.log(record);
+    } else if (process.env.WANDB_MODE === 'offline' && recipe.wandb.enabled !== false) {
+      logger.line(offlineModeLine(dir));
     } else if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline') {
       logger.line(`W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`);
     }

@@ -50,7 +50,8 @@ export function writeWandbInfo(runDir: string, info: WandbRunInfo): void {
 /**
  * Whether a run sends its records to W&B now. `auto` = when WANDB_API_KEY is set. WANDB_MODE=disabled turns
  * W&B off; WANDB_MODE=offline keeps only the JSONL (the JS SDK has no offline mode: it would still call the
- * API at init and then drop the history), to be replayed later.
+ * API at init and then drop the history), to be replayed later: no wandb/offline-run-* folder is written
+ * (offlineModeLine).
  */
 export function wandbDecision(settings: Recipe['wandb'], env: NodeJS.ProcessEnv = process.env): { enabled: boolean; reason: string } {
   if (settings.enabled === false) return { enabled: false, reason: 'wandb.enabled is false' };
@@ -262,6 +263,18 @@ export class WandbSink {
     this.problem = reason;
     this.options.onProblem?.(reason);
   }
+}
+
+/**
+ * What a run says at its start under WANDB_MODE=offline. The Python client would write wandb/offline-run-* (its
+ * internal protobuf log) for `wandb sync`; this trainer writes none (docs/training.md), and says so, with the command
+ * that uploads the run folder instead.
+ */
+export function offlineModeLine(runDir: string): string {
+  return (
+    'W&B offline (WANDB_MODE=offline): nothing is sent and no wandb/offline-run-* folder is written, so `wandb sync` has nothing to upload; ' +
+    `the run's ${METRICS_FILE} is kept: upload it to W&B later with: ${replayCommand(runDir)}`
+  );
 }
 
 /** The replay command for a run folder, as printed to the user. */

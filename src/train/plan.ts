@@ -3,6 +3,7 @@
 // batches, which training uses too.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { SPLITS, listShards } from '../data/dataset.ts';
 import { estimateEpoch } from '../data/epoch.ts';
 import type { EpochEstimate } from '../data/epoch.ts';
 import type { StreamOptions } from '../data/stream-options.ts';
@@ -46,6 +47,8 @@ export interface RunPlan {
   parameters: { total: number; byGroup: Record<string, number> };
   epoch: EpochEstimate | null;
   datasetNote: string | null;
+  /** Why the run will refuse its dataset (a split it cannot resolve, e.g. no validation split), with the fix; null if it will not. */
+  datasetRefusal: string | null;
   totalSteps: number | null;
   tokensPerStep: number;
   memory: ReturnType<typeof estimateMemory>;
@@ -78,8 +81,12 @@ export async function planRun(recipe: Recipe): Promise<RunPlan> {
   const parameters = countParameters(modelConfig);
   let epoch: RunPlan['epoch'] = null;
   let datasetNote: string | null = null;
-  if (!existsSync(datasetRoot(recipe.data.dataset))) {
+  const datasetFound = existsSync(datasetRoot(recipe.data.dataset));
+  const datasetRefusal = datasetFound ? await splitRefusal(recipe.data.dataset) : null;
+  if (!datasetFound) {
     datasetNote = 'dataset not found: tokens per epoch unknown';
+  } else if (datasetRefusal !== null) {
+    datasetNote = 'the run will refuse this dataset (the error below): tokens per epoch unknown';
   } else if (!tokenizer) {
     datasetNote = 'tokenizer not found: tokens per epoch unknown';
   } else {
@@ -96,7 +103,28 @@ export async function planRun(recipe: Recipe): Promise<RunPlan> {
   else if (recipe.train.maxTokens !== null) totalSteps = Math.ceil(recipe.train.maxTokens / tokensPerStep);
   const memory = estimateMemory(modelConfig, parameters.total, batchSize, recipe.data.seqLen, gradAccum);
   const warmupWarning = totalSteps === null ? null : resolveWarmup(recipe.train, totalSteps).warning;
-  return { modelConfig, vocabSource, parameters, epoch, datasetNote, totalSteps, tokensPerStep, memory, warnings: warmupWarning ? [warmupWarning] : [] };
+  return {
+    modelConfig,
+    vocabSource,
+    parameters,
+    epoch,
+    datasetNote,
+    datasetRefusal,
+    totalSteps,
+    tokensPerStep,
+    memory,
+    warnings: warmupWarning ? [warmupWarning] : [],
+  };
+}
+
+/** Why a run would refuse the dataset: the first split it reads (train, validation) that does not resolve; null when both do. */
+async function splitRefusal(dataset: string): Promise<string | null> {
+  try {
+    for (const split of SPLITS) await listShards(dataset, split);
+    return null;
+  } catch (err) {
+    return (err as Error).message;
+  }
 }
 
 /** The folder part of a dataset path that may end in a glob. */

@@ -176,6 +176,27 @@ describe('genuine HuggingFace datasets 5.0.1 output (test/fixtures/hf-datasets-5
     await expect(collect(shards[0], 'timestamp')).rejects.toThrow(/column "timestamp" has type Timestamp/);
   });
 
+  it('reads no validation split out of a single Dataset folder (state.json "_split": null) or one split folder of a DatasetDict', async () => {
+    // Dataset.from_dict(...).save_to_disk() writes "_split": null: the folder is training data, and its documents
+    // must not come back as the validation split (they did: validation ran on training documents).
+    const single = path.join(root, 'large_string');
+    expect(JSON.parse(fs.readFileSync(path.join(single, 'state.json'), 'utf8'))._split).toBeNull();
+    expect(await listShards(single, 'train')).toEqual([path.join(single, 'data-00000-of-00001.arrow')]);
+    const refusal = listShards(single, 'validation');
+    await expect(refusal).rejects.toThrow(`${single}: is one dataset without splits (state.json "_split": null, as Dataset.save_to_disk writes it)`);
+    await expect(refusal).rejects.toThrow(
+      `d = datasets.load_from_disk(${JSON.stringify(single)}).train_test_split(test_size=0.05, seed=0); datasets.DatasetDict(train=d["train"], validation=d["test"])`,
+    );
+    await expect(refusal).rejects.toThrow('npm run prepare -- <files> --out <new folder>');
+    // The splits of a Python DatasetDict say "_split": null too: there the folder names the split. Named alone,
+    // such a folder is refused with the DatasetDict to name instead.
+    expect(JSON.parse(fs.readFileSync(path.join(root, 'dict', 'validation', 'state.json'), 'utf8'))._split).toBeNull();
+    expect(await listShards(path.join(root, 'dict'), 'validation')).toEqual([path.join(root, 'dict', 'validation', 'data-00000-of-00001.arrow')]);
+    const splitAlone = listShards(path.join(root, 'dict', 'train'), 'validation');
+    await expect(splitAlone).rejects.toThrow(`${path.join(root, 'dict', 'train')}: is one split folder of the DatasetDict ${path.join(root, 'dict')}`);
+    await expect(splitAlone).rejects.toThrow(`name the DatasetDict folder ${path.join(root, 'dict')} as the dataset`);
+  });
+
   it('reads a large_string dataset written by Python', async () => {
     const [shard] = await listShards(path.join(root, 'large_string'), 'train');
     const want = Array.from({ length: 1500 }, (_, i) => `large ${i}`);
@@ -209,7 +230,9 @@ describe('listShards and describeSplit', () => {
     expect(info.features).toEqual({ text: { dtype: 'string', _type: 'Value' } });
     expect(info.splits.train).toMatchObject({ name: 'train', num_examples: 2300 });
     expect(await listShards(path.join(root, 'validation'), 'validation')).toEqual([path.join(root, 'validation', 'data-00000-of-00001.arrow')]);
-    await expect(listShards(path.join(root, 'train'), 'validation')).rejects.toThrow(/is the "train" split/);
+    await expect(listShards(path.join(root, 'train'), 'validation')).rejects.toThrow(
+      `${path.join(root, 'train')}: is the "train" split (state.json _split), but the "validation" split was asked for; name the DatasetDict folder ${root} as the dataset`,
+    );
     const described = await describeSplit(root, 'train', 'text');
     expect(described.rows).toBe(2300);
     expect(described.bytes).toBe(texts(2300, 'train').reduce((s, t) => s + Buffer.byteLength(t), 0));

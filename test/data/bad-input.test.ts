@@ -180,6 +180,12 @@ describe('bad dataset paths', () => {
     fs.mkdirSync(dict);
     fs.writeFileSync(path.join(dict, 'dataset_dict.json'), '{"splits": ["train"]}');
     await expect(listShards(dict, 'validation')).rejects.toThrow(regex(`${dict}: has no "validation" split (dataset_dict.json lists: train)`));
+    await expect(listShards(dict, 'validation')).rejects.toThrow(`datasets.load_from_disk(${JSON.stringify(dict)})["train"].train_test_split(`);
+    // DatasetDict.train_test_split's names: its "test" split is not taken for validation unsaid; the message says how.
+    fs.writeFileSync(path.join(dict, 'dataset_dict.json'), '{"splits": ["train", "test"]}');
+    await expect(listShards(dict, 'validation')).rejects.toThrow(
+      regex(`${dict}: has no "validation" split (dataset_dict.json lists: train, test); to validate on its "test" split, save it as "validation": `),
+    );
     const split = path.join(dir, 'split-missing-shard');
     fs.mkdirSync(split);
     fs.writeFileSync(path.join(split, 'state.json'), JSON.stringify({ _data_files: [{ filename: 'data-00000-of-00001.arrow' }], _split: null }));

@@ -280,6 +280,30 @@ describe('W&B sink (loopback mock)', () => {
     await expect(replayToWandb(logger.dir, { timeoutS: 20 })).rejects.toThrow(logger.dir);
   });
 
+  it('WANDB_MODE=offline: says at the start that no wandb/offline-run-* folder is written, and the replay it names uploads the run', async () => {
+    useMock();
+    process.env.WANDB_MODE = 'offline';
+    const logger = await RunLogger.create(recipe('auto'), { echo: false });
+    for (const record of records()) logger.log(record);
+    await logger.finish(TRAINING_SUMMARY);
+    expect(mock.upserts).toHaveLength(0);
+    const log = fs.readFileSync(path.join(logger.dir, 'log.txt'), 'utf8');
+    // log.txt lines start with their ISO time.
+    const offlineLines = log.split('\n').filter((line) => line.includes('WANDB_MODE=offline'));
+    expect(offlineLines.map((line) => line.replace(/^\S+ /, ''))).toEqual([
+      'W&B offline (WANDB_MODE=offline): nothing is sent and no wandb/offline-run-* folder is written, so `wandb sync` has nothing to upload; ' +
+        `the run's metrics.jsonl is kept: upload it to W&B later with: npm run wandb:replay -- ${logger.dir}`,
+    ]);
+    expect(fs.existsSync(path.join(logger.dir, 'wandb'))).toBe(false);
+    expect(readWandbInfo(logger.dir).status).toBe('pending');
+
+    delete process.env.WANDB_MODE;
+    expect((await replayToWandb(logger.dir)).records).toBe(4);
+    expect(mock.upserts.map((u) => u.name)).toEqual([readWandbInfo(logger.dir).id]);
+    rowsByStep(records()).forEach((row, i) => expect(historyLines(mock).get(i)).toMatchObject(row));
+    expect(readWandbInfo(logger.dir).status).toBe('synced');
+  });
+
   it('decides when W&B is on', () => {
     const on = (enabled: boolean | 'auto', env: NodeJS.ProcessEnv) => wandbDecision({ enabled, project: 'p', entity: null, runName: null }, env).enabled;
     expect(on('auto', {})).toBe(false);

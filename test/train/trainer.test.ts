@@ -185,6 +185,37 @@ train: { batchSize: 4, gradAccum: 2, lr: 1e-2, warmupSteps: 2, evalInterval: 10,
   });
 });
 
+describe('a dataset without a validation split', () => {
+  // Genuine Dataset.from_dict(...).save_to_disk() output (test/fixtures/hf-datasets-5.0.1/make.py): state.json "_split": null.
+  const single = join(import.meta.dirname, '..', 'fixtures', 'hf-datasets-5.0.1', 'large_string');
+
+  it('is refused before the first step, naming the folder and the fix, instead of validating on training documents', async () => {
+    const tokenizer = join(dir, 'single-split-tokenizer.json');
+    await trainByteLevelBpeFromTexts(
+      Array.from({ length: 200 }, (_, i) => `large ${i}`),
+      300,
+      tokenizer,
+    );
+    const recipe = parseRecipe(
+      `
+model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, attention: { name: softmax } }
+data: { dataset: ${single}, tokenizer: ${tokenizer}, seqLen: 16 }
+train: { batchSize: 4, evalTokens: 64, runDir: ${join(dir, 'runs')} }
+`,
+      join(dir, 'single.yaml'),
+    );
+    const records: MetricRecord[] = [];
+    const lines: string[] = [];
+    const run = runTraining(recipe, {
+      logger: { dir: join(dir, 'runs', 'single'), log: (r) => records.push(r), line: (t) => lines.push(t), finish: async () => {} },
+    });
+    await expect(run).rejects.toThrow(`${single}: is one dataset without splits (state.json "_split": null`);
+    await expect(run).rejects.toThrow('train_test_split(test_size=0.05, seed=0)');
+    expect(records).toEqual([]);
+    expect(lines.filter((l) => l.startsWith('validation:'))).toEqual([]);
+  });
+});
+
 describe('runTraining with train.dataParallel', () => {
   it('2 replicas log the same losses as 1 (no dropout: equal up to float summation order)', async () => {
     const docs = syntheticDocuments(200, 7);
@@ -246,6 +277,21 @@ describe('train CLI', () => {
     expect(short.stdout).toMatch(
       /warning {5}warm-up of 2000 steps \(train\.warmupSteps 2000\) is 2000% of the run's 100 steps: the run ends before the learning rate reaches train\.lr/,
     );
+  });
+
+  it('--dry-run checks that the run will find both splits: a dataset without a validation split is reported, with the fix, and exits 1', () => {
+    const fixtures = join(import.meta.dirname, '..', 'fixtures', 'hf-datasets-5.0.1');
+    const single = join(fixtures, 'large_string');
+    const refused = cli('recipes/demo/gpt-softmax.yaml', '--dry-run', `--data.dataset=${single}`);
+    expect(refused.status, refused.stderr).toBe(1);
+    expect(refused.stdout).toMatch(/data {8}the run will refuse this dataset \(the error below\): tokens per epoch unknown/);
+    expect(refused.stderr).toContain(`train: ${single}: is one dataset without splits (state.json "_split": null`);
+    expect(refused.stderr).toContain('train_test_split(test_size=0.05, seed=0)');
+    expect(refused.stderr).toContain('npm run prepare -- <files> --out <new folder>');
+    // A DatasetDict with both splits passes the check (the tokenizer is absent here: tokens unknown, no refusal).
+    const dict = cli('recipes/demo/gpt-softmax.yaml', '--dry-run', `--data.dataset=${join(fixtures, 'dict')}`, '--data.tokenizer=/nonexistent/tokenizer.json');
+    expect(dict.status, dict.stderr).toBe(0);
+    expect(dict.stdout).toMatch(/data {8}tokenizer not found: tokens per epoch unknown/);
   });
 
   it('a bad recipe value prints the message naming the key and exits 2 without a stack trace', () => {
