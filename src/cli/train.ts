@@ -6,6 +6,7 @@ import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
 import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
 import { clusterFromEnv } from '../backend/cluster-env.ts';
+import { MAX_RANKS } from '../core/bounds.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
@@ -154,8 +155,8 @@ async function main(args: Args): Promise<number> {
   let processes = recipe.train.processes;
   if (args.processes !== undefined) {
     processes = Number(args.processes);
-    if (!Number.isInteger(processes) || processes < 1 || processes > 4096) {
-      console.error(`train: --processes ${args.processes}: expected an integer from 1 to 4096`);
+    if (!Number.isInteger(processes) || processes < 1 || processes > MAX_RANKS) {
+      console.error(`train: --processes ${args.processes}: expected an integer from 1 to ${MAX_RANKS}`);
       return 2;
     }
   }

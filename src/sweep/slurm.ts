@@ -29,6 +29,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { MAX_RANKS } from '../core/bounds.ts';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet } from './run-set.ts';
@@ -66,8 +67,6 @@ const SAFE_WORD = /^[A-Za-z0-9._:,+@%=/-]+$/;
 const CONTROL = /[\u0000-\u001f\u007f]/;
 const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
 const word = (v: unknown) => (typeof v === 'string' && SAFE_WORD.test(v) ? null : 'a word of letters, digits and . _ : , + @ % = / -');
-/** The most ranks of one run, as `train --processes` (src/cli/train.ts); docs/bounds.md. */
-const MAX_RANKS = 4096;
 const rankCount = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= MAX_RANKS ? null : `an integer from 1 to ${MAX_RANKS}`);
 const gpuCount = (v: unknown) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count');
 const oneLine = (l: unknown) => typeof l === 'string' && l.trim() !== '' && !CONTROL.test(l);
