@@ -12,7 +12,7 @@ import { runCommand } from './command.ts';
 
 const COMMAND = {
   name: 'train',
-  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>] [--processes N]',
+  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>] [--processes N [--oversubscribe]]',
   description: `Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
 on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final weights in …/final/.
 
@@ -28,6 +28,10 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
       type: 'string',
       value: 'N',
       help: 'one run across N processes on this machine (train.processes; tensorflow backend): each rank trains on its shard of every batch and one all-reduce per step sums the gradients; rank 0 logs, evaluates and checkpoints (docs/distributed.md)',
+    },
+    oversubscribe: {
+      type: 'boolean',
+      help: 'start the --processes ranks even when they are more than this machine holds (2 per core, ~0.6 GB of available memory each)',
     },
     resume: {
       type: 'string',
@@ -58,6 +62,7 @@ interface Args {
   dryRun: boolean;
   resume: string | undefined;
   processes: string | undefined;
+  oversubscribe: boolean;
 }
 
 const MB = 1024 * 1024;
@@ -168,6 +173,12 @@ async function main(args: Args): Promise<number> {
     return 2;
   }
   if (!args.dryRun && !cluster && processes > 1) {
+    const { machineRanksProblem, thisMachine } = await import('./machine-ranks.ts');
+    const problem = args.oversubscribe ? null : machineRanksProblem(processes, thisMachine(), args.processes === undefined ? 'train.processes' : '--processes');
+    if (problem) {
+      console.error(`train: ${problem}`);
+      return 2;
+    }
     const { launchRanks } = await import('./launch.ts');
     return launchRanks(processes, process.argv.slice(2));
   }
@@ -213,6 +224,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
     ...args.overrides,
     ...(args.backend ? ['--backend', args.backend] : []),
     ...(args.processes ? ['--processes', args.processes] : []),
+    ...(args.oversubscribe ? ['--oversubscribe'] : []),
     '--resume',
     relative.startsWith('..') ? checkpointDir : relative,
   ];
@@ -258,5 +270,6 @@ await runCommand(COMMAND, ({ values, positionals, overrides }) =>
     dryRun: values['dry-run'],
     resume: values.resume,
     processes: values.processes,
+    oversubscribe: values.oversubscribe,
   }),
 );
