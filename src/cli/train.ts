@@ -173,7 +173,7 @@ async function main(args: Args): Promise<number> {
     return 2;
   }
   if (!args.dryRun && !cluster && processes > 1) {
-    const { machineRanksProblem, thisMachine } = await import('./machine-ranks.ts');
+    const { machineRanksProblem, thisMachine } = await import('../backend/machine-ranks.ts');
     const problem = args.oversubscribe ? null : machineRanksProblem(processes, thisMachine(), args.processes === undefined ? 'train.processes' : '--processes');
     if (problem) {
       console.error(`train: ${problem}`);

@@ -1,10 +1,10 @@
-// `train --processes N` on one machine (src/cli/machine-ranks.ts): more ranks than two per core, or than the available
+// `train --processes N` on one machine (src/backend/machine-ranks.ts): more ranks than two per core, or than the available
 // memory holds at ~0.6 GB each, are refused before any rank starts, naming both figures and --oversubscribe.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { machineRanksProblem, thisMachine } from '../../src/cli/machine-ranks.ts';
+import { machineRanksProblem, thisMachine } from '../../src/backend/machine-ranks.ts';
 import { startCli } from '../helpers/cli.ts';
 
 describe('the ranks one machine holds', () => {
