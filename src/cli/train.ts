@@ -6,6 +6,7 @@ import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
 import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
 import { clusterFromEnv } from '../backend/cluster-env.ts';
+import { machineRanksProblem, thisMachine } from '../backend/machine-ranks.ts';
 import { MAX_RANKS } from '../core/bounds.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
@@ -173,7 +174,6 @@ async function main(args: Args): Promise<number> {
     return 2;
   }
   if (!args.dryRun && !cluster && processes > 1) {
-    const { machineRanksProblem, thisMachine } = await import('../backend/machine-ranks.ts');
     const problem = args.oversubscribe ? null : machineRanksProblem(processes, thisMachine(), args.processes === undefined ? 'train.processes' : '--processes');
     if (problem) {
       console.error(`train: ${problem}`);
