@@ -6,12 +6,14 @@ import type { Recipe } from '../recipe/schema.ts';
 import type { StopRequest } from '../train/stop.ts';
 import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
 import { clusterFromEnv } from '../backend/cluster-env.ts';
+import { machineRanksProblem, thisMachine } from '../backend/machine-ranks.ts';
+import { MAX_RANKS } from '../core/bounds.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 
 const COMMAND = {
   name: 'train',
-  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>] [--processes N]',
+  usage: '<recipe.yaml> [--section.key=value …] [--backend NAME] [--dry-run] [--resume auto|<folder>] [--processes N [--oversubscribe]]',
   description: `Trains the recipe from scratch: one epoch over data.dataset (or train.maxTokens tokens), progress lines
 on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final weights in …/final/.
 
@@ -27,6 +29,10 @@ on stdout, records in <train.runDir>/<name>-<timestamp>/metrics.jsonl, final wei
       type: 'string',
       value: 'N',
       help: 'one run across N processes on this machine (train.processes; tensorflow backend): each rank trains on its shard of every batch and one all-reduce per step sums the gradients; rank 0 logs, evaluates and checkpoints (docs/distributed.md)',
+    },
+    oversubscribe: {
+      type: 'boolean',
+      help: 'start the --processes ranks even when they are more than this machine holds (2 per core, ~0.6 GB of available memory each)',
     },
     resume: {
       type: 'string',
@@ -57,6 +63,7 @@ interface Args {
   dryRun: boolean;
   resume: string | undefined;
   processes: string | undefined;
+  oversubscribe: boolean;
 }
 
 const MB = 1024 * 1024;
@@ -165,8 +172,8 @@ async function main(args: Args): Promise<number> {
   let processes = recipe.train.processes;
   if (args.processes !== undefined) {
     processes = Number(args.processes);
-    if (!Number.isInteger(processes) || processes < 1 || processes > 4096) {
-      console.error(`train: --processes ${args.processes}: expected an integer from 1 to 4096`);
+    if (!Number.isInteger(processes) || processes < 1 || processes > MAX_RANKS) {
+      console.error(`train: --processes ${args.processes}: expected an integer from 1 to ${MAX_RANKS}`);
       return 2;
     }
   }
@@ -178,6 +185,11 @@ async function main(args: Args): Promise<number> {
     return 2;
   }
   if (!args.dryRun && !cluster && processes > 1) {
+    const problem = args.oversubscribe ? null : machineRanksProblem(processes, thisMachine(), args.processes === undefined ? 'train.processes' : '--processes');
+    if (problem) {
+      console.error(`train: ${problem}`);
+      return 2;
+    }
     const { launchRanks } = await import('./launch.ts');
     return launchRanks(processes, process.argv.slice(2));
   }
@@ -222,6 +234,7 @@ function resumeCommand(args: Args, checkpointDir: string): string {
     ...args.overrides,
     ...(args.backend ? ['--backend', args.backend] : []),
     ...(args.processes ? ['--processes', args.processes] : []),
+    ...(args.oversubscribe ? ['--oversubscribe'] : []),
     '--resume',
     relative.startsWith('..') ? checkpointDir : relative,
   ];
@@ -267,5 +280,6 @@ await runCommand(COMMAND, ({ values, positionals, overrides }) =>
     dryRun: values['dry-run'],
     resume: values.resume,
     processes: values.processes,
+    oversubscribe: values.oversubscribe,
   }),
 );

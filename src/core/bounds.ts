@@ -35,6 +35,13 @@ export const BOUNDS = {
   },
 } as const satisfies Record<string, Bound>;
 
+/**
+ * Most ranks of one run across processes: `train.processes`, `--processes`, a sweep's Slurm `nodes × tasksPerNode`,
+ * and the tasks (and hosts) of a Slurm step that a rank reads from its environment (docs/bounds.md). Not in BOUNDS,
+ * which the exported Python configuration mirrors (this bound is no size of a model).
+ */
+export const MAX_RANKS = 4096;
+
 /** Most elements one float32 tensor may hold: TensorFlow.js indexes tensors with 32-bit integers. */
 export const MAX_TENSOR_ELEMENTS = 2 ** 31 - 1;
 

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { ACTIVATIONS } from '../model/layers.ts';
 import type { Activation } from '../model/layers.ts';
 import { NORM_POSITIONS } from '../model/transformer.ts';
-import { BOUNDS } from '../core/bounds.ts';
+import { BOUNDS, MAX_RANKS } from '../core/bounds.ts';
 import { setPath } from '../core/json.ts';
 import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES, SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
@@ -222,7 +222,7 @@ export const RECIPE_SCHEMA = {
     doc: "Data-parallel replicas: each optimizer step's rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.",
   },
   'train.processes': {
-    type: int(1, 4096),
+    type: int(1, MAX_RANKS),
     default: 1,
     doc: "Ranks of one run across processes on this machine (`npm run train -- recipe.yaml --processes N` overrides it; under `srun` the ranks are Slurm's tasks): each rank computes its shard of every micro-batch and one all-reduce per step sums the gradients on TensorFlow's collective runtime (`tensorflow` backend; docs/distributed.md). Rank 0 alone logs, evaluates and checkpoints; a checkpoint resumes with any number of ranks. The update equals one process taking the shards as micro-batches; dropout masks depend on the number of ranks.",
   },

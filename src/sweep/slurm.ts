@@ -29,6 +29,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { BOUNDS, MAX_RANKS } from '../core/bounds.ts';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet } from './run-set.ts';
@@ -64,12 +65,35 @@ export interface SlurmOptions {
 const SAFE_WORD = /^[A-Za-z0-9._:,+@%=/-]+$/;
 /** C0 controls and DEL: a newline or carriage return would split a line of the script. */
 const CONTROL = /[\u0000-\u001f\u007f]/;
-const positiveInt = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 ? null : 'an integer ≥ 1');
 const word = (v: unknown) => (typeof v === 'string' && SAFE_WORD.test(v) ? null : 'a word of letters, digits and . _ : , + @ % = / -');
-/** The most ranks of one run, as `train --processes` (src/cli/train.ts); docs/bounds.md. */
-const MAX_RANKS = 4096;
-const rankCount = (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= MAX_RANKS ? null : `an integer from 1 to ${MAX_RANKS}`);
-const gpuCount = (v: unknown) => (positiveInt(v) === null || word(v) === null ? null : 'a GPU count or type:count');
+/**
+ * The counts a script may ask Slurm for (docs/bounds.md): every one has a largest value, so that a typo is refused naming
+ * its setting instead of reaching the script (a count past 2⁵³ reached it rounded to a double, from 10²¹ on as 1e+21).
+ */
+const COUNT_LIMITS = {
+  /** A run's GPUs in all: one per rank of the most ranks a run may have. */
+  gpus: MAX_RANKS,
+  /** 4× the 16 GPUs of the largest nodes; a rank uses one. */
+  gpusPerTask: 64,
+  /** Over 5× the 768 hardware threads of the largest two-socket nodes. */
+  cpusPerTask: 4096,
+  /** Array tasks at once: a set has at most this many runs. */
+  maxParallel: BOUNDS.sweepRuns.max,
+  /** Slurm's own limit on the time of --signal. */
+  signalSeconds: 65_535,
+} as const;
+const countUpTo = (max: number) => (v: unknown) => (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= max ? null : `an integer from 1 to ${max}`);
+const rankCount = countUpTo(MAX_RANKS);
+/** `2`, `a100:2`, or a comma-separated list of such (`a100:2,v100:1`), each count from 1 to `max`. */
+const gpuCount = (max: number) => (v: unknown) => {
+  const counts =
+    typeof v === 'number'
+      ? [v]
+      : typeof v === 'string' && /^[\w.-]+:\d+(,[\w.-]+:\d+)*$|^\d+$/.test(v)
+        ? v.split(',').map((g) => Number(g.split(':').pop()))
+        : null;
+  return counts?.every((n) => countUpTo(max)(n) === null) ? null : `a GPU count from 1 to ${max}, or type:count (e.g. a100:1)`;
+};
 const oneLine = (l: unknown) => typeof l === 'string' && l.trim() !== '' && !CONTROL.test(l);
 const lines = (v: unknown) => (Array.isArray(v) && v.every(oneLine) ? null : 'a list of one-line strings without control characters');
 /** Extra sbatch options: `--name` or `--name=value` each (the value is quoted for sbatch, see the top of this file). */
@@ -82,14 +106,22 @@ const options = (v: unknown) =>
 const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
   partition: { check: word, flag: '--partition', help: 'partition (queue)' },
   time: { check: word, flag: '--time', help: 'time limit per run (its array task), e.g. 24:00:00 or 2-00:00:00' },
-  gpus: { check: gpuCount, flag: '--gpus', help: 'GPUs per run (all its tasks together), e.g. 1 or a100:1' },
+  gpus: { check: gpuCount(COUNT_LIMITS.gpus), flag: '--gpus', help: 'GPUs per run (all its tasks together), e.g. 1 or a100:1' },
   nodes: { check: rankCount, flag: '--nodes', help: 'nodes per run (default 1); more than one task per run: one rank each, under srun (docs/distributed.md)' },
   tasksPerNode: { check: rankCount, flag: '--tasks-per-node', help: 'Slurm tasks per node, each a rank of the run (default 1; the tensorflow backend)' },
-  gpusPerTask: { check: gpuCount, flag: '--gpus-per-task', help: 'GPUs per Slurm task (rank), e.g. 1 or h100:1' },
+  gpusPerTask: { check: gpuCount(COUNT_LIMITS.gpusPerTask), flag: '--gpus-per-task', help: 'GPUs per Slurm task (rank), e.g. 1 or h100:1' },
   mem: { check: word, flag: '--mem', help: 'memory per node (of a run), e.g. 64G' },
-  cpusPerTask: { check: positiveInt, flag: '--cpus-per-task', help: "CPU cores per Slurm task (default: the run's data-parallel replicas)" },
-  maxParallel: { check: positiveInt, flag: '--max-parallel', help: 'at most this many tasks at once' },
-  signalSeconds: { check: positiveInt, flag: '--signal-seconds', help: 'checkpoint this many seconds before the time limit (default 120)' },
+  cpusPerTask: {
+    check: countUpTo(COUNT_LIMITS.cpusPerTask),
+    flag: '--cpus-per-task',
+    help: "CPU cores per Slurm task (default: the run's data-parallel replicas)",
+  },
+  maxParallel: { check: countUpTo(COUNT_LIMITS.maxParallel), flag: '--max-parallel', help: 'at most this many tasks at once' },
+  signalSeconds: {
+    check: countUpTo(COUNT_LIMITS.signalSeconds),
+    flag: '--signal-seconds',
+    help: 'checkpoint this many seconds before the time limit (default 120)',
+  },
   requeueOnTimeLimit: {
     check: (v) => (typeof v === 'boolean' ? null : 'true or false'),
     flag: '--requeue-on-time-limit',

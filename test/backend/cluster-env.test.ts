@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { clusterFromEnv, expandHostList, expandTasksPerNode, slurmAddresses } from '../../src/backend/cluster-env.ts';
 import { joinFailure, serverDefText } from '../../src/backend/collective.ts';
+import { MAX_RANKS } from '../../src/core/bounds.ts';
 
 describe('Slurm host lists', () => {
   it("expands ranges and lists inside brackets, keeping zero padding and Slurm's order", () => {
@@ -20,8 +21,27 @@ describe('Slurm host lists', () => {
     expect(() => expandHostList('node[3-1]')).toThrow(/'3-1' runs backwards/);
     expect(() => expandHostList('node[a-b]')).toThrow(/'a-b' is not a number or a range/);
     expect(() => expandHostList('node1,,node2')).toThrow(/an empty host name/);
-    expect(() => expandHostList('node[0-100000]')).toThrow(/'0-100000' holds more than 100,000 hosts/);
-    expect(expandHostList('node[1-100000]')).toHaveLength(100_000);
+  });
+
+  // As many hosts as one run may have ranks (MAX_RANKS), counted exactly before any is listed (docs/bounds.md).
+  it('counts the hosts of the whole list before listing any, and refuses more than a run may have ranks', () => {
+    expect(expandHostList('node[1-4096]')).toHaveLength(MAX_RANKS);
+    expect(() => expandHostList('node[0-4096]')).toThrow(/host list 'node\[0-4096\]': 4,097 hosts, more than the 4,096 ranks one run may have/);
+    // The bound is on the list, not on each bracket: two ranges of 3,000, thirty of 100,000, brackets that multiply.
+    expect(() => expandHostList('a[1-3000],b[1-3000]')).toThrow(/: 6,000 hosts, more than the 4,096 ranks/);
+    const thirty = Array.from({ length: 30 }, (_, i) => `r${i}n[1-100000]`).join(',');
+    expect(() => expandHostList(thirty)).toThrow(/: 3,000,000 hosts, more than the 4,096 ranks/);
+    expect(() => expandHostList('rack[0-999]-n[0-999]')).toThrow(/: 1,000,000 hosts, more than the 4,096 ranks/);
+    expect(() => expandHostList('node[1-99999999999999999999]')).toThrow(/: 99,999,999,999,999,999,999 hosts, more than/);
+  });
+
+  it('counts and lists host numbers past 2⁵³ exactly, with their zero padding', () => {
+    expect(() => expandHostList('node[9007199254740993-9007199254840993]')).toThrow(/: 100,001 hosts, more than the 4,096 ranks/);
+    // As doubles, 9007199254740993 is 9007199254740992 and so is its successor: counting up from it never ended.
+    expect(expandHostList('node[9007199254740992-9007199254740993]')).toEqual(['node9007199254740992', 'node9007199254740993']);
+    expect(expandHostList('node[9007199254740995,9007199254740997]')).toEqual(['node9007199254740995', 'node9007199254740997']);
+    expect(expandHostList('n[0009007199254740994-0009007199254740995]')).toEqual(['n0009007199254740994', 'n0009007199254740995']);
+    expect(() => expandHostList('node[9007199254740992-9007199254749999]')).toThrow(/: 9,008 hosts, more than the 4,096 ranks/);
   });
 
   it('expands tasks per node: 2(x3),1 is 2, 2, 2, 1', () => {
@@ -29,7 +49,14 @@ describe('Slurm host lists', () => {
     expect(expandTasksPerNode('8')).toEqual([8]);
     expect(() => expandTasksPerNode('2(x0)')).toThrow(/'2\(x0\)' counts no task/);
     expect(() => expandTasksPerNode('2x3')).toThrow(/'2x3' is not N or N\(xK\)/);
-    expect(() => expandTasksPerNode('1(x100001)')).toThrow(/'1\(x100001\)' repeats more than 100,000 times/);
+  });
+
+  it('counts the tasks before listing them, and refuses more than a run may have ranks', () => {
+    expect(expandTasksPerNode('2(x2048)')).toHaveLength(2048);
+    expect(() => expandTasksPerNode('2(x2048),1')).toThrow(/tasks per node '2\(x2048\),1': 4,097 tasks, more than the 4,096 ranks one run may have/);
+    expect(() => expandTasksPerNode('99999999')).toThrow(/: 99,999,999 tasks, more than the 4,096 ranks/);
+    expect(() => expandTasksPerNode('1(x99999999999999999999)')).toThrow(/: 99,999,999,999,999,999,999 tasks/);
+    expect(() => expandTasksPerNode('9007199254740993(x1)')).toThrow(/: 9,007,199,254,740,993 tasks/);
   });
 
   it("gives ranks in block order, node by node, each node's tasks on consecutive ports", () => {
@@ -50,6 +77,21 @@ describe('clusterFromEnv', () => {
     expect(() => clusterFromEnv({ ...slurm, SLURM_PROCID: '1', SLURM_LOCALID: '0', SLURMD_NODENAME: 'node10' })).toThrow(
       /Slurm task 1 runs on node10:20000 but the block distribution puts it at node9:20001: start the step with srun --distribution=block/,
     );
+  });
+
+  it('refuses a step of more tasks than a run may have ranks, naming the variable and its value, before listing an address', () => {
+    const env = { SLURM_PROCID: '0', SLAYFORMER_PORT: '20000' };
+    expect(() => clusterFromEnv({ ...env, SLURM_STEP_NUM_TASKS: '5000', SLURM_STEP_NODELIST: 'node1', SLURM_STEP_TASKS_PER_NODE: '5000' })).toThrow(
+      /^SLURM_STEP_TASKS_PER_NODE=5000: 5,000 tasks, more than the 4,096 ranks one run may have/,
+    );
+    expect(() => clusterFromEnv({ ...env, SLURM_NTASKS: '5000', SLURM_JOB_NODELIST: 'node[1-5000]', SLURM_TASKS_PER_NODE: '1(x5000)' })).toThrow(
+      /^SLURM_JOB_NODELIST=node\[1-5000\]: 5,000 hosts, more than the 4,096 ranks/,
+    );
+  });
+
+  it('refuses a SLURM_PROCID that is not one of the ranks', () => {
+    for (const id of ['3', '-1', 'one', '1.5'])
+      expect(() => clusterFromEnv({ ...slurm, SLURM_PROCID: id })).toThrow(`SLURM_PROCID=${id}: not a rank of the step's 3 tasks (0 to 2)`);
   });
 
   it('derives the port from the job id unless told, so that jobs sharing a node differ', () => {

@@ -76,9 +76,29 @@ describe('units of several Slurm tasks: the settings', () => {
 
   it('gpusPerTask takes a count or type:count; gpus and gpusPerTask are not given together', () => {
     for (const bad of [0, 'a100 1', 'x;touch pwned', 'x\ny'])
-      expect(loadProblem({ gpusPerTask: bad })).toContain('slurm.gpusPerTask must be a GPU count or type:count');
-    expect(flagProblem({ 'gpus-per-task': 'h100 1' })).toContain('--gpus-per-task must be a GPU count or type:count');
+      expect(loadProblem({ gpusPerTask: bad })).toContain('slurm.gpusPerTask must be a GPU count from 1 to 64, or type:count');
+    expect(flagProblem({ 'gpus-per-task': 'h100 1' })).toContain('--gpus-per-task must be a GPU count from 1 to 64, or type:count');
+    expect(executorSettings(slurmExecutor, undefined, { 'gpus-per-task': 'h100:2' })).toEqual({ gpusPerTask: 'h100:2' });
+    expect(executorSettings(slurmExecutor, undefined, { gpus: 'a100:2,v100:1' })).toEqual({ gpus: 'a100:2,v100:1' });
     expect(renderProblem(sweepWith(), { gpus: 2, gpusPerTask: 1 })).toMatch(/slurm\.gpus and slurm\.gpusPerTask both given/);
+  });
+
+  // A count past 2⁵³ reached the script rounded to a double, 99999999999999999999 as 100000000000000000000 (docs/bounds.md).
+  it('every count written into the script is an integer up to its bound, from the file, the flags and given directly', () => {
+    const limits = { gpus: 4096, gpusPerTask: 64, cpusPerTask: 4096, maxParallel: 10_000, signalSeconds: 65_535 };
+    const flags = { gpus: 'gpus', gpusPerTask: 'gpus-per-task', cpusPerTask: 'cpus-per-task', maxParallel: 'max-parallel', signalSeconds: 'signal-seconds' };
+    const sweep = sweepWith();
+    for (const [key, max] of Object.entries(limits) as [keyof typeof limits, number][]) {
+      const must = key.startsWith('gpus') ? `must be a GPU count from 1 to ${max}, or type:count (e.g. a100:1)` : `must be an integer from 1 to ${max}`;
+      for (const text of ['99999999999999999999', String(max + 1)]) {
+        expect(flagProblem({ [flags[key]]: text })).toBe(`--${flags[key]} ${must} (got '${text}')`);
+        expect(loadProblem({ [key]: Number(text) })).toContain(`slurm.${key} ${must} (got ${text === String(max + 1) ? text : '100000000000000000000'})`);
+        expect(renderProblem(sweep, { [key]: Number(text) })).toContain(`slurm.${key} ${must}`);
+      }
+      expect(executorSettings(slurmExecutor, undefined, { [flags[key]]: String(max) })).toEqual({ [key]: max });
+    }
+    expect(flagProblem({ gpus: 'a100:99999999999999999999' })).toContain('--gpus must be a GPU count from 1 to 4096, or type:count');
+    expect(loadProblem({ gpusPerTask: 'h100:65' })).toContain('slurm.gpusPerTask must be a GPU count from 1 to 64, or type:count');
   });
 
   it('more than 4096 ranks in all are refused naming both settings and the product', () => {
