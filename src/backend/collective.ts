@@ -125,6 +125,8 @@ export function currentCluster(): Cluster | null {
  */
 export function joinCluster(spec: ClusterSpec, timeouts: ClusterTimeouts = {}): Cluster {
   if (joined) throw new Error(`cluster: this process already joined as rank ${joined.rank} of ${joined.worldSize}`);
+  // A spec that names no server of this rank is refused as it is, before any join can be blamed on a port.
+  const serverDef = serverDefText(spec, timeouts);
   if (tf.getBackend() !== 'tensorflow' || !graphsAvailable())
     throw new Error('cluster: collective ops need the tensorflow backend built by `npm run setup:tensorflow`');
   const backend = nativeBackend();
@@ -132,7 +134,7 @@ export function joinCluster(spec: ClusterSpec, timeouts: ClusterTimeouts = {}): 
     throw new Error('cluster: this tensorflow binding has no collective ops (run `npm run setup:tensorflow` again)');
   let device: string;
   try {
-    device = backend.binding.enableCollectives(serverDefText(spec, timeouts), taskName(spec.rank));
+    device = backend.binding.enableCollectives(serverDef, taskName(spec.rank));
   } catch (err) {
     throw joinFailure(spec, (err as Error).message, timeouts.joinTimeoutS ?? DEFAULT_JOIN_TIMEOUT_S);
   }
