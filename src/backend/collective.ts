@@ -244,15 +244,19 @@ export function barrier(cluster: Cluster): void {
 /**
  * Checks that every rank runs the same thing: each rank publishes `value` under `what`, and compares it
  * with rank 0's. A mismatch is an error naming the rank and both values (e.g. a recipe's hash). The
- * others wait up to `timeoutMs` for rank 0's value (rank 0 reads its data plan first).
+ * others wait up to `timeoutMs` for rank 0's value (rank 0 reads its data plan first). Returns once every
+ * rank has compared (a barrier): rank 0 writes nothing before the others agreed, and a rank that differs
+ * reports it to the cluster (reportFailureToCluster), which ends rank 0's wait with its message.
  */
 export function checkSameOnEveryRank(cluster: Cluster, what: string, value: string, timeoutMs = 600_000): void {
   const b = nativeBackend().binding;
   b.setClusterValue(`slayformer/${what}/${cluster.rank}`, value);
-  if (cluster.rank === 0) return;
-  const leader = b.clusterValue(`slayformer/${what}/0`, timeoutMs);
-  if (leader !== value)
-    throw new Error(`rank ${cluster.rank}: its ${what} (${value}) differs from rank 0's (${leader}): every rank must run the same recipe on the same data`);
+  if (cluster.rank !== 0) {
+    const leader = b.clusterValue(`slayformer/${what}/0`, timeoutMs);
+    if (leader !== value)
+      throw new Error(`rank ${cluster.rank}: its ${what} (${value}) differs from rank 0's (${leader}): every rank must run the same recipe on the same data`);
+  }
+  barrier(cluster);
 }
 
 /**
