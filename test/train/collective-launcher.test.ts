@@ -90,6 +90,19 @@ describe.skipIf(!isTensorflowSetUp())('the --processes launcher and its ranks', 
     expect(run.output()).not.toMatch(/^done: /m);
   });
 
+  it('kill -9 of the launcher before the ranks train: every rank ends, having written nothing', async () => {
+    const runs = join(dir, 'runs-kill-early');
+    const recipe = await writeTinyRecipe(join(dir, 'kill-early.yaml'), setup, runs, { joinTimeout: 60 });
+    const { run, pids } = await startRun(recipe);
+    process.kill(run.process.pid!, 'SIGKILL');
+    await run.exited; // rank 0 holds this test's pipes: they close when it ends
+    await waitUntilEnded(pids);
+    // Rank 0 stops as it reads the channel's end; or, if it was already waiting for rank 1 in the join (which blocks
+    // its thread), when the join fails.
+    expect(run.output()).toMatch(/^train: (the launcher \(pid \d+\) is gone before training began|rank 0: rank 1 .* did not join)/m);
+    expect(existsSync(runs)).toBe(false);
+  });
+
   it('SIGHUP of the launcher ends the run as SIGTERM does: one checkpoint, every rank ends, status 129', async () => {
     const { run, pids, end } = await startRun(await longRun('hangup'));
     await run.waitForOutput(/^step 3\/\d+ \|/m, end);
