@@ -19,7 +19,14 @@ export function watchLauncher(onGone: () => void, env: NodeJS.ProcessEnv = proce
   if (value === undefined) return null;
   delete env[LAUNCHER_FD_ENV];
   if (value !== String(LAUNCHER_FD)) throw new Error(`${LAUNCHER_FD_ENV}=${value}: expected ${LAUNCHER_FD} (set by the --processes launcher only)`);
-  const channel = new Socket({ fd: LAUNCHER_FD, readable: true, writable: false });
+  let channel: Socket;
+  try {
+    channel = new Socket({ fd: LAUNCHER_FD, readable: true, writable: false });
+  } catch (err) {
+    throw new Error(
+      `${LAUNCHER_FD_ENV}=${value}, but descriptor ${value} is no pipe from a launcher (${(err as Error).message}): only the --processes launcher sets it`,
+    );
+  }
   // The channel alone must not keep the process alive, and what it carries (nothing) is not kept.
   channel.unref();
   channel.resume();

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
+import { LAUNCHER_FD_ENV } from '../../src/cli/launcher-channel.ts';
 import { loadCheckpoint } from '../../src/store/checkpoint.ts';
 import { killStartedClis, startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';
@@ -144,5 +145,18 @@ describe.skipIf(!isTensorflowSetUp())('the --processes launcher and its ranks', 
     expect(run.output()).toMatch(/^\[rank 1\] .*rank 0 \(127\.0\.0\.1:\d+\) does not answer/m);
     expect(run.output()).not.toMatch(/^train: rank 1 of 2 .* exited with status 1; the other ranks were stopped/m);
     for (const pid of pids) expect(isRunning(pid)).toBe(false);
+  });
+});
+
+describe('the launcher channel of a rank', () => {
+  it('is refused, naming the variable, when no launcher made it', async () => {
+    for (const [value, why] of [
+      ['7', /SLAYFORMER_LAUNCHER_FD=7: expected 3 \(set by the --processes launcher only\)/],
+      ['3', /SLAYFORMER_LAUNCHER_FD=3, but descriptor 3 is no pipe from a launcher \(.*\): only the --processes launcher sets it/],
+    ] as const) {
+      const run = startCli(TRAIN, ['recipes/demo/gpt-softmax.yaml', '--dry-run'], { ...process.env, [LAUNCHER_FD_ENV]: value });
+      expect((await run.exited).code, run.output()).toBe(2);
+      expect(run.output()).toMatch(why);
+    }
   });
 });
