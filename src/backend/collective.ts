@@ -125,6 +125,8 @@ export function currentCluster(): Cluster | null {
  */
 export function joinCluster(spec: ClusterSpec, timeouts: ClusterTimeouts = {}): Cluster {
   if (joined) throw new Error(`cluster: this process already joined as rank ${joined.rank} of ${joined.worldSize}`);
+  // A spec that names no server of this rank is refused as it is, before any join can be blamed on a port.
+  const serverDef = serverDefText(spec, timeouts);
   if (tf.getBackend() !== 'tensorflow' || !graphsAvailable())
     throw new Error('cluster: collective ops need the tensorflow backend built by `npm run setup:tensorflow`');
   const backend = nativeBackend();
@@ -132,7 +134,7 @@ export function joinCluster(spec: ClusterSpec, timeouts: ClusterTimeouts = {}): 
     throw new Error('cluster: this tensorflow binding has no collective ops (run `npm run setup:tensorflow` again)');
   let device: string;
   try {
-    device = backend.binding.enableCollectives(serverDefText(spec, timeouts), taskName(spec.rank));
+    device = backend.binding.enableCollectives(serverDef, taskName(spec.rank));
   } catch (err) {
     throw joinFailure(spec, (err as Error).message, timeouts.joinTimeoutS ?? DEFAULT_JOIN_TIMEOUT_S);
   }
@@ -242,15 +244,19 @@ export function barrier(cluster: Cluster): void {
 /**
  * Checks that every rank runs the same thing: each rank publishes `value` under `what`, and compares it
  * with rank 0's. A mismatch is an error naming the rank and both values (e.g. a recipe's hash). The
- * others wait up to `timeoutMs` for rank 0's value (rank 0 reads its data plan first).
+ * others wait up to `timeoutMs` for rank 0's value (rank 0 reads its data plan first). Returns once every
+ * rank has compared (a barrier): rank 0 writes nothing before the others agreed, and a rank that differs
+ * reports it to the cluster (reportFailureToCluster), which ends rank 0's wait with its message.
  */
 export function checkSameOnEveryRank(cluster: Cluster, what: string, value: string, timeoutMs = 600_000): void {
   const b = nativeBackend().binding;
   b.setClusterValue(`slayformer/${what}/${cluster.rank}`, value);
-  if (cluster.rank === 0) return;
-  const leader = b.clusterValue(`slayformer/${what}/0`, timeoutMs);
-  if (leader !== value)
-    throw new Error(`rank ${cluster.rank}: its ${what} (${value}) differs from rank 0's (${leader}): every rank must run the same recipe on the same data`);
+  if (cluster.rank !== 0) {
+    const leader = b.clusterValue(`slayformer/${what}/0`, timeoutMs);
+    if (leader !== value)
+      throw new Error(`rank ${cluster.rank}: its ${what} (${value}) differs from rank 0's (${leader}): every rank must run the same recipe on the same data`);
+  }
+  barrier(cluster);
 }
 
 /**

@@ -10,6 +10,7 @@ import { machineRanksProblem, thisMachine } from '../backend/machine-ranks.ts';
 import { MAX_RANKS } from '../core/bounds.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
+import { ignoreOutputErrors, watchLauncher } from './launcher-channel.ts';
 
 const COMMAND = {
   name: 'train',
@@ -48,9 +49,10 @@ starts from those weights, possibly with another model.attention; train.freeze: 
 q/k/v projections and the mechanism's own parameters. Example: recipes/demo/finetune-darkformer.yaml.
 
 Checkpoints go to <run>/checkpoints/step-NNNNNN/ every train.checkpointInterval steps and at the end.
-SIGINT/SIGTERM (Ctrl-C): the current step finishes, a checkpoint is saved, and the command to resume is
-printed (exit status 130/143); a second signal quits at once. With --processes N, rank 0 saves the
-checkpoint and every rank stops; under srun (several tasks) each task is a rank (docs/distributed.md).
+SIGINT/SIGTERM (Ctrl-C), and SIGHUP (a closed terminal): the current step finishes, a checkpoint is saved, and
+the command to resume is printed (exit status 130/143/129); a second signal quits at once. With --processes N,
+rank 0 saves the checkpoint and every rank stops, also when the launcher itself is killed; under srun (several
+tasks) each task is a rank (docs/distributed.md).
 
 Exit status: 0 done, 1 runtime error, 2 bad recipe or arguments.`,
 } as const;
@@ -180,6 +182,9 @@ async function main(args: Args): Promise<number> {
   let cluster: import('../backend/collective.ts').ClusterSpec | null;
   try {
     cluster = clusterFromEnv();
+    // A rank of the --processes launcher stops when the launcher is gone (src/cli/launcher-channel.ts): at once
+    // until runWithSignals says how to stop with a checkpoint.
+    const launcher = watchLauncher(() => onLauncherGone(launcher!));
   } catch (err) {
     console.error(`train: ${(err as Error).message}`);
     return 2;
@@ -241,19 +246,33 @@ function resumeCommand(args: Args, checkpointDir: string): string {
   return `npm run train -- ${parts.map(quote).join(' ')}`;
 }
 
-/** SIGINT/SIGTERM ask the loop to stop after the current step and save a checkpoint; a second one quits at once. */
+/** What a rank does when its launcher is gone: before training there is nothing to save, and it ends at once. */
+let onLauncherGone: (launcherPid: number) => void = (launcherPid) => {
+  ignoreOutputErrors();
+  console.error(`train: the launcher (pid ${launcherPid}) is gone before training began: stopping, nothing saved`);
+  process.exit(143);
+};
+
+/**
+ * SIGINT/SIGTERM/SIGHUP ask the loop to stop after the current step and save a checkpoint; a second one quits at once.
+ * The end of the --processes launcher asks it as SIGTERM does.
+ */
 async function runWithSignals(recipe: Recipe, resume: string | undefined, device: Device, rank: number): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
+  const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   if (rank !== 0) {
-    // Rank 0 alone checkpoints on a signal (srun passes Ctrl-C to every task); the others end when it does.
-    const ignore = () => {};
-    process.on('SIGINT', ignore);
-    process.on('SIGTERM', ignore);
+    // Rank 0 alone checkpoints on a signal (srun passes Ctrl-C to every task); the others end when it does, having
+    // given their part of the checkpoint, also when the launcher is gone.
+    const ignore = () => ignoreOutputErrors();
+    for (const signal of signals) process.on(signal, ignore);
+    onLauncherGone = ignore;
     await runTraining(recipe, { resume, device });
     return;
   }
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {
+    // A closed terminal (SIGHUP) takes the output with it: a failed write must not end the run before its checkpoint.
+    if (signal === 'SIGHUP') ignoreOutputErrors();
     if (stop.signal) {
       console.error(`train: second ${signal}: quitting without a checkpoint`);
       process.exit(signalExitCode(signal));
@@ -261,13 +280,18 @@ async function runWithSignals(recipe: Recipe, resume: string | undefined, device
     stop.signal = signal;
     console.error(`train: ${signal} received: finishing the current step and saving a checkpoint (send it again to quit at once)`);
   };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  for (const signal of signals) process.on(signal, onSignal);
+  // Not a second signal: a run already stopping (Ctrl-C, then the launcher killed) goes on to its checkpoint.
+  onLauncherGone = (launcherPid) => {
+    ignoreOutputErrors();
+    if (stop.signal) return;
+    stop.signal = 'SIGTERM';
+    console.error(`train: the launcher (pid ${launcherPid}) is gone: finishing the current step and saving a checkpoint, as on SIGTERM`);
+  };
   try {
     await runTraining(recipe, { resume, stop, device });
   } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    for (const signal of signals) process.off(signal, onSignal);
   }
 }
 

@@ -124,6 +124,8 @@ describe.skipIf(!isTensorflowSetUp())('one run across processes (train --process
     // Rank 0, waiting in its first collective, hears it from rank 1 at once.
     expect(exitZero.code, zero.output()).toBe(1);
     expect(zero.output()).toMatch(/train: rank 0: the all-reduce failed: rank 1 ended: rank 1: its recipe and data fingerprint/);
+    // Refused before anything was written: rank 0 waits for every rank's comparison before it makes the run folder.
+    expect(existsSync(join(dir, 'runs-mismatch'))).toBe(false);
 
     const taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
