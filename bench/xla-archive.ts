@@ -7,9 +7,11 @@
 //   data/, recipe/             the demo recipe's tokenizer and data shard; the recipe with paths inside the archive
 //   manifest.json              what runs, and the CPU run's figures made here (jax CPU) to compare against
 //   xla-run.py                 the script that unpacks and runs it (also written beside the archive)
+//   SHA256SUMS                 the sha256 of every other file (`sha256sum -c` reads it): xla-run.py checks them
 //   npm run xla:archive -- [--out FILE] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
 // Needs the tensorflow backend and `npm run setup:xla` (to compile, and the venv's jax for the CPU run).
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
@@ -20,6 +22,22 @@ import { loadRecipe } from '../src/store/recipes.ts';
 /** The issue's bound on the archive (issue 31): checked after packing. */
 export const ARCHIVE_LIMIT_BYTES = 60 * 1000 * 1000;
 const DEMO_RECIPE = 'recipes/demo/gpt-slay.yaml';
+/** The archive's checksums, one `<sha256>  <file>` line per file packed besides it (xla-run.py checks them all). */
+const SUMS_FILE = 'SHA256SUMS';
+
+/** SHA256SUMS of every file under `members` of `stage`; a link there is an error (the archive holds files and folders only). */
+function checksumLines(stage: string, members: readonly string[]): string {
+  const lines: string[] = [];
+  const visit = (relative: string) => {
+    const file = path.join(stage, relative);
+    const stat = fs.lstatSync(file);
+    if (stat.isSymbolicLink()) throw new Error(`${file} is a link: the archive holds files and folders only (xla-run.py refuses links)`);
+    if (stat.isDirectory()) for (const name of fs.readdirSync(file).sort()) visit(`${relative}/${name}`);
+    else lines.push(`${createHash('sha256').update(fs.readFileSync(file)).digest('hex')}  ${relative}`);
+  };
+  for (const member of members) visit(member);
+  return lines.join('\n') + '\n';
+}
 
 const COMMAND = {
   name: 'xla:archive',
@@ -143,7 +161,7 @@ const cpuLog = run(
   venvPython(),
   [
     path.join(stage, 'xla-run.py'),
-    '--dir',
+    '--staged',
     stage,
     '--out',
     cpuOut,
@@ -172,7 +190,8 @@ fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, nul
 const out = path.resolve(values.out);
 fs.mkdirSync(path.dirname(out), { recursive: true });
 const members = ['manifest.json', 'xla-run.py', 'node', 'app', ...models.map((m) => `programs/${m}`), 'data', 'recipe'];
-run('tar', ['-cJf', out, '-C', stage, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
+fs.writeFileSync(path.join(stage, SUMS_FILE), checksumLines(stage, members));
+run('tar', ['-cJf', out, '-C', stage, SUMS_FILE, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
 fs.copyFileSync(path.join(stage, 'xla-run.py'), path.join(path.dirname(out), 'xla-run.py'));
 const size = fs.statSync(out).size;
 log(`${out}: ${(size / 1e6).toFixed(1)} MB (limit ${ARCHIVE_LIMIT_BYTES / 1e6} MB); run it with: python3 xla-run.py --archive ${path.basename(out)}`);
