@@ -15,8 +15,10 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
+import { programEntryProblem } from '../src/backend/xla/programs.ts';
 import { venvPython, XLA_CACHE } from '../src/backend/xla/setup.ts';
 import { parseOrExit } from '../src/cli/command.ts';
+import { isRecord, readJsonObject } from '../src/core/json.ts';
 import { loadRecipe } from '../src/store/recipes.ts';
 
 /** The issue's bound on the archive (issue 31): checked after packing. */
@@ -81,15 +83,23 @@ const run = (command: string, args: string[], options: { cwd?: string; env?: Rec
 };
 const tsx = (args: string[], env: Record<string, string> = {}) => run(process.execPath, ['--import', 'tsx', ...args], { env });
 
-// 1. Programs (kept between builds: recording GPT-2 small's step takes minutes here).
+// 1. Programs (kept between builds: recording GPT-2 small's step takes minutes here), while they match their checksums.
+/** Whether `dir` holds a compiled folder whose every program matches its checksums (src/backend/xla/programs.ts). */
+function compiledIntact(dir: string): boolean {
+  const listed = readJsonObject(path.join(dir, 'manifest.json'))?.programs;
+  return (
+    Array.isArray(listed) &&
+    listed.every((p) => isRecord(p) && typeof p.file === 'string' && programEntryProblem(path.join(dir, path.basename(p.file))) === null)
+  );
+}
 fs.mkdirSync(path.join(stage, 'programs'), { recursive: true });
 const programs = { demo: path.join(stage, 'programs', 'demo'), gpt2: path.join(stage, 'programs', 'gpt2-small') };
-if (values.recompile || !fs.existsSync(path.join(programs.demo, 'manifest.json'))) {
+if (values.recompile || !compiledIntact(programs.demo)) {
   log(`compiling ${DEMO_RECIPE}`);
   fs.rmSync(programs.demo, { recursive: true, force: true });
   tsx(['src/cli/compile.ts', DEMO_RECIPE, '--out', programs.demo]);
 }
-if (models.includes('gpt2-small') && (values.recompile || !fs.existsSync(path.join(programs.gpt2, 'manifest.json')))) {
+if (models.includes('gpt2-small') && (values.recompile || !compiledIntact(programs.gpt2))) {
   log("compiling GPT-2 small's shape");
   fs.rmSync(programs.gpt2, { recursive: true, force: true });
   tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);

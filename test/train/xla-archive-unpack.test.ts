@@ -75,7 +75,7 @@ spec = importlib.util.spec_from_file_location('xla_run', 'bench/xla-run.py')
 xla_run = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(xla_run)
 `;
-  return spawnSync('python3', ['-c', prelude + code, ...args], { encoding: 'utf8' });
+  return spawnSync('python3', ['-B', '-c', prelude + code, ...args], { encoding: 'utf8' });
 }
 
 const HOSTILE: Array<[string, Member, RegExp]> = [
