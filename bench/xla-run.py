@@ -5,7 +5,7 @@
 # GPT-2 small's shape on seeded random tokens, and N steps of the demo recipe on its data through the trainer, and
 # prints tokens/s, peak device memory and the losses beside those of the CPU run made where the archive was built.
 #   python3 xla-run.py --archive slayformer-xla.tar.xz [--dir DIR] [--steps 20] [--out DIR]
-# Needs only Python >= 3.10 with jax (and numpy); writes results.json and results.md into --out.
+# Needs only Python ≥ 3.10 with jax (and numpy); writes results.json and results.md into --out.
 #
 # Before anything runs, the archive is checked (docs/xla.md): every member must be a file or folder that stays inside
 # --dir (an absolute name, a `..` or a link is refused before a byte is written; tarfile's `data` filter guards the
