@@ -7,19 +7,39 @@
 //   data/, recipe/             the demo recipe's tokenizer and data shard; the recipe with paths inside the archive
 //   manifest.json              what runs, and the CPU run's figures made here (jax CPU) to compare against
 //   xla-run.py                 the script that unpacks and runs it (also written beside the archive)
+//   SHA256SUMS                 the sha256 of every other file (`sha256sum -c` reads it): xla-run.py checks them
 //   npm run xla:archive -- [--out FILE] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
 // Needs the tensorflow backend and `npm run setup:xla` (to compile, and the venv's jax for the CPU run).
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
+import { programEntryProblem } from '../src/backend/xla/programs.ts';
 import { venvPython, XLA_CACHE } from '../src/backend/xla/setup.ts';
 import { parseOrExit } from '../src/cli/command.ts';
+import { isRecord, readJsonObject } from '../src/core/json.ts';
 import { loadRecipe } from '../src/store/recipes.ts';
 
 /** The issue's bound on the archive (issue 31): checked after packing. */
 export const ARCHIVE_LIMIT_BYTES = 60 * 1000 * 1000;
 const DEMO_RECIPE = 'recipes/demo/gpt-slay.yaml';
+/** The archive's checksums, one `<sha256>  <file>` line per file packed besides it (xla-run.py checks them all). */
+const SUMS_FILE = 'SHA256SUMS';
+
+/** SHA256SUMS of every file under `members` of `stage`; a link there is an error (the archive holds files and folders only). */
+function checksumLines(stage: string, members: readonly string[]): string {
+  const lines: string[] = [];
+  const visit = (relative: string) => {
+    const file = path.join(stage, relative);
+    const stat = fs.lstatSync(file);
+    if (stat.isSymbolicLink()) throw new Error(`${file} is a link: the archive holds files and folders only (xla-run.py refuses links)`);
+    if (stat.isDirectory()) for (const name of fs.readdirSync(file).sort()) visit(`${relative}/${name}`);
+    else lines.push(`${createHash('sha256').update(fs.readFileSync(file)).digest('hex')}  ${relative}`);
+  };
+  for (const member of members) visit(member);
+  return lines.join('\n') + '\n';
+}
 
 const COMMAND = {
   name: 'xla:archive',
@@ -63,15 +83,23 @@ const run = (command: string, args: string[], options: { cwd?: string; env?: Rec
 };
 const tsx = (args: string[], env: Record<string, string> = {}) => run(process.execPath, ['--import', 'tsx', ...args], { env });
 
-// 1. Programs (kept between builds: recording GPT-2 small's step takes minutes here).
+// 1. Programs (kept between builds: recording GPT-2 small's step takes minutes here), while they match their checksums.
+/** Whether `dir` holds a compiled folder whose every program matches its checksums (src/backend/xla/programs.ts). */
+function compiledIntact(dir: string): boolean {
+  const listed = readJsonObject(path.join(dir, 'manifest.json'))?.programs;
+  return (
+    Array.isArray(listed) &&
+    listed.every((p) => isRecord(p) && typeof p.file === 'string' && programEntryProblem(path.join(dir, path.basename(p.file))) === null)
+  );
+}
 fs.mkdirSync(path.join(stage, 'programs'), { recursive: true });
 const programs = { demo: path.join(stage, 'programs', 'demo'), gpt2: path.join(stage, 'programs', 'gpt2-small') };
-if (values.recompile || !fs.existsSync(path.join(programs.demo, 'manifest.json'))) {
+if (values.recompile || !compiledIntact(programs.demo)) {
   log(`compiling ${DEMO_RECIPE}`);
   fs.rmSync(programs.demo, { recursive: true, force: true });
   tsx(['src/cli/compile.ts', DEMO_RECIPE, '--out', programs.demo]);
 }
-if (models.includes('gpt2-small') && (values.recompile || !fs.existsSync(path.join(programs.gpt2, 'manifest.json')))) {
+if (models.includes('gpt2-small') && (values.recompile || !compiledIntact(programs.gpt2))) {
   log("compiling GPT-2 small's shape");
   fs.rmSync(programs.gpt2, { recursive: true, force: true });
   tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);
@@ -143,7 +171,7 @@ const cpuLog = run(
   venvPython(),
   [
     path.join(stage, 'xla-run.py'),
-    '--dir',
+    '--staged',
     stage,
     '--out',
     cpuOut,
@@ -172,7 +200,8 @@ fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, nul
 const out = path.resolve(values.out);
 fs.mkdirSync(path.dirname(out), { recursive: true });
 const members = ['manifest.json', 'xla-run.py', 'node', 'app', ...models.map((m) => `programs/${m}`), 'data', 'recipe'];
-run('tar', ['-cJf', out, '-C', stage, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
+fs.writeFileSync(path.join(stage, SUMS_FILE), checksumLines(stage, members));
+run('tar', ['-cJf', out, '-C', stage, SUMS_FILE, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
 fs.copyFileSync(path.join(stage, 'xla-run.py'), path.join(path.dirname(out), 'xla-run.py'));
 const size = fs.statSync(out).size;
 log(`${out}: ${(size / 1e6).toFixed(1)} MB (limit ${ARCHIVE_LIMIT_BYTES / 1e6} MB); run it with: python3 xla-run.py --archive ${path.basename(out)}`);

@@ -8,8 +8,9 @@ import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { recordTrace, sameTrace, traceGraphDef, type Trace } from '../backend/tf-graph.ts';
 import type { ArrayDtype, HostArray } from '../backend/xla/runner.ts';
-import { exportPrograms, type ProgramSpec } from '../backend/xla/programs.ts';
+import { exportPrograms, PROGRAM_CHECKSUMS, PROGRAM_FILES, programEntryProblem, type ProgramSpec } from '../backend/xla/programs.ts';
 import { withComposedKernels } from '../backend/fused-kernels.ts';
+import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
 import type { LossInputs, ModelBatch, StepModel } from '../model/lm.ts';
 import { LOSS_INPUT_FIELDS, ROW_BUCKET, shapesKey, stepKey } from './compiled-step.ts';
@@ -195,7 +196,14 @@ export interface ProgramBook {
   readonly origin: string;
 }
 
-const outputsOf = (base: string): string[] => (JSON.parse(fs.readFileSync(`${base}.json`, 'utf8')) as { outputs: string[] }).outputs;
+/** The output names in a program's .json; a broken file is an error naming it. */
+function outputsOf(base: string): string[] {
+  const file = `${base}.json`;
+  const meta = readJsonFile(file);
+  const outputs = isRecord(meta) ? meta.outputs : undefined;
+  if (!Array.isArray(outputs) || !outputs.every((o) => typeof o === 'string')) throw new Error(`${file}: no list of output names ("outputs")`);
+  return outputs;
+}
 
 /** Records each program on first use on the native backend and exports it through the content cache (programs.ts). */
 export class RecordingBook implements ProgramBook {
@@ -252,6 +260,8 @@ export class CompiledBook implements ProgramBook {
     for (const p of manifest.programs) {
       const base = path.join(dir, p.file);
       if (path.dirname(path.resolve(base)) !== path.resolve(dir)) throw new Error(`xla: ${file}: program file '${p.file}' is outside the folder`);
+      const problem = programEntryProblem(base);
+      if (problem) throw new Error(`xla: ${problem} (npm run compile writes the folder again)`);
       const fixed = p.fixed.map((f): [string, HostArray] => {
         const bytes = fs.readFileSync(path.join(dir, path.basename(f.file)));
         const count = f.shape.reduce((a, b) => a * b, 1);
@@ -285,7 +295,7 @@ export function writeCompiledPrograms(book: RecordingBook, dir: string, recipe: 
   const programs: ProgramManifest['programs'] = [];
   for (const entry of book.entries.values()) {
     const file = path.basename(entry.base);
-    for (const ext of ['.vhlo', '.mlir', '.json']) fs.copyFileSync(entry.base + ext, path.join(dir, file + ext));
+    for (const ext of [...PROGRAM_FILES, PROGRAM_CHECKSUMS]) fs.copyFileSync(entry.base + ext, path.join(dir, file + ext));
     const fixed = entry.fixed.map(([name, a], i) => {
       const bin = `${file}.fixed${i}.bin`;
       fs.writeFileSync(path.join(dir, bin), new Uint8Array(a.data.buffer, a.data.byteOffset, a.data.byteLength));

@@ -2,8 +2,9 @@
 # own tf2xla bridge, run by the venv of `npm run setup:xla` (TensorFlow from the native backend's wheel, pinned jax).
 # Usage: python export.py JOB.json — JOB lists programs; for each, <out>.vhlo (a StableHLO portable artifact, which
 # newer jax versions read), <out>.mlir (the same module as text, the runner's fallback) and <out>.json (inputs,
-# outputs, aliases, versions) are written, the .json last so that its presence means a complete export
-# (src/backend/xla/programs.ts caches by content on that). docs/xla.md describes the route.
+# outputs, aliases, versions) are written, each under a temporary name renamed into place, the .json last;
+# src/backend/xla/programs.ts then writes their checksums (<out>.sha256), by which it trusts a cached entry.
+# docs/xla.md describes the route.
 #
 # A program's inputs and outputs carry names (param:…, opt:m, batch:ids, …). An output named like an input is new
 # state: its argument is marked `tf.aliasing_output`, so the runtime updates it in place (the input buffer is
@@ -79,10 +80,8 @@ def export(program):
         portable = _jax.mlir.serialize_portable_artifact(module.operation.get_asm(binary=True), version, False)
         text = str(module)
     out = program['out']
-    with open(out + '.vhlo', 'wb') as f:
-        f.write(portable)
-    with open(out + '.mlir', 'w') as f:
-        f.write(text)
+    write_replacing(out + '.vhlo', portable)
+    write_replacing(out + '.mlir', text.encode())
     shapes = [{'name': n, 'dtype': s.dtype.name, 'shape': s.shape.as_list()} for n, s in zip(in_names, specs)]
     meta = {
         'inputs': shapes,
@@ -92,9 +91,15 @@ def export(program):
         'tensorflow': tf.__version__,
         'jax': jax.__version__,
     }
-    with open(out + '.json.tmp', 'w') as f:
-        json.dump(meta, f)
-    os.replace(out + '.json.tmp', out + '.json')
+    write_replacing(out + '.json', json.dumps(meta).encode())
+
+
+def write_replacing(path, data):
+    """Writes `path` whole or not at all: a run reading the old file meanwhile, or a crash, never sees half of it."""
+    temporary = f'{path}.tmp-{os.getpid()}'
+    with open(temporary, 'wb') as f:
+        f.write(data)
+    os.replace(temporary, path)
 
 
 def main():

@@ -1,11 +1,14 @@
 // Recorded step programs → StableHLO files, cached by content (docs/xla.md): a program is exported by export.py
 // (Python TensorFlow's tf2xla bridge, in the venv of `npm run setup:xla`) once per distinct GraphDef, inputs,
-// outputs and guard, under .cache/xla/programs/<sha256>; a second run exports nothing it already has.
+// outputs and guard, under .cache/xla/programs/<sha256>; a second run exports nothing it already has. Each entry's
+// files are followed by <sha256>.sha256, their checksums: an entry that does not match them (a broken or cut-short
+// file, an entry from before the checksums) is exported again, and said so, instead of failing every later run.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeOwnFile } from '../../core/own-file.ts';
 import { exporterPython, PROGRAM_CACHE, XLA_PINS, XLA_SETUP_COMMAND } from './setup.ts';
 import type { ArrayDtype } from './runner.ts';
 
@@ -27,6 +30,45 @@ export interface ProgramSpec {
   extraInputs?: Array<{ name: string; dtype: ArrayDtype; shape: number[] }>;
   /** Keep new state only where these scalars are finite (the non-finite rule); adds the output "applied". */
   guard?: { finite: string[] };
+}
+
+/** The files export.py writes for a program, `base` + each. */
+export const PROGRAM_FILES = ['.vhlo', '.mlir', '.json'] as const;
+/** `base` + this holds the checksums of the program's files, written after them. */
+export const PROGRAM_CHECKSUMS = '.sha256';
+const CHECKSUM_LINE = /^([0-9a-f]{64}) {2}(\S+)$/;
+
+const sha256File = (file: string) => createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+
+/** Writes `base`.sha256 (`<sha256>  <file>` lines, as `sha256sum -c` reads them) for the entry's files, atomically. */
+export function writeProgramChecksums(base: string): void {
+  const text = PROGRAM_FILES.map((ext) => `${sha256File(base + ext)}  ${path.basename(base + ext)}\n`).join('');
+  const temporary = `${base}${PROGRAM_CHECKSUMS}.tmp-${process.pid}`;
+  writeOwnFile(temporary, text);
+  fs.renameSync(temporary, base + PROGRAM_CHECKSUMS);
+}
+
+/** What is wrong with the cache entry at `base`, naming the file, or null when every file matches its checksum. */
+export function programEntryProblem(base: string): string | null {
+  const sums = base + PROGRAM_CHECKSUMS;
+  if (!fs.existsSync(sums)) return `${sums} is missing (an entry cut short, or from before checksums)`;
+  const listed = new Map<string, string>();
+  for (const line of fs
+    .readFileSync(sums, 'utf8')
+    .split('\n')
+    .filter((l) => l)) {
+    const match = CHECKSUM_LINE.exec(line);
+    if (!match) return `${sums} is not a list of "<sha256>  <file>" lines`;
+    listed.set(match[2], match[1]);
+  }
+  for (const ext of PROGRAM_FILES) {
+    const file = base + ext;
+    const expected = listed.get(path.basename(file));
+    if (expected === undefined) return `${sums} has no checksum for ${path.basename(file)}`;
+    if (!fs.existsSync(file)) return `${file} is missing`;
+    if (sha256File(file) !== expected) return `${file} does not match its checksum in ${sums}`;
+  }
+  return null;
 }
 
 /** An exported program: `base` + .vhlo / .mlir / .json. */
@@ -53,11 +95,26 @@ export function programHash(spec: ProgramSpec): string {
   return h.digest('hex');
 }
 
-/** The programs' files under `cache` (default .cache/xla/programs), exporting those not there yet in one Python run. */
-export function exportPrograms(specs: readonly ProgramSpec[], cache = PROGRAM_CACHE): ExportedProgram[] {
+/**
+ * The programs' files under `cache` (default .cache/xla/programs), exporting in one Python run those not there yet
+ * and those whose files do not match their checksums (each said through `warn`, naming the file).
+ */
+export function exportPrograms(
+  specs: readonly ProgramSpec[],
+  cache = PROGRAM_CACHE,
+  warn: (message: string) => void = (m) => process.stderr.write(`warning: ${m}\n`),
+): ExportedProgram[] {
   const exported = specs.map((spec) => ({ spec, hash: programHash(spec) })).map(({ spec, hash }) => ({ spec, hash, base: path.join(cache, hash) }));
-  const missing = exported.filter((p) => !fs.existsSync(`${p.base}.json`));
-  const unique = [...new Map(missing.map((p) => [p.hash, p])).values()];
+  const unique = [...new Map(exported.map((p) => [p.hash, p])).values()].filter((p) => {
+    const problem = programEntryProblem(p.base);
+    if (problem === null) return false;
+    if ([...PROGRAM_FILES, PROGRAM_CHECKSUMS].some((ext) => fs.existsSync(p.base + ext))) {
+      warn(`xla: program cache entry ${problem}: exporting it again`);
+      // Without its checksums the entry counts as unverified until the new export has written them.
+      fs.rmSync(p.base + PROGRAM_CHECKSUMS, { force: true });
+    }
+    return true;
+  });
   if (unique.length) {
     const python = exporterPython();
     if (!python) throw new Error(`train.executor xla: the exporter's Python is not set up (${XLA_SETUP_COMMAND} makes it)`);
@@ -92,6 +149,7 @@ export function exportPrograms(specs: readonly ProgramSpec[], cache = PROGRAM_CA
       fs.rmSync(job, { force: true });
       for (const p of programs) fs.rmSync(p.graphdef, { force: true });
     }
+    for (const { base } of unique) writeProgramChecksums(base);
   }
   return exported.map(({ hash, base }) => ({ hash, base }));
 }

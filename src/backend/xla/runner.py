@@ -101,27 +101,34 @@ class Runtime:
 
 
 def read_module(base):
-    """The program as MLIR bytecode: the portable artifact where this jax reads it, else the text."""
+    """The program as MLIR bytecode: the portable artifact where this jax reads it, else the text; and its file."""
     from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib import _jax
     try:
         with open(base + '.vhlo', 'rb') as f:
             portable = f.read()
         with jax_mlir.make_ir_context():
-            return _jax.mlir.deserialize_portable_artifact(portable).operation.get_asm(binary=True), 'portable artifact'
+            return _jax.mlir.deserialize_portable_artifact(portable).operation.get_asm(binary=True), 'portable artifact', base + '.vhlo'
     except Exception as err:  # noqa: BLE001 — any failure of the portable route falls back to the text, and says so
         with open(base + '.mlir') as f:
-            return f.read(), f'text ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ""})'
+            return f.read(), f'text ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ""})', base + '.mlir'
 
 
 class Program:
     def __init__(self, runtime, base):
-        with open(base + '.json') as f:
-            self.meta = json.load(f)
-        self.inputs = self.meta['inputs']
-        self.outputs = self.meta['outputs']
-        module, self.via = read_module(base)
-        self.executable = runtime.compile(module)
+        # Failures name the file: a broken program file is otherwise an error about no file at all.
+        try:
+            with open(base + '.json') as f:
+                self.meta = json.load(f)
+            self.inputs = self.meta['inputs']
+            self.outputs = self.meta['outputs']
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f'{base}.json: {type(err).__name__}: {err}') from err
+        module, self.via, file = read_module(base)
+        try:
+            self.executable = runtime.compile(module)
+        except Exception as err:  # noqa: BLE001 — re-raised, naming the file it came from
+            raise RuntimeError(f'{file} ({self.via}): {type(err).__name__}: {err}') from err
         self.runtime = runtime
 
     def __call__(self, env):
