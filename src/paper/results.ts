@@ -73,7 +73,16 @@ export interface ExperimentResults {
   claims: Claim[];
   /** Paired differences reported without a claim (experiments that declare them). */
   differences: Difference[];
-  units: { name: string; dir: string | null; values: number[]; extra: Record<string, number | null>; error: string | null; seconds: number | null }[];
+  /** Each unit's outcome, and the commit it ran at (an experiment resumed across sessions may span several). */
+  units: {
+    name: string;
+    dir: string | null;
+    values: number[];
+    extra: Record<string, number | null>;
+    error: string | null;
+    seconds: number | null;
+    commit: string | null;
+  }[];
 }
 
 const OPEN: Explanation = { kind: 'open', text: 'not explained yet' };
@@ -123,7 +132,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     quick: settings.quick,
     command: set.file,
     provenance: {
-      commits: distinct(done.map((r) => describeCommit(r.env))),
+      commits: commitsOfUnits(done),
       backends: distinct(done.map((r) => describeBackend(r.env))),
       machines: distinct(done.map((r) => describeMachine(r.env))),
       wallSeconds: done.length ? (Math.max(...ends) - Math.min(...starts)) / 1000 : null,
@@ -153,6 +162,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       extra: r.result?.outcome.extra ?? {},
       error: r.result?.outcome.error ?? r.failure,
       seconds: r.result?.seconds ?? null,
+      commit: r.result ? describeCommit(r.env) : null,
     })),
   };
 }
@@ -208,6 +218,16 @@ function unitView(records: UnitRecord[]) {
 const distinct = (items: string[]) => [...new Set(items)].sort();
 
 type Env = Record<string, any> | null;
+
+/** The commits the units ran at; where there are several, each with the units that ran at it (the per-unit list is in the JSON). */
+function commitsOfUnits(done: UnitRecord[]): string[] {
+  const byCommit = groupBy(done, (r) => describeCommit(r.env));
+  if (byCommit.size <= 1) return [...byCommit.keys()];
+  return [...byCommit].map(([commit, units]) => {
+    const names = units.map((r) => r.unit.name);
+    return `${commit}: ${names.length} unit${names.length > 1 ? 's' : ''} (${names.slice(0, 3).join(', ')}${names.length > 3 ? ', …' : ''})`;
+  });
+}
 
 function describeCommit(env: Env): string {
   const git = env?.git;

@@ -14,12 +14,16 @@ import { AUTO_PREFIX } from '../store/resolve.ts';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
 
-/** The commit of the slayformer checkout this process runs from, and whether its tree differs from it. */
-function gitSource(): { commit: string | null; dirty: boolean | null; reason?: string } {
-  const git = (...args: string[]) => execFileSync('git', ['-C', REPO_ROOT, ...args], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * The commit of the slayformer checkout `root` (this process's by default), and whether its tracked files differ from
+ * it. Untracked files do not count: a run folder, a scratch script or a data file beside the code leaves the code
+ * what the commit says.
+ */
+export function gitSource(root = REPO_ROOT): { commit: string | null; dirty: boolean | null; reason?: string } {
+  const git = (...args: string[]) => execFileSync('git', ['-C', root, ...args], { encoding: 'utf8', timeout: 10_000, stdio: ['ignore', 'pipe', 'pipe'] });
   try {
     const commit = git('rev-parse', 'HEAD').trim();
-    return { commit, dirty: git('status', '--porcelain').trim() !== '' };
+    return { commit, dirty: git('status', '--porcelain', '--untracked-files=no').trim() !== '' };
   } catch (err) {
     return { commit: null, dirty: null, reason: `not a git checkout, or git is missing (${(err as Error).message.split('\n')[0]})` };
   }

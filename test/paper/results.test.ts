@@ -144,7 +144,8 @@ describe('buildResults', () => {
   it('names the commits, backends, machines, wall time and the command', () => {
     expect(results.command).toBe('npm run paper -- toy');
     expect(results.provenance).toMatchObject({
-      commits: ['0123456789ab', 'fedcba987654 (with uncommitted changes)'],
+      // Two commits: each names the units that ran at it; every unit records its own in the JSON.
+      commits: ['0123456789ab: 5 units (a-s1, a-s2, b-s1, …)', 'fedcba987654 (with uncommitted changes): 1 unit (c-s1)'],
       backends: ['wasm, TensorFlow.js 4.22.0'],
       machines: ['Test CPU, 2 cores, 8 GiB, linux-x64, Node v20'],
       wallSeconds: 110,
@@ -152,6 +153,8 @@ describe('buildResults', () => {
       cpuSeconds: 54,
       units: { total: 6, done: 6, notDone: 0 },
     });
+    expect(results.units.map((u) => [u.name, u.commit])).toContainEqual(['c-s1', 'fedcba987654 (with uncommitted changes)']);
+    expect(results.units.find((u) => u.name === 'a-s1')!.commit).toBe('0123456789ab');
     const markdown = resultsMarkdown(results, 'toy/agreement.svg');
     expect(markdown).toContain(
       '**1 of 4 cells with a published value agree with the paper** (2 disagree: 0 by a deliberate difference, 1 by a protocol gap, 1 open; 1 without a value of ours); 1 more cells have no published value.',

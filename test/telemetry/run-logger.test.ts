@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { checkRecord, readMetrics, type MetricRecord } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
+import { gitSource } from '../../src/telemetry/environment.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { type Recipe } from '../../src/recipe/schema.ts';
 import { RUN_MARKER } from '../../src/store/layout.ts';
@@ -64,7 +65,7 @@ describe('RunLogger', () => {
     const logger = await RunLogger.create(r, { echo: false });
     const envFile = path.join(logger.dir, 'env.json');
     const env = JSON.parse(fs.readFileSync(envFile, 'utf8'));
-    expect(env.git).toEqual({ commit: git('rev-parse', 'HEAD').trim(), dirty: git('status', '--porcelain').trim() !== '' });
+    expect(env.git).toEqual({ commit: git('rev-parse', 'HEAD').trim(), dirty: git('status', '--porcelain', '--untracked-files=no').trim() !== '' });
     const installed = (name: string) => JSON.parse(fs.readFileSync(path.join(root, 'node_modules', ...name.split('/'), 'package.json'), 'utf8')).version;
     expect(env.backend).toMatchObject({ name: 'cpu', tensorflow: null });
     expect(env.backend.versions).toMatchObject({
@@ -82,6 +83,23 @@ describe('RunLogger', () => {
     expect(after.resumes).toHaveLength(1);
     expect(after.resumes[0]).toMatchObject({ resumedAtStep: 0, git: env.git });
     expect(resumed.dir).toBe(logger.dir);
+  });
+
+  it('a tree is dirty when a tracked file changed, not for an untracked one (a run folder, a scratch file)', () => {
+    const repo = fs.mkdtempSync(path.join(os.tmpdir(), 'slay-git-'));
+    try {
+      const git = (...args: string[]) => execFileSync('git', ['-C', repo, '-c', 'user.name=t', '-c', 'user.email=t@t', ...args], { stdio: 'ignore' });
+      git('init', '-q');
+      fs.writeFileSync(path.join(repo, 'code.ts'), 'a');
+      git('add', 'code.ts');
+      git('commit', '-qm', 'one');
+      fs.writeFileSync(path.join(repo, 'notes.txt'), 'untracked');
+      expect(gitSource(repo)).toMatchObject({ commit: expect.stringMatching(/^[0-9a-f]{40}$/), dirty: false });
+      fs.writeFileSync(path.join(repo, 'code.ts'), 'b');
+      expect(gitSource(repo).dirty).toBe(true);
+    } finally {
+      fs.rmSync(repo, { recursive: true, force: true });
+    }
   });
 
   it('writes one parseable JSON line per record with every required field', async () => {
