@@ -44,7 +44,7 @@ export function modelFileHeader(model: LanguageModel, extra: Record<string, stri
 }
 
 /** What final/ holds besides COMPLETE. */
-const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
+export const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
 
 /**
  * Writes `<runDir>/final/` = model.safetensors (metadata: the model config with its vocabSize, plus `metadata`) +
