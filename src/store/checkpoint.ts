@@ -43,8 +43,7 @@ import {
   writeFolderAtomically,
 } from '../core/atomic-folder.ts';
 import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, FINAL_DIR, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
-import { FINAL_FILES, modelFileHeader, modelTensors, namedArrays } from './model-folder.ts';
-import { parseRecipe } from './recipes.ts';
+import { FINAL_FILES, modelFileHeader, modelTensors, namedArrays, parseSavedRecipe } from './model-folder.ts';
 import { listCheckpoints, readRunMarker, relocateRecipePaths, RUN_ID_PATTERN, runFolderOf, type CheckpointInfo } from './run-folder.ts';
 
 const STATE_VERSION = 1;
@@ -152,7 +151,7 @@ export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
   };
   const state = checkState(json(STATE_FILE), file(STATE_FILE));
   const recipeText = files.get(RECIPE_FILE)!.toString('utf8');
-  const recipe = parseRecipe(recipeText, file(RECIPE_FILE));
+  const recipe = parseSavedRecipe(files.get(RECIPE_FILE)!, file(RECIPE_FILE));
   // Checkpoints saved before train.evalSample existed evaluated the split's head: recording that keeps a resume's
   // change to the spread sample visible among the changed keys (docs/training.md#validation).
   if (!savedRecipeHasKey(recipeText, 'train', 'evalSample')) recipe.train.evalSample = 'head';
