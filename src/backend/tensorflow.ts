@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { FUSED_CPU_KERNELS, LINEAR_WITH_BIAS, noteFusedCpuKernels, STATELESS_UNIFORM } from './fused-kernels.ts';
+import { useQuietStderr, withStderrSilenced } from './quiet-stderr.ts';
 import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, FUSED_OPS_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
 
 let loadedFrom: string | undefined;
@@ -28,8 +29,9 @@ export function loadTensorflowPackage(): string | undefined {
   const candidates = [...(wheelBuilt ? [wheelBuilt] : []), '@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'];
   for (const candidate of candidates) {
     try {
-      const quietAddon = candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null;
-      withoutStartupLines(quietAddon, () => require(candidate));
+      // The start-up's INFO lines, printed before any log level applies, are dropped (quiet-stderr.ts).
+      useQuietStderr(candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null);
+      withStderrSilenced(() => require(candidate));
       registerTensorflowKernels();
       if (candidate === wheelBuilt && !build!.gpu) registerFusedCpuKernels(path.join(wheelBuilt, FUSED_OPS_ADDON));
       loadedFrom = candidate === wheelBuilt ? '.cache/tensorflow' : candidate;
@@ -43,24 +45,6 @@ export function loadTensorflowPackage(): string | undefined {
       readBuildStamp() ? `the native build predates this version of the project (run \`${SETUP_COMMAND}\` again)` : `not set up (run \`${SETUP_COMMAND}\`)`,
     );
   return reasons.join('; ');
-}
-
-/**
- * Runs `load` with file descriptor 2 on /dev/null, so that the INFO lines TensorFlow's C++ static
- * initialisers print while the library loads (absl writes everything to stderr before its logging is
- * set up, whatever TF_CPP_MIN_LOG_LEVEL says; e.g. "oneDNN custom operations are on") do not reach
- * the user. Node has no dup2: the set-up builds a small addon for it (native/quiet_stderr.c); without
- * it (an installed tfjs-node) the lines are left alone, as they are with TF_CPP_MIN_LOG_LEVEL=0.
- */
-function withoutStartupLines<T>(addon: string | null, load: () => T): T {
-  if (!addon || process.env.TF_CPP_MIN_LOG_LEVEL === '0' || !fs.existsSync(addon)) return load();
-  const quiet = createRequire(import.meta.url)(addon) as { silence(): number; restore(saved: number): void };
-  const saved = quiet.silence();
-  try {
-    return load();
-  } finally {
-    quiet.restore(saved);
-  }
 }
 
 /** The binding's view of itself, and the package it came from ('.cache/tensorflow' or an installed one), for logs and env records. */

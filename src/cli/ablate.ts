@@ -10,6 +10,7 @@ import { PAPER_SCALES, PAPER_SETTINGS, paperCases, type FidelityRow } from '../p
 import { chooseBackend, type BackendChoice } from '../backend/device.ts';
 import { backendOption, startBackend } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, type OptionValues } from './command.ts';
+import { makeFolders } from '../core/folders.ts';
 
 const COMMAND = {
   name: 'ablate',
@@ -85,7 +86,7 @@ await runCommand(COMMAND, async ({ values: args }) => {
     console.log(fidelityMarkdown(scaleRows));
   }
 
-  fs.mkdirSync(args.out, { recursive: true });
+  makeFolders(args.out);
   const header = `Kernel fidelity on ${backend}: E=${settings.embed}, H=${settings.heads}, B=${settings.batch}, ${settings.causal ? 'causal' : 'bidirectional'}, ε=${epsilon}, seeds ${seeds.join(',')}. SLAY variants vs exact spherical Yat; Performer/DARKFormer (m = R·P·M) vs softmax.\n\n`;
   fs.writeFileSync(path.join(args.out, 'table.md'), header + fidelityMarkdown(rows) + '\n');
   fs.writeFileSync(path.join(args.out, 'results.json'), JSON.stringify({ backend, epsilon, settings, scales, rows }, null, 2));

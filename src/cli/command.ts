@@ -11,6 +11,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { writeLastWords } from '../backend/quiet-stderr.ts';
 
 export interface OptionSpec {
   type: 'string' | 'boolean';
@@ -234,8 +235,9 @@ export async function runCommand<const O extends Record<string, OptionSpec>>(
       process.exitCode = 2;
       return;
     }
-    process.stderr.write(`${spec.name}: ${err instanceof Error ? err.message : String(err)}\n`);
-    if (process.env.SLAYFORMER_DEBUG && err instanceof Error) process.stderr.write(`${err.stack}\n`);
+    const stack = process.env.SLAYFORMER_DEBUG && err instanceof Error ? `${err.stack}\n` : '';
+    // The error is the last line: TensorFlow's lines as the process exits only echo it (backend/quiet-stderr.ts).
+    writeLastWords(`${spec.name}: ${err instanceof Error ? err.message : String(err)}\n${stack}`);
     process.exit(1);
   }
 }

@@ -2,13 +2,14 @@
 //                  [--batch N] [--eval-samples N] [--lr X] [--backend wasm] [--graph on|off] [--xla auto|on|off] [--out DIR]
 // Trains the paper's small attention-only model on the synthetic tasks for every mechanism and
 // seed; prints accuracy mean ± sd per task and per category, and writes results.json + results.md.
-import { mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 // The task runner, the attention registry, the graph helpers and the backend load TensorFlow.js: imported when the
 // command runs, so that --help answers at once.
 import { TASK_CATEGORIES, TASK_NAMES, tasksInCategory } from '../paper/synthetic-tasks.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { listOption, numberListOption, runCommand, UsageError } from './command.ts';
+import { makeFolders } from '../core/folders.ts';
 
 /** --quick: the reference's quick protocol (50 steps, batch 16, one seed) on five tasks of length ≤ 32 from four categories. */
 const QUICK_TASKS = ['copy', 'sort', 'pattern', 'bigram', 'majority'];
@@ -110,7 +111,7 @@ await runCommand(COMMAND, async ({ values }) => {
   );
   console.log(`\n${markdown}\ntotal wall time ${wallSeconds.toFixed(1)} s; steps ran ${execution}`);
 
-  await mkdir(outDir, { recursive: true });
+  makeFolders(outDir);
   const attentionOptions = Object.fromEntries(attentions.map((a) => [a, TASK_ATTENTION_OPTIONS[a] ?? {}]));
   await writeFile(
     join(outDir, 'results.json'),

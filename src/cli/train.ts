@@ -8,6 +8,7 @@ import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecisio
 import { clusterFromEnv } from '../backend/cluster-env.ts';
 import { machineRanksProblem, thisMachine } from '../backend/machine-ranks.ts';
 import { MAX_RANKS } from '../core/bounds.ts';
+import { writeLastWords } from '../backend/quiet-stderr.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
 import { ignoreOutputErrors, watchLauncher } from './launcher-channel.ts';
@@ -220,8 +221,8 @@ async function main(args: Args): Promise<number> {
       console.error(`train: ${err.message}\nresume with: ${resumeCommand(args, err.checkpointDir)}`);
       return signalExitCode(err.signal);
     }
-    console.error(`train: ${(err as Error).message}`);
-    if (process.env.SLAYFORMER_DEBUG) console.error((err as Error).stack);
+    // The error is the last line: what TensorFlow says after it (the report below, the exit) only echoes it.
+    writeLastWords(`train: ${(err as Error).message}\n${process.env.SLAYFORMER_DEBUG ? `${(err as Error).stack}\n` : ''}`);
     // The other ranks' collectives fail at once, quoting this error, rather than after the heartbeat timeout.
     const { currentCluster, reportFailureToCluster } = await import('../backend/collective.ts');
     const joined = currentCluster();

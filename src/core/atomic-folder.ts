@@ -7,16 +7,29 @@
 // complete. An existing `<name>` is first renamed aside (`.<name>.old-<pid>`) and removed after the
 // new one is in place, so a crash leaves a complete copy under one of the two names.
 //
+// A save that fails (a full disk: ENOSPC) removes its temporary folder before the error goes on, so that the space it
+// took is free again, and puts a folder it had renamed aside back. A save that is killed cannot: its temporary folder
+// holds a file WRITER (the writer's pid and host, removed just before the rename), and removeDeadTemporaries removes the
+// temporary folders whose writer no longer runs on this host (one without WRITER, of a version before it or killed
+// before writing it, by the pid in its name, on this host); another host's cannot be checked and is left alone.
+//
 // Removal never follows a symbolic link: a folder that is a link (a checkpoint or final/ moved to another disk and
 // linked back) may be read, but is never emptied or removed, nor is what it points to. A linked `<name>` that a new
 // folder replaces is kept beside it as `<name>.link-<pid>`, and the caller is told.
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, readdirSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rename, rm, rmdir } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
+import { makeFolders } from './folders.ts';
+import { holderIsLive, thisProcess, type LockHolder } from './lock-file.ts';
 import { errorNaming } from './own-file.ts';
 
 export const COMPLETE_MARKER = 'COMPLETE';
+/** In a temporary folder while it is written: its writer (see the top of this file). */
+const WRITER_FILE = 'WRITER';
+/** `.<name>.tmp-<pid>`: a folder being written (see the top of this file). */
+const TEMPORARY_NAME = /^\.(.+)\.tmp-(\d+)$/;
 const CHECKSUM_LINE = /^([0-9a-f]{64}) {2}(\S+)$/;
 
 /** Writes and fsyncs `file`; a failed write (a full disk) names the file (own-file.ts). */
@@ -63,7 +76,7 @@ export async function writeFolderAtomically(
   ownFiles: ReadonlySet<string>,
   note: (text: string) => void = () => {},
 ): Promise<string> {
-  await mkdir(parent, { recursive: true });
+  makeFolders(parent);
   const target = path.join(parent, name);
   const tmp = path.join(parent, `.${name}.tmp-${process.pid}`);
   const linked = isSymbolicLink(target);
@@ -71,16 +84,29 @@ export async function writeFolderAtomically(
   if (!linked && existsSync(target)) assertOnlyOwnFiles(target, ownFiles);
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp);
-  const sums: string[] = [];
-  for (const [file, data] of files) {
-    await writeFileSynced(path.join(tmp, file), data);
-    sums.push(`${sha256(data)}  ${file}`);
-  }
-  await writeFileSynced(path.join(tmp, COMPLETE_MARKER), sums.join('\n') + '\n');
-  await syncDir(tmp);
   const replacing = linked || existsSync(target);
-  if (replacing) await rename(target, aside);
-  await rename(tmp, target);
+  let movedAside = false;
+  try {
+    await writeFileSynced(path.join(tmp, WRITER_FILE), JSON.stringify(thisProcess()) + '\n');
+    const sums: string[] = [];
+    for (const [file, data] of files) {
+      await writeFileSynced(path.join(tmp, file), data);
+      sums.push(`${sha256(data)}  ${file}`);
+    }
+    await writeFileSynced(path.join(tmp, COMPLETE_MARKER), sums.join('\n') + '\n');
+    await rm(path.join(tmp, WRITER_FILE));
+    await syncDir(tmp);
+    if (replacing) {
+      await rename(target, aside);
+      movedAside = true;
+    }
+    await rename(tmp, target);
+  } catch (err) {
+    // A full disk, most often: the space the partial copy takes is given back, the previous folder put back in place.
+    if (movedAside) await rename(aside, target).catch(() => {});
+    await removeOwnFolder(tmp, ownFiles).catch(() => false);
+    throw err;
+  }
   await syncDir(parent);
   if (linked)
     note(
@@ -101,7 +127,7 @@ function assertOnlyOwnFiles(dir: string, ownFiles: ReadonlySet<string>): void {
 /** Entries of `dir` this project did not write: other names, and anything under an own name that is not a plain file (a link). */
 function foreignEntries(dir: string, ownFiles: ReadonlySet<string>): string[] {
   return readdirSync(dir, { withFileTypes: true })
-    .filter((e) => !(ownFiles.has(e.name) || e.name === COMPLETE_MARKER || e.name === `${COMPLETE_MARKER}.tmp`) || !e.isFile())
+    .filter((e) => !(ownFiles.has(e.name) || e.name === COMPLETE_MARKER || e.name === `${COMPLETE_MARKER}.tmp` || e.name === WRITER_FILE) || !e.isFile())
     .map((e) => e.name);
 }
 
@@ -115,6 +141,39 @@ export async function removeOwnFolder(dir: string, ownFiles: ReadonlySet<string>
   for (const entry of readdirSync(dir)) await rm(path.join(dir, entry), { force: true });
   await rmdir(dir);
   return true;
+}
+
+/** Whether `dir`, a temporary folder `.<name>.tmp-<pid>`, may still be written: its writer runs, or runs on another host (see the top of this file). */
+export function temporaryWriterIsLive(dir: string): boolean {
+  const pid = Number(TEMPORARY_NAME.exec(path.basename(dir))?.[2]);
+  let writer: Pick<LockHolder, 'pid' | 'host'> = { pid, host: os.hostname() };
+  const file = path.join(dir, WRITER_FILE);
+  const stat = lstatSync(file, { throwIfNoEntry: false });
+  if (stat?.isFile() && stat.size <= 4096) {
+    try {
+      const saved = JSON.parse(readFileSync(file, 'utf8')) as Partial<LockHolder>;
+      if (Number.isSafeInteger(saved.pid) && typeof saved.host === 'string') writer = { pid: saved.pid!, host: saved.host };
+    } catch {
+      // cut short by the kill that left it: the pid in the folder's name says the same
+    }
+  }
+  return holderIsLive(writer);
+}
+
+/**
+ * Removes the temporary folders `.<name>.tmp-<pid>` in `parent`, for the names `isName` accepts, whose writer no
+ * longer runs (temporaryWriterIsLive) and that hold nothing but `ownFiles` (removeOwnFolder): what saves killed
+ * before their rename left behind. Returns the removed folders.
+ */
+export async function removeDeadTemporaries(parent: string, isName: (name: string) => boolean, ownFiles: ReadonlySet<string>): Promise<string[]> {
+  const removed: string[] = [];
+  for (const entry of existsSync(parent) ? readdirSync(parent) : []) {
+    const match = TEMPORARY_NAME.exec(entry);
+    const dir = path.join(parent, entry);
+    if (!match || !isName(match[1]) || temporaryWriterIsLive(dir)) continue;
+    if (await removeOwnFolder(dir, ownFiles)) removed.push(dir);
+  }
+  return removed;
 }
 
 /**

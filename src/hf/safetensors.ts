@@ -220,6 +220,13 @@ function parseHeader(headerBytes: Uint8Array, dataLength: number, dtypes: readon
   if (!isRecord(metadata) || Object.values(metadata).some((v) => typeof v !== 'string')) {
     fail(`__metadata__ must be a map of strings (got ${showValue(metadata)})`);
   }
+  // A whole header whose tensors end past the data present: the file was cut short (a copy or a write that stopped).
+  let last: [string, number] = ['', 0];
+  for (const [name, entry] of Object.entries(entries)) {
+    const end = isRecord(entry) && Array.isArray(entry.data_offsets) ? entry.data_offsets[1] : 0;
+    if (Number.isSafeInteger(end) && end > last[1]) last = [name, end];
+  }
+  if (last[1] > dataLength) fail(`cut short: tensor '${last[0]}' ends at byte ${last[1]} of the data part, but the file holds ${dataLength} bytes of it`);
   const spans = Object.entries(entries).map(([name, entry]) => checkEntry(name, entry, dataLength, dtypes, fail));
   // The format requires the entries to cover the data part exactly, in some order.
   let covered = 0;

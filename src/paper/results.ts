@@ -4,7 +4,7 @@
 //   <out>/<experiment>[-quick].md     the tables and the disagreements, for people
 //   <out>/<experiment>[-quick].json   the same, every unit's outcome included, for programs
 //   <out>/<experiment>[-quick]/agreement.svg   ours against the paper's, one point per cell
-import { mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { groupBy, meanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
@@ -17,6 +17,7 @@ import { lineChartSvg } from '../report/plot.ts';
 import { escapeMarkdown } from '../report/markdown.ts';
 import type { LinePoint } from '../report/plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
+import { makeFolders } from '../core/folders.ts';
 
 export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
   ours: MeanSd;
@@ -478,7 +479,7 @@ function curvesSvg(results: ExperimentResults, table: string, cells: CellResult[
 /** Writes the markdown, the JSON and the plots (agreement; validation curves per table where units record them); returns the files. */
 export async function writeResults(results: ExperimentResults, outDir: string): Promise<string[]> {
   const base = `${results.experiment}${results.quick ? '-quick' : ''}`;
-  await mkdir(path.join(outDir, base), { recursive: true });
+  makeFolders(path.join(outDir, base));
   const plot = path.join(base, 'agreement.svg');
   const svg = await agreementPlotSvg(results);
   const files: string[] = [];

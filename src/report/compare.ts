@@ -13,7 +13,7 @@
 // tokenizer, validation tokens) are refused, naming the difference, or with `split` written as one report per family.
 // A group's mean ± sd measures how much the seed matters, so a group whose runs differ in more than the seed (tokens
 // trained, the learning-rate schedule they followed) is refused unless forced.
-import { mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { relative } from 'node:path';
 import { defaultBaseline, describeRun, differencesTable, groupCurves, groupRuns, shortKey, type RunGroup } from './groups.ts';
 import { familyDifferences, familyFolder, loadRuns, type LoadOptions, type RunSummary } from './load-runs.ts';
@@ -36,6 +36,7 @@ import {
   type Column,
   type Table,
 } from './table.ts';
+import { makeFolders } from '../core/folders.ts';
 
 const MIB = 2 ** 20;
 const number = <T>(title: string, value: (item: T) => number | null, digits = 0): Column<T> => ({
@@ -408,7 +409,7 @@ async function writeReport(
   }
   for (const line of mixed) warn(`MIXED GROUP averaged because of --force: ${line}`);
 
-  await mkdir(outDir, { recursive: true });
+  makeFolders(outDir);
   const files: string[] = [];
   const write = async (name: string, content: string) => {
     const file = safeJoin(outDir, name);

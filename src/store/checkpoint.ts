@@ -11,7 +11,8 @@
 //
 // Writing is crash-safe (core/atomic-folder.ts): the files go into `checkpoints/.step-000100.tmp-<pid>/`, each is fsynced,
 // COMPLETE records their sha256, the folder is fsynced and renamed to `step-000100`, and the parent is fsynced. A
-// process killed at any moment leaves every earlier checkpoint complete. Loading checks the checksums, and treats
+// process killed at any moment leaves every earlier checkpoint complete; a save that fails (a full disk) removes its
+// temporary folder, and a resume removes those of saves whose process died (removeDeadSaves). Loading checks the checksums, and treats
 // every file as untrusted: state, recipe and cursor are validated and the tensors decoded with bounds checks.
 //
 // A checkpoint belongs to a run when it sits in `<run>/checkpoints/step-NNNNNN/`, `<run>` carries the run marker that
@@ -32,10 +33,17 @@ import { ARCHITECTURE_DEFAULTS, architectureOf } from '../model/transformer.ts';
 import type { Architecture } from '../model/transformer.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { canonicalJson } from '../core/json.ts';
-import { COMPLETE_MARKER, isSymbolicLink, readCheckedFiles, removeOwnFolder, writeFolderAtomically } from '../core/atomic-folder.ts';
-import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
-import { modelFileHeader, modelTensors, namedArrays } from './model-folder.ts';
-import { parseRecipe } from './recipes.ts';
+import {
+  COMPLETE_MARKER,
+  isSymbolicLink,
+  readCheckedFiles,
+  removeDeadTemporaries,
+  removeOwnFolder,
+  temporaryWriterIsLive,
+  writeFolderAtomically,
+} from '../core/atomic-folder.ts';
+import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, FINAL_DIR, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
+import { FINAL_FILES, modelFileHeader, modelTensors, namedArrays, parseSavedRecipe } from './model-folder.ts';
 import { listCheckpoints, readRunMarker, relocateRecipePaths, RUN_ID_PATTERN, runFolderOf, type CheckpointInfo } from './run-folder.ts';
 
 const STATE_VERSION = 1;
@@ -143,7 +151,7 @@ export async function loadCheckpoint(dir: string): Promise<LoadedCheckpoint> {
   };
   const state = checkState(json(STATE_FILE), file(STATE_FILE));
   const recipeText = files.get(RECIPE_FILE)!.toString('utf8');
-  const recipe = parseRecipe(recipeText, file(RECIPE_FILE));
+  const recipe = parseSavedRecipe(files.get(RECIPE_FILE)!, file(RECIPE_FILE));
   // Checkpoints saved before train.evalSample existed evaluated the split's head: recording that keeps a resume's
   // change to the spread sample visible among the changed keys (docs/training.md#validation).
   if (!savedRecipeHasKey(recipeText, 'train', 'evalSample')) recipe.train.evalSample = 'head';
@@ -356,12 +364,27 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
   const deleted: string[] = [];
   for (const entry of readdirSync(parent)) {
     const dir = path.join(parent, entry);
-    const ours = CHECKPOINT_NAME.test(entry) || /^\.step-\d{6,}\.(tmp|old)-\d+$/.test(entry);
-    if (!ours || kept.has(dir)) continue;
+    const leftover = /^\.step-\d{6,}\.(tmp|old)-\d+$/.exec(entry);
+    const ours = CHECKPOINT_NAME.test(entry) || leftover !== null;
+    // A temporary folder whose writer still runs is a save in progress, not a leftover.
+    if (!ours || kept.has(dir) || (leftover?.[1] === 'tmp' && temporaryWriterIsLive(dir))) continue;
     if (isSymbolicLink(dir)) onLink(dir);
     else if (await removeOwnFolder(dir, CHECKPOINT_FILES)) deleted.push(dir);
   }
   return deleted;
+}
+
+/**
+ * Removes what saves killed before their rename left in run folder `runDir` (a run folder: its marker): the temporary
+ * folders `checkpoints/.step-NNNNNN.tmp-<pid>/` and `.final.tmp-<pid>/` whose process no longer runs, holding nothing
+ * but the project's files (src/core/atomic-folder.ts says how a dead writer is told from a live one). Returns them.
+ */
+export async function removeDeadSaves(runDir: string): Promise<string[]> {
+  if (!readRunMarker(runDir).marked) return [];
+  return [
+    ...(await removeDeadTemporaries(path.join(runDir, CHECKPOINTS_DIR), (name) => CHECKPOINT_NAME.test(name), CHECKPOINT_FILES)),
+    ...(await removeDeadTemporaries(runDir, (name) => name === FINAL_DIR, FINAL_FILES)),
+  ];
 }
 
 /** What the training loop keeps between checkpoints: where they go, the best validation loss, the newest one. */

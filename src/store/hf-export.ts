@@ -18,7 +18,7 @@
 // replaced only with --overwrite and only when it is an earlier export (nothing but the files above,
 // and a config.json with the `slayformer` section): the project never deletes files it did not write.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { mkdir, rename, rm } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { TextTokenizer } from '../data/tokenizer.ts';
@@ -33,6 +33,7 @@ import { loadModel, loadModelTokenizer } from './load-model.ts';
 import { describeModelSource, modelCard } from './model-card.ts';
 import { hfFolderOf } from './resolve.ts';
 import { modelTensors } from './model-folder.ts';
+import { makeFolders } from '../core/folders.ts';
 
 export const EXPORT_FORMATS = ['hf'] as const;
 const TOKENIZER_CONFIG_FILE = 'tokenizer_config.json';
@@ -190,7 +191,7 @@ async function removeDeadPartials(out: string): Promise<string[]> {
 async function writeFolder(out: string, files: Map<string, string | Uint8Array>): Promise<void> {
   const tmp = `${out}.partial-${process.pid}`;
   await rm(tmp, { recursive: true, force: true });
-  await mkdir(tmp, { recursive: true });
+  makeFolders(tmp);
   try {
     for (const [name, data] of files) await writeFileSynced(path.join(tmp, name), data);
     await syncDir(tmp);

@@ -44,7 +44,7 @@ export function modelFileHeader(model: LanguageModel, extra: Record<string, stri
 }
 
 /** What final/ holds besides COMPLETE. */
-const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
+export const FINAL_FILES = new Set([MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE]);
 
 /**
  * Writes `<runDir>/final/` = model.safetensors (metadata: the model config with its vocabSize, plus `metadata`) +
@@ -113,7 +113,7 @@ export async function readModelFolder(dir: string): Promise<SavedModelFolder> {
   // Checkpoints and older final/ folders have no tokenizer of their own: they use the recipe's data.tokenizer.
   const ownTokenizer = existsSync(path.join(dir, TOKENIZER_FILE));
   const files = await readCheckedFiles(dir, [MODEL_FILE, RECIPE_FILE, ...(ownTokenizer ? [TOKENIZER_FILE] : [])]);
-  const saved = parseRecipe(files.get(RECIPE_FILE)!.toString('utf8'), path.join(dir, RECIPE_FILE));
+  const saved = parseSavedRecipe(files.get(RECIPE_FILE)!, path.join(dir, RECIPE_FILE));
   // Only a run folder's env.json (its marker, run-folder.ts) may point the recipe's data paths elsewhere.
   const { runDir } = runFolderOf(dir);
   const relocated = runDir ? relocateRecipePaths(saved, runDir) : saved;
@@ -121,6 +121,20 @@ export async function readModelFolder(dir: string): Promise<SavedModelFolder> {
   const modelFile = path.join(dir, MODEL_FILE);
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);
   return { dir, tensors, metadata, config: checkSavedModel({ tensors, metadata }, recipe, modelFile), recipe };
+}
+
+/**
+ * A model folder's or checkpoint's recipe.json. The project writes it as JSON, so text that is not JSON is a damaged
+ * file (cut short by a copy or a full disk), said as such, not a recipe to correct; valid JSON is checked as a recipe.
+ */
+export function parseSavedRecipe(bytes: Uint8Array, file: string): Recipe {
+  const text = Buffer.from(bytes).toString('utf8');
+  try {
+    JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${file} is cut short or damaged: not the JSON this project writes there (${(err as Error).message})`);
+  }
+  return parseRecipe(text, file);
 }
 
 /**

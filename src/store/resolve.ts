@@ -13,7 +13,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { isHfFolder } from '../hf/folder.ts';
+import { CONFIG_FILE as HF_CONFIG_FILE, isHfFolder } from '../hf/folder.ts';
 import { modelOverrides, nameWithModelOverrides } from '../recipe/run-name.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE } from './layout.ts';
@@ -48,8 +48,21 @@ export interface RunsOfRecipe {
 export function hfFolderOf(spec: string): string | null {
   if (spec.startsWith(HF_PREFIX)) return path.resolve(spec.slice(HF_PREFIX.length));
   const dir = path.resolve(spec);
-  // This project's model folders hold recipe.json, and a run folder's config.json is a recipe (no model_type).
-  return !existsSync(path.join(dir, RECIPE_FILE)) && isHfFolder(dir) ? dir : null;
+  // This project's model folders hold recipe.json, and a run folder's config.json is a recipe (no model_type). Weights
+  // beside a config.json that is not JSON (cut short) are a damaged Hugging Face folder: reading it names that file.
+  if (existsSync(path.join(dir, RECIPE_FILE))) return null;
+  return isHfFolder(dir) || (existsSync(path.join(dir, MODEL_FILE)) && unreadableJson(path.join(dir, HF_CONFIG_FILE))) ? dir : null;
+}
+
+/** Whether `file` exists but does not parse as JSON. */
+function unreadableJson(file: string): boolean {
+  if (!existsSync(file)) return false;
+  try {
+    JSON.parse(readFileSync(file, 'utf8'));
+    return false;
+  } catch {
+    return true;
+  }
 }
 
 /** The folder `spec` names for `role` (the rules at the top of this file). */

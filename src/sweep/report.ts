@@ -5,7 +5,7 @@
 //                             its confidence interval (Student t) and p-value, and how many seeds it won
 //   compare/                  `npm run compare` of the same runs (per-run tables and the loss/perplexity plots); one
 //                             sub-folder per kind of run when they differ in model kind or tokenizer (GPT and BERT)
-import { mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { compareRuns, PLOTS } from '../report/compare.ts';
 import { defaultBaseline } from '../report/groups.ts';
@@ -19,6 +19,7 @@ import type { PairedResult } from '../report/paired.ts';
 import { REPORT_METRICS, type ReportMetric } from './report-metrics.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
+import { makeFolders } from '../core/folders.ts';
 
 export interface ReportOptions {
   outDir: string;
@@ -112,7 +113,7 @@ export async function buildReport(sweep: Sweep, opts: ReportOptions): Promise<Sw
   });
   if (baseline !== null) pairWithBaseline(groups, baseline, level, REPORT_METRICS[metric].higherIsBetter);
 
-  await mkdir(opts.outDir, { recursive: true });
+  makeFolders(opts.outDir);
   const compareDir = safeJoin(opts.outDir, 'compare');
   // The recipe column names the sweep's group (the run's name without its seed), not the run (`softmax-seed1`).
   const groupOf = new Map(finished.map((f) => [f.summary.dir, f.run.group]));

@@ -27,13 +27,14 @@
 // characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
 // exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { BOUNDS, MAX_RANKS } from '../core/bounds.ts';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet } from './run-set.ts';
 import { executorFolder, taskCommand } from './set-files.ts';
+import { makeFolders } from '../core/folders.ts';
 
 const NAME = 'slurm';
 
@@ -286,7 +287,7 @@ export interface Submission {
 /** Writes the script, submits it with sbatch and records the job in `_sweep/slurm/jobs.jsonl`. */
 function submitSweep(sweep: RunSet, indices: number[], options: SlurmOptions, cwd = process.cwd()): Submission {
   const folder = executorFolder(sweep, NAME);
-  mkdirSync(folder, { recursive: true });
+  makeFolders(folder);
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   const script = path.join(folder, `${sweep.name}-${stamp}.sbatch`);
   writeOwnFile(script, renderSbatchScript(sweep, indices, options, cwd), 0o755);

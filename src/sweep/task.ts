@@ -16,7 +16,7 @@
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
 import { spawn } from 'node:child_process';
-import { mkdirSync, renameSync } from 'node:fs';
+import { renameSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
@@ -32,6 +32,7 @@ import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, sweepPaths, tel
 import type { Attempt, Lock } from './set-files.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { TSX_IMPORT } from '../tsx-import.ts';
+import { makeFolders } from '../core/folders.ts';
 
 const TRAIN_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'train.ts');
 
@@ -47,7 +48,7 @@ function takeLock(file: string, task: SweepExecutorTask | null): LockResult<Lock
 /** Writes the run's resolved recipe where the trainer reads it (atomically: tasks of other runs write beside it). */
 function writeRunRecipe(sweep: Sweep, run: SweepRun): string {
   const dir = sweepPaths(sweep).recipes;
-  mkdirSync(dir, { recursive: true });
+  makeFolders(dir);
   const file = path.join(dir, `${run.name}.yaml`);
   const text = `# Run ${run.index} of the sweep ${sweep.file}, written by npm run sweep (rewritten at every start).\n${YAML.stringify(run.recipe)}`;
   const tmp = `${file}.tmp-${process.pid}`;
@@ -109,7 +110,7 @@ export async function runGuarded(
   err: NodeJS.WritableStream = process.stderr,
 ): Promise<TaskResult> {
   const paths = sweepPaths(sweep);
-  for (const dir of [paths.locks, paths.logs, paths.attempts]) mkdirSync(dir, { recursive: true });
+  for (const dir of [paths.locks, paths.logs, paths.attempts]) makeFolders(dir);
   const here = currentTask();
   const lock = takeLock(lockFile(sweep, run), here?.task ?? null);
   if (!lock.held)

@@ -19,6 +19,7 @@
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import fs from 'node:fs';
 import path from 'node:path';
+import { makeFolders } from '../core/folders.ts';
 import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
 import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
@@ -210,7 +211,7 @@ export class RunLogger {
 
 /** `<parent>/<name>-<YYYYMMDD-HHMMSS>` (UTC), with -2, -3, … if two runs start in the same second. */
 export function makeRunDir(parent: string, name: string): string {
-  fs.mkdirSync(parent, { recursive: true });
+  makeFolders(parent);
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   const base = path.resolve(parent, `${runFolderPrefix(name)}-${stamp}`);
   for (let n = 1; ; n++) {

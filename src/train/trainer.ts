@@ -25,7 +25,7 @@ import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
 import type { EvalResult, EvalSample } from './evaluate.ts';
-import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, restoreCheckpoint } from '../store/checkpoint.ts';
+import { checkResumeCompatible, CheckpointWriter, loadCheckpoint, removeDeadSaves, restoreCheckpoint } from '../store/checkpoint.ts';
 import type { LoadedCheckpoint } from '../store/checkpoint.ts';
 import { CURSOR_FILE, FINAL_DIR, MODEL_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import type { TrainingSummary } from '../store/run-record.ts';
@@ -598,6 +598,8 @@ async function openRunLogger(
       finishing: resumed.state.step === totalSteps,
       device,
     });
+    // What saves killed mid-way left (on a full disk, the space the run needs) goes before the run writes again.
+    for (const dir of await removeDeadSaves(resumed.runDir)) logger.line(`removed ${dir}: left by a save whose process died`);
     return { logger, unlock: () => {} };
   }
   const logger = await RunLogger.create(recipe, { device });

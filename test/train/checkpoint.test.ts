@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -237,14 +238,16 @@ describe('pruneCheckpoints', () => {
     const pair = await trainedPair(3);
     const losses = [null, 1.2, null, 3.0, null, 2.0];
     for (let step = 1; step <= 6; step++) await save(runDir, step, losses[step - 1], pair);
-    mkdirSync(join(runDir, 'checkpoints', '.step-000007.tmp-4242'));
+    // A save killed before its rename (its process has ended), and one in progress: pruning takes the first only.
+    mkdirSync(join(runDir, 'checkpoints', `.step-000007.tmp-${spawnSync(process.execPath, ['-e', '']).pid}`));
+    mkdirSync(join(runDir, 'checkpoints', `.step-000008.tmp-${process.pid}`));
     expect(await pruneCheckpoints(runDir, 2)).toEqual([]); // no run marker: not a run folder, nothing in it is pruned
     expect(listCheckpoints(runDir).length).toBe(6);
     markRunFolder(runDir);
     const deleted = await pruneCheckpoints(runDir, 2);
     expect(listCheckpoints(runDir).map((c) => c.step)).toEqual([2, 5, 6]);
     expect(deleted.length).toBe(4);
-    expect(readdirSync(join(runDir, 'checkpoints')).sort()).toEqual(['step-000002', 'step-000005', 'step-000006']);
+    expect(readdirSync(join(runDir, 'checkpoints')).sort()).toEqual([`.step-000008.tmp-${process.pid}`, 'step-000002', 'step-000005', 'step-000006']);
     pair.model.dispose();
     pair.optimizer.dispose();
   });

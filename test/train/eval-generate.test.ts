@@ -203,6 +203,51 @@ describe('eval', () => {
   }, 30_000);
 });
 
+describe('a model folder cut short (a copy or a download that stopped)', () => {
+  /** A copy of `source` without its COMPLETE checksums (a copy of the files alone), `file` cut to half its length. */
+  async function cutCopy(source: string, name: string, file: string, keepChecksums = false): Promise<string> {
+    const folder = join(dir, 'cut', name);
+    await cp(source, folder, { recursive: true });
+    if (!keepChecksums) await rm(join(folder, 'COMPLETE'), { force: true });
+    const bytes = readFileSync(join(folder, file));
+    writeFileSync(join(folder, file), bytes.subarray(0, Math.floor(bytes.length / 2)));
+    return folder;
+  }
+
+  it('eval names the folder and the broken file, and says it is cut short, not a recipe error', async () => {
+    const recipeCut = await cutCopy(gptFinal, 'recipe', 'recipe.json');
+    await expect(evalCheckpoint({ checkpoint: recipeCut })).rejects.toThrow(
+      new RegExp(`^${join(recipeCut, 'recipe.json')} is cut short or damaged: not the JSON this project writes there \\(`),
+    );
+    const run = cli('eval', recipeCut);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(new RegExp(`^\\[eval\\] backend cpu\neval: ${join(recipeCut, 'recipe.json')} is cut short or damaged`));
+    expect(run.stderr.trim().split('\n')).toHaveLength(2); // the backend's line and the error: no YAML parser's complaints
+    expect(run.stderr).not.toMatch(/YAML/);
+    const weightsCut = await cutCopy(gptFinal, 'weights', 'model.safetensors');
+    await expect(evalCheckpoint({ checkpoint: weightsCut })).rejects.toThrow(
+      new RegExp(`^${join(weightsCut, 'model.safetensors')}: cut short: tensor '[\\w.]+' ends at byte \\d+ of the data part, but the file holds \\d+`),
+    );
+    // With its checksums, any damage is named against COMPLETE.
+    const checked = await cutCopy(gptFinal, 'checked', 'recipe.json', true);
+    await expect(evalCheckpoint({ checkpoint: checked })).rejects.toThrow(`${join(checked, 'recipe.json')} does not match the sha256`);
+  }, 60_000);
+
+  it('a Hugging Face export cut short names its config.json or weights, not a missing recipe.json', async () => {
+    const exported = join(dir, 'cut', 'hf-export');
+    const run = cli('export', gptFinal, '--out', exported);
+    expect(run.status, run.stderr).toBe(0);
+    const configCut = await cutCopy(exported, 'hf-config', 'config.json');
+    await expect(evalCheckpoint({ checkpoint: configCut, data: join(dir, 'data') })).rejects.toThrow(
+      new RegExp(`^${join(configCut, 'config.json')} is not valid JSON`),
+    );
+    const weightsCut = await cutCopy(exported, 'hf-weights', 'model.safetensors');
+    await expect(evalCheckpoint({ checkpoint: weightsCut, data: join(dir, 'data') })).rejects.toThrow(
+      new RegExp(`^${join(weightsCut, 'model.safetensors')}: cut short`),
+    );
+  }, 60_000);
+});
+
 describe('untrusted model folders', () => {
   /** A copy of the GPT's final/ whose safetensors metadata config (or recipe.json) is replaced; no checksums. */
   async function crafted(name: string, change: { config?: unknown; recipe?: string }): Promise<string> {
@@ -237,7 +282,8 @@ describe('untrusted model folders', () => {
       ['options', { config: { ...saved(), attention: { name: 'performer', options: { features: -3 } } } }, /model\.attention\.options\.features/],
       ['no-json', { config: '{"dModel": ' }, /model\.safetensors: metadata 'config' is not valid JSON/],
       ['null', { config: 'null' }, /model\.safetensors \(metadata 'config'\): the model config must be a JSON object \(got null\)/],
-      ['recipe', { recipe: '{"model": {"dModel": "x"}' }, /recipe\.json: invalid YAML at line 1, column \d+/],
+      ['recipe', { recipe: '{"model": {"dModel": "x"}' }, /recipe\.json is cut short or damaged: not the JSON this project writes there/],
+      ['recipe-value', { recipe: '{"model": {"dModel": "x"}}' }, /recipe\.json: .*model\.dModel/],
     ];
     for (const [name, change, message] of cases) {
       const folder = await crafted(name, change);

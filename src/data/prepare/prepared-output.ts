@@ -8,6 +8,7 @@ import path from 'node:path';
 import { SPLITS } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE } from './document-order.ts';
 import { InputError } from './document-source.ts';
+import { makeFolders } from '../../core/folders.ts';
 
 const PREPARED_MARKER = '.slayformer-prepared';
 const TOP_LEVEL = new Set<string>([PREPARED_MARKER, 'dataset_dict.json', DOCUMENT_ORDER_FILE, ...SPLITS]);
@@ -46,7 +47,7 @@ export function checkOutput(out: string, overwrite: boolean): void {
 /** Puts `staging` in place of `out`, replacing an earlier output (checked again: it may have changed since the start). */
 export function replaceOutput(staging: string, out: string, overwrite: boolean): void {
   checkOutput(out, overwrite);
-  fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
+  makeFolders(path.dirname(path.resolve(out)));
   if (!fs.existsSync(out)) {
     fs.renameSync(staging, out);
     return;

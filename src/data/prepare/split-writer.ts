@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { DATASET_DICT_JSON, DATASET_INFO_JSON, STATE_JSON } from '../dataset.ts';
 import type { Split } from '../dataset.ts';
 import { ArrowShardWriter, pythonJson, stringFeatures } from './arrow-writer.ts';
+import { makeFolders } from '../../core/folders.ts';
 
 /** Shard size limit: rows per shard, or UTF-8 bytes of string data per shard. */
 export type ShardSize = { rows: number } | { bytes: number };
@@ -56,7 +57,7 @@ export class SplitWriter {
     readonly shardSize: ShardSize,
     readonly description: string,
   ) {
-    fs.mkdirSync(folder, { recursive: true });
+    makeFolders(folder);
   }
 
   private shardFull(shard: ArrowShardWriter): boolean {
