@@ -13,7 +13,7 @@ import type { CellSpec, CellVerdict, Claim, Difference, Explanation, ShownExtra 
 import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
 import { lineChartSvg } from '../report/plot.ts';
-import { escapeMarkdown } from '../report/markdown.ts';
+import { escapeMarkdown } from '../core/markdown.ts';
 import type { LinePoint } from '../report/plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 
