@@ -53,6 +53,11 @@ export function writeOwnFile(file: string, data: string | Uint8Array, mode?: num
   writeAll(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, data, mode);
 }
 
+/** Opens `file` for writing as writeOwnFile does (created or truncated, a symbolic link at its name refused): for a stream's fd. */
+export function openOwnFileForWriting(file: string): number {
+  return openOwnFile(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, 0o666);
+}
+
 /** Appends `data` to `file` (created if absent), refusing a symbolic link at its name. */
 export function appendOwnFile(file: string, data: string | Uint8Array): void {
   writeAll(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_APPEND, data);

@@ -28,7 +28,7 @@ import { environmentRecord } from './environment.ts';
 import { fitFields, ProgressBar } from './progress-bar.ts';
 import type { LineField, StepProgress } from './progress-bar.ts';
 import { checkRecord, readMetrics, writeSummary, type MetricRecord, type TrainingSummary } from '../store/run-record.ts';
-import { TensorBoardWriter } from './tensorboard.ts';
+import { assertNoLinkedEventFile, TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
   readWandbInfo,
@@ -94,6 +94,7 @@ export class RunLogger {
       if (!fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`${dir}: the run folder to resume does not exist`);
       assertRunFolder(dir, 'resume in');
       for (const name of [RUN_CONFIG_FILE, ENV_FILE, METRICS_FILE, LOG_FILE, WANDB_INFO_FILE, SUMMARY_FILE]) assertNotLink(path.join(dir, name));
+      assertNoLinkedEventFile(dir);
     }
     const logger = new RunLogger(dir, opts);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
