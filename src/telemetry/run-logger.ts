@@ -19,7 +19,7 @@
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
 import fs from 'node:fs';
 import path from 'node:path';
-import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
+import { appendOwnFile, assertNotLink, replaceOwnFile } from '../core/own-file.ts';
 import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
@@ -104,7 +104,8 @@ export class RunLogger {
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
-    if (opts.resumeDir) writeOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
+    // Replaced whole (not truncated and rewritten): compare and eval may be reading the run meanwhile.
+    if (opts.resumeDir) replaceOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
     if (recipe.tensorboard.enabled) logger.tensorboard = TensorBoardWriter.open(dir, kept);
@@ -224,5 +225,5 @@ export function makeRunDir(parent: string, name: string): string {
 }
 
 function writeJson(file: string, value: unknown): void {
-  writeOwnFile(file, JSON.stringify(value, null, 2) + '\n');
+  replaceOwnFile(file, JSON.stringify(value, null, 2) + '\n');
 }

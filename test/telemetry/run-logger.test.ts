@@ -198,6 +198,25 @@ describe('RunLogger', () => {
     expect(fs.readFileSync(victim, 'utf8')).toBe("not the run's");
   });
 
+  it('a resume replaces config.json, env.json and metrics.jsonl whole: compare or eval reading the run meanwhile never sees a file cut short', async () => {
+    const first = await RunLogger.create(recipe(), { echo: false });
+    first.log(trainRecord(10, 4.9));
+    first.log(trainRecord(20, 4.5));
+    // A reader that opened the files just before the resume rewrites them (a truncate-and-write would empty them under it).
+    const opened = ['config.json', 'env.json', 'metrics.jsonl'].map((name) => {
+      const file = path.join(first.dir, name);
+      return { file, bytes: fs.readFileSync(file), fd: fs.openSync(file, 'r') };
+    });
+    try {
+      await RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 10 });
+      for (const { file, bytes, fd } of opened) expect(fs.readFileSync(fd).equals(bytes), file).toBe(true);
+    } finally {
+      for (const { fd } of opened) fs.closeSync(fd);
+    }
+    expect(readMetrics(first.dir).map((r) => r.step)).toEqual([10]);
+    expect(fs.readdirSync(first.dir).filter((f) => f.endsWith('.tmp'))).toEqual([]);
+  });
+
   it('writes no TensorBoard event file through a symbolic link at its name, on resume or while the run goes on', async () => {
     const first = await RunLogger.create(recipe(), { echo: false });
     first.log(trainRecord(10, 4.9));
