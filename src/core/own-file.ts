@@ -53,6 +53,22 @@ export function writeOwnFile(file: string, data: string | Uint8Array, mode?: num
   writeAll(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, data, mode);
 }
 
+/**
+ * Replaces `file` whole: written aside as `<file>.tmp` (as writeOwnFile writes) and renamed over it, so that a reader
+ * of a running run (compare, eval) finds the old bytes or the new ones, never a file emptied by a truncate. A
+ * symbolic link at `file` is refused as writeOwnFile refuses one.
+ */
+export function replaceOwnFile(file: string, data: string | Uint8Array): void {
+  assertNotLink(file);
+  writeOwnFile(`${file}.tmp`, data);
+  fs.renameSync(`${file}.tmp`, file);
+}
+
+/** Opens `file` for writing as writeOwnFile does (created or truncated, a symbolic link at its name refused): for a stream's fd. */
+export function openOwnFileForWriting(file: string): number {
+  return openOwnFile(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC, 0o666);
+}
+
 /** Appends `data` to `file` (created if absent), refusing a symbolic link at its name. */
 export function appendOwnFile(file: string, data: string | Uint8Array): void {
   writeAll(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_APPEND, data);

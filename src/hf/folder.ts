@@ -5,11 +5,13 @@
 // within the bounds table of src/core/bounds.ts, before any tensor name is listed from them), every header
 // entry against the file size, the name, dtype and shape of every tensor against what the config
 // implies, and the tokenizer's vocabulary against the embedding. Only then are the tensors read, one
-// by one (a NaN or infinite value refused), so nothing is allocated from what an unchecked file says.
+// by one (a NaN or infinite value refused), so nothing is allocated from what an unchecked file says;
+// this project's featureLogWeights are then held to the range a fit gives them (performer.ts).
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { listSome } from '../core/bounds.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
+import { unfittedImportanceWeights } from '../model/attention/performer.ts';
 import { attentionTensorShapes, languageModelParameterSpecs } from '../model/lm.ts';
 import { parseHfConfig, type HfConfig, type HfLayout, type HfModelConfig } from './config.ts';
 import { FLOAT_DTYPES, readSafetensorsHeader, readTensor, type NamedArray, type TensorEntry } from './safetensors.ts';
@@ -82,6 +84,12 @@ export async function readHfFolder(dir: string): Promise<HfFolder> {
   for (const { rule, entry, shape } of plan.matched) {
     const parts = decodeTensor(rule, await readTensor(entry), shape);
     rule.ours.forEach((name, i) => tensors.set(name, { shape, data: parts[i] }));
+  }
+  const unfitted = unfittedImportanceWeights(tensors);
+  if (unfitted.length > 0) {
+    const { tensor, problem } = unfitted[0];
+    const { entry } = plan.matched.find(({ rule }) => rule.ours.includes(tensor))!;
+    throw new Error(`${entry.file}: tensor '${entry.name}' ${problem}`);
   }
   for (const [copy, target] of plan.tied) {
     const a = await readTensor(copy);

@@ -14,7 +14,7 @@ import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired
 import { holmAdjusted } from '../report/paired.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
 import { lineChartSvg } from '../report/plot.ts';
-import { escapeMarkdown } from '../report/markdown.ts';
+import { escapeMarkdown } from '../core/markdown.ts';
 import type { LinePoint } from '../report/plot.ts';
 import type { ExperimentRunSet, UnitRecord } from './run.ts';
 import { makeFolders } from '../core/folders.ts';

@@ -17,7 +17,7 @@ import { writeFile } from 'node:fs/promises';
 import { relative } from 'node:path';
 import { defaultBaseline, describeRun, differencesTable, groupCurves, groupRuns, shortKey, type RunGroup } from './groups.ts';
 import { familyDifferences, familyFolder, loadRuns, type LoadOptions, type RunSummary } from './load-runs.ts';
-import { escapeHtml, escapeMarkdown } from './markdown.ts';
+import { escapeHtml, escapeMarkdown } from '../core/markdown.ts';
 import { lineChartSvg, seriesColours } from './plot.ts';
 import { safeJoin } from './safe-path.ts';
 import { formatMeanSd, formatNumber, groupBy } from './stats.ts';

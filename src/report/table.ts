@@ -1,6 +1,6 @@
 // The table model and its renderers: a table is its cells once (`text` as shown, `raw` for a spreadsheet), and every
 // file of a report renders the same model, so that report.md, index.html, the CSV and LaTeX files cannot disagree.
-import { escapeHtml, escapeMarkdown } from './markdown.ts';
+import { escapeHtml, escapeMarkdown } from '../core/markdown.ts';
 
 /**
  * A table as cells: `text` for markdown, HTML and LaTeX (thousands separators, ±), `raw` for CSV (plain numbers, empty

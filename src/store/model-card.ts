@@ -3,10 +3,13 @@
 // tokenizer, its training procedure, its evaluation results, how to use it and its limitations. What it says comes from
 // the model and, when the model folder sits in a run folder, from that run's records (config.json, summary.json,
 // metrics.jsonl, env.json). A card never holds an absolute local path: the folder it came from is named by its run
-// (`<run>/final`), the data by their folder or file names.
+// (`<run>/final`), the data by their folder or file names. Text from files — names, paths, recipe strings, env.json's
+// commit — is written through escapeMarkdown (src/core/markdown.ts) as text, never inside a code span, where no escape
+// works: a backtick, `<script>` or `](javascript:…)` in a run name shows as itself.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
+import { escapeMarkdown } from '../core/markdown.ts';
 import { countParameters, type LanguageModel } from '../model/lm.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, FINAL_DIR, METRICS_FILE, SUMMARY_FILE } from './layout.ts';
@@ -119,6 +122,7 @@ export interface ModelCardInput {
 }
 
 const n = (value: number) => value.toLocaleString('en-US');
+const md = escapeMarkdown;
 
 /** A recipe path (data.dataset, data.tokenizer, initFrom) without its local part: a folder or file name. */
 function localName(value: string): string {
@@ -162,10 +166,10 @@ export function modelCard(input: ModelCardInput): string {
       `context ${n(c.maxSeqLen)} tokens, vocabulary ${n(c.vocabSize)}.`,
     ...(recipe.initFrom !== null
       ? [
-          `- **Finetuned from:** \`${initFromName(recipe.initFrom)}\`${recipe.train.freeze !== 'none' ? `, training only \`${JSON.stringify(recipe.train.freeze)}\` (train.freeze)` : ''}.`,
+          `- **Finetuned from:** ${md(initFromName(recipe.initFrom))}${recipe.train.freeze !== 'none' ? `, training only ${md(JSON.stringify(recipe.train.freeze))} (train.freeze)` : ''}.`,
         ]
       : []),
-    `- **Exported from:** \`${describeModelSource(input.dir, input.fromHf)}\` by slayformer's \`npm run export\`.`,
+    `- **Exported from:** ${md(describeModelSource(input.dir, input.fromHf))} by slayformer's \`npm run export\`.`,
   ];
 
   const data = ['## Training data and tokenizer', ''];
@@ -173,12 +177,12 @@ export function modelCard(input: ModelCardInput): string {
     data.push('Not recorded: the model was exported from a Hugging Face folder, which names no training data.', '');
   } else {
     data.push(
-      `- **Dataset:** \`${localName(recipe.data.dataset)}\` (a local \`datasets\` folder; text column \`${recipe.data.textColumn}\`), ` +
+      `- **Dataset:** ${md(localName(recipe.data.dataset))} (a local \`datasets\` folder; text column ${md(recipe.data.textColumn)}), ` +
         `${gpt ? `windows of ${recipe.data.seqLen} tokens` : `sequences of up to ${recipe.data.seqLen} tokens, masked as BERT's masked-language-model objective`}.`,
     );
   }
   data.push(
-    `- **Tokenizer:** \`tokenizer.json\` in this folder, ${n(input.tokenizerVocab)} tokens (the recipe's data.tokenizer, \`${localName(recipe.data.tokenizer)}\`), loaded by \`AutoTokenizer\`.`,
+    `- **Tokenizer:** \`tokenizer.json\` in this folder, ${n(input.tokenizerVocab)} tokens (the recipe's data.tokenizer, ${md(localName(recipe.data.tokenizer))}), loaded by \`AutoTokenizer\`.`,
   );
 
   const training = ['## Training procedure', ''];
@@ -186,15 +190,17 @@ export function modelCard(input: ModelCardInput): string {
     training.push(
       input.fromHf
         ? 'Not recorded (exported from a Hugging Face folder).'
-        : `Not recorded: \`${describeModelSource(input.dir, false)}\` is not inside a run folder.`,
+        : `Not recorded: ${md(describeModelSource(input.dir, false))} is not inside a run folder.`,
     );
-    if (!input.fromHf) training.push('', `Recipe \`${recipe.name}\`.`);
+    if (!input.fromHf) training.push('', `Recipe ${md(recipe.name)}.`);
   } else {
     const t = recipe.train;
     const commit =
-      run.commit === null ? 'an unknown slayformer commit' : `slayformer commit ${run.commit.slice(0, 12)}${run.dirty ? ' (with uncommitted changes)' : ''}`;
+      run.commit === null
+        ? 'an unknown slayformer commit'
+        : `slayformer commit ${md(run.commit.slice(0, 12))}${run.dirty ? ' (with uncommitted changes)' : ''}`;
     training.push(
-      `- **Recipe:** \`${recipe.name}\` (run \`${run.name}\`), trained with ${commit}.`,
+      `- **Recipe:** ${md(recipe.name)} (run ${md(run.name)}), trained with ${commit}.`,
       `- **Amount:** ${run.steps === null ? 'an unrecorded number of' : n(run.steps)} optimizer steps${run.tokens === null ? '' : `, ${n(run.tokens)} tokens`}; ` +
         `a step is batchSize ${t.batchSize} × gradAccum ${t.gradAccum} × seqLen ${recipe.data.seqLen} = ${n(t.batchSize * t.gradAccum * recipe.data.seqLen)} tokens.`,
       `- **Optimizer:** AdamW, lr ${t.lr} (${t.schedule} schedule to ${t.minLr} after ${t.warmupFraction === null ? `${t.warmupSteps} warm-up steps` : `a warm-up of ${t.warmupFraction} of the steps`}), weight decay ${t.weightDecay}, gradient clipping ${t.clip}; ` +
@@ -208,7 +214,7 @@ export function modelCard(input: ModelCardInput): string {
     evaluation.push('No evaluation was recorded with this model (`npm run eval -- <this model> --data <dataset>` measures one).');
   } else {
     evaluation.push(
-      `On the first ${n(recipe.train.evalTokens)} labelled tokens of the validation split of \`${localName(recipe.data.dataset)}\` (from ${result.from}):`,
+      `On the first ${n(recipe.train.evalTokens)} labelled tokens of the validation split of ${md(localName(recipe.data.dataset))} (from ${result.from}):`,
       '',
       '| metric | value |',
       '| --- | --- |',
@@ -225,12 +231,13 @@ export function modelCard(input: ModelCardInput): string {
     '## How to use',
     '',
     custom
-      ? `transformers has no class for it (${input.nonStandard.join('; ')}), so its model_type is \`${input.modelType}\` and the folder carries its PyTorch implementation (\`${input.pythonFiles.join('`, `')}\`), loaded with \`trust_remote_code=True\`:`
+      ? `transformers has no class for it (${md(input.nonStandard.join('; '))}), so its model_type is \`${input.modelType}\` and the folder carries its PyTorch implementation (\`${input.pythonFiles.join('`, `')}\`), loaded with \`trust_remote_code=True\`:`
       : 'transformers loads it as is:',
     '',
     '```python',
     `from transformers import ${load}, AutoTokenizer`,
-    `folder = "${input.outName}"  # this folder`,
+    // A Python string literal (JSON's escapes are Python's): a quote or line break in the name cannot end it, nor the block.
+    `folder = ${JSON.stringify(input.outName)}  # this folder`,
     `model = ${load}.from_pretrained(folder${remote})`,
     `tokenizer = AutoTokenizer.from_pretrained(folder${remote})`,
     ...(gpt
@@ -265,7 +272,7 @@ export function modelCard(input: ModelCardInput): string {
     YAML.stringify(metadata).trimEnd(),
     '---',
     '',
-    `# ${title}`,
+    `# ${md(title)}`,
     '',
     `${gpt ? 'A causal' : 'A masked'} language model with ${attention} attention, trained with slayformer.`,
     '',

@@ -6,6 +6,7 @@
 // so is the model.
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS, boundProblem, listSome } from '../core/bounds.ts';
+import { unfittedImportanceWeights } from '../model/attention/performer.ts';
 import { attentionTensorShapes, headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';
@@ -62,13 +63,16 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
  * Checks that `tensors` are exactly what a model of `config` holds, by name and shape, without building the model or
  * allocating anything: first the body and head (their shapes follow from the config: this ties dModel, layers and
  * vocabulary to the file's size), then the attention mechanisms' own tensors, as each layer's mechanism declares them
- * for that layer's seed. One error, naming `source`, lists what does not fit (a few names of each kind).
+ * for that layer's seed. One error, naming `source`, lists what does not fit (a few names of each kind). Then the values
+ * of the one buffer whose range is known, featureLogWeights (performer.ts), against its projection.
  */
 export function checkModelTensors(config: LanguageModelConfig, tensors: Map<string, NamedArray>, source: string): void {
   const body = { ...config, causal: config.kind === 'gpt' };
   const specs = new Map([...transformerParameterSpecs(body), ...headParameterSpecs(config)].map((s) => [s.name, s.shape] as const));
   checkShapes(specs, tensors, source, false);
   checkShapes(new Map([...specs, ...attentionTensorShapes(config)]), tensors, source, true);
+  const unfitted = unfittedImportanceWeights(tensors).map(({ tensor, problem }) => `${tensor} ${problem}`);
+  if (unfitted.length > 0) throw new Error(`${source}: ${listSome(unfitted, '\n  ')}`);
 }
 
 /** Throws one error listing the tensors that are missing or of another shape (and, when `complete`, unexpected). */

@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { isRecord, readJsonFile } from '../core/json.ts';
-import { writeOwnFile } from '../core/own-file.ts';
+import { replaceOwnFile } from '../core/own-file.ts';
 import { METRICS_FILE, SUMMARY_FILE } from './layout.ts';
 
 export interface MetricRecord {
@@ -180,7 +180,5 @@ export function readSummary(runDir: string, { unreadable }: { unreadable?: (mess
  * auto:`, compare), so whoever sees it exists must find it whole.
  */
 export function writeSummary(runDir: string, summary: SummaryRecord): void {
-  const file = path.join(runDir, SUMMARY_FILE);
-  writeOwnFile(`${file}.tmp`, JSON.stringify(summary, null, 2) + '\n');
-  fs.renameSync(`${file}.tmp`, file);
+  replaceOwnFile(path.join(runDir, SUMMARY_FILE), JSON.stringify(summary, null, 2) + '\n');
 }

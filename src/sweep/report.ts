@@ -10,7 +10,7 @@ import path from 'node:path';
 import { compareRuns, PLOTS } from '../report/compare.ts';
 import { defaultBaseline } from '../report/groups.ts';
 import { loadRun, type RunSummary } from '../report/load-runs.ts';
-import { escapeMarkdown } from '../report/markdown.ts';
+import { escapeMarkdown } from '../core/markdown.ts';
 import { safeJoin } from '../report/safe-path.ts';
 import { formatMeanSd, groupBy, meanSdOverSeeds, perSeed } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';

@@ -20,7 +20,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { makeFolders } from '../core/folders.ts';
-import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
+import { appendOwnFile, assertNotLink, replaceOwnFile } from '../core/own-file.ts';
 import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
@@ -29,7 +29,7 @@ import { environmentRecord } from './environment.ts';
 import { fitFields, ProgressBar } from './progress-bar.ts';
 import type { LineField, StepProgress } from './progress-bar.ts';
 import { checkRecord, readMetrics, writeSummary, type MetricRecord, type TrainingSummary } from '../store/run-record.ts';
-import { TensorBoardWriter } from './tensorboard.ts';
+import { assertNoLinkedEventFile, TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
   offlineModeLine,
@@ -96,6 +96,7 @@ export class RunLogger {
       if (!fs.statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`${dir}: the run folder to resume does not exist`);
       assertRunFolder(dir, 'resume in');
       for (const name of [RUN_CONFIG_FILE, ENV_FILE, METRICS_FILE, LOG_FILE, WANDB_INFO_FILE, SUMMARY_FILE]) assertNotLink(path.join(dir, name));
+      assertNoLinkedEventFile(dir);
     }
     const logger = new RunLogger(dir, opts);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
@@ -105,7 +106,8 @@ export class RunLogger {
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
-    if (opts.resumeDir) writeOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
+    // Replaced whole (not truncated and rewritten): compare and eval may be reading the run meanwhile.
+    if (opts.resumeDir) replaceOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
     if (recipe.tensorboard.enabled) logger.tensorboard = TensorBoardWriter.open(dir, kept);
@@ -227,5 +229,5 @@ export function makeRunDir(parent: string, name: string): string {
 }
 
 function writeJson(file: string, value: unknown): void {
-  writeOwnFile(file, JSON.stringify(value, null, 2) + '\n');
+  replaceOwnFile(file, JSON.stringify(value, null, 2) + '\n');
 }

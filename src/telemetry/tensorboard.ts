@@ -14,7 +14,7 @@
 // (test/telemetry/tensorboard.test.ts).
 import fs from 'node:fs';
 import path from 'node:path';
-import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
+import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
 import { TENSORBOARD_FILE_PREFIX, TENSORBOARD_FILE_SUFFIX } from '../store/layout.ts';
 import type { MetricRecord } from '../store/run-record.ts';
 import { toWandbRow } from './wandb.ts';
@@ -166,12 +166,26 @@ export class TensorBoardWriter {
   }
 }
 
-/** The event file this project wrote in a run folder, if any: found by its exact name pattern. */
+/**
+ * Throws, naming it, when a symbolic link is under the event file's name pattern in `runDir`: a resume checks this
+ * before it changes any file, as it checks the run's other files.
+ */
+export function assertNoLinkedEventFile(runDir: string): void {
+  eventFileOf(runDir);
+}
+
+/**
+ * The event file this project wrote in a run folder, if any: found by its exact name pattern. A symbolic link under
+ * that name is refused, naming it, as a resume refuses one at any file of the run (not passed over for a second event
+ * file beside it, which TensorBoard would read with the link's target as part of the run).
+ */
 function eventFileOf(runDir: string): { file: string; startSeconds: number } | undefined {
   const pattern = new RegExp(`^${escape(TENSORBOARD_FILE_PREFIX)}(\\d+)${escape(TENSORBOARD_FILE_SUFFIX)}$`);
   for (const name of fs.readdirSync(runDir).sort()) {
     const match = pattern.exec(name);
-    if (match && fs.lstatSync(path.join(runDir, name)).isFile()) return { file: path.join(runDir, name), startSeconds: Number(match[1]) };
+    if (!match) continue;
+    assertNotLink(path.join(runDir, name));
+    if (fs.lstatSync(path.join(runDir, name)).isFile()) return { file: path.join(runDir, name), startSeconds: Number(match[1]) };
   }
   return undefined;
 }

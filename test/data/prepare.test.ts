@@ -2,14 +2,15 @@ import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { createHash } from 'node:crypto';
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
+import os from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readTextBatches } from '../../src/data/arrow.ts';
 import { describeSplit, listShards } from '../../src/data/dataset.ts';
 import { prepareDemoCorpus, sotuDataDir } from '../../src/data/prepare/demo-corpus.ts';
 import { DOCUMENT_ORDER_FILE, IN_MEMORY_SHUFFLE_BYTES, orderDocuments } from '../../src/data/prepare/document-order.ts';
 import type { DocumentOrderRecord } from '../../src/data/prepare/document-order.ts';
-import { formatSummary, prepareDataset } from '../../src/data/prepare/prepare.ts';
+import { formatSummary, prepareDataset, writeSplitDataset } from '../../src/data/prepare/prepare.ts';
 import { parseShardSize } from '../../src/data/prepare/split-writer.ts';
 import { makeTempDir, readAllBatches } from '../fixtures/data.ts';
 
@@ -285,6 +286,84 @@ describe('prepare --overwrite', () => {
       `${out} was not written by npm run prepare (it holds train/notes.md, which prepare does not write); not replacing it`,
     );
     expect(fs.readFileSync(path.join(out, 'train', 'notes.md'), 'utf8')).toBe('mine');
+  });
+});
+
+describe('prepare never writes through a symbolic link', () => {
+  it('planted in its staging folder at document_order.json, dataset_dict.json, a split file or a shard: refused naming it, the target kept, no output', async () => {
+    const victim = path.join(dir, 'link-victim.txt');
+    for (const name of [
+      'document_order.json',
+      'dataset_dict.json',
+      '.slayformer-prepared',
+      'train/state.json',
+      'train/dataset_info.json',
+      'train/partial-00000.arrow',
+    ]) {
+      fs.writeFileSync(victim, "not prepare's");
+      const out = path.join(dir, `linked-${name.replace(/\W/g, '-')}`);
+      const planted = path.join(`${out}.partial-${process.pid}`, name);
+      // The link appears while prepare reads its inputs, as another user's could in a shared folder.
+      async function* documents() {
+        fs.mkdirSync(path.dirname(planted), { recursive: true });
+        fs.symlinkSync(victim, planted);
+        for (let i = 0; i < 4; i++) yield { text: `document ${i}`, extra: [], where: `input:${i}` };
+      }
+      const order = () => ({ order: 'input' as const, seed: null, documents: 4, sha256: '0'.repeat(64) });
+      const options = { out, textColumn: 'text', extraColumns: [], validationFraction: 0, seed: 1, shardSize: parseShardSize('1000'), overwrite: false };
+      await expect(writeSplitDataset(documents(), { ...options, description: '', order }), name).rejects.toThrow(
+        `${planted} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`,
+      );
+      expect(fs.readFileSync(victim, 'utf8'), name).toBe("not prepare's");
+      expect(fs.existsSync(out), name).toBe(false);
+      expect(fs.existsSync(`${out}.partial-${process.pid}`), name).toBe(false);
+    }
+  });
+});
+
+/** A 64 KiB tmpfs standing for a full disk, or null where this user cannot mount one. */
+function smallDisk(): string | null {
+  const mountPoint = fs.mkdtempSync(path.join(os.tmpdir(), 'prepare-full-'));
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', mountPoint], { stdio: 'ignore' });
+    return mountPoint;
+  } catch {
+    fs.rmdirSync(mountPoint);
+    return null;
+  }
+}
+const fullDisk = smallDisk();
+if (!fullDisk) console.warn('skipped: prepare on a full disk needs a 64 KiB tmpfs, which only root (or CAP_SYS_ADMIN) can mount');
+afterAll(() => {
+  if (!fullDisk) return;
+  execFileSync('umount', [fullDisk]);
+  fs.rmdirSync(fullDisk);
+});
+
+describe.skipIf(!fullDisk)('prepare on a full disk', () => {
+  it('fails naming the shard or document_order.json it was writing, and leaves nothing behind', async () => {
+    for (const [documents, file] of [
+      [2000, /out-2000\.partial-\d+\/train\/partial-00000\.arrow: ENOSPC/],
+      [3, /out-3\.partial-\d+\/document_order\.json: ENOSPC/], // the shards fit; the recorded permutation does not
+    ] as const) {
+      async function* inputs() {
+        for (let i = 0; i < documents; i++) yield { text: `document ${i} `.repeat(20), extra: [], where: `input:${i}` };
+      }
+      const order = () => ({
+        order: 'input' as const,
+        seed: null,
+        documents,
+        sha256: '0'.repeat(64),
+        permutation: Array.from({ length: 20_000 }, (_, i) => i),
+      });
+      const options = { textColumn: 'text', extraColumns: [], validationFraction: 0, seed: 1, shardSize: parseShardSize('1000'), overwrite: false };
+      const out = path.join(fullDisk!, `out-${documents}`);
+      await expect(writeSplitDataset(inputs(), { ...options, out, description: '', order })).rejects.toMatchObject({
+        code: 'ENOSPC',
+        message: expect.stringMatching(file),
+      });
+      expect(fs.readdirSync(fullDisk!)).toEqual([]);
+    }
   });
 });
 

@@ -15,6 +15,7 @@ import type { LanguageModelConfig } from '../../src/model/lm.ts';
 import { loadModel } from '../../src/store/load-model.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { markRunFolder } from '../../src/store/run-folder.ts';
+import { escapeMarkdown } from '../../src/core/markdown.ts';
 import { BERT_DIR, GPT2_DIR, readRaw, sameBytes, savedRun, valuesOf } from './fixtures.ts';
 
 let dir: string;
@@ -276,7 +277,7 @@ describe('the model card (README.md) and config.json of an export', () => {
     ]);
     expect(body).toContain('darkformer attention');
     expect(body).toContain('"features":8');
-    expect(body).toContain('**Dataset:** `sotu`');
+    expect(body).toContain('**Dataset:** sotu');
     expect(body).toContain('3 optimizer steps, 384 tokens');
     expect(body).toMatch(/\| loss \(nats\/token\) \| 5\.1234 \|/);
     expect(body).toMatch(/\| perplexity \| 167\.88 \|/);
@@ -292,7 +293,7 @@ describe('the model card (README.md) and config.json of an export', () => {
     const config = readFileSync(path.join(out, 'config.json'), 'utf8');
     const card = readFileSync(path.join(out, 'README.md'), 'utf8');
     expect(JSON.parse(config).slayformer.source).toBe('gpt-dark-20260101-000000/final');
-    expect(card).toContain('**Finetuned from:** `gpt-dark-20260101-000000/final`');
+    expect(card).toContain('**Finetuned from:** gpt-dark-20260101-000000/final');
     for (const text of [config, card]) {
       expect(text).not.toContain(dir);
       expect(text).not.toContain(path.dirname(TOKENIZER));
@@ -306,5 +307,52 @@ describe('the model card (README.md) and config.json of an export', () => {
     expect(JSON.parse(hfConfig).slayformer.source).toBe(`hf:${path.basename(GPT2_DIR)}`);
     expect(hfCard).toContain('No evaluation was recorded with this model');
     for (const text of [hfConfig, hfCard]) expect(text).not.toContain(path.dirname(GPT2_DIR));
+  });
+
+  it('shows hostile names and recipe fields as text: no injected heading, link, HTML or code span, and the example still runs', async () => {
+    // No '/': some are folder names.
+    const hostile = (what: string) => `${what} \`<script>alert(1)\` a|b\n# Injected [x](javascript:alert(2)) <img src=x onerror=alert(3)>`;
+    const runDir = path.join(fresh(), `${hostile('run')}-20260101-000000`);
+    mkdirSync(runDir, { recursive: true });
+    markRunFolder(runDir);
+    const recipe = parseRecipe(
+      `name: ${JSON.stringify(hostile('recipe'))}\n` +
+        'model: { kind: gpt, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16 }\n' +
+        `data: { dataset: ${JSON.stringify(path.join(dir, hostile('data')))}, textColumn: ${JSON.stringify(hostile('column'))}, tokenizer: ${TOKENIZER}, seqLen: 16 }\n` +
+        'train: { seed: 4 }',
+      path.join(dir, 'hostile.yaml'),
+    );
+    await savedRun(recipe, runDir, 2);
+    writeFileSync(path.join(runDir, 'env.json'), JSON.stringify({ git: { commit: '`<b>x</b>`](javascript:alert(4))', dirty: false } }));
+    const out = path.join(fresh(), hostile('out').replace(/\n/g, ' '));
+    await exportHf(path.join(runDir, 'final'), { out });
+    const card = readFileSync(path.join(out, 'README.md'), 'utf8');
+    const code = /```python\n([\s\S]*?)\n```/.exec(card)!;
+    const text = card.replace(code[0], '');
+    // Every line that starts a block is the card's own: the title and its six sections.
+    expect(text.split('\n').filter((line) => line.startsWith('#'))).toEqual([
+      `# ${escapeMarkdown(hostile('recipe'))}`,
+      '## Model description',
+      '## Training data and tokenizer',
+      '## Training procedure',
+      '## Evaluation results',
+      '## How to use',
+      '## Limitations',
+    ]);
+    expect(text).not.toMatch(/(^|[^\\])<(script|img|b)/m); // no HTML tag
+    expect(text).not.toMatch(/(^|[^\\])\]\(/m); // no link
+    // None of it inside a code span (where escapes would show): the code spans left are the card's own.
+    const codeSpans = text.split('\n').flatMap((line) =>
+      line
+        .replace(/\\`/g, '')
+        .split('`')
+        .filter((_, i) => i % 2 === 1),
+    );
+    expect(codeSpans.filter((span) => /script|alert|Injected|<b/.test(span))).toEqual([]);
+    for (const what of ['recipe', 'run', 'data', 'column']) expect(text, what).toContain(escapeMarkdown(hostile(what)));
+    expect(text).toContain(`slayformer commit ${escapeMarkdown('`<b>x</b>`](')}`);
+    // The example's folder is a Python string literal that holds the export's name.
+    const folder = /^folder = (.*) {2}# this folder$/m.exec(code[1])!;
+    expect(JSON.parse(folder[1])).toBe(path.basename(out));
   });
 });

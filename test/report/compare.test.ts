@@ -1,5 +1,5 @@
 // Run comparison on fabricated run folders: tables, grouping, plots, HTML, bad input.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync, symlinkSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, mkdirSync, existsSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -9,6 +9,7 @@ import { loadRun, resolveRunDirs } from '../../src/report/load-runs.ts';
 import { csvTable, latexTable } from '../../src/report/table.ts';
 import { encodeSafetensors } from '../../src/hf/safetensors.ts';
 import { folderSegment, safeJoin } from '../../src/report/safe-path.ts';
+import { escapeHtml, escapeMarkdown } from '../../src/core/markdown.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -824,6 +825,43 @@ describe('hostile and broken run folders', () => {
     expect(md).not.toMatch(/(^|[^\\])\]\(javascript/m);
     expect(md).toContain('\\<img src=x onerror=alert(1)\\>\\[link\\](javascript:alert(2))');
     expect(readFileSync(join(root, 'xss-report', 'index.html'), 'utf8')).not.toContain('<img');
+  });
+
+  it('shows a hostile run folder name and recipe field as text in every table, list and page: no injected heading, cell, link or HTML', async () => {
+    // No '/': one is a folder name.
+    const hostile = (what: string) => `${what} \`<script>alert(1)\` a|b\n# Injected [x](javascript:alert(2)) <img src=x onerror=alert(3)>`;
+    const parent = join(root, 'hostile');
+    const run = (folder: string, seed: number) =>
+      writeRun({ parent, folder, attention: 'softmax', seed, val: [3, 2.5, 2.2], train: [3, 2.6, 2.3], summary: summaryOf(2.2, 100) });
+    const plain = run('plain', 1);
+    const evil = run(hostile('run'), 2);
+    const config = JSON.parse(readFileSync(join(evil, 'config.json'), 'utf8'));
+    config.data.textColumn = hostile('column'); // a recipe field that tells the two groups apart
+    writeFileSync(join(evil, 'config.json'), JSON.stringify(config));
+    const out = join(root, 'hostile-report');
+    await compareRuns([plain, evil], { outDir: out, warn: () => {} });
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md.split('\n').filter((line) => line.startsWith('#'))).toEqual([
+      '# Run comparison',
+      '## Groups',
+      '## What tells the groups apart',
+      '## Curves',
+      '## Runs',
+      '## Run folders',
+    ]);
+    expect(md).not.toMatch(/(^|[^\\])<(script|img)/m);
+    expect(md).not.toMatch(/(^|[^\\])\]\(javascript/m);
+    expect(md).not.toMatch(/(^|[^\\])`/m);
+    // Every table row has its header's cells: no '|' of a name ends one.
+    for (const table of md.split('\n\n').filter((block) => block.startsWith('|'))) {
+      const cells = table.split('\n').map((row) => row.replace(/\\\|/g, '').split('|').length);
+      expect(new Set(cells).size, table).toBe(1);
+    }
+    for (const what of ['run', 'column']) expect(md, what).toContain(escapeMarkdown(hostile(what)));
+    const html = readFileSync(join(out, 'index.html'), 'utf8');
+    expect(html).not.toMatch(/<(script|img)/);
+    expect(html).toContain(escapeHtml(hostile('column')));
+    for (const file of readdirSync(out).filter((f) => f.endsWith('.svg'))) expect(readFileSync(join(out, file), 'utf8'), file).not.toMatch(/<(script|img)/);
   });
 
   it('skips a folder that is no run and holds none (runs/paper) with one line; an incomplete run is named with --skip-invalid', async () => {

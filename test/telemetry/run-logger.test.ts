@@ -215,4 +215,53 @@ describe('RunLogger', () => {
     expect(() => resumed.line('resumed')).toThrow(`${log} is a symbolic link where slayformer keeps a file of its own`);
     expect(fs.readFileSync(victim, 'utf8')).toBe("not the run's");
   });
+
+  it('a resume replaces config.json, env.json and metrics.jsonl whole: compare or eval reading the run meanwhile never sees a file cut short', async () => {
+    const first = await RunLogger.create(recipe(), { echo: false });
+    first.log(trainRecord(10, 4.9));
+    first.log(trainRecord(20, 4.5));
+    // A reader that opened the files just before the resume rewrites them (a truncate-and-write would empty them under it).
+    const opened = ['config.json', 'env.json', 'metrics.jsonl'].map((name) => {
+      const file = path.join(first.dir, name);
+      return { file, bytes: fs.readFileSync(file), fd: fs.openSync(file, 'r') };
+    });
+    try {
+      await RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 10 });
+      for (const { file, bytes, fd } of opened) expect(fs.readFileSync(fd).equals(bytes), file).toBe(true);
+    } finally {
+      for (const { fd } of opened) fs.closeSync(fd);
+    }
+    expect(readMetrics(first.dir).map((r) => r.step)).toEqual([10]);
+    expect(fs.readdirSync(first.dir).filter((f) => f.endsWith('.tmp'))).toEqual([]);
+  });
+
+  it('writes no TensorBoard event file through a symbolic link at its name, on resume or while the run goes on', async () => {
+    const first = await RunLogger.create(recipe(), { echo: false });
+    first.log(trainRecord(10, 4.9));
+    const [written] = fs.readdirSync(first.dir).filter((f) => f.startsWith('events.out.tfevents.'));
+    // As a run started long ago has it: a resume a second later would otherwise find the name taken by chance.
+    const name = 'events.out.tfevents.1000000000.slayformer';
+    const events = path.join(first.dir, name);
+    fs.renameSync(path.join(first.dir, written), events);
+    const saved = fs.readFileSync(events);
+    const victim = path.join(tmp, 'tensorboard-victim.txt');
+    fs.writeFileSync(victim, "not the run's");
+    fs.rmSync(events);
+    fs.symlinkSync(victim, events);
+    // Refused by name on resume, whatever the clock says (not a second event file beside the link), before any file changes.
+    const files = () =>
+      fs.readdirSync(first.dir).map((f) => [f, fs.lstatSync(path.join(first.dir, f)).isFile() ? fs.readFileSync(path.join(first.dir, f), 'utf8') : '']);
+    const before = files();
+    const refused = `${events} is a symbolic link where slayformer keeps a file of its own: nothing is written through it (remove the link)`;
+    await expect(RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 0 })).rejects.toThrow(refused);
+    expect(files()).toEqual(before);
+    expect(fs.readFileSync(victim, 'utf8')).toBe("not the run's");
+    fs.rmSync(events);
+    fs.writeFileSync(events, saved);
+    const resumed = await RunLogger.create(recipe(), { echo: false, resumeDir: first.dir, resumeStep: 10 });
+    fs.rmSync(events);
+    fs.symlinkSync(victim, events);
+    expect(() => resumed.log(trainRecord(20, 4.5))).toThrow(refused);
+    expect(fs.readFileSync(victim, 'utf8')).toBe("not the run's");
+  });
 });

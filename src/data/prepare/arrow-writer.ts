@@ -2,6 +2,7 @@
 // `huggingface` schema metadata holding the features JSON), for `npm run prepare` (src/data/prepare/split-writer.ts)
 // and the synthetic benchmark shard. The reader is src/data/arrow.ts.
 import fs from 'node:fs';
+import { errorNaming, openOwnFileForWriting } from '../../core/own-file.ts';
 import { once } from 'node:events';
 import { Field, RecordBatch, RecordBatchStreamWriter, Schema, Struct, Utf8, makeData, vectorFromArray } from 'apache-arrow';
 import { ROWS_PER_BATCH } from '../arrow.ts';
@@ -44,7 +45,8 @@ export class ArrowShardWriter {
       metadata,
     );
     this.pending = columns.map(() => []);
-    this.sink = fs.createWriteStream(file);
+    // Not through a symbolic link planted at its name (src/core/own-file.ts), as every file prepare writes.
+    this.sink = fs.createWriteStream(file, { fd: openOwnFileForWriting(file) });
     this.writer = new RecordBatchStreamWriter();
     this.writer.toNodeStream().pipe(this.sink);
     this.writer.reset(undefined, this.schema); // writes the schema message even for an empty shard
@@ -71,14 +73,23 @@ export class ArrowShardWriter {
     this.writer.write(new RecordBatch(this.schema, structData));
     this.pending = this.columns.map(() => []);
     // Backpressure: do not let encoded batches pile up in memory faster than the disk takes them.
-    if (this.sink.writableLength > 16 * 1024 * 1024) await once(this.sink, 'drain');
+    if (this.sink.writableLength > 16 * 1024 * 1024) await this.sinkEvent('drain');
   }
 
   /** Flushes the last partial batch, writes the end-of-stream marker and closes the file. */
   async close(): Promise<void> {
     await this.flush();
-    const finished = once(this.sink, 'finish');
+    const finished = this.sinkEvent('finish');
     this.writer.finish();
     await finished;
+  }
+
+  /** The sink's `event`; its error (ENOSPC on a full disk) names the shard, which Node's write errors do not. */
+  private async sinkEvent(event: 'drain' | 'finish'): Promise<void> {
+    try {
+      await once(this.sink, event);
+    } catch (err) {
+      throw errorNaming(err, this.file);
+    }
   }
 }

@@ -2,6 +2,7 @@
 // HuggingFace DatasetDict.save_to_disk dataset with a seeded train/validation split.
 import fs from 'node:fs';
 import path from 'node:path';
+import { writeOwnFile } from '../../core/own-file.ts';
 import { Rng, deriveSeed } from '../../core/rng.ts';
 import { SPLITS } from '../dataset.ts';
 import type { Split } from '../dataset.ts';
@@ -133,7 +134,8 @@ export async function writeSplitDataset(documents: AsyncIterable<SourceDocument>
     const validation = await writers.validation.finish();
     writeDatasetDictJson(staging, SPLITS);
     const order = options.order?.();
-    if (order) fs.writeFileSync(path.join(staging, DOCUMENT_ORDER_FILE), `${JSON.stringify(order)}\n`);
+    // The staging folder's files are written as a run folder's are (src/core/own-file.ts): never through a planted link.
+    if (order) writeOwnFile(path.join(staging, DOCUMENT_ORDER_FILE), `${JSON.stringify(order)}\n`);
     markPreparedOutput(staging);
     replaceOutput(staging, out, options.overwrite);
     const moved = (files: string[]) => files.map((f) => path.join(out, path.relative(staging, f)));

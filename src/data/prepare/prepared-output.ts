@@ -5,6 +5,7 @@
 // folder is refused, naming it: the project never deletes files it did not write (as export, src/store/hf-export.ts).
 import fs from 'node:fs';
 import path from 'node:path';
+import { writeOwnFile } from '../../core/own-file.ts';
 import { SPLITS } from '../dataset.ts';
 import { DOCUMENT_ORDER_FILE } from './document-order.ts';
 import { InputError } from './document-source.ts';
@@ -16,7 +17,7 @@ const SPLIT_FILE = /^(state\.json|dataset_info\.json|data-\d{5,}-of-\d{5,}\.arro
 
 /** Marks `folder` (a staging folder about to become the output) as prepare's. */
 export function markPreparedOutput(folder: string): void {
-  fs.writeFileSync(path.join(folder, PREPARED_MARKER), 'written by npm run prepare: --overwrite may replace this folder\n');
+  writeOwnFile(path.join(folder, PREPARED_MARKER), 'written by npm run prepare: --overwrite may replace this folder\n');
 }
 
 /** Why `out` is not an earlier prepare output (null: it is one). */

@@ -3,6 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createHash } from 'node:crypto';
+import { writeOwnFile } from '../../core/own-file.ts';
 import { DATASET_DICT_JSON, DATASET_INFO_JSON, STATE_JSON } from '../dataset.ts';
 import type { Split } from '../dataset.ts';
 import { ArrowShardWriter, pythonJson, stringFeatures } from './arrow-writer.ts';
@@ -105,7 +106,7 @@ export class SplitWriter {
       _split: this.split,
     };
     // save_to_disk: json.dump(state, indent=2, sort_keys=True); the keys above are already sorted.
-    fs.writeFileSync(path.join(this.folder, STATE_JSON), JSON.stringify(state, null, 2));
+    writeOwnFile(path.join(this.folder, STATE_JSON), JSON.stringify(state, null, 2));
     // save_to_disk sorts only the top-level keys of dataset_info.json (nested feature order matters).
     const info = {
       citation: '',
@@ -117,7 +118,7 @@ export class SplitWriter {
       size_in_bytes: this.arrowBytes,
       splits: { [this.split]: { name: this.split, num_bytes: this.arrowBytes, num_examples: this.rows } },
     };
-    fs.writeFileSync(path.join(this.folder, DATASET_INFO_JSON), JSON.stringify(info, null, 2));
+    writeOwnFile(path.join(this.folder, DATASET_INFO_JSON), JSON.stringify(info, null, 2));
     return { rows: this.rows, textBytes: this.textBytes, shards: names.map((n) => path.join(this.folder, n)) };
   }
 
@@ -130,5 +131,5 @@ export class SplitWriter {
 
 /** dataset_dict.json as DatasetDict.save_to_disk writes it: json.dumps({"splits": [...]}). */
 export function writeDatasetDictJson(folder: string, splits: readonly string[]): void {
-  fs.writeFileSync(path.join(folder, DATASET_DICT_JSON), pythonJson({ splits }));
+  writeOwnFile(path.join(folder, DATASET_DICT_JSON), pythonJson({ splits }));
 }

@@ -13,7 +13,7 @@
 // biases the kernel and, for keys, depends on the global maximum).
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
-import { pooledCovariance, proposalDraws, varianceOptimalProposal } from '../features/importance.ts';
+import { logWeightRange, pooledCovariance, proposalDraws, varianceOptimalProposal } from '../features/importance.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
 import { gaussianProjection } from '../features/projections.ts';
@@ -121,6 +121,48 @@ export class ImportanceWeights {
       this.variable.assign(tf.tensor2d(logWeights, [heads, m]));
     });
   }
+}
+
+const LOG_WEIGHTS = 'featureLogWeights';
+
+type SavedTensor = { shape: readonly number[]; data: ArrayLike<number> };
+
+/**
+ * Saved featureLogWeights that no fit could give, one per buffer (its name and its first such value): each value must
+ * lie in the range of importance.ts's logWeightRange for its feature's column of the projection beside it (NaN and ±∞
+ * never do). `tensors` are a saved model's by name, already checked by name and shape (a buffer without its projection
+ * is left to that check).
+ */
+export function unfittedImportanceWeights(tensors: ReadonlyMap<string, SavedTensor>): { tensor: string; problem: string }[] {
+  const problems: { tensor: string; problem: string }[] = [];
+  for (const [name, logWeights] of tensors) {
+    if (!name.endsWith(`.${LOG_WEIGHTS}`)) continue;
+    const projection = tensors.get(`${name.slice(0, -LOG_WEIGHTS.length)}projection`);
+    if (projection?.shape.length !== 3 || logWeights.shape.join() !== `${projection.shape[0]},${projection.shape[2]}`) continue;
+    const problem = firstUnfittedWeight(logWeights, projection);
+    if (problem) problems.push({ tensor: name, problem });
+  }
+  return problems;
+}
+
+/** The first log weight [H, m] outside logWeightRange of its column of ω [H, d, m], described; null when none is. */
+function firstUnfittedWeight(logWeights: SavedTensor, projection: SavedTensor): string | null {
+  const [heads, dim, m] = projection.shape;
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < m; j++) {
+      let squaredNorm = 0;
+      for (let i = 0; i < dim; i++) squaredNorm += projection.data[(h * dim + i) * m + j] ** 2;
+      const { min, max } = logWeightRange(squaredNorm, dim);
+      const value = logWeights.data[h * m + j];
+      // The slack covers the float32 rounding of the fit's float64 values.
+      if (value >= min - 1e-4 * (1 + Math.abs(min)) && value <= max + 1e-4 * (1 + Math.abs(max))) continue;
+      return (
+        `holds ${value} at [${h}, ${j}], outside [${min.toPrecision(4)}, ${max.toPrecision(4)}]: ` +
+        'no fit gives that log importance weight with this projection (docs/attention.md#variance-optimal-projections)'
+      );
+    }
+  }
+  return null;
 }
 
 /** dataInit 'variance-optimal' keeps one draw: a redraw would draw from N(0, I) again. Called before anything is built. */

@@ -73,6 +73,16 @@ export function proposalDraws(proposal: GaussianProposal, z: Float64Array, m: nu
 }
 
 /**
+ * The interval every log weight that proposalDraws gives for the draw ω lies in: with s_i ∈ [1, S] (S = (1 − margin)/margin,
+ * Σ*'s widest variance) and ‖ω‖² − ‖z‖² = Σ_i (s_i − 1)(u_iᵀz)², log w = ½Σ_i log s_i − ½(‖ω‖² − ‖z‖²) is at most
+ * ½·d·log S and at least −½‖ω‖². A saved weight outside it was not fitted (a file crafted or corrupted): even a finite
+ * one would silently let one feature outweigh the others or erase them all.
+ */
+export function logWeightRange(omegaSquaredNorm: number, d: number, margin = PROPOSAL_MARGIN): { min: number; max: number } {
+  return { min: -omegaSquaredNorm / 2, max: (d / 2) * Math.log((1 - margin) / margin) };
+}
+
+/**
  * ½(Cov x_q + Cov x_k) of one head (centred, 1/(n−1)), float64: the Λ of Theorem 3.2, which assumes queries and keys
  * share one covariance; pooling is the estimate that treats them alike. rows: n vectors of length d each.
  */
