@@ -7,11 +7,12 @@ import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FUSED_CPU_KERNELS, fusedCpuKernelsStatus, type FusedCpuKernel } from '../../src/backend/fused-kernels.ts';
-import { currentBuild, FUSED_OPS_ADDON, nativePackageDir, SETUP_COMMAND } from '../../src/backend/native-build.ts';
+import { currentBuild, FUSED_OPS_ASAN_ADDON, FUSED_OPS_ADDON, nativePackageDir, SANITIZED_KERNELS_ENV, SETUP_COMMAND } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 
 const build = currentBuild() ?? null;
-const addon = build ? path.join(nativePackageDir(build), FUSED_OPS_ADDON) : null;
+const sanitized = process.env[SANITIZED_KERNELS_ENV] === '1';
+const addon = build ? path.join(nativePackageDir(build), sanitized ? FUSED_OPS_ASAN_ADDON : FUSED_OPS_ADDON) : null;
 const available = build !== null && !build.gpu && addon !== null && fs.existsSync(addon);
 if (!available) console.log(`[slayformer] fused CPU kernels not built (a CPU build of \`${SETUP_COMMAND}\` builds them where g++ can): suite skipped`);
 
@@ -208,7 +209,7 @@ function runKernel(kernel: FusedCpuKernel, shapes: Shapes, attrs: Record<string,
   });
 }
 
-describe.skipIf(!available)('fused CPU kernels refuse shapes they were not written for', () => {
+describe.skipIf(!available)(`fused CPU kernels refuse shapes they were not written for${sanitized ? ' (AddressSanitizer build)' : ''}`, () => {
   beforeAll(async () => {
     await initBackend('tensorflow', { quiet: true });
   });
@@ -216,8 +217,10 @@ describe.skipIf(!available)('fused CPU kernels refuse shapes they were not writt
     await initBackend('cpu', { quiet: true });
   });
 
-  it('the addon is loaded', () => {
+  it('the addon under test is the one loaded', () => {
     expect(fusedCpuKernelsStatus()).toBe('in use');
+    // Under AddressSanitizer (test/backend/fused-ops-asan.test.ts) the instrumented build must be what runs.
+    if (sanitized) expect(fs.readFileSync('/proc/self/maps', 'utf8')).toContain(addon);
   });
 
   it('every kernel has cases here', () => {
