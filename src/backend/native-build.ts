@@ -19,6 +19,13 @@ export const QUIET_STDERR_ADDON = path.join('lib', 'quiet_stderr.node');
 /** The fused CPU kernels (native/fused_ops.cc), built beside the binding when the compiler can; absent = composed ops. */
 export const FUSED_OPS_ADDON = path.join('lib', 'fused_ops.node');
 /**
+ * The same kernels built with AddressSanitizer (`setup:tensorflow -- --sanitize address`), beside the plain build; loaded
+ * instead of it only where $SLAYFORMER_SANITIZED_KERNELS is 1, in a process started with the sanitizer's runtime
+ * preloaded (test/backend/fused-ops-asan.test.ts).
+ */
+export const FUSED_OPS_ASAN_ADDON = path.join('lib', 'fused_ops.asan.node');
+export const SANITIZED_KERNELS_ENV = 'SLAYFORMER_SANITIZED_KERNELS';
+/**
  * The version of what the set-up adds to tfjs-node's binding (native/tfjs_functions.cc: TensorFlow
  * functions; 2: collective ops across processes); a build with another version is rebuilt by the
  * set-up and not loaded until then.

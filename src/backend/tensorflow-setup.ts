@@ -14,6 +14,8 @@
 //      node-gyp against the local Node headers (no download), and a small addon of ours that
 //      silences TF's start-up lines (native/quiet_stderr.c);
 //   6. makes the new tree the live one by writing build.json (a rename), then removes older trees.
+// With --sanitize address it also builds the fused kernels with AddressSanitizer beside the plain ones (into the
+// live tree when that is kept), for test/backend/fused-ops-asan.test.ts.
 // Each build is its own folder .cache/tensorflow/tree-<time>; build.json names the live one with
 // paths relative to the cache. Until the rename in step 6 the previous build stays live, so an
 // interrupted or failed build (at any step) leaves it working; leftover trees of interrupted builds
@@ -31,6 +33,7 @@ import {
   PROJECT_ROOT,
   QUIET_STDERR_ADDON,
   FUSED_OPS_ADDON,
+  FUSED_OPS_ASAN_ADDON,
   readBuildStamp,
   TENSORFLOW_CACHE,
   type NativeBuild,
@@ -46,6 +49,8 @@ export interface SetupOptions {
   /** Folder with include/node/node_api.h; found from this Node when left out. */
   nodedir?: string;
   force: boolean;
+  /** Also build the fused kernels with this sanitizer (FUSED_OPS_ASAN_ADDON). */
+  sanitize?: 'address';
   log: (line: string) => void;
 }
 
@@ -79,6 +84,7 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
     options.log(
       `already built: TensorFlow ${existing.tensorflow}${existing.gpu ? ' (GPU)' : ''}, tfjs-node ${existing.tfjsNode}, ${existing.builtAt} (--force rebuilds)`,
     );
+    if (options.sanitize) addSanitizedKernels(nativePackageDir(existing), options);
     return { build: existing, reused: true };
   }
   const started = Date.now();
@@ -156,6 +162,7 @@ function buildInStaging(staging: string, options: SetupOptions, tools: Tools, tf
   step('adding TensorFlow functions to the binding and compiling it with node-gyp');
   patchBindingSources(packageDir);
   const binding = compileBinding(packageDir, work, tools, options.log);
+  if (options.sanitize) compileSanitizedKernels(packageDir, work, tools, options.log);
   fs.rmSync(work, { recursive: true, force: true });
   return { source, packageDir, binding };
 }
@@ -190,11 +197,14 @@ function projectTfjsVersion(): string {
 // ---------------------------------------------------------------------------------------------
 // 1. Prerequisites
 
-interface Tools {
-  python: string;
-  npm: string[];
+interface CompilerTools {
   nodeGyp: string;
   nodedir: string;
+}
+
+interface Tools extends CompilerTools {
+  python: string;
+  npm: string[];
   strip?: string;
 }
 
@@ -205,17 +215,8 @@ function checkPrerequisites(options: SetupOptions): Tools {
   if (!runs(python, ['-m', 'pip', '--version'])) throw new SetupError(`pip is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-pip)`);
   if (options.gpu && !runs(python, ['-m', 'venv', '--help']))
     throw new SetupError(`the venv module is missing for ${python}: install it (Debian/Ubuntu: apt-get install python3-venv)`);
-  const cxx = process.env.CXX ?? 'g++';
-  if (!runs(cxx, ['--version'])) throw new SetupError(`${cxx} not found: install a C++ compiler (Debian/Ubuntu: apt-get install g++ make)`);
-  if (!runs('make', ['--version'])) throw new SetupError('make not found: install it (Debian/Ubuntu: apt-get install make)');
+  const { nodeGyp, nodedir } = compilerTools(options);
   if (!runs('tar', ['--version'])) throw new SetupError('tar not found: install it');
-  const nodedir = options.nodedir ?? process.env.npm_config_nodedir ?? path.resolve(process.execPath, '..', '..');
-  if (!fs.existsSync(path.join(nodedir, 'include', 'node', 'node_api.h'))) {
-    throw new SetupError(
-      `Node's C headers are not in ${nodedir}/include/node: use a Node.js build that ships them (the official ones do; Debian: nodejs-dev / libnode-dev) or pass --nodedir DIR`,
-    );
-  }
-  const nodeGyp = findNodeGyp();
   fs.mkdirSync(TENSORFLOW_CACHE, { recursive: true });
   const needed = options.gpu ? 12 : 3;
   const free = fs.statfsSync(TENSORFLOW_CACHE);
@@ -232,6 +233,20 @@ function checkPrerequisites(options: SetupOptions): Tools {
     nodedir,
     strip: runs('strip', ['--version']) ? 'strip' : undefined,
   };
+}
+
+/** What compiling an addon takes: a C++ compiler, make, Node's headers and node-gyp. */
+function compilerTools(options: SetupOptions): CompilerTools {
+  const cxx = process.env.CXX ?? 'g++';
+  if (!runs(cxx, ['--version'])) throw new SetupError(`${cxx} not found: install a C++ compiler (Debian/Ubuntu: apt-get install g++ make)`);
+  if (!runs('make', ['--version'])) throw new SetupError('make not found: install it (Debian/Ubuntu: apt-get install make)');
+  const nodedir = options.nodedir ?? process.env.npm_config_nodedir ?? path.resolve(process.execPath, '..', '..');
+  if (!fs.existsSync(path.join(nodedir, 'include', 'node', 'node_api.h'))) {
+    throw new SetupError(
+      `Node's C headers are not in ${nodedir}/include/node: use a Node.js build that ships them (the official ones do; Debian: nodejs-dev / libnode-dev) or pass --nodedir DIR`,
+    );
+  }
+  return { nodeGyp: findNodeGyp(), nodedir };
 }
 
 /** npm's own node-gyp: npm names it in $npm_config_node_gyp for scripts; else next to npm's CLI. */
@@ -440,32 +455,70 @@ function compileBinding(packageDir: string, work: string, tools: Tools, log: (li
  * runs where it is used). Optional: where it cannot build, one line says so and the model runs the
  * composed ops (src/backend/fused-kernels.ts).
  */
-function compileFusedOps(packageDir: string, work: string, tools: Tools, log: (line: string) => void): void {
-  const dir = path.join(work, 'fused-ops');
-  fs.mkdirSync(dir, { recursive: true });
-  fs.copyFileSync(path.join(import.meta.dirname, 'native', 'fused_ops.cc'), path.join(dir, 'fused_ops.cc'));
-  const deps = path.join(packageDir, 'deps');
-  // No -ffast-math: NaN and Inf must pass through (the non-finite rule reads them); -fno-trapping-math lets the element loops vectorise.
-  // The headers as system headers: Eigen's own code would print megabytes of -Wmaybe-uninitialized warnings.
-  const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17', '-isystem', path.join(deps, 'include')];
-  const target = {
-    target_name: 'fused_ops',
-    sources: ['fused_ops.cc'],
-    cflags_cc: flags,
-    'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
-    libraries: [`-L${path.join(deps, 'lib')}`, '-l:libtensorflow_framework.so.2', `-Wl,-rpath,${path.join(deps, 'lib')}`],
-  };
-  fs.writeFileSync(path.join(dir, 'binding.gyp'), JSON.stringify({ targets: [target] }));
+function compileFusedOps(packageDir: string, work: string, tools: CompilerTools, log: (line: string) => void): void {
   try {
-    nodeGyp(dir, tools, log, 'the fused kernels', []);
-    fs.copyFileSync(path.join(dir, 'build', 'Release', 'fused_ops.node'), path.join(packageDir, FUSED_OPS_ADDON));
+    buildFusedOps(packageDir, path.join(work, 'fused-ops'), tools, log, FUSED_OPS_ADDON, { cflags: [], ldflags: [] });
   } catch (err) {
     log(`    fused CPU kernels not built (${(err as Error).message}): the model runs the composed ops instead`);
   }
 }
 
+// AddressSanitizer; -O1 and frame pointers for its reports' stacks (the kernels' tests run this build, not training).
+const ADDRESS_SANITIZER = { cflags: ['-fsanitize=address', '-fno-omit-frame-pointer', '-g', '-O1'], ldflags: ['-fsanitize=address'] };
+
+/** native/fused_ops.cc with AddressSanitizer as FUSED_OPS_ASAN_ADDON; asked for, so a failure is the set-up's. */
+function compileSanitizedKernels(packageDir: string, work: string, tools: CompilerTools, log: (line: string) => void): void {
+  log('    building the fused kernels with AddressSanitizer');
+  buildFusedOps(packageDir, path.join(work, 'fused-ops-asan'), tools, log, FUSED_OPS_ASAN_ADDON, ADDRESS_SANITIZER);
+}
+
+/** The sanitized kernels added to the live build the set-up keeps, unless they are there (--force rebuilds everything). */
+function addSanitizedKernels(packageDir: string, options: SetupOptions): void {
+  if (fs.existsSync(path.join(packageDir, FUSED_OPS_ASAN_ADDON))) {
+    options.log(`    AddressSanitizer build of the fused kernels: ${FUSED_OPS_ASAN_ADDON} (kept)`);
+    return;
+  }
+  // Named as a build tree, so that the next run removes it if this one is interrupted.
+  const work = fs.mkdtempSync(path.join(TENSORFLOW_CACHE, `${TREE_PREFIX}sanitize-`));
+  try {
+    compileSanitizedKernels(packageDir, work, compilerTools(options), options.log);
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** Compiles fused_ops.cc in `dir` with the project's flags and `extra`, and puts it at `addon` in the package (a rename). */
+function buildFusedOps(
+  packageDir: string,
+  dir: string,
+  tools: CompilerTools,
+  log: (line: string) => void,
+  addon: string,
+  extra: { cflags: string[]; ldflags: string[] },
+): void {
+  fs.mkdirSync(dir, { recursive: true });
+  fs.copyFileSync(path.join(import.meta.dirname, 'native', 'fused_ops.cc'), path.join(dir, 'fused_ops.cc'));
+  const deps = path.join(packageDir, 'deps');
+  // No -ffast-math: NaN and Inf must pass through (the non-finite rule reads them); -fno-trapping-math lets the element loops vectorise.
+  // The headers as system headers: Eigen's own code would print megabytes of -Wmaybe-uninitialized warnings.
+  const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17', '-isystem', path.join(deps, 'include'), ...extra.cflags];
+  const target = {
+    target_name: 'fused_ops',
+    sources: ['fused_ops.cc'],
+    cflags_cc: flags,
+    'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
+    ldflags: extra.ldflags,
+    libraries: [`-L${path.join(deps, 'lib')}`, '-l:libtensorflow_framework.so.2', `-Wl,-rpath,${path.join(deps, 'lib')}`],
+  };
+  fs.writeFileSync(path.join(dir, 'binding.gyp'), JSON.stringify({ targets: [target] }));
+  nodeGyp(dir, tools, log, 'the fused kernels', []);
+  const into = path.join(packageDir, addon);
+  fs.copyFileSync(path.join(dir, 'build', 'Release', 'fused_ops.node'), `${into}.tmp-${process.pid}`);
+  fs.renameSync(`${into}.tmp-${process.pid}`, into);
+}
+
 /** native/quiet_stderr.c as lib/quiet_stderr.node of the package (QUIET_STDERR_ADDON; see tensorflow.ts). */
-function compileQuietStderr(packageDir: string, work: string, tools: Tools, log: (line: string) => void): void {
+function compileQuietStderr(packageDir: string, work: string, tools: CompilerTools, log: (line: string) => void): void {
   const dir = path.join(work, 'quiet-stderr');
   fs.mkdirSync(dir, { recursive: true });
   fs.copyFileSync(path.join(import.meta.dirname, 'native', 'quiet_stderr.c'), path.join(dir, 'quiet_stderr.c'));
@@ -474,7 +527,7 @@ function compileQuietStderr(packageDir: string, work: string, tools: Tools, log:
   fs.copyFileSync(path.join(dir, 'build', 'Release', 'quiet_stderr.node'), path.join(packageDir, QUIET_STDERR_ADDON));
 }
 
-function nodeGyp(cwd: string, tools: Tools, log: (line: string) => void, what: string, extra: string[]): void {
+function nodeGyp(cwd: string, tools: CompilerTools, log: (line: string) => void, what: string, extra: string[]): void {
   const args = [tools.nodeGyp, 'rebuild', `--nodedir=${tools.nodedir}`, `--jobs=${Math.max(1, os.availableParallelism())}`, ...extra];
   // A compiler's warnings can run past spawnSync's 1 MiB default, which kills the build as if it had failed.
   const result = spawnSync(process.execPath, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 256 * 1024 ** 2 });

@@ -7,7 +7,17 @@ import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { FUSED_CPU_KERNELS, LINEAR_WITH_BIAS, noteFusedCpuKernels, STATELESS_UNIFORM } from './fused-kernels.ts';
 import { useQuietStderr, withStderrSilenced } from './quiet-stderr.ts';
-import { currentBuild, nativePackageDir, PROJECT_ROOT, QUIET_STDERR_ADDON, FUSED_OPS_ADDON, readBuildStamp, SETUP_COMMAND } from './native-build.ts';
+import {
+  currentBuild,
+  FUSED_OPS_ADDON,
+  FUSED_OPS_ASAN_ADDON,
+  nativePackageDir,
+  PROJECT_ROOT,
+  QUIET_STDERR_ADDON,
+  readBuildStamp,
+  SANITIZED_KERNELS_ENV,
+  SETUP_COMMAND,
+} from './native-build.ts';
 
 let loadedFrom: string | undefined;
 
@@ -33,7 +43,7 @@ export function loadTensorflowPackage(): string | undefined {
       useQuietStderr(candidate === wheelBuilt ? path.join(wheelBuilt, QUIET_STDERR_ADDON) : null);
       withStderrSilenced(() => require(candidate));
       registerTensorflowKernels();
-      if (candidate === wheelBuilt && !build!.gpu) registerFusedCpuKernels(path.join(wheelBuilt, FUSED_OPS_ADDON));
+      if (candidate === wheelBuilt && !build!.gpu) registerFusedCpuKernels(wheelBuilt);
       loadedFrom = candidate === wheelBuilt ? '.cache/tensorflow' : candidate;
       return undefined;
     } catch (err) {
@@ -117,14 +127,24 @@ function registerTensorflowKernels(): void {
  * The fused CPU kernels (native/fused_ops.cc, built by the set-up on CPU builds): loading the addon
  * registers its ops in this process's TensorFlow; each then becomes the tfjs kernel of the same name.
  * Where the addon is absent or refused, the model keeps its composed ops (fused-kernels.ts says why).
+ * With $SLAYFORMER_SANITIZED_KERNELS=1 the AddressSanitizer build is loaded instead (native-build.ts).
  */
-function registerFusedCpuKernels(addonPath: string): void {
-  noteFusedCpuKernels(fusedCpuKernelsProblem(addonPath));
+function registerFusedCpuKernels(packageDir: string): void {
+  const sanitized = process.env[SANITIZED_KERNELS_ENV] === '1';
+  const addonPath = path.join(packageDir, sanitized ? FUSED_OPS_ASAN_ADDON : FUSED_OPS_ADDON);
+  const setup = sanitized ? `${SETUP_COMMAND} -- --sanitize address` : SETUP_COMMAND;
+  // Loading the sanitized build into a process without the sanitizer's runtime would end it (ASan's own check).
+  const unsanitized = sanitized && !fs.readFileSync('/proc/self/maps', 'utf8').includes('libasan');
+  noteFusedCpuKernels(
+    unsanitized
+      ? `${SANITIZED_KERNELS_ENV}=1 needs AddressSanitizer's runtime preloaded (LD_PRELOAD=$(gcc -print-file-name=libasan.so))`
+      : fusedCpuKernelsProblem(addonPath, setup),
+  );
 }
 
 /** Loads the addon and registers its kernels; why it could not (null = done). */
-function fusedCpuKernelsProblem(addonPath: string): string | null {
-  if (!fs.existsSync(addonPath)) return `not built (\`${SETUP_COMMAND}\` builds them where it can compile them)`;
+function fusedCpuKernelsProblem(addonPath: string, setup: string): string | null {
+  if (!fs.existsSync(addonPath)) return `not built (\`${setup}\` builds them where it can compile them)`;
   try {
     const addon = createRequire(import.meta.url)(addonPath) as { ops: string[]; error: string | null };
     if (addon.error) return `TensorFlow refused them: ${addon.error}`;

@@ -1,4 +1,4 @@
-// npm run setup:tensorflow [-- --gpu] [--tensorflow SPEC] [--wheel FILE] [--python EXE] [--nodedir DIR] [--force]
+// npm run setup:tensorflow [-- --gpu] [--tensorflow SPEC] [--wheel FILE] [--python EXE] [--nodedir DIR] [--sanitize address] [--force]
 // Builds the native `tensorflow` backend from the TensorFlow pip wheel into .cache/tensorflow and
 // checks it against the cpu backend (src/backend/tensorflow-setup.ts).
 // tensorflow-check.ts loads TensorFlow.js: imported after the build, so that --help answers at once.
@@ -17,12 +17,19 @@ g++, make and ~3 GB of disk (~12 GB with --gpu). Re-running keeps a matching bui
     wheel: { type: 'string', value: 'FILE', help: 'use this tensorflow-cpu wheel instead of pip download' },
     python: { type: 'string', value: 'EXE', default: 'python3', help: 'the Python whose pip is used' },
     nodedir: { type: 'string', value: 'DIR', help: "folder holding include/node/node_api.h (default: this Node's own)" },
+    sanitize: {
+      type: 'string',
+      value: 'KIND',
+      choices: ['address'] as const,
+      help: 'also build the fused CPU kernels with AddressSanitizer, beside the plain ones (test/backend/fused-ops-asan.test.ts runs their tests on it)',
+    },
     force: { type: 'boolean', help: 'rebuild even when a matching build exists' },
   },
 } as const;
 
 await runCommand(COMMAND, async ({ values }) => {
   if (values.gpu && values.wheel) throw new UsageError('--wheel is for CPU builds; --gpu installs its wheels with pip');
+  if (values.gpu && values.sanitize) throw new UsageError('--sanitize builds the fused CPU kernels, which GPU builds do not use');
   const log = (line: string) => console.log(line);
   log(`setup:tensorflow: native backend from the TensorFlow ${values.gpu ? 'GPU' : 'CPU'} wheel`);
   const { build, reused } = setupTensorflow({
@@ -32,6 +39,7 @@ await runCommand(COMMAND, async ({ values }) => {
     python: values.python,
     nodedir: values.nodedir,
     force: values.force,
+    sanitize: values.sanitize,
     log,
   });
   log(reused ? 'checking the build' : `built in ${build.seconds} s; checking it`);

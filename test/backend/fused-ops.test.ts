@@ -152,7 +152,7 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     const scores = tf.zeros([2, 3, 4]);
     const wider = tf.zeros([2, 4, 4]);
     expect(() => tf.engine().runKernel('SlayformerCausalAttention', { q: scores, k: scores, v: wider })).toThrow(
-      /SlayformerCausalAttention: q, k, v .* must be \[N, L, D\] of one shape/,
+      /SlayformerCausalAttention: v has shape \[2, 4, 4\] where \[N, L, D\] is expected, with N = 2 \(q\), L = 3 \(q\), D = 4 \(q\)/,
     );
     tf.dispose([q, k, scores, wider]);
     attn.dispose();
@@ -192,7 +192,7 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     });
     causalFactorAttentionRef(arrays, [n, c, fa, fb, dv]).forEach((expected, i) => expect(maxRel(got[i], expected)).toBeLessThan(1e-5));
     expect(() => tf.engine().runKernel('SlayformerCausalFactorAttention', { aq, ak: bq, bq, bk, values: vs })).toThrow(
-      /SlayformerCausalFactorAttention: aq, ak and bq, bk must have the same feature widths/,
+      /SlayformerCausalFactorAttention: ak has shape \[2, 70, 7\] where \[N, C, Fa\] is expected, with N = 2 \(aq\), C = 70 \(aq\), Fa = 5 \(aq\)/,
     );
     attn.dispose();
     tf.dispose([q, k, v, up, aq, ak, bq, bk, vs, us]);
@@ -235,7 +235,7 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
       expect(maxRel(got[1], grad)).toBeLessThan(1e-5);
       expect(() =>
         tf.tidy(() => tf.engine().runKernel('SlayformerLinearNormalize', { raw: tf.zeros([3, 1]) }, { delta } as unknown as tf.NamedAttrMap)),
-      ).toThrow(/SlayformerLinearNormalize: raw must be \[\.\., D \+ 1\] with D ≥ 1/);
+      ).toThrow(/SlayformerLinearNormalize: raw has shape \[3, 1\] where \[\.\.\., D\+1\] is expected, with D ≥ 1/);
       attn.dispose();
       tf.dispose([q, k, v, up, rawT, dyT]);
       expect(tf.memory().numTensors).toBe(before);

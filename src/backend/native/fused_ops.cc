@@ -18,12 +18,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <functional>
 #include <memory>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -156,6 +159,155 @@ struct KernelCall {
 
 float* data(TF_Tensor* t) { return static_cast<float*>(TF_TensorData(t)); }
 
+// A kernel's inputs held to the shapes it is written for, before it allocates or reads anything: a registered kernel
+// runs for any graph that names it, with whatever that graph feeds it (docs/bounds.md, "Native kernels"). A shape is
+// written as terms separated by spaces: a name stands for a size, bound where it first appears (inputs are checked in
+// the order given) and equal wherever it appears again; "D+1" is one more than D (and binds D where D is new); "R*M" is
+// the product of two bound names; a number is that size; a leading "..." is any number of leading axes, the same ones
+// in every input that starts with it. The first mismatch sets an error naming the kernel, the input, its shape and the
+// expected one, and every later check answers false. O(rank) per call.
+class InputShapes {
+ public:
+  struct Input {
+    const char* name;
+    const TF_Tensor* tensor;
+    const char* shape;
+  };
+
+  InputShapes(const char* op, TF_Status* status) : op_(op), status_(status) {}
+
+  bool ok() const { return TF_GetCode(status_) == TF_OK; }
+
+  // Whether every input has its shape.
+  bool match(std::initializer_list<Input> inputs) {
+    for (const Input& in : inputs)
+      if (!ok() || !matchInput(in)) return false;
+    return ok();
+  }
+
+  // The size match bound to `name`.
+  int64_t operator[](std::string_view name) const { return find(name)->size; }
+
+  // Whether the size bound to `name` is at least `min`: an axis the kernel divides by, or reads an element of.
+  bool atLeast(std::string_view name, int64_t min) {
+    const Binding* b = find(name);
+    if (ok() && b->size < min) fail(b->from, std::string(name) + " ≥ " + std::to_string(min));
+    return ok();
+  }
+
+  // Whether a float attribute is finite and not negative (LayerNorm's ε, the normalisation's δ).
+  bool finiteNonNegative(const char* attr, float value) {
+    if (ok() && !(std::isfinite(value) && value >= 0.0f)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", value);
+      setError(std::string(attr) + " is " + text + " where a finite value ≥ 0 is expected");
+    }
+    return ok();
+  }
+
+ private:
+  struct Binding {
+    std::string_view name;
+    int64_t size;
+    Input from;
+  };
+
+  const char* op_;
+  TF_Status* status_;
+  std::vector<Binding> bound_;
+  // The axes "..." stands for, once an input has bound them.
+  std::vector<int64_t> leading_;
+  const char* leadingFrom_ = nullptr;
+
+  const Binding* find(std::string_view name) const {
+    for (const Binding& b : bound_)
+      if (b.name == name) return &b;
+    return nullptr;
+  }
+
+  static std::vector<std::string_view> termsOf(const char* shape) {
+    std::vector<std::string_view> terms;
+    for (std::string_view rest(shape); !rest.empty();) {
+      const size_t space = rest.find(' ');
+      terms.push_back(rest.substr(0, space));
+      rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    }
+    return terms;
+  }
+
+  static bool isNumber(std::string_view term) { return std::isdigit(static_cast<unsigned char>(term.front())) != 0; }
+
+  // The names a term uses: D in "D" and "D+1", R and M in "R*M"; none in a number or "...".
+  static std::vector<std::string_view> namesIn(std::string_view term) {
+    if (term == "..." || isNumber(term)) return {};
+    const size_t split = term.find_first_of("+*");
+    if (split != std::string_view::npos && term[split] == '*') return {term.substr(0, split), term.substr(split + 1)};
+    return {term.substr(0, split)};
+  }
+
+  bool matchInput(const Input& in) {
+    std::vector<std::string_view> terms = termsOf(in.shape);
+    const bool ellipsis = !terms.empty() && terms.front() == "...";
+    if (ellipsis) terms.erase(terms.begin());
+    const std::vector<int64_t> dims = dimsOf(in.tensor);
+    const int64_t lead = static_cast<int64_t>(dims.size()) - static_cast<int64_t>(terms.size());
+    if (ellipsis ? lead < 0 : lead != 0) return fail(in);
+    if (ellipsis) {
+      const std::vector<int64_t> leading(dims.begin(), dims.begin() + lead);
+      if (!leadingFrom_) {
+        leading_ = leading;
+        leadingFrom_ = in.name;
+      } else if (leading != leading_) {
+        return fail(in);
+      }
+    }
+    for (size_t i = 0; i < terms.size(); i++)
+      if (!matchTerm(in, terms[i], dims[lead + i])) return fail(in);
+    return true;
+  }
+
+  // Whether `size` is what `term` says, binding its name where it is new.
+  bool matchTerm(const Input& in, std::string_view term, int64_t size) {
+    if (isNumber(term)) return size == std::stoll(std::string(term));
+    const size_t split = term.find_first_of("+*");
+    if (split != std::string_view::npos && term[split] == '*') {
+      const Binding *a = find(term.substr(0, split)), *b = find(term.substr(split + 1));
+      return a && b && size == a->size * b->size;
+    }
+    const int64_t extra = split == std::string_view::npos ? 0 : std::stoll(std::string(term.substr(split + 1)));
+    if (const Binding* b = find(term.substr(0, split))) return size == b->size + extra;
+    bound_.push_back({term.substr(0, split), size - extra, in});
+    return true;
+  }
+
+  // "<input> has shape [4, 0] where [..., D] is expected, with …": what the names in the expected shape were bound to
+  // by other inputs, and `condition`.
+  bool fail(const Input& in, const std::string& condition = "") {
+    const std::vector<std::string_view> terms = termsOf(in.shape);
+    std::string expected, given;
+    const auto note = [&given](const std::string& what) { given += (given.empty() ? ", with " : ", ") + what; };
+    for (size_t i = 0; i < terms.size(); i++) {
+      expected += (i ? ", " : "") + std::string(terms[i]);
+      if (terms[i] == "..." && leadingFrom_ && std::strcmp(leadingFrom_, in.name) != 0) note("... = " + shapeOf(leading_) + " (" + leadingFrom_ + ")");
+      for (std::string_view name : namesIn(terms[i])) {
+        const Binding* b = find(name);
+        if (b && std::strcmp(b->from.name, in.name) != 0) note(std::string(name) + " = " + std::to_string(b->size) + " (" + b->from.name + ")");
+      }
+    }
+    if (!condition.empty()) note(condition);
+    setError(std::string(in.name) + " has shape " + shapeOf(dimsOf(in.tensor)) + " where [" + expected + "] is expected" + given);
+    return false;
+  }
+
+  static std::string shapeOf(const std::vector<int64_t>& dims) {
+    std::string out;
+    for (size_t i = 0; i < dims.size(); i++) out += (i ? ", " : "") + std::to_string(dims[i]);
+    return "[" + out + "]";
+  }
+
+  void setError(const std::string& what) { TF_SetStatus(status_, TF_INVALID_ARGUMENT, (std::string(op_) + ": " + what).c_str()); }
+};
+
 // ---- GELU: y = x·s with s = σ(2c(x + a x³)) (tanh form) or s = Φ(x) (erf form). -----------------
 
 // e^x in float32 to ~1 ulp (Cody–Waite reduction and Cephes' expf polynomial), written out so that
@@ -215,6 +367,11 @@ void geluGradients(const float* __restrict dy, const float* __restrict xs, float
   }
 }
 
+constexpr const char* geluName(bool erf, bool grad) {
+  return erf ? (grad ? "SlayformerGeluErfGrad" : "SlayformerGeluErf") : (grad ? "SlayformerGeluTanhGrad" : "SlayformerGeluTanh");
+}
+
+// x of any shape, scalars included: nothing to check.
 template <bool Erf>
 void geluForward(void*, TF_OpKernelContext* ctx) {
   KernelCall call(ctx);
@@ -234,7 +391,8 @@ void geluBackward(void*, TF_OpKernelContext* ctx) {
   TF_Status* status = call.status;
   TF_Tensor* dy = call.input(0);
   TF_Tensor* x = call.input(1);
-  TF_Tensor* dx = TF_GetCode(status) == TF_OK ? call.output(0, dimsOf(x)) : nullptr;
+  InputShapes shapes(geluName(Erf, true), status);
+  TF_Tensor* dx = shapes.match({{"dy", dy, "..."}, {"x", x, "..."}}) ? call.output(0, dimsOf(x)) : nullptr;
   if (TF_GetCode(status) == TF_OK) {
     const float* g = data(dy);
     const float* xs = data(x);
@@ -273,7 +431,8 @@ void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
   TF_Tensor* gain = call.input(1);
   TF_Tensor* shift = call.input(2);
   TF_Tensor *y = nullptr, *xhat = nullptr, *rstd = nullptr;
-  if (TF_GetCode(status) == TF_OK) {
+  InputShapes shapes("SlayformerLayerNorm", status);
+  if (shapes.match({{"x", x, "... D"}, {"gain", gain, "D"}, {"shift", shift, "D"}}) && shapes.atLeast("D", 1) && shapes.finiteNonNegative("eps", eps)) {
     std::vector<int64_t> dims = dimsOf(x);
     y = call.output(0, dims);
     xhat = call.output(1, dims);
@@ -281,8 +440,7 @@ void layerNormForward(void* kernel, TF_OpKernelContext* ctx) {
     rstd = call.output(2, dims);
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t d = TF_Dim(x, TF_NumDims(x) - 1);
-    const int64_t rows = d > 0 ? TF_TensorElementCount(x) / d : 0;
+    const int64_t d = shapes["D"], rows = TF_TensorElementCount(x) / d;
     const float *xs = data(x), *g = data(gain), *b = data(shift);
     float *ys = data(y), *xh = data(xhat), *rs = data(rstd);
     parallelRows(rows, d, [&](int64_t begin, int64_t end) {
@@ -312,14 +470,15 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
   TF_Tensor* gain = call.input(3);
   TF_Tensor *dx = nullptr, *dgain = nullptr, *dshift = nullptr;
   int64_t d = 0;
-  if (TF_GetCode(status) == TF_OK) {
-    d = TF_Dim(xhat, TF_NumDims(xhat) - 1);
+  InputShapes shapes("SlayformerLayerNormGrad", status);
+  if (shapes.match({{"dy", dy, "... D"}, {"xhat", xhat, "... D"}, {"rstd", rstd, "... 1"}, {"gain", gain, "D"}}) && shapes.atLeast("D", 1)) {
+    d = shapes["D"];
     dx = call.output(0, dimsOf(xhat));
     dgain = call.output(1, {d});
     dshift = call.output(2, {d});
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t rows = d > 0 ? TF_TensorElementCount(xhat) / d : 0;
+    const int64_t rows = TF_TensorElementCount(xhat) / d;
     const float *g = data(dy), *xh = data(xhat), *rs = data(rstd), *gn = data(gain);
     float* out = data(dx);
     parallelRows(rows, d, [&](int64_t begin, int64_t end) {
@@ -349,17 +508,6 @@ void layerNormBackward(void*, TF_OpKernelContext* ctx) {
 
 // ---- Linear attention's normalisation: the sums [.., D + 1] (numerators, then the denominator) → their ratio. ----
 
-// Rows of raw [.., D + 1] and their width; else an error naming the op.
-bool normalizationRows(TF_Tensor* raw, const char* op, int64_t* rows, int64_t* width, TF_Status* status) {
-  *width = TF_NumDims(raw) >= 1 ? TF_Dim(raw, TF_NumDims(raw) - 1) : 0;
-  if (*width < 2) {
-    TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": raw must be [.., D + 1] with D ≥ 1").c_str());
-    return false;
-  }
-  *rows = TF_TensorElementCount(raw) / *width;
-  return true;
-}
-
 // raw [.., D + 1] → out [.., D] = raw[.., :D]/(raw[.., D] + δ) (src/model/attention/chunked.ts, normalize: two slices,
 // an addition and a division in one pass).
 void linearNormalizeForward(void* kernel, TF_OpKernelContext* ctx) {
@@ -368,14 +516,14 @@ void linearNormalizeForward(void* kernel, TF_OpKernelContext* ctx) {
   TF_Status* status = call.status;
   TF_Tensor* raw = call.input(0);
   TF_Tensor* out = nullptr;
-  int64_t rows = 0, width = 0;
-  if (TF_GetCode(status) == TF_OK && normalizationRows(raw, "SlayformerLinearNormalize", &rows, &width, status)) {
+  InputShapes shapes("SlayformerLinearNormalize", status);
+  if (shapes.match({{"raw", raw, "... D+1"}}) && shapes.atLeast("D", 1) && shapes.finiteNonNegative("delta", delta)) {
     std::vector<int64_t> dims = dimsOf(raw);
-    dims.back() = width - 1;
+    dims.back() = shapes["D"];
     out = call.output(0, dims);
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t d = width - 1;
+    const int64_t d = shapes["D"], width = d + 1, rows = TF_TensorElementCount(raw) / width;
     const float* r = data(raw);
     float* o = data(out);
     parallelRows(rows, width, [&](int64_t begin, int64_t end) {
@@ -397,15 +545,11 @@ void linearNormalizeBackward(void* kernel, TF_OpKernelContext* ctx) {
   TF_Tensor* dy = call.input(0);
   TF_Tensor* raw = call.input(1);
   TF_Tensor* draw = nullptr;
-  int64_t rows = 0, width = 0;
-  if (TF_GetCode(status) == TF_OK && normalizationRows(raw, "SlayformerLinearNormalizeGrad", &rows, &width, status)) {
-    if (TF_TensorElementCount(dy) != rows * (width - 1))
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerLinearNormalizeGrad: dy must be raw's shape with the last axis one shorter");
-    else
-      draw = call.output(0, dimsOf(raw));
-  }
+  InputShapes shapes("SlayformerLinearNormalizeGrad", status);
+  if (shapes.match({{"dy", dy, "... D"}, {"raw", raw, "... D+1"}}) && shapes.atLeast("D", 1) && shapes.finiteNonNegative("delta", delta))
+    draw = call.output(0, dimsOf(raw));
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t d = width - 1;
+    const int64_t d = shapes["D"], width = d + 1, rows = TF_TensorElementCount(raw) / width;
     const float *g = data(dy), *r = data(raw);
     float* dr = data(draw);
     parallelRows(rows, width, [&](int64_t begin, int64_t end) {
@@ -455,18 +599,13 @@ void attentionSoftmaxBackward(void*, TF_OpKernelContext* ctx) {
   TF_Tensor* dout = call.input(2);
   TF_Tensor* out = call.input(3);
   TF_Tensor* dscores = nullptr;
-  int64_t lk = 0, d = 0, rows = 0;
+  InputShapes shapes("SlayformerAttentionSoftmaxGrad", status);
+  if (shapes.match({{"probs", probs, "... Lq Lk"}, {"dprobs", dprobs, "... Lq Lk"}, {"dout", dout, "... Lq D"}, {"out", out, "... Lq D"}}))
+    dscores = call.output(0, dimsOf(probs));
   if (TF_GetCode(status) == TF_OK) {
-    lk = TF_Dim(probs, TF_NumDims(probs) - 1);
-    d = TF_Dim(out, TF_NumDims(out) - 1);
-    rows = lk > 0 ? TF_TensorElementCount(probs) / lk : 0;
-    const bool rowsAgree = (d > 0 ? TF_TensorElementCount(out) / d : 0) == rows && TF_TensorElementCount(dout) == TF_TensorElementCount(out);
-    if (TF_TensorElementCount(dprobs) != TF_TensorElementCount(probs) || !rowsAgree)
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerAttentionSoftmaxGrad: p, dp must be [.., Lq, Lk] and dout, out [.., Lq, D] with the same rows");
-    else
-      dscores = call.output(0, dimsOf(probs));
-  }
-  if (TF_GetCode(status) == TF_OK) {
+    const int64_t lk = shapes["Lk"], d = shapes["D"];
+    int64_t rows = 1;  // the leading axes and Lq, counted from the shape: Lk or D may be 0
+    for (int i = 0; i < TF_NumDims(probs) - 1; i++) rows *= TF_Dim(probs, i);
     const float *p = data(probs), *dp = data(dprobs), *go = data(dout), *o = data(out);
     float* ds = data(dscores);
     parallelRows(rows, lk + d, [&](int64_t begin, int64_t end) {
@@ -498,15 +637,6 @@ ConstMatrixView view(const float* p, int64_t rows, int64_t cols, int64_t stride)
 // speed; 32 did no better in docs/benchmarks.md's measurement.
 constexpr int64_t kStrip = 64;
 
-// Whether q, k, v are [N, L, D] of one shape; else sets an error naming the op.
-bool sameHeads(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_Status* status) {
-  const TF_Tensor* first = *ts.begin();
-  bool ok = TF_NumDims(first) == 3;
-  for (const TF_Tensor* t : ts) ok = ok && TF_NumDims(t) == 3 && dimsOf(t) == dimsOf(first);
-  if (!ok) TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": q, k, v (and dout, out) must be [N, L, D] of one shape").c_str());
-  return ok;
-}
-
 // q (scaled), k, v [N, L, D] → out = P·v and P [N, L, L], P the causal softmax of q·kᵀ (0 above the
 // diagonal: the exact zeros that softmax of scores − 1e9 above the diagonal gives in float32): the composed form's three ops (src/model/attention/softmax.ts)
 // with the products done strip by strip, skipping the key tiles a strip's queries cannot see.
@@ -517,12 +647,13 @@ void causalAttentionForward(void*, TF_OpKernelContext* ctx) {
   TF_Tensor* k = call.input(1);
   TF_Tensor* v = call.input(2);
   TF_Tensor *out = nullptr, *probs = nullptr;
-  if (TF_GetCode(status) == TF_OK && sameHeads({q, k, v}, "SlayformerCausalAttention", status)) {
+  InputShapes shapes("SlayformerCausalAttention", status);
+  if (shapes.match({{"q", q, "N L D"}, {"k", k, "N L D"}, {"v", v, "N L D"}})) {
     out = call.output(0, dimsOf(q));
-    probs = call.output(1, {TF_Dim(q, 0), TF_Dim(q, 1), TF_Dim(q, 1)});
+    probs = call.output(1, {shapes["N"], shapes["L"], shapes["L"]});
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1), d = TF_Dim(q, 2);
+    const int64_t n = shapes["N"], l = shapes["L"], d = shapes["D"];
     const float *qs = data(q), *ks = data(k), *vs = data(v);
     float *os = data(out), *ps = data(probs);
     parallelRows(n, l * l * d, [&](int64_t begin, int64_t end) {
@@ -549,14 +680,11 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
   for (int i = 0; i < 6; i++) in[i] = call.input(i);
   TF_Tensor* grads[3] = {};  // dq, dk, dv
   auto [dout, q, k, v, probs, out] = in;
-  if (TF_GetCode(status) == TF_OK && sameHeads({dout, q, k, v, out}, "SlayformerCausalAttentionGrad", status)) {
-    const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1);
-    if (dimsOf(probs) != std::vector<int64_t>{n, l, l})
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalAttentionGrad: probs must be [N, L, L] for q [N, L, D]");
+  InputShapes shapes("SlayformerCausalAttentionGrad", status);
+  if (shapes.match({{"dout", dout, "N L D"}, {"q", q, "N L D"}, {"k", k, "N L D"}, {"v", v, "N L D"}, {"probs", probs, "N L L"}, {"out", out, "N L D"}}))
     for (int i = 0; i < 3; i++) grads[i] = call.output(i, dimsOf(q));
-  }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(q, 0), l = TF_Dim(q, 1), d = TF_Dim(q, 2);
+    const int64_t n = shapes["N"], l = shapes["L"], d = shapes["D"];
     const float *gos = data(dout), *qs = data(q), *ks = data(k), *vs = data(v), *ps = data(probs), *os = data(out);
     float *dqs = data(grads[0]), *dks = data(grads[1]), *dvs = data(grads[2]);
     parallelRows(n, l * l * d, [&](int64_t begin, int64_t end) {
@@ -589,15 +717,6 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
 
 // ---- Causal attention of tensor-product features over query strips (SLAY's blocks). --------------
 
-// Whether every tensor is [N, C, ·] with one N and C; else sets an error naming the op.
-bool sameBlocks(std::initializer_list<const TF_Tensor*> ts, const char* op, TF_Status* status) {
-  const TF_Tensor* first = *ts.begin();
-  bool ok = true;
-  for (const TF_Tensor* t : ts) ok = ok && TF_NumDims(t) == 3 && TF_Dim(t, 0) == TF_Dim(first, 0) && TF_Dim(t, 1) == TF_Dim(first, 1);
-  if (!ok) TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": inputs must be [N, C, ·] blocks of one N and C").c_str());
-  return ok;
-}
-
 // aq, ak [N, C, Fa], bq, bk [N, C, Fb], values [N, C, D] → out = S·[values, 1] [N, C, D + 1] with S = (aq·akᵀ)⊙(bq·bkᵀ)
 // on and below the diagonal (src/model/attention/chunked.ts: the ones column, two products, the masked product of their
 // results and a third product in one; the last column, S's row sums, is the linear attention's denominator), and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
@@ -609,15 +728,14 @@ void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
   for (int i = 0; i < 5; i++) in[i] = call.input(i);
   TF_Tensor* outs[3] = {};  // out, xa, xb
   auto [aq, ak, bq, bk, values] = in;
-  if (TF_GetCode(status) == TF_OK && sameBlocks({aq, ak, bq, bk, values}, "SlayformerCausalFactorAttention", status)) {
-    if (TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttention: aq, ak and bq, bk must have the same feature widths");
-    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1);
-    outs[0] = call.output(0, {n, c, TF_Dim(values, 2) + 1});
+  InputShapes shapes("SlayformerCausalFactorAttention", status);
+  if (shapes.match({{"aq", aq, "N C Fa"}, {"ak", ak, "N C Fa"}, {"bq", bq, "N C Fb"}, {"bk", bk, "N C Fb"}, {"values", values, "N C D"}})) {
+    const int64_t n = shapes["N"], c = shapes["C"];
+    outs[0] = call.output(0, {n, c, shapes["D"] + 1});
     for (int i = 1; i < 3; i++) outs[i] = call.output(i, {n, c, c});
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2), width = dv + 1;
+    const int64_t n = shapes["N"], c = shapes["C"], fa = shapes["Fa"], fb = shapes["Fb"], dv = shapes["D"], width = dv + 1;
     const float *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values);
     float *os = data(outs[0]), *xas = data(outs[1]), *xbs = data(outs[2]);
     parallelRows(n, c * c * (fa + fb + dv), [&](int64_t begin, int64_t end) {
@@ -655,15 +773,20 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
   for (int i = 0; i < 8; i++) in[i] = call.input(i);
   TF_Tensor* grads[5] = {};  // daq, dak, dbq, dbk, dvalues
   auto [dout, aq, ak, bq, bk, values, xa, xb] = in;
-  if (TF_GetCode(status) == TF_OK && sameBlocks({dout, aq, ak, bq, bk, values, xa, xb}, "SlayformerCausalFactorAttentionGrad", status)) {
-    const int64_t c = TF_Dim(aq, 1);
-    if (TF_Dim(xa, 2) != c || TF_Dim(xb, 2) != c || TF_Dim(dout, 2) != TF_Dim(values, 2) + 1 || TF_Dim(ak, 2) != TF_Dim(aq, 2) || TF_Dim(bk, 2) != TF_Dim(bq, 2))
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerCausalFactorAttentionGrad: shapes do not match the forward's");
+  InputShapes shapes("SlayformerCausalFactorAttentionGrad", status);
+  if (shapes.match({{"dout", dout, "N C D+1"},
+                    {"aq", aq, "N C Fa"},
+                    {"ak", ak, "N C Fa"},
+                    {"bq", bq, "N C Fb"},
+                    {"bk", bk, "N C Fb"},
+                    {"values", values, "N C D"},
+                    {"xa", xa, "N C C"},
+                    {"xb", xb, "N C C"}})) {
     const TF_Tensor* like[5] = {aq, ak, bq, bk, values};
     for (int i = 0; i < 5; i++) grads[i] = call.output(i, dimsOf(like[i]));
   }
   if (TF_GetCode(status) == TF_OK) {
-    const int64_t n = TF_Dim(aq, 0), c = TF_Dim(aq, 1), fa = TF_Dim(aq, 2), fb = TF_Dim(bq, 2), dv = TF_Dim(values, 2), width = dv + 1;
+    const int64_t n = shapes["N"], c = shapes["C"], fa = shapes["Fa"], fb = shapes["Fb"], dv = shapes["D"], width = dv + 1;
     const float *gos = data(dout), *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values), *xas = data(xa),
                 *xbs = data(xb);
     float *daqs = data(grads[0]), *daks = data(grads[1]), *dbqs = data(grads[2]), *dbks = data(grads[3]), *dvs = data(grads[4]);
@@ -704,20 +827,15 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
 
 // ---- SLAY's feature factors: anchor features and positive random features of unit rows. -----------
 
-// The shapes of SlayformerSlayFactors(Grad): x [B, H, L, d], anchors [d, P], omegas [R, H, d, M], nodes [R, 2]; else an error.
+// The sizes of SlayformerSlayFactors(Grad)'s inputs: x [B, H, L, d], anchors [d, P], omegas [R, H, d, M], nodes [R, 2].
 struct SlayShapes {
   int64_t b, h, l, d, p, r, m;
 };
 
-bool slayShapes(TF_Tensor* x, TF_Tensor* anchors, TF_Tensor* omegas, TF_Tensor* nodes, const char* op, SlayShapes* out, TF_Status* status) {
-  const bool ok = TF_NumDims(x) == 4 && TF_NumDims(anchors) == 2 && TF_NumDims(omegas) == 4 && TF_NumDims(nodes) == 2 &&
-                  TF_Dim(anchors, 0) == TF_Dim(x, 3) && TF_Dim(omegas, 1) == TF_Dim(x, 1) && TF_Dim(omegas, 2) == TF_Dim(x, 3) &&
-                  TF_Dim(nodes, 0) == TF_Dim(omegas, 0) && TF_Dim(nodes, 1) == 2;
-  if (!ok) {
-    TF_SetStatus(status, TF_INVALID_ARGUMENT, (std::string(op) + ": x must be [B, H, L, d], anchors [d, P], omegas [R, H, d, M], nodes [R, 2]").c_str());
-    return false;
-  }
-  *out = {TF_Dim(x, 0), TF_Dim(x, 1), TF_Dim(x, 2), TF_Dim(x, 3), TF_Dim(anchors, 1), TF_Dim(omegas, 0), TF_Dim(omegas, 3)};
+// Whether the inputs both directions share have those shapes; their sizes into `out`.
+bool slayShapes(InputShapes& shapes, const TF_Tensor* x, const TF_Tensor* anchors, const TF_Tensor* omegas, const TF_Tensor* nodes, SlayShapes* out) {
+  if (!shapes.match({{"x", x, "B H L d"}, {"anchors", anchors, "d P"}, {"omegas", omegas, "R H d M"}, {"nodes", nodes, "R 2"}})) return false;
+  *out = {shapes["B"], shapes["H"], shapes["L"], shapes["d"], shapes["P"], shapes["R"], shapes["M"]};
   return true;
 }
 
@@ -766,7 +884,8 @@ void slayFactorsForward(void*, TF_OpKernelContext* ctx) {
   TF_Tensor* outs[2] = {};
   auto [x, anchors, omegas, nodes] = in;
   SlayShapes sh{};
-  if (TF_GetCode(status) == TF_OK && slayShapes(x, anchors, omegas, nodes, "SlayformerSlayFactors", &sh, status)) {
+  InputShapes shapes("SlayformerSlayFactors", status);
+  if (slayShapes(shapes, x, anchors, omegas, nodes, &sh)) {
     outs[0] = call.output(0, {sh.b, sh.h, sh.l, sh.p});
     outs[1] = call.output(1, {sh.b, sh.h, sh.l, sh.r * sh.m});
   }
@@ -804,12 +923,8 @@ void slayFactorsBackward(void*, TF_OpKernelContext* ctx) {
   TF_Tensor* dx = nullptr;
   auto [da, db, x, anchors, omegas, nodes] = in;
   SlayShapes sh{};
-  if (TF_GetCode(status) == TF_OK && slayShapes(x, anchors, omegas, nodes, "SlayformerSlayFactorsGrad", &sh, status)) {
-    if (TF_TensorElementCount(da) != sh.b * sh.h * sh.l * sh.p || TF_TensorElementCount(db) != sh.b * sh.h * sh.l * sh.r * sh.m)
-      TF_SetStatus(status, TF_INVALID_ARGUMENT, "SlayformerSlayFactorsGrad: da, db must have the forward's output shapes");
-    else
-      dx = call.output(0, dimsOf(x));
-  }
+  InputShapes shapes("SlayformerSlayFactorsGrad", status);
+  if (slayShapes(shapes, x, anchors, omegas, nodes, &sh) && shapes.match({{"da", da, "B H L P"}, {"db", db, "B H L R*M"}})) dx = call.output(0, dimsOf(x));
   if (TF_GetCode(status) == TF_OK) {
     const float *das = data(da), *dbs = data(db), *xs = data(x), *as = data(anchors), *os = data(omegas), *ns = data(nodes);
     float* dxs = data(dx);
