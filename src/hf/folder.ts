@@ -11,7 +11,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { listSome } from '../core/bounds.ts';
 import { TextTokenizer } from '../data/tokenizer.ts';
-import { unfittedImportanceWeights } from '../model/attention/performer.ts';
+import { unfittedImportanceWeights } from '../model/attention/index.ts';
 import { attentionTensorShapes, languageModelParameterSpecs } from '../model/lm.ts';
 import { parseHfConfig, type HfConfig, type HfLayout, type HfModelConfig } from './config.ts';
 import { FLOAT_DTYPES, readSafetensorsHeader, readTensor, type NamedArray, type TensorEntry } from './safetensors.ts';

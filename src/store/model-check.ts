@@ -6,7 +6,7 @@
 // so is the model.
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS, boundProblem, listSome } from '../core/bounds.ts';
-import { unfittedImportanceWeights } from '../model/attention/performer.ts';
+import { unfittedImportanceWeights } from '../model/attention/index.ts';
 import { attentionTensorShapes, headParameterSpecs } from '../model/lm.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/transformer.ts';

@@ -21,3 +21,4 @@ export {
 export type { FeatureMapCost } from './registry.ts';
 export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, TensorDeclaration } from './types.ts';
 export { linearAttention } from './linear-attention.ts';
+export { unfittedImportanceWeights } from './performer.ts';
