@@ -1,5 +1,6 @@
 // Where `npm run setup:tensorflow` puts the native backend, and what it records there. No tfjs
 // import: the test configuration reads this to decide whether the tensorflow suites run.
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,12 +26,22 @@ export const FUSED_OPS_ADDON = path.join('lib', 'fused_ops.node');
  */
 export const FUSED_OPS_ASAN_ADDON = path.join('lib', 'fused_ops.asan.node');
 export const SANITIZED_KERNELS_ENV = 'SLAYFORMER_SANITIZED_KERNELS';
+/** What the set-up compiles into the build: the binding's additions, the fused kernels, the stderr addon. */
+const NATIVE_SOURCES = path.join(PROJECT_ROOT, 'src', 'backend', 'native');
+
+let sourcesDigest: string | undefined;
 /**
- * The version of what the set-up adds to tfjs-node's binding (native/tfjs_functions.cc: TensorFlow
- * functions; 2: collective ops across processes); a build with another version is rebuilt by the
- * set-up and not loaded until then.
+ * The sha256 of the native sources (NATIVE_SOURCES, names and bytes): a build made from other sources is stale — its
+ * kernels are not the code's — so it is not loaded, and the set-up rebuilds it.
  */
-export const BINDING_PATCH = 2;
+export function nativeSourcesDigest(): string {
+  if (sourcesDigest === undefined) {
+    const hash = createHash('sha256');
+    for (const name of fs.readdirSync(NATIVE_SOURCES).sort()) hash.update(`${name}\0`).update(fs.readFileSync(path.join(NATIVE_SOURCES, name)));
+    sourcesDigest = hash.digest('hex');
+  }
+  return sourcesDigest;
+}
 
 /**
  * What `setup:tensorflow` built, written last (atomically), so its presence means a complete build.
@@ -45,7 +56,8 @@ export interface NativeBuild {
   /** The folder under .cache/tensorflow that holds this build's node_modules. */
   tree: string;
   binding: string;
-  bindingPatch: number;
+  /** nativeSourcesDigest() of the sources it was built from. */
+  sources: string;
   /** Folders of the pip `nvidia-*` libraries the GPU build links to (empty on CPU builds). */
   cudaLibraryDirs: string[];
   builtAt: string;
@@ -69,7 +81,7 @@ export function nativePackageDir(build: NativeBuild): string {
 /** The complete, current build, if there is one: its binding exists and carries this project's additions. */
 export function currentBuild(): NativeBuild | undefined {
   const stamp = readBuildStamp();
-  const complete = stamp && stamp.bindingPatch === BINDING_PATCH && fs.existsSync(path.join(nativePackageDir(stamp), stamp.binding));
+  const complete = stamp && stamp.sources === nativeSourcesDigest() && fs.existsSync(path.join(nativePackageDir(stamp), stamp.binding));
   return complete ? stamp : undefined;
 }
 

@@ -26,7 +26,7 @@ import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import {
-  BINDING_PATCH,
+  nativeSourcesDigest,
   BUILD_STAMP,
   currentBuild,
   nativePackageDir,
@@ -115,7 +115,7 @@ export function setupTensorflow(options: SetupOptions): { build: NativeBuild; re
     wheel: source.wheel,
     tree,
     binding: path.relative(packageDir, binding),
-    bindingPatch: BINDING_PATCH,
+    sources: nativeSourcesDigest(),
     cudaLibraryDirs: source.cudaLibraryDirs,
     builtAt: new Date().toISOString(),
     seconds: Math.round((Date.now() - started) / 1000),

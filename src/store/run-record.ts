@@ -35,6 +35,9 @@ export interface MetricRecord {
   readback_bytes?: number;
 }
 
+/** The fields that measure the run's speed: a run repeated exactly (a resume, a replay) differs in these alone. */
+export const SPEED_FIELDS = ['tokens_per_s', 'elapsed_s', 'model_flops_per_s', 'mfu'] as const;
+
 const REQUIRED_NUMBERS = ['step', 'tokens', 'loss', 'ppl', 'lr', 'tokens_per_s', 'elapsed_s'] as const;
 
 export interface ReadMetricsOptions {

@@ -18,7 +18,7 @@ import { CHECKPOINTS_DIR } from '../../src/store/layout.ts';
 import { COMPLETE_MARKER } from '../../src/core/atomic-folder.ts';
 import { listCheckpoints } from '../../src/store/run-folder.ts';
 import { loadCheckpoint, restoreCheckpoint } from '../../src/store/checkpoint.ts';
-import { readMetrics } from '../../src/store/run-record.ts';
+import { readMetrics, SPEED_FIELDS } from '../../src/store/run-record.ts';
 import type { MetricRecord } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
@@ -101,8 +101,9 @@ async function assertLoadable(runDir: string, vocabSize: number): Promise<number
   return newest!.step;
 }
 
+/** The records without what measures speed: a resumed run repeats the rest exactly. */
 function comparable(records: MetricRecord[]) {
-  return records.map(({ tokens_per_s: _rate, elapsed_s: _elapsed, ...rest }) => rest);
+  return records.map((record) => Object.fromEntries(Object.entries(record).filter(([key]) => !(SPEED_FIELDS as readonly string[]).includes(key))));
 }
 
 async function referenceRun(recipeFile: string): Promise<MetricRecord[]> {

@@ -11,7 +11,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { listCheckpoints } from '../../src/store/run-folder.ts';
 import { TrainingStopped } from '../../src/train/stop.ts';
 import type { StopRequest } from '../../src/train/stop.ts';
-import { readMetrics } from '../../src/store/run-record.ts';
+import { readMetrics, SPEED_FIELDS } from '../../src/store/run-record.ts';
 import type { MetricRecord } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
@@ -34,7 +34,7 @@ afterAll(async () => {
 
 // What the process measured rather than what the model computed: timings, and the host reads of the
 // logged step (a resumed process records its step functions again, which reads their constants).
-const TIMING = new Set(['tokens_per_s', 'elapsed_s', 'readback_values', 'readback_bytes']);
+const TIMING = new Set<string>([...SPEED_FIELDS, 'readback_values', 'readback_bytes']);
 
 /** Largest relative difference over the non-timing fields; fails on a structural difference. */
 function maxRelativeDifference(a: MetricRecord[], b: MetricRecord[]): number {
