@@ -15,6 +15,24 @@ const NATIVE_SUITES = [
   'test/hf/{import,architecture,export}.test.ts',
 ];
 
+/**
+ * The integration suites: real processes end to end — runs across processes and on a local Slurm, the XLA route's jax
+ * process, kills and signals, sweeps and paper units, PyTorch and transformers, the sanitizer build. `npm test` leaves
+ * them out (the inner loop: unit and numerical suites, a few minutes); `npm run test:all` (CI) runs everything
+ * (docs/testing.md).
+ */
+const INTEGRATION_SUITES = [
+  'test/train/{collective,collective-launcher,collective-slurm,collective-zero,kill,terminal,failure-stderr}.test.ts',
+  'test/train/xla-{executor,run,archive,child-killed,program-cache}.test.ts',
+  'test/sweep/{slurm,slurm-units,local}.test.ts',
+  'test/paper/{quick,slurm-units}.test.ts',
+  'test/cli/ctrl-c.test.ts',
+  'test/hf/{transformers,pytorch,python-bounds}.test.ts',
+  'test/backend/fused-ops-asan.test.ts',
+];
+/** `npm run test:all` sets it. */
+const ALL_SUITES = process.env.SLAYFORMER_TESTS === 'all';
+
 /** Prints `line` once per process: vitest evaluates this file once for the run and once more per project. */
 function noteOnce(line: string): void {
   const printed = ((globalThis as { slayformerConfigNotes?: Set<string> }).slayformerConfigNotes ??= new Set());
@@ -27,7 +45,8 @@ const native = isTensorflowSetUp();
 if (!native) noteOnce(`[slayformer] tensorflow backend not set up: its suites are skipped (\`${SETUP_COMMAND}\` sets it up)`);
 
 if (!hasHfFixtures) noteOnce(`[slayformer] ${HF_FIXTURES} not found: the Hugging Face fixture suites are skipped (set SLAYFORMER_SHARED=<the shared folder>)`);
-const excluded = hasHfFixtures ? [] : HF_FIXTURE_SUITES;
+const excluded = [...(hasHfFixtures ? [] : HF_FIXTURE_SUITES), ...(ALL_SUITES ? [] : INTEGRATION_SUITES)];
+if (!ALL_SUITES) noteOnce('[slayformer] the fast suites: the integration suites (processes, Slurm, jax, PyTorch) run with `npm run test:all`');
 
 export default defineConfig({
   test: {
