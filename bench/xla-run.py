@@ -143,6 +143,11 @@ def main():
     run_archive(args, started)
 
 
+def mfu_text(mfu):
+    """MFU as a percentage: model FLOPs per token × tokens/s over the device's peak (docs/training.md); blank without a peak."""
+    return '' if mfu is None else f'{100 * mfu:.1f}%'
+
+
 def run_archive(args, started):
     with open(os.path.join(args.dir, 'manifest.json')) as f:
         manifest = json.load(f)
@@ -200,7 +205,7 @@ def run_archive(args, started):
                 if os.path.exists(path):
                     with open(path) as f:
                         metrics = [json.loads(line) for line in f if line.strip()]
-        record['metrics'] = [{k: m.get(k) for k in ('split', 'step', 'loss', 'tokens_per_s')} for m in metrics]
+        record['metrics'] = [{k: m.get(k) for k in ('split', 'step', 'loss', 'tokens_per_s', 'mfu')} for m in metrics]
         record['cpu'] = train['cpu']
         if code != 0:
             record['error'] = f'exit {code} (see train.log)'
@@ -211,29 +216,29 @@ def run_archive(args, started):
         json.dump(results, f, indent=1)
 
     lines = [f"jax {results['host']['jax']} on {results['host']['platform']} ({results['host']['device']}), Python {results['host']['python']}; archive of commit {results['commit']}", '',
-             '| run | batch × seq | parameters | ms/step | tokens/s | compile s | peak device memory | loss (steps 1 → last) | CPU jax loss, same steps | max abs Δ loss |',
-             '|---|---|---|---|---|---|---|---|---|---|']
+             '| run | batch × seq | parameters | ms/step | tokens/s | MFU | compile s | peak device memory | loss (steps 1 → last) | CPU jax loss, same steps | max abs Δ loss |',
+             '|---|---|---|---|---|---|---|---|---|---|---|']
     for r in results['runs']:
         if 'error' in r and 'losses' not in r and 'metrics' not in r:
-            lines.append(f"| {r['model']} | | | | | | | failed: {r['error']} | | |")
+            lines.append(f"| {r['model']} | | | | | | | | failed: {r['error']} | | |")
         elif 'losses' in r:
             peak = 'n/a' if r['peakBytes'] is None else f"{r['peakBytes'] / 2**20:,.0f} MiB"
             cpu_text = f"{r['cpu']['losses'][0]:.4f} → {r['cpu']['losses'][r['comparedSteps'] - 1]:.4f} ({r['comparedSteps']} steps)" if 'cpu' in r else ''
             worst = f"{r['maxLossDifference']:.2e}" if 'cpu' in r else ''
-            lines.append(f"| {r['model']} ({r['path']}) | {r['batch']} × {r['seq']} | {r['parameters']:,} | {r['msPerStep']:.1f} | {r['tokensPerSecond']:,.0f} | {r['compileSeconds']:.1f} | {peak} | {r['losses'][0]:.4f} → {r['losses'][-1]:.4f} | {cpu_text} | {worst} |")
+            lines.append(f"| {r['model']} ({r['path']}) | {r['batch']} × {r['seq']} | {r['parameters']:,} | {r['msPerStep']:.1f} | {r['tokensPerSecond']:,.0f} | {mfu_text(r.get('mfu'))} | {r['compileSeconds']:.1f} | {peak} | {r['losses'][0]:.4f} → {r['losses'][-1]:.4f} | {cpu_text} | {worst} |")
         else:
             train_losses = [m for m in r['metrics'] if m['split'] == 'train']
             cpu_by_step = {m['step']: m['loss'] for m in r['cpu'] if m['split'] == 'train'}
             both = [(m['loss'], cpu_by_step[m['step']]) for m in train_losses if m['step'] in cpu_by_step]
             tps = [m['tokens_per_s'] for m in train_losses if m.get('tokens_per_s')]
             if not train_losses:
-                lines.append(f"| {r['model']} | | | | | | | {r.get('error', 'no metrics')} | | |")
+                lines.append(f"| {r['model']} | | | | | | | | {r.get('error', 'no metrics')} | | |")
                 continue
             gpu_text = ' '.join('%d:%.4f' % (m['step'], m['loss']) for m in train_losses)
             cpu_text = ' '.join('%d:%.4f' % (s, l) for s, l in sorted(cpu_by_step.items()))
             worst = f"{max(abs(a - b) for a, b in both):.2e}" if both else ''
             speed = f'{tps[-1]:,.0f} (last window)' if tps else ''
-            lines.append(f"| {r['model']} | | | | {speed} | | | {gpu_text} | {cpu_text} | {worst} |")
+            lines.append(f"| {r['model']} | | | | {speed} | {mfu_text(train_losses[-1].get('mfu'))} | | | {gpu_text} | {cpu_text} | {worst} |")
     text = '\n'.join(lines) + '\n'
     with open(os.path.join(args.out, 'results.md'), 'w') as f:
         f.write(text)

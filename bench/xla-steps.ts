@@ -14,6 +14,8 @@ import { createLanguageModel, type LanguageModelConfig } from '../src/model/lm.t
 import { AdamW } from '../src/train/optimizer.ts';
 import { XLA_PROGRAMS_ENV, XlaExecutor, xla } from '../src/train/step-executors/xla.ts';
 import { randomBatch } from '../src/train/throughput.ts';
+import { gpuPeak } from '../src/backend/peak-flops.ts';
+import { modelFlops } from '../src/model/flops.ts';
 import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram, writeCompiledPrograms } from '../src/train/xla-programs.ts';
 
 /** The shapes the GPU archive carries: the demo GPT (recipes/demo/gpt-slay.yaml) and GPT-2 small. */
@@ -121,6 +123,11 @@ if (values.compile) {
     const timed = ms.slice(values.warmup).sort((a, b) => a - b);
     const msPerStep = timed[Math.floor(timed.length / 2)];
     const memory = await executor.memory();
+    const tokensPerSecond = (1000 * batchSize * seqLen) / msPerStep;
+    // MFU against the GPU's datasheet peak (docs/training.md, "Model FLOPs and MFU"); jax's CPU has no peak of ours to
+    // measure against here (this process's tfjs backend is not what runs the steps), so none on CPU.
+    const flopsPerToken = modelFlops(config, seqLen).perToken;
+    const peak = executor.hello.platform === 'cpu' ? null : gpuPeak(executor.hello.device, 'tf32');
     const result = {
       model: values.model,
       batch: batchSize,
@@ -138,12 +145,15 @@ if (values.compile) {
       initSeconds,
       firstStepMs: ms[0],
       msPerStep,
-      tokensPerSecond: (1000 * batchSize * seqLen) / msPerStep,
+      tokensPerSecond,
+      modelFlopsPerToken: flopsPerToken,
+      peakFlopsPerSecond: peak?.flopsPerSecond ?? null,
+      mfu: peak ? (flopsPerToken * tokensPerSecond) / peak.flopsPerSecond : null,
       peakBytes: memory.peakBytes,
       losses,
     };
     console.log(
-      `bench:xla ${values.model} ${batchSize}×${seqLen} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`,
+      `bench:xla ${values.model} ${batchSize}×${seqLen} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s${result.mfu === null ? '' : ` (MFU ${(100 * result.mfu).toFixed(1)}% of ${peak!.source})`}, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`,
     );
     if (values.json) fs.writeFileSync(values.json, JSON.stringify(result, null, 1) + '\n');
   } finally {

@@ -56,8 +56,18 @@ describe.skipIf(!available)('the offline GPU archive', () => {
     expect(run.status, run.stderr + run.stdout).toBe(0);
     expect(run.stdout).toMatch(/^unpacking /m);
     const results = JSON.parse(readFileSync(join(out, 'results.json'), 'utf8')) as { runs: Array<Record<string, unknown>> };
-    const demo = results.runs.find((r) => r.model === 'demo') as { losses: number[]; maxLossDifference: number; path: string };
+    const demo = results.runs.find((r) => r.model === 'demo') as {
+      losses: number[];
+      maxLossDifference: number;
+      path: string;
+      modelFlopsPerToken: number;
+      mfu: number | null;
+    };
     expect(demo.losses).toHaveLength(2);
+    // Model FLOPs per token always; MFU only against a GPU's datasheet peak (none on jax's CPU).
+    expect(demo.modelFlopsPerToken).toBeGreaterThan(0);
+    expect(demo.mfu).toBeNull();
+    expect(readFileSync(join(out, 'results.md'), 'utf8')).toContain('| run | batch × seq | parameters | ms/step | tokens/s | MFU | compile s |');
     expect(demo.path).toBe('portable artifact');
     expect(demo.maxLossDifference).toBeLessThan(1e-5);
     const trained = results.runs.find((r) => Array.isArray(r.metrics)) as {
