@@ -1,8 +1,11 @@
-// npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--sample spread|head] [--tokenizer FILE] [--backend NAME] [--verbose]
+// npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--sample spread|head] [--tokenizer FILE] [--by-position] [--json FILE] [--backend NAME] [--verbose]
 // Validation loss, perplexity, bits per byte and top-1 accuracy of a trained model (a run's final/ folder, a
 // checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data.
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { EvalResult } from '../train/evaluate.ts';
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { replaceOwnFile } from '../core/own-file.ts';
 import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES } from '../data/batch.ts';
 import type { EvalSampleKind } from '../data/batch.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
@@ -32,6 +35,8 @@ model on the same data and tokenizer is measured on the same tokens. The output 
     },
     all: { type: 'boolean', help: 'evaluate the whole validation split' },
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
+    'by-position': { type: 'boolean', help: 'also the loss by position in the sequence: buckets [0,1), [1,2), [2,4), … doubling to the sequence length' },
+    json: { type: 'string', value: 'FILE', help: 'also write the result as JSON to FILE (with --by-position: its by_position field)' },
     backend: backendOption(),
     verbose: VERBOSE_OPTION,
   },
@@ -49,6 +54,8 @@ export interface EvalCheckpointOptions {
   /** How they are drawn (default spread). */
   sample?: EvalSampleKind;
   tokenizer?: string;
+  /** Also the loss by position bucket (EvalResult.byPosition). */
+  byPosition?: boolean;
 }
 
 export interface EvalCheckpointResult extends EvalResult {
@@ -77,7 +84,7 @@ export async function evalCheckpoint(opts: EvalCheckpointOptions): Promise<EvalC
     const tokens = opts.tokens ?? DEFAULT_EVAL_TOKENS;
     const sample = Number.isFinite(tokens) ? (opts.sample ?? 'spread') : 'head';
     const { batches, documents } = await collectEvalBatches({ ...streamOptions(recipe, tokenizer), dataset }, tokens, sample);
-    const result = await evaluate(model, batches);
+    const result = await evaluate(model, batches, true, opts.byPosition ?? false);
     const description = `${model.kind} ${model.config.attention.name}${metadata.step ? ` (step ${metadata.step})` : ''}`;
     return { ...result, dir, dataset, description, documents, sample: Number.isFinite(tokens) ? sample : 'all' };
   } finally {
@@ -90,7 +97,25 @@ export function formatEval(r: EvalCheckpointResult): string {
     `checkpoint ${r.dir}: ${r.description}`,
     `validation split of ${r.dataset}: ${r.tokens.toLocaleString('en-US')} labelled tokens from ${r.documents.toLocaleString('en-US')} documents (${{ spread: 'drawn across the split', head: "the split's first", all: 'the whole split' }[r.sample]})`,
     `loss ${r.loss.toFixed(4)}  ppl ${r.ppl.toFixed(2)}  bpb ${r.bpb.toFixed(4)}  acc ${r.accuracy.toFixed(4)}  tokens ${r.tokens}  bytes ${r.bytes}`,
+    ...(r.byPosition ? formatByPosition(r.byPosition) : []),
   ].join('\n');
+}
+
+/** The loss by position as table lines: positions [from, to), mean loss, perplexity, labelled tokens ('-' for an empty bucket). */
+function formatByPosition(rows: NonNullable<EvalResult['byPosition']>): string[] {
+  const cells = rows.map((r) => [`[${r.from}, ${r.to})`, r.tokens > 0 ? r.loss.toFixed(4) : '-', r.tokens > 0 ? r.ppl.toFixed(2) : '-', String(r.tokens)]);
+  const table = [['positions', 'loss', 'ppl', 'tokens'], ...cells];
+  const widths = table[0].map((_, c) => Math.max(...table.map((row) => row[c].length)));
+  return [
+    'loss by position in the sequence:',
+    ...table.map((row) => row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join('  ')),
+  ];
+}
+
+/** The result as written by --json: EvalCheckpointResult with the loss by position as `by_position` (an empty bucket's loss and ppl null). */
+export function evalJson(r: EvalCheckpointResult): string {
+  const { byPosition, ...rest } = r;
+  return `${JSON.stringify({ ...rest, ...(byPosition ? { by_position: byPosition } : {}) }, null, 2)}\n`;
 }
 
 if (isMainModule(import.meta.url)) {
@@ -99,6 +124,8 @@ if (isMainModule(import.meta.url)) {
     const tokens = values.all ? Infinity : values.tokens;
     if (!(EVAL_SAMPLES as readonly string[]).includes(values.sample))
       throw new UsageError(`--sample must be one of ${EVAL_SAMPLES.join(', ')}, got ${JSON.stringify(values.sample)}`);
+    if (values.json && !existsSync(dirname(resolve(values.json))))
+      throw new UsageError(`--json ${values.json}: the folder ${dirname(resolve(values.json))} does not exist`);
     await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
     const result = await evalCheckpoint({
       checkpoint: positionals[0],
@@ -106,7 +133,9 @@ if (isMainModule(import.meta.url)) {
       tokens,
       sample: values.sample as EvalSampleKind,
       tokenizer: values.tokenizer,
+      byPosition: values['by-position'],
     });
     console.log(formatEval(result));
+    if (values.json) replaceOwnFile(values.json, evalJson(result));
   });
 }

@@ -47,6 +47,19 @@ export interface LossInputs {
   count: number;
 }
 
+/** Position buckets of a [B, L] batch: `bucketOf` [B·L] int32, the bucket (0 … count−1) of each flat position. */
+export interface PositionBuckets {
+  bucketOf: tf.Tensor1D;
+  count: number;
+}
+
+/** Validation's sums of a batch's labelled rows; `byPosition` [buckets] when PositionBuckets were given. */
+export interface EvalSums {
+  loss: tf.Scalar;
+  correct: tf.Scalar;
+  byPosition?: tf.Tensor1D;
+}
+
 /**
  * What a training step and validation need from a model (src/train/step.ts, compiled-step.ts, evaluate.ts), so
  * that the step is written once for the language models and the synthetic tasks' model (src/paper/task-model.ts):
@@ -65,8 +78,8 @@ export interface StepModel {
   lossOf(inputs: LossInputs, dropoutSeed?: DropoutSeed): tf.Scalar;
   /** Validation's sums of a batch, no dropout: Σ cross-entropy, Σ correct top-1, labelled count. */
   evalSums(batch: ModelBatch): { loss: tf.Scalar; correct: tf.Scalar; count: number };
-  /** evalSums over the rows of `inputs`. */
-  evalSumsOf(inputs: LossInputs): { loss: tf.Scalar; correct: tf.Scalar };
+  /** evalSums over the rows of `inputs`; with `positions`, also Σ cross-entropy per position bucket. */
+  evalSumsOf(inputs: LossInputs, positions?: PositionBuckets): EvalSums;
   /** Lets mechanisms with a redraw schedule redraw (once per optimizer step). */
   onTrainStep(step: number): void;
   /** Runs `cleanup` when the model is disposed (e.g. to free the functions recorded for it). */
@@ -135,6 +148,17 @@ export function countParameters(c: LanguageModelConfig): { total: number; byGrou
   return { total: Object.values(byGroup).reduce((a, b) => a + b, 0), byGroup };
 }
 
+/** Per row −log softmax(logits)[target] [N], and what the gradient reuses: exp(x − max), their sums, the (row, target) pairs. */
+function crossEntropyRows(logits: tf.Tensor2D, targets: tf.Tensor1D): { losses: tf.Tensor1D; exps: tf.Tensor2D; sums: tf.Tensor1D; at: tf.Tensor2D } {
+  const n = logits.shape[0];
+  const max = tf.max(logits, -1, true); // [N, 1]
+  const exps = tf.exp(tf.sub(logits, max)) as tf.Tensor2D;
+  const sums = tf.sum(exps, -1) as tf.Tensor1D; // [N]
+  const at = tf.stack([tf.range(0, n, 1, 'int32'), targets], 1) as tf.Tensor2D; // [N, 2]: (row, target)
+  const losses = tf.sub(tf.add(tf.log(sums), tf.reshape(max, [-1])), tf.gatherND(logits, at)) as tf.Tensor1D;
+  return { losses, exps, sums, at };
+}
+
 /**
  * Σ_rows weight·(−log softmax(logits)[target]), with a hand-written gradient (weight·dy)·(softmax − onehot).
  * Forward, stably: m = max, e = exp(x − m), s = Σe, loss = log s + m − x[target]. Backward: one broadcast multiply
@@ -146,11 +170,7 @@ export function countParameters(c: LanguageModelConfig): { total: number; byGrou
 const weightedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
   const [logits, targets, weights, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.Tensor1D, tf.GradSaveFunc];
   const n = logits.shape[0];
-  const max = tf.max(logits, -1, true); // [N, 1]
-  const exps = tf.exp(tf.sub(logits, max));
-  const sums = tf.sum(exps, -1); // [N]
-  const at = tf.stack([tf.range(0, n, 1, 'int32'), targets], 1) as tf.Tensor2D; // [N, 2]: (row, target)
-  const losses = tf.sub(tf.add(tf.log(sums), tf.reshape(max, [-1])), tf.gatherND(logits, at));
+  const { losses, exps, sums, at } = crossEntropyRows(logits, targets);
   save([exps, sums, at, weights]);
   return {
     value: tf.sum(tf.mul(losses, weights)),
@@ -166,6 +186,22 @@ const weightedCrossEntropySum = tf.customGrad((...args: Array<tf.Tensor | tf.Gra
 /** Σ over rows of −log softmax(logits)[target], × weights when given (rows of weight 0 are padding: LanguageModel.lossInputs' row buckets). */
 export function crossEntropySum(logits: tf.Tensor2D, targets: tf.Tensor1D, weights?: tf.Tensor1D): tf.Scalar {
   return weightedCrossEntropySum(logits, targets, weights ?? tf.ones([logits.shape[0]]));
+}
+
+/**
+ * Validation's sums from the logits of the labelled rows of `inputs`: Σ cross-entropy, Σ correct top-1 and, given
+ * `positions`, Σ cross-entropy per position bucket. The loss is the same ops as crossEntropySum's forward, so its value
+ * does not depend on whether the buckets are asked for.
+ */
+export function evalSumsOfLogits(logits: tf.Tensor2D, inputs: LossInputs, positions?: PositionBuckets): EvalSums {
+  const hits = tf.cast(tf.equal(tf.argMax(logits, -1), inputs.targets), 'float32');
+  const correct = tf.sum(inputs.weights ? tf.mul(hits, inputs.weights) : hits) as tf.Scalar;
+  if (!positions) return { loss: crossEntropySum(logits, inputs.targets, inputs.weights), correct };
+  const weighted = tf.mul(crossEntropyRows(logits, inputs.targets).losses, inputs.weights ?? tf.ones([logits.shape[0]]));
+  // Row j is the flat position rows[j] of the [B, L] batch, or j itself when every position is a row (lossInputs).
+  const flat = inputs.rows ?? tf.range(0, logits.shape[0], 1, 'int32');
+  const byPosition = tf.unsortedSegmentSum(weighted, tf.gather(positions.bucketOf, flat), positions.count) as tf.Tensor1D;
+  return { loss: tf.sum(weighted) as tf.Scalar, correct, byPosition };
 }
 
 export class LanguageModel implements StepModel {
@@ -275,13 +311,11 @@ export class LanguageModel implements StepModel {
     return { ...this.evalSumsOf(inputs), count: inputs.count };
   }
 
-  /** evalSums over the rows of `inputs` (see lossInputs; weight-0 padding rows count for nothing). */
-  evalSumsOf(inputs: LossInputs): { loss: tf.Scalar; correct: tf.Scalar } {
+  /** evalSums over the rows of `inputs` (see lossInputs; weight-0 padding rows count for nothing), by position bucket given `positions`. */
+  evalSumsOf(inputs: LossInputs, positions?: PositionBuckets): EvalSums {
     let h = this.hidden(inputs.ids, inputs.mask, null);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
-    const logits = this.headLogits(h);
-    const hits = tf.cast(tf.equal(tf.argMax(logits, -1), inputs.targets), 'float32');
-    return { loss: crossEntropySum(logits, inputs.targets, inputs.weights), correct: tf.sum(inputs.weights ? tf.mul(hits, inputs.weights) : hits) };
+    return evalSumsOfLogits(this.headLogits(h), inputs, positions);
   }
 
   /**

@@ -10,8 +10,8 @@ import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import type { AttentionModule } from '../model/attention/index.ts';
 import { ATTENTION_PROJECTIONS, linear, multiHeadAttention } from '../model/layers.ts';
-import { crossEntropySum, IGNORE_LABEL } from '../model/lm.ts';
-import type { LossInputs, ModelBatch, StepModel } from '../model/lm.ts';
+import { crossEntropySum, evalSumsOfLogits, IGNORE_LABEL } from '../model/lm.ts';
+import type { EvalSums, LossInputs, ModelBatch, PositionBuckets, StepModel } from '../model/lm.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
 
 export interface TaskModelConfig {
@@ -168,11 +168,9 @@ export class TaskModel implements StepModel {
     return { ...this.evalSumsOf(inputs), count: inputs.count };
   }
 
-  /** Summed loss and correct top-1 count over the scored positions. */
-  evalSumsOf(inputs: LossInputs): { loss: tf.Scalar; correct: tf.Scalar } {
-    const logits = this.logits(inputs.ids);
-    const hits = tf.cast(tf.equal(tf.argMax(logits, -1), inputs.targets), 'float32');
-    return { loss: crossEntropySum(logits, inputs.targets, inputs.weights), correct: tf.sum(tf.mul(hits, inputs.weights!)) };
+  /** Summed loss and correct top-1 count over the scored positions (and the loss by position bucket given `positions`). */
+  evalSumsOf(inputs: LossInputs, positions?: PositionBuckets): EvalSums {
+    return evalSumsOfLogits(this.logits(inputs.ids), inputs, positions);
   }
 
   onTrainStep(step: number): void {

@@ -8,6 +8,8 @@
 //   {train,val}-{loss,ppl}.svg, {train,val}-loss-time.svg   curves against tokens and against wall-clock
 //                   time, one line per group: the mean over the group's seeds with a ±sd band
 //   runs.csv, groups.csv, groups.tex   the tables for a spreadsheet or a paper (booktabs)
+//   by-position.csv, loss-by-position.svg   loss by position in the sequence per group, when runs hold an eval.json
+//                   of `eval --by-position` (load-runs.ts)
 //   runs.json       the extracted numbers, machine-readable
 // Every table is one model (table.ts) rendered into each file. Runs of different families (load-runs.ts: model kind,
 // tokenizer, validation tokens) are refused, naming the difference, or with `split` written as one report per family.
@@ -260,6 +262,60 @@ async function plotCurves(groups: RunGroup[]): Promise<{ file: string; title: st
   return svgs;
 }
 
+/** A bucket's mean loss over the runs of a group whose eval.json gives it, and how many runs that is. */
+function positionLossOf(group: RunGroup, from: number, to: number): { loss: number; runs: number } | null {
+  const losses = group.runs.flatMap((r) => r.byPosition?.filter((b) => b.from === from && b.to === to && b.loss !== null).map((b) => b.loss!) ?? []);
+  return losses.length ? { loss: losses.reduce((a, b) => a + b, 0) / losses.length, runs: losses.length } : null;
+}
+
+/**
+ * Loss by position in the sequence (the runs' eval.json from `eval --by-position`): one row per bucket, one column per
+ * group with the mean over its runs that have one (n in the heading); null when no run has one.
+ */
+function positionTableModel(groups: RunGroup[]): Table | null {
+  const buckets = new Map<string, { from: number; to: number }>();
+  for (const g of groups) for (const r of g.runs) for (const b of r.byPosition ?? []) buckets.set(`${b.from}-${b.to}`, { from: b.from, to: b.to });
+  if (buckets.size === 0) return null;
+  const rows = [...buckets.values()].sort((a, b) => a.from - b.from || a.to - b.to);
+  const shown = groups.filter((g) => g.runs.some((r) => r.byPosition));
+  return makeTable<{ from: number; to: number }>(
+    [
+      { title: 'positions', text: (b) => `[${b.from}, ${b.to})` },
+      ...shown.map((g) =>
+        number<{ from: number; to: number }>(
+          `${g.label} (n = ${g.runs.filter((r) => r.byPosition).length})`,
+          (b) => positionLossOf(g, b.from, b.to)?.loss ?? null,
+          4,
+        ),
+      ),
+    ],
+    rows,
+  );
+}
+
+/** The loss by position as a line per group against the bucket's end (log scale: the buckets double). */
+async function plotPositions(groups: RunGroup[]): Promise<{ file: string; title: string; svg: string }[]> {
+  const legend = legendNames(groups);
+  const points = groups.flatMap((g) => {
+    const buckets = g.runs.find((r) => r.byPosition)?.byPosition ?? [];
+    return buckets.flatMap((b) => {
+      const mean = positionLossOf(g, b.from, b.to);
+      return mean ? [{ series: legend.get(g.label)!, x: b.to, y: mean.loss }] : [];
+    });
+  });
+  if (points.length === 0) return [];
+  const title = 'Validation loss by position in the sequence';
+  const svg = await lineChartSvg(points, {
+    title: `${title} (eval --by-position; mean over the runs that have it)`,
+    xTitle: 'end of the position bucket (tokens of context)',
+    yTitle: 'loss (nats/token)',
+    seriesTitle: 'group',
+    logX: true,
+    colours: groupColours(groups),
+  });
+  return [{ file: 'loss-by-position.svg', title, svg }];
+}
+
 // Full window width; tables scroll sideways rather than wrap a number, but long headings wrap (the comparison columns
 // come first, so they are in view at laptop widths); plots two or more abreast when they fit.
 const PAGE_STYLE = `body{font-family:system-ui,sans-serif;margin:1.5em 2em}
@@ -279,12 +335,17 @@ interface ReportParts {
   groupConstants: string;
   /** The settings that tell the groups apart; null when the attention alone does. */
   differences: Table | null;
+  /** Loss by position per group (runs' eval.json); null when no run has one. */
+  byPosition: Table | null;
   svgs: { file: string; title: string; svg: string }[];
   runs: RunSummary[];
 }
 
 const MIXED_HEADING = '⚠ Groups whose runs differ in more than the seed (averaged with --force)';
 const DIFFERENCES_HEADING = 'What tells the groups apart';
+const POSITION_HEADING = 'Loss by position';
+const POSITION_NOTE =
+  'Validation loss (nats/token) of the tokens at positions [from, to) of their sequence, from each run’s eval.json (`npm run eval -- <run> --by-position --json <run>/eval.json`), averaged over the runs of a group that have one (n). Table: by-position.csv.';
 const TABLE_FILES = 'Tables: runs.csv, groups.csv (plain numbers), groups.tex (LaTeX, booktabs).';
 
 function reportMarkdown(p: ReportParts): string {
@@ -303,6 +364,7 @@ function reportMarkdown(p: ReportParts): string {
     markdownTable(p.perGroup),
     '',
     ...differences,
+    ...(p.byPosition ? [`## ${POSITION_HEADING}`, '', POSITION_NOTE, '', markdownTable(p.byPosition), ''] : []),
     '## Curves',
     '',
     ...p.svgs.map((s) => `![${s.title}](${s.file})`),
@@ -330,7 +392,9 @@ function reportHtml(p: ReportParts): string {
 <style>${PAGE_STYLE}</style>
 </head><body>
 <h1>Run comparison</h1><p>${escapeHtml(p.intro)}</p>${mixed}
-<h2>Groups</h2>${p.groupConstants ? `<p>${escapeHtml(p.groupConstants)}</p>` : ''}<div class="table">${htmlTable(p.perGroup)}</div>${differences}
+<h2>Groups</h2>${p.groupConstants ? `<p>${escapeHtml(p.groupConstants)}</p>` : ''}<div class="table">${htmlTable(p.perGroup)}</div>${differences}${
+    p.byPosition ? `<h2>${escapeHtml(POSITION_HEADING)}</h2><p>${escapeHtml(POSITION_NOTE)}</p><div class="table">${htmlTable(p.byPosition)}</div>` : ''
+  }
 <h2>Curves</h2>
 <div class="plots">
 ${p.svgs.map((s) => `<figure id="${s.file}">${s.svg}<figcaption><a href="${s.file}">${s.file}</a></figcaption></figure>`).join('\n')}
@@ -416,7 +480,7 @@ async function writeReport(
     await writeFile(file, content);
     files.push(file);
   };
-  const svgs = await plotCurves(groups);
+  const svgs = [...(await plotCurves(groups)), ...(await plotPositions(groups))];
   for (const { file, svg } of svgs) await write(file, svg);
   const single = groups.every((g) => g.seeds.length === 1);
   const repeated = groups.filter((g) => g.repeats.runs > 0);
@@ -450,6 +514,7 @@ async function writeReport(
     perGroup: shown.table,
     groupConstants: constantsLine(shown.constants),
     differences,
+    byPosition: positionTableModel(groups),
     svgs,
     runs,
   };
@@ -457,6 +522,7 @@ async function writeReport(
   await write('index.html', reportHtml(parts));
   await write('runs.csv', csvTable(parts.perRun));
   await write('groups.csv', csvTable(perGroupFull));
+  if (parts.byPosition) await write('by-position.csv', csvTable(parts.byPosition));
   await write(
     'groups.tex',
     latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')),

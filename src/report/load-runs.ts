@@ -55,8 +55,52 @@ export interface RunSummary {
   mfu: number | null;
   wallSeconds: number | null;
   finished: boolean;
+  /** The loss by position of `npm run eval -- … --by-position --json <run>/eval.json`, when the run folder holds one. */
+  byPosition: PositionLossRow[] | null;
   records: MetricRecord[];
   warnings: string[];
+}
+
+/** One position bucket of eval.json's by_position: the labelled tokens at positions [from, to) (loss null when none). */
+export interface PositionLossRow {
+  from: number;
+  to: number;
+  loss: number | null;
+  tokens: number;
+}
+
+/** Where compare looks for a run's `eval --by-position --json` result (docs/training.md, "Evaluate and generate"). */
+export const RUN_EVAL_FILE = 'eval.json';
+/** More buckets than any sequence length gives (they double): a file claiming more is not eval's. */
+const MAX_POSITION_BUCKETS = 64;
+
+/** The by_position of `<dir>/eval.json`: null when absent or without it; a malformed one is a warning and null. */
+function readByPosition(dir: string, warnings: string[]): PositionLossRow[] | null {
+  const file = join(dir, RUN_EVAL_FILE);
+  if (!existsSync(file)) return null;
+  try {
+    const value = readJsonFile(file);
+    if (!isRecord(value) || value.by_position === undefined) return null;
+    const rows = value.by_position;
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > MAX_POSITION_BUCKETS)
+      throw new Error(`${file}: by_position must be a list of 1 to ${MAX_POSITION_BUCKETS} buckets`);
+    return rows.map((row, i) => {
+      const ok =
+        isRecord(row) &&
+        Number.isInteger(row.from) &&
+        Number.isInteger(row.to) &&
+        (row.from as number) >= 0 &&
+        (row.to as number) > (row.from as number) &&
+        Number.isInteger(row.tokens) &&
+        (row.tokens as number) >= 0 &&
+        (row.loss === null || finite(row.loss) !== null);
+      if (!ok) throw new Error(`${file}: by_position[${i}] must be {from, to, loss, tokens} with 0 ≤ from < to (got ${JSON.stringify(row)})`);
+      return { from: row.from as number, to: row.to as number, loss: row.loss as number | null, tokens: row.tokens as number };
+    });
+  } catch (err) {
+    warnings.push(`${(err as Error).message}; its loss by position is left out`);
+    return null;
+  }
 }
 
 /** A JSON file that must hold an object (config.json, env.json); errors name the file. */
@@ -218,6 +262,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     mfu: summary.mfu ?? null,
     wallSeconds,
     finished,
+    byPosition: readByPosition(dir, warnings),
     records,
     warnings,
   };

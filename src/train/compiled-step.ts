@@ -8,7 +8,7 @@ import { composedFormsKey, hasFusedKernel, STATELESS_UNIFORM } from '../backend/
 import { currentDevice } from '../backend/current.ts';
 import { GraphCache } from '../backend/tf-graph.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
-import type { StepModel, LossInputs, ModelBatch } from '../model/lm.ts';
+import type { EvalSums, StepModel, LossInputs, ModelBatch, PositionBuckets } from '../model/lm.ts';
 
 /** A model's training-step functions, and its validation functions (a BERT validation set brings row counts of its own). */
 const stepGraphs = new WeakMap<StepModel, GraphCache>();
@@ -90,20 +90,23 @@ export function microBatchGradients(
 
 /**
  * Validation's sums of one batch (Σ cross-entropy, Σ correct top-1, labelled count; see
- * StepModel.evalSums) as a forward-only TensorFlow function where the backend can (`graph`:
- * train.graph), eagerly elsewhere. Call inside tf.tidy.
+ * StepModel.evalSums; with `positions`, also Σ cross-entropy per position bucket) as a forward-only TensorFlow
+ * function where the backend can (`graph`: train.graph), eagerly elsewhere. Call inside tf.tidy.
  */
-export function evalSumsThroughGraph(model: StepModel, batch: ModelBatch, graph: boolean): { loss: tf.Scalar; correct: tf.Scalar; count: number } {
-  if (!graph || !currentDevice().graphSteps) return model.evalSums(batch);
-  const inputs = model.lossInputs(batch, ROW_BUCKET);
-  if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), count: 0 };
-  const batchTensors = LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []);
+export function evalSumsThroughGraph(model: StepModel, batch: ModelBatch, graph: boolean, positions?: PositionBuckets): EvalSums & { count: number } {
+  if (!positions && (!graph || !currentDevice().graphSteps)) return model.evalSums(batch);
+  const asGraph = graph && currentDevice().graphSteps;
+  const inputs = model.lossInputs(batch, asGraph ? ROW_BUCKET : 1);
+  if (!inputs) return { loss: tf.scalar(0), correct: tf.scalar(0), ...(positions ? { byPosition: tf.zeros([positions.count]) } : {}), count: 0 };
+  if (!asGraph) return { ...model.evalSumsOf(inputs, positions), count: inputs.count };
+  const batchTensors = [...LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []), ...(positions ? [positions.bucketOf] : [])];
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
-  const [loss, correct] = graphsOf(model, evalGraphs).call(shapesKey(inputs), [...batchTensors, ...modelTensors], () => {
-    const sums = model.evalSumsOf(inputs);
-    return [sums.loss, sums.correct];
+  const key = `${shapesKey(inputs)}${positions ? `|positions ${positions.bucketOf.shape[0]}→${positions.count}` : ''}`;
+  const [loss, correct, byPosition] = graphsOf(model, evalGraphs).call(key, [...batchTensors, ...modelTensors], () => {
+    const sums = model.evalSumsOf(inputs, positions);
+    return [sums.loss, sums.correct, ...(sums.byPosition ? [sums.byPosition] : [])];
   });
-  return { loss: loss as tf.Scalar, correct: correct as tf.Scalar, count: inputs.count };
+  return { loss: loss as tf.Scalar, correct: correct as tf.Scalar, ...(byPosition ? { byPosition: byPosition as tf.Tensor1D } : {}), count: inputs.count };
 }
 
 /**

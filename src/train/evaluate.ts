@@ -2,6 +2,7 @@
 // for BERT, the same masks): by default `evalTokens` labelled tokens drawn across the whole validation split by a fixed
 // seed (spreadSample), or with `train.evalSample: head` the first ones in the split's order (docs/training.md, "Validation").
 import * as tf from '@tensorflow/tfjs';
+import { IGNORE_LABEL } from '../model/lm.ts';
 import type { StepModel } from '../model/lm.ts';
 import { evalSumsThroughGraph } from './compiled-step.ts';
 import { spreadSample } from '../data/eval-sample.ts';
@@ -23,6 +24,26 @@ export interface EvalResult {
   accuracy: number;
   tokens: number;
   bytes: number;
+  /** With evaluate's `byPosition`: the loss of the same tokens by position in the sequence (positionBucketEdges). */
+  byPosition?: PositionLoss[];
+}
+
+/** The labelled tokens at positions [from, to) of their sequence (GPT: the prediction made with from+1 … to tokens of context; BERT: the masked token's position). */
+export interface PositionLoss {
+  from: number;
+  to: number;
+  /** Mean cross-entropy, nats (NaN when the bucket holds no labelled token). */
+  loss: number;
+  ppl: number;
+  tokens: number;
+}
+
+/** Bucket edges for sequences of `seqLen` positions: 0, 1, 2, 4, 8, … doubling, the last bucket ending at seqLen. */
+export function positionBucketEdges(seqLen: number): number[] {
+  const edges = [0];
+  for (let end = 1; end < seqLen; end *= 2) edges.push(end);
+  edges.push(seqLen);
+  return edges;
 }
 
 /**
@@ -63,28 +84,54 @@ async function headSample(opts: Omit<StreamOptions, 'split' | 'cursor' | 'shuffl
 
 /**
  * Loss, perplexity, bits per byte and top-1 accuracy of the model on the given batches (no dropout);
- * `graph`: each batch shape as a forward-only TensorFlow function where the backend can (train.graph).
+ * `graph`: each batch shape as a forward-only TensorFlow function where the backend can (train.graph);
+ * `byPosition`: also the loss by position bucket (positionBucketEdges of the longest batch), from the same forward pass.
  */
-export async function evaluate(model: StepModel, batches: readonly Batch[], graph = true): Promise<EvalResult> {
+export async function evaluate(model: StepModel, batches: readonly Batch[], graph = true, byPosition = false): Promise<EvalResult> {
   let lossNats = 0;
   let correct = 0;
   let tokens = 0;
   let bytes = 0;
+  const edges = byPosition ? positionBucketEdges(Math.max(1, ...batches.map((b) => b.seqLen))) : [];
+  const bucketCount = Math.max(0, edges.length - 1);
+  const bucketNats = new Float64Array(bucketCount);
+  const bucketTokens = new Float64Array(bucketCount);
   for (const batch of batches) {
     let count = 0;
+    const bucketOf = byPosition ? positionBucketsOf(batch, edges, bucketTokens) : null;
     const sums = tf.tidy(() => {
-      const out = evalSumsThroughGraph(model, batch, graph);
+      const positions = bucketOf ? { bucketOf: tf.tensor1d(bucketOf, 'int32'), count: bucketCount } : undefined;
+      const out = evalSumsThroughGraph(model, batch, graph, positions);
       count = out.count;
-      return tf.stack([out.loss, out.correct]);
+      return tf.concat([tf.stack([out.loss, out.correct]), ...(out.byPosition ? [out.byPosition] : [])]);
     });
-    const [loss, hits] = await sums.data();
+    const [loss, hits, ...perBucket] = await sums.data();
     sums.dispose();
     lossNats += loss;
     correct += hits;
     tokens += count;
     bytes += batch.bytes;
+    perBucket.forEach((nats, i) => (bucketNats[i] += nats));
   }
-  return evalResult(lossNats, correct, tokens, bytes);
+  const result = evalResult(lossNats, correct, tokens, bytes);
+  if (!byPosition) return result;
+  const positionLosses = Array.from(bucketNats, (nats, i) => {
+    const mean = bucketTokens[i] > 0 ? nats / bucketTokens[i] : NaN;
+    return { from: edges[i], to: edges[i + 1], loss: mean, ppl: Math.exp(mean), tokens: bucketTokens[i] };
+  });
+  return { ...result, byPosition: positionLosses };
+}
+
+/** The bucket of each flat position of `batch` ([B·L]), adding its labelled positions to `tokensPerBucket`. */
+function positionBucketsOf(batch: Batch, edges: readonly number[], tokensPerBucket: Float64Array): Int32Array {
+  const ofPosition = new Int32Array(batch.seqLen);
+  for (let bucket = 0; bucket < edges.length - 1; bucket++) ofPosition.fill(bucket, edges[bucket], Math.min(edges[bucket + 1], batch.seqLen));
+  const bucketOf = new Int32Array(batch.batchSize * batch.seqLen);
+  for (let i = 0; i < bucketOf.length; i++) {
+    bucketOf[i] = ofPosition[i % batch.seqLen];
+    if (batch.labels[i] !== IGNORE_LABEL) tokensPerBucket[bucketOf[i]]++;
+  }
+  return bucketOf;
 }
 
 /** The result from validation's sums: Σ cross-entropy (nats), Σ correct, labelled tokens, bytes of their targets. */

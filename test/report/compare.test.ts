@@ -581,6 +581,56 @@ describe('compareRuns', () => {
     expect(md).toContain('3.30 ± 0.28');
   });
 
+  it("tables and plots the loss by position of the runs' eval.json (eval --by-position), a group's mean over the runs that have one", async () => {
+    const positionRoot = join(root, 'by-position');
+    const byPosition = (losses: (number | null)[]) =>
+      losses.map((loss, i) => ({ from: i === 0 ? 0 : 2 ** (i - 1), to: 2 ** i, loss, ppl: null, tokens: loss === null ? 0 : 10 }));
+    const evals: Record<string, (number | null)[] | 'bad' | undefined> = {
+      'pos-softmax-1': [4, 3, 2.5],
+      'pos-softmax-2': [4.2, 3.2, null],
+      'pos-slay-1': [4.5, 3.5, 3],
+      'pos-slay-2': 'bad',
+      'pos-slay-3': undefined,
+    };
+    const runs = Object.entries(evals).map(([folder, losses], i) => {
+      const dir = writeRun({
+        parent: positionRoot,
+        folder,
+        attention: folder.split('-')[1],
+        seed: i + 1,
+        val: [3, 2.2],
+        train: [3, 2.3],
+        summary: summaryOf(2.2, 100),
+      });
+      if (losses === 'bad') writeFileSync(join(dir, 'eval.json'), JSON.stringify({ loss: 2, by_position: [{ from: 4, to: 2, loss: 1, tokens: 3 }] }));
+      else if (losses) writeFileSync(join(dir, 'eval.json'), JSON.stringify({ loss: 2, by_position: byPosition(losses) }));
+      return dir;
+    });
+    const warnings: string[] = [];
+    const out = join(root, 'by-position-report');
+    const result = await compareRuns(runs, { outDir: out, warn: (m) => warnings.push(m), baseline: null });
+    expect(result.runs.find((r) => r.name === 'pos-slay-2')!.warnings.join('\n')).toContain(
+      `${join(positionRoot, 'pos-slay-2', 'eval.json')}: by_position[0] must be`,
+    );
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    expect(md).toContain('## Loss by position');
+    // softmax: both runs at [0,1) and [1,2) (mean 4.1, 3.1), one at [2,4); slay: its one run with a valid eval.json.
+    expect(md).toContain('| positions | softmax (n = 2) | slay (n = 1) |');
+    expect(md).toContain('| \\[0, 1) | 4.1000 | 4.5000 |');
+    expect(md).toContain('| \\[1, 2) | 3.1000 | 3.5000 |');
+    expect(md).toContain('| \\[2, 4) | 2.5000 | 3.0000 |');
+    expect(readFileSync(join(out, 'by-position.csv'), 'utf8')).toContain('"[0, 1)",4.1,4.5');
+    const svg = readFileSync(join(out, 'loss-by-position.svg'), 'utf8');
+    expectWellFormed(svg);
+    expect(svg).toContain('Validation loss by position in the sequence');
+    expect(readFileSync(join(out, 'index.html'), 'utf8')).toContain('<h2>Loss by position</h2>');
+    // Without any eval.json, the report has no such section.
+    const plainOut = join(root, 'no-position-report');
+    await compareRuns([softmax1, softmax2], { outDir: plainOut, warn: () => {} });
+    expect(readFileSync(join(plainOut, 'report.md'), 'utf8')).not.toContain('Loss by position');
+    expect(existsSync(join(plainOut, 'by-position.csv'))).toBe(false);
+  });
+
   it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
     const table = { header: ['a', 'b'], right: [false, true], rows: [{ text: ['x_1 & 50%', '1,234'], raw: ['say "hi", ok', 1234] }] };
     expect(csvTable(table)).toBe('a,b\r\n"say ""hi"", ok",1234\r\n');

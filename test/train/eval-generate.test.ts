@@ -113,6 +113,36 @@ describe('eval', () => {
     expect(result.accuracy).toBeLessThanOrEqual(1);
   }, 60_000);
 
+  it('--by-position prints the loss by position bucket and --json writes the result with by_position', async () => {
+    const result = await evalCheckpoint({ checkpoint: gptFinal, tokens: 128, byPosition: true });
+    const plain = await evalCheckpoint({ checkpoint: gptFinal, tokens: 128 });
+    expect(result.loss).toBeCloseTo(plain.loss, 6);
+    expect(result.byPosition!.map((r) => [r.from, r.to])).toEqual([
+      [0, 1],
+      [1, 2],
+      [2, 4],
+      [4, 8],
+      [8, 16],
+    ]);
+    expect(result.byPosition!.reduce((n, r) => n + r.tokens, 0)).toBe(result.tokens);
+    const json = join(dir, 'eval-by-position.json');
+    const run = cli('eval', gptFinal, '--tokens', '128', '--by-position', '--json', json);
+    expect(run.status).toBe(0);
+    expect(run.stdout.trim()).toBe(formatEval(result));
+    expect(run.stdout).toMatch(/loss by position in the sequence:\npositions +loss +ppl +tokens\n\[0, 1\) +\d+\.\d{4} +\d+\.\d{2} +\d+\n/);
+    const written = JSON.parse(readFileSync(json, 'utf8'));
+    // The command runs on cpu, this process on the backend under test: equal up to float rounding.
+    expect(written.loss).toBeCloseTo(result.loss, 5);
+    expect(written.by_position.map((r: { from: number; to: number; tokens: number }) => [r.from, r.to, r.tokens])).toEqual(
+      result.byPosition!.map((r) => [r.from, r.to, r.tokens]),
+    );
+    written.by_position.forEach((r: { loss: number }, i: number) => expect(r.loss).toBeCloseTo(result.byPosition![i].loss, 5));
+    expect(written.byPosition).toBeUndefined();
+    const missing = cli('eval', gptFinal, '--by-position', '--json', join(dir, 'nowhere', 'eval.json'));
+    expect(missing.status).not.toBe(0);
+    expect(missing.stderr).toContain(`the folder ${join(dir, 'nowhere')} does not exist`);
+  }, 60_000);
+
   it('a run folder moved together with its data still evaluates (paths recorded relative to the run too)', async () => {
     const project = join(dir, 'project');
     await mkdir(project);
