@@ -75,12 +75,21 @@ function readCeilings(file: string): Record<string, number> {
   }
 }
 
-/** Written whole under a name of this process's, then renamed over: runs starting at once never read half a file. */
+/**
+ * Written whole under a name of this process's, then renamed over: runs starting at once never read half a file. A
+ * cache that cannot be written (a read-only install, a full disk) only means the next run measures again.
+ */
 function writeCeilings(file: string, entries: Record<string, number>): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
   const temporary = `${file}.tmp-${process.pid}`;
-  writeOwnFile(temporary, `${JSON.stringify(entries, null, 2)}\n`);
-  fs.renameSync(temporary, file);
+  let written = false;
+  try {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    writeOwnFile(temporary, `${JSON.stringify(entries, null, 2)}\n`);
+    written = true;
+    fs.renameSync(temporary, file);
+  } catch {
+    if (written) fs.rmSync(temporary, { force: true });
+  }
 }
 
 /**

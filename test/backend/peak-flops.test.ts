@@ -47,6 +47,19 @@ describe('cpuPeak', () => {
     expect(JSON.parse(fs.readFileSync(cache, 'utf8'))[key]).toBeGreaterThan(0);
   });
 
+  it('a cache that cannot be written is measured and used all the same', async () => {
+    const readOnly = path.join(dir, 'read-only');
+    fs.mkdirSync(readOnly);
+    fs.chmodSync(readOnly, 0o555);
+    // As root the folder stays writable: a file where the cache's folder should be fails for every user.
+    const blocked = path.join(dir, 'a-file');
+    fs.writeFileSync(blocked, '');
+    for (const cache of [path.join(readOnly, 'ceiling.json'), path.join(blocked, 'ceiling.json')]) {
+      expect((await cpuPeak(currentDevice(), { cache })).flopsPerSecond).toBeGreaterThan(0);
+    }
+    expect(fs.existsSync(path.join(blocked, 'ceiling.json'))).toBe(false);
+  });
+
   it('the measured ceiling is a real rate: above zero, below what any CPU core reaches (1 TFLOP/s)', async () => {
     const flops = await measureGemmCeiling({ size: 64, minSeconds: 0.01, rounds: 1 });
     expect(flops).toBeGreaterThan(0);
