@@ -1,6 +1,7 @@
 // The architecture options Hugging Face BERT needs, against float64 references: the exact (erf) GELU
 // and its gradient, LayerNorm with BERT's ε, and the post-LN block structure; the options are model
 // settings that checkpoints, resumes and finetunes respect.
+import { perturbParameters } from '../helpers/perturb.ts';
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
@@ -82,20 +83,7 @@ describe('architecture options', () => {
       activation: 'gelu-erf',
       layerNormEps: 1e-12,
     };
-    const model = createLanguageModel(config);
-    const noise = new Rng(4);
-    for (const v of model.parameters().values())
-      tf.tidy(() =>
-        v.assign(
-          tf.add(
-            v,
-            tf.tensor(
-              Float32Array.from(noise.normalArray(v.size), (x) => 0.3 * x),
-              v.shape,
-            ),
-          ),
-        ),
-      );
+    const model = perturbParameters(createLanguageModel(config), 4);
     expect(model.parameters().has('norm.weight')).toBe(false);
     const w = (name: string) => Array.from(model.parameters().get(name)!.dataSync());
     const ids = [3, 1, 10, 7];

@@ -1,6 +1,7 @@
 // Incremental decoding: next-token logits from the layers' recurrent states equal the full forward's
 // logits at every position; sampling honours temperature 0 (argmax), top-k and top-p and matches
 // softmax(logits/T) in distribution; generate with temperature 0 equals greedy decoding by full forward.
+import { perturbParameters } from '../helpers/perturb.ts';
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
@@ -28,21 +29,7 @@ function tinyGpt(attention: string, options: Record<string, unknown> = {}): Lang
     attention: { name: attention, options },
     seed: 7,
   });
-  const rng = new Rng(99);
-  for (const v of model.parameters().values()) {
-    tf.tidy(() =>
-      v.assign(
-        tf.add(
-          v,
-          tf.tensor(
-            Array.from(rng.normalArray(v.size), (x) => 0.3 * x),
-            v.shape,
-          ),
-        ),
-      ),
-    );
-  }
-  return model;
+  return perturbParameters(model, 99);
 }
 
 const MODELS: Array<[string, string, Record<string, unknown>]> = [

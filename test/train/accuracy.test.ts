@@ -3,6 +3,7 @@
 // −log softmax[target] and argmax == target over exactly the positions whose label is not −100 (GPT: every
 // next token except the ignored ones; BERT: the masked positions, never padding). Targets are set to the
 // argmax at a chosen subset of positions, so the expected accuracy is known in advance.
+import { perturbParameters } from '../helpers/perturb.ts';
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
@@ -43,22 +44,7 @@ function config(kind: 'gpt' | 'bert'): LanguageModelConfig {
 
 /** A model whose predictions depend on the input (weights moved well off the init). */
 function perturbed(kind: 'gpt' | 'bert'): LanguageModel {
-  const m = createLanguageModel(config(kind));
-  const rng = new Rng(4);
-  for (const v of m.parameters().values()) {
-    tf.tidy(() =>
-      v.assign(
-        tf.add(
-          v,
-          tf.tensor(
-            Array.from(rng.normalArray(v.size), (x) => 0.3 * x),
-            v.shape,
-          ),
-        ),
-      ),
-    );
-  }
-  return m;
+  return perturbParameters(createLanguageModel(config(kind)), 4);
 }
 
 /** Host float64: the loss sum and the argmax hits over the labelled positions, from the full logits. */

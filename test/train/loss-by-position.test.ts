@@ -2,6 +2,7 @@
 // full logits at every position (LanguageModel.logits, not the labelled-rows path evaluate() takes), then in float64
 // on the host −log softmax[target] at each labelled position, bucketed by its position in the sequence
 // ([0,1), [1,2), [2,4), … to seqLen). GPT: the next-token positions; BERT: the masked tokens' positions.
+import { perturbParameters } from '../helpers/perturb.ts';
 import * as tf from '@tensorflow/tfjs';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
@@ -38,22 +39,7 @@ function perturbed(kind: 'gpt' | 'bert'): LanguageModel {
     attention: { name: 'softmax', options: {} },
     seed: 5,
   };
-  const m = createLanguageModel(config);
-  const rng = new Rng(6);
-  for (const v of m.parameters().values()) {
-    tf.tidy(() =>
-      v.assign(
-        tf.add(
-          v,
-          tf.tensor(
-            Array.from(rng.normalArray(v.size), (x) => 0.3 * x),
-            v.shape,
-          ),
-        ),
-      ),
-    );
-  }
-  return m;
+  return perturbParameters(createLanguageModel(config), 6);
 }
 
 /** A batch of random tokens labelled at `labelled` flat positions with random targets, −100 elsewhere. */
