@@ -6,10 +6,10 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
-import { Rng } from '../../src/core/rng.ts';
 import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
 import { type Recipe } from '../../src/recipe/schema.ts';
 import { saveFinalModel } from '../../src/store/model-folder.ts';
+import { perturbParameters } from '../helpers/perturb.ts';
 import { HF_FIXTURES } from '../helpers/shared.ts';
 
 export const FIXTURES = HF_FIXTURES;
@@ -116,20 +116,7 @@ export const sameBytes = (a: Float32Array, b: Float32Array) =>
 
 /** Moves every parameter by N(0, scale²) noise, so that a misplaced tensor changes the outputs. */
 export function perturb(model: LanguageModel, seed: number, scale = 0.05): void {
-  const rng = new Rng(seed);
-  for (const v of model.parameters().values()) {
-    tf.tidy(() =>
-      v.assign(
-        tf.add(
-          v,
-          tf.tensor(
-            Float32Array.from(rng.normalArray(v.size), (x) => scale * x),
-            v.shape,
-          ),
-        ),
-      ),
-    );
-  }
+  perturbParameters(model, seed, scale);
 }
 
 /** A model of the recipe with perturbed weights (N(0, scale²) noise), saved as a run's final/ folder the way training saves it. */
