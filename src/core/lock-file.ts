@@ -4,10 +4,12 @@
 // checked from here and counts as held.
 //
 // A lock appears whole: it is written to a file of its own and hard-linked to the lock's name, which fails when the
-// name exists (a symbolic link included), so no reader sees it half written. A stale lock is removed under a second
-// lock, `<file>.takeover`, after checking it is still the one found stale: of two processes taking over the same
-// stale lock, one takes it and the other is told the first holds it.
-import { linkSync, readFileSync, rmSync } from 'node:fs';
+// name exists (a symbolic link included), so no reader sees it half written. A stale lock is replaced under a second
+// lock, `<file>.takeover`, after checking it is still the one found stale, by renaming this process's lock over it:
+// the name never stands empty, so no process can slip in between. A process that finds the takeover lock held by a
+// live process waits for it to finish (a few file operations) and looks again, so of several processes taking over
+// the same stale lock one holds it and every other is told that one's pid.
+import { linkSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { writeOwnFile } from './own-file.ts';
 
@@ -60,6 +62,30 @@ function createWhole(file: string, text: string): boolean {
   }
 }
 
+/** Replaces `file` with one holding `text`, whole (a rename: readers see the old lock or the new one). */
+function replaceWhole(file: string, text: string): void {
+  const tmp = `${file}.new-${process.pid}`;
+  writeOwnFile(tmp, text);
+  try {
+    renameSync(tmp, file);
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+}
+
+const pause = new Int32Array(new SharedArrayBuffer(4));
+/** How long a live takeover may hold `<file>.takeover` before its holder is reported as the lock's holder. */
+const TAKEOVER_WAIT_MS = 5000;
+
+/** Waits until `guard` is gone or `ms` have passed; returns whether it went. */
+function waitUntilGone(guard: string, ms: number): boolean {
+  for (let waited = 0; waited < ms; waited += 2) {
+    if (readText(guard) === null) return true;
+    Atomics.wait(pause, 0, 0, 2); // a synchronous 2 ms pause: takeLockFile is synchronous for its callers
+  }
+  return readText(guard) === null;
+}
+
 export type LockResult<T> = { held: true; release(): void } | { held: false; holder: T };
 
 /**
@@ -69,29 +95,33 @@ export type LockResult<T> = { held: true; release(): void } | { held: false; hol
 export function takeLockFile<T extends LockHolder>(file: string, mine: T, stale: (holder: T) => boolean = (h) => !holderIsLive(h)): LockResult<T> {
   const text = JSON.stringify(mine) + '\n';
   const guard = `${file}.takeover`;
+  const held: LockResult<T> = {
+    held: true,
+    release: () => {
+      if (readText(file) === text) rmSync(file, { force: true });
+    },
+  };
   for (let tries = 0; tries < 5; tries++) {
-    if (createWhole(file, text)) {
-      return {
-        held: true,
-        release: () => {
-          if (readText(file) === text) rmSync(file, { force: true });
-        },
-      };
-    }
+    if (createWhole(file, text)) return held;
     const found = readText(file);
     const holder = readLockFile<T>(file);
     if (holder && !stale(holder)) return { held: false, holder };
     if (createWhole(guard, text)) {
+      let took = false;
       try {
-        if (readText(file) === found) rmSync(file, { force: true });
+        if (found !== null && readText(file) === found) {
+          replaceWhole(file, text);
+          took = true;
+        }
       } finally {
         rmSync(guard, { force: true });
       }
+      if (took) return held;
     } else {
-      // Another process is taking it over and is about to hold it; a guard whose process died is removed.
+      // Another process is taking it over: once it is done the lock names its holder. A guard whose process died is removed.
       const taker = readLockFile<T>(guard);
-      if (taker && !stale(taker)) return { held: false, holder: taker };
-      if (taker) rmSync(guard, { force: true });
+      if (taker && stale(taker)) rmSync(guard, { force: true });
+      else if (taker && !waitUntilGone(guard, TAKEOVER_WAIT_MS)) return { held: false, holder: taker };
     }
   }
   throw new Error(`${file}: cannot take the lock (it keeps changing hands)`);
