@@ -24,6 +24,13 @@ MSE, forward latency; mean ± sd over seeds). Each (scale, method) runs in its o
     lengths: { type: 'string', value: 'T,…', help: `scales to run, by sequence length (default all: ${PAPER_SCALES.map((s) => s.length).join(',')})` },
     epsilon: { type: 'string', value: 'ε', default: '1e-6', number: { min: 0, exclusiveMin: true }, help: 'spherical Yat ε' },
     bidirectional: { type: 'boolean', help: 'non-causal attention' },
+    projections: {
+      type: 'string',
+      value: 'NAME',
+      default: PAPER_SETTINGS.projections,
+      choices: ['torch-linear', 'plain'],
+      help: 'torch-linear: q/k/v/out as PyTorch nn.Linear at its default init, output compared after the out projection (the paper harness); plain: bias-free N(0, 1/E) q/k/v, the attention output compared',
+    },
     out: { type: 'string', value: 'DIR', default: 'reports/ablate', help: 'folder for table.md and results.json' },
     child: { type: 'string', hidden: true, help: 'internal: run one (length, method) and print its row' },
   },
@@ -32,7 +39,17 @@ MSE, forward latency; mean ± sd over seeds). Each (scale, method) runs in its o
 type Args = OptionValues<typeof COMMAND.options>;
 
 async function runChild(args: Args, backend: BackendChoice, length: number, label: string): Promise<FidelityRow> {
-  const forwarded = ['--backend', backend, '--seeds', args.seeds, '--epsilon', String(args.epsilon), ...(args.bidirectional ? ['--bidirectional'] : [])];
+  const forwarded = [
+    '--backend',
+    backend,
+    '--seeds',
+    args.seeds,
+    '--epsilon',
+    String(args.epsilon),
+    '--projections',
+    args.projections,
+    ...(args.bidirectional ? ['--bidirectional'] : []),
+  ];
   const result = await runIsolated<FidelityRow>(new URL(import.meta.url).pathname, [...forwarded, '--child', `${length}:${label}`]);
   if (result.row) return result.row;
   const none = { relL2: NaN, cosine: NaN, mse: NaN };
@@ -52,7 +69,7 @@ await runCommand(COMMAND, async ({ values: args }) => {
   const { fidelityMarkdown, runFidelity } = await import('../paper/fidelity.ts');
   const seeds = numberListOption(args.seeds, 'seeds', { integer: true })!;
   const epsilon = args.epsilon;
-  const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional };
+  const settings = { ...PAPER_SETTINGS, seeds, causal: !args.bidirectional, projections: args.projections };
   const { choice } = chooseBackend({ flag: args.backend, recipe: 'wasm' });
 
   if (args.child) {

@@ -1,33 +1,44 @@
 // Kernel-fidelity ablation (SLAY paper, Tables 2 and 10): every approximate mechanism against the
 // exact attention it approximates, on the same inputs. Harness as the reference's
-// tests/ablation_poly_approx.py: embedding 64, 4 heads, batch 8, fp32, one shared random q/k/v
-// projection of x ~ N(0, I) per seed, metrics rel-ℓ2, cosine, MSE and forward latency.
+// tests/ablation_poly_approx.py: embedding 64, 4 heads, batch 8, fp32, q/k/v/out projections of x ~ N(0, I) shared
+// by estimator and reference per seed (FidelityProjections), metrics rel-ℓ2, cosine, MSE and forward latency.
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from '../model/attention/index.ts';
 import { dense } from '../model/ops.ts';
-import { deriveSeed, Rng } from '../core/rng.ts';
-import type { FidelityCase, FidelityRow, FidelitySettings } from './fidelity-cases.ts';
+import { type DrawnLinear, drawFidelityInputs, type FidelityCase, type FidelityRow, type FidelitySettings } from './fidelity-cases.ts';
 
 export { PAPER_SCALES, PAPER_SETTINGS, paperCases, SLAY_POLYS } from './fidelity-cases.ts';
-export type { FidelityCase, FidelityRow, FidelityScale, FidelitySettings } from './fidelity-cases.ts';
+export type { FidelityCase, FidelityProjections, FidelityRow, FidelityScale, FidelitySettings } from './fidelity-cases.ts';
 
-function inputs(settings: FidelitySettings, length: number, seed: number): [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D] {
-  const rng = new Rng(deriveSeed(seed, 'fidelity-inputs'));
+interface FidelityInputs {
+  /** [batch, heads, length, headDim] each. */
+  qkv: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D];
+  /** What is compared, from an attention output (a new tensor). */
+  output(y: tf.Tensor4D): tf.Tensor;
+  dispose(): void;
+}
+
+/** One seed's q, k, v and output map under the settings' projections (fidelity-cases.ts, drawFidelityInputs). */
+function inputs(settings: FidelitySettings, length: number, seed: number): FidelityInputs {
   const { embed, heads, batch } = settings;
   const headDim = embed / heads;
-  const x = tf.tensor3d(Float32Array.from(rng.normalArray(batch * length * embed)), [batch, length, embed]);
-  const project = () => {
-    const w = tf.tensor2d(
-      Float32Array.from(rng.normalArray(embed * embed), (v) => v / Math.sqrt(embed)),
-      [embed, embed],
-    );
-    const y = tf.transpose(tf.reshape(dense(x, w), [batch, length, heads, headDim]), [0, 2, 1, 3]) as tf.Tensor4D;
-    w.dispose();
-    return y;
-  };
-  const qkv: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D] = [project(), project(), project()];
+  const draw = drawFidelityInputs(settings, length, seed);
+  const x = tf.tensor3d(Float32Array.from(draw.x), [batch, length, embed]);
+  const affine = (z: tf.Tensor3D, layer: DrawnLinear) =>
+    tf.tidy(() => {
+      const y = dense(z, tf.tensor2d(Float32Array.from(layer.w), [embed, embed]));
+      return layer.b ? tf.add(y, tf.tensor1d(Float32Array.from(layer.b))) : y;
+    });
+  const project = (layer: DrawnLinear) =>
+    tf.tidy(() => tf.transpose(tf.reshape(affine(x, layer), [batch, length, heads, headDim]), [0, 2, 1, 3]) as tf.Tensor4D);
+  const qkv: [tf.Tensor4D, tf.Tensor4D, tf.Tensor4D] = [project(draw.q), project(draw.k), project(draw.v)];
   x.dispose();
-  return qkv;
+  const out = draw.out;
+  return {
+    qkv,
+    output: (y) => (out ? tf.tidy(() => affine(tf.reshape(tf.transpose(y, [0, 2, 1, 3]), [batch, length, embed]) as tf.Tensor3D, out)) : y.clone()),
+    dispose: () => tf.dispose(qkv),
+  };
 }
 
 function stats(values: number[]): { mean: number; sd: number } {
@@ -51,6 +62,15 @@ function compare(out: Float32Array, expected: Float32Array): { relL2: number; co
   return { relL2: Math.sqrt(diff / norm), cosine: dotp / Math.sqrt(norm * outNorm), mse: diff / out.length };
 }
 
+/** What is compared from attention output `y` (disposed). */
+async function comparedOutput(y: tf.Tensor4D, compared: (y: tf.Tensor4D) => tf.Tensor): Promise<Float32Array> {
+  const out = compared(y);
+  y.dispose();
+  const data = (await out.data()) as Float32Array;
+  out.dispose();
+  return data;
+}
+
 async function timedForward(fn: () => tf.Tensor): Promise<{ out: Float32Array; ms: number }> {
   const t0 = performance.now();
   const t = fn();
@@ -66,7 +86,9 @@ export async function runFidelity(cases: FidelityCase[], length: number, setting
   const perCase = new Map<string, { relL2: number[]; cosine: number[]; mse: number[]; ms: number[] }>();
   const failures = new Map<string, string>();
   for (const seed of settings.seeds) {
-    const [q, k, v] = inputs(settings, length, seed);
+    const seedInputs = inputs(settings, length, seed);
+    const [q, k, v] = seedInputs.qkv;
+    const compared = (y: tf.Tensor4D) => tf.tidy(() => seedInputs.output(y));
     const references = new Map<string, Float32Array>();
     for (const c of cases) {
       if (failures.has(c.label)) continue;
@@ -74,12 +96,13 @@ export async function runFidelity(cases: FidelityCase[], length: number, setting
         const refKey = JSON.stringify(c.reference);
         if (!references.has(refKey)) {
           const ref = createAttention(c.reference.mechanism, { numHeads: heads, headDim, causal, seed, ...c.reference.options });
-          references.set(refKey, (await timedForward(() => ref.apply(q, k, v))).out);
+          references.set(refKey, await comparedOutput(ref.apply(q, k, v), compared));
           ref.dispose();
         }
         const attn = createAttention(c.mechanism, { numHeads: heads, headDim, causal, seed, ...c.options });
         await timedForward(() => attn.apply(q, k, v)); // warm-up
-        const { out, ms } = await timedForward(() => attn.apply(q, k, v));
+        const { out: y, ms } = await timedForward(() => attn.apply(q, k, v));
+        const out = await comparedOutput(tf.tensor4d(y, q.shape), compared);
         attn.dispose();
         const entry = perCase.get(c.label) ?? { relL2: [], cosine: [], mse: [], ms: [] };
         const metrics = compare(out, references.get(refKey)!);
@@ -93,7 +116,7 @@ export async function runFidelity(cases: FidelityCase[], length: number, setting
         failures.set(c.label, `${/memory|allocat|RangeError/i.test(message) ? 'OOM' : 'error'}: ${message.slice(0, 120)}`);
       }
     }
-    tf.dispose([q, k, v]);
+    seedInputs.dispose();
   }
   return cases.map((c) => {
     const failure = failures.get(c.label);

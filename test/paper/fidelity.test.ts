@@ -1,9 +1,11 @@
 // The kernel-fidelity harness behind `npm run ablate`.
-import { beforeAll, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
+import { slayQuadrature, quadratureYatKernel } from '../../src/model/features/quadrature.ts';
 import { fidelityMarkdown, paperCases, PAPER_SCALES, runFidelity } from '../../src/paper/fidelity.ts';
+import { limitKernel, limitRelL2 } from '../../src/paper/slay-limits.ts';
 
-const settings = { embed: 16, heads: 2, batch: 2, causal: true, seeds: [0, 1] };
+const settings = { embed: 16, heads: 2, batch: 2, causal: true, seeds: [0, 1], projections: 'plain' as const };
 const softmax = { mechanism: 'softmax', options: {} };
 
 beforeAll(async () => {
@@ -47,4 +49,30 @@ it("builds the paper's ablation set at each scale: seven SLAY variants against s
       expect(c.options).toMatchObject({ quadratureNodes: scale.quadratureNodes, prfFeatures: scale.prfFeatures, anchors: scale.anchors, epsilon: 1e-6 });
     }
   }
+});
+
+describe('the float64 limits (src/paper/slay-limits.ts) and the harness measure the same thing', () => {
+  // Two implementations of one number on the same draw: the harness's float32 yat-spherical at ε = 0.05 against
+  // ε = 1e-6, and limitRelL2 with the ε = 0.05 kernel in float64. They agree only if the draw, the projections (with
+  // and without the output projection) and the normalisation are the same.
+  const yat = (epsilon: number) => ({ mechanism: 'yat-spherical', options: { epsilon, delta: 1e-6 } });
+  for (const projections of ['plain', 'torch-linear'] as const) {
+    it(`${projections} projections`, async () => {
+      const these = { ...settings, projections };
+      const [row] = await runFidelity([{ label: 'wide', ...yat(0.05), reference: yat(1e-6) }], 12, these);
+      const kernel = (x: number) => (x * x) / (2.05 - 2 * x);
+      const limits = these.seeds.map((seed) => limitRelL2(kernel, these, 12, seed, 1e-6));
+      expect(limits[0]).toBeGreaterThan(1e-3);
+      for (const [i, value] of row.relL2PerSeed.entries()) expect(Math.abs(value - limits[i])).toBeLessThan(1e-4 * limits[i] + 1e-6);
+      expect(limitRelL2((x) => (x * x) / (2 + 1e-6 - 2 * x), these, 12, 0, 1e-6)).toBeLessThan(1e-12);
+    });
+  }
+
+  it('each limit kernel is the estimator’s expectation: exact → the quadrature kernel, anchor → (1 + 2x²)·Σ w e^{2sx}', () => {
+    const rule = slayQuadrature(2, 1e-3);
+    for (const x of [-0.9, -0.2, 0, 0.3, 0.99]) {
+      expect(limitKernel('exact', rule)(x)).toBeCloseTo(quadratureYatKernel(x, rule), 12);
+      expect(limitKernel('anchor', rule)(x)).toBeCloseTo((1 + 2 * x * x) * limitKernel('laplace-only', rule)(x), 12);
+    }
+  });
 });
