@@ -116,7 +116,7 @@ export function evalSumsThroughGraph(model: StepModel, batch: ModelBatch, graph:
 export const ROW_BUCKET = 64;
 
 /** The tensors of LossInputs, in the order the graph takes them. */
-export const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask'] as const;
+export const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask', 'documents', 'documentPositions'] as const;
 
 /** What a recorded program depends on besides tensor values: the batch shapes, which parameters train, dropout or not. */
 export function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
