@@ -1,0 +1,67 @@
+// data.documentMask from a recipe, end to end (docs/data.md, "Documents kept apart"): a tiny GPT run trains and
+// validates with its documents kept apart — its evaluation before any step differs from the same model's without the
+// option, so the document ids reach evaluation as well as the steps — and the recipe refuses it where it cannot apply.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initBackend } from '../../src/backend/start.ts';
+import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
+import type { MetricRecord } from '../../src/store/run-record.ts';
+import { parseRecipe } from '../../src/store/recipes.ts';
+import { runTraining } from '../../src/train/trainer.ts';
+import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
+import { testBackend } from '../helpers/backend.ts';
+
+let dir: string;
+beforeAll(async () => {
+  await initBackend(testBackend(), { quiet: true });
+  dir = await mkdtemp(join(tmpdir(), 'slay-document-mask-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('data.documentMask', () => {
+  it('a tiny GPT run trains and validates with documents kept apart, and its evaluation differs from the run without', async () => {
+    // Short documents, so that every 32-token window packs several.
+    const docs = syntheticDocuments(200, 2);
+    const data = join(dir, 'data');
+    await writeDataset(data, { train: [docs.slice(0, 180)], validation: [docs.slice(180)] }, 50);
+    const tokenizer = join(dir, 'tokenizer.json');
+    await trainByteLevelBpeFromTexts(docs.slice(0, 180), 300, tokenizer);
+    const recipeText = `
+model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, attention: { name: slay, options: { prfFeatures: 4, anchors: 4, chunkSize: 8 } } }
+data: { dataset: ${data}, tokenizer: ${tokenizer}, seqLen: 32, shuffleBuffer: 8 }
+train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 10, evalTokens: 256, logInterval: 5, runDir: ${join(dir, 'runs')}, seed: 3, maxTokens: 1280 }
+`;
+    const run = async (documentMask: boolean) => {
+      const records: MetricRecord[] = [];
+      const recipe = parseRecipe(recipeText, join(dir, 'tiny.yaml'), [`--data.documentMask=${documentMask}`]);
+      expect(recipe.data.documentMask).toBe(documentMask);
+      const result = await runTraining(recipe, {
+        logger: { dir: join(dir, 'runs', `mask-${documentMask}`), log: (r) => records.push(r), line: () => {}, finish: async () => {} },
+      });
+      return { result, val: records.filter((r) => r.split === 'val'), train: records.filter((r) => r.split === 'train') };
+    };
+    const masked = await run(true);
+    const plain = await run(false);
+    expect(masked.result.steps).toBe(10);
+    expect(masked.val.map((r) => r.step)).toEqual([0, 10]);
+    for (const r of [...masked.train, ...masked.val]) expect(Number.isFinite(r.loss)).toBe(true);
+    expect(masked.val[1].loss).toBeLessThan(masked.val[0].loss);
+    // Same initial model, same tokens: only the documents kept apart change the step-0 evaluation.
+    expect(plain.val[0].tokens).toBe(masked.val[0].tokens);
+    expect(Math.abs(plain.val[0].loss - masked.val[0].loss)).toBeGreaterThan(1e-4);
+  });
+
+  it('is refused for BERT and on the xla executor, naming the key', () => {
+    const recipe = (extra: string) => `
+model: { kind: ${extra.includes('bert') ? 'bert' : 'gpt'}, dModel: 16, numLayers: 1, numHeads: 2 }
+data: { dataset: ${dir}, tokenizer: ${join(dir, 'tokenizer.json')}, documentMask: true }
+train: { runDir: ${join(dir, 'runs')}${extra.includes('xla') ? ', executor: xla' : ''} }
+`;
+    expect(() => parseRecipe(recipe('bert'), join(dir, 'bert.yaml'))).toThrow(/data\.documentMask applies to GPT packing/);
+    expect(() => parseRecipe(recipe('xla'), join(dir, 'xla.yaml'))).toThrow(/data\.documentMask is not supported by train\.executor 'xla'/);
+  });
+});
