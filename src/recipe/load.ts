@@ -265,9 +265,6 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.data.documentMask && r.model.kind !== 'gpt') {
     problems.push(`${at(origin('data.documentMask'))}data.documentMask applies to GPT packing; a BERT sequence already holds one document (set it false)`);
   }
-  if (r.data.documentMask && r.train.executor === 'xla') {
-    problems.push(`${at(origin('data.documentMask'))}data.documentMask is not supported by train.executor 'xla' yet (docs/xla.md); use another executor`);
-  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

@@ -213,7 +213,7 @@ export const RECIPE_SCHEMA = {
   'data.documentMask': {
     type: bool,
     default: false,
-    doc: 'GPT: keep the documents packed into a sequence apart ("document masking", fla\'s `cu_seqlens`): attention, and linear attention\'s running state, stop at each end-of-text token, and position embeddings restart at each document (docs/data.md, "Documents kept apart"). Not on the `xla` executor yet; BERT sequences already hold one document each.',
+    doc: 'GPT: keep the documents packed into a sequence apart ("document masking", fla\'s `cu_seqlens`): attention, and linear attention\'s running state, stop at each end-of-text token, and position embeddings restart at each document (docs/data.md, "Documents kept apart"). BERT sequences already hold one document each (refused there).',
   },
 
   'train.batchSize': { type: int(1, 65536), default: 8, doc: 'Sequences per micro-batch.' },
