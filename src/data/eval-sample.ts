@@ -67,5 +67,15 @@ function joinRows(rows: readonly Batch[]): Batch {
     tokens += row.tokens;
     bytes += row.bytes;
   });
-  return { kind, batchSize: rows.length, seqLen, inputIds, labels, ...(attentionMask ? { attentionMask } : {}), ...(documentIds ? { documentIds } : {}), tokens, bytes };
+  return {
+    kind,
+    batchSize: rows.length,
+    seqLen,
+    inputIds,
+    labels,
+    ...(attentionMask ? { attentionMask } : {}),
+    ...(documentIds ? { documentIds } : {}),
+    tokens,
+    bytes,
+  };
 }

@@ -237,15 +237,10 @@ export class Transformer {
     if (l > c.maxSeqLen) throw new Error(`sequence length ${l} exceeds model.maxSeqLen ${c.maxSeqLen}`);
     const dropout = new DropoutSource(c.dropout, opts.dropoutSeed ?? null);
     const { keyMask, documents } = opts;
-    return this.run(
-      inputIds,
-      documents?.positions ?? 0,
-      dropout,
-      (i, q, k, v) => {
-        opts.onAttentionInputs?.(i, q, k);
-        return this.attention[i].apply(q, k, v, { keyMask, documents });
-      },
-    );
+    return this.run(inputIds, documents?.positions ?? 0, dropout, (i, q, k, v) => {
+      opts.onAttentionInputs?.(i, q, k);
+      return this.attention[i].apply(q, k, v, { keyMask, documents });
+    });
   }
 
   /**

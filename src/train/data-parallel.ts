@@ -165,7 +165,13 @@ class Replica {
     const transfer = [
       message.values.buffer as ArrayBuffer,
       ...message.batches.flatMap(
-        (b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : []), ...(b.documentIds ? [b.documentIds.buffer] : [])] as ArrayBuffer[],
+        (b) =>
+          [
+            b.inputIds.buffer,
+            b.labels.buffer,
+            ...(b.attentionMask ? [b.attentionMask.buffer] : []),
+            ...(b.documentIds ? [b.documentIds.buffer] : []),
+          ] as ArrayBuffer[],
       ),
     ];
     return new Promise((resolve, reject) => {

@@ -18,7 +18,8 @@ const LENGTHS = [
   [3, 4, 1],
   [1, 7],
 ];
-const documentIdsOf = (lengths: number[][]) => Int32Array.from(lengths.flatMap((row) => row.flatMap((len, doc) => Array.from({ length: len }, () => 10 * doc + 3))));
+const documentIdsOf = (lengths: number[][]) =>
+  Int32Array.from(lengths.flatMap((row) => row.flatMap((len, doc) => Array.from({ length: len }, () => 10 * doc + 3))));
 
 function config(kind: 'gpt' | 'bert', attention: string, options: Record<string, unknown>): LanguageModelConfig {
   return {

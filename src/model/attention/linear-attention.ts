@@ -160,8 +160,7 @@ function blockIsCheaper(q: Side, l: number, d: number, chunkSize: number | null)
 }
 
 /** Columns start … start+length−1 of a [B, L] tensor. */
-const columns = (x: tf.Tensor2D, start: number, length: number) =>
-  length === x.shape[1] ? x : (tf.slice(x, [0, start], [x.shape[0], length]) as tf.Tensor2D);
+const columns = (x: tf.Tensor2D, start: number, length: number) => (length === x.shape[1] ? x : (tf.slice(x, [0, start], [x.shape[0], length]) as tf.Tensor2D));
 
 /**
  * The documents of a run of positions: `documents` covers positions `offset` … (the whole sequence: offset 0; a decoding
@@ -216,7 +215,13 @@ export function featureMapAttention(maps: FeatureMaps, q: tf.Tensor4D, k: tf.Ten
     const positions = opts.documents?.positions;
     if (!opts.causal && opts.documents) {
       // Within documents, bidirectional: one block masked by document (not the segmented form).
-      return bidirectionalWithinDocuments(sideOf(maps, qq, 0, 'query', undefined, positions), sideOf(maps, kk, 0, 'key', opts.keyMask, positions), v, norm, opts.documents.ids);
+      return bidirectionalWithinDocuments(
+        sideOf(maps, qq, 0, 'query', undefined, positions),
+        sideOf(maps, kk, 0, 'key', opts.keyMask, positions),
+        v,
+        norm,
+        opts.documents.ids,
+      );
     }
     const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, l);
     if (l > segment) return (opts.causal ? causalRecomputed(fns, segment) : bidirectionalRecomputed(fns, segment))(qq, kk, v);
