@@ -125,8 +125,12 @@ export function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: b
 
 /** The shapes of the loss inputs, and whether the model runs its fused or composed forms (bench/paired.ts alternates them): what decides the recorded program. */
 export function shapesKey(inputs: LossInputs): string {
-  return LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + composedFormsKey();
+  const named = LOSS_INPUT_FIELDS.filter((f) => inputs[f] || !NAMED_WHEN_PRESENT.has(f));
+  return named.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + composedFormsKey();
 }
+
+/** Fields a key names only when the batch has them (data.documentMask's): other keys stay those of compiled program folders written before. */
+const NAMED_WHEN_PRESENT: ReadonlySet<string> = new Set(['documents', 'documentPositions']);
 
 /** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */
 export function graphStatus(model: StepModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {

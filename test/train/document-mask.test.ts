@@ -2,6 +2,7 @@
 // validates with its documents kept apart — its evaluation before any step differs from the same model's without the
 // option, so the document ids reach evaluation as well as the steps — and the recipe refuses it for BERT. (The xla
 // executor's run with it: test/train/xla-run.test.ts.)
+import * as tf from '@tensorflow/tfjs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,7 +11,10 @@ import { initBackend } from '../../src/backend/start.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import type { MetricRecord } from '../../src/store/run-record.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
+import { composedFormsKey } from '../../src/backend/fused-kernels.ts';
+import { shapesKey } from '../../src/train/compiled-step.ts';
 import { runTraining } from '../../src/train/trainer.ts';
+import { createLanguageModel } from '../../src/model/lm.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 import { testBackend } from '../helpers/backend.ts';
 
@@ -54,6 +58,30 @@ train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 10, evalTokens: 2
     // Same initial model, same tokens: only the documents kept apart change the step-0 evaluation.
     expect(plain.val[0].tokens).toBe(masked.val[0].tokens);
     expect(Math.abs(plain.val[0].loss - masked.val[0].loss)).toBeGreaterThan(1e-4);
+  });
+
+  it('program keys name the document tensors only when present: keys of other batches stay those of compiled folders', () => {
+    const model = createLanguageModel({
+      kind: 'gpt',
+      vocabSize: 11,
+      maxSeqLen: 4,
+      dModel: 8,
+      numLayers: 1,
+      numHeads: 2,
+      mlpRatio: 2,
+      dropout: 0,
+      bias: true,
+      attention: { name: 'softmax', options: {} },
+      seed: 1,
+    });
+    const batch = { batchSize: 2, seqLen: 4, inputIds: new Int32Array(8).fill(1), labels: new Int32Array(8).fill(2) };
+    const plain = model.lossInputs(batch)!;
+    const masked = model.lossInputs({ ...batch, documentIds: Int32Array.from([0, 0, 1, 1, 0, 1, 1, 1]) })!;
+    const suffix = composedFormsKey();
+    expect(shapesKey(plain)).toBe(`2x4,8,-,-,-${suffix}`); // the five fields keys had before data.documentMask
+    expect(shapesKey(masked)).toBe(`2x4,8,-,-,-,2x4,2x4${suffix}`);
+    tf.dispose([...Object.values(plain), ...Object.values(masked)].filter((t): t is tf.Tensor => t instanceof tf.Tensor));
+    model.dispose();
   });
 
   it('is refused for BERT, naming the key', () => {
