@@ -12,6 +12,11 @@ export interface Batch {
   inputIds: Int32Array;
   labels: Int32Array;
   attentionMask?: Float32Array;
+  /**
+   * With data.documentMask (GPT): each input position's document within its row, [B·L] — a new document after each
+   * end-of-text token — so that attention stays within documents (docs/data.md, "Documents kept apart").
+   */
+  documentIds?: Int32Array;
   tokens: number;
   bytes: number;
 }

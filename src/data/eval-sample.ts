@@ -56,14 +56,26 @@ function joinRows(rows: readonly Batch[]): Batch {
   const inputIds = new Int32Array(rows.length * width);
   const labels = new Int32Array(rows.length * width);
   const attentionMask = kind === 'bert' ? new Float32Array(rows.length * width) : undefined;
+  const documentIds = rows[0].documentIds ? new Int32Array(rows.length * width) : undefined;
   let tokens = 0;
   let bytes = 0;
   rows.forEach((row, r) => {
     inputIds.set(row.inputIds, r * width);
     labels.set(row.labels, r * width);
     if (attentionMask) attentionMask.set(row.attentionMask!, r * width);
+    if (documentIds) documentIds.set(row.documentIds!, r * width);
     tokens += row.tokens;
     bytes += row.bytes;
   });
-  return { kind, batchSize: rows.length, seqLen, inputIds, labels, ...(attentionMask ? { attentionMask } : {}), tokens, bytes };
+  return {
+    kind,
+    batchSize: rows.length,
+    seqLen,
+    inputIds,
+    labels,
+    ...(attentionMask ? { attentionMask } : {}),
+    ...(documentIds ? { documentIds } : {}),
+    tokens,
+    bytes,
+  };
 }

@@ -54,11 +54,15 @@ export function windowCount(streamTokens: number, seqLen: number): number {
   return streamTokens <= 0 ? 0 : Math.floor((streamTokens - 1) / seqLen);
 }
 
-/** Stacks windows of seqLen + 1 into a causal-LM batch. */
-export function gptBatch(windows: Int32Array[], seqLen: number, tokenBytes: (id: number) => number): Batch {
+/**
+ * Stacks windows of seqLen + 1 into a causal-LM batch. With `documentEos` (data.documentMask) it also records each input
+ * position's document in its row: the end-of-text token closes its document, the next token starts the next one.
+ */
+export function gptBatch(windows: Int32Array[], seqLen: number, tokenBytes: (id: number) => number, documentEos?: number): Batch {
   const rows = windows.length;
   const inputIds = new Int32Array(rows * seqLen);
   const labels = new Int32Array(rows * seqLen);
+  const documentIds = documentEos === undefined ? undefined : new Int32Array(rows * seqLen);
   let bytes = 0;
   for (let r = 0; r < rows; r++) {
     const w = windows[r];
@@ -66,6 +70,7 @@ export function gptBatch(windows: Int32Array[], seqLen: number, tokenBytes: (id:
     inputIds.set(w.subarray(0, seqLen), r * seqLen);
     labels.set(w.subarray(1), r * seqLen);
     for (let t = 1; t <= seqLen; t++) bytes += tokenBytes(w[t]);
+    if (documentIds) for (let t = 1, document = 0; t < seqLen; t++) documentIds[r * seqLen + t] = w[t - 1] === documentEos ? ++document : document;
   }
-  return { kind: 'gpt', batchSize: rows, seqLen, inputIds, labels, tokens: rows * seqLen, bytes };
+  return { kind: 'gpt', batchSize: rows, seqLen, inputIds, labels, ...(documentIds ? { documentIds } : {}), tokens: rows * seqLen, bytes };
 }

@@ -18,6 +18,8 @@ export interface StreamOptions {
   shuffleBuffer: number;
   readAhead: number;
   mlmProbability?: number;
+  /** GPT: batches carry each position's document (Batch.documentIds) so that attention stays within documents. */
+  documentMask?: boolean;
   cursor?: DataCursor;
   /** Where the cursor was read from, named in its errors (default 'data cursor'). */
   cursorFile?: string;
@@ -42,6 +44,9 @@ export function validateStreamOptions(opts: StreamOptions): void {
     throw new Error(`stream option mlmProbability must be in (0, 1), got ${opts.mlmProbability}`);
   }
   if (!Number.isInteger(opts.seed)) throw new Error(`stream option seed must be an integer, got ${opts.seed}`);
+  if (opts.documentMask && opts.kind !== 'gpt') {
+    throw new Error(`stream option documentMask applies to GPT packing only; a BERT sequence already holds one document`);
+  }
   if (opts.kind === 'gpt' && opts.tokenizer.specialIds.eos === undefined) {
     throw new Error(`tokenizer ${opts.tokenizer.path} has no end-of-text token (<|endoftext|> or </s>) to join GPT documents`);
   }

@@ -179,7 +179,9 @@ export class ShardBatchStream implements BatchStream {
         if (examples.length === 0 || split === 'train') return null;
       }
       this.batches++;
-      return kind === 'gpt' ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch(examples, this.masking!.mlm, this.masking!.maskRng);
+      return kind === 'gpt'
+        ? gptBatch(examples, seqLen, (id) => tokenizer.tokenBytes(id), this.documentEos)
+        : mlmBatch(examples, this.masking!.mlm, this.masking!.maskRng);
     } finally {
       this.busy = false;
     }
@@ -196,8 +198,14 @@ export class ShardBatchStream implements BatchStream {
     if (example === null) return null;
     const lastDocument = Math.max(firstDocument, this.statistics.documents - 1);
     const { kind, seqLen, tokenizer } = this.opts;
-    const row = kind === 'gpt' ? gptBatch([example], seqLen, (id) => tokenizer.tokenBytes(id)) : mlmBatch([example], this.masking!.mlm, maskRng);
+    const row =
+      kind === 'gpt' ? gptBatch([example], seqLen, (id) => tokenizer.tokenBytes(id), this.documentEos) : mlmBatch([example], this.masking!.mlm, maskRng);
     return { row, firstDocument, lastDocument };
+  }
+
+  /** The end-of-text token that separates documents, when batches carry their documents (documentMask). */
+  private get documentEos(): number | undefined {
+    return this.opts.documentMask ? this.opts.tokenizer.specialIds.eos : undefined;
   }
 
   /** Next GPT window or BERT chunk in corpus order; null at the end of the split. */

@@ -28,9 +28,40 @@ export interface ModelBatch {
   /** -100 where no loss. */
   labels: Int32Array;
   attentionMask?: Float32Array;
+  /**
+   * Document masking (data.documentMask): each position's document [B·L], equal along a document, different at a
+   * boundary; attention stays within documents and positions restart at each (docs/attention.md).
+   */
+  documentIds?: Int32Array;
 }
 
 export const IGNORE_LABEL = -100;
+
+/**
+ * A batch's document ids [B·L] as the model takes them: per row, the number of boundaries before each position (so
+ * ids are ≥ 0 and non-decreasing whatever the ids given) and each position's index within its document.
+ */
+export function documentLayout(documentIds: Int32Array, batchSize: number, seqLen: number): { ids: Float32Array; positions: Float32Array } {
+  if (documentIds.length !== batchSize * seqLen) {
+    throw new Error(`batch documentIds has ${documentIds.length} entries, expected batchSize × seqLen = ${batchSize * seqLen}`);
+  }
+  const ids = new Float32Array(documentIds.length);
+  const positions = new Float32Array(documentIds.length);
+  for (let r = 0; r < batchSize; r++) {
+    let document = 0;
+    let position = 0;
+    for (let t = 0; t < seqLen; t++) {
+      const i = r * seqLen + t;
+      if (t > 0 && documentIds[i] !== documentIds[i - 1]) {
+        document++;
+        position = 0;
+      }
+      ids[i] = document;
+      positions[i] = position++;
+    }
+  }
+  return { ids, positions };
+}
 
 /**
  * A batch as tensors (LanguageModel.lossInputs): token ids [B, L], targets of the labelled rows,
@@ -43,6 +74,9 @@ export interface LossInputs {
   rows?: tf.Tensor1D;
   weights?: tf.Tensor1D;
   mask?: tf.Tensor2D;
+  /** Document masking: each position's document and its index within it, [B, L] float32 (documentLayout). */
+  documents?: tf.Tensor2D;
+  documentPositions?: tf.Tensor2D;
   /** Labelled rows (padding not counted). */
   count: number;
 }
@@ -244,8 +278,13 @@ export class LanguageModel implements StepModel {
     for (const mech of this.body.attention) mech.onTrainStep?.(step);
   }
 
-  private hidden(inputIds: tf.Tensor2D, attentionMask: tf.Tensor2D | undefined, dropoutSeed: DropoutSeed): tf.Tensor2D {
-    return this.body.forward(inputIds, { keyMask: this.kind === 'bert' ? attentionMask : undefined, dropoutSeed });
+  private hidden(inputs: Pick<LossInputs, 'ids' | 'mask' | 'documents' | 'documentPositions'>, dropoutSeed: DropoutSeed): tf.Tensor2D {
+    const { ids, mask, documents, documentPositions } = inputs;
+    return this.body.forward(ids, {
+      keyMask: this.kind === 'bert' ? mask : undefined,
+      documents: documents && documentPositions && { ids: documents, positions: documentPositions },
+      dropoutSeed,
+    });
   }
 
   /** Output head on rows of hidden states [N, d] → logits [N, V]. */
@@ -271,7 +310,7 @@ export class LanguageModel implements StepModel {
   logits(inputIds: tf.Tensor2D, attentionMask?: tf.Tensor2D): tf.Tensor3D {
     return tf.tidy(() => {
       const [b, l] = inputIds.shape;
-      return tf.reshape(this.headLogits(this.hidden(inputIds, attentionMask, null)), [b, l, this.config.vocabSize]) as tf.Tensor3D;
+      return tf.reshape(this.headLogits(this.hidden({ ids: inputIds, mask: attentionMask }, null)), [b, l, this.config.vocabSize]) as tf.Tensor3D;
     });
   }
 
@@ -313,7 +352,7 @@ export class LanguageModel implements StepModel {
 
   /** evalSums over the rows of `inputs` (see lossInputs; weight-0 padding rows count for nothing), by position bucket given `positions`. */
   evalSumsOf(inputs: LossInputs, positions?: PositionBuckets): EvalSums {
-    let h = this.hidden(inputs.ids, inputs.mask, null);
+    let h = this.hidden(inputs, null);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
     return evalSumsOfLogits(this.headLogits(h), inputs, positions);
   }
@@ -345,6 +384,7 @@ export class LanguageModel implements StepModel {
     }
     const count = rows.length;
     if (count === 0) return null;
+    const documents = batch.documentIds && documentLayout(batch.documentIds, b, l);
     const padded = count < b * l && rowBucket > 1 ? Math.min(b * l, Math.ceil(count / rowBucket) * rowBucket) : count;
     const weights = padded > count ? Array.from({ length: padded }, (_, i) => (i < count ? 1 : 0)) : null;
     while (rows.length < padded) {
@@ -357,13 +397,14 @@ export class LanguageModel implements StepModel {
       ...(count < b * l ? { rows: tf.tensor1d(rows, 'int32') } : {}),
       ...(weights ? { weights: tf.tensor1d(weights) } : {}),
       ...(batch.attentionMask ? { mask: tf.tensor2d(batch.attentionMask, [b, l]) } : {}),
+      ...(documents ? { documents: tf.tensor2d(documents.ids, [b, l]), documentPositions: tf.tensor2d(documents.positions, [b, l]) } : {}),
       count,
     };
   }
 
   /** Σ of the cross-entropy over the labelled rows of `inputs` (see lossInputs). */
   lossOf(inputs: LossInputs, dropoutSeed: DropoutSeed = null): tf.Scalar {
-    let h = this.hidden(inputs.ids, inputs.mask, dropoutSeed);
+    let h = this.hidden(inputs, dropoutSeed);
     if (inputs.rows) h = tf.gather(h, inputs.rows);
     if (!fusedFormsEnabled()) return crossEntropySum(this.headLogits(h), inputs.targets, inputs.weights);
     // The decoder and its loss as one function with one gradient: fewer [N, V] ops (tied-head-loss.ts).

@@ -7,7 +7,7 @@
 // between blocks for them (docs/notes/tfjs-cpu-kernels.md).
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from './attention/index.ts';
-import type { AttentionModule } from './attention/index.ts';
+import type { AttentionModule, DocumentLayout } from './attention/index.ts';
 import { ACTIVATIONS, activate, ATTENTION_PROJECTIONS, DEFAULT_LAYER_NORM_EPS, DropoutSource, layerNorm, linear, multiHeadAttention } from './layers.ts';
 import type { Activation, DropoutSeed } from './layers.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
@@ -166,6 +166,11 @@ export function createParameter(spec: ParameterSpec, seed: number, start: Parame
 export interface ForwardOptions {
   /** [B, L] 1 = real token, 0 = padding (BERT); padded keys get no attention. */
   keyMask?: tf.Tensor2D;
+  /**
+   * Document masking (docs/attention.md, "Documents kept apart"): attention stays within each position's document and
+   * position embeddings restart at each document's first token.
+   */
+  documents?: DocumentLayout;
   /** Seed of this forward pass's dropout masks; null or absent = no dropout (evaluation). */
   dropoutSeed?: DropoutSeed;
   /** Sees each layer's attention inputs q, k [B, H, L, Dh] just before its mechanism runs (finetuning's whitening init). */
@@ -231,9 +236,10 @@ export class Transformer {
     const c = this.config;
     if (l > c.maxSeqLen) throw new Error(`sequence length ${l} exceeds model.maxSeqLen ${c.maxSeqLen}`);
     const dropout = new DropoutSource(c.dropout, opts.dropoutSeed ?? null);
-    return this.run(inputIds, 0, dropout, (i, q, k, v) => {
+    const { keyMask, documents } = opts;
+    return this.run(inputIds, documents?.positions ?? 0, dropout, (i, q, k, v) => {
       opts.onAttentionInputs?.(i, q, k);
-      return this.attention[i].apply(q, k, v, { keyMask: opts.keyMask });
+      return this.attention[i].apply(q, k, v, { keyMask, documents });
     });
   }
 
@@ -250,8 +256,11 @@ export class Transformer {
     return this.run(inputIds, position, new DropoutSource(c.dropout, null), attend);
   }
 
-  /** Embeddings of positions start … start+L−1, the blocks with `attend` as attention, final LayerNorm (pre-LN). */
-  private run(inputIds: tf.Tensor2D, start: number, dropout: DropoutSource, attend: AttendFn): tf.Tensor2D {
+  /**
+   * Embeddings of positions start … start+L−1 (or each row's given positions [B, L]), the blocks with `attend` as
+   * attention, final LayerNorm (pre-LN).
+   */
+  private run(inputIds: tf.Tensor2D, start: number | tf.Tensor2D, dropout: DropoutSource, attend: AttendFn): tf.Tensor2D {
     const l = inputIds.shape[1];
     const c = this.config;
     const param = (name: string) => this.w(name);
@@ -264,12 +273,18 @@ export class Transformer {
     return this.architecture.normPosition === 'pre' ? this.norm(x, 'norm') : x;
   }
 
-  /** Token + position (+ type 0) embeddings of positions start … start+L−1, [B·L, d], LayerNorm'd if embeddingNorm. */
-  private embed(inputIds: tf.Tensor2D, start: number): tf.Tensor2D {
+  /**
+   * Token + position (+ type 0) embeddings of positions start … start+L−1 (or each row's given positions [B, L]),
+   * [B·L, d], LayerNorm'd if embeddingNorm.
+   */
+  private embed(inputIds: tf.Tensor2D, start: number | tf.Tensor2D): tf.Tensor2D {
     const [b, l] = inputIds.shape;
     const d = this.config.dModel;
     const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])); // [B·L, d]
-    let positions: tf.Tensor = tf.slice(this.w('embed.positions.weight'), [start, 0], [l, d]);
+    let positions: tf.Tensor =
+      typeof start === 'number'
+        ? tf.slice(this.w('embed.positions.weight'), [start, 0], [l, d])
+        : tf.reshape(tf.gather(this.w('embed.positions.weight'), tf.cast(tf.reshape(start, [-1]), 'int32')), [b, l, d]);
     if (this.architecture.typeVocabSize > 0) positions = tf.add(positions, tf.slice(this.w('embed.types.weight'), [0, 0], [1, d]));
     const x = tf.reshape(tf.add(tf.reshape(tokens, [b, l, d]), positions), [b * l, d]) as tf.Tensor2D;
     return this.architecture.embeddingNorm ? this.norm(x, 'embed.norm') : x;

@@ -262,6 +262,9 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.model.maxSeqLen < r.data.seqLen) {
     problems.push(`${at(origin('model.maxSeqLen'))}model.maxSeqLen (${r.model.maxSeqLen}) must be ≥ data.seqLen (${r.data.seqLen})`);
   }
+  if (r.data.documentMask && r.model.kind !== 'gpt') {
+    problems.push(`${at(origin('data.documentMask'))}data.documentMask applies to GPT packing; a BERT sequence already holds one document (set it false)`);
+  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

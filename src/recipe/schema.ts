@@ -41,6 +41,7 @@ export interface Recipe {
     shuffleBuffer: number;
     readAhead: number;
     mlmProbability: number;
+    documentMask: boolean;
   };
   train: {
     batchSize: number;
@@ -208,6 +209,11 @@ export const RECIPE_SCHEMA = {
     type: num({ exclusiveMin: 0, exclusiveMax: 1 }),
     default: 0.15,
     doc: 'BERT: fraction of tokens chosen for the masked-LM loss (80% mask, 10% random, 10% kept).',
+  },
+  'data.documentMask': {
+    type: bool,
+    default: false,
+    doc: 'GPT: keep the documents packed into a sequence apart ("document masking", fla\'s `cu_seqlens`): attention, and linear attention\'s running state, stop at each end-of-text token, and position embeddings restart at each document (docs/data.md, "Documents kept apart"). BERT sequences already hold one document each (refused there).',
   },
 
   'train.batchSize': { type: int(1, 65536), default: 8, doc: 'Sequences per micro-batch.' },

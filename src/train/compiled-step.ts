@@ -116,7 +116,7 @@ export function evalSumsThroughGraph(model: StepModel, batch: ModelBatch, graph:
 export const ROW_BUCKET = 64;
 
 /** The tensors of LossInputs, in the order the graph takes them. */
-export const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask'] as const;
+export const LOSS_INPUT_FIELDS = ['ids', 'targets', 'rows', 'weights', 'mask', 'documents', 'documentPositions'] as const;
 
 /** What a recorded program depends on besides tensor values: the batch shapes, which parameters train, dropout or not. */
 export function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: boolean): string {
@@ -125,8 +125,12 @@ export function stepKey(inputs: LossInputs, variables: tf.Variable[], dropout: b
 
 /** The shapes of the loss inputs, and whether the model runs its fused or composed forms (bench/paired.ts alternates them): what decides the recorded program. */
 export function shapesKey(inputs: LossInputs): string {
-  return LOSS_INPUT_FIELDS.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + composedFormsKey();
+  const named = LOSS_INPUT_FIELDS.filter((f) => inputs[f] || !NAMED_WHEN_PRESENT.has(f));
+  return named.map((f) => inputs[f]?.shape.join('x') ?? '-').join(',') + composedFormsKey();
 }
+
+/** Fields a key names only when the batch has them (data.documentMask's): other keys stay those of compiled program folders written before. */
+const NAMED_WHEN_PRESENT: ReadonlySet<string> = new Set(['documents', 'documentPositions']);
 
 /** How the step with this batch would run now ('graph', 'not recorded', 'eager: …'), for logs and tests. */
 export function graphStatus(model: StepModel, batch: ModelBatch, variables: tf.Variable[], dropout = false): string {

@@ -33,6 +33,7 @@ export function sliceRows(batch: ModelBatch, start: number, count: number): Mode
     inputIds: rows(batch.inputIds) as Int32Array,
     labels: rows(batch.labels) as Int32Array,
     ...(batch.attentionMask ? { attentionMask: rows(batch.attentionMask) as Float32Array } : {}),
+    ...(batch.documentIds ? { documentIds: rows(batch.documentIds) as Int32Array } : {}),
   };
 }
 
@@ -163,7 +164,15 @@ class Replica {
   request(message: Extract<ReplicaRequest, { type: 'step' }>): Promise<Extract<ReplicaReply, { type: 'grads' }>> {
     const transfer = [
       message.values.buffer as ArrayBuffer,
-      ...message.batches.flatMap((b) => [b.inputIds.buffer, b.labels.buffer, ...(b.attentionMask ? [b.attentionMask.buffer] : [])] as ArrayBuffer[]),
+      ...message.batches.flatMap(
+        (b) =>
+          [
+            b.inputIds.buffer,
+            b.labels.buffer,
+            ...(b.attentionMask ? [b.attentionMask.buffer] : []),
+            ...(b.documentIds ? [b.documentIds.buffer] : []),
+          ] as ArrayBuffer[],
+      ),
     ];
     return new Promise((resolve, reject) => {
       if (this.failure) return reject(this.failure);

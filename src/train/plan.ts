@@ -147,5 +147,6 @@ export function streamOptions(recipe: Recipe, tokenizer: TextTokenizer): Omit<St
     shuffleBuffer: recipe.data.shuffleBuffer,
     readAhead: recipe.data.readAhead,
     mlmProbability: recipe.data.mlmProbability,
+    documentMask: recipe.data.documentMask,
   };
 }

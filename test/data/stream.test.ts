@@ -66,8 +66,11 @@ async function drain(opts: StreamOptions): Promise<{ batches: Batch[]; stats: { 
 }
 
 /** The expected GPT token stream: each non-blank document's tokens followed by eos, shards in the given order. */
-async function tokenStream(shards: (string | null)[][]): Promise<{ stream: number[]; docTokens: number; documents: number; blanks: number; bytes: number }> {
+async function tokenStream(
+  shards: (string | null)[][],
+): Promise<{ stream: number[]; documentOf: number[]; docTokens: number; documents: number; blanks: number; bytes: number }> {
   const stream: number[] = [];
+  const documentOf: number[] = []; // the document (in stream order) each token of the stream belongs to, its eos included
   let docTokens = 0;
   let documents = 0;
   let blanks = 0;
@@ -77,12 +80,13 @@ async function tokenStream(shards: (string | null)[][]): Promise<{ stream: numbe
     blanks += shard.length - kept.length;
     for (const ids of await tokenizer.encodeBatch(kept)) {
       stream.push(...ids, tokenizer.specialIds.eos!);
+      documentOf.push(...Array.from({ length: ids.length + 1 }, () => documents));
       docTokens += ids.length;
       documents++;
     }
     bytes += kept.reduce((n, t) => n + Buffer.byteLength(t), 0);
   }
-  return { stream, docTokens, documents, blanks, bytes };
+  return { stream, documentOf, docTokens, documents, blanks, bytes };
 }
 
 const rowsOf = (ids: Int32Array, seqLen: number) =>
@@ -117,6 +121,27 @@ describe('GPT packing', () => {
       expect(b.bytes).toBe(Array.from(b.labels).reduce((n, id) => n + tokenizer.tokenBytes(id), 0));
     }
     expect(stats).toEqual({ documents: expected.documents, tokens: expected.docTokens, skippedEmpty: expected.blanks, bytes: expected.bytes });
+  });
+
+  it('documentMask: each row numbers the documents its input positions come from, from 0; off, batches carry none', async () => {
+    const seqLen = 24;
+    const { batches } = await drain(options({ split: 'validation', batchSize: 5, documentMask: true }));
+    const { documentOf } = await tokenStream(validationShards);
+    let window = 0;
+    let boundaries = 0;
+    for (const b of batches) {
+      for (const row of rowsOf(b.documentIds!, seqLen)) {
+        // Window w's inputs are stream positions w·seqLen … w·seqLen + seqLen − 1.
+        const first = documentOf[window * seqLen];
+        expect(row).toEqual(Array.from({ length: seqLen }, (_, t) => documentOf[window * seqLen + t] - first));
+        boundaries += row[seqLen - 1];
+        window++;
+      }
+    }
+    expect(boundaries).toBeGreaterThan(0);
+    const plain = await drain(options({ split: 'validation', batchSize: 5 }));
+    expect(plain.batches.every((b) => b.documentIds === undefined)).toBe(true);
+    await expect(openBatchStream(options({ kind: 'bert', documentMask: true }))).rejects.toThrow(/documentMask applies to GPT packing only/);
   });
 
   it('train: one pass in the seeded shard order, incomplete last batch dropped, stats count the whole split', async () => {

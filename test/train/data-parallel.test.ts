@@ -106,6 +106,11 @@ describe('data-parallel replicas', () => {
     expect([...shards[1].batches[0].inputIds]).toEqual([...batches[0].inputIds.subarray(3 * SEQ)]);
     expect(shards[0].seeds[1]).not.toBe(shards[1].seeds[0]);
     expect(shardMicroBatches(batches, 1, null)[0].batches).toHaveLength(2);
+    // data.documentMask's document ids go with their rows.
+    const documentIds = Int32Array.from({ length: 5 * SEQ }, (_, i) => i);
+    const [first, second] = shardMicroBatches([{ ...batches[0], documentIds }], 2, null);
+    expect([...first.batches[0].documentIds!]).toEqual([...documentIds.subarray(0, 3 * SEQ)]);
+    expect([...second.batches[0].documentIds!]).toEqual([...documentIds.subarray(3 * SEQ)]);
   });
 
   it('GPT, performer redrawn every step, dropout: 2 replicas = trainStep over the same shards', async () => {

@@ -21,6 +21,14 @@
 // changes an earlier row, and δ goes in as δ·e^(−c_q − a_i): the ratio is then exactly the
 // un-stabilised one, whatever the shifts (decoding reaches the same a_i position by position). The
 // maxima are computed off the autodiff tape: the output does not depend on them.
+//
+// Document masking (docs/attention.md, "Documents kept apart"): with each position's document id
+// (non-decreasing along a row), a query sees only keys of its own document. Inside a chunk the score
+// block is masked block-diagonally; across chunks the running state is reset at a boundary: chunk
+// m's state sums only its keys of the document of its last position, chunk n's entering state
+// adds the states of chunks ending in the document of the position before it (and the carry when
+// it belongs there too), and only a query of that document reads it. The key scale of shifted
+// features stays the running maximum over every earlier key: a scale only, the ratio is unchanged.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, flattenHeads, safeDivide, untaped } from '../ops.ts';
 import { fusedCausalFactorAttention, fusedLinearNormalize } from '../fused.ts';
@@ -53,6 +61,14 @@ export interface Normalization {
   delta?: number;
   /** Instead of adding δ, clamp the denominator from below (signed features, e.g. SchoenbAt). */
   clampMin?: number;
+}
+
+/** The documents of a segment's positions (document masking). */
+export interface SegmentDocuments {
+  /** [B, S]: each position's document id, ≥ 0 and non-decreasing along a row. */
+  ids: tf.Tensor2D;
+  /** [B, 1]: the document of the position before the segment, the one the carry's sums belong to (with a carry). */
+  before?: tf.Tensor2D;
 }
 
 /** The shift of "no key yet" and of padded keys: e^(EMPTY_SHIFT − c) = 0 for any real c, with no ∞ − ∞. */
@@ -106,11 +122,13 @@ function withinChunks(
   cut: (x: tf.Tensor4D) => tf.Tensor3D,
   c: number,
   scales: CausalScales | null,
+  masks: DocumentMasks | null,
 ): tf.Tensor3D {
-  const attention = q.factors && k.factors && !scales ? fusedCausalFactorAttention() : null;
+  const attention = q.factors && k.factors && !scales && !masks ? fusedCausalFactorAttention() : null;
   if (attention && q.factors && k.factors) return attention(cut(q.factors.a), cut(k.factors.a), cut(q.factors.b), cut(k.factors.b), cut(v));
-  // The scores within chunks under the causal mask (or the shifted keys' rescaling, which holds it).
-  return batchMatMul(tf.mul(scoreBlocks(q, k, cut), scales ? scales.intra : lowerOnes(c)), values());
+  // The scores within chunks under the causal mask (or the shifted keys' rescaling, which holds it), and within documents.
+  const causal = scales ? scales.intra : lowerOnes(c);
+  return batchMatMul(tf.mul(scoreBlocks(q, k, cut), masks ? tf.mul(causal, masks.same) : causal), values());
 }
 
 /** [num, den] [B, H, S, D+1] → num / den, den normalised by δ (or its rescaled form) or clampMin; a constant δ by one fused op where the backend has it. */
@@ -159,6 +177,7 @@ function causalScales(
   c: number,
   chunks: number,
   delta: number,
+  masks: DocumentMasks | null,
 ): CausalScales {
   return untaped(() => {
     const [b, h, s] = keyShift.shape;
@@ -179,15 +198,20 @@ function causalScales(
           ),
       [bh * chunks, 1, c],
     );
-    const within = tf.max(tf.add(keys, lowerShifts(c)), -1, true); // [N, C, 1]: max of c_j over j ≤ i in the chunk
+    // With documents every maximum runs over the keys of the query's own document only (masks: see documentMasks),
+    // so that a document's scale is its own, as when it runs alone.
+    const within = tf.max(tf.add(keys, masks ? hiddenWhereZero(tf.mul(lowerOnes(c), masks.same)) : lowerShifts(c)), -1, true); // [N, C, 1]: max of c_j over j ≤ i in the chunk
     const chunkMax = tf.reshape(tf.slice(tf.reshape(within, [bh, chunks, c]), [0, 0, c - 1], [bh, chunks, 1]), [bh, 1, chunks]); // b_m
     const incoming = carryShift ? tf.reshape(carryShift, [bh, 1, 1]) : tf.fill([bh, 1, 1], EMPTY_SHIFT);
-    const before = tf.reshape(tf.max(tf.add(chunkMax, lowerShifts(chunks, true)), -1), [bh, chunks, 1]); // max over m < n
-    const entering = tf.maximum(before, incoming); // A_n [BH, nC, 1]
-    const running = tf.maximum(within, tf.reshape(entering, [bh * chunks, 1, 1])); // a_i [N, C, 1]
+    const before = tf.reshape(tf.max(tf.add(chunkMax, masks ? hiddenWhereZero(masks.combine) : lowerShifts(chunks, true)), -1), [bh, chunks, 1]); // max over m < n
+    const entering = tf.maximum(before, masks ? tf.add(incoming, hiddenWhereZero(masks.carryIn)) : incoming); // A_n [BH, nC, 1]
+    const enteringRows = tf.reshape(entering, [bh * chunks, 1, 1]);
+    const running = tf.maximum(within, masks ? tf.add(enteringRows, hiddenWhereZero(masks.read)) : enteringRows); // a_i [N, C, 1]
     // Exponents are ≤ 0 where the mask keeps them; the minimum keeps the masked ones finite too.
     const decay = (x: tf.Tensor) => tf.exp(tf.minimum(x, 0));
-    const shiftOut = tf.maximum(incoming, tf.max(chunkMax, -1, true)); // [BH, 1, 1]
+    const shiftOut = masks
+      ? tf.maximum(tf.add(incoming, hiddenWhereZero(masks.carryOut)), tf.max(tf.add(chunkMax, hiddenWhereZero(masks.total)), -1, true))
+      : tf.maximum(incoming, tf.max(chunkMax, -1, true)); // [BH, 1, 1]
     const runningRows = tf.reshape(running, [b, h, padded, 1]);
     const queryRunning = padded === s ? runningRows : tf.slice(runningRows, [0, 0, 0, 0], [b, h, s, 1]);
     const keyScale = tf.reshape(decay(tf.sub(tf.reshape(keys, [bh, chunks, c]), tf.reshape(chunkMax, [bh, chunks, 1]))), [b, h, padded, 1]);
@@ -196,13 +220,75 @@ function causalScales(
       keyScale: (padded === s ? keyScale : tf.slice(keyScale, [0, 0, 0, 0], [b, h, s, 1])) as tf.Tensor4D,
       combine: tf.mul(decay(tf.sub(chunkMax, entering)), lowerOnes(chunks, true)) as tf.Tensor3D,
       carryIn: decay(tf.sub(incoming, entering)) as tf.Tensor3D,
-      read: decay(tf.sub(tf.reshape(entering, [bh * chunks, 1, 1]), running)) as tf.Tensor3D,
+      read: decay(tf.sub(enteringRows, running)) as tf.Tensor3D,
       total: decay(tf.sub(chunkMax, shiftOut)) as tf.Tensor3D,
       carryOut: decay(tf.sub(incoming, shiftOut)) as tf.Tensor3D,
       shiftOut: tf.reshape(shiftOut, [b, h, 1, 1]) as tf.Tensor4D,
       delta: rescaledDelta(delta, queryShift, queryRunning) as tf.Tensor4D,
     };
   });
+}
+
+/** 0 where a 0/1 mask is 1, EMPTY_SHIFT where it is 0: added before a maximum, a masked maximum. */
+const hiddenWhereZero = (mask01: tf.Tensor) => tf.mul(tf.sub(1, mask01), EMPTY_SHIFT);
+
+/** The 0/1 masks of document masking in the causal form (see the top of the file); all constants. */
+interface DocumentMasks {
+  /** [N, C, C]: key j and query i of a chunk in the same document. */
+  same: tf.Tensor3D;
+  /** [N, C, 1]: the key belongs to the document of its chunk's last position (counts in the chunk's state). */
+  tail: tf.Tensor3D;
+  /** [BH, nC, nC]: chunk m (< n) ends in the document of the position before chunk n. */
+  combine: tf.Tensor3D;
+  /** [BH, nC, 1]: the carry belongs to the document of the position before chunk n. */
+  carryIn: tf.Tensor3D;
+  /** [N, C, 1]: the query belongs to the document of the position before its chunk (it reads the entering state). */
+  read: tf.Tensor3D;
+  /** [BH, 1, nC] and [BH, 1, 1]: chunks and carry in the document of the segment's last position (the outgoing carry). */
+  total: tf.Tensor3D;
+  carryOut: tf.Tensor3D;
+}
+
+const equalAsOnes = (a: tf.Tensor, b: tf.Tensor) => tf.cast(tf.equal(a, b), 'float32');
+
+/** [B, S] document ids → [B·H, S] (each head sees its row's documents). */
+const idsPerHead = (ids: tf.Tensor2D, heads: number) => {
+  const [b, s] = ids.shape;
+  return tf.reshape(tf.tile(tf.reshape(ids, [b, 1, s]), [1, heads, 1]), [b * heads, s]) as tf.Tensor2D;
+};
+
+function documentMasks(docs: SegmentDocuments, heads: number, c: number, chunks: number): DocumentMasks {
+  return untaped(() => {
+    const [b, s] = docs.ids.shape;
+    const bh = b * heads;
+    const padded = chunks * c;
+    // Padding repeats the last document: padded keys are zero, and the last chunk still ends in the last real document.
+    const last = tf.slice(docs.ids, [0, s - 1], [b, 1]);
+    const ids = padded === s ? docs.ids : tf.concat([docs.ids, tf.tile(last, [1, padded - s])], 1);
+    const byChunk = tf.reshape(idsPerHead(ids as tf.Tensor2D, heads), [bh, chunks, c]);
+    const rows = tf.reshape(byChunk, [bh * chunks, c, 1]);
+    const ends = tf.reshape(tf.slice(byChunk, [0, 0, c - 1], [bh, chunks, 1]), [bh, chunks]);
+    const before = docs.before ? idsPerHead(docs.before, heads) : tf.fill([bh, 1], -1);
+    const entering = chunks > 1 ? tf.concat([before, tf.slice(ends, [0, 0], [bh, chunks - 1])], 1) : before; // [BH, nC]
+    const lastEnd = tf.slice(ends, [0, chunks - 1], [bh, 1]);
+    return {
+      same: equalAsOnes(rows, tf.reshape(rows, [bh * chunks, 1, c])) as tf.Tensor3D,
+      tail: tf.reshape(equalAsOnes(byChunk, tf.reshape(ends, [bh, chunks, 1])), [bh * chunks, c, 1]) as tf.Tensor3D,
+      combine: tf.mul(equalAsOnes(tf.reshape(entering, [bh, chunks, 1]), tf.reshape(ends, [bh, 1, chunks])), lowerOnes(chunks, true)) as tf.Tensor3D,
+      carryIn: tf.reshape(equalAsOnes(entering, before), [bh, chunks, 1]) as tf.Tensor3D,
+      read: tf.reshape(equalAsOnes(byChunk, tf.reshape(entering, [bh, chunks, 1])), [bh * chunks, c, 1]) as tf.Tensor3D,
+      total: tf.reshape(equalAsOnes(ends, lastEnd), [bh, 1, chunks]) as tf.Tensor3D,
+      carryOut: tf.reshape(equalAsOnes(before, lastEnd), [bh, 1, 1]) as tf.Tensor3D,
+    };
+  });
+}
+
+/** The carry kept only where the first position of `docs` continues the carry's document: a boundary empties it (sums 0, no shift). */
+function carryWithinDocument(carry: Carry, docs: SegmentDocuments): Carry {
+  const [b] = docs.ids.shape;
+  const kept = untaped(() => tf.reshape(equalAsOnes(tf.slice(docs.ids, [0, 0], [b, 1]), docs.before!), [b, 1, 1, 1]));
+  const shift = carry.shift && (untaped(() => tf.add(tf.mul(carry.shift!, kept), hiddenWhereZero(kept))) as tf.Tensor4D);
+  return { sums: tf.mul(carry.sums, kept) as tf.Tensor4D, ...(shift ? { shift } : {}) };
 }
 
 /**
@@ -218,12 +304,13 @@ export function causalSegment(
   chunkSize: number,
   norm: Normalization,
   wantCarry = false,
+  docs?: SegmentDocuments,
 ): { out: tf.Tensor4D; carry?: Carry } {
   const [b, h, s, d] = v.shape;
   if (s === 1 && carry) {
     // One position after others (decoding): its key joins the carry, then its query reads the carry —
     // the same sums and scale as the general form below, in a third of the ops.
-    const next = accumulateKeys(k, v, carry);
+    const next = accumulateKeys(k, v, docs ? carryWithinDocument(carry, docs) : carry);
     return { out: readQueries(q, next, norm), carry: wantCarry ? next : undefined };
   }
   const dv = d + 1;
@@ -246,20 +333,24 @@ export function causalSegment(
     ) as tf.Tensor3D;
   let withOnesCut: tf.Tensor3D | undefined;
   const values = () => (withOnesCut ??= cut(withOnes(v)));
-  const scales = k.shift ? causalScales(q.shift!, k.shift, carry?.shift, c, chunks, norm.delta ?? 0) : null;
+  const masks = docs ? documentMasks(docs, h, c, chunks) : null;
+  const scales = k.shift ? causalScales(q.shift!, k.shift, carry?.shift, c, chunks, norm.delta ?? 0, masks) : null;
 
-  let out = withinChunks(q, k, v, values, cut, c, scales);
+  let out = withinChunks(q, k, v, values, cut, c, scales, masks);
   let next: Carry | undefined;
   if (chunks > 1 || carry || wantCarry) {
     const keys = scales ? (tf.mul(k.features(), scales.keyScale) as tf.Tensor4D) : k.features();
     const f = keys.shape[3];
-    const perChunk = tf.reshape(batchMatMul(cut(keys), values(), true, false), [bh, chunks, f * dv]) as tf.Tensor3D; // φ(K_m)ᵀ[V_m, 1]
-    const entering = statesEnteringChunks(perChunk, carry, scales);
+    const keyChunks = masks ? tf.mul(cut(keys), masks.tail) : cut(keys);
+    const perChunk = tf.reshape(batchMatMul(keyChunks, values(), true, false), [bh, chunks, f * dv]) as tf.Tensor3D; // φ(K_m)ᵀ[V_m, 1]
+    const entering = statesEnteringChunks(perChunk, carry, scales, masks);
     if (entering) {
-      const read = batchMatMul(cut(q.features()), tf.reshape(entering, [bh * chunks, f, dv]));
-      out = tf.add(out, scales ? tf.mul(read, scales.read) : read);
+      let read = batchMatMul(cut(q.features()), tf.reshape(entering, [bh * chunks, f, dv]));
+      if (scales) read = tf.mul(read, scales.read);
+      if (masks) read = tf.mul(read, masks.read);
+      out = tf.add(out, read);
     }
-    if (wantCarry) next = carryAfter(perChunk, carry, scales, [b, h, f, dv]);
+    if (wantCarry) next = carryAfter(perChunk, carry, scales, masks, [b, h, f, dv]);
   }
   const full = tf.reshape(out, [b, h, padded, dv]) as tf.Tensor4D;
   const raw = padded === s ? full : (tf.slice(full, [0, 0, 0, 0], [b, h, s, dv]) as tf.Tensor4D);
@@ -270,28 +361,39 @@ export function causalSegment(
  * The state entering each chunk [BH, nC, F·(D+1)]: the carry plus Σ_{m<n} of the chunk states
  * perChunk [BH, nC, F·(D+1)], rescaled for shifted keys; null when there is neither.
  */
-function statesEnteringChunks(perChunk: tf.Tensor3D, carry: Carry | null, scales: CausalScales | null): tf.Tensor | null {
+function statesEnteringChunks(perChunk: tf.Tensor3D, carry: Carry | null, scales: CausalScales | null, masks: DocumentMasks | null): tf.Tensor | null {
   const [bh, chunks, width] = perChunk.shape;
   let entering: tf.Tensor | null = null;
   if (chunks > 1) {
+    const combine = scales && masks ? tf.mul(scales.combine, masks.combine) : (scales?.combine ?? masks?.combine);
     // tfjs's cumsum gradient works only on the last axis, so the chunk axis is moved last.
-    entering = scales ? batchMatMul(scales.combine, perChunk) : tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
+    entering = combine ? batchMatMul(combine, perChunk) : tf.transpose(tf.cumsum(tf.transpose(perChunk, [0, 2, 1]), 2, true), [0, 2, 1]);
   }
   if (carry) {
-    const incoming = tf.reshape(carry.sums, [bh, 1, width]);
-    const rescaled = scales ? tf.mul(incoming, scales.carryIn) : incoming;
-    entering = entering ? tf.add(entering, rescaled) : rescaled;
+    let incoming: tf.Tensor = tf.reshape(carry.sums, [bh, 1, width]);
+    if (scales) incoming = tf.mul(incoming, scales.carryIn);
+    if (masks) incoming = tf.mul(incoming, masks.carryIn);
+    entering = entering ? tf.add(entering, incoming) : incoming;
   }
   return entering;
 }
 
 /** The carry after the segment, shaped [B, H, F, D+1]: the incoming carry plus every chunk state, on the outgoing scale. */
-function carryAfter(perChunk: tf.Tensor3D, carry: Carry | null, scales: CausalScales | null, shape: [number, number, number, number]): Carry {
+function carryAfter(
+  perChunk: tf.Tensor3D,
+  carry: Carry | null,
+  scales: CausalScales | null,
+  masks: DocumentMasks | null,
+  shape: [number, number, number, number],
+): Carry {
   const [bh, , width] = perChunk.shape;
-  let sums: tf.Tensor = scales ? batchMatMul(scales.total, perChunk) : tf.sum(perChunk, 1, true);
+  const total = scales && masks ? tf.mul(scales.total, masks.total) : (scales?.total ?? masks?.total);
+  let sums: tf.Tensor = total ? batchMatMul(total, perChunk) : tf.sum(perChunk, 1, true);
   if (carry) {
-    const incoming = tf.reshape(carry.sums, [bh, 1, width]);
-    sums = tf.add(sums, scales ? tf.mul(incoming, scales.carryOut) : incoming);
+    let incoming: tf.Tensor = tf.reshape(carry.sums, [bh, 1, width]);
+    if (scales) incoming = tf.mul(incoming, scales.carryOut);
+    if (masks) incoming = tf.mul(incoming, masks.carryOut);
+    sums = tf.add(sums, incoming);
   }
   return { sums: tf.reshape(sums, shape) as tf.Tensor4D, ...(scales ? { shift: scales.shiftOut } : {}) };
 }
@@ -334,4 +436,31 @@ export function bidirectionalBlock(q: Side, k: Side, v: tf.Tensor4D, norm: Norma
   const [b, h, s, d] = v.shape;
   const raw = tf.reshape(batchMatMul(scoreBlocks(q, k, flattenHeads), flattenHeads(withOnes(v))), [b, h, s, d + 1]) as tf.Tensor4D;
   return normalize(raw, norm);
+}
+
+/**
+ * Bidirectional within documents: every query against the keys of its own document, scored as one block [L, L] masked
+ * block-diagonally by the document ids [B, L]; shifted keys are brought to the largest shift of the query's document.
+ */
+export function bidirectionalWithinDocuments(q: Side, k: Side, v: tf.Tensor4D, norm: Normalization, ids: tf.Tensor2D): tf.Tensor4D {
+  const [b, h, s, d] = v.shape;
+  const same = untaped(() => {
+    const perHead = idsPerHead(ids, h);
+    return equalAsOnes(tf.reshape(perHead, [b * h, s, 1]), tf.reshape(perHead, [b * h, 1, s]));
+  });
+  let scores = tf.mul(scoreBlocks(q, k, flattenHeads), same);
+  let scaledDelta: tf.Tensor | undefined;
+  const keyShift = k.shift;
+  if (keyShift) {
+    const scale = untaped(() => {
+      const shifts = tf.reshape(keyShift, [b * h, 1, s]);
+      const top = tf.max(tf.add(shifts, hiddenWhereZero(same)), -1, true); // [BH, L, 1]: per query, over its document's keys
+      const delta = q.shift ? rescaledDelta(norm.delta ?? 0, q.shift, tf.reshape(top, [b, h, s, 1])) : undefined;
+      return { weights: tf.exp(tf.minimum(tf.sub(shifts, top), 0)), delta };
+    });
+    scores = tf.mul(scores, scale.weights);
+    scaledDelta = scale.delta;
+  }
+  const raw = tf.reshape(batchMatMul(scores, flattenHeads(withOnes(v))), [b, h, s, d + 1]) as tf.Tensor4D;
+  return normalize(raw, norm, scaledDelta);
 }

@@ -14,6 +14,8 @@
 // time (initState/step) needs one M for the whole sequence: reweightLength, or when it is 0 the
 // state's maxLength (the model's maxSeqLen) — so a decoded sequence shorter than maxSeqLen does not
 // reproduce the official M = L forward of that sequence, it reproduces the forward with M = maxSeqLen.
+// With document masking i restarts at each packed document's first token and M stays the row's (a
+// document then matches its run alone with the same M: set reweightLength; docs/attention.md).
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
 import { ConstantCache } from '../ops.ts';
@@ -57,14 +59,17 @@ registerAttention('cosformer', {
         );
       }
       const m = fixedLength > 0 ? fixedLength : totalLength;
-      const side = (x: tf.Tensor4D, start: number) => {
+      const side = (x: tf.Tensor4D, start: number, positions?: tf.Tensor2D) => {
         const length = x.shape[2];
         const angles = cosformerAngles(length, m, start);
         const weights = (f: (a: number) => number) => tf.tensor4d(angles.map(f), [1, 1, length, 1]);
         // Whole sequences reuse their weights (kept until dispose); decoding steps (one position)
         // make theirs inside the caller's tidy, so the cache does not grow with every position.
-        const [sin, cos] =
-          start === 0 && length > 1
+        // Packed documents (document masking) restart i at each document's first token, row by row.
+        const documentAngles = positions && tf.reshape(tf.mul(tf.add(positions, 1), Math.PI / 2 / m), [x.shape[0], 1, length, 1]);
+        const [sin, cos] = documentAngles
+          ? [tf.sin(documentAngles), tf.cos(documentAngles)]
+          : start === 0 && length > 1
             ? [constants.get(`sin${length}/${m}`, () => weights(Math.sin)), constants.get(`cos${length}/${m}`, () => weights(Math.cos))]
             : [weights(Math.sin), weights(Math.cos)];
         const positive = tf.relu(x);

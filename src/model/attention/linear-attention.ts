@@ -16,16 +16,18 @@ import { untaped } from '../ops.ts';
 import {
   accumulateKeys,
   bidirectionalBlock,
+  bidirectionalWithinDocuments,
   causalSegment,
   EMPTY_SHIFT,
   readQueries,
   type Carry,
   type Normalization,
   type ProductFactors,
+  type SegmentDocuments,
   type Side,
 } from './chunked.ts';
 import { bidirectionalRecomputed, causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';
-import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState, OptionSpecs } from './types.ts';
+import type { ApplyOptions, AttentionConfig, AttentionModule, AttentionState, DocumentLayout, OptionSpecs, StepOptions } from './types.ts';
 
 export type { Normalization, ProductFactors } from './chunked.ts';
 
@@ -50,9 +52,12 @@ export interface FeatureMaps {
    * memory-bounded form recomputes them under its own gradient, which reaches only q, k and v.
    */
   prepare?(x: tf.Tensor4D): tf.Tensor4D;
-  /** x [B, H, L, d] holding positions start … start+L−1 (0-based) → features [B, H, L, F]. */
-  query(q: tf.Tensor4D, start: number): ScaledFeatures;
-  key(k: tf.Tensor4D, start: number): ScaledFeatures;
+  /**
+   * x [B, H, L, d] holding positions start … start+L−1 (0-based) → features [B, H, L, F]. With document masking,
+   * `positions` [B, L] gives each position's index within its document instead (cosFormer's reweighting restarts there).
+   */
+  query(q: tf.Tensor4D, start: number, positions?: tf.Tensor2D): ScaledFeatures;
+  key(k: tf.Tensor4D, start: number, positions?: tf.Tensor2D): ScaledFeatures;
   /** Optional: the same (unshifted) features as ProductFactors, and how to expand them. */
   factors?: { of(x: tf.Tensor4D): ProductFactors; features(f: ProductFactors): tf.Tensor4D };
 }
@@ -65,6 +70,8 @@ export interface ContractionOptions extends Normalization {
   keyMask?: tf.Tensor2D;
   /** Positions per segment of the memory-bounded form; 0 or absent: see segmentLength. */
   segmentLength?: number;
+  /** Document masking: queries see only keys of their own document (docs/attention.md, "Documents kept apart"). */
+  documents?: DocumentLayout;
 }
 
 /**
@@ -123,7 +130,7 @@ function lazySide(build: () => tf.Tensor4D, rest: Omit<Side, 'features'> = {}): 
 }
 
 /** Queries, or keys (with their mask), as the contraction consumes them. */
-function sideOf(maps: FeatureMaps, x: tf.Tensor4D, start: number, role: 'query' | 'key', keyMask?: tf.Tensor2D): Side {
+function sideOf(maps: FeatureMaps, x: tf.Tensor4D, start: number, role: 'query' | 'key', keyMask?: tf.Tensor2D, positions?: tf.Tensor2D): Side {
   const mask = role === 'key' ? keyMask : undefined;
   if (maps.factors) {
     const { of, features } = maps.factors;
@@ -131,7 +138,7 @@ function sideOf(maps: FeatureMaps, x: tf.Tensor4D, start: number, role: 'query' 
     const factors = mask ? { a: maskRows(raw.a, mask), b: raw.b } : raw;
     return lazySide(() => features(factors), { factors });
   }
-  const { features, shift } = role === 'key' ? maps.key(x, start) : maps.query(x, start);
+  const { features, shift } = role === 'key' ? maps.key(x, start, positions) : maps.query(x, start, positions);
   if (!mask) return { features: () => features, shift };
   // Padded keys get the empty shift: they do not set the scale of the keys a query sees.
   const maskedShift = shift && (untaped(() => tf.add(shift, tf.mul(tf.sub(1, tf.reshape(mask, [x.shape[0], 1, x.shape[2], 1])), EMPTY_SHIFT))) as tf.Tensor4D);
@@ -152,17 +159,36 @@ function blockIsCheaper(q: Side, l: number, d: number, chunkSize: number | null)
   return l * factorDim <= chunked + fa * fb * (2 * d + 4);
 }
 
+/** Columns start … start+length−1 of a [B, L] tensor. */
+const columns = (x: tf.Tensor2D, start: number, length: number) => (length === x.shape[1] ? x : (tf.slice(x, [0, start], [x.shape[0], length]) as tf.Tensor2D));
+
+/**
+ * The documents of a run of positions: `documents` covers positions `offset` … (the whole sequence: offset 0; a decoding
+ * step: its own positions), `before` [B, 1] is the document of the position before them (a decoding state's).
+ */
+interface DocumentsOfRun {
+  layout: DocumentLayout;
+  offset: number;
+  before?: tf.Tensor2D;
+}
+
 /** The contraction of one segment, from the maps (positions are relative to the sequence the key mask covers). */
-function segmentFunctions(maps: FeatureMaps, chunkSize: number, norm: Normalization, keyMask?: tf.Tensor2D): SegmentFunctions {
-  const maskAt = (start: number, length: number) =>
-    keyMask && (length === keyMask.shape[1] ? keyMask : (tf.slice(keyMask, [0, start], [keyMask.shape[0], length]) as tf.Tensor2D));
-  const query = (q: tf.Tensor4D, start: number) => sideOf(maps, q, start, 'query');
-  const key = (k: tf.Tensor4D, start: number) => sideOf(maps, k, start, 'key', maskAt(start, k.shape[2]));
+function segmentFunctions(maps: FeatureMaps, chunkSize: number, norm: Normalization, keyMask?: tf.Tensor2D, documents?: DocumentsOfRun): SegmentFunctions {
+  const maskAt = (start: number, length: number) => keyMask && columns(keyMask, start, length);
+  const positionsAt = (start: number, length: number) => documents && columns(documents.layout.positions, start - documents.offset, length);
+  const documentsAt = (start: number, length: number): SegmentDocuments | undefined => {
+    if (!documents) return undefined;
+    const at = start - documents.offset;
+    const ids = documents.layout.ids;
+    return { ids: columns(ids, at, length), before: at > 0 ? columns(ids, at - 1, 1) : documents.before };
+  };
+  const query = (q: tf.Tensor4D, start: number) => sideOf(maps, q, start, 'query', undefined, positionsAt(start, q.shape[2]));
+  const key = (k: tf.Tensor4D, start: number) => sideOf(maps, k, start, 'key', maskAt(start, k.shape[2]), positionsAt(start, k.shape[2]));
   return {
     causal(q, k, v, carry, start, wantCarry) {
       const qs = query(q, start);
       const whole = !carry && !wantCarry && blockIsCheaper(qs, q.shape[2], v.shape[3], chunkSize);
-      return causalSegment(qs, key(k, start), v, carry, whole ? q.shape[2] : chunkSize, norm, wantCarry);
+      return causalSegment(qs, key(k, start), v, carry, whole ? q.shape[2] : chunkSize, norm, wantCarry, documentsAt(start, q.shape[2]));
     },
     accumulate: (k, v, carry, start) => accumulateKeys(key(k, start), v, carry),
     read: (q, carry, start) => readQueries(query(q, start), carry, norm),
@@ -184,7 +210,19 @@ export function featureMapAttention(maps: FeatureMaps, q: tf.Tensor4D, k: tf.Ten
     const [b, h, l, d] = v.shape;
     const [qq, kk] = maps.prepare ? [maps.prepare(q), maps.prepare(k)] : [q, k];
     const norm = { delta: opts.delta, clampMin: opts.clampMin };
-    const fns = segmentFunctions(maps, opts.chunkSize, norm, opts.keyMask);
+    const documents = opts.documents && { layout: opts.documents, offset: 0 };
+    const fns = segmentFunctions(maps, opts.chunkSize, norm, opts.keyMask, documents);
+    const positions = opts.documents?.positions;
+    if (!opts.causal && opts.documents) {
+      // Within documents, bidirectional: one block masked by document (not the segmented form).
+      return bidirectionalWithinDocuments(
+        sideOf(maps, qq, 0, 'query', undefined, positions),
+        sideOf(maps, kk, 0, 'key', opts.keyMask, positions),
+        v,
+        norm,
+        opts.documents.ids,
+      );
+    }
     const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, l);
     if (l > segment) return (opts.causal ? causalRecomputed(fns, segment) : bidirectionalRecomputed(fns, segment))(qq, kk, v);
     if (opts.causal) return fns.causal(qq, kk, v, null, 0, false).out;
@@ -229,7 +267,8 @@ export function productLinearAttention(
 
 /**
  * State before position 0: sums [B, H, F, D+1] = 0 and, for shifted keys, keyShift [B, H, 1, 1] =
- * EMPTY_SHIFT (the running maximum of the key shifts seen so far).
+ * EMPTY_SHIFT (the running maximum of the key shifts seen so far). A step with documents adds
+ * `document` [B, 1], the document of the last position consumed (the one the sums belong to).
  */
 export function initFeatureMapState(maps: FeatureMaps, batch: number, heads: number, headDim: number, maxLength: number): AttentionState {
   const tensors: Record<string, tf.Tensor> = { sums: tf.zeros([batch, heads, maps.featureDim, headDim + 1]) };
@@ -249,20 +288,26 @@ export function featureMapStep(
   v: tf.Tensor4D,
   state: AttentionState,
   opts: Normalization & { chunkSize: number; segmentLength?: number },
+  stepOpts: StepOptions = {},
 ): { out: tf.Tensor4D; state: AttentionState } {
   checkNormalization(maps, opts);
   checkStepShapes(q, k, v, state);
+  const layout = stepOpts.documents;
+  if (layout) checkStepDocuments(layout, q);
   const position = state.length;
   const tensors = tf.tidy(() => {
-    const [b, h] = v.shape;
+    const [b, h, n] = v.shape;
     const [qq, kk] = maps.prepare ? [maps.prepare(q), maps.prepare(k)] : [q, k];
     const norm = { delta: opts.delta, clampMin: opts.clampMin };
-    const fns = segmentFunctions(maps, opts.chunkSize, norm);
+    // Before any position the state belongs to no document (−1: a first position never continues it).
+    const before = layout && ((state.tensors.document as tf.Tensor2D | undefined) ?? (tf.fill([b, 1], -1) as tf.Tensor2D));
+    const fns = segmentFunctions(maps, opts.chunkSize, norm, undefined, layout && { layout, offset: position, before });
     const carry: Carry = { sums: state.tensors.sums as tf.Tensor4D, shift: state.tensors.keyShift as tf.Tensor4D | undefined };
-    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, q.shape[2]);
+    const segment = segmentLength(opts.segmentLength, b, h, maps.featureDim, opts.chunkSize, n);
     const result = causalSegments(fns, [qq, kk, v], carry, position, segment, true);
     const kept: Record<string, tf.Tensor> = { out: result.out, sums: result.carry!.sums };
     if (result.carry!.shift) kept.keyShift = result.carry!.shift;
+    if (layout) kept.document = tf.clone(columns(layout.ids, n - 1, 1));
     return kept;
   });
   const { out, ...next } = tensors;
@@ -287,6 +332,19 @@ export function checkStepShapes(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, state:
   }
 }
 
+/** Fails unless a step's documents cover its n positions of its B rows. */
+export function checkStepDocuments(documents: DocumentLayout, q: tf.Tensor4D): void {
+  const [b, , n] = q.shape;
+  for (const [label, t] of [
+    ['ids', documents.ids],
+    ['positions', documents.positions],
+  ] as const) {
+    if (t.rank !== 2 || t.shape[0] !== b || t.shape[1] !== n) {
+      throw new Error(`attention step: documents.${label} must be [batch, n] = [${b}, ${n}] (got [${t.shape.join(', ')}])`);
+    }
+  }
+}
+
 /** Fails for bidirectional mechanisms: decoding one position at a time needs causal attention. */
 export function requireCausal(name: string, config: AttentionConfig): void {
   if (!config.causal) throw new Error(`attention '${name}': incremental decoding (initState/step) needs causal: true`);
@@ -304,15 +362,15 @@ export function featureMapMethods(
 ): Pick<AttentionModule, 'apply' | 'initState' | 'step'> {
   return {
     apply(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, applyOpts: ApplyOptions = {}) {
-      return featureMapAttention(maps(q.shape[2]), q, k, v, { ...opts, causal: config.causal, keyMask: applyOpts.keyMask });
+      return featureMapAttention(maps(q.shape[2]), q, k, v, { ...opts, causal: config.causal, keyMask: applyOpts.keyMask, documents: applyOpts.documents });
     },
     initState(batch: number, maxLength: number) {
       requireCausal(name, config);
       return initFeatureMapState(maps(maxLength), batch, config.numHeads, config.headDim, maxLength);
     },
-    step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number) {
+    step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number, stepOpts?: StepOptions) {
       checkPosition(state, position);
-      return featureMapStep(maps(state.maxLength), q, k, v, state, opts);
+      return featureMapStep(maps(state.maxLength), q, k, v, state, opts, stepOpts);
     },
   };
 }

@@ -110,8 +110,8 @@ registerAttention('schoenbat', {
         return tf.tidy(() => postSbn(methods.apply(q, k, v, opts)));
       },
       initState: methods.initState,
-      step(q, k, v, state, position) {
-        const { out, state: next } = methods.step(q, k, v, state, position);
+      step(q, k, v, state, position, stepOpts) {
+        const { out, state: next } = methods.step(q, k, v, state, position, stepOpts);
         const scaled = postSbn(out);
         out.dispose();
         return { out: scaled, state: next };

@@ -5,6 +5,7 @@ import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
 import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
 import { fusedAttentionSoftmaxGrad, fusedCausalAttention } from '../fused.ts';
+import { sameDocumentMask } from './documents.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
@@ -90,8 +91,12 @@ registerAttention('softmax', {
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => {
           const [b, , l] = q.shape;
-          if (!opts.keyMask) return attend(q, k, v, config.causal ? 'causal' : undefined);
-          const padding = tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG);
+          // Document masking: keys of other documents get the additive −∞ too.
+          const otherDocuments = opts.documents && tf.mul(tf.sub(1, sameDocumentMask(opts.documents.ids)), NEG);
+          if (!opts.keyMask && !otherDocuments) return attend(q, k, v, config.causal ? 'causal' : undefined);
+          if (!opts.keyMask) return attend(q, k, v, config.causal ? tf.add(additiveCausal(l), otherDocuments!) : otherDocuments);
+          const paddedKeys = tf.mul(tf.sub(1, tf.reshape(opts.keyMask, [b, 1, 1, l])), NEG);
+          const padding = otherDocuments ? tf.add(paddedKeys, otherDocuments) : paddedKeys;
           // A row that sees no real key (causal, every key up to it padded) would average over padded
           // and future keys alike; it outputs 0 instead, as kernel-normalised attention does (0/δ).
           const seen = config.causal ? tf.cumsum(opts.keyMask, 1) : tf.sum(opts.keyMask, 1, true);

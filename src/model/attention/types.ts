@@ -15,6 +15,22 @@ export interface AttentionConfig {
 export interface ApplyOptions {
   /** [batch, length] with 1 for real tokens and 0 for padding; padded keys get no attention. */
   keyMask?: tf.Tensor2D;
+  /** Document masking: each query sees only keys of its own document (docs/attention.md, "Documents kept apart"). */
+  documents?: DocumentLayout;
+}
+
+/** The documents packed in a batch's rows (document masking). */
+export interface DocumentLayout {
+  /** [batch, length] float32: each position's document id, ≥ 0 and non-decreasing along a row (a new document: a larger id). */
+  ids: tf.Tensor2D;
+  /** [batch, length] float32: each position's index within its document (0 at its first token). */
+  positions: tf.Tensor2D;
+}
+
+/** What a decoding step may carry besides q, k, v. */
+export interface StepOptions {
+  /** The documents of the step's n positions ([batch, n] each): a position of a new document starts from an empty state. */
+  documents?: DocumentLayout;
 }
 
 export interface AttentionModule {
@@ -48,7 +64,14 @@ export interface AttentionModule {
    * state: a long prompt is one call). The given state is left intact: the caller disposes it
    * (tf.dispose(state.tensors)) once done with it.
    */
-  step(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, state: AttentionState, position: number): { out: tf.Tensor4D; state: AttentionState };
+  step(
+    q: tf.Tensor4D,
+    k: tf.Tensor4D,
+    v: tf.Tensor4D,
+    state: AttentionState,
+    position: number,
+    opts?: StepOptions,
+  ): { out: tf.Tensor4D; state: AttentionState };
   dispose(): void;
 }
 

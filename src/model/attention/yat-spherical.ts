@@ -3,6 +3,7 @@
 // Y = KV / (K·1 + δ) — not a softmax. Future keys get weight 0.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, clamp, ConstantCache, flattenHeads, l2Normalize } from '../ops.ts';
+import { sameDocumentMask } from './documents.ts';
 import { kvCacheMethods } from './kv-cache.ts';
 import { registerAttention } from './registry.ts';
 import type { AttentionModule } from './types.ts';
@@ -46,6 +47,10 @@ registerAttention('yat-spherical', {
           if (opts.keyMask) {
             const padding = tf.reshape(opts.keyMask, [b, 1, 1, l]);
             mask = mask ? tf.mul(mask, padding) : padding;
+          }
+          if (opts.documents) {
+            const sameDocument = sameDocumentMask(opts.documents.ids);
+            mask = mask ? tf.mul(mask, sameDocument) : sameDocument;
           }
           return attend(l2Normalize(q), l2Normalize(k), v, mask);
         });
