@@ -262,6 +262,11 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.model.maxSeqLen < r.data.seqLen) {
     problems.push(`${at(origin('model.maxSeqLen'))}model.maxSeqLen (${r.model.maxSeqLen}) must be ≥ data.seqLen (${r.data.seqLen})`);
   }
+  if (r.train.precision === 'bf16' && r.train.executor !== 'xla') {
+    problems.push(
+      `${at(origin('train.precision'))}train.precision bf16 runs on train.executor xla only (train.executor is ${r.train.executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,
+    );
+  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

@@ -4,6 +4,7 @@
 // registered in step-executors/index.ts; the trainer, the task runner and the throughput benchmark
 // hold a StepExecutor and never ask which one it is (docs/training.md, "Step executors").
 import type { Device } from '../backend/device.ts';
+import type { XlaPrecision } from '../backend/xla/programs.ts';
 import type { Batch } from '../data/batch.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';
@@ -36,6 +37,8 @@ export interface StepExecutorContext {
   xla: boolean;
   /** Worker-thread replicas (train.dataParallel resolved; 1 = this thread alone). */
   replicas: number;
+  /** train.precision: the xla executor's matrix products (the recipe allows bf16 with it alone); default fp32. */
+  precision?: XlaPrecision;
 }
 
 export interface StepExecutor {
