@@ -38,7 +38,9 @@ describe('train.precision', () => {
         `train.precision bf16 runs on train.executor xla only (train.executor is ${executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,
       );
     }
-    expect(() => parseRecipe(recipeText('precision: bf16'), 'r.yaml', ['--train.executor=functions'])).toThrow(/train\.precision bf16 runs on train\.executor xla only/);
+    expect(() => parseRecipe(recipeText('precision: bf16'), 'r.yaml', ['--train.executor=functions'])).toThrow(
+      /train\.precision bf16 runs on train\.executor xla only/,
+    );
     expect(parseRecipe(recipeText('precision: bf16, executor: xla'), 'r.yaml').train.precision).toBe('bf16');
     expect(parseRecipe(recipeText(''), 'r.yaml').train.precision).toBe('fp32');
   });
@@ -70,4 +72,3 @@ describe('train.precision', () => {
     }
   });
 });
-

@@ -58,8 +58,8 @@ export class XlaExecutor implements StepExecutor {
     return this.context.precision ?? 'fp32';
   }
 
-  get accelerator(): { platform: string; device: string } {
-    return { platform: this.hello.platform, device: this.hello.device };
+  get accelerator(): { platform: string; device: string; precision: XlaPrecision } {
+    return { platform: this.hello.platform, device: this.hello.device, precision: this.precision };
   }
 
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
