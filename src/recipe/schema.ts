@@ -256,7 +256,7 @@ export const RECIPE_SCHEMA = {
   'train.precision': {
     type: oneOf('fp32', 'bf16'),
     default: 'fp32',
-    doc: 'Precision of the training step\'s matrix products: `fp32`, or `bf16` (mixed precision: bfloat16 operands, float32 accumulation and results; float32 master weights, gradients, AdamW moments and update, loss, softmax and LayerNorm statistics, attention denominators; checkpoints stay float32 and resume in either precision). `bf16` needs `train.executor: xla` (TensorFlow.js has no bfloat16); fast on GPUs with bf16 tensor cores, slower than `fp32` on jax\'s CPU. docs/xla.md, "Mixed precision".',
+    doc: 'Precision of the training step\'s matrix products: `fp32`, or `bf16` (mixed precision: bfloat16 operands, float32 accumulation and results; float32 master weights, gradients, AdamW moments and update, loss, softmax and LayerNorm statistics, the division by attention denominators; checkpoints stay float32 and resume in either precision). `bf16` needs `train.executor: xla` (TensorFlow.js has no bfloat16); for GPUs with bf16 tensor cores (on jax\'s CPU about as fast as `fp32`). docs/xla.md, "Mixed precision".',
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },
