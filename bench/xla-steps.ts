@@ -1,6 +1,7 @@
 // Training steps of the xla executor (docs/xla.md) on seeded random tokens: the per-step losses, median ms per step
 // and tokens/s after warm-up, the programs' compile time apart, and the device's peak memory. Two uses:
-//   npm run bench:xla -- --model demo|gpt2-small --compile --out DIR     record + export the shape's programs here
+//   npm run bench:xla -- --model demo|gpt2-small [--precision bf16] --compile --out DIR
+//                                                                         record + export the shape's programs here
 //                                                                         (tensorflow backend, npm run setup:xla)
 //   npm run bench:xla -- --model demo|gpt2-small --programs DIR [--steps 20] [--warmup 3] [--json FILE]
 //                                                                         train from them on the cpu backend: no
@@ -15,6 +16,7 @@ import { AdamW } from '../src/train/optimizer.ts';
 import { XLA_PROGRAMS_ENV, XlaExecutor, xla } from '../src/train/step-executors/xla.ts';
 import { randomBatch } from '../src/train/throughput.ts';
 import { gpuPeak } from '../src/backend/peak-flops.ts';
+import type { XlaPrecision } from '../src/backend/xla/programs.ts';
 import { modelFlops } from '../src/model/flops.ts';
 import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram, writeCompiledPrograms } from '../src/train/xla-programs.ts';
 
@@ -64,6 +66,7 @@ const COMMAND = {
     model: { type: 'string', choices: Object.keys(XLA_BENCH_MODELS), default: 'demo', help: 'the model and batch shape' },
     batch: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: "batch size (default: the model's)" },
     seq: { type: 'string', value: 'N', number: { integer: true, min: 2 }, help: "sequence length (default: the model's)" },
+    precision: { type: 'string', choices: ['fp32', 'bf16'], default: 'fp32', help: "matrix products' precision (train.precision)" },
     compile: { type: 'boolean', help: 'record and export the programs into --out (tensorflow backend)' },
     out: { type: 'string', value: 'DIR', help: 'with --compile: the programs folder to write' },
     programs: { type: 'string', value: 'DIR', help: 'train from this programs folder' },
@@ -81,6 +84,7 @@ const preset = XLA_BENCH_MODELS[values.model];
 const batchSize = values.batch ?? preset.batch;
 const seqLen = values.seq ?? preset.seq;
 const config = { ...preset.config, maxSeqLen: Math.max(preset.config.maxSeqLen, seqLen) };
+const precision = values.precision as XlaPrecision;
 const optimizerOptions = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 };
 
 if (values.compile) {
@@ -88,7 +92,7 @@ if (values.compile) {
   await initBackend('tensorflow', { quiet: true });
   const model = createLanguageModel(config);
   const optimizer = new AdamW(model.parameters(), optimizerOptions);
-  const book = new RecordingBook();
+  const book = new RecordingBook(precision);
   const batch = randomBatch(new Rng(7), 'gpt', batchSize, seqLen, config.vocabSize);
   const variables = [...model.parameters().values()];
   const total = batchSize * seqLen;
@@ -96,8 +100,8 @@ if (values.compile) {
   const gradient = book.get('gradient', given.key, () => ({ spec: recordGradientProgram(model, batch, variables, null, total) }));
   const gradNames = gradient.outputs.filter((n) => n.startsWith('grad:')).map((n) => n.slice('grad:'.length));
   book.get('apply', `${gradNames.join(',')}|clip true`, () => recordApplyProgram(optimizer, model, gradNames, CLIP));
-  writeCompiledPrograms(book, values.out, `bench:xla ${values.model} ${batchSize}x${seqLen}`, model);
-  console.log(`bench:xla: programs for ${values.model} at ${batchSize}×${seqLen} in ${values.out}`);
+  writeCompiledPrograms(book, values.out, `bench:xla ${values.model} ${batchSize}x${seqLen} ${precision}`, model);
+  console.log(`bench:xla: ${precision} programs for ${values.model} at ${batchSize}×${seqLen} in ${values.out}`);
 } else {
   if (!values.programs) throw new Error('bench:xla needs --programs DIR (or --compile --out DIR)');
   process.env[XLA_PROGRAMS_ENV] = values.programs;
@@ -106,9 +110,10 @@ if (values.compile) {
   const model = createLanguageModel(config);
   const optimizer = new AdamW(model.parameters(), optimizerOptions);
   const initSeconds = (performance.now() - made) / 1000;
-  const why = xla.unsupported({ model, optimizer, device, graph: true, xla: false, replicas: 1 });
+  const context = { model, optimizer, device, graph: true, xla: false, replicas: 1, precision };
+  const why = xla.unsupported(context);
   if (why) throw new Error(`bench:xla: ${why}`);
-  const executor = (await xla.create({ model, optimizer, device, graph: true, xla: false, replicas: 1 })) as XlaExecutor;
+  const executor = (await xla.create(context)) as XlaExecutor;
   try {
     const rng = new Rng(7);
     const losses: number[] = [];
@@ -127,11 +132,12 @@ if (values.compile) {
     // MFU against the GPU's datasheet peak (docs/training.md, "Model FLOPs and MFU"); jax's CPU has no peak of ours to
     // measure against here (this process's tfjs backend is not what runs the steps), so none on CPU.
     const flopsPerToken = modelFlops(config, seqLen).perToken;
-    const peak = executor.hello.platform === 'cpu' ? null : gpuPeak(executor.hello.device, 'tf32');
+    const peak = executor.hello.platform === 'cpu' ? null : gpuPeak(executor.hello.device, precision === 'bf16' ? 'bf16' : 'tf32');
     const result = {
       model: values.model,
       batch: batchSize,
       seq: seqLen,
+      precision,
       parameters: [...model.parameters().values()].reduce((n, v) => n + v.size, 0),
       jax: executor.hello.jax,
       jaxlib: executor.hello.jaxlib,
@@ -153,7 +159,7 @@ if (values.compile) {
       losses,
     };
     console.log(
-      `bench:xla ${values.model} ${batchSize}×${seqLen} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s${result.mfu === null ? '' : ` (MFU ${(100 * result.mfu).toFixed(1)}% of ${peak!.source})`}, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`,
+      `bench:xla ${values.model} ${batchSize}×${seqLen} ${precision} on jax ${result.jax} ${result.platform} (${result.device}): ${msPerStep.toFixed(1)} ms/step, ${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s${result.mfu === null ? '' : ` (MFU ${(100 * result.mfu).toFixed(1)}% of ${peak!.source})`}, compile ${result.compileSeconds.toFixed(1)} s, peak ${memory.peakBytes === null ? 'n/a' : `${(memory.peakBytes / 2 ** 20).toFixed(0)} MiB`}, loss ${losses[0].toFixed(4)} → ${losses.at(-1)!.toFixed(4)}`,
     );
     if (values.json) fs.writeFileSync(values.json, JSON.stringify(result, null, 1) + '\n');
   } finally {

@@ -265,6 +265,11 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.data.documentMask && r.model.kind !== 'gpt') {
     problems.push(`${at(origin('data.documentMask'))}data.documentMask applies to GPT packing; a BERT sequence already holds one document (set it false)`);
   }
+  if (r.train.precision === 'bf16' && r.train.executor !== 'xla') {
+    problems.push(
+      `${at(origin('train.precision'))}train.precision bf16 runs on train.executor xla only (train.executor is ${r.train.executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,
+    );
+  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

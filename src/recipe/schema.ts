@@ -53,6 +53,7 @@ export interface Recipe {
     graph: boolean;
     executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
+    precision: 'fp32' | 'bf16';
     optimizer: 'adamw';
     lr: number;
     minLr: number;
@@ -257,6 +258,11 @@ export const RECIPE_SCHEMA = {
     type: oneOf('auto', 'on', 'off'),
     default: 'auto',
     doc: "With `train.graph` on the `tensorflow` backend: compile each step's graph function with XLA (`on`), not (`off`), or what was measured best on this kind of device (`auto`: off on CPU devices, where XLA gained 0–30% at the bench shape but its compilation outweighs that in short runs and ran out of memory at the GPT-2-small shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.",
+  },
+  'train.precision': {
+    type: oneOf('fp32', 'bf16'),
+    default: 'fp32',
+    doc: 'Precision of the training step\'s matrix products: `fp32`, or `bf16` (mixed precision: bfloat16 operands, float32 accumulation and results; float32 master weights, gradients, AdamW moments and update, loss, softmax and LayerNorm statistics, the division by attention denominators; checkpoints stay float32 and resume in either precision). `bf16` needs `train.executor: xla` (TensorFlow.js has no bfloat16); for GPUs with bf16 tensor cores (on jax\'s CPU about as fast as `fp32`). docs/xla.md, "Mixed precision".',
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },

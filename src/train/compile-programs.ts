@@ -44,7 +44,7 @@ export async function compilePrograms(recipe: Recipe, out: string, log: (line: s
     decayEmbeddings: recipe.train.decayEmbeddings,
   });
   try {
-    const book = new RecordingBook();
+    const book = new RecordingBook(recipe.train.precision);
     const variables = [...trainable.values()];
     const { batchSize, gradAccum } = recipe.train;
     const seqLen = recipe.data.seqLen;

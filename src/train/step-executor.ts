@@ -4,6 +4,7 @@
 // registered in step-executors/index.ts; the trainer, the task runner and the throughput benchmark
 // hold a StepExecutor and never ask which one it is (docs/training.md, "Step executors").
 import type { Device } from '../backend/device.ts';
+import type { XlaPrecision } from '../backend/xla/programs.ts';
 import type { Batch } from '../data/batch.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';
@@ -36,6 +37,8 @@ export interface StepExecutorContext {
   xla: boolean;
   /** Worker-thread replicas (train.dataParallel resolved; 1 = this thread alone). */
   replicas: number;
+  /** train.precision: the xla executor's matrix products (the recipe allows bf16 with it alone); default fp32. */
+  precision?: XlaPrecision;
 }
 
 export interface StepExecutor {
@@ -55,7 +58,7 @@ export interface StepExecutor {
   /** Sends the model and optimizer as they are now (restored, initialised from another model) to where the executor keeps them. */
   push(): Promise<void>;
   /** Where the steps run when it is not the tfjs backend's device (the XLA executor's jax device): its MFU's peak (mfu.ts). */
-  readonly accelerator?: { platform: string; device: string };
+  readonly accelerator?: { platform: string; device: string; precision?: XlaPrecision };
   /** One line for the run's log after its first step: what ran where (null = nothing to say). */
   describe(firstBatch: ModelBatch): string | null;
   /** Frees what the executor holds (threads, processes, device buffers); the model and optimizer stay the caller's. */

@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { recordTrace, sameTrace, traceGraphDef, type Trace } from '../backend/tf-graph.ts';
 import type { ArrayDtype, HostArray } from '../backend/xla/runner.ts';
-import { exportPrograms, PROGRAM_CHECKSUMS, PROGRAM_FILES, programEntryProblem, type ProgramSpec } from '../backend/xla/programs.ts';
+import { exportPrograms, PROGRAM_CHECKSUMS, PROGRAM_FILES, programEntryProblem, type ProgramSpec, type XlaPrecision } from '../backend/xla/programs.ts';
 import { withComposedKernels } from '../backend/fused-kernels.ts';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
@@ -205,19 +205,25 @@ function outputsOf(base: string): string[] {
   return outputs;
 }
 
-/** Records each program on first use on the native backend and exports it through the content cache (programs.ts). */
+/**
+ * Records each program on first use on the native backend and exports it through the content cache (programs.ts).
+ * `precision` applies to the gradient and validation programs; AdamW's update stays float32 (docs/xla.md).
+ */
 export class RecordingBook implements ProgramBook {
   readonly origin = 'recorded here and exported through TensorFlow (cached by content)';
   /** Every program handed out, by kind and key: what `npm run compile` writes. */
   readonly entries = new Map<string, BookEntry & { kind: ProgramKind; key: string }>();
 
-  constructor(private readonly cache?: string) {}
+  constructor(
+    readonly precision: XlaPrecision = 'fp32',
+    private readonly cache?: string,
+  ) {}
 
   get(kind: ProgramKind, key: string, record: () => { spec: ProgramSpec; fixed?: NamedArrays }): BookEntry {
     const known = this.entries.get(`${kind}|${key}`);
     if (known) return known;
     const { spec, fixed = [] } = record();
-    const [exported] = exportPrograms([spec], this.cache);
+    const [exported] = exportPrograms([kind === 'apply' ? spec : { ...spec, precision: this.precision }], this.cache);
     const entry = { base: exported.base, outputs: outputsOf(exported.base), fixed, kind, key };
     this.entries.set(`${kind}|${key}`, entry);
     return entry;
@@ -228,6 +234,8 @@ export class RecordingBook implements ProgramBook {
 export interface ProgramManifest {
   format: 1;
   recipe: string;
+  /** train.precision the programs were exported for; absent (folders from before it) = fp32. */
+  precision?: XlaPrecision;
   /** Every model tensor the programs read, with its shape: checked against the model before training. */
   tensors: Array<[string, number[]]>;
   programs: Array<{ kind: ProgramKind; key: string; file: string; fixed: Array<{ name: string; dtype: ArrayDtype; shape: number[]; file: string }> }>;
@@ -243,12 +251,18 @@ export class CompiledBook implements ProgramBook {
   constructor(
     readonly dir: string,
     model: StepModel,
+    precision: XlaPrecision = 'fp32',
   ) {
     const file = path.join(dir, MANIFEST_FILE);
     if (!fs.existsSync(file)) throw new Error(`xla: ${file} not found (npm run compile -- <recipe> --out ${dir} writes it)`);
     const manifest = JSON.parse(fs.readFileSync(file, 'utf8')) as ProgramManifest;
     if (manifest.format !== 1 || !Array.isArray(manifest.programs) || !Array.isArray(manifest.tensors))
       throw new Error(`xla: ${file} is not a program manifest of format 1`);
+    const compiledFor = manifest.precision ?? 'fp32';
+    if (compiledFor !== precision)
+      throw new Error(
+        `xla: ${file} was compiled for train.precision ${compiledFor}, this run asks ${precision} (npm run compile -- <recipe> --train.executor=xla --train.precision=${precision} --out <folder> writes programs for it)`,
+      );
     const have = new Map(modelTensors(model).map(([n, t]) => [n, t.shape]));
     for (const [name, shape] of manifest.tensors) {
       const mine = have.get(name);
@@ -303,7 +317,7 @@ export function writeCompiledPrograms(book: RecordingBook, dir: string, recipe: 
     });
     programs.push({ kind: entry.kind, key: entry.key, file, fixed });
   }
-  const manifest: ProgramManifest = { format: 1, recipe, tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]), programs };
+  const manifest: ProgramManifest = { format: 1, recipe, precision: book.precision, tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]), programs };
   fs.writeFileSync(path.join(dir, MANIFEST_FILE), JSON.stringify(manifest, null, 1) + '\n');
   return manifest;
 }

@@ -83,7 +83,7 @@ describe('utilisationBasis', () => {
   } as LanguageModelConfig;
   const data = { seqLen: 32, mlmProbability: 0.15 };
 
-  it("an XLA executor on a GPU takes that GPU's TF32 peak; a GPU of unknown name gives no MFU", async () => {
+  it("an XLA executor on a GPU takes that GPU's TF32 peak (BF16 in bf16); a GPU of unknown name gives no MFU", async () => {
     const device = { ...currentDevice(), cpuBound: false };
     const onH100 = await utilisationBasis(config, data, {
       device,
@@ -93,6 +93,14 @@ describe('utilisationBasis', () => {
     });
     expect(onH100).toEqual({ flopsPerToken: modelFlops(config, 32).perToken, peak: expect.objectContaining({ flopsPerSecond: 494.7e12 }) });
     expect(utilisation(onH100, 1000)).toEqual({ flopsPerSecond: 1000 * onH100.flopsPerToken, mfu: (1000 * onH100.flopsPerToken) / 494.7e12 });
+    // train.precision bf16: the products run on the BF16 tensor cores, at twice TF32's peak.
+    const bf16 = await utilisationBasis(config, data, {
+      device,
+      executor: { accelerator: { platform: 'gpu', device: 'NVIDIA H100 80GB HBM3', precision: 'bf16' } },
+      replicas: 1,
+      cluster: null,
+    });
+    expect(bf16.peak).toEqual(expect.objectContaining({ flopsPerSecond: 989.4e12, source: 'NVIDIA H100/H200 SXM bf16 dense peak (datasheet)' }));
     const unknown = await utilisationBasis(config, data, { device, executor: {}, replicas: 1, cluster: null });
     expect(unknown.peak).toBeNull();
     expect(utilisation(unknown, 1000).mfu).toBeNull();

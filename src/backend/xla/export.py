@@ -10,7 +10,8 @@
 # state: its argument is marked `tf.aliasing_output`, so the runtime updates it in place (the input buffer is
 # donated). With "guard", the outputs that are new state are kept only where every scalar named in guard is
 # finite (else the old values come back): the non-finite rule (src/train/step.ts) inside the program, so a
-# donated update never has to be undone; an output named "applied" (1 = kept) is added.
+# donated update never has to be undone; an output named "applied" (1 = kept) is added. "precision": "bf16" runs
+# the program's matrix products in bfloat16 (precision.py); the default "fp32" leaves the module as it is.
 import json
 import os
 import sys
@@ -24,6 +25,7 @@ from jax._src.interpreters import mlir as jax_mlir  # noqa: E402
 from jax._src.lib import _jax  # noqa: E402
 from jax._src.lib.mlir import ir  # noqa: E402
 from jax._src.lib.mlir.dialects import hlo  # noqa: E402
+from precision import apply_precision  # noqa: E402  (beside this script: on sys.path)
 
 DTYPES = {'float32': tf.float32, 'int32': tf.int32, 'bool': tf.bool}
 
@@ -67,6 +69,8 @@ def export(program):
     aliases = [[i, out_names.index(name)] for i, name in enumerate(in_names) if name in out_names]
     with jax_mlir.make_ir_context():
         module = ir.Module.parse(text)
+        precision = program.get('precision') or 'fp32'
+        bf16_products = apply_precision(module, precision)
         main = next(op for op in module.body.operations if op.operation.name == 'func.func' and ir.StringAttr(op.attributes['sym_name']).value == 'main')
         arguments = main.regions[0].blocks[0].arguments
         if len(arguments) != len(in_names):
@@ -88,6 +92,8 @@ def export(program):
         'outputs': out_names,
         'aliases': aliases,
         'stablehloVersion': version,
+        'precision': precision,
+        'bf16Products': bf16_products,
         'tensorflow': tf.__version__,
         'jax': jax.__version__,
     }

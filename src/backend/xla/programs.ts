@@ -1,6 +1,6 @@
 // Recorded step programs → StableHLO files, cached by content (docs/xla.md): a program is exported by export.py
 // (Python TensorFlow's tf2xla bridge, in the venv of `npm run setup:xla`) once per distinct GraphDef, inputs,
-// outputs and guard, under .cache/xla/programs/<sha256>; a second run exports nothing it already has. Each entry's
+// outputs, guard and precision, under .cache/xla/programs/<sha256>; a second run exports nothing it already has. Each entry's
 // files are followed by <sha256>.sha256, their checksums: an entry that does not match them (a broken or cut-short
 // file, an entry from before the checksums) is exported again, and said so, instead of failing every later run.
 import { spawnSync } from 'node:child_process';
@@ -16,6 +16,12 @@ export const EXPORT_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.ur
 /** Changes whenever export.py writes something different for the same input (part of every cache key). */
 const EXPORT_FORMAT = 1;
 
+/**
+ * How a program's matrix products run (`train.precision`, docs/xla.md "Mixed precision"): `fp32`, or `bf16`
+ * (bfloat16 operands, float32 accumulation and result; export.py through precision.py).
+ */
+export type XlaPrecision = 'fp32' | 'bf16';
+
 /** A program to export: a GraphDef and names for its feeds and fetches (programs are called by name). */
 export interface ProgramSpec {
   graphDef: Uint8Array;
@@ -30,6 +36,8 @@ export interface ProgramSpec {
   extraInputs?: Array<{ name: string; dtype: ArrayDtype; shape: number[] }>;
   /** Keep new state only where these scalars are finite (the non-finite rule); adds the output "applied". */
   guard?: { finite: string[] };
+  /** Default fp32. */
+  precision?: XlaPrecision;
 }
 
 /** The files export.py writes for a program, `base` + each. */
@@ -89,6 +97,7 @@ export function programHash(spec: ProgramSpec): string {
       outputs: spec.outputs,
       extra: spec.extraInputs ?? [],
       guard: spec.guard ?? null,
+      precision: spec.precision ?? 'fp32',
     }),
   );
   h.update(spec.graphDef);
@@ -129,6 +138,7 @@ export function exportPrograms(
         outputs: spec.outputs,
         extraInputs: spec.extraInputs ?? [],
         guard: spec.guard ?? null,
+        precision: spec.precision ?? 'fp32',
         out: base,
       };
     });

@@ -8,6 +8,7 @@ import * as tf from '@tensorflow/tfjs';
 import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
 import { replyNumber, XlaRunner, type HostArray, type RunnerHello } from '../../backend/xla/runner.ts';
+import type { XlaPrecision } from '../../backend/xla/programs.ts';
 import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../../backend/xla/setup.ts';
 import { evalResult, type EvalResult } from '../evaluate.ts';
 import { microBatchSeed, stepTokens, type StepResult } from '../step.ts';
@@ -52,8 +53,13 @@ export class XlaExecutor implements StepExecutor {
     this.step_ = context.optimizer.stepCount;
   }
 
-  get accelerator(): { platform: string; device: string } {
-    return { platform: this.hello.platform, device: this.hello.device };
+  /** train.precision of the gradient and validation programs (AdamW's update is float32 either way). */
+  get precision(): XlaPrecision {
+    return this.context.precision ?? 'fp32';
+  }
+
+  get accelerator(): { platform: string; device: string; precision: XlaPrecision } {
+    return { platform: this.hello.platform, device: this.hello.device, precision: this.precision };
   }
 
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
@@ -179,7 +185,7 @@ export class XlaExecutor implements StepExecutor {
 
   describe(): string {
     const vias = [...new Set([...this.loaded.values()].map((l) => l.via))].join(', ');
-    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device}); programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
+    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device}), matrix products in ${this.precision}; programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
   }
 
   /** Peak and current device memory in bytes (null where the device reports none, e.g. jax's CPU). */
@@ -196,7 +202,8 @@ export class XlaExecutor implements StepExecutor {
 /** The program book this run uses: $SLAYFORMER_XLA_PROGRAMS when set, else recording on the native backend. */
 function bookFor(context: StepExecutorContext): ProgramBook {
   const dir = process.env[XLA_PROGRAMS_ENV];
-  return dir ? new CompiledBook(dir, context.model) : new RecordingBook();
+  const precision = context.precision ?? 'fp32';
+  return dir ? new CompiledBook(dir, context.model, precision) : new RecordingBook(precision);
 }
 
 export const xla: StepExecutorEntry = {
