@@ -70,6 +70,7 @@ export interface Recipe {
     evalInterval: number;
     evalTokens: number;
     evalSample: EvalSampleKind;
+    estimatorHealth: boolean;
     logInterval: number;
     checkpointInterval: number;
     keepCheckpoints: number;
@@ -306,6 +307,11 @@ export const RECIPE_SCHEMA = {
     type: oneOf(...EVAL_SAMPLES),
     default: 'spread',
     doc: "Which validation tokens are evaluated: `spread` = examples drawn across the whole validation split by a fixed seed (the same for every run on the same data, tokenizer and sequence length), `head` = the split's first `train.evalTokens` tokens (the protocol before spread sampling; a random sample only when the dataset's documents are in random order).",
+  },
+  'train.estimatorHealth': {
+    type: bool,
+    default: false,
+    doc: "Kernel (linear) mechanisms that declare the kernel their features estimate (SLAY, Performer, DARKFormer, SchoenbAt): at every validation, each layer's kernel-approximation error, attention-output error and denominator quantiles on the first 64 positions of the first validation sequence, in the validation record's `estimator_health` ([training.md](training.md#estimator-health)). Other mechanisms: an error naming them.",
   },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },

@@ -19,6 +19,6 @@ export {
   attentionFeatureMap,
 } from './registry.ts';
 export type { FeatureMapCost } from './registry.ts';
-export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, TensorDeclaration } from './types.ts';
+export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, KernelEstimate, TensorDeclaration } from './types.ts';
 export { linearAttention } from './linear-attention.ts';
 export { unfittedImportanceWeights } from './performer.ts';
