@@ -32,6 +32,7 @@ export interface Recipe {
     activation: Activation;
     layerNormEps: number;
     attention: { name: string; options: Record<string, unknown> };
+    featureSeed: number | null;
   };
   data: {
     dataset: string;
@@ -148,7 +149,7 @@ export const RECIPE_SCHEMA = {
     type: str,
     nullable: true,
     default: null,
-    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final` that trained its recipe's budget (a run shortened with `--train.maxTokens` is passed over; the log says which run was chosen and why), or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
+    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final` that trained its recipe's budget (a run shortened with `--train.maxTokens` is passed over; the log says which run was chosen and why), or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `model.featureSeed`, else `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
   },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
@@ -189,6 +190,12 @@ export const RECIPE_SCHEMA = {
     type: { kind: 'attentionOptions' },
     default: {},
     doc: "Options of that mechanism (see the table below); the resolved recipe holds every option with the mechanism's defaults filled in.",
+  },
+  'model.featureSeed': {
+    type: int(0),
+    nullable: true,
+    default: null,
+    doc: "Seed of the attention mechanisms' random features alone (projections, anchors, Maclaurin draws), so that they can vary while the weights' initialisation, the data order and dropout (`train.seed`) stay fixed, and the reverse. `null` = drawn from `train.seed` as before this key existed (the same draws: old runs and checkpoints are unchanged). `compare` splits the seed variance between the two when runs vary both ([experiments.md](experiments.md)).",
   },
 
   'data.dataset': {

@@ -55,6 +55,8 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
   const vocabulary = boundProblem('vocabSize', c.vocabSize, BOUNDS.embeddingRows);
   if (vocabulary) problems.push(vocabulary);
   if (!Number.isSafeInteger(c.seed)) problems.push(`seed must be an integer (got ${JSON.stringify(c.seed)})`);
+  if (c.featureSeed !== undefined && !Number.isSafeInteger(c.featureSeed))
+    problems.push(`featureSeed must be an integer (got ${JSON.stringify(c.featureSeed)})`);
   if (problems.length > 0) throw new Error(`${source}: the saved model config is not valid:\n  ${problems.join('\n  ')}`);
   return c as unknown as LanguageModelConfig;
 }
