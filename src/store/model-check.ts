@@ -51,12 +51,11 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
   }
   // Models saved before the architecture options existed have none of them: they are GPT-2's (the defaults).
   const c: Record<string, unknown> = { ...ARCHITECTURE_DEFAULTS, ...(value as Record<string, unknown>) };
-  const problems = modelSectionProblems(c);
+  // featureSeed is there only when the recipe set it (model-config.ts); absent, it is the recipe's null.
+  const problems = modelSectionProblems({ ...c, featureSeed: c.featureSeed ?? null });
   const vocabulary = boundProblem('vocabSize', c.vocabSize, BOUNDS.embeddingRows);
   if (vocabulary) problems.push(vocabulary);
   if (!Number.isSafeInteger(c.seed)) problems.push(`seed must be an integer (got ${JSON.stringify(c.seed)})`);
-  if (c.featureSeed !== undefined && !Number.isSafeInteger(c.featureSeed))
-    problems.push(`featureSeed must be an integer (got ${JSON.stringify(c.featureSeed)})`);
   if (problems.length > 0) throw new Error(`${source}: the saved model config is not valid:\n  ${problems.join('\n  ')}`);
   return c as unknown as LanguageModelConfig;
 }

@@ -4,6 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { attentionTensorShapes, createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
 import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
+import { checkModelConfig } from '../../src/store/model-check.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { testBackend } from '../helpers/backend.ts';
 
@@ -74,6 +75,13 @@ describe('model.featureSeed', () => {
       model.dispose();
       expect(new Map([...attentionTensorShapes(config)])).toEqual(built);
     }
+  });
+
+  it('a saved model config holds it when set, and a bad value is an error naming it', () => {
+    const config = { ...base('performer'), featureSeed: 5 };
+    expect(checkModelConfig(JSON.parse(JSON.stringify(config)), 'saved').featureSeed).toBe(5);
+    expect('featureSeed' in checkModelConfig(JSON.parse(JSON.stringify(base('performer'))), 'saved')).toBe(false);
+    expect(() => checkModelConfig({ ...config, featureSeed: 1.5 }, 'saved')).toThrow(/saved: [\s\S]*model\.featureSeed must be an integer/);
   });
 
   it('a recipe without it builds the model config it built before (no featureSeed key); with it, the key', () => {

@@ -10,7 +10,9 @@ import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
-import type { MetricRecord } from '../../src/store/run-record.ts';
+import { checkRecord, type MetricRecord } from '../../src/store/run-record.ts';
+import { recordScalars } from '../../src/telemetry/tensorboard.ts';
+import { toWandbRow } from '../../src/telemetry/wandb.ts';
 import { attentionHealth, HEALTH_POSITIONS, measureEstimatorHealth } from '../../src/train/estimator-health.ts';
 import { runTraining } from '../../src/train/trainer.ts';
 import { testBackend } from '../helpers/backend.ts';
@@ -224,5 +226,41 @@ train: { batchSize: 2, lr: 1e-2, warmupSteps: 1, evalInterval: 2, evalTokens: 64
     expect(records.filter((r) => r.split === 'train').every((r) => r.estimator_health === undefined)).toBe(true);
     const elu = parseRecipe(recipeText('linear-elu').replace('options: { features: 8 }', 'options: {}'), join(dir, 'elu.yaml'), ['--train.maxTokens=128']);
     await expect(runTraining(elu)).rejects.toThrow(/train\.estimatorHealth: attention 'linear-elu' declares no kernel estimate/);
+  });
+});
+
+describe('estimator_health in a metric record', () => {
+  const record = {
+    step: 2,
+    tokens: 64,
+    split: 'val',
+    loss: 5,
+    ppl: Math.exp(5),
+    lr: 0.01,
+    grad_norm: null,
+    tokens_per_s: 10,
+    elapsed_s: 1,
+    estimator_health: {
+      kernel_error: [0.5, 0.25],
+      output_error: [0.1, 0.2],
+      denominator_min: [-0.5, null],
+      denominator_p01: [0.1, 0.2],
+      denominator_p50: [0.9, 1],
+    },
+  };
+
+  it('W&B and TensorBoard get one scalar per measure and layer; a null (NaN) is left out', () => {
+    const row = toWandbRow(record as MetricRecord);
+    expect(row['val/estimator_health/kernel_error/layer1']).toBe(0.25);
+    expect(row['val/estimator_health/denominator_min/layer0']).toBe(-0.5);
+    expect('val/estimator_health/denominator_min/layer1' in row).toBe(false);
+    expect(Object.keys(row).filter((k) => k.includes('estimator_health'))).toHaveLength(9);
+    expect(recordScalars(record as MetricRecord)['val/estimator_health/output_error/layer0']).toBe(0.1);
+  });
+
+  it('is checked when metrics.jsonl is read: a measure that is not a list of numbers is an error naming it', () => {
+    expect(() => checkRecord(record, 'm:1')).not.toThrow();
+    const bad = { ...record, estimator_health: { ...record.estimator_health, output_error: 0.1 } };
+    expect(() => checkRecord(bad, 'm:1')).toThrow(/m:1: metric record field estimator_health\.output_error must be a list of numbers, one per layer/);
   });
 });
