@@ -397,9 +397,13 @@ class TrainingLoop {
     return result;
   }
 
-  /** Estimator health on the first validation sequence, with the weights as they are now (an executor holding them elsewhere hands them over first). */
+  /**
+   * Estimator health on the first validation sequence, with the weights as they are now: an executor holding them
+   * elsewhere (XLA's child) hands them over first. Across processes every rank holds them already, and the pull would
+   * be a collective that only this rank joins.
+   */
   private async estimatorHealth(): Promise<LayerHealth[] | null> {
-    await this.executor?.pull();
+    if (!currentCluster()) await this.executor?.pull();
     const health = measureEstimatorHealth(this.parts.model, this.inputs.evalSample.batches[0]);
     if (health) {
       const worst = health.reduce((a, b) => (b.kernelError > a.kernelError ? b : a));
