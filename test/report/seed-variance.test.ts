@@ -3,6 +3,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { sdRule, type Experiment } from '../../src/paper/protocol.ts';
+import { buildResults, cellSeedVariance, resultsMarkdown } from '../../src/paper/results.ts';
+import { experimentRunSet, type UnitRecord } from '../../src/paper/run.ts';
 import { compareRuns } from '../../src/report/compare.ts';
 import { splitSeedVariance, type SeedVarianceSplit } from '../../src/report/seed-variance.ts';
 
@@ -124,5 +127,60 @@ describe('compare', () => {
     expect(split[1].split(',').slice(0, 2)).toEqual(['performer', '4']);
     expect(split[1].split(',').slice(-3).map(Number)).toEqual([4, 1.5, 1]);
     expect(readFileSync(join(outDir, 'index.html'), 'utf8')).toContain('estimator-health.svg');
+  });
+});
+
+describe('paper results', () => {
+  it('a cell whose units cross seed and featureSeed gets the split, in the results file too', () => {
+    // The 2 × 3 grid worked by hand above, one value per unit (a unit's values are averaged: 0 and 2 for the first).
+    const grid = [
+      [1, 2, 6],
+      [3, 2, 10],
+    ];
+    const units = grid.flatMap((row, a) =>
+      row.map((value, b) => ({ name: `s${a + 1}-f${b + 1}`, settings: { seed: a + 1, featureSeed: 10 * (b + 1) }, value })),
+    );
+    const experiment: Experiment = {
+      name: 'split',
+      version: 1,
+      title: 'Split',
+      source: 'none',
+      measures: 'loss',
+      metric: { name: 'loss', digits: 2 },
+      agreement: sdRule(2, 0, 'rule'),
+      protocol: {},
+      notes: [],
+      backend: 'wasm',
+      shown: [],
+      units: () => units.map(({ name, settings }) => ({ name, settings })),
+      cells: () => [{ table: 'T', row: 'r', column: 'c', published: null, units: units.map((u) => u.name) }],
+      runUnit: async () => ({ values: [], extra: {}, headline: '' }),
+    };
+    const records: UnitRecord[] = units.map(({ name, settings, value }, i) => ({
+      unit: { name, settings },
+      dir: join(root, name),
+      env: null,
+      failure: null,
+      result: {
+        experiment: 'split',
+        version: 1,
+        unit: name,
+        outcome: { values: i === 0 ? [0, 2] : [value], extra: {}, headline: '' },
+        seconds: 1,
+        cpuSeconds: 1,
+        startedAt: '2026-01-01T00:00:00Z',
+        finishedAt: '2026-01-01T00:00:01Z',
+      },
+    }));
+    const results = buildResults(experimentRunSet(experiment, { quick: false, backend: 'wasm', runsRoot: join(root, 'paper') }), records);
+    const split = results.cells[0].seedVariance!;
+    expect(split.weights).toBeCloseTo(4 / 3, 12);
+    expect(split.features).toBeCloseTo(11, 12);
+    expect(split.residual).toBeCloseTo(2, 12);
+    expect(resultsMarkdown(results, null)).toContain(
+      `| T | r | c | 2 × 3 | ${Math.sqrt(4 / 3).toFixed(3)} | ${Math.sqrt(11).toFixed(3)} | ${Math.sqrt(2).toFixed(3)} |`,
+    );
+    // Units without a feature seed: no split.
+    expect(cellSeedVariance(records.map((r) => ({ ...r, unit: { ...r.unit, settings: { seed: r.unit.settings.seed } } })))).toBeNull();
   });
 });
