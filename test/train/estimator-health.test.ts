@@ -167,10 +167,15 @@ describe('estimator health of one layer', () => {
 });
 
 describe('estimator health of a model', () => {
-  for (const kind of ['gpt', 'bert'] as const) {
-    it(`${kind}: one health per layer, no tensor left behind, and none for a mechanism without a kernel estimate`, () => {
+  for (const [kind, attention] of [
+    ['gpt', 'performer'],
+    ['gpt', 'darkformer'],
+    ['bert', 'slay'],
+    ['bert', 'schoenbat'],
+  ] as const) {
+    it(`${kind} ${attention}: one health per layer, no tensor left behind, and none for a mechanism without a kernel estimate`, () => {
       const config = { kind, vocabSize: 23, maxSeqLen: 80, dModel: 8, numLayers: 2, numHeads: 2, mlpRatio: 2, dropout: 0, bias: true, seed: 1 };
-      const model = createLanguageModel({ ...config, attention: { name: 'slay', options: {} } });
+      const model = createLanguageModel({ ...config, attention: { name: attention, options: {} } });
       const rng = new Rng(4);
       const seqLen = 80;
       const batch = {
