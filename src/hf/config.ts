@@ -19,12 +19,12 @@ import { attentionNames, attentionOptionSpecs } from '../model/attention/index.t
 import { resolveOptions } from '../model/attention/registry.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import type { Activation } from '../model/layers.ts';
-import { architectureOf, NORM_POSITIONS, type Architecture } from '../model/transformer.ts';
+import { architectureOf, featureSeedOf, NORM_POSITIONS, type Architecture } from '../model/transformer.ts';
 
 export type HfLayout = 'gpt2' | 'bert';
 
 /** What a config.json fixes: the model config less the run's choices (seed, dropout), architecture filled in. */
-export type HfModelConfig = Omit<LanguageModelConfig, 'seed' | 'dropout'> & Architecture;
+export type HfModelConfig = Omit<LanguageModelConfig, 'seed' | 'featureSeed' | 'dropout'> & Architecture;
 
 export interface HfConfig {
   file: string;
@@ -333,7 +333,8 @@ export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions):
     normPosition: arch.normPosition,
     embeddingNorm: arch.embeddingNorm,
     typeVocabSize: arch.typeVocabSize,
-    seed: c.seed,
+    // The seed the draws are rebuilt from (the weights are in the tensors): the feature seed.
+    seed: featureSeedOf(c),
     ...(layouts.some((l) => l !== undefined) ? { layers: layouts.map((l) => l ?? {}) } : {}),
     source: opts.source,
   };

@@ -12,7 +12,7 @@
 // per head φ(q) and φ(k) (its declared feature map) plus 4·m·(d_h + 1) for the state update φ(k)ᵀ[v, 1] and the
 // read-out φ(q)ᵀS with its denominator.
 import { attentionFeatureMap } from './attention/index.ts';
-import { attentionSeed } from './transformer.ts';
+import { attentionSeed, featureSeedOf } from './transformer.ts';
 import { languageModelParameterSpecs, type LanguageModelConfig } from './lm.ts';
 
 export interface ModelFlops {
@@ -47,7 +47,7 @@ export function modelFlops(config: LanguageModelConfig, seqLen: number, headFrac
       numHeads: config.numHeads,
       headDim,
       causal: config.kind === 'gpt',
-      seed: attentionSeed(config.seed, layer),
+      seed: attentionSeed(featureSeedOf(config), layer),
       ...config.attention.options,
     });
     attentionForward += map === null ? 4 * seqLen * config.dModel : config.numHeads * (2 * map.flopsPerSide + 4 * map.features * (headDim + 1));

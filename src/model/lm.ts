@@ -5,7 +5,7 @@
 // The architecture options (transformer.ts) apply to both: BERT as Hugging Face's takes post-LN
 // blocks, the embedding LayerNorm, token types, erf GELU and ε 1e-12.
 import * as tf from '@tensorflow/tfjs';
-import { attentionSeed, createParameter, transformerParameterSpecs, validateTransformerConfig, Transformer, INIT_STD } from './transformer.ts';
+import { attentionSeed, createParameter, featureSeedOf, transformerParameterSpecs, validateTransformerConfig, Transformer, INIT_STD } from './transformer.ts';
 import type { AttendFn, ParameterSpec, ParameterStart, TransformerConfig } from './transformer.ts';
 import { activate, layerNorm, linear, linearTransposed } from './layers.ts';
 import type { DropoutSeed } from './layers.ts';
@@ -151,7 +151,7 @@ export function attentionTensorShapes(c: LanguageModelConfig): Map<string, numbe
       numHeads: c.numHeads,
       headDim: c.dModel / c.numHeads,
       causal: body.causal,
-      seed: attentionSeed(c.seed, i),
+      seed: attentionSeed(featureSeedOf(c), i),
     });
     for (const { name, shape } of declared) out.set(`blocks.${i}.attn.${name}`, shape);
   }

@@ -26,8 +26,10 @@ export interface TransformerConfig {
   bias: boolean;
   causal: boolean;
   attention: { name: string; options: Record<string, unknown> };
-  /** Seeds the initialisation (each tensor from its own name) and the attention mechanisms. */
+  /** Seeds the initialisation (each tensor from its own name), and the attention mechanisms unless featureSeed is given. */
   seed: number;
+  /** Seeds the attention mechanisms' random features alone (recipe model.featureSeed); absent = seed, as before it existed. */
+  featureSeed?: number;
   // Architecture options; absent = ARCHITECTURE_DEFAULTS (GPT-2's choices, and every model saved before they existed).
   /** 'pre': x + f(LN(x)) and a final LayerNorm (GPT-2); 'post': LN(x + f(x)), no final LayerNorm (BERT). */
   normPosition?: 'pre' | 'post';
@@ -139,7 +141,10 @@ export function validateTransformerConfig(c: TransformerConfig): void {
 /** How a model's parameters start: 'random' = their init (ParameterSpec.init); 'zeros' = for a model whose every tensor is then loaded. */
 export type ParameterStart = 'random' | 'zeros';
 
-/** The seed of layer `layer`'s attention mechanism (its random features), from the model's seed. */
+/** The seed the attention mechanisms' random features are drawn from: featureSeed, or the model's seed without one. */
+export const featureSeedOf = (c: Pick<TransformerConfig, 'seed' | 'featureSeed'>): number => c.featureSeed ?? c.seed;
+
+/** The seed of layer `layer`'s attention mechanism (its random features), from the model's feature seed (featureSeedOf). */
 export function attentionSeed(seed: number, layer: number): number {
   return deriveSeed(seed, `blocks.${layer}.attn`);
 }
@@ -204,7 +209,7 @@ export class Transformer {
             numHeads: config.numHeads,
             headDim: this.headDim,
             causal: config.causal,
-            seed: attentionSeed(config.seed, i),
+            seed: attentionSeed(featureSeedOf(config), i),
             scope: `blocks.${i}.attn`,
           }),
         );

@@ -12,6 +12,7 @@ import { EXPLANATION_TITLES, judge } from './protocol.ts';
 import type { CellSpec, CellVerdict, Claim, Difference, Explanation, ShownExtra } from './protocol.ts';
 import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
 import { holmAdjusted } from '../report/paired.ts';
+import { splitSeedVariance, type SeedVarianceSplit } from '../report/seed-variance.ts';
 import { agreementPlotSvg } from './agreement-plot.ts';
 import { lineChartSvg } from '../report/plot.ts';
 import { escapeMarkdown } from '../core/markdown.ts';
@@ -30,6 +31,8 @@ export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
   extra: Record<string, MeanSd>;
   /** Validation loss against optimizer steps, mean ± sd over the units at each step; null when no unit records curves. */
   curve: CurvePoint[] | null;
+  /** Present when the cell's units cross settings seed and featureSeed in a full grid: the metric's variance split between them. */
+  seedVariance?: SeedVarianceSplit;
 }
 
 export interface CurvePoint extends MeanSd {
@@ -88,6 +91,21 @@ export interface ExperimentResults {
 
 const OPEN: Explanation = { kind: 'open', text: 'not explained yet' };
 
+/**
+ * The split of a cell's metric between its units' settings `seed` (weights, data) and `featureSeed` (random features;
+ * docs/experiments.md, "Seed variance"), each unit's values averaged; null unless they cross both in a full grid.
+ */
+export function cellSeedVariance(units: readonly UnitRecord[]): SeedVarianceSplit | null {
+  const cells = units.flatMap((u) => {
+    const { seed, featureSeed } = u.unit.settings;
+    const values = u.result?.outcome.values ?? [];
+    if (typeof seed !== 'number' || typeof featureSeed !== 'number' || values.length === 0) return [];
+    return [{ weightSeed: seed, featureSeed, value: values.reduce((a, b) => a + b, 0) / values.length }];
+  });
+  const split = splitSeedVariance(cells);
+  return 'problem' in split ? null : split;
+}
+
 /** Verdicts and provenance from the units' records. */
 export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writtenAt = new Date()): ExperimentResults {
   const { experiment, settings } = set;
@@ -103,6 +121,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     const verdict = judge(experiment.agreement, spec.published, ours);
     const errors = units.map((u) => u.result?.outcome.error ?? u.failure ?? (u.result ? null : 'not run yet')).filter((e): e is string => e !== null);
     const extraKeys = [...new Set(units.flatMap((u) => Object.keys(u.result?.outcome.extra ?? {})))];
+    const seedVariance = cellSeedVariance(units);
     return {
       ...spec,
       ...verdict,
@@ -112,6 +131,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       error: errors.length > 0 ? [...new Set(errors)].join('; ') : null,
       extra: Object.fromEntries(extraKeys.map((k) => [k, meanSd(units.map((u) => u.result?.outcome.extra[k]))])),
       curve: meanCurve(units),
+      ...(seedVariance ? { seedVariance } : {}),
     };
   });
   const done = records.filter((r) => r.result);
@@ -373,6 +393,23 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     for (const [table, cells] of tables) {
       lines.push(`### ${extra.title}${tables.length > 1 ? `: ${table}` : ''}`, '', ...gridTable(cells, (cell) => extraText(cell, extra)), '');
     }
+  }
+  const split = results.cells.filter((c) => c.seedVariance);
+  if (split.length) {
+    const sd = (variance: number) => Math.sqrt(variance).toFixed(digits + 1);
+    lines.push(
+      '## Seed variance',
+      '',
+      `Cells whose units cross the seed (weights, data) with the feature seed (random features): ${results.metric.name}'s variance split by the two-way ANOVA estimator, each as an sd (docs/experiments.md, "Seed variance"; a negative component shown as 0).`,
+      '',
+      '| table | row | column | seeds × feature seeds | sd from the seed | sd from the feature seed | residual sd |',
+      '|---|---|---|---|---|---|---|',
+      ...split.map((c) => {
+        const v = c.seedVariance!;
+        return `| ${c.table} | ${c.row} | ${c.column} | ${v.weightSeeds.length} × ${v.featureSeeds.length} | ${sd(v.weights)} | ${sd(v.features)} | ${sd(v.residual)} |`;
+      }),
+      '',
+    );
   }
   if (results.differences.length) lines.push(...differencesMarkdown(results));
   if (results.claims.length) {

@@ -62,5 +62,7 @@ export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): Langua
     layerNormEps: m.layerNormEps,
     attention: m.attention,
     seed: recipe.train.seed,
+    // Absent unless set: a saved model config stays as it was before the key existed.
+    ...(m.featureSeed === null ? {} : { featureSeed: m.featureSeed }),
   };
 }

@@ -32,6 +32,7 @@ export interface Recipe {
     activation: Activation;
     layerNormEps: number;
     attention: { name: string; options: Record<string, unknown> };
+    featureSeed: number | null;
   };
   data: {
     dataset: string;
@@ -72,6 +73,7 @@ export interface Recipe {
     evalInterval: number;
     evalTokens: number;
     evalSample: EvalSampleKind;
+    estimatorHealth: boolean;
     logInterval: number;
     checkpointInterval: number;
     keepCheckpoints: number;
@@ -149,7 +151,7 @@ export const RECIPE_SCHEMA = {
     type: str,
     nullable: true,
     default: null,
-    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final` that trained its recipe's budget (a run shortened with `--train.maxTokens` is passed over; the log says which run was chosen and why), or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
+    doc: "Finetune: start from these weights instead of a random init. A model folder (a run's `final/` or a checkpoint, holding `model.safetensors` and `recipe.json`), a run folder (its `final/`, else its newest checkpoint), `auto:<recipe name>` = the newest finished run `<train.runDir>/<name>-<timestamp>/final` that trained its recipe's budget (a run shortened with `--train.maxTokens` is passed over; the log says which run was chosen and why), or a Hugging Face GPT-2/BERT folder `hf:<folder>` (a folder whose `config.json` has a `model_type` is recognised without the prefix): its `config.json` sets every `model.*` key but `attention` and `dropout` (a recipe value that contradicts it is an error) and its `tokenizer.json` is the default `data.tokenizer`; relative paths against the working directory. `model.attention` may differ from the checkpoint's (its q/k/v/out weights are reused, the new mechanism's own parameters start at their init, its random projections come from `model.featureSeed`, else `train.seed`); every other `model.*` shape must match, and any tensor that cannot be mapped is an error naming it.",
   },
 
   'model.kind': { type: oneOf('gpt', 'bert'), default: 'gpt', doc: '`gpt`: causal language model; `bert`: masked language model (bidirectional attention).' },
@@ -190,6 +192,12 @@ export const RECIPE_SCHEMA = {
     type: { kind: 'attentionOptions' },
     default: {},
     doc: "Options of that mechanism (see the table below); the resolved recipe holds every option with the mechanism's defaults filled in.",
+  },
+  'model.featureSeed': {
+    type: int(0),
+    nullable: true,
+    default: null,
+    doc: "Seed of the attention mechanisms' random features alone (projections, anchors, Maclaurin draws), so that they can vary while the weights' initialisation, the data order and dropout (`train.seed`) stay fixed, and the reverse. `null` = drawn from `train.seed` as before this key existed (the same draws: old runs and checkpoints are unchanged). `compare` splits the seed variance between the two when runs vary both ([experiments.md](experiments.md)).",
   },
 
   'data.dataset': {
@@ -318,6 +326,11 @@ export const RECIPE_SCHEMA = {
     type: oneOf(...EVAL_SAMPLES),
     default: 'spread',
     doc: "Which validation tokens are evaluated: `spread` = examples drawn across the whole validation split by a fixed seed (the same for every run on the same data, tokenizer and sequence length), `head` = the split's first `train.evalTokens` tokens (the protocol before spread sampling; a random sample only when the dataset's documents are in random order).",
+  },
+  'train.estimatorHealth': {
+    type: bool,
+    default: false,
+    doc: "Kernel (linear) mechanisms that declare the kernel their features estimate (SLAY, Performer, DARKFormer, SchoenbAt): at every validation, each layer's kernel-approximation error, attention-output error and denominator quantiles on the first 64 positions of the first validation sequence, in the validation record's `estimator_health` ([training.md](training.md#estimator-health)). Other mechanisms: an error naming them.",
   },
   'train.logInterval': { type: int(1), default: 10, doc: 'Optimizer steps between training records in `metrics.jsonl`.' },
   'train.checkpointInterval': { type: int(0), default: 1000, doc: 'Optimizer steps between checkpoints (0 = only at the end).' },

@@ -10,6 +10,10 @@
 //   runs.csv, groups.csv, groups.tex   the tables for a spreadsheet or a paper (booktabs)
 //   by-position.csv, loss-by-position.svg   loss by position in the sequence per group, when runs hold an eval.json
 //                   of `eval --by-position` (load-runs.ts)
+//   estimator-health.csv, estimator-health.svg   each run's estimator health per layer and its kernel error during
+//                   training, when runs logged it (train.estimatorHealth; estimator-report.ts)
+//   seed-variance.csv   the final loss's variance split between train.seed and model.featureSeed, for runs that cross
+//                   both (seed-variance.ts)
 //   runs.json       the extracted numbers, machine-readable
 // Every table is one model (table.ts) rendered into each file. Runs of different families (load-runs.ts: model kind,
 // tokenizer, validation tokens) are refused, naming the difference, or with `split` written as one report per family.
@@ -20,6 +24,7 @@ import { relative } from 'node:path';
 import { defaultBaseline, describeRun, differencesTable, groupCurves, groupRuns, shortKey, type RunGroup } from './groups.ts';
 import { familyDifferences, familyFolder, loadRuns, type LoadOptions, type RunSummary } from './load-runs.ts';
 import { escapeHtml, escapeMarkdown } from '../core/markdown.ts';
+import { HEALTH_HEADING, HEALTH_NOTE, healthTableModel, plotHealth, SEED_VARIANCE_HEADING, SEED_VARIANCE_NOTE, seedVarianceModel } from './estimator-report.ts';
 import { lineChartSvg, seriesColours } from './plot.ts';
 import { safeJoin } from './safe-path.ts';
 import { formatMeanSd, formatNumber, groupBy } from './stats.ts';
@@ -337,6 +342,10 @@ interface ReportParts {
   differences: Table | null;
   /** Loss by position per group (runs' eval.json); null when no run has one. */
   byPosition: Table | null;
+  /** Estimator health per run and layer; null when no run logged it. */
+  health: Table | null;
+  /** The seed-variance split, and the sets of runs that vary both seeds without a full grid. */
+  seedVariance: { table: Table | null; problems: string[] };
   svgs: { file: string; title: string; svg: string }[];
   runs: RunSummary[];
 }
@@ -347,6 +356,15 @@ const POSITION_HEADING = 'Loss by position';
 const POSITION_NOTE =
   'Validation loss (nats/token) of the tokens at positions [from, to) of their sequence, from each run’s eval.json (`npm run eval -- <run> --by-position --json <run>/eval.json`), averaged over the runs of a group that have one (n). Table: by-position.csv.';
 const TABLE_FILES = 'Tables: runs.csv, groups.csv (plain numbers), groups.tex (LaTeX, booktabs).';
+
+/** The estimator-health and seed-variance sections, each a heading, its note and its table (empty when it has none). */
+function featureSections(p: ReportParts): { heading: string; note: string; table: Table | null; problems: string[] }[] {
+  const { table, problems } = p.seedVariance;
+  return [
+    ...(p.health ? [{ heading: HEALTH_HEADING, note: HEALTH_NOTE, table: p.health, problems: [] }] : []),
+    ...(table || problems.length ? [{ heading: SEED_VARIANCE_HEADING, note: SEED_VARIANCE_NOTE, table, problems }] : []),
+  ];
+}
 
 function reportMarkdown(p: ReportParts): string {
   const mixed = p.mixed.length ? [`## ${MIXED_HEADING}`, '', ...p.mixed.map((line) => `- ${escapeMarkdown(line)}`), ''] : [];
@@ -365,6 +383,15 @@ function reportMarkdown(p: ReportParts): string {
     '',
     ...differences,
     ...(p.byPosition ? [`## ${POSITION_HEADING}`, '', POSITION_NOTE, '', markdownTable(p.byPosition), ''] : []),
+    ...featureSections(p).flatMap((s) => [
+      `## ${s.heading}`,
+      '',
+      escapeMarkdown(s.note),
+      '',
+      ...(s.table ? [markdownTable(s.table), ''] : []),
+      ...s.problems.map((line) => `- ${escapeMarkdown(line)}`),
+      ...(s.problems.length ? [''] : []),
+    ]),
     '## Curves',
     '',
     ...p.svgs.map((s) => `![${s.title}](${s.file})`),
@@ -394,7 +421,14 @@ function reportHtml(p: ReportParts): string {
 <h1>Run comparison</h1><p>${escapeHtml(p.intro)}</p>${mixed}
 <h2>Groups</h2>${p.groupConstants ? `<p>${escapeHtml(p.groupConstants)}</p>` : ''}<div class="table">${htmlTable(p.perGroup)}</div>${differences}${
     p.byPosition ? `<h2>${escapeHtml(POSITION_HEADING)}</h2><p>${escapeHtml(POSITION_NOTE)}</p><div class="table">${htmlTable(p.byPosition)}</div>` : ''
-  }
+  }${featureSections(p)
+    .map(
+      (s) =>
+        `<h2>${escapeHtml(s.heading)}</h2><p>${escapeHtml(s.note)}</p>${s.table ? `<div class="table">${htmlTable(s.table)}</div>` : ''}${
+          s.problems.length ? `<ul>${s.problems.map((line) => `<li>${escapeHtml(line)}</li>`).join('')}</ul>` : ''
+        }`,
+    )
+    .join('')}
 <h2>Curves</h2>
 <div class="plots">
 ${p.svgs.map((s) => `<figure id="${s.file}">${s.svg}<figcaption><a href="${s.file}">${s.file}</a></figcaption></figure>`).join('\n')}
@@ -480,7 +514,7 @@ async function writeReport(
     await writeFile(file, content);
     files.push(file);
   };
-  const svgs = [...(await plotCurves(groups)), ...(await plotPositions(groups))];
+  const svgs = [...(await plotCurves(groups)), ...(await plotPositions(groups)), ...(await plotHealth(runs))];
   for (const { file, svg } of svgs) await write(file, svg);
   const single = groups.every((g) => g.seeds.length === 1);
   const repeated = groups.filter((g) => g.repeats.runs > 0);
@@ -515,6 +549,8 @@ async function writeReport(
     groupConstants: constantsLine(shown.constants),
     differences,
     byPosition: positionTableModel(groups),
+    health: healthTableModel(runs),
+    seedVariance: seedVarianceModel(runs),
     svgs,
     runs,
   };
@@ -523,6 +559,8 @@ async function writeReport(
   await write('runs.csv', csvTable(parts.perRun));
   await write('groups.csv', csvTable(perGroupFull));
   if (parts.byPosition) await write('by-position.csv', csvTable(parts.byPosition));
+  if (parts.health) await write('estimator-health.csv', csvTable(parts.health));
+  if (parts.seedVariance.table) await write('seed-variance.csv', csvTable(parts.seedVariance.table));
   await write(
     'groups.tex',
     latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')),

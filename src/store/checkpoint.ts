@@ -261,6 +261,8 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
   ),
   ['model.attention.name', (r) => r.model.attention.name],
   ['model.attention.options', (r) => r.model.attention.options],
+  // Recipes saved before it existed drew the features from train.seed: null.
+  ['model.featureSeed', (r) => r.model.featureSeed ?? null],
   ['data.textColumn', (r) => r.data.textColumn],
   ['data.seqLen', (r) => r.data.seqLen],
   ['data.shuffleBuffer', (r) => r.data.shuffleBuffer],

@@ -51,7 +51,8 @@ export function checkModelConfig(value: unknown, source: string): LanguageModelC
   }
   // Models saved before the architecture options existed have none of them: they are GPT-2's (the defaults).
   const c: Record<string, unknown> = { ...ARCHITECTURE_DEFAULTS, ...(value as Record<string, unknown>) };
-  const problems = modelSectionProblems(c);
+  // featureSeed is there only when the recipe set it (model-config.ts); absent, it is the recipe's null.
+  const problems = modelSectionProblems({ ...c, featureSeed: c.featureSeed ?? null });
   const vocabulary = boundProblem('vocabSize', c.vocabSize, BOUNDS.embeddingRows);
   if (vocabulary) problems.push(vocabulary);
   if (!Number.isSafeInteger(c.seed)) problems.push(`seed must be an integer (got ${JSON.stringify(c.seed)})`);

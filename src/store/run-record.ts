@@ -33,7 +33,20 @@ export interface MetricRecord {
   /** Train, tensorflow backend: values and bytes the last step read back into JavaScript (backend/readback.ts). */
   readback_values?: number;
   readback_bytes?: number;
+  /** Validation with train.estimatorHealth: each layer's estimator health (src/train/estimator-health.ts). */
+  estimator_health?: EstimatorHealthRecord;
 }
+
+/** Estimator health per layer: arrays indexed by layer (docs/training.md#estimator-health). */
+export interface EstimatorHealthRecord {
+  kernel_error: number[];
+  output_error: number[];
+  denominator_min: number[];
+  denominator_p01: number[];
+  denominator_p50: number[];
+}
+
+export const ESTIMATOR_HEALTH_FIELDS = ['kernel_error', 'output_error', 'denominator_min', 'denominator_p01', 'denominator_p50'] as const;
 
 /** The fields that measure the run's speed: a run repeated exactly (a resume, a replay) differs in these alone. */
 export const SPEED_FIELDS = ['tokens_per_s', 'elapsed_s', 'model_flops_per_s', 'mfu'] as const;
@@ -101,6 +114,16 @@ export function checkRecord(record: unknown, where: string): asserts record is M
   if (typeof r.grad_norm !== 'number' && r.grad_norm !== null) fail('field grad_norm must be a number or null');
   for (const key of ['bpb', 'acc', 'epoch_fraction', 'model_flops_per_s', 'mfu']) {
     if (r[key] !== undefined && typeof r[key] !== 'number' && r[key] !== null) fail(`field ${key} must be a number`);
+  }
+  if (r.estimator_health !== undefined) {
+    const health = r.estimator_health as Record<string, unknown>;
+    if (!isRecord(health)) fail('field estimator_health must be an object');
+    for (const key of ESTIMATOR_HEALTH_FIELDS) {
+      const values = health[key];
+      // A NaN (no query with a positive exact kernel) is written as null.
+      if (!Array.isArray(values) || !values.every((v) => typeof v === 'number' || v === null))
+        fail(`field estimator_health.${key} must be a list of numbers, one per layer`);
+    }
   }
 }
 

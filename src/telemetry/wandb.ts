@@ -81,6 +81,7 @@ const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'me
   mfu: 'measured',
   bpb: 'measured',
   acc: 'measured',
+  estimator_health: 'measured',
 };
 
 /**
@@ -93,6 +94,15 @@ export function toWandbRow(record: MetricRecord): Record<string, number> {
   const row: Record<string, number> = {};
   for (const [key, value] of Object.entries(record)) {
     if (key === 'split' || value === null || value === undefined) continue;
+    if (key === 'estimator_health') {
+      // One scalar per measure and layer: val/estimator_health/kernel_error/layer0, …
+      for (const [measure, layers] of Object.entries(value as Record<string, (number | null)[]>)) {
+        layers.forEach((v, layer) => {
+          if (v !== null) row[`${record.split}/${key}/${measure}/layer${layer}`] = v;
+        });
+      }
+      continue;
+    }
     row[FIELD_ROLES[key as keyof typeof FIELD_ROLES] === 'position' ? key : `${record.split}/${key}`] = value as number;
   }
   return row;

@@ -32,6 +32,7 @@ import type { TrainingSummary } from '../store/run-record.ts';
 import { checkModelTensors } from '../store/model-check.ts';
 import { saveFinalModel } from '../store/model-folder.ts';
 import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
+import { healthRecord, measureEstimatorHealth, type LayerHealth } from './estimator-health.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import type { StepResult } from './step.ts';
@@ -381,6 +382,7 @@ class TrainingLoop {
     const { logger } = this.writers;
     const { batches, documents } = this.inputs.evalSample;
     const result = this.executor ? await this.executor.evaluate(batches) : await evaluate(this.parts.model, batches, this.recipe.train.graph);
+    const health = this.recipe.train.estimatorHealth ? await this.estimatorHealth() : null;
     const { step, tokens, trainSeconds } = state;
     logger.log({
       step,
@@ -395,12 +397,30 @@ class TrainingLoop {
       bpb: result.bpb,
       acc: result.accuracy,
       epoch_fraction: state.epochFraction(this.inputs.epoch.batches),
+      ...(health ? { estimator_health: healthRecord(health) } : {}),
     });
     this.lastVal = { step, loss: result.loss };
     logger.line(
       `val   step ${step}: loss ${result.loss.toFixed(4)} | ppl ${result.ppl.toFixed(2)} | bpb ${result.bpb.toFixed(4)} | acc ${result.accuracy.toFixed(4)} (${result.tokens} tokens of ${documents} documents)`,
     );
     return result;
+  }
+
+  /**
+   * Estimator health on the first validation sequence, with the weights as they are now: an executor holding them
+   * elsewhere (XLA's child) hands them over first. Across processes every rank holds them already, and the pull would
+   * be a collective that only this rank joins.
+   */
+  private async estimatorHealth(): Promise<LayerHealth[] | null> {
+    if (!currentCluster()) await this.executor?.pull();
+    const health = measureEstimatorHealth(this.parts.model, this.inputs.evalSample.batches[0]);
+    if (health) {
+      const worst = health.reduce((a, b) => (b.kernelError > a.kernelError ? b : a));
+      this.writers.logger.line(
+        `estimator health: kernel error ${worst.kernelError.toFixed(3)} (worst layer), denominator ratio min ${Math.min(...health.map((h) => h.denominatorMin)).toFixed(3)}`,
+      );
+    }
+    return health;
   }
 
   /** Rank 0 writes a checkpoint; every rank calls this at the same steps, since the pull may gather from all of them. */
@@ -554,6 +574,7 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
   let loop: TrainingLoop | null = null;
   let unlock = () => {};
   try {
+    checkEstimatorHealth(recipe, parts.model);
     let logger = opts.logger ?? (isLeader(cluster) ? undefined : silentLogger());
     if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device));
     lines.attach(logger);
@@ -570,6 +591,14 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
     else await closeRunParts(parts);
     unlock();
   }
+}
+
+/** train.estimatorHealth needs a mechanism that declares the kernel its features estimate (KernelEstimate). */
+function checkEstimatorHealth(recipe: Recipe, model: LanguageModel): void {
+  if (!recipe.train.estimatorHealth || model.body.attention.every((a) => a.kernel)) return;
+  throw new Error(
+    `train.estimatorHealth: attention '${recipe.model.attention.name}' declares no kernel estimate (its exact kernel), so there is nothing to measure; set it to false`,
+  );
 }
 
 /** The logger of a rank other than 0: it writes nothing (rank 0 keeps the run's one set of logs). */

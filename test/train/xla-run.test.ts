@@ -81,6 +81,25 @@ describe.skipIf(!available)('training runs with the xla executor', () => {
     expect(xla.at(-1)).not.toEqual(unmasked.at(-1));
   });
 
+  it('train.estimatorHealth measures the weights the jax process trained: the same health as an op-by-op run', async () => {
+    const health = async (executor: string) => {
+      const text = tinyRecipeText(setup, join(dir, `runs-health-${executor}`), { executor, estimatorHealth: 'true', maxTokens: 512 })
+        .replace('backend: cpu', 'backend: tensorflow')
+        .replace('dropout: 0.1', 'dropout: 0');
+      const run = await train(parseRecipe(text, join(dir, `health-${executor}.yaml`)));
+      expect(run.error).toBeNull();
+      return readMetrics(run.dir)
+        .filter((r) => r.split === 'val')
+        .map((r) => ({ step: r.step, kernelError: r.estimator_health!.kernel_error[0] }));
+    };
+    const xla = await health('xla');
+    const opByOp = await health('op-by-op');
+    expect(xla.map((r) => r.step)).toEqual(opByOp.map((r) => r.step));
+    // Trained weights, not the step-0 ones the trainer's own model would still hold without the pull.
+    expect(xla.at(-1)!.kernelError).not.toBeCloseTo(xla[0].kernelError, 3);
+    xla.forEach((r, i) => expect(r.kernelError).toBeCloseTo(opByOp[i].kernelError, 3));
+  });
+
   it('npm run compile, then a run from the compiled programs with no TensorFlow backend, equals the recorded run', async () => {
     const recipeFile = join(dir, 'compiled.yaml');
     // Dropout off: the recorded run and the compiled one then draw nothing, and their losses must agree.

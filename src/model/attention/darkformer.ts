@@ -26,6 +26,7 @@ import {
   checkAttentionShapes,
   favorAttention,
   favorFeatureMaps,
+  favorKernel,
   favorOptionSpecs,
   checkImportanceOptions,
   ImportanceWeights,
@@ -169,6 +170,7 @@ registerAttention('darkformer', {
         ? { dataInit: { trigger: "init 'whitening'", fills: { variable: covarianceFactor, label: 'M' }, initializeFromData } }
         : {}),
       ...(weights ? { dataInit: weights.dataInit } : {}),
+      kernel: favorKernel('exp(x̃_qᵀx̃_k), x̃ = M·d^(−1/4)x', projection.variable, kernelInputs, weights?.variable),
       onTrainStep: (step) => projection.onTrainStep(step),
       dispose: () => {
         projection.variable.dispose();

@@ -19,6 +19,15 @@ export {
   attentionFeatureMap,
 } from './registry.ts';
 export type { FeatureMapCost } from './registry.ts';
-export type { AttentionModule, AttentionConfig, ApplyOptions, AttentionState, DocumentLayout, StepOptions, TensorDeclaration } from './types.ts';
+export type {
+  AttentionModule,
+  AttentionConfig,
+  ApplyOptions,
+  AttentionState,
+  DocumentLayout,
+  KernelEstimate,
+  StepOptions,
+  TensorDeclaration,
+} from './types.ts';
 export { linearAttention } from './linear-attention.ts';
 export { unfittedImportanceWeights } from './performer.ts';

@@ -13,6 +13,7 @@
 // biases the kernel and, for keys, depends on the global maximum).
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
+import { dot } from '../features/linalg.ts';
 import { logWeightRange, pooledCovariance, proposalDraws, varianceOptimalProposal } from '../features/importance.ts';
 import { positiveRandomFeatures } from '../features/prf.ts';
 import { orthogonalGaussianProjection } from '../features/orthogonal.ts';
@@ -28,7 +29,7 @@ import {
   type FeatureMaps,
 } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
-import type { ApplyOptions, AttentionModule, DataInitialization, OptionSpecs, TensorDeclaration } from './types.ts';
+import type { ApplyOptions, AttentionModule, DataInitialization, KernelEstimate, OptionSpecs, TensorDeclaration } from './types.ts';
 
 export const FAVOR_DATA_INITS = ['none', 'variance-optimal'] as const;
 
@@ -258,6 +259,23 @@ export function favorAttention(qTilde: tf.Tensor4D, kTilde: tf.Tensor4D, v: tf.T
   return featureMapAttention(favorFeatureMaps(omega, 1), qTilde, kTilde, v, opts);
 }
 
+/**
+ * What FAVOR+ features of x̃ = kernelInputs(x) estimate, with or without importance weights: exp(x̃_qᵀx̃_k), the
+ * features row-stabilised (their shift returned) so that large inputs stay in float32's range.
+ */
+export function favorKernel(formula: string, omega: tf.Variable, kernelInputs: (x: tf.Tensor4D) => tf.Tensor4D, logWeights?: tf.Variable): KernelEstimate {
+  return {
+    formula,
+    features: (x) =>
+      tf.tidy(() => {
+        const { features, shift } = positiveRandomFeatures(kernelInputs(x), omega, { stabilizer: 'row', logWeights });
+        return { features, shift: shift as tf.Tensor4D };
+      }),
+    kernelInputs: (x) => tf.tidy(() => kernelInputs(x)),
+    logKernel: dot,
+  };
+}
+
 /** Performer and DARKFormer modules: the attention interface plus read-outs for diagnostics and tests. */
 export interface RandomFeatureModule extends AttentionModule {
   /**
@@ -335,6 +353,7 @@ registerAttention('performer', {
         return projection.drawIndex;
       },
       ...(weights ? { dataInit: weights.dataInit } : {}),
+      kernel: favorKernel('exp(x̃_qᵀx̃_k), x̃ = d^(−1/4)x (softmax’s)', projection.variable, kernelInputs, weights?.variable),
       onTrainStep: (step) => projection.onTrainStep(step),
       dispose: () => {
         projection.variable.dispose();

@@ -20,6 +20,7 @@
 //   with one visible key, so the guard never changes an exact estimate; 'reference' keeps 1.0.
 import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
+import { dot } from '../features/linalg.ts';
 import { l2Normalize, namedVariable } from '../ops.ts';
 import { deriveSeed, Rng } from '../../core/rng.ts';
 import { DEFAULT_MAX_DEGREE, drawDegrees, MACLAURIN_KERNELS, RandomMaclaurinFeatures } from '../features/random-maclaurin.ts';
@@ -96,7 +97,8 @@ registerAttention('schoenbat', {
     const gamma = namedVariable(config.scope, 'postSbnGamma', tf.ones([1]), true);
     const beta = namedVariable(config.scope, 'postSbnBeta', tf.zeros([config.headDim]), true);
     // Pre-SBN and post-SBN act per position, so the recurrent form is the plain feature-map one.
-    const side = (x: tf.Tensor4D) => ({ features: featureMap.apply(tf.mul(preSbn(x), inputScale)) as tf.Tensor4D });
+    const kernelInputs = (x: tf.Tensor4D) => tf.tidy(() => tf.mul(preSbn(x), inputScale) as tf.Tensor4D);
+    const side = (x: tf.Tensor4D) => ({ features: featureMap.apply(kernelInputs(x)) as tf.Tensor4D });
     const maps = { featureDim: options.features as number, shiftedKeys: false, query: side, key: side };
     const methods = featureMapMethods('schoenbat', config, () => maps, { ...contractionOptions(options), clampMin });
     const postSbn = (attended: tf.Tensor4D) => tf.tidy(() => tf.add(tf.mul(attended, gamma), beta) as tf.Tensor4D);
@@ -106,6 +108,13 @@ registerAttention('schoenbat', {
       trainableVariables: [gamma, beta],
       buffers: [featureMap.projections],
       drawLayout: { maclaurinDegrees: featureMap.degrees },
+      // The features estimate the series truncated at maxDegree (random-maclaurin.ts), positive on |x̃_qᵀx̃_k| ≤ 1/√d.
+      kernel: {
+        formula: `Σ_{n≤${options.maxDegree}} aₙ(x̃_qᵀx̃_k)ⁿ of f = ${kernel}, x̃ = d^(−1/4)·preSBN(x)`,
+        features: (x) => tf.tidy(() => side(x)),
+        kernelInputs,
+        logKernel: (q, k) => Math.log(featureMap.kernelValue(dot(q, k))),
+      },
       apply(q, k, v, opts = {}) {
         return tf.tidy(() => postSbn(methods.apply(q, k, v, opts)));
       },

@@ -30,6 +30,7 @@ import {
   type PolynomialFeatureMap,
   type PolynomialKind,
 } from '../features/polynomial.ts';
+import { dot } from '../features/linalg.ts';
 import { gaussianProjection } from '../features/projections.ts';
 import { slayQuadrature } from '../features/quadrature.ts';
 import { fusedSlayFactors } from '../fused.ts';
@@ -37,7 +38,7 @@ import { l2Normalize, namedVariable, projectPerHead, rowOuterProduct } from '../
 import { deriveSeed, Rng } from '../../core/rng.ts';
 import { contractionOptionSpecs, featureMapMethods, type FeatureMaps, type ProductFactors } from './linear-attention.ts';
 import { registerAttention } from './registry.ts';
-import type { AttentionConfig, AttentionModule } from './types.ts';
+import type { AttentionConfig, AttentionModule, KernelEstimate } from './types.ts';
 
 export const SLAY_POLY_VARIANTS = [...POLYNOMIAL_KINDS, 'laplace-only', 'hadamard'] as const;
 export type SlayPolyVariant = (typeof SLAY_POLY_VARIANTS)[number];
@@ -220,6 +221,26 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
   }
 
   const side = (x: tf.Tensor4D) => ({ features: features(x) });
+  // What the features estimate in expectation over the draw, as the table at the top of this file says: the R-node
+  // quadrature is part of the mechanism; its own error against x²/(C − 2x) is the ablation's (docs/attention.md).
+  const polynomialKernel = (x: number, node: number): number => {
+    if (poly === 'anchor') return (1 + 2 * x * x) / (d * (d + 2));
+    if (poly === 'laplace-only') return 1;
+    if (poly === 'hadamard') {
+      const a2 = 2 * scales[node] * (1 + x) ** 2;
+      return (a2 * a2 + 2 * a2 * (1 + 2 * x) + 1 + 2 * x * x) / m;
+    }
+    return x * x;
+  };
+  const kernel: KernelEstimate = {
+    formula: `Σ_r w_r·p(x)·e^(2 s_r x), x = q̂ᵀk̂, R = ${r} Gauss–Laguerre nodes, p the expectation of the '${poly}' factor`,
+    features: (x) => ({ features: features(x) }),
+    kernelInputs: (x) => tf.tidy(() => unitRows(x)),
+    logKernel: (q, k) => {
+      const x = Math.min(1, Math.max(-1, dot(q, k)));
+      return Math.log(scales.reduce((sum, scale, node) => sum + weights[node] * polynomialKernel(x, node) * Math.exp(2 * scale * x), 0));
+    },
+  };
   const maps: FeatureMaps = { featureDim, shiftedKeys: false, query: side, key: side, ...(polyMap ? { factors: { of: factors, features: expand } } : {}) };
   return {
     name: 'slay',
@@ -230,6 +251,7 @@ export function createSlay(config: AttentionConfig, options: SlayOptions): SlayA
     featureDim,
     features,
     factors: polyMap ? factors : null,
+    kernel,
     ...featureMapMethods('slay', config, () => maps, { chunkSize, segmentLength, delta }),
     dispose() {
       nodes?.dispose();

@@ -52,6 +52,8 @@ export interface AttentionModule {
   onTrainStep?(step: number): void;
   /** Present when the options ask for a data-dependent initialisation (DARKFormer's init 'whitening'). */
   readonly dataInit?: DataInitialization;
+  /** Kernel (linear) mechanisms whose features estimate a kernel: what they estimate (estimator health, src/train/estimator-health.ts). */
+  readonly kernel?: KernelEstimate;
   /**
    * Incremental (decoding) form, causal mechanisms only: the state before position 0 of `batch`
    * sequences of at most `maxLength` positions (cosFormer with reweightLength 0 uses it as M).
@@ -73,6 +75,21 @@ export interface AttentionModule {
     opts?: StepOptions,
   ): { out: tf.Tensor4D; state: AttentionState };
   dispose(): void;
+}
+
+/**
+ * What a kernel mechanism's features φ estimate: φ(q)ᵀφ(k) ≈ κ(q, k), the exact kernel (in expectation over the
+ * random draw), so estimator health can compare the two on live queries and keys (docs/training.md#estimator-health).
+ */
+export interface KernelEstimate {
+  /** κ as a formula, for the run log and the report ("exp(x̃_qᵀx̃_k), x̃ = d^(−1/4)x"). */
+  readonly formula: string;
+  /** x [B, H, L, d] → φ(x) [B, H, L, F], with an optional log scale removed per row (shift [B, H, L, 1]: φ = features·e^shift). */
+  features(x: tf.Tensor4D): { features: tf.Tensor4D; shift?: tf.Tensor4D };
+  /** x [B, H, L, d] → the rows x̃ [B, H, L, r] that logKernel reads (Performer: d^(−1/4)x). */
+  kernelInputs(x: tf.Tensor4D): tf.Tensor4D;
+  /** log κ (κ > 0; −∞ where κ = 0) of one head's rows x̃_q, x̃_k, in float64. */
+  logKernel(q: Float64Array, k: Float64Array): number;
 }
 
 /**

@@ -66,3 +66,10 @@ export function inverseSqrtSymmetric(matrix: number[][], floor = 1e-6): number[]
   });
   return out;
 }
+
+/** Σ_i a_i b_i of two float64 rows. */
+export function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let sum = 0;
+  for (let i = 0; i < a.length; i++) sum += a[i] * b[i];
+  return sum;
+}
