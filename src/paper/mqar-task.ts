@@ -43,9 +43,8 @@ export function resolveMqarConfig(config: MqarConfig): ResolvedMqarConfig {
   }
   if (T % 2 !== 0) throw new Error(`mqar: seqLen must be even (got ${T})`);
   if (V <= T) throw new Error(`mqar: vocabSize (${V}) must exceed seqLen (${T}), as in Zoology`);
-  if (N > Math.floor(V / 2) - 1)
-    throw new Error(`mqar: ${N} key–value pairs need ${N} distinct keys, but [1, ${Math.floor(V / 2)}) holds ${Math.floor(V / 2) - 1}`);
   if (Q > N) throw new Error(`mqar: numQueries (${Q}) must be at most numKvPairs (${N}): each key is queried once at most`);
+  // With V > T ≥ 4N, [1, V/2) and [V/2, V) always hold N distinct keys and values.
   if (4 * N > T) throw new Error(`mqar: ${N} pairs and their queries need seqLen ≥ 4·${N} = ${4 * N} (got ${T})`);
   if (!(Number.isFinite(powerA) && powerA > 0 && powerA <= 1)) throw new Error(`mqar: powerA must be in (0, 1] (got ${powerA})`);
   if (typeof resolved.randomNonQueries !== 'boolean') throw new Error(`mqar: randomNonQueries must be true or false (got ${resolved.randomNonQueries})`);
