@@ -137,6 +137,37 @@ describe('MQAR state size', () => {
   });
 });
 
+describe('MQAR paired differences', () => {
+  it('pairs each mechanism with softmax at the same length, width and seed', () => {
+    const grid = mqarGrid(false);
+    // Made-up outcomes: softmax 0.9 everywhere; performer 0.9 − 0.01·(width / 64) − 0.1·(length / 64).
+    const parse = (name: string) => {
+      const [, mechanism, seqLen, dModel] = /^(.+)-T(\d+)-kv\d+-d(\d+)-seed1$/.exec(name)!;
+      return { mechanism, seqLen: Number(seqLen), dModel: Number(dModel) };
+    };
+    const accuracy = ({ mechanism, seqLen, dModel }: ReturnType<typeof parse>) =>
+      mechanism === 'softmax' ? 0.9 : mechanism === 'performer' ? 0.9 - 0.01 * (dModel / 64) - 0.1 * (seqLen / 64) : null;
+    const view = {
+      values: (name: string) => {
+        const a = accuracy(parse(name));
+        return a === null ? [] : [a];
+      },
+      extra: () => null,
+    };
+    const differences = mqar.differences!(view, false);
+    expect(differences.map((d) => d.row)).toEqual(grid.mechanisms.filter((m) => m !== 'softmax'));
+    const performer = differences.find((d) => d.row === 'performer')!;
+    const configs = grid.lengths.flatMap((l) => grid.dModels.map((d) => ({ seqLen: l.seqLen, dModel: d })));
+    expect(performer.n).toBe(configs.length);
+    const gaps = configs.map(({ seqLen, dModel }) => -0.01 * (dModel / 64) - 0.1 * (seqLen / 64));
+    expect(performer.metric!.mean).toBeCloseTo(gaps.reduce((a, b) => a + b, 0) / gaps.length, 12);
+    expect(performer.metric!.ci![1]).toBeLessThan(0);
+    // The state sizes and rates are not random: no interval is drawn over them.
+    expect(performer.extra).toEqual({});
+    expect(differences.find((d) => d.row === 'slay')).toMatchObject({ n: 0, metric: null });
+  });
+});
+
 describe('MQAR learning', () => {
   beforeAll(async () => {
     await initBackend('wasm', { quiet: true });
