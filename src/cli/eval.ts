@@ -1,8 +1,11 @@
 // npm run eval -- <checkpoint> [--data PATH] [--tokens N | --all] [--sample spread|head] [--tokenizer FILE] [--by-position] [--json FILE] [--backend NAME] [--verbose]
+// npm run eval -- <checkpoint> --passkey [--passkey-lengths N,N,…] [--passkey-trials N] [--json FILE]
 // Validation loss, perplexity, bits per byte and top-1 accuracy of a trained model (a run's final/ folder, a
-// checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data.
+// checkpoint folder or a run folder) on the validation split of its recipe's dataset or --data; or, with --passkey, a
+// GPT's passkey retrieval at long context lengths (src/train/passkey.ts).
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { EvalResult } from '../train/evaluate.ts';
+import type { PasskeyRow } from '../train/passkey.ts';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { replaceOwnFile } from '../core/own-file.ts';
@@ -37,6 +40,16 @@ model on the same data and tokenizer is measured on the same tokens. The output 
     tokenizer: { type: 'string', value: 'FILE', help: "tokenizer.json (default: the recipe's data.tokenizer; must be the one the model was trained with)" },
     'by-position': { type: 'boolean', help: 'also the loss by position in the sequence: buckets [0,1), [1,2), [2,4), … doubling to the sequence length' },
     json: { type: 'string', value: 'FILE', help: 'also write the result as JSON to FILE (with --by-position: its by_position field)' },
+    passkey: {
+      type: 'boolean',
+      help: "instead: passkey retrieval of a GPT, a 5-digit key hidden in filler text at 5 depths and asked for at the end (docs/training.md, 'Passkey retrieval')",
+    },
+    'passkey-lengths': {
+      type: 'string',
+      value: 'N,N,…',
+      help: "prompt lengths in tokens (default 1024,2048,4096,8192,16384,32768); those beyond the model's position table are reported, not run",
+    },
+    'passkey-trials': { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'keys per depth at each length (default 2)' },
     backend: backendOption(),
     verbose: VERBOSE_OPTION,
   },
@@ -118,8 +131,111 @@ export function evalJson(r: EvalCheckpointResult): string {
   return `${JSON.stringify({ ...rest, ...(byPosition ? { by_position: byPosition } : {}) }, null, 2)}\n`;
 }
 
+export interface PasskeyCheckpointOptions {
+  checkpoint: string;
+  tokenizer?: string;
+  /** Prompt lengths in tokens (default PASSKEY_LENGTHS). */
+  lengths?: number[];
+  /** Keys per depth at each length (default 2). */
+  trialsPerDepth?: number;
+}
+
+export interface PasskeyCheckpointResult {
+  dir: string;
+  description: string;
+  /** The recipe's data.seqLen: the longest sequences the model was trained on. */
+  trainedLength: number;
+  /** model.maxSeqLen: the longest prompt it can read (its learned positions end there). */
+  positionTable: number;
+  depths: number[];
+  trialsPerDepth: number;
+  rows: PasskeyRow[];
+}
+
+/** Loads a GPT checkpoint and scores passkey retrieval at each length (the backend must be initialised). */
+export async function passkeyCheckpoint(opts: PasskeyCheckpointOptions): Promise<PasskeyCheckpointResult> {
+  const [{ PASSKEY_DEPTHS, PASSKEY_LENGTHS, passkeyEval }, { loadModel, loadModelTokenizer }] = await Promise.all([
+    import('../train/passkey.ts'),
+    import('../store/load-model.ts'),
+  ]);
+  const loaded = await loadModel(opts.checkpoint);
+  const { dir, model, recipe, metadata } = loaded;
+  try {
+    if (model.kind !== 'gpt') throw new Error(`${dir}: passkey retrieval needs a GPT (the key is asked for at the end); this model is a ${model.kind}`);
+    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
+    const trialsPerDepth = opts.trialsPerDepth ?? 2;
+    const trainedLength = recipe.data.seqLen;
+    const rows = await passkeyEval(model, (texts) => tokenizer.encodeBatch(texts), {
+      lengths: opts.lengths ?? PASSKEY_LENGTHS,
+      depths: PASSKEY_DEPTHS,
+      trialsPerDepth,
+      seed: 1,
+      trainedLength,
+    });
+    const description = `${model.kind} ${model.config.attention.name}${metadata.step ? ` (step ${metadata.step})` : ''}`;
+    return { dir, description, trainedLength, positionTable: model.config.maxSeqLen, depths: PASSKEY_DEPTHS, trialsPerDepth, rows };
+  } finally {
+    model.dispose();
+  }
+}
+
+export function formatPasskey(r: PasskeyCheckpointResult): string {
+  const note = (row: PasskeyRow) =>
+    row.status !== 'run' ? `beyond the position table (${r.positionTable}): not run` : row.beyondTrainedContext ? 'beyond the trained context' : '';
+  const table = [
+    ['length', 'retrieval', 'token acc', 'loss', `by depth ${r.depths.join('/')}`, ''],
+    ...r.rows.map((row) => [
+      String(row.length),
+      row.retrieval === null ? '—' : row.retrieval.toFixed(2),
+      row.tokenAccuracy === null ? '—' : row.tokenAccuracy.toFixed(3),
+      row.loss === null ? '—' : row.loss.toFixed(3),
+      row.byDepth.length ? row.byDepth.map((d) => d.retrieval.toFixed(2)).join('/') : '—',
+      note(row),
+    ]),
+  ];
+  const widths = table[0].map((_, c) => Math.max(...table.map((row) => row[c].length)));
+  return [
+    `checkpoint ${r.dir}: ${r.description}`,
+    `passkey retrieval: ${r.depths.length} depths × ${r.trialsPerDepth} keys per length; trained on sequences of ${r.trainedLength} tokens; position table ${r.positionTable}`,
+    ...table.map((row) =>
+      row
+        .map((cell, c) => (c === row.length - 1 ? cell : c === 4 ? cell.padEnd(widths[c]) : cell.padStart(widths[c])))
+        .join('  ')
+        .trimEnd(),
+    ),
+  ].join('\n');
+}
+
+/** --passkey-lengths: positive integers, comma-separated. */
+function passkeyLengths(text: string): number[] {
+  return text.split(',').map((part) => {
+    if (!/^\d+$/.test(part.trim()) || Number(part) < 1)
+      throw new UsageError(`--passkey-lengths takes lengths in tokens, comma-separated (got '${part}' in '${text}')`);
+    return Number(part);
+  });
+}
+
 if (isMainModule(import.meta.url)) {
   await runCommand(COMMAND, async ({ values, positionals }) => {
+    if (values.passkey) {
+      const others = (['data', 'tokens', 'all', 'by-position'] as const).filter((key) => values[key] !== undefined && values[key] !== false);
+      if (others.length) throw new UsageError(`--passkey scores passkey retrieval, not the validation split: drop --${others.join(', --')}`);
+      if (values.json && !existsSync(dirname(resolve(values.json))))
+        throw new UsageError(`--json ${values.json}: the folder ${dirname(resolve(values.json))} does not exist`);
+      const lengths = values['passkey-lengths'] === undefined ? undefined : passkeyLengths(values['passkey-lengths']);
+      await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
+      const result = await passkeyCheckpoint({
+        checkpoint: positionals[0],
+        tokenizer: values.tokenizer,
+        lengths,
+        trialsPerDepth: values['passkey-trials'] as number | undefined,
+      });
+      console.log(formatPasskey(result));
+      if (values.json) replaceOwnFile(values.json, `${JSON.stringify(result, null, 2)}\n`);
+      return;
+    }
+    if (values['passkey-lengths'] !== undefined || values['passkey-trials'] !== undefined)
+      throw new UsageError('--passkey-lengths and --passkey-trials go with --passkey');
     if (values.all && values.tokens !== undefined) throw new UsageError('give either --tokens or --all, not both');
     const tokens = values.all ? Infinity : values.tokens;
     if (!(EVAL_SAMPLES as readonly string[]).includes(values.sample))

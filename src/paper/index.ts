@@ -11,6 +11,7 @@ const LOADERS: Record<string, () => Promise<Experiment>> = {
   'slay-ablation': async () => (await import('./slay-ablation.ts')).slayAblation,
   'lm-compare': async () => (await import('./lm-compare.ts')).lmCompare,
   'darkformer-finetune': async () => (await import('./darkformer-finetune.ts')).darkformerFinetune,
+  mqar: async () => (await import('./mqar.ts')).mqar,
 };
 
 export const EXPERIMENT_NAMES = Object.keys(LOADERS);

@@ -80,6 +80,16 @@ export interface ShownExtra {
   digits: number;
 }
 
+/** The metric drawn against one of the units' other numbers (e.g. accuracy against state size). */
+export interface PlotAgainst {
+  /** The key in the units' `extra`: the x axis. */
+  key: string;
+  /** The x axis's title. */
+  title: string;
+  /** A logarithmic x axis. */
+  log: boolean;
+}
+
 export interface Experiment {
   name: string;
   /** Bumped whenever units, settings or published numbers change: runs of another version are not mixed in. */
@@ -99,6 +109,8 @@ export interface Experiment {
   measuredNotes?(view: UnitView, quick: boolean): string[];
   /** Other numbers of the units shown as tables of their own, not judged (e.g. latency), beside the paper's where it has them. */
   shown?: ShownExtra[];
+  /** A plot per results table of the metric against this extra, a line per row through its columns' cells. */
+  plotAgainst?: PlotAgainst;
   /** The default backend of its units (the results depend on it, so it is part of where they are kept). */
   backend: BackendChoice;
   units(quick: boolean): UnitSpec[];

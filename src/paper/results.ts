@@ -9,7 +9,7 @@ import path from 'node:path';
 import { groupBy, meanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
-import type { CellSpec, CellVerdict, Claim, Difference, Explanation, ShownExtra } from './protocol.ts';
+import type { CellSpec, CellVerdict, Claim, Difference, Explanation, PlotAgainst, ShownExtra } from './protocol.ts';
 import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
 import { holmAdjusted } from '../report/paired.ts';
 import { splitSeedVariance, type SeedVarianceSplit } from '../report/seed-variance.ts';
@@ -50,6 +50,8 @@ export interface ExperimentResults {
   protocol: Record<string, string>;
   notes: string[];
   shown: ShownExtra[];
+  /** The metric drawn against one of the units' other numbers, a plot per table (experiments that declare it). */
+  plotAgainst: PlotAgainst | null;
   quick: boolean;
   command: string;
   provenance: {
@@ -150,6 +152,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     protocol: experiment.protocol,
     notes: [...experiment.notes, ...(experiment.measuredNotes?.(unitView(records), settings.quick) ?? [])],
     shown: experiment.shown ?? [],
+    plotAgainst: experiment.plotAgainst ?? null,
     quick: settings.quick,
     command: set.file,
     provenance: {
@@ -334,10 +337,21 @@ function claimCounts(claims: Claim[]): string {
   return `${count('holds')} of ${claims.length} claims hold, ${count('not separated')} not separated, ${count('contradicted')} contradicted, ${count('not run')} not run`;
 }
 
+/** "2 of 7 paired differences separated from 0 (1 above, 1 below), 1 not run": an experiment with neither published numbers nor claims. */
+function differenceCounts(differences: Difference[]): string {
+  const sides = differences.map(separation);
+  const count = (side: string) => sides.filter((s) => s === side).length;
+  const above = count('**above**');
+  const below = count('**below**');
+  const notRun = differences.filter((d) => !d.metric).length;
+  return `${above + below} of ${differences.length} paired differences separated from 0 (${above} above, ${below} below)${notRun ? `, ${notRun} without two pairs done` : ''}`;
+}
+
 /** The results in one line: the cells' agreement count, or the claims' verdicts where the paper prints no numbers. */
 export function resultsHeadline(results: ExperimentResults): string {
   const c = results.counts;
   if (c.withPublished === 0 && results.claims.length > 0) return claimCounts(results.claims);
+  if (c.withPublished === 0 && results.differences.length > 0) return differenceCounts(results.differences);
   return (
     `${c.agrees} of ${c.withPublished} cells agree with the paper (${c.disagrees} disagree: ${c.disagreementsBy.deliberate} deliberate, ` +
     `${c.disagreementsBy['protocol-gap']} protocol gap, ${c.disagreementsBy.open} open; ${c.notRun} not run)`
@@ -345,7 +359,12 @@ export function resultsHeadline(results: ExperimentResults): string {
 }
 
 /** The results file for people. */
-export function resultsMarkdown(results: ExperimentResults, plotFile: string | null, curvePlots: ReadonlyMap<string, string> = new Map()): string {
+export function resultsMarkdown(
+  results: ExperimentResults,
+  plotFile: string | null,
+  curvePlots: ReadonlyMap<string, string> = new Map(),
+  againstPlots: ReadonlyMap<string, string> = new Map(),
+): string {
   const { counts, provenance: p, metric } = results;
   const digits = metric.digits;
   const lines: string[] = [
@@ -355,10 +374,12 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     '',
     counts.withPublished === 0 && results.claims.length > 0
       ? `**The paper prints no numbers to set beside ours: ${claimCounts(results.claims)}** (the claims are below).`
-      : `**${counts.agrees} of ${counts.withPublished} cells with a published value agree with the paper**` +
-        ` (${counts.disagrees} disagree: ${counts.disagreementsBy.deliberate} by a deliberate difference, ${counts.disagreementsBy['protocol-gap']} by a protocol gap, ${counts.disagreementsBy.open} open` +
-        `${counts.notRun ? `; ${counts.notRun} without a value of ours` : ''})` +
-        `${counts.extra ? `; ${counts.extra} more cells have no published value` : ''}.`,
+      : counts.withPublished === 0 && results.differences.length > 0
+        ? `**The paper prints no numbers to set beside ours: ${differenceCounts(results.differences)}** (the paired differences are below).`
+        : `**${counts.agrees} of ${counts.withPublished} cells with a published value agree with the paper**` +
+          ` (${counts.disagrees} disagree: ${counts.disagreementsBy.deliberate} by a deliberate difference, ${counts.disagreementsBy['protocol-gap']} by a protocol gap, ${counts.disagreementsBy.open} open` +
+          `${counts.notRun ? `; ${counts.notRun} without a value of ours` : ''})` +
+          `${counts.extra ? `; ${counts.extra} more cells have no published value` : ''}.`,
     `Agreement rule: ${results.rule}.`,
     '',
     '| | |',
@@ -382,6 +403,8 @@ export function resultsMarkdown(results: ExperimentResults, plotFile: string | n
     lines.push(`## ${table}`, '', ...gridTable(cells, (cell) => cellText(cell, digits)), '');
     const curves = curvePlots.get(table);
     if (curves) lines.push(`![${table}: validation loss against optimizer steps, mean ± sd over seeds](${curves})`, '');
+    const against = againstPlots.get(table);
+    if (against) lines.push(`![${table}: ${results.metric.name} against ${results.plotAgainst!.title}, a line per row](${against})`, '');
   }
   lines.push(
     counts.withPublished === 0
@@ -513,6 +536,29 @@ function curvesSvg(results: ExperimentResults, table: string, cells: CellResult[
   });
 }
 
+/** One results table's metric against the extra the experiment plots it against: a line per row through its cells (mean over their units). */
+function againstSvg(results: ExperimentResults, table: string, cells: CellResult[]): Promise<string> | null {
+  const against = results.plotAgainst;
+  if (!against) return null;
+  const points: LinePoint[] = cells
+    .filter((c) => c.ours.n > 0 && (c.extra[against.key]?.n ?? 0) > 0)
+    .map((c) => ({
+      series: c.row,
+      x: c.extra[against.key].mean,
+      y: c.ours.mean,
+      ...(c.ours.sd !== null ? { lo: c.ours.mean - c.ours.sd, hi: c.ours.mean + c.ours.sd } : {}),
+    }))
+    .sort((a, b) => a.x - b.x);
+  if (points.length === 0) return null;
+  return lineChartSvg(points, {
+    title: `${results.title}: ${table}`,
+    xTitle: against.title,
+    yTitle: results.metric.name,
+    seriesTitle: 'row',
+    logX: against.log,
+  });
+}
+
 /** Writes the markdown, the JSON and the plots (agreement; validation curves per table where units record them); returns the files. */
 export async function writeResults(results: ExperimentResults, outDir: string): Promise<string[]> {
   const base = `${results.experiment}${results.quick ? '-quick' : ''}`;
@@ -533,8 +579,17 @@ export async function writeResults(results: ExperimentResults, outDir: string): 
     files.push(path.join(outDir, file));
     curvePlots.set(table, file);
   }
+  const againstPlots = new Map<string, string>();
+  for (const [i, [table, cells]] of [...groupBy(results.cells, (c) => c.table)].entries()) {
+    const svg = await againstSvg(results, table, cells);
+    if (!svg) continue;
+    const file = path.join(base, `against-${results.plotAgainst!.key}-${i + 1}.svg`);
+    await writeFile(path.join(outDir, file), svg);
+    files.push(path.join(outDir, file));
+    againstPlots.set(table, file);
+  }
   const markdown = path.join(outDir, `${base}.md`);
-  await writeFile(markdown, resultsMarkdown(results, svg ? plot : null, curvePlots));
+  await writeFile(markdown, resultsMarkdown(results, svg ? plot : null, curvePlots, againstPlots));
   const json = path.join(outDir, `${base}.json`);
   await writeFile(json, JSON.stringify(results, null, 2) + '\n');
   return [markdown, json, ...files];

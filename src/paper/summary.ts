@@ -30,7 +30,7 @@ export async function summaryLines(resultsDir: string, linkBase: string): Promis
       .join('/');
     const done = units.notDone ? `; ${units.done} of ${units.total} units done` : '';
     lines.push(
-      `| ${name} | [${markdown}](${markdown}) | ${resultsHeadline({ ...results, claims: results.claims ?? [] })}${done} | ${formatDuration(wallSeconds)} | ` +
+      `| ${name} | [${markdown}](${markdown}) | ${resultsHeadline({ ...results, claims: results.claims ?? [], differences: results.differences ?? [] })}${done} | ${formatDuration(wallSeconds)} | ` +
         `${backends.join('; ')} at ${commits.join(', ')} |`,
     );
   }

@@ -14,8 +14,9 @@ import { startStepExecutor } from '../train/step-executors/index.ts';
 import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { PAPER_TASK_MODEL, TaskModel } from './task-model.ts';
+import type { TaskModelConfig } from './task-model.ts';
 import { TASK_CATEGORIES, TaskGenerator, taskSpec } from './synthetic-tasks.ts';
-import type { TaskBatch, TaskCategory } from './synthetic-tasks.ts';
+import type { TaskBatch, TaskCategory, TaskSpec } from './synthetic-tasks.ts';
 
 /**
  * Per-mechanism options of the paper's task benchmark (mapped to our option names): SLAY anchor
@@ -45,6 +46,17 @@ export interface TaskTrainOptions {
   graph?: boolean;
   /** Those functions compiled by XLA (train.xla resolved; default false). */
   xla?: boolean;
+  /** The batches, where they come from another generator than the named task's (e.g. MQAR, src/paper/mqar-task.ts). */
+  generator?: TaskBatchSource;
+  /** The task model's width, heads and layers where they differ from the paper's (PAPER_TASK_MODEL). */
+  model?: Partial<Pick<TaskModelConfig, 'dModel' | 'numHeads' | 'numLayers'>>;
+}
+
+/** What trainOnTask reads a task from: its spec, and its training and evaluation streams. */
+export interface TaskBatchSource {
+  spec: TaskSpec;
+  trainBatch(batchSize: number): TaskBatch;
+  evalBatch(batchSize: number): TaskBatch;
 }
 
 export const PAPER_PROTOCOL = { steps: 200, batchSize: 32, evalSamples: 128, lr: 1e-3, weightDecay: 0.01, seeds: [42, 43, 44] } as const;
@@ -91,12 +103,13 @@ function stepBatch(batch: TaskBatch): Batch {
  * is dropped as in training. Never leaves tensors behind.
  */
 export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult> {
-  const spec = taskSpec(opts.task);
-  const generator = new TaskGenerator(opts.task, opts.seed);
+  const generator = opts.generator ?? new TaskGenerator(opts.task, opts.seed);
+  const spec = generator.spec;
   const model = new TaskModel({
     vocabSize: spec.vocabSize,
     seqLen: spec.seqLen,
     ...PAPER_TASK_MODEL,
+    ...opts.model,
     attention: opts.attention,
     attentionOptions: opts.attentionOptions ?? TASK_ATTENTION_OPTIONS[opts.attention] ?? {},
     seed: opts.seed,
