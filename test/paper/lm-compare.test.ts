@@ -96,12 +96,13 @@ describe('lm-compare claims and differences', () => {
     const d = pairedT([0.02, 0.025, 0.03], [0.0, 0.03, -0.02]);
     expect(elu.evidence).toContain(`≈ ${seedsToSeparate(d.mean, d.sd!)} seed pairs to separate`);
     expect(claimOf(all, "GPT: DARKFormer's final validation loss is below Performer's").verdict).toBe('contradicted');
-    expect(claimOf(all, 'BERT: SLAY matches').verdict).toBe('not run');
+    expect(claimOf(all, 'BERT: SLAY (anchor features, P = 8, M = 16, R = 2) matches').verdict).toBe('not run');
     expect(all.filter((c) => c.statement.startsWith('BERT: DARKFormer'))).toHaveLength(0);
   });
 
   it('holds "matches" when the interval’s upper end is below the margin, contradicts it when its lower end is above', () => {
-    const matches = (gaps: number[]) => claimOf(lmCompare.claims!(view({ slay: gaps, 'yat-spherical': [0, 0, 0] }), false), 'GPT: SLAY matches').verdict;
+    const matches = (gaps: number[]) =>
+      claimOf(lmCompare.claims!(view({ slay: gaps, 'yat-spherical': [0, 0, 0] }), false), 'GPT: SLAY (anchor features, P = 8, M = 16, R = 2) matches').verdict;
     expect(matches([0.004, 0.005, 0.006])).toBe('holds'); // worse than Yat, but surely by less than the margin
     expect(matches([-0.03, -0.02, -0.025])).toBe('holds'); // better than Yat
     expect(matches([0.02, 0.021, 0.022])).toBe('contradicted');
