@@ -250,6 +250,13 @@ function applyInitFromSettings(given: Map<string, Given>, problems: string[], se
   if (!given.has('data.tokenizer') && source.tokenizer) given.set('data.tokenizer', { value: source.tokenizer, origin: '' });
 }
 
+/** Rotary positions turn channel pairs: the head size must be even (null when it is, or positions are learned). */
+function ropeProblem(m: Pick<Recipe['model'], 'dModel' | 'numHeads' | 'positional'>): string | null {
+  const head = m.dModel / m.numHeads;
+  if (m.positional !== 'rope' || !Number.isInteger(head) || head % 2 === 0) return null;
+  return `model.positional 'rope' rotates channel pairs: the head size model.dModel / model.numHeads (${head}) must be even`;
+}
+
 /** Constraints between keys (each message names the keys involved). */
 function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: string) => boolean): string[] {
   const problems: string[] = [];
@@ -259,6 +266,8 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.model.dModel % r.model.numHeads !== 0) {
     problems.push(`${at(origin('model.numHeads'))}model.dModel (${r.model.dModel}) must be divisible by model.numHeads (${r.model.numHeads})`);
   }
+  const rope = ropeProblem(r.model);
+  if (rope) problems.push(`${at(origin('model.positional'))}${rope}`);
   if (r.model.maxSeqLen < r.data.seqLen) {
     problems.push(`${at(origin('model.maxSeqLen'))}model.maxSeqLen (${r.model.maxSeqLen}) must be ≥ data.seqLen (${r.data.seqLen})`);
   }
@@ -287,6 +296,8 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   if (typeof options === 'string') problems.push(options);
   const m = config as unknown as Recipe['model'] & { vocabSize: number };
   if (m.dModel % m.numHeads !== 0) problems.push(`model.dModel (${m.dModel}) must be divisible by model.numHeads (${m.numHeads})`);
+  const rope = ropeProblem(m);
+  if (rope) problems.push(rope);
   problems.push(...tensorSizeProblems(m, undefined, Number.isSafeInteger(m.vocabSize) ? m.vocabSize : undefined));
   return problems;
 }

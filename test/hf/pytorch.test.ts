@@ -32,6 +32,8 @@ if (!python)
 /** Transformers' BERT architecture: post-LN blocks, LayerNorm on the embeddings, token types, exact GELU, ε 1e-12. */
 const HF_BERT = 'normPosition: post, embeddingNorm: true, typeVocabSize: 2, activation: gelu-erf, layerNormEps: 1e-12';
 const PRE_LN_BERT = 'bias: false';
+/** Llama's choices (docs/recipes.md): rotary positions (θ not the default, so that it is read), SwiGLU, RMSNorm, no biases. */
+const TRANSFORMER_PP = 'positional: rope, ropeTheta: 500, mlp: swiglu, norm: rmsnorm, bias: false, layerNormEps: 1e-6';
 
 interface Case {
   name: string;
@@ -74,10 +76,14 @@ const CASES: Case[] = [
     kind: 'gpt',
     model: 'attention: { name: darkformer, options: { features: 16, dataInit: variance-optimal } }',
   },
+  // Transformer++: rotary positions on q and k (before a kernel mechanism's feature map), SwiGLU, RMSNorm, no biases.
+  { name: 'gpt softmax, Transformer++', kind: 'gpt', model: `${TRANSFORMER_PP}, mlpRatio: 2.6667, attention: { name: softmax }` },
+  { name: 'gpt performer, Transformer++', kind: 'gpt', model: `${TRANSFORMER_PP}, attention: { name: performer, options: { features: 16 } }` },
+  { name: 'bert linear-elu, Transformer++', kind: 'bert', model: `${TRANSFORMER_PP}, attention: { name: linear-elu }` },
 ];
 
 /** Beam search reorders the cache: tried on a key/value cache, running sums with a key scale, and plain running sums. */
-const BEAM_CASES = ['gpt softmax, no biases, exact GELU', 'gpt performer (iid)', 'gpt slay (anchor), embedding LayerNorm'];
+const BEAM_CASES = ['gpt softmax, no biases, exact GELU', 'gpt performer (iid)', 'gpt slay (anchor), embedding LayerNorm', 'gpt softmax, Transformer++'];
 
 const IDS = [
   [3, 40, 77, 120, 9, 250, 18, 4],
