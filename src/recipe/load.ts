@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { LineCounter } from 'yaml';
 import { isRecord } from '../core/json.ts';
-import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+import { attentionKindProblem, attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
 import { tensorSizeProblems } from './model-config.ts';
@@ -268,6 +268,8 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   }
   const rope = ropeProblem(r.model);
   if (rope) problems.push(`${at(origin('model.positional'))}${rope}`);
+  const kind = attentionKindProblem(r.model.attention.name, r.model.kind);
+  if (kind) problems.push(`${at(origin('model.attention.name'))}${kind}`);
   if (r.model.maxSeqLen < r.data.seqLen) {
     problems.push(`${at(origin('model.maxSeqLen'))}model.maxSeqLen (${r.model.maxSeqLen}) must be ≥ data.seqLen (${r.data.seqLen})`);
   }
@@ -298,6 +300,8 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   if (m.dModel % m.numHeads !== 0) problems.push(`model.dModel (${m.dModel}) must be divisible by model.numHeads (${m.numHeads})`);
   const rope = ropeProblem(m);
   if (rope) problems.push(rope);
+  const kind = attentionKindProblem(m.attention.name, m.kind);
+  if (kind) problems.push(kind);
   problems.push(...tensorSizeProblems(m, undefined, Number.isSafeInteger(m.vocabSize) ? m.vocabSize : undefined));
   return problems;
 }
