@@ -122,9 +122,7 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
   const arch = architectureOf(c);
   const normal = { kind: 'normal', std: INIT_STD } as const;
   const residual = { kind: 'normal', std: INIT_STD / Math.sqrt(2 * c.numLayers) } as const;
-  const specs: ParameterSpec[] = [
-    { name: 'embed.tokens.weight', shape: [c.vocabSize, d], init: normal },
-  ];
+  const specs: ParameterSpec[] = [{ name: 'embed.tokens.weight', shape: [c.vocabSize, d], init: normal }];
   if (arch.positional === 'learned') specs.push({ name: 'embed.positions.weight', shape: [c.maxSeqLen, d], init: normal });
   if (arch.typeVocabSize > 0) specs.push({ name: 'embed.types.weight', shape: [arch.typeVocabSize, d], init: normal });
   const linear = (name: string, inDim: number, outDim: number, init: ParameterSpec['init']) => {
@@ -326,7 +324,16 @@ export class Transformer {
     const added: tf.Tensor[] = [];
     if (this.architecture.positional === 'learned') added.push(tf.slice(this.w('embed.positions.weight'), [start, 0], [l, d]));
     if (this.architecture.typeVocabSize > 0) added.push(tf.slice(this.w('embed.types.weight'), [0, 0], [1, d]));
-    const x = added.length === 0 ? tokens : (tf.reshape(tf.add(tf.reshape(tokens, [b, l, d]), added.reduce((a, e) => tf.add(a, e))), [b * l, d]) as tf.Tensor2D);
+    const x =
+      added.length === 0
+        ? tokens
+        : (tf.reshape(
+            tf.add(
+              tf.reshape(tokens, [b, l, d]),
+              added.reduce((a, e) => tf.add(a, e)),
+            ),
+            [b * l, d],
+          ) as tf.Tensor2D);
     return this.architecture.embeddingNorm ? this.norm(x, 'embed.norm') : x;
   }
 

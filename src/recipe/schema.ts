@@ -189,7 +189,11 @@ export const RECIPE_SCHEMA = {
     default: 'learned',
     doc: "Positions: `learned` = a position-embedding table of `model.maxSeqLen` rows added to the tokens (GPT-2, BERT); `rope` = rotary position embedding of each layer's queries and keys (Llama's half-split layout), applied before the mechanism — before a kernel mechanism's feature map, as flash-linear-attention does — and no table; the head size must be even.",
   },
-  'model.ropeTheta': { type: num({ exclusiveMin: 0 }), default: 10000, doc: "Base θ of the rotary angles position·θ^(−2i/head size) (`model.positional: rope`; Hugging Face's `rope_theta`)." },
+  'model.ropeTheta': {
+    type: num({ exclusiveMin: 0 }),
+    default: 10000,
+    doc: "Base θ of the rotary angles position·θ^(−2i/head size) (`model.positional: rope`; Hugging Face's `rope_theta`).",
+  },
   'model.mlp': {
     type: oneOf(...MLP_KINDS),
     default: 'gelu',

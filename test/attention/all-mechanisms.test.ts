@@ -142,7 +142,10 @@ describe.each(MECHANISMS)('%s', (name) => {
   // causal, and bidirectional with a key mask, in one segment and in segments (recomputing gradient).
   // (A causal-only mechanism takes the key mask causally.)
   const masked: [boolean, boolean] = attentionIsCausalOnly(name) ? [true, true] : [false, true];
-  const gradientCases: Array<[boolean, boolean, number]> = [[true, false, 0], [...masked, 0]];
+  const gradientCases: Array<[boolean, boolean, number]> = [
+    [true, false, 0],
+    [...masked, 0],
+  ];
   if (!attentionIsQuadratic(name)) gradientCases.push([true, false, 4], [...masked, 4]);
   it.each(gradientCases)(
     'gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)',

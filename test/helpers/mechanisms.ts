@@ -135,7 +135,14 @@ export interface ReferenceOptions {
  * GLA in its recurrent form, per position, in float64: S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, o_t = RMSNorm(S_tᵀ q_t/√d)·w,
  * log α_t = logsigmoid([k_t of every head]·W↓·W↑ + b)/τ; a padded key adds nothing and does not decay the state.
  */
-function glaRef(q: Array4, k: Array4, v: Array4, p: Required<Pick<ReferenceOptions, 'gateDown' | 'gateUp' | 'gateBias' | 'normWeight'>>, tau: number, keyMask?: number[][]): Array4 {
+function glaRef(
+  q: Array4,
+  k: Array4,
+  v: Array4,
+  p: Required<Pick<ReferenceOptions, 'gateDown' | 'gateUp' | 'gateBias' | 'normWeight'>>,
+  tau: number,
+  keyMask?: number[][],
+): Array4 {
   const [heads, l, d] = [q[0].length, q[0][0].length, q[0][0][0].length];
   const logSigmoid = (x: number) => (x < 0 ? x - Math.log1p(Math.exp(x)) : -Math.log1p(Math.exp(-x)));
   return q.map((qb, b) => {

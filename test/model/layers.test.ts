@@ -125,8 +125,18 @@ describe('model building blocks', () => {
         ])
         .map((t) => t.dataSync()),
     );
-    expect(maxAbsDiff(grads[0], numericGradient((v) => loss(v, g), x))).toBeLessThan(1e-4);
-    expect(maxAbsDiff(grads[1], numericGradient((v) => loss(x, v), g))).toBeLessThan(1e-4);
+    expect(
+      maxAbsDiff(
+        grads[0],
+        numericGradient((v) => loss(v, g), x),
+      ),
+    ).toBeLessThan(1e-4);
+    expect(
+      maxAbsDiff(
+        grads[1],
+        numericGradient((v) => loss(x, v), g),
+      ),
+    ).toBeLessThan(1e-4);
   });
 
   for (const withBias of [true, false]) {

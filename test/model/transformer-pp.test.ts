@@ -162,7 +162,9 @@ describe('Transformer++ options', () => {
     const old = checkModelConfig(before, 'old.safetensors');
     expect([old.positional, old.ropeTheta, old.mlp, old.norm]).toEqual(['learned', 10000, 'gelu', 'layernorm']);
     expect([positional, ropeTheta, mlp, norm]).toEqual(['rope', THETA, 'swiglu', 'rmsnorm']);
-    expect(() => checkModelConfig({ ...config('softmax'), norm: 'batchnorm' }, 'x.safetensors')).toThrow(/x\.safetensors.*model\.norm must be one of layernorm, rmsnorm/s);
+    expect(() => checkModelConfig({ ...config('softmax'), norm: 'batchnorm' }, 'x.safetensors')).toThrow(
+      /x\.safetensors.*model\.norm must be one of layernorm, rmsnorm/s,
+    );
     expect(() => createLanguageModel({ ...config('softmax'), dModel: 6, numHeads: 2 })).toThrow(/model\.positional 'rope'.*head size.*\(3\) must be even/);
   });
 

@@ -555,6 +555,55 @@ class Schoenbat(KernelMechanism):
         return attended * self.postSbnGamma + self.postSbnBeta
 
 
+class Gla(Mechanism):
+    """gla.ts: gated linear attention, causal only. S_t = diag(a_t) S_{t-1} + k_t v_t^T, o_t = RMSNorm(S_t^T q_t / sqrt(d)) * w,
+    log a_t = logsigmoid([k_t of every head] W_down W_up + b) / tau. forward runs the quadratic form
+    sum_c q_ic k_jc e^(G_ic - G_jc) (G the cumulative log-gates, j <= i); step the recurrence on the state S."""
+
+    NORM_EPS = 1e-5
+
+    def __init__(self, config, options):
+        super().__init__(config, options)
+        if not self.causal:
+            raise ValueError("config.json: attention 'gla' is causal only (a slayformer-gpt2 export)")
+        width, rank = self.num_heads * self.head_dim, options["gateRank"]
+        self.add_parameter("gateDown", torch.zeros(width, rank))
+        self.add_parameter("gateUp", torch.zeros(rank, width))
+        self.add_parameter("gateBias", torch.zeros(width))
+        self.add_parameter("normWeight", torch.ones(self.head_dim))
+
+    def gates(self, k):
+        """The log-gates [B, H, L, d] from the keys of every head."""
+        b, h, length, d = k.shape
+        logits = k.transpose(1, 2).reshape(b, length, h * d) @ self.gateDown @ self.gateUp + self.gateBias
+        return (F.logsigmoid(logits) / self.options["gateNormalizer"]).view(b, length, h, d).transpose(1, 2)
+
+    def normed(self, o):
+        return o * torch.rsqrt(o.square().mean(-1, keepdim=True) + self.NORM_EPS) * self.normWeight
+
+    def forward(self, q, k, v, key_mask, total_length):
+        b, _, length, d = q.shape
+        g = self.gates(k)
+        if key_mask is not None:
+            keep = key_mask.to(q.dtype).view(b, 1, length, 1)
+            g, k = g * keep, k * keep
+        cumulative = g.cumsum(2)
+        visible = lower_triangle(length, q.device)
+        exponent = (cumulative.unsqueeze(3) - cumulative.unsqueeze(2)).clamp(max=0)  # [B, H, L, L, d]
+        scores = ((q / math.sqrt(d)).unsqueeze(3) * k.unsqueeze(2) * exponent.exp()).sum(-1).masked_fill(~visible, 0.0)
+        return self.normed(scores @ v)
+
+    def step(self, q, k, v, state, position, total_length):
+        b, h, n, d = q.shape
+        g = self.gates(k)
+        sums = state["sums"] if state is not None else q.new_zeros(b, h, d, v.shape[-1])
+        outputs = []
+        for t in range(n):
+            sums = g[:, :, t].exp().unsqueeze(-1) * sums + k[:, :, t].unsqueeze(-1) * v[:, :, t].unsqueeze(-2)
+            outputs.append((q[:, :, t].unsqueeze(-2) / math.sqrt(d)) @ sums)
+        return self.normed(torch.cat(outputs, 2)), {"sums": sums}
+
+
 MECHANISMS = {
     "softmax": Softmax,
     "yat-spherical": YatSpherical,
@@ -564,6 +613,7 @@ MECHANISMS = {
     "schoenbat": Schoenbat,
     "linear-elu": LinearElu,
     "cosformer": Cosformer,
+    "gla": Gla,
 }
 
 

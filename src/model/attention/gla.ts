@@ -99,7 +99,13 @@ registerAttention('gla', {
   options: {
     gateRank: { kind: 'int', default: 16, min: 1, max: BOUNDS.width.max, doc: 'rank r of the gate projection x̃·W↓·W↑ (fla: 16)' },
     gateNormalizer: { kind: 'number', default: 16, exclusiveMin: 0, doc: 'τ in log α = logsigmoid(·)/τ: larger keeps the decay nearer 1 (fla: 16)' },
-    chunkSize: { kind: 'int', default: 16, min: 1, max: BOUNDS.positions.max, doc: 'chunk length of the causal form (its intra-chunk term holds C² · head size values per head)' },
+    chunkSize: {
+      kind: 'int',
+      default: 16,
+      min: 1,
+      max: BOUNDS.positions.max,
+      doc: 'chunk length of the causal form (its intra-chunk term holds C² · head size values per head)',
+    },
     segmentLength: {
       kind: 'int',
       default: 0,
@@ -119,7 +125,15 @@ registerAttention('gla', {
     const chunkSize = options.chunkSize as number;
     const normal = (name: string, shape: [number, number]) => {
       const rng = new Rng(deriveSeed(config.seed, `gla.${name}`));
-      return namedVariable(config.scope, name, tf.tensor2d(Float32Array.from(rng.normalArray(shape[0] * shape[1]), (x) => x * GATE_STD), shape), true);
+      return namedVariable(
+        config.scope,
+        name,
+        tf.tensor2d(
+          Float32Array.from(rng.normalArray(shape[0] * shape[1]), (x) => x * GATE_STD),
+          shape,
+        ),
+        true,
+      );
     };
     const gateDown = normal('gateDown', [width, rank]);
     const gateUp = normal('gateUp', [rank, width]);
