@@ -10,7 +10,7 @@ import { hasHfFixtures, HF_FIXTURE_SUITES, HF_FIXTURES, SHARED_DIR } from './tes
 const NATIVE_SUITES = [
   'test/attention/**/*.test.ts',
   'test/features/**/*.test.ts',
-  'test/model/{layers,lm,decode,learning,ops,tied-head-loss,documents}.test.ts',
+  'test/model/{layers,lm,decode,learning,ops,tied-head-loss,documents,transformer-pp}.test.ts',
   'test/train/{trainer,resume,finetune,accumulation,optimizer,checkpoint,eval-generate,accuracy,loss-by-position,document-mask}.test.ts',
   'test/hf/{import,architecture,export}.test.ts',
 ];

@@ -19,7 +19,16 @@ import { attentionNames, attentionOptionSpecs } from '../model/attention/index.t
 import { resolveOptions } from '../model/attention/registry.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import type { Activation } from '../model/layers.ts';
-import { architectureOf, featureSeedOf, NORM_POSITIONS, type Architecture } from '../model/transformer.ts';
+import {
+  ARCHITECTURE_DEFAULTS,
+  architectureOf,
+  featureSeedOf,
+  MLP_KINDS,
+  NORM_KINDS,
+  NORM_POSITIONS,
+  POSITIONALS,
+  type Architecture,
+} from '../model/transformer.ts';
 
 export type HfLayout = 'gpt2' | 'bert';
 
@@ -165,6 +174,15 @@ function readArchitecture(obj: Record<string, unknown>, layout: HfLayout, custom
 
 type ModelFields = { model: HfModelConfig; fieldNames: HfConfig['fields'] };
 
+/** What transformers' GPT-2 and BERT compute: learned positions, a GELU MLP, LayerNorm (this project's exports say otherwise in their section). */
+const TRANSFORMER_PP_OFF = {
+  positional: ARCHITECTURE_DEFAULTS.positional,
+  ropeTheta: ARCHITECTURE_DEFAULTS.ropeTheta,
+  mlp: ARCHITECTURE_DEFAULTS.mlp,
+  norm: ARCHITECTURE_DEFAULTS.norm,
+};
+const TRANSFORMER_PP_FIELDS = { 'model.positional': 'model_type', 'model.ropeTheta': 'model_type', 'model.mlp': 'model_type', 'model.norm': 'model_type' };
+
 function gpt2Model(f: FieldReader): ModelFields {
   const dModel = f.int('n_embd', 768, 1, BOUNDS.width);
   const inner = f.json.n_inner === null || f.json.n_inner === undefined ? 4 * dModel : f.int('n_inner', 4 * dModel, 1);
@@ -188,6 +206,7 @@ function gpt2Model(f: FieldReader): ModelFields {
     typeVocabSize: 0,
     activation: f.activation('activation_function', 'gelu_new'),
     layerNormEps: f.positive('layer_norm_epsilon', 1e-5),
+    ...TRANSFORMER_PP_OFF,
   };
   const fieldNames = {
     'model.kind': 'model_type',
@@ -203,6 +222,7 @@ function gpt2Model(f: FieldReader): ModelFields {
     'model.typeVocabSize': 'model_type',
     'model.activation': 'activation_function',
     'model.layerNormEps': 'layer_norm_epsilon',
+    ...TRANSFORMER_PP_FIELDS,
   };
   return { model, fieldNames };
 }
@@ -229,6 +249,7 @@ function bertModel(f: FieldReader, custom: boolean): ModelFields {
     typeVocabSize: f.int('type_vocab_size', 2, custom ? 0 : 1, BOUNDS.embeddingRows),
     activation: f.activation('hidden_act', 'gelu'),
     layerNormEps: f.positive('layer_norm_eps', 1e-12),
+    ...TRANSFORMER_PP_OFF,
   };
   const fieldNames = {
     'model.kind': 'model_type',
@@ -244,6 +265,7 @@ function bertModel(f: FieldReader, custom: boolean): ModelFields {
     'model.typeVocabSize': 'type_vocab_size',
     'model.activation': 'hidden_act',
     'model.layerNormEps': 'layer_norm_eps',
+    ...TRANSFORMER_PP_FIELDS,
   };
   return { model, fieldNames };
 }
@@ -256,6 +278,11 @@ export interface Section {
   normPosition: Architecture['normPosition'];
   embeddingNorm: boolean;
   typeVocabSize: number;
+  /** The Transformer++ options (absent in exports written before them: learned positions, a GELU MLP, LayerNorm). */
+  positional?: Architecture['positional'];
+  ropeTheta?: number;
+  mlp?: Architecture['mlp'];
+  norm?: Architecture['norm'];
   /** The model's seed (HfConfig.seed); absent in exports written before it was recorded. */
   seed?: number;
   /** Per layer, what the mechanism's random draw fixes beyond its tensors (AttentionModule.drawLayout; SchoenbAt only). */
@@ -289,6 +316,17 @@ function applySection(value: unknown, model: HfModelConfig, f: FieldReader): num
   const position = section.normPosition ?? model.normPosition;
   if (NORM_POSITIONS.includes(position)) model.normPosition = position;
   else s.problems.push(`normPosition must be one of ${NORM_POSITIONS.join(', ')} (got ${JSON.stringify(position)})`);
+  const oneOf = (key: 'positional' | 'mlp' | 'norm', values: readonly string[]) => {
+    const v: unknown = section[key] ?? model[key];
+    if (typeof v === 'string' && values.includes(v)) Object.assign(model, { [key]: v });
+    else s.problems.push(`${key} must be one of ${values.join(', ')} (got ${JSON.stringify(v)})`);
+  };
+  oneOf('positional', POSITIONALS);
+  oneOf('mlp', MLP_KINDS);
+  oneOf('norm', NORM_KINDS);
+  model.ropeTheta = s.positive('ropeTheta', model.ropeTheta);
+  if (model.positional === 'rope' && (model.dModel / model.numHeads) % 2 !== 0)
+    f.problems.push(`${SECTION}.positional 'rope' needs an even head size (got ${model.dModel} / ${model.numHeads})`);
   f.problems.push(...s.problems.map((p) => `${SECTION}.${p}`));
   if (model.dModel % model.numHeads !== 0) f.problems.push(`the model width (${model.dModel}) must be divisible by the number of heads (${model.numHeads})`);
   return seed;
@@ -301,7 +339,9 @@ export function nonStandardSettings(c: LanguageModelConfig): string[] {
   if (c.attention.name !== 'softmax') out.push(`attention ${c.attention.name}`);
   if (!c.bias) out.push('no biases (model.bias false)');
   const expected: Partial<Architecture> =
-    c.kind === 'gpt' ? { normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 } : { normPosition: 'post', embeddingNorm: true };
+    c.kind === 'gpt'
+      ? { normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0, ...TRANSFORMER_PP_OFF }
+      : { normPosition: 'post', embeddingNorm: true, ...TRANSFORMER_PP_OFF };
   for (const [key, value] of Object.entries(expected)) {
     if (arch[key as keyof Architecture] !== value) out.push(`model.${key} ${JSON.stringify(arch[key as keyof Architecture])}`);
   }
@@ -333,6 +373,10 @@ export function hfConfigJson(c: LanguageModelConfig, opts: ExportConfigOptions):
     normPosition: arch.normPosition,
     embeddingNorm: arch.embeddingNorm,
     typeVocabSize: arch.typeVocabSize,
+    positional: arch.positional,
+    ropeTheta: arch.ropeTheta,
+    mlp: arch.mlp,
+    norm: arch.norm,
     // The seed the draws are rebuilt from (the weights are in the tensors): the feature seed.
     seed: featureSeedOf(c),
     ...(layouts.some((l) => l !== undefined) ? { layers: layouts.map((l) => l ?? {}) } : {}),

@@ -35,6 +35,8 @@ const GPT2_NAMES: Rename[] = [
   [/^blocks\.(\d+)\.attn\.out\.(weight|bias)$/, 'transformer.h.$1.attn.c_proj.$2', 'same'],
   [/^blocks\.(\d+)\.mlp\.fc\.(weight|bias)$/, 'transformer.h.$1.mlp.c_fc.$2', 'same'],
   [/^blocks\.(\d+)\.mlp\.proj\.(weight|bias)$/, 'transformer.h.$1.mlp.c_proj.$2', 'same'],
+  // SwiGLU's gate (model.mlp swiglu; slayformer-gpt2 exports only): beside c_fc, which is its up projection.
+  [/^blocks\.(\d+)\.mlp\.gate\.(weight|bias)$/, 'transformer.h.$1.mlp.c_gate.$2', 'same'],
 ];
 const linear = (from: string, to: string): Rename[] => [
   [new RegExp(`^${from}\\.weight$`), `${to}.weight`, 'transpose'],
@@ -52,6 +54,7 @@ const BERT_NAMES: Rename[] = [
   ...linear('blocks\\.(\\d+)\\.attn\\.out', `${BERT_LAYER}.attention.output.dense`),
   [/^blocks\.(\d+)\.ln1\.(weight|bias)$/, `${BERT_LAYER}.attention.output.LayerNorm.$2`, 'same'],
   ...linear('blocks\\.(\\d+)\\.mlp\\.fc', `${BERT_LAYER}.intermediate.dense`),
+  ...linear('blocks\\.(\\d+)\\.mlp\\.gate', `${BERT_LAYER}.intermediate.gate`),
   ...linear('blocks\\.(\\d+)\\.mlp\\.proj', `${BERT_LAYER}.output.dense`),
   [/^blocks\.(\d+)\.ln2\.(weight|bias)$/, `${BERT_LAYER}.output.LayerNorm.$2`, 'same'],
   ...linear('mlm\\.dense', 'cls.predictions.transform.dense'),

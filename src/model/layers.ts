@@ -103,6 +103,75 @@ export function layerNorm(x: tf.Tensor2D, gain: tf.Tensor1D, shift: tf.Tensor1D,
 }
 
 /**
+ * RMSNorm over the last axis (Zhang & Sennrich 2019; Llama's): y = x·r·g, r = 1/√(mean(x²) + ε), composed (the
+ * native backend's fused kernel is LayerNorm's), with the gradient written out as LayerNorm's above, less the mean:
+ *   dx = r · (ĝ − x̂·mean(ĝ·x̂)),  ĝ = dy·g,  x̂ = x·r;   dg = Σ dy·x̂
+ */
+type RmsNormOp = (x: tf.Tensor2D, gain: tf.Tensor1D) => tf.Tensor2D;
+const rmsNormOp = (eps: number): RmsNormOp =>
+  tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+    const [x, gain, save] = args as [tf.Tensor2D, tf.Tensor1D, tf.GradSaveFunc];
+    const rms = tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), eps));
+    const normalized = tf.mul(x, rms);
+    save([normalized, rms, gain]);
+    return {
+      value: tf.mul(normalized, gain),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [xhat, r, g] = saved;
+        const gHat = tf.mul(dy, g);
+        const dx = tf.mul(tf.sub(gHat, tf.mul(xhat, tf.mean(tf.mul(gHat, xhat), -1, true))), r);
+        return [dx, columnSums(tf.mul(dy, xhat) as tf.Tensor2D)];
+      },
+    };
+  }) as RmsNormOp;
+
+const rmsNormOps = new Map<number, RmsNormOp>();
+
+export function rmsNorm(x: tf.Tensor2D, gain: tf.Tensor1D, eps = DEFAULT_LAYER_NORM_EPS): tf.Tensor2D {
+  let op = rmsNormOps.get(eps);
+  if (!op) rmsNormOps.set(eps, (op = rmsNormOp(eps)));
+  return op(x, gain);
+}
+
+/** SiLU (swish): x·σ(x), the gate's activation in SwiGLU. */
+export function silu<T extends tf.Tensor>(x: T): T {
+  return tf.mul(x, tf.sigmoid(x)) as T;
+}
+
+/**
+ * Rotary position embedding (RoPE; Su et al. 2021) of x [B, H, L, Dh] holding positions start … start+L−1, in the
+ * half-split layout of GPT-NeoX, Llama and flash-linear-attention: channel i < Dh/2 pairs with i + Dh/2, rotated by
+ * the angle position·θ^(−2i/Dh). With a number, the angles are computed on the host in float64, one table per call
+ * (constant under a recorded graph); with each row's positions [B, L] (documents kept apart), as tensors in float32.
+ */
+export function rotary(x: tf.Tensor4D, start: number | tf.Tensor2D, theta: number): tf.Tensor4D {
+  const [, , l, d] = x.shape;
+  const half = d / 2;
+  const frequencies = Array.from({ length: half }, (_, i) => theta ** ((-2 * i) / d));
+  const rotate = (c: tf.Tensor, s: tf.Tensor) => {
+    const [x1, x2] = tf.split(x, 2, 3);
+    return tf.concat([tf.sub(tf.mul(x1, c), tf.mul(x2, s)), tf.add(tf.mul(x2, c), tf.mul(x1, s))], 3) as tf.Tensor4D;
+  };
+  if (typeof start !== 'number') {
+    // Each row's own positions [B, L] (documents restart them): angles [B, 1, L, d/2], computed in float32.
+    return tf.tidy(() => {
+      const angles = tf.expandDims(tf.mul(tf.expandDims(tf.cast(start, 'float32'), -1), tf.tensor1d(frequencies)), 1);
+      return rotate(tf.cos(angles), tf.sin(angles));
+    });
+  }
+  const cos = new Float32Array(l * half);
+  const sin = new Float32Array(l * half);
+  for (let t = 0; t < l; t++) {
+    for (let i = 0; i < half; i++) {
+      const angle = (start + t) * frequencies[i];
+      cos[t * half + i] = Math.cos(angle);
+      sin[t * half + i] = Math.sin(angle);
+    }
+  }
+  return tf.tidy(() => rotate(tf.tensor2d(cos, [l, half]), tf.tensor2d(sin, [l, half])));
+}
+
+/**
  * Σ over rows of x [N, m] → [m]. On wasm as the 2-D product ones[1, N]·x: wasm reduces a non-last
  * axis by transposing first. (Not cached: N varies per batch for BERT's head.)
  */

@@ -1,14 +1,27 @@
 // The transformer body shared by GPT and BERT: embeddings, blocks of multi-head attention (any
 // registered mechanism) and a GELU MLP. By default as GPT-2 (pre-LayerNorm blocks, final LayerNorm,
 // tanh GELU, ε 1e-5); the architecture options cover Hugging Face BERT too (post-LayerNorm blocks,
-// LayerNorm on the embeddings, token-type embeddings, erf GELU, ε 1e-12).
+// LayerNorm on the embeddings, token-type embeddings, erf GELU, ε 1e-12), and "Transformer++" (Llama's
+// choices: rotary positions on q and k, a SwiGLU MLP, RMSNorm; with model.bias false).
 //
 // The kernels and the multi-head attention block are layers.ts's; activations stay 2-D [B·L, d]
 // between blocks for them (docs/notes/tfjs-cpu-kernels.md).
 import * as tf from '@tensorflow/tfjs';
 import { createAttention } from './attention/index.ts';
 import type { AttentionModule, DocumentLayout } from './attention/index.ts';
-import { ACTIVATIONS, activate, ATTENTION_PROJECTIONS, DEFAULT_LAYER_NORM_EPS, DropoutSource, layerNorm, linear, multiHeadAttention } from './layers.ts';
+import {
+  ACTIVATIONS,
+  activate,
+  ATTENTION_PROJECTIONS,
+  DEFAULT_LAYER_NORM_EPS,
+  DropoutSource,
+  layerNorm,
+  linear,
+  multiHeadAttention,
+  rmsNorm,
+  rotary,
+  silu,
+} from './layers.ts';
 import type { Activation, DropoutSeed } from './layers.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
 
@@ -22,7 +35,7 @@ export interface TransformerConfig {
   /** MLP hidden width = mlpRatio · dModel. */
   mlpRatio: number;
   dropout: number;
-  /** Biases in the linear layers (LayerNorms always have theirs). */
+  /** Biases in the linear layers (LayerNorms always have theirs; RMSNorms have none). */
   bias: boolean;
   causal: boolean;
   attention: { name: string; options: Record<string, unknown> };
@@ -39,19 +52,39 @@ export interface TransformerConfig {
   typeVocabSize?: number;
   /** Activation of the MLP and of BERT's MLM head: 'gelu-tanh' (GPT-2's gelu_new) or 'gelu-erf' (exact, BERT's gelu). */
   activation?: Activation;
-  /** ε of every LayerNorm. */
+  /** ε of every LayerNorm (or RMSNorm). */
   layerNormEps?: number;
+  /** 'learned': a position-embedding table added to the tokens (GPT-2, BERT); 'rope': rotary positions on each layer's q and k, no table. */
+  positional?: Positional;
+  /** θ of the rotary angles position·θ^(−2i/Dh) (positional 'rope'). */
+  ropeTheta?: number;
+  /** 'gelu': proj(act(fc x)) with `activation`; 'swiglu': proj(silu(gate x) ⊙ fc x) (Llama's; `activation` then only sets BERT's head). */
+  mlp?: MlpKind;
+  /** 'layernorm' (weight and bias) or 'rmsnorm' (weight only) for every norm of the body (BERT's MLM head keeps its LayerNorm). */
+  norm?: NormKind;
 }
 
 export const NORM_POSITIONS = ['pre', 'post'] as const;
+export const POSITIONALS = ['learned', 'rope'] as const;
+export const MLP_KINDS = ['gelu', 'swiglu'] as const;
+export const NORM_KINDS = ['layernorm', 'rmsnorm'] as const;
+export type Positional = (typeof POSITIONALS)[number];
+export type MlpKind = (typeof MLP_KINDS)[number];
+export type NormKind = (typeof NORM_KINDS)[number];
 
-export type Architecture = Required<Pick<TransformerConfig, 'normPosition' | 'embeddingNorm' | 'typeVocabSize' | 'activation' | 'layerNormEps'>>;
+export type Architecture = Required<
+  Pick<TransformerConfig, 'normPosition' | 'embeddingNorm' | 'typeVocabSize' | 'activation' | 'layerNormEps' | 'positional' | 'ropeTheta' | 'mlp' | 'norm'>
+>;
 export const ARCHITECTURE_DEFAULTS: Readonly<Architecture> = Object.freeze({
   normPosition: 'pre',
   embeddingNorm: false,
   typeVocabSize: 0,
   activation: 'gelu-tanh',
   layerNormEps: DEFAULT_LAYER_NORM_EPS,
+  positional: 'learned',
+  ropeTheta: 10000,
+  mlp: 'gelu',
+  norm: 'layernorm',
 });
 
 /** The architecture options of a config with the defaults filled in. */
@@ -63,6 +96,10 @@ export function architectureOf(c: Partial<Architecture>): Architecture {
     typeVocabSize: c.typeVocabSize ?? d.typeVocabSize,
     activation: c.activation ?? d.activation,
     layerNormEps: c.layerNormEps ?? d.layerNormEps,
+    positional: c.positional ?? d.positional,
+    ropeTheta: c.ropeTheta ?? d.ropeTheta,
+    mlp: c.mlp ?? d.mlp,
+    norm: c.norm ?? d.norm,
   };
 }
 
@@ -87,10 +124,8 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
   const arch = architectureOf(c);
   const normal = { kind: 'normal', std: INIT_STD } as const;
   const residual = { kind: 'normal', std: INIT_STD / Math.sqrt(2 * c.numLayers) } as const;
-  const specs: ParameterSpec[] = [
-    { name: 'embed.tokens.weight', shape: [c.vocabSize, d], init: normal },
-    { name: 'embed.positions.weight', shape: [c.maxSeqLen, d], init: normal },
-  ];
+  const specs: ParameterSpec[] = [{ name: 'embed.tokens.weight', shape: [c.vocabSize, d], init: normal }];
+  if (arch.positional === 'learned') specs.push({ name: 'embed.positions.weight', shape: [c.maxSeqLen, d], init: normal });
   if (arch.typeVocabSize > 0) specs.push({ name: 'embed.types.weight', shape: [arch.typeVocabSize, d], init: normal });
   const linear = (name: string, inDim: number, outDim: number, init: ParameterSpec['init']) => {
     specs.push({ name: `${name}.weight`, shape: [inDim, outDim], init });
@@ -98,7 +133,7 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
   };
   const norm = (name: string) => {
     specs.push({ name: `${name}.weight`, shape: [d], init: { kind: 'ones' } });
-    specs.push({ name: `${name}.bias`, shape: [d], init: { kind: 'zeros' } });
+    if (arch.norm === 'layernorm') specs.push({ name: `${name}.bias`, shape: [d], init: { kind: 'zeros' } });
   };
   if (arch.embeddingNorm) norm('embed.norm');
   for (let i = 0; i < c.numLayers; i++) {
@@ -106,6 +141,7 @@ export function transformerParameterSpecs(c: TransformerConfig): ParameterSpec[]
     norm(`${p}.ln1`);
     for (const projection of ATTENTION_PROJECTIONS) linear(`${p}.attn.${projection}`, d, d, projection === 'out' ? residual : normal);
     norm(`${p}.ln2`);
+    if (arch.mlp === 'swiglu') linear(`${p}.mlp.gate`, d, hidden, normal);
     linear(`${p}.mlp.fc`, d, hidden, normal);
     linear(`${p}.mlp.proj`, hidden, d, residual);
   }
@@ -136,6 +172,15 @@ export function validateTransformerConfig(c: TransformerConfig): void {
     throw new Error(`model.typeVocabSize must be an integer ≥ 0 (got ${arch.typeVocabSize})`);
   if (!ACTIVATIONS.includes(arch.activation)) throw new Error(`model.activation must be one of ${ACTIVATIONS.join(', ')} (got ${String(arch.activation)})`);
   if (!(arch.layerNormEps > 0 && Number.isFinite(arch.layerNormEps))) throw new Error(`model.layerNormEps must be a number > 0 (got ${arch.layerNormEps})`);
+  const oneOf = (key: keyof Architecture, values: readonly string[]) => {
+    if (!values.includes(arch[key] as string)) throw new Error(`model.${key} must be one of ${values.join(', ')} (got ${String(arch[key])})`);
+  };
+  oneOf('positional', POSITIONALS);
+  oneOf('mlp', MLP_KINDS);
+  oneOf('norm', NORM_KINDS);
+  if (!(arch.ropeTheta > 0 && Number.isFinite(arch.ropeTheta))) throw new Error(`model.ropeTheta must be a number > 0 (got ${arch.ropeTheta})`);
+  if (arch.positional === 'rope' && (c.dModel / c.numHeads) % 2 !== 0)
+    throw new Error(`model.positional 'rope' rotates channel pairs: the head size model.dModel / model.numHeads (${c.dModel / c.numHeads}) must be even`);
 }
 
 /** How a model's parameters start: 'random' = their init (ParameterSpec.init); 'zeros' = for a model whose every tensor is then loaded. */
@@ -232,7 +277,10 @@ export class Transformer {
   }
 
   norm(x: tf.Tensor2D, name: string): tf.Tensor2D {
-    return layerNorm(x, this.w(`${name}.weight`) as tf.Tensor1D, this.w(`${name}.bias`) as tf.Tensor1D, this.architecture.layerNormEps);
+    const { norm, layerNormEps } = this.architecture;
+    const weight = this.w(`${name}.weight`) as tf.Tensor1D;
+    if (norm === 'rmsnorm') return rmsNorm(x, weight, layerNormEps);
+    return layerNorm(x, weight, this.w(`${name}.bias`) as tf.Tensor1D, layerNormEps);
   }
 
   /** inputIds [B, L] int32 → hidden states after the final LayerNorm, [B·L, d]. */
@@ -270,8 +318,12 @@ export class Transformer {
     const c = this.config;
     const param = (name: string) => this.w(name);
     let x = dropout.apply(this.embed(inputIds, start));
+    const { positional, ropeTheta } = this.architecture;
+    // Rotary positions go on q and k before the mechanism (before a kernel mechanism's feature map, as flash-linear-attention's layers do).
+    const rotate = (x: tf.Tensor4D) => (positional === 'rope' ? rotary(x, start, ropeTheta) : x);
     for (let i = 0; i < c.numLayers; i++) {
-      const attention = (h: tf.Tensor2D) => multiHeadAttention(h, l, c.numHeads, `blocks.${i}.attn`, param, c.bias, (q, k, v) => attend(i, q, k, v));
+      const attention = (h: tf.Tensor2D) =>
+        multiHeadAttention(h, l, c.numHeads, `blocks.${i}.attn`, param, c.bias, (q, k, v) => attend(i, rotate(q), rotate(k), v));
       x = this.residual(x, `blocks.${i}.ln1`, dropout, attention);
       x = this.residual(x, `blocks.${i}.ln2`, dropout, (h) => this.mlpBlock(h, i));
     }
@@ -279,19 +331,31 @@ export class Transformer {
   }
 
   /**
-   * Token + position (+ type 0) embeddings of positions start … start+L−1 (or each row's given positions [B, L]),
-   * [B·L, d], LayerNorm'd if embeddingNorm.
+   * Token + learned position (+ type 0) embeddings of positions start … start+L−1 (or each row's given positions
+   * [B, L]), [B·L, d], normalised if embeddingNorm.
    */
   private embed(inputIds: tf.Tensor2D, start: number | tf.Tensor2D): tf.Tensor2D {
     const [b, l] = inputIds.shape;
     const d = this.config.dModel;
-    const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])); // [B·L, d]
-    let positions: tf.Tensor =
-      typeof start === 'number'
-        ? tf.slice(this.w('embed.positions.weight'), [start, 0], [l, d])
-        : tf.reshape(tf.gather(this.w('embed.positions.weight'), tf.cast(tf.reshape(start, [-1]), 'int32')), [b, l, d]);
-    if (this.architecture.typeVocabSize > 0) positions = tf.add(positions, tf.slice(this.w('embed.types.weight'), [0, 0], [1, d]));
-    const x = tf.reshape(tf.add(tf.reshape(tokens, [b, l, d]), positions), [b * l, d]) as tf.Tensor2D;
+    const tokens = tf.gather(this.w('embed.tokens.weight'), tf.reshape(inputIds, [-1])) as tf.Tensor2D; // [B·L, d]
+    const added: tf.Tensor[] = [];
+    if (this.architecture.positional === 'learned') {
+      const table = this.w('embed.positions.weight');
+      added.push(
+        typeof start === 'number' ? tf.slice(table, [start, 0], [l, d]) : tf.reshape(tf.gather(table, tf.cast(tf.reshape(start, [-1]), 'int32')), [b, l, d]),
+      );
+    }
+    if (this.architecture.typeVocabSize > 0) added.push(tf.slice(this.w('embed.types.weight'), [0, 0], [1, d]));
+    const x =
+      added.length === 0
+        ? tokens
+        : (tf.reshape(
+            tf.add(
+              tf.reshape(tokens, [b, l, d]),
+              added.reduce((a, e) => tf.add(a, e)),
+            ),
+            [b * l, d],
+          ) as tf.Tensor2D);
     return this.architecture.embeddingNorm ? this.norm(x, 'embed.norm') : x;
   }
 
@@ -304,6 +368,7 @@ export class Transformer {
   /** The MLP on the (normalised) block input [B·L, d]. */
   private mlpBlock(input: tf.Tensor2D, i: number): tf.Tensor2D {
     const p = `blocks.${i}.mlp`;
+    if (this.architecture.mlp === 'swiglu') return this.linear(tf.mul(silu(this.linear(input, `${p}.gate`)), this.linear(input, `${p}.fc`)), `${p}.proj`);
     return this.linear(activate(this.linear(input, `${p}.fc`), this.architecture.activation), `${p}.proj`);
   }
 

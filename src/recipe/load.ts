@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { LineCounter } from 'yaml';
 import { isRecord } from '../core/json.ts';
-import { attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+import { attentionDocumentProblem, attentionKindProblem, attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
 import { tensorSizeProblems } from './model-config.ts';
@@ -250,6 +250,13 @@ function applyInitFromSettings(given: Map<string, Given>, problems: string[], se
   if (!given.has('data.tokenizer') && source.tokenizer) given.set('data.tokenizer', { value: source.tokenizer, origin: '' });
 }
 
+/** Rotary positions turn channel pairs: the head size must be even (null when it is, or positions are learned). */
+function ropeProblem(m: Pick<Recipe['model'], 'dModel' | 'numHeads' | 'positional'>): string | null {
+  const head = m.dModel / m.numHeads;
+  if (m.positional !== 'rope' || !Number.isInteger(head) || head % 2 === 0) return null;
+  return `model.positional 'rope' rotates channel pairs: the head size model.dModel / model.numHeads (${head}) must be even`;
+}
+
 /** Constraints between keys (each message names the keys involved). */
 function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: string) => boolean): string[] {
   const problems: string[] = [];
@@ -259,12 +266,18 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.model.dModel % r.model.numHeads !== 0) {
     problems.push(`${at(origin('model.numHeads'))}model.dModel (${r.model.dModel}) must be divisible by model.numHeads (${r.model.numHeads})`);
   }
+  const rope = ropeProblem(r.model);
+  if (rope) problems.push(`${at(origin('model.positional'))}${rope}`);
+  const kind = attentionKindProblem(r.model.attention.name, r.model.kind);
+  if (kind) problems.push(`${at(origin('model.attention.name'))}${kind}`);
   if (r.model.maxSeqLen < r.data.seqLen) {
     problems.push(`${at(origin('model.maxSeqLen'))}model.maxSeqLen (${r.model.maxSeqLen}) must be ≥ data.seqLen (${r.data.seqLen})`);
   }
   if (r.data.documentMask && r.model.kind !== 'gpt') {
     problems.push(`${at(origin('data.documentMask'))}data.documentMask applies to GPT packing; a BERT sequence already holds one document (set it false)`);
   }
+  const documentProblem = r.data.documentMask && attentionNames().includes(r.model.attention.name) ? attentionDocumentProblem(r.model.attention.name) : null;
+  if (documentProblem) problems.push(`${at(origin('data.documentMask'))}${documentProblem}`);
   if (r.train.precision === 'bf16' && r.train.executor !== 'xla') {
     problems.push(
       `${at(origin('train.precision'))}train.precision bf16 runs on train.executor xla only (train.executor is ${r.train.executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,
@@ -295,6 +308,10 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   if (typeof options === 'string') problems.push(options);
   const m = config as unknown as Recipe['model'] & { vocabSize: number };
   if (m.dModel % m.numHeads !== 0) problems.push(`model.dModel (${m.dModel}) must be divisible by model.numHeads (${m.numHeads})`);
+  const rope = ropeProblem(m);
+  if (rope) problems.push(rope);
+  const kind = attentionKindProblem(m.attention.name, m.kind);
+  if (kind) problems.push(kind);
   problems.push(...tensorSizeProblems(m, undefined, Number.isSafeInteger(m.vocabSize) ? m.vocabSize : undefined));
   return problems;
 }

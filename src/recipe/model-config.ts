@@ -10,16 +10,14 @@ import type { Recipe } from './schema.ts';
  * most one TensorFlow.js tensor can hold, named by the keys that set them (the vocabulary once it is known).
  */
 export function tensorSizeProblems(
-  m: Pick<Recipe['model'], 'dModel' | 'mlpRatio' | 'maxSeqLen' | 'numHeads' | 'attention'>,
+  m: Pick<Recipe['model'], 'dModel' | 'mlpRatio' | 'maxSeqLen' | 'numHeads' | 'attention'> & Partial<Pick<Recipe['model'], 'positional'>>,
   batch?: { batchSize: number; seqLen: number },
   vocabSize?: number,
 ): string[] {
   const d = m.dModel;
   const hidden = Math.round(m.mlpRatio * d);
-  const sizes: [string, number][] = [
-    ['model.dModel × model.mlpRatio·model.dModel (an MLP weight)', d * hidden],
-    ['model.maxSeqLen × model.dModel (the position table)', m.maxSeqLen * d],
-  ];
+  const sizes: [string, number][] = [['model.dModel × model.mlpRatio·model.dModel (an MLP weight)', d * hidden]];
+  if (m.positional !== 'rope') sizes.push(['model.maxSeqLen × model.dModel (the position table)', m.maxSeqLen * d]);
   if (vocabSize !== undefined) sizes.push([`the vocabulary (${vocabSize}) × model.dModel (the token embedding)`, vocabSize * d]);
   if (batch) {
     const { batchSize: b, seqLen: l } = batch;
@@ -60,6 +58,10 @@ export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): Langua
     typeVocabSize: m.typeVocabSize,
     activation: m.activation,
     layerNormEps: m.layerNormEps,
+    positional: m.positional,
+    ropeTheta: m.ropeTheta,
+    mlp: m.mlp,
+    norm: m.norm,
     attention: m.attention,
     seed: recipe.train.seed,
     // Absent unless set: a saved model config stays as it was before the key existed.

@@ -4,7 +4,8 @@
 import path from 'node:path';
 import { ACTIVATIONS } from '../model/layers.ts';
 import type { Activation } from '../model/layers.ts';
-import { NORM_POSITIONS } from '../model/transformer.ts';
+import { MLP_KINDS, NORM_KINDS, NORM_POSITIONS, POSITIONALS } from '../model/transformer.ts';
+import type { MlpKind, NormKind, Positional } from '../model/transformer.ts';
 import { BOUNDS, MAX_RANKS } from '../core/bounds.ts';
 import { setPath } from '../core/json.ts';
 import { DEFAULT_EVAL_TOKENS, EVAL_SAMPLES, SEQ_LEN_RULE, seqLenProblem } from '../data/batch.ts';
@@ -31,6 +32,10 @@ export interface Recipe {
     typeVocabSize: number;
     activation: Activation;
     layerNormEps: number;
+    positional: Positional;
+    ropeTheta: number;
+    mlp: MlpKind;
+    norm: NormKind;
     attention: { name: string; options: Record<string, unknown> };
     featureSeed: number | null;
   };
@@ -182,7 +187,27 @@ export const RECIPE_SCHEMA = {
     default: 'gelu-tanh',
     doc: "Activation of the MLP and of BERT's MLM head: `gelu-tanh` (the tanh approximation, GPT-2's `gelu_new`) or `gelu-erf` (exact, BERT's `gelu`).",
   },
-  'model.layerNormEps': { type: num({ exclusiveMin: 0 }), default: 1e-5, doc: 'ε of every LayerNorm (GPT-2: 1e-5, BERT: 1e-12).' },
+  'model.layerNormEps': { type: num({ exclusiveMin: 0 }), default: 1e-5, doc: 'ε of every LayerNorm or RMSNorm (GPT-2: 1e-5, BERT: 1e-12, Llama: 1e-6).' },
+  'model.positional': {
+    type: oneOf(...POSITIONALS),
+    default: 'learned',
+    doc: "Positions: `learned` = a position-embedding table of `model.maxSeqLen` rows added to the tokens (GPT-2, BERT); `rope` = rotary position embedding of each layer's queries and keys (Llama's half-split layout), applied before the mechanism — before a kernel mechanism's feature map, as flash-linear-attention does — and no table; the head size must be even.",
+  },
+  'model.ropeTheta': {
+    type: num({ exclusiveMin: 0 }),
+    default: 10000,
+    doc: "Base θ of the rotary angles position·θ^(−2i/head size) (`model.positional: rope`; Hugging Face's `rope_theta`).",
+  },
+  'model.mlp': {
+    type: oneOf(...MLP_KINDS),
+    default: 'gelu',
+    doc: "The MLP: `gelu` = proj(act(fc·x)) with `model.activation`; `swiglu` = proj(SiLU(gate·x) ⊙ fc·x) (Llama's; a third matrix, so `model.mlpRatio` 8/3 keeps the parameter count of ratio 4).",
+  },
+  'model.norm': {
+    type: oneOf(...NORM_KINDS),
+    default: 'layernorm',
+    doc: "The body's norms: `layernorm` (a gain and a bias) or `rmsnorm` (x/√(mean(x²) + ε) times a gain, no bias; Llama's). BERT's MLM head keeps its LayerNorm.",
+  },
   'model.attention.name': {
     type: { kind: 'attentionName' },
     default: 'softmax',

@@ -50,11 +50,12 @@ export const MECHANISM_COLOURS: Readonly<Record<string, string>> = {
   schoenbat: '#88ccee',
   'linear-elu': '#aa4499',
   cosformer: '#44aa99',
+  gla: '#882255',
 };
 
 /**
  * `n` colours as far apart as can be, for series that are not one per mechanism (several settings of one mechanism,
- * other names): the mechanism palette's eight first, then, one at a time, the colour of a 16-level sRGB grid farthest
+ * other names): the mechanism palette's colours first, then, one at a time, the colour of a 16-level sRGB grid farthest
  * (CIELAB distance) from those chosen and from the white background, leaving out the lightest (L* > 80, faint on
  * white). Deterministic, and distinct for any number of series; the first ones stay far apart.
  */

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { testBackend, testBackends } from '../helpers/backend.ts';
 import {
+  attentionIsCausalOnly,
   attentionIsQuadratic,
   attentionNames,
   attentionOptionSpecs,
@@ -30,6 +31,7 @@ const SMALL: Record<string, Record<string, unknown>> = {
   schoenbat: { features: 16, chunkSize: 4 },
   'linear-elu': { chunkSize: 4 },
   cosformer: { chunkSize: 4 },
+  gla: { chunkSize: 4, gateRank: 3 },
 };
 const MECHANISMS = Object.keys(SMALL);
 /** Coordinates per input (and parameter) of the float64 gradient check. */
@@ -116,7 +118,12 @@ describe.each(MECHANISMS)('%s', (name) => {
     expect('segmentLength' in attentionOptionSpecs(name)).toBe(!attentionIsQuadratic(name));
   });
 
-  it('bidirectional outputs ignore padded keys given a key mask', () => {
+  it.skipIf(!attentionIsCausalOnly(name))('is causal only: a bidirectional request is refused, naming it', () => {
+    expect(() => make(name, false)).toThrow(new RegExp(`attention '${name}' is causal only`));
+    expect(() => attentionTensors(name, { numHeads: H, headDim: D, causal: false, ...SMALL[name] })).toThrow(/causal only/);
+  });
+
+  it.skipIf(attentionIsCausalOnly(name))('bidirectional outputs ignore padded keys given a key mask', () => {
     const attn = make(name, false);
     const rng = new Rng(12);
     const [q, k, v] = [0, 1, 2].map(() => randomArray4(rng, [B, H, L, D]));
@@ -133,11 +140,13 @@ describe.each(MECHANISMS)('%s', (name) => {
   // The gradient of Σ w ⊙ attention with respect to q, k, v (and the mechanism's own parameters),
   // against float64 central differences of the mechanism's float64 reference (test/helpers/mechanisms.ts):
   // causal, and bidirectional with a key mask, in one segment and in segments (recomputing gradient).
+  // (A causal-only mechanism takes the key mask causally.)
+  const masked: [boolean, boolean] = attentionIsCausalOnly(name) ? [true, true] : [false, true];
   const gradientCases: Array<[boolean, boolean, number]> = [
     [true, false, 0],
-    [false, true, 0],
+    [...masked, 0],
   ];
-  if (!attentionIsQuadratic(name)) gradientCases.push([true, false, 4], [false, true, 4]);
+  if (!attentionIsQuadratic(name)) gradientCases.push([true, false, 4], [...masked, 4]);
   it.each(gradientCases)(
     'gradients equal float64 central differences of the float64 reference (causal %s, key mask %s, segmentLength %i)',
     (causal, masked, segmentLength) => {
@@ -198,7 +207,15 @@ describe.each(MECHANISMS)('%s', (name) => {
   );
 });
 
-type ParameterValues = { covarianceFactor?: number[][][]; gamma?: number; beta?: number[] };
+type ParameterValues = {
+  covarianceFactor?: number[][][];
+  gamma?: number;
+  beta?: number[];
+  gateDown?: number[][];
+  gateUp?: number[][];
+  gateBias?: number[];
+  normWeight?: number[];
+};
 
 /** The trainable parameters the references take, set to random values away from their initialisation. */
 function attentionParameters(attn: AttentionModule, rng: Rng): { names: string[]; values: ParameterValues } {
@@ -215,6 +232,15 @@ function attentionParameters(attn: AttentionModule, rng: Rng): { names: string[]
     attn.trainableVariables[0].assign(tf.tensor1d([gamma]));
     attn.trainableVariables[1].assign(tf.tensor1d(beta));
     return { names: ['γ', 'β'], values: { gamma, beta } };
+  }
+  if (attn.name === 'gla') {
+    // Gate factors large enough that the decay varies from position to position and channel to channel.
+    const matrix = (rows: number, cols: number) => Array.from({ length: rows }, () => Array.from({ length: cols }, () => 0.5 * rng.normal()));
+    const [down, up] = [matrix(H * D, 3), matrix(3, H * D)];
+    const bias = Array.from({ length: H * D }, () => rng.normal());
+    const weight = Array.from({ length: D }, () => 1 + 0.3 * rng.normal());
+    [down, up, bias, weight].forEach((value, i) => attn.trainableVariables[i].assign(tf.tensor(value)));
+    return { names: ['W↓', 'W↑', 'b', 'w'], values: { gateDown: down, gateUp: up, gateBias: bias, normWeight: weight } };
   }
   return { names: [], values: {} };
 }

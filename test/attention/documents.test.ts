@@ -6,7 +6,7 @@ import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { attentionIsQuadratic, attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
+import { attentionDocumentProblem, attentionIsQuadratic, attentionNames, createAttention, type AttentionModule } from '../../src/model/attention/index.ts';
 import type { AttentionState, DocumentLayout } from '../../src/model/attention/types.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { randomArray4, softmaxAttentionRef, type Array4 } from '../helpers/reference.ts';
@@ -31,8 +31,19 @@ const LENGTHS = [
   [1, 1, 7],
 ];
 
-it('the cases cover every registered mechanism', () => {
-  expect(new Set(CASES.map(([, name]) => name))).toEqual(new Set(attentionNames()));
+it('the cases cover every registered mechanism that keeps documents apart; the others refuse documents, naming the option', () => {
+  const keeping = attentionNames().filter((name) => attentionDocumentProblem(name) === null);
+  expect(new Set(CASES.map(([, name]) => name))).toEqual(new Set(keeping));
+  for (const name of attentionNames().filter((n) => !keeping.includes(n))) {
+    const attention = createAttention(name, { numHeads: H, headDim: D, causal: true, seed: 1 });
+    const [q, k, v] = [0, 1, 2].map(() => tf.randomNormal([1, H, L, D])) as tf.Tensor4D[];
+    const documents = layoutOf([LENGTHS[0]]);
+    expect(() => attention.apply(q, k, v, { documents })).toThrow(/does not keep documents apart yet: set data.documentMask false/);
+    const state = attention.initState(1, L);
+    expect(() => attention.step(q, k, v, state, 0, { documents })).toThrow(/data.documentMask/);
+    tf.dispose([q, k, v, ...Object.values(documents), ...Object.values(state.tensors)]);
+    attention.dispose();
+  }
 });
 
 /** Document ids and positions within documents of rows with these document lengths, for positions from..from+n−1. */

@@ -113,8 +113,8 @@ describe('yat-spherical', () => {
 });
 
 describe('registry', () => {
-  it('builds every one of the eight mechanisms by name', () => {
-    const expected = ['softmax', 'yat-spherical', 'slay', 'performer', 'darkformer', 'schoenbat', 'linear-elu', 'cosformer'];
+  it('builds every one of the nine mechanisms by name', () => {
+    const expected = ['softmax', 'yat-spherical', 'slay', 'performer', 'darkformer', 'schoenbat', 'linear-elu', 'cosformer', 'gla'];
     expect(attentionNames().sort()).toEqual([...expected].sort());
   });
 

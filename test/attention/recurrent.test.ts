@@ -22,6 +22,7 @@ const CASES: Array<[label: string, name: string, options: Record<string, unknown
   ['linear-elu', 'linear-elu', { chunkSize: 4 }],
   ['cosformer (M = length)', 'cosformer', { chunkSize: 4 }],
   ['cosformer (M = 16)', 'cosformer', { chunkSize: 4, reweightLength: 16 }],
+  ['gla', 'gla', { chunkSize: 4, gateRank: 3 }],
 ];
 const [B, H, L, D] = [2, 2, 9, 8];
 
@@ -124,7 +125,8 @@ describe.each(CASES)('%s', (_label, name, options) => {
     } else {
       expect(new Set(shapes).size).toBe(1);
       const [[, sums]] = JSON.parse(shapes[0]) as [string, number[]][];
-      expect(sums.slice(0, 2).concat(sums[3])).toEqual([B, H, D + 1]);
+      // Σ φ(k)[v, 1]ᵀ carries the denominator as a last column; GLA (no denominator) keeps Σ k vᵀ, decayed.
+      expect(sums.slice(0, 2).concat(sums[3])).toEqual([B, H, name === 'gla' ? D : D + 1]);
     }
     attn.dispose();
   });

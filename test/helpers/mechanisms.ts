@@ -124,6 +124,49 @@ export interface ReferenceOptions {
   covarianceFactor?: number[][][];
   gamma?: number;
   beta?: number[];
+  /** GLA's gate factors, gate bias and output-norm weight. */
+  gateDown?: number[][];
+  gateUp?: number[][];
+  gateBias?: number[];
+  normWeight?: number[];
+}
+
+/**
+ * GLA in its recurrent form, per position, in float64: S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, o_t = RMSNorm(S_tᵀ q_t/√d)·w,
+ * log α_t = logsigmoid([k_t of every head]·W↓·W↑ + b)/τ; a padded key adds nothing and does not decay the state.
+ */
+function glaRef(
+  q: Array4,
+  k: Array4,
+  v: Array4,
+  p: Required<Pick<ReferenceOptions, 'gateDown' | 'gateUp' | 'gateBias' | 'normWeight'>>,
+  tau: number,
+  keyMask?: number[][],
+): Array4 {
+  const [heads, l, d] = [q[0].length, q[0][0].length, q[0][0][0].length];
+  const logSigmoid = (x: number) => (x < 0 ? x - Math.log1p(Math.exp(x)) : -Math.log1p(Math.exp(-x)));
+  return q.map((qb, b) => {
+    const gates = Array.from({ length: l }, (_, t) => {
+      const row = Array.from({ length: heads }, (_, h) => k[b][h][t]).flat();
+      const low = p.gateDown[0].map((_, r) => dot(row, column(p.gateDown, r)));
+      return p.gateBias.map((bias, c) => logSigmoid(dot(low, column(p.gateUp, c)) + bias) / tau);
+    });
+    return qb.map((qh, h) => {
+      const state = Array.from({ length: d }, () => new Array(d).fill(0));
+      return qh.map((qt, t) => {
+        const real = !keyMask || keyMask[b][t] === 1;
+        if (real) {
+          for (let i = 0; i < d; i++) {
+            const decay = Math.exp(gates[t][h * d + i]);
+            for (let j = 0; j < d; j++) state[i][j] = decay * state[i][j] + k[b][h][t][i] * v[b][h][t][j];
+          }
+        }
+        const out = Array.from({ length: d }, (_, j) => state.reduce((acc, row, i) => acc + (row[j] * qt[i]) / Math.sqrt(d), 0));
+        const rms = Math.sqrt(dot(out, out) / d + 1e-5);
+        return out.map((x, j) => (x / rms) * p.normWeight[j]);
+      });
+    });
+  });
 }
 
 const maclaurinMaps = new WeakMap<AttentionModule, ReturnType<typeof maclaurinFeaturesRef>>();
@@ -189,6 +232,16 @@ export function mechanismRef(module: AttentionModule, q: Array4, k: Array4, v: A
       const m = o.reweightLength || l;
       const relu = (row: number[]) => row.map((x) => Math.max(x, 0));
       return kernelAttentionRef(q, k, v, (a, b, i, j) => dot(relu(a), relu(b)) * Math.cos(((Math.PI / 2) * (i - j)) / m), { causal, keyMask, delta: o.delta });
+    }
+    case 'gla': {
+      const values = (n: number) => module.trainableVariables[n].arraySync();
+      const params = {
+        gateDown: opts.gateDown ?? (values(0) as number[][]),
+        gateUp: opts.gateUp ?? (values(1) as number[][]),
+        gateBias: opts.gateBias ?? (values(2) as number[]),
+        normWeight: opts.normWeight ?? (values(3) as number[]),
+      };
+      return glaRef(q, k, v, params, o.gateNormalizer, keyMask);
     }
     default:
       throw new Error(`no float64 reference for '${module.name}'`);

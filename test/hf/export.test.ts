@@ -169,6 +169,28 @@ describe('export → import is the identity', () => {
     expect(config.slayformer).toMatchObject({ bias: false, normPosition: 'pre', embeddingNorm: false, typeVocabSize: 0 });
     expect(readRaw(path.join(out, 'model.safetensors')).has('slayformer.norm.weight')).toBe(true); // the final LayerNorm BERT lacks
   });
+
+  it.each([
+    ['gpt', 'gla', 'slayformer-gpt2', ['transformer.h.0.mlp.c_gate.weight', 'slayformer.blocks.0.attn.gateDown']],
+    ['bert', 'linear-elu', 'slayformer-bert', ['bert.encoder.layer.0.intermediate.gate.weight']],
+  ])('a Transformer++ %s with %s (rotary positions, SwiGLU, RMSNorm, no biases) round-trips as a %s folder', async (kind, attention, modelType, expected) => {
+    const run = await savedRun(
+      nativeRecipe(
+        `{ kind: ${kind}, dModel: 32, numLayers: 2, numHeads: 2, maxSeqLen: 16, positional: rope, ropeTheta: 500, mlp: swiglu, norm: rmsnorm, bias: false, attention: { name: ${attention} } }`,
+      ),
+      fresh(),
+      5,
+    );
+    const out = await roundTrip(run, modelType);
+    const config = JSON.parse(readFileSync(path.join(out, 'config.json'), 'utf8')) as { slayformer: Record<string, unknown> };
+    expect(config.slayformer).toMatchObject({ positional: 'rope', ropeTheta: 500, mlp: 'swiglu', norm: 'rmsnorm', bias: false });
+    const names = [...readRaw(path.join(out, 'model.safetensors')).keys()];
+    for (const name of expected) expect(names).toContain(name);
+    // No position table, and RMSNorms without a bias.
+    expect(names.filter((n) => /wpe|position_embeddings|\.bias$/.test(n))).toEqual(
+      kind === 'bert' ? ['cls.predictions.bias', 'cls.predictions.transform.dense.bias', 'cls.predictions.transform.LayerNorm.bias'].sort() : [],
+    );
+  });
 });
 
 describe('the output folder', () => {

@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { testBackend } from '../helpers/backend.ts';
 import { generateTokens, IncrementalDecoder, nucleus, sampleToken } from '../../src/model/decode.ts';
-import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
+import { createLanguageModel, type LanguageModel, type LanguageModelConfig } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { relL2 } from '../helpers/reference.ts';
 
@@ -15,7 +15,7 @@ const VOCAB = 23;
 const MAX_LEN = 12;
 
 /** A tiny GPT with weights drawn larger than the init, so attention and position visibly matter. */
-function tinyGpt(attention: string, options: Record<string, unknown> = {}): LanguageModel {
+function tinyGpt(attention: string, options: Record<string, unknown> = {}, architecture: Partial<LanguageModelConfig> = {}): LanguageModel {
   const model = createLanguageModel({
     kind: 'gpt',
     vocabSize: VOCAB,
@@ -28,15 +28,21 @@ function tinyGpt(attention: string, options: Record<string, unknown> = {}): Lang
     bias: true,
     attention: { name: attention, options },
     seed: 7,
+    ...architecture,
   });
   return perturbParameters(model, 99);
 }
 
-const MODELS: Array<[string, string, Record<string, unknown>]> = [
+/** Transformer++: rotary positions (at each decoded position), SwiGLU, RMSNorm, no biases. */
+const TRANSFORMER_PP: Partial<LanguageModelConfig> = { positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm', bias: false };
+
+const MODELS: Array<[string, string, Record<string, unknown>, Partial<LanguageModelConfig>?]> = [
   ['softmax', 'softmax', {}],
   ['performer', 'performer', { features: 16, chunkSize: 4 }],
   ['linear-elu', 'linear-elu', { chunkSize: 4 }],
   ['cosformer (M = maxSeqLen)', 'cosformer', { chunkSize: 4, reweightLength: MAX_LEN }],
+  ['softmax, Transformer++', 'softmax', {}, TRANSFORMER_PP],
+  ['performer, Transformer++', 'performer', { features: 16, chunkSize: 4 }, TRANSFORMER_PP],
 ];
 
 function randomIds(rng: Rng, n: number): number[] {
@@ -56,13 +62,13 @@ function greedyByFullForward(model: LanguageModel, prompt: number[], count: numb
   return ids.slice(prompt.length);
 }
 
-describe.each(MODELS)('GPT with %s', (_, attention, options) => {
+describe.each(MODELS)('GPT with %s', (_, attention, options, architecture) => {
   beforeAll(async () => {
     await initBackend(testBackend());
   });
 
   it('incremental logits equal the full forward at every position (batch of 2), without leaks', () => {
-    const model = tinyGpt(attention, options);
+    const model = tinyGpt(attention, options, architecture);
     const rng = new Rng(3);
     const rows = [randomIds(rng, MAX_LEN), randomIds(rng, MAX_LEN)];
     const full = tf.tidy(() => model.logits(tf.tensor2d(rows, [2, MAX_LEN], 'int32')).arraySync());
@@ -83,7 +89,7 @@ describe.each(MODELS)('GPT with %s', (_, attention, options) => {
   });
 
   it('generate at temperature 0 equals greedy decoding by full forward', () => {
-    const model = tinyGpt(attention, options);
+    const model = tinyGpt(attention, options, architecture);
     const prompt = randomIds(new Rng(4), 3);
     const { tokens, truncated } = generateTokens(model, prompt, { temperature: 0, topK: 50, maxNewTokens: 6, seed: 1 });
     expect(truncated).toBe(false);
@@ -92,7 +98,7 @@ describe.each(MODELS)('GPT with %s', (_, attention, options) => {
   });
 
   it('a prompt fed in blocks (prefill) gives the logits of the full forward, then decoding goes on from there', () => {
-    const model = tinyGpt(attention, options);
+    const model = tinyGpt(attention, options, architecture);
     const rng = new Rng(6);
     const rows = [randomIds(rng, MAX_LEN), randomIds(rng, MAX_LEN)];
     const full = tf.tidy(() => model.logits(tf.tensor2d(rows, [2, MAX_LEN], 'int32')).arraySync());

@@ -21,8 +21,9 @@ const LENGTHS = [
 const documentIdsOf = (lengths: number[][]) =>
   Int32Array.from(lengths.flatMap((row) => row.flatMap((len, doc) => Array.from({ length: len }, () => 10 * doc + 3))));
 
-function config(kind: 'gpt' | 'bert', attention: string, options: Record<string, unknown>): LanguageModelConfig {
+function config(kind: 'gpt' | 'bert', attention: string, options: Record<string, unknown>, body: Partial<LanguageModelConfig> = {}): LanguageModelConfig {
   return {
+    ...body,
     kind,
     vocabSize: V,
     maxSeqLen: L,
@@ -56,9 +57,16 @@ const CASES: Array<[string, Record<string, unknown>]> = [
   ['cosformer', { chunkSize: 2, reweightLength: L }],
 ];
 
+/** Transformer++'s body: rotary positions restart per document as learned ones do. */
+const TRANSFORMER_PP: Partial<LanguageModelConfig> = { positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm' };
+
 describe.each(CASES)('%s', (name, options) => {
-  it.each(['gpt', 'bert'] as const)('%s: a packed batch with its documents equals each document run alone', (kind) => {
-    const model = createLanguageModel(config(kind, name, options));
+  it.each([
+    ['gpt', {}],
+    ['bert', {}],
+    ['gpt', TRANSFORMER_PP],
+  ] as const)('%s %o: a packed batch with its documents equals each document run alone', (kind, body) => {
+    const model = createLanguageModel(config(kind, name, options, body));
     const rng = new Rng(41);
     const inputIds = Int32Array.from({ length: B * L }, () => rng.int(V));
     const documentIds = documentIdsOf(LENGTHS);

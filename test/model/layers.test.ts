@@ -6,7 +6,7 @@ import { testBackend } from '../helpers/backend.ts';
 import { crossEntropyRef } from '../helpers/reference.ts';
 import { crossEntropySum } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
-import { columnSums, gelu, layerNorm, linear, multiHeadAttention } from '../../src/model/layers.ts';
+import { columnSums, gelu, layerNorm, linear, multiHeadAttention, rmsNorm } from '../../src/model/layers.ts';
 
 beforeAll(async () => {
   await initBackend(testBackend(), { quiet: true });
@@ -94,6 +94,47 @@ describe('model building blocks', () => {
       maxAbsDiff(
         grads[2],
         numericGradient((v) => loss(x, g, v), b),
+      ),
+    ).toBeLessThan(1e-4);
+  });
+
+  it('rmsNorm matches x/√(mean(x²) + ε)·g and its gradients in x and g', () => {
+    const rows = 3;
+    const d = 5;
+    const eps = 1e-6;
+    const x = randn(rows * d, 3);
+    const g = randn(d);
+    const c = randn(rows * d);
+    const rmsRef = (xv: number[], gv: number[]) => {
+      const out: number[] = [];
+      for (let r = 0; r < rows; r++) {
+        const row = xv.slice(r * d, r * d + d);
+        const meanSquare = row.reduce((s, v) => s + v * v, 0) / d;
+        for (let j = 0; j < d; j++) out.push((row[j] / Math.sqrt(meanSquare + eps)) * gv[j]);
+      }
+      return out;
+    };
+    const loss = (xv: number[], gv: number[]) => rmsRef(xv, gv).reduce((s, v, i) => s + c[i] * v, 0);
+    const value = tf.tidy(() => rmsNorm(tf.tensor2d(x, [rows, d]), tf.tensor1d(g), eps).dataSync());
+    expect(maxAbsDiff(value, rmsRef(x, g))).toBeLessThan(1e-5);
+    const grads = tf.tidy(() =>
+      tf
+        .grads((xt: tf.Tensor, gt: tf.Tensor) => tf.sum(tf.mul(rmsNorm(xt as tf.Tensor2D, gt as tf.Tensor1D, eps), tf.tensor2d(c, [rows, d]))))([
+          tf.tensor2d(x, [rows, d]),
+          tf.tensor1d(g),
+        ])
+        .map((t) => t.dataSync()),
+    );
+    expect(
+      maxAbsDiff(
+        grads[0],
+        numericGradient((v) => loss(v, g), x),
+      ),
+    ).toBeLessThan(1e-4);
+    expect(
+      maxAbsDiff(
+        grads[1],
+        numericGradient((v) => loss(x, v), g),
       ),
     ).toBeLessThan(1e-4);
   });

@@ -146,6 +146,16 @@ describe('loadRecipe', () => {
     expect(loadRecipe(recipeFile(`${MINIMAL}train: {warmupFraction: 0.05}\n`)).train.warmupFraction).toBe(0.05);
   });
 
+  it('refuses rotary positions on an odd head size and a causal-only mechanism in a BERT, naming the keys', () => {
+    expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 12, numHeads: 4, positional: rope}\n`))).toMatch(
+      /model\.positional 'rope' rotates channel pairs: the head size model\.dModel \/ model\.numHeads \(3\) must be even/,
+    );
+    expect(loadRecipe(recipeFile(`${MINIMAL}model: {dModel: 16, numHeads: 4, positional: rope, mlp: swiglu, norm: rmsnorm}\n`)).model.positional).toBe('rope');
+    expect(errorOf(recipeFile(`${MINIMAL}model: {kind: bert, attention: {name: gla}}\n`))).toContain(
+      "model.attention.name 'gla' is causal only: use it with model.kind gpt (got bert)",
+    );
+  });
+
   it('gives the line and column of a YAML error', () => {
     expect(errorOf(recipeFile(`${MINIMAL}model:\n  dModel: 16\n  bad: [1, 2\ntrain: {lr: 1}\n`))).toMatch(/invalid YAML at line 7, column 1: Flow sequence/);
     expect(errorOf(recipeFile('train:\n  lr: 1\n  lr: 2\n'))).toMatch(/invalid YAML at line 3, column 3: Map keys must be unique/);

@@ -122,7 +122,9 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
     const compared = (w: Map<string, number[]>) => new Map([...w].filter(([n]) => !(attention === 'softmax' && n.endsWith('.attn.k.bias'))));
     // The two runs' gradients differ by float rounding (~1e-10 absolute here, as the fused and composed kernels do), and
     // Adam's normalisation turns the rounding of near-zero gradient entries into fractions of an lr-sized step.
-    expect(maxRelativeDifference(compared(graph.weights), compared(eager.weights))).toBeLessThan(5e-4);
+    // GLA's per-head output RMSNorm scales up its small outputs at this init, and their rounding with them: measured
+    // 7e-4 at its ε 1e-5 (within 5e-4 at ε 1e-2).
+    expect(maxRelativeDifference(compared(graph.weights), compared(eager.weights))).toBeLessThan(attention === 'gla' ? 1.5e-3 : 5e-4);
     // The weights moved (a graph that returned stale or zero gradients would leave them near the start).
     expect(maxRelativeDifference(graph.weights, graph.initial)).toBeGreaterThan(1e-2);
     // Steps 3… ran as graphs: the tensor count stays flat.

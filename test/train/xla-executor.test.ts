@@ -12,8 +12,8 @@ import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { currentDevice } from '../../src/backend/current.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { isXlaSetUp, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
-import { attentionNames } from '../../src/model/attention/index.ts';
-import { createLanguageModel, type LanguageModel, type ModelBatch } from '../../src/model/lm.ts';
+import { attentionIsCausalOnly, attentionNames } from '../../src/model/attention/index.ts';
+import { createLanguageModel, type LanguageModel, type LanguageModelConfig, type ModelBatch } from '../../src/model/lm.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { partitionParameters } from '../../src/train/finetune.ts';
@@ -31,7 +31,10 @@ if (!available) console.log(`[xla-executor] skipped: needs the tensorflow backen
 
 const STEPS = 3;
 
-function tinyModel(attention: string, kind: 'gpt' | 'bert'): LanguageModel {
+/** Transformer++ (rotary positions, SwiGLU, RMSNorm, no biases): what the XLA route records, as every other body. */
+const TRANSFORMER_PP: Partial<LanguageModelConfig> = { positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm', bias: false };
+
+function tinyModel(attention: string, kind: 'gpt' | 'bert', architecture: Partial<LanguageModelConfig> = {}): LanguageModel {
   return createLanguageModel({
     kind,
     vocabSize: 61,
@@ -44,6 +47,7 @@ function tinyModel(attention: string, kind: 'gpt' | 'bert'): LanguageModel {
     bias: true,
     attention: { name: attention, options: {} },
     seed: 4,
+    ...architecture,
   });
 }
 
@@ -53,8 +57,15 @@ function stepsOf(kind: 'gpt' | 'bert'): ModelBatch[][] {
   return Array.from({ length: STEPS }, () => [randomBatch(rng, kind, 2, 16, 61), randomBatch(rng, kind, 2, 16, 61)]);
 }
 
-async function run(attention: string, kind: 'gpt' | 'bert', executor: string, steps: ModelBatch[][], freeze: 'none' | 'all-but-qkv' = 'none') {
-  const model = tinyModel(attention, kind);
+async function run(
+  attention: string,
+  kind: 'gpt' | 'bert',
+  executor: string,
+  steps: ModelBatch[][],
+  freeze: 'none' | 'all-but-qkv' = 'none',
+  architecture: Partial<LanguageModelConfig> = {},
+) {
+  const model = tinyModel(attention, kind, architecture);
   const { trainable } = partitionParameters(model, freeze);
   const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, v.dataSync().slice() as Float32Array]));
@@ -134,31 +145,38 @@ describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
     await initBackend('tensorflow', { quiet: true });
   });
 
-  for (const kind of ['gpt', 'bert'] as const) {
-    for (const attention of attentionNames()) {
-      it(`${kind} ${attention}: ${STEPS} accumulated steps, validation, weights and moments`, async () => {
-        const steps = stepsOf(kind);
-        const reference = await run(attention, kind, 'functions', steps);
-        const xla = await run(attention, kind, 'xla', steps);
-        xla.results.forEach((r, i) => {
-          expect(r.applied).toBe(true);
-          expect(r.tokens).toBe(reference.results[i].tokens);
-          expect(Math.abs(r.loss - reference.results[i].loss)).toBeLessThan(1e-4 * Math.abs(reference.results[i].loss));
-          expect(Math.abs(r.gradNorm - reference.results[i].gradNorm)).toBeLessThan(1e-3 * reference.results[i].gradNorm);
-        });
-        expect(Math.abs(xla.evaluation.loss - reference.evaluation.loss)).toBeLessThan(1e-4 * reference.evaluation.loss);
-        expect(xla.evaluation.accuracy).toBeCloseTo(reference.evaluation.accuracy, 6);
-        expect(xla.step).toBe(STEPS);
-        for (const [name, values] of reference.params) {
-          // Softmax is invariant to a constant added to a row's scores, so the keys' bias gets a gradient of pure
-          // rounding noise: its whole update is noise on any two routes.
-          if (attention === 'softmax' && name.endsWith('attn.k.bias')) continue;
-          expect(updateDifference(xla.params.get(name)!, values, reference.initial.get(name)!), name).toBeLessThan(2e-2);
-        }
-        expect(maxRelative(xla.moments.m, reference.moments.m)).toBeLessThan(1e-3);
-        expect(maxRelative(xla.moments.v, reference.moments.v)).toBeLessThan(1e-3);
+  const cases: Array<[kind: 'gpt' | 'bert', attention: string, label: string, architecture: Partial<LanguageModelConfig>]> = [
+    ...(['gpt', 'bert'] as const).flatMap((kind) =>
+      attentionNames()
+        .filter((name) => kind === 'gpt' || !attentionIsCausalOnly(name))
+        .map((name): [kind: 'gpt' | 'bert', string, string, Partial<LanguageModelConfig>] => [kind, name, name, {}]),
+    ),
+    ['gpt', 'softmax', 'softmax, Transformer++', TRANSFORMER_PP],
+    ['gpt', 'gla', 'gla, Transformer++', TRANSFORMER_PP],
+  ];
+  for (const [kind, attention, label, architecture] of cases) {
+    it(`${kind} ${label}: ${STEPS} accumulated steps, validation, weights and moments`, async () => {
+      const steps = stepsOf(kind);
+      const reference = await run(attention, kind, 'functions', steps, 'none', architecture);
+      const xla = await run(attention, kind, 'xla', steps, 'none', architecture);
+      xla.results.forEach((r, i) => {
+        expect(r.applied).toBe(true);
+        expect(r.tokens).toBe(reference.results[i].tokens);
+        expect(Math.abs(r.loss - reference.results[i].loss)).toBeLessThan(1e-4 * Math.abs(reference.results[i].loss));
+        expect(Math.abs(r.gradNorm - reference.results[i].gradNorm)).toBeLessThan(1e-3 * reference.results[i].gradNorm);
       });
-    }
+      expect(Math.abs(xla.evaluation.loss - reference.evaluation.loss)).toBeLessThan(1e-4 * reference.evaluation.loss);
+      expect(xla.evaluation.accuracy).toBeCloseTo(reference.evaluation.accuracy, 6);
+      expect(xla.step).toBe(STEPS);
+      for (const [name, values] of reference.params) {
+        // Softmax is invariant to a constant added to a row's scores, so the keys' bias gets a gradient of pure
+        // rounding noise: its whole update is noise on any two routes.
+        if (attention === 'softmax' && name.endsWith('attn.k.bias')) continue;
+        expect(updateDifference(xla.params.get(name)!, values, reference.initial.get(name)!), name).toBeLessThan(2e-2);
+      }
+      expect(maxRelative(xla.moments.m, reference.moments.m)).toBeLessThan(1e-3);
+      expect(maxRelative(xla.moments.v, reference.moments.v)).toBeLessThan(1e-3);
+    });
   }
 
   it('a non-finite loss leaves weights, moments and the step count as they were', async () => {

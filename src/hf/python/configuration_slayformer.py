@@ -1,6 +1,7 @@
 """Configurations of the models slayformer exports for transformers' own classes to refuse (see
 modeling_slayformer.py): config.json holds GPT2Config's or BertConfig's fields plus a `slayformer`
-section (the attention's name and options, bias, normPosition, embeddingNorm, typeVocabSize), written
+section (the attention's name and options, bias, normPosition, embeddingNorm, typeVocabSize, and the
+Transformer++ options positional, ropeTheta, mlp, norm), written
 by `npm run export` (src/hf/config.ts).
 
 Its `layer_types` entries name slayformer's attention. transformers >= 5 validates them against its own
@@ -78,6 +79,12 @@ OPTION_SPECS = {
     },
     "linear-elu": {"delta": _DELTA, **_CHUNKING},
     "cosformer": {"reweightLength": {"kind": "int", "default": 0, "min": 0, "max": _POSITIONS}, "delta": _DELTA, **_CHUNKING},
+    "gla": {
+        "gateRank": {"kind": "int", "default": 16, "min": 1, "max": BOUNDS["width"]["max"]},
+        "gateNormalizer": {"kind": "number", "default": 16, "exclusiveMin": 0},
+        "chunkSize": {"kind": "int", "default": 16, "min": 1, "max": _POSITIONS},
+        "segmentLength": _CHUNKING["segmentLength"],
+    },
 }
 
 SECTION = "slayformer"

@@ -1,6 +1,6 @@
 """PyTorch implementation of the models slayformer exports when transformers' own GPT-2 / BERT classes
 would compute another function: any of slayformer's attention mechanisms, no biases, a pre-LN BERT,
-… Shipped by `npm run export -- <checkpoint> --format hf --out DIR` beside config.json and
+the Transformer++ options (rotary positions, a SwiGLU MLP, RMSNorm), … Shipped by `npm run export -- <checkpoint> --format hf --out DIR` beside config.json and
 model.safetensors; load with
 
     AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)   # GPT (slayformer-gpt2)
@@ -555,6 +555,55 @@ class Schoenbat(KernelMechanism):
         return attended * self.postSbnGamma + self.postSbnBeta
 
 
+class Gla(Mechanism):
+    """gla.ts: gated linear attention, causal only. S_t = diag(a_t) S_{t-1} + k_t v_t^T, o_t = RMSNorm(S_t^T q_t / sqrt(d)) * w,
+    log a_t = logsigmoid([k_t of every head] W_down W_up + b) / tau. forward runs the quadratic form
+    sum_c q_ic k_jc e^(G_ic - G_jc) (G the cumulative log-gates, j <= i); step the recurrence on the state S."""
+
+    NORM_EPS = 1e-5
+
+    def __init__(self, config, options):
+        super().__init__(config, options)
+        if not self.causal:
+            raise ValueError("config.json: attention 'gla' is causal only (a slayformer-gpt2 export)")
+        width, rank = self.num_heads * self.head_dim, options["gateRank"]
+        self.add_parameter("gateDown", torch.zeros(width, rank))
+        self.add_parameter("gateUp", torch.zeros(rank, width))
+        self.add_parameter("gateBias", torch.zeros(width))
+        self.add_parameter("normWeight", torch.ones(self.head_dim))
+
+    def gates(self, k):
+        """The log-gates [B, H, L, d] from the keys of every head."""
+        b, h, length, d = k.shape
+        logits = k.transpose(1, 2).reshape(b, length, h * d) @ self.gateDown @ self.gateUp + self.gateBias
+        return (F.logsigmoid(logits) / self.options["gateNormalizer"]).view(b, length, h, d).transpose(1, 2)
+
+    def normed(self, o):
+        return o * torch.rsqrt(o.square().mean(-1, keepdim=True) + self.NORM_EPS) * self.normWeight
+
+    def forward(self, q, k, v, key_mask, total_length):
+        b, _, length, d = q.shape
+        g = self.gates(k)
+        if key_mask is not None:
+            keep = key_mask.to(q.dtype).view(b, 1, length, 1)
+            g, k = g * keep, k * keep
+        cumulative = g.cumsum(2)
+        visible = lower_triangle(length, q.device)
+        exponent = (cumulative.unsqueeze(3) - cumulative.unsqueeze(2)).clamp(max=0)  # [B, H, L, L, d]
+        scores = ((q / math.sqrt(d)).unsqueeze(3) * k.unsqueeze(2) * exponent.exp()).sum(-1).masked_fill(~visible, 0.0)
+        return self.normed(scores @ v)
+
+    def step(self, q, k, v, state, position, total_length):
+        b, h, n, d = q.shape
+        g = self.gates(k)
+        sums = state["sums"] if state is not None else q.new_zeros(b, h, d, v.shape[-1])
+        outputs = []
+        for t in range(n):
+            sums = g[:, :, t].exp().unsqueeze(-1) * sums + k[:, :, t].unsqueeze(-1) * v[:, :, t].unsqueeze(-2)
+            outputs.append((q[:, :, t].unsqueeze(-2) / math.sqrt(d)) @ sums)
+        return self.normed(torch.cat(outputs, 2)), {"sums": sums}
+
+
 MECHANISMS = {
     "softmax": Softmax,
     "yat-spherical": YatSpherical,
@@ -564,6 +613,7 @@ MECHANISMS = {
     "schoenbat": Schoenbat,
     "linear-elu": LinearElu,
     "cosformer": Cosformer,
+    "gla": Gla,
 }
 
 
@@ -607,6 +657,36 @@ def activation_of(name):
     raise ValueError(f"config.json: activation {name!r} is not one of {', '.join(TANH_GELUS + ERF_GELUS)}")
 
 
+class RMSNorm(nn.Module):
+    """layers.ts rmsNorm: x / sqrt(mean(x^2) + eps) * weight, no bias (model.norm rmsnorm; Llama's)."""
+
+    def __init__(self, width, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(section, width, eps):
+    """The body's norm (section.norm, absent in exports before it: LayerNorm)."""
+    return RMSNorm(width, eps) if section.get("norm", "layernorm") == "rmsnorm" else nn.LayerNorm(width, eps=eps)
+
+
+def rotary(x, start, theta):
+    """layers.ts rotary: x [B, H, L, Dh] at positions start … start + L - 1, channel i paired with i + Dh/2 and
+    rotated by position * theta^(-2i/Dh) (Llama's rotate_half layout); the angles in float64."""
+    length, dim = x.shape[2], x.shape[3]
+    half = dim // 2
+    positions = torch.arange(start, start + length, dtype=torch.float64, device=x.device)
+    inverse = torch.tensor([theta ** (-2 * i / dim) for i in range(half)], dtype=torch.float64, device=x.device)
+    angles = positions.unsqueeze(1) * inverse.unsqueeze(0)  # [L, Dh/2]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
 class Dense(nn.Module):
     """x W + b: weight [in, out] (GPT-2's Conv1D) or, `transposed`, [out, in] (nn.Linear, BERT)."""
 
@@ -630,38 +710,45 @@ class Weight(nn.Module):
 
 
 class Gpt2Layer(nn.Module):
-    def __init__(self, width, inner, bias, eps):
+    def __init__(self, width, inner, section, eps):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(width, eps=eps)
+        bias = section["bias"]
+        self.ln_1 = make_norm(section, width, eps)
         self.attn = nn.Module()
         self.attn.c_attn = Dense(width, 3 * width, bias)
         self.attn.c_proj = Dense(width, width, bias)
-        self.ln_2 = nn.LayerNorm(width, eps=eps)
+        self.ln_2 = make_norm(section, width, eps)
         self.mlp = nn.Module()
         self.mlp.c_fc = Dense(width, inner, bias)
         self.mlp.c_proj = Dense(inner, width, bias)
+        if section.get("mlp") == "swiglu":  # SwiGLU's gate (src/hf/weights.ts); c_fc is then its up projection
+            self.mlp.c_gate = Dense(width, inner, bias)
 
     def qkv(self, x):
         return self.attn.c_attn(x).chunk(3, -1)
 
     parts = property(lambda self: (self.ln_1, self.attn.c_proj, self.ln_2, self.mlp.c_fc, self.mlp.c_proj))
+    gate = property(lambda self: getattr(self.mlp, "c_gate", None))
 
 
 class BertLayer(nn.Module):
-    def __init__(self, width, inner, bias, eps):
+    def __init__(self, width, inner, section, eps):
         super().__init__()
+        bias = section["bias"]
         self.attention = nn.Module()
         self.attention.self = nn.Module()
         for name in ("query", "key", "value"):
             setattr(self.attention.self, name, Dense(width, width, bias, transposed=True))
         self.attention.output = nn.Module()
         self.attention.output.dense = Dense(width, width, bias, transposed=True)
-        self.attention.output.LayerNorm = nn.LayerNorm(width, eps=eps)
+        self.attention.output.LayerNorm = make_norm(section, width, eps)
         self.intermediate = nn.Module()
         self.intermediate.dense = Dense(width, inner, bias, transposed=True)
+        if section.get("mlp") == "swiglu":
+            self.intermediate.gate = Dense(width, inner, bias, transposed=True)
         self.output = nn.Module()
         self.output.dense = Dense(inner, width, bias, transposed=True)
-        self.output.LayerNorm = nn.LayerNorm(width, eps=eps)
+        self.output.LayerNorm = make_norm(section, width, eps)
 
     def qkv(self, x):
         s = self.attention.self
@@ -670,6 +757,7 @@ class BertLayer(nn.Module):
     parts = property(
         lambda self: (self.attention.output.LayerNorm, self.attention.output.dense, self.output.LayerNorm, self.intermediate.dense, self.output.dense)
     )
+    gate = property(lambda self: getattr(self.intermediate, "gate", None))
 
 
 class SlayformerPreTrainedModel(PreTrainedModel):
@@ -684,6 +772,7 @@ class SlayformerPreTrainedModel(PreTrainedModel):
         sizes = _sizes(config)
         self.sizes = sizes
         self.pre_norm = section["normPosition"] == "pre"
+        self.rope_theta = section.get("ropeTheta", 10000) if section.get("positional") == "rope" else None
         self.act = activation_of(sizes["activation"])
         self.dropout = nn.Dropout(sizes["dropout"])
         width, eps = sizes["width"], sizes["eps"]
@@ -705,17 +794,23 @@ class SlayformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
 
     def run_blocks(self, x, layers, key_mask, total_length, cache=None):
         """The blocks on x [B, L, d] (after the embeddings), then the final LayerNorm of a pre-LN model. With a
-        cache (causal only), x holds the positions after the cached ones, and each layer's state advances."""
+        cache (causal only), x holds the positions after the cached ones, and each layer's state advances.
+        Rotary positions (section.positional rope) turn q and k before the mechanism, as transformer.ts."""
         b, length, width = x.shape
         heads = self.sizes["heads"]
+        start = cache.length if cache is not None else 0
         for index, (layer, mechanism) in enumerate(zip(layers, (block.attn for block in self.slayformer.blocks))):
             ln1, out, ln2, fc, proj = layer.parts
 
             def attention(h):
                 q, k, v = (t.view(b, length, heads, width // heads).transpose(1, 2) for t in layer.qkv(h))
+                if self.rope_theta is not None:
+                    q, k = rotary(q, start, self.rope_theta), rotary(k, start, self.rope_theta)
                 if cache is None:
                     attended = mechanism(q, k, v, key_mask, total_length)
                 else:
@@ -723,6 +818,8 @@ class SlayformerPreTrainedModel(PreTrainedModel):
                 return out(attended.transpose(1, 2).reshape(b, length, width))
 
             def mlp(h):
+                if layer.gate is not None:
+                    return proj(F.silu(layer.gate(h)) * fc(h))
                 return proj(self.act(fc(h)))
 
             for norm, branch in ((ln1, attention), (ln2, mlp)):
@@ -766,15 +863,16 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
         sizes = self.sizes
         self.transformer = nn.Module()
         self.transformer.wte = nn.Embedding(config.vocab_size, width)
-        self.transformer.wpe = nn.Embedding(sizes["positions"], width)
-        self.transformer.h = nn.ModuleList(Gpt2Layer(width, sizes["inner"], section["bias"], eps) for _ in range(sizes["layers"]))
+        if self.rope_theta is None:
+            self.transformer.wpe = nn.Embedding(sizes["positions"], width)
+        self.transformer.h = nn.ModuleList(Gpt2Layer(width, sizes["inner"], section, eps) for _ in range(sizes["layers"]))
         if self.pre_norm:
-            self.transformer.ln_f = nn.LayerNorm(width, eps=eps)
+            self.transformer.ln_f = make_norm(section, width, eps)
         self.slayformer.embed = nn.Module()
         if section["typeVocabSize"] > 0:
             self.slayformer.embed.types = Weight(section["typeVocabSize"], width)
         if section["embeddingNorm"]:
-            self.slayformer.embed.norm = nn.LayerNorm(width, eps=eps)
+            self.slayformer.embed.norm = make_norm(section, width, eps)
         self.post_init()
 
     def get_input_embeddings(self):
@@ -795,10 +893,11 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
         self.check_length(input_ids, start)
         length = input_ids.shape[1]
         embed = self.slayformer.embed
-        positions = self.transformer.wpe.weight[start : start + length]
+        x = self.transformer.wte(input_ids)
+        if self.rope_theta is None:
+            x = x + self.transformer.wpe.weight[start : start + length]
         if hasattr(embed, "types"):
-            positions = positions + embed.types.weight[0]
-        x = self.transformer.wte(input_ids) + positions
+            x = x + embed.types.weight[0]
         if hasattr(embed, "norm"):
             x = embed.norm(x)
         # cosFormer's M: the model's maximum length while decoding (each step must see the prompt's M).
@@ -840,15 +939,16 @@ class SlayformerForMaskedLM(SlayformerPreTrainedModel):
         self.bert.embeddings = nn.Module()
         embeddings = self.bert.embeddings
         embeddings.word_embeddings = nn.Embedding(config.vocab_size, width)
-        embeddings.position_embeddings = nn.Embedding(sizes["positions"], width)
+        if self.rope_theta is None:
+            embeddings.position_embeddings = nn.Embedding(sizes["positions"], width)
         if section["typeVocabSize"] > 0:
             embeddings.token_type_embeddings = nn.Embedding(section["typeVocabSize"], width)
         if section["embeddingNorm"]:
-            embeddings.LayerNorm = nn.LayerNorm(width, eps=eps)
+            embeddings.LayerNorm = make_norm(section, width, eps)
         self.bert.encoder = nn.Module()
-        self.bert.encoder.layer = nn.ModuleList(BertLayer(width, sizes["inner"], section["bias"], eps) for _ in range(sizes["layers"]))
+        self.bert.encoder.layer = nn.ModuleList(BertLayer(width, sizes["inner"], section, eps) for _ in range(sizes["layers"]))
         if self.pre_norm:
-            self.slayformer.norm = nn.LayerNorm(width, eps=eps)
+            self.slayformer.norm = make_norm(section, width, eps)
         self.cls = nn.Module()
         self.cls.predictions = nn.Module()
         self.cls.predictions.transform = nn.Module()
@@ -867,10 +967,11 @@ class SlayformerForMaskedLM(SlayformerPreTrainedModel):
         self.check_length(input_ids)
         length = input_ids.shape[1]
         embeddings = self.bert.embeddings
-        positions = embeddings.position_embeddings.weight[:length]
+        x = embeddings.word_embeddings(input_ids)
+        if self.rope_theta is None:
+            x = x + embeddings.position_embeddings.weight[:length]
         if hasattr(embeddings, "token_type_embeddings"):
-            positions = positions + embeddings.token_type_embeddings.weight[0]
-        x = embeddings.word_embeddings(input_ids) + positions
+            x = x + embeddings.token_type_embeddings.weight[0]
         if hasattr(embeddings, "LayerNorm"):
             x = embeddings.LayerNorm(x)
         x = self.run_blocks(self.dropout(x), self.bert.encoder.layer, attention_mask, length)

@@ -8,6 +8,7 @@ import './darkformer.ts';
 import './schoenbat.ts';
 import './linear-elu.ts';
 import './cosformer.ts';
+import './gla.ts';
 
 export {
   createAttention,
@@ -16,6 +17,9 @@ export {
   attentionOptionSpecs,
   attentionDescription,
   attentionIsQuadratic,
+  attentionIsCausalOnly,
+  attentionDocumentProblem,
+  attentionKindProblem,
   attentionFeatureMap,
 } from './registry.ts';
 export type { FeatureMapCost } from './registry.ts';

@@ -16,6 +16,13 @@ export interface AttentionEntry {
    * has no segmentLength (linear mechanisms carry O(1) sums instead).
    */
   quadratic: boolean;
+  /** Defined for causal use only (GLA's decay runs forward in time): a bidirectional request (a BERT) is an error naming it. */
+  causalOnly?: boolean;
+  /**
+   * false when it cannot yet keep documents apart (ApplyOptions.documents, data.documentMask): a recipe asking for it
+   * is an error naming both. Every mechanism that runs through the shared contraction (chunked.ts) can.
+   */
+  keepsDocuments?: false;
   /** Every option with its bounds (integer options declare their maximum: src/core/bounds.ts), checked before `create`. */
   options: OptionSpecs;
   create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
@@ -61,6 +68,22 @@ export function attentionIsQuadratic(name: string): boolean {
   return lookup(name).quadratic;
 }
 
+export function attentionIsCausalOnly(name: string): boolean {
+  return lookup(name).causalOnly === true;
+}
+
+/** Why `name` cannot run as a model of this kind (a causal-only mechanism in a BERT), or null. */
+export function attentionKindProblem(name: string, kind: string): string | null {
+  if (kind === 'gpt' || !attentionIsCausalOnly(name)) return null;
+  return `model.attention.name '${name}' is causal only: use it with model.kind gpt (got ${kind})`;
+}
+
+/** Why `name` cannot keep the documents of a packed row apart (data.documentMask), or null. */
+export function attentionDocumentProblem(name: string): string | null {
+  if (lookup(name).keepsDocuments !== false) return null;
+  return `data.documentMask: model.attention.name '${name}' does not keep documents apart yet: set data.documentMask false, or use another mechanism`;
+}
+
 function lookup(name: string): AttentionEntry {
   const entry = registry.get(name);
   if (!entry) throw new Error(`unknown attention '${name}'; allowed: ${attentionNames().join(', ')}`);
@@ -102,6 +125,7 @@ function checkRequest(name: string, config: AttentionRequest) {
   positiveInt(name, 'numHeads', numHeads);
   positiveInt(name, 'headDim', headDim);
   if (typeof causal !== 'boolean') throw new Error(`attention '${name}': option 'causal' must be true or false (got ${String(causal)})`);
+  if (!causal && entry.causalOnly) throw new Error(`attention '${name}' is causal only (a GPT): it has no bidirectional form`);
   if (!Number.isInteger(seed)) throw new Error(`attention '${name}': option 'seed' must be an integer (got ${String(seed)})`);
   return { entry, base: { numHeads, headDim, causal, seed }, scope, resolved: resolveOptions(name, entry.options, rest) };
 }
