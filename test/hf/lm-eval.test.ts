@@ -108,7 +108,8 @@ describe.skipIf(!python)(`lm-evaluation-harness on exported folders (needs: ${LM
       expect(json.max_length).toBe(SEQ_LEN);
       const scores = json.results.slayformer_text_ppl;
       // The harness's bits per byte is −Σ log p / (ln 2 · bytes of the text): the same bytes as ours, so the same
-      // total log-likelihood, from which the token perplexity follows. Observed: agreement to ~1e-7 relative.
+      // total log-likelihood, from which the token perplexity follows. Observed 4e-8 (softmax) and 2e-8 (slay) relative;
+      // with the harness's default prefix (end-of-text) instead of t0, softmax's differed by 1.4e-3.
       const bpb = scores['bits_per_byte,none'];
       expect(Math.abs(bpb - ours.bpb) / ours.bpb).toBeLessThan(1e-5);
       const harnessPpl = Math.exp((bpb * Math.LN2 * ours.bytes) / ours.tokens);
