@@ -2,9 +2,9 @@
 //   [--model-args K=V,…] [--include-path DIR]… [--out DIR] [--backend NAME]
 // Evaluates a model with EleutherAI's lm-evaluation-harness as any GPT-2 is evaluated (`lm_eval --model hf
 // --model_args pretrained=<folder>,trust_remote_code=True`): a run or checkpoint is first exported (npm run export)
-// into <run>/lm-eval/model/; the harness runs offline on the local tasks of tasks/lm-eval/ (and --include-path), in
-// the Python that `npm run setup:lm-eval` makes; its results JSON is written per task as <out>/<task>.json, which
-// compare's report reads (docs/evaluation.md).
+// into <out>/model/ (<out>: <run>/lm-eval/ by default); the harness runs offline on the local tasks of tasks/lm-eval/
+// (and --include-path), in the Python that `npm run setup:lm-eval` makes; its results JSON is written per task as
+// <out>/<task>.json, which compare's report reads (docs/evaluation.md).
 import { spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +12,7 @@ import path from 'node:path';
 import { readJsonFile, readJsonObject } from '../core/json.ts';
 import { replaceOwnFile } from '../core/own-file.ts';
 import { harnessJsonForTask, LM_EVAL_DIR, scoresOf } from '../report/lm-eval-results.ts';
+import { FINAL_DIR, RUN_MARKER } from '../store/layout.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, UsageError } from './command.ts';
 
@@ -33,7 +34,11 @@ runs offline, with the local tasks of tasks/lm-eval/ (moby_dick_ppl, moby_dick_l
 task as <out>/<task>.json, which npm run compare reads (docs/evaluation.md).`,
   options: {
     tasks: { type: 'string', value: 'T1,T2', help: 'the harness tasks to run, comma-separated; required' },
-    out: { type: 'string', value: 'DIR', help: 'where the results go (default <run>/lm-eval; required for a Hugging Face folder)' },
+    out: {
+      type: 'string',
+      value: 'DIR',
+      help: 'where the results go (default <run>/lm-eval for a run or its final/; required for a checkpoint or a Hugging Face folder)',
+    },
     limit: { type: 'string', value: 'N', number: { integer: true, min: 1 }, help: 'evaluate only the first N documents of each task' },
     'batch-size': { type: 'string', value: 'N', number: { integer: true, min: 1 }, default: '1', help: "the harness's batch size" },
     device: { type: 'string', value: 'DEVICE', default: 'cpu', help: 'the torch device the harness runs on (cpu, cuda, cuda:0)' },
@@ -57,11 +62,21 @@ function isHfFolder(dir: string): boolean {
   return typeof readJsonObject(path.join(dir, 'config.json'))?.model_type === 'string';
 }
 
+/**
+ * The run folder whose results these are: `dir` itself when it is one (its marker, or a final/), the run of a final/;
+ * null for a checkpoint or anything else, whose results would be taken for the run's.
+ */
+function runFolderOf(dir: string): string | null {
+  if (existsSync(path.join(dir, RUN_MARKER)) || existsSync(path.join(dir, FINAL_DIR))) return dir;
+  const parent = path.dirname(dir);
+  return path.basename(dir) === FINAL_DIR && existsSync(path.join(parent, RUN_MARKER)) ? parent : null;
+}
+
 export interface LmEvalOptions {
   /** A run folder, a run's final/, a checkpoint folder or a Hugging Face folder. */
   model: string;
   tasks: string[];
-  /** The results folder; default <model>/lm-eval (required for a Hugging Face folder). */
+  /** The results folder; default <run>/lm-eval for a run folder or its final/ (required otherwise). */
   out?: string;
   limit?: number;
   batchSize?: number;
@@ -103,15 +118,18 @@ function runHarness(python: string, args: string[], env: NodeJS.ProcessEnv, stdi
 
 /** Exports the model when needed, runs the harness on it and writes each task's results as <out>/<task>.json. */
 export async function runLmEval(opts: LmEvalOptions): Promise<LmEvalResult> {
-  const model = path.resolve(opts.model);
-  if (!existsSync(model)) throw new Error(`${model}: no such folder`);
-  const hf = isHfFolder(model);
-  if (hf && opts.out === undefined) throw new UsageError(`${model} is a Hugging Face folder: give --out DIR for the harness's results`);
-  const out = path.resolve(opts.out ?? path.join(model, LM_EVAL_DIR));
+  if (opts.tasks.length === 0) throw new UsageError('--tasks names no task');
   for (const task of opts.tasks) {
     if (!/^[\w.-]+$/.test(task)) throw new UsageError(`--tasks: ${JSON.stringify(task)} is not a task name (letters, digits, _ . -)`);
   }
   for (const dir of opts.includePaths ?? []) if (!existsSync(dir)) throw new UsageError(`--include-path ${dir}: no such folder`);
+  const model = path.resolve(opts.model);
+  if (!existsSync(model)) throw new Error(`${model}: no such folder`);
+  const hf = isHfFolder(model);
+  const run = hf ? null : runFolderOf(model);
+  if (opts.out === undefined && run === null)
+    throw new UsageError(`${model} is ${hf ? 'a Hugging Face folder' : 'not a run folder nor its final/'}: give --out DIR for the harness's results`);
+  const out = path.resolve(opts.out ?? path.join(run!, LM_EVAL_DIR));
   mkdirSync(out, { recursive: true });
   const folder = hf ? model : path.join(out, EXPORT_SUBDIR);
   if (!hf) await opts.exportModel(model, folder);

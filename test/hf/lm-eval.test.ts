@@ -4,7 +4,7 @@
 // Needs the harness's Python: `npm run setup:lm-eval` makes one in .venv-lm-eval/ (or point SLAYFORMER_LM_EVAL_PYTHON
 // at one); without it the tests are skipped with one line saying so.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,6 +51,23 @@ train: { batchSize: 4, runDir: ${path.join(dir, 'runs')} }`,
   );
 
 const exportModel = async (checkpoint: string, out: string) => void (await exportHf(checkpoint, { out, overwrite: true }));
+
+describe('npm run lm-eval, before the harness runs', () => {
+  it("refuses a Hugging Face folder or a checkpoint without --out (their scores are no run's), writing nothing", async () => {
+    const hf = path.join(dir, 'refused', 'hf');
+    const checkpoint = path.join(dir, 'refused', 'run', 'checkpoints', 'step-000010');
+    mkdirSync(hf, { recursive: true });
+    mkdirSync(checkpoint, { recursive: true });
+    writeFileSync(path.join(hf, 'config.json'), JSON.stringify({ model_type: 'gpt2' }));
+    const exportModel = () => Promise.reject(new Error('nothing is exported'));
+    const options = { tasks: ['moby_dick_cloze'], python: 'no-python-is-run', exportModel };
+    await expect(runLmEval({ model: hf, ...options })).rejects.toThrow(`${hf} is a Hugging Face folder: give --out DIR`);
+    await expect(runLmEval({ model: checkpoint, ...options })).rejects.toThrow(`${checkpoint} is not a run folder nor its final/: give --out DIR`);
+    await expect(runLmEval({ model: path.join(dir, 'refused', 'run'), ...options, tasks: ['a b'] })).rejects.toThrow('--tasks: "a b" is not a task name');
+    expect(readdirSync(hf)).toEqual(['config.json']);
+    expect(readdirSync(checkpoint)).toEqual([]);
+  });
+});
 
 describe.skipIf(!python)(`lm-evaluation-harness on exported folders (needs: ${LM_EVAL_SETUP})`, () => {
   it("the harness's rolling log-likelihood of a text equals eval's on it (softmax and slay, float32 rounding)", async () => {
