@@ -27,7 +27,7 @@ const INTEGRATION_SUITES = [
   'test/sweep/{slurm,slurm-units,local}.test.ts',
   'test/paper/{quick,slurm-units,mqar-quick}.test.ts',
   'test/cli/ctrl-c.test.ts',
-  'test/hf/{transformers,pytorch,python-bounds}.test.ts',
+  'test/hf/{transformers,pytorch,python-bounds,lm-eval}.test.ts',
   'test/backend/fused-ops-asan.test.ts',
 ];
 /** `npm run test:all` sets it. */

@@ -14,6 +14,7 @@
 //                   training, when runs logged it (train.estimatorHealth; estimator-report.ts)
 //   seed-variance.csv   the final loss's variance split between train.seed and model.featureSeed, for runs that cross
 //                   both (seed-variance.ts)
+//   lm-eval.csv     lm-evaluation-harness scores per run, when runs hold `npm run lm-eval` results (lm-eval-results.ts)
 //   runs.json       the extracted numbers, machine-readable
 // Every table is one model (table.ts) rendered into each file. Runs of different families (load-runs.ts: model kind,
 // tokenizer, validation tokens) are refused, naming the difference, or with `split` written as one report per family.
@@ -23,6 +24,7 @@ import { writeFile } from 'node:fs/promises';
 import { relative } from 'node:path';
 import { defaultBaseline, describeRun, differencesTable, groupCurves, groupRuns, shortKey, type RunGroup } from './groups.ts';
 import { familyDifferences, familyFolder, loadRuns, type LoadOptions, type RunSummary } from './load-runs.ts';
+import type { LmEvalScore } from './lm-eval-results.ts';
 import { escapeHtml, escapeMarkdown } from '../core/markdown.ts';
 import { HEALTH_HEADING, HEALTH_NOTE, healthTableModel, plotHealth, SEED_VARIANCE_HEADING, SEED_VARIANCE_NOTE, seedVarianceModel } from './estimator-report.ts';
 import { lineChartSvg, seriesColours } from './plot.ts';
@@ -298,6 +300,37 @@ function positionTableModel(groups: RunGroup[]): Table | null {
   );
 }
 
+/** A harness score's column: its task and metric (and filter, when the task filters its outputs). */
+const scoreColumn = (s: LmEvalScore) => `${s.task} ${s.metric}${s.filter === 'none' ? '' : ` (${s.filter})`}`;
+
+/**
+ * lm-evaluation-harness scores (the runs' lm-eval/<task>.json from `npm run lm-eval`): one row per run that has any,
+ * one column per task and metric, with the harness's standard error where it gives one; null when no run has any.
+ */
+function lmEvalTableModel(runs: RunSummary[]): Table | null {
+  const shown = runs.filter((r) => r.lmEval);
+  if (shown.length === 0) return null;
+  const columns = [...new Set(shown.flatMap((r) => r.lmEval!.map(scoreColumn)))].sort();
+  const scoreOf = (r: RunSummary, column: string) => r.lmEval!.find((s) => scoreColumn(s) === column) ?? null;
+  return makeTable<RunSummary>(
+    [
+      { title: 'run', text: (r) => r.name },
+      { title: 'attention', text: (r) => r.attention },
+      ...columns.map((column) => ({
+        title: column,
+        right: true,
+        text: (r: RunSummary) => {
+          const s = scoreOf(r, column);
+          return s === null ? '' : `${formatNumber(s.value, 4)}${s.stderr === null ? '' : ` ± ${formatNumber(s.stderr, 4)}`}`;
+        },
+        raw: (r: RunSummary) => scoreOf(r, column)?.value ?? null,
+      })),
+      number<RunSummary>('documents', (r) => Math.max(...r.lmEval!.map((s) => s.samples ?? 0)) || null),
+    ],
+    shown,
+  );
+}
+
 /** The loss by position as a line per group against the bucket's end (log scale: the buckets double). */
 async function plotPositions(groups: RunGroup[]): Promise<{ file: string; title: string; svg: string }[]> {
   const legend = legendNames(groups);
@@ -346,6 +379,8 @@ interface ReportParts {
   health: Table | null;
   /** The seed-variance split, and the sets of runs that vary both seeds without a full grid. */
   seedVariance: { table: Table | null; problems: string[] };
+  /** lm-evaluation-harness scores per run; null when no run has any. */
+  lmEval: Table | null;
   svgs: { file: string; title: string; svg: string }[];
   runs: RunSummary[];
 }
@@ -355,6 +390,9 @@ const DIFFERENCES_HEADING = 'What tells the groups apart';
 const POSITION_HEADING = 'Loss by position';
 const POSITION_NOTE =
   'Validation loss (nats/token) of the tokens at positions [from, to) of their sequence, from each run’s eval.json (`npm run eval -- <run> --by-position --json <run>/eval.json`), averaged over the runs of a group that have one (n). Table: by-position.csv.';
+const LM_EVAL_HEADING = 'lm-evaluation-harness';
+const LM_EVAL_NOTE =
+  'Scores of EleutherAI’s lm-evaluation-harness on each run’s export (`npm run lm-eval -- RUN --tasks …`, read from RUN/lm-eval/TASK.json), ± the harness’s standard error where it gives one (docs/evaluation.md). Documents: the most any task evaluated. Table: lm-eval.csv.';
 const TABLE_FILES = 'Tables: runs.csv, groups.csv (plain numbers), groups.tex (LaTeX, booktabs).';
 
 /** The estimator-health and seed-variance sections, each a heading, its note and its table (empty when it has none). */
@@ -392,6 +430,7 @@ function reportMarkdown(p: ReportParts): string {
       ...s.problems.map((line) => `- ${escapeMarkdown(line)}`),
       ...(s.problems.length ? [''] : []),
     ]),
+    ...(p.lmEval ? [`## ${LM_EVAL_HEADING}`, '', LM_EVAL_NOTE, '', markdownTable(p.lmEval), ''] : []),
     '## Curves',
     '',
     ...p.svgs.map((s) => `![${s.title}](${s.file})`),
@@ -429,6 +468,7 @@ function reportHtml(p: ReportParts): string {
         }`,
     )
     .join('')}
+  }${p.lmEval ? `<h2>${escapeHtml(LM_EVAL_HEADING)}</h2><p>${escapeHtml(LM_EVAL_NOTE)}</p><div class="table">${htmlTable(p.lmEval)}</div>` : ''}
 <h2>Curves</h2>
 <div class="plots">
 ${p.svgs.map((s) => `<figure id="${s.file}">${s.svg}<figcaption><a href="${s.file}">${s.file}</a></figcaption></figure>`).join('\n')}
@@ -551,6 +591,7 @@ async function writeReport(
     byPosition: positionTableModel(groups),
     health: healthTableModel(runs),
     seedVariance: seedVarianceModel(runs),
+    lmEval: lmEvalTableModel(runs),
     svgs,
     runs,
   };
@@ -561,6 +602,7 @@ async function writeReport(
   if (parts.byPosition) await write('by-position.csv', csvTable(parts.byPosition));
   if (parts.health) await write('estimator-health.csv', csvTable(parts.health));
   if (parts.seedVariance.table) await write('seed-variance.csv', csvTable(parts.seedVariance.table));
+  if (parts.lmEval) await write('lm-eval.csv', csvTable(parts.lmEval));
   await write(
     'groups.tex',
     latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')),

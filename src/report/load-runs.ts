@@ -15,6 +15,7 @@ import { ENV_FILE, FINAL_DIR, METRICS_FILE, RUN_CONFIG_FILE, RUN_MARKER, SUMMARY
 import { readModelMetadata } from '../store/model-folder.ts';
 import { readMetrics, readSummary, type MetricRecord, type SummaryFields } from '../store/run-record.ts';
 import { groupBy } from './stats.ts';
+import { readLmEvalScores, type LmEvalScore } from './lm-eval-results.ts';
 import { folderSegment } from './safe-path.ts';
 
 export interface RunSummary {
@@ -57,6 +58,8 @@ export interface RunSummary {
   finished: boolean;
   /** The loss by position of `npm run eval -- … --by-position --json <run>/eval.json`, when the run folder holds one. */
   byPosition: PositionLossRow[] | null;
+  /** lm-evaluation-harness scores from `npm run lm-eval` (<run>/lm-eval/<task>.json), when the run folder holds any. */
+  lmEval: LmEvalScore[] | null;
   records: MetricRecord[];
   warnings: string[];
 }
@@ -263,6 +266,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     wallSeconds,
     finished,
     byPosition: readByPosition(dir, warnings),
+    lmEval: readLmEvalScores(dir, warnings),
     records,
     warnings,
   };

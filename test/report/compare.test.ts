@@ -631,6 +631,46 @@ describe('compareRuns', () => {
     expect(existsSync(join(plainOut, 'by-position.csv'))).toBe(false);
   });
 
+  it("tables the lm-evaluation-harness scores of the runs' lm-eval/<task>.json (npm run lm-eval), one row per run", async () => {
+    const lmRoot = join(root, 'lm-eval');
+    // The shape the harness writes (lm_eval 0.4), narrowed to one task: "metric,filter" keys, "N/A" for no stderr.
+    const harnessJson = (task: string, metrics: Record<string, number | string>, effective: number) => ({
+      results: { [task]: { name: task, alias: task, ...metrics } },
+      'n-samples': { [task]: { original: 200, effective } },
+      configs: { [task]: { task } },
+      date: 1,
+    });
+    const runs = ['lm-softmax-1', 'lm-slay-1', 'lm-slay-2'].map((folder, i) =>
+      writeRun({ parent: lmRoot, folder, attention: folder.split('-')[1], seed: i + 1, val: [3, 2.2], train: [3, 2.3], summary: summaryOf(2.2, 100) }),
+    );
+    mkdirSync(join(runs[0], 'lm-eval'));
+    writeFileSync(
+      join(runs[0], 'lm-eval', 'cloze.json'),
+      JSON.stringify(harnessJson('cloze', { 'acc,none': 0.375, 'acc_stderr,none': 0.0625, 'acc_norm,none': 0.5, 'acc_norm_stderr,none': 'N/A' }, 16)),
+    );
+    writeFileSync(
+      join(runs[0], 'lm-eval', 'text.json'),
+      JSON.stringify(harnessJson('text', { 'bits_per_byte,none': 2.25, 'bits_per_byte_stderr,none': 'N/A' }, 6)),
+    );
+    mkdirSync(join(runs[1], 'lm-eval'));
+    writeFileSync(join(runs[1], 'lm-eval', 'cloze.json'), JSON.stringify(harnessJson('cloze', { 'acc,none': 0.25, 'acc_stderr,none': 0.05 }, 16)));
+    writeFileSync(join(runs[1], 'lm-eval', 'broken.json'), JSON.stringify({ scores: [] }));
+    const out = join(root, 'lm-eval-report');
+    const result = await compareRuns(runs, { outDir: out, warn: () => {}, baseline: null });
+    expect(result.runs.find((r) => r.name === 'lm-slay-1')!.warnings.join('\n')).toContain(
+      `${join(runs[1], 'lm-eval', 'broken.json')}: not lm-evaluation-harness results`,
+    );
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    const section = md.split('## lm-evaluation-harness\n')[1].split('\n## ')[0];
+    expect(section).toContain('| run | attention | cloze acc | cloze acc\\_norm | text bits\\_per\\_byte | documents |');
+    expect(section).toContain('| lm-softmax-1 | softmax | 0.3750 ± 0.0625 | 0.5000 | 2.2500 | 16 |');
+    expect(section).toContain('| lm-slay-1 | slay | 0.2500 ± 0.0500 |  |  | 16 |');
+    // A run without results has no row.
+    expect(section).not.toContain('lm-slay-2');
+    expect(readFileSync(join(out, 'lm-eval.csv'), 'utf8')).toContain('lm-softmax-1,softmax,0.375,0.5,2.25,16');
+    expect(readFileSync(join(out, 'index.html'), 'utf8')).toContain('<h2>lm-evaluation-harness</h2>');
+  });
+
   it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
     const table = { header: ['a', 'b'], right: [false, true], rows: [{ text: ['x_1 & 50%', '1,234'], raw: ['say "hi", ok', 1234] }] };
     expect(csvTable(table)).toBe('a,b\r\n"say ""hi"", ok",1234\r\n');
