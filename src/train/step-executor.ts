@@ -36,6 +36,10 @@ export interface StepExecutorContext {
   xla: boolean;
   /** Worker-thread replicas (train.dataParallel resolved; 1 = this thread alone). */
   replicas: number;
+  /** train.devices: the devices of each process the xla executor trains on (default 1). */
+  devices?: number | 'all';
+  /** train.gradAccum: micro-batches per step, which the xla executor shares out over its devices. */
+  gradAccum?: number;
 }
 
 export interface StepExecutor {

@@ -151,7 +151,17 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
     const replicas = resolveDataParallel(recipe.train.dataParallel, device, recipe.train.batchSize);
     const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
-    const context = { model, optimizer, device, trainable: finetune.trainable, graph: recipe.train.graph, xla: optimizer.options.xla, replicas };
+    const context = {
+      model,
+      optimizer,
+      device,
+      trainable: finetune.trainable,
+      graph: recipe.train.graph,
+      xla: optimizer.options.xla,
+      replicas,
+      devices: recipe.train.devices,
+      gradAccum: recipe.train.gradAccum,
+    };
     return { model, optimizer, finetune, stream, steps: { entry: chooseStepExecutor(recipe.train.executor, context), context }, device };
   } catch (err) {
     optimizer?.dispose();

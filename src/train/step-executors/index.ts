@@ -27,9 +27,10 @@ export function chooseStepExecutor(setting: string, context: StepExecutorContext
   if (!entry) throw new Error(`train.executor: unknown executor '${setting}' (one of ${STEP_EXECUTOR_NAMES.join(', ')})`);
   const why = entry.unsupported(context);
   if (why) throw new Error(`train.executor ${setting}: ${why}`);
-  // Any other executor in a rank would train without the all-reduce: the ranks would drift apart unseen.
-  if (entry !== collective && collective.unsupported(context) === null)
-    throw new Error(`train.executor ${setting}: this process is a rank of a run across processes, whose steps run as 'collective' (or 'auto')`);
+  // Any other executor in a rank would train without the all-reduce: the ranks would drift apart unseen. The xla
+  // executor has its own, on jax's distributed runtime (docs/xla.md).
+  if (entry !== collective && entry !== xla && collective.unsupported(context) === null)
+    throw new Error(`train.executor ${setting}: this process is a rank of a run across processes, whose steps run as 'collective', 'xla' or 'auto'`);
   return entry;
 }
 
