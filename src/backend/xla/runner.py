@@ -153,6 +153,20 @@ class Program:
         return dict(zip(self.outputs, Runtime.execute(self.executables[device], args)))
 
 
+def end(runtime, status):
+    """
+    Across processes, ends this one at once: jax.distributed's shutdown (at exit) waits in a barrier for every process,
+    which after a failure holds a rank for its timeout; without it a process's end closes its connections, and a peer
+    still in a collective fails at once.
+    """
+    if runtime.replicas.process_count > 1:
+        try:
+            PROTOCOL_OUT.flush()
+        except OSError:
+            pass  # Node is gone: nothing to tell it
+        os._exit(status)
+
+
 def main():
     runtime = Runtime()
     local = runtime.replicas.local
@@ -173,6 +187,7 @@ def main():
         try:
             header, arrays = read_message()
         except EOFError:
+            end(runtime, 1)
             return
         op = header.get('op')
         try:
@@ -245,9 +260,14 @@ def main():
                 write_message({'peakBytes': max(peaks) if peaks else None, 'bytesInUse': max(in_use) if in_use else None})
             elif op == 'exit':
                 write_message({})
+                end(runtime, 0)
                 return
             else:
                 write_message({'error': f'unknown request {op!r}'})
+        except BrokenPipeError:
+            # Node is gone (killed) while this request ran: as at the end of its input.
+            end(runtime, 1)
+            return
         except Exception as err:  # noqa: BLE001 — every failure goes back to Node as the request's error
             write_message({'error': f'{op}: {type(err).__name__}: {err}'})
 

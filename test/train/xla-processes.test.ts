@@ -1,0 +1,75 @@
+// The xla executor across processes (docs/xla.md, "Several devices"): `--processes 2` starts two ranks whose jax
+// runners join jax's distributed runtime (jax.distributed, gloo on CPUs) and add their gradient sums in one compiled
+// all-to-all + all-gather. Two ranks of one device each, one micro-batch each, train as one process accumulating the
+// two: the same losses (one addition either way). A rank killed mid-run ends the run, naming it, and the run resumes
+// from its last checkpoint to the uninterrupted run's losses. Needs the native backend and `npm run setup:xla`.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
+import { isXlaSetUp, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
+import { readMetrics } from '../../src/store/run-record.ts';
+import { killStartedClis, startCli } from '../helpers/cli.ts';
+import { makeTinySetup, writeTinyRecipe, type TinySetup } from './checkpoint-fixtures.ts';
+import { TRAIN, trainCommand } from './collective-fixtures.ts';
+
+const available = isTensorflowSetUp() && isXlaSetUp();
+if (!available) console.log(`[xla-processes] skipped: needs the tensorflow backend and ${XLA_SETUP_COMMAND}`);
+
+let dir: string;
+let setup: TinySetup;
+
+const losses = (run: string) => readMetrics(run).map((r) => `${r.split}@${r.step} ${r.loss}`);
+const XLA = ['--backend', 'tensorflow', '--train.executor=xla', '--train.gradAccum=2'];
+
+describe.skipIf(!available)('the xla executor across processes (jax.distributed)', () => {
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'slay-xla-processes-'));
+    setup = await makeTinySetup(dir);
+  });
+  afterEach(() => killStartedClis());
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('2 ranks of one device equal one process accumulating their 2 micro-batches', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'equal.yaml'), setup, join(dir, 'runs-equal'));
+    const one = await trainCommand([recipe, ...XLA]);
+    const two = await trainCommand([recipe, ...XLA, '--processes', '2']);
+    expect(two.output).toContain('data-parallel over 2 devices (1 per process)');
+    expect(losses(two.runDir).length).toBeGreaterThanOrEqual(4);
+    expect(losses(two.runDir)).toEqual(losses(one.runDir));
+  });
+
+  it('a rank killed mid-run ends the run naming it; the run resumes from its checkpoint with 2 ranks', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'killed.yaml'), setup, join(dir, 'runs-killed'), {
+      maxTokens: 6400,
+      logInterval: 1,
+      checkpointInterval: 2,
+      evalInterval: 0,
+    });
+    const run = startCli(TRAIN, [recipe, ...XLA, '--processes', '2']);
+    const started = await run.waitForOutput(/^\[train\] 2 processes \(pids (\d+), (\d+)\)/m);
+    // The checkpoint of step 4 is written before step 5 runs.
+    await run.waitForOutput(/^step 5\/\d+ \|/m, started.end);
+    process.kill(Number(started.match[2]), 'SIGKILL');
+    const exit = await run.exited;
+    expect(exit.code).not.toBe(0);
+    expect(run.output()).toMatch(/train: rank 1 of 2 \(pid \d+\) was killed by SIGKILL; the other ranks were stopped/);
+    // Rank 0 ended on its collective's failure (the killed rank's runner exited with it), not on jax's heartbeat
+    // timeout (its runner aborted) or the launcher's SIGTERM.
+    expect(run.output()).toMatch(/train: xla runner: step: \w+: .*Gloo [\w-]+ failed: .*(closed|reset) by peer/);
+    expect(run.output()).not.toMatch(/^step 50\/50 \|/m);
+    const resumed = await trainCommand([recipe, ...XLA, '--processes', '2', '--resume', 'auto']);
+    const from = /resumed from \S+ at step (\d+)/.exec(resumed.output);
+    expect(from, resumed.output).not.toBeNull();
+    expect(Number(from![1])).toBeGreaterThanOrEqual(4);
+    expect(existsSync(resumed.finalDir)).toBe(true);
+    // After (not before: --resume auto would take its checkpoints) the same run uninterrupted: the same losses.
+    const whole = await trainCommand([recipe, ...XLA, '--processes', '2']);
+    const last = (run: string) => new Map(readMetrics(run).map((r) => [`${r.split}@${r.step}`, r.loss]));
+    expect(last(resumed.runDir)).toEqual(last(whole.runDir));
+  });
+});
