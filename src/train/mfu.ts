@@ -24,7 +24,8 @@ export async function utilisationBasis(
   const hosts = run.cluster ? new Set(run.cluster.addresses.map((address) => address.slice(0, address.lastIndexOf(':')))).size : 1;
   const accelerator = run.executor.accelerator;
   let peak: PeakFlops | null;
-  if (accelerator && accelerator.platform !== 'cpu') peak = gpuPeak(accelerator.device, 'tf32', hosts);
+  // The xla executor's devices over all processes (train.devices × ranks), else one GPU per host.
+  if (accelerator && accelerator.platform !== 'cpu') peak = gpuPeak(accelerator.device, 'tf32', accelerator.devices ?? hosts);
   else if (!accelerator && !run.device.cpuBound) peak = null;
   else peak = await cpuPeak(run.device, { replicas: run.replicas, hosts });
   return { flopsPerToken, peak };

@@ -59,7 +59,7 @@ export interface StepExecutor {
   /** Sends the model and optimizer as they are now (restored, initialised from another model) to where the executor keeps them. */
   push(): Promise<void>;
   /** Where the steps run when it is not the tfjs backend's device (the XLA executor's jax device): its MFU's peak (mfu.ts). */
-  readonly accelerator?: { platform: string; device: string };
+  readonly accelerator?: { platform: string; device: string; devices?: number };
   /** One line for the run's log after its first step: what ran where (null = nothing to say). */
   describe(firstBatch: ModelBatch): string | null;
   /** Frees what the executor holds (threads, processes, device buffers); the model and optimizer stay the caller's. */

@@ -93,6 +93,14 @@ describe('utilisationBasis', () => {
     });
     expect(onH100).toEqual({ flopsPerToken: modelFlops(config, 32).perToken, peak: expect.objectContaining({ flopsPerSecond: 494.7e12 }) });
     expect(utilisation(onH100, 1000)).toEqual({ flopsPerSecond: 1000 * onH100.flopsPerToken, mfu: (1000 * onH100.flopsPerToken) / 494.7e12 });
+    // train.devices × ranks: the peak of all the devices the XLA executor trains on.
+    const onEight = await utilisationBasis(config, data, {
+      device,
+      executor: { accelerator: { platform: 'gpu', device: 'NVIDIA H100 80GB HBM3', devices: 8 } },
+      replicas: 1,
+      cluster: null,
+    });
+    expect(onEight.peak?.flopsPerSecond).toBeCloseTo(8 * 494.7e12, -6);
     const unknown = await utilisationBasis(config, data, { device, executor: {}, replicas: 1, cluster: null });
     expect(unknown.peak).toBeNull();
     expect(utilisation(unknown, 1000).mfu).toBeNull();

@@ -83,8 +83,8 @@ export class XlaExecutor implements StepExecutor {
     return this.hello.deviceCount ?? 1;
   }
 
-  get accelerator(): { platform: string; device: string } {
-    return { platform: this.hello.platform, device: this.hello.device };
+  get accelerator(): { platform: string; device: string; devices: number } {
+    return { platform: this.hello.platform, device: this.hello.device, devices: this.deviceCount };
   }
 
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
