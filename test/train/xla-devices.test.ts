@@ -81,6 +81,18 @@ describe.skipIf(!available)('train.devices with the xla executor (jax host devic
     for (let i = 0; i < a.length; i++) expect(Math.abs(b[i].loss - a[i].loss) / a[i].loss, a[i].at).toBeLessThan(1e-5);
   });
 
+  it("a plan's short last step (1 micro-batch on 2 devices: the other adds zeros) equals one device's", async () => {
+    // 9 micro-batches of 2 rows: steps of 4, 4 and 1.
+    const keys = { gradAccum: 4, batchSize: 2, maxTokens: 288, logInterval: 1, evalInterval: 0 };
+    const [one, two] = [await train('short-1', keys), await train('short-2', { ...keys, devices: 2 })];
+    expect(one.error).toBeNull();
+    expect(two.error).toBeNull();
+    const [a, b] = [losses(one.dir), losses(two.dir)];
+    expect(a.map((r) => r.at)).toContain('train@3');
+    expect(b.map((r) => r.at)).toEqual(a.map((r) => r.at));
+    for (let i = 0; i < a.length; i++) expect(Math.abs(b[i].loss - a[i].loss) / a[i].loss, a[i].at).toBeLessThan(1e-5);
+  });
+
   it('refuses a train.gradAccum that is not a multiple of the devices, naming both', async () => {
     const run = await train('uneven', { gradAccum: 3, devices: 2 });
     expect(run.error?.message).toMatch(/train\.gradAccum 3 is not a multiple of the 2 devices/);
