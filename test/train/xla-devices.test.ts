@@ -17,7 +17,9 @@ import { LOG_FILE } from '../../src/store/layout.ts';
 import { readMetrics } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { runTraining } from '../../src/train/trainer.ts';
-import { deviceMicroBatches } from '../../src/train/step-executors/xla.ts';
+import { deviceMicroBatches, xla } from '../../src/train/step-executors/xla.ts';
+import type { StepExecutorContext } from '../../src/train/step-executor.ts';
+import { currentDevice } from '../../src/backend/current.ts';
 import { makeTinySetup, tinyRecipeText, type TinySetup } from './checkpoint-fixtures.ts';
 
 const available = isTensorflowSetUp() && isXlaSetUp();
@@ -91,6 +93,12 @@ describe.skipIf(!available)('train.devices with the xla executor (jax host devic
     expect(a.map((r) => r.at)).toContain('train@3');
     expect(b.map((r) => r.at)).toEqual(a.map((r) => r.at));
     for (let i = 0; i < a.length; i++) expect(Math.abs(b[i].loss - a[i].loss) / a[i].loss, a[i].at).toBeLessThan(1e-5);
+  });
+
+  it('refuses train.shardOptimizer (every device keeps the whole moments)', () => {
+    const context = { device: currentDevice(), optimizer: { shard: { rank: 0, worldSize: 2 } } } as unknown as StepExecutorContext;
+    expect(xla.unsupported(context)).toMatch(/train\.shardOptimizer does not apply/);
+    expect(xla.unsupported({ ...context, optimizer: { shard: null } } as unknown as StepExecutorContext)).toBeNull();
   });
 
   it('refuses a train.gradAccum that is not a multiple of the devices, naming both', async () => {

@@ -1,7 +1,8 @@
 // The xla executor across processes (docs/xla.md, "Several devices"): `--processes 2` starts two ranks whose jax
 // runners join jax's distributed runtime (jax.distributed, gloo on CPUs) and add their gradient sums in one compiled
 // all-to-all + all-gather. Two ranks of one device each, one micro-batch each, train as one process accumulating the
-// two: the same losses (one addition either way). A rank killed mid-run ends the run, naming it, and the run resumes
+// two: the same losses (one addition either way); 2 ranks × 2 host devices agree with one device accumulating 4
+// within float rounding. A rank killed mid-run ends the run, naming it, and the run resumes
 // from its last checkpoint to the uninterrupted run's losses. Needs the native backend and `npm run setup:xla`.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
@@ -41,6 +42,18 @@ describe.skipIf(!available)('the xla executor across processes (jax.distributed)
     expect(two.output).toContain('data-parallel over 2 devices (1 per process)');
     expect(losses(two.runDir).length).toBeGreaterThanOrEqual(4);
     expect(losses(two.runDir)).toEqual(losses(one.runDir));
+  });
+
+  it('2 ranks × 2 host devices agree with one device accumulating the 4 micro-batches', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'four.yaml'), setup, join(dir, 'runs-four'), { batchSize: 2 });
+    const four = ['--backend', 'tensorflow', '--train.executor=xla', '--train.gradAccum=4'];
+    const one = await trainCommand([recipe, ...four]);
+    const two = await trainCommand([recipe, ...four, '--train.devices=2', '--processes', '2']);
+    expect(two.output).toContain('data-parallel over 4 devices (2 per process)');
+    const [a, b] = [readMetrics(one.runDir), readMetrics(two.runDir)];
+    expect(b.map((r) => `${r.split}@${r.step}`)).toEqual(a.map((r) => `${r.split}@${r.step}`));
+    expect(a.length).toBeGreaterThanOrEqual(4);
+    for (let i = 0; i < a.length; i++) expect(Math.abs(b[i].loss - a[i].loss) / a[i].loss).toBeLessThan(1e-5);
   });
 
   it('a rank killed mid-run ends the run naming it; the run resumes from its checkpoint with 2 ranks', async () => {

@@ -10,6 +10,9 @@
 #   SLAYFORMER_XLA_COORDINATOR  host:port of jax's coordination service (process 0 serves it); with the two below
 #   SLAYFORMER_XLA_PROCESSES    number of processes
 #   SLAYFORMER_XLA_PROCESS_ID   this process's index, 0 … processes − 1
+#   SLAYFORMER_XLA_LOCAL_RANKS  each process's index among the processes of its host, comma-separated: on a host
+#                               whose processes all see every GPU (`--processes N` on one machine), the i-th takes
+#                               GPUs i·devices … (i + 1)·devices − 1
 #   SLAYFORMER_XLA_JOIN_TIMEOUT seconds to wait for every process to join (jax's initialization_timeout)
 #   SLAYFORMER_XLA_HEARTBEAT_TIMEOUT seconds without a process's heartbeat before jax ends the others (default 10)
 import math
@@ -19,6 +22,7 @@ DEVICES_ENV = 'SLAYFORMER_XLA_DEVICES'
 COORDINATOR_ENV = 'SLAYFORMER_XLA_COORDINATOR'
 PROCESSES_ENV = 'SLAYFORMER_XLA_PROCESSES'
 PROCESS_ID_ENV = 'SLAYFORMER_XLA_PROCESS_ID'
+LOCAL_RANKS_ENV = 'SLAYFORMER_XLA_LOCAL_RANKS'
 JOIN_TIMEOUT_ENV = 'SLAYFORMER_XLA_JOIN_TIMEOUT'
 HEARTBEAT_TIMEOUT_ENV = 'SLAYFORMER_XLA_HEARTBEAT_TIMEOUT'
 
@@ -73,7 +77,7 @@ def initialize_distributed(jax):
 
 
 class Replicas:
-    """The devices a run uses: the first `requested_devices()` of each process, in process order, as one mesh."""
+    """The devices a run uses: `requested_devices()` of each process (disjoint on a shared host), in process order, as one mesh."""
 
     def __init__(self, jax):
         self.jax = jax
@@ -83,13 +87,26 @@ class Replicas:
         if wanted > len(local):
             raise ValueError(f'${DEVICES_ENV}={wanted}: this process has {len(local)} {local[0].platform} device(s)')
         count = wanted or len(local)
-        self.local = local[:count]
         by_process = {}
         for d in sorted(jax.devices(), key=lambda d: d.id):
             by_process.setdefault(d.process_index, []).append(d)
         if sorted(by_process) != list(range(self.process_count)):
             raise ValueError(f'jax sees the devices of processes {sorted(by_process)}, expected 0 to {self.process_count - 1}')
-        self.devices = [d for p in range(self.process_count) for d in by_process[p][:count]]
+        local_ranks = [int(r) for r in os.environ.get(LOCAL_RANKS_ENV, '').split(',') if r.strip()] or [0] * self.process_count
+        if len(local_ranks) != self.process_count:
+            raise ValueError(f'${LOCAL_RANKS_ENV} lists {len(local_ranks)} processes, not {self.process_count}')
+
+        def chosen(p):
+            # Processes sharing a host's GPUs take disjoint ones; a process that sees only its own (srun
+            # --gpus-per-task, CUDA_VISIBLE_DEVICES), and jax's CPU devices, every process's own, start from the first.
+            seen = by_process[p]
+            start = local_ranks[p] * count
+            if seen[0].platform == 'cpu' or start + count > len(seen):
+                start = 0
+            return seen[start : start + count]
+
+        self.devices = [d for p in range(self.process_count) for d in chosen(p)]
+        self.local = chosen(self.process_index)
         if len(self.devices) != count * self.process_count:
             raise ValueError(f'every process must have {count} device(s): jax sees {[len(by_process[p]) for p in sorted(by_process)]}')
         self.first = self.process_index * count

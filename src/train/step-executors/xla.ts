@@ -47,6 +47,10 @@ function devicesEnv(context: StepExecutorContext): Record<string, string> {
     env.SLAYFORMER_XLA_COORDINATOR = xlaCoordinator(cluster);
     env.SLAYFORMER_XLA_PROCESSES = String(cluster.worldSize);
     env.SLAYFORMER_XLA_PROCESS_ID = String(cluster.rank);
+    // Each rank's index among the ranks of its host: ranks sharing a host's GPUs take disjoint ones (devices.py).
+    const hostOf = (address: string) => address.slice(0, address.lastIndexOf(':'));
+    const localRanks = cluster.addresses.map((a, rank) => cluster.addresses.slice(0, rank).filter((b) => hostOf(b) === hostOf(a)).length);
+    env.SLAYFORMER_XLA_LOCAL_RANKS = localRanks.join(',');
   }
   return env;
 }
@@ -263,9 +267,11 @@ export const xla: StepExecutorEntry = {
   name: 'xla',
   summary:
     "the step compiled by XLA (StableHLO through TensorFlow) and run by a jax process that keeps the state on its device (CPU here, GPU with jax's CUDA plugin)",
-  // train.dataParallel does not apply: the jax process runs the whole step on its one device (docs/xla.md).
-  unsupported: ({ device }) => {
+  // train.dataParallel does not apply: the jax process runs the step on its devices, train.devices (docs/xla.md).
+  unsupported: ({ device, optimizer }) => {
     if (!runnerPython()) return `no Python with jax for its runner (${XLA_SETUP_COMMAND} makes one, or set $${XLA_PYTHON_ENV})`;
+    // Every device keeps the whole moments: the ZeRO-1 slices of the collective route have no place here.
+    if (optimizer.shard) return 'train.shardOptimizer does not apply (every device keeps the whole moments): set it to false';
     if (process.env[XLA_PROGRAMS_ENV]) return null;
     if (!device.graphSteps)
       return `its programs are recorded on the tensorflow backend (this run's is ${device.backend}); or train from programs compiled ahead of time: $${XLA_PROGRAMS_ENV}=<folder of npm run compile>`;
