@@ -3,7 +3,8 @@
 // all-to-all + all-gather. Two ranks of one device each, one micro-batch each, train as one process accumulating the
 // two: the same losses (one addition either way); 2 ranks × 2 host devices agree with one device accumulating 4
 // within float rounding. A rank killed mid-run ends the run, naming it, and the run resumes
-// from its last checkpoint to the uninterrupted run's losses. Needs the native backend and `npm run setup:xla`.
+// from its last checkpoint to the uninterrupted run's losses. SIGTERM to rank 0 of ranks started as srun
+// starts them stops both after the same step. Needs the native backend and `npm run setup:xla`.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +12,10 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { isXlaSetUp, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
+import { loadCheckpoint } from '../../src/store/checkpoint.ts';
 import { readMetrics } from '../../src/store/run-record.ts';
+import { CLUSTER_ENV, RANK_ENV, XLA_COORDINATOR_ENV } from '../../src/backend/cluster-env.ts';
+import { freePorts } from '../../src/cli/launch.ts';
 import { killStartedClis, startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe, type TinySetup } from './checkpoint-fixtures.ts';
 import { TRAIN, trainCommand } from './collective-fixtures.ts';
@@ -54,6 +58,37 @@ describe.skipIf(!available)('the xla executor across processes (jax.distributed)
     expect(b.map((r) => `${r.split}@${r.step}`)).toEqual(a.map((r) => `${r.split}@${r.step}`));
     expect(a.length).toBeGreaterThanOrEqual(4);
     for (let i = 0; i < a.length; i++) expect(Math.abs(b[i].loss - a[i].loss) / a[i].loss).toBeLessThan(1e-5);
+  });
+
+  it('ranks started as srun starts them: SIGTERM to rank 0 stops both after the same step (the stop travels in the sum)', async () => {
+    const recipe = await writeTinyRecipe(join(dir, 'stop.yaml'), setup, join(dir, 'runs-stop'), {
+      maxTokens: 64_000,
+      logInterval: 1,
+      checkpointInterval: 1000,
+      evalInterval: 0,
+    });
+    // Each rank told its place as the launcher or Slurm would (src/backend/cluster-env.ts), without a launcher.
+    const [jaxPort, ...ports] = await freePorts(3);
+    const cluster = ports.map((p) => `127.0.0.1:${p}`).join(',');
+    const ranks = [0, 1].map((rank) =>
+      startCli(TRAIN, [recipe, ...XLA], {
+        ...process.env,
+        [RANK_ENV]: String(rank),
+        [CLUSTER_ENV]: cluster,
+        [XLA_COORDINATOR_ENV]: `127.0.0.1:${jaxPort}`,
+        TF_NUM_INTRAOP_THREADS: '1',
+        TF_NUM_INTEROP_THREADS: '1',
+      }),
+    );
+    await ranks[0].waitForOutput(/^step 3\/\d+ \|/m);
+    ranks[0].process.kill('SIGTERM');
+    const [zero, one] = await Promise.all(ranks.map((r) => r.exited));
+    expect(zero.code, ranks[0].output()).toBe(143);
+    // Rank 1 learnt of the stop in the step's sum and ended well, not in a collective rank 0 had left.
+    expect(one.code, ranks[1].output()).toBe(0);
+    const stopped = /stopped by SIGTERM after step (\d+); checkpoint saved in (\S+)\n/.exec(ranks[0].output());
+    expect(stopped, ranks[0].output()).not.toBeNull();
+    expect((await loadCheckpoint(stopped![2])).state.step).toBe(Number(stopped![1]));
   });
 
   it('a rank killed mid-run ends the run naming it; the run resumes from its checkpoint with 2 ranks', async () => {
