@@ -229,7 +229,7 @@ export const RECIPE_SCHEMA = {
       check: (v) => (v === 'all' || (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 4096) ? null : "'all' or an integer from 1 to 4096"),
     },
     default: 1,
-    doc: "`train.executor: xla` only: devices of each process the jax runner trains on (GPUs; on jax's CPU, host devices), data-parallel: each device runs its share of the step's `train.gradAccum` micro-batches (which must be a multiple of the devices over all processes), the devices' gradient sums are added in device order by jax's collectives and every device applies the same update. The losses equal one device's up to float rounding (docs/xla.md). `all` = every device jax sees.",
+    doc: "`train.executor: xla` only: devices of each process the jax runner trains on (GPUs; on jax's CPU, host devices), data-parallel: each device runs its share of the step's `train.gradAccum` micro-batches (which must be a multiple of the devices over all processes), the devices' gradient sums are added in device order by jax's collectives and every device applies the same update. The losses equal one device's up to float rounding (docs/xla.md). `all` = every device jax sees. Other executors refuse a value other than 1.",
   },
   'train.processes': {
     type: int(1, MAX_RANKS),

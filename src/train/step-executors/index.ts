@@ -18,6 +18,11 @@ export const STEP_EXECUTOR_NAMES = ['auto', ...STEP_EXECUTORS.map((e) => e.name)
  * them, else op by op. An explicit name the context cannot run is an error saying why.
  */
 export function chooseStepExecutor(setting: string, context: StepExecutorContext): StepExecutorEntry {
+  // Only the jax runner trains on several devices; elsewhere the key would be ignored unseen.
+  if ((context.devices ?? 1) !== 1 && setting !== xla.name)
+    throw new Error(
+      `train.devices ${context.devices}: several devices are the xla executor's (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
+    );
   if (setting === 'auto') {
     if (collective.unsupported(context) === null) return collective;
     if (context.replicas > 1) return replicas;
