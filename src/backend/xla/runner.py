@@ -36,6 +36,8 @@ PROTOCOL_OUT = os.fdopen(os.dup(1), 'wb')
 os.dup2(2, 1)
 PROTOCOL_IN = sys.stdin.buffer
 
+# devices.py beside this file; no __pycache__ is left in the checkout (or tried in a read-only install).
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import devices  # noqa: E402
 
