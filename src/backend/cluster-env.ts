@@ -12,6 +12,12 @@ export const CLUSTER_ENV = 'SLAYFORMER_CLUSTER';
 /** Under Slurm: the first port of a node's ranks (rank with local id i listens on PORT + i); default from the job id. */
 export const PORT_ENV = 'SLAYFORMER_PORT';
 
+/**
+ * host:port of jax's coordination service for the ranks of an xla-executor run (docs/xla.md, "Several devices"). The
+ * launcher sets it to a free port of its own; else (srun) rank 0's host at the port after its node's ranks' ports.
+ */
+export const XLA_COORDINATOR_ENV = 'SLAYFORMER_XLA_COORDINATOR';
+
 /** A value as an error quotes it: cut to a line (a hostile variable may be any length). */
 const cut = (value: string) => (value.length > 120 ? `${value.slice(0, 120)}…` : value);
 
@@ -148,6 +154,16 @@ function slurmBasePort(env: NodeJS.ProcessEnv): number {
     return port;
   }
   return 15000 + (Number(env.SLURM_JOB_ID ?? 0) % 1000) * 50;
+}
+
+/** Where the ranks' jax processes meet: $SLAYFORMER_XLA_COORDINATOR, else the port after rank 0's node's ranks' ports. */
+export function xlaCoordinator(spec: ClusterSpec, env: NodeJS.ProcessEnv = process.env): string {
+  const given = env[XLA_COORDINATOR_ENV];
+  if (given) return given;
+  const hostOf = (address: string) => address.slice(0, address.lastIndexOf(':'));
+  const first = spec.addresses[0];
+  const onFirstHost = spec.addresses.filter((a) => hostOf(a) === hostOf(first)).length;
+  return `${hostOf(first)}:${Number(first.slice(first.lastIndexOf(':') + 1)) + onFirstHost}`;
 }
 
 /**

@@ -8,7 +8,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
-import { CLUSTER_ENV, RANK_ENV } from '../backend/cluster-env.ts';
+import { CLUSTER_ENV, RANK_ENV, XLA_COORDINATOR_ENV } from '../backend/cluster-env.ts';
 import { signalExitCode } from '../train/stop.ts';
 import { ignoreOutputErrors, LAUNCHER_FD, LAUNCHER_FD_ENV } from './launcher-channel.ts';
 
@@ -89,7 +89,8 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
   const handled = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   for (const signal of handled) process.on(signal, onSignal);
   try {
-    const ports = await freePorts(n);
+    // One port more: jax's coordination service, should the ranks train with train.executor xla (docs/xla.md).
+    const [xlaPort, ...ports] = await freePorts(n + 1);
     if (signals.length > 0) {
       log(`train: ${signals[0]} before any rank started: nothing was run`);
       return signalExitCode(signals[0]);
@@ -97,7 +98,13 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
     const cluster = ports.map((p) => `127.0.0.1:${p}`).join(',');
     const threads = String(Math.max(1, Math.floor(availableParallelism() / n)));
     ranks = ports.map((_, rank) => {
-      const env = { [RANK_ENV]: String(rank), [CLUSTER_ENV]: cluster, TF_NUM_INTRAOP_THREADS: threads, TF_NUM_INTEROP_THREADS: threads };
+      const env = {
+        [RANK_ENV]: String(rank),
+        [CLUSTER_ENV]: cluster,
+        [XLA_COORDINATOR_ENV]: `127.0.0.1:${xlaPort}`,
+        TF_NUM_INTRAOP_THREADS: threads,
+        TF_NUM_INTEROP_THREADS: threads,
+      };
       const child = spawn(process.execPath, [...process.execArgv, process.argv[1], ...args], {
         env: { ...process.env, ...env, [LAUNCHER_FD_ENV]: String(LAUNCHER_FD) },
         // Own process groups: a terminal's Ctrl-C reaches this parent alone, which passes it to rank 0 once.

@@ -53,6 +53,7 @@ export interface Recipe {
     batchSize: number;
     gradAccum: number;
     dataParallel: number | 'auto';
+    devices: number | 'all';
     processes: number;
     joinTimeout: number;
     shardOptimizer: boolean;
@@ -260,6 +261,15 @@ export const RECIPE_SCHEMA = {
     },
     default: 1,
     doc: "Data-parallel replicas: each optimizer step's rows are split across this many model replicas, the main thread plus worker threads, each with its own backend instance; the update equals the single-replica one up to float summation order. For the CPU backends, whose wasm kernels run on one thread: `auto` = one replica per CPU core (at most `train.batchSize`), and 1 on the `tensorflow` backend. Dropout masks depend on the number of replicas.",
+  },
+  'train.devices': {
+    type: {
+      kind: 'custom',
+      text: '`all` \\| integer ≥ 1',
+      check: (v) => (v === 'all' || (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 4096) ? null : "'all' or an integer from 1 to 4096"),
+    },
+    default: 1,
+    doc: "`train.executor: xla` only: devices of each process the jax runner trains on (GPUs; on jax's CPU, host devices), data-parallel: each device runs its share of the step's `train.gradAccum` micro-batches (which must be a multiple of the devices over all processes), the devices' gradient sums are added in device order by jax's collectives and every device applies the same update. The losses equal one device's up to float rounding (docs/xla.md). `all` = every device jax sees. Other executors refuse a value other than 1.",
   },
   'train.processes': {
     type: int(1, MAX_RANKS),

@@ -24,8 +24,10 @@ export async function utilisationBasis(
   const hosts = run.cluster ? new Set(run.cluster.addresses.map((address) => address.slice(0, address.lastIndexOf(':')))).size : 1;
   const accelerator = run.executor.accelerator;
   let peak: PeakFlops | null;
-  // float32 products run as TF32 on NVIDIA GPUs by default (docs/xla.md); bf16 ones against the bf16 peak.
-  if (accelerator && accelerator.platform !== 'cpu') peak = gpuPeak(accelerator.device, accelerator.precision === 'bf16' ? 'bf16' : 'tf32', hosts);
+  // float32 products run as TF32 on NVIDIA GPUs by default (docs/xla.md), bf16 ones against the bf16 peak; the xla
+  // executor's devices over all processes (train.devices × ranks), else one GPU per host.
+  if (accelerator && accelerator.platform !== 'cpu')
+    peak = gpuPeak(accelerator.device, accelerator.precision === 'bf16' ? 'bf16' : 'tf32', accelerator.devices ?? hosts);
   else if (!accelerator && !run.device.cpuBound) peak = null;
   else peak = await cpuPeak(run.device, { replicas: run.replicas, hosts });
   return { flopsPerToken, peak };

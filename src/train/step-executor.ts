@@ -39,6 +39,10 @@ export interface StepExecutorContext {
   replicas: number;
   /** train.precision: the xla executor's matrix products (the recipe allows bf16 with it alone); default fp32. */
   precision?: XlaPrecision;
+  /** train.devices: the devices of each process the xla executor trains on (default 1). */
+  devices?: number | 'all';
+  /** train.gradAccum: micro-batches per step, which the xla executor shares out over its devices. */
+  gradAccum?: number;
 }
 
 export interface StepExecutor {
@@ -58,7 +62,7 @@ export interface StepExecutor {
   /** Sends the model and optimizer as they are now (restored, initialised from another model) to where the executor keeps them. */
   push(): Promise<void>;
   /** Where the steps run when it is not the tfjs backend's device (the XLA executor's jax device): its MFU's peak (mfu.ts). */
-  readonly accelerator?: { platform: string; device: string; precision?: XlaPrecision };
+  readonly accelerator?: { platform: string; device: string; precision?: XlaPrecision; devices?: number };
   /** One line for the run's log after its first step: what ran where (null = nothing to say). */
   describe(firstBatch: ModelBatch): string | null;
   /** Frees what the executor holds (threads, processes, device buffers); the model and optimizer stay the caller's. */

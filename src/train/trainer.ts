@@ -161,6 +161,8 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
       xla: optimizer.options.xla,
       replicas,
       precision: recipe.train.precision,
+      devices: recipe.train.devices,
+      gradAccum: recipe.train.gradAccum,
     };
     return { model, optimizer, finetune, stream, steps: { entry: chooseStepExecutor(recipe.train.executor, context), context }, device };
   } catch (err) {

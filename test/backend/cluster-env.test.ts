@@ -2,7 +2,7 @@
 // Slurm's own order (never sorted as strings, which would give node10 the ranks of node2), the
 // launcher's variables, and the ServerDef the ranks are started with.
 import { describe, expect, it } from 'vitest';
-import { clusterFromEnv, expandHostList, expandTasksPerNode, slurmAddresses } from '../../src/backend/cluster-env.ts';
+import { clusterFromEnv, expandHostList, expandTasksPerNode, slurmAddresses, XLA_COORDINATOR_ENV, xlaCoordinator } from '../../src/backend/cluster-env.ts';
 import { joinFailure, serverDefText } from '../../src/backend/collective.ts';
 import { MAX_RANKS } from '../../src/core/bounds.ts';
 
@@ -107,6 +107,17 @@ describe('clusterFromEnv', () => {
       rank: 1,
       addresses: ['127.0.0.1:5000', '127.0.0.1:5001'],
     });
+  });
+});
+
+describe('xlaCoordinator (jax.distributed of the xla executor)', () => {
+  it("is the port the launcher gave, else the one after the ports of rank 0's node", () => {
+    const spec = { rank: 1, addresses: ['node01:15000', 'node01:15001', 'node02:15000', 'node02:15001'] };
+    expect(xlaCoordinator(spec, { [XLA_COORDINATOR_ENV]: '127.0.0.1:4242' })).toBe('127.0.0.1:4242');
+    expect(xlaCoordinator(spec, {})).toBe('node01:15002');
+    // Every rank of a Slurm step computes the same address from the same variables.
+    const env = { SLURM_PROCID: '3', SLURM_NTASKS: '4', SLURM_JOB_ID: '7', SLURM_STEP_NODELIST: 'gpu[1-2]', SLURM_STEP_TASKS_PER_NODE: '2(x2)' };
+    expect(xlaCoordinator(clusterFromEnv(env)!, env)).toBe('gpu1:15352');
   });
 });
 

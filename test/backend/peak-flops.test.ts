@@ -101,6 +101,14 @@ describe('utilisationBasis', () => {
       cluster: null,
     });
     expect(bf16.peak).toEqual(expect.objectContaining({ flopsPerSecond: 989.4e12, source: 'NVIDIA H100/H200 SXM bf16 dense peak (datasheet)' }));
+    // train.devices × ranks: the peak of all the devices the XLA executor trains on.
+    const onEight = await utilisationBasis(config, data, {
+      device,
+      executor: { accelerator: { platform: 'gpu', device: 'NVIDIA H100 80GB HBM3', devices: 8 } },
+      replicas: 1,
+      cluster: null,
+    });
+    expect(onEight.peak?.flopsPerSecond).toBeCloseTo(8 * 494.7e12, -6);
     const unknown = await utilisationBasis(config, data, { device, executor: {}, replicas: 1, cluster: null });
     expect(unknown.peak).toBeNull();
     expect(utilisation(unknown, 1000).mfu).toBeNull();

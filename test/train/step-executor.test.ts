@@ -69,6 +69,8 @@ describe('choosing', () => {
       expect(() => chooseStepExecutor('functions', c)).toThrow(/train\.executor functions: the cpu backend has no TensorFlow functions/);
       expect(() => chooseStepExecutor('replicas', c)).toThrow(/train\.executor replicas: train\.dataParallel resolves to 1/);
       expect(() => chooseStepExecutor('warp', c)).toThrow(/unknown executor 'warp'/);
+      expect(() => chooseStepExecutor('auto', { ...c, devices: 2 })).toThrow(/train\.devices 2: several devices are the xla executor's/);
+      expect(() => chooseStepExecutor('functions', { ...c, devices: 'all' })).toThrow(/train\.devices all: .* this run's train\.executor is functions/);
       // Replica threads rebuild a language model from its config: another StepModel (the task model) is refused.
       const taskLike = { ...c, replicas: 2, model: { dropout: 0 } as unknown as StepModel };
       expect(() => chooseStepExecutor('replicas', taskLike)).toThrow(/train\.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config/);

@@ -6,14 +6,16 @@
 # Protocol (both directions, little-endian): u32 header length, the header (UTF-8 JSON), then the arrays the
 # header lists under "arrays" ([{dtype, shape}]), each as its raw bytes in C order, one after the other. Every
 # request gets exactly one reply, in order; a failed request's reply is {"error": "..."}.
-#   hello                                     → {jax, jaxlib, platform, device}
+#   hello                                     → {jax, jaxlib, platform, device, devices, processIndex, deviceCount}
 #   load {key, base}                          → compiles base.vhlo (or base.mlir) as program key: {seconds, via}
-#   put {names} + arrays                      → state[name] = array on the device
+#   put {names} + arrays                      → state[name] = array on each of this process's devices
 #   get {names}                               → the arrays
-#   step {micro: [{program, names}], apply: {program, names}} + arrays
+#   step {micro: [{program, names, device}], sums, stop, apply: {program, names}} + arrays
 #        each micro-batch's named arrays, then apply's; micro-batch programs return "loss" and gradients, summed
-#        over micro-batches in order; the apply program reads state, the sums and its arrays, and its outputs named
-#        like state replace it (donated, updated in place)      → {loss, norm, applied}
+#        over each device's micro-batches in order (device: this process's device index, default 0), then over the
+#        devices of every process (devices.py; `sums` names them, `stop` is added as a flag); the apply program reads
+#        state, the sums and its arrays on every device, and its outputs named like state replace it (donated,
+#        updated in place)                        → {loss, norm, applied, stopRequested}
 #   eval {program, names} + arrays            → {sums: {output: value}}
 #   memory                                    → {peakBytes, bytesInUse} (null where the device reports none)
 #   exit                                      → {} and the process ends
@@ -33,6 +35,13 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 PROTOCOL_OUT = os.fdopen(os.dup(1), 'wb')
 os.dup2(2, 1)
 PROTOCOL_IN = sys.stdin.buffer
+
+# devices.py beside this file; no __pycache__ is left in the checkout (or tried in a read-only install).
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import devices  # noqa: E402
+
+devices.prepare_environment()
 
 import numpy as np  # noqa: E402
 import jax  # noqa: E402
@@ -83,14 +92,16 @@ class Runtime:
 
     def __init__(self):
         import jax.extend.backend as backend_api
-        self.device = jax.devices()[0]
+        # This process's devices (one unless $SLAYFORMER_XLA_DEVICES asks for more), joined with the other processes'.
+        self.replicas = devices.Replicas(jax)
+        self.device = self.replicas.local[0]
         self.client = backend_api.get_backend(self.device.platform)
 
-    def compile(self, module):
+    def compile(self, module, device):
         from jax._src.lib import xla_client
-        options = xla_client.CompileOptions()
+        options = self.replicas.compile_options(device)
         if hasattr(self.client, 'compile_and_load'):
-            return self.client.compile_and_load(module, xla_client.DeviceList((self.device,)), options)
+            return self.client.compile_and_load(module, xla_client.DeviceList((device,)), options)
         return self.client.compile(module, options)
 
     @staticmethod
@@ -126,12 +137,13 @@ class Program:
             raise ValueError(f'{base}.json: {type(err).__name__}: {err}') from err
         module, self.via, file = read_module(base)
         try:
-            self.executable = runtime.compile(module)
+            # One executable per device of this process, each placed on its device.
+            self.executables = [runtime.compile(module, device) for device in runtime.replicas.local]
         except Exception as err:  # noqa: BLE001 — re-raised, naming the file it came from
             raise RuntimeError(f'{file} ({self.via}): {type(err).__name__}: {err}') from err
         self.runtime = runtime
 
-    def __call__(self, env):
+    def __call__(self, env, device=0):
         args = []
         for spec in self.inputs:
             value = env.get(spec['name'])
@@ -140,27 +152,58 @@ class Program:
             if list(value.shape) != spec['shape'] or np.dtype(value.dtype) != np.dtype(DTYPES[spec['dtype']]):
                 raise ValueError(f"program input {spec['name']} is {value.dtype} {list(value.shape)}, the program takes {spec['dtype']} {spec['shape']}")
             args.append(value)
-        return dict(zip(self.outputs, Runtime.execute(self.executable, args)))
+        return dict(zip(self.outputs, Runtime.execute(self.executables[device], args)))
+
+
+def end(runtime, status):
+    """
+    Across processes, ends this one at once: jax.distributed's shutdown (at exit) waits in a barrier for every process,
+    which after a failure holds a rank for its timeout; without it a process's end closes its connections, and a peer
+    still in a collective fails at once.
+    """
+    if runtime.replicas.process_count > 1:
+        try:
+            PROTOCOL_OUT.flush()
+        except OSError:
+            pass  # Node is gone: nothing to tell it
+        os._exit(status)
 
 
 def main():
     runtime = Runtime()
+    local = runtime.replicas.local
     programs = {}
+    # Every name's array on each of this process's devices (one replica of the state per device).
     state = {}
 
     def put(names, arrays):
-        return {name: jax.device_put(a, runtime.device) for name, a in zip(names, arrays)}
+        return {name: [jax.device_put(a, d) for d in local] for name, a in zip(names, arrays)}
+
+    def put_on(j, names, arrays):
+        return {name: jax.device_put(a, local[j]) for name, a in zip(names, arrays)}
+
+    def state_on(j):
+        return {name: values[j] for name, values in state.items()}
 
     while True:
         try:
             header, arrays = read_message()
         except EOFError:
+            end(runtime, 1)
             return
         op = header.get('op')
         try:
             if op == 'hello':
                 import jaxlib
-                write_message({'jax': jax.__version__, 'jaxlib': jaxlib.__version__, 'platform': runtime.device.platform, 'device': str(runtime.device.device_kind)})
+                write_message({
+                    'jax': jax.__version__,
+                    'jaxlib': jaxlib.__version__,
+                    'platform': runtime.device.platform,
+                    'device': str(runtime.device.device_kind),
+                    'devices': len(local),
+                    'processIndex': runtime.replicas.process_index,
+                    'deviceCount': runtime.replicas.count,
+                })
             elif op == 'load':
                 start = time.perf_counter()
                 program = Program(runtime, header['base'])
@@ -170,35 +213,63 @@ def main():
                 state.update(put(header['names'], arrays))
                 write_message({})
             elif op == 'get':
-                write_message({}, [np.asarray(state[name]) for name in header['names']])
+                write_message({}, [np.asarray(state[name][0]) for name in header['names']])
             elif op == 'step':
                 given = iter(arrays)
-                sums = None
+                sums = [None] * len(local)
                 for micro in header['micro']:
-                    env = dict(state)
-                    env.update(put(micro['names'], [next(given) for _ in micro['names']]))
-                    outs = programs[micro['program']](env)
-                    sums = outs if sums is None else {name: jnp.add(sums[name], value) for name, value in outs.items()}
+                    j = micro.get('device', 0)
+                    env = state_on(j)
+                    env.update(put_on(j, micro['names'], [next(given) for _ in micro['names']]))
+                    outs = programs[micro['program']](env, j)
+                    sums[j] = outs if sums[j] is None else {name: jnp.add(sums[j][name], value) for name, value in outs.items()}
                 apply = header['apply']
-                env = dict(state)
-                env.update(sums)
-                env.update(put(apply['names'], [next(given) for _ in apply['names']]))
-                outs = programs[apply['program']](env)
-                state.update({name: value for name, value in outs.items() if name in state})
-                write_message({'loss': number(sums['loss']), 'norm': number(outs['norm']), 'applied': bool(float(outs['applied']) == 1.0)})
+                scalars = [next(given) for _ in apply['names']]
+                stop = False
+                if runtime.replicas.count > 1:
+                    # A device without a micro-batch this step (the plan's last, short step) adds zeros.
+                    names = [s['name'] for s in header['sums']]
+                    per_device = [
+                        {
+                            **{s['name']: sums[j][s['name']] if sums[j] is not None else jnp.zeros(s['shape'], jnp.float32, device=local[j]) for s in header['sums']},
+                            'stop': jax.device_put(np.float32(bool(header.get('stop'))), local[j]),
+                        }
+                        for j in range(len(local))
+                    ]
+                    sums = runtime.replicas.all_reduce(per_device, [*names, 'stop'])
+                    stop = float(sums[0]['stop']) > 0
+                first = None
+                for j in range(len(local)):
+                    env = state_on(j)
+                    env.update(sums[j])
+                    env.update(put_on(j, apply['names'], scalars))
+                    outs = programs[apply['program']](env, j)
+                    for name, value in outs.items():
+                        if name in state:
+                            state[name][j] = value
+                    if j == 0:
+                        first = outs
+                write_message({'loss': number(sums[0]['loss']), 'norm': number(first['norm']), 'applied': bool(float(first['applied']) == 1.0), 'stopRequested': stop})
             elif op == 'eval':
-                env = dict(state)
-                env.update(put(header['names'], arrays))
+                env = state_on(0)
+                env.update(put_on(0, header['names'], arrays))
                 outs = programs[header['program']](env)
                 write_message({'sums': {name: number(value) for name, value in outs.items()}})
             elif op == 'memory':
-                stats = getattr(runtime.device, 'memory_stats', lambda: None)() or {}
-                write_message({'peakBytes': stats.get('peak_bytes_in_use'), 'bytesInUse': stats.get('bytes_in_use')})
+                stats = [getattr(d, 'memory_stats', lambda: None)() or {} for d in local]
+                peaks = [s['peak_bytes_in_use'] for s in stats if s.get('peak_bytes_in_use') is not None]
+                in_use = [s['bytes_in_use'] for s in stats if s.get('bytes_in_use') is not None]
+                write_message({'peakBytes': max(peaks) if peaks else None, 'bytesInUse': max(in_use) if in_use else None})
             elif op == 'exit':
                 write_message({})
+                end(runtime, 0)
                 return
             else:
                 write_message({'error': f'unknown request {op!r}'})
+        except BrokenPipeError:
+            # Node is gone (killed) while this request ran: as at the end of its input.
+            end(runtime, 1)
+            return
         except Exception as err:  # noqa: BLE001 — every failure goes back to Node as the request's error
             write_message({'error': f'{op}: {type(err).__name__}: {err}'})
 

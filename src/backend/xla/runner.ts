@@ -19,6 +19,10 @@ export interface RunnerHello {
   jaxlib: string;
   platform: string;
   device: string;
+  /** This process's devices, its index among the processes and the devices of all of them (devices.py). */
+  devices?: number;
+  processIndex?: number;
+  deviceCount?: number;
 }
 
 export const RUNNER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'runner.py');

@@ -18,6 +18,11 @@ export const STEP_EXECUTOR_NAMES = ['auto', ...STEP_EXECUTORS.map((e) => e.name)
  * them, else op by op. An explicit name the context cannot run is an error saying why.
  */
 export function chooseStepExecutor(setting: string, context: StepExecutorContext): StepExecutorEntry {
+  // Only the jax runner trains on several devices; elsewhere the key would be ignored unseen.
+  if ((context.devices ?? 1) !== 1 && setting !== xla.name)
+    throw new Error(
+      `train.devices ${context.devices}: several devices are the xla executor's (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
+    );
   if (setting === 'auto') {
     if (collective.unsupported(context) === null) return collective;
     if (context.replicas > 1) return replicas;
@@ -27,9 +32,10 @@ export function chooseStepExecutor(setting: string, context: StepExecutorContext
   if (!entry) throw new Error(`train.executor: unknown executor '${setting}' (one of ${STEP_EXECUTOR_NAMES.join(', ')})`);
   const why = entry.unsupported(context);
   if (why) throw new Error(`train.executor ${setting}: ${why}`);
-  // Any other executor in a rank would train without the all-reduce: the ranks would drift apart unseen.
-  if (entry !== collective && collective.unsupported(context) === null)
-    throw new Error(`train.executor ${setting}: this process is a rank of a run across processes, whose steps run as 'collective' (or 'auto')`);
+  // Any other executor in a rank would train without the all-reduce: the ranks would drift apart unseen. The xla
+  // executor has its own, on jax's distributed runtime (docs/xla.md).
+  if (entry !== collective && entry !== xla && collective.unsupported(context) === null)
+    throw new Error(`train.executor ${setting}: this process is a rank of a run across processes, whose steps run as 'collective', 'xla' or 'auto'`);
   return entry;
 }
 

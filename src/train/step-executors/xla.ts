@@ -7,6 +7,8 @@
 import * as tf from '@tensorflow/tfjs';
 import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
+import { xlaCoordinator } from '../../backend/cluster-env.ts';
+import { currentCluster } from '../../backend/collective.ts';
 import { replyNumber, XlaRunner, type HostArray, type RunnerHello } from '../../backend/xla/runner.ts';
 import type { XlaPrecision } from '../../backend/xla/programs.ts';
 import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../../backend/xla/setup.ts';
@@ -34,6 +36,34 @@ export const XLA_PROGRAMS_ENV = 'SLAYFORMER_XLA_PROGRAMS';
 
 const f32 = (x: number): HostArray => ({ dtype: 'float32', shape: [], data: Float32Array.of(x) });
 
+/**
+ * What the runner's devices.py reads: how many of its devices to use (train.devices; 0 = all) and, in a rank of a run
+ * across processes (src/cli/launch.ts, srun), where jax's coordination service is and which process this is.
+ */
+function devicesEnv(context: StepExecutorContext): Record<string, string> {
+  const devices = context.devices ?? 1;
+  const env: Record<string, string> = { SLAYFORMER_XLA_DEVICES: devices === 'all' ? '0' : String(devices), SLAYFORMER_XLA_COORDINATOR: '' };
+  const cluster = currentCluster();
+  if (cluster && cluster.worldSize > 1) {
+    env.SLAYFORMER_XLA_COORDINATOR = xlaCoordinator(cluster);
+    env.SLAYFORMER_XLA_PROCESSES = String(cluster.worldSize);
+    env.SLAYFORMER_XLA_PROCESS_ID = String(cluster.rank);
+    // Each rank's index among the ranks of its host: ranks sharing a host's GPUs take disjoint ones (devices.py).
+    const hostOf = (address: string) => address.slice(0, address.lastIndexOf(':'));
+    const localRanks = cluster.addresses.map((a, rank) => cluster.addresses.slice(0, rank).filter((b) => hostOf(b) === hostOf(a)).length);
+    env.SLAYFORMER_XLA_LOCAL_RANKS = localRanks.join(',');
+  }
+  return env;
+}
+
+/**
+ * The micro-batches of a step of `count` that device `device` of `devices` (over all processes) runs: a contiguous
+ * block, as one device accumulating them all would take them in turn (docs/xla.md, "Several devices").
+ */
+export function deviceMicroBatches(count: number, device: number, devices: number): { from: number; to: number } {
+  return { from: Math.floor((device * count) / devices), to: Math.floor(((device + 1) * count) / devices) };
+}
+
 export class XlaExecutor implements StepExecutor {
   readonly name = 'xla';
   private readonly loaded = new Map<string, { seconds: number; via: string }>();
@@ -58,15 +88,25 @@ export class XlaExecutor implements StepExecutor {
     return this.context.precision ?? 'fp32';
   }
 
-  get accelerator(): { platform: string; device: string; precision: XlaPrecision } {
-    return { platform: this.hello.platform, device: this.hello.device, precision: this.precision };
+  /** Devices over all processes (the runner's hello; 1 from a runner that predates several devices). */
+  get deviceCount(): number {
+    return this.hello.deviceCount ?? 1;
+  }
+
+  get accelerator(): { platform: string; device: string; precision: XlaPrecision; devices: number } {
+    return { platform: this.hello.platform, device: this.hello.device, precision: this.precision, devices: this.deviceCount };
   }
 
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
     const python = runnerPython()!;
-    const { runner, hello } = await XlaRunner.start(python);
+    const { runner, hello } = await XlaRunner.start(python, devicesEnv(context));
     const executor = new XlaExecutor(context, runner, hello, book);
     try {
+      const gradAccum = context.gradAccum ?? 1;
+      if (executor.deviceCount > 1 && gradAccum % executor.deviceCount !== 0)
+        throw new Error(
+          `train.gradAccum ${gradAccum} is not a multiple of the ${executor.deviceCount} devices (train.devices × processes): each device runs an equal share of the step's micro-batches (docs/xla.md)`,
+        );
       await executor.push();
     } catch (err) {
       await runner.close();
@@ -112,17 +152,30 @@ export class XlaExecutor implements StepExecutor {
     const total = stepTokens(microBatches);
     const variables = this.variables;
     await this.sendChangedBuffers();
-    const micro: Array<{ program: string; names: string[] }> = [];
+    const micro: Array<{ program: string; names: string[]; device: number }> = [];
     const arrays: HostArray[] = [];
     let gradOutputs: string[] | null = null;
+    // This process's devices are devices first … first + local − 1 of all processes'; each takes its block.
+    const local = this.hello.devices ?? 1;
+    const first = (this.hello.processIndex ?? 0) * local;
+    const deviceOf = (i: number) => {
+      for (let d = first; d < first + local; d++) {
+        const { from, to } = deviceMicroBatches(microBatches.length, d, this.deviceCount);
+        if (i >= from && i < to) return d - first;
+      }
+      return null;
+    };
     for (let i = 0; i < microBatches.length; i++) {
       const seed = microBatchSeed(inputs.dropoutSeed, i);
       const batch = microBatches[i];
       const given = gradientInputs(model, batch, variables, seed, total);
       if (!given) continue;
+      // Recorded (once per shape) on every process, so that all know the gradients' names, run or not here.
       const entry = this.book.get('gradient', given.key, () => ({ spec: recordGradientProgram(model, batch, variables, seed, total) }));
       gradOutputs ??= entry.outputs;
-      micro.push({ program: await this.load(entry), names: given.arrays.map(([n]) => n) });
+      const device = deviceOf(i);
+      if (device === null) continue;
+      micro.push({ program: await this.load(entry), names: given.arrays.map(([n]) => n), device });
       arrays.push(...given.arrays.map(([, a]) => a));
     }
     if (!gradOutputs) throw new Error('trainStep: the micro-batches hold no labelled token');
@@ -131,13 +184,23 @@ export class XlaExecutor implements StepExecutor {
     const apply = this.book.get('apply', applyKey, () => recordApplyProgram(optimizer, model, gradNames, inputs.clip));
     const scalars = optimizer.stepScalars(inputs.lr, inputs.clip, this.step_ + 1);
     const applyProgram = await this.load(apply);
-    const reply = await this.runner.request({ op: 'step', micro, apply: { program: applyProgram, names: [...STEP_SCALARS] } }, [
-      ...arrays,
-      ...scalars.map(f32),
-    ]);
+    // What the devices add up (every process lists them alike): the loss and each parameter's gradient, with its shape.
+    const shapes = new Map([...model.parameters()].map(([n, v]) => [`grad:${n}`, v.shape]));
+    const sums = gradOutputs.map((name) => ({ name, shape: name === 'loss' ? [] : shapes.get(name) }));
+    const reply = await this.runner.request(
+      { op: 'step', micro, sums, stop: inputs.stopRequested === true, apply: { program: applyProgram, names: [...STEP_SCALARS] } },
+      [...arrays, ...scalars.map(f32)],
+    );
     const applied = reply.header.applied === true;
     if (applied) this.step_++;
-    return { loss: replyNumber(reply.header.loss), gradNorm: replyNumber(reply.header.norm), tokens: total, applied };
+    const acrossProcesses = currentCluster() !== null;
+    return {
+      loss: replyNumber(reply.header.loss),
+      gradNorm: replyNumber(reply.header.norm),
+      tokens: total,
+      applied,
+      ...(acrossProcesses ? { stopRequested: reply.header.stopRequested === true } : {}),
+    };
   }
 
   async evaluate(batches: readonly Batch[]): Promise<EvalResult> {
@@ -185,7 +248,8 @@ export class XlaExecutor implements StepExecutor {
 
   describe(): string {
     const vias = [...new Set([...this.loaded.values()].map((l) => l.via))].join(', ');
-    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device}), matrix products in ${this.precision}; programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
+    const devices = this.deviceCount > 1 ? `, data-parallel over ${this.deviceCount} devices (${this.hello.devices} per process)` : '';
+    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device})${devices}, matrix products in ${this.precision}; programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
   }
 
   /** Peak and current device memory in bytes (null where the device reports none, e.g. jax's CPU). */
@@ -210,9 +274,11 @@ export const xla: StepExecutorEntry = {
   name: 'xla',
   summary:
     "the step compiled by XLA (StableHLO through TensorFlow) and run by a jax process that keeps the state on its device (CPU here, GPU with jax's CUDA plugin)",
-  // train.dataParallel does not apply: the jax process runs the whole step on its one device (docs/xla.md).
-  unsupported: ({ device }) => {
+  // train.dataParallel does not apply: the jax process runs the step on its devices, train.devices (docs/xla.md).
+  unsupported: ({ device, optimizer }) => {
     if (!runnerPython()) return `no Python with jax for its runner (${XLA_SETUP_COMMAND} makes one, or set $${XLA_PYTHON_ENV})`;
+    // Every device keeps the whole moments: the ZeRO-1 slices of the collective route have no place here.
+    if (optimizer.shard) return 'train.shardOptimizer does not apply (every device keeps the whole moments): set it to false';
     if (process.env[XLA_PROGRAMS_ENV]) return null;
     if (!device.graphSteps)
       return `its programs are recorded on the tensorflow backend (this run's is ${device.backend}); or train from programs compiled ahead of time: $${XLA_PROGRAMS_ENV}=<folder of npm run compile>`;
