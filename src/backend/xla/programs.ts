@@ -129,9 +129,11 @@ export function exportPrograms(
     if (!python) throw new Error(`train.executor xla: the exporter's Python is not set up (${XLA_SETUP_COMMAND} makes it)`);
     fs.mkdirSync(cache, { recursive: true });
     const programs = unique.map(({ spec, base }) => {
-      fs.writeFileSync(`${base}.pb`, spec.graphDef);
+      // This process's own copy: ranks of one run export the same programs at once, and each removes its copy after.
+      const graphdef = `${base}.${process.pid}.pb`;
+      fs.writeFileSync(graphdef, spec.graphDef);
       return {
-        graphdef: `${base}.pb`,
+        graphdef,
         feeds: spec.feeds,
         fetches: spec.fetches,
         inputs: spec.inputs,
