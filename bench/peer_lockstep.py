@@ -9,7 +9,11 @@ and runs N steps when told: `steps N` on stdin prints one JSON line {"ms": [per-
 The step is the script's loop body: forward (torch.compile'd with --compile), zero_grad, backward,
 clip_grad_norm_(1.0), AdamW.step. Prints {"ready": ...} once the model is built; EOF ends it.
 """
-import argparse, importlib.util, json, sys, time
+import argparse
+import importlib.util
+import json
+import sys
+import time
 
 import torch
 

@@ -21,7 +21,10 @@ The older peer, Debian's python3-torch 1.13 with OpenBLAS (apt-get install -y py
 libopenblas0-pthread; /usr/bin/python3), wants --threads 1 so that only OpenBLAS's pool runs: two
 pools of 2 threads each oversubscribe 2 cores and run ~8x slower.
 """
-import argparse, json, math, time
+import argparse
+import json
+import math
+import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -235,7 +235,7 @@ def run_archive(args, started):
                 lines.append(f"| {r['model']} | | | | | | | | {r.get('error', 'no metrics')} | | |")
                 continue
             gpu_text = ' '.join('%d:%.4f' % (m['step'], m['loss']) for m in train_losses)
-            cpu_text = ' '.join('%d:%.4f' % (s, l) for s, l in sorted(cpu_by_step.items()))
+            cpu_text = ' '.join('%d:%.4f' % (s, loss) for s, loss in sorted(cpu_by_step.items()))
             worst = f"{max(abs(a - b) for a, b in both):.2e}" if both else ''
             speed = f'{tps[-1]:,.0f} (last window)' if tps else ''
             lines.append(f"| {r['model']} | | | | {speed} | {mfu_text(train_losses[-1].get('mfu'))} | | | {gpu_text} | {cpu_text} | {worst} |")
