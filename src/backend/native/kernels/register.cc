@@ -87,8 +87,11 @@ void addKernel(const KernelFunctions& kernel) { kernelFunctions().push_back(kern
 #ifdef SLAYFORMER_STANDALONE_OPS
 // Built without Node as a plain op library for TensorFlow's Python (tf.load_op_library), so that
 // bench/profile_graph.py can run recorded steps that name these ops: loading registers them, after every kernel's
-// file has added its functions (priority 101).
-__attribute__((constructor(102))) static void registerOnLoad() { slayformer::registerAll(); }
+// file has added its functions (priority 101); why it could not is printed, as the addon's `error` says it.
+__attribute__((constructor(102))) static void registerOnLoad() {
+  const std::string why = slayformer::registerAll();
+  if (!why.empty()) std::fprintf(stderr, "slayformer fused kernels not registered: %s\n", why.c_str());
+}
 #else
 // The addon: loading registers the ops; `ops` lists their names, `error` says why registration failed.
 NAPI_MODULE_INIT() {
