@@ -83,11 +83,13 @@ class Runtime:
 
     def __init__(self):
         import jax.extend.backend as backend_api
+
         self.device = jax.devices()[0]
         self.client = backend_api.get_backend(self.device.platform)
 
     def compile(self, module):
         from jax._src.lib import xla_client
+
         options = xla_client.CompileOptions()
         if hasattr(self.client, 'compile_and_load'):
             return self.client.compile_and_load(module, xla_client.DeviceList((self.device,)), options)
@@ -104,6 +106,7 @@ def read_module(base):
     """The program as MLIR bytecode: the portable artifact where this jax reads it, else the text; and its file."""
     from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib import _jax
+
     try:
         with open(base + '.vhlo', 'rb') as f:
             portable = f.read()
@@ -136,9 +139,9 @@ class Program:
         for spec in self.inputs:
             value = env.get(spec['name'])
             if value is None:
-                raise ValueError(f"program input {spec['name']} was not given")
+                raise ValueError(f'program input {spec["name"]} was not given')
             if list(value.shape) != spec['shape'] or np.dtype(value.dtype) != np.dtype(DTYPES[spec['dtype']]):
-                raise ValueError(f"program input {spec['name']} is {value.dtype} {list(value.shape)}, the program takes {spec['dtype']} {spec['shape']}")
+                raise ValueError(f'program input {spec["name"]} is {value.dtype} {list(value.shape)}, the program takes {spec["dtype"]} {spec["shape"]}')
             args.append(value)
         return dict(zip(self.outputs, Runtime.execute(self.executable, args)))
 
@@ -160,7 +163,10 @@ def main():
         try:
             if op == 'hello':
                 import jaxlib
-                write_message({'jax': jax.__version__, 'jaxlib': jaxlib.__version__, 'platform': runtime.device.platform, 'device': str(runtime.device.device_kind)})
+
+                write_message(
+                    {'jax': jax.__version__, 'jaxlib': jaxlib.__version__, 'platform': runtime.device.platform, 'device': str(runtime.device.device_kind)}
+                )
             elif op == 'load':
                 start = time.perf_counter()
                 program = Program(runtime, header['base'])

@@ -98,8 +98,7 @@ void causalAttentionBackward(void*, TF_OpKernelContext* ctx) {
         }
         for (int64_t j0 = 0; j0 < l; j0 += kStrip) {
           const int64_t j1 = std::min(l, j0 + kStrip);
-          view(dks + at + j0 * d, j1 - j0, d, d).noalias() =
-              view(ds + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(qh + j0 * d, l - j0, d, d);
+          view(dks + at + j0 * d, j1 - j0, d, d).noalias() = view(ds + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(qh + j0 * d, l - j0, d, d);
           view(dvs + at + j0 * d, j1 - j0, d, d).noalias() = view(ph + j0 * l + j0, l - j0, j1 - j0, l).transpose() * view(go + j0 * d, l - j0, d, d);
         }
       }

@@ -8,8 +8,8 @@ namespace {
 
 // aq, ak [N, C, Fa], bq, bk [N, C, Fb], values [N, C, D] → out = S·[values, 1] [N, C, D + 1] with S = (aq·akᵀ)⊙(bq·bkᵀ)
 // on and below the diagonal (src/model/attention/chunked.ts: the ones column, two products, the masked product of their
-// results and a third product in one; the last column, S's row sums, is the linear attention's denominator), and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and below the diagonal (0 above) for the gradient. Strip by strip as
-// SlayformerCausalAttention: the key tiles a strip cannot see are never computed.
+// results and a third product in one; the last column, S's row sums, is the linear attention's denominator), and xa = aq·akᵀ, xb = bq·bkᵀ [N, C, C] on and
+// below the diagonal (0 above) for the gradient. Strip by strip as SlayformerCausalAttention: the key tiles a strip cannot see are never computed.
 void causalFactorAttentionForward(void*, TF_OpKernelContext* ctx) {
   KernelCall call(ctx);
   TF_Status* status = call.status;
@@ -76,8 +76,7 @@ void causalFactorAttentionBackward(void*, TF_OpKernelContext* ctx) {
   }
   if (TF_GetCode(status) == TF_OK) {
     const int64_t n = shapes["N"], c = shapes["C"], fa = shapes["Fa"], fb = shapes["Fb"], dv = shapes["D"], width = dv + 1;
-    const float *gos = data(dout), *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values), *xas = data(xa),
-                *xbs = data(xb);
+    const float *gos = data(dout), *aqs = data(aq), *aks = data(ak), *bqs = data(bq), *bks = data(bk), *vs = data(values), *xas = data(xa), *xbs = data(xb);
     float *daqs = data(grads[0]), *daks = data(grads[1]), *dbqs = data(grads[2]), *dbks = data(grads[3]), *dvs = data(grads[4]);
     parallelRows(n, c * c * (2 * fa + 2 * fb + 2 * dv), [&](int64_t begin, int64_t end) {
       // One head's S, dXa, dXb: only the strips' entries are written, and only those are read.

@@ -345,9 +345,7 @@ using ConstMatrixView = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
 
 // rows × cols of a row-major matrix at p whose rows are `stride` floats apart.
 inline MatrixView view(float* p, int64_t rows, int64_t cols, int64_t stride) { return MatrixView(p, rows, cols, Eigen::OuterStride<>(stride)); }
-inline ConstMatrixView view(const float* p, int64_t rows, int64_t cols, int64_t stride) {
-  return ConstMatrixView(p, rows, cols, Eigen::OuterStride<>(stride));
-}
+inline ConstMatrixView view(const float* p, int64_t rows, int64_t cols, int64_t stride) { return ConstMatrixView(p, rows, cols, Eigen::OuterStride<>(stride)); }
 
 // Query rows per strip. Strip [i0, i1) meets keys [0, i1) only: with L = 256 the products do 62% of
 // the full square's work (50% is the triangle), in products large enough to run near Eigen's GEMM

@@ -36,8 +36,7 @@ struct SlayRows {
       for (int64_t j = 0; j < d; j++) ur[j] = xr[j] * invNorm[i];
     }
     c.noalias() = u * view(anchors, d, sh.p, sh.p);
-    for (int64_t r = 0; r < sh.r; r++)
-      view(e.data() + r * sh.m, sh.l, sh.m, rm).noalias() = u * view(omegas + (r * sh.h + head) * d * sh.m, d, sh.m, sh.m);
+    for (int64_t r = 0; r < sh.r; r++) view(e.data() + r * sh.m, sh.l, sh.m, rm).noalias() = u * view(omegas + (r * sh.h + head) * d * sh.m, d, sh.m, sh.m);
     for (int64_t i = 0; i < sh.l; i++) {
       const float* ur = u.data() + i * d;
       const float unitSum = laneSum(d, [&](int64_t j) { return ur[j] * ur[j]; });
