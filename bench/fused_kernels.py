@@ -1,4 +1,4 @@
-# Each fused CPU kernel alone (src/backend/native/fused_ops.cc), at the shapes of the reference GPT's step (batch 8 ×
+# Each fused CPU kernel alone (src/backend/native/kernels/), at the shapes of the reference GPT's step (batch 8 ×
 # 256, d 128, 4 heads, MLP 512; SLAY's defaults P = 8 anchors, R = 2 nodes × M = 16 features): milliseconds per call,
 # the best of --repeats timed loops, each the mean of --calls eager calls on TensorFlow's Python with 2 threads.
 # What a kernel change does to the kernel itself, free of the rest of the step (docs/benchmarks.md); the step's own
@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument('--ops', required=True, help='the op library built from src/backend/native/fused_ops.cc with -DSLAYFORMER_STANDALONE_OPS')
+parser.add_argument('--ops', required=True, help='the op library built from src/backend/native/kernels/ with -DSLAYFORMER_STANDALONE_OPS')
 parser.add_argument('--calls', type=int, default=100, help='calls per timed loop (default 100)')
 parser.add_argument('--repeats', type=int, default=5, help='timed loops per kernel; the best is shown (default 5)')
 args = parser.parse_args()

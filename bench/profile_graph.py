@@ -5,10 +5,12 @@
 #   python3 -m venv .venv-tf && .venv-tf/bin/pip install tensorflow-cpu==2.21.0
 #   SLAYFORMER_DUMP_GRAPHS=/tmp/graphs npm run bench:train -- softmax --backends tensorflow --replicas 1 --graph on
 #   .venv-tf/bin/python bench/profile_graph.py /tmp/graphs/slayformer_step_<pid>_1 [--threads 2] [--int-high 256] [--ops LIB]
-# A step that runs the fused CPU kernels names their ops: --ops loads them from src/backend/native/fused_ops.cc built
-# as a plain library (g++ -shared -fPIC -O3 -march=native -fno-math-errno -fno-trapping-math -std=c++17
-# -DSLAYFORMER_STANDALONE_OPS -I<tf>/include fused_ops.cc -o fused_ops.so -L<tf> -l:libtensorflow_framework.so.2,
-# <tf> = the Python package's folder).
+# A step that runs the fused CPU kernels names their ops: --ops loads them from src/backend/native/kernels/ built
+# as a plain library, their table written beside them first (<tf> = the Python package's folder):
+#   mkdir -p /tmp/ops && node --import tsx -e "import('./src/backend/native/kernels.ts').then((m) => process.stdout.write(m.kernelTableSource()))" \
+#     > /tmp/ops/kernel_table.inc
+#   g++ -shared -fPIC -O3 -march=native -fno-math-errno -fno-trapping-math -std=c++17 -DSLAYFORMER_STANDALONE_OPS -I<tf>/include -I/tmp/ops \
+#     src/backend/native/kernels/*.cc -o /tmp/fused_ops.so -L<tf> -l:libtensorflow_framework.so.2
 # Why Python: the binding exposes no step stats; TF's profiler in Python reads them from the same executor and kernels.
 # Op times overlap (TF runs independent ops side by side), so their sum exceeds the wall time of a call.
 import argparse
@@ -26,7 +28,7 @@ parser.add_argument('--threads', type=int, default=2, help='intra- and inter-op 
 parser.add_argument('--int-high', type=int, default=256, help='int32 feeds are drawn from [0, N): token ids, rows (default 256)')
 parser.add_argument('--calls', type=int, default=5, help='timed calls (default 5)')
 parser.add_argument('--top', type=int, default=25, help='slowest nodes shown (default 25)')
-parser.add_argument('--ops', help="an op library defining the project's fused ops (src/backend/native/fused_ops.cc built with -DSLAYFORMER_STANDALONE_OPS)")
+parser.add_argument('--ops', help="an op library defining the project's fused ops (src/backend/native/kernels/ built with -DSLAYFORMER_STANDALONE_OPS)")
 args = parser.parse_args()
 
 meta = json.load(open(args.base + '.json'))

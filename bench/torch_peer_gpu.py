@@ -21,7 +21,11 @@ The older peer, Debian's python3-torch 1.13 with OpenBLAS (apt-get install -y py
 libopenblas0-pthread; /usr/bin/python3), wants --threads 1 so that only OpenBLAS's pool runs: two
 pools of 2 threads each oversubscribe 2 cores and run ~8x slower.
 """
-import argparse, json, math, time
+
+import argparse
+import json
+import math
+import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -39,13 +43,13 @@ class Block(nn.Module):
         B, L, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
         q, k, v = (t.view(B, L, self.h, D // self.h).transpose(1, 2) for t in (q, k, v))
-        if self.attn == "softmax":
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True) if hasattr(F, "scaled_dot_product_attention") else self._sdpa(q, k, v)
+        if self.attn == 'softmax':
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True) if hasattr(F, 'scaled_dot_product_attention') else self._sdpa(q, k, v)
         else:  # causal ELU+1 linear attention with a cumulative state (naive, memory O(L*d*d))
             q, k = F.elu(q) + 1, F.elu(k) + 1
-            kv = torch.einsum("bhld,bhle->bhlde", k, v).cumsum(2)
+            kv = torch.einsum('bhld,bhle->bhlde', k, v).cumsum(2)
             z = k.cumsum(2)
-            y = torch.einsum("bhld,bhlde->bhle", q, kv) / (torch.einsum("bhld,bhld->bhl", q, z)[..., None] + 1e-6)
+            y = torch.einsum('bhld,bhlde->bhle', q, kv) / (torch.einsum('bhld,bhld->bhl', q, z)[..., None] + 1e-6)
         x = x + self.proj(y.transpose(1, 2).reshape(B, L, D))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -53,7 +57,7 @@ class Block(nn.Module):
     def _sdpa(q, k, v):
         L = q.shape[2]
         s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-        s = s.masked_fill(torch.triu(torch.ones(L, L, dtype=torch.bool), 1), float("-inf"))
+        s = s.masked_fill(torch.triu(torch.ones(L, L, dtype=torch.bool), 1), float('-inf'))
         return s.softmax(-1) @ v
 
 
@@ -80,15 +84,15 @@ class GPT(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     for k, v in dict(vocab=4096, d=128, layers=4, heads=4, seq=256, batch=8, steps=20, warmup=3, threads=1).items():
-        p.add_argument("--" + k, type=int, default=v)
-    p.add_argument("--attn", default="softmax")
-    p.add_argument("--tf32", action="store_true")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (inductor, C++ on CPU)")
+        p.add_argument('--' + k, type=int, default=v)
+    p.add_argument('--attn', default='softmax')
+    p.add_argument('--tf32', action='store_true')
+    p.add_argument('--compile', action='store_true', help='torch.compile the model (inductor, C++ on CPU)')
     a = p.parse_args()
     torch.manual_seed(0)
-    torch.set_default_device("cuda")
+    torch.set_default_device('cuda')
     if a.tf32:
-        torch.set_float32_matmul_precision("high")
+        torch.set_float32_matmul_precision('high')
     torch.set_num_threads(a.threads)
     m = GPT(a)
     fwd = torch.compile(m) if a.compile else m
@@ -106,10 +110,20 @@ def main():
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     params = sum(p.numel() for p in m.parameters())
-    print(json.dumps(dict(peer="pytorch-" + torch.__version__ + ("-compile" if a.compile else "") + ("-tf32" if a.tf32 else "-fp32") + "-" + torch.cuda.get_device_name(), attn=a.attn, params=params,
-                          tokens_per_s=round(a.steps * a.batch * a.seq / dt, 1), step_ms=round(1000 * dt / a.steps, 1),
-                          final_loss=round(loss.item(), 4), **{k: getattr(a, k) for k in ("vocab", "d", "layers", "heads", "seq", "batch", "threads")})))
+    print(
+        json.dumps(
+            dict(
+                peer='pytorch-' + torch.__version__ + ('-compile' if a.compile else '') + ('-tf32' if a.tf32 else '-fp32') + '-' + torch.cuda.get_device_name(),
+                attn=a.attn,
+                params=params,
+                tokens_per_s=round(a.steps * a.batch * a.seq / dt, 1),
+                step_ms=round(1000 * dt / a.steps, 1),
+                final_loss=round(loss.item(), 4),
+                **{k: getattr(a, k) for k in ('vocab', 'd', 'layers', 'heads', 'seq', 'batch', 'threads')},
+            )
+        )
+    )
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()

@@ -112,7 +112,7 @@ def say(line):
 
 
 def main():
-    parser = argparse.ArgumentParser(description='Unpack the slayformer XLA archive and train from it on this host\'s jax device.')
+    parser = argparse.ArgumentParser(description="Unpack the slayformer XLA archive and train from it on this host's jax device.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument('--archive', help='the archive npm run xla:archive built (slayformer-xla.tar.xz)')
     source.add_argument('--staged', metavar='DIR', help='run the folder npm run xla:archive staged, as it is (its CPU run; no archive, no checksums)')
@@ -160,7 +160,11 @@ def run_archive(args, started):
     device = jax.devices()[0]
     say(f'jax {jax.__version__} on {device.platform} ({device.device_kind}); archive of commit {manifest["commit"]}')
     env = dict(os.environ, SLAYFORMER_XLA_PYTHON=sys.executable)
-    results = {'host': {'jax': jax.__version__, 'platform': device.platform, 'device': device.device_kind, 'python': sys.version.split()[0]}, 'commit': manifest['commit'], 'runs': []}
+    results = {
+        'host': {'jax': jax.__version__, 'platform': device.platform, 'device': device.device_kind, 'python': sys.version.split()[0]},
+        'commit': manifest['commit'],
+        'runs': [],
+    }
     only = set(filter(None, args.only.split(',')))
 
     def run(cmd, extra_env, log):
@@ -176,8 +180,25 @@ def run_archive(args, started):
     for bench in manifest['bench']:
         if only and bench['model'] not in only:
             continue
-        out_json = os.path.join(os.path.abspath(args.out), f"bench-{bench['model']}.json")
-        code = run([node, 'app/steps.mjs', '--model', bench['model'], '--programs', bench['programs'], '--steps', str(args.steps), '--warmup', str(args.warmup), '--json', out_json], {}, os.path.join(args.out, f"bench-{bench['model']}.log"))
+        out_json = os.path.join(os.path.abspath(args.out), f'bench-{bench["model"]}.json')
+        code = run(
+            [
+                node,
+                'app/steps.mjs',
+                '--model',
+                bench['model'],
+                '--programs',
+                bench['programs'],
+                '--steps',
+                str(args.steps),
+                '--warmup',
+                str(args.warmup),
+                '--json',
+                out_json,
+            ],
+            {},
+            os.path.join(args.out, f'bench-{bench["model"]}.log'),
+        )
         if code != 0 or not os.path.exists(out_json):
             results['runs'].append({'model': bench['model'], 'error': f'exit {code} (see bench-{bench["model"]}.log)'})
             continue
@@ -195,8 +216,22 @@ def run_archive(args, started):
         train = manifest['train']
         run_dir = os.path.join(os.path.abspath(args.out), 'runs')
         tokens = args.train_steps * train['tokensPerStep']
-        code = run([node, 'app/train.mjs', train['recipe'], '--backend', 'cpu', '--train.executor=xla', f'--train.maxTokens={tokens}', f'--train.runDir={run_dir}', f'--train.evalInterval={args.train_steps}', '--train.logInterval=10'],
-                   {'SLAYFORMER_XLA_PROGRAMS': train['programs']}, os.path.join(args.out, 'train.log'))
+        code = run(
+            [
+                node,
+                'app/train.mjs',
+                train['recipe'],
+                '--backend',
+                'cpu',
+                '--train.executor=xla',
+                f'--train.maxTokens={tokens}',
+                f'--train.runDir={run_dir}',
+                f'--train.evalInterval={args.train_steps}',
+                '--train.logInterval=10',
+            ],
+            {'SLAYFORMER_XLA_PROGRAMS': train['programs']},
+            os.path.join(args.out, 'train.log'),
+        )
         record = {'model': 'demo recipe (trainer, data, checkpoints)', 'recipe': train['recipe'], 'steps': args.train_steps}
         metrics = []
         if os.path.isdir(run_dir):
@@ -215,30 +250,35 @@ def run_archive(args, started):
     with open(os.path.join(args.out, 'results.json'), 'w') as f:
         json.dump(results, f, indent=1)
 
-    lines = [f"jax {results['host']['jax']} on {results['host']['platform']} ({results['host']['device']}), Python {results['host']['python']}; archive of commit {results['commit']}", '',
-             '| run | batch × seq | parameters | ms/step | tokens/s | MFU | compile s | peak device memory | loss (steps 1 → last) | CPU jax loss, same steps | max abs Δ loss |',
-             '|---|---|---|---|---|---|---|---|---|---|---|']
+    lines = [
+        f'jax {results["host"]["jax"]} on {results["host"]["platform"]} ({results["host"]["device"]}), Python {results["host"]["python"]}; archive of commit {results["commit"]}',
+        '',
+        '| run | batch × seq | parameters | ms/step | tokens/s | MFU | compile s | peak device memory | loss (steps 1 → last) | CPU jax loss, same steps | max abs Δ loss |',
+        '|---|---|---|---|---|---|---|---|---|---|---|',
+    ]
     for r in results['runs']:
         if 'error' in r and 'losses' not in r and 'metrics' not in r:
-            lines.append(f"| {r['model']} | | | | | | | | failed: {r['error']} | | |")
+            lines.append(f'| {r["model"]} | | | | | | | | failed: {r["error"]} | | |')
         elif 'losses' in r:
-            peak = 'n/a' if r['peakBytes'] is None else f"{r['peakBytes'] / 2**20:,.0f} MiB"
-            cpu_text = f"{r['cpu']['losses'][0]:.4f} → {r['cpu']['losses'][r['comparedSteps'] - 1]:.4f} ({r['comparedSteps']} steps)" if 'cpu' in r else ''
-            worst = f"{r['maxLossDifference']:.2e}" if 'cpu' in r else ''
-            lines.append(f"| {r['model']} ({r['path']}) | {r['batch']} × {r['seq']} | {r['parameters']:,} | {r['msPerStep']:.1f} | {r['tokensPerSecond']:,.0f} | {mfu_text(r.get('mfu'))} | {r['compileSeconds']:.1f} | {peak} | {r['losses'][0]:.4f} → {r['losses'][-1]:.4f} | {cpu_text} | {worst} |")
+            peak = 'n/a' if r['peakBytes'] is None else f'{r["peakBytes"] / 2**20:,.0f} MiB'
+            cpu_text = f'{r["cpu"]["losses"][0]:.4f} → {r["cpu"]["losses"][r["comparedSteps"] - 1]:.4f} ({r["comparedSteps"]} steps)' if 'cpu' in r else ''
+            worst = f'{r["maxLossDifference"]:.2e}' if 'cpu' in r else ''
+            lines.append(
+                f'| {r["model"]} ({r["path"]}) | {r["batch"]} × {r["seq"]} | {r["parameters"]:,} | {r["msPerStep"]:.1f} | {r["tokensPerSecond"]:,.0f} | {mfu_text(r.get("mfu"))} | {r["compileSeconds"]:.1f} | {peak} | {r["losses"][0]:.4f} → {r["losses"][-1]:.4f} | {cpu_text} | {worst} |'
+            )
         else:
             train_losses = [m for m in r['metrics'] if m['split'] == 'train']
             cpu_by_step = {m['step']: m['loss'] for m in r['cpu'] if m['split'] == 'train'}
             both = [(m['loss'], cpu_by_step[m['step']]) for m in train_losses if m['step'] in cpu_by_step]
             tps = [m['tokens_per_s'] for m in train_losses if m.get('tokens_per_s')]
             if not train_losses:
-                lines.append(f"| {r['model']} | | | | | | | | {r.get('error', 'no metrics')} | | |")
+                lines.append(f'| {r["model"]} | | | | | | | | {r.get("error", "no metrics")} | | |')
                 continue
             gpu_text = ' '.join('%d:%.4f' % (m['step'], m['loss']) for m in train_losses)
-            cpu_text = ' '.join('%d:%.4f' % (s, l) for s, l in sorted(cpu_by_step.items()))
-            worst = f"{max(abs(a - b) for a, b in both):.2e}" if both else ''
+            cpu_text = ' '.join('%d:%.4f' % (s, loss) for s, loss in sorted(cpu_by_step.items()))
+            worst = f'{max(abs(a - b) for a, b in both):.2e}' if both else ''
             speed = f'{tps[-1]:,.0f} (last window)' if tps else ''
-            lines.append(f"| {r['model']} | | | | {speed} | {mfu_text(train_losses[-1].get('mfu'))} | | | {gpu_text} | {cpu_text} | {worst} |")
+            lines.append(f'| {r["model"]} | | | | {speed} | {mfu_text(train_losses[-1].get("mfu"))} | | | {gpu_text} | {cpu_text} | {worst} |')
     text = '\n'.join(lines) + '\n'
     with open(os.path.join(args.out, 'results.md'), 'w') as f:
         f.write(text)

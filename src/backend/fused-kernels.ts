@@ -2,6 +2,7 @@
 // calls the fused kernel where the active backend registered one (tensorflow.ts) and its composed
 // tf-op form everywhere else, so every backend computes the same function.
 import * as tf from '@tensorflow/tfjs';
+import { FUSED_CPU_KERNELS, type FusedCpuKernel } from './native/kernels.ts';
 
 /**
  * shape [rank] int32, seed [2] int32 → float32 uniform on [0, 1) of that shape from a counter-based
@@ -10,37 +11,8 @@ import * as tf from '@tensorflow/tfjs';
  */
 export const STATELESS_UNIFORM = 'SlayformerStatelessRandomUniform';
 
-/**
- * Fused CPU kernels of the native backend (native/fused_ops.cc; docs/benchmarks.md, "Fused kernels"):
- * GELU, LayerNorm, linear attention's normalisation, attention's softmax backward, causal softmax attention whole (products over the
- * visible key tiles only), the whole causal block of tensor-product features (SLAY's, also over the
- * visible tiles only) and SLAY's feature factors, each forward and backward as one op. Inputs in the op's order; `floatAttrs` are
- * passed from the tfjs kernel's attrs.
- */
-export const FUSED_CPU_KERNELS = [
-  { name: 'SlayformerGeluTanh', inputs: ['x'], outputs: 1, floatAttrs: [] },
-  { name: 'SlayformerGeluTanhGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
-  { name: 'SlayformerGeluErf', inputs: ['x'], outputs: 1, floatAttrs: [] },
-  { name: 'SlayformerGeluErfGrad', inputs: ['dy', 'x'], outputs: 1, floatAttrs: [] },
-  { name: 'SlayformerLayerNorm', inputs: ['x', 'gain', 'shift'], outputs: 3, floatAttrs: ['eps'] },
-  { name: 'SlayformerLayerNormGrad', inputs: ['dy', 'xhat', 'rstd', 'gain'], outputs: 3, floatAttrs: [] },
-  { name: 'SlayformerLinearNormalize', inputs: ['raw'], outputs: 1, floatAttrs: ['delta'] },
-  { name: 'SlayformerLinearNormalizeGrad', inputs: ['dy', 'raw'], outputs: 1, floatAttrs: ['delta'] },
-  { name: 'SlayformerAttentionSoftmaxGrad', inputs: ['probs', 'dprobs', 'dout', 'out'], outputs: 1, floatAttrs: [] },
-  { name: 'SlayformerCausalAttention', inputs: ['q', 'k', 'v'], outputs: 2, floatAttrs: [] },
-  { name: 'SlayformerCausalAttentionGrad', inputs: ['dout', 'q', 'k', 'v', 'probs', 'out'], outputs: 3, floatAttrs: [] },
-  { name: 'SlayformerCausalFactorAttention', inputs: ['aq', 'ak', 'bq', 'bk', 'values'], outputs: 3, floatAttrs: [] },
-  {
-    name: 'SlayformerCausalFactorAttentionGrad',
-    inputs: ['dout', 'aq', 'ak', 'bq', 'bk', 'values', 'xa', 'xb'],
-    outputs: 5,
-    floatAttrs: [],
-  },
-  { name: 'SlayformerSlayFactors', inputs: ['x', 'anchors', 'omegas', 'nodes'], outputs: 2, floatAttrs: [] },
-  { name: 'SlayformerSlayFactorsGrad', inputs: ['da', 'db', 'x', 'anchors', 'omegas', 'nodes'], outputs: 1, floatAttrs: [] },
-] as const;
-
-export type FusedCpuKernel = (typeof FUSED_CPU_KERNELS)[number]['name'];
+/** Fused CPU kernels of the native backend: the table in native/kernels.ts (docs/backends.md, "Fused CPU kernels"). */
+export { FUSED_CPU_KERNELS, type FusedCpuKernel } from './native/kernels.ts';
 
 /**
  * x [N, in]·W [in, out] + b as TensorFlow's MatMul and BiasAdd on the native backend (tensorflow.ts):

@@ -17,7 +17,7 @@ export const TENSORFLOW_CACHE = path.join(PROJECT_ROOT, '.cache', 'tensorflow');
 export const BUILD_STAMP = path.join(TENSORFLOW_CACHE, 'build.json');
 /** Our dup/dup2 addon (native/quiet_stderr.c), relative to the package folder. */
 export const QUIET_STDERR_ADDON = path.join('lib', 'quiet_stderr.node');
-/** The fused CPU kernels (native/fused_ops.cc), built beside the binding when the compiler can; absent = composed ops. */
+/** The fused CPU kernels (native/kernels/), built beside the binding when the compiler can; absent = composed ops. */
 export const FUSED_OPS_ADDON = path.join('lib', 'fused_ops.node');
 /**
  * The same kernels built with AddressSanitizer (`setup:tensorflow -- --sanitize address`), beside the plain build; loaded
@@ -26,21 +26,30 @@ export const FUSED_OPS_ADDON = path.join('lib', 'fused_ops.node');
  */
 export const FUSED_OPS_ASAN_ADDON = path.join('lib', 'fused_ops.asan.node');
 export const SANITIZED_KERNELS_ENV = 'SLAYFORMER_SANITIZED_KERNELS';
-/** What the set-up compiles into the build: the binding's additions, the fused kernels, the stderr addon. */
-const NATIVE_SOURCES = path.join(PROJECT_ROOT, 'src', 'backend', 'native');
+/**
+ * What the set-up compiles into the build: the binding's additions, the stderr addon, and the fused kernels (kernels/,
+ * with their table, kernels.ts).
+ */
+export const NATIVE_SOURCES = path.join(PROJECT_ROOT, 'src', 'backend', 'native');
 
 let sourcesDigest: string | undefined;
 /**
- * The sha256 of the native sources (NATIVE_SOURCES, names and bytes): a build made from other sources is stale — its
- * kernels are not the code's — so it is not loaded, and the set-up rebuilds it.
+ * The sha256 of the native sources (every file under NATIVE_SOURCES, its path there and its bytes): a build made from
+ * other sources is stale — its kernels are not the code's — so it is not loaded, and the set-up rebuilds it.
  */
 export function nativeSourcesDigest(): string {
   if (sourcesDigest === undefined) {
     const hash = createHash('sha256');
-    for (const name of fs.readdirSync(NATIVE_SOURCES).sort()) hash.update(`${name}\0`).update(fs.readFileSync(path.join(NATIVE_SOURCES, name)));
+    for (const name of nativeSourceFiles()) hash.update(`${name}\0`).update(fs.readFileSync(path.join(NATIVE_SOURCES, name)));
     sourcesDigest = hash.digest('hex');
   }
   return sourcesDigest;
+}
+
+/** The files under NATIVE_SOURCES, as paths relative to it with '/' between folders, sorted. */
+export function nativeSourceFiles(): string[] {
+  const files = fs.readdirSync(NATIVE_SOURCES, { recursive: true, withFileTypes: true }).filter((entry) => entry.isFile());
+  return files.map((entry) => path.relative(NATIVE_SOURCES, path.join(entry.parentPath, entry.name)).split(path.sep).join('/')).sort();
 }
 
 /**

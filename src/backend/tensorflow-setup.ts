@@ -38,6 +38,7 @@ import {
   TENSORFLOW_CACHE,
   type NativeBuild,
 } from './native-build.ts';
+import { kernelTableSource } from './native/kernels.ts';
 
 export interface SetupOptions {
   gpu: boolean;
@@ -64,7 +65,7 @@ const GiB = 1024 ** 3;
 const TREE_PREFIX = 'tree-';
 
 /** Headers that c_api.h and eager/c_api.h include (checked against TF 2.21), as wheel paths under tensorflow/. */
-// …and what tensorflow/c/kernels.h includes, and Eigen, for the fused kernels (native/fused_ops.cc).
+// …and what tensorflow/c/kernels.h includes, and Eigen, for the fused kernels (native/kernels/).
 const HEADER_FOLDERS = [
   'include/tensorflow/c',
   'include/tensorflow/core/platform',
@@ -451,7 +452,7 @@ function compileBinding(packageDir: string, work: string, tools: Tools, log: (li
 }
 
 /**
- * native/fused_ops.cc as FUSED_OPS_ADDON, compiled for this machine's CPU (-march=native: the build
+ * The fused kernels (native/kernels/) as FUSED_OPS_ADDON, compiled for this machine's CPU (-march=native: the build
  * runs where it is used). Optional: where it cannot build, one line says so and the model runs the
  * composed ops (src/backend/fused-kernels.ts).
  */
@@ -466,7 +467,7 @@ function compileFusedOps(packageDir: string, work: string, tools: CompilerTools,
 // AddressSanitizer; -O1 and frame pointers for its reports' stacks (the kernels' tests run this build, not training).
 const ADDRESS_SANITIZER = { cflags: ['-fsanitize=address', '-fno-omit-frame-pointer', '-g', '-O1'], ldflags: ['-fsanitize=address'] };
 
-/** native/fused_ops.cc with AddressSanitizer as FUSED_OPS_ASAN_ADDON; asked for, so a failure is the set-up's. */
+/** The fused kernels with AddressSanitizer as FUSED_OPS_ASAN_ADDON; asked for, so a failure is the set-up's. */
 function compileSanitizedKernels(packageDir: string, work: string, tools: CompilerTools, log: (line: string) => void): void {
   log('    building the fused kernels with AddressSanitizer');
   buildFusedOps(packageDir, path.join(work, 'fused-ops-asan'), tools, log, FUSED_OPS_ASAN_ADDON, ADDRESS_SANITIZER);
@@ -487,7 +488,11 @@ function addSanitizedKernels(packageDir: string, options: SetupOptions): void {
   }
 }
 
-/** Compiles fused_ops.cc in `dir` with the project's flags and `extra`, and puts it at `addon` in the package (a rename). */
+/**
+ * Compiles the fused kernels (native/kernels/: every kernel's file, their header and the registration, with the
+ * kernel table written beside them as kernel_table.inc) in `dir` with the project's flags and `extra`, and puts the
+ * addon at `addon` in the package (a rename).
+ */
 function buildFusedOps(
   packageDir: string,
   dir: string,
@@ -497,14 +502,17 @@ function buildFusedOps(
   extra: { cflags: string[]; ldflags: string[] },
 ): void {
   fs.mkdirSync(dir, { recursive: true });
-  fs.copyFileSync(path.join(import.meta.dirname, 'native', 'fused_ops.cc'), path.join(dir, 'fused_ops.cc'));
+  const kernels = path.join(import.meta.dirname, 'native', 'kernels');
+  const files = fs.readdirSync(kernels).filter((name) => /\.(cc|h)$/.test(name));
+  for (const name of files) fs.copyFileSync(path.join(kernels, name), path.join(dir, name));
+  fs.writeFileSync(path.join(dir, 'kernel_table.inc'), kernelTableSource());
   const deps = path.join(packageDir, 'deps');
   // No -ffast-math: NaN and Inf must pass through (the non-finite rule reads them); -fno-trapping-math lets the element loops vectorise.
   // The headers as system headers: Eigen's own code would print megabytes of -Wmaybe-uninitialized warnings.
   const flags = ['-O3', '-march=native', '-fno-math-errno', '-fno-trapping-math', '-std=c++17', '-isystem', path.join(deps, 'include'), ...extra.cflags];
   const target = {
     target_name: 'fused_ops',
-    sources: ['fused_ops.cc'],
+    sources: files.filter((name) => name.endsWith('.cc')).sort(),
     cflags_cc: flags,
     'cflags_cc!': ['-fno-exceptions', '-std=gnu++17'],
     ldflags: extra.ldflags,

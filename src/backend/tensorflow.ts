@@ -124,7 +124,7 @@ function registerTensorflowKernels(): void {
 }
 
 /**
- * The fused CPU kernels (native/fused_ops.cc, built by the set-up on CPU builds): loading the addon
+ * The fused CPU kernels (native/kernels/, built by the set-up on CPU builds): loading the addon
  * registers its ops in this process's TensorFlow; each then becomes the tfjs kernel of the same name.
  * Where the addon is absent or refused, the model keeps its composed ops (fused-kernels.ts says why).
  * With $SLAYFORMER_SANITIZED_KERNELS=1 the AddressSanitizer build is loaded instead (native-build.ts).
@@ -151,7 +151,7 @@ function fusedCpuKernelsProblem(addonPath: string, setup: string): string | null
     const missing = FUSED_CPU_KERNELS.find(({ name }) => !addon.ops.includes(name));
     if (missing) return `the built addon lacks ${missing.name} (\`${SETUP_COMMAND} -- --force\` rebuilds it)`;
     for (const { name, inputs, outputs, floatAttrs } of FUSED_CPU_KERNELS) {
-      if (!tf.getKernel(name, 'tensorflow')) registerTensorflowOp(name, name, inputs, {}, outputs, floatAttrs);
+      if (!tf.getKernel(name, 'tensorflow')) registerTensorflowOp(name, name, inputs, {}, outputs.length, floatAttrs);
     }
     return null;
   } catch (err) {

@@ -436,7 +436,7 @@ export class GraphCache {
   ) {}
 
   call(key: string, feeds: readonly tf.Tensor[], program: () => tf.Tensor[], xla = false): tf.Tensor[] {
-    // XLA cannot compile the fused CPU kernels (native/fused_ops.cc): a program for it is recorded, and run while it is not yet one, composed.
+    // XLA cannot compile the fused CPU kernels (native/kernels/): a program for it is recorded, and run while it is not yet one, composed.
     const fn = xla ? () => withComposedKernels(program) : program;
     const state = this.keys.get(key);
     if (state?.kind === 'compiled') return this.run(state, feeds, xla);

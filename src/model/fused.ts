@@ -1,5 +1,5 @@
 // The model's pieces that run as one fused op where the backend has the kernel (the native
-// backend's CPU build: backend/fused-kernels.ts, native/fused_ops.cc), with the gradient as the
+// backend's CPU build: backend/fused-kernels.ts, native/kernels/), with the gradient as the
 // kernel's twin op. Elsewhere — wasm, cpu, a GPU device, a graph being exported for XLA — the
 // composed form in layers.ts runs; test/backend/fused-ops.test.ts holds the two equal.
 import * as tf from '@tensorflow/tfjs';

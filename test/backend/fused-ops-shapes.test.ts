@@ -1,4 +1,4 @@
-// The fused CPU kernels (src/backend/native/fused_ops.cc) called directly with inputs they were not written for: any
+// The fused CPU kernels (src/backend/native/kernels/) called directly with inputs they were not written for: any
 // graph can name a registered kernel, so each checks ranks, sizes and attributes before reading a float, and answers a
 // mismatch with an error naming itself, the input and the expected shape. Before the checks, GELU's gradient and
 // LayerNorm read past their inputs and a scalar crashed LayerNorm (docs/bounds.md, "Native kernels").

@@ -1,25 +1,37 @@
-// The fused CPU kernels of the native backend (src/backend/native/fused_ops.cc, src/model/fused.ts):
-// GELU (tanh and erf), LayerNorm and softmax attention's softmax, values and gradients against the composed form the other
-// backends run, and against float64 references; recorded into a graph function; no tensor left.
+// The fused CPU kernels of the native backend (src/backend/native/kernels/, src/model/fused.ts):
+// each kernel's values and gradients against its composed twin (the form the other backends run) and against a float64
+// reference, one test (or a pair) per kernel file: gelu.cc, layer_norm.cc, causal_attention.cc and
+// attention_softmax_grad.cc (softmax attention, causal and not), causal_factor_attention.cc, linear_normalize.cc,
+// slay_factors.cc; the dense layer's MatMul + BiasAdd; recorded into a graph function; no tensor left.
 import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   composedFormsKey,
+  FUSED_CPU_KERNELS,
   fusedCpuKernelsStatus,
   fusedFormsEnabled,
   hasFusedKernel,
   LINEAR_WITH_BIAS,
   withComposedKernels,
 } from '../../src/backend/fused-kernels.ts';
-import { currentBuild, FUSED_OPS_ADDON, isTensorflowSetUp, nativePackageDir, SETUP_COMMAND } from '../../src/backend/native-build.ts';
+import {
+  currentBuild,
+  FUSED_OPS_ADDON,
+  FUSED_OPS_ASAN_ADDON,
+  isTensorflowSetUp,
+  nativePackageDir,
+  SANITIZED_KERNELS_ENV,
+  SETUP_COMMAND,
+} from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { GraphCache } from '../../src/backend/tf-graph.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createAttention } from '../../src/model/attention/index.ts';
 import type { SlayAttention } from '../../src/model/attention/slay.ts';
-import { fusedCausalFactorAttention, fusedLinearNormalize } from '../../src/model/fused.ts';
+import { fusedCausalFactorAttention, fusedLinearNormalize, fusedSlayFactors } from '../../src/model/fused.ts';
 import { activate, layerNorm, linear } from '../../src/model/layers.ts';
 import { randomArray4, softmaxAttentionRef, tensor4, type Array4 } from '../helpers/reference.ts';
 
@@ -48,8 +60,13 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     await initBackend('cpu', { quiet: true });
   });
 
-  it('the built addon is loaded and its kernels registered', () => {
+  it('the built addon is loaded and its kernels registered: the ops of the kernel table, in its order', () => {
     expect(fusedCpuKernelsStatus()).toBe('in use');
+    // The addon tensorflow.ts loaded (the module cache hands back the same one): the ops it registered, from the table.
+    const addon = path.join(nativePackageDir(build!), process.env[SANITIZED_KERNELS_ENV] === '1' ? FUSED_OPS_ASAN_ADDON : FUSED_OPS_ADDON);
+    const loaded = createRequire(import.meta.url)(addon) as { ops: string[]; error: string | null };
+    expect(loaded.error).toBeNull();
+    expect(loaded.ops).toEqual(FUSED_CPU_KERNELS.map((k) => k.name));
   });
 
   /** Value and gradients of `f` on the inputs, with the fused kernels and with the composed form. */
@@ -94,7 +111,7 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
   it.each([
     [96, 40],
     [1100, 130],
-  ])('LayerNorm [%i, %i]: value and the gradients of x, gain and shift equal the composed form; no tensor left', (n, d) => {
+  ])('LayerNorm [%i, %i]: value and the gradients of x, gain and shift equal the composed form and the float64 LayerNorm; no tensor left', (n, d) => {
     const before = tf.memory().numTensors;
     const x = tf.tensor2d(
       randn(n * d, 3).map((v, i) => v + (i % d) * 0.1),
@@ -106,6 +123,10 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     const { fused, composed } = both([x, gain, shift], (a, g, b) => layerNorm(a as tf.Tensor2D, g as tf.Tensor1D, b as tf.Tensor1D, 1e-5), up);
     expect(maxRel(fused.value, composed.value)).toBeLessThan(2e-6);
     fused.grads.forEach((g, i) => expect(maxRel(g, composed.grads[i])).toBeLessThan(1e-5));
+    const [xs, gs, bs, us] = [x, gain, shift, up].map((t) => Array.from(t.dataSync()));
+    const ref = layerNormRef(xs, gs, bs, us, d, 1e-5);
+    expect(maxRel(fused.value, ref[0])).toBeLessThan(1e-5);
+    fused.grads.forEach((g, i) => expect(maxRel(g, ref[i + 1])).toBeLessThan(1e-5));
     tf.dispose([x, gain, shift, up]);
     expect(tf.memory().numTensors).toBe(before);
   });
@@ -275,6 +296,40 @@ describe.skipIf(!available)('fused CPU kernels (tensorflow backend)', () => {
     expect(tf.memory().numTensors).toBe(before);
   });
 
+  it("SLAY's feature factors: the kernel's value equals its float64 definition, its gradient the float64 central differences; no tensor left", () => {
+    const before = tf.memory().numTensors;
+    const [b, h, l, d, p, r, m] = [1, 2, 5, 6, 3, 2, 4];
+    const arrays = [b * h * l * d, d * p, r * h * d * m].map((n) => randn(n, 0.7).map(Math.fround));
+    const nodes = [1.2, 0.8, 0.6, 0.5]; // (k_r, √w_r): exponents well inside the ±20 clamp
+    const [da, db] = [b * h * l * p, b * h * l * r * m].map((n) => randn(n).map(Math.fround));
+    const shapes = { b, h, l, d, p, r, m };
+    const inputs = [tf.tensor4d(arrays[0], [b, h, l, d]), tf.tensor2d(arrays[1], [d, p]), tf.tensor4d(arrays[2], [r, h, d, m]), tf.tensor2d(nodes, [r, 2])];
+    const ups = [tf.tensor4d(da, [b, h, l, p]), tf.tensor4d(db, [b, h, l, r * m])];
+    const got = tf.tidy(() => {
+      const f = (x: tf.Tensor) => fusedSlayFactors()!(x as tf.Tensor4D, ...(inputs.slice(1) as [tf.Tensor2D, tf.Tensor4D, tf.Tensor2D]));
+      const grad = tf.grad((x: tf.Tensor) => {
+        const [a, bOut] = f(x);
+        return tf.add(tf.sum(tf.mul(a, ups[0])), tf.sum(tf.mul(bOut, ups[1])));
+      })(inputs[0]);
+      return [...f(inputs[0]), grad].map((t) => t.dataSync().slice());
+    });
+    const [aRef, bRef] = slayFactorsRef(arrays[0], arrays[1], arrays[2], nodes, shapes);
+    expect(maxRel(got[0], aRef)).toBeLessThan(1e-5);
+    expect(maxRel(got[1], bRef)).toBeLessThan(1e-5);
+    const objective = (x: number[]) => {
+      const [a, bOut] = slayFactorsRef(x, arrays[1], arrays[2], nodes, shapes);
+      return a.reduce((acc, v, i) => acc + v * da[i], 0) + bOut.reduce((acc, v, i) => acc + v * db[i], 0);
+    };
+    const step = 1e-6;
+    const numeric = arrays[0].map((_, i) => {
+      const [plus, minus] = [step, -step].map((s) => objective(arrays[0].map((v, j) => (j === i ? v + s : v))));
+      return (plus - minus) / (2 * step);
+    });
+    expect(maxRel(got[2], numeric)).toBeLessThan(1e-5);
+    tf.dispose([...inputs, ...ups]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
   it('a dense layer with bias runs as MatMul + BiasAdd: value and gradients equal the composed form; no tensor left', () => {
     expect(hasFusedKernel(LINEAR_WITH_BIAS)).toBe(true);
     const before = tf.memory().numTensors;
@@ -392,6 +447,70 @@ function causalFactorAttentionRef([aq, ak, bq, bk, v, u]: number[][], [n, c, fa,
         }
       }
   return [out, daq, dak, dbq, dbk, dvs];
+}
+
+/** LayerNorm over rows of width d in float64: [y, dx, dgain, dshift] for upstream u, by the textbook backward. */
+function layerNormRef(x: number[], gain: number[], shift: number[], u: number[], d: number, eps: number): number[][] {
+  const rows = x.length / d;
+  const y = new Array<number>(x.length).fill(0);
+  const dx = new Array<number>(x.length).fill(0);
+  const [dgain, dshift] = [0, 1].map(() => new Array<number>(d).fill(0));
+  for (let row = 0; row < rows; row++) {
+    const xr = x.slice(row * d, (row + 1) * d);
+    const mean = xr.reduce((a, v) => a + v, 0) / d;
+    const rstd = 1 / Math.sqrt(xr.reduce((a, v) => a + (v - mean) ** 2, 0) / d + eps);
+    const xhat = xr.map((v) => (v - mean) * rstd);
+    const g = xhat.map((_, j) => u[row * d + j] * gain[j]);
+    const meanG = g.reduce((a, v) => a + v, 0) / d;
+    const meanGX = g.reduce((a, v, j) => a + v * xhat[j], 0) / d;
+    for (let j = 0; j < d; j++) {
+      y[row * d + j] = xhat[j] * gain[j] + shift[j];
+      dx[row * d + j] = rstd * (g[j] - meanG - xhat[j] * meanGX);
+      dgain[j] += u[row * d + j] * xhat[j];
+      dshift[j] += u[row * d + j];
+    }
+  }
+  return [y, dx, dgain, dshift];
+}
+
+/**
+ * SLAY's factors in float64 (src/model/fused.ts, fusedSlayFactors): for u = x/‖x‖ of each row of x [B, H, L, d],
+ * a = (u·anchors)²/√P [B, H, L, P] and b = concat_r √w_r·M^(−½)·exp(clamp(k_r u·ω_r − k_r²‖u‖²/2, ±20)) [B, H, L, R·M].
+ */
+function slayFactorsRef(
+  x: number[],
+  anchors: number[],
+  omegas: number[],
+  nodes: number[],
+  { b, h, l, d, p, r, m }: Record<'b' | 'h' | 'l' | 'd' | 'p' | 'r' | 'm', number>,
+): number[][] {
+  const a = new Array<number>(b * h * l * p).fill(0);
+  const out = new Array<number>(b * h * l * r * m).fill(0);
+  for (let row = 0; row < b * h * l; row++) {
+    const head = Math.floor(row / l) % h;
+    const xr = x.slice(row * d, (row + 1) * d);
+    const norm = Math.sqrt(
+      Math.max(
+        xr.reduce((acc, v) => acc + v * v, 0),
+        1e-24,
+      ),
+    );
+    const u = xr.map((v) => v / norm);
+    const unit = u.reduce((acc, v) => acc + v * v, 0);
+    for (let q = 0; q < p; q++) {
+      const c = u.reduce((acc, v, j) => acc + v * anchors[j * p + q], 0);
+      a[row * p + q] = (c * c) / Math.sqrt(p);
+    }
+    for (let n = 0; n < r; n++) {
+      const [k, sqrtW] = [nodes[n * 2], nodes[n * 2 + 1]];
+      for (let f = 0; f < m; f++) {
+        const dot = u.reduce((acc, v, j) => acc + v * omegas[((n * h + head) * d + j) * m + f], 0);
+        const e = Math.min(20, Math.max(-20, k * dot - (k * k * unit) / 2));
+        out[(row * r + n) * m + f] = (sqrtW / Math.sqrt(m)) * Math.exp(e);
+      }
+    }
+  }
+  return [a, out];
 }
 
 /** erf in float64 (Abramowitz–Stegun 7.1.26 is too coarse here: series + continued fraction). */

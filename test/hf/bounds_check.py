@@ -6,6 +6,7 @@ usage: python bounds_check.py tables             → {"bounds": BOUNDS, "options
               process's peak resident memory rose while it ran}; with "set": {field: value}, the folder's configuration
               is loaded, those fields set on it, and the model built with from_config instead
 """
+
 import json
 import os
 import resource
@@ -13,42 +14,42 @@ import sys
 
 
 def tables():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src", "hf", "python"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'src', 'hf', 'python'))
     import configuration_slayformer as configuration
 
-    return {"bounds": configuration.BOUNDS, "options": configuration.OPTION_SPECS}
+    return {'bounds': configuration.BOUNDS, 'options': configuration.OPTION_SPECS}
 
 
 def load(request):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    auto = AutoModelForCausalLM if request["kind"] == "gpt" else AutoModelForMaskedLM
+    auto = AutoModelForCausalLM if request['kind'] == 'gpt' else AutoModelForMaskedLM
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        if "set" in request:
-            config = AutoConfig.from_pretrained(request["folder"], trust_remote_code=True)
-            for key, value in request["set"].items():
+        if 'set' in request:
+            config = AutoConfig.from_pretrained(request['folder'], trust_remote_code=True)
+            for key, value in request['set'].items():
                 setattr(config, key, value)
             auto.from_config(config, trust_remote_code=True)
         else:
-            auto.from_pretrained(request["folder"], trust_remote_code=True)
+            auto.from_pretrained(request['folder'], trust_remote_code=True)
         error = None
     except ValueError as e:
         error = str(e)
-    return {"error": error, "peak_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}
+    return {'error': error, 'peak_growth_mb': (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}
 
 
 def main():
-    if sys.argv[1] == "tables":
+    if sys.argv[1] == 'tables':
         print(json.dumps(tables()))
         return
     # Imported before measuring, so that their own memory does not count.
     import torch  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM  # noqa: F401
 
-    with open(sys.argv[2], encoding="utf-8") as f:
+    with open(sys.argv[2], encoding='utf-8') as f:
         print(json.dumps([load(r) for r in json.load(f)]))
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()

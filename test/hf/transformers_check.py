@@ -15,6 +15,7 @@ usage: python transformers_check.py <request.json>
                               sequences with and without the cache, "beams_agree"),
                   "plain": "GPT2LMHeadModel" | "BertForMaskedLM"     (also load as that class; result "plain_error")}, ...]
 """
+
 import json
 import sys
 
@@ -24,54 +25,65 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokeniz
 
 
 def error_text(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"
+    return f'{type(error).__name__}: {error}'
 
 
 def check(request: dict) -> dict:
-    auto = AutoModelForCausalLM if request["kind"] == "gpt" else AutoModelForMaskedLM
+    auto = AutoModelForCausalLM if request['kind'] == 'gpt' else AutoModelForMaskedLM
     result = {}
-    if "plain" in request:
+    if 'plain' in request:
         try:
-            getattr(transformers, request["plain"]).from_pretrained(request["folder"])
-            result["plain_error"] = None
+            getattr(transformers, request['plain']).from_pretrained(request['folder'])
+            result['plain_error'] = None
         except Exception as error:  # noqa: BLE001 - the message is the result
-            result["plain_error"] = error_text(error)
-    trust = request.get("trust_remote_code", False)
+            result['plain_error'] = error_text(error)
+    trust = request.get('trust_remote_code', False)
     try:
-        model, info = auto.from_pretrained(request["folder"], output_loading_info=True, dtype=torch.float32, trust_remote_code=trust)
+        model, info = auto.from_pretrained(request['folder'], output_loading_info=True, dtype=torch.float32, trust_remote_code=trust)
     except Exception as error:  # noqa: BLE001 - the message is the result
-        return {**result, "error": error_text(error)}
+        return {**result, 'error': error_text(error)}
     model.eval()
-    ids = torch.tensor(request["input_ids"], dtype=torch.long)
-    mask = torch.tensor(request["attention_mask"]) if "attention_mask" in request else torch.ones_like(ids)
+    ids = torch.tensor(request['input_ids'], dtype=torch.long)
+    mask = torch.tensor(request['attention_mask']) if 'attention_mask' in request else torch.ones_like(ids)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask).logits
-    tokenizer = AutoTokenizer.from_pretrained(request["folder"], trust_remote_code=trust)
-    result.update({
-        "class": type(model).__name__,
-        "loading": {k: sorted(str(x) for x in v) for k, v in info.items()},
-        "logits": logits.tolist(),
-        "token_ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in request.get("texts", [])],
-    })
-    if "generate" in request:
-        prompt = torch.tensor([request["generate"]["prompt"]], dtype=torch.long)
-        cached, uncached = (greedy(model, prompt, request["generate"]["max_new_tokens"], use_cache) for use_cache in (True, False))
-        result["generated"] = cached["sequences"][0, prompt.shape[1]:].tolist()
-        result["generated_text"] = tokenizer.decode(result["generated"])
-        result["forward_lengths"] = cached["forward_lengths"]
-        result["cache_elements"] = cached["cache_elements"]
-        steps = min(len(cached["logits"]), len(uncached["logits"]))
-        result["uncached"] = {
-            "generated": uncached["sequences"][0, prompt.shape[1]:].tolist(),
-            "forward_lengths": uncached["forward_lengths"],
-            "logits_diff": max(float((a - b).abs().max()) for a, b in zip(cached["logits"][:steps], uncached["logits"][:steps])),
+    tokenizer = AutoTokenizer.from_pretrained(request['folder'], trust_remote_code=trust)
+    result.update(
+        {
+            'class': type(model).__name__,
+            'loading': {k: sorted(str(x) for x in v) for k, v in info.items()},
+            'logits': logits.tolist(),
+            'token_ids': [tokenizer(t, add_special_tokens=False)['input_ids'] for t in request.get('texts', [])],
         }
-        if request["generate"].get("beams"):
+    )
+    if 'generate' in request:
+        prompt = torch.tensor([request['generate']['prompt']], dtype=torch.long)
+        cached, uncached = (greedy(model, prompt, request['generate']['max_new_tokens'], use_cache) for use_cache in (True, False))
+        result['generated'] = cached['sequences'][0, prompt.shape[1] :].tolist()
+        result['generated_text'] = tokenizer.decode(result['generated'])
+        result['forward_lengths'] = cached['forward_lengths']
+        result['cache_elements'] = cached['cache_elements']
+        steps = min(len(cached['logits']), len(uncached['logits']))
+        result['uncached'] = {
+            'generated': uncached['sequences'][0, prompt.shape[1] :].tolist(),
+            'forward_lengths': uncached['forward_lengths'],
+            'logits_diff': max(float((a - b).abs().max()) for a, b in zip(cached['logits'][:steps], uncached['logits'][:steps])),
+        }
+        if request['generate'].get('beams'):
             batch = torch.cat([prompt, prompt.flip(1)])
             with torch.no_grad():
-                beams = [model.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=request["generate"]["max_new_tokens"],
-                                        num_beams=3, do_sample=False, use_cache=use_cache) for use_cache in (True, False)]
-            result["beams_agree"] = torch.equal(*beams)
+                beams = [
+                    model.generate(
+                        batch,
+                        attention_mask=torch.ones_like(batch),
+                        max_new_tokens=request['generate']['max_new_tokens'],
+                        num_beams=3,
+                        do_sample=False,
+                        use_cache=use_cache,
+                    )
+                    for use_cache in (True, False)
+                ]
+            result['beams_agree'] = torch.equal(*beams)
     return result
 
 
@@ -85,7 +97,7 @@ def greedy(model, prompt, max_new_tokens, use_cache) -> dict:
     forward = model.forward
 
     def recording(*args, **kwargs):
-        lengths.append(int(kwargs["input_ids"].shape[1]))
+        lengths.append(int(kwargs['input_ids'].shape[1]))
         out = forward(*args, **kwargs)
         if out.past_key_values is not None:
             elements.append(state_elements(out.past_key_values))
@@ -94,18 +106,25 @@ def greedy(model, prompt, max_new_tokens, use_cache) -> dict:
     model.forward = recording
     try:
         with torch.no_grad():
-            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens, do_sample=False,
-                                 use_cache=use_cache, return_dict_in_generate=True, output_logits=True)
+            out = model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                use_cache=use_cache,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
     finally:
         del model.forward
-    return {"sequences": out.sequences, "logits": out.logits, "forward_lengths": lengths, "cache_elements": [elements[0], elements[-1]] if elements else None}
+    return {'sequences': out.sequences, 'logits': out.logits, 'forward_lengths': lengths, 'cache_elements': [elements[0], elements[-1]] if elements else None}
 
 
 def main() -> None:
-    with open(sys.argv[1], encoding="utf-8") as f:
+    with open(sys.argv[1], encoding='utf-8') as f:
         requests = json.load(f)
     print(json.dumps([check(r) for r in requests]))
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()

@@ -6,6 +6,7 @@ wall_time, value], ...].
 
 usage: python tensorboard_check.py <run folder>
 """
+
 import json
 import os
 import sys
@@ -22,15 +23,15 @@ def read_events(path):
         try:
             reader.GetNext()
         except Exception as error:  # noqa: BLE001 - end of file, or a CRC mismatch
-            if type(error).__name__ == "OutOfRangeError":
+            if type(error).__name__ == 'OutOfRangeError':
                 return events
             raise
         event = event_pb2.Event.FromString(reader.record())
-        out = {"wall_time": event.wall_time, "step": event.step}
-        if event.HasField("file_version"):
-            out["file_version"] = event.file_version
-        if event.HasField("summary"):
-            out["values"] = {v.tag: v.simple_value for v in event.summary.value}
+        out = {'wall_time': event.wall_time, 'step': event.step}
+        if event.HasField('file_version'):
+            out['file_version'] = event.file_version
+        if event.HasField('summary'):
+            out['values'] = {v.tag: v.simple_value for v in event.summary.value}
         events.append(out)
 
 
@@ -39,11 +40,9 @@ def main():
     files = sorted(name for name in os.listdir(folder) if io_wrapper.IsSummaryEventsFile(os.path.join(folder, name)))
     accumulator = event_accumulator.EventAccumulator(folder, size_guidance={event_accumulator.SCALARS: 0})
     accumulator.Reload()
-    scalars = {
-        tag: [[s.step, s.wall_time, s.value] for s in accumulator.Scalars(tag)] for tag in accumulator.Tags()[event_accumulator.SCALARS]
-    }
-    print(json.dumps({"files": files, "events": {name: read_events(os.path.join(folder, name)) for name in files}, "scalars": scalars}))
+    scalars = {tag: [[s.step, s.wall_time, s.value] for s in accumulator.Scalars(tag)] for tag in accumulator.Tags()[event_accumulator.SCALARS]}
+    print(json.dumps({'files': files, 'events': {name: read_events(os.path.join(folder, name)) for name in files}, 'scalars': scalars}))
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()

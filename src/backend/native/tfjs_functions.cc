@@ -24,14 +24,14 @@
 namespace tfnodejs {
 
 struct FunctionOps {
-  static TFJSBackend *Backend(napi_env env) {
-    TFJSBackend *backend = nullptr;
-    napi_get_instance_data(env, reinterpret_cast<void **>(&backend));
+  static TFJSBackend* Backend(napi_env env) {
+    TFJSBackend* backend = nullptr;
+    napi_get_instance_data(env, reinterpret_cast<void**>(&backend));
     if (!backend) NAPI_THROW_ERROR(env, "the tfjs binding is not initialised");
     return backend;
   }
 
-  static bool Args(napi_env env, napi_callback_info info, size_t want, napi_value *args) {
+  static bool Args(napi_env env, napi_callback_info info, size_t want, napi_value* args) {
     size_t argc = want;
     if (napi_get_cb_info(env, info, &argc, args, nullptr, nullptr) != napi_ok || argc < want) {
       NAPI_THROW_ERROR(env, "expected %zu arguments, got %zu", want, argc);
@@ -40,7 +40,7 @@ struct FunctionOps {
     return true;
   }
 
-  static bool String(napi_env env, napi_value value, std::string &out) {
+  static bool String(napi_env env, napi_value value, std::string& out) {
     size_t length = 0;
     if (napi_get_value_string_utf8(env, value, nullptr, 0, &length) != napi_ok) {
       NAPI_THROW_ERROR(env, "expected a string");
@@ -52,7 +52,7 @@ struct FunctionOps {
     return true;
   }
 
-  static bool Strings(napi_env env, napi_value array, std::vector<std::string> &out) {
+  static bool Strings(napi_env env, napi_value array, std::vector<std::string>& out) {
     uint32_t length = 0;
     if (napi_get_array_length(env, array, &length) != napi_ok) {
       NAPI_THROW_ERROR(env, "expected an array of strings");
@@ -67,14 +67,14 @@ struct FunctionOps {
     return true;
   }
 
-  static bool Fail(napi_env env, TF_Status *status, const char *what, const std::string &name) {
+  static bool Fail(napi_env env, TF_Status* status, const char* what, const std::string& name) {
     if (TF_GetCode(status) == TF_OK) return false;
     NAPI_THROW_ERROR(env, "%s '%s': %s", what, name.c_str(), TF_Message(status));
     return true;
   }
 
   // "node:index" → the graph's output it names.
-  static bool Output(napi_env env, TF_Graph *graph, const std::string &ref, TF_Output &out) {
+  static bool Output(napi_env env, TF_Graph* graph, const std::string& ref, TF_Output& out) {
     const size_t colon = ref.rfind(':');
     const std::string node = colon == std::string::npos ? ref : ref.substr(0, colon);
     out.oper = TF_GraphOperationByName(graph, node.c_str());
@@ -88,11 +88,11 @@ struct FunctionOps {
   static napi_value Register(napi_env env, napi_callback_info info) {
     napi_value args[4];
     if (!Args(env, info, 4, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string name;
     std::vector<std::string> input_refs, output_refs;
     if (!backend || !String(env, args[0], name) || !Strings(env, args[2], input_refs) || !Strings(env, args[3], output_refs)) return nullptr;
-    void *bytes = nullptr;
+    void* bytes = nullptr;
     size_t length = 0;
     bool is_typed_array = false;
     napi_is_typedarray(env, args[1], &is_typed_array);
@@ -109,11 +109,11 @@ struct FunctionOps {
       return nullptr;
     }
 
-    TF_Status *status = TF_NewStatus();
-    TF_Graph *graph = TF_NewGraph();
-    TF_Buffer *graph_def = TF_NewBufferFromString(bytes, length);
-    TF_ImportGraphDefOptions *import_options = TF_NewImportGraphDefOptions();
-    TF_Function *function = nullptr;
+    TF_Status* status = TF_NewStatus();
+    TF_Graph* graph = TF_NewGraph();
+    TF_Buffer* graph_def = TF_NewBufferFromString(bytes, length);
+    TF_ImportGraphDefOptions* import_options = TF_NewImportGraphDefOptions();
+    TF_Function* function = nullptr;
     TF_GraphImportGraphDef(graph, graph_def, import_options, status);
     if (!Fail(env, status, "importing the graph of function", name)) {
       std::vector<TF_Output> inputs(input_refs.size()), outputs(output_refs.size());
@@ -139,23 +139,23 @@ struct FunctionOps {
   }
 
   // The backend and the function name of a call whose one argument is that name.
-  static TFJSBackend *Named(napi_env env, napi_callback_info info, std::string &name) {
+  static TFJSBackend* Named(napi_env env, napi_callback_info info, std::string& name) {
     napi_value args[1];
     if (!Args(env, info, 1, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     return backend && String(env, args[0], name) ? backend : nullptr;
   }
 
   // removeFunction(name)
   static napi_value Remove(napi_env env, napi_callback_info info) {
     std::string name;
-    TFJSBackend *backend = Named(env, info, name);
+    TFJSBackend* backend = Named(env, info, name);
     if (!backend) return nullptr;
     if (!TFE_ContextHasFunction(backend->tfe_context_, name.c_str())) {
       NAPI_THROW_ERROR(env, "no function named '%s' is registered", name.c_str());
       return nullptr;
     }
-    TF_Status *status = TF_NewStatus();
+    TF_Status* status = TF_NewStatus();
     TFE_ContextRemoveFunction(backend->tfe_context_, name.c_str(), status);
     Fail(env, status, "removing function", name);
     TF_DeleteStatus(status);
@@ -165,7 +165,7 @@ struct FunctionOps {
   // hasFunction(name) → boolean
   static napi_value Has(napi_env env, napi_callback_info info) {
     std::string name;
-    TFJSBackend *backend = Named(env, info, name);
+    TFJSBackend* backend = Named(env, info, name);
     if (!backend) return nullptr;
     napi_value result;
     napi_get_boolean(env, TFE_ContextHasFunction(backend->tfe_context_, name.c_str()) != 0, &result);
@@ -178,7 +178,7 @@ struct FunctionOps {
   static napi_value Call(napi_env env, napi_callback_info info) {
     napi_value args[4];
     if (!Args(env, info, 4, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string name;
     if (!backend || !String(env, args[0], name)) return nullptr;
     uint32_t num_inputs = 0;
@@ -189,8 +189,8 @@ struct FunctionOps {
       NAPI_THROW_ERROR(env, "callFunction(name, inputIds[], numOutputs, xla) got arguments of the wrong types");
       return nullptr;
     }
-    TF_Status *status = TF_NewStatus();
-    TFE_Op *op = TFE_NewOp(backend->tfe_context_, name.c_str(), status);
+    TF_Status* status = TF_NewStatus();
+    TFE_Op* op = TFE_NewOp(backend->tfe_context_, name.c_str(), status);
     bool ok = !Fail(env, status, "calling function", name);
     if (ok) {
       TFE_OpSetDevice(op, backend->device_name.c_str(), status);
@@ -211,7 +211,7 @@ struct FunctionOps {
       }
     }
     if (ok && xla) TFE_OpSetAttrBool(op, "_XlaMustCompile", 1);
-    std::vector<TFE_TensorHandle *> results(num_outputs, nullptr);
+    std::vector<TFE_TensorHandle*> results(num_outputs, nullptr);
     int count = num_outputs;
     if (ok) {
       TFE_Execute(op, results.data(), &count, status);
@@ -238,11 +238,11 @@ struct FunctionOps {
   static napi_value EnableCollectives(napi_env env, napi_callback_info info) {
     napi_value args[2];
     if (!Args(env, info, 2, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string text, prefix;
     if (!backend || !String(env, args[0], text) || !String(env, args[1], prefix)) return nullptr;
-    TF_Status *status = TF_NewStatus();
-    TF_Buffer *server_def = TFE_GetServerDef(text.c_str(), status);
+    TF_Status* status = TF_NewStatus();
+    TF_Buffer* server_def = TFE_GetServerDef(text.c_str(), status);
     bool ok = !Fail(env, status, "parsing the ServerDef of", prefix);
     if (ok) {
       TFE_EnableCollectiveOps(backend->tfe_context_, server_def->data, server_def->length, status);
@@ -252,10 +252,10 @@ struct FunctionOps {
     napi_value result = nullptr;
     if (ok) {
       // The device of the same kind (…/device:CPU:0 or …/device:GPU:0) under the new task name.
-      const std::string &old_name = backend->device_name;
+      const std::string& old_name = backend->device_name;
       const size_t kind = old_name.find("/device:");
       const std::string wanted = prefix + (kind == std::string::npos ? old_name : old_name.substr(kind));
-      TF_DeviceList *devices = TFE_ContextListDevices(backend->tfe_context_, status);
+      TF_DeviceList* devices = TFE_ContextListDevices(backend->tfe_context_, status);
       bool found = false;
       for (int i = 0; !found && TF_GetCode(status) == TF_OK && i < TF_DeviceListCount(devices); i++) {
         found = wanted == TF_DeviceListName(devices, i, status);
@@ -276,15 +276,17 @@ struct FunctionOps {
   static napi_value CheckPeerHealth(napi_env env, napi_callback_info info) {
     napi_value args[2];
     if (!Args(env, info, 2, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string task;
     int64_t timeout_ms = 0;
     if (!backend || !String(env, args[0], task) || napi_get_value_int64(env, args[1], &timeout_ms) != napi_ok) return nullptr;
-    TF_Status *status = TF_NewStatus();
+    TF_Status* status = TF_NewStatus();
     TFE_CollectiveOpsCheckPeerHealth(backend->tfe_context_, task.c_str(), timeout_ms, status);
     napi_value result;
-    if (TF_GetCode(status) == TF_OK) napi_get_null(env, &result);
-    else napi_create_string_utf8(env, TF_Message(status), NAPI_AUTO_LENGTH, &result);
+    if (TF_GetCode(status) == TF_OK)
+      napi_get_null(env, &result);
+    else
+      napi_create_string_utf8(env, TF_Message(status), NAPI_AUTO_LENGTH, &result);
     TF_DeleteStatus(status);
     return result;
   }
@@ -293,10 +295,10 @@ struct FunctionOps {
   static napi_value SetClusterValue(napi_env env, napi_callback_info info) {
     napi_value args[2];
     if (!Args(env, info, 2, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string key, value;
     if (!backend || !String(env, args[0], key) || !String(env, args[1], value)) return nullptr;
-    TF_Status *status = TF_NewStatus();
+    TF_Status* status = TF_NewStatus();
     TFE_InsertConfigKeyValue(backend->tfe_context_, key.c_str(), value.c_str(), status);
     Fail(env, status, "setting the cluster value", key);
     TF_DeleteStatus(status);
@@ -307,16 +309,16 @@ struct FunctionOps {
   static napi_value ClusterValue(napi_env env, napi_callback_info info) {
     napi_value args[2];
     if (!Args(env, info, 2, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string key;
     int64_t timeout_ms = 0;
     if (!backend || !String(env, args[0], key) || napi_get_value_int64(env, args[1], &timeout_ms) != napi_ok) return nullptr;
-    TF_Status *status = TF_NewStatus();
-    TF_Buffer *value = TF_NewBuffer();
+    TF_Status* status = TF_NewStatus();
+    TF_Buffer* value = TF_NewBuffer();
     TFE_GetConfigKeyValue(backend->tfe_context_, key.c_str(), timeout_ms, value, status);
     napi_value result = nullptr;
     if (!Fail(env, status, "reading the cluster value", key)) {
-      napi_create_string_utf8(env, static_cast<const char *>(value->data), value->length, &result);
+      napi_create_string_utf8(env, static_cast<const char*>(value->data), value->length, &result);
     }
     TF_DeleteBuffer(value);
     TF_DeleteStatus(status);
@@ -328,10 +330,10 @@ struct FunctionOps {
   static napi_value ReportError(napi_env env, napi_callback_info info) {
     napi_value args[1];
     if (!Args(env, info, 1, args)) return nullptr;
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     std::string message;
     if (!backend || !String(env, args[0], message)) return nullptr;
-    TF_Status *status = TF_NewStatus();
+    TF_Status* status = TF_NewStatus();
     TFE_ReportErrorToCluster(backend->tfe_context_, TF_ABORTED, message.c_str(), status);
     Fail(env, status, "reporting an error to the cluster", message);
     TF_DeleteStatus(status);
@@ -340,7 +342,7 @@ struct FunctionOps {
 
   // deviceName() → the device ops and functions run on (the binding's choice: GPU:0 if any).
   static napi_value Device(napi_env env, napi_callback_info info) {
-    TFJSBackend *backend = Backend(env);
+    TFJSBackend* backend = Backend(env);
     if (!backend) return nullptr;
     napi_value result;
     napi_create_string_utf8(env, backend->device_name.c_str(), backend->device_name.size(), &result);

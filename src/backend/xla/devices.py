@@ -121,6 +121,7 @@ class Replicas:
         """Compile options that place a one-device program on `device` (else PJRT puts it on the first device)."""
         import numpy as np
         from jax._src.lib import xla_client
+
         options = xla_client.CompileOptions()
         options.device_assignment = xla_client.DeviceAssignment.create(np.array([[device.id]]))
         return options
@@ -139,6 +140,7 @@ class Replicas:
         if reducer is None:
             reducer = self._reducers[(tuple(names), shapes)] = self._make_reducer(shapes)
         from jax.sharding import NamedSharding, PartitionSpec
+
         sharding = NamedSharding(self.mesh, PartitionSpec('d'))
         stacked = [
             jax.make_array_from_single_device_arrays((self.count, *shape), sharding, [per_device[j][n][None] for j in range(len(self.local))])
@@ -156,12 +158,14 @@ class Replicas:
     def mesh(self):
         import numpy as np
         from jax.sharding import Mesh
+
         return Mesh(np.array(self.devices), ('d',))
 
     def _make_reducer(self, shapes):
         jax = self.jax
         import jax.numpy as jnp
         from jax.sharding import PartitionSpec
+
         count = self.count
         sizes = [math.prod(s) for s in shapes]
         total = sum(sizes)

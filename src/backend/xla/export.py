@@ -74,12 +74,12 @@ def export(program):
         main = next(op for op in module.body.operations if op.operation.name == 'func.func' and ir.StringAttr(op.attributes['sym_name']).value == 'main')
         arguments = main.regions[0].blocks[0].arguments
         if len(arguments) != len(in_names):
-            raise SystemExit(f"{program['graphdef']}: the module takes {len(arguments)} arguments, the program names {len(in_names)} inputs")
+            raise SystemExit(f'{program["graphdef"]}: the module takes {len(arguments)} arguments, the program names {len(in_names)} inputs')
         alias_of = dict(aliases)
         i32 = ir.IntegerType.get_signless(32)
-        main.attributes['arg_attrs'] = ir.ArrayAttr.get([
-            ir.DictAttr.get({'tf.aliasing_output': ir.IntegerAttr.get(i32, alias_of[i])} if i in alias_of else {}) for i in range(len(in_names))
-        ])
+        main.attributes['arg_attrs'] = ir.ArrayAttr.get(
+            [ir.DictAttr.get({'tf.aliasing_output': ir.IntegerAttr.get(i32, alias_of[i])} if i in alias_of else {}) for i in range(len(in_names))]
+        )
         version = hlo.get_version_from_compatibility_requirement(hlo.StablehloCompatibilityRequirement.WEEK_4)
         portable = _jax.mlir.serialize_portable_artifact(module.operation.get_asm(binary=True), version, False)
         text = str(module)
@@ -113,7 +113,7 @@ def main():
         job = json.load(f)
     for program in job['programs']:
         export(program)
-        print(f"exported {os.path.basename(program['out'])}", file=sys.stderr)
+        print(f'exported {os.path.basename(program["out"])}', file=sys.stderr)
 
 
 if __name__ == '__main__':

@@ -27,7 +27,7 @@ def matrix_products(operation):
 def apply_precision(module, precision):
     """Rewrites `module` (in the current MLIR context) for `precision`; returns how many products now take bf16."""
     if precision not in PRECISIONS:
-        raise SystemExit(f"precision must be one of {', '.join(PRECISIONS)} (got {precision!r})")
+        raise SystemExit(f'precision must be one of {", ".join(PRECISIONS)} (got {precision!r})')
     if precision == 'fp32':
         return 0
     f32 = ir.F32Type.get()

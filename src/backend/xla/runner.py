@@ -92,6 +92,7 @@ class Runtime:
 
     def __init__(self):
         import jax.extend.backend as backend_api
+
         # This process's devices (one unless $SLAYFORMER_XLA_DEVICES asks for more), joined with the other processes'.
         self.replicas = devices.Replicas(jax)
         self.device = self.replicas.local[0]
@@ -99,6 +100,7 @@ class Runtime:
 
     def compile(self, module, device):
         from jax._src.lib import xla_client
+
         options = self.replicas.compile_options(device)
         if hasattr(self.client, 'compile_and_load'):
             return self.client.compile_and_load(module, xla_client.DeviceList((device,)), options)
@@ -115,6 +117,7 @@ def read_module(base):
     """The program as MLIR bytecode: the portable artifact where this jax reads it, else the text; and its file."""
     from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib import _jax
+
     try:
         with open(base + '.vhlo', 'rb') as f:
             portable = f.read()
@@ -148,9 +151,9 @@ class Program:
         for spec in self.inputs:
             value = env.get(spec['name'])
             if value is None:
-                raise ValueError(f"program input {spec['name']} was not given")
+                raise ValueError(f'program input {spec["name"]} was not given')
             if list(value.shape) != spec['shape'] or np.dtype(value.dtype) != np.dtype(DTYPES[spec['dtype']]):
-                raise ValueError(f"program input {spec['name']} is {value.dtype} {list(value.shape)}, the program takes {spec['dtype']} {spec['shape']}")
+                raise ValueError(f'program input {spec["name"]} is {value.dtype} {list(value.shape)}, the program takes {spec["dtype"]} {spec["shape"]}')
             args.append(value)
         return dict(zip(self.outputs, Runtime.execute(self.executables[device], args)))
 
@@ -195,15 +198,18 @@ def main():
         try:
             if op == 'hello':
                 import jaxlib
-                write_message({
-                    'jax': jax.__version__,
-                    'jaxlib': jaxlib.__version__,
-                    'platform': runtime.device.platform,
-                    'device': str(runtime.device.device_kind),
-                    'devices': len(local),
-                    'processIndex': runtime.replicas.process_index,
-                    'deviceCount': runtime.replicas.count,
-                })
+
+                write_message(
+                    {
+                        'jax': jax.__version__,
+                        'jaxlib': jaxlib.__version__,
+                        'platform': runtime.device.platform,
+                        'device': str(runtime.device.device_kind),
+                        'devices': len(local),
+                        'processIndex': runtime.replicas.process_index,
+                        'deviceCount': runtime.replicas.count,
+                    }
+                )
             elif op == 'load':
                 start = time.perf_counter()
                 program = Program(runtime, header['base'])
@@ -231,7 +237,10 @@ def main():
                     names = [s['name'] for s in header['sums']]
                     per_device = [
                         {
-                            **{s['name']: sums[j][s['name']] if sums[j] is not None else jnp.zeros(s['shape'], jnp.float32, device=local[j]) for s in header['sums']},
+                            **{
+                                s['name']: sums[j][s['name']] if sums[j] is not None else jnp.zeros(s['shape'], jnp.float32, device=local[j])
+                                for s in header['sums']
+                            },
                             'stop': jax.device_put(np.float32(bool(header.get('stop'))), local[j]),
                         }
                         for j in range(len(local))
@@ -249,7 +258,9 @@ def main():
                             state[name][j] = value
                     if j == 0:
                         first = outs
-                write_message({'loss': number(sums[0]['loss']), 'norm': number(first['norm']), 'applied': bool(float(first['applied']) == 1.0), 'stopRequested': stop})
+                write_message(
+                    {'loss': number(sums[0]['loss']), 'norm': number(first['norm']), 'applied': bool(float(first['applied']) == 1.0), 'stopRequested': stop}
+                )
             elif op == 'eval':
                 env = state_on(0)
                 env.update(put_on(0, header['names'], arrays))

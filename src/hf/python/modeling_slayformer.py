@@ -19,6 +19,7 @@ S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j) (plus the running key scale of P
 new token costs the same at any length. The prefix is never run again; `generate(..., use_cache=False)`
 runs the whole sequence per token instead, and gives the same tokens.
 """
+
 import math
 
 import numpy as np
@@ -31,8 +32,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, MaskedLMOutput
 from .configuration_slayformer import SlayformerBertConfig, SlayformerGPT2Config, check_sizes
 
 # transformers' activation names → the GELU the project computes (src/hf/config.ts ACTIVATION_OF).
-TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
-ERF_GELUS = ("gelu", "gelu_python")
+TANH_GELUS = ('gelu_new', 'gelu_pytorch_tanh', 'gelu_fast')
+ERF_GELUS = ('gelu', 'gelu_python')
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def l2_normalize(x):
 
 def project_per_head(x, w):
     """x [B, H, L, d] by one matrix per head w [H, d, m], or by a shared w [d, m] → [B, H, L, m]."""
-    return torch.einsum("bhld,hdm->bhlm", x, w) if w.dim() == 3 else x @ w
+    return torch.einsum('bhld,hdm->bhlm', x, w) if w.dim() == 3 else x @ w
 
 
 def lower_triangle(length, device):
@@ -117,9 +118,9 @@ def empty_kernel_state(phi_k, v):
     """The running sums before any key: S [B, H, F, D], z [B, H, F, 1], and the key scale a [B, H, 1, 1]."""
     b, h, _, f = phi_k.shape
     return {
-        "sums": phi_k.new_zeros(b, h, f, v.shape[-1]),
-        "normalizer": phi_k.new_zeros(b, h, f, 1),
-        "scale": phi_k.new_full((b, h, 1, 1), EMPTY_SHIFT),
+        'sums': phi_k.new_zeros(b, h, f, v.shape[-1]),
+        'normalizer': phi_k.new_zeros(b, h, f, 1),
+        'scale': phi_k.new_full((b, h, 1, 1), EMPTY_SHIFT),
     }
 
 
@@ -132,36 +133,36 @@ def kernel_attention_step(phi_q, phi_k, v, state, delta=0.0, clamp_min=None, q_s
     n = phi_k.shape[2]
     visible = lower_triangle(n, phi_q.device)
     scores = (phi_q @ phi_k.transpose(-1, -2)).masked_fill(~visible, 0.0)  # [B, H, n, n]
-    from_state = phi_q @ state["sums"], phi_q @ state["normalizer"]  # [B, H, n, D], [B, H, n, 1]
+    from_state = phi_q @ state['sums'], phi_q @ state['normalizer']  # [B, H, n, D], [B, H, n, 1]
     if k_shift is None:
         numerator = scores @ v + from_state[0]
         denominator = scores.sum(-1, keepdim=True) + from_state[1]
-        sums = state["sums"] + phi_k.transpose(-1, -2) @ v
-        normalizer = state["normalizer"] + phi_k.sum(2).unsqueeze(-1)
-        scale = state["scale"]
+        sums = state['sums'] + phi_k.transpose(-1, -2) @ v
+        normalizer = state['normalizer'] + phi_k.sum(2).unsqueeze(-1)
+        scale = state['scale']
         scaled_delta = delta
     else:
         with torch.no_grad():
             keys = k_shift.transpose(-1, -2)  # [B, H, 1, n]
             seen = torch.where(visible, keys, torch.full_like(keys, EMPTY_SHIFT)).amax(-1, keepdim=True)
-            query_scale = torch.maximum(seen, state["scale"])  # [B, H, n, 1]
+            query_scale = torch.maximum(seen, state['scale'])  # [B, H, n, 1]
             decay = torch.exp(torch.clamp(keys - query_scale, max=0))
-            state_decay = torch.exp(torch.clamp(state["scale"] - query_scale, max=0))
-            scale = torch.maximum(state["scale"], keys.amax(-1, keepdim=True))  # [B, H, 1, 1]
+            state_decay = torch.exp(torch.clamp(state['scale'] - query_scale, max=0))
+            scale = torch.maximum(state['scale'], keys.amax(-1, keepdim=True))  # [B, H, 1, 1]
             key_decay = torch.exp(torch.clamp(k_shift - scale, max=0))  # [B, H, n, 1]: e^(c_j - a)
-            old_decay = torch.exp(torch.clamp(state["scale"] - scale, max=0))
+            old_decay = torch.exp(torch.clamp(state['scale'] - scale, max=0))
             scaled_delta = rescaled_delta(delta, q_shift, query_scale)
         scores = scores * decay
         numerator = scores @ v + state_decay * from_state[0]
         denominator = scores.sum(-1, keepdim=True) + state_decay * from_state[1]
         weighted = phi_k * key_decay
-        sums = old_decay * state["sums"] + weighted.transpose(-1, -2) @ v
-        normalizer = old_decay * state["normalizer"] + weighted.sum(2).unsqueeze(-1)
+        sums = old_decay * state['sums'] + weighted.transpose(-1, -2) @ v
+        normalizer = old_decay * state['normalizer'] + weighted.sum(2).unsqueeze(-1)
     if clamp_min is not None:
         denominator = torch.clamp(denominator, min=clamp_min)
     else:
         denominator = denominator + scaled_delta
-    return numerator / denominator, {"sums": sums, "normalizer": normalizer, "scale": scale}
+    return numerator / denominator, {'sums': sums, 'normalizer': normalizer, 'scale': scale}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -181,8 +182,8 @@ def visible_after(position, n, device):
 def append_keys(state, k, v):
     """The key/value cache of the quadratic mechanisms: every key and value so far, [B, H, position + n, Dh]."""
     if state is None:
-        return {"keys": k, "values": v}
-    return {"keys": torch.cat([state["keys"], k], 2), "values": torch.cat([state["values"], v], 2)}
+        return {'keys': k, 'values': v}
+    return {'keys': torch.cat([state['keys'], k], 2), 'values': torch.cat([state['values'], v], 2)}
 
 
 class Mechanism(nn.Module):
@@ -193,8 +194,8 @@ class Mechanism(nn.Module):
         super().__init__()
         sizes = _sizes(config)
         self.causal = config.model_type == SlayformerGPT2Config.model_type
-        self.num_heads = sizes["heads"]
-        self.head_dim = sizes["width"] // sizes["heads"]
+        self.num_heads = sizes['heads']
+        self.head_dim = sizes['width'] // sizes['heads']
         self.options = options
 
     def add_buffer(self, name, shape, owner=None):
@@ -231,16 +232,16 @@ class Softmax(Mechanism):
 
     def step(self, q, k, v, state, position, total_length):
         state = append_keys(state, k, v)
-        scores = (q * (1 / math.sqrt(q.shape[-1]))) @ state["keys"].transpose(-1, -2)
+        scores = (q * (1 / math.sqrt(q.shape[-1]))) @ state['keys'].transpose(-1, -2)
         mask = (~visible_after(position, q.shape[2], q.device)).to(q.dtype) * self.NEG
-        return torch.softmax(scores + mask, -1) @ state["values"], state
+        return torch.softmax(scores + mask, -1) @ state['values'], state
 
 
 class YatSpherical(Mechanism):
     """yat-spherical.ts: K = x^2 / (C - 2x), x = unit(q).unit(k) clamped to [-1, 1], C = 2 + epsilon; Y = K v / (K 1 + delta)."""
 
     def kernel(self, q, k):
-        epsilon = self.options["epsilon"]
+        epsilon = self.options['epsilon']
         x = torch.clamp(l2_normalize(q) @ l2_normalize(k).transpose(-1, -2), -1, 1)
         return x.square() / (2 + epsilon - 2 * x)
 
@@ -251,12 +252,12 @@ class YatSpherical(Mechanism):
             kernel = kernel * lower_triangle(length, q.device).to(q.dtype)
         if key_mask is not None:
             kernel = kernel * key_mask.to(q.dtype).view(b, 1, 1, length)
-        return (kernel @ v) / (kernel.sum(-1, keepdim=True) + self.options["delta"])
+        return (kernel @ v) / (kernel.sum(-1, keepdim=True) + self.options['delta'])
 
     def step(self, q, k, v, state, position, total_length):
         state = append_keys(state, k, v)
-        kernel = self.kernel(q, state["keys"]) * visible_after(position, q.shape[2], q.device).to(q.dtype)
-        return (kernel @ state["values"]) / (kernel.sum(-1, keepdim=True) + self.options["delta"]), state
+        kernel = self.kernel(q, state['keys']) * visible_after(position, q.shape[2], q.device).to(q.dtype)
+        return (kernel @ state['values']) / (kernel.sum(-1, keepdim=True) + self.options['delta']), state
 
 
 class KernelMechanism(Mechanism):
@@ -272,7 +273,7 @@ class KernelMechanism(Mechanism):
         return attended
 
     def contraction_options(self):
-        return {"delta": self.options["delta"]}
+        return {'delta': self.options['delta']}
 
     def forward(self, q, k, v, key_mask, total_length):
         phi_q, phi_k, q_shift, k_shift = self.feature_maps(q, k, total_length, 0)
@@ -299,12 +300,9 @@ class Cosformer(KernelMechanism):
     passes the model's maximum length as the sequence length, as the project's decoder does."""
 
     def feature_maps(self, q, k, total_length, position):
-        fixed = self.options["reweightLength"]
+        fixed = self.options['reweightLength']
         if fixed > 0 and total_length > fixed:
-            raise ValueError(
-                f"attention 'cosformer': sequence length {total_length} exceeds option 'reweightLength' = {fixed}; "
-                f"use a length <= {fixed}"
-            )
+            raise ValueError(f"attention 'cosformer': sequence length {total_length} exceeds option 'reweightLength' = {fixed}; use a length <= {fixed}")
         m = fixed if fixed > 0 else total_length
         length = q.shape[2]
         angles = [(math.pi / 2) * (i + 1) / m for i in range(position, position + length)]  # float64, as the project's host code
@@ -341,17 +339,17 @@ class Performer(KernelMechanism):
 
     def __init__(self, config, options, input_dim=None):
         super().__init__(config, options)
-        self.add_buffer("projection", (self.num_heads, input_dim or self.head_dim, options["features"]))
-        if options.get("dataInit") == "variance-optimal":
-            self.add_buffer("featureLogWeights", (self.num_heads, options["features"]))
+        self.add_buffer('projection', (self.num_heads, input_dim or self.head_dim, options['features']))
+        if options.get('dataInit') == 'variance-optimal':
+            self.add_buffer('featureLogWeights', (self.num_heads, options['features']))
 
     def inputs(self, x):
         return x * (self.head_dim**-0.25)
 
     def feature_maps(self, q, k, total_length, position):
         self.check_loaded()
-        phi_q, q_shift = positive_random_features(self.inputs(q), self.projection, stabilize=True, log_weights=getattr(self, "featureLogWeights", None))
-        phi_k, k_shift = positive_random_features(self.inputs(k), self.projection, stabilize=True, log_weights=getattr(self, "featureLogWeights", None))
+        phi_q, q_shift = positive_random_features(self.inputs(q), self.projection, stabilize=True, log_weights=getattr(self, 'featureLogWeights', None))
+        phi_k, k_shift = positive_random_features(self.inputs(k), self.projection, stabilize=True, log_weights=getattr(self, 'featureLogWeights', None))
         return phi_q, phi_k, q_shift, k_shift
 
 
@@ -360,9 +358,9 @@ class Darkformer(Performer):
 
     def __init__(self, config, options):
         sizes = _sizes(config)
-        rank = options["rank"] or sizes["width"] // sizes["heads"]  # 0 = headDim
+        rank = options['rank'] or sizes['width'] // sizes['heads']  # 0 = headDim
         super().__init__(config, options, input_dim=rank)
-        self.add_parameter("covarianceFactor", torch.eye(self.head_dim)[:rank].repeat(self.num_heads, 1, 1))
+        self.add_parameter('covarianceFactor', torch.eye(self.head_dim)[:rank].repeat(self.num_heads, 1, 1))
 
     def inputs(self, x):
         return project_per_head(x, self.covarianceFactor.transpose(1, 2)) * (x.shape[3] ** -0.25)
@@ -409,23 +407,23 @@ class Slay(KernelMechanism):
 
     def __init__(self, config, options):
         super().__init__(config, options)
-        self.poly = options["poly"]
-        d, p, m = self.head_dim, options["anchors"], options["prfFeatures"]
+        self.poly = options['poly']
+        d, p, m = self.head_dim, options['anchors'], options['prfFeatures']
         self.prf_features = m
-        epsilon = options["epsilon"]
-        self.scales, weights = slay_quadrature(options["quadratureNodes"], epsilon)
+        epsilon = options['epsilon']
+        self.scales, weights = slay_quadrature(options['quadratureNodes'], epsilon)
         c = 2 + epsilon
         # Laplace-only discretises (C^2/4) / (C - 2x): weights (C^2/4) w_r.
-        self.weights = [c * c / 4 * w for w in weights] if self.poly == "laplace-only" else weights
+        self.weights = [c * c / 4 * w for w in weights] if self.poly == 'laplace-only' else weights
         prf = Tensors()
         for node in range(len(self.scales)):
-            self.add_buffer(f"node{node}", (self.num_heads, d, m), prf)
-        self.add_module("prf", prf)
+            self.add_buffer(f'node{node}', (self.num_heads, d, m), prf)
+        self.add_module('prf', prf)
         shapes = {
-            "anchor": {"anchors": (d, p)},
-            "random-maclaurin": {"maclaurin": (d, 2 * p)},
-            "tensorsketch": {"countSketch": (d, 2 * p)},
-            "nystrom": {"anchors": (d, p), "whitening": (p, p)},
+            'anchor': {'anchors': (d, p)},
+            'random-maclaurin': {'maclaurin': (d, 2 * p)},
+            'tensorsketch': {'countSketch': (d, 2 * p)},
+            'nystrom': {'anchors': (d, p), 'whitening': (p, p)},
         }.get(self.poly, {})
         if shapes:
             group = Tensors()
@@ -435,16 +433,16 @@ class Slay(KernelMechanism):
 
     def polynomial(self, u):
         """phi_poly of unit rows u [N, d]."""
-        p = self.options["anchors"]
+        p = self.options['anchors']
         group = getattr(self, self.poly, None)
-        if self.poly == "anchor":
+        if self.poly == 'anchor':
             return (u @ group.anchors).square() * (1 / math.sqrt(p))
-        if self.poly == "exact":
+        if self.poly == 'exact':
             return (u.unsqueeze(-1) * u.unsqueeze(-2)).reshape(u.shape[0], -1)
-        if self.poly == "random-maclaurin":
+        if self.poly == 'random-maclaurin':
             both = u @ group.maclaurin
             return both[:, :p] * both[:, p:] * (1 / math.sqrt(p))
-        if self.poly == "tensorsketch":
+        if self.poly == 'tensorsketch':
             both = u @ group.countSketch
             outer = both[:, :p].unsqueeze(-1) * both[:, p:].unsqueeze(-2)
             # Folded into the circular convolution by F[(m, n), k] = [m + n = k mod P].
@@ -457,16 +455,16 @@ class Slay(KernelMechanism):
         b, h, length, d = unit.shape
         m = self.prf_features
         poly = None
-        if self.poly not in ("laplace-only", "hadamard"):
+        if self.poly not in ('laplace-only', 'hadamard'):
             poly = self.polynomial(unit.reshape(b * h * length, d)).view(b, h, length, -1)
         nodes = []
         for node, scale in enumerate(self.scales):
-            omega = getattr(self.prf, f"node{node}")
+            omega = getattr(self.prf, f'node{node}')
             prf, _ = positive_random_features(unit * math.sqrt(2 * scale), omega, clamp=20)
             prf = prf * math.sqrt(self.weights[node])
-            if self.poly == "laplace-only":
+            if self.poly == 'laplace-only':
                 nodes.append(prf)
-            elif self.poly == "hadamard":
+            elif self.poly == 'hadamard':
                 # The polynomial factor reuses this node's projections omega^T u (the reference's shared omega).
                 nodes.append(project_per_head(unit, omega).square() * (1 / math.sqrt(m)) * prf)
             else:  # the row-wise outer product, the polynomial feature's index major
@@ -485,16 +483,16 @@ def maclaurin_coefficients(kernel, max_degree):
         if n > 0:
             factorial *= n
             binom_half *= (0.5 - (n - 1)) / n
-        if kernel in ("exp", "trigh"):
+        if kernel in ('exp', 'trigh'):
             out.append(1 / factorial)
-        elif kernel == "inverse":
+        elif kernel == 'inverse':
             out.append(1.0)
-        elif kernel == "logi":
+        elif kernel == 'logi':
             out.append(1.0 if n == 0 else 1 / n)
-        elif kernel == "sqrt":
+        elif kernel == 'sqrt':
             out.append((2 if n == 0 else 0) - binom_half * (-1) ** n)
         else:
-            raise ValueError(f"schoenbat: unknown kernel {kernel!r}")
+            raise ValueError(f'schoenbat: unknown kernel {kernel!r}')
     return out
 
 
@@ -507,17 +505,17 @@ class Schoenbat(KernelMechanism):
         super().__init__(config, options)
         d = self.head_dim
         self.level_sizes = [sum(1 for n in degrees if n >= level) for level in range(1, degrees[0] + 1)]
-        coefficients = maclaurin_coefficients(options["kernel"], options["maxDegree"])
+        coefficients = maclaurin_coefficients(options['kernel'], options['maxDegree'])
         self.constant_feature = math.sqrt(coefficients[0])
-        if options["denominatorClamp"] == "reference":
+        if options['denominatorClamp'] == 'reference':
             self.clamp_min = 1.0
         else:  # f(-1/sqrt(d)): the least exact denominator with one visible key
             t, self.clamp_min = -1 / math.sqrt(d), 0.0
             for a in reversed(coefficients):
                 self.clamp_min = self.clamp_min * t + a
-        self.add_buffer("maclaurinProjections", (sum(self.level_sizes), d))
-        self.add_parameter("postSbnGamma", torch.ones(1))
-        self.add_parameter("postSbnBeta", torch.zeros(d))
+        self.add_buffer('maclaurinProjections', (sum(self.level_sizes), d))
+        self.add_parameter('postSbnGamma', torch.ones(1))
+        self.add_parameter('postSbnBeta', torch.zeros(d))
 
     def maclaurin_features(self, x):
         """x [..., d] → [..., D]: the constant feature, then the random features, highest degree first."""
@@ -549,7 +547,7 @@ class Schoenbat(KernelMechanism):
         return self.side(q), self.side(k), None, None
 
     def contraction_options(self):
-        return {"clamp_min": self.clamp_min}
+        return {'clamp_min': self.clamp_min}
 
     def output(self, attended):
         return attended * self.postSbnGamma + self.postSbnBeta
@@ -566,17 +564,17 @@ class Gla(Mechanism):
         super().__init__(config, options)
         if not self.causal:
             raise ValueError("config.json: attention 'gla' is causal only (a slayformer-gpt2 export)")
-        width, rank = self.num_heads * self.head_dim, options["gateRank"]
-        self.add_parameter("gateDown", torch.zeros(width, rank))
-        self.add_parameter("gateUp", torch.zeros(rank, width))
-        self.add_parameter("gateBias", torch.zeros(width))
-        self.add_parameter("normWeight", torch.ones(self.head_dim))
+        width, rank = self.num_heads * self.head_dim, options['gateRank']
+        self.add_parameter('gateDown', torch.zeros(width, rank))
+        self.add_parameter('gateUp', torch.zeros(rank, width))
+        self.add_parameter('gateBias', torch.zeros(width))
+        self.add_parameter('normWeight', torch.ones(self.head_dim))
 
     def gates(self, k):
         """The log-gates [B, H, L, d] from the keys of every head."""
         b, h, length, d = k.shape
         logits = k.transpose(1, 2).reshape(b, length, h * d) @ self.gateDown @ self.gateUp + self.gateBias
-        return (F.logsigmoid(logits) / self.options["gateNormalizer"]).view(b, length, h, d).transpose(1, 2)
+        return (F.logsigmoid(logits) / self.options['gateNormalizer']).view(b, length, h, d).transpose(1, 2)
 
     def normed(self, o):
         return o * torch.rsqrt(o.square().mean(-1, keepdim=True) + self.NORM_EPS) * self.normWeight
@@ -596,37 +594,39 @@ class Gla(Mechanism):
     def step(self, q, k, v, state, position, total_length):
         b, h, n, d = q.shape
         g = self.gates(k)
-        sums = state["sums"] if state is not None else q.new_zeros(b, h, d, v.shape[-1])
+        sums = state['sums'] if state is not None else q.new_zeros(b, h, d, v.shape[-1])
         outputs = []
         for t in range(n):
             sums = g[:, :, t].exp().unsqueeze(-1) * sums + k[:, :, t].unsqueeze(-1) * v[:, :, t].unsqueeze(-2)
             outputs.append((q[:, :, t].unsqueeze(-2) / math.sqrt(d)) @ sums)
-        return self.normed(torch.cat(outputs, 2)), {"sums": sums}
+        return self.normed(torch.cat(outputs, 2)), {'sums': sums}
 
 
 MECHANISMS = {
-    "softmax": Softmax,
-    "yat-spherical": YatSpherical,
-    "slay": Slay,
-    "performer": Performer,
-    "darkformer": Darkformer,
-    "schoenbat": Schoenbat,
-    "linear-elu": LinearElu,
-    "cosformer": Cosformer,
-    "gla": Gla,
+    'softmax': Softmax,
+    'yat-spherical': YatSpherical,
+    'slay': Slay,
+    'performer': Performer,
+    'darkformer': Darkformer,
+    'schoenbat': Schoenbat,
+    'linear-elu': LinearElu,
+    'cosformer': Cosformer,
+    'gla': Gla,
 }
 
 
 def create_mechanism(config, layer):
-    attention = config.slayformer["attention"]
-    name, options = attention["name"], attention.get("options", {})
+    attention = config.slayformer['attention']
+    name, options = attention['name'], attention.get('options', {})
     if name not in MECHANISMS:
-        raise ValueError(f"config.json slayformer.attention.name {name!r} is not implemented here (known: {', '.join(MECHANISMS)})")
-    if name == "schoenbat":
-        layers = config.slayformer.get("layers")
-        if not layers or "maclaurinDegrees" not in layers[layer]:
-            raise ValueError("config.json: slayformer.layers[i].maclaurinDegrees (SchoenbAt's feature degrees) is missing; export the checkpoint again with this version of slayformer")
-        return Schoenbat(config, options, layers[layer]["maclaurinDegrees"])
+        raise ValueError(f'config.json slayformer.attention.name {name!r} is not implemented here (known: {", ".join(MECHANISMS)})')
+    if name == 'schoenbat':
+        layers = config.slayformer.get('layers')
+        if not layers or 'maclaurinDegrees' not in layers[layer]:
+            raise ValueError(
+                "config.json: slayformer.layers[i].maclaurinDegrees (SchoenbAt's feature degrees) is missing; export the checkpoint again with this version of slayformer"
+            )
+        return Schoenbat(config, options, layers[layer]['maclaurinDegrees'])
     return MECHANISMS[name](config, options)
 
 
@@ -638,23 +638,33 @@ def _sizes(config):
     if config.model_type == SlayformerGPT2Config.model_type:
         width = config.n_embd
         return {
-            "width": width, "layers": config.n_layer, "heads": config.n_head, "positions": config.n_positions,
-            "inner": config.n_inner or 4 * width, "activation": config.activation_function, "eps": config.layer_norm_epsilon,
-            "dropout": config.resid_pdrop,
+            'width': width,
+            'layers': config.n_layer,
+            'heads': config.n_head,
+            'positions': config.n_positions,
+            'inner': config.n_inner or 4 * width,
+            'activation': config.activation_function,
+            'eps': config.layer_norm_epsilon,
+            'dropout': config.resid_pdrop,
         }
     return {
-        "width": config.hidden_size, "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
-        "positions": config.max_position_embeddings, "inner": config.intermediate_size, "activation": config.hidden_act,
-        "eps": config.layer_norm_eps, "dropout": config.hidden_dropout_prob,
+        'width': config.hidden_size,
+        'layers': config.num_hidden_layers,
+        'heads': config.num_attention_heads,
+        'positions': config.max_position_embeddings,
+        'inner': config.intermediate_size,
+        'activation': config.hidden_act,
+        'eps': config.layer_norm_eps,
+        'dropout': config.hidden_dropout_prob,
     }
 
 
 def activation_of(name):
     if name in TANH_GELUS:
-        return lambda x: F.gelu(x, approximate="tanh")
+        return lambda x: F.gelu(x, approximate='tanh')
     if name in ERF_GELUS:
         return F.gelu
-    raise ValueError(f"config.json: activation {name!r} is not one of {', '.join(TANH_GELUS + ERF_GELUS)}")
+    raise ValueError(f'config.json: activation {name!r} is not one of {", ".join(TANH_GELUS + ERF_GELUS)}')
 
 
 class RMSNorm(nn.Module):
@@ -671,7 +681,7 @@ class RMSNorm(nn.Module):
 
 def make_norm(section, width, eps):
     """The body's norm (section.norm, absent in exports before it: LayerNorm)."""
-    return RMSNorm(width, eps) if section.get("norm", "layernorm") == "rmsnorm" else nn.LayerNorm(width, eps=eps)
+    return RMSNorm(width, eps) if section.get('norm', 'layernorm') == 'rmsnorm' else nn.LayerNorm(width, eps=eps)
 
 
 def rotary(x, start, theta):
@@ -712,7 +722,7 @@ class Weight(nn.Module):
 class Gpt2Layer(nn.Module):
     def __init__(self, width, inner, section, eps):
         super().__init__()
-        bias = section["bias"]
+        bias = section['bias']
         self.ln_1 = make_norm(section, width, eps)
         self.attn = nn.Module()
         self.attn.c_attn = Dense(width, 3 * width, bias)
@@ -721,30 +731,30 @@ class Gpt2Layer(nn.Module):
         self.mlp = nn.Module()
         self.mlp.c_fc = Dense(width, inner, bias)
         self.mlp.c_proj = Dense(inner, width, bias)
-        if section.get("mlp") == "swiglu":  # SwiGLU's gate (src/hf/weights.ts); c_fc is then its up projection
+        if section.get('mlp') == 'swiglu':  # SwiGLU's gate (src/hf/weights.ts); c_fc is then its up projection
             self.mlp.c_gate = Dense(width, inner, bias)
 
     def qkv(self, x):
         return self.attn.c_attn(x).chunk(3, -1)
 
     parts = property(lambda self: (self.ln_1, self.attn.c_proj, self.ln_2, self.mlp.c_fc, self.mlp.c_proj))
-    gate = property(lambda self: getattr(self.mlp, "c_gate", None))
+    gate = property(lambda self: getattr(self.mlp, 'c_gate', None))
 
 
 class BertLayer(nn.Module):
     def __init__(self, width, inner, section, eps):
         super().__init__()
-        bias = section["bias"]
+        bias = section['bias']
         self.attention = nn.Module()
         self.attention.self = nn.Module()
-        for name in ("query", "key", "value"):
+        for name in ('query', 'key', 'value'):
             setattr(self.attention.self, name, Dense(width, width, bias, transposed=True))
         self.attention.output = nn.Module()
         self.attention.output.dense = Dense(width, width, bias, transposed=True)
         self.attention.output.LayerNorm = make_norm(section, width, eps)
         self.intermediate = nn.Module()
         self.intermediate.dense = Dense(width, inner, bias, transposed=True)
-        if section.get("mlp") == "swiglu":
+        if section.get('mlp') == 'swiglu':
             self.intermediate.gate = Dense(width, inner, bias, transposed=True)
         self.output = nn.Module()
         self.output.dense = Dense(inner, width, bias, transposed=True)
@@ -757,7 +767,7 @@ class BertLayer(nn.Module):
     parts = property(
         lambda self: (self.attention.output.LayerNorm, self.attention.output.dense, self.output.LayerNorm, self.intermediate.dense, self.output.dense)
     )
-    gate = property(lambda self: getattr(self.intermediate, "gate", None))
+    gate = property(lambda self: getattr(self.intermediate, 'gate', None))
 
 
 class SlayformerPreTrainedModel(PreTrainedModel):
@@ -771,15 +781,15 @@ class SlayformerPreTrainedModel(PreTrainedModel):
         section = config.slayformer
         sizes = _sizes(config)
         self.sizes = sizes
-        self.pre_norm = section["normPosition"] == "pre"
-        self.rope_theta = section.get("ropeTheta", 10000) if section.get("positional") == "rope" else None
-        self.act = activation_of(sizes["activation"])
-        self.dropout = nn.Dropout(sizes["dropout"])
-        width, eps = sizes["width"], sizes["eps"]
+        self.pre_norm = section['normPosition'] == 'pre'
+        self.rope_theta = section.get('ropeTheta', 10000) if section.get('positional') == 'rope' else None
+        self.act = activation_of(sizes['activation'])
+        self.dropout = nn.Dropout(sizes['dropout'])
+        width, eps = sizes['width'], sizes['eps']
         # Tensors with no place in transformers' layout live under `slayformer.` (src/hf/weights.ts).
         self.slayformer = nn.Module()
         self.slayformer.blocks = nn.ModuleList()
-        for layer in range(sizes["layers"]):
+        for layer in range(sizes['layers']):
             block = nn.Module()
             block.attn = create_mechanism(config, layer)
             self.slayformer.blocks.append(block)
@@ -789,7 +799,7 @@ class SlayformerPreTrainedModel(PreTrainedModel):
         # Only for tensors an export lacks (a model made from a config): the project's init, N(0, 0.02).
         if isinstance(module, (Dense, Weight, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
-            if getattr(module, "bias", None) is not None:
+            if getattr(module, 'bias', None) is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
@@ -802,7 +812,7 @@ class SlayformerPreTrainedModel(PreTrainedModel):
         cache (causal only), x holds the positions after the cached ones, and each layer's state advances.
         Rotary positions (section.positional rope) turn q and k before the mechanism, as transformer.ts."""
         b, length, width = x.shape
-        heads = self.sizes["heads"]
+        heads = self.sizes['heads']
         start = cache.length if cache is not None else 0
         for index, (layer, mechanism) in enumerate(zip(layers, (block.attn for block in self.slayformer.blocks))):
             ln1, out, ln2, fc, proj = layer.parts
@@ -827,7 +837,7 @@ class SlayformerPreTrainedModel(PreTrainedModel):
         return x
 
     def check_length(self, input_ids, before=0):
-        if before + input_ids.shape[1] > self.sizes["positions"]:
+        if before + input_ids.shape[1] > self.sizes['positions']:
             raise ValueError(f"sequence length {before + input_ids.shape[1]} exceeds the model's {self.sizes['positions']} positions")
 
 
@@ -864,14 +874,14 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
         self.transformer = nn.Module()
         self.transformer.wte = nn.Embedding(config.vocab_size, width)
         if self.rope_theta is None:
-            self.transformer.wpe = nn.Embedding(sizes["positions"], width)
-        self.transformer.h = nn.ModuleList(Gpt2Layer(width, sizes["inner"], section, eps) for _ in range(sizes["layers"]))
+            self.transformer.wpe = nn.Embedding(sizes['positions'], width)
+        self.transformer.h = nn.ModuleList(Gpt2Layer(width, sizes['inner'], section, eps) for _ in range(sizes['layers']))
         if self.pre_norm:
             self.transformer.ln_f = make_norm(section, width, eps)
         self.slayformer.embed = nn.Module()
-        if section["typeVocabSize"] > 0:
-            self.slayformer.embed.types = Weight(section["typeVocabSize"], width)
-        if section["embeddingNorm"]:
+        if section['typeVocabSize'] > 0:
+            self.slayformer.embed.types = Weight(section['typeVocabSize'], width)
+        if section['embeddingNorm']:
             self.slayformer.embed.norm = make_norm(section, width, eps)
         self.post_init()
 
@@ -885,10 +895,10 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
         `use_cache` returns a SlayformerCache as past_key_values; given one, input_ids are the positions after
         those it holds (attention_mask, if any, covers all of them), and it advances in place."""
         if attention_mask is not None and bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):
-            raise ValueError("slayformer GPT: attention_mask has padding before real tokens; only right padding is supported")
+            raise ValueError('slayformer GPT: attention_mask has padding before real tokens; only right padding is supported')
         if past_key_values is not None and not isinstance(past_key_values, SlayformerCache):
-            raise ValueError(f"slayformer GPT: past_key_values must be the SlayformerCache this model returned (got {type(past_key_values).__name__})")
-        cache = past_key_values if past_key_values is not None else (SlayformerCache(self.sizes["layers"]) if use_cache else None)
+            raise ValueError(f'slayformer GPT: past_key_values must be the SlayformerCache this model returned (got {type(past_key_values).__name__})')
+        cache = past_key_values if past_key_values is not None else (SlayformerCache(self.sizes['layers']) if use_cache else None)
         start = cache.length if cache is not None else 0
         self.check_length(input_ids, start)
         length = input_ids.shape[1]
@@ -896,12 +906,12 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
         x = self.transformer.wte(input_ids)
         if self.rope_theta is None:
             x = x + self.transformer.wpe.weight[start : start + length]
-        if hasattr(embed, "types"):
+        if hasattr(embed, 'types'):
             x = x + embed.types.weight[0]
-        if hasattr(embed, "norm"):
+        if hasattr(embed, 'norm'):
             x = embed.norm(x)
         # cosFormer's M: the model's maximum length while decoding (each step must see the prompt's M).
-        total_length = self.sizes["positions"] if decoding or cache is not None else length
+        total_length = self.sizes['positions'] if decoding or cache is not None else length
         x = self.run_blocks(self.dropout(x), self.transformer.h, None, total_length, cache)
         if cache is not None:
             cache.length += length
@@ -922,7 +932,7 @@ class SlayformerForCausalLM(SlayformerPreTrainedModel, GenerationMixin):
         cache lacks (one token). With use_cache=False every step runs the whole sequence so far."""
         if past_key_values is not None:
             input_ids = input_ids[:, past_key_values.get_seq_length() :]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "decoding": True, "past_key_values": past_key_values, "use_cache": use_cache}
+        return {'input_ids': input_ids, 'attention_mask': attention_mask, 'decoding': True, 'past_key_values': past_key_values, 'use_cache': use_cache}
 
 
 class SlayformerForMaskedLM(SlayformerPreTrainedModel):
@@ -940,13 +950,13 @@ class SlayformerForMaskedLM(SlayformerPreTrainedModel):
         embeddings = self.bert.embeddings
         embeddings.word_embeddings = nn.Embedding(config.vocab_size, width)
         if self.rope_theta is None:
-            embeddings.position_embeddings = nn.Embedding(sizes["positions"], width)
-        if section["typeVocabSize"] > 0:
-            embeddings.token_type_embeddings = nn.Embedding(section["typeVocabSize"], width)
-        if section["embeddingNorm"]:
+            embeddings.position_embeddings = nn.Embedding(sizes['positions'], width)
+        if section['typeVocabSize'] > 0:
+            embeddings.token_type_embeddings = nn.Embedding(section['typeVocabSize'], width)
+        if section['embeddingNorm']:
             embeddings.LayerNorm = make_norm(section, width, eps)
         self.bert.encoder = nn.Module()
-        self.bert.encoder.layer = nn.ModuleList(BertLayer(width, sizes["inner"], section, eps) for _ in range(sizes["layers"]))
+        self.bert.encoder.layer = nn.ModuleList(BertLayer(width, sizes['inner'], section, eps) for _ in range(sizes['layers']))
         if self.pre_norm:
             self.slayformer.norm = make_norm(section, width, eps)
         self.cls = nn.Module()
@@ -963,16 +973,16 @@ class SlayformerForMaskedLM(SlayformerPreTrainedModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
         """Logits [B, L, V]; attention_mask [B, L] 1/0 masks padded keys. Every token is type 0 (one segment per sequence)."""
         if token_type_ids is not None and bool(token_type_ids.any()):
-            raise ValueError("slayformer BERT: every token is type 0 (one segment per sequence); token_type_ids must be all 0")
+            raise ValueError('slayformer BERT: every token is type 0 (one segment per sequence); token_type_ids must be all 0')
         self.check_length(input_ids)
         length = input_ids.shape[1]
         embeddings = self.bert.embeddings
         x = embeddings.word_embeddings(input_ids)
         if self.rope_theta is None:
             x = x + embeddings.position_embeddings.weight[:length]
-        if hasattr(embeddings, "token_type_embeddings"):
+        if hasattr(embeddings, 'token_type_embeddings'):
             x = x + embeddings.token_type_embeddings.weight[0]
-        if hasattr(embeddings, "LayerNorm"):
+        if hasattr(embeddings, 'LayerNorm'):
             x = embeddings.LayerNorm(x)
         x = self.run_blocks(self.dropout(x), self.bert.encoder.layer, attention_mask, length)
         if self.pre_norm:
