@@ -17,6 +17,7 @@ import { runTraining } from '../../src/train/trainer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { syntheticDocuments, writeDataset } from '../data/stream-fixtures.ts';
 import { testBackend } from '../helpers/backend.ts';
+import { tinyGptConfig } from '../helpers/tiny-model.ts';
 
 let dir: string;
 beforeAll(async () => {
@@ -61,19 +62,7 @@ train: { batchSize: 4, lr: 1e-2, warmupSteps: 2, evalInterval: 10, evalTokens: 2
   });
 
   it('program keys name the document tensors only when present: keys of other batches stay those of compiled folders', () => {
-    const model = createLanguageModel({
-      kind: 'gpt',
-      vocabSize: 11,
-      maxSeqLen: 4,
-      dModel: 8,
-      numLayers: 1,
-      numHeads: 2,
-      mlpRatio: 2,
-      dropout: 0,
-      bias: true,
-      attention: { name: 'softmax', options: {} },
-      seed: 1,
-    });
+    const model = createLanguageModel(tinyGptConfig({ vocabSize: 11, maxSeqLen: 4, dModel: 8, seed: 1 }));
     const batch = { batchSize: 2, seqLen: 4, inputIds: new Int32Array(8).fill(1), labels: new Int32Array(8).fill(2) };
     const plain = model.lossInputs(batch)!;
     const masked = model.lossInputs({ ...batch, documentIds: Int32Array.from([0, 0, 1, 1, 0, 1, 1, 1]) })!;

@@ -22,6 +22,7 @@ import { randomBatch } from '../../src/train/throughput.ts';
 import { runTraining } from '../../src/train/trainer.ts';
 import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram } from '../../src/train/xla-programs.ts';
 import { makeTinySetup, stopAfter, type TinySetup } from './checkpoint-fixtures.ts';
+import { tinyGptConfig } from '../helpers/tiny-model.ts';
 
 const available = isTensorflowSetUp() && isXlaSetUp();
 if (!available) console.log(`[xla-precision-run] skipped: needs the tensorflow backend and ${XLA_SETUP_COMMAND}`);
@@ -32,20 +33,6 @@ if (!available) console.log(`[xla-precision-run] skipped: needs the tensorflow b
  * a thousand tokens whose errors are independent, and float32 accumulation adds none: measured 5e-5 (20 steps) here.
  */
 const LOSS_TOLERANCE = 2 ** -9;
-
-const tinyConfig = () => ({
-  kind: 'gpt' as const,
-  vocabSize: 61,
-  maxSeqLen: 16,
-  dModel: 16,
-  numLayers: 1,
-  numHeads: 2,
-  mlpRatio: 2,
-  dropout: 0,
-  bias: true,
-  attention: { name: 'softmax', options: {} },
-  seed: 4,
-});
 
 /** Every matrix product of a StableHLO module as [operand element types, result element type]. */
 function products(mlir: string): Array<{ operands: string[]; result: string }> {
@@ -82,7 +69,7 @@ describe.skipIf(!available)('bf16 programs on jax', () => {
   });
 
   it("the gradient program's matrix products take bf16 operands and give float32; AdamW's update has no bf16", () => {
-    const model = createLanguageModel({ ...tinyConfig(), attention: { name: 'performer', options: { features: 8 } } });
+    const model = createLanguageModel({ ...tinyGptConfig(), attention: { name: 'performer', options: { features: 8 } } });
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     try {
       const cache = join(dir, 'cache');

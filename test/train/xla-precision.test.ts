@@ -10,20 +10,7 @@ import { programHash, type ProgramSpec } from '../../src/backend/xla/programs.ts
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { CompiledBook, MANIFEST_FILE, modelTensors } from '../../src/train/xla-programs.ts';
-
-const tinyConfig = () => ({
-  kind: 'gpt' as const,
-  vocabSize: 61,
-  maxSeqLen: 16,
-  dModel: 16,
-  numLayers: 1,
-  numHeads: 2,
-  mlpRatio: 2,
-  dropout: 0,
-  bias: true,
-  attention: { name: 'softmax', options: {} },
-  seed: 4,
-});
+import { tinyGptConfig } from '../helpers/tiny-model.ts';
 
 const recipeText = (train: string) => `
 model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2 }
@@ -53,7 +40,7 @@ describe('train.precision', () => {
 
   it('a compiled folder of another precision is an error naming the folder, both precisions and the fix', async () => {
     await initBackend('cpu', { quiet: true });
-    const model = createLanguageModel(tinyConfig());
+    const model = createLanguageModel(tinyGptConfig());
     const folder = mkdtempSync(join(tmpdir(), 'slay-xla-precision-'));
     try {
       const manifest = { format: 1, recipe: 'tiny', tensors: modelTensors(model).map(([n, t]) => [n, t.shape]), programs: [] };
