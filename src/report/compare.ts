@@ -15,6 +15,7 @@
 //   seed-variance.csv   the final loss's variance split between train.seed and model.featureSeed, for runs that cross
 //                   both (seed-variance.ts)
 //   lm-eval.csv     lm-evaluation-harness scores per run, when runs hold `npm run lm-eval` results (lm-eval-results.ts)
+//   passkey.csv     passkey retrieval per run and length, when runs hold `eval --passkey --json <run>/passkey.json`
 //   runs.json       the extracted numbers, machine-readable
 // Every table is one model (table.ts) rendered into each file. Runs of different families (load-runs.ts: model kind,
 // tokenizer, validation tokens) are refused, naming the difference, or with `split` written as one report per family.
@@ -331,6 +332,33 @@ function lmEvalTableModel(runs: RunSummary[]): Table | null {
   );
 }
 
+/** Passkey retrieval per run: one column per length (the share of keys retrieved; † beyond the trained context). */
+function passkeyTableModel(runs: RunSummary[]): Table | null {
+  const shown = runs.filter((r) => r.passkey);
+  if (shown.length === 0) return null;
+  const lengths = [...new Set(shown.flatMap((r) => r.passkey!.map((s) => s.length)))].sort((a, b) => a - b);
+  const scoreOf = (r: RunSummary, length: number) => r.passkey!.find((s) => s.length === length) ?? null;
+  return makeTable<RunSummary>(
+    [
+      { title: 'run', text: (r) => r.name },
+      { title: 'attention', text: (r) => r.attention },
+      ...lengths.map((length) => ({
+        title: `${length} tokens`,
+        right: true,
+        text: (r: RunSummary) => {
+          const s = scoreOf(r, length);
+          if (s === null) return '';
+          if (s.retrieval === null) return 'not run';
+          return `${formatNumber(s.retrieval, 2)}${s.beyondTrainedContext ? ' †' : ''}`;
+        },
+        raw: (r: RunSummary) => scoreOf(r, length)?.retrieval ?? null,
+      })),
+      number<RunSummary>('keys per length', (r) => Math.max(...r.passkey!.map((s) => s.trials)) || null),
+    ],
+    shown,
+  );
+}
+
 /** The loss by position as a line per group against the bucket's end (log scale: the buckets double). */
 async function plotPositions(groups: RunGroup[]): Promise<{ file: string; title: string; svg: string }[]> {
   const legend = legendNames(groups);
@@ -381,6 +409,8 @@ interface ReportParts {
   seedVariance: { table: Table | null; problems: string[] };
   /** lm-evaluation-harness scores per run; null when no run has any. */
   lmEval: Table | null;
+  /** Passkey retrieval per run (runs' passkey.json); null when no run has one. */
+  passkey: Table | null;
   svgs: { file: string; title: string; svg: string }[];
   runs: RunSummary[];
 }
@@ -393,6 +423,9 @@ const POSITION_NOTE =
 const LM_EVAL_HEADING = 'lm-evaluation-harness';
 const LM_EVAL_NOTE =
   'Scores of EleutherAI’s lm-evaluation-harness on each run’s export (`npm run lm-eval -- RUN --tasks …`, read from RUN/lm-eval/TASK.json), ± the harness’s standard error where it gives one (docs/evaluation.md). Documents: the most any task evaluated. Table: lm-eval.csv.';
+const PASSKEY_HEADING = 'Passkey retrieval';
+const PASSKEY_NOTE =
+  'Share of 5-digit keys retrieved whole (each answer token the top-1) from filler text at each length, from each run’s passkey.json (`npm run eval -- RUN --passkey --json RUN/passkey.json`; docs/training.md, "Passkey retrieval"); † beyond the sequences the run trained on; not run: beyond its position table. Table: passkey.csv.';
 const TABLE_FILES = 'Tables: runs.csv, groups.csv (plain numbers), groups.tex (LaTeX, booktabs).';
 
 /** The estimator-health and seed-variance sections, each a heading, its note and its table (empty when it has none). */
@@ -431,6 +464,7 @@ function reportMarkdown(p: ReportParts): string {
       ...(s.problems.length ? [''] : []),
     ]),
     ...(p.lmEval ? [`## ${LM_EVAL_HEADING}`, '', LM_EVAL_NOTE, '', markdownTable(p.lmEval), ''] : []),
+    ...(p.passkey ? [`## ${PASSKEY_HEADING}`, '', PASSKEY_NOTE, '', markdownTable(p.passkey), ''] : []),
     '## Curves',
     '',
     ...p.svgs.map((s) => `![${s.title}](${s.file})`),
@@ -468,7 +502,9 @@ function reportHtml(p: ReportParts): string {
         }`,
     )
     .join('')}
-  }${p.lmEval ? `<h2>${escapeHtml(LM_EVAL_HEADING)}</h2><p>${escapeHtml(LM_EVAL_NOTE)}</p><div class="table">${htmlTable(p.lmEval)}</div>` : ''}
+  }${p.lmEval ? `<h2>${escapeHtml(LM_EVAL_HEADING)}</h2><p>${escapeHtml(LM_EVAL_NOTE)}</p><div class="table">${htmlTable(p.lmEval)}</div>` : ''}${
+    p.passkey ? `<h2>${escapeHtml(PASSKEY_HEADING)}</h2><p>${escapeHtml(PASSKEY_NOTE)}</p><div class="table">${htmlTable(p.passkey)}</div>` : ''
+  }
 <h2>Curves</h2>
 <div class="plots">
 ${p.svgs.map((s) => `<figure id="${s.file}">${s.svg}<figcaption><a href="${s.file}">${s.file}</a></figcaption></figure>`).join('\n')}
@@ -592,6 +628,7 @@ async function writeReport(
     health: healthTableModel(runs),
     seedVariance: seedVarianceModel(runs),
     lmEval: lmEvalTableModel(runs),
+    passkey: passkeyTableModel(runs),
     svgs,
     runs,
   };
@@ -603,6 +640,7 @@ async function writeReport(
   if (parts.health) await write('estimator-health.csv', csvTable(parts.health));
   if (parts.seedVariance.table) await write('seed-variance.csv', csvTable(parts.seedVariance.table));
   if (parts.lmEval) await write('lm-eval.csv', csvTable(parts.lmEval));
+  if (parts.passkey) await write('passkey.csv', csvTable(parts.passkey));
   await write(
     'groups.tex',
     latexTable(paper.table, [`Final validation loss per group (${seedsNote(groups)}).`, constantsLine(paper.constants)].filter(Boolean).join(' ')),

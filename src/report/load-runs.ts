@@ -16,6 +16,7 @@ import { readModelMetadata } from '../store/model-folder.ts';
 import { readMetrics, readSummary, type MetricRecord, type SummaryFields } from '../store/run-record.ts';
 import { groupBy } from './stats.ts';
 import { readLmEvalScores, type LmEvalScore } from './lm-eval-results.ts';
+import { readPasskeyScores, type PasskeyScore } from './passkey-results.ts';
 import { folderSegment } from './safe-path.ts';
 
 export interface RunSummary {
@@ -60,6 +61,8 @@ export interface RunSummary {
   byPosition: PositionLossRow[] | null;
   /** lm-evaluation-harness scores from `npm run lm-eval` (<run>/lm-eval/<task>.json), when the run folder holds any. */
   lmEval: LmEvalScore[] | null;
+  /** Passkey retrieval by length from `npm run eval -- <run> --passkey --json <run>/passkey.json`, when the run folder holds it. */
+  passkey: PasskeyScore[] | null;
   records: MetricRecord[];
   warnings: string[];
 }
@@ -267,6 +270,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     finished,
     byPosition: readByPosition(dir, warnings),
     lmEval: readLmEvalScores(dir, warnings),
+    passkey: readPasskeyScores(dir, warnings),
     records,
     warnings,
   };

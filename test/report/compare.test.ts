@@ -10,6 +10,8 @@ import { csvTable, latexTable } from '../../src/report/table.ts';
 import { encodeSafetensors } from '../../src/hf/safetensors.ts';
 import { folderSegment, safeJoin } from '../../src/report/safe-path.ts';
 import { escapeHtml, escapeMarkdown } from '../../src/core/markdown.ts';
+import type { PasskeyCheckpointResult } from '../../src/cli/eval.ts';
+import type { PasskeyRow } from '../../src/train/passkey.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -669,6 +671,45 @@ describe('compareRuns', () => {
     expect(section).not.toContain('lm-slay-2');
     expect(readFileSync(join(out, 'lm-eval.csv'), 'utf8')).toContain('lm-softmax-1,softmax,0.375,0.5,2.25,16');
     expect(readFileSync(join(out, 'index.html'), 'utf8')).toContain('<h2>lm-evaluation-harness</h2>');
+  });
+
+  it("tables passkey retrieval from the runs' passkey.json (eval --passkey --json), a column per length", async () => {
+    const pkRoot = join(root, 'passkey');
+    const runs = ['pk-softmax-1', 'pk-slay-1', 'pk-slay-2'].map((folder, i) =>
+      writeRun({ parent: pkRoot, folder, attention: folder.split('-')[1], seed: i + 1, val: [3, 2.2], train: [3, 2.3], summary: summaryOf(2.2, 100) }),
+    );
+    const row = (length: number, retrieval: number | null, beyondTrainedContext = false): PasskeyRow => ({
+      length,
+      status: retrieval === null ? 'beyond the position table' : 'run',
+      beyondTrainedContext,
+      trials: retrieval === null ? 0 : 10,
+      retrieval,
+      tokenAccuracy: retrieval,
+      loss: retrieval === null ? null : 1.5,
+      byDepth: [],
+    });
+    const result = (rows: PasskeyRow[]): PasskeyCheckpointResult => ({
+      dir: 'x',
+      description: 'x',
+      trainedLength: 1024,
+      positionTable: 2048,
+      depths: [0, 0.5, 1],
+      trialsPerDepth: 2,
+      rows,
+    });
+    writeFileSync(join(runs[0], 'passkey.json'), JSON.stringify(result([row(1024, 0.9), row(2048, 0.3, true), row(4096, null)])));
+    writeFileSync(join(runs[1], 'passkey.json'), JSON.stringify(result([row(1024, 0.5), row(2048, 1.5)])));
+    const out = join(root, 'passkey-report');
+    const compared = await compareRuns(runs, { outDir: out, warn: () => {}, baseline: null });
+    expect(compared.runs.find((r) => r.name === 'pk-slay-1')!.warnings.join('\n')).toMatch(/passkey\.json: rows\[1\] must hold .*retrieval \(null or 0…1\)/);
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    const section = md.split('## Passkey retrieval\n')[1].split('\n## ')[0];
+    expect(section).toContain('| run | attention | 1024 tokens | 2048 tokens | 4096 tokens | keys per length |');
+    expect(section).toContain('| pk-softmax-1 | softmax | 0.90 | 0.30 † | not run | 10 |');
+    // A malformed file and a run without one have no row.
+    expect(section).not.toContain('pk-slay');
+    expect(readFileSync(join(out, 'passkey.csv'), 'utf8')).toContain('pk-softmax-1,softmax,0.9,0.3,,10');
+    expect(readFileSync(join(out, 'index.html'), 'utf8')).toContain('<h2>Passkey retrieval</h2>');
   });
 
   it('writes CSV as RFC 4180 and LaTeX with its special characters escaped', () => {
