@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML, { LineCounter } from 'yaml';
 import { isRecord } from '../core/json.ts';
-import { attentionDocumentProblem, attentionKindProblem, attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
+import { attentionKindProblem, attentionNames, attentionOptionSpecs } from '../model/attention/index.ts';
 // resolveOptions is the registry's own per-option checker; index.ts does not re-export it.
 import { resolveOptions } from '../model/attention/registry.ts';
 import { tensorSizeProblems } from './model-config.ts';
@@ -276,8 +276,6 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
   if (r.data.documentMask && r.model.kind !== 'gpt') {
     problems.push(`${at(origin('data.documentMask'))}data.documentMask applies to GPT packing; a BERT sequence already holds one document (set it false)`);
   }
-  const documentProblem = r.data.documentMask && attentionNames().includes(r.model.attention.name) ? attentionDocumentProblem(r.model.attention.name) : null;
-  if (documentProblem) problems.push(`${at(origin('data.documentMask'))}${documentProblem}`);
   if (r.train.precision === 'bf16' && r.train.executor !== 'xla') {
     problems.push(
       `${at(origin('train.precision'))}train.precision bf16 runs on train.executor xla only (train.executor is ${r.train.executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,

@@ -81,13 +81,4 @@ train: { runDir: ${join(dir, 'runs')} }
 `;
     expect(() => parseRecipe(recipe, join(dir, 'bert.yaml'))).toThrow(/data\.documentMask applies to GPT packing/);
   });
-
-  it('is refused for a mechanism that cannot keep documents apart yet (gla), naming both', () => {
-    const recipe = `
-model: { kind: gpt, dModel: 16, numLayers: 1, numHeads: 2, attention: { name: gla } }
-data: { dataset: ${dir}, tokenizer: ${join(dir, 'tokenizer.json')}, documentMask: true }
-train: { runDir: ${join(dir, 'runs')} }
-`;
-    expect(() => parseRecipe(recipe, join(dir, 'gla.yaml'))).toThrow(/data\.documentMask.*'gla' does not keep documents apart yet/s);
-  });
 });

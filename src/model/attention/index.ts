@@ -18,7 +18,6 @@ export {
   attentionDescription,
   attentionIsQuadratic,
   attentionIsCausalOnly,
-  attentionDocumentProblem,
   attentionKindProblem,
   attentionFeatureMap,
 } from './registry.ts';

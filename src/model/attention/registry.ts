@@ -18,11 +18,6 @@ export interface AttentionEntry {
   quadratic: boolean;
   /** Defined for causal use only (GLA's decay runs forward in time): a bidirectional request (a BERT) is an error naming it. */
   causalOnly?: boolean;
-  /**
-   * false when it cannot yet keep documents apart (ApplyOptions.documents, data.documentMask): a recipe asking for it
-   * is an error naming both. Every mechanism that runs through the shared contraction (chunked.ts) can.
-   */
-  keepsDocuments?: false;
   /** Every option with its bounds (integer options declare their maximum: src/core/bounds.ts), checked before `create`. */
   options: OptionSpecs;
   create(config: AttentionConfig, options: ResolvedOptions): AttentionModule;
@@ -76,12 +71,6 @@ export function attentionIsCausalOnly(name: string): boolean {
 export function attentionKindProblem(name: string, kind: string): string | null {
   if (kind === 'gpt' || !attentionIsCausalOnly(name)) return null;
   return `model.attention.name '${name}' is causal only: use it with model.kind gpt (got ${kind})`;
-}
-
-/** Why `name` cannot keep the documents of a packed row apart (data.documentMask), or null. */
-export function attentionDocumentProblem(name: string): string | null {
-  if (lookup(name).keepsDocuments !== false) return null;
-  return `data.documentMask: model.attention.name '${name}' does not keep documents apart yet: set data.documentMask false, or use another mechanism`;
 }
 
 function lookup(name: string): AttentionEntry {
