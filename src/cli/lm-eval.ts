@@ -9,8 +9,9 @@ import { spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { readJsonFile, readJsonObject } from '../core/json.ts';
+import { readJsonFile } from '../core/json.ts';
 import { replaceOwnFile } from '../core/own-file.ts';
+import { isHfFolder } from '../hf/folder.ts';
 import { harnessJsonForTask, LM_EVAL_DIR, scoresOf } from '../report/lm-eval-results.ts';
 import { FINAL_DIR, RUN_MARKER } from '../store/layout.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
@@ -55,11 +56,6 @@ task as <out>/<task>.json, which npm run compare reads (docs/evaluation.md).`,
 export function lmEvalPython(): string | null {
   const candidates = [process.env.SLAYFORMER_LM_EVAL_PYTHON, path.join(PROJECT_ROOT, '.venv-lm-eval', 'bin', 'python')];
   return candidates.find((p): p is string => !!p && existsSync(p)) ?? null;
-}
-
-/** A folder transformers loads (its config.json names a model_type), as opposed to a run or checkpoint (a recipe). */
-function isHfFolder(dir: string): boolean {
-  return typeof readJsonObject(path.join(dir, 'config.json'))?.model_type === 'string';
 }
 
 /**
