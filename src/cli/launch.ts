@@ -6,6 +6,7 @@
 // rank failed and why; Ctrl-C reaches rank 0 alone, which checkpoints once, and then every rank stops. Each rank
 // holds a channel from this parent (src/cli/launcher-channel.ts): killed, even with SIGKILL, it leaves no rank behind.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { CLUSTER_ENV, RANK_ENV, XLA_COORDINATOR_ENV } from '../backend/cluster-env.ts';
@@ -39,6 +40,21 @@ export async function freePorts(n: number): Promise<number[]> {
   return ports;
 }
 
+/**
+ * Whether process `pid` has already ended though its exit has not reached this process yet (Linux: a zombie, state Z in
+ * /proc/<pid>/stat). A rank killed from outside while rank 0's failure arrives first is such a one: stopping it would
+ * take its own end for this launcher's. false where /proc cannot tell.
+ */
+function endedUnreaped(pid: number | undefined): boolean {
+  if (pid === undefined) return false;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z';
+  } catch {
+    return false;
+  }
+}
+
 interface Rank {
   rank: number;
   child: ChildProcess;
@@ -62,7 +78,7 @@ export async function launchRanks(n: number, args: readonly string[], log: (line
   let killTimer: NodeJS.Timeout | null = null;
   /** Ends a rank this launcher stops (so that the report below does not take it for the cause). */
   const end = (r: Rank, signal: NodeJS.Signals) => {
-    if (r.exit) return;
+    if (r.exit || endedUnreaped(r.child.pid)) return;
     r.stopped = true;
     r.child.kill(signal);
   };

@@ -11,7 +11,6 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { readJsonFile } from '../core/json.ts';
 import { replaceOwnFile } from '../core/own-file.ts';
-import { isHfFolder } from '../hf/folder.ts';
 import { harnessJsonForTask, LM_EVAL_DIR, scoresOf } from '../report/lm-eval-results.ts';
 import { FINAL_DIR, RUN_MARKER } from '../store/layout.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
@@ -121,6 +120,8 @@ export async function runLmEval(opts: LmEvalOptions): Promise<LmEvalResult> {
   for (const dir of opts.includePaths ?? []) if (!existsSync(dir)) throw new UsageError(`--include-path ${dir}: no such folder`);
   const model = path.resolve(opts.model);
   if (!existsSync(model)) throw new Error(`${model}: no such folder`);
+  // Imported here: src/hf/folder.ts loads TensorFlow.js, which --help must not wait for.
+  const { isHfFolder } = await import('../hf/folder.ts');
   const hf = isHfFolder(model);
   const run = hf ? null : runFolderOf(model);
   if (opts.out === undefined && run === null)

@@ -7,4 +7,4 @@ export const SHARED_DIR = path.resolve(process.env.SLAYFORMER_SHARED ?? '../shar
 export const HF_FIXTURES = path.join(SHARED_DIR, 'fixtures', 'hf');
 export const hasHfFixtures = existsSync(HF_FIXTURES);
 /** The suites that read HF_FIXTURES throughout; without the fixtures they are left out, with one line. */
-export const HF_FIXTURE_SUITES = ['test/hf/{import,export,bad-folders,finetune,transformers}.test.ts'];
+export const HF_FIXTURE_SUITES = ['test/hf/{import,export,bad-folders,finetune,transformers}.test.ts', 'test/store/unfitted-weights.test.ts'];
