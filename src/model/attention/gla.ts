@@ -20,7 +20,7 @@ import * as tf from '@tensorflow/tfjs';
 import { BOUNDS } from '../../core/bounds.ts';
 import { Rng, deriveSeed } from '../../core/rng.ts';
 import { namedVariable } from '../ops.ts';
-import { checkPosition, checkStepDocuments, checkStepShapes, requireCausal, segmentLength } from './linear-attention.ts';
+import { checkPosition, checkStepDocuments, checkStepShapes, columns, requireCausal, segmentLength } from './linear-attention.ts';
 import { registerAttention, type ResolvedOptions } from './registry.ts';
 import { causalRecomputed, causalSegments, type SegmentFunctions } from './segmented.ts';
 import type { AttentionConfig, AttentionModule, AttentionState, TensorDeclaration } from './types.ts';
@@ -104,8 +104,7 @@ function segmentFunctions(chunkSize: number, documents?: DocumentsOfRun): Segmen
     if (!documents) return undefined;
     const { ids, offset } = documents;
     const at = start - offset;
-    const column = (from: number, length: number) => tf.slice(ids, [0, from], [ids.shape[0], length]) as tf.Tensor2D;
-    return { ids: column(at, n), before: at > 0 ? column(at - 1, 1) : documents.before };
+    return { ids: columns(ids, at, n), before: at > 0 ? columns(ids, at - 1, 1) : documents.before };
   };
   return {
     causal(q, kg, v, carry, start, wantCarry) {
@@ -229,7 +228,7 @@ registerAttention('gla', {
           const segment = segmentLength(options.segmentLength as number, b, h, headDim, chunkSize, n);
           const result = causalSegments(fns, [scaled(q), keysAndGates(k), v], { sums: state.tensors.sums as tf.Tensor4D }, position, segment, true);
           const kept: Record<string, tf.Tensor> = { out: normed(result.out), sums: result.carry!.sums };
-          if (layout) kept.document = tf.slice(layout.ids, [0, n - 1], [b, 1]);
+          if (layout) kept.document = tf.clone(columns(layout.ids, n - 1, 1));
           return kept;
         });
         return { out: out as tf.Tensor4D, state: { maxLength: state.maxLength, length: position + q.shape[2], tensors: next } };

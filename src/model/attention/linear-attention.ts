@@ -160,7 +160,8 @@ function blockIsCheaper(q: Side, l: number, d: number, chunkSize: number | null)
 }
 
 /** Columns start … start+length−1 of a [B, L] tensor. */
-const columns = (x: tf.Tensor2D, start: number, length: number) => (length === x.shape[1] ? x : (tf.slice(x, [0, start], [x.shape[0], length]) as tf.Tensor2D));
+export const columns = (x: tf.Tensor2D, start: number, length: number) =>
+  length === x.shape[1] ? x : (tf.slice(x, [0, start], [x.shape[0], length]) as tf.Tensor2D);
 
 /**
  * The documents of a run of positions: `documents` covers positions `offset` … (the whole sequence: offset 0; a decoding
