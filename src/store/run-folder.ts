@@ -213,7 +213,8 @@ export class RunFolder {
   config({ unreadable }: UnreadableOption = {}): Record<string, unknown> | undefined {
     const file = this.file(RUN_CONFIG_FILE);
     try {
-      if (!existsSync(file) && this.has(RUN_MARKER)) throw new Error(`${file}: missing: ${this.dir} is an incomplete run folder (interrupted before it started?)`);
+      if (!existsSync(file) && this.has(RUN_MARKER))
+        throw new Error(`${file}: missing: ${this.dir} is an incomplete run folder (interrupted before it started?)`);
       return readRunJsonObject(file);
     } catch (err) {
       if (!unreadable) throw err;

@@ -142,7 +142,9 @@ export function readRunJsonObject(file: string): Record<string, unknown> {
   const stat = fs.statSync(file, { throwIfNoEntry: false });
   if (stat && !stat.isFile()) throw new Error(`${file}: not a file`);
   if (stat && stat.size > RUN_JSON_MAX_BYTES)
-    throw new Error(`${file}: ${stat.size.toLocaleString('en-US')} bytes, more than a run's JSON file holds (at most ${RUN_JSON_MAX_BYTES.toLocaleString('en-US')}); not read`);
+    throw new Error(
+      `${file}: ${stat.size.toLocaleString('en-US')} bytes, more than a run's JSON file holds (at most ${RUN_JSON_MAX_BYTES.toLocaleString('en-US')}); not read`,
+    );
   const value = readJsonFile(file);
   if (!isRecord(value)) throw new Error(`${file}: expected a JSON object`);
   return value;

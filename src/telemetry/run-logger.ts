@@ -186,7 +186,8 @@ function wandbOffNote(recipe: Recipe, dir: string): string | null {
   const decision = wandbDecision(recipe.wandb);
   if (decision.enabled) return null;
   if (process.env.WANDB_MODE === 'offline' && recipe.wandb.enabled !== false) return offlineModeLine(dir);
-  if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline') return `W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`;
+  if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline')
+    return `W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`;
   return null;
 }
 
