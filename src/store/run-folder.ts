@@ -169,8 +169,9 @@ export interface UnreadableOption {
 
 /**
  * A run folder as its readers see it (see the top of this file). A class rather than loose functions: the folder is
- * named once and each of its files has one method, so a caller holding a RunFolder cannot read a file another way.
- * Nothing is cached: a run being trained changes under its readers, and each call reads the file as it is now.
+ * named once, each of its files has one method (the one way it is read, checked and named in errors), and a caller
+ * passes the run on as one value. Nothing is cached: a run being trained changes under its readers, and each call
+ * reads the file as it is now.
  */
 export class RunFolder {
   private constructor(readonly dir: string) {}
