@@ -28,6 +28,7 @@ import { clusterRecord, processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
 import { ENV_FILE } from '../store/layout.ts';
+import { RunFolder } from '../store/run-folder.ts';
 import { writeSummary } from '../store/run-record.ts';
 
 const PAPER_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'paper.ts');
@@ -191,7 +192,7 @@ export function collectUnits(set: ExperimentRunSet): UnitRecord[] {
       const attempt = readAttempt(set, set.runs[index]);
       return { unit, dir: null, result: null, env: null, failure: attempt && attempt.outcome !== 'done' ? `${attempt.outcome}: ${attempt.lastLine}` : null };
     }
-    return { unit, dir, result: readUnitResult(path.join(dir, 'result.json')), env: readEnv(path.join(dir, ENV_FILE)), failure: null };
+    return { unit, dir, result: readUnitResult(path.join(dir, 'result.json')), env: readEnv(dir), failure: null };
   });
 }
 
@@ -235,9 +236,10 @@ function unitResultProblem(value: unknown): string | null {
   return null;
 }
 
-/** A unit's env.json: an object (its strings are escaped where the results show them). */
-function readEnv(file: string): Record<string, unknown> {
-  const value = readJsonFile(file);
-  if (!isRecord(value)) throw new Error(`${file}: expected a JSON object (where the unit ran)`);
-  return value;
+/** A unit's env.json, required: an object (its strings are escaped where the results show them). */
+function readEnv(dir: string): Record<string, unknown> {
+  const run = RunFolder.at(dir);
+  const env = run.env();
+  if (!env) throw new Error(`${run.file(ENV_FILE)}: missing (where the unit ran)`);
+  return env;
 }

@@ -6,7 +6,7 @@ import { parseYaml } from '../recipe/load.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE } from '../store/layout.ts';
 import { parseRecipe } from '../store/recipes.ts';
-import { readMetrics } from '../store/run-record.ts';
+import { RunFolder } from '../store/run-folder.ts';
 import { runTraining } from '../train/trainer.ts';
 import type { UnitContext } from './protocol.ts';
 
@@ -17,12 +17,13 @@ export interface Curves {
 
 /** The training and validation curves of a run folder's metrics.jsonl. */
 function readCurves(runDir: string): Curves {
-  const records = readMetrics(runDir);
+  const run = RunFolder.at(runDir);
+  const records = run.metrics();
   const curves: Curves = {
     train: records.filter((r) => r.split === 'train').map((r) => ({ step: r.step, loss: r.loss })),
     val: records.filter((r) => r.split === 'val').map((r) => ({ step: r.step, loss: r.loss, acc: r.acc ?? null })),
   };
-  if (curves.val.length === 0) throw new Error(`${path.join(runDir, METRICS_FILE)}: no validation record`);
+  if (curves.val.length === 0) throw new Error(`${run.file(METRICS_FILE)}: no validation record`);
   return curves;
 }
 

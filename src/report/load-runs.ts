@@ -11,9 +11,10 @@ import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node
 import { basename, dirname, join, resolve } from 'node:path';
 import { canonicalJson, flattenPaths, isRecord, readJsonFile } from '../core/json.ts';
 import { RECIPE_SCHEMA } from '../recipe/schema.ts';
-import { ENV_FILE, FINAL_DIR, METRICS_FILE, RUN_CONFIG_FILE, RUN_MARKER, SUMMARY_FILE, TOKENIZER_FILE } from '../store/layout.ts';
+import { FINAL_DIR, METRICS_FILE, RUN_CONFIG_FILE, RUN_MARKER, SUMMARY_FILE, TOKENIZER_FILE } from '../store/layout.ts';
 import { readModelMetadata } from '../store/model-folder.ts';
-import { readMetrics, readSummary, type MetricRecord, type SummaryFields } from '../store/run-record.ts';
+import { RunFolder } from '../store/run-folder.ts';
+import type { MetricRecord, SummaryFields } from '../store/run-record.ts';
 import { groupBy } from './stats.ts';
 import { readLmEvalScores, type LmEvalScore } from './lm-eval-results.ts';
 import { readPasskeyScores, type PasskeyScore } from './passkey-results.ts';
@@ -109,13 +110,6 @@ function readByPosition(dir: string, warnings: string[]): PositionLossRow[] | nu
   }
 }
 
-/** A JSON file that must hold an object (config.json, env.json); errors name the file. */
-function readJsonObjectFile(file: string): Record<string, unknown> {
-  const value = readJsonFile(file);
-  if (!isRecord(value)) throw new Error(`${file}: expected a JSON object`);
-  return value;
-}
-
 const finite = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 /**
@@ -187,11 +181,10 @@ function checkRecipeValue(file: string, key: 'model.kind' | 'train.evalTokens', 
 /** Reads one run folder. Errors name the file (and line) that is missing or malformed. */
 export async function loadRun(dir: string): Promise<RunSummary> {
   const warnings: string[] = [];
-  const configFile = join(dir, RUN_CONFIG_FILE);
-  const summaryFile = join(dir, SUMMARY_FILE);
-  if (!existsSync(configFile) && existsSync(join(dir, RUN_MARKER)))
-    throw new Error(`${configFile}: missing: ${dir} is an incomplete run folder (interrupted before it started?)`);
-  const config = readJsonObjectFile(configFile);
+  const run = RunFolder.at(dir);
+  const configFile = run.file(RUN_CONFIG_FILE);
+  const summaryFile = run.file(SUMMARY_FILE);
+  const config = run.config();
   const model = config.model;
   if (!isRecord(model) || !isRecord(model.attention) || typeof model.attention.name !== 'string') {
     throw new Error(`${configFile}: expected the resolved recipe with model.attention.name (a string)`);
@@ -201,9 +194,9 @@ export async function loadRun(dir: string): Promise<RunSummary> {
   checkRecipeValue(configFile, 'model.kind', model.kind);
   checkRecipeValue(configFile, 'train.evalTokens', train.evalTokens);
   // A run may have been stopped in the middle of writing a record: its last line, cut short, is left out with a warning.
-  const records = readMetrics(dir, { cutLastLine: (message) => warnings.push(message) });
-  if (records.length === 0) throw new Error(`${join(dir, METRICS_FILE)}: no metric records`);
-  const read = readSummary(dir);
+  const records = run.metrics({ cutLastLine: (message) => warnings.push(message) });
+  if (records.length === 0) throw new Error(`${run.file(METRICS_FILE)}: no metric records`);
+  const read = run.summary();
   const finished = read !== undefined;
   const summary: SummaryFields = read ?? {};
   if (!finished) warnings.push(`${summaryFile}: missing (run unfinished?); values come from metrics.jsonl and the parameter count is unknown`);
@@ -223,14 +216,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
   const identity = { ...rest, train: { ...train, seed: undefined, runDir: undefined } };
   const recipeKey = canonicalJson(identity);
   const data = isRecord(config.data) ? config.data : {};
-  let env: Record<string, unknown> = {};
-  if (existsSync(join(dir, ENV_FILE))) {
-    try {
-      env = readJsonObjectFile(join(dir, ENV_FILE));
-    } catch (err) {
-      warnings.push(`${(err as Error).message}; backend and commit unknown`);
-    }
-  }
+  const env = run.env({ unreadable: (message) => warnings.push(`${message}; backend and commit unknown`) }) ?? {};
   const sessions = [env, ...(Array.isArray(env.resumes) ? env.resumes.filter(isRecord) : [])];
   const distinct = (values: (string | null)[]) => [...new Set(values.filter((v): v is string => v !== null))].join(' → ') || null;
   return {
@@ -304,8 +290,7 @@ function expandGlob(pattern: string): string[] {
   return paths;
 }
 
-/** A run folder, finished or not: its marker (what RunLogger writes first), or the files of a run of an older version. */
-const isRunDir = (dir: string) => [RUN_MARKER, RUN_CONFIG_FILE, METRICS_FILE].some((name) => existsSync(join(dir, name)));
+const isRunDir = (dir: string) => RunFolder.at(dir).holdsRun();
 
 /**
  * Run folders from command-line arguments: run folders, globs of them (quoted, so the shell leaves

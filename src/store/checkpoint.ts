@@ -44,7 +44,7 @@ import {
 } from '../core/atomic-folder.ts';
 import { CHECKPOINT_NAME, checkpointName, CHECKPOINTS_DIR, CURSOR_FILE, FINAL_DIR, MODEL_FILE, OPTIMIZER_FILE, RECIPE_FILE, STATE_FILE } from './layout.ts';
 import { FINAL_FILES, modelFileHeader, modelTensors, namedArrays, parseSavedRecipe } from './model-folder.ts';
-import { listCheckpoints, readRunMarker, relocateRecipePaths, RUN_ID_PATTERN, runFolderOf, type CheckpointInfo } from './run-folder.ts';
+import { RUN_ID_PATTERN, RunFolder, runFolderOf, type CheckpointInfo } from './run-folder.ts';
 
 const STATE_VERSION = 1;
 /** What a checkpoint folder holds besides COMPLETE: the only names pruning may delete. */
@@ -276,7 +276,7 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
  */
 function sameDataset(checkpoint: LoadedCheckpoint, dataset: string): boolean {
   const saved = checkpoint.recipe.data.dataset;
-  const candidates = [saved, ...(checkpoint.runDir ? [relocateRecipePaths(checkpoint.recipe, checkpoint.runDir).data.dataset] : [])];
+  const candidates = [saved, ...(checkpoint.runDir ? [RunFolder.at(checkpoint.runDir).relocateRecipePaths(checkpoint.recipe).data.dataset] : [])];
   const real = (p: string) => {
     try {
       return realpathSync(p);
@@ -344,9 +344,10 @@ export function checkResumeCompatible(checkpoint: LoadedCheckpoint, recipe: Reci
  * `onLink` is told its path. Returns the deleted folders.
  */
 export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?: string, onLink: (dir: string) => void = () => {}): Promise<string[]> {
-  const parent = path.join(runDir, CHECKPOINTS_DIR);
-  if (!existsSync(parent) || !readRunMarker(runDir).marked) return []; // not a run folder: nothing there is ours to delete
-  const complete = listCheckpoints(runDir);
+  const run = RunFolder.at(runDir);
+  const parent = run.file(CHECKPOINTS_DIR);
+  if (!existsSync(parent) || !run.marker().marked) return []; // not a run folder: nothing there is ours to delete
+  const complete = run.checkpoints();
   let best: CheckpointInfo | null = null;
   let bestLoss = Infinity;
   for (const c of complete) {
@@ -382,7 +383,7 @@ export async function pruneCheckpoints(runDir: string, keep: number, exceptDir?:
  * but the project's files (src/core/atomic-folder.ts says how a dead writer is told from a live one). Returns them.
  */
 export async function removeDeadSaves(runDir: string): Promise<string[]> {
-  if (!readRunMarker(runDir).marked) return [];
+  if (!RunFolder.at(runDir).marker().marked) return [];
   return [
     ...(await removeDeadTemporaries(path.join(runDir, CHECKPOINTS_DIR), (name) => CHECKPOINT_NAME.test(name), CHECKPOINT_FILES)),
     ...(await removeDeadTemporaries(runDir, (name) => name === FINAL_DIR, FINAL_FILES)),
@@ -410,7 +411,7 @@ export class CheckpointWriter {
     this.bestValLoss = resumed?.state.bestValLoss ?? null;
     this.lastDir = resumed?.dir ?? null;
     this.lastStep = resumed?.state.step ?? null;
-    const marker = readRunMarker(runDir);
+    const marker = RunFolder.at(runDir).marker();
     this.runId = marker.marked && marker.id !== '' ? marker.id : null;
   }
 

@@ -6,16 +6,14 @@
 // (`<run>/final`), the data by their folder or file names. Text from files — names, paths, recipe strings, env.json's
 // commit — is written through escapeMarkdown (src/core/markdown.ts) as text, never inside a code span, where no escape
 // works: a backtick, `<script>` or `](javascript:…)` in a run name shows as itself.
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { escapeMarkdown } from '../core/markdown.ts';
 import { countParameters, type LanguageModel } from '../model/lm.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { ENV_FILE, FINAL_DIR, METRICS_FILE, SUMMARY_FILE } from './layout.ts';
-import { runFolderOf } from './run-folder.ts';
-import { readJsonObject } from '../core/json.ts';
-import { readMetrics, readSummary, type MetricRecord } from './run-record.ts';
+import { FINAL_DIR, METRICS_FILE, SUMMARY_FILE } from './layout.ts';
+import { RunFolder, runFolderOf } from './run-folder.ts';
+import type { MetricRecord } from './run-record.ts';
 
 /** Where the model came from, with no absolute path: `hf:<folder name>`, `<run>/final`, `<run>/checkpoints/step-N`, or the folder's name. */
 export function describeModelSource(dir: string, fromHf: boolean): string {
@@ -52,10 +50,11 @@ const numberOr = (value: unknown): number | null => (typeof value === 'number' &
  * the validation record of metrics.jsonl at that step (a checkpoint), else no evaluation.
  */
 function readRunRecord(runDir: string, modelDir: string, step: number | null): RunRecord {
-  const env = readJsonObject(path.join(runDir, ENV_FILE));
+  const run = RunFolder.at(runDir);
+  // What the card says comes from the run as far as it is readable: a broken env.json, summary.json or metrics.jsonl says nothing.
+  const env = run.env({ unreadable: () => {} });
   const git = (env?.git ?? {}) as Record<string, unknown>;
-  // What the card says comes from the run as far as it is readable: a broken summary.json or metrics.jsonl says nothing.
-  const summary = readSummary(runDir, { unreadable: () => {} });
+  const summary = run.summary({ unreadable: () => {} });
   let evaluation: Evaluation | null = null;
   let tokens: number | null = null;
   const isFinal = path.basename(modelDir) === FINAL_DIR;
@@ -68,8 +67,8 @@ function readRunRecord(runDir: string, modelDir: string, step: number | null): R
       from: `the run's ${SUMMARY_FILE}`,
     };
     tokens = summary.tokens ?? null;
-  } else if (step !== null && existsSync(path.join(runDir, METRICS_FILE))) {
-    for (const record of metricsIfReadable(runDir)) {
+  } else if (step !== null && run.has(METRICS_FILE)) {
+    for (const record of metricsIfReadable(run)) {
       if (record.step !== step) continue;
       tokens = numberOr(record.tokens) ?? tokens;
       if (record.split === 'val' && numberOr(record.loss) !== null) {
@@ -94,9 +93,9 @@ function readRunRecord(runDir: string, modelDir: string, step: number | null): R
 }
 
 /** The run's metric records, a last line cut short left out; none when the file is broken elsewhere. */
-function metricsIfReadable(runDir: string): MetricRecord[] {
+function metricsIfReadable(run: RunFolder): MetricRecord[] {
   try {
-    return readMetrics(runDir, { cutLastLine: () => {} });
+    return run.metrics({ cutLastLine: () => {} });
   } catch {
     return [];
   }

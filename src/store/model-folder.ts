@@ -18,7 +18,7 @@ import { readCheckedFiles, writeFolderAtomically } from '../core/atomic-folder.t
 import { FINAL_DIR, MODEL_FILE, RECIPE_FILE, TOKENIZER_FILE } from './layout.ts';
 import { checkSavedModel } from './model-check.ts';
 import { parseRecipe } from './recipes.ts';
-import { relocateRecipePaths, runFolderOf } from './run-folder.ts';
+import { RunFolder, runFolderOf } from './run-folder.ts';
 
 /** The tensors' values by name (`prefix` + name), read back from the backend. */
 export async function namedArrays(tensors: Map<string, tf.Tensor>, prefix = ''): Promise<Map<string, NamedArray>> {
@@ -116,7 +116,7 @@ export async function readModelFolder(dir: string): Promise<SavedModelFolder> {
   const saved = parseSavedRecipe(files.get(RECIPE_FILE)!, path.join(dir, RECIPE_FILE));
   // Only a run folder's env.json (its marker, run-folder.ts) may point the recipe's data paths elsewhere.
   const { runDir } = runFolderOf(dir);
-  const relocated = runDir ? relocateRecipePaths(saved, runDir) : saved;
+  const relocated = runDir ? RunFolder.at(runDir).relocateRecipePaths(saved) : saved;
   const recipe = ownTokenizer ? { ...relocated, data: { ...relocated.data, tokenizer: path.join(dir, TOKENIZER_FILE) } } : relocated;
   const modelFile = path.join(dir, MODEL_FILE);
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);

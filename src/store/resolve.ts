@@ -16,10 +16,8 @@ import YAML from 'yaml';
 import { CONFIG_FILE as HF_CONFIG_FILE, isHfFolder } from '../hf/folder.ts';
 import { modelOverrides, nameWithModelOverrides } from '../recipe/run-name.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
-import { CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE } from './layout.ts';
-import { readSummary } from './run-record.ts';
-import { listCheckpoints, listRunFolders } from './run-folder.ts';
-import { readJsonObject } from '../core/json.ts';
+import { CHECKPOINTS_DIR, FINAL_DIR, MODEL_FILE, RECIPE_FILE, RUN_CONFIG_FILE, STATE_FILE } from './layout.ts';
+import { listRunFolders, RunFolder } from './run-folder.ts';
 
 /** `initFrom: hf:<folder>`, `eval hf:<folder>`, …: names a Hugging Face folder explicitly. */
 export const HF_PREFIX = 'hf:';
@@ -90,7 +88,7 @@ export function resolveModelSource(role: ModelRole, spec: string, runs?: RunsOfR
   }
   const final = path.join(dir, FINAL_DIR);
   if (role !== 'resume' && existsSync(path.join(final, MODEL_FILE))) return { format: 'slayformer', dir: final, reason: null };
-  const newest = listCheckpoints(dir).at(-1);
+  const newest = RunFolder.at(dir).checkpoints().at(-1);
   if (newest) return { format: 'slayformer', dir: newest.dir, reason: null };
   const holds = role === 'resume' ? 'complete checkpoint' : `${MODEL_FILE}, ${FINAL_DIR}/ or complete checkpoint`;
   throw new Error(`${label}: ${dir} holds no ${holds}; ${give}`);
@@ -101,7 +99,7 @@ function newestRunCheckpoint(label: string, runDir: string, name: string): strin
   const runs = listRunFolders(runDir, name);
   if (runs.length === 0) throw new Error(`${label}: no run folder of recipe '${name}' in ${path.resolve(runDir)}`);
   for (const run of runs.reverse()) {
-    const newest = listCheckpoints(run).at(-1);
+    const newest = RunFolder.at(run).checkpoints().at(-1);
     if (newest) return newest.dir;
   }
   throw new Error(
@@ -131,8 +129,8 @@ function maxTokensOf(recipe: Record<string, unknown> | undefined): number | null
 }
 
 /** The recipe file a run was started from (the .yaml argument recorded in its env.json) and its train.maxTokens. */
-function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
-  const env = readJsonObject(path.join(runFolder, ENV_FILE));
+function recipeFileBudget(run: RunFolder): FinishedRun['recipeBudget'] {
+  const env = run.env({ unreadable: () => {} });
   const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string') : [];
   const recipeArg = argv.slice(1).find((a) => /\.ya?ml$/.test(a));
   if (!recipeArg || typeof env?.cwd !== 'string') return undefined;
@@ -154,10 +152,10 @@ function recipeFileBudget(runFolder: string): FinishedRun['recipeBudget'] {
  * does not carry (a run folder of a version that did not yet name runs after their model overrides, or one named
  * with --name; src/recipe/run-name.ts).
  */
-function recipeMismatch(folder: string, name: string): string | null {
-  const recorded = readJsonObject(path.join(folder, RUN_CONFIG_FILE))?.name;
+function recipeMismatch(run: RunFolder, name: string): string | null {
+  const recorded = run.config({ unreadable: () => {} })?.name;
   if (typeof recorded === 'string' && recorded !== name) return `its ${RUN_CONFIG_FILE} names the recipe '${recorded}'`;
-  const env = readJsonObject(path.join(folder, ENV_FILE));
+  const env = run.env({ unreadable: () => {} });
   const argv = Array.isArray(env?.argv) ? env.argv.filter((a): a is string => typeof a === 'string').slice(1) : [];
   // The command line as typed: `--model.key value` or `--model.key=value`.
   const given = argv.flatMap((arg, i) => (arg.startsWith('--model.') ? [arg.includes('=') ? arg : `${arg}=${argv[i + 1] ?? ''}`] : []));
@@ -196,15 +194,17 @@ function chooseAutoRun(name: string, runDir: string): ModelSource {
     .filter((folder) => existsSync(path.join(folder, FINAL_DIR, MODEL_FILE)))
     .reverse() // newest first
     .map((folder) => {
-      const summary = readSummary(folder, { unreadable: () => {} }); // a broken summary tells nothing of the run
-      const config = readJsonObject(path.join(folder, RUN_CONFIG_FILE));
+      const run = RunFolder.at(folder);
+      // A broken file tells nothing of the run: read as absent.
+      const summary = run.summary({ unreadable: () => {} });
+      const config = run.config({ unreadable: () => {} });
       return {
         entry: path.basename(folder),
         budget: config ? maxTokensOf(config) : undefined,
-        recipeBudget: recipeFileBudget(folder),
+        recipeBudget: recipeFileBudget(run),
         tokens: summary?.tokens,
         valLoss: summary?.val_loss,
-        mismatch: recipeMismatch(folder, name),
+        mismatch: recipeMismatch(run, name),
       };
     });
   if (finished.length === 0) {

@@ -13,13 +13,19 @@
 // metrics; a lock whose process died on this host is taken over.
 //
 // Run folders are named `<name>-<UTC timestamp>[-n]` (RunLogger, src/telemetry/run-logger.ts); listRunFolders finds a recipe's.
+//
+// RunFolder is the one reader of a run folder's files (docs/layout.md, "Recipe and store"): the marker, config.json,
+// env.json, summary.json, metrics.jsonl (the last two parsed by run-record.ts) and the checkpoints. Compare, eval and
+// export (the model card, a model's data paths), `--resume` and `initFrom auto:`, the run logger resuming, sweeps, the
+// paper runner and W&B's replay read a run through it, so each file is found, size-checked and named in errors once.
 import { randomUUID } from 'node:crypto';
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, readSync, statSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { holderIsLive, takeLockFile, thisProcess } from '../core/lock-file.ts';
-import { CHECKPOINT_NAME, CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, RUN_LOCK, RUN_MARKER } from './layout.ts';
+import { CHECKPOINT_NAME, CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, METRICS_FILE, RUN_CONFIG_FILE, RUN_LOCK, RUN_MARKER, SUMMARY_FILE } from './layout.ts';
+import { readMetrics, readRunJsonObject, readSummary, type MetricRecord, type ReadMetricsOptions, type SummaryFields } from './run-record.ts';
 
 /** A run id as markRunFolder writes it (a UUID), and the most a marker may hold. */
 export const RUN_ID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -156,24 +162,111 @@ export function listRunFolders(parent: string, name: string): string[] {
     .map(({ entry }) => path.join(parent, entry));
 }
 
+/** For readers to whom a broken file says nothing: given, a file that exists but cannot be read is said here and read as absent. */
+export interface UnreadableOption {
+  unreadable?: (message: string) => void;
+}
+
 /**
- * `recipe` with data.dataset and data.tokenizer pointing where they are now for a run folder that may have moved:
- * a recorded absolute path that no longer exists is replaced by its run-relative form from env.json (its `paths`,
- * written by RunLogger) when that one exists. Returns the recipe unchanged when nothing moved (or the run has no
- * env.json).
+ * A run folder as its readers see it (see the top of this file). A class rather than loose functions: the folder is
+ * named once, each of its files has one method (the one way it is read, checked and named in errors), and a caller
+ * passes the run on as one value. Nothing is cached: a run being trained changes under its readers, and each call
+ * reads the file as it is now.
  */
-export function relocateRecipePaths(recipe: Recipe, runDir: string): Recipe {
-  let paths: Record<string, { absolute?: unknown; fromRun?: unknown } | null> | undefined;
-  try {
-    paths = JSON.parse(readFileSync(path.join(runDir, ENV_FILE), 'utf8')).paths;
-  } catch {
-    return recipe;
+export class RunFolder {
+  private constructor(readonly dir: string) {}
+
+  /** The run folder `dir` (as given: errors name its files under the same path). */
+  static at(dir: string): RunFolder {
+    return new RunFolder(dir);
   }
-  const moved = (key: 'dataset' | 'tokenizer', current: string): string => {
-    const recorded = paths?.[key];
-    if (existsSync(current) || typeof recorded?.fromRun !== 'string') return current;
-    const candidate = path.resolve(runDir, recorded.fromRun);
-    return existsSync(candidate) ? candidate : current;
-  };
-  return { ...recipe, data: { ...recipe.data, dataset: moved('dataset', recipe.data.dataset), tokenizer: moved('tokenizer', recipe.data.tokenizer) } };
+
+  file(name: string): string {
+    return path.join(this.dir, name);
+  }
+
+  has(name: string): boolean {
+    return existsSync(this.file(name));
+  }
+
+  /** What its marker says (readRunMarker). */
+  marker(): RunMarker {
+    return readRunMarker(this.dir);
+  }
+
+  /** Whether it holds a run, finished or not: its marker (what RunLogger writes first), or the files of a run of an older version. */
+  holdsRun(): boolean {
+    return [RUN_MARKER, RUN_CONFIG_FILE, METRICS_FILE].some((name) => this.has(name));
+  }
+
+  /** Whether the run finished: summary.json is written last, whole. */
+  finished(): boolean {
+    return this.has(SUMMARY_FILE);
+  }
+
+  /**
+   * config.json: the recipe as the run recorded it (any version's, so its fields are the caller's to check). Missing or
+   * broken is an error naming the file (a marked folder without it: an incomplete run folder); given `unreadable`,
+   * said there and undefined.
+   */
+  config(): Record<string, unknown>;
+  config(opts: UnreadableOption): Record<string, unknown> | undefined;
+  config({ unreadable }: UnreadableOption = {}): Record<string, unknown> | undefined {
+    const file = this.file(RUN_CONFIG_FILE);
+    try {
+      if (!existsSync(file) && this.has(RUN_MARKER))
+        throw new Error(`${file}: missing: ${this.dir} is an incomplete run folder (interrupted before it started?)`);
+      return readRunJsonObject(file);
+    } catch (err) {
+      if (!unreadable) throw err;
+      unreadable((err as Error).message);
+      return undefined;
+    }
+  }
+
+  /** env.json (src/telemetry/environment.ts): undefined when absent (an older run); broken is an error naming it, or, given `unreadable`, said there. */
+  env({ unreadable }: UnreadableOption = {}): Record<string, unknown> | undefined {
+    if (!this.has(ENV_FILE)) return undefined;
+    try {
+      return readRunJsonObject(this.file(ENV_FILE));
+    } catch (err) {
+      if (!unreadable) throw err;
+      unreadable((err as Error).message);
+      return undefined;
+    }
+  }
+
+  /** summary.json: undefined when the run has not finished (readSummary). */
+  summary(opts: UnreadableOption = {}): SummaryFields | undefined {
+    return readSummary(this.dir, opts);
+  }
+
+  /** metrics.jsonl's records, each checked (readMetrics). */
+  metrics(opts: ReadMetricsOptions = {}): MetricRecord[] {
+    return readMetrics(this.dir, opts);
+  }
+
+  /** Its complete checkpoints, oldest first. */
+  checkpoints(): CheckpointInfo[] {
+    return listCheckpoints(this.dir);
+  }
+
+  /**
+   * `recipe` with data.dataset and data.tokenizer pointing where they are now for a run folder that may have moved:
+   * a recorded absolute path that no longer exists is replaced by its run-relative form from env.json (its `paths`,
+   * written by RunLogger) when that one exists. Returns the recipe unchanged when nothing moved (or the run has no
+   * readable env.json).
+   */
+  relocateRecipePaths(recipe: Recipe): Recipe {
+    const recorded = this.env({ unreadable: () => {} })?.paths;
+    if (recorded === undefined) return recipe;
+    const paths = recorded as Record<string, { absolute?: unknown; fromRun?: unknown } | null> | null;
+    const moved = (key: 'dataset' | 'tokenizer', current: string): string => {
+      const entry = paths?.[key];
+      if (existsSync(current) || typeof entry?.fromRun !== 'string') return current;
+      const candidate = path.resolve(this.dir, entry.fromRun);
+      return existsSync(candidate) ? candidate : current;
+    };
+    return { ...recipe, data: { ...recipe.data, dataset: moved('dataset', recipe.data.dataset), tokenizer: moved('tokenizer', recipe.data.tokenizer) } };
+  }
 }

@@ -8,6 +8,7 @@
 // tokens and loss of each finished run, the model card its evaluation); telemetry, report, sweep and paper import it.
 import fs from 'node:fs';
 import path from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { replaceOwnFile } from '../core/own-file.ts';
 import { METRICS_FILE, SUMMARY_FILE } from './layout.ts';
@@ -64,29 +65,35 @@ export interface ReadMetricsOptions {
 }
 
 /**
+ * The longest metrics.jsonl line read, in characters: a record with estimator health for BOUNDS.layers layers is
+ * under 200 KiB, so a longer line is no record, and is refused before it is held whole.
+ */
+export const METRIC_LINE_MAX_CHARS = 2 ** 20;
+/** The most bytes a run's JSON file (config.json, env.json, summary.json) may hold: they are a few KiB (env.json grows by an entry per resume). */
+export const RUN_JSON_MAX_BYTES = 16 * 2 ** 20;
+
+/**
  * Reads and checks every record of a run folder's metrics.jsonl: each line a MetricRecord (checkRecord; a diverged
- * loss is logged as null and accepted). Errors name the file and the line.
+ * loss is logged as null and accepted). Read a chunk at a time, so that the file's size allocates nothing beyond
+ * its records. Errors name the file and the line.
  */
 export function readMetrics(runDir: string, { cutLastLine }: ReadMetricsOptions = {}): MetricRecord[] {
   const file = path.join(runDir, METRICS_FILE);
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (err) {
+  const cannotRead = (err: unknown) => {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new Error(`${file}: missing: ${runDir} is an incomplete run folder (interrupted before its first metric record?)`);
-    throw new Error(`${file}: cannot be read (${code ?? (err as Error).message})`);
-  }
-  const lines = text.split('\n');
+    if (code === 'ENOENT') return new Error(`${file}: missing: ${runDir} is an incomplete run folder (interrupted before its first metric record?)`);
+    return new Error(`${file}: cannot be read (${code ?? (err as Error).message})`);
+  };
   const records: MetricRecord[] = [];
-  lines.forEach((line, index) => {
-    if (line.trim() === '') return;
+  const take = (line: string, index: number, last: boolean) => {
     const where = `${file}:${index + 1}`;
+    if (line.length > METRIC_LINE_MAX_CHARS) throw new Error(`${where}: a line of over ${METRIC_LINE_MAX_CHARS} characters, longer than any metric record`);
+    if (line.trim() === '') return;
     let record: unknown;
     try {
       record = JSON.parse(line);
     } catch (err) {
-      if (cutLastLine && index === lines.length - 1) {
+      if (cutLastLine && last) {
         cutLastLine(`${where}: incomplete last line ignored`);
         return;
       }
@@ -94,8 +101,53 @@ export function readMetrics(runDir: string, { cutLastLine }: ReadMetricsOptions 
     }
     checkRecord(record, where);
     records.push(record);
-  });
+  };
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (err) {
+    throw cannotRead(err);
+  }
+  try {
+    const chunk = Buffer.alloc(2 ** 16);
+    const decoder = new StringDecoder('utf8');
+    let pending = '';
+    let index = 0;
+    for (;;) {
+      let bytes: number;
+      try {
+        bytes = fs.readSync(fd, chunk, 0, chunk.length, null);
+      } catch (err) {
+        throw cannotRead(err);
+      }
+      if (bytes === 0) break;
+      const lines = (pending + decoder.write(chunk.subarray(0, bytes))).split('\n');
+      pending = lines.pop()!;
+      for (const line of lines) take(line, index++, false);
+      // The line still being read, checked before the next chunk is added to it.
+      if (pending.length > METRIC_LINE_MAX_CHARS) take(pending, index, false);
+    }
+    take(pending + decoder.end(), index, true);
+  } finally {
+    fs.closeSync(fd);
+  }
   return records;
+}
+
+/**
+ * A run's JSON file that must hold an object (config.json, env.json, summary.json), its size checked before it is
+ * read (RUN_JSON_MAX_BYTES). Errors name the file.
+ */
+export function readRunJsonObject(file: string): Record<string, unknown> {
+  const stat = fs.statSync(file, { throwIfNoEntry: false });
+  if (stat && !stat.isFile()) throw new Error(`${file}: not a file`);
+  if (stat && stat.size > RUN_JSON_MAX_BYTES)
+    throw new Error(
+      `${file}: ${stat.size.toLocaleString('en-US')} bytes, more than a run's JSON file holds (at most ${RUN_JSON_MAX_BYTES.toLocaleString('en-US')}); not read`,
+    );
+  const value = readJsonFile(file);
+  if (!isRecord(value)) throw new Error(`${file}: expected a JSON object`);
+  return value;
 }
 
 /** Throws unless `record` has every required field with the right type (NaN/Infinity read back as null). */
@@ -185,10 +237,9 @@ const STRING_FIELDS: Record<string, true> = { final: true, finished_at: true, he
 export function readSummary(runDir: string, { unreadable }: { unreadable?: (message: string) => void } = {}): SummaryFields | undefined {
   const file = path.join(runDir, SUMMARY_FILE);
   if (!fs.existsSync(file)) return undefined;
-  let value: unknown;
+  let value: Record<string, unknown>;
   try {
-    value = readJsonFile(file);
-    if (!isRecord(value)) throw new Error(`${file}: expected a JSON object`);
+    value = readRunJsonObject(file);
   } catch (err) {
     if (!unreadable) throw err;
     unreadable((err as Error).message);

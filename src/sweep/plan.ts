@@ -2,15 +2,13 @@
 // comes from the trainer's own dry run (train/plan.ts); runs that differ only in their seed share it. The speed comes
 // from the sweep's own runs that have logged one (the run itself, else its group: same settings, other seed),
 // else from --tokens-per-s; without either the time is left unknown rather than guessed.
-import { existsSync } from 'node:fs';
-import path from 'node:path';
 import type { RunPlan } from '../train/plan.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { canonicalJson } from '../core/json.ts';
 import type { Sweep, SweepRun } from './spec.ts';
 import { runFolders } from './run-folders.ts';
 import { METRICS_FILE } from '../store/layout.ts';
-import { readMetrics, readSummary } from '../store/run-record.ts';
+import { RunFolder } from '../store/run-folder.ts';
 
 export interface PlannedRun {
   run: SweepRun;
@@ -26,11 +24,12 @@ export interface PlannedRun {
 /** A run's logged training speed: summary.json when it finished, else its last train record. */
 function loggedSpeed(sweep: Sweep, run: SweepRun): number | null {
   for (const folder of runFolders(sweep, run).reverse()) {
-    const rate = readSummary(folder.dir)?.train_tokens_per_s;
+    const run = RunFolder.at(folder.dir);
+    const rate = run.summary()?.train_tokens_per_s;
     if (rate && rate > 0) return rate;
-    if (!existsSync(path.join(folder.dir, METRICS_FILE))) continue;
+    if (!run.has(METRICS_FILE)) continue;
     // A run being trained may be writing its last line right now.
-    const last = readMetrics(folder.dir, { cutLastLine: () => {} }).findLast((r) => r.split === 'train');
+    const last = run.metrics({ cutLastLine: () => {} }).findLast((r) => r.split === 'train');
     if (last) return last.tokens_per_s;
   }
   return null;

@@ -1,12 +1,9 @@
 // A run's folders as the trainer (or a paper experiment's worker) leaves them under the set's runDir, and which runs
-// of a set are not done yet. The folder names and the checkpoint listing are src/store/run-folder.ts's.
-import { existsSync } from 'node:fs';
-import path from 'node:path';
-import { SUMMARY_FILE } from '../store/layout.ts';
-import { listCheckpoints, listRunFolders } from '../store/run-folder.ts';
+// of a set are not done yet. The folder names and their reader (RunFolder) are src/store/run-folder.ts's.
+import { listRunFolders, RunFolder } from '../store/run-folder.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 
-export interface RunFolder {
+export interface SetRunFolder {
   dir: string;
   done: boolean;
   /** Step of the newest complete checkpoint, if any. */
@@ -14,12 +11,11 @@ export interface RunFolder {
 }
 
 /** The run folders of a run, oldest first (`<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]`, as the trainer names them). */
-export function runFolders(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): RunFolder[] {
-  return listRunFolders(sweep.runDir, run.name).map((dir) => ({
-    dir,
-    done: existsSync(path.join(dir, SUMMARY_FILE)),
-    checkpointStep: listCheckpoints(dir).at(-1)?.step ?? null,
-  }));
+export function runFolders(sweep: Pick<RunSet, 'runDir'>, run: Pick<SetRun, 'name'>): SetRunFolder[] {
+  return listRunFolders(sweep.runDir, run.name).map((dir) => {
+    const folder = RunFolder.at(dir);
+    return { dir, done: folder.finished(), checkpointStep: folder.checkpoints().at(-1)?.step ?? null };
+  });
 }
 
 /** The runs of the set that no run folder marks done: what an executor is given. */

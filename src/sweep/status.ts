@@ -15,7 +15,7 @@ import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
 import { lockIsLive, logFile, readAttempt, readLock } from './set-files.ts';
 import { SUMMARY_FILE } from '../store/layout.ts';
-import { readSummary } from '../store/run-record.ts';
+import { RunFolder } from '../store/run-folder.ts';
 
 /** An executor's queue, named. */
 export type NamedQueue = SweepExecutorQueue & { executor: string };
@@ -70,7 +70,7 @@ export function runState(sweep: RunSet, run: SetRun, queues: NamedQueue[] = []):
 /** A done run's line: summary.json's `headline` where its worker wrote one (run sets other than training), else the trainer's numbers. */
 function summaryLine(dir: string): string {
   let unreadable = false;
-  const summary = readSummary(dir, { unreadable: () => (unreadable = true) });
+  const summary = RunFolder.at(dir).summary({ unreadable: () => (unreadable = true) });
   if (unreadable) return `${SUMMARY_FILE} unreadable`;
   if (summary?.headline !== undefined) return summary.headline;
   return `val loss ${summary?.val_loss?.toFixed(4)} after ${summary?.steps} steps, ${Math.round(summary?.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;

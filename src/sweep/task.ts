@@ -27,7 +27,7 @@ import { currentTask } from './executor-registry.ts';
 import type { SweepExecutorTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
-import type { RunFolder } from './run-folders.ts';
+import type { SetRunFolder } from './run-folders.ts';
 import { attemptFile, lockFile, lockHolder, lockIsLive, logFile, sweepPaths, tellingLine } from './set-files.ts';
 import type { Attempt, Lock } from './set-files.ts';
 import type { Sweep, SweepRun } from './spec.ts';
@@ -105,7 +105,7 @@ export interface Worker {
 export async function runGuarded(
   sweep: RunSet,
   run: SetRun,
-  prepare: (folders: RunFolder[]) => Worker,
+  prepare: (folders: SetRunFolder[]) => Worker,
   out: NodeJS.WritableStream = process.stdout,
   err: NodeJS.WritableStream = process.stderr,
 ): Promise<TaskResult> {

@@ -2,14 +2,13 @@
 // Node, tfjs and the backend, the machine, the command line — and the data paths it read, both absolute and relative
 // to the run folder, so that a moved run folder still finds data that moved with it.
 import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import type { Cluster } from '../backend/collective.ts';
 import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
-import { ENV_FILE } from '../store/layout.ts';
+import { RunFolder } from '../store/run-folder.ts';
 import { AUTO_PREFIX } from '../store/resolve.ts';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
@@ -112,16 +111,9 @@ export async function environmentRecord(
   recipe: Recipe,
   { resumedAtStep, device }: { resumedAtStep?: number | null; device?: Device } = {},
 ): Promise<Record<string, unknown>> {
-  const file = path.join(runDir, ENV_FILE);
   const current = await environment(runDir, recipe, device);
-  let previous: Record<string, unknown> | null = null;
-  if (resumedAtStep !== undefined) {
-    try {
-      previous = JSON.parse(fs.readFileSync(file, 'utf8'));
-    } catch {
-      previous = null; // missing or damaged: this session's environment stands alone
-    }
-  }
+  // Missing or damaged: this session's environment stands alone.
+  const previous = resumedAtStep !== undefined ? (RunFolder.at(runDir).env({ unreadable: () => {} }) ?? null) : null;
   const resumes = Array.isArray(previous?.resumes) ? previous.resumes : [];
   return previous ? { ...previous, resumes: [...resumes, { ...current, resumedAtStep }] } : current;
 }

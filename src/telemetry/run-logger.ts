@@ -17,27 +17,28 @@
 // Every file is written without following a symbolic link at its name (src/core/own-file.ts): a link planted in a
 // shared run folder is refused, naming it, never written through.
 // Progress lines go to stdout, warnings to stderr; on a terminal, with a live progress bar below them (progress-bar.ts).
+// Records, lines and steps reach the terminal, log.txt, metrics.jsonl, TensorBoard and W&B as a list of sinks (sink.ts),
+// made in one place (RunLogger.runSinks); a caller adds its own after them (RunLoggerOptions.sinks).
 import fs from 'node:fs';
 import path from 'node:path';
 import { makeFolders } from '../core/folders.ts';
-import { appendOwnFile, assertNotLink, replaceOwnFile } from '../core/own-file.ts';
+import { assertNotLink, replaceOwnFile } from '../core/own-file.ts';
 import type { Device } from '../backend/device.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
-import { assertRunFolder, markRunFolder, runFolderPrefix } from '../store/run-folder.ts';
+import { assertRunFolder, markRunFolder, RunFolder, runFolderPrefix } from '../store/run-folder.ts';
 import { environmentRecord } from './environment.ts';
-import { fitFields, ProgressBar } from './progress-bar.ts';
 import type { LineField, StepProgress } from './progress-bar.ts';
-import { checkRecord, readMetrics, writeSummary, type MetricRecord, type TrainingSummary } from '../store/run-record.ts';
+import { checkRecord, writeSummary, type MetricRecord, type TrainingSummary } from '../store/run-record.ts';
+import { ConsoleSink, LogFileSink, MetricsJsonlSink, type TelemetrySink } from './sink.ts';
 import { assertNoLinkedEventFile, TensorBoardWriter } from './tensorboard.ts';
 import {
   newWandbInfo,
   offlineModeLine,
   readWandbInfo,
   replayCommand,
-  toWandbConfig,
   wandbDecision,
-  WandbSink,
+  WandbTelemetrySink,
   WANDB_INFO_FILE,
   writeWandbInfo,
   type WandbRunInfo,
@@ -62,33 +63,26 @@ export interface RunLoggerOptions {
   terminal?: NodeJS.WriteStream;
   /** The device the run trains on, for env.json (default: the running backend's). */
   device?: Device;
+  /** Sinks of the caller's, after the run's own (runSinks): each gets what they get, a record once metrics.jsonl holds it. */
+  sinks?: readonly TelemetrySink[];
 }
 
 export class RunLogger {
   readonly dir: string;
   private records = 0;
-  private sink: WandbSink | null = null;
-  /** Training's main thread makes the one logger of a run (data-parallel replicas log nothing), so one process writes the event file. */
-  private tensorboard: TensorBoardWriter | null = null;
+  /** Where everything goes (sink.ts), built once by runSinks. Training's main thread makes the one logger of a run
+   *  (data-parallel replicas log nothing), so one process writes the run's files. */
+  private sinks: readonly TelemetrySink[] = [];
   private finished = false;
-  private readonly echo: boolean;
-  private readonly terminal: NodeJS.WriteStream;
-  /** The terminal's progress bar, from the first progress() on (only when echoing to a terminal). */
-  private bar: ProgressBar | null = null;
 
-  private constructor(
-    dir: string,
-    private readonly options: RunLoggerOptions,
-  ) {
+  private constructor(dir: string) {
     this.dir = dir;
-    this.echo = options.echo ?? true;
-    this.terminal = options.terminal ?? process.stdout;
   }
 
   /**
-   * Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts W&B if enabled. A
-   * resumed folder must carry the run marker (src/store/run-folder.ts), and everything it holds that a resume reads is read and
-   * checked before its first byte changes.
+   * Makes (or, with resumeDir, reopens) the run folder, writes config.json and env.json, starts the sinks (W&B if
+   * enabled). A resumed folder must carry the run marker (src/store/run-folder.ts), and everything it holds that a
+   * resume reads is read and checked before its first byte changes.
    */
   static async create(recipe: Recipe, opts: RunLoggerOptions = {}): Promise<RunLogger> {
     const dir = opts.resumeDir ? path.resolve(opts.resumeDir) : makeRunDir(opts.runDir ?? recipe.train.runDir, recipe.name);
@@ -98,7 +92,7 @@ export class RunLogger {
       for (const name of [RUN_CONFIG_FILE, ENV_FILE, METRICS_FILE, LOG_FILE, WANDB_INFO_FILE, SUMMARY_FILE]) assertNotLink(path.join(dir, name));
       assertNoLinkedEventFile(dir);
     }
-    const logger = new RunLogger(dir, opts);
+    const logger = new RunLogger(dir);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
     const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
@@ -106,37 +100,39 @@ export class RunLogger {
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
     writeJson(path.join(dir, ENV_FILE), env);
-    // Replaced whole (not truncated and rewritten): compare and eval may be reading the run meanwhile.
-    if (opts.resumeDir) replaceOwnFile(path.join(dir, METRICS_FILE), kept.map((r) => JSON.stringify(r) + '\n').join(''));
     const info: WandbRunInfo = { ...stored, status: 'pending', reason: undefined };
     writeWandbInfo(dir, info);
-    if (recipe.tensorboard.enabled) logger.tensorboard = TensorBoardWriter.open(dir, kept);
-
-    const decision = wandbDecision(recipe.wandb);
-    if (decision.enabled) {
-      logger.sink = new WandbSink(info, toWandbConfig(recipe), {
-        onReady: (url) => logger.line(`W&B run: ${url}`),
-        onProblem: (reason) =>
-          logger.warn(
-            `W&B: ${reason}. Training goes on; the metrics are kept in ${path.join(dir, METRICS_FILE)}; upload them later with: ${replayCommand(dir)}`,
-          ),
-      });
-      // A resumed run re-sends the kept records first, so the W&B history has the same lines as the JSONL.
-      for (const record of kept) logger.sink.log(record);
-    } else if (process.env.WANDB_MODE === 'offline' && recipe.wandb.enabled !== false) {
-      logger.line(offlineModeLine(dir));
-    } else if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline') {
-      logger.line(`W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`);
-    }
+    logger.sinks = [...logger.runSinks(recipe, info, opts), ...(opts.sinks ?? [])];
+    for (const sink of logger.sinks) sink.start?.(kept);
+    const wandbNote = wandbOffNote(recipe, dir);
+    if (wandbNote) logger.line(wandbNote);
     return logger;
   }
 
-  /** Appends one record to metrics.jsonl (synchronously, so a crash loses nothing) and the TensorBoard events, and forwards it to W&B. */
+  /** The run's own sinks, in the order each gets what is reported: the one place the list is made (sink.ts). */
+  private runSinks(recipe: Recipe, info: WandbRunInfo, opts: RunLoggerOptions): TelemetrySink[] {
+    const sinks: TelemetrySink[] = [];
+    if (opts.echo ?? true) sinks.push(new ConsoleSink(opts.terminal));
+    sinks.push(new LogFileSink(this.dir), new MetricsJsonlSink(this.dir, opts.resumeDir !== undefined));
+    if (recipe.tensorboard.enabled) sinks.push(new TensorBoardWriter(this.dir));
+    if (wandbDecision(recipe.wandb).enabled) {
+      sinks.push(
+        new WandbTelemetrySink(this.dir, info, recipe, opts.wandbFinishTimeoutS ?? 60, {
+          onReady: (url) => this.line(`W&B run: ${url}`),
+          onProblem: (reason) =>
+            this.warn(
+              `W&B: ${reason}. Training goes on; the metrics are kept in ${path.join(this.dir, METRICS_FILE)}; upload them later with: ${replayCommand(this.dir)}`,
+            ),
+        }),
+      );
+    }
+    return sinks;
+  }
+
+  /** Checks one record and hands it to every sink: metrics.jsonl first (synchronously, so a crash loses nothing), TensorBoard, W&B, the caller's. */
   log(record: MetricRecord): void {
     checkRecord(record, 'RunLogger.log');
-    appendOwnFile(path.join(this.dir, METRICS_FILE), JSON.stringify(record) + '\n');
-    this.tensorboard?.log(record);
-    this.sink?.log(record);
+    for (const sink of this.sinks) sink.record?.(record);
     this.records += 1;
   }
 
@@ -145,44 +141,25 @@ export class RunLogger {
    * parts (`text` joins them): a terminal gets as many as fit its width (progress-bar.ts fitFields), log.txt all.
    */
   line(text: string, fields?: readonly LineField[]): void {
-    const shown = fields && this.terminal.isTTY ? fitFields(fields, (this.terminal.columns || 80) - 1) : text;
-    if (this.bar) this.bar.log(shown);
-    else if (this.echo) this.terminal.write(shown + '\n');
-    this.appendToLog(text);
+    for (const sink of this.sinks) sink.line?.(text, fields);
   }
 
   /** A warning: stderr (above the progress bar, on a terminal) and log.txt. */
   warn(text: string): void {
-    if (this.bar) this.bar.log(`warning: ${text}`);
-    else if (this.echo) process.stderr.write(`warning: ${text}\n`);
-    this.appendToLog(`warning: ${text}`);
-  }
-
-  /** log.txt gets each line after its time (ISO 8601, UTC): when a step ran, how long a validation took. */
-  private appendToLog(text: string): void {
-    const time = new Date().toISOString();
-    appendOwnFile(
-      path.join(this.dir, LOG_FILE),
-      text
-        .split('\n')
-        .map((line) => `${time} ${line}\n`)
-        .join(''),
-    );
+    for (const sink of this.sinks) sink.warn?.(text);
   }
 
   /** After each step: on a terminal (the terminal stream's isTTY), the live progress bar; elsewhere nothing (the lines suffice). */
   progress(p: StepProgress): void {
-    if (!this.bar && this.echo && this.terminal.isTTY) this.bar = new ProgressBar(p.totalSteps, this.terminal);
-    this.bar?.update(p);
+    for (const sink of this.sinks) sink.progress?.(p);
   }
 
   /** Removes the progress bar, if any (at the end of training, or when it fails). */
   endProgress(): void {
-    this.bar?.stop();
-    this.bar = null;
+    for (const sink of this.sinks) sink.flush?.();
   }
 
-  /** Writes summary.json and flushes/finishes W&B (never throws for W&B problems). Idempotent. */
+  /** Writes summary.json and closes the sinks (W&B flushes and finishes; never throws for W&B problems). Idempotent. */
   async finish(summary: TrainingSummary): Promise<void> {
     if (this.finished) return;
     this.finished = true;
@@ -190,25 +167,28 @@ export class RunLogger {
     // maxRSS is in KiB: the peak of the whole process, replica threads included (not a GPU's memory).
     const peakRss = process.resourceUsage().maxRSS * 1024;
     writeSummary(this.dir, { ...summary, records: this.records, peak_rss_bytes: peakRss, finished_at: new Date().toISOString() });
-    if (!this.sink) return;
-    const result = await this.sink.finish((this.options.wandbFinishTimeoutS ?? 60) * 1000);
-    const info = readWandbInfo(this.dir);
-    if (result.ok) {
-      writeWandbInfo(this.dir, { ...info, status: 'synced', url: result.url, reason: undefined });
-    } else {
-      writeWandbInfo(this.dir, { ...info, status: 'incomplete', url: result.url, reason: result.reason });
-    }
+    for (const sink of this.sinks) await sink.close?.();
   }
 
   /** The records a resume keeps: those up to resumeStep (all if undefined; see `finishing`). */
   private recordsToKeep(resumeStep: number | undefined, finishing: boolean): MetricRecord[] {
-    const file = path.join(this.dir, METRICS_FILE);
-    const records = fs.existsSync(file) ? readMetrics(this.dir) : [];
+    const run = RunFolder.at(this.dir);
+    const records = run.has(METRICS_FILE) ? run.metrics() : [];
     const kept =
       resumeStep === undefined ? records : records.filter((r) => r.step < resumeStep || (r.step === resumeStep && !(finishing && r.split === 'val')));
     this.records = kept.length;
     return kept;
   }
+}
+
+/** What a run whose records do not go to W&B says about it at its start, when anything (see wandbDecision). */
+function wandbOffNote(recipe: Recipe, dir: string): string | null {
+  const decision = wandbDecision(recipe.wandb);
+  if (decision.enabled) return null;
+  if (process.env.WANDB_MODE === 'offline' && recipe.wandb.enabled !== false) return offlineModeLine(dir);
+  if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline')
+    return `W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`;
+  return null;
 }
 
 /** `<parent>/<name>-<YYYYMMDD-HHMMSS>` (UTC), with -2, -3, … if two runs start in the same second. */

@@ -17,7 +17,8 @@ import path from 'node:path';
 import { appendOwnFile, assertNotLink, writeOwnFile } from '../core/own-file.ts';
 import { TENSORBOARD_FILE_PREFIX, TENSORBOARD_FILE_SUFFIX } from '../store/layout.ts';
 import type { MetricRecord } from '../store/run-record.ts';
-import { toWandbRow } from './wandb.ts';
+import { scalarRow } from './record-scalars.ts';
+import type { TelemetrySink } from './sink.ts';
 
 /** The CRC32C (Castagnoli) table, reflected polynomial 0x82F63B78. */
 const CRC32C_TABLE = (() => {
@@ -125,11 +126,11 @@ function scalarsEvent(wallTime: number, step: number, scalars: Record<string, nu
 
 /**
  * A record's scalars, named as W&B names them (`train/loss`, `val/acc`, `train/lr`, …, `tokens`,
- * `epoch_fraction`; toWandbRow): the step is the event's step and elapsed_s its time, so both are left out,
+ * `epoch_fraction`; scalarRow, record-scalars.ts): the step is the event's step and elapsed_s its time, so both are left out,
  * as are null values (a diverged loss, validation's grad_norm).
  */
 export function recordScalars(record: MetricRecord): Record<string, number> {
-  return Object.fromEntries(Object.entries(toWandbRow(record)).filter(([name]) => name !== 'step' && name !== 'elapsed_s'));
+  return Object.fromEntries(Object.entries(scalarRow(record)).filter(([name]) => name !== 'step' && name !== 'elapsed_s'));
 }
 
 /**
@@ -137,27 +138,27 @@ export function recordScalars(record: MetricRecord): Record<string, number> {
  * whose name holds `tfevents`; <seconds> is when the run started). An event's wall time is that start plus
  * the record's elapsed_s (training time, carried across resumes), so a resumed run rewrites the file from
  * the records it keeps — as metrics.jsonl is — and TensorBoard shows one history, not the dropped steps.
- * Written synchronously, one append per record, so TensorBoard follows a running run.
+ * Written synchronously, one append per record, so TensorBoard follows a running run. A telemetry sink (sink.ts).
  */
-export class TensorBoardWriter {
-  private constructor(
-    readonly file: string,
-    private readonly startSeconds: number,
-  ) {}
+export class TensorBoardWriter implements TelemetrySink {
+  readonly file: string;
+  private readonly startSeconds: number;
 
-  /** Starts (or, given the records a resumed run keeps, rewrites) the run folder's event file. */
-  static open(runDir: string, kept: readonly MetricRecord[] = []): TensorBoardWriter {
+  /** The run folder's event file: the one it holds (a resumed run), else a new one named after now. */
+  constructor(runDir: string) {
     const existing = eventFileOf(runDir);
-    const startSeconds = existing?.startSeconds ?? Math.floor(Date.now() / 1000);
-    const file = existing?.file ?? path.join(runDir, `${TENSORBOARD_FILE_PREFIX}${startSeconds}${TENSORBOARD_FILE_SUFFIX}`);
-    const writer = new TensorBoardWriter(file, startSeconds);
-    const frames = [tfRecord(fileVersionEvent(startSeconds)), ...kept.map((r) => writer.frame(r))];
-    // Never written through a link planted under its name (src/core/own-file.ts), like the run's other files.
-    writeOwnFile(file, Buffer.concat(frames));
-    return writer;
+    this.startSeconds = existing?.startSeconds ?? Math.floor(Date.now() / 1000);
+    this.file = existing?.file ?? path.join(runDir, `${TENSORBOARD_FILE_PREFIX}${this.startSeconds}${TENSORBOARD_FILE_SUFFIX}`);
   }
 
-  log(record: MetricRecord): void {
+  /** Starts (or, given the records a resumed run keeps, rewrites) the event file. */
+  start(kept: readonly MetricRecord[]): void {
+    const frames = [tfRecord(fileVersionEvent(this.startSeconds)), ...kept.map((r) => this.frame(r))];
+    // Never written through a link planted under its name (src/core/own-file.ts), like the run's other files.
+    writeOwnFile(this.file, Buffer.concat(frames));
+  }
+
+  record(record: MetricRecord): void {
     appendOwnFile(this.file, this.frame(record));
   }
 

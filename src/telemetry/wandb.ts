@@ -12,7 +12,10 @@ import { Worker } from 'node:worker_threads';
 import { writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
-import { readMetrics, type MetricRecord } from '../store/run-record.ts';
+import { RunFolder } from '../store/run-folder.ts';
+import type { MetricRecord } from '../store/run-record.ts';
+import { METRIC_FIELD_ROLES, scalarRow } from './record-scalars.ts';
+import type { TelemetrySink } from './sink.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {
@@ -61,52 +64,8 @@ export function wandbDecision(settings: Recipe['wandb'], env: NodeJS.ProcessEnv 
   return { enabled: true, reason: settings.enabled === true ? 'wandb.enabled is true' : 'WANDB_API_KEY is set' };
 }
 
-/**
- * Each record field: where the record sits (sent as it is) or what it measured (sent with the split as prefix).
- * A Record over every field, so that a new MetricRecord field does not compile until it is placed here.
- */
-const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'measured'> = {
-  step: 'position',
-  tokens: 'position',
-  elapsed_s: 'position',
-  epoch_fraction: 'position',
-  readback_values: 'measured',
-  readback_bytes: 'measured',
-  loss: 'measured',
-  ppl: 'measured',
-  lr: 'measured',
-  grad_norm: 'measured',
-  tokens_per_s: 'measured',
-  model_flops_per_s: 'measured',
-  mfu: 'measured',
-  bpb: 'measured',
-  acc: 'measured',
-  estimator_health: 'measured',
-};
-
-/**
- * One metric record as W&B history fields: measurements get the split as prefix (`train/loss`, `val/loss`,
- * `val/bpb`, `train/lr`, …) so that training and validation curves are separate charts; `step`, `tokens`,
- * `elapsed_s` and `epoch_fraction` are sent as they are. Null values (e.g. grad_norm of validation records)
- * are left out.
- */
-export function toWandbRow(record: MetricRecord): Record<string, number> {
-  const row: Record<string, number> = {};
-  for (const [key, value] of Object.entries(record)) {
-    if (key === 'split' || value === null || value === undefined) continue;
-    if (key === 'estimator_health') {
-      // One scalar per measure and layer: val/estimator_health/kernel_error/layer0, …
-      for (const [measure, layers] of Object.entries(value as Record<string, (number | null)[]>)) {
-        layers.forEach((v, layer) => {
-          if (v !== null) row[`${record.split}/${key}/${measure}/layer${layer}`] = v;
-        });
-      }
-      continue;
-    }
-    row[FIELD_ROLES[key as keyof typeof FIELD_ROLES] === 'position' ? key : `${record.split}/${key}`] = value as number;
-  }
-  return row;
-}
+/** One metric record as W&B history fields: its scalar row (record-scalars.ts), whose names TensorBoard's tags share. */
+export const toWandbRow = scalarRow;
 
 /**
  * define_metric as the Python client stores it in the run config (`_wandb.m`: MetricRecord protos keyed by
@@ -114,7 +73,7 @@ export function toWandbRow(record: MetricRecord): Record<string, number> {
  * 1 step_sync, 3 defined): `tokens` is a defined metric and the x-axis of every measurement of both splits.
  */
 function wandbMetricDefinitions(): Record<string, unknown>[] {
-  const measured = Object.entries(FIELD_ROLES)
+  const measured = Object.entries(METRIC_FIELD_ROLES)
     .filter(([, role]) => role === 'measured')
     .map(([field]) => field);
   const keys = ['train', 'val'].flatMap((split) => measured.map((field) => `${split}/${field}`));
@@ -276,6 +235,39 @@ export class WandbSink {
 }
 
 /**
+ * The W&B run of a run folder as a telemetry sink (sink.ts): the records as history rows (a resumed run re-sends the
+ * ones it keeps first, so W&B's history has the lines metrics.jsonl has), and at close the upload's outcome in
+ * wandb.json. `onReady` and `onProblem` are WandbSink's.
+ */
+export class WandbTelemetrySink implements TelemetrySink {
+  private readonly stream: WandbSink;
+
+  constructor(
+    private readonly runDir: string,
+    info: WandbRunInfo,
+    recipe: Recipe,
+    private readonly finishTimeoutS: number,
+    options: WandbSinkOptions,
+  ) {
+    this.stream = new WandbSink(info, toWandbConfig(recipe), options);
+  }
+
+  start(kept: readonly MetricRecord[]): void {
+    for (const record of kept) this.stream.log(record);
+  }
+
+  record(record: MetricRecord): void {
+    this.stream.log(record);
+  }
+
+  async close(): Promise<void> {
+    const result = await this.stream.finish(this.finishTimeoutS * 1000);
+    const info = readWandbInfo(this.runDir);
+    writeWandbInfo(this.runDir, { ...info, status: result.ok ? 'synced' : 'incomplete', url: result.url, reason: result.ok ? undefined : result.reason });
+  }
+}
+
+/**
  * What a run says at its start under WANDB_MODE=offline. The Python client would write wandb/offline-run-* (its
  * internal protobuf log) for `wandb sync`; this trainer writes none (docs/training.md), and says so, with the command
  * that uploads the run folder instead.
@@ -313,12 +305,12 @@ const REPLAY_CHUNK = 5000;
  */
 export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): Promise<{ records: number; url?: string }> {
   const dir = path.resolve(runDir);
-  const configFile = path.join(dir, RUN_CONFIG_FILE);
-  if (!fs.existsSync(configFile) || !fs.existsSync(path.join(dir, METRICS_FILE))) {
+  const run = RunFolder.at(dir);
+  if (!run.has(RUN_CONFIG_FILE) || !run.has(METRICS_FILE)) {
     throw new Error(`${dir}: not a run folder (expected ${RUN_CONFIG_FILE} and ${METRICS_FILE})`);
   }
-  const records = readMetrics(dir);
-  const recipe = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Recipe;
+  const records = run.metrics();
+  const recipe = run.config() as unknown as Recipe;
   const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
   const info: WandbRunInfo = { ...stored, project: opts.project ?? stored.project, entity: opts.entity !== undefined ? opts.entity : stored.entity };
   writeWandbInfo(dir, info);

@@ -19,6 +19,7 @@ import type { Batch } from '../data/batch.ts';
 import { modelConfigFromRecipe } from '../recipe/model-config.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
+import type { TelemetrySink } from '../telemetry/sink.ts';
 import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
 import { AdamW, type ShardOf } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
@@ -535,6 +536,8 @@ export interface TrainOptions {
    * (the experiments' diagnostics, src/paper/attention-measures.ts); it must leave the model as it found it.
    */
   beforeTraining?: (model: LanguageModel, evalBatches: readonly Batch[]) => Promise<void>;
+  /** Telemetry sinks of the caller's, after the run's own (src/telemetry/sink.ts). */
+  sinks?: readonly TelemetrySink[];
 }
 
 /**
@@ -578,7 +581,7 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
   try {
     checkEstimatorHealth(recipe, parts.model);
     let logger = opts.logger ?? (isLeader(cluster) ? undefined : silentLogger());
-    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device));
+    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device, opts.sinks));
     lines.attach(logger);
     loop = new TrainingLoop(recipe, inputs, parts, logger, isLeader(cluster));
     logStart(recipe, inputs, parts, logger, loop.parameterCount);
@@ -630,6 +633,7 @@ async function openRunLogger(
   resumed: LoadedCheckpoint | null,
   totalSteps: number,
   device: Device,
+  sinks?: readonly TelemetrySink[],
 ): Promise<{ logger: TrainLogger; unlock: () => void }> {
   if (resumed?.runDir) {
     const logger = await RunLogger.create(recipe, {
@@ -637,12 +641,13 @@ async function openRunLogger(
       resumeStep: resumed.state.step,
       finishing: resumed.state.step === totalSteps,
       device,
+      sinks,
     });
     // What saves killed mid-way left (on a full disk, the space the run needs) goes before the run writes again.
     for (const dir of await removeDeadSaves(resumed.runDir)) logger.line(`removed ${dir}: left by a save whose process died`);
     return { logger, unlock: () => {} };
   }
-  const logger = await RunLogger.create(recipe, { device });
+  const logger = await RunLogger.create(recipe, { device, sinks });
   const unlock = lockRunFolder(logger.dir);
   if (resumed) {
     logger.line(`checkpoint ${resumed.dir} ${resumed.outsideRun}: continuing in the new run folder ${logger.dir}; nothing is written next to the checkpoint`);
