@@ -12,7 +12,7 @@ import { Worker } from 'node:worker_threads';
 import { writeOwnFile } from '../core/own-file.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
-import { readMetrics, type MetricRecord } from '../store/run-record.ts';
+import { readMetrics, type MetricRecord, type PositionLossRecord } from '../store/run-record.ts';
 
 /** Identity of the W&B run of one run folder (stored as `<run folder>/wandb.json`). */
 export interface WandbRunInfo {
@@ -82,6 +82,7 @@ const FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'position' | 'me
   bpb: 'measured',
   acc: 'measured',
   estimator_health: 'measured',
+  by_position: 'measured',
 };
 
 /**
@@ -101,6 +102,11 @@ export function toWandbRow(record: MetricRecord): Record<string, number> {
           if (v !== null) row[`${record.split}/${key}/${measure}/layer${layer}`] = v;
         });
       }
+      continue;
+    }
+    if (key === 'by_position') {
+      // One scalar per bucket of positions [from, to): val/loss_by_position/0-1, val/loss_by_position/1-2, …
+      for (const b of value as PositionLossRecord[]) if (b.loss !== null) row[`${record.split}/loss_by_position/${b.from}-${b.to}`] = b.loss;
       continue;
     }
     row[FIELD_ROLES[key as keyof typeof FIELD_ROLES] === 'position' ? key : `${record.split}/${key}`] = value as number;
