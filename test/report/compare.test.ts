@@ -702,6 +702,28 @@ describe('compareRuns', () => {
     );
   });
 
+  it('runs that resolved to the same model keys are one recipe, whether model.preset set them or the recipe did', async () => {
+    const presetRoot = join(root, 'preset');
+    const TPP = { positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm', bias: false };
+    const folderWith = (folder: string, model: Record<string, unknown>) => {
+      const dir = writeRun({ parent: presetRoot, folder, attention: 'slay', seed: 1, val: [3], train: [3] });
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config, model: { ...config.model, ...model } }));
+      return loadRun(dir);
+    };
+    const byPreset = await folderWith('by-preset', { ...TPP, preset: 'transformer++' });
+    const explicit = await folderWith('explicit', { ...TPP, preset: null });
+    const older = await folderWith('older', TPP); // a version before model.preset: no such key
+    const withBias = await folderWith('with-bias', { ...TPP, bias: true, preset: 'transformer++' });
+    for (const run of [explicit, older]) {
+      expect(run.recipeKey).toBe(byPreset.recipeKey);
+      expect(run.pairingKey).toBe(byPreset.pairingKey);
+    }
+    expect(withBias.recipeKey).not.toBe(byPreset.recipeKey);
+    expect(byPreset.settings['model.preset']).toBeUndefined();
+    expect(byPreset.settings['model.positional']).toBe('rope');
+  });
+
   it("tables the lm-evaluation-harness scores of the runs' lm-eval/<task>.json (npm run lm-eval), one row per run", async () => {
     const lmRoot = join(root, 'lm-eval');
     // The shape the harness writes (lm_eval 0.4), narrowed to one task: "metric,filter" keys, "N/A" for no stderr.
