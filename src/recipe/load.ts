@@ -11,8 +11,8 @@ import { attentionKindProblem, attentionNames, attentionOptionSpecs } from '../m
 import { resolveOptions } from '../model/attention/registry.ts';
 import { tensorSizeProblems } from './model-config.ts';
 import { nameWithModelOverrides } from './run-name.ts';
-import { boundsText, isStatic, KEYS, RECIPE_SCHEMA, REQUIRED, SCHEMA, SECTIONS, unflatten } from './schema.ts';
-import type { DerivedDefault, FieldSpec, FieldType, Recipe, RecipeKey } from './schema.ts';
+import { boundsText, isStatic, KEYS, MODEL_PRESETS, RECIPE_SCHEMA, REQUIRED, SCHEMA, SECTIONS, unflatten } from './schema.ts';
+import type { DerivedDefault, FieldSpec, FieldType, ModelPreset, Recipe, RecipeKey } from './schema.ts';
 
 export class RecipeError extends Error {
   constructor(
@@ -28,6 +28,8 @@ interface Given {
   value: unknown;
   /** Where the value came from, for error messages: '' for the file, the override argument otherwise. */
   origin: string;
+  /** The model.preset that set it, when the recipe did not. */
+  preset?: ModelPreset;
 }
 
 /** What a folder named by `initFrom` fixes in a recipe: model keys with the config field each comes from, and the default data.tokenizer. */
@@ -176,6 +178,7 @@ function expandEnvironment(given: Map<string, Given>, problems: string[]): void 
 function resolve(given: Map<string, Given>, file: string, hooks: RecipeHooks): Recipe {
   const problems: string[] = [];
   expandEnvironment(given, problems);
+  expandPreset(given);
   if (problems.length === 0 && hooks.initFromSettings) applyInitFromSettings(given, problems, hooks.initFromSettings);
   // An initFrom folder that cannot be read is the one error: the keys it was to supply (data.tokenizer, the model's
   // shape) would otherwise be reported missing or contradicted as well.
@@ -216,10 +219,30 @@ function resolve(given: Map<string, Given>, file: string, hooks: RecipeHooks): R
   const crossProblems = crossChecks(
     recipe,
     (key) => given.get(key)?.origin ?? '',
-    (key) => given.has(key),
+    (key) => given.has(key) && !given.get(key)!.preset,
+    (key) => presetNote(given.get(key)),
   );
   if (crossProblems.length > 0) throw new RecipeError(file, crossProblems);
   return recipe;
+}
+
+/**
+ * model.preset's keys, each where the recipe leaves it out (docs/attention.md, "Transformer++"); marked, so that messages name
+ * the preset. An unknown name sets nothing: the type check reports it with the list of presets.
+ */
+function expandPreset(given: Map<string, Given>): void {
+  const entry = given.get('model.preset');
+  const name = entry?.value;
+  if (typeof name !== 'string' || !Object.hasOwn(MODEL_PRESETS, name)) return;
+  const preset = name as ModelPreset;
+  for (const [key, value] of Object.entries(MODEL_PRESETS[preset])) {
+    if (!given.has(key)) given.set(key, { value, origin: entry!.origin, preset });
+  }
+}
+
+/** " (set by model.preset <name>)" for a key a preset set, else "". */
+function presetNote(entry: Given | undefined): string {
+  return entry?.preset ? ` (set by model.preset ${entry.preset})` : '';
 }
 
 /**
@@ -241,7 +264,11 @@ function applyInitFromSettings(given: Map<string, Given>, problems: string[], se
   for (const { key, value, field } of source.settings) {
     const entry = given.get(key);
     if (entry === undefined) given.set(key, { value, origin: '' });
-    else if (entry.value !== value) {
+    else if (entry.value !== value && entry.preset) {
+      problems.push(
+        `${at(entry.origin)}model.preset ${entry.preset} makes ${key} ${JSON.stringify(entry.value)} but ${source.configFile} (initFrom) makes it ${JSON.stringify(value)} (from ${field}): leave model.preset out, or set ${key} to that`,
+      );
+    } else if (entry.value !== value) {
       problems.push(
         `${at(entry.origin)}${key} is ${describe(entry.value)} but ${source.configFile} (initFrom) makes it ${JSON.stringify(value)} (from ${field}): leave ${key} out or set it to that`,
       );
@@ -258,7 +285,7 @@ function ropeProblem(m: Pick<Recipe['model'], 'dModel' | 'numHeads' | 'positiona
 }
 
 /** Constraints between keys (each message names the keys involved). */
-function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: string) => boolean): string[] {
+function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: string) => boolean, note: (key: string) => string): string[] {
   const problems: string[] = [];
   if (r.train.warmupFraction !== null && isGiven('train.warmupSteps')) {
     problems.push(`${at(origin('train.warmupFraction'))}train.warmupFraction and train.warmupSteps are both set; set one of them`);
@@ -267,7 +294,7 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
     problems.push(`${at(origin('model.numHeads'))}model.dModel (${r.model.dModel}) must be divisible by model.numHeads (${r.model.numHeads})`);
   }
   const rope = ropeProblem(r.model);
-  if (rope) problems.push(`${at(origin('model.positional'))}${rope}`);
+  if (rope) problems.push(`${at(origin('model.positional'))}${rope}${note('model.positional')}`);
   const kind = attentionKindProblem(r.model.attention.name, r.model.kind);
   if (kind) problems.push(`${at(origin('model.attention.name'))}${kind}`);
   if (r.model.maxSeqLen < r.data.seqLen) {
@@ -297,7 +324,8 @@ export function modelSectionProblems(config: Record<string, unknown>): string[] 
   const problems: string[] = [];
   const attention = isRecord(config.attention) ? config.attention : {};
   const value = (key: string) => (key.startsWith('model.attention.') ? attention[key.slice('model.attention.'.length)] : config[key.slice('model.'.length)]);
-  for (const key of KEYS.filter((k) => k.startsWith('model.'))) {
+  // model.preset is the recipe's shorthand: a saved model config holds the keys it set.
+  for (const key of KEYS.filter((k) => k.startsWith('model.') && k !== 'model.preset')) {
     const problem = checkType(key, SCHEMA[key], value(key), value);
     if (problem) problems.push(problem);
   }

@@ -38,6 +38,7 @@ export interface Recipe {
     norm: NormKind;
     attention: { name: string; options: Record<string, unknown> };
     featureSeed: number | null;
+    preset: ModelPreset | null;
   };
   data: {
     dataset: string;
@@ -126,6 +127,25 @@ export interface FieldSpec {
   default: unknown;
   doc: string;
 }
+
+/**
+ * `model.preset`: one name for a set of architecture keys, so that a baseline reads as it is cited. `transformer++`
+ * is the "Transformer++" of the linear-attention literature (Llama's choices: rotary positions, SwiGLU, RMSNorm, no
+ * biases); `gpt2` is GPT-2's (the defaults), to name it explicitly or sweep the two. Keys the recipe gives win; the
+ * values a preset sets are checked like the recipe's own (load.ts).
+ */
+export const MODEL_PRESETS = {
+  gpt2: { 'model.positional': 'learned', 'model.mlp': 'gelu', 'model.norm': 'layernorm', 'model.bias': true },
+  'transformer++': { 'model.positional': 'rope', 'model.mlp': 'swiglu', 'model.norm': 'rmsnorm', 'model.bias': false },
+} as const satisfies Record<string, Record<`model.${string}`, string | boolean>>;
+export type ModelPreset = keyof typeof MODEL_PRESETS;
+export const PRESET_NAMES = Object.keys(MODEL_PRESETS) as ModelPreset[];
+
+/** `key: value, …` of a preset, for docs and messages. */
+export const presetText = (name: ModelPreset): string =>
+  Object.entries(MODEL_PRESETS[name])
+    .map(([key, value]) => `\`${key}: ${String(value)}\``)
+    .join(', ');
 
 /** Longest sequence a recipe may ask for (the bounds table, src/core/bounds.ts). */
 const MAX_SEQ_LEN = BOUNDS.positions.max;
@@ -224,6 +244,12 @@ export const RECIPE_SCHEMA = {
     nullable: true,
     default: null,
     doc: "Seed of the attention mechanisms' random features alone (projections, anchors, Maclaurin draws), so that they can vary while the weights' initialisation, the data order and dropout (`train.seed`) stay fixed, and the reverse. `null` = drawn from `train.seed` as before this key existed (the same draws: old runs and checkpoints are unchanged). `compare` splits the seed variance between the two when runs vary both ([experiments.md](experiments.md)).",
+  },
+  'model.preset': {
+    type: oneOf(...PRESET_NAMES),
+    nullable: true,
+    default: null,
+    doc: `Sets several architecture keys in one line, for any mechanism and model kind: ${PRESET_NAMES.map((name) => `\`${name}\` = ${presetText(name)}`).join('; ')}. A key the recipe (or the command line) gives wins over its preset; the run's config.json records the preset and every key's resolved value. \`transformer++\` leaves \`model.mlpRatio\` as it is (8/3 matches the parameters of ratio 4 with GELU). \`null\` = none.`,
   },
 
   'data.dataset': {

@@ -8,8 +8,10 @@
 //   {train,val}-{loss,ppl}.svg, {train,val}-loss-time.svg   curves against tokens and against wall-clock
 //                   time, one line per group: the mean over the group's seeds with a ±sd band
 //   runs.csv, groups.csv, groups.tex   the tables for a spreadsheet or a paper (booktabs)
-//   by-position.csv, loss-by-position.svg   loss by position in the sequence per group, when runs hold an eval.json
-//                   of `eval --by-position` (load-runs.ts)
+//   val-by-position.csv, val-loss-by-position.svg   loss by position in the sequence per group at the runs' last
+//                   validation (metrics.jsonl's by_position), when they logged it
+//   by-position.csv, loss-by-position.svg   the same from eval.json, when runs hold one of `eval --by-position`
+//                   (load-runs.ts)
 //   estimator-health.csv, estimator-health.svg   each run's estimator health per layer and its kernel error during
 //                   training, when runs logged it (train.estimatorHealth; estimator-report.ts)
 //   seed-variance.csv   the final loss's variance split between train.seed and model.featureSeed, for runs that cross
@@ -24,7 +26,7 @@
 import { writeFile } from 'node:fs/promises';
 import { relative } from 'node:path';
 import { defaultBaseline, describeRun, differencesTable, groupCurves, groupRuns, shortKey, type RunGroup } from './groups.ts';
-import { familyDifferences, familyFolder, loadRuns, type LoadOptions, type RunSummary } from './load-runs.ts';
+import { familyDifferences, familyFolder, loadRuns, type LoadOptions, type PositionLossRow, type RunSummary } from './load-runs.ts';
 import type { LmEvalScore } from './lm-eval-results.ts';
 import { escapeHtml, escapeMarkdown } from '../core/markdown.ts';
 import { HEALTH_HEADING, HEALTH_NOTE, healthTableModel, plotHealth, SEED_VARIANCE_HEADING, SEED_VARIANCE_NOTE, seedVarianceModel } from './estimator-report.ts';
@@ -270,29 +272,78 @@ async function plotCurves(groups: RunGroup[]): Promise<{ file: string; title: st
   return svgs;
 }
 
-/** A bucket's mean loss over the runs of a group whose eval.json gives it, and how many runs that is. */
-function positionLossOf(group: RunGroup, from: number, to: number): { loss: number; runs: number } | null {
-  const losses = group.runs.flatMap((r) => r.byPosition?.filter((b) => b.from === from && b.to === to && b.loss !== null).map((b) => b.loss!) ?? []);
+/**
+ * Where runs' loss by position comes from: their last validation record (metrics.jsonl's by_position, on the
+ * validation tokens every run of a family shares) or the eval.json of `eval --by-position`. Each is its own section,
+ * table and plot: the two measure different tokens.
+ */
+interface PositionSource {
+  rows: (run: RunSummary) => PositionLossRow[] | null;
+  heading: string;
+  note: string;
+  csv: string;
+  svg: string;
+  plotTitle: string;
+  plotNote: string;
+}
+
+/** The loss by position of a run's last validation record, when it logged one (runs of older versions did not). */
+function lastValidationByPosition(run: RunSummary): PositionLossRow[] | null {
+  const val = run.records.filter((r) => r.split === 'val');
+  const last = val.length ? val.reduce((a, b) => (b.step >= a.step ? b : a)) : null;
+  return last?.by_position ?? null;
+}
+
+const POSITION_SOURCES: PositionSource[] = [
+  {
+    rows: lastValidationByPosition,
+    heading: 'Validation loss by position',
+    note: 'Loss (nats/token) of the validation tokens at positions [from, to) of their sequence at each run’s last validation (the final one of a finished run; metrics.jsonl’s by_position, on the train.evalTokens tokens every run here shares), averaged over the runs of a group that logged it (n). Table: val-by-position.csv.',
+    csv: 'val-by-position.csv',
+    svg: 'val-loss-by-position.svg',
+    plotTitle: 'Validation loss by position at the last validation',
+    plotNote: 'metrics.jsonl; mean over the runs that logged it',
+  },
+  {
+    rows: (run) => run.byPosition,
+    heading: 'Loss by position',
+    note: 'Validation loss (nats/token) of the tokens at positions [from, to) of their sequence, from each run’s eval.json (`npm run eval -- <run> --by-position --json <run>/eval.json`), averaged over the runs of a group that have one (n). Table: by-position.csv.',
+    csv: 'by-position.csv',
+    svg: 'loss-by-position.svg',
+    plotTitle: 'Validation loss by position in the sequence',
+    plotNote: 'eval --by-position; mean over the runs that have it',
+  },
+];
+
+/** A bucket's mean loss over the runs of a group whose `source` gives it, and how many runs that is. */
+function positionLossOf(source: PositionSource, group: RunGroup, from: number, to: number): { loss: number; runs: number } | null {
+  const losses = group.runs.flatMap(
+    (r) =>
+      source
+        .rows(r)
+        ?.filter((b) => b.from === from && b.to === to && b.loss !== null)
+        .map((b) => b.loss!) ?? [],
+  );
   return losses.length ? { loss: losses.reduce((a, b) => a + b, 0) / losses.length, runs: losses.length } : null;
 }
 
 /**
- * Loss by position in the sequence (the runs' eval.json from `eval --by-position`): one row per bucket, one column per
- * group with the mean over its runs that have one (n in the heading); null when no run has one.
+ * Loss by position in the sequence from `source`: one row per bucket, one column per group with the mean over its runs
+ * that have one (n in the heading); null when no run has one.
  */
-function positionTableModel(groups: RunGroup[]): Table | null {
+function positionTableModel(source: PositionSource, groups: RunGroup[]): Table | null {
   const buckets = new Map<string, { from: number; to: number }>();
-  for (const g of groups) for (const r of g.runs) for (const b of r.byPosition ?? []) buckets.set(`${b.from}-${b.to}`, { from: b.from, to: b.to });
+  for (const g of groups) for (const r of g.runs) for (const b of source.rows(r) ?? []) buckets.set(`${b.from}-${b.to}`, { from: b.from, to: b.to });
   if (buckets.size === 0) return null;
   const rows = [...buckets.values()].sort((a, b) => a.from - b.from || a.to - b.to);
-  const shown = groups.filter((g) => g.runs.some((r) => r.byPosition));
+  const shown = groups.filter((g) => g.runs.some((r) => source.rows(r)));
   return makeTable<{ from: number; to: number }>(
     [
       { title: 'positions', text: (b) => `[${b.from}, ${b.to})` },
       ...shown.map((g) =>
         number<{ from: number; to: number }>(
-          `${g.label} (n = ${g.runs.filter((r) => r.byPosition).length})`,
-          (b) => positionLossOf(g, b.from, b.to)?.loss ?? null,
+          `${g.label} (n = ${g.runs.filter((r) => source.rows(r)).length})`,
+          (b) => positionLossOf(source, g, b.from, b.to)?.loss ?? null,
           4,
         ),
       ),
@@ -359,27 +410,27 @@ function passkeyTableModel(runs: RunSummary[]): Table | null {
   );
 }
 
-/** The loss by position as a line per group against the bucket's end (log scale: the buckets double). */
-async function plotPositions(groups: RunGroup[]): Promise<{ file: string; title: string; svg: string }[]> {
+/** The loss by position from `source` as a line per group against the bucket's end (log scale: the buckets double). */
+async function plotPositions(source: PositionSource, groups: RunGroup[]): Promise<{ file: string; title: string; svg: string }[]> {
   const legend = legendNames(groups);
   const points = groups.flatMap((g) => {
-    const buckets = g.runs.find((r) => r.byPosition)?.byPosition ?? [];
+    const buckets = g.runs.map(source.rows).find((rows) => rows) ?? [];
     return buckets.flatMap((b) => {
-      const mean = positionLossOf(g, b.from, b.to);
+      const mean = positionLossOf(source, g, b.from, b.to);
       return mean ? [{ series: legend.get(g.label)!, x: b.to, y: mean.loss }] : [];
     });
   });
   if (points.length === 0) return [];
-  const title = 'Validation loss by position in the sequence';
+  const title = source.plotTitle;
   const svg = await lineChartSvg(points, {
-    title: `${title} (eval --by-position; mean over the runs that have it)`,
+    title: `${title} (${source.plotNote})`,
     xTitle: 'end of the position bucket (tokens of context)',
     yTitle: 'loss (nats/token)',
     seriesTitle: 'group',
     logX: true,
     colours: groupColours(groups),
   });
-  return [{ file: 'loss-by-position.svg', title, svg }];
+  return [{ file: source.svg, title, svg }];
 }
 
 // Full window width; tables scroll sideways rather than wrap a number, but long headings wrap (the comparison columns
@@ -401,8 +452,8 @@ interface ReportParts {
   groupConstants: string;
   /** The settings that tell the groups apart; null when the attention alone does. */
   differences: Table | null;
-  /** Loss by position per group (runs' eval.json); null when no run has one. */
-  byPosition: Table | null;
+  /** Loss by position per group from each source that some run has (its last validation, its eval.json). */
+  byPosition: { source: PositionSource; table: Table }[];
   /** Estimator health per run and layer; null when no run logged it. */
   health: Table | null;
   /** The seed-variance split, and the sets of runs that vary both seeds without a full grid. */
@@ -417,9 +468,6 @@ interface ReportParts {
 
 const MIXED_HEADING = '⚠ Groups whose runs differ in more than the seed (averaged with --force)';
 const DIFFERENCES_HEADING = 'What tells the groups apart';
-const POSITION_HEADING = 'Loss by position';
-const POSITION_NOTE =
-  'Validation loss (nats/token) of the tokens at positions [from, to) of their sequence, from each run’s eval.json (`npm run eval -- <run> --by-position --json <run>/eval.json`), averaged over the runs of a group that have one (n). Table: by-position.csv.';
 const LM_EVAL_HEADING = 'lm-evaluation-harness';
 const LM_EVAL_NOTE =
   'Scores of EleutherAI’s lm-evaluation-harness on each run’s export (`npm run lm-eval -- RUN --tasks …`, read from RUN/lm-eval/TASK.json), ± the harness’s standard error where it gives one (docs/evaluation.md). Documents: the most any task evaluated. Table: lm-eval.csv.';
@@ -453,7 +501,7 @@ function reportMarkdown(p: ReportParts): string {
     markdownTable(p.perGroup),
     '',
     ...differences,
-    ...(p.byPosition ? [`## ${POSITION_HEADING}`, '', POSITION_NOTE, '', markdownTable(p.byPosition), ''] : []),
+    ...p.byPosition.flatMap(({ source, table }) => [`## ${source.heading}`, '', source.note, '', markdownTable(table), '']),
     ...featureSections(p).flatMap((s) => [
       `## ${s.heading}`,
       '',
@@ -492,9 +540,9 @@ function reportHtml(p: ReportParts): string {
 <style>${PAGE_STYLE}</style>
 </head><body>
 <h1>Run comparison</h1><p>${escapeHtml(p.intro)}</p>${mixed}
-<h2>Groups</h2>${p.groupConstants ? `<p>${escapeHtml(p.groupConstants)}</p>` : ''}<div class="table">${htmlTable(p.perGroup)}</div>${differences}${
-    p.byPosition ? `<h2>${escapeHtml(POSITION_HEADING)}</h2><p>${escapeHtml(POSITION_NOTE)}</p><div class="table">${htmlTable(p.byPosition)}</div>` : ''
-  }${featureSections(p)
+<h2>Groups</h2>${p.groupConstants ? `<p>${escapeHtml(p.groupConstants)}</p>` : ''}<div class="table">${htmlTable(p.perGroup)}</div>${differences}${p.byPosition
+    .map(({ source, table }) => `<h2>${escapeHtml(source.heading)}</h2><p>${escapeHtml(source.note)}</p><div class="table">${htmlTable(table)}</div>`)
+    .join('')}${featureSections(p)
     .map(
       (s) =>
         `<h2>${escapeHtml(s.heading)}</h2><p>${escapeHtml(s.note)}</p>${s.table ? `<div class="table">${htmlTable(s.table)}</div>` : ''}${
@@ -590,7 +638,8 @@ async function writeReport(
     await writeFile(file, content);
     files.push(file);
   };
-  const svgs = [...(await plotCurves(groups)), ...(await plotPositions(groups)), ...(await plotHealth(runs))];
+  const positionPlots = (await Promise.all(POSITION_SOURCES.map((source) => plotPositions(source, groups)))).flat();
+  const svgs = [...(await plotCurves(groups)), ...positionPlots, ...(await plotHealth(runs))];
   for (const { file, svg } of svgs) await write(file, svg);
   const single = groups.every((g) => g.seeds.length === 1);
   const repeated = groups.filter((g) => g.repeats.runs > 0);
@@ -624,7 +673,10 @@ async function writeReport(
     perGroup: shown.table,
     groupConstants: constantsLine(shown.constants),
     differences,
-    byPosition: positionTableModel(groups),
+    byPosition: POSITION_SOURCES.flatMap((source) => {
+      const table = positionTableModel(source, groups);
+      return table ? [{ source, table }] : [];
+    }),
     health: healthTableModel(runs),
     seedVariance: seedVarianceModel(runs),
     lmEval: lmEvalTableModel(runs),
@@ -636,7 +688,7 @@ async function writeReport(
   await write('index.html', reportHtml(parts));
   await write('runs.csv', csvTable(parts.perRun));
   await write('groups.csv', csvTable(perGroupFull));
-  if (parts.byPosition) await write('by-position.csv', csvTable(parts.byPosition));
+  for (const { source, table } of parts.byPosition) await write(source.csv, csvTable(table));
   if (parts.health) await write('estimator-health.csv', csvTable(parts.health));
   if (parts.seedVariance.table) await write('seed-variance.csv', csvTable(parts.seedVariance.table));
   if (parts.lmEval) await write('lm-eval.csv', csvTable(parts.lmEval));

@@ -213,7 +213,8 @@ export async function loadRun(dir: string): Promise<RunSummary> {
   const wallSeconds = summary.elapsed_s ?? finite(lastRecord.elapsed_s);
   // Identity of the recipe: everything but the seed and the fields that only name or place the run.
   const { name: recipeName, wandb: _wandb, ...rest } = config;
-  const identity = { ...rest, train: { ...train, seed: undefined, runDir: undefined } };
+  // model.preset only names the keys it set, which config.json holds: runs that resolved to the same keys are one recipe.
+  const identity = { ...rest, model: { ...model, preset: undefined }, train: { ...train, seed: undefined, runDir: undefined } };
   const recipeKey = canonicalJson(identity);
   const data = isRecord(config.data) ? config.data : {};
   const env = run.env({ unreadable: (message) => warnings.push(`${message}; backend and commit unknown`) }) ?? {};
@@ -229,7 +230,7 @@ export async function loadRun(dir: string): Promise<RunSummary> {
     seed: finite(train.seed),
     recipeKey,
     settings: flattenPaths(identity),
-    pairingKey: canonicalJson({ ...identity, model: { ...model, attention: undefined } }),
+    pairingKey: canonicalJson({ ...identity, model: { ...identity.model, attention: undefined } }),
     family: {
       kind: typeof model.kind === 'string' ? model.kind : '?',
       tokenizer: tokenizerIdentity(dir, data.tokenizer),

@@ -36,6 +36,36 @@ export interface MetricRecord {
   readback_bytes?: number;
   /** Validation with train.estimatorHealth: each layer's estimator health (src/train/estimator-health.ts). */
   estimator_health?: EstimatorHealthRecord;
+  /** Validation: the loss of the same tokens by their position in the sequence (src/train/evaluate.ts, positionBucketEdges). */
+  by_position?: PositionLossRecord[];
+}
+
+/** The labelled tokens at positions [from, to) of their sequences and their mean loss (null when there are none). */
+export interface PositionLossRecord {
+  from: number;
+  to: number;
+  loss: number | null;
+  tokens: number;
+}
+
+/** More buckets than any sequence length gives (they double from 1 to at most 2^31): a record claiming more is not ours. */
+export const MAX_POSITION_BUCKETS = 64;
+
+/** What is wrong with a list of position buckets (metrics.jsonl's or eval.json's by_position), or null. */
+export function positionBucketsProblem(rows: unknown): string | null {
+  if (!Array.isArray(rows) || rows.length === 0 || rows.length > MAX_POSITION_BUCKETS) return `must be a list of 1 to ${MAX_POSITION_BUCKETS} buckets`;
+  const bad = rows.findIndex(
+    (row) =>
+      !isRecord(row) ||
+      !Number.isInteger(row.from) ||
+      !Number.isInteger(row.to) ||
+      (row.from as number) < 0 ||
+      (row.to as number) <= (row.from as number) ||
+      !Number.isInteger(row.tokens) ||
+      (row.tokens as number) < 0 ||
+      !(row.loss === null || (typeof row.loss === 'number' && Number.isFinite(row.loss))),
+  );
+  return bad < 0 ? null : `[${bad}] must be {from, to, loss, tokens} with 0 ≤ from < to (got ${JSON.stringify(rows[bad])})`;
 }
 
 /** Estimator health per layer: arrays indexed by layer (docs/training.md#estimator-health). */
@@ -176,6 +206,10 @@ export function checkRecord(record: unknown, where: string): asserts record is M
       if (!Array.isArray(values) || !values.every((v) => typeof v === 'number' || v === null))
         fail(`field estimator_health.${key} must be a list of numbers, one per layer`);
     }
+  }
+  if (r.by_position !== undefined) {
+    const problem = positionBucketsProblem(r.by_position);
+    if (problem) fail(`field by_position${problem.startsWith('[') ? '' : ' '}${problem}`);
   }
 }
 

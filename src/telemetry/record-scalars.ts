@@ -1,6 +1,6 @@
 // A metric record as named scalars, the one naming W&B's history rows (wandb.ts) and TensorBoard's tags
 // (tensorboard.ts) share: `train/loss`, `val/bpb`, `val/estimator_health/kernel_error/layer0`, `tokens`, …
-import type { MetricRecord } from '../store/run-record.ts';
+import type { MetricRecord, PositionLossRecord } from '../store/run-record.ts';
 
 /**
  * Each record field: where the record sits (sent as it is) or what it measured (sent with the split as prefix).
@@ -23,6 +23,7 @@ export const METRIC_FIELD_ROLES: Record<Exclude<keyof MetricRecord, 'split'>, 'p
   bpb: 'measured',
   acc: 'measured',
   estimator_health: 'measured',
+  by_position: 'measured',
 };
 
 /**
@@ -42,6 +43,11 @@ export function scalarRow(record: MetricRecord): Record<string, number> {
           if (v !== null) row[`${record.split}/${key}/${measure}/layer${layer}`] = v;
         });
       }
+      continue;
+    }
+    if (key === 'by_position') {
+      // One scalar per bucket of positions [from, to): val/loss_by_position/0-1, val/loss_by_position/1-2, …
+      for (const b of value as PositionLossRecord[]) if (b.loss !== null) row[`${record.split}/loss_by_position/${b.from}-${b.to}`] = b.loss;
       continue;
     }
     row[METRIC_FIELD_ROLES[key as keyof typeof METRIC_FIELD_ROLES] === 'position' ? key : `${record.split}/${key}`] = value as number;

@@ -114,22 +114,29 @@ export async function evaluate(model: StepModel, batches: readonly Batch[], grap
     perBucket.forEach((nats, i) => (bucketNats[i] += nats));
   }
   const result = evalResult(lossNats, correct, tokens, bytes);
-  if (!byPosition) return result;
-  const positionLosses = Array.from(bucketNats, (nats, i) => {
-    const mean = bucketTokens[i] > 0 ? nats / bucketTokens[i] : NaN;
-    return { from: edges[i], to: edges[i + 1], loss: mean, ppl: Math.exp(mean), tokens: bucketTokens[i] };
-  });
-  return { ...result, byPosition: positionLosses };
+  return byPosition ? { ...result, byPosition: positionLosses(edges, bucketNats, bucketTokens) } : result;
 }
 
-/** The bucket of each flat position of `batch` ([B·L]), adding its labelled positions to `tokensPerBucket`. */
-function positionBucketsOf(batch: Batch, edges: readonly number[], tokensPerBucket: Float64Array): Int32Array {
+/** Each bucket of `edges` with its mean loss from Σ nats and labelled tokens per bucket (NaN where it holds none). */
+export function positionLosses(edges: readonly number[], nats: Float64Array, tokens: Float64Array): PositionLoss[] {
+  return Array.from(nats, (sum, i) => {
+    const mean = tokens[i] > 0 ? sum / tokens[i] : NaN;
+    return { from: edges[i], to: edges[i + 1], loss: mean, ppl: Math.exp(mean), tokens: tokens[i] };
+  });
+}
+
+/**
+ * The bucket of each flat position of `batch` ([B·L]) under `edges`, adding its labelled positions to
+ * `tokensPerBucket` when given. A position's bucket does not depend on the last edge (they double from 0), so the
+ * buckets of a shorter batch's own edges are the first ones of a longer batch's.
+ */
+export function positionBucketsOf(batch: Pick<Batch, 'batchSize' | 'seqLen' | 'labels'>, edges: readonly number[], tokensPerBucket?: Float64Array): Int32Array {
   const ofPosition = new Int32Array(batch.seqLen);
   for (let bucket = 0; bucket < edges.length - 1; bucket++) ofPosition.fill(bucket, edges[bucket], Math.min(edges[bucket + 1], batch.seqLen));
   const bucketOf = new Int32Array(batch.batchSize * batch.seqLen);
   for (let i = 0; i < bucketOf.length; i++) {
     bucketOf[i] = ofPosition[i % batch.seqLen];
-    if (batch.labels[i] !== IGNORE_LABEL) tokensPerBucket[bucketOf[i]]++;
+    if (tokensPerBucket && batch.labels[i] !== IGNORE_LABEL) tokensPerBucket[bucketOf[i]]++;
   }
   return bucketOf;
 }

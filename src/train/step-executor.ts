@@ -50,8 +50,11 @@ export interface StepExecutor {
   readonly name: string;
   /** One optimizer step over the micro-batches; model and optimizer change only when the result says applied. */
   step(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult>;
-  /** Loss, perplexity, bits per byte and accuracy of the model as it is now on these batches (no dropout). */
-  evaluate(batches: readonly Batch[]): Promise<EvalResult>;
+  /**
+   * Loss, perplexity, bits per byte and accuracy of the model as it is now on these batches (no dropout);
+   * `byPosition`: also the loss by position bucket (EvalResult.byPosition, evaluate.ts), from the same forward pass.
+   */
+  evaluate(batches: readonly Batch[], byPosition?: boolean): Promise<EvalResult>;
   /**
    * Brings state the executor keeps elsewhere (a device, other processes) back into the model's
    * variables and the optimizer's moments, before they are read (checkpoint, export). In-process

@@ -384,7 +384,7 @@ class TrainingLoop {
     const { state } = this;
     const { logger } = this.writers;
     const { batches, documents } = this.inputs.evalSample;
-    const result = this.executor ? await this.executor.evaluate(batches) : await evaluate(this.parts.model, batches, this.recipe.train.graph);
+    const result = this.executor ? await this.executor.evaluate(batches, true) : await evaluate(this.parts.model, batches, this.recipe.train.graph, true);
     const health = this.recipe.train.estimatorHealth ? await this.estimatorHealth() : null;
     const { step, tokens, trainSeconds } = state;
     logger.log({
@@ -401,6 +401,9 @@ class TrainingLoop {
       acc: result.accuracy,
       epoch_fraction: state.epochFraction(this.inputs.epoch.batches),
       ...(health ? { estimator_health: healthRecord(health) } : {}),
+      ...(result.byPosition
+        ? { by_position: result.byPosition.map(({ from, to, loss, tokens }) => ({ from, to, loss: Number.isFinite(loss) ? loss : null, tokens })) }
+        : {}),
     });
     this.lastVal = { step, loss: result.loss };
     logger.line(

@@ -14,6 +14,7 @@ import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
 import type { LossInputs, ModelBatch, StepModel } from '../model/lm.ts';
 import { LOSS_INPUT_FIELDS, ROW_BUCKET, shapesKey, stepKey } from './compiled-step.ts';
+import { positionBucketEdges, positionBucketsOf } from './evaluate.ts';
 import type { AdamW } from './optimizer.ts';
 
 export type NamedArrays = Array<[string, HostArray]>;
@@ -82,14 +83,27 @@ export function gradientInputs(
   });
 }
 
-/** A validation batch's inputs and its program's key, with its labelled count (null: nothing labelled). */
+/**
+ * Validation's position buckets of a batch (positionBucketEdges of its own length; evaluate.ts): `batch:positions`,
+ * each flat position's bucket, and how many buckets the program sums into.
+ */
+function evalPositions(batch: ModelBatch): { bucketOf: Int32Array; count: number } {
+  const edges = positionBucketEdges(batch.seqLen);
+  return { bucketOf: positionBucketsOf(batch, edges), count: edges.length - 1 };
+}
+
+/** A validation batch's inputs (with batch:positions) and its program's key, with its labelled count (null: nothing labelled). */
 export function evalInputs(model: StepModel, batch: ModelBatch): { key: string; arrays: NamedArrays; count: number } | null {
   return tidyValue(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
     if (!inputs) return null;
+    const { bucketOf } = evalPositions(batch);
     return {
       key: `eval|${shapesKey(inputs)}`,
-      arrays: batchTensors(inputs, null, null).map(([n, t]) => [n, hostArray(t)] as [string, HostArray]),
+      arrays: [
+        ...batchTensors(inputs, null, null).map(([n, t]) => [n, hostArray(t)] as [string, HostArray]),
+        ['batch:positions', { dtype: 'int32', shape: [bucketOf.length], data: bucketOf }],
+      ],
       count: inputs.count,
     };
   });
@@ -149,17 +163,22 @@ export function recordGradientProgram(model: StepModel, batch: ModelBatch, varia
   });
 }
 
-/** Validation's sums of a batch as a program (outputs sum:loss, sum:correct). */
+/**
+ * Validation's sums of a batch as a program (outputs sum:loss, sum:correct and sum:byPosition, Σ cross-entropy per
+ * position bucket of batch:positions). Programs compiled before sum:byPosition existed lack it and ignore that input.
+ */
 export function recordEvalProgram(model: StepModel, batch: ModelBatch): ProgramSpec {
   return tidyValue(() => {
     const inputs = model.lossInputs(batch, ROW_BUCKET);
     if (!inputs) throw new Error('xla: a batch with no labelled position has no program');
-    const feeds = [...batchTensors(inputs, null, null), ...modelTensors(model)];
+    const { bucketOf, count } = evalPositions(batch);
+    const positions = tf.tensor1d(bucketOf, 'int32');
+    const feeds: Array<[string, tf.Tensor]> = [...batchTensors(inputs, null, null), ['batch:positions', positions], ...modelTensors(model)];
     const run = () => {
-      const sums = model.evalSumsOf(inputs);
-      return [sums.loss, sums.correct];
+      const sums = model.evalSumsOf(inputs, { bucketOf: positions, count });
+      return [sums.loss, sums.correct, sums.byPosition!];
     };
-    return recordProgram(feeds, () => ['sum:loss', 'sum:correct'], run, 'validation');
+    return recordProgram(feeds, () => ['sum:loss', 'sum:correct', 'sum:byPosition'], run, 'validation');
   });
 }
 

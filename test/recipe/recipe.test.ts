@@ -4,9 +4,10 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { attentionOptionSpecs } from '../../src/model/attention/index.ts';
 import { loadRecipe } from '../../src/store/recipes.ts';
-import { RECIPE_DEFAULTS, RECIPE_SCHEMA, type Recipe } from '../../src/recipe/schema.ts';
+import { MODEL_PRESETS, RECIPE_DEFAULTS, RECIPE_SCHEMA, type Recipe } from '../../src/recipe/schema.ts';
 import { renderRecipeDocs } from '../../src/recipe/docs.ts';
-import { parseAssignment } from '../../src/recipe/load.ts';
+import { parseAssignment, parseRecipeWith } from '../../src/recipe/load.ts';
+import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
 
 let dir: string;
 /** Writes `yaml` to a recipe file and returns its path. */
@@ -228,6 +229,86 @@ describe('loadRecipe', () => {
     expect(errorOf(file, ['--model.attention.options.quadratureNodes=0'])).toContain('model.attention.options.quadratureNodes');
     expect(errorOf(file, ['--train=3'])).toContain('train is a section');
     expect(errorOf(file, ['train.lr=1'])).toContain('must look like --section.key=value');
+  });
+});
+
+describe('model.preset', () => {
+  const architecture = (r: Recipe) => ({ positional: r.model.positional, mlp: r.model.mlp, norm: r.model.norm, bias: r.model.bias });
+  const TRANSFORMER_PP = { positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm', bias: false };
+
+  it('sets rope, swiglu, rmsnorm and no biases in one line for any mechanism and kind, and records itself and the resolved keys', () => {
+    for (const [kind, attention] of [
+      ['gpt', 'softmax'],
+      ['gpt', 'slay'],
+      ['gpt', 'gla'],
+      ['bert', 'performer'],
+    ]) {
+      const r = loadRecipe(recipeFile(`${MINIMAL}model: {kind: ${kind}, preset: transformer++, attention: {name: ${attention}}}\n`));
+      expect(architecture(r), `${kind} ${attention}`).toEqual(TRANSFORMER_PP);
+      expect(r.model.preset).toBe('transformer++');
+      // config.json is the resolved recipe as JSON: it holds the preset and every value it set.
+      expect(JSON.parse(JSON.stringify(r)).model).toMatchObject({ preset: 'transformer++', ...TRANSFORMER_PP });
+    }
+    const plain = loadRecipe(recipeFile(MINIMAL));
+    expect(plain.model.preset).toBeNull();
+    expect(architecture(loadRecipe(recipeFile(`${MINIMAL}model: {preset: gpt2}\n`)))).toEqual(architecture(plain));
+  });
+
+  it('builds the same model config as the four explicit keys', () => {
+    const preset = loadRecipe(recipeFile(`${MINIMAL}model: {preset: transformer++, attention: {name: slay}}\n`, 'tpp.yaml'));
+    const explicit = loadRecipe(
+      recipeFile(`${MINIMAL}model: {positional: rope, mlp: swiglu, norm: rmsnorm, bias: false, attention: {name: slay}}\n`, 'tpp.yaml'),
+    );
+    expect(modelConfigFromRecipe(preset, 100)).toEqual(modelConfigFromRecipe(explicit, 100));
+    expect(modelConfigFromRecipe(preset, 100)).not.toEqual(
+      modelConfigFromRecipe(loadRecipe(recipeFile(`${MINIMAL}model: {attention: {name: slay}}\n`, 'tpp.yaml')), 100),
+    );
+    // Apart from the preset's own key, the two resolved recipes are the same.
+    expect({ ...preset, model: { ...preset.model, preset: null } }).toEqual(explicit);
+  });
+
+  it('gives way to keys the recipe or the command line sets, wherever the preset is given', () => {
+    const file = recipeFile(`${MINIMAL}model: {preset: transformer++, bias: true, positional: learned}\n`);
+    expect(architecture(loadRecipe(file))).toEqual({ ...TRANSFORMER_PP, bias: true, positional: 'learned' });
+    expect(architecture(loadRecipe(file, ['--model.mlp=gelu']))).toEqual({ positional: 'learned', mlp: 'gelu', norm: 'rmsnorm', bias: true });
+    // A preset from the command line: the file's own keys still win over it.
+    const partial = recipeFile(`${MINIMAL}model: {norm: layernorm}\n`);
+    const r = loadRecipe(partial, ['--model.preset=transformer++']);
+    expect(architecture(r)).toEqual({ ...TRANSFORMER_PP, norm: 'layernorm' });
+    expect(r.name).toBe('x+preset=transformer__');
+  });
+
+  it('an unknown preset is an error naming the key and listing the presets; its keys are checked like the recipe’s', () => {
+    const message = errorOf(recipeFile(`${MINIMAL}model: {preset: llama}\n`));
+    expect(message).toBe(`${path.join(dir, 'x.yaml')}: model.preset must be one of ${Object.keys(MODEL_PRESETS).join(', ')} or null (got "llama")`);
+    expect(Object.keys(MODEL_PRESETS)).toEqual(['gpt2', 'transformer++']);
+    expect(errorOf(recipeFile(MINIMAL), ['--model.preset=transformer']).split('\n')).toEqual([
+      `${path.join(dir, 'x.yaml')}: override --model.preset=transformer: model.preset must be one of gpt2, transformer++ or null (got "transformer")`,
+    ]);
+    // What the preset sets meets the constraints between keys, and the message says the preset set it.
+    expect(errorOf(recipeFile(`${MINIMAL}model: {dModel: 12, numHeads: 4, preset: transformer++}\n`))).toContain(
+      "model.positional 'rope' rotates channel pairs: the head size model.dModel / model.numHeads (3) must be even (set by model.preset transformer++)",
+    );
+  });
+
+  it('contradicting the model an initFrom folder fixes is an error naming both; the folder’s other keys fill in', () => {
+    const hooks = {
+      initFromSettings: () => ({
+        configFile: '/hf/gpt2/config.json',
+        settings: [
+          { key: 'model.positional', value: 'learned', field: 'n_positions' },
+          { key: 'model.dModel', value: 64, field: 'n_embd' },
+        ],
+        tokenizer: '/hf/gpt2/tokenizer.json',
+      }),
+    };
+    const text = (preset: string) => `initFrom: hf:/hf/gpt2\nmodel: {preset: ${preset}}\ndata: {dataset: data/c4}\n`;
+    expect(() => parseRecipeWith(hooks, text('transformer++'), 'ft.yaml')).toThrow(
+      'ft.yaml: model.preset transformer++ makes model.positional "rope" but /hf/gpt2/config.json (initFrom) makes it "learned" (from n_positions): leave model.preset out, or set model.positional to that',
+    );
+    const r = parseRecipeWith(hooks, text('gpt2'), 'ft.yaml');
+    expect(r.model.dModel).toBe(64);
+    expect(r.model.positional).toBe('learned');
   });
 });
 

@@ -39,6 +39,8 @@ interface FakeRun {
   speed?: number;
   /** Recipe values written as they are into config.json (a tampered file). */
   raw?: { kind?: unknown; evalTokens?: unknown };
+  /** Each validation record's by_position (as the trainer logs it), by its index in `val`. */
+  valByPosition?: (index: number) => unknown;
 }
 
 function recipe(attention: string, seed: number, lr = 1e-3, more: Pick<FakeRun, 'kind' | 'dModel' | 'tokenizer'> = {}) {
@@ -77,7 +79,19 @@ function writeRun(run: FakeRun): string {
     const speed = run.speed ?? 500;
     const base = { step, tokens, lr: run.lrAt?.(step) ?? 1e-3, grad_norm: 1, tokens_per_s: speed, elapsed_s: tokens / speed };
     lines.push(JSON.stringify({ ...base, split: 'train', loss: run.train[i], ppl: Math.exp(run.train[i]) }));
-    lines.push(JSON.stringify({ ...base, split: 'val', grad_norm: null, loss, ppl: Math.exp(loss), bpb: loss / Math.LN2 / 4, acc: 1 - loss / 4 }));
+    const byPosition = run.valByPosition?.(i);
+    lines.push(
+      JSON.stringify({
+        ...base,
+        split: 'val',
+        grad_norm: null,
+        loss,
+        ppl: Math.exp(loss),
+        bpb: loss / Math.LN2 / 4,
+        acc: 1 - loss / 4,
+        ...(byPosition === undefined ? {} : { by_position: byPosition }),
+      }),
+    );
   });
   writeFileSync(join(dir, 'metrics.jsonl'), lines.join('\n') + '\n');
   if (run.summary) writeFileSync(join(dir, 'summary.json'), JSON.stringify(run.summary));
@@ -631,6 +645,83 @@ describe('compareRuns', () => {
     await compareRuns([softmax1, softmax2], { outDir: plainOut, warn: () => {} });
     expect(readFileSync(join(plainOut, 'report.md'), 'utf8')).not.toContain('Loss by position');
     expect(existsSync(join(plainOut, 'by-position.csv'))).toBe(false);
+  });
+
+  it("tables and plots the loss by position at the runs' last validation (metrics.jsonl's by_position), apart from eval.json's", async () => {
+    const positionRoot = join(root, 'val-by-position');
+    const buckets = (losses: (number | null)[]) =>
+      losses.map((loss, i) => ({ from: i === 0 ? 0 : 2 ** (i - 1), to: 2 ** i, loss, tokens: loss === null ? 0 : 10 }));
+    // Earlier validations log other losses: the report reads the last one. A run of an older version logged none.
+    const runs = [
+      { folder: 'vp-softmax-1', last: [4, 3, 2] as (number | null)[] | null, eval: null },
+      { folder: 'vp-softmax-2', last: [4.4, 3.4, null], eval: null },
+      { folder: 'vp-slay-1', last: [5, 4, 3.5], eval: [9, 9, 9] },
+      { folder: 'vp-slay-2', last: null, eval: null },
+    ].map(({ folder, last, eval: evalLosses }, i) => {
+      const dir = writeRun({
+        parent: positionRoot,
+        folder,
+        attention: folder.split('-')[1],
+        seed: i + 1,
+        val: [3, 2.5, 2.2],
+        train: [3, 2.6, 2.3],
+        summary: summaryOf(2.2, 100),
+        valByPosition: (index) => (last === null ? undefined : index === 2 ? buckets(last) : buckets([7, 7, 7])),
+      });
+      if (evalLosses) writeFileSync(join(dir, 'eval.json'), JSON.stringify({ loss: 2, by_position: buckets(evalLosses) }));
+      return dir;
+    });
+    const out = join(root, 'val-by-position-report');
+    await compareRuns(runs, { outDir: out, warn: () => {}, baseline: null });
+    const md = readFileSync(join(out, 'report.md'), 'utf8');
+    const section = md.slice(md.indexOf('## Validation loss by position'), md.indexOf('## Loss by position'));
+    expect(section).toContain('| positions | softmax (n = 2) | slay (n = 1) |');
+    expect(section).toContain('| \\[0, 1) | 4.2000 | 5.0000 |');
+    expect(section).toContain('| \\[1, 2) | 3.2000 | 4.0000 |');
+    expect(section).toContain('| \\[2, 4) | 2.0000 | 3.5000 |');
+    // eval.json's curve stays its own section: slay's 9s are not mixed into the validation's.
+    expect(md.slice(md.indexOf('## Loss by position'))).toContain('| \\[0, 1) | 9.0000 |');
+    expect(readFileSync(join(out, 'val-by-position.csv'), 'utf8')).toContain('"[0, 1)",4.2,5');
+    const svg = readFileSync(join(out, 'val-loss-by-position.svg'), 'utf8');
+    expectWellFormed(svg);
+    expect(svg).toContain('Validation loss by position at the last validation');
+    expect(readFileSync(join(out, 'index.html'), 'utf8')).toContain('<h2>Validation loss by position</h2>');
+    expect(md).toContain('![Validation loss by position at the last validation](val-loss-by-position.svg)');
+    // A malformed by_position is the run's metrics.jsonl error, naming the line.
+    const bad = writeRun({
+      parent: positionRoot,
+      folder: 'vp-bad',
+      attention: 'softmax',
+      seed: 9,
+      val: [3],
+      train: [3],
+      valByPosition: () => [{ from: 3, to: 1, loss: 1, tokens: 1 }],
+    });
+    await expect(compareRuns([bad], { outDir: join(root, 'vp-bad-report'), warn: () => {} })).rejects.toThrow(
+      `${join(bad, 'metrics.jsonl')}:2: metric record field by_position[0] must be`,
+    );
+  });
+
+  it('runs that resolved to the same model keys are one recipe, whether model.preset set them or the recipe did', async () => {
+    const presetRoot = join(root, 'preset');
+    const TPP = { positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm', bias: false };
+    const folderWith = (folder: string, model: Record<string, unknown>) => {
+      const dir = writeRun({ parent: presetRoot, folder, attention: 'slay', seed: 1, val: [3], train: [3] });
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config, model: { ...config.model, ...model } }));
+      return loadRun(dir);
+    };
+    const byPreset = await folderWith('by-preset', { ...TPP, preset: 'transformer++' });
+    const explicit = await folderWith('explicit', { ...TPP, preset: null });
+    const older = await folderWith('older', TPP); // a version before model.preset: no such key
+    const withBias = await folderWith('with-bias', { ...TPP, bias: true, preset: 'transformer++' });
+    for (const run of [explicit, older]) {
+      expect(run.recipeKey).toBe(byPreset.recipeKey);
+      expect(run.pairingKey).toBe(byPreset.pairingKey);
+    }
+    expect(withBias.recipeKey).not.toBe(byPreset.recipeKey);
+    expect(byPreset.settings['model.preset']).toBeUndefined();
+    expect(byPreset.settings['model.positional']).toBe('rope');
   });
 
   it("tables the lm-evaluation-harness scores of the runs' lm-eval/<task>.json (npm run lm-eval), one row per run", async () => {

@@ -75,7 +75,7 @@ async function run(
     const results = [];
     for (const micro of steps) results.push(await running.step(micro, { lr: 1e-2, clip: 0.5, dropoutSeed: null }));
     const evalBatches = steps[0].map((b) => ({ ...b, tokens: b.batchSize * b.seqLen, bytes: 100 }) as unknown as Batch);
-    const evaluation = await running.evaluate(evalBatches);
+    const evaluation = await running.evaluate(evalBatches, true);
     await running.pull();
     const params = new Map([...model.parameters()].map(([n, v]) => [n, v.dataSync().slice() as Float32Array]));
     const moments = optimizer.flatMoments();
@@ -167,6 +167,20 @@ describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
       });
       expect(Math.abs(xla.evaluation.loss - reference.evaluation.loss)).toBeLessThan(1e-4 * reference.evaluation.loss);
       expect(xla.evaluation.accuracy).toBeCloseTo(reference.evaluation.accuracy, 6);
+      // The validation program's loss by position bucket (sum:byPosition) is evaluate's on TensorFlow functions.
+      const buckets = reference.evaluation.byPosition!;
+      expect(xla.evaluation.byPosition!.map((b) => [b.from, b.to, b.tokens])).toEqual(buckets.map((b) => [b.from, b.to, b.tokens]));
+      expect(buckets.map((b) => [b.from, b.to])).toEqual([
+        [0, 1],
+        [1, 2],
+        [2, 4],
+        [4, 8],
+        [8, 16],
+      ]);
+      xla.evaluation.byPosition!.forEach((b, i) => {
+        if (buckets[i].tokens === 0) expect(b.loss).toBeNaN();
+        else expect(Math.abs(b.loss - buckets[i].loss), `[${b.from}, ${b.to})`).toBeLessThan(1e-4 * buckets[i].loss);
+      });
       expect(xla.step).toBe(STEPS);
       for (const [name, values] of reference.params) {
         // Softmax is invariant to a constant added to a row's scores, so the keys' bias gets a gradient of pure

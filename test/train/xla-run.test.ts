@@ -90,7 +90,7 @@ describe.skipIf(!available)('training runs with the xla executor', () => {
       expect(run.error).toBeNull();
       return readMetrics(run.dir)
         .filter((r) => r.split === 'val')
-        .map((r) => ({ step: r.step, kernelError: r.estimator_health!.kernel_error[0] }));
+        .map((r) => ({ step: r.step, kernelError: r.estimator_health!.kernel_error[0], byPosition: r.by_position! }));
     };
     const xla = await health('xla');
     const opByOp = await health('op-by-op');
@@ -98,6 +98,11 @@ describe.skipIf(!available)('training runs with the xla executor', () => {
     // Trained weights, not the step-0 ones the trainer's own model would still hold without the pull.
     expect(xla.at(-1)!.kernelError).not.toBeCloseTo(xla[0].kernelError, 3);
     xla.forEach((r, i) => expect(r.kernelError).toBeCloseTo(opByOp[i].kernelError, 3));
+    // Every validation record's loss by position comes from the jax process's validation program (sum:byPosition).
+    xla.forEach((r, i) => {
+      expect(r.byPosition.map((b) => [b.from, b.to, b.tokens])).toEqual(opByOp[i].byPosition.map((b) => [b.from, b.to, b.tokens]));
+      r.byPosition.forEach((b, j) => expect(b.loss!, `step ${r.step} [${b.from}, ${b.to})`).toBeCloseTo(opByOp[i].byPosition[j].loss!, 4));
+    });
   });
 
   it('npm run compile, then a run from the compiled programs with no TensorFlow backend, equals the recorded run', async () => {
@@ -128,6 +133,10 @@ describe.skipIf(!available)('training runs with the xla executor', () => {
       .filter((d) => d !== recorded.dir);
     expect(runs).toHaveLength(1);
     expect(losses(runs[0])).toEqual(losses(recorded.dir));
+    // The loss by position too, from the compiled validation programs alone.
+    const byPosition = (run: string) => readMetrics(run).flatMap((r) => (r.by_position ?? []).map((b) => `${r.step} ${b.from}-${b.to} ${b.loss?.toFixed(5)}`));
+    expect(byPosition(recorded.dir).length).toBeGreaterThan(0);
+    expect(byPosition(runs[0])).toEqual(byPosition(recorded.dir));
   });
 
   it("Ctrl-C to the process group: the step finishes, the checkpoint holds the jax process's state, exit 130", async () => {

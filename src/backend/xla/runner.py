@@ -16,7 +16,7 @@
 #        devices of every process (devices.py; `sums` names them, `stop` is added as a flag); the apply program reads
 #        state, the sums and its arrays on every device, and its outputs named like state replace it (donated,
 #        updated in place)                        → {loss, norm, applied, stopRequested}
-#   eval {program, names} + arrays            → {sums: {output: value}}
+#   eval {program, names} + arrays            → {sums: {output: value, or a list of values for a vector}}
 #   memory                                    → {peakBytes, bytesInUse} (null where the device reports none)
 #   exit                                      → {} and the process ends
 import json
@@ -265,7 +265,8 @@ def main():
                 env = state_on(0)
                 env.update(put_on(0, header['names'], arrays))
                 outs = programs[header['program']](env)
-                write_message({'sums': {name: number(value) for name, value in outs.items()}})
+                # A vector output (sum:byPosition) goes as a list of numbers.
+                write_message({'sums': {name: number(value) if np.ndim(value) == 0 else [number(v) for v in np.ravel(value)] for name, value in outs.items()}})
             elif op == 'memory':
                 stats = [getattr(d, 'memory_stats', lambda: None)() or {} for d in local]
                 peaks = [s['peak_bytes_in_use'] for s in stats if s.get('peak_bytes_in_use') is not None]

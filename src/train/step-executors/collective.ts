@@ -55,8 +55,8 @@ class CollectiveExecutor implements StepExecutor {
   }
 
   // Only rank 0 evaluates (trainer.ts); the others go on to the next all-reduce and wait there.
-  evaluate(batches: readonly Batch[]): Promise<EvalResult> {
-    return evaluate(this.context.model, batches, this.context.graph);
+  evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {
+    return evaluate(this.context.model, batches, this.context.graph, byPosition);
   }
 
   // Every rank applies the same update to its own copy of the model. A sharded optimizer's moments are

@@ -18,8 +18,8 @@ export abstract class InProcessExecutor implements StepExecutor {
     return trainStep(model, optimizer, microBatches, { ...inputs, trainable, graph: this.graph, xla });
   }
 
-  evaluate(batches: readonly Batch[]): Promise<EvalResult> {
-    return evaluate(this.context.model, batches, this.graph);
+  evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {
+    return evaluate(this.context.model, batches, this.graph, byPosition);
   }
 
   async pull(): Promise<void> {}

@@ -21,8 +21,8 @@ class ReplicasExecutor implements StepExecutor {
     return this.group.step(optimizer, microBatches, { ...inputs, trainable, graph, xla });
   }
 
-  evaluate(batches: readonly Batch[]): Promise<EvalResult> {
-    return evaluate(this.context.model, batches, this.context.graph);
+  evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {
+    return evaluate(this.context.model, batches, this.context.graph, byPosition);
   }
 
   // The replicas receive the trainable weights with every step's batches: the main thread's copy is the state.

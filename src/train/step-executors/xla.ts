@@ -12,7 +12,7 @@ import { currentCluster } from '../../backend/collective.ts';
 import { replyNumber, XlaRunner, type HostArray, type RunnerHello } from '../../backend/xla/runner.ts';
 import type { XlaPrecision } from '../../backend/xla/programs.ts';
 import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../../backend/xla/setup.ts';
-import { evalResult, type EvalResult } from '../evaluate.ts';
+import { evalResult, positionBucketEdges, positionBucketsOf, positionLosses, type EvalResult } from '../evaluate.ts';
 import { microBatchSeed, stepTokens, type StepResult } from '../step.ts';
 import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
 import { STEP_SCALARS } from '../optimizer.ts';
@@ -203,9 +203,14 @@ export class XlaExecutor implements StepExecutor {
     };
   }
 
-  async evaluate(batches: readonly Batch[]): Promise<EvalResult> {
+  async evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {
     const { model } = this.context;
     let [lossNats, correct, tokens, bytes] = [0, 0, 0, 0];
+    // Each batch's program sums into the buckets of its own length: the first ones of the longest's (evaluate.ts).
+    const edges = positionBucketEdges(Math.max(1, ...batches.map((b) => b.seqLen)));
+    const bucketNats = new Float64Array(edges.length - 1);
+    const bucketTokens = new Float64Array(edges.length - 1);
+    let buckets = byPosition;
     await this.sendChangedBuffers();
     for (const batch of batches) {
       bytes += batch.bytes;
@@ -221,8 +226,16 @@ export class XlaExecutor implements StepExecutor {
       lossNats += replyNumber(sums['sum:loss']);
       correct += replyNumber(sums['sum:correct']);
       tokens += given.count;
+      const perBucket = sums['sum:byPosition'];
+      // A validation program compiled ahead of time before it summed by position has no sum:byPosition.
+      if (!Array.isArray(perBucket)) buckets = false;
+      else if (buckets) {
+        perBucket.forEach((nats, i) => (bucketNats[i] += replyNumber(nats)));
+        positionBucketsOf(batch, edges, bucketTokens);
+      }
     }
-    return evalResult(lossNats, correct, tokens, bytes);
+    const result = evalResult(lossNats, correct, tokens, bytes);
+    return buckets ? { ...result, byPosition: positionLosses(edges, bucketNats, bucketTokens) } : result;
   }
 
   async pull(): Promise<void> {
