@@ -14,7 +14,8 @@ import { RECIPE_SCHEMA } from '../recipe/schema.ts';
 import { FINAL_DIR, METRICS_FILE, RUN_CONFIG_FILE, RUN_MARKER, SUMMARY_FILE, TOKENIZER_FILE } from '../store/layout.ts';
 import { readModelMetadata } from '../store/model-folder.ts';
 import { RunFolder } from '../store/run-folder.ts';
-import type { MetricRecord, SummaryFields } from '../store/run-record.ts';
+import { positionBucketsProblem } from '../store/run-record.ts';
+import type { MetricRecord, PositionLossRecord, SummaryFields } from '../store/run-record.ts';
 import { groupBy } from './stats.ts';
 import { readLmEvalScores, type LmEvalScore } from './lm-eval-results.ts';
 import { readPasskeyScores, type PasskeyScore } from './passkey-results.ts';
@@ -69,17 +70,10 @@ export interface RunSummary {
 }
 
 /** One position bucket of eval.json's by_position: the labelled tokens at positions [from, to) (loss null when none). */
-export interface PositionLossRow {
-  from: number;
-  to: number;
-  loss: number | null;
-  tokens: number;
-}
+export type PositionLossRow = PositionLossRecord;
 
 /** Where compare looks for a run's `eval --by-position --json` result (docs/training.md, "Evaluate and generate"). */
 export const RUN_EVAL_FILE = 'eval.json';
-/** More buckets than any sequence length gives (they double): a file claiming more is not eval's. */
-const MAX_POSITION_BUCKETS = 64;
 
 /** The by_position of `<dir>/eval.json`: null when absent or without it; a malformed one is a warning and null. */
 function readByPosition(dir: string, warnings: string[]): PositionLossRow[] | null {
@@ -88,22 +82,9 @@ function readByPosition(dir: string, warnings: string[]): PositionLossRow[] | nu
   try {
     const value = readJsonFile(file);
     if (!isRecord(value) || value.by_position === undefined) return null;
-    const rows = value.by_position;
-    if (!Array.isArray(rows) || rows.length === 0 || rows.length > MAX_POSITION_BUCKETS)
-      throw new Error(`${file}: by_position must be a list of 1 to ${MAX_POSITION_BUCKETS} buckets`);
-    return rows.map((row, i) => {
-      const ok =
-        isRecord(row) &&
-        Number.isInteger(row.from) &&
-        Number.isInteger(row.to) &&
-        (row.from as number) >= 0 &&
-        (row.to as number) > (row.from as number) &&
-        Number.isInteger(row.tokens) &&
-        (row.tokens as number) >= 0 &&
-        (row.loss === null || finite(row.loss) !== null);
-      if (!ok) throw new Error(`${file}: by_position[${i}] must be {from, to, loss, tokens} with 0 ≤ from < to (got ${JSON.stringify(row)})`);
-      return { from: row.from as number, to: row.to as number, loss: row.loss as number | null, tokens: row.tokens as number };
-    });
+    const problem = positionBucketsProblem(value.by_position);
+    if (problem !== null) throw new Error(`${file}: by_position${problem.startsWith('[') ? '' : ' '}${problem}`);
+    return (value.by_position as PositionLossRecord[]).map(({ from, to, loss, tokens }) => ({ from, to, loss, tokens }));
   } catch (err) {
     warnings.push(`${(err as Error).message}; its loss by position is left out`);
     return null;
