@@ -8,8 +8,8 @@ import type { Batch } from '../data/batch.ts';
 import { IGNORE_LABEL, type ModelBatch } from '../model/lm.ts';
 import { graphStatus } from '../train/compiled-step.ts';
 import { shardMicroBatches } from '../train/data-parallel.ts';
-import { resolveExecutionPlan } from '../train/execution-plan.ts';
-import { AdamW } from '../train/optimizer.ts';
+import { planAdamW, resolveExecutionPlan } from '../train/execution-plan.ts';
+import type { AdamW } from '../train/optimizer.ts';
 import type { StepExecutor } from '../train/step-executor.ts';
 import { startStepExecutor } from '../train/step-executors/index.ts';
 import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
@@ -126,8 +126,7 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
     // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
     // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
     // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
-    const adamW = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true };
-    optimizer = new AdamW(params, { ...adamW, update: plan.update, jit: plan.jit });
+    optimizer = planAdamW(plan, params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true });
     executor = await startStepExecutor({ plan, model, optimizer, trainable: params });
     const lossCurve: number[] = [];
     const start = performance.now();

@@ -3,6 +3,7 @@
 // (op by op, recorded as TensorFlow functions, compiled by XLA in jax), over how many replicas, processes and jax
 // devices, and in which precision. The trainer, the step executors, the task runner, the throughput benchmark and
 // AdamW receive it as a value; none of them decides any of it again.
+import type { Variable } from '@tensorflow/tfjs';
 import type { Cluster } from '../backend/collective.ts';
 import type { Device } from '../backend/device.ts';
 import { resolveDataParallel } from '../backend/device.ts';
@@ -10,7 +11,7 @@ import { resolveXla, type XlaSetting } from '../backend/tf-graph.ts';
 import type { XlaPrecision } from '../backend/xla/programs.ts';
 import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../backend/xla/setup.ts';
 import { LanguageModel, type StepModel } from '../model/lm.ts';
-import type { ShardOf } from './optimizer.ts';
+import { AdamW, type AdamWOptions, type ShardOf } from './optimizer.ts';
 
 /** train.executor's values: `auto` and the registry's names (step-executors/index.ts lists one entry for each). */
 export const STEP_EXECUTOR_NAMES = ['auto', 'op-by-op', 'functions', 'replicas', 'collective', 'xla'] as const;
@@ -129,18 +130,22 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
   return { ...plan, executor, gradients: recorded, update: recorded };
 }
 
+/** AdamW over `params` with the run's hyperparameters, its update run as the plan says: recorded or op by op, JIT, this rank's shard. */
+export function planAdamW(plan: ExecutionPlan, params: Map<string, Variable>, hyper: Omit<AdamWOptions, 'update' | 'jit' | 'shard'>): AdamW {
+  return new AdamW(params, { ...hyper, update: plan.update, jit: plan.jit, ...(plan.shard ? { shard: plan.shard } : {}) });
+}
+
 function chooseExecutor(setting: string, c: Candidate): StepExecutorName {
   const can = (name: StepExecutorName) => UNSUPPORTED[name](c) === null;
   if (setting === 'auto') {
     if (can('collective')) return 'collective';
-    if (c.replicas > 1) return 'replicas';
-    return c.graph && can('functions') ? 'functions' : 'op-by-op';
-  }
-  if (!(STEP_EXECUTOR_NAMES as readonly string[]).includes(setting))
+    if (c.replicas <= 1) return c.graph && can('functions') ? 'functions' : 'op-by-op';
+  } else if (!(STEP_EXECUTOR_NAMES as readonly string[]).includes(setting))
     throw new Error(`train.executor: unknown executor '${setting}' (one of ${STEP_EXECUTOR_NAMES.join(', ')})`);
-  const executor = setting as StepExecutorName;
+  // auto with train.dataParallel above 1 asks for replicas, and is refused as naming them would be.
+  const executor = setting === 'auto' ? 'replicas' : (setting as StepExecutorName);
   const why = UNSUPPORTED[executor](c);
-  if (why) throw new Error(`train.executor ${setting}: ${why}`);
+  if (why) throw new Error(`train.executor ${executor}: ${why}`);
   // Any other executor in a rank would train without the all-reduce: the ranks would drift apart unseen. The xla
   // executor has its own, on jax's distributed runtime (docs/xla.md).
   if (executor !== 'collective' && executor !== 'xla' && can('collective'))

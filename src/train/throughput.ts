@@ -5,8 +5,7 @@ import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { Rng } from '../core/rng.ts';
-import type { ExecutionPlan } from './execution-plan.ts';
-import { AdamW } from './optimizer.ts';
+import { planAdamW, type ExecutionPlan } from './execution-plan.ts';
 import { startStepExecutor } from './step-executors/index.ts';
 
 /** The benchmarks' model shape: the reference GPT is vocab 4096, d 128, 4 layers × 4 heads, seq 256 (docs/benchmarks.md). */
@@ -99,7 +98,7 @@ export function medianAndQuartiles(xs: readonly number[]): string {
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
   const { plan } = o;
-  const optimizer = new AdamW(model.parameters(), { ...BENCH_ADAMW, update: plan.update, jit: plan.jit, ...(plan.shard ? { shard: plan.shard } : {}) });
+  const optimizer = planAdamW(plan, model.parameters(), BENCH_ADAMW);
   let executor: Awaited<ReturnType<typeof startStepExecutor>> | null = null;
   try {
     executor = await startStepExecutor({ plan, model, optimizer });

@@ -20,7 +20,7 @@ import { modelConfigFromRecipe } from '../recipe/model-config.ts';
 import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
 import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
-import { AdamW } from './optimizer.ts';
+import type { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
@@ -39,7 +39,7 @@ import type { StepResult } from './step.ts';
 import type { StepExecutor, StepExecutorContext } from './step-executor.ts';
 import { RunState } from './run-state.ts';
 import { startStepExecutor } from './step-executors/index.ts';
-import { resolveExecutionPlan, type ExecutionPlan } from './execution-plan.ts';
+import { planAdamW, resolveExecutionPlan, type ExecutionPlan } from './execution-plan.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
 import { utilisation, utilisationBasis, type UtilisationBasis } from './mfu.ts';
 import { currentDevice } from '../backend/current.ts';
@@ -139,16 +139,8 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
       skipInit: resumed !== null,
     });
     const plan = resolveExecutionPlan(recipe.train, device, cluster, model);
-    optimizer = new AdamW(finetune.trainable, {
-      beta1: recipe.train.beta1,
-      beta2: recipe.train.beta2,
-      eps: recipe.train.eps,
-      weightDecay: recipe.train.weightDecay,
-      decayEmbeddings: recipe.train.decayEmbeddings,
-      update: plan.update,
-      jit: plan.jit,
-      ...(plan.shard ? { shard: plan.shard } : {}),
-    });
+    const { beta1, beta2, eps, weightDecay, decayEmbeddings } = recipe.train;
+    optimizer = planAdamW(plan, finetune.trainable, { beta1, beta2, eps, weightDecay, decayEmbeddings });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
     const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });

@@ -113,6 +113,10 @@ describe('resolving the plan', () => {
     expect(refused({ executor: 'replicas', dataParallel: 2 }, cpu, null, { dropout: 0 } as unknown as StepModel)).toBe(
       'train.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config; this model is not one',
     );
+    // auto asks for replicas when train.dataParallel resolves above 1, and is refused alike for such a model.
+    expect(refused({ dataParallel: 2 }, cpu, null, { dropout: 0 } as unknown as StepModel)).toBe(
+      'train.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config; this model is not one',
+    );
     expect(refused({ executor: 'collective' }, withFunctions)).toBe(
       'train.executor collective: this process is not a rank of a cluster (start the run with --processes N, or under srun)',
     );
