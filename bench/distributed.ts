@@ -15,12 +15,14 @@ import { availableParallelism, loadavg } from 'node:os';
 import * as tf from '@tensorflow/tfjs';
 import { allReduceSum, joinCluster, type Cluster } from '../src/backend/collective.ts';
 import { clusterFromEnv, CLUSTER_ENV, RANK_ENV } from '../src/backend/cluster-env.ts';
+import { currentDevice } from '../src/backend/current.ts';
 import { initBackend } from '../src/backend/start.ts';
 import { GraphCache } from '../src/backend/tf-graph.ts';
 import { exitWithUsage, parseOrExit, integerOption } from '../src/cli/command.ts';
 import { freePorts } from '../src/cli/launch.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { measureThroughput, median } from '../src/train/throughput.ts';
+import { resolveExecutionPlan } from '../src/train/execution-plan.ts';
 
 const COMMAND = {
   name: 'bench:distributed',
@@ -81,9 +83,7 @@ async function measureHere(values: Record<string, string>, cluster: Cluster | nu
     seqLen: Number(values.seq),
     warmup: Number(values.warmup),
     steps: Number(values.steps),
-    replicas: 1,
-    executor: cluster ? 'collective' : 'functions',
-    ...(cluster && values.sharded ? { shard: { rank: cluster.rank, worldSize: cluster.worldSize } } : {}),
+    plan: resolveExecutionPlan({ executor: cluster ? 'collective' : 'functions', shardOptimizer: Boolean(values.sharded) }, currentDevice(), cluster, model),
   });
   let allReduceMs = 0;
   if (cluster) {

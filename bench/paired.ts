@@ -47,7 +47,7 @@ async function main(): Promise<void> {
   const unknownKernel = only?.find((name) => !kernelNames.includes(name));
   if (unknownKernel !== undefined) throw new Error(`bench:paired: --composed: unknown kernel ${unknownKernel} (one of ${kernelNames.join(', ')})`);
   const composedKernels = only as FusedKernel[] | undefined;
-  await initBackend('tensorflow', { quiet: true });
+  const device = await initBackend('tensorflow', { quiet: true });
   console.log(
     `bench:paired: fused CPU kernels ${fusedCpuKernelsStatus()}; ${n('rounds')} rounds after ${n('warmup')}, batch ${n('batch')} × ${n('seq')}, vocab ${n('vocab')}, d ${n('d')}, ${n('layers')} layers × ${n('heads')} heads; composed: ${composedKernels?.join(', ') ?? 'every fused form'}`,
   );
@@ -57,7 +57,8 @@ async function main(): Promise<void> {
   console.log('| --- | ---: | ---: | --- | ---: | ---: | --- | --- |');
   for (const attention of positionals.length > 0 ? positionals : ['softmax', 'slay']) {
     const model = createLanguageModel(benchGptConfig({ vocab: n('vocab'), seq: n('seq'), d: n('d'), layers: n('layers'), heads: n('heads') }, attention));
-    const optimizer = new AdamW(model.parameters(), BENCH_ADAMW);
+    // The step as trainStep's graph: true runs it, AdamW's update recorded too where the binding has functions.
+    const optimizer = new AdamW(model.parameters(), { ...BENCH_ADAMW, update: device.graphSteps ? 'recorded' : 'op-by-op' });
     try {
       const rng = new Rng(7);
       const times = { fused: [] as number[], composed: [] as number[] };

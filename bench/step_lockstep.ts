@@ -26,9 +26,10 @@ const COMMAND = {
 const { values, positionals } = parseOrExit(COMMAND, process.argv.slice(2));
 const [vocab, d, layers, heads, seq, batchSize] = (['vocab', 'd', 'layers', 'heads', 'seq', 'batch'] as const).map((k) => Number(values[k]));
 const attention = positionals[0];
-await initBackend('tensorflow', { quiet: true });
+const device = await initBackend('tensorflow', { quiet: true });
 const model = createLanguageModel(benchGptConfig({ vocab, seq, d, layers, heads }, attention));
-const optimizer = new AdamW(model.parameters(), BENCH_ADAMW);
+// The step as trainStep's graph: true runs it, AdamW's update recorded too where the binding has functions.
+const optimizer = new AdamW(model.parameters(), { ...BENCH_ADAMW, update: device.graphSteps ? 'recorded' : 'op-by-op' });
 const rng = new Rng(7);
 console.log(JSON.stringify({ ready: 'tensorflow', fusedKernels: fusedCpuKernelsStatus() }));
 for await (const line of readline.createInterface({ input: process.stdin })) {

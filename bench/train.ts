@@ -37,6 +37,7 @@ import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel } from '../src/model/lm.ts';
 import { resolveDataParallel } from '../src/backend/device.ts';
 import { benchGptConfig, measureThroughput, median } from '../src/train/throughput.ts';
+import { resolveExecutionPlan } from '../src/train/execution-plan.ts';
 
 const PEER = path.resolve(PROJECT_ROOT, '..', 'shared', 'bench', 'torch_peer_gpt.py');
 const SHAPE = ['seq', 'batch', 'vocab', 'd', 'layers', 'heads'] as const;
@@ -161,15 +162,13 @@ async function measureHere(o: Options): Promise<Row[]> {
       for (const { graph, xla, executor } of modes) {
         if (executor === 'xla' && replicas > 1) continue;
         const model = createLanguageModel(benchGptConfig({ vocab, seq, d, layers, heads }, name, o.options));
+        const plan = resolveExecutionPlan({ executor, graph, xla: xla ? 'on' : 'off', dataParallel: replicas }, device, null, model);
         const r = await measureThroughput(model, {
           batchSize: batch,
           seqLen: seq,
           warmup: o.warmup,
           steps: o.steps,
-          replicas,
-          graph,
-          xla,
-          executor,
+          plan,
           // A function call is one op, which tf.profile does not see into: profiles are of op-by-op steps.
           afterTimed: o.profile && !(device.native && graph) ? (step) => profile(name, step) : undefined,
         });

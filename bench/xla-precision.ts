@@ -14,6 +14,7 @@ import { attentionNames } from '../src/model/attention/index.ts';
 import { createLanguageModel, type LanguageModelConfig, type ModelBatch } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
 import { startStepExecutor } from '../src/train/step-executors/index.ts';
+import { resolveExecutionPlan } from '../src/train/execution-plan.ts';
 
 const COMMAND = {
   name: 'bench:xla-precision',
@@ -62,7 +63,8 @@ function progressionBatch(rng: Rng): ModelBatch {
 async function train(attention: string, precision: 'fp32' | 'bf16', steps: number) {
   const model = createLanguageModel(config(attention));
   const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
-  const executor = await startStepExecutor('xla', { model, optimizer, device: currentDevice(), graph: true, xla: false, replicas: 1, precision });
+  const plan = resolveExecutionPlan({ executor: 'xla', precision }, currentDevice(), null, model);
+  const executor = await startStepExecutor({ plan, model, optimizer });
   try {
     const rng = new Rng(9);
     const losses: number[] = [];

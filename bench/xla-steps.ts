@@ -13,7 +13,8 @@ import { parseOrExit } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
 import { createLanguageModel, type LanguageModelConfig } from '../src/model/lm.ts';
 import { AdamW } from '../src/train/optimizer.ts';
-import { XLA_PROGRAMS_ENV, XlaExecutor, xla } from '../src/train/step-executors/xla.ts';
+import { XlaExecutor, xla } from '../src/train/step-executors/xla.ts';
+import { resolveExecutionPlan, XLA_PROGRAMS_ENV, type ExecutionPlan } from '../src/train/execution-plan.ts';
 import { randomBatch } from '../src/train/throughput.ts';
 import { gpuPeak } from '../src/backend/peak-flops.ts';
 import type { XlaPrecision } from '../src/backend/xla/programs.ts';
@@ -110,10 +111,13 @@ if (values.compile) {
   const model = createLanguageModel(config);
   const optimizer = new AdamW(model.parameters(), optimizerOptions);
   const initSeconds = (performance.now() - made) / 1000;
-  const context = { model, optimizer, device, graph: true, xla: false, replicas: 1, precision };
-  const why = xla.unsupported(context);
-  if (why) throw new Error(`bench:xla: ${why}`);
-  const executor = (await xla.create(context)) as XlaExecutor;
+  let plan: ExecutionPlan;
+  try {
+    plan = resolveExecutionPlan({ executor: 'xla', precision }, device, null, model);
+  } catch (err) {
+    throw new Error(`bench:xla: ${(err as Error).message.replace(/^train\.executor xla: /, '')}`);
+  }
+  const executor = (await xla.create({ plan, model, optimizer })) as XlaExecutor;
   try {
     const rng = new Rng(7);
     const losses: number[] = [];

@@ -40,6 +40,8 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
     { modelConfigFromRecipe },
     { measureThroughput },
     { GPT2_VOCAB_SIZE },
+    { resolveExecutionPlan },
+    { currentDevice },
   ] = await Promise.all([
     import('../backend/tensorflow-check.ts'),
     import('../backend/tf-graph.ts'),
@@ -50,6 +52,8 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
     import('../recipe/model-config.ts'),
     import('../train/throughput.ts'),
     import('../train/plan.ts'),
+    import('../train/execution-plan.ts'),
+    import('../backend/current.ts'),
   ]);
 
   console.log('[1/4] the native backend');
@@ -86,7 +90,8 @@ async function main({ values, positionals }: ParsedCommand<typeof COMMAND.option
       ['functions + XLA', true, true],
       ['op by op', false, false],
     ] as const) {
-      const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: 2, steps, replicas: 1, graph, xla });
+      const plan = resolveExecutionPlan({ graph, xla: xla ? 'on' : 'off' }, currentDevice(), null, model);
+      const r = await measureThroughput(model, { batchSize: recipe.train.batchSize, seqLen: recipe.data.seqLen, warmup: 2, steps, plan });
       console.log(
         `    ${label.padEnd(20)} ${r.msPerStep.toFixed(0)} ms per step, ${Math.round(r.tokensPerSecond).toLocaleString('en-US')} tokens/s, loss ${r.lastLoss.toFixed(3)}, ${r.readbackValues} values (${r.readbackBytes} bytes) read back per step`,
       );

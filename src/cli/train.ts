@@ -213,8 +213,8 @@ async function main(args: Args): Promise<number> {
       args.resume === undefined ? undefined : resolveModelSource('resume', args.resume, { runDir: recipe.train.runDir, recipeName: recipe.name }).dir;
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose, silent: (cluster?.rank ?? 0) !== 0 });
     // Before the model or any tensor exists: joining renames the devices (backend/collective.ts).
-    if (cluster) (await import('../backend/collective.ts')).joinCluster(cluster, { joinTimeoutS: recipe.train.joinTimeout });
-    await runWithSignals(recipe, resume, device, cluster?.rank ?? 0);
+    const joined = cluster ? (await import('../backend/collective.ts')).joinCluster(cluster, { joinTimeoutS: recipe.train.joinTimeout }) : null;
+    await runWithSignals(recipe, resume, device, joined);
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -258,16 +258,21 @@ let onLauncherGone: (launcherPid: number) => void = (launcherPid) => {
  * SIGINT/SIGTERM/SIGHUP ask the loop to stop after the current step and save a checkpoint; a second one quits at once.
  * The end of the --processes launcher asks it as SIGTERM does.
  */
-async function runWithSignals(recipe: Recipe, resume: string | undefined, device: Device, rank: number): Promise<void> {
+async function runWithSignals(
+  recipe: Recipe,
+  resume: string | undefined,
+  device: Device,
+  cluster: import('../backend/collective.ts').Cluster | null,
+): Promise<void> {
   const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
   const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
-  if (rank !== 0) {
+  if (cluster && cluster.rank !== 0) {
     // Rank 0 alone checkpoints on a signal (srun passes Ctrl-C to every task); the others end when it does, having
     // given their part of the checkpoint, also when the launcher is gone.
     const ignore = () => ignoreOutputErrors();
     for (const signal of signals) process.on(signal, ignore);
     onLauncherGone = ignore;
-    await runTraining(recipe, { resume, device });
+    await runTraining(recipe, { resume, device, cluster });
     return;
   }
   const stop: StopRequest = { signal: null };
@@ -290,7 +295,7 @@ async function runWithSignals(recipe: Recipe, resume: string | undefined, device
     console.error(`train: the launcher (pid ${launcherPid}) is gone: finishing the current step and saving a checkpoint, as on SIGTERM`);
   };
   try {
-    await runTraining(recipe, { resume, stop, device });
+    await runTraining(recipe, { resume, stop, device, cluster });
   } finally {
     for (const signal of signals) process.off(signal, onSignal);
   }

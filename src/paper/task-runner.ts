@@ -2,13 +2,14 @@
 // Protocol of the SLAY paper's benchmark (docs/notes/slay-task-benchmark.md): AdamW
 // lr 1e-3 (PyTorch's default weight decay 0.01, β = (0.9, 0.999), ε = 1e-8), one freshly generated
 // batch per optimizer step, final accuracy on 4 × batch fresh samples, seeds 42/43/44.
-import { currentCluster } from '../backend/collective.ts';
+import { currentCluster, type Cluster } from '../backend/collective.ts';
 import { currentDevice } from '../backend/current.ts';
 import type { Batch } from '../data/batch.ts';
 import { IGNORE_LABEL, type ModelBatch } from '../model/lm.ts';
 import { graphStatus } from '../train/compiled-step.ts';
 import { shardMicroBatches } from '../train/data-parallel.ts';
-import { AdamW } from '../train/optimizer.ts';
+import { planAdamW, resolveExecutionPlan } from '../train/execution-plan.ts';
+import type { AdamW } from '../train/optimizer.ts';
 import type { StepExecutor } from '../train/step-executor.ts';
 import { startStepExecutor } from '../train/step-executors/index.ts';
 import { groupBy, meanSd, formatMeanSd } from '../report/stats.ts';
@@ -115,15 +116,18 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
     seed: opts.seed,
   });
   const params = model.parameters();
-  const device = currentDevice();
-  // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
-  // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
-  // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
-  const [graph, xla] = [(opts.graph ?? true) && device.graphSteps, opts.xla ?? false];
-  const optimizer = new AdamW(params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true, graph, xla });
+  // The backend and cluster are read once here (a paper unit's command started and joined them); the plan carries them on.
+  const cluster = currentCluster();
+  let optimizer: AdamW | null = null;
   let executor: StepExecutor | null = null;
   try {
-    executor = await startStepExecutor('auto', { model, optimizer, device, trainable: params, graph, xla, replicas: 1 });
+    const plan = resolveExecutionPlan({ graph: opts.graph ?? true, xla: opts.xla ? 'on' : 'off' }, currentDevice(), cluster, model);
+    const graph = plan.gradients === 'recorded';
+    // Embeddings decay too, as PyTorch's AdamW over model.parameters() in the reference; biases and
+    // the mechanisms' own parameters do not (see src/train/optimizer.ts; over 200 steps at lr·λ = 1e-5
+    // the difference is a factor (1 − 1e-5)^200 ≈ 0.998).
+    optimizer = planAdamW(plan, params, { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: opts.weightDecay, decayEmbeddings: true });
+    executor = await startStepExecutor({ plan, model, optimizer, trainable: params });
     const lossCurve: number[] = [];
     const start = performance.now();
     let batch: Batch | null = null;
@@ -150,18 +154,17 @@ export async function trainOnTask(opts: TaskTrainOptions): Promise<TaskRunResult
       lossCurve,
       params: model.parameterCount(),
       trainSeconds,
-      execution: graph && batch ? graphStatus(model, ownShard(batch), [...params.values()]) : 'eager',
+      execution: graph && batch ? graphStatus(model, ownShard(batch, cluster), [...params.values()]) : 'eager',
     };
   } finally {
     await executor?.close();
-    optimizer.dispose();
+    optimizer?.dispose();
     model.dispose();
   }
 }
 
 /** The rows of `batch` whose step this process recorded: its shard in a rank of a run across processes (a Slurm unit of several tasks). */
-function ownShard(batch: Batch): ModelBatch {
-  const cluster = currentCluster();
+function ownShard(batch: Batch, cluster: Cluster | null): ModelBatch {
   return cluster ? shardMicroBatches([batch], cluster.worldSize, null)[cluster.rank].batches[0] : batch;
 }
 

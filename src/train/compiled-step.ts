@@ -39,7 +39,7 @@ export function gradientsThroughGraph(
   state: readonly tf.Tensor[],
   variables: tf.Variable[],
   loss: () => tf.Scalar,
-  xla = false,
+  jit = false,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
   const eager = () => tf.variableGrads(loss, variables);
   if (!cache) return eager();
@@ -53,7 +53,7 @@ export function gradientsThroughGraph(
       gradNames.set(cache, { ...gradNames.get(cache), [key]: names });
       return [out.value, ...names.map((n) => out.grads[n])];
     },
-    xla,
+    jit,
   );
   names = gradNames.get(cache)![key];
   return { value: value as tf.Scalar, grads: Object.fromEntries(names.map((n, i) => [n, grads[i]])) };
@@ -64,7 +64,7 @@ const gradNames = new WeakMap<GraphCache, Record<string, string[]>>();
 
 /**
  * ∇(lossSum(batch) / total) with respect to `variables`, and that loss. `graph`: run it as a graph
- * function where the backend supports it (`xla`: compiled by XLA); the dropout seed is then a tensor
+ * function where the backend supports it (`jit`: compiled by TensorFlow's XLA JIT); the dropout seed is then a tensor
  * input of the graph (the backend draws the masks from it: DropoutSource). Call inside tf.tidy.
  */
 export function microBatchGradients(
@@ -74,7 +74,7 @@ export function microBatchGradients(
   total: number,
   variables: tf.Variable[],
   graph: boolean,
-  xla = false,
+  jit = false,
 ): { value: tf.Scalar; grads: Record<string, tf.Tensor> } {
   const dropout = dropoutSeed !== null && model.dropout > 0;
   const asGraph = graph && currentDevice().graphSteps && (!dropout || hasFusedKernel(STATELESS_UNIFORM));
@@ -85,7 +85,7 @@ export function microBatchGradients(
   if (!asGraph || !inputs) return tf.variableGrads(loss, variables);
   const batchTensors = [...LOSS_INPUT_FIELDS.flatMap((f) => inputs[f] ?? []), ...(seedTensor ? [seedTensor] : []), divisor];
   const modelTensors = [...model.parameters().values(), ...model.buffers().values()];
-  return gradientsThroughGraph(graphsOf(model), stepKey(inputs, variables, seedTensor !== null), batchTensors, modelTensors, variables, loss, xla);
+  return gradientsThroughGraph(graphsOf(model), stepKey(inputs, variables, seedTensor !== null), batchTensors, modelTensors, variables, loss, jit);
 }
 
 /**

@@ -91,7 +91,7 @@ export type ReplicaRequest =
       total: number;
       gradNames: string[];
       graph: boolean;
-      xla: boolean;
+      jit: boolean;
     };
 /** replica → main messages. */
 export type ReplicaReply =
@@ -269,7 +269,7 @@ export class DataParallelGroup {
         total,
         gradNames,
         graph: opts.graph ?? true,
-        xla: opts.xla ?? false,
+        jit: opts.jit ?? false,
       });
     });
     let local: ReturnType<typeof accumulateGradients> | null = null;
@@ -282,7 +282,7 @@ export class DataParallelGroup {
           total,
           trainable.map(([, v]) => v),
           opts.graph ?? true,
-          opts.xla ?? false,
+          opts.jit ?? false,
         );
     } catch (err) {
       await Promise.allSettled(remote); // the replicas' answers (or errors) are not left unhandled

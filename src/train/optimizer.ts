@@ -6,7 +6,6 @@
 //   p ← p·(1 − lr·λ)                   (only parameters that decay)
 //   p ← p − (lr / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε)
 import * as tf from '@tensorflow/tfjs';
-import { currentDevice } from '../backend/current.ts';
 import { GraphCache } from '../backend/tf-graph.ts';
 
 export interface AdamWOptions {
@@ -16,10 +15,13 @@ export interface AdamWOptions {
   weightDecay: number;
   /** Also decay the token/position embeddings (off by default, as nanoGPT/HF). */
   decayEmbeddings?: boolean;
-  /** Run the update as one TensorFlow graph where the backend can (train.graph, backend/tf-graph.ts; default true). */
-  graph?: boolean;
-  /** Compile that graph with XLA (train.xla resolved for the device; default false). */
-  xla?: boolean;
+  /**
+   * How the update runs, as the run's ExecutionPlan says (execution-plan.ts): 'recorded' = one TensorFlow function
+   * (backend/tf-graph.ts; only where the backend has them), 'op-by-op' = every op from JavaScript (the default).
+   */
+  update?: 'op-by-op' | 'recorded';
+  /** Compile the recorded update with TensorFlow's XLA JIT (train.xla resolved; default false). */
+  jit?: boolean;
   /**
    * ZeRO-1 (train.shardOptimizer; docs/distributed.md): this process is rank `rank` of `worldSize` and keeps the
    * moments only for its slice of the raveled parameters; every update then runs across ranks (AcrossRanks.gather).
@@ -117,7 +119,7 @@ export class AdamW {
 
   constructor(params: Map<string, tf.Variable>, options: AdamWOptions) {
     const { shard, ...rest } = options;
-    this.options = { decayEmbeddings: false, graph: true, xla: false, ...rest };
+    this.options = { decayEmbeddings: false, update: 'op-by-op', jit: false, ...rest };
     const { beta1, beta2, eps, weightDecay } = this.options;
     if (!(beta1 >= 0 && beta1 < 1)) throw new Error(`train.beta1 must be in [0, 1) (got ${beta1})`);
     if (!(beta2 >= 0 && beta2 < 1)) throw new Error(`train.beta2 must be in [0, 1) (got ${beta2})`);
@@ -246,10 +248,10 @@ export class AdamW {
     const updated = this.names.filter((n) => byName.has(n));
     const outputs = tf.tidy(() => {
       const program = this.updateProgram(byName, clip, this.stepScalars(lr, clip, t), across);
-      const graphs = this.options.graph && currentDevice().graphSteps ? (this.graphs ??= new GraphCache()) : null;
+      const graphs = this.options.update === 'recorded' ? (this.graphs ??= new GraphCache()) : null;
       this.lastKey = `${skipped.join(',')}|${this.options.weightDecay > 0}|${clip > 0}|${across ? 'across ranks' : ''}`;
       const inputs = program.inputs.map(([, x]) => x);
-      return graphs ? graphs.call(this.lastKey, inputs, program.run, this.options.xla) : program.run();
+      return graphs ? graphs.call(this.lastKey, inputs, program.run, this.options.jit) : program.run();
     });
     const [norm, ...rest] = outputs;
     const [reducedLoss, stops] = across ? rest.splice(0, 2) : [];

@@ -41,7 +41,7 @@ try {
       assign(message.names, message.values);
       if (message.type === 'weights') return;
       const variables = message.gradNames.map((n) => tensors.get(n)!);
-      const { grads, loss } = accumulateGradients(model, message.batches, message.seeds, message.total, variables, message.graph, message.xla);
+      const { grads, loss } = accumulateGradients(model, message.batches, message.seeds, message.total, variables, message.graph, message.jit);
       let values: Float32Array;
       let lossValue: number;
       try {

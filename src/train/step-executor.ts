@@ -1,13 +1,14 @@
 // The step-executor contract: HOW a recorded training step runs, separate from WHAT it computes
 // (step.ts: the micro-batches' gradients summed over the step's labelled tokens, clipping, the
 // non-finite rule, AdamW). Each way is one file under step-executors/ behind this interface,
-// registered in step-executors/index.ts; the trainer, the task runner and the throughput benchmark
-// hold a StepExecutor and never ask which one it is (docs/training.md, "Step executors").
-import type { Device } from '../backend/device.ts';
+// registered in step-executors/index.ts; which one runs, and how, the run's ExecutionPlan says
+// (execution-plan.ts). The trainer, the task runner and the throughput benchmark hold a StepExecutor and
+// never ask which one it is (docs/execution.md).
 import type { XlaPrecision } from '../backend/xla/programs.ts';
 import type { Batch } from '../data/batch.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';
+import type { ExecutionPlan, StepExecutorName } from './execution-plan.ts';
 import type { AdamW } from './optimizer.ts';
 import type { StepResult } from './step.ts';
 
@@ -24,25 +25,14 @@ export interface StepInputs {
   stopRequested?: boolean;
 }
 
-/** What an executor is built from: the model and optimizer it updates, and how the run asked the step to run. */
+/** What an executor is built from: the run's plan, and the model and optimizer it updates. */
 export interface StepExecutorContext {
+  plan: ExecutionPlan;
   model: StepModel;
+  /** Built with the plan's update (op by op or recorded). */
   optimizer: AdamW;
-  device: Device;
   /** Only these get gradients (train.freeze); default all parameters. */
   trainable?: Map<string, import('@tensorflow/tfjs').Variable>;
-  /** train.graph: record the step as TensorFlow functions where the backend can. */
-  graph: boolean;
-  /** train.xla resolved for the device: compile those functions with XLA. */
-  xla: boolean;
-  /** Worker-thread replicas (train.dataParallel resolved; 1 = this thread alone). */
-  replicas: number;
-  /** train.precision: the xla executor's matrix products (the recipe allows bf16 with it alone); default fp32. */
-  precision?: XlaPrecision;
-  /** train.devices: the devices of each process the xla executor trains on (default 1). */
-  devices?: number | 'all';
-  /** train.gradAccum: micro-batches per step, which the xla executor shares out over its devices. */
-  gradAccum?: number;
 }
 
 export interface StepExecutor {
@@ -72,12 +62,10 @@ export interface StepExecutor {
   close(): Promise<void>;
 }
 
-/** One way of running the step, as the registry lists it. */
+/** One way of running the step, as the registry lists it (whether it can run is the plan's to say: execution-plan.ts). */
 export interface StepExecutorEntry {
-  readonly name: string;
+  readonly name: StepExecutorName;
   /** One line for docs and --help. */
   readonly summary: string;
-  /** Why this executor cannot run with this context (null = it can). */
-  unsupported(context: StepExecutorContext): string | null;
   create(context: StepExecutorContext): Promise<StepExecutor>;
 }

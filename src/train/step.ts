@@ -36,8 +36,8 @@ export interface StepOptions {
   trainable?: Map<string, tf.Variable>;
   /** Run forward and backward as a TensorFlow graph where the backend can (train.graph; default true). */
   graph?: boolean;
-  /** Compile those graphs with XLA (train.xla resolved for the device: resolveXla; default false). */
-  xla?: boolean;
+  /** Compile those graphs with TensorFlow's XLA JIT (train.xla resolved: the plan's jit; default false). */
+  jit?: boolean;
 }
 
 /** Labelled tokens over all micro-batches: the divisor of every summed loss in the step. */
@@ -59,7 +59,7 @@ export function accumulateGradients(
   total: number,
   variables: tf.Variable[],
   graph = true,
-  xla = false,
+  jit = false,
 ): { grads: Map<string, tf.Tensor>; loss: tf.Scalar } {
   let accumulated: Record<string, tf.Tensor> | null = null;
   let loss: tf.Scalar | null = null;
@@ -68,7 +68,7 @@ export function accumulateGradients(
       const previous: Record<string, tf.Tensor> | null = accumulated;
       const previousLoss: tf.Scalar | null = loss;
       const out: { value: tf.Scalar; grads: Record<string, tf.Tensor> } = tf.tidy(() => {
-        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph, xla);
+        const { value, grads } = microBatchGradients(model, batches[i], seeds[i], total, variables, graph, jit);
         if (!previous) return { value, grads };
         const sum: Record<string, tf.Tensor> = {};
         for (const [name, g] of Object.entries(grads)) sum[name] = tf.add(previous[name], g);
@@ -130,6 +130,6 @@ export async function trainStep(model: StepModel, optimizer: AdamW, microBatches
   const total = stepTokens(microBatches);
   const variables = [...(opts.trainable ?? model.parameters()).values()];
   const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
-  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.xla ?? false);
+  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.jit ?? false);
   return applyGradients(optimizer, grads, loss, total, opts);
 }

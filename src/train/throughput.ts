@@ -5,8 +5,7 @@ import { readback, readSince } from '../backend/readback.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import { Rng } from '../core/rng.ts';
-import { currentDevice } from '../backend/current.ts';
-import { AdamW, type ShardOf } from './optimizer.ts';
+import { planAdamW, type ExecutionPlan } from './execution-plan.ts';
 import { startStepExecutor } from './step-executors/index.ts';
 
 /** The benchmarks' model shape: the reference GPT is vocab 4096, d 128, 4 layers × 4 heads, seq 256 (docs/benchmarks.md). */
@@ -56,16 +55,8 @@ export interface ThroughputOptions {
   seqLen: number;
   warmup: number;
   steps: number;
-  /** Data-parallel replicas (worker threads); 1 = this thread alone. */
-  replicas: number;
-  /** train.graph: forward + backward as one TensorFlow graph where the backend can (default true). */
-  graph?: boolean;
-  /** train.xla resolved: compile those graphs with XLA (default false). */
-  xla?: boolean;
-  /** train.executor: how the step runs (default auto: step-executors/index.ts). */
-  executor?: string;
-  /** train.shardOptimizer in a rank of a run across processes: this rank's share of AdamW's moments (ZeRO-1). */
-  shard?: ShardOf;
+  /** How the steps run: executor, replicas, recorded or op by op, XLA JIT, ZeRO-1 shard (resolveExecutionPlan for the model). */
+  plan: ExecutionPlan;
   /** Called once after the timed steps with a function that runs one more step (e.g. to profile it). */
   afterTimed?: (step: () => Promise<void>) => Promise<void>;
 }
@@ -106,11 +97,11 @@ export function medianAndQuartiles(xs: readonly number[]): string {
 
 /** Trains `model` for warmup + steps optimizer steps (AdamW, as a recipe's defaults) and times the last `steps`. */
 export async function measureThroughput(model: LanguageModel, o: ThroughputOptions): Promise<Throughput> {
-  const [graph, xla] = [o.graph ?? true, o.xla ?? false];
-  const optimizer = new AdamW(model.parameters(), { ...BENCH_ADAMW, graph, xla, ...(o.shard ? { shard: o.shard } : {}) });
+  const { plan } = o;
+  const optimizer = planAdamW(plan, model.parameters(), BENCH_ADAMW);
   let executor: Awaited<ReturnType<typeof startStepExecutor>> | null = null;
   try {
-    executor = await startStepExecutor(o.executor ?? 'auto', { model, optimizer, device: currentDevice(), graph, xla, replicas: o.replicas });
+    executor = await startStepExecutor({ plan, model, optimizer });
     const running = executor;
     const rng = new Rng(7);
     const step = async () => {

@@ -21,7 +21,7 @@ import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
 import type { TelemetrySink } from '../telemetry/sink.ts';
 import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
-import { AdamW, type ShardOf } from './optimizer.ts';
+import type { AdamW } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
@@ -37,15 +37,15 @@ import { healthRecord, measureEstimatorHealth, type LayerHealth } from './estima
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
 import type { StepResult } from './step.ts';
-import type { StepExecutor, StepExecutorContext, StepExecutorEntry } from './step-executor.ts';
+import type { StepExecutor, StepExecutorContext } from './step-executor.ts';
 import { RunState } from './run-state.ts';
-import { chooseStepExecutor } from './step-executors/index.ts';
+import { startStepExecutor } from './step-executors/index.ts';
+import { planAdamW, resolveExecutionPlan, type ExecutionPlan } from './execution-plan.ts';
 import { TrainingStopped, type StopRequest } from './stop.ts';
 import { utilisation, utilisationBasis, type UtilisationBasis } from './mfu.ts';
 import { currentDevice } from '../backend/current.ts';
-import { resolveDataParallel, type Device } from '../backend/device.ts';
+import type { Device } from '../backend/device.ts';
 import { readback, readSince, type Readback } from '../backend/readback.ts';
-import { resolveXla } from '../backend/tf-graph.ts';
 import { barrier, checkSameOnEveryRank, currentCluster, type Cluster } from '../backend/collective.ts';
 
 export interface TrainResult {
@@ -117,17 +117,17 @@ interface RunParts {
   optimizer: AdamW;
   finetune: Awaited<ReturnType<typeof prepareFinetune>>;
   stream: BatchStream;
-  /** The step executor train.executor chose for this device and model (step-executors/index.ts), and what it starts from. */
-  steps: { entry: StepExecutorEntry; context: StepExecutorContext };
-  /** The device the run trains on, as its command started it. */
-  device: Device;
+  /** How the steps run (execution-plan.ts): the backend its command started, the executor, replicas, ranks … */
+  plan: ExecutionPlan;
+  /** What the plan's step executor starts from. */
+  steps: StepExecutorContext;
 }
 
 /**
  * Builds the model (initFrom, freeze, or the resumed checkpoint's tensors), the optimizer and the training stream
  * (whose cursor is checked against the dataset). On any failure everything built so far is freed.
  */
-async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, line: (text: string) => void): Promise<RunParts> {
+async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, cluster: Cluster | null, line: (text: string) => void): Promise<RunParts> {
   const { resumed, tokenizer, base } = inputs;
   const model = createLanguageModel(inputs.modelConfig);
   let optimizer: AdamW | null = null;
@@ -139,44 +139,18 @@ async function buildRunParts(recipe: Recipe, inputs: RunInputs, device: Device, 
       line,
       skipInit: resumed !== null,
     });
-    optimizer = new AdamW(finetune.trainable, {
-      beta1: recipe.train.beta1,
-      beta2: recipe.train.beta2,
-      eps: recipe.train.eps,
-      weightDecay: recipe.train.weightDecay,
-      decayEmbeddings: recipe.train.decayEmbeddings,
-      graph: recipe.train.graph,
-      xla: resolveXla(recipe.train.xla),
-      ...optimizerShard(recipe),
-    });
+    const plan = resolveExecutionPlan(recipe.train, device, cluster, model);
+    const { beta1, beta2, eps, weightDecay, decayEmbeddings } = recipe.train;
+    optimizer = planAdamW(plan, finetune.trainable, { beta1, beta2, eps, weightDecay, decayEmbeddings });
     if (resumed) restoreCheckpoint(resumed, model, optimizer);
-    const replicas = resolveDataParallel(recipe.train.dataParallel, device, recipe.train.batchSize);
     const cursorFile = resumed ? path.join(resumed.dir, CURSOR_FILE) : undefined;
     const stream = await openBatchStream({ ...base, split: 'train', cursor: resumed?.cursor, cursorFile });
-    const context = {
-      model,
-      optimizer,
-      device,
-      trainable: finetune.trainable,
-      graph: recipe.train.graph,
-      xla: optimizer.options.xla,
-      replicas,
-      precision: recipe.train.precision,
-      devices: recipe.train.devices,
-      gradAccum: recipe.train.gradAccum,
-    };
-    return { model, optimizer, finetune, stream, steps: { entry: chooseStepExecutor(recipe.train.executor, context), context }, device };
+    return { model, optimizer, finetune, stream, plan, steps: { plan, model, optimizer, trainable: finetune.trainable } };
   } catch (err) {
     optimizer?.dispose();
     model.dispose();
     throw err;
   }
-}
-
-/** ZeRO-1 (train.shardOptimizer): this rank's share of AdamW's moments, in a run of more than one rank. */
-function optimizerShard(recipe: Recipe): { shard?: ShardOf } {
-  const cluster = currentCluster();
-  return recipe.train.shardOptimizer && cluster && cluster.worldSize > 1 ? { shard: { rank: cluster.rank, worldSize: cluster.worldSize } } : {};
 }
 
 /** Where a run writes: its logger (metrics.jsonl, log.txt, the progress bar) and its checkpoints. */
@@ -272,16 +246,10 @@ class TrainingLoop {
 
   /** Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are. */
   private async startExecutor(): Promise<void> {
-    const { entry, context } = this.parts.steps;
-    this.executor = await entry.create(context);
+    this.executor = await startStepExecutor(this.parts.steps);
     if (!this.leader) return;
-    const { device, replicas } = context;
-    this.utilisation = await utilisationBasis(this.inputs.modelConfig, this.recipe.data, {
-      device,
-      executor: this.executor,
-      replicas,
-      cluster: currentCluster(),
-    });
+    const { backend, replicas, cluster } = this.parts.plan;
+    this.utilisation = await utilisationBasis(this.inputs.modelConfig, this.recipe.data, { device: backend, executor: this.executor, replicas, cluster });
     const { flopsPerToken, peak } = this.utilisation;
     this.writers.logger.line(
       `model FLOPs ${(flopsPerToken / 1e6).toFixed(1)} M per trained token (forward and backward; docs/training.md); MFU against ${peak ? `${formatFlops(peak.flopsPerSecond)}: ${peak.source}` : 'no known peak of this device: not logged'}`,
@@ -309,7 +277,7 @@ class TrainingLoop {
     const dropoutSeed = this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${state.step}`) : null;
     const result = await this.executor!.step(micro, { lr, clip: recipe.train.clip, dropoutSeed, stopRequested });
     const seconds = (performance.now() - t0) / 1000;
-    if (parts.device.native) this.lastReadback = readSince(readBefore);
+    if (parts.plan.backend.native) this.lastReadback = readSince(readBefore);
     if (!result.applied) this.dropUpdate(result);
     // The first step of a process records its program and builds its function (backend/tf-graph.ts): say how it ran.
     if (++this.stepsInProcess === 1) {
@@ -384,7 +352,9 @@ class TrainingLoop {
     const { state } = this;
     const { logger } = this.writers;
     const { batches, documents } = this.inputs.evalSample;
-    const result = this.executor ? await this.executor.evaluate(batches, true) : await evaluate(this.parts.model, batches, this.recipe.train.graph, true);
+    const result = this.executor
+      ? await this.executor.evaluate(batches, true)
+      : await evaluate(this.parts.model, batches, this.parts.plan.gradients === 'recorded', true);
     const health = this.recipe.train.estimatorHealth ? await this.estimatorHealth() : null;
     const { step, tokens, trainSeconds } = state;
     logger.log({
@@ -418,7 +388,7 @@ class TrainingLoop {
    * be a collective that only this rank joins.
    */
   private async estimatorHealth(): Promise<LayerHealth[] | null> {
-    if (!currentCluster()) await this.executor?.pull();
+    if (!this.parts.plan.cluster) await this.executor?.pull();
     const health = measureEstimatorHealth(this.parts.model, this.inputs.evalSample.batches[0]);
     if (health) {
       const worst = health.reduce((a, b) => (b.kernelError > a.kernelError ? b : a));
@@ -518,10 +488,13 @@ class TrainingLoop {
 export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
   // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
   // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
-  const resumeRun = opts.resume !== undefined && !opts.logger && isLeader() ? runFolderOf(opts.resume).runDir : null;
+  // Where the run trains, read once here when its command did not hand it over; the plan carries both from here on.
+  const device = opts.device ?? currentDevice();
+  const cluster = opts.cluster === undefined ? currentCluster() : opts.cluster;
+  const resumeRun = opts.resume !== undefined && !opts.logger && isLeader(cluster) ? runFolderOf(opts.resume).runDir : null;
   const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
   try {
-    return await trainLocked(recipe, opts);
+    return await trainLocked(recipe, opts, device, cluster);
   } finally {
     unlock();
   }
@@ -534,6 +507,8 @@ export interface TrainOptions {
   stop?: StopRequest;
   /** The device its command started (src/cli/backend-option.ts startBackend); else the running backend's. */
   device?: Device;
+  /** The cluster its command joined (src/cli/train.ts), null = none; else the one this process joined, if any (backend/collective.ts). */
+  cluster?: Cluster | null;
   /**
    * Sees a new run's model after initFrom and the data-dependent init, before step 0, with the validation batches
    * (the experiments' diagnostics, src/paper/attention-measures.ts); it must leave the model as it found it.
@@ -547,7 +522,7 @@ export interface TrainOptions {
  * In a run across processes (backend/collective.ts), rank 0 leads: it alone writes the run folder, logs,
  * evaluates and checkpoints; the other ranks only take part in the steps (docs/distributed.md).
  */
-function isLeader(cluster: Cluster | null = currentCluster()): boolean {
+function isLeader(cluster: Cluster | null): boolean {
   return cluster === null || cluster.rank === 0;
 }
 
@@ -568,9 +543,7 @@ function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
 }
 
 /** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
-async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainResult> {
-  const device = opts.device ?? currentDevice();
-  const cluster = currentCluster();
+async function trainLocked(recipe: Recipe, opts: TrainOptions, device: Device, cluster: Cluster | null): Promise<TrainResult> {
   // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`, and
   // the number of ranks that run, whether --processes, srun or the recipe asked for them.
   recipe = { ...recipe, backend: device.backend, train: { ...recipe.train, processes: cluster?.worldSize ?? 1 } };
@@ -578,7 +551,7 @@ async function trainLocked(recipe: Recipe, opts: TrainOptions): Promise<TrainRes
   const lines = deferredLines();
   const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
   if (cluster) checkSameOnEveryRank(cluster, 'recipe and data fingerprint', runFingerprint(recipe, inputs));
-  const parts = await buildRunParts(recipe, inputs, device, lines.line);
+  const parts = await buildRunParts(recipe, inputs, device, cluster, lines.line);
   let loop: TrainingLoop | null = null;
   let unlock = () => {};
   try {
@@ -664,8 +637,8 @@ function logStart(recipe: Recipe, inputs: RunInputs, parts: RunParts, logger: Tr
   logger.line(
     `model ${modelConfig.kind} ${modelConfig.attention.name}: ${(parameterCount / 1e6).toFixed(2)}M parameters, vocab ${modelConfig.vocabSize}; ` +
       `${totalSteps} steps of ${(batchSize * gradAccum * recipe.data.seqLen).toLocaleString('en-US')} tokens ` +
-      `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${parts.device.backend}` +
-      (parts.steps.entry.name === 'replicas' ? `, ${parts.steps.context.replicas} data-parallel replicas` : ''),
+      `(batchSize ${batchSize} × gradAccum ${gradAccum} × seqLen ${recipe.data.seqLen}; ${describeEpoch(epoch)}); backend ${parts.plan.backend.backend}` +
+      (parts.plan.executor === 'replicas' ? `, ${parts.plan.replicas} data-parallel replicas` : ''),
   );
   const evalTokens = inputs.evalSample.batches.reduce((sum, batch) => sum + batch.tokens, 0).toLocaleString('en-US');
   const what =

@@ -67,7 +67,7 @@ async function train(
   xla = false,
 ) {
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, Array.from(v.dataSync())]));
-  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph, xla });
+  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: graph ? 'recorded' : 'op-by-op', jit: xla });
   const losses: number[] = [];
   const tensorCounts: number[] = [];
   let optimizerStatus: string;
@@ -75,7 +75,7 @@ async function train(
     for (const [i, batch] of batches.entries()) {
       // A learning rate that changes every step: it must reach the graph as an input, not a constant.
       losses.push(
-        (await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph, xla })).loss,
+        (await trainStep(model, optimizer, [batch], { lr: 1e-2 / (i + 1), clip: 1, dropoutSeed: dropoutSeed?.(i) ?? null, trainable, graph, jit: xla })).loss,
       );
       tensorCounts.push(tf.memory().numTensors);
     }
@@ -161,7 +161,7 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
         attention: { name: 'performer', options: {} },
         seed: 4,
       });
-      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: true });
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: 'recorded' });
       try {
         const batches = batchesFor('gpt', 17);
         let read = readback();
@@ -184,7 +184,7 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
   it('data-parallel replicas follow train.graph: op by op when it is off, TensorFlow functions when on', async () => {
     for (const graph of [false, true]) {
       const model = tinyModel('performer');
-      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: graph ? 'recorded' : 'op-by-op' });
       const group = await DataParallelGroup.start(model, 2);
       try {
         for (const batch of batchesFor('gpt', 19)) await group.step(optimizer, [batch], { lr: 1e-3, clip: 1, dropoutSeed: null, graph });
@@ -212,7 +212,7 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
   it('an overflowing step is dropped by the same rule in both modes: weights and moments untouched', async () => {
     for (const graph of [true, false]) {
       const model = tinyModel('softmax');
-      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph });
+      const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: graph ? 'recorded' : 'op-by-op' });
       try {
         const batches = batchesFor('gpt', 23);
         await trainStep(model, optimizer, [batches[0]], { lr: 1e-3, clip: 1, dropoutSeed: null, graph });
@@ -281,7 +281,7 @@ describe.skipIf(!available)(`training steps as TensorFlow graphs (skipped when n
           [a.name, a],
           [b.name, b],
         ]),
-        { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph },
+        { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: graph ? 'recorded' : 'op-by-op' },
       );
       try {
         const counts: number[] = [];

@@ -238,7 +238,7 @@ describe('global-norm clipping and skipped parameters', () => {
 
 describe('ZeRO-1: moments sharded over ranks (train.shardOptimizer)', () => {
   // Op by op: a recorded TensorFlow function would freeze the simulated gather's result into its graph.
-  const OPTIONS = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, graph: false };
+  const OPTIONS = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: 'op-by-op' as const };
   const RANKS = 3; // P = 28 parameters: slices of 10, the last one 8 values and 2 of padding
   const copyOf = (values: Map<string, Float64Array>) => new Map([...values].map(([n, x]) => [n, tf.variable(tf.tensor(Array.from(x), SHAPES[n]))] as const));
   const values = (t: Map<string, tf.Tensor>) => [...t.values()].flatMap((x) => Array.from(x.dataSync()));

@@ -1,5 +1,6 @@
-// The step-executor registry (src/train/step-executors/index.ts): which executor `auto` picks, an
-// explicit one the run cannot use refused with the reason, the recipe's names equal to the registry's,
+// The step-executor registry (src/train/step-executors/index.ts) and the plan's choice among them
+// (src/train/execution-plan.ts): which executor `auto` picks, an explicit one the run cannot use refused
+// with the reason, the recipe's names equal to the registry's,
 // and the executors agreeing on the same steps (op by op is the reference).
 import * as tf from '@tensorflow/tfjs';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +10,8 @@ import { createLanguageModel, type LanguageModel, type StepModel } from '../../s
 import { SCHEMA } from '../../src/recipe/schema.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import type { StepExecutorContext } from '../../src/train/step-executor.ts';
-import { chooseStepExecutor, startStepExecutor, STEP_EXECUTOR_NAMES } from '../../src/train/step-executors/index.ts';
+import { resolveExecutionPlan, STEP_EXECUTOR_NAMES, type ExecutionSettings } from '../../src/train/execution-plan.ts';
+import { startStepExecutor, STEP_EXECUTORS } from '../../src/train/step-executors/index.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { Rng } from '../../src/core/rng.ts';
 
@@ -34,11 +36,16 @@ const config = {
 /** A context on a GPT, which the test disposes. */
 type GptContext = StepExecutorContext & { model: LanguageModel };
 
-function context(over: Partial<Omit<StepExecutorContext, 'model'>> = {}): GptContext {
+function context(settings: ExecutionSettings = {}): GptContext {
   const model = createLanguageModel(config);
-  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
-  return { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1, ...over };
+  const plan = resolveExecutionPlan(settings, describeDevice('cpu'), null, model);
+  const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: plan.update });
+  return { plan, model, optimizer };
 }
+
+/** The executor the plan of `settings` chooses for `model` on the cpu backend (or `device`). */
+const chosen = (executor: string, settings: ExecutionSettings, model: StepModel, device = describeDevice('cpu')) =>
+  resolveExecutionPlan({ ...settings, executor }, device, null, model).executor;
 
 function free(c: GptContext): void {
   c.optimizer.dispose();
@@ -49,15 +56,17 @@ describe('choosing', () => {
   it('the recipe key lists exactly the registry names', () => {
     const type = SCHEMA['train.executor'].type as { values: readonly string[] };
     expect([...type.values]).toEqual([...STEP_EXECUTOR_NAMES]);
+    expect(STEP_EXECUTORS.map((e) => e.name)).toEqual(STEP_EXECUTOR_NAMES.slice(1));
   });
 
   it('auto: replicas above 1, functions where the backend has them and train.graph is on, else op by op', () => {
     const c = context();
+    const graphs = { ...describeDevice('cpu'), graphSteps: true };
     try {
-      expect(chooseStepExecutor('auto', c).name).toBe('op-by-op'); // cpu has no TensorFlow functions
-      expect(chooseStepExecutor('auto', { ...c, replicas: 2 }).name).toBe('replicas');
-      expect(chooseStepExecutor('auto', { ...c, device: { ...c.device, graphSteps: true } }).name).toBe('functions');
-      expect(chooseStepExecutor('auto', { ...c, device: { ...c.device, graphSteps: true }, graph: false }).name).toBe('op-by-op');
+      expect(chosen('auto', {}, c.model)).toBe('op-by-op'); // cpu has no TensorFlow functions
+      expect(chosen('auto', { dataParallel: 2 }, c.model)).toBe('replicas');
+      expect(chosen('auto', {}, c.model, graphs)).toBe('functions');
+      expect(chosen('auto', { graph: false }, c.model, graphs)).toBe('op-by-op');
     } finally {
       free(c);
     }
@@ -66,14 +75,16 @@ describe('choosing', () => {
   it('an executor the run cannot use is refused, naming the key and why', () => {
     const c = context();
     try {
-      expect(() => chooseStepExecutor('functions', c)).toThrow(/train\.executor functions: the cpu backend has no TensorFlow functions/);
-      expect(() => chooseStepExecutor('replicas', c)).toThrow(/train\.executor replicas: train\.dataParallel resolves to 1/);
-      expect(() => chooseStepExecutor('warp', c)).toThrow(/unknown executor 'warp'/);
-      expect(() => chooseStepExecutor('auto', { ...c, devices: 2 })).toThrow(/train\.devices 2: several devices are the xla executor's/);
-      expect(() => chooseStepExecutor('functions', { ...c, devices: 'all' })).toThrow(/train\.devices all: .* this run's train\.executor is functions/);
+      expect(() => chosen('functions', {}, c.model)).toThrow(/train\.executor functions: the cpu backend has no TensorFlow functions/);
+      expect(() => chosen('replicas', {}, c.model)).toThrow(/train\.executor replicas: train\.dataParallel resolves to 1/);
+      expect(() => chosen('warp', {}, c.model)).toThrow(/unknown executor 'warp'/);
+      expect(() => chosen('auto', { devices: 2 }, c.model)).toThrow(/train\.devices 2: several devices are the xla executor's/);
+      expect(() => chosen('functions', { devices: 'all' }, c.model)).toThrow(/train\.devices all: .* this run's train\.executor is functions/);
       // Replica threads rebuild a language model from its config: another StepModel (the task model) is refused.
-      const taskLike = { ...c, replicas: 2, model: { dropout: 0 } as unknown as StepModel };
-      expect(() => chooseStepExecutor('replicas', taskLike)).toThrow(/train\.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config/);
+      const taskLike = { dropout: 0 } as unknown as StepModel;
+      expect(() => chosen('replicas', { dataParallel: 2 }, taskLike)).toThrow(
+        /train\.executor replicas: worker-thread replicas rebuild a GPT or BERT from its config/,
+      );
     } finally {
       free(c);
     }
@@ -84,8 +95,8 @@ it('op-by-op and two worker replicas take the same steps to float rounding, with
   const rng = new Rng(11);
   const batches = Array.from({ length: 3 }, () => randomBatch(rng, 'gpt', 4, 8, config.vocabSize));
   const run = async (name: string, replicas: number) => {
-    const c = context({ replicas });
-    const executor = await startStepExecutor(name, c);
+    const c = context({ executor: name, dataParallel: replicas });
+    const executor = await startStepExecutor(c);
     try {
       const losses: number[] = [];
       const live: number[] = [];

@@ -17,8 +17,10 @@ import { LOG_FILE } from '../../src/store/layout.ts';
 import { readMetrics } from '../../src/store/run-record.ts';
 import { RunLogger } from '../../src/telemetry/run-logger.ts';
 import { runTraining } from '../../src/train/trainer.ts';
-import { deviceMicroBatches, xla } from '../../src/train/step-executors/xla.ts';
-import type { StepExecutorContext } from '../../src/train/step-executor.ts';
+import { deviceMicroBatches } from '../../src/train/step-executors/xla.ts';
+import { resolveExecutionPlan } from '../../src/train/execution-plan.ts';
+import type { Cluster } from '../../src/backend/collective.ts';
+import type { StepModel } from '../../src/model/lm.ts';
 import { currentDevice } from '../../src/backend/current.ts';
 import { makeTinySetup, tinyRecipeText, type TinySetup } from './checkpoint-fixtures.ts';
 
@@ -96,9 +98,11 @@ describe.skipIf(!available)('train.devices with the xla executor (jax host devic
   });
 
   it('refuses train.shardOptimizer (every device keeps the whole moments)', () => {
-    const context = { device: currentDevice(), optimizer: { shard: { rank: 0, worldSize: 2 } } } as unknown as StepExecutorContext;
-    expect(xla.unsupported(context)).toMatch(/train\.shardOptimizer does not apply/);
-    expect(xla.unsupported({ ...context, optimizer: { shard: null } } as unknown as StepExecutorContext)).toBeNull();
+    // Rank 0 of two: the plan gives it a shard of the moments when train.shardOptimizer asks.
+    const cluster = { rank: 0, worldSize: 2 } as Cluster;
+    const plan = (shardOptimizer: boolean) => resolveExecutionPlan({ executor: 'xla', shardOptimizer }, currentDevice(), cluster, {} as StepModel);
+    expect(() => plan(true)).toThrow(/train\.shardOptimizer does not apply/);
+    expect(plan(false).executor).toBe('xla');
   });
 
   it('refuses a train.gradAccum that is not a multiple of the devices, naming both', async () => {

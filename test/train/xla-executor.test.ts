@@ -18,8 +18,9 @@ import { Rng } from '../../src/core/rng.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { partitionParameters } from '../../src/train/finetune.ts';
 import type { StepExecutor } from '../../src/train/step-executor.ts';
-import { chooseStepExecutor, startStepExecutor } from '../../src/train/step-executors/index.ts';
-import { XLA_PROGRAMS_ENV, XlaExecutor } from '../../src/train/step-executors/xla.ts';
+import { startStepExecutor } from '../../src/train/step-executors/index.ts';
+import { XlaExecutor } from '../../src/train/step-executors/xla.ts';
+import { resolveExecutionPlan, XLA_PROGRAMS_ENV } from '../../src/train/execution-plan.ts';
 import { describeDevice } from '../../src/backend/device.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { recordGradientProgram } from '../../src/train/xla-programs.ts';
@@ -67,11 +68,12 @@ async function run(
 ) {
   const model = tinyModel(attention, kind, architecture);
   const { trainable } = partitionParameters(model, freeze);
-  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+  const plan = resolveExecutionPlan({ executor }, currentDevice(), null, model);
+  const optimizer = new AdamW(trainable, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, update: plan.update });
   const initial = new Map([...model.parameters()].map(([n, v]) => [n, v.dataSync().slice() as Float32Array]));
   let running: StepExecutor | null = null;
   try {
-    running = await startStepExecutor(executor, { model, optimizer, device: currentDevice(), graph: true, xla: false, replicas: 1, trainable });
+    running = await startStepExecutor({ plan, model, optimizer, trainable });
     const results = [];
     for (const micro of steps) results.push(await running.step(micro, { lr: 1e-2, clip: 0.5, dropoutSeed: null }));
     const evalBatches = steps[0].map((b) => ({ ...b, tokens: b.batchSize * b.seqLen, bytes: 100 }) as unknown as Batch);
@@ -118,16 +120,18 @@ describe('choosing the xla executor', () => {
     const model = tinyModel('softmax', 'gpt');
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
     try {
-      const context = { model, optimizer, device: describeDevice('cpu'), graph: true, xla: false, replicas: 1 };
-      expect(chooseStepExecutor('auto', context).name).not.toBe('xla');
-      expect(() => chooseStepExecutor('xla', context)).toThrow(
+      const plan = (executor: string) => resolveExecutionPlan({ executor }, describeDevice('cpu'), null, model);
+      expect(plan('auto').executor).not.toBe('xla');
+      expect(() => plan('xla')).toThrow(
         /^train\.executor xla: (no Python with jax for its runner \(npm run setup:xla|its programs are recorded on the tensorflow backend \(this run's is cpu\); or train from programs compiled ahead of time: \$SLAYFORMER_XLA_PROGRAMS)/,
       );
       if (isXlaSetUp()) {
         const empty = mkdtempSync(join(tmpdir(), 'slay-xla-empty-'));
         process.env[XLA_PROGRAMS_ENV] = empty;
         try {
-          await expect(startStepExecutor('xla', context)).rejects.toThrow(`xla: ${join(empty, 'manifest.json')} not found (npm run compile`);
+          await expect(startStepExecutor({ plan: plan('xla'), model, optimizer })).rejects.toThrow(
+            `xla: ${join(empty, 'manifest.json')} not found (npm run compile`,
+          );
         } finally {
           delete process.env[XLA_PROGRAMS_ENV];
           rmSync(empty, { recursive: true, force: true });
@@ -196,7 +200,8 @@ describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
   it('a non-finite loss leaves weights, moments and the step count as they were', async () => {
     const model = tinyModel('softmax', 'gpt');
     const optimizer = new AdamW(model.parameters(), { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
-    const executor = (await startStepExecutor('xla', { model, optimizer, device: currentDevice(), graph: true, xla: false, replicas: 1 })) as XlaExecutor;
+    const plan = resolveExecutionPlan({ executor: 'xla' }, currentDevice(), null, model);
+    const executor = (await startStepExecutor({ plan, model, optimizer })) as XlaExecutor;
     try {
       const [batch] = stepsOf('gpt')[0];
       await executor.step([batch], { lr: 1e-2, clip: 0.5, dropoutSeed: null });

@@ -10,7 +10,7 @@
 // slice and an all-gather in the same recorded function gives every rank the whole parameters;
 // pull gathers the moments for rank 0's checkpoint, so every rank calls it at the same points.
 import * as tf from '@tensorflow/tfjs';
-import { allGather, allReduceSum, checkGatherOrder, collectiveFailure, currentCluster, INSTANCE_KEYS, type Cluster } from '../../backend/collective.ts';
+import { allGather, allReduceSum, checkGatherOrder, collectiveFailure, INSTANCE_KEYS, type Cluster } from '../../backend/collective.ts';
 import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
 import { graphStatus } from '../compiled-step.ts';
@@ -38,7 +38,7 @@ class CollectiveExecutor implements StepExecutor {
   }
 
   private stepOnRanks(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult> {
-    const { model, optimizer, trainable, graph, xla } = this.context;
+    const { model, optimizer, trainable, plan } = this.context;
     const { rank, worldSize } = this.cluster;
     for (const batch of microBatches) {
       if (batch.batchSize < worldSize) throw new Error(`a batch of ${batch.batchSize} rows cannot be cut into shards for ${worldSize} ranks`);
@@ -46,7 +46,7 @@ class CollectiveExecutor implements StepExecutor {
     const total = stepTokens(microBatches);
     const variables = [...(trainable ?? model.parameters()).values()];
     const { batches, seeds } = shardMicroBatches(microBatches, worldSize, inputs.dropoutSeed)[rank];
-    const { grads, loss } = accumulateGradients(model, batches, seeds, total, variables, graph, xla);
+    const { grads, loss } = accumulateGradients(model, batches, seeds, total, variables, plan.gradients === 'recorded', plan.jit);
     return applyGradients(optimizer, grads, loss, total, inputs, {
       sum: (packed) => allReduceSum(this.cluster, packed) as tf.Tensor1D,
       ...(optimizer.shard ? { gather: (piece: tf.Tensor1D) => allGather(this.cluster, piece, INSTANCE_KEYS.parameters) as tf.Tensor1D } : {}),
@@ -56,7 +56,7 @@ class CollectiveExecutor implements StepExecutor {
 
   // Only rank 0 evaluates (trainer.ts); the others go on to the next all-reduce and wait there.
   evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {
-    return evaluate(this.context.model, batches, this.context.graph, byPosition);
+    return evaluate(this.context.model, batches, this.context.plan.gradients === 'recorded', byPosition);
   }
 
   // Every rank applies the same update to its own copy of the model. A sharded optimizer's moments are
@@ -137,12 +137,9 @@ function broadcastFromRankZero(cluster: Cluster, { model, optimizer }: StepExecu
 export const collective: StepExecutorEntry = {
   name: 'collective',
   summary: 'one rank of a run across processes or hosts (--processes N, srun): TensorFlow collectives (tensorflow backend)',
-  unsupported: ({ device }) => {
-    if (!currentCluster()) return 'this process is not a rank of a cluster (start the run with --processes N, or under srun)';
-    return device.graphSteps ? null : `the ${device.backend} backend has no TensorFlow collectives (npm run setup:tensorflow builds a binding that has)`;
-  },
   create: async (context) => {
-    const cluster = currentCluster()!;
+    // The plan chose this executor only for a rank of a cluster (execution-plan.ts).
+    const cluster = context.plan.cluster!;
     const executor = new CollectiveExecutor(context, cluster);
     if (context.optimizer.shard) {
       try {

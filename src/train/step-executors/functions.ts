@@ -10,21 +10,18 @@ import { InProcessExecutor } from './in-process.ts';
 
 class FunctionsExecutor extends InProcessExecutor {
   readonly name = 'functions';
-  protected readonly graph = true;
 
   describe(firstBatch: ModelBatch): string {
-    const { model, trainable, xla } = this.context;
+    const { model, trainable, plan } = this.context;
     const variables = [...(trainable ?? model.parameters()).values()];
     const status = graphStatus(model, firstBatch, variables, model.dropout > 0);
     if (!status.startsWith('graph')) return `train.graph: steps run op by op (${status.replace(/^eager: /, '')})`;
-    return `train.graph: steps run as TensorFlow functions${xla ? ' compiled by XLA' : ''} on ${graphDevice()}${status.slice('graph'.length)}`;
+    return `train.graph: steps run as TensorFlow functions${plan.jit ? ' compiled by XLA' : ''} on ${graphDevice()}${status.slice('graph'.length)}`;
   }
 }
 
 export const functions: StepExecutorEntry = {
   name: 'functions',
   summary: 'the step recorded once and run as TensorFlow functions (tensorflow backend, CPU or GPU)',
-  unsupported: ({ device }) =>
-    device.graphSteps ? null : `the ${device.backend} backend has no TensorFlow functions (npm run setup:tensorflow builds a binding that has)`,
   create: async (context) => new FunctionsExecutor(context),
 };

@@ -1,11 +1,11 @@
-// Every op of the step dispatched from JavaScript as it runs: what tfjs does on every backend, and
-// the only way wasm and cpu run. Also the reference the other executors are tested against.
+// Every op of the step dispatched from JavaScript as it runs, AdamW's update included (its plan's update is
+// op-by-op): what tfjs does on every backend, and the only way wasm and cpu run. Also the reference the other
+// executors are tested against, so it records nothing.
 import type { StepExecutorEntry } from '../step-executor.ts';
 import { InProcessExecutor } from './in-process.ts';
 
 class OpByOpExecutor extends InProcessExecutor {
   readonly name = 'op-by-op';
-  protected readonly graph = false;
 
   // The run's first lines already say the backend; op by op is what every backend does without more.
   describe(): null {
@@ -16,6 +16,5 @@ class OpByOpExecutor extends InProcessExecutor {
 export const opByOp: StepExecutorEntry = {
   name: 'op-by-op',
   summary: 'every op dispatched from JavaScript (any backend; the reference)',
-  unsupported: () => null,
   create: async (context) => new OpByOpExecutor(context),
 };

@@ -2,7 +2,7 @@
 // its shard of every micro-batch, the main thread sums, clips and applies AdamW. For wasm and cpu,
 // whose backends use one core each.
 import type { Batch } from '../../data/batch.ts';
-import { LanguageModel, type ModelBatch } from '../../model/lm.ts';
+import type { LanguageModel, ModelBatch } from '../../model/lm.ts';
 import { DataParallelGroup } from '../data-parallel.ts';
 import { evaluate, type EvalResult } from '../evaluate.ts';
 import type { StepResult } from '../step.ts';
@@ -17,12 +17,12 @@ class ReplicasExecutor implements StepExecutor {
   ) {}
 
   step(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult> {
-    const { optimizer, trainable, graph, xla } = this.context;
-    return this.group.step(optimizer, microBatches, { ...inputs, trainable, graph, xla });
+    const { optimizer, trainable, plan } = this.context;
+    return this.group.step(optimizer, microBatches, { ...inputs, trainable, graph: plan.gradients === 'recorded', jit: plan.jit });
   }
 
   evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {
-    return evaluate(this.context.model, batches, this.context.graph, byPosition);
+    return evaluate(this.context.model, batches, this.context.plan.gradients === 'recorded', byPosition);
   }
 
   // The replicas receive the trainable weights with every step's batches: the main thread's copy is the state.
@@ -45,13 +45,9 @@ class ReplicasExecutor implements StepExecutor {
 export const replicas: StepExecutorEntry = {
   name: 'replicas',
   summary: 'train.dataParallel worker-thread replicas in this process (wasm, cpu)',
-  unsupported: ({ replicas: r, model }) => {
-    if (r <= 1) return 'train.dataParallel resolves to 1 replica';
-    // A replica thread rebuilds the model from its config (replica.ts), which only a language model carries.
-    return model instanceof LanguageModel ? null : 'worker-thread replicas rebuild a GPT or BERT from its config; this model is not one';
-  },
   create: async (context) => {
-    if (!(context.model instanceof LanguageModel)) throw new Error(`replicas: ${replicas.unsupported(context)}`);
-    return new ReplicasExecutor(context, await DataParallelGroup.start(context.model, context.replicas, context.device.backend));
+    // The plan refused any other model (execution-plan.ts): a replica thread rebuilds a language model from its config.
+    const model = context.model as LanguageModel;
+    return new ReplicasExecutor(context, await DataParallelGroup.start(model, context.plan.replicas, context.plan.backend.backend));
   },
 };

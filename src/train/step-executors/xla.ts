@@ -8,13 +8,14 @@ import * as tf from '@tensorflow/tfjs';
 import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
 import { xlaCoordinator } from '../../backend/cluster-env.ts';
-import { currentCluster } from '../../backend/collective.ts';
 import { replyNumber, XlaRunner, type HostArray, type RunnerHello } from '../../backend/xla/runner.ts';
 import type { XlaPrecision } from '../../backend/xla/programs.ts';
-import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../../backend/xla/setup.ts';
+import { runnerPython } from '../../backend/xla/setup.ts';
+import { XLA_PROGRAMS_ENV } from '../execution-plan.ts';
 import { evalResult, positionBucketEdges, positionBucketsOf, positionLosses, type EvalResult } from '../evaluate.ts';
 import { microBatchSeed, stepTokens, type StepResult } from '../step.ts';
 import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
+import type { ExecutionPlan } from '../execution-plan.ts';
 import { STEP_SCALARS } from '../optimizer.ts';
 import {
   CompiledBook,
@@ -31,19 +32,14 @@ import {
   type ProgramBook,
 } from '../xla-programs.ts';
 
-/** $SLAYFORMER_XLA_PROGRAMS: a folder of programs compiled ahead of time (npm run compile) to train from. */
-export const XLA_PROGRAMS_ENV = 'SLAYFORMER_XLA_PROGRAMS';
-
 const f32 = (x: number): HostArray => ({ dtype: 'float32', shape: [], data: Float32Array.of(x) });
 
 /**
  * What the runner's devices.py reads: how many of its devices to use (train.devices; 0 = all) and, in a rank of a run
  * across processes (src/cli/launch.ts, srun), where jax's coordination service is and which process this is.
  */
-function devicesEnv(context: StepExecutorContext): Record<string, string> {
-  const devices = context.devices ?? 1;
-  const env: Record<string, string> = { SLAYFORMER_XLA_DEVICES: devices === 'all' ? '0' : String(devices), SLAYFORMER_XLA_COORDINATOR: '' };
-  const cluster = currentCluster();
+function devicesEnv({ jaxDevices, cluster }: ExecutionPlan): Record<string, string> {
+  const env: Record<string, string> = { SLAYFORMER_XLA_DEVICES: jaxDevices === 'all' ? '0' : String(jaxDevices), SLAYFORMER_XLA_COORDINATOR: '' };
   if (cluster && cluster.worldSize > 1) {
     env.SLAYFORMER_XLA_COORDINATOR = xlaCoordinator(cluster);
     env.SLAYFORMER_XLA_PROCESSES = String(cluster.worldSize);
@@ -85,7 +81,7 @@ export class XlaExecutor implements StepExecutor {
 
   /** train.precision of the gradient and validation programs (AdamW's update is float32 either way). */
   get precision(): XlaPrecision {
-    return this.context.precision ?? 'fp32';
+    return this.context.plan.precision;
   }
 
   /** Devices over all processes (the runner's hello; 1 from a runner that predates several devices). */
@@ -99,10 +95,10 @@ export class XlaExecutor implements StepExecutor {
 
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
     const python = runnerPython()!;
-    const { runner, hello } = await XlaRunner.start(python, devicesEnv(context));
+    const { runner, hello } = await XlaRunner.start(python, devicesEnv(context.plan));
     const executor = new XlaExecutor(context, runner, hello, book);
     try {
-      const gradAccum = context.gradAccum ?? 1;
+      const { gradAccum } = context.plan;
       if (executor.deviceCount > 1 && gradAccum % executor.deviceCount !== 0)
         throw new Error(
           `train.gradAccum ${gradAccum} is not a multiple of the ${executor.deviceCount} devices (train.devices × processes): each device runs an equal share of the step's micro-batches (docs/xla.md)`,
@@ -193,7 +189,7 @@ export class XlaExecutor implements StepExecutor {
     );
     const applied = reply.header.applied === true;
     if (applied) this.step_++;
-    const acrossProcesses = currentCluster() !== null;
+    const acrossProcesses = this.context.plan.cluster !== null;
     return {
       loss: replyNumber(reply.header.loss),
       gradNorm: replyNumber(reply.header.norm),
@@ -279,7 +275,7 @@ export class XlaExecutor implements StepExecutor {
 /** The program book this run uses: $SLAYFORMER_XLA_PROGRAMS when set, else recording on the native backend. */
 function bookFor(context: StepExecutorContext): ProgramBook {
   const dir = process.env[XLA_PROGRAMS_ENV];
-  const precision = context.precision ?? 'fp32';
+  const { precision } = context.plan;
   return dir ? new CompiledBook(dir, context.model, precision) : new RecordingBook(precision);
 }
 
@@ -287,16 +283,5 @@ export const xla: StepExecutorEntry = {
   name: 'xla',
   summary:
     "the step compiled by XLA (StableHLO through TensorFlow) and run by a jax process that keeps the state on its device (CPU here, GPU with jax's CUDA plugin)",
-  // train.dataParallel does not apply: the jax process runs the step on its devices, train.devices (docs/xla.md).
-  unsupported: ({ device, optimizer }) => {
-    if (!runnerPython()) return `no Python with jax for its runner (${XLA_SETUP_COMMAND} makes one, or set $${XLA_PYTHON_ENV})`;
-    // Every device keeps the whole moments: the ZeRO-1 slices of the collective route have no place here.
-    if (optimizer.shard) return 'train.shardOptimizer does not apply (every device keeps the whole moments): set it to false';
-    if (process.env[XLA_PROGRAMS_ENV]) return null;
-    if (!device.graphSteps)
-      return `its programs are recorded on the tensorflow backend (this run's is ${device.backend}); or train from programs compiled ahead of time: $${XLA_PROGRAMS_ENV}=<folder of npm run compile>`;
-    if (!exporterPython()) return `its exporter needs ${XLA_SETUP_COMMAND}`;
-    return null;
-  },
   create: async (context) => XlaExecutor.start(context, bookFor(context)),
 };
