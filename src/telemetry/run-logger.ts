@@ -95,7 +95,7 @@ export class RunLogger {
     const logger = new RunLogger(dir);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
-    const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+    const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe.wandb, dir);
     const env = await environmentRecord(dir, recipe, { resumedAtStep: opts.resumeDir ? (opts.resumeStep ?? null) : undefined, device: opts.device });
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
