@@ -3,14 +3,14 @@
 import { BOUNDS, MAX_TENSOR_ELEMENTS, boundProblem } from '../core/bounds.ts';
 import { attentionIsQuadratic } from '../model/attention/index.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
-import type { Recipe } from './schema.ts';
+import type { ModelSection, RunSections } from './schema.ts';
 
 /**
  * Sizes that cannot fit: the model's largest tensors and one micro-batch's largest activations, each against the
  * most one TensorFlow.js tensor can hold, named by the keys that set them (the vocabulary once it is known).
  */
 export function tensorSizeProblems(
-  m: Pick<Recipe['model'], 'dModel' | 'mlpRatio' | 'maxSeqLen' | 'numHeads' | 'attention'> & Partial<Pick<Recipe['model'], 'positional'>>,
+  m: Pick<ModelSection, 'dModel' | 'mlpRatio' | 'maxSeqLen' | 'numHeads' | 'attention'> & Partial<Pick<ModelSection, 'positional'>>,
   batch?: { batchSize: number; seqLen: number },
   vocabSize?: number,
 ): string[] {
@@ -34,7 +34,7 @@ export function tensorSizeProblems(
 }
 
 /** The model config a recipe builds for a vocabulary of `vocabSize`; sizes that cannot fit are an error naming the keys. */
-export function modelConfigFromRecipe(recipe: Recipe, vocabSize: number): LanguageModelConfig {
+export function modelConfigFromRecipe(recipe: RunSections, vocabSize: number): LanguageModelConfig {
   const m = recipe.model;
   const vocabulary = boundProblem('the vocabulary', vocabSize, BOUNDS.embeddingRows);
   if (vocabulary) throw new Error(vocabulary);

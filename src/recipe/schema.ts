@@ -92,6 +92,15 @@ export interface Recipe {
   tensorboard: { enabled: boolean };
 }
 
+// The sections by name: a part that reads one or two sections takes those, not the recipe (docs/layout.md, "Recipe
+// and store"); the whole `Recipe` is for the modules that handle it as a document.
+export type ModelSection = Recipe['model'];
+export type DataSection = Recipe['data'];
+export type TrainSection = Recipe['train'];
+export type WandbSection = Recipe['wandb'];
+/** The sections a run's model, batches and steps come from: no name, backend, initFrom or telemetry. */
+export type RunSections = Pick<Recipe, 'model' | 'data' | 'train'>;
+
 /** Dotted paths of the leaves of T ("train.lr", "model.attention.options"); a string-indexed record is a leaf. */
 type LeafPaths<T, Prefix extends string = ''> = {
   [K in keyof T & string]: T[K] extends Record<string, unknown>

@@ -276,7 +276,7 @@ const RESUME_KEYS: [string, (r: Recipe) => unknown][] = [
  */
 function sameDataset(checkpoint: LoadedCheckpoint, dataset: string): boolean {
   const saved = checkpoint.recipe.data.dataset;
-  const candidates = [saved, ...(checkpoint.runDir ? [RunFolder.at(checkpoint.runDir).relocateRecipePaths(checkpoint.recipe).data.dataset] : [])];
+  const candidates = [saved, ...(checkpoint.runDir ? [RunFolder.at(checkpoint.runDir).relocateDataPaths(checkpoint.recipe.data).dataset] : [])];
   const real = (p: string) => {
     try {
       return realpathSync(p);

@@ -10,7 +10,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { escapeMarkdown } from '../core/markdown.ts';
 import { countParameters, type LanguageModel } from '../model/lm.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { DataSection, TrainSection } from '../recipe/schema.ts';
 import { FINAL_DIR, METRICS_FILE, SUMMARY_FILE } from './layout.ts';
 import { RunFolder, runFolderOf } from './run-folder.ts';
 import type { MetricRecord } from './run-record.ts';
@@ -112,7 +112,8 @@ export interface ModelCardInput {
   /** The model folder exported (absolute; never written into the card). */
   dir: string;
   fromHf: boolean;
-  recipe: Recipe;
+  /** The parts of the model folder's recipe the card describes. */
+  recipe: { name: string; initFrom: string | null; data: DataSection; train: TrainSection };
   /** The safetensors metadata of the model folder (its `step`). */
   metadata: Record<string, string>;
   /** The export folder's name (the example loads it by this name). */

@@ -13,7 +13,7 @@ import { ARCHITECTURE_DEFAULTS, transformerParameterSpecs } from '../model/trans
 import type { NamedArray } from '../hf/safetensors.ts';
 import { modelSectionProblems } from '../recipe/load.ts';
 import { modelConfigFromRecipe } from '../recipe/model-config.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { RunSections } from '../recipe/schema.ts';
 
 /**
  * The model config of a saved model file — its safetensors metadata 'config' checked like a recipe's model section,
@@ -22,7 +22,7 @@ import type { Recipe } from '../recipe/schema.ts';
  */
 export function checkSavedModel(
   saved: { tensors: Map<string, NamedArray>; metadata: Record<string, string> },
-  recipe: Recipe,
+  recipe: RunSections,
   modelFile: string,
 ): LanguageModelConfig {
   const { tensors, metadata } = saved;

@@ -116,7 +116,7 @@ export async function readModelFolder(dir: string): Promise<SavedModelFolder> {
   const saved = parseSavedRecipe(files.get(RECIPE_FILE)!, path.join(dir, RECIPE_FILE));
   // Only a run folder's env.json (its marker, run-folder.ts) may point the recipe's data paths elsewhere.
   const { runDir } = runFolderOf(dir);
-  const relocated = runDir ? RunFolder.at(runDir).relocateRecipePaths(saved) : saved;
+  const relocated = runDir ? { ...saved, data: RunFolder.at(runDir).relocateDataPaths(saved.data) } : saved;
   const recipe = ownTokenizer ? { ...relocated, data: { ...relocated.data, tokenizer: path.join(dir, TOKENIZER_FILE) } } : relocated;
   const modelFile = path.join(dir, MODEL_FILE);
   const { tensors, metadata } = decodeSafetensors(files.get(MODEL_FILE)!, modelFile);

@@ -21,7 +21,7 @@
 import { randomUUID } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readSync, statSync, writeSync } from 'node:fs';
 import path from 'node:path';
-import type { Recipe } from '../recipe/schema.ts';
+import type { DataSection } from '../recipe/schema.ts';
 import { COMPLETE_MARKER } from '../core/atomic-folder.ts';
 import { holderIsLive, takeLockFile, thisProcess } from '../core/lock-file.ts';
 import { CHECKPOINT_NAME, CHECKPOINTS_DIR, ENV_FILE, FINAL_DIR, METRICS_FILE, RUN_CONFIG_FILE, RUN_LOCK, RUN_MARKER, SUMMARY_FILE } from './layout.ts';
@@ -252,14 +252,14 @@ export class RunFolder {
   }
 
   /**
-   * `recipe` with data.dataset and data.tokenizer pointing where they are now for a run folder that may have moved:
-   * a recorded absolute path that no longer exists is replaced by its run-relative form from env.json (its `paths`,
-   * written by RunLogger) when that one exists. Returns the recipe unchanged when nothing moved (or the run has no
-   * readable env.json).
+   * A recipe's data section with data.dataset and data.tokenizer pointing where they are now for a run folder that
+   * may have moved: a recorded absolute path that no longer exists is replaced by its run-relative form from env.json
+   * (its `paths`, written by RunLogger) when that one exists. Returns the section unchanged when nothing moved (or the
+   * run has no readable env.json).
    */
-  relocateRecipePaths(recipe: Recipe): Recipe {
+  relocateDataPaths(data: DataSection): DataSection {
     const recorded = this.env({ unreadable: () => {} })?.paths;
-    if (recorded === undefined) return recipe;
+    if (recorded === undefined) return data;
     const paths = recorded as Record<string, { absolute?: unknown; fromRun?: unknown } | null> | null;
     const moved = (key: 'dataset' | 'tokenizer', current: string): string => {
       const entry = paths?.[key];
@@ -267,6 +267,6 @@ export class RunFolder {
       const candidate = path.resolve(this.dir, entry.fromRun);
       return existsSync(candidate) ? candidate : current;
     };
-    return { ...recipe, data: { ...recipe.data, dataset: moved('dataset', recipe.data.dataset), tokenizer: moved('tokenizer', recipe.data.tokenizer) } };
+    return { ...data, dataset: moved('dataset', data.dataset), tokenizer: moved('tokenizer', data.tokenizer) };
   }
 }

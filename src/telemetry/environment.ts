@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Cluster } from '../backend/collective.ts';
 import type { Device } from '../backend/device.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { DataSection } from '../recipe/schema.ts';
 import { RunFolder } from '../store/run-folder.ts';
 import { AUTO_PREFIX } from '../store/resolve.ts';
 
@@ -88,7 +88,13 @@ export function clusterRecord(cluster: Cluster | null): { cluster?: Pick<Cluster
   return cluster ? { cluster: { worldSize: cluster.worldSize, addresses: cluster.addresses, communication: cluster.communication } } : {};
 }
 
-async function environment(runDir: string, recipe: Recipe, device?: Device): Promise<Record<string, unknown>> {
+/** The recipe's inputs whose paths env.json records: its data files and the model it starts from. */
+interface RecordedInputs {
+  data: Pick<DataSection, 'dataset' | 'tokenizer'>;
+  initFrom: string | null;
+}
+
+async function environment(runDir: string, recipe: RecordedInputs, device?: Device): Promise<Record<string, unknown>> {
   const cluster = (await import('../backend/collective.ts')).currentCluster();
   return {
     ...(await processEnvironment(device)),
@@ -108,7 +114,7 @@ async function environment(runDir: string, recipe: Recipe, device?: Device): Pro
  */
 export async function environmentRecord(
   runDir: string,
-  recipe: Recipe,
+  recipe: RecordedInputs,
   { resumedAtStep, device }: { resumedAtStep?: number | null; device?: Device } = {},
 ): Promise<Record<string, unknown>> {
   const current = await environment(runDir, recipe, device);

@@ -24,7 +24,7 @@ import path from 'node:path';
 import { makeFolders } from '../core/folders.ts';
 import { assertNotLink, replaceOwnFile } from '../core/own-file.ts';
 import type { Device } from '../backend/device.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { Recipe, WandbSection } from '../recipe/schema.ts';
 import { ENV_FILE, LOG_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE } from '../store/layout.ts';
 import { assertRunFolder, markRunFolder, RunFolder, runFolderPrefix } from '../store/run-folder.ts';
 import { environmentRecord } from './environment.ts';
@@ -95,7 +95,7 @@ export class RunLogger {
     const logger = new RunLogger(dir);
     const kept = opts.resumeDir ? logger.recordsToKeep(opts.resumeStep, opts.finishing ?? false) : [];
     // A resumed run keeps its W&B id; until finish() confirms an upload, the folder is 'pending'.
-    const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+    const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe.wandb, dir);
     const env = await environmentRecord(dir, recipe, { resumedAtStep: opts.resumeDir ? (opts.resumeStep ?? null) : undefined, device: opts.device });
 
     writeJson(path.join(dir, RUN_CONFIG_FILE), recipe);
@@ -104,7 +104,7 @@ export class RunLogger {
     writeWandbInfo(dir, info);
     logger.sinks = [...logger.runSinks(recipe, info, opts), ...(opts.sinks ?? [])];
     for (const sink of logger.sinks) sink.start?.(kept);
-    const wandbNote = wandbOffNote(recipe, dir);
+    const wandbNote = wandbOffNote(recipe.wandb, dir);
     if (wandbNote) logger.line(wandbNote);
     return logger;
   }
@@ -182,12 +182,11 @@ export class RunLogger {
 }
 
 /** What a run whose records do not go to W&B says about it at its start, when anything (see wandbDecision). */
-function wandbOffNote(recipe: Recipe, dir: string): string | null {
-  const decision = wandbDecision(recipe.wandb);
+function wandbOffNote(wandb: WandbSection, dir: string): string | null {
+  const decision = wandbDecision(wandb);
   if (decision.enabled) return null;
-  if (process.env.WANDB_MODE === 'offline' && recipe.wandb.enabled !== false) return offlineModeLine(dir);
-  if (recipe.wandb.enabled === true || process.env.WANDB_MODE === 'offline')
-    return `W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`;
+  if (process.env.WANDB_MODE === 'offline' && wandb.enabled !== false) return offlineModeLine(dir);
+  if (wandb.enabled === true || process.env.WANDB_MODE === 'offline') return `W&B off (${decision.reason}); to upload this run later: ${replayCommand(dir)}`;
   return null;
 }
 

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { writeOwnFile } from '../core/own-file.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { Recipe, WandbSection } from '../recipe/schema.ts';
 import { METRICS_FILE, RUN_CONFIG_FILE } from '../store/layout.ts';
 import { RunFolder } from '../store/run-folder.ts';
 import type { MetricRecord } from '../store/run-record.ts';
@@ -56,7 +56,7 @@ export function writeWandbInfo(runDir: string, info: WandbRunInfo): void {
  * API at init and then drop the history), to be replayed later: no wandb/offline-run-* folder is written
  * (offlineModeLine).
  */
-export function wandbDecision(settings: Recipe['wandb'], env: NodeJS.ProcessEnv = process.env): { enabled: boolean; reason: string } {
+export function wandbDecision(settings: WandbSection, env: NodeJS.ProcessEnv = process.env): { enabled: boolean; reason: string } {
   if (settings.enabled === false) return { enabled: false, reason: 'wandb.enabled is false' };
   if (env.WANDB_MODE === 'disabled') return { enabled: false, reason: 'WANDB_MODE=disabled' };
   if (env.WANDB_MODE === 'offline') return { enabled: false, reason: 'WANDB_MODE=offline' };
@@ -311,7 +311,7 @@ export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): P
   }
   const records = run.metrics();
   const recipe = run.config() as unknown as Recipe;
-  const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe, dir);
+  const stored = fs.existsSync(path.join(dir, WANDB_INFO_FILE)) ? readWandbInfo(dir) : newWandbInfo(recipe.wandb, dir);
   const info: WandbRunInfo = { ...stored, project: opts.project ?? stored.project, entity: opts.entity !== undefined ? opts.entity : stored.entity };
   writeWandbInfo(dir, info);
 
@@ -331,12 +331,12 @@ export async function replayToWandb(runDir: string, opts: ReplayOptions = {}): P
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A new W&B identity for the run folder `dir`: a fresh id, the recipe's project, entity and run name. */
-export function newWandbInfo(recipe: Recipe, dir: string): WandbRunInfo {
+export function newWandbInfo(wandb: WandbSection, dir: string): WandbRunInfo {
   return {
     id: newWandbRunId(),
-    project: recipe.wandb.project,
-    entity: recipe.wandb.entity,
-    name: recipe.wandb.runName ?? path.basename(dir),
+    project: wandb.project,
+    entity: wandb.entity,
+    name: wandb.runName ?? path.basename(dir),
     status: 'pending',
   };
 }

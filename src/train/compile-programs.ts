@@ -5,7 +5,7 @@
 import { TextTokenizer } from '../data/tokenizer.ts';
 import { IGNORE_LABEL, createLanguageModel, type ModelBatch } from '../model/lm.ts';
 import { modelConfigFromRecipe } from '../recipe/model-config.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { RunSections } from '../recipe/schema.ts';
 import { collectEvalBatches } from './evaluate.ts';
 import { partitionParameters } from './finetune.ts';
 import { AdamW } from './optimizer.ts';
@@ -31,7 +31,8 @@ function shapedBatch(kind: 'gpt' | 'bert', batchSize: number, seqLen: number, la
   return { batchSize, seqLen, inputIds, labels, ...(kind === 'bert' ? { attentionMask: new Float32Array(n).fill(1) } : {}) };
 }
 
-export async function compilePrograms(recipe: Recipe, out: string, log: (line: string) => void): Promise<ProgramManifest> {
+/** The run's sections' programs, written to `out` under the recipe's `name`. */
+export async function compilePrograms(recipe: RunSections & { name: string }, out: string, log: (line: string) => void): Promise<ProgramManifest> {
   const tokenizer = await TextTokenizer.load(recipe.data.tokenizer);
   const config = modelConfigFromRecipe(recipe, tokenizer.vocabSize);
   const model = createLanguageModel(config);

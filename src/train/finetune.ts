@@ -9,7 +9,7 @@ import type { LanguageModel, ModelBatch } from '../model/lm.ts';
 import { openBatchStream } from '../data/stream.ts';
 import type { StreamOptions } from '../data/stream-options.ts';
 import { frozenRule, type FreezeSpec } from '../recipe/freeze.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { TrainSection } from '../recipe/schema.ts';
 import { loadWeights } from '../store/load-weights.ts';
 import { readHfInitFrom, readModelFolder, type ModelFolder } from '../store/model-folder.ts';
 import { resolveModelSource } from '../store/resolve.ts';
@@ -99,7 +99,7 @@ export interface FinetuneSetup {
  */
 export async function prepareFinetune(
   model: LanguageModel,
-  recipe: Pick<Recipe, 'initFrom'> & { train: Pick<Recipe['train'], 'freeze' | 'runDir'> },
+  recipe: { initFrom: string | null; train: Pick<TrainSection, 'freeze' | 'runDir'> },
   opts: {
     tokenizerSha256?: string;
     calibration?: StreamOptions;

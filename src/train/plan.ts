@@ -13,11 +13,11 @@ import type { LanguageModelConfig } from '../model/lm.ts';
 import { validateTransformerConfig } from '../model/transformer.ts';
 import { attentionIsQuadratic } from '../model/attention/index.ts';
 import { modelConfigFromRecipe } from '../recipe/model-config.ts';
-import type { Recipe } from '../recipe/schema.ts';
+import type { RunSections } from '../recipe/schema.ts';
 import { resolveWarmup } from './schedule.ts';
 
 /** Checks the model part of a recipe without building anything (errors name the recipe key). */
-export function validateRecipeModel(recipe: Recipe): void {
+export function validateRecipeModel(recipe: RunSections): void {
   validateTransformerConfig({ ...modelConfigFromRecipe(recipe, 1), causal: recipe.model.kind === 'gpt' });
 }
 
@@ -60,7 +60,7 @@ export interface RunPlan {
 export const GPT2_VOCAB_SIZE = 50257;
 
 /** Batches the run reads: one epoch, or fewer when train.maxTokens ends it sooner. */
-export function plannedBatches(recipe: Recipe, epochBatches: number): number {
+export function plannedBatches(recipe: RunSections, epochBatches: number): number {
   const { batchSize } = recipe.train;
   const budget = recipe.train.maxTokens;
   if (budget === null) return epochBatches;
@@ -68,7 +68,7 @@ export function plannedBatches(recipe: Recipe, epochBatches: number): number {
 }
 
 /** What --dry-run prints: no training, and the dataset and tokenizer may be missing. */
-export async function planRun(recipe: Recipe): Promise<RunPlan> {
+export async function planRun(recipe: RunSections): Promise<RunPlan> {
   let vocabSize = GPT2_VOCAB_SIZE;
   let vocabSource = `tokenizer not found at ${recipe.data.tokenizer}: assuming GPT-2's vocabulary of ${GPT2_VOCAB_SIZE}`;
   let tokenizer: TextTokenizer | null = null;
@@ -135,7 +135,7 @@ function datasetRoot(dataset: string): string {
 }
 
 /** The batch stream a recipe reads (each caller adds its split and cursor): training, validation, eval, the epoch estimate. */
-export function streamOptions(recipe: Recipe, tokenizer: TextTokenizer): Omit<StreamOptions, 'split' | 'cursor'> {
+export function streamOptions(recipe: RunSections, tokenizer: TextTokenizer): Omit<StreamOptions, 'split' | 'cursor'> {
   return {
     dataset: recipe.data.dataset,
     textColumn: recipe.data.textColumn,
