@@ -233,6 +233,8 @@ def crossovers(rows):
 
 
 def run_archive(args, started):
+    # Node and the peer run inside --dir or --out: the paths handed to them must not depend on where this started.
+    args.dir = os.path.abspath(args.dir)
     with open(os.path.join(args.dir, 'manifest.json')) as f:
         manifest = json.load(f)
     node = os.path.join(args.dir, 'node', 'bin', 'node')

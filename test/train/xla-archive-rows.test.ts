@@ -7,7 +7,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { isXlaSetUp, venvPython, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
@@ -47,7 +47,9 @@ describe.skipIf(!available)('the archive with benchmark rows, run by xla-run.py 
   const runArchive = (name: string, extra: string[]) =>
     spawnSync(
       venvPython(),
-      [join(dir, 'xla-run.py'), '--archive', archive, '--dir', join(dir, name), '--out', join(dir, `${name}-out`), '--peer-python', peerPython]
+      // --dir relative to this folder: Node and the peer run elsewhere (in it, in --out)
+      [join(dir, 'xla-run.py'), '--archive', archive, '--dir', relative(process.cwd(), join(dir, name)), '--out', join(dir, `${name}-out`)]
+        .concat(['--peer-python', peerPython])
         .concat(['--row-steps', '1', '--row-warmup', '1', '--steps', '1', '--warmup', '1', '--train-steps', '2'])
         .concat(extra),
       { encoding: 'utf8', env: { ...process.env, SLAYFORMER_XLA_PLATFORM: 'cpu' } },
