@@ -30,6 +30,8 @@ interface RowResult {
   precision: string;
   losses?: number[];
   msPerStep?: number;
+  gradAccum: number;
+  tokensPerSecond?: number;
   compileSeconds?: number;
   compiledPeakBytes?: number | null;
   peakBytes?: number | null;
@@ -43,7 +45,8 @@ interface RowResult {
 
 describe.skipIf(!available)('the archive with benchmark rows, run by xla-run.py on jax CPU', () => {
   const archive = join(dir, 'slayformer-xla.tar.xz');
-  const rows = 'long:softmax:bf16:1x32,long:performer:bf16:1x32,long:performer:fp32:1x32';
+  // Two micro-batches a step, as GPT-2 small's rows sum sixteen.
+  const rows = 'long:softmax:bf16:2x1x32,long:performer:bf16:2x1x32,long:performer:fp32:2x1x32';
   const runArchive = (name: string, extra: string[]) =>
     spawnSync(
       venvPython(),
@@ -78,16 +81,19 @@ describe.skipIf(!available)('the archive with benchmark rows, run by xla-run.py 
       { encoding: 'utf8' },
     );
     expect(build.status, build.stderr).toBe(0);
-    expect(build.stdout).toMatch(/long-performer-1x32: recorded and exported in \d+ s here, [\d.]+ MB of programs/);
+    expect(build.stdout).toMatch(/long-performer-2x1x32: recorded and exported in \d+ s here, [\d.]+ MB of programs/);
     expect(statSync(archive).size).toBeLessThanOrEqual(60e6);
     const run = runArchive('full', ['--budget', '3600']);
     expect(run.status, run.stderr + run.stdout).toBe(0);
     const results = resultsOf('full');
-    expect(results.rows.map((r) => r.id)).toEqual(['long-softmax-bf16-1x32', 'long-performer-bf16-1x32', 'long-performer-fp32-1x32']);
+    expect(results.rows.map((r) => r.id)).toEqual(['long-softmax-bf16-2x1x32', 'long-performer-bf16-2x1x32', 'long-performer-fp32-2x1x32']);
     for (const r of results.rows) {
       expect(r.error ?? r.skipped).toBeUndefined();
       expect(r.losses).toHaveLength(2);
       expect(r.msPerStep).toBeGreaterThan(0);
+      // A step is both micro-batches' tokens.
+      expect(r.gradAccum).toBe(2);
+      expect(r.tokensPerSecond! * r.msPerStep!).toBeCloseTo(1000 * 2 * 32, 6);
       expect(r.compileSeconds).toBeGreaterThan(0);
       // XLA's compiled estimate on every platform; jax's CPU reports no device peak, so no MFU either.
       expect(r.compiledPeakBytes).toBeGreaterThan(0);
@@ -108,7 +114,7 @@ describe.skipIf(!available)('the archive with benchmark rows, run by xla-run.py 
     ]);
     expect(results.peer).toHaveLength(1);
     const peer = results.peer[0];
-    expect(peer).toMatchObject({ id: 'peer-long-1x32', batch: 1, seq: 32 });
+    expect(peer).toMatchObject({ id: 'peer-long-2x32', batch: 2, seq: 32 });
     if (hasTorch) {
       expect(peer).toMatchObject({ bf16: true, compiled: true, d: 128, layers: 4, heads: 4, vocab: 4096 });
       expect(peer.tokens_per_s).toBeGreaterThan(0);
@@ -126,7 +132,7 @@ describe.skipIf(!available)('the archive with benchmark rows, run by xla-run.py 
     const results = resultsOf('none');
     expect(results.rows).toHaveLength(3);
     for (const r of results.rows) expect(r.skipped).toMatch(/^time budget: \d+ s left, a row:long task takes ~\d+ s here$/);
-    expect(run.stdout).toMatch(/^skipped long-softmax-bf16-1x32: time budget/m);
+    expect(run.stdout).toMatch(/^skipped long-softmax-bf16-2x1x32: time budget/m);
     expect(results.peer[0].skipped).toMatch(hasTorch ? /^time budget/ : /no torch in/);
     expect(results.runs).toEqual([]);
   });
