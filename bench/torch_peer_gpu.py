@@ -1,4 +1,7 @@
-# The shared PyTorch peer (bench/torch_peer_gpt.py of the shared folder) moved to CUDA for one comparison on the lent GPU.
+# The shared PyTorch peer (bench/torch_peer_gpt.py of the shared folder) moved to CUDA for one comparison on the lent GPU;
+# bench/xla-run.py runs it as users run PyTorch there: --bf16 (autocast to bfloat16), SDPA (F.scaled_dot_product_attention,
+# flash attention on the GPU), --compile (torch.compile), at the archive rows' shapes. --device cpu runs the same on a
+# CPU build of torch (xla-run.py's CPU fallback, tiny shapes). Prints one JSON line.
 #!/usr/bin/python3
 """Peer measurement: training throughput of a small GPT in PyTorch on CPU.
 
@@ -74,7 +77,7 @@ class GPT(nn.Module):
                 nn.init.normal_(w, std=0.02)
 
     def forward(self, idx, tgt):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = self.head(self.ln(x))
@@ -88,9 +91,12 @@ def main():
     p.add_argument('--attn', default='softmax')
     p.add_argument('--tf32', action='store_true')
     p.add_argument('--compile', action='store_true', help='torch.compile the model (inductor, C++ on CPU)')
+    p.add_argument('--bf16', action='store_true', help='autocast the forward pass to bfloat16 (torch.autocast; fp32 master weights)')
+    p.add_argument('--device', default='cuda', help='cuda (default) or cpu')
     a = p.parse_args()
     torch.manual_seed(0)
-    torch.set_default_device('cuda')
+    torch.set_default_device(a.device)
+    cuda = a.device.startswith('cuda')
     if a.tf32:
         torch.set_float32_matmul_precision('high')
     torch.set_num_threads(a.threads)
@@ -98,27 +104,35 @@ def main():
     fwd = torch.compile(m) if a.compile else m
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
     data = torch.randint(0, a.vocab, (a.steps + a.warmup, a.batch, a.seq + 1))
+    autocast = torch.autocast(device_type='cuda' if cuda else 'cpu', dtype=torch.bfloat16, enabled=a.bf16)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     t0 = None
     for i in range(a.steps + a.warmup):
         if i == a.warmup:  # with --compile the warm-up steps include compilation
+            sync()
             t0 = time.perf_counter()
-        loss = fwd(data[i, :, :-1], data[i, :, 1:])
+        with autocast:
+            loss = fwd(data[i, :, :-1], data[i, :, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
-    torch.cuda.synchronize()
+    sync()
     dt = time.perf_counter() - t0
     params = sum(p.numel() for p in m.parameters())
+    precision = '-bf16-autocast' if a.bf16 else '-tf32' if a.tf32 else '-fp32'
     print(
         json.dumps(
             dict(
-                peer='pytorch-' + torch.__version__ + ('-compile' if a.compile else '') + ('-tf32' if a.tf32 else '-fp32') + '-' + torch.cuda.get_device_name(),
+                peer='pytorch-' + torch.__version__ + ('-compile' if a.compile else '') + precision + '-' + (torch.cuda.get_device_name() if cuda else 'cpu'),
                 attn=a.attn,
                 params=params,
                 tokens_per_s=round(a.steps * a.batch * a.seq / dt, 1),
                 step_ms=round(1000 * dt / a.steps, 1),
                 final_loss=round(loss.item(), 4),
+                peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
+                bf16=a.bf16,
+                compiled=a.compile,
                 **{k: getattr(a, k) for k in ('vocab', 'd', 'layers', 'heads', 'seq', 'batch', 'threads')},
             )
         )

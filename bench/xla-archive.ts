@@ -4,11 +4,14 @@
 //   app/train.mjs, steps.mjs   esbuild bundles of `npm run train` and `npm run bench:xla`, runner.py (+ devices.py) beside them,
 //                              node_modules/tokenizers with its linux-x64 addon only
 //   programs/demo, gpt2-small  `npm run compile` of the demo recipe, `bench:xla --compile` of GPT-2 small's shape
+//   programs/<row group>/<p>   the benchmark rows' programs (ARCHIVE_ROWS below, `--rows`), one recording per shape and
+//                              mechanism exported in each precision its rows use
 //   data/, recipe/             the demo recipe's tokenizer and data shard; the recipe with paths inside the archive
+//   torch_peer_gpu.py          the PyTorch peer (bf16 autocast, SDPA, torch.compile) xla-run.py runs at the rows' shapes
 //   manifest.json              what runs, and the CPU run's figures made here (jax CPU) to compare against
 //   xla-run.py                 the script that unpacks and runs it (also written beside the archive)
 //   SHA256SUMS                 the sha256 of every other file (`sha256sum -c` reads it): xla-run.py checks them
-//   npm run xla:archive -- [--out FILE] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
+//   npm run xla:archive -- [--out FILE] [--rows all|gpt2|long|none|ROW,…] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
 // Needs the tensorflow backend and `npm run setup:xla` (to compile, and the venv's jax for the CPU run).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -19,7 +22,10 @@ import { programEntryProblem } from '../src/backend/xla/programs.ts';
 import { venvPython, XLA_CACHE } from '../src/backend/xla/setup.ts';
 import { parseOrExit } from '../src/cli/command.ts';
 import { isRecord, readJsonObject } from '../src/core/json.ts';
+import { modelFlops } from '../src/model/flops.ts';
 import { loadRecipe } from '../src/store/recipes.ts';
+import { attentionNames } from '../src/model/attention/index.ts';
+import { type ArchiveRow, parseRows, XLA_BENCH_MODELS } from './xla-plan.ts';
 
 /** The issue's bound on the archive (issue 31): checked after packing. */
 export const ARCHIVE_LIMIT_BYTES = 60 * 1000 * 1000;
@@ -64,6 +70,12 @@ const COMMAND = {
     node: { type: 'string', value: 'FILE', help: 'the Node.js binary to carry (default: this one)' },
     recompile: { type: 'boolean', help: 'compile the programs again even when the staging folder has them' },
     models: { type: 'string', value: 'LIST', default: 'demo,gpt2-small', help: 'the bench models to carry (the demo recipe always goes)' },
+    rows: {
+      type: 'string',
+      value: 'LIST',
+      default: 'all',
+      help: 'the benchmark rows (bench/xla-plan.ts): all, gpt2, long, none, row ids, or MODEL:MECHANISM:fp32|bf16:[Ax]BxS',
+    },
     stage: { type: 'string', value: 'DIR', help: 'the staging folder (default .cache/xla/archive; programs are kept there between builds)' },
     'xz-level': { type: 'string', value: 'N', number: { integer: true, min: 0, max: 9 }, default: '6', help: 'xz preset (0 = fastest)' },
   },
@@ -74,6 +86,7 @@ const stage = path.resolve(values.stage ?? path.join(XLA_CACHE, 'archive'));
 const models = values.models.split(',');
 const unknownModel = models.find((m) => m !== 'demo' && m !== 'gpt2-small');
 if (unknownModel !== undefined) throw new Error(`--models: unknown model '${unknownModel}' (demo, gpt2-small)`);
+const rows = parseRows(values.rows, attentionNames());
 const log = (line: string) => console.log(`xla:archive: ${line}`);
 const run = (command: string, args: string[], options: { cwd?: string; env?: Record<string, string> } = {}) => {
   const r = spawnSync(command, args, { cwd: options.cwd ?? PROJECT_ROOT, env: { ...process.env, ...options.env }, encoding: 'utf8', maxBuffer: 256 << 20 });
@@ -103,6 +116,51 @@ if (models.includes('gpt2-small') && (values.recompile || !compiledIntact(progra
   log("compiling GPT-2 small's shape");
   fs.rmSync(programs.gpt2, { recursive: true, force: true });
   tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);
+}
+
+// The rows' programs: one recording per group (model, mechanism, shape), exported in each precision its rows use, into
+// programs/<group>/<precision>; how long that took here is kept beside them (compile.json) for the manifest.
+const groups = new Map<string, ArchiveRow[]>();
+for (const r of rows) groups.set(r.group, [...(groups.get(r.group) ?? []), r]);
+const groupCompile = new Map<string, { seconds: number; bytes: number }>();
+const folderBytes = (dir: string): number =>
+  fs
+    .readdirSync(dir, { withFileTypes: true })
+    .reduce((n, e) => n + (e.isDirectory() ? folderBytes(path.join(dir, e.name)) : fs.statSync(path.join(dir, e.name)).size), 0);
+for (const [group, members] of groups) {
+  const dir = path.join(stage, 'programs', group);
+  const precisions = [...new Set(members.map((r) => r.precision))].sort();
+  const compiledFile = path.join(dir, 'compile.json');
+  const kept = readJsonObject(compiledFile);
+  const intact = precisions.every((p) => compiledIntact(path.join(dir, p))) && typeof kept?.seconds === 'number';
+  if (values.recompile || !intact) {
+    const [first] = members;
+    log(`compiling ${group} (${precisions.join(', ')})`);
+    fs.rmSync(dir, { recursive: true, force: true });
+    const started = performance.now();
+    tsx([
+      'bench/xla-steps.ts',
+      '--compile',
+      '--model',
+      first.model,
+      '--attention',
+      first.attention,
+      '--batch',
+      String(first.batch),
+      '--seq',
+      String(first.seq),
+      '--grad-accum',
+      String(first.gradAccum),
+      '--precision',
+      precisions.join(','),
+      '--out',
+      precisions.length > 1 ? dir : path.join(dir, precisions[0]),
+    ]);
+    fs.writeFileSync(compiledFile, JSON.stringify({ seconds: (performance.now() - started) / 1000 }) + '\n');
+  }
+  const seconds = readJsonObject(compiledFile)!.seconds as number;
+  groupCompile.set(group, { seconds, bytes: folderBytes(dir) });
+  log(`${group}: recorded and exported in ${seconds.toFixed(0)} s here, ${(folderBytes(dir) / 1e6).toFixed(1)} MB of programs`);
 }
 
 // 2. The app: bundles, the runner, the tokenizers addon for linux-x64 only, Node.js.
@@ -151,12 +209,26 @@ const recipeText = fs
   .replace(/^(\s*tokenizer:).*$/m, `$1 data/tokenizers/${path.basename(recipe.data.tokenizer)}`);
 fs.writeFileSync(path.join(stage, 'recipe', 'gpt-slay.yaml'), recipeText);
 fs.copyFileSync(path.join(PROJECT_ROOT, 'bench', 'xla-run.py'), path.join(stage, 'xla-run.py'));
+fs.copyFileSync(path.join(PROJECT_ROOT, 'bench', 'torch_peer_gpu.py'), path.join(stage, 'torch_peer_gpu.py'));
 
 // 4. The CPU run: xla-run.py itself, on the staged folder, with the venv's jax (CPU here).
 const commit = run('git', ['rev-parse', '--short', 'HEAD']).trim() + (run('git', ['status', '--porcelain', '--untracked-files=no']).trim() ? '+changes' : '');
 const manifest = {
   commit,
   bench: models.map((model) => ({ model, programs: `programs/${model}`, cpu: null as unknown })),
+  // The rows in xla-run.py's order; model FLOPs per token by src/model/flops.ts for MFU (the peer's too, at its shape).
+  rows: rows.map((r) => {
+    const preset = XLA_BENCH_MODELS[r.model].config;
+    const config = { ...preset, attention: { name: r.attention, options: {} }, maxSeqLen: Math.max(preset.maxSeqLen, r.seq) };
+    return {
+      ...r,
+      programs: `programs/${r.group}/${r.precision}`,
+      modelFlopsPerToken: modelFlops(config, r.seq).perToken,
+      peer: { vocab: config.vocabSize, d: config.dModel, layers: config.numLayers, heads: config.numHeads },
+      builtSeconds: groupCompile.get(r.group)!.seconds,
+      programBytes: groupCompile.get(r.group)!.bytes,
+    };
+  }),
   train: {
     recipe: 'recipe/gpt-slay.yaml',
     programs: 'programs/demo',
@@ -182,6 +254,10 @@ const cpuLog = run(
     '1',
     '--train-steps',
     String(values['train-steps']),
+    '--only',
+    [...models, 'train'].join(','),
+    '--budget',
+    '0',
   ],
   { env: { SLAYFORMER_XLA_PLATFORM: 'cpu' } },
 );
@@ -200,7 +276,17 @@ fs.writeFileSync(path.join(stage, 'manifest.json'), JSON.stringify(manifest, nul
 // 5. Pack (xz: Python's tarfile reads it with the standard library) and check the size.
 const out = path.resolve(values.out);
 fs.mkdirSync(path.dirname(out), { recursive: true });
-const members = ['manifest.json', 'xla-run.py', 'node', 'app', ...models.map((m) => `programs/${m}`), 'data', 'recipe'];
+const members = [
+  'manifest.json',
+  'xla-run.py',
+  'torch_peer_gpu.py',
+  'node',
+  'app',
+  ...models.map((m) => `programs/${m}`),
+  ...[...groups.keys()].map((g) => `programs/${g}`),
+  'data',
+  'recipe',
+];
 fs.writeFileSync(path.join(stage, SUMS_FILE), checksumLines(stage, members));
 run('tar', ['-cJf', out, '-C', stage, SUMS_FILE, ...members], { env: { XZ_OPT: `-${values['xz-level']} -T2` } });
 fs.copyFileSync(path.join(stage, 'xla-run.py'), path.join(path.dirname(out), 'xla-run.py'));

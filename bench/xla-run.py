@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 # The offline GPU check of the XLA route (docs/xla.md, "Offline GPU node"): unpacks the archive `npm run xla:archive`
 # built (Node.js, the project bundled, the compiled programs, a tokenizer and a data shard; no TensorFlow, no
-# weights), then with this Python's jax (its CUDA plugin on a GPU node) trains N steps of the demo GPT and of
-# GPT-2 small's shape on seeded random tokens, and N steps of the demo recipe on its data through the trainer, and
-# prints tokens/s, peak device memory and the losses beside those of the CPU run made where the archive was built.
-#   python3 xla-run.py --archive slayformer-xla.tar.xz [--dir DIR] [--steps 20] [--out DIR]
-# Needs only Python ≥ 3.10 with jax (and numpy); writes results.json and results.md into --out.
+# weights), then with this Python's jax (its CUDA plugin on a GPU node), within --budget seconds, in this order:
+#   the benchmark rows (bench/xla-plan.ts: GPT-2 small at 16 × 1024 and the long-context rows, each mechanism) and
+#   the PyTorch peer at their shapes (torch_peer_gpu.py: bf16 autocast, SDPA, torch.compile; --peer-python's torch),
+#   then N steps of the demo GPT and of GPT-2 small's 4 × 256 on seeded random tokens, and N steps of the demo recipe
+#   through the trainer, with the losses beside those of the CPU run made where the archive was built.
+# A row is started only when the budget left covers what it is expected to take (the last row of its kind here, else
+# a fixed guess), and stopped at the budget's end; skipped rows are printed and listed with their reason. Writes
+# results.json and results.md (tokens/s, ms per step, MFU, compile seconds, peak device memory, where each linear
+# mechanism overtakes softmax) into --out.
+#   python3 xla-run.py --archive slayformer-xla.tar.xz [--dir DIR] [--budget 480] [--steps 20] [--out DIR]
+# Needs only Python ≥ 3.10 with jax (and numpy); the peer needs torch (skipped, saying so, without it).
 #
 # Before anything runs, the archive is checked (docs/xla.md): every member must be a file or folder that stays inside
 # --dir (an absolute name, a `..` or a link is refused before a byte is written; tarfile's `data` filter guards the
 # extraction too where this Python has it), --dir must be new or empty, and the unpacked files must match SHA256SUMS
 # (every file listed, none missing, none altered).
 import argparse
+import glob
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -121,7 +129,12 @@ def main():
     parser.add_argument('--warmup', type=int, default=3, help='steps of each bench run before timing (default 3; the first compiles)')
     parser.add_argument('--train-steps', type=int, default=30, help='optimizer steps of the demo recipe through the trainer (default 30)')
     parser.add_argument('--out', default='.', help='folder for results.json and results.md')
-    parser.add_argument('--only', default='', help='comma-separated subset of: demo, gpt2-small, train')
+    parser.add_argument('--only', default='', help='comma-separated subset of: rows, peer, demo, gpt2-small, train, or row ids')
+    parser.add_argument('--budget', type=float, default=480, help='seconds for the whole run, unpacking included (default 480; 0: no limit)')
+    parser.add_argument('--row-steps', type=int, default=5, help='timed steps of each benchmark row (default 5)')
+    parser.add_argument('--row-warmup', type=int, default=2, help='steps of each row before timing (default 2)')
+    parser.add_argument('--peer-python', default=sys.executable, help='the Python whose torch runs the peer (default: this one)')
+    parser.add_argument('--peer-device', default='', help='cuda or cpu (default: cuda where jax runs on a GPU, else cpu)')
     args = parser.parse_args()
     started = time.time()
     try:
@@ -148,12 +161,86 @@ def mfu_text(mfu):
     return '' if mfu is None else f'{100 * mfu:.1f}%'
 
 
+def mib(value):
+    return 'n/a' if value is None else f'{value / 2**20:,.0f} MiB'
+
+
+def length_text(seq):
+    return f'{seq // 1024}K' if seq % 1024 == 0 else str(seq)
+
+
+# What a task is expected to take (seconds, its start to its end: Node or Python starting, XLA's compile, the steps)
+# until one of its kind has run here; then the longest of those that ran. Guesses for an H200 from the first run there
+# (docs/results/xla-gpu.md: 10-17 s of compile per program) plus the steps.
+FIRST_GUESS = {'row:gpt2-small': 60, 'row:long': 30, 'row:demo': 25, 'peer:gpt2-small': 100, 'peer:long': 60, 'peer:demo': 60, 'bench': 60, 'train': 60}
+
+
+class Budget:
+    """The run's seconds: a task starts only when what is left covers its expected time, and is stopped at the end."""
+
+    def __init__(self, started, seconds):
+        self.deadline = started + seconds if seconds > 0 else math.inf
+        self.taken = {}
+
+    def left(self):
+        return self.deadline - time.time()
+
+    def expected(self, kind):
+        return max(self.taken[kind]) if kind in self.taken else FIRST_GUESS.get(kind, 60)
+
+    def why_not(self, kind):
+        """None when `kind` fits, else the skip reason."""
+        left, need = self.left(), self.expected(kind)
+        return None if need <= left else f'time budget: {max(left, 0):.0f} s left, a {kind} task takes ~{need:.0f} s here'
+
+    def took(self, kind, seconds):
+        self.taken.setdefault(kind, []).append(seconds)
+
+
+def crossovers(rows):
+    """
+    For each precision of the long-context rows and each linear mechanism: the first length at which its ms per step
+    is below softmax's at the same length (between the last length where it was not and that one), or that it is not
+    within the longest length both ran at.
+    """
+    found = []
+    long_rows = [r for r in rows if r.get('model') == 'long' and r.get('msPerStep') is not None]
+    for precision in sorted({r['precision'] for r in long_rows}):
+        mine = [r for r in long_rows if r['precision'] == precision]
+        softmax = {r['seq']: r['msPerStep'] for r in mine if r['attention'] == 'softmax'}
+        for mechanism in sorted({r['attention'] for r in mine} - {'softmax'}):
+            ms = {r['seq']: r['msPerStep'] for r in mine if r['attention'] == mechanism}
+            both = sorted(set(ms) & set(softmax))
+            entry = {'mechanism': mechanism, 'precision': precision, 'lengths': both, 'overtakesAt': None, 'notBefore': None}
+            if not both:
+                entry['text'] = 'not measured (no length where softmax ran too)'
+            else:
+                for previous, seq in zip([None] + both, both):
+                    if ms[seq] < softmax[seq]:
+                        entry['overtakesAt'], entry['notBefore'] = seq, previous
+                        break
+                if entry['overtakesAt'] is None:
+                    entry['text'] = f'not within {length_text(both[-1])}'
+                elif entry['notBefore'] is None:
+                    entry['text'] = f'already at {length_text(entry["overtakesAt"])} (the shortest measured)'
+                else:
+                    entry['text'] = f'between {length_text(entry["notBefore"])} and {length_text(entry["overtakesAt"])}'
+                missing = sorted(set(ms) - set(softmax))
+                if missing and entry['overtakesAt'] is None:
+                    entry['text'] += f' (softmax did not run at {", ".join(length_text(m) for m in missing)})'
+            found.append(entry)
+    return found
+
+
 def run_archive(args, started):
+    # Node and the peer run inside --dir or --out: the paths handed to them must not depend on where this started.
+    args.dir = os.path.abspath(args.dir)
     with open(os.path.join(args.dir, 'manifest.json')) as f:
         manifest = json.load(f)
     node = os.path.join(args.dir, 'node', 'bin', 'node')
     os.chmod(node, 0o755)
     os.makedirs(args.out, exist_ok=True)
+    out_dir = os.path.abspath(args.out)
 
     import jax  # here: the archive's checks need only the standard library (and its tests import this file without jax)
 
@@ -163,108 +250,262 @@ def run_archive(args, started):
     results = {
         'host': {'jax': jax.__version__, 'platform': device.platform, 'device': device.device_kind, 'python': sys.version.split()[0]},
         'commit': manifest['commit'],
+        'budgetSeconds': args.budget,
+        'rows': [],
+        'peer': [],
         'runs': [],
     }
     only = set(filter(None, args.only.split(',')))
+    budget = Budget(started, args.budget)
 
-    def run(cmd, extra_env, log):
+    def run(cmd, extra_env, log, cwd=None):
+        """Runs `cmd` until it ends or the budget does; its exit status (None when stopped at the budget's end)."""
         say('$ ' + ' '.join(cmd))
         with open(log, 'w') as out:
-            proc = subprocess.run(cmd, cwd=args.dir, env=dict(env, **extra_env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            out.write(proc.stdout)
-        tail = proc.stdout.strip().splitlines()[-6:]
-        for line in tail:
+            try:
+                proc = subprocess.run(
+                    cmd,
+                    cwd=cwd or args.dir,
+                    env=dict(env, **extra_env),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    timeout=None if budget.left() == math.inf else max(budget.left(), 1),
+                )
+                output, code = proc.stdout, proc.returncode
+            except subprocess.TimeoutExpired as err:
+                output, code = (err.stdout or b'').decode(errors='replace') if isinstance(err.stdout, bytes) else (err.stdout or ''), None
+            out.write(output)
+        for line in output.strip().splitlines()[-6:]:
             say('  ' + line)
-        return proc.returncode
+        return code
 
+    def attempt(kind, record, target, body):
+        """Runs body() (which fills `record`) if the budget allows, else records why not; appends `record` to `target`."""
+        why = budget.why_not(kind)
+        if why:
+            record['skipped'] = why
+            say(f'skipped {record.get("id", record.get("model"))}: {why}')
+        else:
+            begun = time.time()
+            body()
+            budget.took(kind, time.time() - begun)
+        target.append(record)
+
+    # 1. The benchmark rows, and the peer once the rows of its shape have run.
+    rows = manifest.get('rows', [])
+    want_rows = not only or 'rows' in only
+    peer_device = args.peer_device or ('cpu' if device.platform == 'cpu' else 'cuda')
+    peer_ready = None
+
+    def run_row(row):
+        record = {k: row[k] for k in ('id', 'model', 'attention', 'precision', 'batch', 'seq', 'gradAccum', 'builtSeconds', 'programBytes')}
+
+        def body():
+            out_json = os.path.join(out_dir, f'row-{row["id"]}.json')
+            # $OUT keeps files two folders down at most: the logs go into one folder
+            log = os.path.join(out_dir, 'logs', f'row-{row["id"]}.log')
+            code = run(
+                [node, 'app/steps.mjs', '--model', row['model'], '--attention', row['attention'], '--batch', str(row['batch']), '--seq', str(row['seq'])]
+                + ['--grad-accum', str(row['gradAccum']), '--precision', row['precision'], '--programs', row['programs']]
+                + ['--steps', str(args.row_steps), '--warmup', str(args.row_warmup), '--json', out_json],
+                {},
+                log,
+            )
+            if code != 0 or not os.path.exists(out_json):
+                record['error'] = 'stopped at the time budget' if code is None else f'exit {code} (see logs/row-{row["id"]}.log)'
+                return
+            with open(out_json) as f:
+                record.update(json.load(f))
+
+        attempt(f'row:{row["model"]}', record, results['rows'], body)
+
+    def run_peer(shape_rows):
+        """The peer at the shape of `shape_rows` (one model, tokens per step, length): softmax, bf16 autocast, SDPA, torch.compile."""
+        nonlocal peer_ready
+        first = shape_rows[0]
+        batch = first['batch'] * first['gradAccum']
+        record = {'id': f'peer-{first["model"]}-{batch}x{first["seq"]}', 'model': first['model'], 'batch': batch, 'seq': first['seq'], 'device': peer_device}
+        if peer_ready is None:
+            probe = subprocess.run(
+                [args.peer_python, '-c', 'import torch; print(torch.__version__)'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            peer_ready = True if probe.returncode == 0 else f'no torch in {args.peer_python} (--peer-python names one)'
+        if peer_ready is not True:
+            record['skipped'] = peer_ready
+            say(f'skipped {record["id"]}: {peer_ready}')
+            results['peer'].append(record)
+            return
+
+        def body():
+            shape = first['peer']
+            log = os.path.join(out_dir, 'logs', f'{record["id"]}.log')
+            code = run(
+                [args.peer_python, os.path.join(args.dir, 'torch_peer_gpu.py'), '--device', peer_device, '--bf16', '--compile']
+                + ['--vocab', str(shape['vocab']), '--d', str(shape['d']), '--layers', str(shape['layers']), '--heads', str(shape['heads'])]
+                + ['--seq', str(first['seq']), '--batch', str(batch), '--steps', str(args.row_steps), '--warmup', str(args.row_warmup)]
+                + (['--threads', str(os.cpu_count() or 1)] if peer_device == 'cpu' else []),
+                {},
+                log,
+                cwd=out_dir,
+            )
+            with open(log) as f:
+                lines = [line for line in f if line.startswith('{')]
+            if code != 0 or not lines:
+                record['error'] = 'stopped at the time budget' if code is None else f'exit {code} (see logs/{record["id"]}.log)'
+                return
+            measured = json.loads(lines[-1])
+            record.update(measured)
+            # MFU on the project's formula for the same shape (src/model/flops.ts) against the bf16 peak our rows used.
+            flops = next((r['modelFlopsPerToken'] for r in shape_rows if r['attention'] == 'softmax'), first['modelFlopsPerToken'])
+            peaks = [r.get('peakFlopsPerSecond') for r in results['rows'] if r.get('precision') == 'bf16' and r.get('peakFlopsPerSecond')]
+            record['modelFlopsPerToken'] = flops
+            record['mfu'] = flops * measured['tokens_per_s'] / peaks[0] if peaks else None
+
+        attempt(f'peer:{first["model"]}', record, results['peer'], body)
+
+    os.makedirs(os.path.join(out_dir, 'logs'), exist_ok=True)
+
+    # The peer runs at each shape of a model once the plan's first stretch of that model's rows has run (GPT-2 small's
+    # bf16 rows, then its shape; the long rows of every length, then the peer at each length).
+    def shape_of(row):
+        return (row['model'], row['batch'] * row['gradAccum'], row['seq'])
+
+    peer_shapes = {}
+    for row in rows:
+        peer_shapes.setdefault(shape_of(row), []).append(row)
+    peer_done = set()
+    for i, row in enumerate(rows):
+        if want_rows or row['id'] in only:
+            run_row(row)
+        if i + 1 < len(rows) and rows[i + 1]['model'] == row['model']:
+            continue
+        for shape, shape_rows in peer_shapes.items():
+            if shape[0] == row['model'] and shape not in peer_done and (not only or 'peer' in only):
+                peer_done.add(shape)
+                run_peer(shape_rows)
+    results['crossover'] = crossovers(results['rows'])
+
+    # 2. The bench models' losses beside the CPU run's, then the demo recipe through the trainer.
     for bench in manifest['bench']:
         if only and bench['model'] not in only:
             continue
-        out_json = os.path.join(os.path.abspath(args.out), f'bench-{bench["model"]}.json')
-        code = run(
-            [
-                node,
-                'app/steps.mjs',
-                '--model',
-                bench['model'],
-                '--programs',
-                bench['programs'],
-                '--steps',
-                str(args.steps),
-                '--warmup',
-                str(args.warmup),
-                '--json',
-                out_json,
-            ],
-            {},
-            os.path.join(args.out, f'bench-{bench["model"]}.log'),
-        )
-        if code != 0 or not os.path.exists(out_json):
-            results['runs'].append({'model': bench['model'], 'error': f'exit {code} (see bench-{bench["model"]}.log)'})
-            continue
-        with open(out_json) as f:
-            mine = json.load(f)
-        cpu = bench.get('cpu')
-        if cpu:
-            compared = min(len(cpu['losses']), len(mine['losses']))
-            mine['cpu'] = {k: cpu[k] for k in ('jax', 'platform', 'msPerStep', 'tokensPerSecond', 'losses')}
-            mine['maxLossDifference'] = max(abs(a - b) for a, b in zip(mine['losses'][:compared], cpu['losses'][:compared]))
-            mine['comparedSteps'] = compared
-        results['runs'].append(mine)
+        record = {'model': bench['model']}
+
+        def bench_body(bench=bench, record=record):
+            out_json = os.path.join(out_dir, f'bench-{bench["model"]}.json')
+            code = run(
+                [node, 'app/steps.mjs', '--model', bench['model'], '--programs', bench['programs']]
+                + ['--steps', str(args.steps), '--warmup', str(args.warmup), '--json', out_json],
+                {},
+                os.path.join(out_dir, 'logs', f'bench-{bench["model"]}.log'),
+            )
+            if code != 0 or not os.path.exists(out_json):
+                record['error'] = 'stopped at the time budget' if code is None else f'exit {code} (see logs/bench-{bench["model"]}.log)'
+                return
+            with open(out_json) as f:
+                mine = json.load(f)
+            cpu = bench.get('cpu')
+            if cpu:
+                compared = min(len(cpu['losses']), len(mine['losses']))
+                mine['cpu'] = {k: cpu[k] for k in ('jax', 'platform', 'msPerStep', 'tokensPerSecond', 'losses')}
+                mine['maxLossDifference'] = max(abs(a - b) for a, b in zip(mine['losses'][:compared], cpu['losses'][:compared]))
+                mine['comparedSteps'] = compared
+            record.update(mine)
+
+        attempt('bench', record, results['runs'], bench_body)
 
     if not only or 'train' in only:
         train = manifest['train']
-        run_dir = os.path.join(os.path.abspath(args.out), 'runs')
-        tokens = args.train_steps * train['tokensPerStep']
-        code = run(
-            [
-                node,
-                'app/train.mjs',
-                train['recipe'],
-                '--backend',
-                'cpu',
-                '--train.executor=xla',
-                f'--train.maxTokens={tokens}',
-                f'--train.runDir={run_dir}',
-                f'--train.evalInterval={args.train_steps}',
-                '--train.logInterval=10',
-            ],
-            {'SLAYFORMER_XLA_PROGRAMS': train['programs']},
-            os.path.join(args.out, 'train.log'),
-        )
         record = {'model': 'demo recipe (trainer, data, checkpoints)', 'recipe': train['recipe'], 'steps': args.train_steps}
-        metrics = []
-        if os.path.isdir(run_dir):
-            for name in sorted(os.listdir(run_dir)):
-                path = os.path.join(run_dir, name, 'metrics.jsonl')
-                if os.path.exists(path):
-                    with open(path) as f:
-                        metrics = [json.loads(line) for line in f if line.strip()]
-        record['metrics'] = [{k: m.get(k) for k in ('split', 'step', 'loss', 'tokens_per_s', 'mfu')} for m in metrics]
-        record['cpu'] = train['cpu']
-        if code != 0:
-            record['error'] = f'exit {code} (see train.log)'
-        results['runs'].append(record)
+
+        def train_body():
+            run_dir = os.path.join(out_dir, 'runs')
+            tokens = args.train_steps * train['tokensPerStep']
+            code = run(
+                [node, 'app/train.mjs', train['recipe'], '--backend', 'cpu', '--train.executor=xla', f'--train.maxTokens={tokens}']
+                + [f'--train.runDir={run_dir}', f'--train.evalInterval={args.train_steps}', '--train.logInterval=10'],
+                {'SLAYFORMER_XLA_PROGRAMS': train['programs']},
+                os.path.join(out_dir, 'logs', 'train.log'),
+            )
+            metrics = []
+            for path in sorted(glob.glob(os.path.join(run_dir, '*', 'metrics.jsonl'))):
+                with open(path) as f:
+                    metrics = [json.loads(line) for line in f if line.strip()]
+            record['metrics'] = [{k: m.get(k) for k in ('split', 'step', 'loss', 'tokens_per_s', 'mfu')} for m in metrics]
+            record['cpu'] = train['cpu']
+            if code != 0:
+                record['error'] = 'stopped at the time budget' if code is None else f'exit {code} (see logs/train.log)'
+
+        attempt('train', record, results['runs'], train_body)
 
     results['seconds'] = time.time() - started
-    with open(os.path.join(args.out, 'results.json'), 'w') as f:
+    with open(os.path.join(out_dir, 'results.json'), 'w') as f:
         json.dump(results, f, indent=1)
+    text = results_markdown(results)
+    with open(os.path.join(out_dir, 'results.md'), 'w') as f:
+        f.write(text)
+    say('')
+    say(text)
 
+
+def results_markdown(results):
+    host = results['host']
     lines = [
-        f'jax {results["host"]["jax"]} on {results["host"]["platform"]} ({results["host"]["device"]}), Python {results["host"]["python"]}; archive of commit {results["commit"]}',
+        f'jax {host["jax"]} on {host["platform"]} ({host["device"]}), Python {host["python"]}; archive of commit {results["commit"]}; '
+        f'{results["seconds"]:.0f} s of a {results["budgetSeconds"]:.0f} s budget'
+        if results['budgetSeconds'] > 0
+        else f'{results["seconds"]:.0f} s',
         '',
-        '| run | batch × seq | parameters | ms/step | tokens/s | MFU | compile s | peak device memory | loss (steps 1 → last) | CPU jax loss, same steps | max abs Δ loss |',
-        '|---|---|---|---|---|---|---|---|---|---|---|',
     ]
+    if results['rows']:
+        lines += [
+            '| row | mechanism | precision | tokens per step | parameters | ms/step | tokens/s | MFU | XLA compile s | recorded + exported where built, s | peak device memory | XLA compiled peak | loss (first → last) |',
+            '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+        ]
+        for r in results['rows']:
+            tokens = f'{r["gradAccum"]} × {r["batch"]} × {r["seq"]}' if r['gradAccum'] > 1 else f'{r["batch"]} × {r["seq"]}'
+            head = f'| {r["id"]} | {r["attention"]} | {r["precision"]} | {tokens} |'
+            if 'losses' not in r:
+                # parameters, ms/step, tokens/s, MFU and compile s empty; then the build time, the two peaks empty, the reason
+                lines.append(f'{head}{" |" * 5} {r["builtSeconds"]:.0f} | | | {r.get("skipped") or r.get("error")} |')
+                continue
+            lines.append(
+                f'{head} {r["parameters"]:,} | {r["msPerStep"]:.1f} | {r["tokensPerSecond"]:,.0f} | {mfu_text(r.get("mfu"))} | {r["compileSeconds"]:.1f} | '
+                f'{r["builtSeconds"]:.0f} | {mib(r.get("peakBytes"))} | {mib(r.get("compiledPeakBytes"))} | {r["losses"][0]:.4f} → {r["losses"][-1]:.4f} |'
+            )
+        lines.append('')
+    if results['peer']:
+        lines += [
+            '| PyTorch peer (softmax, SDPA, bf16 autocast, torch.compile) | batch × seq | parameters | ms/step | tokens/s | MFU | peak device memory |',
+            '|---|---|---|---|---|---|---|',
+        ]
+        for r in results['peer']:
+            if 'tokens_per_s' not in r:
+                lines.append(f'| {r["id"]} | {r["batch"]} × {r["seq"]} | | | | | {r.get("skipped") or r.get("error")} |')
+                continue
+            lines.append(
+                f'| {r["peer"]} | {r["batch"]} × {r["seq"]} | {r["params"]:,} | {r["step_ms"]:.1f} | {r["tokens_per_s"]:,.0f} | {mfu_text(r.get("mfu"))} | {mib(r.get("peak_bytes"))} |'
+            )
+        lines.append('')
+    if results.get('crossover'):
+        lines += ['| mechanism | precision | lengths measured | overtakes softmax (ms per step) |', '|---|---|---|---|']
+        for c in results['crossover']:
+            lines.append(f'| {c["mechanism"]} | {c["precision"]} | {", ".join(length_text(s) for s in c["lengths"])} | {c["text"]} |')
+        lines.append('')
+    if results['runs']:
+        lines += [
+            '| run | batch × seq | parameters | ms/step | tokens/s | MFU | compile s | peak device memory | loss (steps 1 → last) | CPU jax loss, same steps | max abs Δ loss |',
+            '|---|---|---|---|---|---|---|---|---|---|---|',
+        ]
     for r in results['runs']:
-        if 'error' in r and 'losses' not in r and 'metrics' not in r:
-            lines.append(f'| {r["model"]} | | | | | | | | failed: {r["error"]} | | |')
+        if 'losses' not in r and 'metrics' not in r:
+            lines.append(f'| {r["model"]} | | | | | | | | {r.get("skipped") or "failed: " + str(r.get("error"))} | | |')
         elif 'losses' in r:
-            peak = 'n/a' if r['peakBytes'] is None else f'{r["peakBytes"] / 2**20:,.0f} MiB'
             cpu_text = f'{r["cpu"]["losses"][0]:.4f} → {r["cpu"]["losses"][r["comparedSteps"] - 1]:.4f} ({r["comparedSteps"]} steps)' if 'cpu' in r else ''
             worst = f'{r["maxLossDifference"]:.2e}' if 'cpu' in r else ''
             lines.append(
-                f'| {r["model"]} ({r["path"]}) | {r["batch"]} × {r["seq"]} | {r["parameters"]:,} | {r["msPerStep"]:.1f} | {r["tokensPerSecond"]:,.0f} | {mfu_text(r.get("mfu"))} | {r["compileSeconds"]:.1f} | {peak} | {r["losses"][0]:.4f} → {r["losses"][-1]:.4f} | {cpu_text} | {worst} |'
+                f'| {r["model"]} ({r["path"]}) | {r["batch"]} × {r["seq"]} | {r["parameters"]:,} | {r["msPerStep"]:.1f} | {r["tokensPerSecond"]:,.0f} | {mfu_text(r.get("mfu"))} | {r["compileSeconds"]:.1f} | {mib(r["peakBytes"])} | {r["losses"][0]:.4f} → {r["losses"][-1]:.4f} | {cpu_text} | {worst} |'
             )
         else:
             train_losses = [m for m in r['metrics'] if m['split'] == 'train']
@@ -279,11 +520,7 @@ def run_archive(args, started):
             worst = f'{max(abs(a - b) for a, b in both):.2e}' if both else ''
             speed = f'{tps[-1]:,.0f} (last window)' if tps else ''
             lines.append(f'| {r["model"]} | | | | {speed} | {mfu_text(train_losses[-1].get("mfu"))} | | | {gpu_text} | {cpu_text} | {worst} |')
-    text = '\n'.join(lines) + '\n'
-    with open(os.path.join(args.out, 'results.md'), 'w') as f:
-        f.write(text)
-    say('')
-    say(text)
+    return '\n'.join(lines) + '\n'
 
 
 if __name__ == '__main__':

@@ -34,6 +34,9 @@ describe.skipIf(!available)('the offline GPU archive', () => {
         archive,
         '--models',
         'demo',
+        // The benchmark rows have their own test (xla-archive-rows.test.ts): recording them all takes minutes here.
+        '--rows',
+        'none',
         '--cpu-steps',
         '1',
         '--train-steps',

@@ -261,10 +261,13 @@ export class XlaExecutor implements StepExecutor {
     return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device})${devices}, matrix products in ${this.precision}; programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
   }
 
-  /** Peak and current device memory in bytes (null where the device reports none, e.g. jax's CPU). */
-  async memory(): Promise<{ peakBytes: number | null; bytesInUse: number | null }> {
+  /**
+   * Peak and current device memory in bytes (null where the device reports none, e.g. jax's CPU), and XLA's compiled
+   * estimate of the largest loaded program's peak (every platform; absent from an older runner).
+   */
+  async memory(): Promise<{ peakBytes: number | null; bytesInUse: number | null; compiledPeakBytes?: number | null }> {
     const reply = await this.runner.request({ op: 'memory' });
-    return reply.header as { peakBytes: number | null; bytesInUse: number | null };
+    return reply.header as { peakBytes: number | null; bytesInUse: number | null; compiledPeakBytes?: number | null };
   }
 
   async close(): Promise<void> {
