@@ -49,19 +49,37 @@ const GEMM_SIZE: Record<string, number> = { cpu: 256, wasm: 512 };
  */
 export async function cpuPeak(device: Device, { replicas = 1, hosts = 1, cache = GEMM_CEILING_CACHE } = {}): Promise<PeakFlops> {
   const size = GEMM_SIZE[device.backend] ?? 1024;
-  const cores = os.availableParallelism();
-  const key = `${device.backend} | ${device.source} | ${os.cpus()[0]?.model ?? 'unknown CPU'} × ${cores} | ${size}`;
-  const cached = readCeilings(cache);
-  let ceiling = cached[key];
-  if (ceiling === undefined) {
-    ceiling = await measureGemmCeiling({ size });
-    writeCeilings(cache, { ...readCeilings(cache), [key]: ceiling });
-  }
+  const ceiling = await cachedCeiling(`${device.backend} | ${device.source}`, size, () => measureGemmCeiling({ size }), cache);
   const copies = (device.coresPerReplica === 1 ? replicas : 1) * hosts;
   return {
     flopsPerSecond: ceiling * copies,
     source: `${copies > 1 ? `${copies} × ` : ''}the float32 GEMM ceiling of ${device.backend} on this CPU (${(ceiling / 1e9).toFixed(1)} GFLOP/s at ${size}², measured once: ${path.basename(cache)})`,
   };
+}
+
+/**
+ * The peak of the XLA executor on jax's CPU: the float32 GEMM ceiling jax itself reaches on this machine (`measure`, the
+ * runner's timed product: not the tfjs backend's, which XLA's multithreaded kernels exceed), cached as cpuPeak's, times the hosts.
+ */
+export async function jaxCpuPeak(jax: string, measure: (size: number) => Promise<number>, { hosts = 1, cache = GEMM_CEILING_CACHE } = {}): Promise<PeakFlops> {
+  const size = 1024;
+  const ceiling = await cachedCeiling(`xla | jax ${jax} (CPU)`, size, () => measure(size), cache);
+  return {
+    flopsPerSecond: ceiling * hosts,
+    source: `${hosts > 1 ? `${hosts} × ` : ''}the float32 GEMM ceiling of jax ${jax} on this CPU (${(ceiling / 1e9).toFixed(1)} GFLOP/s at ${size}², measured once: ${path.basename(cache)})`,
+  };
+}
+
+/** The ceiling cached for `what` on this CPU at `size`, measured and kept when absent. */
+async function cachedCeiling(what: string, size: number, measure: () => Promise<number>, cache: string): Promise<number> {
+  const key = `${what} | ${os.cpus()[0]?.model ?? 'unknown CPU'} × ${os.availableParallelism()} | ${size}`;
+  let ceiling = readCeilings(cache)[key];
+  if (ceiling === undefined) {
+    ceiling = await measure();
+    if (!(Number.isFinite(ceiling) && ceiling > 0)) throw new Error(`the GEMM ceiling of ${what} measured ${ceiling} FLOP/s`);
+    writeCeilings(cache, { ...readCeilings(cache), [key]: ceiling });
+  }
+  return ceiling;
 }
 
 /** The cache's entries; an unreadable or malformed file counts as empty (it is only a cache: the figure is measured again). */

@@ -2,7 +2,7 @@
 // (src/model/flops.ts) over the peak of what it trains on (src/backend/peak-flops.ts).
 import type { Cluster } from '../backend/collective.ts';
 import type { Device } from '../backend/entry.ts';
-import { cpuPeak, gpuPeak, type PeakFlops } from '../backend/peak-flops.ts';
+import { cpuPeak, gpuPeak, jaxCpuPeak, type PeakFlops } from '../backend/peak-flops.ts';
 import { modelFlops } from '../model/flops.ts';
 import type { LanguageModelConfig } from '../model/lm.ts';
 import type { StepExecutor } from './step-executor.ts';
@@ -28,6 +28,7 @@ export async function utilisationBasis(
   // executor's devices over all processes (train.devices × ranks), else one GPU per host.
   if (accelerator && accelerator.platform !== 'cpu')
     peak = gpuPeak(accelerator.device, accelerator.precision === 'bf16' ? 'bf16' : 'tf32', accelerator.devices ?? hosts);
+  else if (accelerator?.cpuGemm) peak = await jaxCpuPeak(accelerator.cpuGemm.jax, accelerator.cpuGemm.measure, { hosts });
   else if (!accelerator && !run.device.cpuBound) peak = null;
   else peak = await cpuPeak(run.device, { replicas: run.replicas, hosts });
   return { flopsPerToken, peak };

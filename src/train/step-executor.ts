@@ -55,7 +55,14 @@ export interface StepExecutor {
   /** Sends the model and optimizer as they are now (restored, initialised from another model) to where the executor keeps them. */
   push(): Promise<void>;
   /** Where the steps run when it is not the tfjs backend's device (the XLA executor's jax device): its MFU's peak (mfu.ts). */
-  readonly accelerator?: { platform: string; device: string; precision?: XlaPrecision; devices?: number };
+  readonly accelerator?: {
+    platform: string;
+    device: string;
+    precision?: XlaPrecision;
+    devices?: number;
+    /** On a CPU: the jax version and its float32 GEMM rate at size² (FLOP/s, the MFU's peak, mfu.ts). */
+    cpuGemm?: { jax: string; measure(size: number): Promise<number> };
+  };
   /** One line for the run's log after its first step: what ran where (null = nothing to say). */
   describe(firstBatch: ModelBatch): string | null;
   /** Frees what the executor holds (threads, processes, device buffers); the model and optimizer stay the caller's. */

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { currentDevice } from '../../src/backend/current.ts';
-import { cpuPeak, gpuPeak, measureGemmCeiling } from '../../src/backend/peak-flops.ts';
+import { cpuPeak, gpuPeak, jaxCpuPeak, measureGemmCeiling } from '../../src/backend/peak-flops.ts';
 import { utilisation, utilisationBasis } from '../../src/train/mfu.ts';
 import { modelFlops } from '../../src/model/flops.ts';
 import type { LanguageModelConfig } from '../../src/model/lm.ts';
@@ -45,6 +45,20 @@ describe('cpuPeak', () => {
     fs.writeFileSync(cache, '{ not json');
     expect((await cpuPeak(device, { cache })).flopsPerSecond).toBeGreaterThan(0);
     expect(JSON.parse(fs.readFileSync(cache, 'utf8'))[key]).toBeGreaterThan(0);
+  });
+
+  it("the XLA executor on jax's CPU: jax's own ceiling (the runner's measure), measured once and cached apart from tfjs's, times the hosts", async () => {
+    const cache = path.join(dir, 'jax-ceiling.json');
+    const sizes: number[] = [];
+    const measure = async (size: number) => (sizes.push(size), 5e10);
+    expect(await jaxCpuPeak('0.10.2', measure, { cache, hosts: 2 })).toEqual({
+      flopsPerSecond: 1e11,
+      source: expect.stringMatching(/^2 × the float32 GEMM ceiling of jax 0\.10\.2 on this CPU \(50\.0 GFLOP\/s at 1024²/),
+    });
+    expect((await jaxCpuPeak('0.10.2', measure, { cache })).flopsPerSecond).toBe(5e10);
+    expect(sizes).toEqual([1024]);
+    expect(Object.keys(JSON.parse(fs.readFileSync(cache, 'utf8')))).toEqual([expect.stringMatching(/^xla \| jax 0\.10\.2 \(CPU\) \| .* \| 1024$/)]);
+    await expect(jaxCpuPeak('0.10.3', async () => Number.NaN, { cache })).rejects.toThrow(/GEMM ceiling of xla \| jax 0\.10\.3 \(CPU\) measured NaN/);
   });
 
   it('a cache that cannot be written is measured and used all the same', async () => {

@@ -220,6 +220,12 @@ describe.skipIf(!available)('xla executor against TensorFlow functions', () => {
       expect(Array.from(optimizer.flatMoments().m)).toEqual(Array.from(momentsBefore));
       expect(optimizer.stepCount).toBe(1);
       expect(executor.describe()).toMatch(/jax 0\.10\.2 cpu .*loaded as portable artifact/);
+      // On jax's CPU the MFU's peak is jax's own GEMM rate, timed by the runner; a size out of range is refused naming it.
+      const gemm = executor.accelerator?.cpuGemm;
+      expect(gemm?.jax).toBe('0.10.2');
+      const rate = await gemm!.measure(64);
+      expect(Number.isFinite(rate) && rate > 0).toBe(true);
+      await expect(gemm!.measure(0)).rejects.toThrow(/gemm: size must be an integer from 16 to 8192 \(got 0\)/);
     } finally {
       await executor.close();
       optimizer.dispose();

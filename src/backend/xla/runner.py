@@ -20,6 +20,8 @@
 #   eval {program, names} + arrays            → {sums: {output: value, or a list of values for a vector}}
 #   memory                                    → {peakBytes, bytesInUse} (null where the device reports none) and
 #                                               compiledPeakBytes: the largest loaded program's compiled bound
+#   gemm {size}                               → {flopsPerSecond}: the best of 5 timed float32 size × size products on
+#                                               this process's first device (the MFU's peak on a CPU)
 #   exit                                      → {} and the process ends
 import json
 import math
@@ -176,6 +178,24 @@ class Program:
         return dict(zip(self.outputs, Runtime.execute(self.executables[device], args)))
 
 
+GEMM_SIZES = range(16, 8193)
+
+
+def gemm_rate(device, size):
+    """FLOP/s of the best of 5 float32 size × size products on `device` (after one to compile), 2·size³ each."""
+    if not isinstance(size, int) or size not in GEMM_SIZES:
+        raise ValueError(f'gemm: size must be an integer from {GEMM_SIZES.start} to {GEMM_SIZES.stop - 1} (got {size!r})')
+    a = jax.device_put(np.random.default_rng(0).standard_normal((size, size), dtype=np.float32), device)
+    product = jax.jit(lambda x, y: jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST))
+    product(a, a).block_until_ready()
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        product(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
 def end(runtime, status):
     """
     Across processes, ends this one at once: jax.distributed's shutdown (at exit) waits in a barrier for every process,
@@ -297,6 +317,8 @@ def main():
                         'compiledPeakBytes': max(compiled) if compiled else None,
                     }
                 )
+            elif op == 'gemm':
+                write_message({'flopsPerSecond': gemm_rate(local[0], header['size'])})
             elif op == 'exit':
                 write_message({})
                 end(runtime, 0)

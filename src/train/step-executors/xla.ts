@@ -89,8 +89,11 @@ export class XlaExecutor implements StepExecutor {
     return this.hello.deviceCount ?? 1;
   }
 
-  get accelerator(): { platform: string; device: string; precision: XlaPrecision; devices: number } {
-    return { platform: this.hello.platform, device: this.hello.device, precision: this.precision, devices: this.deviceCount };
+  get accelerator(): StepExecutor['accelerator'] & { platform: string; device: string; precision: XlaPrecision; devices: number } {
+    const { platform, device, jax } = this.hello;
+    // On jax's CPU the MFU's peak is jax's own float32 GEMM rate, timed in the runner (mfu.ts).
+    const measure = async (size: number) => (await this.runner.request({ op: 'gemm', size })).header.flopsPerSecond as number;
+    return { platform, device, precision: this.precision, devices: this.deviceCount, ...(platform === 'cpu' ? { cpuGemm: { jax, measure } } : {}) };
   }
 
   static async start(context: StepExecutorContext, book: ProgramBook): Promise<XlaExecutor> {
