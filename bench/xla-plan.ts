@@ -2,28 +2,27 @@
 // benchmark rows `npm run xla:archive` compiles, in the order bench/xla-run.py runs them within its time budget.
 import type { LanguageModelConfig } from '../src/model/lm.ts';
 
+/** The demo GPT (recipes/demo/gpt-slay.yaml): the long-context rows keep its width. */
+const DEMO_GPT: LanguageModelConfig = {
+  kind: 'gpt',
+  vocabSize: 4096,
+  maxSeqLen: 128,
+  dModel: 128,
+  numLayers: 4,
+  numHeads: 4,
+  mlpRatio: 4,
+  dropout: 0,
+  bias: true,
+  seed: 1,
+  attention: { name: 'slay', options: { chunkSize: 32, quadratureNodes: 2, prfFeatures: 16, anchors: 8, epsilon: 1e-3 } },
+};
+
 /**
  * The models the GPU archive carries: the demo GPT (recipes/demo/gpt-slay.yaml), GPT-2 small and, for the long-context
  * rows, the demo's width with softmax (`--attention` swaps the mechanism, with its default options).
  */
 export const XLA_BENCH_MODELS: Record<string, { config: LanguageModelConfig; batch: number; seq: number }> = {
-  demo: {
-    config: {
-      kind: 'gpt',
-      vocabSize: 4096,
-      maxSeqLen: 128,
-      dModel: 128,
-      numLayers: 4,
-      numHeads: 4,
-      mlpRatio: 4,
-      dropout: 0,
-      bias: true,
-      seed: 1,
-      attention: { name: 'slay', options: { chunkSize: 32, quadratureNodes: 2, prfFeatures: 16, anchors: 8, epsilon: 1e-3 } },
-    },
-    batch: 8,
-    seq: 128,
-  },
+  demo: { config: DEMO_GPT, batch: 8, seq: 128 },
   'gpt2-small': {
     config: {
       kind: 'gpt',
@@ -41,23 +40,7 @@ export const XLA_BENCH_MODELS: Record<string, { config: LanguageModelConfig; bat
     batch: 4,
     seq: 256,
   },
-  long: {
-    config: {
-      kind: 'gpt',
-      vocabSize: 4096,
-      maxSeqLen: 1024,
-      dModel: 128,
-      numLayers: 4,
-      numHeads: 4,
-      mlpRatio: 4,
-      dropout: 0,
-      bias: true,
-      seed: 1,
-      attention: { name: 'softmax', options: {} },
-    },
-    batch: 1,
-    seq: 1024,
-  },
+  long: { config: { ...DEMO_GPT, maxSeqLen: 1024, attention: { name: 'softmax', options: {} } }, batch: 1, seq: 1024 },
 };
 
 export type XlaBenchModel = keyof typeof XLA_BENCH_MODELS;
