@@ -18,7 +18,7 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { PROJECT_ROOT } from '../src/backend/native-build.ts';
-import { programEntryProblem } from '../src/backend/xla/programs.ts';
+import { programEntryProblem } from '../src/backend/xla/program-cache.ts';
 import { venvPython, XLA_CACHE } from '../src/backend/xla/setup.ts';
 import { parseOrExit } from '../src/cli/command.ts';
 import { isRecord, readJsonObject } from '../src/core/json.ts';
@@ -97,7 +97,7 @@ const run = (command: string, args: string[], options: { cwd?: string; env?: Rec
 const tsx = (args: string[], env: Record<string, string> = {}) => run(process.execPath, ['--import', 'tsx', ...args], { env });
 
 // 1. Programs (kept between builds: recording GPT-2 small's step takes minutes here), while they match their checksums.
-/** Whether `dir` holds a compiled folder whose every program matches its checksums (src/backend/xla/programs.ts). */
+/** Whether `dir` holds a compiled folder whose every program matches its checksums (src/backend/xla/program-cache.ts). */
 function compiledIntact(dir: string): boolean {
   const listed = readJsonObject(path.join(dir, 'manifest.json'))?.programs;
   return (

@@ -23,9 +23,9 @@ import { XlaExecutor, xla } from '../src/train/step-executors/xla.ts';
 import { resolveExecutionPlan, XLA_PROGRAMS_ENV, type ExecutionPlan } from '../src/train/execution-plan.ts';
 import { randomBatch } from '../src/train/throughput.ts';
 import { gpuPeak } from '../src/backend/peak-flops.ts';
-import type { XlaPrecision } from '../src/backend/xla/programs.ts';
+import type { XlaPrecision } from '../src/backend/xla/program-cache.ts';
 import { modelFlops } from '../src/model/flops.ts';
-import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram, writeCompiledPrograms } from '../src/train/xla-programs.ts';
+import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram, writeCompiledPrograms } from '../src/train/xla-recording.ts';
 import { XLA_BENCH_MODELS } from './xla-plan.ts';
 
 const COMMAND = {

@@ -278,7 +278,7 @@ function nativePackageDir(): string {
   return path.dirname(path.dirname(loaded));
 }
 
-/** A recorded trace as a serialized GraphDef with its feed and fetch tensor names (the XLA route exports it: src/backend/xla/programs.ts). */
+/** A recorded trace as a serialized GraphDef with its feed and fetch tensor names (the XLA route exports it: src/backend/xla/program-cache.ts). */
 export function traceGraphDef(trace: Trace): { graphDef: Uint8Array; feedNames: string[]; fetchNames: string[] } {
   return buildGraphDef(trace, nativeBackend().binding);
 }

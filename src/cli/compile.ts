@@ -1,5 +1,5 @@
 // npm run compile -- recipe.yaml --out DIR [--section.key=value …]
-// The recipe's step programs for the XLA route written to DIR (src/train/compile-programs.ts, docs/xla.md "Ahead of
+// The recipe's step programs for the XLA route written to DIR (src/train/compile-ahead.ts, docs/xla.md "Ahead of
 // time"): a host with Node.js and jax but no TensorFlow then trains with
 //   SLAYFORMER_XLA_PROGRAMS=DIR npm run train -- recipe.yaml --train.executor=xla --backend cpu
 import { startBackend } from './backend-option.ts';
@@ -24,6 +24,6 @@ await runCommand(COMMAND, async ({ values, positionals, overrides }) => {
   const recipe = loadRecipe(positionals[0], overrides);
   const device = await startBackend(COMMAND.name, { flag: 'tensorflow' }, {});
   if (!device.graphSteps) throw new Error('the programs are recorded on the tensorflow backend (npm run setup:tensorflow)');
-  const { compilePrograms } = await import('../train/compile-programs.ts');
+  const { compilePrograms } = await import('../train/compile-ahead.ts');
   await compilePrograms(recipe, values.out, (line) => console.log(line));
 });

@@ -8,7 +8,7 @@ import type { Cluster } from '../backend/collective.ts';
 import type { Device } from '../backend/device.ts';
 import { resolveDataParallel } from '../backend/device.ts';
 import { resolveXla, type XlaSetting } from '../backend/tf-graph.ts';
-import type { XlaPrecision } from '../backend/xla/programs.ts';
+import type { XlaPrecision } from '../backend/xla/program-cache.ts';
 import { exporterPython, runnerPython, XLA_PYTHON_ENV, XLA_SETUP_COMMAND } from '../backend/xla/setup.ts';
 import { LanguageModel, type StepModel } from '../model/lm.ts';
 import { AdamW, type AdamWOptions, type ShardOf } from './optimizer.ts';

@@ -281,7 +281,7 @@ export class AdamW {
    * opt:m, opt:v, the four step scalars, opt:present where some parameter has none, opt:decayed (sharded, with
    * weight decay: which values of this rank's slice decay), param:<name> of all, and ranks:loss, ranks:stop when the
    * update is computed across ranks) and named outputs (norm, ranks:loss and ranks:stop across ranks, opt:m, opt:v,
-   * param:<name> of the updated): prepare runs it, the xla executor records it (src/train/xla-programs.ts). A sharded
+   * param:<name> of the updated): prepare runs it, the xla executor records it (src/train/xla-recording.ts). A sharded
    * optimizer updates its slice and gathers the parameters (updateSlice). Call inside tf.tidy.
    */
   updateProgram(

@@ -4,7 +4,7 @@
 // registered in step-executors/index.ts; which one runs, and how, the run's ExecutionPlan says
 // (execution-plan.ts). The trainer, the task runner and the throughput benchmark hold a StepExecutor and
 // never ask which one it is (docs/execution.md).
-import type { XlaPrecision } from '../backend/xla/programs.ts';
+import type { XlaPrecision } from '../backend/xla/program-cache.ts';
 import type { Batch } from '../data/batch.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';

@@ -23,8 +23,8 @@ import { XlaExecutor } from '../../src/train/step-executors/xla.ts';
 import { resolveExecutionPlan, XLA_PROGRAMS_ENV } from '../../src/train/execution-plan.ts';
 import { describeDevice } from '../../src/backend/device.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
-import { recordGradientProgram } from '../../src/train/xla-programs.ts';
-import { exportPrograms } from '../../src/backend/xla/programs.ts';
+import { recordGradientProgram } from '../../src/train/xla-recording.ts';
+import { exportPrograms } from '../../src/backend/xla/program-cache.ts';
 import type { Batch } from '../../src/data/batch.ts';
 
 const available = isTensorflowSetUp() && isXlaSetUp();

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
-import { exportPrograms } from '../../src/backend/xla/programs.ts';
+import { exportPrograms } from '../../src/backend/xla/program-cache.ts';
 import { isXlaSetUp, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
@@ -20,7 +20,7 @@ import { AdamW } from '../../src/train/optimizer.ts';
 import { TrainingStopped, type StopRequest } from '../../src/train/stop.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { runTraining } from '../../src/train/trainer.ts';
-import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram } from '../../src/train/xla-programs.ts';
+import { gradientInputs, RecordingBook, recordApplyProgram, recordGradientProgram } from '../../src/train/xla-recording.ts';
 import { makeTinySetup, stopAfter, type TinySetup } from './checkpoint-fixtures.ts';
 import { tinyGptConfig } from '../helpers/tiny-model.ts';
 

@@ -6,10 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
-import { programHash, type ProgramSpec } from '../../src/backend/xla/programs.ts';
+import { programHash, type ProgramSpec } from '../../src/backend/xla/program-cache.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
-import { CompiledBook, MANIFEST_FILE, modelTensors } from '../../src/train/xla-programs.ts';
+import { CompiledBook, MANIFEST_FILE, modelTensors } from '../../src/train/xla-recording.ts';
 import { tinyGptConfig } from '../helpers/tiny-model.ts';
 
 const recipeText = (train: string) => `

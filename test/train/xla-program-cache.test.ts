@@ -1,4 +1,4 @@
-// The XLA program cache's checksums (src/backend/xla/programs.ts, docs/xla.md): an entry is trusted only when its
+// The XLA program cache's checksums (src/backend/xla/program-cache.ts, docs/xla.md): an entry is trusted only when its
 // .vhlo, .mlir and .json match the <hash>.sha256 written after them; a broken, cut-short or unverifiable entry is
 // exported again with one line naming the file, and a compiled folder's broken program is an error naming it. The
 // checks run on hand-written entries anywhere; re-exporting and loading in the jax process need the native backend
@@ -9,13 +9,13 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
-import { exportPrograms, programEntryProblem, programHash, writeProgramChecksums, type ProgramSpec } from '../../src/backend/xla/programs.ts';
+import { exportPrograms, programEntryProblem, programHash, writeProgramChecksums, type ProgramSpec } from '../../src/backend/xla/program-cache.ts';
 import { XlaRunner } from '../../src/backend/xla/runner.ts';
 import { isXlaSetUp, venvPython, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createLanguageModel, type LanguageModel } from '../../src/model/lm.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
-import { CompiledBook, MANIFEST_FILE, modelTensors, recordGradientProgram } from '../../src/train/xla-programs.ts';
+import { CompiledBook, MANIFEST_FILE, modelTensors, recordGradientProgram } from '../../src/train/xla-recording.ts';
 
 const withJax = isXlaSetUp();
 const withExporter = withJax && isTensorflowSetUp();

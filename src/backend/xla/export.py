@@ -3,7 +3,7 @@
 # Usage: python export.py JOB.json — JOB lists programs; for each, <out>.vhlo (a StableHLO portable artifact, which
 # newer jax versions read), <out>.mlir (the same module as text, the runner's fallback) and <out>.json (inputs,
 # outputs, aliases, versions) are written, each under a temporary name renamed into place, the .json last;
-# src/backend/xla/programs.ts then writes their checksums (<out>.sha256), by which it trusts a cached entry.
+# src/backend/xla/program-cache.ts then writes their checksums (<out>.sha256), by which it trusts a cached entry.
 # docs/xla.md describes the route.
 #
 # A program's inputs and outputs carry names (param:…, opt:m, batch:ids, …). An output named like an input is new

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const XLA_CACHE = path.join(PROJECT_ROOT, '.cache', 'xla');
 export const XLA_VENV = path.join(XLA_CACHE, 'venv');
-/** Exported programs by content hash (programs.ts). */
+/** Exported programs by content hash (program-cache.ts). */
 export const PROGRAM_CACHE = path.join(XLA_CACHE, 'programs');
 export const XLA_SETUP_COMMAND = 'npm run setup:xla';
 

@@ -1,5 +1,5 @@
 // The step compiled by XLA and run by JAX's runtime (docs/xla.md): the programs recorded as the TensorFlow-function
-// steps record them (../xla-programs.ts), exported to StableHLO, run by a jax process beside Node
+// steps record them (../xla-recording.ts), exported to StableHLO, run by a jax process beside Node
 // (backend/xla/runner.py) that keeps parameters, buffers and AdamW's moments as device buffers. A step sends the
 // micro-batches' token ids (and masks) and reads back the loss, the gradient norm and whether the update applied.
 // Programs come recorded here (native backend + `npm run setup:xla`) or from a folder `npm run compile` wrote
@@ -9,7 +9,7 @@ import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
 import { xlaCoordinator } from '../../backend/cluster-env.ts';
 import { replyNumber, XlaRunner, type HostArray, type RunnerHello } from '../../backend/xla/runner.ts';
-import type { XlaPrecision } from '../../backend/xla/programs.ts';
+import type { XlaPrecision } from '../../backend/xla/program-cache.ts';
 import { runnerPython } from '../../backend/xla/setup.ts';
 import { XLA_PROGRAMS_ENV } from '../execution-plan.ts';
 import { evalResult, positionBucketEdges, positionBucketsOf, positionLosses, type EvalResult } from '../evaluate.ts';
@@ -30,7 +30,7 @@ import {
   type BookEntry,
   type NamedArrays,
   type ProgramBook,
-} from '../xla-programs.ts';
+} from '../xla-recording.ts';
 
 const f32 = (x: number): HostArray => ({ dtype: 'float32', shape: [], data: Float32Array.of(x) });
 

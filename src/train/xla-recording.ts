@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { recordTrace, sameTrace, traceGraphDef, type Trace } from '../backend/tf-graph.ts';
 import type { ArrayDtype, HostArray } from '../backend/xla/runner.ts';
-import { exportPrograms, PROGRAM_CHECKSUMS, PROGRAM_FILES, programEntryProblem, type ProgramSpec, type XlaPrecision } from '../backend/xla/programs.ts';
+import { exportPrograms, PROGRAM_CHECKSUMS, PROGRAM_FILES, programEntryProblem, type ProgramSpec, type XlaPrecision } from '../backend/xla/program-cache.ts';
 import { withComposedKernels } from '../backend/fused-kernels.ts';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
@@ -225,7 +225,7 @@ function outputsOf(base: string): string[] {
 }
 
 /**
- * Records each program on first use on the native backend and exports it through the content cache (programs.ts).
+ * Records each program on first use on the native backend and exports it through the content cache (src/backend/xla/program-cache.ts).
  * `precision` applies to the gradient and validation programs; AdamW's update stays float32 (docs/xla.md).
  */
 export class RecordingBook implements ProgramBook {

@@ -20,7 +20,7 @@ import {
   recordGradientProgram,
   writeCompiledPrograms,
   type ProgramManifest,
-} from './xla-programs.ts';
+} from './xla-recording.ts';
 
 /** A batch of the recipe's shape with `labelled` labelled positions (the first ones; GPT: all). */
 function shapedBatch(kind: 'gpt' | 'bert', batchSize: number, seqLen: number, labelled: number): ModelBatch {
