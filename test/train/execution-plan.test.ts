@@ -17,23 +17,12 @@ import { resolveExecutionPlan, type ExecutionSettings } from '../../src/train/ex
 import { AdamW } from '../../src/train/optimizer.ts';
 import { startStepExecutor } from '../../src/train/step-executors/index.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
+import { tinyGptConfig } from '../helpers/tiny-model.ts';
 
 const native = isTensorflowSetUp();
 if (!native) console.log(`[execution-plan] the op-by-op-records-nothing tests skipped: needs the tensorflow backend (${SETUP_COMMAND})`);
 
-const config = {
-  kind: 'gpt' as const,
-  vocabSize: 32,
-  dModel: 16,
-  numHeads: 2,
-  numLayers: 1,
-  mlpRatio: 4,
-  maxSeqLen: 8,
-  dropout: 0,
-  bias: true,
-  attention: { name: 'softmax', options: {} },
-  seed: 3,
-};
+const config = tinyGptConfig({ vocabSize: 32, maxSeqLen: 8, mlpRatio: 4, seed: 3 });
 
 // Resolution reads the model only to know whether replica threads can rebuild it (a language model): a stand-in will do.
 const gpt = Object.create(LanguageModel.prototype) as StepModel;

@@ -14,24 +14,13 @@ import { resolveExecutionPlan, STEP_EXECUTOR_NAMES, type ExecutionSettings } fro
 import { startStepExecutor, STEP_EXECUTORS } from '../../src/train/step-executors/index.ts';
 import { randomBatch } from '../../src/train/throughput.ts';
 import { Rng } from '../../src/core/rng.ts';
+import { tinyGptConfig } from '../helpers/tiny-model.ts';
 
 beforeAll(async () => {
   await initBackend('cpu', { quiet: true });
 });
 
-const config = {
-  kind: 'gpt' as const,
-  vocabSize: 32,
-  dModel: 16,
-  numHeads: 2,
-  numLayers: 1,
-  mlpRatio: 4,
-  maxSeqLen: 8,
-  dropout: 0,
-  bias: true,
-  attention: { name: 'softmax', options: {} },
-  seed: 3,
-};
+const config = tinyGptConfig({ vocabSize: 32, maxSeqLen: 8, mlpRatio: 4, seed: 3 });
 
 /** A context on a GPT, which the test disposes. */
 type GptContext = StepExecutorContext & { model: LanguageModel };
