@@ -3,8 +3,8 @@
 // usage errors answer at once (0.2 s instead of 1–6 s), before any backend loads.
 import path from 'node:path';
 import type { Recipe } from '../recipe/schema.ts';
-import type { StopRequest } from '../train/stop.ts';
-import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision, type Device } from '../backend/device.ts';
+import { signalExitCode, TrainingStopped, type StopRequest } from '../train/stop.ts';
+import { chooseBackend, resolveBackend, resolveDataParallel, type BackendDecision } from '../backend/device.ts';
 import { clusterFromEnv } from '../backend/cluster-env.ts';
 import { machineRanksProblem, thisMachine } from '../backend/machine-ranks.ts';
 import { MAX_RANKS } from '../core/bounds.ts';
@@ -145,12 +145,11 @@ function describeDecision({ choice, from }: BackendDecision): string {
 }
 
 async function main(args: Args): Promise<number> {
-  const [{ loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }, { signalExitCode, TrainingStopped }] = await Promise.all([
+  const [{ loadRecipe }, { RecipeError }, { validateRecipeModel }, { resolveModelSource }] = await Promise.all([
     import('../store/recipes.ts'),
     import('../recipe/load.ts'),
     import('../train/plan.ts'),
     import('../store/resolve.ts'),
-    import('../train/stop.ts'),
   ]);
   let recipe: Recipe;
   try {
@@ -184,7 +183,7 @@ async function main(args: Args): Promise<number> {
   try {
     cluster = clusterFromEnv();
     // A rank of the --processes launcher stops when the launcher is gone (src/cli/launcher-channel.ts): at once
-    // until runWithSignals says how to stop with a checkpoint.
+    // until stopOnSignals says how to stop with a checkpoint.
     const launcher = watchLauncher(() => onLauncherGone(launcher!));
   } catch (err) {
     console.error(`train: ${(err as Error).message}`);
@@ -214,7 +213,13 @@ async function main(args: Args): Promise<number> {
     const device = await startBackend(COMMAND.name, { flag: backend.choice }, { verbose: args.verbose, silent: (cluster?.rank ?? 0) !== 0 });
     // Before the model or any tensor exists: joining renames the devices (backend/collective.ts).
     const joined = cluster ? (await import('../backend/collective.ts')).joinCluster(cluster, { joinTimeoutS: recipe.train.joinTimeout }) : null;
-    await runWithSignals(recipe, resume, device, joined);
+    const { runTraining } = await import('../train/trainer.ts');
+    const { stop, remove } = stopOnSignals(joined);
+    try {
+      await runTraining(recipe, { resume, stop, device, cluster: joined });
+    } finally {
+      remove();
+    }
     return 0;
   } catch (err) {
     if (err instanceof TrainingStopped) {
@@ -256,15 +261,10 @@ let onLauncherGone: (launcherPid: number) => void = (launcherPid) => {
 
 /**
  * SIGINT/SIGTERM/SIGHUP ask the loop to stop after the current step and save a checkpoint; a second one quits at once.
- * The end of the --processes launcher asks it as SIGTERM does.
+ * The end of the --processes launcher asks it as SIGTERM does. Returns the request the loop reads (none on the ranks
+ * other than 0) and the removal of the handlers.
  */
-async function runWithSignals(
-  recipe: Recipe,
-  resume: string | undefined,
-  device: Device,
-  cluster: import('../backend/collective.ts').Cluster | null,
-): Promise<void> {
-  const [{ runTraining }, { signalExitCode }] = await Promise.all([import('../train/trainer.ts'), import('../train/stop.ts')]);
+function stopOnSignals(cluster: import('../backend/collective.ts').Cluster | null): { stop?: StopRequest; remove: () => void } {
   const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   if (cluster && cluster.rank !== 0) {
     // Rank 0 alone checkpoints on a signal (srun passes Ctrl-C to every task); the others end when it does, having
@@ -272,8 +272,7 @@ async function runWithSignals(
     const ignore = () => ignoreOutputErrors();
     for (const signal of signals) process.on(signal, ignore);
     onLauncherGone = ignore;
-    await runTraining(recipe, { resume, device, cluster });
-    return;
+    return { remove: () => {} };
   }
   const stop: StopRequest = { signal: null };
   const onSignal = (signal: NodeJS.Signals) => {
@@ -294,11 +293,7 @@ async function runWithSignals(
     stop.signal = 'SIGTERM';
     console.error(`train: the launcher (pid ${launcherPid}) is gone: finishing the current step and saving a checkpoint, as on SIGTERM`);
   };
-  try {
-    await runTraining(recipe, { resume, stop, device, cluster });
-  } finally {
-    for (const signal of signals) process.off(signal, onSignal);
-  }
+  return { stop, remove: () => signals.forEach((signal) => process.off(signal, onSignal)) };
 }
 
 await runCommand(COMMAND, ({ values, positionals, overrides }) =>

@@ -2,7 +2,7 @@
 //   metrics.jsonl   MetricRecord, one JSON object per line, the source of truth for curves: the run logger writes
 //                   them, W&B and TensorBoard receive them, compare, the model card, sweep plan and the tests read them
 //   summary.json    SummaryRecord, written last and whole (it marks the run done): a training run's TrainingSummaryRecord
-//                   (the trainer's numbers, TrainingLoop.finish, and the run logger's own) or a paper unit's
+//                   (the trainer's numbers, TrainingRun.finish, and the run logger's own) or a paper unit's
 //                   UnitSummaryRecord (src/paper/run.ts), whose headline is what `sweep status` shows
 // It lives in src/store, beside the file names (layout.ts), because the store reads it too (`initFrom: auto:` the
 // tokens and loss of each finished run, the model card its evaluation); telemetry, report, sweep and paper import it.
@@ -213,7 +213,7 @@ export function checkRecord(record: unknown, where: string): asserts record is M
   }
 }
 
-/** A training run's summary as the trainer builds it at its end (TrainingLoop.finish). */
+/** A training run's summary as the trainer builds it at its end (TrainingRun.finish). */
 export interface TrainingSummary {
   steps: number;
   /** Tokens trained (input tokens, as train.maxTokens counts them). */

@@ -19,9 +19,9 @@ import * as tf from '@tensorflow/tfjs';
 import { currentDevice } from '../backend/current.ts';
 import type { BackendName } from '../backend/device.ts';
 import type { LanguageModel, LanguageModelConfig, ModelBatch } from '../model/lm.ts';
-import type { AdamW } from './optimizer.ts';
-import { accumulateGradients, applyGradients, microBatchSeed, stepTokens } from './step.ts';
-import type { StepOptions, StepResult } from './step.ts';
+import type { AdamW, StepResult } from './optimizer.ts';
+import { accumulateGradients, microBatchSeed, stepTokens } from './step.ts';
+import type { StepOptions } from './step.ts';
 
 /** Rows [start, start + count) of a batch, as a batch that owns its arrays (they are posted to a worker). */
 export function sliceRows(batch: ModelBatch, start: number, count: number): ModelBatch {
@@ -318,7 +318,7 @@ export class DataParallelGroup {
     if (local) tf.dispose([...local.grads.values(), local.loss]);
     const grads = new Map(gradNames.map((n, i) => [n, summed.sums[i]]));
     const loss = summed.lossSum;
-    return applyGradients(optimizer, grads, loss, total, opts);
+    return optimizer.update(grads, loss, total, opts);
   }
 
   async close(): Promise<void> {

@@ -55,6 +55,20 @@ export function decays(name: string, variable: tf.Variable, decayEmbeddings = fa
   return name.endsWith('.weight') && variable.rank >= 2;
 }
 
+/** What one optimizer step did (AdamW.update). */
+export interface StepResult {
+  /** Mean cross-entropy per labelled token over all micro-batches, nats. */
+  loss: number;
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  /** Labelled tokens in the step. */
+  tokens: number;
+  /** False when the loss or gradient norm was NaN/Inf: then nothing was updated (not even AdamW's step count). */
+  applied: boolean;
+  /** Across ranks: whether some rank asked the run to stop after this step (every rank gets the same answer). */
+  stopRequested?: boolean;
+}
+
 /**
  * An update computed but not applied (AdamW.prepare): the gradients' global norm before clipping, to be read before
  * deciding, and the new parameters and moments, written by commit() or dropped by discard(). One of the two must be
@@ -225,6 +239,36 @@ export class AdamW {
     this.step = step;
   }
 
+  /**
+   * The step's update from its accumulated gradients (their loss = mean over the step's `tokens` labelled tokens):
+   * computed first (prepare) and only written once the loss and the gradient norm read back finite, so that a NaN/Inf
+   * step leaves weights, moments and the step count as they were. Disposes `grads` and `loss`. `acrossRanks`: `grads`
+   * and `loss` are this process's part, summed over the ranks inside the update (AcrossRanks), and the rule decides on
+   * the sums, so that every rank applies or skips together.
+   */
+  async update(
+    grads: Map<string, tf.Tensor>,
+    loss: tf.Scalar,
+    tokens: number,
+    opts: { lr: number; clip: number },
+    acrossRanks?: Omit<AcrossRanks, 'loss' | 'stop'> & { stopRequested: boolean },
+  ): Promise<StepResult> {
+    let pending: PendingUpdate | null = null;
+    const stop = acrossRanks ? tf.scalar(acrossRanks.stopRequested ? 1 : 0) : null;
+    try {
+      pending = this.prepare(grads, opts.lr, opts.clip, acrossRanks ? { ...acrossRanks, loss, stop: stop! } : undefined);
+      const [norm, value, stops] = await Promise.all([pending.norm.data(), (pending.loss ?? loss).data(), pending.stop?.data()]);
+      const applied = Number.isFinite(norm[0]) && Number.isFinite(value[0]);
+      if (applied) pending.commit();
+      else pending.discard();
+      pending = null;
+      return { loss: value[0], gradNorm: norm[0], tokens, applied, ...(stops ? { stopRequested: stops[0] > 0 } : {}) };
+    } finally {
+      pending?.discard();
+      tf.dispose([...grads.values(), loss, ...(stop ? [stop] : [])]);
+    }
+  }
+
   /** One update with learning rate `lr` (gradients clipped to global norm `clip`; 0 = no clipping), applied at once. */
   applyGradients(grads: Map<string, tf.Tensor> | Record<string, tf.Tensor>, lr: number, clip = 0): void {
     this.prepare(grads, lr, clip).commit();
@@ -319,7 +363,9 @@ export class AdamW {
       }
       // The norm and the clipping see the whole summed gradient on every rank, sharded or not: the same decision everywhere.
       const { grad, norm } = clipByGlobalNorm(g, clip, scalars[3]);
-      const next = this.shard ? this.updateSlice(grad, scalars, present, decaysHere, updated, across!.gather!) : this.update(grad, scalars, present, updated);
+      const next = this.shard
+        ? this.updateSlice(grad, scalars, present, decaysHere, updated, across!.gather!)
+        : this.newValues(grad, scalars, present, updated);
       return [norm, ...sums, ...next];
     };
     const outputs = ['norm', ...(across ? ['ranks:loss', 'ranks:stop'] : []), 'opt:m', 'opt:v', ...updated.map((n) => `param:${n}`)];
@@ -424,7 +470,7 @@ export class AdamW {
   }
 
   /** The new m, v and the new value of each parameter in `updated` (stepSize, √(1 − β2ᵗ), 1 − lr·λ given as scalars). */
-  private update(g: tf.Tensor1D, [stepSize, sqrtBias2, decay]: tf.Scalar[], present: tf.Tensor1D | null, updated: string[]): tf.Tensor[] {
+  private newValues(g: tf.Tensor1D, [stepSize, sqrtBias2, decay]: tf.Scalar[], present: tf.Tensor1D | null, updated: string[]): tf.Tensor[] {
     const { beta1, beta2, eps, weightDecay } = this.options;
     const keepSkipped = (next: tf.Tensor, old: tf.Tensor) => (present ? tf.where(present, next, old) : next);
     const mNew = keepSkipped(tf.add(tf.mul(this.m, beta1), tf.mul(g, 1 - beta1)), this.m);

@@ -2,7 +2,7 @@
 // resume restores, and how one optimizer step moves them. The loop (trainer.ts) reads them for its log
 // lines, its validation records and its checkpoints.
 import type { TrainingCounters } from '../store/checkpoint.ts';
-import type { StepResult } from './step.ts';
+import type { StepResult } from './optimizer.ts';
 
 type Window = TrainingCounters['window'];
 

@@ -9,8 +9,7 @@ import type { Batch } from '../data/batch.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import type { EvalResult } from './evaluate.ts';
 import type { ExecutionPlan, StepExecutorName } from './execution-plan.ts';
-import type { AdamW } from './optimizer.ts';
-import type { StepResult } from './step.ts';
+import type { AdamW, StepResult } from './optimizer.ts';
 
 /** What changes from one optimizer step to the next. */
 export interface StepInputs {

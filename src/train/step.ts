@@ -1,31 +1,18 @@
 // One optimizer step's maths, shared by the training loop (trainer.ts), the data-parallel replicas
 // (data-parallel.ts, replica.ts), the throughput measure (throughput.ts) and the synthetic-task runner
 // (src/paper/task-runner.ts), on any StepModel (src/model/lm.ts): the micro-batches' gradients summed
-// over the step's labelled tokens, global-norm clipping, a NaN/Inf guard, and AdamW.
+// over the step's labelled tokens, handed to AdamW.update (optimizer.ts: clipping, the NaN/Inf guard, the update).
 import * as tf from '@tensorflow/tfjs';
 import { deriveSeed } from '../core/rng.ts';
 import { IGNORE_LABEL } from '../model/lm.ts';
 import type { StepModel, ModelBatch } from '../model/lm.ts';
 import { microBatchGradients } from './compiled-step.ts';
-import type { AcrossRanks, AdamW, PendingUpdate } from './optimizer.ts';
+import type { AdamW, StepResult } from './optimizer.ts';
 
 function labelledCount(batch: ModelBatch): number {
   let n = 0;
   for (let i = 0; i < batch.labels.length; i++) if (batch.labels[i] !== IGNORE_LABEL) n++;
   return n;
-}
-
-export interface StepResult {
-  /** Mean cross-entropy per labelled token over all micro-batches, nats. */
-  loss: number;
-  /** Global gradient norm before clipping. */
-  gradNorm: number;
-  /** Labelled tokens in the step. */
-  tokens: number;
-  /** False when the loss or gradient norm was NaN/Inf: then nothing was updated (not even AdamW's step count). */
-  applied: boolean;
-  /** Across ranks: whether some rank asked the run to stop after this step (every rank gets the same answer). */
-  stopRequested?: boolean;
 }
 
 export interface StepOptions {
@@ -86,50 +73,31 @@ export function accumulateGradients(
   return { grads: new Map(Object.entries(accumulated)), loss: loss! };
 }
 
-/**
- * Clips and applies accumulated gradients (their loss = mean over the step's labelled tokens). The update is
- * computed first (AdamW.prepare) and only written once the loss and the gradient norm read back finite: a NaN/Inf
- * step leaves weights, moments and the step count as they were. Disposes `grads` and `loss`. `sumAcrossRanks`:
- * `grads` and `loss` are this process's part, summed over the ranks inside the update (AcrossRanks), and the rule
- * decides on the sums, so that every rank applies or skips together.
- */
-export async function applyGradients(
-  optimizer: AdamW,
-  grads: Map<string, tf.Tensor>,
-  loss: tf.Scalar,
-  total: number,
-  opts: Pick<StepOptions, 'lr' | 'clip'>,
-  acrossRanks?: Omit<AcrossRanks, 'loss' | 'stop'> & { stopRequested: boolean },
-): Promise<StepResult> {
-  let pending: PendingUpdate | null = null;
-  const stop = acrossRanks ? tf.scalar(acrossRanks.stopRequested ? 1 : 0) : null;
-  try {
-    pending = optimizer.prepare(grads, opts.lr, opts.clip, acrossRanks ? { ...acrossRanks, loss, stop: stop! } : undefined);
-    const [norm, value, stops] = await Promise.all([pending.norm.data(), (pending.loss ?? loss).data(), pending.stop?.data()]);
-    const applied = Number.isFinite(norm[0]) && Number.isFinite(value[0]);
-    if (applied) pending.commit();
-    else pending.discard();
-    pending = null;
-    return { loss: value[0], gradNorm: norm[0], tokens: total, applied, ...(stops ? { stopRequested: stops[0] > 0 } : {}) };
-  } finally {
-    pending?.discard();
-    tf.dispose([...grads.values(), loss, ...(stop ? [stop] : [])]);
-  }
-}
-
 /** Dropout seed of micro-batch i (null = no dropout). */
 export const microBatchSeed = (dropoutSeed: number | null, i: number) => (dropoutSeed === null ? null : deriveSeed(dropoutSeed, i));
+
+/**
+ * The step's gradients over k micro-batches, summed (accumulateGradients), with the labelled tokens they are divided
+ * by: what every in-process step hands to AdamW.update. Dropout of micro-batch i uses deriveSeed(dropoutSeed, i).
+ */
+export function stepGradients(
+  model: StepModel,
+  microBatches: readonly ModelBatch[],
+  opts: Pick<StepOptions, 'dropoutSeed' | 'trainable' | 'graph' | 'jit'>,
+): { grads: Map<string, tf.Tensor>; loss: tf.Scalar; total: number } {
+  const total = stepTokens(microBatches);
+  const variables = [...(opts.trainable ?? model.parameters()).values()];
+  const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
+  return { ...accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.jit ?? false), total };
+}
 
 /**
  * One optimizer step over k micro-batches. Each micro-batch's summed loss is divided by the labelled
  * tokens of ALL k micro-batches, so the accumulated gradient is exactly the gradient of the mean loss
  * over the union — the update of one batch of k× rows (also for BERT, whose micro-batches hold
- * different numbers of labelled tokens). Dropout of micro-batch i uses deriveSeed(dropoutSeed, i).
+ * different numbers of labelled tokens).
  */
 export async function trainStep(model: StepModel, optimizer: AdamW, microBatches: readonly ModelBatch[], opts: StepOptions): Promise<StepResult> {
-  const total = stepTokens(microBatches);
-  const variables = [...(opts.trainable ?? model.parameters()).values()];
-  const seeds = microBatches.map((_, i) => microBatchSeed(opts.dropoutSeed, i));
-  const { grads, loss } = accumulateGradients(model, microBatches, seeds, total, variables, opts.graph ?? true, opts.jit ?? false);
-  return applyGradients(optimizer, grads, loss, total, opts);
+  const { grads, loss, total } = stepGradients(model, microBatches, opts);
+  return optimizer.update(grads, loss, total, opts);
 }

@@ -1,8 +1,9 @@
 // The training loop: one epoch over the training split (or the train.maxTokens budget), AdamW with
 // warm-up + decay, global-norm clipping, gradient accumulation (the step itself: step.ts, run by a
 // step executor), periodic logging and validation on a fixed token set, checkpoints, and the final save
-// (src/store/model-folder.ts). The loop reads top to bottom in TrainingLoop.train; its counters are a
-// RunState (run-state.ts), which checkpoints save and a resume restores.
+// (src/store/model-folder.ts). The loop reads top to bottom in runTraining, calling the step executor and so AdamW
+// (docs/execution.md); a TrainingRun holds what it needs between steps: counters (a RunState, run-state.ts, which
+// checkpoints save and a resume restores), writers, validation and the end of the run.
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -21,7 +22,7 @@ import type { Recipe } from '../recipe/schema.ts';
 import { RunLogger } from '../telemetry/run-logger.ts';
 import type { TelemetrySink } from '../telemetry/sink.ts';
 import { formatDuration, joinFields, progressFields } from '../telemetry/progress-bar.ts';
-import type { AdamW } from './optimizer.ts';
+import type { AdamW, StepResult } from './optimizer.ts';
 import { learningRate, resolveWarmup } from './schedule.ts';
 import type { ScheduleOptions } from './schedule.ts';
 import { collectEvalBatches, evaluate } from './evaluate.ts';
@@ -36,8 +37,7 @@ import { lockRunFolder, runFolderOf } from '../store/run-folder.ts';
 import { healthRecord, measureEstimatorHealth, type LayerHealth } from './estimator-health.ts';
 import { prepareFinetune } from './finetune.ts';
 import { plannedBatches, streamOptions } from './plan.ts';
-import type { StepResult } from './step.ts';
-import type { StepExecutor, StepExecutorContext } from './step-executor.ts';
+import type { StepExecutor, StepExecutorContext, StepInputs } from './step-executor.ts';
 import { RunState } from './run-state.ts';
 import { startStepExecutor } from './step-executors/index.ts';
 import { planAdamW, resolveExecutionPlan, type ExecutionPlan } from './execution-plan.ts';
@@ -160,13 +160,14 @@ interface RunWriters {
 }
 
 /**
- * One run's training loop (train(): learning rate → micro-batches → step → log, validation, checkpoint), its counters
- * (RunState, continued from a checkpoint when resuming) and writers, and the end of the run (finish()).
+ * A run in progress: what runTraining's loop keeps between steps (its counters, a RunState continued from a
+ * checkpoint when resuming; its writers; the step executor), the parts of a step around the executor's (beginStep,
+ * endStep, logProgress, validate, saveCheckpoint), and the end of the run (finish()).
  */
-class TrainingLoop {
+class TrainingRun {
   readonly state: RunState;
-  private readonly writers: RunWriters;
-  private readonly schedule: ScheduleOptions;
+  readonly writers: RunWriters;
+  readonly schedule: ScheduleOptions;
   /** How the steps run (step-executor.ts); started by train(), closed by its caller through close(). */
   private executor: StepExecutor | null = null;
   /** What the last step read back from the backend's tensors into JavaScript (tensorflow; readback.ts). */
@@ -203,61 +204,30 @@ class TrainingLoop {
   }
 
   /**
-   * Steps until the plan or the data ends; `stop.signal` set = checkpoint after the current step and throw
-   * TrainingStopped. Returns 'stopped' on the other ranks of a run whose rank 0 stopped so: they end with it.
+   * Starts the step executor (after initFrom and restore: an executor that keeps state elsewhere receives the weights
+   * as they now are), states the MFU basis and validates the model before training (step 0; the loaded one when
+   * finetuning), so that curves start where training did. A resumed run (step > 0) has that record already.
    */
-  async train(stop: StopRequest | undefined): Promise<'ended' | 'stopped'> {
-    const { state, writers } = this;
-    const { totalSteps } = this.inputs;
-    const { logInterval, evalInterval, checkpointInterval } = this.recipe.train;
-    await this.startExecutor();
-    // The model before training (step 0; the loaded one when finetuning), so that curves start where training did.
-    // A resumed run (step > 0) has this record from its first session.
-    if (this.leader && state.step === 0 && (this.parts.finetune.initFrom !== null || evalInterval > 0)) await this.validate();
-    // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
-    if (state.step < totalSteps) writers.logger.line(`compiling the first steps… (a progress line every ${logInterval} steps)`);
-    const due = (interval: number) => interval > 0 && state.step % interval === 0;
-    // The stop request as last read: once per step, after the event loop turned (below).
-    let requested: NodeJS.Signals | null = null;
-    while (state.step < totalSteps) {
-      const lr = learningRate(state.step, this.schedule);
-      const micro = await this.nextMicroBatches();
-      if (micro.length === 0) break; // the epoch ended before the estimate said
-      const result = await this.step(micro, lr, requested !== null);
-      if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) this.logProgress(lr, result.gradNorm);
-      if (this.leader && due(evalInterval) && state.step < totalSteps) await this.validate();
-      // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
-      // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
-      await new Promise((resolve) => setImmediate(resolve));
-      // A stop asked for during the last step just lets the run finish (final validation and save follow). Across
-      // ranks the step's all-reduce says whether a stop was asked before it, so that every rank checkpoints together.
-      requested ??= stop?.signal ?? null;
-      const stopping = state.step < totalSteps && (result.stopRequested ?? requested !== null);
-      if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await this.saveCheckpoint();
-      if (!stopping) continue;
-      // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
-      if (this.leader) throw new TrainingStopped(requested!, state.step, writers.checkpoints.lastDir!, writers.logger.dir);
-      // The others have given their part of the checkpoint and end now, cleanly: one still waiting in a collective
-      // would fail as rank 0 leaves, and the launcher could take that failure for the run's end.
-      return 'stopped';
+  async start(): Promise<StepExecutor> {
+    const executor = await startStepExecutor(this.parts.steps);
+    this.executor = executor;
+    const { logger } = this.writers;
+    if (this.leader) {
+      const { backend, replicas, cluster } = this.parts.plan;
+      this.utilisation = await utilisationBasis(this.inputs.modelConfig, this.recipe.data, { device: backend, executor, replicas, cluster });
+      const { flopsPerToken, peak } = this.utilisation;
+      logger.line(
+        `model FLOPs ${(flopsPerToken / 1e6).toFixed(1)} M per trained token (forward and backward; docs/training.md); MFU against ${peak ? `${formatFlops(peak.flopsPerSecond)}: ${peak.source}` : 'no known peak of this device: not logged'}`,
+      );
+      if (this.state.step === 0 && (this.parts.finetune.initFrom !== null || this.recipe.train.evalInterval > 0)) await this.validate();
     }
-    return 'ended';
-  }
-
-  /** Started after initFrom and restore: an executor that keeps state elsewhere receives the weights as they now are. */
-  private async startExecutor(): Promise<void> {
-    this.executor = await startStepExecutor(this.parts.steps);
-    if (!this.leader) return;
-    const { backend, replicas, cluster } = this.parts.plan;
-    this.utilisation = await utilisationBasis(this.inputs.modelConfig, this.recipe.data, { device: backend, executor: this.executor, replicas, cluster });
-    const { flopsPerToken, peak } = this.utilisation;
-    this.writers.logger.line(
-      `model FLOPs ${(flopsPerToken / 1e6).toFixed(1)} M per trained token (forward and backward; docs/training.md); MFU against ${peak ? `${formatFlops(peak.flopsPerSecond)}: ${peak.source}` : 'no known peak of this device: not logged'}`,
-    );
+    // The first steps of a process build the backend's kernels (and, on tensorflow, the step graph): seconds of silence.
+    if (this.state.step < this.inputs.totalSteps) logger.line(`compiling the first steps… (a progress line every ${this.recipe.train.logInterval} steps)`);
+    return executor;
   }
 
   /** Up to train.gradAccum batches of the stream, within the plan. */
-  private async nextMicroBatches(): Promise<Batch[]> {
+  async nextMicroBatches(): Promise<Batch[]> {
     const micro: Batch[] = [];
     while (micro.length < this.recipe.train.gradAccum && this.state.batchesSeen < this.inputs.batchesPlanned) {
       const batch = await this.parts.stream.next();
@@ -268,16 +238,19 @@ class TrainingLoop {
     return micro;
   }
 
-  /** One optimizer step at learning rate `lr`, the skip rule for a NaN/Inf one, and the counters it moves. */
-  private async step(micro: Batch[], lr: number, stopRequested: boolean): Promise<StepResult> {
-    const { recipe, parts, state } = this;
-    parts.model.onTrainStep(state.step);
-    const t0 = performance.now();
-    const readBefore = readback();
+  /** The inputs of the next step at learning rate `lr`, and when it began (endStep measures it). */
+  beginStep(lr: number, stopRequested: boolean): { inputs: StepInputs; began: { t0: number; readBefore: Readback } } {
+    const { recipe, state } = this;
+    this.parts.model.onTrainStep(state.step);
     const dropoutSeed = this.inputs.modelConfig.dropout > 0 ? deriveSeed(recipe.train.seed, `dropout/${state.step}`) : null;
-    const result = await this.executor!.step(micro, { lr, clip: recipe.train.clip, dropoutSeed, stopRequested });
-    const seconds = (performance.now() - t0) / 1000;
-    if (parts.plan.backend.native) this.lastReadback = readSince(readBefore);
+    return { inputs: { lr, clip: recipe.train.clip, dropoutSeed, stopRequested }, began: { t0: performance.now(), readBefore: readback() } };
+  }
+
+  /** After a step: the skip rule for a NaN/Inf one, the counters it moves, the progress bar. */
+  endStep(micro: Batch[], result: StepResult, began: { t0: number; readBefore: Readback }): void {
+    const { recipe, parts, state } = this;
+    const seconds = (performance.now() - began.t0) / 1000;
+    if (parts.plan.backend.native) this.lastReadback = readSince(began.readBefore);
     if (!result.applied) this.dropUpdate(result);
     // The first step of a process records its program and builds its function (backend/tf-graph.ts): say how it ran.
     if (++this.stepsInProcess === 1) {
@@ -287,7 +260,6 @@ class TrainingLoop {
     state.stepped(result, micro.length * recipe.train.batchSize * recipe.data.seqLen, seconds);
     const epochFraction = state.epochFraction(this.inputs.epoch.batches);
     this.writers.logger.progress?.({ step: state.step, totalSteps: this.inputs.totalSteps, epochFraction, loss: result.applied ? result.loss : null });
-    return result;
   }
 
   /** A NaN/Inf step (nothing was updated): train.nanPolicy and train.nanSkipLimit decide whether the run ends. */
@@ -313,7 +285,7 @@ class TrainingLoop {
   }
 
   /** The train record and progress line of the logging window that ends at this step. */
-  private logProgress(lr: number, gradNorm: number): void {
+  logProgress(lr: number, gradNorm: number): void {
     const { state } = this;
     const { logger } = this.writers;
     const { step, tokens } = state;
@@ -400,7 +372,7 @@ class TrainingLoop {
   }
 
   /** Rank 0 writes a checkpoint; every rank calls this at the same steps, since the pull may gather from all of them. */
-  private async saveCheckpoint(): Promise<void> {
+  async saveCheckpoint(): Promise<void> {
     await this.executor?.pull();
     const { state } = this;
     this.lastCheckpointStep = state.step;
@@ -486,17 +458,78 @@ class TrainingLoop {
  * Nothing is written, and nothing stays allocated, when a check fails before the first step.
  */
 export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Promise<TrainResult> {
-  // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
-  // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
   // Where the run trains, read once here when its command did not hand it over; the plan carries both from here on.
   const device = opts.device ?? currentDevice();
   const cluster = opts.cluster === undefined ? currentCluster() : opts.cluster;
-  const resumeRun = opts.resume !== undefined && !opts.logger && isLeader(cluster) ? runFolderOf(opts.resume).runDir : null;
-  const unlock = resumeRun ? lockRunFolder(resumeRun) : () => {};
+  const leader = isLeader(cluster);
+  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`, and
+  // the number of ranks that run, whether --processes, srun or the recipe asked for them.
+  recipe = { ...recipe, backend: device.backend, train: { ...recipe.train, processes: cluster?.worldSize ?? 1 } };
+  // A resume locks the run folder it continues before reading anything (src/store/run-folder.ts): a second resume of
+  // the same run is refused at once, not after it loaded its data. A caller's own logger owns its folder.
+  const resumedRun = opts.resume !== undefined && !opts.logger && leader ? runFolderOf(opts.resume).runDir : null;
+  const unlocks = resumedRun ? [lockRunFolder(resumedRun)] : [];
+  let parts: RunParts | null = null;
+  let loop: TrainingRun | null = null;
   try {
-    return await trainLocked(recipe, opts, device, cluster);
+    // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
+    const lines = deferredLines();
+    const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
+    if (cluster) checkSameOnEveryRank(cluster, 'recipe and data fingerprint', runFingerprint(recipe, inputs));
+    parts = await buildRunParts(recipe, inputs, device, cluster, lines.line);
+    checkEstimatorHealth(recipe, parts.model);
+    let logger = opts.logger ?? (leader ? undefined : silentLogger());
+    if (!logger) {
+      const opened = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device, opts.sinks);
+      ({ logger } = opened);
+      unlocks.push(opened.unlock);
+    }
+    lines.attach(logger);
+    loop = new TrainingRun(recipe, inputs, parts, logger, leader);
+    logStart(recipe, inputs, parts, logger, loop.parameterCount);
+    if (opts.beforeTraining && !inputs.resumed && leader) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
+
+    // The loop: learning rate → micro-batches → step → log, validation, checkpoint, until the plan or the data ends.
+    const executor = await loop.start();
+    const { state } = loop;
+    const { totalSteps } = inputs;
+    const { logInterval, evalInterval, checkpointInterval } = recipe.train;
+    const due = (interval: number) => interval > 0 && state.step % interval === 0;
+    // The stop request as last read: once per step, after the event loop turned (below).
+    let requested: NodeJS.Signals | null = null;
+    while (state.step < totalSteps) {
+      const lr = learningRate(state.step, loop.schedule);
+      const micro = await loop.nextMicroBatches();
+      if (micro.length === 0) break; // the epoch ended before the estimate said
+      const { inputs: stepInputs, began } = loop.beginStep(lr, requested !== null);
+      const result = await executor.step(micro, stepInputs);
+      loop.endStep(micro, result, began);
+      if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) loop.logProgress(lr, result.gradNorm);
+      if (leader && due(evalInterval) && state.step < totalSteps) await loop.validate();
+      // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
+      // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
+      await new Promise((resolve) => setImmediate(resolve));
+      // A stop asked for during the last step just lets the run finish (final validation and save follow). Across
+      // ranks the step's all-reduce says whether a stop was asked before it, so that every rank checkpoints together.
+      requested ??= opts.stop?.signal ?? null;
+      const stopping = state.step < totalSteps && (result.stopRequested ?? requested !== null);
+      if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await loop.saveCheckpoint();
+      if (!stopping) continue;
+      // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
+      if (leader) throw new TrainingStopped(requested!, state.step, loop.writers.checkpoints.lastDir!, logger.dir);
+      // The others have given their part of the checkpoint and end now, cleanly: one still waiting in a collective
+      // would fail as rank 0 leaves, and the launcher could take that failure for the run's end.
+      return loop.rankResult();
+    }
+
+    const result = await loop.finish();
+    // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
+    if (cluster) barrier(cluster);
+    return result;
   } finally {
-    unlock();
+    if (loop) await loop.close();
+    else if (parts) await closeRunParts(parts);
+    for (const unlock of unlocks.reverse()) unlock();
   }
 }
 
@@ -540,38 +573,6 @@ function runFingerprint(recipe: Recipe, inputs: RunInputs): string {
     .update(JSON.stringify({ recipe: { ...rest, train: trainKeys }, data }))
     .digest('hex')
     .slice(0, 16);
-}
-
-/** runTraining once the run folder of the checkpoint resumed from, if any, is locked. */
-async function trainLocked(recipe: Recipe, opts: TrainOptions, device: Device, cluster: Cluster | null): Promise<TrainResult> {
-  // config.json, the checkpoints' recipe.json and W&B record the backend that runs, not the recipe's `auto`, and
-  // the number of ranks that run, whether --processes, srun or the recipe asked for them.
-  recipe = { ...recipe, backend: device.backend, train: { ...recipe.train, processes: cluster?.worldSize ?? 1 } };
-  // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
-  const lines = deferredLines();
-  const inputs = await readRunInputs(recipe, opts.resume, (message) => lines.line(`warning: ${message}`));
-  if (cluster) checkSameOnEveryRank(cluster, 'recipe and data fingerprint', runFingerprint(recipe, inputs));
-  const parts = await buildRunParts(recipe, inputs, device, cluster, lines.line);
-  let loop: TrainingLoop | null = null;
-  let unlock = () => {};
-  try {
-    checkEstimatorHealth(recipe, parts.model);
-    let logger = opts.logger ?? (isLeader(cluster) ? undefined : silentLogger());
-    if (!logger) ({ logger, unlock } = await openRunLogger(recipe, inputs.resumed, inputs.totalSteps, device, opts.sinks));
-    lines.attach(logger);
-    loop = new TrainingLoop(recipe, inputs, parts, logger, isLeader(cluster));
-    logStart(recipe, inputs, parts, logger, loop.parameterCount);
-    if (opts.beforeTraining && !inputs.resumed && isLeader(cluster)) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
-    if ((await loop.train(opts.stop)) === 'stopped') return loop.rankResult();
-    const result = await loop.finish();
-    // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
-    if (cluster) barrier(cluster);
-    return result;
-  } finally {
-    if (loop) await loop.close();
-    else await closeRunParts(parts);
-    unlock();
-  }
 }
 
 /** train.estimatorHealth needs a mechanism that declares the kernel its features estimate (KernelEstimate). */

@@ -12,7 +12,7 @@ import { resolveDataParallel } from '../../src/backend/device.ts';
 import { DataParallelGroup, shardMicroBatches } from '../../src/train/data-parallel.ts';
 import { AdamW } from '../../src/train/optimizer.ts';
 import { trainStep } from '../../src/train/step.ts';
-import type { StepResult } from '../../src/train/step.ts';
+import type { StepResult } from '../../src/train/optimizer.ts';
 import { concat, makeBatch, SEQ, VOCAB } from './batch-fixtures.ts';
 
 beforeAll(async () => {

@@ -16,7 +16,8 @@ import type { ModelBatch } from '../../model/lm.ts';
 import { graphStatus } from '../compiled-step.ts';
 import { shardMicroBatches } from '../data-parallel.ts';
 import { evaluate, type EvalResult } from '../evaluate.ts';
-import { accumulateGradients, applyGradients, stepTokens, type StepResult } from '../step.ts';
+import type { StepResult } from '../optimizer.ts';
+import { accumulateGradients, stepTokens } from '../step.ts';
 import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
 
 class CollectiveExecutor implements StepExecutor {
@@ -47,7 +48,7 @@ class CollectiveExecutor implements StepExecutor {
     const variables = [...(trainable ?? model.parameters()).values()];
     const { batches, seeds } = shardMicroBatches(microBatches, worldSize, inputs.dropoutSeed)[rank];
     const { grads, loss } = accumulateGradients(model, batches, seeds, total, variables, plan.gradients === 'recorded', plan.jit);
-    return applyGradients(optimizer, grads, loss, total, inputs, {
+    return optimizer.update(grads, loss, total, inputs, {
       sum: (packed) => allReduceSum(this.cluster, packed) as tf.Tensor1D,
       ...(optimizer.shard ? { gather: (piece: tf.Tensor1D) => allGather(this.cluster, piece, INSTANCE_KEYS.parameters) as tf.Tensor1D } : {}),
       stopRequested: inputs.stopRequested ?? false,

@@ -4,7 +4,8 @@
 import type { Batch } from '../../data/batch.ts';
 import type { ModelBatch } from '../../model/lm.ts';
 import { evaluate, type EvalResult } from '../evaluate.ts';
-import { trainStep, type StepResult } from '../step.ts';
+import type { StepResult } from '../optimizer.ts';
+import { stepGradients } from '../step.ts';
 import type { StepExecutor, StepExecutorContext, StepInputs } from '../step-executor.ts';
 
 export abstract class InProcessExecutor implements StepExecutor {
@@ -12,9 +13,10 @@ export abstract class InProcessExecutor implements StepExecutor {
 
   constructor(protected readonly context: StepExecutorContext) {}
 
-  step(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult> {
+  async step(microBatches: readonly ModelBatch[], inputs: StepInputs): Promise<StepResult> {
     const { model, optimizer, trainable, plan } = this.context;
-    return trainStep(model, optimizer, microBatches, { ...inputs, trainable, graph: plan.gradients === 'recorded', jit: plan.jit });
+    const { grads, loss, total } = stepGradients(model, microBatches, { ...inputs, trainable, graph: plan.gradients === 'recorded', jit: plan.jit });
+    return optimizer.update(grads, loss, total, inputs);
   }
 
   evaluate(batches: readonly Batch[], byPosition = false): Promise<EvalResult> {

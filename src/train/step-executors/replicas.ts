@@ -5,7 +5,7 @@ import type { Batch } from '../../data/batch.ts';
 import type { LanguageModel, ModelBatch } from '../../model/lm.ts';
 import { DataParallelGroup } from '../data-parallel.ts';
 import { evaluate, type EvalResult } from '../evaluate.ts';
-import type { StepResult } from '../step.ts';
+import type { StepResult } from '../optimizer.ts';
 import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
 
 class ReplicasExecutor implements StepExecutor {

@@ -13,10 +13,10 @@ import type { XlaPrecision } from '../../backend/xla/program-cache.ts';
 import { runnerPython } from '../../backend/xla/setup.ts';
 import { XLA_PROGRAMS_ENV } from '../execution-plan.ts';
 import { evalResult, positionBucketEdges, positionBucketsOf, positionLosses, type EvalResult } from '../evaluate.ts';
-import { microBatchSeed, stepTokens, type StepResult } from '../step.ts';
+import { microBatchSeed, stepTokens } from '../step.ts';
 import type { StepExecutor, StepExecutorContext, StepExecutorEntry, StepInputs } from '../step-executor.ts';
 import type { ExecutionPlan } from '../execution-plan.ts';
-import { STEP_SCALARS } from '../optimizer.ts';
+import { STEP_SCALARS, type StepResult } from '../optimizer.ts';
 import {
   CompiledBook,
   evalInputs,
