@@ -1,7 +1,9 @@
 // Mixed precision on the XLA route (train.precision, docs/xla.md "Mixed precision") on jax: the exported bf16
-// programs take bf16 operands into every matrix product and keep float32 results, AdamW's update stays float32; the
+// programs take bf16 operands into every matrix product and keep float32 results, AdamW's update stays float32
+// (bench/xla-precision-memory.py's bf16-results variant keeps float32 results where docs/xla.md needs them); the
 // demo recipe's bf16 losses follow the fp32 ones within the tolerance docs/xla.md states; checkpoints stay float32
 // and a run resumes across precisions. Needs the native backend and `npm run setup:xla`; skipped with one line otherwise.
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { exportPrograms } from '../../src/backend/xla/program-cache.ts';
-import { isXlaSetUp, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
+import { isXlaSetUp, runnerPython, XLA_SETUP_COMMAND } from '../../src/backend/xla/setup.ts';
 import { Rng } from '../../src/core/rng.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
 import type { Recipe } from '../../src/recipe/schema.ts';
@@ -91,6 +93,15 @@ describe.skipIf(!available)('bf16 programs on jax', () => {
       const apply = book.get('apply', 'all', () => recordApplyProgram(optimizer, model, gradNames, 1));
       expect(readFileSync(`${apply.base}.mlir`, 'utf8')).not.toContain('bf16');
       expect(JSON.parse(readFileSync(`${apply.base}.json`, 'utf8')).precision).toBe('fp32');
+      // bench/xla-precision-memory.py's bf16-results variant (docs/xla.md, "bf16 results"): every product but the
+      // loss's logits (read by a gather) and the attention's [numerator, denominator] product (divided by) gets a bf16 result.
+      const bench = spawnSync(runnerPython()!, ['bench/xla-precision-memory.py', `${fp32.base}.mlir`], { encoding: 'utf8' });
+      expect(bench.status, bench.stderr).toBe(0);
+      const rows = bench.stdout.split('\n').filter((l) => l.startsWith(`| ${fp32.hash.slice(0, 12)} |`));
+      expect(rows.map((r) => r.split('|')[2].trim())).toEqual(['fp32', 'bf16', 'bf16-results']);
+      const [rounded, kept] = rows[2].split('|')[3].split('/').map(Number);
+      expect(kept).toBe(2);
+      expect(rounded).toBe(bf16.length - kept);
     } finally {
       optimizer.dispose();
       model.dispose();

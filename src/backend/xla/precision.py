@@ -5,6 +5,8 @@
 # with an f32 result, as jax lowers `preferred_element_type=float32`). Nothing else changes: every other op
 # (softmax and its normaliser, LayerNorm's statistics, the loss, the kernel attentions' division) reads and writes
 # float32, and the parameters the program takes and the gradients it returns stay float32.
+# Rounding the products' results to bf16 as well (autocast's activations) was measured and not adopted: docs/xla.md
+# (bench/xla-precision-memory.py).
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
 
