@@ -470,7 +470,7 @@ export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Prom
   const resumedRun = opts.resume !== undefined && !opts.logger && leader ? runFolderOf(opts.resume).runDir : null;
   const unlocks = resumedRun ? [lockRunFolder(resumedRun)] : [];
   let parts: RunParts | null = null;
-  let loop: TrainingRun | null = null;
+  let run: TrainingRun | null = null;
   try {
     // Everything that can refuse the run is checked before its folder exists; lines wait for the logger.
     const lines = deferredLines();
@@ -485,27 +485,27 @@ export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Prom
       unlocks.push(opened.unlock);
     }
     lines.attach(logger);
-    loop = new TrainingRun(recipe, inputs, parts, logger, leader);
-    logStart(recipe, inputs, parts, logger, loop.parameterCount);
+    run = new TrainingRun(recipe, inputs, parts, logger, leader);
+    logStart(recipe, inputs, parts, logger, run.parameterCount);
     if (opts.beforeTraining && !inputs.resumed && leader) await opts.beforeTraining(parts.model, inputs.evalSample.batches);
 
     // The loop: learning rate → micro-batches → step → log, validation, checkpoint, until the plan or the data ends.
-    const executor = await loop.start();
-    const { state } = loop;
+    const executor = await run.start();
+    const { state } = run;
     const { totalSteps } = inputs;
     const { logInterval, evalInterval, checkpointInterval } = recipe.train;
     const due = (interval: number) => interval > 0 && state.step % interval === 0;
     // The stop request as last read: once per step, after the event loop turned (below).
     let requested: NodeJS.Signals | null = null;
     while (state.step < totalSteps) {
-      const lr = learningRate(state.step, loop.schedule);
-      const micro = await loop.nextMicroBatches();
+      const lr = learningRate(state.step, run.schedule);
+      const micro = await run.nextMicroBatches();
       if (micro.length === 0) break; // the epoch ended before the estimate said
-      const { inputs: stepInputs, began } = loop.beginStep(lr, requested !== null);
+      const { inputs: stepInputs, began } = run.beginStep(lr, requested !== null);
       const result = await executor.step(micro, stepInputs);
-      loop.endStep(micro, result, began);
-      if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) loop.logProgress(lr, result.gradNorm);
-      if (leader && due(evalInterval) && state.step < totalSteps) await loop.validate();
+      run.endStep(micro, result, began);
+      if ((due(logInterval) || state.step === totalSteps) && state.window.steps > 0) run.logProgress(lr, result.gradNorm);
+      if (leader && due(evalInterval) && state.step < totalSteps) await run.validate();
       // Signal handlers (Ctrl-C) run only when the event loop turns, and on the cpu and wasm backends a step
       // never waits for I/O: give the loop one turn per step, or a stop request is seen only at the end.
       await new Promise((resolve) => setImmediate(resolve));
@@ -513,21 +513,21 @@ export async function runTraining(recipe: Recipe, opts: TrainOptions = {}): Prom
       // ranks the step's all-reduce says whether a stop was asked before it, so that every rank checkpoints together.
       requested ??= opts.stop?.signal ?? null;
       const stopping = state.step < totalSteps && (result.stopRequested ?? requested !== null);
-      if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await loop.saveCheckpoint();
+      if (stopping || (due(checkpointInterval) && state.step < totalSteps)) await run.saveCheckpoint();
       if (!stopping) continue;
       // Only rank 0 handles signals (src/cli/train.ts), so only its request can have stopped the run.
-      if (leader) throw new TrainingStopped(requested!, state.step, loop.writers.checkpoints.lastDir!, logger.dir);
+      if (leader) throw new TrainingStopped(requested!, state.step, run.writers.checkpoints.lastDir!, logger.dir);
       // The others have given their part of the checkpoint and end now, cleanly: one still waiting in a collective
       // would fail as rank 0 leaves, and the launcher could take that failure for the run's end.
-      return loop.rankResult();
+      return run.rankResult();
     }
 
-    const result = await loop.finish();
+    const result = await run.finish();
     // The other ranks wait here while rank 0 validates and saves, so that no rank's end looks like a failure to the others.
     if (cluster) barrier(cluster);
     return result;
   } finally {
-    if (loop) await loop.close();
+    if (run) await run.close();
     else if (parts) await closeRunParts(parts);
     for (const unlock of unlocks.reverse()) unlock();
   }
