@@ -65,7 +65,7 @@ const QUICK = { mechanisms: ['softmax', 'performer', 'darkformer'], seeds: [1, 2
 export const CONTEXT = 128;
 /**
  * Passkey retrieval at the context and half of it: the literature's lengths (1K–32K tokens) are beyond these models'
- * position table, and at this tokenizer the prompt's fixed text alone is ≈ 115 tokens, so only the context holds it.
+ * position table, and at this tokenizer the prompt's fixed text alone is 112–115 tokens (by the key), so only the context holds it.
  */
 export const PASSKEY_LENGTHS_IN_CONTEXT = [CONTEXT / 2, CONTEXT];
 const EVALUATION: Record<'full' | 'quick', EvaluationSettings> = {
@@ -217,7 +217,7 @@ function measureTables(view: UnitView, quick: boolean): MeasureTable[] {
   const byPosition = KINDS.map(
     (kind): MeasureTable => ({
       title: `${tableOf(kind)}: validation loss by position (nats/token)`,
-      note: `Each cell: the loss of the validation tokens at positions [from, to) of their ${CONTEXT}-token sequence, from each unit’s final validation record (metrics.jsonl’s by_position: the same validation tokens as the loss above), mean ± sd over seeds; — not evaluated yet. ${none}`,
+      note: `Each cell: the loss of the validation tokens at positions [from, to) of their ${CONTEXT}-token sequence, from each unit’s final validation record (metrics.jsonl’s by_position: the same validation tokens as the loss above), mean ± sd over seeds; — not evaluated yet${kind === 'bert' ? ', or no masked token there (position 0 is [CLS], never masked)' : ''}. ${none}`,
       digits: 3,
       columns: positionBuckets(CONTEXT).map(({ from, to }) => ({ title: `[${from}, ${to})`, key: positionKey(from, to) })),
       rows: rows(evalName)(kind),

@@ -135,15 +135,32 @@ export async function evaluateTrained(
   };
 }
 
-/** `npm run lm-eval` as a child process (its output is the unit's), the model exported into `out`. */
+/**
+ * `npm run lm-eval` as a child process (its output is the unit's), the model exported into `out`. The child and the
+ * harness's Python run in a process group of their own, which a stop request to this process (SIGTERM from its task,
+ * SIGINT) ends as a whole: otherwise the harness would run on after the unit was stopped.
+ */
 function runLmEvalCommand(finalDir: string, out: string, limit: number | null): Promise<void> {
   const args = [LM_EVAL_CLI, finalDir, '--tasks', LM_EVAL_TASKS.join(','), '--out', out, '--batch-size', '16', ...(limit ? ['--limit', String(limit)] : [])];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', TSX_IMPORT, ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
-    child.on('error', reject);
-    child.on('close', (code, signal) =>
-      code === 0 ? resolve() : reject(new Error(`npm run lm-eval -- ${args.slice(1).join(' ')}: exited with ${signal ?? code}`)),
-    );
+    const child = spawn(process.execPath, ['--import', TSX_IMPORT, ...args], { stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+    let stoppedBy: NodeJS.Signals | null = null;
+    const stop = (signal: NodeJS.Signals) => {
+      stoppedBy = signal;
+      if (child.pid !== undefined) process.kill(-child.pid, signal);
+    };
+    const signals = ['SIGINT', 'SIGTERM'] as const;
+    for (const signal of signals) process.on(signal, stop);
+    const settle = (error: Error | null) => {
+      for (const signal of signals) process.off(signal, stop);
+      if (error) reject(error);
+      else resolve();
+    };
+    child.on('error', settle);
+    child.on('close', (code, signal) => {
+      if (code === 0) settle(null);
+      else settle(new Error(`npm run lm-eval -- ${args.slice(1).join(' ')}: ${stoppedBy ? `stopped (${stoppedBy})` : `exited with ${signal ?? code}`}`));
+    });
   });
 }
 
