@@ -25,7 +25,7 @@ const INTEGRATION_SUITES = [
   'test/train/{collective,collective-launcher,collective-slurm,collective-zero,kill,terminal,failure-stderr}.test.ts',
   'test/train/xla-{executor,run,archive,archive-rows,child-killed,program-cache,precision-run,devices,processes}.test.ts',
   'test/sweep/{slurm,slurm-units,local}.test.ts',
-  'test/paper/{quick,slurm-units,mqar-quick}.test.ts',
+  'test/paper/{quick,slurm-units,mqar-quick,lm-evaluation-units}.test.ts',
   'test/cli/ctrl-c.test.ts',
   'test/hf/{transformers,pytorch,python-bounds,lm-eval}.test.ts',
   'test/backend/fused-ops-asan.test.ts',

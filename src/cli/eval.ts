@@ -5,7 +5,7 @@
 // GPT's passkey retrieval at long context lengths (src/train/passkey.ts).
 // The modules that load TensorFlow.js are imported when the command runs, so that --help answers at once.
 import type { EvalResult } from '../train/evaluate.ts';
-import type { PasskeyRow } from '../train/passkey.ts';
+import type { PasskeyCheckpointResult, PasskeyRow } from '../train/passkey.ts';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { replaceOwnFile } from '../core/own-file.ts';
@@ -131,54 +131,6 @@ export function evalJson(r: EvalCheckpointResult): string {
   return `${JSON.stringify({ ...rest, ...(byPosition ? { by_position: byPosition } : {}) }, null, 2)}\n`;
 }
 
-export interface PasskeyCheckpointOptions {
-  checkpoint: string;
-  tokenizer?: string;
-  /** Prompt lengths in tokens (default PASSKEY_LENGTHS). */
-  lengths?: number[];
-  /** Keys per depth at each length (default 2). */
-  trialsPerDepth?: number;
-}
-
-export interface PasskeyCheckpointResult {
-  dir: string;
-  description: string;
-  /** The recipe's data.seqLen: the longest sequences the model was trained on. */
-  trainedLength: number;
-  /** model.maxSeqLen: the longest prompt it can read (its learned positions end there). */
-  positionTable: number;
-  depths: number[];
-  trialsPerDepth: number;
-  rows: PasskeyRow[];
-}
-
-/** Loads a GPT checkpoint and scores passkey retrieval at each length (the backend must be initialised). */
-export async function passkeyCheckpoint(opts: PasskeyCheckpointOptions): Promise<PasskeyCheckpointResult> {
-  const [{ PASSKEY_DEPTHS, PASSKEY_LENGTHS, passkeyEval }, { loadModel, loadModelTokenizer }] = await Promise.all([
-    import('../train/passkey.ts'),
-    import('../store/load-model.ts'),
-  ]);
-  const loaded = await loadModel(opts.checkpoint);
-  const { dir, model, recipe, metadata } = loaded;
-  try {
-    if (model.kind !== 'gpt') throw new Error(`${dir}: passkey retrieval needs a GPT (the key is asked for at the end); this model is a ${model.kind}`);
-    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
-    const trialsPerDepth = opts.trialsPerDepth ?? 2;
-    const trainedLength = recipe.data.seqLen;
-    const rows = await passkeyEval(model, (texts) => tokenizer.encodeBatch(texts), {
-      lengths: opts.lengths ?? PASSKEY_LENGTHS,
-      depths: PASSKEY_DEPTHS,
-      trialsPerDepth,
-      seed: 1,
-      trainedLength,
-    });
-    const description = `${model.kind} ${model.config.attention.name}${metadata.step ? ` (step ${metadata.step})` : ''}`;
-    return { dir, description, trainedLength, positionTable: model.config.maxSeqLen, depths: PASSKEY_DEPTHS, trialsPerDepth, rows };
-  } finally {
-    model.dispose();
-  }
-}
-
 export function formatPasskey(r: PasskeyCheckpointResult): string {
   const note = (row: PasskeyRow) =>
     row.status !== 'run' ? `beyond the position table (${r.positionTable}): not run` : row.beyondTrainedContext ? 'beyond the trained context' : '';
@@ -224,6 +176,7 @@ if (isMainModule(import.meta.url)) {
         throw new UsageError(`--json ${values.json}: the folder ${dirname(resolve(values.json))} does not exist`);
       const lengths = values['passkey-lengths'] === undefined ? undefined : passkeyLengths(values['passkey-lengths']);
       await startBackend(COMMAND.name, { flag: values.backend }, { verbose: values.verbose });
+      const { passkeyCheckpoint } = await import('../train/passkey.ts');
       const result = await passkeyCheckpoint({
         checkpoint: positionals[0],
         tokenizer: values.tokenizer,

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { readJsonFile } from '../core/json.ts';
 import { replaceOwnFile } from '../core/own-file.ts';
-import { harnessJsonForTask, LM_EVAL_DIR, scoresOf } from '../report/lm-eval-results.ts';
+import { harnessJsonForTask, LM_EVAL_DIR, LM_EVAL_SETUP, lmEvalPython, scoresOf } from '../report/lm-eval-results.ts';
 import { FINAL_DIR, RUN_MARKER } from '../store/layout.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { isMainModule, runCommand, UsageError } from './command.ts';
@@ -19,7 +19,6 @@ import { isMainModule, runCommand, UsageError } from './command.ts';
 const PROJECT_ROOT = path.resolve(import.meta.dirname, '..', '..');
 /** The local tasks the harness is always given (their data paths are relative to PROJECT_ROOT, where it runs). */
 export const LOCAL_TASKS_DIR = path.join(PROJECT_ROOT, 'tasks', 'lm-eval');
-export const LM_EVAL_SETUP = 'npm run setup:lm-eval';
 /** The sub-folder of the results folder a run or checkpoint is exported into. */
 const EXPORT_SUBDIR = 'model';
 
@@ -50,12 +49,6 @@ task as <out>/<task>.json, which npm run compare reads (docs/evaluation.md).`,
   },
   positionals: { min: 1, max: 1, name: '<run|checkpoint|hf-folder>' },
 } as const;
-
-/** The Python with lm_eval: $SLAYFORMER_LM_EVAL_PYTHON, else .venv-lm-eval's; null when neither exists. */
-export function lmEvalPython(): string | null {
-  const candidates = [process.env.SLAYFORMER_LM_EVAL_PYTHON, path.join(PROJECT_ROOT, '.venv-lm-eval', 'bin', 'python')];
-  return candidates.find((p): p is string => !!p && existsSync(p)) ?? null;
-}
 
 /**
  * The run folder whose results these are: `dir` itself when it is one (its marker, or a final/), the run of a final/;

@@ -8,9 +8,24 @@ import { mkdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { offlineCorporaDescription, offlineCorporaSources, prepareOfflineCorpora } from '../data/prepare/offline-corpora.ts';
 import { trainTokenizer } from '../data/train-tokenizer.ts';
+import { LM_EVAL_SETUP, lmEvalPython } from '../report/lm-eval-results.ts';
+import { PASSKEY_LENGTHS } from '../train/passkey.ts';
+import {
+  evaluateTrained,
+  harnessTrained,
+  LM_EVAL_COLUMNS,
+  LM_EVAL_TASKS,
+  lmEvalKey,
+  PASSKEY_MIN_TOKENS,
+  passkeyKey,
+  passkeyTokenKey,
+  positionBuckets,
+  positionKey,
+  type EvaluationSettings,
+} from './lm-evaluation.ts';
 import { pairedClaim, pairedOf } from './paired-claims.ts';
 import { claimsOnly } from './protocol.ts';
-import type { CellSpec, Claim, Difference, Experiment, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
+import type { CellSpec, Claim, Difference, Experiment, MeasureTable, UnitContext, UnitOutcome, UnitSpec, UnitView } from './protocol.ts';
 import { trainUnit, unitRecipe } from './unit-training.ts';
 
 const KINDS = ['gpt', 'bert'] as const;
@@ -46,8 +61,22 @@ const TRAIN: Record<(typeof KINDS)[number], Record<string, unknown>> = {
   bert: { 'train.lr': 1e-3, 'train.evalTokens': 16_384, 'train.evalSample': 'head' },
 };
 const QUICK = { mechanisms: ['softmax', 'performer', 'darkformer'], seeds: [1, 2], tokens: 16_384 };
+/** The demo recipes' data.seqLen and maxSeqLen: the models' context and position table. */
+export const CONTEXT = 128;
+/**
+ * Passkey retrieval at the context and half of it: the literature's lengths (1K–32K tokens) are beyond these models'
+ * position table, and at this tokenizer the prompt's fixed text alone is 112–115 tokens (by the key), so only the context holds it.
+ */
+export const PASSKEY_LENGTHS_IN_CONTEXT = [CONTEXT / 2, CONTEXT];
+const EVALUATION: Record<'full' | 'quick', EvaluationSettings> = {
+  full: { passkeyTrialsPerDepth: 4, lmEvalLimit: null },
+  quick: { passkeyTrialsPerDepth: 1, lmEvalLimit: 10 },
+};
 
 const unitName = (kind: string, mechanism: string, seed: number) => `${kind}-${mechanism}-seed${seed}`;
+/** The evaluation units of a training unit (src/paper/lm-evaluation.ts). */
+const evalName = (kind: string, mechanism: string, seed: number) => `${unitName(kind, mechanism, seed)}.eval`;
+const lmEvalName = (kind: string, mechanism: string, seed: number) => `${unitName(kind, mechanism, seed)}.lm-eval`;
 
 /**
  * Prepares the corpus and trains its tokenizer where they are missing; each lands whole or not at all. A corpus folder
@@ -110,6 +139,13 @@ export function unitRecipeOf(settings: Record<string, unknown>, dir: string) {
 }
 
 async function runUnit(settings: Record<string, unknown>, context: UnitContext): Promise<UnitOutcome | null> {
+  if (typeof settings.evaluates === 'string') {
+    // An evaluation runs in rank 0 alone; the other ranks of a unit spanning several have nothing to do.
+    if (!context.leader) return null;
+    const evaluation = EVALUATION[settings.tokens ? 'quick' : 'full'];
+    if (settings.step === 'lm-eval') return harnessTrained(settings.evaluates, evaluation, context);
+    return evaluateTrained(settings.evaluates, settings.kind as string, PASSKEY_LENGTHS_IN_CONTEXT, evaluation, context);
+  }
   // Made by `prepare` before the units are dispatched; checked again for a unit run alone (--unit).
   await ensureCorpus((line) => console.log(line));
   const trained = await trainUnit(unitRecipeOf(settings, context.dir), context);
@@ -123,16 +159,35 @@ async function runUnit(settings: Record<string, unknown>, context: UnitContext):
   };
 }
 
+/**
+ * Seed by seed: the training units, then their evaluations (`<unit>.eval`, and a GPT's `<unit>.lm-eval` where the
+ * harness is set up), so that a stopped run still pairs whole seeds, evaluated. The evaluations are units of their own,
+ * so that finished training units are evaluated without training again.
+ */
 function units(quick: boolean): UnitSpec[] {
   const mechanisms = quick ? QUICK.mechanisms : MECHANISMS;
-  // Seed first: every mechanism's seed 1 lands before any seed 2, so a stopped run still pairs whole seeds.
-  return (quick ? QUICK.seeds : SEEDS).flatMap((seed) =>
-    KINDS.flatMap((kind) =>
-      mechanisms.map(
-        (mechanism): UnitSpec => ({ name: unitName(kind, mechanism, seed), settings: { kind, mechanism, seed, ...(quick ? { tokens: QUICK.tokens } : {}) } }),
-      ),
-    ),
-  );
+  const harness = lmEvalPython() !== null;
+  return (quick ? QUICK.seeds : SEEDS).flatMap((seed) => {
+    const common = (kind: string, mechanism: string) => ({ kind, mechanism, seed, ...(quick ? { tokens: QUICK.tokens } : {}) });
+    const each = (make: (kind: string, mechanism: string) => UnitSpec, kinds: readonly string[] = KINDS) =>
+      kinds.flatMap((kind) => mechanisms.map((mechanism) => make(kind, mechanism)));
+    return [
+      ...each((kind, mechanism) => ({ name: unitName(kind, mechanism, seed), settings: common(kind, mechanism) })),
+      ...each((kind, mechanism) => ({
+        name: evalName(kind, mechanism, seed),
+        settings: { ...common(kind, mechanism), evaluates: unitName(kind, mechanism, seed), step: 'eval' },
+      })),
+      ...(harness
+        ? each(
+            (kind, mechanism) => ({
+              name: lmEvalName(kind, mechanism, seed),
+              settings: { ...common(kind, mechanism), evaluates: unitName(kind, mechanism, seed), step: 'lm-eval' },
+            }),
+            ['gpt'],
+          )
+        : []),
+    ];
+  });
 }
 
 function cells(quick: boolean): CellSpec[] {
@@ -148,6 +203,62 @@ function cells(quick: boolean): CellSpec[] {
       }),
     ),
   );
+}
+
+/**
+ * The evaluations' tables, a row per mechanism, mean ± sd over seeds: loss by position (GPT and BERT), passkey
+ * retrieval and the harness's scores (GPT). Neither paper prints any of them at this scale.
+ */
+function measureTables(view: UnitView, quick: boolean): MeasureTable[] {
+  const seeds = quick ? QUICK.seeds : SEEDS;
+  const mechanisms = quick ? QUICK.mechanisms : MECHANISMS;
+  const rows = (name: typeof evalName) => (kind: string) => mechanisms.map((row) => ({ row, units: seeds.map((s) => name(kind, row, s)) }));
+  const none = 'Neither paper prints this number for these mechanisms at this scale: ours alone.';
+  const byPosition = KINDS.map(
+    (kind): MeasureTable => ({
+      title: `${tableOf(kind)}: validation loss by position (nats/token)`,
+      note: `Each cell: the loss of the validation tokens at positions [from, to) of their ${CONTEXT}-token sequence, from each unit’s final validation record (metrics.jsonl’s by_position: the same validation tokens as the loss above), mean ± sd over seeds; — not evaluated yet${kind === 'bert' ? ', or no masked token there (position 0 is [CLS], never masked)' : ''}. ${none}`,
+      digits: 3,
+      columns: positionBuckets(CONTEXT).map(({ from, to }) => ({ title: `[${from}, ${to})`, key: positionKey(from, to) })),
+      rows: rows(evalName)(kind),
+    }),
+  );
+  const promptTokens = [...new Set(rows(evalName)('gpt').flatMap((r) => r.units.map((u) => view.extra(u, PASSKEY_MIN_TOKENS))))].filter((n) => n !== null);
+  const evaluation = EVALUATION[quick ? 'quick' : 'full'];
+  const passkey: MeasureTable = {
+    title: `${tableOf('gpt')}: passkey retrieval`,
+    note:
+      `Each cell: the share of 5-digit keys retrieved whole (every answer token the model’s top-1), ${evaluation.passkeyTrialsPerDepth} key${evaluation.passkeyTrialsPerDepth > 1 ? 's' : ''} at each of 5 depths, or of answer tokens that were the top-1 (token acc), mean ± sd over seeds (docs/training.md, “Passkey retrieval”). ` +
+      `Only lengths within the models’ context (${CONTEXT} tokens, also their position table) can run: the literature’s ${PASSKEY_LENGTHS.map((l) => `${l / 1024}K`).join(', ')} are beyond it. ` +
+      (promptTokens.length
+        ? `The prompt’s fixed text (introduction, needle, one filler sentence, question, answer) takes ${promptTokens.join(' or ')} tokens with this tokenizer: a shorter length cannot hold it and shows —, and at ${CONTEXT} the needle sits at most a filler sentence or two from the question. `
+        : 'A length shorter than the prompt’s fixed text shows —. ') +
+      none,
+    digits: 2,
+    columns: PASSKEY_LENGTHS_IN_CONTEXT.flatMap((length) => [
+      { title: `retrieval @ ${length}`, key: passkeyKey(length) },
+      { title: `token acc @ ${length}`, key: passkeyTokenKey(length) },
+    ]),
+    rows: rows(evalName)('gpt'),
+  };
+  const harness: MeasureTable = {
+    title: `${tableOf('gpt')}: lm-evaluation-harness`,
+    note:
+      `Each cell: EleutherAI’s lm-evaluation-harness on the unit’s Hugging Face export, the local tasks ${LM_EVAL_TASKS.join(', ')} (docs/evaluation.md) on ${evaluation.lmEvalLimit ? `their first ${evaluation.lmEvalLimit} documents` : 'every document'}, mean ± sd over seeds. ` +
+      'The corpus holds Moby-Dick, so these chapters may be in a model’s training split: the scores compare the mechanisms, they are not held out; the cloze task’s chance is 0.25. ' +
+      (lmEvalPython() === null ? `Not run here: the harness is not set up (${LM_EVAL_SETUP}); its units are left out until it is. ` : '') +
+      none,
+    digits: 3,
+    columns: LM_EVAL_COLUMNS.map(({ task, metric }) => ({ title: `${task.replace(/^moby_dick_/, '')} ${metric}`, key: lmEvalKey(task, metric) })),
+    rows: rows(lmEvalName)('gpt'),
+  };
+  return [...byPosition, passkey, harness];
+}
+
+/** Makes the corpus; says once when the harness's evaluations are left out. */
+async function prepare(log: (line: string) => void): Promise<void> {
+  await ensureCorpus(log);
+  if (lmEvalPython() === null) log(`lm-eval: skipped, the lm-evaluation-harness is not set up (run ${LM_EVAL_SETUP} to add its evaluation units)`);
 }
 
 /** "Matches" in the SLAY paper's sense, made testable: non-inferior within this many nats/token (≈ 1% in perplexity). */
@@ -234,12 +345,13 @@ function claims(view: UnitView, quick: boolean): Claim[] {
 
 export const lmCompare: Experiment = {
   name: 'lm-compare',
+  // The evaluation units (version 3's additions) leave the training units as they were: their folders stay valid.
   version: 3,
   title: 'Language models: every mechanism against softmax',
   source:
     'SLAY paper (abstract, §3.6): SLAY matches exact spherical Yat attention and compares favourably to linearized baselines in language modelling; DARKFormer paper §5: in pretraining, DARKFormer narrows the gap to softmax compared with Performer. Neither prints numbers at this scale, so these claims are tested in words, and every mechanism’s paired difference to softmax is reported beside them',
   measures:
-    'final validation loss (nats/token) and top-1 accuracy (next-token for GPT, masked-token for BERT) after one whole epoch; the paired difference to softmax over seeds with its 95% Student t interval',
+    'final validation loss (nats/token) and top-1 accuracy (next-token for GPT, masked-token for BERT) after one whole epoch; the paired difference to softmax over seeds with its 95% Student t interval; and, not judged, each trained model’s loss by position, passkey retrieval and lm-evaluation-harness scores',
   metric: { name: 'final validation loss', digits: 4 },
   agreement: claimsOnly(
     `no published numbers: each claim is judged by the paired 95% Student t interval of the loss difference over seeds (holds: the interval lies on the claimed side; “matches”: its upper end is below +${MATCH_MARGIN} nats/token); each mechanism’s difference to softmax is reported with its interval, separated where the interval excludes 0`,
@@ -250,16 +362,18 @@ export const lmCompare: Experiment = {
     corpus: `${LM_CORPUS.dataset} (npm run prepare -- --corpus ${LM_CORPUS.names.join(',')} --out ${LM_CORPUS.dataset}), 16.1 MB of text, 1,560 documents in a seeded random order (one corpus after the other would train on each in turn and validate on the first), seeded 95/5 document split; a byte-level BPE of ${LM_CORPUS.vocab.toLocaleString('en-US')} ids trained on its train split (${LM_CORPUS.tokenizer}). Sources: ${offlineCorporaSources(LM_CORPUS.names)}`,
     training: `one whole epoch of the train split, batch ${BATCH} × 128, AdamW with the demo recipes’ settings (GPT lr 2e-3, BERT 1e-3, cosine to 1e-4, 50 warm-up steps); validation every 200 steps on the first 131,072 validation tokens (GPT) or 16,384 masked tokens (BERT), the same for every run; seeds ${SEEDS.join(', ')}, paired by seed (same data order and draws)`,
     runs: `${MECHANISMS.length} mechanisms × ${SEEDS.length} seeds × {GPT, BERT} = ${MECHANISMS.length * SEEDS.length * 2} runs on the native (tensorflow) backend, graph steps, every seed 1 first`,
+    evaluations: `each trained unit is then evaluated by units of its own, which train nothing (src/paper/lm-evaluation.ts): \`<unit>.eval\` takes the loss by position from its final validation record and, for a GPT, scores passkey retrieval at ${PASSKEY_LENGTHS_IN_CONTEXT.join(' and ')} tokens (${EVALUATION.full.passkeyTrialsPerDepth} keys at each of 5 depths); \`<unit>.lm-eval\` runs the lm-evaluation-harness on a GPT's export on the local tasks ${LM_EVAL_TASKS.join(', ')}, every document (≈ 8 min a model on 2 cores), where the harness is set up (${LM_EVAL_SETUP}; else its units are left out, and one line says so)`,
     'if no interval excludes 0': 'each difference and claim that is not separated says how many seeds the observed difference and spread would need',
-    quick: `--quick: ${QUICK.mechanisms.join(', ')}, seeds ${QUICK.seeds.join(', ')}, ${QUICK.tokens.toLocaleString('en-US')} tokens per run: a smoke test, not a comparison`,
+    quick: `--quick: ${QUICK.mechanisms.join(', ')}, seeds ${QUICK.seeds.join(', ')}, ${QUICK.tokens.toLocaleString('en-US')} tokens per run, passkey ${EVALUATION.quick.passkeyTrialsPerDepth} key per depth, the harness on the first ${EVALUATION.quick.lmEvalLimit} documents of each task: a smoke test, not a comparison`,
   },
   notes: [
     'Precursor: the demo comparison (sweeps/demo-lm.yaml) at 11% of an epoch of the State of the Union alone, where the seed’s sd (0.01–0.08) was as large as the gaps between mechanisms.',
     'BERT’s loss is on the masked tokens only (15% chosen: 80% <mask>, 10% random, 10% kept); GPT’s on every next token. The two are not comparable with each other.',
   ],
   shown: [{ key: 'acc', title: 'Final validation top-1 accuracy', digits: 4 }],
+  measureTables,
   backend: 'tensorflow',
-  prepare: ensureCorpus,
+  prepare,
   spansRanks: true,
   units,
   cells,

@@ -90,6 +90,19 @@ export interface PlotAgainst {
   log: boolean;
 }
 
+/**
+ * A table of numbers the units measure besides the metric (e.g. evaluations of the trained models), not judged: each
+ * cell the mean ± sd of one extra over a row's units (e.g. its seeds).
+ */
+export interface MeasureTable {
+  title: string;
+  /** What the numbers are, where they come from and why a cell may be empty; printed under the table. */
+  note: string;
+  digits: number;
+  columns: { title: string; key: string }[];
+  rows: { row: string; units: string[] }[];
+}
+
 export interface Experiment {
   name: string;
   /** Bumped whenever units, settings or published numbers change: runs of another version are not mixed in. */
@@ -109,6 +122,8 @@ export interface Experiment {
   measuredNotes?(view: UnitView, quick: boolean): string[];
   /** Other numbers of the units shown as tables of their own, not judged (e.g. latency), beside the paper's where it has them. */
   shown?: ShownExtra[];
+  /** Tables of other measurements of the units done (their notes may say what the units measured), after the shown extras. */
+  measureTables?(view: UnitView, quick: boolean): MeasureTable[];
   /** A plot per results table of the metric against this extra, a line per row through its columns' cells. */
   plotAgainst?: PlotAgainst;
   /** The default backend of its units (the results depend on it, so it is part of where they are kept). */

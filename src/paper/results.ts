@@ -9,7 +9,7 @@ import path from 'node:path';
 import { groupBy, meanSd } from '../report/stats.ts';
 import type { MeanSd } from '../report/stats.ts';
 import { EXPLANATION_TITLES, judge } from './protocol.ts';
-import type { CellSpec, CellVerdict, Claim, Difference, Explanation, PlotAgainst, ShownExtra } from './protocol.ts';
+import type { CellSpec, CellVerdict, Claim, Difference, Explanation, MeasureTable, PlotAgainst, ShownExtra } from './protocol.ts';
 import { describeInterval, describeSeedsNeeded, seedsToSeparate } from './paired-claims.ts';
 import { holmAdjusted } from '../report/paired.ts';
 import { splitSeedVariance, type SeedVarianceSplit } from '../report/seed-variance.ts';
@@ -33,6 +33,12 @@ export interface CellResult extends Omit<CellSpec, 'explanation'>, CellVerdict {
   curve: CurvePoint[] | null;
   /** Present when the cell's units cross settings seed and featureSeed in a full grid: the metric's variance split between them. */
   seedVariance?: SeedVarianceSplit;
+}
+
+/** A measure table (protocol.ts) filled: each row's cells, mean ± sd over its units that have the extra. */
+export interface MeasuredTable extends Omit<MeasureTable, 'rows' | 'columns'> {
+  columns: string[];
+  rows: { row: string; cells: MeanSd[] }[];
 }
 
 export interface CurvePoint extends MeanSd {
@@ -79,6 +85,8 @@ export interface ExperimentResults {
   claims: Claim[];
   /** Paired differences reported without a claim (experiments that declare them). */
   differences: Difference[];
+  /** Other measurements of the units, not judged (experiments that declare measure tables). */
+  measured: MeasuredTable[];
   /** Each unit's outcome, and the commit it ran at (an experiment resumed across sessions may span several). */
   units: {
     name: string;
@@ -179,6 +187,7 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
     },
     cells,
     ...correctedForFamily(experiment.claims?.(unitView(records), settings.quick) ?? [], experiment.differences?.(unitView(records), settings.quick) ?? []),
+    measured: (experiment.measureTables?.(unitView(records), settings.quick) ?? []).map((table) => measuredTable(table, unitView(records))),
     units: records.map((r) => ({
       name: r.unit.name,
       dir: r.dir && path.relative(process.cwd(), r.dir),
@@ -188,6 +197,15 @@ export function buildResults(set: ExperimentRunSet, records: UnitRecord[], writt
       seconds: r.result?.seconds ?? null,
       commit: r.result ? describeCommit(r.env) : null,
     })),
+  };
+}
+
+/** A measure table's cells from the units' extras. */
+function measuredTable({ rows, columns, ...rest }: MeasureTable, view: ReturnType<typeof unitView>): MeasuredTable {
+  return {
+    ...rest,
+    columns: columns.map((c) => c.title),
+    rows: rows.map(({ row, units }) => ({ row, cells: columns.map((c) => meanSd(units.map((unit) => view.extra(unit, c.key)))) })),
   };
 }
 
@@ -416,6 +434,18 @@ export function resultsMarkdown(
     for (const [table, cells] of tables) {
       lines.push(`### ${extra.title}${tables.length > 1 ? `: ${table}` : ''}`, '', ...gridTable(cells, (cell) => extraText(cell, extra)), '');
     }
+  }
+  for (const table of results.measured) {
+    lines.push(
+      `## ${table.title}`,
+      '',
+      `| | ${table.columns.join(' | ')} |`,
+      `|---|${table.columns.map(() => '---:').join('|')}|`,
+      ...table.rows.map((r) => `| ${r.row} | ${r.cells.map((cell) => formatStat(cell, table.digits)).join(' | ')} |`),
+      '',
+      table.note,
+      '',
+    );
   }
   const split = results.cells.filter((c) => c.seedVariance);
   if (split.length) {

@@ -2,8 +2,17 @@
 // JSON narrowed to one task as `<run>/lm-eval/<task>.json`; compare reads every such file back as scores
 // (docs/evaluation.md).
 import { existsSync, readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { isRecord, readJsonFile } from '../core/json.ts';
+
+/** The command that makes the harness's Python (scripts/setup-lm-eval.sh). */
+export const LM_EVAL_SETUP = 'npm run setup:lm-eval';
+
+/** The Python with lm_eval: $SLAYFORMER_LM_EVAL_PYTHON, else the repository's .venv-lm-eval's; null when neither exists. */
+export function lmEvalPython(): string | null {
+  const candidates = [process.env.SLAYFORMER_LM_EVAL_PYTHON, resolve(import.meta.dirname, '..', '..', '.venv-lm-eval', 'bin', 'python')];
+  return candidates.find((p): p is string => !!p && existsSync(p)) ?? null;
+}
 
 /** The folder of a run that holds the harness's results, one JSON per task. */
 export const LM_EVAL_DIR = 'lm-eval';

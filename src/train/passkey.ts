@@ -8,6 +8,7 @@
 import type { LanguageModel } from '../model/lm.ts';
 import { IncrementalDecoder, PREFILL_BLOCK } from '../model/decode.ts';
 import { Rng } from '../core/rng.ts';
+import { loadModel, loadModelTokenizer } from '../store/load-model.ts';
 
 /** The literature's lengths (1K … 32K tokens). */
 export const PASSKEY_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768];
@@ -51,6 +52,15 @@ export async function passkeyPrompt(encode: EncodeTexts, length: number, depth: 
   for (let i = before; i < fillers; i++) prompt.push(...filler);
   prompt.push(...question);
   return { prompt, answer: answerIds, needleAt, key };
+}
+
+/**
+ * The fewest tokens a passkey prompt with its answer takes with this tokenizer (one filler; `key` one of 5 digits):
+ * shorter lengths cannot run (passkeyPrompt refuses them).
+ */
+export async function passkeyMinTokens(encode: EncodeTexts, key = '10000'): Promise<number> {
+  const pieces = await encode([INTRO, FILLER, needle(key), QUESTION, answer(key)]);
+  return pieces.reduce((sum, ids) => sum + ids.length, 0);
 }
 
 export interface PasskeyTrial {
@@ -174,4 +184,48 @@ export async function passkeyEval(model: LanguageModel, encode: EncodeTexts, opt
     });
   }
   return rows;
+}
+
+export interface PasskeyCheckpointOptions {
+  checkpoint: string;
+  tokenizer?: string;
+  /** Prompt lengths in tokens (default PASSKEY_LENGTHS). */
+  lengths?: number[];
+  /** Keys per depth at each length (default 2). */
+  trialsPerDepth?: number;
+}
+
+export interface PasskeyCheckpointResult {
+  dir: string;
+  description: string;
+  /** The recipe's data.seqLen: the longest sequences the model was trained on. */
+  trainedLength: number;
+  /** model.maxSeqLen: the longest prompt it can read (its learned positions end there). */
+  positionTable: number;
+  depths: number[];
+  trialsPerDepth: number;
+  rows: PasskeyRow[];
+}
+
+/** Loads a GPT checkpoint and scores passkey retrieval at each length (the backend must be initialised). */
+export async function passkeyCheckpoint(opts: PasskeyCheckpointOptions): Promise<PasskeyCheckpointResult> {
+  const loaded = await loadModel(opts.checkpoint);
+  const { dir, model, recipe, metadata } = loaded;
+  try {
+    if (model.kind !== 'gpt') throw new Error(`${dir}: passkey retrieval needs a GPT (the key is asked for at the end); this model is a ${model.kind}`);
+    const tokenizer = await loadModelTokenizer(loaded, opts.tokenizer);
+    const trialsPerDepth = opts.trialsPerDepth ?? 2;
+    const trainedLength = recipe.data.seqLen;
+    const rows = await passkeyEval(model, (texts) => tokenizer.encodeBatch(texts), {
+      lengths: opts.lengths ?? PASSKEY_LENGTHS,
+      depths: PASSKEY_DEPTHS,
+      trialsPerDepth,
+      seed: 1,
+      trainedLength,
+    });
+    const description = `${model.kind} ${model.config.attention.name}${metadata.step ? ` (step ${metadata.step})` : ''}`;
+    return { dir, description, trainedLength, positionTable: model.config.maxSeqLen, depths: PASSKEY_DEPTHS, trialsPerDepth, rows };
+  } finally {
+    model.dispose();
+  }
 }

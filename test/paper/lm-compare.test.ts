@@ -5,19 +5,40 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ensureCorpus, LM_CORPUS, lmCompare, MATCH_MARGIN, unitRecipeOf } from '../../src/paper/lm-compare.ts';
+import { CONTEXT, ensureCorpus, LM_CORPUS, lmCompare, MATCH_MARGIN, PASSKEY_LENGTHS_IN_CONTEXT, unitRecipeOf } from '../../src/paper/lm-compare.ts';
+import { lmEvalPython } from '../../src/report/lm-eval-results.ts';
 import { describeSeedsNeeded, seedsToSeparate } from '../../src/paper/paired-claims.ts';
 import type { UnitView } from '../../src/paper/protocol.ts';
 import { pairedT, tQuantileOf } from '../../src/report/paired.ts';
 
 describe('lm-compare units', () => {
-  it('runs every mechanism’s seed 1, GPT and BERT, before any seed 2; every cell names units that exist', () => {
+  it('runs every mechanism’s seed 1, GPT and BERT, and its evaluations before any seed 2; every cell names units that exist', () => {
     const units = lmCompare.units(false);
-    expect(units).toHaveLength(48);
-    expect(units.slice(0, 16).every((u) => u.settings.seed === 1)).toBe(true);
-    expect(new Set(units.slice(0, 16).map((u) => u.settings.kind))).toEqual(new Set(['gpt', 'bert']));
+    const training = units.filter((u) => u.settings.evaluates === undefined);
+    expect(training).toHaveLength(48);
+    expect(units.slice(0, 16)).toEqual(training.slice(0, 16));
+    expect(training.slice(0, 16).every((u) => u.settings.seed === 1)).toBe(true);
+    expect(new Set(training.slice(0, 16).map((u) => u.settings.kind))).toEqual(new Set(['gpt', 'bert']));
+    // Every training unit's evaluation, and a GPT's harness where it is set up, each named for the unit it evaluates.
+    const harness = lmEvalPython() !== null;
+    const perSeed = 16 + 16 + (harness ? 8 : 0);
+    expect(units).toHaveLength(3 * perSeed);
+    expect(units.slice(0, perSeed).every((u) => u.settings.seed === 1)).toBe(true);
+    for (const unit of units.filter((u) => u.settings.evaluates !== undefined)) {
+      expect(unit.name).toBe(`${unit.settings.evaluates}.${unit.settings.step}`);
+      expect(training.some((t) => t.name === unit.settings.evaluates)).toBe(true);
+    }
+    expect(units.filter((u) => u.settings.step === 'lm-eval').map((u) => u.settings.kind)).toEqual(harness ? Array(24).fill('gpt') : []);
     const names = new Set(units.map((u) => u.name));
     for (const cell of lmCompare.cells(false)) for (const unit of cell.units) expect(names.has(unit)).toBe(true);
+    for (const table of lmCompare.measureTables!({ values: () => [], extra: () => null }, false))
+      for (const row of table.rows) for (const unit of row.units) expect(names.has(unit) || (!harness && unit.endsWith('.lm-eval'))).toBe(true);
+  });
+
+  it('evaluates each model at the context it was trained on: its loss by position buckets and passkey lengths', () => {
+    const recipe = unitRecipeOf(lmCompare.units(false)[0].settings, '/tmp/unit');
+    expect([recipe.data.seqLen, recipe.model.maxSeqLen]).toEqual([CONTEXT, CONTEXT]);
+    expect(Math.max(...PASSKEY_LENGTHS_IN_CONTEXT)).toBe(CONTEXT);
   });
 
   it('trains the demo shape on the English corpus for one whole epoch, with the unit’s mechanism and seed', () => {

@@ -10,8 +10,7 @@ import { csvTable, latexTable } from '../../src/report/table.ts';
 import { encodeSafetensors } from '../../src/hf/safetensors.ts';
 import { folderSegment, safeJoin } from '../../src/report/safe-path.ts';
 import { escapeHtml, escapeMarkdown } from '../../src/core/markdown.ts';
-import type { PasskeyCheckpointResult } from '../../src/cli/eval.ts';
-import type { PasskeyRow } from '../../src/train/passkey.ts';
+import type { PasskeyCheckpointResult, PasskeyRow } from '../../src/train/passkey.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'compare-test-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

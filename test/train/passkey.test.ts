@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
-import { passkeyCheckpoint, formatPasskey } from '../../src/cli/eval.ts';
+import { formatPasskey } from '../../src/cli/eval.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
 import { trainByteLevelBpeFromTexts } from '../../src/data/train-tokenizer.ts';
 import { createLanguageModel } from '../../src/model/lm.ts';
@@ -17,7 +17,7 @@ import type { LanguageModel } from '../../src/model/lm.ts';
 import { modelConfigFromRecipe } from '../../src/recipe/model-config.ts';
 import { parseRecipe } from '../../src/store/recipes.ts';
 import { saveFinalModel } from '../../src/store/model-folder.ts';
-import { passkeyEval, passkeyPrompt, scorePasskey } from '../../src/train/passkey.ts';
+import { passkeyCheckpoint, passkeyEval, passkeyPrompt, scorePasskey } from '../../src/train/passkey.ts';
 import { perturbParameters } from '../helpers/perturb.ts';
 
 let dir: string;
