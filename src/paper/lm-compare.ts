@@ -160,34 +160,34 @@ async function runUnit(settings: Record<string, unknown>, context: UnitContext):
 }
 
 /**
- * Seed by seed: the training units, then their evaluations (`<unit>.eval`, and a GPT's `<unit>.lm-eval` where the
- * harness is set up), so that a stopped run still pairs whole seeds, evaluated. The evaluations are units of their own,
- * so that finished training units are evaluated without training again.
+ * The training units seed by seed (as before the evaluations existed, so that their positions in the run set, which
+ * a queued Slurm array task or a running sweep's worker finds them by, stay the same), then the evaluations seed by
+ * seed (`<unit>.eval`, and a GPT's `<unit>.lm-eval` where the harness is set up). The evaluations are units of their
+ * own, so that finished training units are evaluated without training again.
  */
 function units(quick: boolean): UnitSpec[] {
   const mechanisms = quick ? QUICK.mechanisms : MECHANISMS;
+  const seeds = quick ? QUICK.seeds : SEEDS;
   const harness = lmEvalPython() !== null;
-  return (quick ? QUICK.seeds : SEEDS).flatMap((seed) => {
-    const common = (kind: string, mechanism: string) => ({ kind, mechanism, seed, ...(quick ? { tokens: QUICK.tokens } : {}) });
-    const each = (make: (kind: string, mechanism: string) => UnitSpec, kinds: readonly string[] = KINDS) =>
-      kinds.flatMap((kind) => mechanisms.map((mechanism) => make(kind, mechanism)));
-    return [
-      ...each((kind, mechanism) => ({ name: unitName(kind, mechanism, seed), settings: common(kind, mechanism) })),
-      ...each((kind, mechanism) => ({
-        name: evalName(kind, mechanism, seed),
-        settings: { ...common(kind, mechanism), evaluates: unitName(kind, mechanism, seed), step: 'eval' },
-      })),
-      ...(harness
-        ? each(
-            (kind, mechanism) => ({
-              name: lmEvalName(kind, mechanism, seed),
-              settings: { ...common(kind, mechanism), evaluates: unitName(kind, mechanism, seed), step: 'lm-eval' },
-            }),
-            ['gpt'],
-          )
-        : []),
-    ];
-  });
+  const common = (kind: string, mechanism: string, seed: number) => ({ kind, mechanism, seed, ...(quick ? { tokens: QUICK.tokens } : {}) });
+  const each = (make: (kind: string, mechanism: string, seed: number) => UnitSpec, kinds: readonly string[] = KINDS) =>
+    seeds.flatMap((seed) => kinds.flatMap((kind) => mechanisms.map((mechanism) => make(kind, mechanism, seed))));
+  return [
+    ...each((kind, mechanism, seed) => ({ name: unitName(kind, mechanism, seed), settings: common(kind, mechanism, seed) })),
+    ...each((kind, mechanism, seed) => ({
+      name: evalName(kind, mechanism, seed),
+      settings: { ...common(kind, mechanism, seed), evaluates: unitName(kind, mechanism, seed), step: 'eval' },
+    })),
+    ...(harness
+      ? each(
+          (kind, mechanism, seed) => ({
+            name: lmEvalName(kind, mechanism, seed),
+            settings: { ...common(kind, mechanism, seed), evaluates: unitName(kind, mechanism, seed), step: 'lm-eval' },
+          }),
+          ['gpt'],
+        )
+      : []),
+  ];
 }
 
 function cells(quick: boolean): CellSpec[] {

@@ -12,18 +12,17 @@ import type { UnitView } from '../../src/paper/protocol.ts';
 import { pairedT, tQuantileOf } from '../../src/report/paired.ts';
 
 describe('lm-compare units', () => {
-  it('runs every mechanism’s seed 1, GPT and BERT, and its evaluations before any seed 2; every cell names units that exist', () => {
+  it('runs every mechanism’s seed 1, GPT and BERT, before any seed 2, the 48 training units first (their indices as before the evaluations), then the evaluations; every cell names units that exist', () => {
     const units = lmCompare.units(false);
     const training = units.filter((u) => u.settings.evaluates === undefined);
     expect(training).toHaveLength(48);
-    expect(units.slice(0, 16)).toEqual(training.slice(0, 16));
+    expect(units.slice(0, 48)).toEqual(training);
     expect(training.slice(0, 16).every((u) => u.settings.seed === 1)).toBe(true);
     expect(new Set(training.slice(0, 16).map((u) => u.settings.kind))).toEqual(new Set(['gpt', 'bert']));
     // Every training unit's evaluation, and a GPT's harness where it is set up, each named for the unit it evaluates.
     const harness = lmEvalPython() !== null;
-    const perSeed = 16 + 16 + (harness ? 8 : 0);
-    expect(units).toHaveLength(3 * perSeed);
-    expect(units.slice(0, perSeed).every((u) => u.settings.seed === 1)).toBe(true);
+    expect(units).toHaveLength(48 + 48 + (harness ? 24 : 0));
+    expect(units.slice(48, 64).every((u) => u.settings.seed === 1 && u.settings.step === 'eval')).toBe(true);
     for (const unit of units.filter((u) => u.settings.evaluates !== undefined)) {
       expect(unit.name).toBe(`${unit.settings.evaluates}.${unit.settings.step}`);
       expect(training.some((t) => t.name === unit.settings.evaluates)).toBe(true);
