@@ -31,7 +31,9 @@ the results files.`,
     plan: { type: 'boolean', help: 'only print the protocol and its units' },
     out: { type: 'string', value: 'DIR', help: 'folder of the results file (default docs/results; reports/paper with --quick)' },
     runs: { type: 'string', value: 'DIR', help: `parent folder of the units' run folders (default ${DEFAULT_RUNS_ROOT})` },
-    task: { type: 'string', hidden: true, help: 'internal: the task of one unit (lock, skip when done, run the worker)' },
+    guard: { type: 'string', hidden: true, help: "internal: one unit's guard (lock, skip when done, run the worker)" },
+    // --guard's name before: Slurm jobs queued by an older version still pass it when they start.
+    task: { type: 'string', hidden: true, help: 'internal: --guard, as older versions named it' },
     unit: { type: 'string', hidden: true, help: 'internal: run one unit in this process' },
   },
   positionals: { min: 1, max: 1, name: '<experiment>, list or summary' },
@@ -77,7 +79,7 @@ async function main({ values, positionals }: Args): Promise<number> {
   if (name === 'summary') return summary(values.out ?? path.join('docs', 'results'));
   if (!EXPERIMENT_NAMES.includes(name)) throw new UsageError(`unknown experiment '${name}' (one of ${EXPERIMENT_NAMES.join(', ')}, list or summary)`);
   const experiment = await loadExperiment(name);
-  const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentTask, runUnitHere }, { setStatus }] =
+  const [{ buildResults, resultsHeadline, writeResults }, { collectUnits, experimentRunSet, runExperimentGuard, runUnitHere }, { setStatus }] =
     await Promise.all([import('../paper/results.ts'), import('../paper/run.ts'), import('../sweep/status.ts')]);
   // Resolved here, before any backend loads: the units' folder names it, and the executor packs them by its device.
   const { backend } = resolveBackend(chooseBackend({ flag: values.backend, recipe: experiment.backend }).choice);
@@ -108,8 +110,9 @@ async function main({ values, positionals }: Args): Promise<number> {
     }
     return 0;
   }
-  if (values.task !== undefined) {
-    const result = await runExperimentTask(set, unitIndex(values.task, 'task'));
+  const guard = values.guard ?? values.task;
+  if (guard !== undefined) {
+    const result = await runExperimentGuard(set, unitIndex(guard, values.guard !== undefined ? 'guard' : 'task'));
     if (result.action !== 'trained') console.log(result.message);
     return result.exitCode;
   }

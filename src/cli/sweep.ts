@@ -1,4 +1,4 @@
-// npm run sweep -- plan|run|status|report|task <sweep.yaml> …   (--help; the sweep file format: src/sweep/spec.ts)
+// npm run sweep -- plan|run|status|report|guard <sweep.yaml> …   (--help; the sweep file format: src/sweep/spec.ts)
 // The sweep modules (which load the recipe loader and TensorFlow.js) are imported when a subcommand runs, so that
 // --help answers at once.
 import { existsSync } from 'node:fs';
@@ -12,12 +12,12 @@ import { startBackend } from './backend-option.ts';
 import { runCommand, UsageError, type ParsedCommand } from './command.ts';
 import { EXECUTOR_OPTIONS, EXECUTOR_SETTING_OPTIONS, runOnExecutor } from './executor-options.ts';
 
-const SUBCOMMANDS = ['plan', 'run', 'status', 'report', 'task'] as const;
+const SUBCOMMANDS = ['plan', 'run', 'status', 'report', 'guard'] as const;
 type Subcommand = (typeof SUBCOMMANDS)[number];
 
 const COMMAND = {
   name: 'sweep',
-  usage: ['plan|run|status <sweep.yaml> [options]', 'report <sweep.yaml> [options]', 'task <sweep.yaml> <index|name>'],
+  usage: ['plan|run|status <sweep.yaml> [options]', 'report <sweep.yaml> [options]', 'guard <sweep.yaml> <index|name>'],
   description: `A sweep file (sweeps/*.yaml) is a base recipe plus a grid of recipe keys and/or a list of cases; each
 combination is a run named by its varying values, trained under <runDir>/<name>-<timestamp>/.
 
@@ -27,23 +27,24 @@ combination is a run named by its varying values, trained under <runDir>/<name>-
           holds its settings, the options below override them):
 ${SWEEP_EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ? ' (default)' : ''}: ${e.description.replace(/\n/g, '\n            ')}`).join('\n')}
   status  every run: done, running, pending, stopped or failed (with its last log line), from the run
-          folders, the tasks' records and the executors' queues
+          folders, the guards' records and the executors' queues
   report  mean ± sd over seeds per group, a paired comparison with the baseline mechanism (95% t
           interval, p-value) and the compare plots; default folder reports/sweep-<name>/
-  task    run one run of the sweep (what every executor starts)`,
+  guard   run one run of the sweep: take its lock, skip it when done, else train (what every
+          executor starts)`,
   options: {
     only: { type: 'string', value: 'RUNS', help: "plan, run, status: only these runs (names, globs or indices, comma-separated, e.g. 'gpt-*')" },
     set: {
       type: 'string',
       value: 'KEY=VALUE',
       multiple: true,
-      help: "plan, run, task: a recipe key for every run, on top of the file's set: (repeatable), e.g. --set train.lr=1e-3; a key the grid or a case sets is refused",
+      help: "plan, run, guard: a recipe key for every run, on top of the file's set: (repeatable), e.g. --set train.lr=1e-3; a key the grid or a case sets is refused",
     },
     backend: {
       type: 'string',
       value: 'NAME',
       choices: BACKENDS,
-      help: "plan, run, task: every run on this backend (beats $SLAYFORMER_BACKEND, then the runs' recipes; else auto)",
+      help: "plan, run, guard: every run on this backend (beats $SLAYFORMER_BACKEND, then the runs' recipes; else auto)",
     },
     'tokens-per-s': { type: 'string', value: 'N', number: { min: 0, exclusiveMin: true }, help: 'plan: assumed training speed when no run has logged one' },
     executor: { ...EXECUTOR_OPTIONS.executor, help: `run: ${EXECUTOR_OPTIONS.executor.help}` },
@@ -57,7 +58,7 @@ ${SWEEP_EXECUTORS.map((e) => `          ${e.name}${e.name === DEFAULT_EXECUTOR ?
     metric: { type: 'string', value: 'NAME', choices: Object.keys(REPORT_METRICS), help: 'report: the compared number' },
     out: { type: 'string', value: 'DIR', help: 'report: the report folder' },
   },
-  positionals: { min: 2, max: 3, name: 'command, sweep file and (task) run' },
+  positionals: { min: 2, max: 3, name: 'command, sweep file and (guard) run' },
   notes: 'Exit status: 0 fine, 1 a run failed or a command went wrong, 2 bad sweep file or arguments.',
 } as const;
 
@@ -69,7 +70,7 @@ const ALLOWED: Record<Subcommand, readonly string[]> = {
   run: ['only', 'executor', 'dry-run', 'set', 'backend', ...Object.keys(EXECUTOR_SETTING_OPTIONS)],
   status: ['only'],
   report: ['baseline', 'metric', 'out'],
-  task: ['set', 'backend'],
+  guard: ['set', 'backend'],
 };
 
 function checkOptionsFor(command: Subcommand, values: Record<string, unknown>): void {
@@ -80,16 +81,18 @@ function checkOptionsFor(command: Subcommand, values: Record<string, unknown>): 
 }
 
 async function main({ values, positionals }: Args): Promise<number> {
-  const [command, file, run] = positionals as [Subcommand, string, string | undefined];
-  if (!SUBCOMMANDS.includes(command)) throw new UsageError(`unknown command '${command}' (one of ${SUBCOMMANDS.join(', ')})`);
-  if ((command === 'task') !== (run !== undefined))
-    throw new UsageError(command === 'task' ? 'task needs one run: its index or name' : `unexpected argument '${run}'`);
+  const [given, file, run] = positionals as [string, string, string | undefined];
+  // `task`, the guard's name before: Slurm jobs queued by an older version still run `sweep task …` when they start (not listed).
+  const command = (given === 'task' ? 'guard' : given) as Subcommand;
+  if (!SUBCOMMANDS.includes(command)) throw new UsageError(`unknown command '${given}' (one of ${SUBCOMMANDS.join(', ')})`);
+  if ((command === 'guard') !== (run !== undefined))
+    throw new UsageError(command === 'guard' ? 'guard needs one run: its index or name' : `unexpected argument '${run}'`);
   checkOptionsFor(command, values);
   const { findRun, loadSweep, selectRuns } = await import('../sweep/spec.ts');
   const sweep = loadSweep(file, values.set, { backend: values.backend ?? null });
-  if (command === 'task') {
-    const { runTask } = await import('../sweep/task.ts');
-    const result = await runTask(sweep, findRun(sweep, run!));
+  if (command === 'guard') {
+    const { runSweepGuard } = await import('../sweep/guard.ts');
+    const result = await runSweepGuard(sweep, findRun(sweep, run!));
     if (result.action !== 'trained') console.log(result.message);
     return result.exitCode;
   }
@@ -107,7 +110,7 @@ async function main({ values, positionals }: Args): Promise<number> {
 }
 
 async function plan(sweep: Sweep, values: Args['values']): Promise<number> {
-  // Imported here, not at the top: every task process starts this CLI, and needs neither the trainer's planning
+  // Imported here, not at the top: every run's guard starts this CLI, and needs neither the trainer's planning
   // nor the report's plotting libraries.
   const [{ planRun }, { formatPlan, planSweep }] = await Promise.all([import('../train/plan.ts'), import('../sweep/plan.ts')]);
   await startBackend(COMMAND.name, { flag: 'cpu' }, { silent: true }); // counting parameters builds the mechanisms' small buffers

@@ -1,5 +1,5 @@
 // A lock file holding its holder's pid, host and start time as JSON. A sweep's or a paper experiment's run
-// (src/sweep/task.ts) and a run folder being trained (src/store/run-folder.ts) take one, so two processes never write
+// (its guard, src/sweep/guard.ts) and a run folder being trained (src/store/run-folder.ts) take one, so two processes never write
 // the same run. A lock left by a process that died on this host is stale and taken over; another host's lock cannot be
 // checked from here and counts as held.
 //

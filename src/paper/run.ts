@@ -1,6 +1,7 @@
 // A paper experiment as a run set of the sweep machinery (src/sweep/run-set.ts): one run per unit, run by any
-// executor (src/sweep/executor-registry.ts), each as `paper <experiment> … --task <index>` (lock, skip when done, start the worker) and
-// the worker `paper <experiment> … --unit <index>`, which runs the unit in its own process and leaves
+// executor (src/sweep/executor-registry.ts), each as its guard `paper <experiment> … --guard <index>` (lock, skip
+// when done, start the worker) and the worker `paper <experiment> … --unit <index>`, which runs the unit in its own
+// process and leaves
 //   <runs>/<experiment>-v<version>-<backend>[-quick]/<unit>-<YYYYMMDD-HHMMSS>/
 //     unit.json     the experiment, its version and the unit's settings
 //     env.json      where it ran: commit, backend, machine, command line
@@ -22,8 +23,8 @@ import { describeDevice, type BackendName } from '../backend/device.ts';
 import type { RunSet, SetRun } from '../sweep/run-set.ts';
 import { runFolders } from '../sweep/run-folders.ts';
 import { readAttempt } from '../sweep/set-files.ts';
-import { runGuarded } from '../sweep/task.ts';
-import type { TaskResult } from '../sweep/task.ts';
+import { runGuarded } from '../sweep/guard.ts';
+import type { GuardResult } from '../sweep/guard.ts';
 import { clusterRecord, processEnvironment } from '../telemetry/environment.ts';
 import { makeRunDir } from '../telemetry/run-logger.ts';
 import type { Experiment, UnitOutcome, UnitSpec } from './protocol.ts';
@@ -54,7 +55,7 @@ function experimentCommand(experiment: Experiment, settings: ExperimentSettings)
   return ['npm run paper --', experiment.name, ...flags].join(' ');
 }
 
-/** The experiment's units as a run set; each run's task process is `paper <name> <flags> --task <index>`. */
+/** The experiment's units as a run set; each run's guard is `paper <name> <flags> --guard <index>`. */
 export function experimentRunSet(experiment: Experiment, settings: ExperimentSettings): ExperimentRunSet {
   const units = experiment.units(settings.quick);
   const seen = new Set<string>();
@@ -73,7 +74,7 @@ export function experimentRunSet(experiment: Experiment, settings: ExperimentSet
     runDir: path.join(runsRoot, tag),
     runs: units.map((unit, index) => ({ index, name: unit.name, cores, requestedCpus: 1 })),
     executorSettings: {},
-    task: [PAPER_CLI, experiment.name, ...workerFlags(settings, runsRoot), '--task'],
+    guard: [PAPER_CLI, experiment.name, ...workerFlags(settings, runsRoot), '--guard'],
     ...spanning(experiment, settings.backend),
     experiment,
     settings,
@@ -93,8 +94,8 @@ function workerFlags(settings: ExperimentSettings, runsRoot: string): string[] {
   return [...(settings.quick ? ['--quick'] : []), '--backend', settings.backend, '--runs', runsRoot];
 }
 
-/** The task of run `index`: its lock, a skip when done, else the worker (`--unit <index>`) as a child process. */
-export function runExperimentTask(set: ExperimentRunSet, index: number): Promise<TaskResult> {
+/** The guard of run `index`: its lock, a skip when done, else the worker (`--unit <index>`) as a child process. */
+export function runExperimentGuard(set: ExperimentRunSet, index: number): Promise<GuardResult> {
   const run = set.runs[index];
   if (!run) throw new Error(`${set.file}: no unit ${index} (units 0–${set.runs.length - 1})`);
   const flags = workerFlags(set.settings, path.dirname(set.runDir));

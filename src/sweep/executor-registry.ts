@@ -1,6 +1,6 @@
 // The sweep executors by name (the contract: sweep-executor.ts). Everything that picks or asks an executor goes through this list:
 // `--executor` and its settings' flags (src/cli/executor-options.ts), a set file's `<executor>:` section (spec.ts),
-// status (status.ts) and the task process (task.ts). To add one: a file implementing SweepExecutor, and a
+// status (status.ts) and the guard (guard.ts). To add one: a file implementing SweepExecutor, and a
 // registerSweepExecutor line below (docs/layout.md).
 import type { SweepExecutor, SweepExecutorTask } from './sweep-executor.ts';
 import { localExecutor } from './local.ts';
@@ -44,7 +44,7 @@ export function executorNamed(name: string): SweepExecutor {
   return executor;
 }
 
-/** In a task process: the executor task it runs as, if an executor claims it. */
+/** In a guard: the executor task it runs as, if an executor claims it. */
 export function currentTask(): { executor: SweepExecutor; task: SweepExecutorTask } | null {
   for (const executor of SWEEP_EXECUTORS) {
     const name = executor.currentTask?.() ?? null;

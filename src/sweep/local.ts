@@ -1,10 +1,10 @@
-// The local executor (sweep-executor.ts): the runs of a sweep (or of any run set, run-set.ts) as separate task processes
-// (task.ts), as many at a time as the cores allow given what each run keeps busy, with one progress line per running
+// The local executor (sweep-executor.ts): the runs of a sweep (or of any run set, run-set.ts) as separate guard processes
+// (guard.ts), as many at a time as the cores allow given what each run keeps busy, with one progress line per running
 // run. A failing run does not stop the others; runs that are done are skipped, interrupted ones resume from their
 // checkpoint.
 //
-// Tasks get their own process group, so a Ctrl-C in the terminal reaches only this process, which passes it on once
-// per task as SIGUSR1 (the task stops its trainer with SIGTERM: a checkpoint, then exit); a second Ctrl-C passes it
+// Guards get their own process group, so a Ctrl-C in the terminal reaches only this process, which passes it on once
+// per guard as SIGUSR1 (the guard stops its trainer with SIGTERM: a checkpoint, then exit); a second Ctrl-C passes it
 // on again and the trainers quit at once.
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -12,7 +12,7 @@ import { availableParallelism } from 'node:os';
 import type { SweepExecutor, SweepExecutorOutcome } from './sweep-executor.ts';
 import type { RunSet, SetRun } from './run-set.ts';
 import { runFolders } from './run-folders.ts';
-import { lockHolder, lockIsLive, readLock, taskArgs, tellingLine } from './set-files.ts';
+import { lockHolder, lockIsLive, readLock, guardArgs, tellingLine } from './set-files.ts';
 
 export const localExecutor: SweepExecutor = {
   name: 'local',
@@ -112,7 +112,7 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         ? `sweep: ${signal}: the running runs save a checkpoint and stop (again to quit at once); run the sweep again to resume`
         : `sweep: ${signal} again: the running runs quit at once`,
     );
-    for (const r of running.values()) r.child.kill('SIGUSR1'); // a task that has just exited is skipped by kill()
+    for (const r of running.values()) r.child.kill('SIGUSR1'); // a guard that has just exited is skipped by kill()
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -136,7 +136,7 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         if (running.size === 0 && queue.length === 0) resolve();
       };
       const start = (run: SetRun, need: number, env: Record<string, string>) => {
-        const child = spawn(process.execPath, taskArgs(sweep, run.index), {
+        const child = spawn(process.execPath, guardArgs(sweep, run.index), {
           detached: true,
           stdio: ['ignore', 'pipe', 'pipe'],
           env: { ...process.env, ...env },
@@ -154,7 +154,7 @@ async function runLocal(sweep: RunSet, pending: SetRun[], opts: LocalOptions = {
         child.stderr!.on('data', onData);
         child.on('close', (code, signal) => {
           running.delete(run.index);
-          // A task exits 0 without running when another process took the run's lock after the check above.
+          // A guard exits 0 without running when another process took the run's lock after the check above.
           if (code === 0 && !runFolders(sweep, run).some((f) => f.done)) {
             result.elsewhere.push(run.name);
             display.event(`elsewhere ${run.name}: ${entry.lastLine}`);

@@ -1,7 +1,7 @@
-// What the sweep executors (sweep-executor.ts), the task's bookkeeping (task.ts) and status (status.ts) need of a set of runs. A
+// What the sweep executors (sweep-executor.ts), a run's guard (guard.ts) and status (status.ts) need of a set of runs. A
 // sweep file's training runs are one such set (spec.ts); a paper experiment's units are another (src/paper/). A run is
-// done when a folder `<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]/` holds summary.json. Its task process,
-// `node --import tsx <task…> <index>`, takes the run's lock, does nothing when the run is done, and otherwise runs it
+// done when a folder `<runDir>/<name>-<YYYYMMDD-HHMMSS>[-n]/` holds summary.json. Its guard,
+// `node --import tsx <guard…> <index>`, takes the run's lock, does nothing when the run is done, and otherwise runs it
 // (a training run resumes from its newest checkpoint).
 
 export interface SetRun {
@@ -25,8 +25,8 @@ export interface RunSet<R extends SetRun = SetRun> {
   runs: R[];
   /** Each executor's settings from the set's file (its `<executor>:` section), by executor name, checked by its table. */
   executorSettings: Readonly<Record<string, Record<string, unknown>>>;
-  /** The task process of a run: the script and its arguments after `node --import tsx`; the run's index is appended. */
-  task: string[];
+  /** The guard of a run: the script and its arguments after `node --import tsx`; the run's index is appended. */
+  guard: string[];
   /**
    * true when a run's worker can be one rank of a run across processes, started once per scheduler task of a unit of
    * several (a training run, or a paper unit that trains on the tensorflow backend: the worker finds its rank in Slurm's

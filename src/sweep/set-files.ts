@@ -1,5 +1,5 @@
-// A run set's own files under `<runDir>/_sweep/` and the command of a run's task, as the executors, the task process
-// (task.ts) and status read and write them:
+// A run set's own files under `<runDir>/_sweep/` and the command of a run's guard, as the executors, the guard
+// (guard.ts) and status read and write them:
 //   recipes/<name>.yaml    a training run's resolved recipe, what the trainer reads
 //   logs/<name>.log        the worker's output, every attempt
 //   locks/<name>.lock      the live attempt: pid, host, the executor task it runs in
@@ -27,17 +27,17 @@ export function executorFolder(sweep: Pick<RunSet, 'runDir'>, executor: string):
 const quote = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 
 /**
- * The task command of run `index` (a number, or a shell word such as "$SLURM_ARRAY_TASK_ID" when `shell`): the local
+ * The guard command of run `index` (a number, or a shell word such as "$SLURM_ARRAY_TASK_ID" when `shell`): the local
  * executor spawns it, a batch script execs it. tsx is loaded with --import, not through its CLI, which would relay
  * signals on its own.
  */
-export function taskCommand(set: Pick<RunSet, 'task'>, index: string, { shell = false, node = process.execPath } = {}): string {
-  const args = [node, '--import', TSX_IMPORT, ...set.task].map(quote);
+export function guardCommand(set: Pick<RunSet, 'guard'>, index: string, { shell = false, node = process.execPath } = {}): string {
+  const args = [node, '--import', TSX_IMPORT, ...set.guard].map(quote);
   return [...args, shell ? index : quote(index)].join(' ');
 }
 
-export function taskArgs(set: Pick<RunSet, 'task'>, index: number): string[] {
-  return ['--import', TSX_IMPORT, ...set.task, String(index)];
+export function guardArgs(set: Pick<RunSet, 'guard'>, index: number): string[] {
+  return ['--import', TSX_IMPORT, ...set.guard, String(index)];
 }
 
 /** A run's lock (src/core/lock-file.ts): its holder, and the executor task the attempt runs in (e.g. a Slurm array task), null for a process started here. */

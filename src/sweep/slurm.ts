@@ -1,29 +1,29 @@
 // The Slurm executor (sweep-executor.ts): one sbatch job array per submission, array index = the run's index in the set,
-// every task running the same command as the local executor (`sweep task <file> <index>` for a sweep). Queue state
-// comes from squeue (and sacct where accounting is on); what each task did is recorded by the task itself (task.ts).
-// Its files: `_sweep/slurm/` (the scripts, jobs.jsonl, the tasks' output).
+// every array task running the run's guard, the command the local executor starts (`sweep guard <file> <index>` for a
+// sweep). Queue state comes from squeue (and sacct where accounting is on); what each attempt did is recorded by the
+// guard (guard.ts). Its files: `_sweep/slurm/` (the scripts, jobs.jsonl, the tasks' output).
 //
-// Signals. The script `exec`s the task, so the task is the batch shell: `--signal=B:USR1@<s>` reaches only it, some
+// Signals. The script `exec`s the guard, so the guard is the batch shell: `--signal=B:USR1@<s>` reaches only it, some
 // seconds before the time limit, and it asks the trainer to checkpoint (SIGTERM) and then requeues the array task, which
 // resumes from that checkpoint. scancel, requeue and preemption signal every process of the job, the trainer included,
-// so the task passes nothing on then (a second SIGTERM would make the trainer quit without its checkpoint). USR1 rather
+// so the guard passes nothing on then (a second SIGTERM would make the trainer quit without its checkpoint). USR1 rather
 // than TERM for the warning is what tells the two cases apart.
 //
-// Units of several tasks (`nodes`, `tasksPerNode`): the batch shell is still the one task process (one lock, one log,
+// Units of several tasks (`nodes`, `tasksPerNode`): the batch shell is still the one guard (one lock, one log,
 // one attempt), and it starts the worker (the trainer, or a paper unit's worker) under `srun --kill-on-bad-exit=1
 // --distribution=block`, one per Slurm task, each finding its rank in Slurm's variables (src/backend/cluster-env.ts),
 // where `train.executor: auto` is `collective`; sets whose runs run in one process (RunSet.multiTask unset) refuse
-// them. On the time-limit warning the task does not signal srun (srun ends its step with SIGKILL on a SIGTERM, so no
+// them. On the time-limit warning the guard does not signal srun (srun ends its step with SIGKILL on a SIGTERM, so no
 // checkpoint would be written) but the step's tasks, `scancel --signal=TERM <job>`, which leaves the batch shell
-// alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the task requeues (a paper unit's
-// ranks end at once and the unit runs again from the start).
+// alone: rank 0 saves a checkpoint after its step and exits, srun ends the others, the guard requeues the array task
+// (a paper unit's ranks end at once and the unit runs again from the start).
 // scancel, requeue and preemption reach srun too, which kills the ranks at once: the unit resumes from its newest
 // complete checkpoint, in general the last periodic one (docs/distributed.md).
 //
 // Script text. Every value is refused or quoted before it reaches the script, so that each line is one of the
 // shapes renderSbatchScript writes: values of `#SBATCH` lines (a comment to bash, options to sbatch) are words of a
 // safe alphabet or double-quoted as sbatch's own parser reads them (`\` escapes `"`, `\` and `#`, which ends an
-// argument even inside quotes in older Slurm versions); the task command is quoted for bash (set-files.ts); control
+// argument even inside quotes in older Slurm versions); the guard command is quoted for bash (set-files.ts); control
 // characters (a newline would start a shell line of its own) are refused everywhere. `setup` lines are the one
 // exception by design: shell code, run as written, one line each.
 import { execFileSync } from 'node:child_process';
@@ -33,7 +33,7 @@ import { BOUNDS, MAX_RANKS } from '../core/bounds.ts';
 import { appendOwnFile, writeOwnFile } from '../core/own-file.ts';
 import type { SweepExecutor, SweepExecutorQueue, SweepExecutorSetting, QueuedTask, WorkerLauncher } from './sweep-executor.ts';
 import type { RunSet } from './run-set.ts';
-import { executorFolder, taskCommand } from './set-files.ts';
+import { executorFolder, guardCommand } from './set-files.ts';
 import { makeFolders } from '../core/folders.ts';
 
 const NAME = 'slurm';
@@ -52,13 +52,13 @@ export interface SlurmOptions {
   cpusPerTask?: number;
   /** At most this many array tasks at once (`--array=…%N`). */
   maxParallel?: number;
-  /** Seconds before the time limit at which the task checkpoints (and requeues itself). */
+  /** Seconds before the time limit at which the guard has the run checkpoint (and requeues the task). */
   signalSeconds?: number;
   /** After that checkpoint, requeue the array task so that it goes on (default true). */
   requeueOnTimeLimit?: boolean;
   /** Extra sbatch options, one per line, e.g. `--account=lab` or `--constraint=a100`. */
   sbatch?: string[];
-  /** Shell lines run before the task, e.g. `module load nodejs/20`. */
+  /** Shell lines the array task runs before the guard, e.g. `module load nodejs/20`. */
   setup?: string[];
 }
 
@@ -130,13 +130,13 @@ const SLURM_SETTINGS: Record<keyof SlurmOptions, SweepExecutorSetting> = {
     help: 'requeue a task stopped by its time limit (default true)',
   },
   sbatch: { check: options, flag: '--sbatch', type: 'list', help: 'an extra sbatch option (repeatable), e.g. --sbatch=--account=lab' },
-  setup: { check: lines, flag: '--setup', type: 'list', help: 'a shell line run before the task (repeatable), e.g. "module load nodejs"' },
+  setup: { check: lines, flag: '--setup', type: 'list', help: 'a shell line the array task runs before the guard (repeatable), e.g. "module load nodejs"' },
 };
 
 export const slurmExecutor: SweepExecutor = {
   name: NAME,
-  description: `one sbatch job array, one task per run that is not done; every task runs the command
-the local executor starts for its run, so a requeued or preempted task resumes from its checkpoint.
+  description: `one sbatch job array, one task per run that is not done; every task runs the run's
+guard, the command the local executor starts, so a requeued or preempted task resumes from its checkpoint.
 Settings from the file's slurm: section or the options below; --dry-run prints the sbatch script
 instead of submitting it.`,
   settings: SLURM_SETTINGS,
@@ -192,7 +192,7 @@ function checkScriptValues(sweep: RunSet, options: SlurmOptions, cwd: string): v
     ['the working folder (--chdir)', cwd],
     ['runDir', outputDir],
     ['the sweep name', sweep.name],
-    ...sweep.task.map((arg) => ['the task command', arg]),
+    ...sweep.guard.map((arg) => ['the guard command', arg]),
   ];
   for (const [what, text] of values) {
     if (CONTROL.test(text))
@@ -249,13 +249,13 @@ export function renderSbatchScript(sweep: RunSet, indices: number[], options: Sl
     ...(options.mem ? [`--mem=${options.mem}`] : []),
     ...(options.sbatch ?? []).map(directive),
   ];
-  const command = taskCommand(sweep, '"$SLURM_ARRAY_TASK_ID"', { shell: true, node: 'node' });
+  const command = guardCommand(sweep, '"$SLURM_ARRAY_TASK_ID"', { shell: true, node: 'node' });
   return [
     '#!/bin/bash',
     `# Generated for ${sweep.file}: one array task per run (the array index is the run's index in`,
-    '# the sweep). Each task runs the same command as the local executor; a requeued or preempted task resumes from',
+    "# the sweep). Each task runs the run's guard, as the local executor does; a requeued or preempted task resumes from",
     '# its last checkpoint. USR1 before the time limit: checkpoint, then requeue (see src/sweep/slurm.ts).',
-    ...(unitTasks(options) > 1 ? [`# ${unitTasks(options)} Slurm tasks per run: the task starts the trainer under srun, one rank per Slurm task.`] : []),
+    ...(unitTasks(options) > 1 ? [`# ${unitTasks(options)} Slurm tasks per run: the guard starts the trainer under srun, one rank per Slurm task.`] : []),
     ...directives.map((d) => `#SBATCH ${d}`),
     ...(options.requeueOnTimeLimit === false ? ['export SLAYFORMER_SWEEP_NO_REQUEUE=1'] : []),
     ...(options.setup ?? []),
@@ -335,7 +335,7 @@ export interface QueueEntry {
 /**
  * The newest queue entry of each run index across the sweep's submissions: squeue first (pending, running,
  * requeued…), then sacct for tasks squeue no longer lists. Commands that are missing or fail (no accounting) are
- * skipped: the tasks' own records still tell what happened.
+ * skipped: the guards' own records still tell what happened.
  */
 export function queueState(submissions: Submission[], run: (cmd: string, args: string[]) => string | null = runQuiet): Map<number, QueueEntry> {
   const out = new Map<number, QueueEntry>();

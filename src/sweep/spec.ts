@@ -18,10 +18,10 @@
 // attention entry (a name, or { name, options }) that replaces the base recipe's, options included, so that every
 // mechanism carries its own options. Later sources win: base recipe < set < case < grid axes.
 //
-// `npm run sweep -- plan|run|task … --set key=value` (repeatable) adds keys for every run on top of the file's `set`,
-// without editing the file; the tasks a run starts get the same --set. A key that a case or a grid axis also sets is
+// `npm run sweep -- plan|run|guard … --set key=value` (repeatable) adds keys for every run on top of the file's `set`,
+// without editing the file; the runs' guards and trainers get the same --set. A key that a case or a grid axis also sets is
 // refused rather than silently overridden by it. The backend of a run is decided as `train` decides it: `--backend NAME`
-// (passed on to the tasks and their trainers) > $SLAYFORMER_BACKEND > the run's recipe > auto; runs are packed onto
+// (passed on to the guards and their trainers) > $SLAYFORMER_BACKEND > the run's recipe > auto; runs are packed onto
 // the cores by the device that gives here (trainingCores).
 import fs from 'node:fs';
 import path from 'node:path';
@@ -71,14 +71,14 @@ export interface SweepRun extends SetRun {
   device: Device;
 }
 
-/** A sweep file's runs; each task process is `sweep task <file> <index>`, which trains (or resumes) the run's recipe. */
+/** A sweep file's runs; each run's guard is `sweep guard <file> <index>`, which trains (or resumes) the run's recipe. */
 export interface Sweep extends RunSet<SweepRun> {
   /** Keys whose value differs between runs, in name order. */
   varying: string[];
   report: { baseline: string | null; metric: ReportMetric };
-  /** The command line's `--set key=value` entries the sweep was loaded with (its tasks get them too). */
+  /** The command line's `--set key=value` entries the sweep was loaded with (its guards get them too). */
   overrides: string[];
-  /** The command line's --backend, if given: its tasks and their trainers get it too, so that it beats $SLAYFORMER_BACKEND there as well. */
+  /** The command line's --backend, if given: its guards and their trainers get it too, so that it beats $SLAYFORMER_BACKEND there as well. */
   backend: BackendChoice | null;
 }
 
@@ -98,7 +98,7 @@ const LEAF_KEYS = new Set<string>([...Object.keys(RECIPE_SCHEMA), ATTENTION_KEY]
 
 /**
  * Reads, validates and expands a sweep file; every problem names the file and the key. `overrides`: the command
- * line's `--set key=value` entries (see the file comment), passed on to every task; `backend`: its --backend; `probe`:
+ * line's `--set key=value` entries (see the file comment), passed on to every guard; `backend`: its --backend; `probe`:
  * what is installed, which resolves `auto` (this machine's unless a test injects one).
  */
 export function loadSweep(
@@ -147,7 +147,7 @@ export function loadSweep(
   if (spec.report.baseline !== null && !runs.some((r) => r.recipe.model.attention.name === spec.report.baseline)) {
     throw new SweepError(file, [`report.baseline: no run uses attention '${spec.report.baseline}'`]);
   }
-  const task = [SWEEP_CLI, 'task', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry]), ...(backend ? ['--backend', backend] : [])];
+  const guard = [SWEEP_CLI, 'guard', path.resolve(file), ...overrides.flatMap((entry) => ['--set', entry]), ...(backend ? ['--backend', backend] : [])];
   return {
     file,
     name: spec.name,
@@ -156,7 +156,7 @@ export function loadSweep(
     varying,
     executorSettings: spec.executorSettings,
     report: spec.report,
-    task,
+    guard,
     multiTask: true,
     overrides: [...overrides],
     backend,

@@ -1,8 +1,8 @@
-// The state of every run of a set, from its run folders, the tasks' locks and records (set-files.ts) and what the
+// The state of every run of a set, from its run folders, the guards' locks and records (set-files.ts) and what the
 // executors' queues say (SweepExecutor.queue):
 //
 //   done      a run folder holds summary.json
-//   running   a live task holds the run's lock, or an executor says its task runs
+//   running   a live guard holds the run's lock, or an executor says its task runs
 //   pending   not started yet, or waiting in an executor's queue (with the queue's reason)
 //   stopped   interrupted (Ctrl-C, preemption, time limit, a killed process): the next start resumes from the
 //             checkpoint when there is one
@@ -55,7 +55,7 @@ export function runState(sweep: RunSet, run: SetRun, queues: NamedQueue[] = []):
   if (queued?.phase === 'waiting') return { run, state: 'pending', detail: queued.detail, dir };
 
   const attempt = readAttempt(sweep, run);
-  // A task the executor ended in failure, unless the task recorded that failure itself (its last log line says more).
+  // A task the executor ended in failure, unless the guard recorded that failure itself (its last log line says more).
   if (queued?.phase === 'failed' && !(attempt?.outcome === 'failed' && attempt.task?.name === queued.task)) {
     return { run, state: 'failed', detail: `${queued.detail}; ${resumeNote}${lastLog ? `; last log line: ${lastLog}` : ''}`, dir };
   }
@@ -76,7 +76,7 @@ function summaryLine(dir: string): string {
   return `val loss ${summary?.val_loss?.toFixed(4)} after ${summary?.steps} steps, ${Math.round(summary?.train_tokens_per_s ?? 0).toLocaleString('en-US')} tok/s`;
 }
 
-/** The last non-empty line of the run's log (the trainer's output over all attempts), without the task's markers. */
+/** The last non-empty line of the run's log (the trainer's output over all attempts), without the guard's markers. */
 function lastLogLine(sweep: RunSet, run: SetRun): string {
   const file = logFile(sweep, run);
   if (!existsSync(file)) return '';

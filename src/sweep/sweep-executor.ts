@@ -1,8 +1,8 @@
 // The sweep executor contract: where the runs of a run set (run-set.ts) go; not to be confused with a step executor
-// (src/train/step-executor.ts: how one training step runs). A sweep executor starts each pending run's task
-// process (set-files.ts taskCommand; the task takes the run's lock, skips it when done, runs the worker: task.ts) here
+// (src/train/step-executor.ts: how one training step runs). A sweep executor starts each pending run's guard
+// (set-files.ts guardCommand; the guard takes the run's lock, skips it when done, runs the worker: guard.ts) here
 // or through a scheduler's queue, and may tell status what its queue knows. Executors are listed by name in the
-// registry (executor-registry.ts); the sweep and paper commands, status, the sweep file's sections and the task process go
+// registry (executor-registry.ts); the sweep and paper commands, status, the sweep file's sections and the guard go
 // through it and name no executor, so a new one is one file plus one registry line (docs/layout.md).
 import type { RunSet, SetRun } from './run-set.ts';
 
@@ -63,13 +63,13 @@ export interface SweepExecutorTask {
   name: string;
 }
 
-/** How a task process starts its worker when the executor's task is several processes (a Slurm unit of several tasks). */
+/** How a guard starts its worker when the executor's task is several processes (a Slurm unit of several tasks). */
 export interface WorkerLauncher {
   /** The command and arguments that start the worker's `node …` command line once per process, e.g. `srun …`. */
   prefix: string[];
   /** Variables added to the worker's environment (e.g. thread pools capped to a task's CPUs). */
   env: Record<string, string>;
-  /** Asks every process of the worker to stop, as SIGTERM asks a worker that is the task's own child. */
+  /** Asks every process of the worker to stop, as SIGTERM asks a worker that is the guard's own child. */
   stop(log: NodeJS.WritableStream): void;
 }
 
@@ -90,10 +90,10 @@ export interface SweepExecutor {
   preview?(set: RunSet, pending: SetRun[], settings: Record<string, unknown>, cwd: string): string;
   /** What its queue says of the set's tasks, for status; null when it holds none of them. Absent: the run's files tell all. */
   queue?(set: RunSet): SweepExecutorQueue | null;
-  /** In a task process: the name of the executor task this process runs as, or null when it is none of this executor's. */
+  /** In a guard: the name of the executor task this process runs as, or null when it is none of this executor's. */
   currentTask?(): string | null;
-  /** In a task process of `set`: how to start the worker when this executor's task is several processes; null (or absent): as the task's child. */
+  /** In a guard of `set`: how to start the worker when this executor's task is several processes; null (or absent): as the guard's child. */
   workerLauncher?(set: RunSet): WorkerLauncher | null;
-  /** In its task process, after it asked the run to stop (SIGUSR1, e.g. before a time limit) and the run did: run the task again later. */
+  /** In a guard, after it asked the run to stop (SIGUSR1, e.g. before a time limit) and the run did: run the task again later. */
   requeue?(log: NodeJS.WritableStream): void;
 }

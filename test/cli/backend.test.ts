@@ -157,13 +157,13 @@ describe('sweep packing by the resolved device', () => {
     expect(wasm.runs.every((r) => r.device.backend === 'wasm' && r.cores === resolveDataParallel('auto', r.device, 8))).toBe(true);
   });
 
-  it('--backend beats $SLAYFORMER_BACKEND, which beats the recipes; the tasks and their trainers get --backend', () => {
+  it('--backend beats $SLAYFORMER_BACKEND, which beats the recipes; the guards and their trainers get --backend', () => {
     process.env[BACKEND_ENV] = 'cpu';
     try {
       expect(loadSweep(file, [], { probe: withNativeBuild }).runs[0].device.backend).toBe('cpu');
       const flagged = loadSweep(file, [], { backend: 'tensorflow', probe: wasmOnly });
       expect(flagged.runs[0]).toMatchObject({ device: { backend: 'tensorflow' }, cores: 'all' });
-      expect(flagged.task.slice(-2)).toEqual(['--backend', 'tensorflow']);
+      expect(flagged.guard.slice(-2)).toEqual(['--backend', 'tensorflow']);
     } finally {
       delete process.env[BACKEND_ENV];
     }

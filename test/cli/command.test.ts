@@ -236,6 +236,38 @@ describe('commands, spawned', () => {
     expect(misspelt.stderr).toBe(`${recipe}: override --lr=1e-3: unknown key lr (did you mean --train.lr?)\n`);
   });
 
+  it("sweep's guard and paper's --guard also answer to `task`, their name in older versions, which --help leaves out", async () => {
+    // Slurm jobs queued by an older version run `sweep task …` and `paper … --task …` when they start. A run index past
+    // the set's end reaches the guard's own check of it, and loads nothing heavier than the set.
+    const runs = mkdtempSync(path.join(tmpdir(), 'guard-alias-'));
+    try {
+      const paper = (...args: string[]) => run('src/cli/paper.ts', 'slay-tasks', '--quick', '--runs', runs, ...args);
+      const [sweepGuard, sweepTask, paperGuard, paperTask, sweepHelp, paperHelp] = await Promise.all([
+        run('src/cli/sweep.ts', 'guard', 'sweeps/tiny.yaml', '99'),
+        run('src/cli/sweep.ts', 'task', 'sweeps/tiny.yaml', '99'),
+        paper('--guard', '99'),
+        paper('--task', '99'),
+        runWithoutTfjs('src/cli/sweep.ts', '--help'),
+        runWithoutTfjs('src/cli/paper.ts', '--help'),
+      ]);
+      for (const ran of [sweepGuard, sweepTask]) {
+        expect(ran.status, ran.stderr).toBe(1);
+        expect(ran.stderr).toMatch(/^sweep: sweeps\/tiny\.yaml: no run 99 \(the sweep has runs 0–3: /);
+      }
+      for (const ran of [paperGuard, paperTask]) {
+        expect(ran.status, ran.stderr).toBe(1);
+        expect(ran.stderr).toContain('paper: npm run paper -- slay-tasks --quick: no unit 99 (units 0–8)');
+      }
+      expect(readdirSync(runs)).toEqual([]);
+      expect(sweepHelp.stdout).toContain('npm run sweep -- guard <sweep.yaml> <index|name>');
+      expect(sweepHelp.stdout).toMatch(/^ {2}guard {3}run one run of the sweep/m);
+      expect(sweepHelp.stdout).not.toMatch(/^ {2}task\b|sweep -- task/m);
+      expect(paperHelp.stdout).not.toMatch(/--(task|guard)\b/);
+    } finally {
+      rmSync(runs, { recursive: true, force: true });
+    }
+  });
+
   it('--help of every command answers before TensorFlow.js loads (any import of it fails here)', async () => {
     const files = readdirSync('src/cli').filter(
       (f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts', 'launcher-channel.ts'].includes(f),

@@ -1,5 +1,5 @@
 // `npm run paper -- mqar --quick` end to end on the test grid (SLAYFORMER_MQAR_TEST_GRID: two units of a few steps, wasm):
-// every unit trained through the sweep machinery's local executor (a task and a worker process each), the results file
+// every unit trained through the sweep machinery's local executor (a guard and a worker process each), the results file
 // with the state sizes, the paired difference and the accuracy-against-state plot, and a second run that trains nothing.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';

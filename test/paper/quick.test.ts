@@ -1,5 +1,5 @@
 // `npm run paper -- slay-tasks --quick` for real, as CI runs it: every unit trained through the sweep machinery's
-// local executor (a task and a worker process each, wasm), the results file written, the verdicts those of the stated
+// local executor (a guard and a worker process each, wasm), the results file written, the verdicts those of the stated
 // rule on the units' own values, a second run skipping every unit (resumable), status from the run folders.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';

@@ -274,14 +274,14 @@ describe('buildResults', () => {
     expect(partial.cells.find((c) => c.row === 'other' && c.column === 'b')).toMatchObject({ verdict: 'not run', error: 'failed: killed' });
   });
 
-  it('is a run set whose task is the paper command, one unit per run, kept apart by version and backend', () => {
+  it('is a run set whose guard is the paper command, one unit per run, kept apart by version and backend', () => {
     expect(set.runDir).toBe(path.join(dir, 'runs', 'toy-v3-wasm'));
     expect(set.runs.map((r) => [r.index, r.name, r.cores])).toEqual(records.map((r, i) => [i, r.unit.name, 1]));
     expect(experimentRunSet(toy, { quick: true, backend: 'tensorflow', runsRoot: dir }).runs[0].cores).toBe('all');
     const script = renderSbatchScript(set, [0, 2], {}, '/project');
     expect(script).toContain('#SBATCH --array=0,2');
     expect(script.trim().split('\n').at(-1)).toMatch(
-      /^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --task "\$SLURM_ARRAY_TASK_ID"$/,
+      /^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+\/src\/cli\/paper\.ts toy --backend wasm --runs \S+\/runs --guard "\$SLURM_ARRAY_TASK_ID"$/,
     );
   });
 });

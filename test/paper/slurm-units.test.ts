@@ -92,7 +92,7 @@ describe.skipIf(!available)(available ? 'paper units of several Slurm tasks' : `
 
     // Rank 0 made the unit's folder: both ranks joined and are in the unit.
     await waitForFiles('the unit to start', set.runDir, 300_000, () => unitFolders(set.runDir).length === 1, diagnose);
-    // What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
+    // What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the guard) only.
     spawnSync('scancel', ['--batch', '--signal=USR1', task], { env });
     await waitForFiles(
       'the unit to end after its requeue',

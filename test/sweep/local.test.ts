@@ -59,6 +59,13 @@ describe('local executor', () => {
     const again = sweepCli(['run', file]);
     expect(await again.exited).toEqual({ code: 0, signal: null });
     expect(again.output()).toMatch(/4 runs, 4 done already, 0 to run/);
+    // A run's guard, by name: done already. `task`, the guard's name in older versions (which Slurm jobs queued then
+    // still run), does the same.
+    for (const command of ['guard', 'task']) {
+      const guard = sweepCli([command, file, 'softmax-seed1']);
+      expect(await guard.exited, guard.output()).toEqual({ code: 0, signal: null });
+      expect(guard.output()).toMatch(/^softmax-seed1: done already \(\S+softmax-seed1-\d{8}-\d{6}(-\d+)?\)$/m);
+    }
     expect(runFolders(runDir)).toEqual(folders);
 
     const outDir = join(dir, 'report-tiny');
@@ -113,7 +120,7 @@ describe('local executor', () => {
 
   it("stops on Ctrl-C with a checkpoint, and a re-run resumes to an uninterrupted run's final loss", async () => {
     const referenceDir = join(dir, 'runs-reference');
-    const reference = sweepCli(['task', writeTinySweep(join(dir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
+    const reference = sweepCli(['guard', writeTinySweep(join(dir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
     const runDir = join(dir, 'runs-interrupted');
     const file = writeTinySweep(join(dir, 'interrupted.yaml'), corpus, runDir, oneLongerRun);
     const run = sweepCli(['run', file]);

@@ -1,6 +1,6 @@
 // The Slurm executor's settings for runs of several tasks (nodes, tasksPerNode, gpusPerTask), without a cluster: bad
 // values are refused naming the setting, from the sweep file and from the flags; the script asks sbatch for the unit;
-// and in an array task of several Slurm tasks the task starts its worker under srun (src/sweep/slurm.ts); a paper
+// and in an array task of several Slurm tasks the guard starts its worker under srun (src/sweep/slurm.ts); a paper
 // experiment's units span tasks only when they train on the tensorflow backend (src/paper/run.ts).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -139,15 +139,15 @@ describe('units of several Slurm tasks: the settings', () => {
     expect(unit).toMatch(/^#SBATCH --ntasks-per-node=8$/m);
     expect(unit).toMatch(/^#SBATCH --gpus-per-task=1$/m);
     expect(unit).toMatch(/^#SBATCH --cpus-per-task=4$/m);
-    expect(unit).toMatch(/^# 16 Slurm tasks per run: the task starts the trainer under srun/m);
-    // nodes alone still fixes the tasks per node, so that SLURM_NTASKS tells the task how many ranks to start.
+    expect(unit).toMatch(/^# 16 Slurm tasks per run: the guard starts the trainer under srun/m);
+    // nodes alone still fixes the tasks per node, so that SLURM_NTASKS tells the guard how many ranks to start.
     expect(renderSbatchScript(sweepWith(), [0], { nodes: 3 }, '/w')).toMatch(/^#SBATCH --nodes=3\n#SBATCH --ntasks-per-node=1$/m);
     const single = renderSbatchScript(sweepWith(), [0, 1], {}, '/w');
     expect(single).not.toMatch(/--nodes|--ntasks|--gpus-per-task|srun/);
   });
 });
 
-describe('units of several Slurm tasks: the task process', () => {
+describe('units of several Slurm tasks: the guard', () => {
   afterEach(() => vi.unstubAllEnvs());
   const inArrayTask = (vars: Record<string, string | undefined>) => {
     for (const [k, v] of Object.entries({ SLURM_ARRAY_JOB_ID: '41', SLURM_ARRAY_TASK_ID: '3', SLURM_JOB_ID: '44', ...vars })) vi.stubEnv(k, v);
@@ -161,7 +161,7 @@ describe('units of several Slurm tasks: the task process', () => {
     });
   });
 
-  it("one Slurm task, no array task, or a set whose runs run in one process: the worker is the task's child", () => {
+  it("one Slurm task, no array task, or a set whose runs run in one process: the worker is the guard's child", () => {
     const sweep = sweepWith();
     inArrayTask({ SLURM_NTASKS: '1' });
     expect(slurmExecutor.workerLauncher!(sweep)).toBeNull();

@@ -103,7 +103,7 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
 
     const referenceDir = join(clusterDir, 'runs-units-reference');
     const reference = sweepCli([
-      'task',
+      'guard',
       writeTinySweep(
         join(clusterDir, 'units-reference.yaml'),
         corpus,
@@ -119,7 +119,7 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
   it('a 2-task unit stopped by the time-limit warning checkpoints, requeues and resumes; requeued by Slurm, it resumes again; the weights are the uninterrupted ones', async () => {
     const referenceDir = join(clusterDir, 'runs-units-requeue-reference');
     const reference = sweepCli([
-      'task',
+      'guard',
       writeTinySweep(join(clusterDir, 'requeue-reference.yaml'), corpus, referenceDir, asTwoMicroBatches(oneLongerRun)),
       '0',
     ]);
@@ -136,7 +136,7 @@ describe.skipIf(!available)(available ? 'slurm units of several tasks' : `slurm 
         .join('\n')}`;
 
     await waitForFiles('a first checkpoint', runDir, 180_000, () => newestCheckpoint() > 0, diagnose);
-    // What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
+    // What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the guard) only.
     execFileSync('scancel', ['--batch', '--signal=USR1', task], { env });
     await waitForFiles('the resume', runDir, 180_000, () => /resuming from step \d+/.test(log()) && log().includes('resumed from'), diagnose);
     // Rank 0 saved the checkpoint it resumes from, after the step it was in when the warning came.

@@ -1,6 +1,6 @@
 // The Slurm executor on a real single-host cluster (Debian's slurm-wlm and munge, started by scripts/slurm-local.sh in a
 // temporary folder): a job array of the tiny sweep runs to the end and the report is built; a task interrupted twice,
-// by the time-limit warning (USR1 to the batch shell: checkpoint, then the task requeues itself) and by a requeue
+// by the time-limit warning (USR1 to the batch shell: checkpoint, then the guard requeues it) and by a requeue
 // (what preemption does), resumes each time and ends at an uninterrupted run's final loss. Skipped, with the reason
 // in the suite's name, where Slurm is not installed or cannot start. Without a cluster: every sweep field that reaches
 // the sbatch script, fed the usual shell-injection strings, is refused naming the field or lands in the script as
@@ -62,7 +62,7 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
     expect(script).toMatch(/^#SBATCH --requeue$/m);
     expect(script).toMatch(/^#SBATCH --signal=B:USR1@120$/m);
     expect(script).toMatch(/^#SBATCH --time=15:00$/m);
-    expect(script).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+src\/cli\/sweep\.ts task \S+array\.yaml "\$SLURM_ARRAY_TASK_ID"$/m);
+    expect(script).toMatch(/^exec node --import file:\/\/\S+\/tsx\/dist\/loader\.mjs \S+src\/cli\/sweep\.ts guard \S+array\.yaml "\$SLURM_ARRAY_TASK_ID"$/m);
 
     await waitForFiles(
       'three finished runs',
@@ -90,7 +90,7 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
 
   it("resumes after the time-limit warning and after a requeue, to an uninterrupted run's final loss", async () => {
     const referenceDir = join(clusterDir, 'runs-reference');
-    const reference = sweepCli(['task', writeTinySweep(join(clusterDir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
+    const reference = sweepCli(['guard', writeTinySweep(join(clusterDir, 'reference.yaml'), corpus, referenceDir, oneLongerRun), '0']);
     const runDir = join(clusterDir, 'runs-requeued');
     const file = writeTinySweep(join(clusterDir, 'requeued.yaml'), corpus, runDir, oneLongerRun);
     const task = `${await submit(file)}_0`;
@@ -104,7 +104,7 @@ describe.skipIf(!available)(available ? 'slurm executor' : `slurm executor (skip
         .slice(-15)
         .join('\n')}`;
 
-    // 1. What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the task) only.
+    // 1. What --signal=B:USR1@120 does before the time limit: USR1 to the batch shell (the guard) only.
     await waitForFiles('a first checkpoint', runDir, 180_000, () => newestCheckpoint() > 0);
     slurm('scancel', ['--batch', '--signal=USR1', task]);
     // The requeued task starts again after the local cluster's credential lifetime (20 s; Slurm's default is 120 s).
@@ -203,7 +203,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
 
   /**
    * Every line is one of the script's shapes; each #SBATCH line is one sbatch argument `--name[=value]` with the value
-   * the options say; setup lines are the given ones; bash runs the task command with exactly the expected arguments.
+   * the options say; setup lines are the given ones; bash runs the guard command with exactly the expected arguments.
    */
   function checkScript(script: string, expect_: { directives: Record<string, string>; setup: string[]; file: string }) {
     const lines = script.split('\n');
@@ -221,7 +221,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
         continue;
       }
       if (line.startsWith('# ')) continue; // a comment: bash and sbatch ignore it
-      expect(line, 'the exec line').toMatch(/^exec node --import (\S+|'[^']*') (\S+|'[^']*') task ([^\s'"]+|('[^']*'|\\')+) "\$SLURM_ARRAY_TASK_ID"$/);
+      expect(line, 'the exec line').toMatch(/^exec node --import (\S+|'[^']*') (\S+|'[^']*') guard ([^\s'"]+|('[^']*'|\\')+) "\$SLURM_ARRAY_TASK_ID"$/);
       execLines++;
     }
     expect(execLines).toBe(1);
@@ -230,7 +230,7 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
     const ran = runWithBash(script);
     expect(ran.files, 'files the script created').toEqual([]);
     expect(ran.args.slice(0, 2)).toEqual(['--import', TSX_IMPORT]); // tsx by its absolute URL: any job folder works
-    expect(ran.args.slice(3)).toEqual(['task', resolve(expect_.file), '1']);
+    expect(ran.args.slice(3)).toEqual(['guard', resolve(expect_.file), '1']);
   }
 
   /** Renders the script, or returns the error (which must name `field`). */
@@ -275,9 +275,9 @@ describe('values that reach the sbatch script (no cluster needed)', () => {
       });
       const sweep = loadSweep(sweepWith({}));
       const file = join(work, `sweep ${value}.yaml`);
-      // The task command names the sweep file (as loadSweep writes it).
+      // The guard command names the sweep file (as loadSweep writes it).
       renderOrRefuse(/sweep file/, () => ({
-        script: renderSbatchScript({ ...sweep, file, task: [...sweep.task.slice(0, -1), file] }, [0], {}, '/w'),
+        script: renderSbatchScript({ ...sweep, file, guard: [...sweep.guard.slice(0, -1), file] }, [0], {}, '/w'),
         file,
         directives: {},
       }));

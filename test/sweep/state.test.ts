@@ -101,7 +101,7 @@ describe('run states', () => {
     writeState('locks', 'softmax-seed3', { pid: 2 ** 22 + 12345, host: hostname(), task: null, startedAt: 'then' });
     expect(runState(sweep, run('softmax-seed3'), undefined)).toMatchObject({ state: 'stopped', detail: 'interrupted; resumes from step 8' });
 
-    // Slurm: queued, running, ended by Slurm; the task's own record of a failure.
+    // Slurm: queued, running, ended by Slurm; the guard's own record of a failure.
     expect(runState(sweep, run('slay-seed1'), queue('PENDING', 'Resources'))).toMatchObject({ state: 'pending', detail: 'Slurm 7_0 PENDING (Resources)' });
     expect(runState(sweep, run('slay-seed1'), queue('RUNNING'))).toMatchObject({ state: 'running', detail: 'Slurm 7_0 RUNNING' });
     fabricate('slay-seed2');
@@ -158,7 +158,7 @@ describe('slurm pieces', () => {
     expect(state.get(1)).toMatchObject({ taskId: '21_1', state: 'RUNNING', source: 'squeue' });
   });
 
-  it('writes one array task per run with the settings, the checkpoint signal and the task command', () => {
+  it('writes one array task per run with the settings, the checkpoint signal and the guard command', () => {
     const script = renderSbatchScript(
       sweep,
       [0, 1, 2, 5],
@@ -186,12 +186,12 @@ describe('slurm pieces', () => {
     // tsx by its absolute URL: the job's folder need not be the project's.
     expect(lines.at(-2)).toMatch(
       new RegExp(
-        `^exec node --import file:///\\S+/tsx/dist/loader\\.mjs \\S+/src/cli/sweep\\.ts task ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`,
+        `^exec node --import file:///\\S+/tsx/dist/loader\\.mjs \\S+/src/cli/sweep\\.ts guard ${file.replace(/[.]/g, '\\.')} "\\$SLURM_ARRAY_TASK_ID"$`,
       ),
     );
-    // The command line's --set reaches every task.
+    // The command line's --set reaches every guard.
     const withSet = renderSbatchScript(loadSweep(file, ['train.lr=0.003', 'backend=cpu']), [0], {}, '/x').split('\n');
-    expect(withSet.at(-2)).toMatch(new RegExp(`task ${file.replace(/[.]/g, '\\.')} --set train\\.lr=0\\.003 --set backend=cpu "\\$SLURM_ARRAY_TASK_ID"$`));
+    expect(withSet.at(-2)).toMatch(new RegExp(`guard ${file.replace(/[.]/g, '\\.')} --set train\\.lr=0\\.003 --set backend=cpu "\\$SLURM_ARRAY_TASK_ID"$`));
     expect(renderSbatchScript(sweep, [0], { requeueOnTimeLimit: false, signalSeconds: 300 }, '/x')).toMatch(
       /--signal=B:USR1@300[\s\S]*export SLAYFORMER_SWEEP_NO_REQUEUE=1/,
     );

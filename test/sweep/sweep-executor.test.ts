@@ -1,9 +1,9 @@
 // The executor extension point: a toy executor, registered the way a new one is added (registerSweepExecutor), takes its
 // settings from a sweep file's section and its flag, is handed only the runs that are not done, and `sweep status`
-// (setStatus, what the command prints) shows its queue; a task process it claims records its task in the run's
-// attempt. No training: the toy "submits" by writing its own queue file, and the task's worker is a small script that
+// (setStatus, what the command prints) shows its queue; a guard it claims records its task in the run's
+// attempt. No training: the toy "submits" by writing its own queue file, and the guard's worker is a small script that
 // leaves what a finished run leaves (a run folder with summary.json). The built-in Slurm executor is reached the same
-// way from a task process: its array task is named in the attempt and, stopped at its request, requeued.
+// way from a guard: its array task is named in the attempt and, stopped at its request, requeued.
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +15,7 @@ import type { RunSet, SetRun } from '../../src/sweep/run-set.ts';
 import { executorFolder, readAttempt } from '../../src/sweep/set-files.ts';
 import { loadSweep, SweepError } from '../../src/sweep/spec.ts';
 import { setStatus } from '../../src/sweep/status.ts';
-import { runGuarded } from '../../src/sweep/task.ts';
+import { runGuarded } from '../../src/sweep/guard.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sweep-executor-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -105,7 +105,7 @@ describe('a registered executor', () => {
       [third.name, 'pending', `toy ${third.index} queued`],
     ]);
 
-    // The task process of run 1, as the toy's task: the worker finishes the run; the attempt names the toy's task.
+    // The guard of run 1, as the toy's task: the worker finishes the run; the attempt names the toy's task.
     process.env.TOY_TASK = String(second.index);
     try {
       const sink = { write: () => true } as unknown as NodeJS.WritableStream;
@@ -167,7 +167,7 @@ describe('the slurm executor, through the registry', () => {
 });
 
 describe("a run's bookkeeping files", () => {
-  it('are never written through a symbolic link planted at their name: the task refuses it, naming it, before the worker starts', async () => {
+  it('are never written through a symbolic link planted at their name: the guard refuses it, naming it, before the worker starts', async () => {
     const sweep = loadSweep(sweepFile('linked', ''));
     const [run] = sweep.runs;
     const victim = join(dir, 'victim.txt');
@@ -189,12 +189,12 @@ describe("a run's bookkeeping files", () => {
 });
 
 describe('the local executor, beside another process running the same set', () => {
-  it('counts a run whose task left it to another process (exit 0, not done) as running elsewhere, not as done now', async () => {
-    // The task of run 0 finishes it; the task of run 1 finds it locked by another process (as runGuarded answers
+  it('counts a run whose guard left it to another process (exit 0, not done) as running elsewhere, not as done now', async () => {
+    // The guard of run 0 finishes it; the guard of run 1 finds it locked by another process (as runGuarded answers
     // when a second `paper` command started after the first one's check) and exits 0 without finishing it.
-    const task = join(dir, 'toy-task.mjs');
+    const guard = join(dir, 'toy-guard.mjs');
     writeFileSync(
-      task,
+      guard,
       `import { mkdirSync, writeFileSync } from 'node:fs';
 const [runDir, index] = process.argv.slice(2);
 if (index === '1') {
@@ -211,7 +211,7 @@ if (index === '1') {
       name: 'toy',
       runDir,
       executorSettings: {},
-      task: [task, runDir],
+      guard: [guard, runDir],
       runs: [0, 1].map((index) => ({ index, name: `unit-${index}`, cores: 1, requestedCpus: 1 })),
     };
     let printed = '';

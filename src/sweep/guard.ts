@@ -1,4 +1,5 @@
-// One run of a run set, as every executor starts it: `sweep task <file> <index>` for a sweep.
+// A run's guard: the process every executor starts for one run of a run set (`sweep guard <file> <index>` for a sweep)
+// that takes the run's lock, skips the run when it is done, else runs its worker and records the attempt.
 //
 //   done already (a run folder of its name holds summary.json)     → nothing to do
 //   running elsewhere (its lock is held by a live process)         → nothing to do
@@ -7,11 +8,11 @@
 // (with the sweep command's --backend, when it was given).
 //
 // The files it keeps under `<runDir>/_sweep/` (recipe, log, lock, attempt) are described in set-files.ts. The trainer
-// is a child process in the task's process group, so a Ctrl-C in a terminal or a scheduler's cancel/requeue/preemption
-// signal it directly; the task passes on only SIGUSR1, as SIGTERM: an executor's stop request (the local executor's
-// Ctrl-C, a scheduler's time-limit warning). After such a stop the executor the task runs in may requeue it
+// is a child process in the guard's process group, so a Ctrl-C in a terminal or a scheduler's cancel/requeue/preemption
+// signal it directly; the guard passes on only SIGUSR1, as SIGTERM: an executor's stop request (the local executor's
+// Ctrl-C, a scheduler's time-limit warning). After such a stop the executor task the guard runs in may be requeued
 // (SweepExecutor.requeue). When the executor's task is several processes (a Slurm unit of several tasks), the executor
-// says how the worker starts on all of them and how it is asked to stop (SweepExecutor.workerLauncher): the task
+// says how the worker starts on all of them and how it is asked to stop (SweepExecutor.workerLauncher): the guard
 // itself stays one process, so the lock, the log and the attempt are written once, whatever the number of ranks.
 // Other run sets (run-set.ts) run their own worker the same way: runGuarded takes the lock, skips a done run, starts
 // the worker, records the attempt.
@@ -45,7 +46,7 @@ function takeLock(file: string, task: SweepExecutorTask | null): LockResult<Lock
   return takeLockFile<Lock>(file, { ...thisProcess(), task }, (holder) => sameTask(holder) || !lockIsLive(holder));
 }
 
-/** Writes the run's resolved recipe where the trainer reads it (atomically: tasks of other runs write beside it). */
+/** Writes the run's resolved recipe where the trainer reads it (atomically: the guards of other runs write beside it). */
 function writeRunRecipe(sweep: Sweep, run: SweepRun): string {
   const dir = sweepPaths(sweep).recipes;
   makeFolders(dir);
@@ -57,23 +58,23 @@ function writeRunRecipe(sweep: Sweep, run: SweepRun): string {
   return file;
 }
 
-export interface TaskResult {
-  /** What the task did. */
+export interface GuardResult {
+  /** What the guard did. */
   action: 'skipped-done' | 'skipped-running' | 'trained';
   exitCode: number;
   message: string;
 }
 
 /**
- * Runs (or resumes, or skips) one run of the sweep; the trainer's output goes to `out`/`err` and to the run's log.
+ * The guard of one run of a sweep: runs (or resumes, or skips) it; the trainer's output goes to `out`/`err` and to the run's log.
  * Resolves with the trainer's exit status (0 when skipped).
  */
-export function runTask(
+export function runSweepGuard(
   sweep: Sweep,
   run: SweepRun,
   out: NodeJS.WritableStream = process.stdout,
   err: NodeJS.WritableStream = process.stderr,
-): Promise<TaskResult> {
+): Promise<GuardResult> {
   return runGuarded(
     sweep,
     run,
@@ -90,7 +91,7 @@ export function runTask(
   );
 }
 
-/** What a task starts for a run that is not done: a worker script and its arguments (after `node --import tsx`). */
+/** What a guard starts for a run that is not done: a worker script and its arguments (after `node --import tsx`). */
 export interface Worker {
   args: string[];
   /** The log's line for this attempt, e.g. where it resumes from. */
@@ -108,7 +109,7 @@ export async function runGuarded(
   prepare: (folders: SetRunFolder[]) => Worker,
   out: NodeJS.WritableStream = process.stdout,
   err: NodeJS.WritableStream = process.stderr,
-): Promise<TaskResult> {
+): Promise<GuardResult> {
   const paths = sweepPaths(sweep);
   for (const dir of [paths.locks, paths.logs, paths.attempts]) makeFolders(dir);
   const here = currentTask();
@@ -117,7 +118,7 @@ export async function runGuarded(
     return { action: 'skipped-running', exitCode: 0, message: `${run.name}: running already (${lockHolder(lock.holder)}, since ${lock.holder.startedAt})` };
   let requeue = false;
   try {
-    // Looked at under the lock: a task that just released it may have finished the run.
+    // Looked at under the lock: a guard that just released it may have finished the run.
     const current = runFolders(sweep, run);
     const finished = current.findLast((f) => f.done);
     if (finished) return { action: 'skipped-done', exitCode: 0, message: `${run.name}: done already (${finished.dir})` };
@@ -155,7 +156,7 @@ interface WorkerResult {
   stopRequested: boolean;
 }
 
-/** The worker as the task's child, or through `launcher` (e.g. srun: one worker process per scheduler task). */
+/** The worker as the guard's child, or through `launcher` (e.g. srun: one worker process per scheduler task). */
 function runWorker(
   args: string[],
   launcher: WorkerLauncher | null,
