@@ -10,7 +10,7 @@ import { initBackend } from '../../src/backend/start.ts';
 import { CONTEXT, lmCompare } from '../../src/paper/lm-compare.ts';
 import { harnessTrained, lmEvalKey, positionKey } from '../../src/paper/lm-evaluation.ts';
 import { buildResults, resultsMarkdown } from '../../src/paper/results.ts';
-import { collectUnits, experimentRunSet, runExperimentTask } from '../../src/paper/run.ts';
+import { collectUnits, experimentRunSet, runExperimentGuard } from '../../src/paper/run.ts';
 import { LM_EVAL_SETUP, lmEvalPython } from '../../src/report/lm-eval-results.ts';
 import { pendingRuns } from '../../src/sweep/run-folders.ts';
 import { contextOf, doneTrainingUnit, writeTinyCorpus } from './lm-evaluation-fixtures.ts';
@@ -45,10 +45,10 @@ describe('lm-compare evaluation units through the run set', () => {
     const index = set.units.findIndex((u) => u.name === 'gpt-softmax-seed1.eval');
     expect(set.units[index].settings).toMatchObject({ evaluates: 'gpt-softmax-seed1', step: 'eval' });
 
-    const first = await runExperimentTask(set, index);
+    const first = await runExperimentGuard(set, index);
     expect(first).toMatchObject({ action: 'trained', exitCode: 0 });
     expect(pendingRuns(set).map((r) => r.name)).not.toContain('gpt-softmax-seed1.eval');
-    const again = await runExperimentTask(set, index);
+    const again = await runExperimentGuard(set, index);
     expect(again.action).toBe('skipped-done');
     expect(readdirSync(set.runDir).filter((e) => e.startsWith('gpt-softmax-seed1.eval-'))).toHaveLength(1);
     // The training unit was read, not run again: still its one folder with its one trained run.
