@@ -3,10 +3,12 @@
 // in with jax.nn.dot_product_attention (XLA's form on a CPU). The gradient program so built gives the composed
 // program's loss and gradients within float32 rounding. Needs the tensorflow backend and `npm run setup:xla`
 // (skipped with one line otherwise). Without jax: xla-attention-kernel.test.ts.
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { boundaryModule } from '../../src/backend/attention-boundary.ts';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
 import { initBackend } from '../../src/backend/start.ts';
 import { XlaRunner } from '../../src/backend/xla/runner.ts';
@@ -70,4 +72,24 @@ describe.skipIf(!withJax)('the boundary filled in by jax', () => {
       m.dispose();
     }
   }, 600_000);
+
+  it("chooses cuDNN on NVIDIA GPUs for bf16 programs only, and takes XLA's form, saying why, where jax's cuDNN lowering refuses", () => {
+    // The boundary's own module (no TensorFlow): this machine has no cuDNN, so the cuDNN lowering raises here.
+    const script = [
+      'import json, sys',
+      `sys.path.insert(0, ${JSON.stringify(join(import.meta.dirname, '..', '..', 'src', 'backend', 'xla'))})`,
+      'import attention_boundary as b',
+      'text = sys.stdin.read()',
+      'cases = [("gpu", "cuda 12080", "bf16"), ("gpu", "cuda 12080", "fp32"), ("gpu", "rocm 60300", "bf16"), ("cpu", "", "bf16")]',
+      'print(json.dumps([[b.implementation_for(*c), b.replace_boundaries(text, *c)[1]] for c in cases]))',
+    ].join('\n');
+    const out = execFileSync(venvPython(), ['-c', script], {
+      input: boundaryModule('slayformer.attention_grad', [4, 16, 8], 4, 3, true),
+      env: { ...process.env, JAX_PLATFORMS: 'cpu', TF_CPP_MIN_LOG_LEVEL: '2' },
+      encoding: 'utf8',
+    });
+    const [cudaBf16, cudaFp32, rocm, cpu] = JSON.parse(out.trim().split('\n').at(-1)!) as Array<[string, string]>;
+    expect(cudaBf16).toEqual(['cudnn', 'attention: jax xla × 1 (cudnn refused: RuntimeError: cuDNN is not detected.)']);
+    for (const other of [cudaFp32, rocm, cpu]) expect(other).toEqual(['xla', 'attention: jax xla × 1']);
+  });
 });
