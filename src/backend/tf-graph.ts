@@ -100,6 +100,11 @@ export function graphDevice(): string {
 
 const bytesOf = (v: ArrayBufferView) => new Uint8Array(v.buffer, v.byteOffset, v.byteLength).slice();
 
+type OneOpRecorder = (op: string, attrs: OpAttr[], inputs: tf.Tensor[], compute: () => tf.Tensor[]) => tf.Tensor[];
+
+/** The recording in progress (recordTrace), if any. */
+let oneOpRecorder: OneOpRecorder | null = null;
+
 /**
  * Runs `fn` eagerly and records every op it executes. `feeds` are the tensors that become graph
  * inputs; `fn` returns the tensors that become graph outputs.
@@ -160,12 +165,31 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
     },
   });
   const getInputTensorIds = backend.getInputTensorIds;
-  backend.binding = recorder;
-  backend.getInputTensorIds = function (this: NativeBackend, tensors: tf.TensorInfo[]) {
+  const recordingInputIds = function (this: NativeBackend, tensors: tf.TensorInfo[]) {
     const ids = getInputTensorIds.call(this, tensors);
     ids.forEach((id, i) => sourceOf(id, tensors[i]));
     return ids;
   };
+  const asOneOp: OneOpRecorder = (op, attrs, inputs, compute) => {
+    const inputSources = backend.getInputTensorIds(inputs).map((id) => sources.get(id)!);
+    // compute's own ops run unrecorded: the program gets the one op in their place.
+    backend.binding = binding;
+    backend.getInputTensorIds = getInputTensorIds;
+    let outputs: tf.Tensor[];
+    try {
+      outputs = compute();
+    } finally {
+      backend.binding = recorder;
+      backend.getInputTensorIds = recordingInputIds;
+    }
+    ops.push({ op, attrs: attrs.map((a) => ({ ...a })), inputs: inputSources });
+    outputs.forEach((t, index) => sources.set(getInputTensorIds.call(backend, [t])[0], { kind: 'op', op: ops.length - 1, index }));
+    return outputs;
+  };
+  const outerOneOp = oneOpRecorder;
+  backend.binding = recorder;
+  backend.getInputTensorIds = recordingInputIds;
+  oneOpRecorder = asOneOp;
   try {
     const outputs = fn();
     const outputSources = outputs.map((t) => sourceOf(handleId(backend, t), t));
@@ -176,7 +200,39 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
   } finally {
     backend.binding = binding;
     backend.getInputTensorIds = getInputTensorIds;
+    oneOpRecorder = outerOneOp;
   }
+}
+
+/** A value of an attribute of an op recorded by recordedAsOneOp. */
+export type GraphAttr =
+  | { name: string; kind: 'int'; value: number }
+  | { name: string; kind: 'string'; value: string | string[] }
+  | { name: string; kind: 'type'; value: tf.DataType | tf.DataType[] }
+  | { name: string; kind: 'shapes'; value: number[][] };
+
+/**
+ * `compute()`, whose ops a recording in progress takes as ONE op `op` (with `attrs`) of `inputs`, its outputs
+ * compute's: for an op that stands, in the program, for what compute does eagerly (e.g. an XlaCallModule a later
+ * stage implements: docs/xla.md, "Attention on the GPU"). Outside a recording it is compute().
+ */
+export function recordedAsOneOp(op: string, attrs: readonly GraphAttr[], inputs: tf.Tensor[], compute: () => tf.Tensor[]): tf.Tensor[] {
+  if (!oneOpRecorder) return compute();
+  const binding = nativeBackend().binding;
+  const types: Record<GraphAttr['kind'], number> = {
+    int: binding.TF_ATTR_INT,
+    string: binding.TF_ATTR_STRING,
+    type: binding.TF_ATTR_TYPE,
+    shapes: binding.TF_ATTR_SHAPE,
+  };
+  const valueOf = (a: GraphAttr) =>
+    a.kind === 'type' ? (Array.isArray(a.value) ? a.value.map((d) => dtypeEnum(binding, d)) : dtypeEnum(binding, a.value)) : a.value;
+  return oneOpRecorder(
+    op,
+    attrs.map((a) => ({ name: a.name, type: types[a.kind], value: valueOf(a) })),
+    inputs,
+    compute,
+  );
 }
 
 function handleId(backend: NativeBackend, t: tf.Tensor): number {
@@ -401,8 +457,14 @@ function attrValue(pb: Proto, binding: NativeBinding, a: OpAttr, shape: (dims: n
       );
       break;
     case binding.TF_ATTR_SHAPE:
-      v.setShape(shape(a.value as number[]));
-      return v;
+      // A list of shapes (recordedAsOneOp's 'shapes') or one shape.
+      if (list && (a.value as unknown[]).length > 0 && (a.value as unknown[]).every(Array.isArray))
+        (a.value as number[][]).forEach((dims) => list.addShape(shape(dims)));
+      else {
+        v.setShape(shape(a.value as number[]));
+        return v;
+      }
+      break;
     default:
       throw new Error(`graph: attribute '${a.name}' has a type (${a.type}) this writer does not know`);
   }

@@ -308,6 +308,11 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
       `${at(origin('train.precision'))}train.precision bf16 runs on train.executor xla only (train.executor is ${r.train.executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,
     );
   }
+  if (r.train.attentionKernel === 'fused' && (r.train.executor !== 'xla' || r.model.attention.name !== 'softmax')) {
+    problems.push(
+      `${at(origin('train.attentionKernel'))}train.attentionKernel fused is softmax attention on train.executor xla (this recipe has train.executor ${r.train.executor}, model.attention.name ${r.model.attention.name}): set both, or train.attentionKernel: composed`,
+    );
+  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

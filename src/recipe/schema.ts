@@ -62,6 +62,7 @@ export interface Recipe {
     executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
     precision: 'fp32' | 'bf16';
+    attentionKernel: 'composed' | 'fused';
     optimizer: 'adamw';
     lr: number;
     minLr: number;
@@ -341,6 +342,11 @@ export const RECIPE_SCHEMA = {
     type: oneOf('fp32', 'bf16'),
     default: 'fp32',
     doc: 'Precision of the training step\'s matrix products: `fp32`, or `bf16` (mixed precision: bfloat16 operands, float32 accumulation and results; float32 master weights, gradients, AdamW moments and update, loss, softmax and LayerNorm statistics, the division by attention denominators; checkpoints stay float32 and resume in either precision). `bf16` needs `train.executor: xla` (TensorFlow.js has no bfloat16); for GPUs with bf16 tensor cores (on jax\'s CPU about as fast as `fp32`). docs/xla.md, "Mixed precision".',
+  },
+  'train.attentionKernel': {
+    type: oneOf('composed', 'fused'),
+    default: 'composed',
+    doc: "Softmax attention in the `xla` executor's programs: `composed` (scores, mask, softmax, product, as TensorFlow.js records them) or `fused` (recorded as a boundary the jax runner fills with `jax.nn.dot_product_attention` and its vjp: cuDNN's fused attention on NVIDIA GPUs with `train.precision: bf16`, XLA's composed form elsewhere; self-attention, causal or unmasked, without padding or document masks — other calls stay composed). Needs `train.executor: xla` and `model.attention.name: softmax`. docs/xla.md, \"Attention on the GPU\".",
   },
   'train.optimizer': { type: oneOf('adamw'), default: 'adamw', doc: 'Optimizer (AdamW with decoupled weight decay).' },
   'train.lr': { type: num({ exclusiveMin: 0 }), default: 6e-4, doc: 'Peak learning rate (reached at the end of warm-up).' },

@@ -5,6 +5,7 @@
 // AdamW receive it as a value; none of them decides any of it again.
 import type { Variable } from '@tensorflow/tfjs';
 import type { Cluster } from '../backend/collective.ts';
+import type { AttentionKernel } from '../backend/attention-boundary.ts';
 import type { Device } from '../backend/device.ts';
 import { resolveDataParallel } from '../backend/device.ts';
 import { resolveXla, type XlaSetting } from '../backend/tf-graph.ts';
@@ -44,6 +45,8 @@ export interface ExecutionPlan {
   readonly shard: ShardOf | null;
   /** train.precision: the xla executor's matrix products (the recipe allows bf16 with it alone). */
   readonly precision: XlaPrecision;
+  /** train.attentionKernel: softmax attention in the xla executor's programs, composed or the boundary jax fills in (docs/xla.md). */
+  readonly attentionKernel: AttentionKernel;
   /** train.devices: the jax devices of each process the xla executor trains on. */
   readonly jaxDevices: number | 'all';
   /** train.gradAccum: micro-batches per step (the xla executor shares them out over its devices). */
@@ -58,6 +61,7 @@ export interface ExecutionSettings {
   dataParallel?: number | 'auto';
   shardOptimizer?: boolean;
   precision?: XlaPrecision;
+  attentionKernel?: AttentionKernel;
   devices?: number | 'all';
   gradAccum?: number;
   /** Caps train.dataParallel: never more replicas than rows of a batch. */
@@ -114,6 +118,7 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
     replicas: resolveDataParallel(settings.dataParallel ?? 1, backend, settings.batchSize ?? Number.MAX_SAFE_INTEGER),
     shard: settings.shardOptimizer && cluster && processes > 1 ? { rank: cluster.rank, worldSize: processes } : null,
     precision: settings.precision ?? 'fp32',
+    attentionKernel: settings.attentionKernel ?? 'composed',
     jaxDevices,
     gradAccum: settings.gradAccum ?? 1,
     model,

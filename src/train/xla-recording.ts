@@ -9,6 +9,7 @@ import * as tf from '@tensorflow/tfjs';
 import { recordTrace, sameTrace, traceGraphDef, type Trace } from '../backend/tf-graph.ts';
 import type { ArrayDtype, HostArray } from '../backend/xla/runner.ts';
 import { exportPrograms, PROGRAM_CHECKSUMS, PROGRAM_FILES, programEntryProblem, type ProgramSpec, type XlaPrecision } from '../backend/xla/program-cache.ts';
+import { type AttentionKernel, withAttentionBoundary } from '../backend/attention-boundary.ts';
 import { withComposedKernels } from '../backend/fused-kernels.ts';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
@@ -227,6 +228,8 @@ function outputsOf(base: string): string[] {
 /**
  * Records each program on first use on the native backend and exports it through the content cache (src/backend/xla/program-cache.ts).
  * `precision` applies to the gradient and validation programs; AdamW's update stays float32 (docs/xla.md).
+ * `attentionKernel` fused records their softmax attention as the boundary jax fills in (docs/xla.md, "Attention on the GPU");
+ * the GraphDef, and so the cache's key, then differs from the composed one's.
  */
 export class RecordingBook implements ProgramBook {
   readonly origin = 'recorded here and exported through TensorFlow (cached by content)';
@@ -236,12 +239,13 @@ export class RecordingBook implements ProgramBook {
   constructor(
     readonly precision: XlaPrecision = 'fp32',
     private readonly cache?: string,
+    readonly attentionKernel: AttentionKernel = 'composed',
   ) {}
 
   get(kind: ProgramKind, key: string, record: () => { spec: ProgramSpec; fixed?: NamedArrays }): BookEntry {
     const known = this.entries.get(`${kind}|${key}`);
     if (known) return known;
-    const { spec, fixed = [] } = record();
+    const { spec, fixed = [] } = this.attentionKernel === 'fused' && kind !== 'apply' ? withAttentionBoundary(record) : record();
     const [exported] = exportPrograms([kind === 'apply' ? spec : { ...spec, precision: this.precision }], this.cache);
     const entry = { base: exported.base, outputs: outputsOf(exported.base), fixed, kind, key };
     this.entries.set(`${kind}|${key}`, entry);
@@ -255,6 +259,8 @@ export interface ProgramManifest {
   recipe: string;
   /** train.precision the programs were exported for; absent (folders from before it) = fp32. */
   precision?: XlaPrecision;
+  /** train.attentionKernel they were recorded with (their files say it too: the boundary is in them); absent = composed. */
+  attentionKernel?: AttentionKernel;
   /** Every model tensor the programs read, with its shape: checked against the model before training. */
   tensors: Array<[string, number[]]>;
   programs: Array<{ kind: ProgramKind; key: string; file: string; fixed: Array<{ name: string; dtype: ArrayDtype; shape: number[]; file: string }> }>;
@@ -271,6 +277,7 @@ export class CompiledBook implements ProgramBook {
     readonly dir: string,
     model: StepModel,
     precision: XlaPrecision = 'fp32',
+    attentionKernel: AttentionKernel = 'composed',
   ) {
     const file = path.join(dir, MANIFEST_FILE);
     if (!fs.existsSync(file)) throw new Error(`xla: ${file} not found (npm run compile -- <recipe> --out ${dir} writes it)`);
@@ -281,6 +288,11 @@ export class CompiledBook implements ProgramBook {
     if (compiledFor !== precision)
       throw new Error(
         `xla: ${file} was compiled for train.precision ${compiledFor}, this run asks ${precision} (npm run compile -- <recipe> --train.executor=xla --train.precision=${precision} --out <folder> writes programs for it)`,
+      );
+    const recordedWith = manifest.attentionKernel ?? 'composed';
+    if (recordedWith !== attentionKernel)
+      throw new Error(
+        `xla: ${file} was compiled for train.attentionKernel ${recordedWith}, this run asks ${attentionKernel} (npm run compile -- <recipe> --train.executor=xla --train.attentionKernel=${attentionKernel} --out <folder> writes programs for it)`,
       );
     const have = new Map(modelTensors(model).map(([n, t]) => [n, t.shape]));
     for (const [name, shape] of manifest.tensors) {
@@ -336,7 +348,14 @@ export function writeCompiledPrograms(book: RecordingBook, dir: string, recipe: 
     });
     programs.push({ kind: entry.kind, key: entry.key, file, fixed });
   }
-  const manifest: ProgramManifest = { format: 1, recipe, precision: book.precision, tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]), programs };
+  const manifest: ProgramManifest = {
+    format: 1,
+    recipe,
+    precision: book.precision,
+    attentionKernel: book.attentionKernel,
+    tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]),
+    programs,
+  };
   fs.writeFileSync(path.join(dir, MANIFEST_FILE), JSON.stringify(manifest, null, 1) + '\n');
   return manifest;
 }

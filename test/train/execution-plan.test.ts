@@ -50,6 +50,7 @@ describe('resolving the plan', () => {
       replicas: 1,
       shard: null,
       precision: 'fp32',
+      attentionKernel: 'composed',
       jaxDevices: 1,
       gradAccum: 1,
     });
@@ -82,8 +83,9 @@ describe('resolving the plan', () => {
     expect(plan({ graph: false }, withFunctions, rank(0, 2))).toMatchObject({ executor: 'collective', gradients: 'op-by-op', update: 'op-by-op' });
   });
 
-  it('train.precision, train.devices and train.gradAccum pass through as the xla executor reads them', () => {
+  it('train.precision, train.attentionKernel, train.devices and train.gradAccum pass through as the xla executor reads them', () => {
     expect(plan({ precision: 'bf16', gradAccum: 4 })).toMatchObject({ precision: 'bf16', gradAccum: 4, jaxDevices: 1 });
+    expect(plan({ attentionKernel: 'fused' })).toMatchObject({ attentionKernel: 'fused' });
   });
 
   it('refuses what the run cannot do, with the messages the run has always given', () => {

@@ -43,6 +43,7 @@ PROTOCOL_IN = sys.stdin.buffer
 # devices.py beside this file; no __pycache__ is left in the checkout (or tried in a read-only install).
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention_boundary  # noqa: E402
 import devices  # noqa: E402
 
 devices.prepare_environment()
@@ -159,6 +160,12 @@ class Program:
             raise ValueError(f'{base}.json: {type(err).__name__}: {err}') from err
         module, self.via, file = read_module(base)
         try:
+            # Softmax attention recorded as the boundary (train.attentionKernel: fused) gets jax's kernel for this platform.
+            module, attention_kernel = attention_boundary.replace_boundaries(
+                module, runtime.device.platform, runtime.client.platform_version, self.meta.get('precision')
+            )
+            if attention_kernel:
+                self.via = f'{self.via}; {attention_kernel}'
             # One executable per device of this process, each placed on its device.
             self.executables = [runtime.compile(module, device) for device in runtime.replicas.local]
         except Exception as err:  # noqa: BLE001 — re-raised, naming the file it came from

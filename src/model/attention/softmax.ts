@@ -3,6 +3,7 @@
 // future keys.
 import * as tf from '@tensorflow/tfjs';
 import { batchMatMul, causalMask01, ConstantCache, flattenHeads } from '../ops.ts';
+import { attentionBoundary, attentionBoundaryEnabled } from '../../backend/attention-boundary.ts';
 import { fusedFormsEnabled } from '../../backend/fused-kernels.ts';
 import { fusedAttentionSoftmaxGrad, fusedCausalAttention } from '../fused.ts';
 import { sameDocumentMask } from './documents.ts';
@@ -43,10 +44,37 @@ function attentionProducts(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, score
       value: out,
       gradFunc: (dOut: tf.Tensor, saved: tf.Tensor[]) => {
         const [sq, sk, sv, sp, so] = saved as tf.Tensor3D[];
-        const dProbs = batchMatMul(dOut, sv, false, true);
-        const fusedGrad = fusedAttentionSoftmaxGrad();
-        const dScores = (fusedGrad ? fusedGrad(sp, dProbs, dOut, so) : tf.mul(sp, tf.sub(dProbs, tf.sum(tf.mul(dOut, so), -1, true)))) as tf.Tensor3D;
-        return [batchMatMul(dScores, sk), batchMatMul(dScores, sq, true, false), batchMatMul(sp, dOut, true, false)];
+        return attentionGradients(sq, sk, sv, sp, so, dOut as tf.Tensor3D);
+      },
+    };
+  }) as (qs: tf.Tensor3D, ks: tf.Tensor3D, vs: tf.Tensor3D) => tf.Tensor3D;
+  return run(q, k, v);
+}
+
+/** dq, dk, dv of O = P·v, P = softmax(q·kᵀ under a constant mask), from P, O and dO (attentionProducts says why this form). */
+function attentionGradients(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, probs: tf.Tensor3D, out: tf.Tensor3D, dOut: tf.Tensor3D): tf.Tensor3D[] {
+  const dProbs = batchMatMul(dOut, v, false, true);
+  const fusedGrad = fusedAttentionSoftmaxGrad();
+  const dScores = (fusedGrad ? fusedGrad(probs, dProbs, dOut, out) : tf.mul(probs, tf.sub(dProbs, tf.sum(tf.mul(dOut, out), -1, true)))) as tf.Tensor3D;
+  return [batchMatMul(dScores, k), batchMatMul(dScores, q, true, false), batchMatMul(probs, dOut, true, false)];
+}
+
+/**
+ * Attention recorded as the XLA route's boundary (backend/attention-boundary.ts): forward and backward each one op
+ * of the program, which jax fills in; their values here, eagerly, are the composed form's.
+ */
+function boundaryAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, scoresShape: number[], softmax: MaskedSoftmax, causal: boolean): tf.Tensor3D {
+  const probsOf = (qs: tf.Tensor3D, ks: tf.Tensor3D) =>
+    tf.reshape(softmax(tf.reshape(batchMatMul(qs, ks, false, true), scoresShape)), [qs.shape[0], qs.shape[1], ks.shape[1]]) as tf.Tensor3D;
+  const run = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+    const [qs, ks, vs, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
+    const [out] = attentionBoundary('forward', [qs, ks, vs], causal, () => [batchMatMul(probsOf(qs, ks), vs)]);
+    save([qs, ks, vs, out]);
+    return {
+      value: out,
+      gradFunc: (dOut: tf.Tensor, saved: tf.Tensor[]) => {
+        const [sq, sk, sv, so] = saved as tf.Tensor3D[];
+        return attentionBoundary('gradient', [sq, sk, sv, dOut], causal, () => attentionGradients(sq, sk, sv, probsOf(sq, sk), so, dOut as tf.Tensor3D));
       },
     };
   }) as (qs: tf.Tensor3D, ks: tf.Tensor3D, vs: tf.Tensor3D) => tf.Tensor3D;
@@ -80,7 +108,13 @@ registerAttention('softmax', {
         // Causal attention whole as one kernel where the backend has it (the masked key tiles never computed).
         const causalKernel = mask === 'causal' && fused ? fusedCausalAttention() : null;
         const products = fused ? attentionProducts : composedAttention;
-        const out = causalKernel ? causalKernel(qs, ks, vs) : products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask));
+        // The XLA route's boundary takes self-attention, causal or unmasked (jax's causal mask is the same as ours).
+        const boundary = attentionBoundaryEnabled() && lq === lk && (mask === 'causal' || mask === undefined);
+        const out = boundary
+          ? boundaryAttention(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask), mask === 'causal')
+          : causalKernel
+            ? causalKernel(qs, ks, vs)
+            : products(qs, ks, vs, [b, h, lq, lk], maskedSoftmax(mask));
         return tf.reshape(out, [b, h, lq, d]) as tf.Tensor4D;
       });
     return {

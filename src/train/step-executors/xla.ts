@@ -281,8 +281,8 @@ export class XlaExecutor implements StepExecutor {
 /** The program book this run uses: $SLAYFORMER_XLA_PROGRAMS when set, else recording on the native backend. */
 function bookFor(context: StepExecutorContext): ProgramBook {
   const dir = process.env[XLA_PROGRAMS_ENV];
-  const { precision } = context.plan;
-  return dir ? new CompiledBook(dir, context.model, precision) : new RecordingBook(precision);
+  const { precision, attentionKernel } = context.plan;
+  return dir ? new CompiledBook(dir, context.model, precision, attentionKernel) : new RecordingBook(precision, undefined, attentionKernel);
 }
 
 export const xla: StepExecutorEntry = {
