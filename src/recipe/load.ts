@@ -308,6 +308,11 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
       `${at(origin('train.precision'))}train.precision bf16 runs on train.executor xla only (train.executor is ${r.train.executor}; TensorFlow.js has no bfloat16): set train.executor: xla, or train.precision: fp32`,
     );
   }
+  if (r.train.remat && r.train.executor !== 'xla') {
+    problems.push(
+      `${at(origin('train.remat'))}train.remat runs on train.executor xla only (train.executor is ${r.train.executor}; it shapes the programs XLA compiles): set train.executor: xla, or train.remat: false`,
+    );
+  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

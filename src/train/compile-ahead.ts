@@ -45,7 +45,7 @@ export async function compilePrograms(recipe: RunSections & { name: string }, ou
     decayEmbeddings: recipe.train.decayEmbeddings,
   });
   try {
-    const book = new RecordingBook(recipe.train.precision);
+    const book = new RecordingBook(recipe.train.precision, undefined, recipe.train.remat);
     const variables = [...trainable.values()];
     const { batchSize, gradAccum } = recipe.train;
     const seqLen = recipe.data.seqLen;

@@ -44,6 +44,8 @@ export interface ExecutionPlan {
   readonly shard: ShardOf | null;
   /** train.precision: the xla executor's matrix products (the recipe allows bf16 with it alone). */
   readonly precision: XlaPrecision;
+  /** train.remat: the xla executor's gradient programs recompute each transformer block's forward in its backward pass. */
+  readonly remat: boolean;
   /** train.devices: the jax devices of each process the xla executor trains on. */
   readonly jaxDevices: number | 'all';
   /** train.gradAccum: micro-batches per step (the xla executor shares them out over its devices). */
@@ -58,6 +60,7 @@ export interface ExecutionSettings {
   dataParallel?: number | 'auto';
   shardOptimizer?: boolean;
   precision?: XlaPrecision;
+  remat?: boolean;
   devices?: number | 'all';
   gradAccum?: number;
   /** Caps train.dataParallel: never more replicas than rows of a batch. */
@@ -114,6 +117,7 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
     replicas: resolveDataParallel(settings.dataParallel ?? 1, backend, settings.batchSize ?? Number.MAX_SAFE_INTEGER),
     shard: settings.shardOptimizer && cluster && processes > 1 ? { rank: cluster.rank, worldSize: processes } : null,
     precision: settings.precision ?? 'fp32',
+    remat: settings.remat ?? false,
     jaxDevices,
     gradAccum: settings.gradAccum ?? 1,
     model,
@@ -123,6 +127,8 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
     throw new Error(
       `train.devices ${jaxDevices}: several devices are the xla executor's (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
     );
+  if (candidate.remat && setting !== 'xla')
+    throw new Error(`train.remat: rematerialisation shapes the xla executor's programs (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`);
   const executor = chooseExecutor(setting, candidate);
   const { model: _model, graph: _graph, ...plan } = candidate;
   // The reference runs every op from JavaScript, AdamW's update included; the others record where the backend can.

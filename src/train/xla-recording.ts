@@ -13,6 +13,7 @@ import { withComposedKernels } from '../backend/fused-kernels.ts';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
 import type { LossInputs, ModelBatch, StepModel } from '../model/lm.ts';
+import { withRematerialisedBlocks } from '../model/transformer.ts';
 import { LOSS_INPUT_FIELDS, ROW_BUCKET, shapesKey, stepKey } from './compiled-step.ts';
 import { positionBucketEdges, positionBucketsOf } from './evaluate.ts';
 import type { AdamW } from './optimizer.ts';
@@ -226,7 +227,8 @@ function outputsOf(base: string): string[] {
 
 /**
  * Records each program on first use on the native backend and exports it through the content cache (src/backend/xla/program-cache.ts).
- * `precision` applies to the gradient and validation programs; AdamW's update stays float32 (docs/xla.md).
+ * `precision` applies to the gradient and validation programs; AdamW's update stays float32 (docs/xla.md). `remat`
+ * (train.remat) records the gradient programs with rematerialised transformer blocks (docs/xla.md, "Rematerialisation").
  */
 export class RecordingBook implements ProgramBook {
   readonly origin = 'recorded here and exported through TensorFlow (cached by content)';
@@ -236,13 +238,15 @@ export class RecordingBook implements ProgramBook {
   constructor(
     readonly precision: XlaPrecision = 'fp32',
     private readonly cache?: string,
+    readonly remat = false,
   ) {}
 
   get(kind: ProgramKind, key: string, record: () => { spec: ProgramSpec; fixed?: NamedArrays }): BookEntry {
     const known = this.entries.get(`${kind}|${key}`);
     if (known) return known;
-    const { spec, fixed = [] } = record();
-    const [exported] = exportPrograms([kind === 'apply' ? spec : { ...spec, precision: this.precision }], this.cache);
+    const remat = kind === 'gradient' && this.remat;
+    const { spec, fixed = [] } = remat ? withRematerialisedBlocks(record) : record();
+    const [exported] = exportPrograms([kind === 'apply' ? spec : { ...spec, precision: this.precision, ...(remat ? { remat } : {}) }], this.cache);
     const entry = { base: exported.base, outputs: outputsOf(exported.base), fixed, kind, key };
     this.entries.set(`${kind}|${key}`, entry);
     return entry;
@@ -255,6 +259,8 @@ export interface ProgramManifest {
   recipe: string;
   /** train.precision the programs were exported for; absent (folders from before it) = fp32. */
   precision?: XlaPrecision;
+  /** train.remat the gradient programs were recorded with; absent = false. */
+  remat?: boolean;
   /** Every model tensor the programs read, with its shape: checked against the model before training. */
   tensors: Array<[string, number[]]>;
   programs: Array<{ kind: ProgramKind; key: string; file: string; fixed: Array<{ name: string; dtype: ArrayDtype; shape: number[]; file: string }> }>;
@@ -271,6 +277,7 @@ export class CompiledBook implements ProgramBook {
     readonly dir: string,
     model: StepModel,
     precision: XlaPrecision = 'fp32',
+    remat = false,
   ) {
     const file = path.join(dir, MANIFEST_FILE);
     if (!fs.existsSync(file)) throw new Error(`xla: ${file} not found (npm run compile -- <recipe> --out ${dir} writes it)`);
@@ -281,6 +288,10 @@ export class CompiledBook implements ProgramBook {
     if (compiledFor !== precision)
       throw new Error(
         `xla: ${file} was compiled for train.precision ${compiledFor}, this run asks ${precision} (npm run compile -- <recipe> --train.executor=xla --train.precision=${precision} --out <folder> writes programs for it)`,
+      );
+    if ((manifest.remat ?? false) !== remat)
+      throw new Error(
+        `xla: ${file} was compiled with train.remat ${manifest.remat ?? false}, this run asks ${remat} (npm run compile -- <recipe> --train.executor=xla --train.remat=${remat} --out <folder> writes programs for it)`,
       );
     const have = new Map(modelTensors(model).map(([n, t]) => [n, t.shape]));
     for (const [name, shape] of manifest.tensors) {
@@ -336,7 +347,14 @@ export function writeCompiledPrograms(book: RecordingBook, dir: string, recipe: 
     });
     programs.push({ kind: entry.kind, key: entry.key, file, fixed });
   }
-  const manifest: ProgramManifest = { format: 1, recipe, precision: book.precision, tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]), programs };
+  const manifest: ProgramManifest = {
+    format: 1,
+    recipe,
+    precision: book.precision,
+    ...(book.remat ? { remat: true } : {}),
+    tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]),
+    programs,
+  };
   fs.writeFileSync(path.join(dir, MANIFEST_FILE), JSON.stringify(manifest, null, 1) + '\n');
   return manifest;
 }
