@@ -151,7 +151,9 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
         // The binding cannot pass the barrier's list(type) attribute: its values run as Identity, the graph gets the barrier.
         const results =
           op === XLA_BARRIER_OP
-            ? inputIds.map((id, i) => binding.executeOp('Identity', [{ name: 'T', type: binding.TF_ATTR_TYPE, value: (attrs[0].value as number[])[i] }], [id], 1)[0])
+            ? inputIds.map(
+                (id, i) => binding.executeOp('Identity', [{ name: 'T', type: binding.TF_ATTR_TYPE, value: (attrs[0].value as number[])[i] }], [id], 1)[0],
+              )
             : binding.executeOp(op, attrs, inputIds, count);
         const inputs = inputIds.map((id) => {
           const source = sources.get(id) ?? (uploads.has(id) ? freeze(uploads.get(id)!) : undefined);
@@ -217,7 +219,8 @@ export function registerOptimizationBarrier(): void {
       const { binding } = native;
       const tensors = Object.values(inputs) as tf.TensorInfo[];
       const types = tensors.map((t) => dtypeEnum(binding, t.dtype));
-      if (recorders.has(binding)) return native.executeMultipleOutputs(XLA_BARRIER_OP, [{ name: 'T', type: binding.TF_ATTR_TYPE, value: types }], tensors, tensors.length);
+      if (recorders.has(binding))
+        return native.executeMultipleOutputs(XLA_BARRIER_OP, [{ name: 'T', type: binding.TF_ATTR_TYPE, value: types }], tensors, tensors.length);
       return tensors.map((t, i) => native.executeMultipleOutputs('Identity', [{ name: 'T', type: binding.TF_ATTR_TYPE, value: types[i] }], [t], 1)[0]);
     },
   });

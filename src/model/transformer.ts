@@ -407,12 +407,7 @@ export class Transformer {
    * gradient. The input and the incoming gradient first pass one optimization barrier together, so XLA neither merges
    * the second forward with the first nor starts it before the backward pass reaches the block (docs/xla.md).
    */
-  private rematerialised(
-    i: number,
-    x: tf.Tensor2D,
-    dropout: DropoutSource,
-    block: (input: tf.Tensor2D, masks: DropoutSource) => tf.Tensor2D,
-  ): tf.Tensor2D {
+  private rematerialised(i: number, x: tf.Tensor2D, dropout: DropoutSource, block: (input: tf.Tensor2D, masks: DropoutSource) => tf.Tensor2D): tf.Tensor2D {
     const trained = [...[...this.weights].filter(([name]) => name.startsWith(`blocks.${i}.`)).map(([, v]) => v), ...this.attention[i].trainableVariables];
     const masks = dropout.fork();
     const step = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {

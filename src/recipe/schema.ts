@@ -341,7 +341,7 @@ export const RECIPE_SCHEMA = {
   'train.remat': {
     type: bool,
     default: false,
-    doc: "Rematerialisation, for a shape whose training step does not fit the device's memory: each transformer block keeps only its input for the backward pass, which computes the block's forward a second time (about a third more compute per step; the same losses and gradients). Needs `train.executor: xla`, whose programs it changes; docs/xla.md, \"Rematerialisation\", has what it saves.",
+    doc: 'Rematerialisation, for a shape whose training step does not fit the device\'s memory: each transformer block keeps only its input for the backward pass, which computes the block\'s forward a second time (about a third more compute per step; the same losses and gradients). Needs `train.executor: xla`, whose programs it changes; docs/xla.md, "Rematerialisation", has what it saves.',
   },
   'train.precision': {
     type: oneOf('fp32', 'bf16'),

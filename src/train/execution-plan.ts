@@ -128,7 +128,9 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
       `train.devices ${jaxDevices}: several devices are the xla executor's (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
     );
   if (candidate.remat && setting !== 'xla')
-    throw new Error(`train.remat: rematerialisation shapes the xla executor's programs (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`);
+    throw new Error(
+      `train.remat: rematerialisation shapes the xla executor's programs (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
+    );
   const executor = chooseExecutor(setting, candidate);
   const { model: _model, graph: _graph, ...plan } = candidate;
   // The reference runs every op from JavaScript, AdamW's update included; the others record where the backend can.

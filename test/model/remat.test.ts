@@ -48,7 +48,11 @@ async function bothWays(config: LanguageModelConfig, dropoutSeed: number | null)
 
 describe('rematerialised blocks', () => {
   const cases: Array<[string, LanguageModelConfig, number | null]> = [
-    ['GPT, dropout, DARKFormer (trained covariance)', tinyGptConfig({ numLayers: 2, dropout: 0.1, attention: { name: 'darkformer', options: { features: 8 } } }), 7],
+    [
+      'GPT, dropout, DARKFormer (trained covariance)',
+      tinyGptConfig({ numLayers: 2, dropout: 0.1, attention: { name: 'darkformer', options: { features: 8 } } }),
+      7,
+    ],
     ['BERT (post-LN)', tinyGptConfig({ kind: 'bert', numLayers: 2, normPosition: 'post', embeddingNorm: true }), null],
     ['Llama-style (RoPE, SwiGLU, RMSNorm, no biases)', tinyGptConfig({ numLayers: 2, positional: 'rope', mlp: 'swiglu', norm: 'rmsnorm', bias: false }), null],
   ];
