@@ -38,7 +38,7 @@ beforeAll(async () => {
 });
 
 describe('resolving the plan', () => {
-  it("a recipe's defaults on cpu: op by op everywhere, one replica, one process, fp32, one jax device", () => {
+  it("a recipe's defaults on cpu: op by op everywhere, one replica, one process, fp32, no remat, one jax device", () => {
     expect(plan({})).toEqual({
       executor: 'op-by-op',
       backend: cpu,
@@ -50,6 +50,7 @@ describe('resolving the plan', () => {
       replicas: 1,
       shard: null,
       precision: 'fp32',
+      remat: false,
       jaxDevices: 1,
       gradAccum: 1,
     });
