@@ -23,7 +23,7 @@ const NATIVE_SUITES = [
  */
 const INTEGRATION_SUITES = [
   'test/train/{collective,collective-launcher,collective-slurm,collective-zero,kill,terminal,failure-stderr}.test.ts',
-  'test/train/xla-{executor,run,archive,archive-rows,child-killed,program-cache,precision-run,devices,processes,attention-boundary}.test.ts',
+  'test/train/xla-{executor,run,archive,archive-rows,child-killed,program-cache,precision-run,remat-run,devices,processes,attention-boundary}.test.ts',
   'test/sweep/{slurm,slurm-units,local}.test.ts',
   'test/paper/{quick,slurm-units,mqar-quick,lm-evaluation-units}.test.ts',
   'test/cli/ctrl-c.test.ts',

@@ -87,7 +87,7 @@ if (values.compile) {
   const recordSeconds = (performance.now() - started) / 1000;
   for (const p of precisions as XlaPrecision[]) {
     const exported = performance.now();
-    const book = new RecordingBook(p);
+    const book = new RecordingBook({ precision: p });
     const gradient = book.get('gradient', given.key, () => ({ spec }));
     const gradNames = gradient.outputs.filter((n) => n.startsWith('grad:')).map((n) => n.slice('grad:'.length));
     book.get('apply', `${gradNames.join(',')}|clip true`, () => recordApplyProgram(optimizer, model, gradNames, CLIP));

@@ -7,6 +7,7 @@ import * as path from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { FUSED_CPU_KERNELS, LINEAR_WITH_BIAS, noteFusedCpuKernels, STATELESS_UNIFORM } from './fused-kernels.ts';
 import { useQuietStderr, withStderrSilenced } from './quiet-stderr.ts';
+import { registerOptimizationBarrier } from './tf-graph.ts';
 import {
   currentBuild,
   FUSED_OPS_ADDON,
@@ -105,6 +106,7 @@ function registerTensorflowKernels(): void {
     }
   });
   // Inputs in the kernel's order; attrs map names to 'float32' / 'int32' type attributes.
+  registerOptimizationBarrier();
   registerTensorflowOp(STATELESS_UNIFORM, 'StatelessRandomUniform', ['shape', 'seed'], { dtype: 'float32', T: 'int32', Tseed: 'int32' }, 1);
   tf.registerKernel({
     kernelName: LINEAR_WITH_BIAS,

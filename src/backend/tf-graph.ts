@@ -142,6 +142,7 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
   };
   // The binding's own properties are read-only: the backend is given a recording view of it.
   const recorder = Object.create(binding) as NativeBinding;
+  recorders.add(recorder);
   Object.defineProperties(recorder, {
     createTensor: {
       value: (shape: number[], dtype: number, values: ArrayBufferView) => {
@@ -152,7 +153,13 @@ export function recordTrace(feeds: readonly tf.Tensor[], fn: () => tf.Tensor[]):
     },
     executeOp: {
       value: (op: string, attrs: OpAttr[], inputIds: number[], count: number) => {
-        const results = binding.executeOp(op, attrs, inputIds, count);
+        // The binding cannot pass the barrier's list(type) attribute: its values run as Identity, the graph gets the barrier.
+        const results =
+          op === XLA_BARRIER_OP
+            ? inputIds.map(
+                (id, i) => binding.executeOp('Identity', [{ name: 'T', type: binding.TF_ATTR_TYPE, value: (attrs[0].value as number[])[i] }], [id], 1)[0],
+              )
+            : binding.executeOp(op, attrs, inputIds, count);
         const inputs = inputIds.map((id) => {
           const source = sources.get(id) ?? (uploads.has(id) ? freeze(uploads.get(id)!) : undefined);
           if (!source) unknown ??= `input ${id} of ${op} came from outside the recording`;
@@ -233,6 +240,46 @@ export function recordedAsOneOp(op: string, attrs: readonly GraphAttr[], inputs:
     inputs,
     compute,
   );
+}
+
+/** The recording views of the binding recordTrace has made (the barrier kernel records only through one). */
+const recorders = new WeakSet<object>();
+
+/** TensorFlow's op whose tf2xla lowering is stablehlo.optimization_barrier. */
+const XLA_BARRIER_OP = 'XlaOptimizationBarrier';
+
+/** The tfjs kernel of optimizationBarrier on the tensorflow backend (registerOptimizationBarrier). */
+export const OPTIMIZATION_BARRIER = 'SlayformerOptimizationBarrier';
+
+/**
+ * The tensors unchanged, and in a recording one XlaOptimizationBarrier over all of them: XLA computes nothing that
+ * uses a result before every input is ready, and merges no computation on a result with one on its input (docs/xla.md,
+ * "Rematerialisation"). Only a recording for export carries it: the binding cannot execute the op (its list(type)
+ * attribute), so eagerly, and on other backends, the values pass as they are.
+ */
+export function optimizationBarrier(tensors: tf.Tensor[]): tf.Tensor[] {
+  if (!tf.getKernel(OPTIMIZATION_BARRIER, tf.getBackend())) return tensors;
+  const inputs = Object.fromEntries(tensors.map((t, i) => [`x${i}`, t]));
+  return tf.engine().runKernel(OPTIMIZATION_BARRIER, inputs) as unknown as tf.Tensor[];
+}
+
+/** Registers optimizationBarrier's kernel on the tensorflow backend (backend/tensorflow.ts, at load). */
+export function registerOptimizationBarrier(): void {
+  tf.registerKernel({
+    kernelName: OPTIMIZATION_BARRIER,
+    backendName: 'tensorflow',
+    kernelFunc: ({ inputs, backend }) => {
+      const native = backend as unknown as NativeBackend & {
+        executeMultipleOutputs(op: string, attrs: OpAttr[], inputs: tf.TensorInfo[], outputs: number): tf.TensorInfo[];
+      };
+      const { binding } = native;
+      const tensors = Object.values(inputs) as tf.TensorInfo[];
+      const types = tensors.map((t) => dtypeEnum(binding, t.dtype));
+      if (recorders.has(binding))
+        return native.executeMultipleOutputs(XLA_BARRIER_OP, [{ name: 'T', type: binding.TF_ATTR_TYPE, value: types }], tensors, tensors.length);
+      return tensors.map((t, i) => native.executeMultipleOutputs('Identity', [{ name: 'T', type: binding.TF_ATTR_TYPE, value: types[i] }], [t], 1)[0]);
+    },
+  });
 }
 
 function handleId(backend: NativeBackend, t: tf.Tensor): number {

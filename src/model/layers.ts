@@ -233,6 +233,13 @@ export class DropoutSource {
     private readonly seed: DropoutSeed,
   ) {}
 
+  /** A source that draws from here on the masks this one draws next (a rematerialised block's forward, run again). */
+  fork(): DropoutSource {
+    const copy = new DropoutSource(this.rate, this.seed);
+    copy.site = this.site;
+    return copy;
+  }
+
   apply<T extends tf.Tensor>(x: T): T {
     if (this.seed === null || this.rate === 0) return x;
     const site = this.site++;

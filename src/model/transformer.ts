@@ -23,6 +23,7 @@ import {
   silu,
 } from './layers.ts';
 import type { Activation, DropoutSeed } from './layers.ts';
+import { optimizationBarrier } from '../backend/tf-graph.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
 
 export interface TransformerConfig {
@@ -213,6 +214,40 @@ export function createParameter(spec: ParameterSpec, seed: number, start: Parame
   return tf.tidy(() => tf.variable(tf.tensor(values, spec.shape, 'float32'), true, spec.name));
 }
 
+/** While > 0, every block is rematerialised (Transformer.rematerialised). */
+let rematerialising = 0;
+
+/**
+ * Runs `fn` with every transformer block rematerialised (train.remat, docs/xla.md "Rematerialisation"): a gradient
+ * keeps each block's input instead of its activations and computes the block's forward a second time. The values are
+ * those without; recorded for XLA, the program's peak memory is lower.
+ */
+export function withRematerialisedBlocks<T>(fn: () => T): T {
+  rematerialising++;
+  try {
+    return fn();
+  } finally {
+    rematerialising--;
+  }
+}
+
+/**
+ * Gradients of f() with respect to `xs` given its gradient `dy`, inside another gradient's backward pass (none missing:
+ * zeros for a tensor f does not read). tfjs keeps one tape: a gradient taken while another's backward pass runs
+ * replaces that tape and clears it at its end, so the outer tape is put back.
+ */
+function nestedGradients(f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor): tf.Tensor[] {
+  const engine = tf.engine() as unknown as { state: { activeTape: unknown } };
+  const outer = engine.state.activeTape;
+  try {
+    const { value, grads } = tf.engine().gradients(f, xs, dy, true);
+    value.dispose();
+    return grads.map((g, k) => g ?? tf.zerosLike(xs[k]));
+  } finally {
+    engine.state.activeTape = outer;
+  }
+}
+
 export interface ForwardOptions {
   /** [B, L] 1 = real token, 0 = padding (BERT); padded keys get no attention. */
   keyMask?: tf.Tensor2D;
@@ -324,8 +359,9 @@ export class Transformer {
     for (let i = 0; i < c.numLayers; i++) {
       const attention = (h: tf.Tensor2D) =>
         multiHeadAttention(h, l, c.numHeads, `blocks.${i}.attn`, param, c.bias, (q, k, v) => attend(i, rotate(q), rotate(k), v));
-      x = this.residual(x, `blocks.${i}.ln1`, dropout, attention);
-      x = this.residual(x, `blocks.${i}.ln2`, dropout, (h) => this.mlpBlock(h, i));
+      const block = (input: tf.Tensor2D, masks: DropoutSource) =>
+        this.residual(this.residual(input, `blocks.${i}.ln1`, masks, attention), `blocks.${i}.ln2`, masks, (h) => this.mlpBlock(h, i));
+      x = rematerialising > 0 ? this.rematerialised(i, x, dropout, block) : block(x, dropout);
     }
     return this.architecture.normPosition === 'pre' ? this.norm(x, 'norm') : x;
   }
@@ -363,6 +399,32 @@ export class Transformer {
   private residual(x: tf.Tensor2D, norm: string, dropout: DropoutSource, f: (h: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
     if (this.architecture.normPosition === 'pre') return tf.add(x, dropout.apply(f(this.norm(x, norm))));
     return this.norm(tf.add(x, dropout.apply(f(x))), norm);
+  }
+
+  /**
+   * Block i as one custom-gradient op that keeps only its input for the backward pass (withRematerialisedBlocks): the
+   * gradient runs the block's forward again from that input, with the same dropout masks, and takes that forward's
+   * gradient. The input and the incoming gradient first pass one optimization barrier together, so XLA neither merges
+   * the second forward with the first nor starts it before the backward pass reaches the block (docs/xla.md).
+   */
+  private rematerialised(i: number, x: tf.Tensor2D, dropout: DropoutSource, block: (input: tf.Tensor2D, masks: DropoutSource) => tf.Tensor2D): tf.Tensor2D {
+    const trained = [...[...this.weights].filter(([name]) => name.startsWith(`blocks.${i}.`)).map(([, v]) => v), ...this.attention[i].trainableVariables];
+    const masks = dropout.fork();
+    const step = tf.customGrad((...args: Array<tf.Tensor | tf.GradSaveFunc>) => {
+      const input = args[0] as tf.Tensor2D;
+      (args[args.length - 1] as tf.GradSaveFunc)([input]);
+      return {
+        value: block(input, dropout),
+        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+          const [barred, upstream] = optimizationBarrier([saved[0], dy]);
+          // XLA's CPU compiler drops barriers before it schedules: the second forward also reads an element of the incoming
+          // gradient (times 0, a float product XLA does not fold), so that no compiler can run it before that exists.
+          const again = tf.add(barred, tf.mul(tf.slice(upstream, [0, 0], [1, 1]), 0)) as tf.Tensor2D;
+          return nestedGradients(() => block(again, masks.fork()), [again, ...trained], upstream);
+        },
+      };
+    });
+    return step(x, ...trained) as tf.Tensor2D;
   }
 
   /** The MLP on the (normalised) block input [B·L, d]. */

@@ -313,6 +313,11 @@ function crossChecks(r: Recipe, origin: (key: string) => string, isGiven: (key: 
       `${at(origin('train.attentionKernel'))}train.attentionKernel fused is softmax attention on train.executor xla (this recipe has train.executor ${r.train.executor}, model.attention.name ${r.model.attention.name}): set both, or train.attentionKernel: composed`,
     );
   }
+  if (r.train.remat && r.train.executor !== 'xla') {
+    problems.push(
+      `${at(origin('train.remat'))}train.remat runs on train.executor xla only (train.executor is ${r.train.executor}; it shapes the programs XLA compiles): set train.executor: xla, or train.remat: false`,
+    );
+  }
   if (r.train.minLr > r.train.lr) {
     problems.push(`${at(origin('train.minLr'))}train.minLr (${r.train.minLr}) must be ≤ train.lr (${r.train.lr})`);
   }

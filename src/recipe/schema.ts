@@ -61,6 +61,7 @@ export interface Recipe {
     graph: boolean;
     executor: 'auto' | 'op-by-op' | 'functions' | 'replicas' | 'collective' | 'xla';
     xla: 'auto' | 'on' | 'off';
+    remat: boolean;
     precision: 'fp32' | 'bf16';
     attentionKernel: 'composed' | 'fused';
     optimizer: 'adamw';
@@ -337,6 +338,11 @@ export const RECIPE_SCHEMA = {
     type: oneOf('auto', 'on', 'off'),
     default: 'auto',
     doc: "With `train.graph` on the `tensorflow` backend: compile each step's graph function with XLA (`on`), not (`off`), or what was measured best on this kind of device (`auto`: off on CPU devices, where XLA gained 0–30% at the bench shape but its compilation outweighs that in short runs and ran out of memory at the GPT-2-small shape; off on GPUs until measured there). Where the TensorFlow library cannot compile for the device, steps run without XLA and the log says why. Other backends ignore it.",
+  },
+  'train.remat': {
+    type: bool,
+    default: false,
+    doc: 'Rematerialisation, for a shape whose training step does not fit the device\'s memory: each transformer block keeps only its input for the backward pass, which computes the block\'s forward a second time (about a third more compute per step; the same losses and gradients). Needs `train.executor: xla`, whose programs it changes; docs/xla.md, "Rematerialisation", has what it saves.',
   },
   'train.precision': {
     type: oneOf('fp32', 'bf16'),

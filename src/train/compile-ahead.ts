@@ -45,7 +45,8 @@ export async function compilePrograms(recipe: RunSections & { name: string }, ou
     decayEmbeddings: recipe.train.decayEmbeddings,
   });
   try {
-    const book = new RecordingBook(recipe.train.precision, undefined, recipe.train.attentionKernel);
+    const { precision, attentionKernel, remat } = recipe.train;
+    const book = new RecordingBook({ precision, attentionKernel, remat });
     const variables = [...trainable.values()];
     const { batchSize, gradAccum } = recipe.train;
     const seqLen = recipe.data.seqLen;

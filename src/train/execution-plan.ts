@@ -47,6 +47,8 @@ export interface ExecutionPlan {
   readonly precision: XlaPrecision;
   /** train.attentionKernel: softmax attention in the xla executor's programs, composed or the boundary jax fills in (docs/xla.md). */
   readonly attentionKernel: AttentionKernel;
+  /** train.remat: the xla executor's gradient programs recompute each transformer block's forward in its backward pass. */
+  readonly remat: boolean;
   /** train.devices: the jax devices of each process the xla executor trains on. */
   readonly jaxDevices: number | 'all';
   /** train.gradAccum: micro-batches per step (the xla executor shares them out over its devices). */
@@ -62,6 +64,7 @@ export interface ExecutionSettings {
   shardOptimizer?: boolean;
   precision?: XlaPrecision;
   attentionKernel?: AttentionKernel;
+  remat?: boolean;
   devices?: number | 'all';
   gradAccum?: number;
   /** Caps train.dataParallel: never more replicas than rows of a batch. */
@@ -119,6 +122,7 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
     shard: settings.shardOptimizer && cluster && processes > 1 ? { rank: cluster.rank, worldSize: processes } : null,
     precision: settings.precision ?? 'fp32',
     attentionKernel: settings.attentionKernel ?? 'composed',
+    remat: settings.remat ?? false,
     jaxDevices,
     gradAccum: settings.gradAccum ?? 1,
     model,
@@ -127,6 +131,10 @@ export function resolveExecutionPlan(settings: ExecutionSettings, backend: Devic
   if (jaxDevices !== 1 && setting !== 'xla')
     throw new Error(
       `train.devices ${jaxDevices}: several devices are the xla executor's (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
+    );
+  if (candidate.remat && setting !== 'xla')
+    throw new Error(
+      `train.remat: rematerialisation shapes the xla executor's programs (train.executor: xla, docs/xla.md); this run's train.executor is ${setting}`,
     );
   const executor = chooseExecutor(setting, candidate);
   const { model: _model, graph: _graph, ...plan } = candidate;

@@ -14,6 +14,7 @@ import { withComposedKernels } from '../backend/fused-kernels.ts';
 import { isRecord, readJsonFile } from '../core/json.ts';
 import { dropoutSeedTensor } from '../model/layers.ts';
 import type { LossInputs, ModelBatch, StepModel } from '../model/lm.ts';
+import { withRematerialisedBlocks } from '../model/transformer.ts';
 import { LOSS_INPUT_FIELDS, ROW_BUCKET, shapesKey, stepKey } from './compiled-step.ts';
 import { positionBucketEdges, positionBucketsOf } from './evaluate.ts';
 import type { AdamW } from './optimizer.ts';
@@ -225,28 +226,45 @@ function outputsOf(base: string): string[] {
   return outputs;
 }
 
+/** How a book's programs are recorded: the plan's precision, attention kernel and rematerialisation (docs/xla.md). */
+export interface RecordingSettings {
+  precision?: XlaPrecision;
+  attentionKernel?: AttentionKernel;
+  remat?: boolean;
+}
+
 /**
  * Records each program on first use on the native backend and exports it through the content cache (src/backend/xla/program-cache.ts).
  * `precision` applies to the gradient and validation programs; AdamW's update stays float32 (docs/xla.md).
  * `attentionKernel` fused records their softmax attention as the boundary jax fills in (docs/xla.md, "Attention on the GPU");
- * the GraphDef, and so the cache's key, then differs from the composed one's.
+ * the GraphDef, and so the cache's key, then differs from the composed one's. `remat` (train.remat) records the
+ * gradient programs with rematerialised transformer blocks (docs/xla.md, "Rematerialisation").
  */
 export class RecordingBook implements ProgramBook {
   readonly origin = 'recorded here and exported through TensorFlow (cached by content)';
   /** Every program handed out, by kind and key: what `npm run compile` writes. */
   readonly entries = new Map<string, BookEntry & { kind: ProgramKind; key: string }>();
 
+  readonly precision: XlaPrecision;
+  readonly attentionKernel: AttentionKernel;
+  readonly remat: boolean;
+
   constructor(
-    readonly precision: XlaPrecision = 'fp32',
+    settings: RecordingSettings = {},
     private readonly cache?: string,
-    readonly attentionKernel: AttentionKernel = 'composed',
-  ) {}
+  ) {
+    this.precision = settings.precision ?? 'fp32';
+    this.attentionKernel = settings.attentionKernel ?? 'composed';
+    this.remat = settings.remat ?? false;
+  }
 
   get(kind: ProgramKind, key: string, record: () => { spec: ProgramSpec; fixed?: NamedArrays }): BookEntry {
     const known = this.entries.get(`${kind}|${key}`);
     if (known) return known;
-    const { spec, fixed = [] } = this.attentionKernel === 'fused' && kind !== 'apply' ? withAttentionBoundary(record) : record();
-    const [exported] = exportPrograms([kind === 'apply' ? spec : { ...spec, precision: this.precision }], this.cache);
+    const remat = kind === 'gradient' && this.remat;
+    const rematerialised = remat ? () => withRematerialisedBlocks(record) : record;
+    const { spec, fixed = [] } = this.attentionKernel === 'fused' && kind !== 'apply' ? withAttentionBoundary(rematerialised) : rematerialised();
+    const [exported] = exportPrograms([kind === 'apply' ? spec : { ...spec, precision: this.precision, ...(remat ? { remat } : {}) }], this.cache);
     const entry = { base: exported.base, outputs: outputsOf(exported.base), fixed, kind, key };
     this.entries.set(`${kind}|${key}`, entry);
     return entry;
@@ -261,6 +279,8 @@ export interface ProgramManifest {
   precision?: XlaPrecision;
   /** train.attentionKernel they were recorded with (their files say it too: the boundary is in them); absent = composed. */
   attentionKernel?: AttentionKernel;
+  /** train.remat the gradient programs were recorded with; absent = false. */
+  remat?: boolean;
   /** Every model tensor the programs read, with its shape: checked against the model before training. */
   tensors: Array<[string, number[]]>;
   programs: Array<{ kind: ProgramKind; key: string; file: string; fixed: Array<{ name: string; dtype: ArrayDtype; shape: number[]; file: string }> }>;
@@ -276,8 +296,7 @@ export class CompiledBook implements ProgramBook {
   constructor(
     readonly dir: string,
     model: StepModel,
-    precision: XlaPrecision = 'fp32',
-    attentionKernel: AttentionKernel = 'composed',
+    { precision = 'fp32', attentionKernel = 'composed', remat = false }: RecordingSettings = {},
   ) {
     const file = path.join(dir, MANIFEST_FILE);
     if (!fs.existsSync(file)) throw new Error(`xla: ${file} not found (npm run compile -- <recipe> --out ${dir} writes it)`);
@@ -293,6 +312,10 @@ export class CompiledBook implements ProgramBook {
     if (recordedWith !== attentionKernel)
       throw new Error(
         `xla: ${file} was compiled for train.attentionKernel ${recordedWith}, this run asks ${attentionKernel} (npm run compile -- <recipe> --train.executor=xla --train.attentionKernel=${attentionKernel} --out <folder> writes programs for it)`,
+      );
+    if ((manifest.remat ?? false) !== remat)
+      throw new Error(
+        `xla: ${file} was compiled with train.remat ${manifest.remat ?? false}, this run asks ${remat} (npm run compile -- <recipe> --train.executor=xla --train.remat=${remat} --out <folder> writes programs for it)`,
       );
     const have = new Map(modelTensors(model).map(([n, t]) => [n, t.shape]));
     for (const [name, shape] of manifest.tensors) {
@@ -353,6 +376,7 @@ export function writeCompiledPrograms(book: RecordingBook, dir: string, recipe: 
     recipe,
     precision: book.precision,
     attentionKernel: book.attentionKernel,
+    ...(book.remat ? { remat: true } : {}),
     tensors: modelTensors(model).map(([n, t]) => [n, [...t.shape]]),
     programs,
   };

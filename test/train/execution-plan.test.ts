@@ -38,7 +38,7 @@ beforeAll(async () => {
 });
 
 describe('resolving the plan', () => {
-  it("a recipe's defaults on cpu: op by op everywhere, one replica, one process, fp32, one jax device", () => {
+  it("a recipe's defaults on cpu: op by op everywhere, one replica, one process, fp32, no remat, one jax device", () => {
     expect(plan({})).toEqual({
       executor: 'op-by-op',
       backend: cpu,
@@ -51,6 +51,7 @@ describe('resolving the plan', () => {
       shard: null,
       precision: 'fp32',
       attentionKernel: 'composed',
+      remat: false,
       jaxDevices: 1,
       gradAccum: 1,
     });

@@ -41,7 +41,7 @@ describe.skipIf(!withJax)('the boundary filled in by jax', () => {
       const { key, arrays } = gradientInputs(m, batch, variables, null, 32)!;
       const named = [...arrays, ...modelTensors(m).map(([n, t]) => [n, hostArray(t)] as const)];
       const run = async (attentionKernel: 'composed' | 'fused') => {
-        const book = new RecordingBook('fp32', dir, attentionKernel);
+        const book = new RecordingBook({ attentionKernel }, dir);
         const entry = book.get('gradient', key, () => ({ spec: recordGradientProgram(m, batch, variables, null, 32) }));
         const loaded = await runner.request({ op: 'load', key: attentionKernel, base: entry.base });
         const reply = await runner.request(

@@ -50,11 +50,11 @@ describe('train.attentionKernel', () => {
       writeFileSync(join(folder, MANIFEST_FILE), JSON.stringify(manifest));
       // A folder from before train.attentionKernel holds composed programs.
       expect(() => new CompiledBook(folder, model)).not.toThrow();
-      expect(() => new CompiledBook(folder, model, 'fp32', 'fused')).toThrow(
+      expect(() => new CompiledBook(folder, model, { attentionKernel: 'fused' })).toThrow(
         `xla: ${join(folder, MANIFEST_FILE)} was compiled for train.attentionKernel composed, this run asks fused (npm run compile -- <recipe> --train.executor=xla --train.attentionKernel=fused --out <folder> writes programs for it)`,
       );
       writeFileSync(join(folder, MANIFEST_FILE), JSON.stringify({ ...manifest, attentionKernel: 'fused' }));
-      expect(() => new CompiledBook(folder, model, 'fp32', 'fused')).not.toThrow();
+      expect(() => new CompiledBook(folder, model, { attentionKernel: 'fused' })).not.toThrow();
       expect(() => new CompiledBook(folder, model)).toThrow(/was compiled for train\.attentionKernel fused, this run asks composed/);
     } finally {
       model.dispose();

@@ -78,7 +78,7 @@ describe.skipIf(!available)('bf16 programs on jax', () => {
       const batch = randomBatch(new Rng(3), 'gpt', 2, 16, 61);
       const variables = [...model.parameters().values()];
       const given = gradientInputs(model, batch, variables, null, 32)!;
-      const book = new RecordingBook('bf16', cache);
+      const book = new RecordingBook({ precision: 'bf16' }, cache);
       const gradient = book.get('gradient', given.key, () => ({ spec: recordGradientProgram(model, batch, variables, null, 32) }));
       const bf16 = products(readFileSync(`${gradient.base}.mlir`, 'utf8'));
       expect(bf16.length).toBeGreaterThan(4);

@@ -46,12 +46,12 @@ describe('train.precision', () => {
       const manifest = { format: 1, recipe: 'tiny', tensors: modelTensors(model).map(([n, t]) => [n, t.shape]), programs: [] };
       writeFileSync(join(folder, MANIFEST_FILE), JSON.stringify(manifest));
       // A folder from before train.precision holds fp32 programs.
-      expect(() => new CompiledBook(folder, model, 'fp32')).not.toThrow();
-      expect(() => new CompiledBook(folder, model, 'bf16')).toThrow(
+      expect(() => new CompiledBook(folder, model, { precision: 'fp32' })).not.toThrow();
+      expect(() => new CompiledBook(folder, model, { precision: 'bf16' })).toThrow(
         `xla: ${join(folder, MANIFEST_FILE)} was compiled for train.precision fp32, this run asks bf16 (npm run compile -- <recipe> --train.executor=xla --train.precision=bf16 --out <folder> writes programs for it)`,
       );
       writeFileSync(join(folder, MANIFEST_FILE), JSON.stringify({ ...manifest, precision: 'bf16' }));
-      expect(() => new CompiledBook(folder, model, 'bf16')).not.toThrow();
+      expect(() => new CompiledBook(folder, model, { precision: 'bf16' })).not.toThrow();
       expect(() => new CompiledBook(folder, model)).toThrow(/was compiled for train\.precision bf16, this run asks fp32/);
     } finally {
       model.dispose();

@@ -38,6 +38,8 @@ export interface ProgramSpec {
   guard?: { finite: string[] };
   /** Default fp32. */
   precision?: XlaPrecision;
+  /** Recorded with rematerialised blocks (train.remat): not the same GraphDef, and named in the key all the same. */
+  remat?: boolean;
 }
 
 /** The files export.py writes for a program, `base` + each. */
@@ -98,6 +100,8 @@ export function programHash(spec: ProgramSpec): string {
       extra: spec.extraInputs ?? [],
       guard: spec.guard ?? null,
       precision: spec.precision ?? 'fp32',
+      // Only when set: the keys of programs from before train.remat stay as they were.
+      ...(spec.remat ? { remat: true } : {}),
     }),
   );
   h.update(spec.graphDef);

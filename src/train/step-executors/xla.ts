@@ -281,8 +281,9 @@ export class XlaExecutor implements StepExecutor {
 /** The program book this run uses: $SLAYFORMER_XLA_PROGRAMS when set, else recording on the native backend. */
 function bookFor(context: StepExecutorContext): ProgramBook {
   const dir = process.env[XLA_PROGRAMS_ENV];
-  const { precision, attentionKernel } = context.plan;
-  return dir ? new CompiledBook(dir, context.model, precision, attentionKernel) : new RecordingBook(precision, undefined, attentionKernel);
+  const { precision, attentionKernel, remat } = context.plan;
+  const settings = { precision, attentionKernel, remat };
+  return dir ? new CompiledBook(dir, context.model, settings) : new RecordingBook(settings);
 }
 
 export const xla: StepExecutorEntry = {
