@@ -261,7 +261,8 @@ export class XlaExecutor implements StepExecutor {
   describe(): string {
     const vias = [...new Set([...this.loaded.values()].map((l) => l.via))].join(', ');
     const devices = this.deviceCount > 1 ? `, data-parallel over ${this.deviceCount} devices (${this.hello.devices} per process)` : '';
-    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device})${devices}, matrix products in ${this.precision}; programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
+    const remat = this.context.plan.remat ? ', blocks rematerialised (train.remat)' : '';
+    return `train.executor xla: steps as XLA programs on jax ${this.hello.jax} ${this.hello.platform} (${this.hello.device})${devices}, matrix products in ${this.precision}${remat}; programs ${this.book.origin}, loaded as ${vias || 'nothing yet'}; compiling took ${this.compileSeconds.toFixed(1)} s`;
   }
 
   /**
