@@ -124,7 +124,8 @@ const gpt2Rows = (precision: RowPrecision) =>
 /**
  * Softmax stops at 4K, composed or fused: the composed program carries the causal mask as an L × L float32 constant
  * (1 GiB at 16K), and recording executes the step eagerly here in the composed form (the fused kernel's values too),
- * whose 16K × 16K scores per head and layer this machine cannot hold (docs/xla.md, "The archive's rows").
+ * whose 16K × 16K scores per head and layer this machine cannot hold (the fused recording peaked at 1.2 GB resident at
+ * 1K and 8.4 GB at 4K, growing with L²; docs/xla.md, "The archive's rows").
  */
 export const SOFTMAX_LONGEST = 4096;
 const longRows = LONG_LENGTHS.flatMap((seq) =>
