@@ -4,14 +4,14 @@
 //   app/train.mjs, steps.mjs   esbuild bundles of `npm run train` and `npm run bench:xla`, runner.py (+ devices.py, attention_boundary.py) beside them,
 //                              node_modules/tokenizers with its linux-x64 addon only
 //   programs/demo, gpt2-small  `npm run compile` of the demo recipe, `bench:xla --compile` of GPT-2 small's shape
-//   programs/<row group>/<p>   the benchmark rows' programs (ARCHIVE_ROWS below, `--rows`), one recording per shape and
-//                              mechanism exported in each precision its rows use
+//   programs/<row group>/<p>   the benchmark rows' programs (ARCHIVE_ROWS below, `--rows`), one recording per shape,
+//                              mechanism and attention kernel exported in each precision its rows use
 //   data/, recipe/             the demo recipe's tokenizer and data shard; the recipe with paths inside the archive
 //   torch_peer_gpu.py          the PyTorch peer (bf16 autocast, SDPA, torch.compile) xla-run.py runs at the rows' shapes
 //   manifest.json              what runs, and the CPU run's figures made here (jax CPU) to compare against
 //   xla-run.py                 the script that unpacks and runs it (also written beside the archive)
 //   SHA256SUMS                 the sha256 of every other file (`sha256sum -c` reads it): xla-run.py checks them
-//   npm run xla:archive -- [--out FILE] [--rows all|gpt2|long|none|ROW,…] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
+//   npm run xla:archive -- [--out FILE] [--rows all|gpt2|long|fused|none|ROW,…] [--cpu-steps 1] [--train-steps 30] [--node FILE] [--recompile]
 // Needs the tensorflow backend and `npm run setup:xla` (to compile, and the venv's jax for the CPU run).
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -74,7 +74,7 @@ const COMMAND = {
       type: 'string',
       value: 'LIST',
       default: 'all',
-      help: 'the benchmark rows (bench/xla-plan.ts): all, gpt2, long, none, row ids, or MODEL:MECHANISM:fp32|bf16:[Ax]BxS',
+      help: 'the benchmark rows (bench/xla-plan.ts): all, gpt2, long, fused, none, row ids, or MODEL:MECHANISM:fp32|bf16:[Ax]BxS[:composed|fused]',
     },
     stage: { type: 'string', value: 'DIR', help: 'the staging folder (default .cache/xla/archive; programs are kept there between builds)' },
     'xz-level': { type: 'string', value: 'N', number: { integer: true, min: 0, max: 9 }, default: '6', help: 'xz preset (0 = fastest)' },
@@ -118,7 +118,7 @@ if (models.includes('gpt2-small') && (values.recompile || !compiledIntact(progra
   tsx(['bench/xla-steps.ts', '--model', 'gpt2-small', '--compile', '--out', programs.gpt2]);
 }
 
-// The rows' programs: one recording per group (model, mechanism, shape), exported in each precision its rows use, into
+// The rows' programs: one recording per group (model, mechanism, attention kernel, shape), exported in each precision its rows use, into
 // programs/<group>/<precision>; how long that took here is kept beside them (compile.json) for the manifest.
 const groups = new Map<string, ArchiveRow[]>();
 for (const r of rows) groups.set(r.group, [...(groups.get(r.group) ?? []), r]);
@@ -151,6 +151,8 @@ for (const [group, members] of groups) {
       String(first.seq),
       '--grad-accum',
       String(first.gradAccum),
+      '--attention-kernel',
+      first.attentionKernel,
       '--precision',
       precisions.join(','),
       '--out',

@@ -2,14 +2,15 @@
 # The offline GPU check of the XLA route (docs/xla.md, "Offline GPU node"): unpacks the archive `npm run xla:archive`
 # built (Node.js, the project bundled, the compiled programs, a tokenizer and a data shard; no TensorFlow, no
 # weights), then with this Python's jax (its CUDA plugin on a GPU node), within --budget seconds, in this order:
-#   the benchmark rows (bench/xla-plan.ts: GPT-2 small at 16 × 1024 and the long-context rows, each mechanism) and
+#   the benchmark rows (bench/xla-plan.ts: GPT-2 small at 16 × 1024 and the long-context rows, each mechanism, softmax
+#   also with the fused attention kernel) and
 #   the PyTorch peer at their shapes (torch_peer_gpu.py: bf16 autocast, SDPA, torch.compile; --peer-python's torch),
 #   then N steps of the demo GPT and of GPT-2 small's 4 × 256 on seeded random tokens, and N steps of the demo recipe
 #   through the trainer, with the losses beside those of the CPU run made where the archive was built.
 # A row is started only when the budget left covers what it is expected to take (the last row of its kind here, else
 # a fixed guess), and stopped at the budget's end; skipped rows are printed and listed with their reason. Writes
 # results.json and results.md (tokens/s, ms per step, MFU, compile seconds, peak device memory, where each linear
-# mechanism overtakes softmax) into --out.
+# mechanism overtakes the fastest softmax row) into --out.
 #   python3 xla-run.py --archive slayformer-xla.tar.xz [--dir DIR] [--budget 480] [--steps 20] [--out DIR]
 # Needs only Python ≥ 3.10 with jax (and numpy); the peer needs torch (skipped, saying so, without it).
 #
@@ -165,6 +166,12 @@ def mib(value):
     return 'n/a' if value is None else f'{value / 2**20:,.0f} MiB'
 
 
+def kernel_text(row):
+    """A row's attention kernel for results.md: `fused (cudnn)` names what the runner filled the boundary with."""
+    kernel = kernel_of(row)
+    return f'{kernel} ({row["attentionImplementation"]})' if kernel == 'fused' and row.get('attentionImplementation') else kernel
+
+
 def length_text(seq):
     return f'{seq // 1024}K' if seq % 1024 == 0 else str(seq)
 
@@ -197,21 +204,38 @@ class Budget:
         self.taken.setdefault(kind, []).append(seconds)
 
 
+def kernel_of(row):
+    """train.attentionKernel a row's programs were recorded with (rows of archives from before it: composed)."""
+    return row.get('attentionKernel', 'composed')
+
+
 def crossovers(rows):
     """
     For each precision of the long-context rows and each linear mechanism: the first length at which its ms per step
     is below softmax's at the same length (between the last length where it was not and that one), or that it is not
-    within the longest length both ran at.
+    within the longest length both ran at. Softmax at a length is its fastest row there, composed or fused;
+    `softmaxKernels` names that row's kernel at each of `lengths`.
     """
     found = []
     long_rows = [r for r in rows if r.get('model') == 'long' and r.get('msPerStep') is not None]
     for precision in sorted({r['precision'] for r in long_rows}):
         mine = [r for r in long_rows if r['precision'] == precision]
-        softmax = {r['seq']: r['msPerStep'] for r in mine if r['attention'] == 'softmax'}
+        fastest = {}
+        for r in mine:
+            if r['attention'] == 'softmax' and (r['seq'] not in fastest or r['msPerStep'] < fastest[r['seq']]['msPerStep']):
+                fastest[r['seq']] = r
+        softmax = {seq: r['msPerStep'] for seq, r in fastest.items()}
         for mechanism in sorted({r['attention'] for r in mine} - {'softmax'}):
             ms = {r['seq']: r['msPerStep'] for r in mine if r['attention'] == mechanism}
             both = sorted(set(ms) & set(softmax))
-            entry = {'mechanism': mechanism, 'precision': precision, 'lengths': both, 'overtakesAt': None, 'notBefore': None}
+            entry = {
+                'mechanism': mechanism,
+                'precision': precision,
+                'lengths': both,
+                'softmaxKernels': [kernel_of(fastest[seq]) for seq in both],
+                'overtakesAt': None,
+                'notBefore': None,
+            }
             if not both:
                 entry['text'] = 'not measured (no length where softmax ran too)'
             else:
@@ -300,6 +324,7 @@ def run_archive(args, started):
 
     def run_row(row):
         record = {k: row[k] for k in ('id', 'model', 'attention', 'precision', 'batch', 'seq', 'gradAccum', 'builtSeconds', 'programBytes')}
+        record['attentionKernel'] = kernel_of(row)
 
         def body():
             out_json = os.path.join(out_dir, f'row-{row["id"]}.json')
@@ -307,7 +332,8 @@ def run_archive(args, started):
             log = os.path.join(out_dir, 'logs', f'row-{row["id"]}.log')
             code = run(
                 [node, 'app/steps.mjs', '--model', row['model'], '--attention', row['attention'], '--batch', str(row['batch']), '--seq', str(row['seq'])]
-                + ['--grad-accum', str(row['gradAccum']), '--precision', row['precision'], '--programs', row['programs']]
+                + ['--grad-accum', str(row['gradAccum']), '--precision', row['precision'], '--attention-kernel', record['attentionKernel']]
+                + ['--programs', row['programs']]
                 + ['--steps', str(args.row_steps), '--warmup', str(args.row_warmup), '--json', out_json],
                 {},
                 log,
@@ -317,6 +343,9 @@ def run_archive(args, started):
                 return
             with open(out_json) as f:
                 record.update(json.load(f))
+            # What the runner put in the boundary's place (the load's via, e.g. 'attention: jax cudnn × 24'): cuDNN or XLA's form.
+            filled = re.search(r'attention: jax (\w+)', record.get('path', ''))
+            record['attentionImplementation'] = filled.group(1) if filled else None
 
         attempt(f'row:{row["model"]}', record, results['rows'], body)
 
@@ -460,12 +489,12 @@ def results_markdown(results):
     ]
     if results['rows']:
         lines += [
-            '| row | mechanism | precision | tokens per step | parameters | ms/step | tokens/s | MFU | XLA compile s | recorded + exported where built, s | peak device memory | XLA compiled peak | loss (first → last) |',
-            '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+            '| row | mechanism | attention kernel | precision | tokens per step | parameters | ms/step | tokens/s | MFU | XLA compile s | recorded + exported where built, s | peak device memory | XLA compiled peak | loss (first → last) |',
+            '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
         ]
         for r in results['rows']:
             tokens = f'{r["gradAccum"]} × {r["batch"]} × {r["seq"]}' if r['gradAccum'] > 1 else f'{r["batch"]} × {r["seq"]}'
-            head = f'| {r["id"]} | {r["attention"]} | {r["precision"]} | {tokens} |'
+            head = f'| {r["id"]} | {r["attention"]} | {kernel_text(r)} | {r["precision"]} | {tokens} |'
             if 'losses' not in r:
                 # parameters, ms/step, tokens/s, MFU and compile s empty; then the build time, the two peaks empty, the reason
                 lines.append(f'{head}{" |" * 5} {r["builtSeconds"]:.0f} | | | {r.get("skipped") or r.get("error")} |')
@@ -489,9 +518,13 @@ def results_markdown(results):
             )
         lines.append('')
     if results.get('crossover'):
-        lines += ['| mechanism | precision | lengths measured | overtakes softmax (ms per step) |', '|---|---|---|---|']
+        lines += [
+            '| mechanism | precision | lengths measured | softmax compared (its fastest row at each length) | overtakes softmax (ms per step) |',
+            '|---|---|---|---|---|',
+        ]
         for c in results['crossover']:
-            lines.append(f'| {c["mechanism"]} | {c["precision"]} | {", ".join(length_text(s) for s in c["lengths"])} | {c["text"]} |')
+            compared = ', '.join(f'{length_text(s)} {k}' for s, k in zip(c['lengths'], c.get('softmaxKernels', [])))
+            lines.append(f'| {c["mechanism"]} | {c["precision"]} | {", ".join(length_text(s) for s in c["lengths"])} | {compared} | {c["text"]} |')
         lines.append('')
     if results['runs']:
         lines += [

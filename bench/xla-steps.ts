@@ -1,7 +1,7 @@
 // Training steps of the xla executor (docs/xla.md) on seeded random tokens: the per-step losses, median ms per step
 // and tokens/s after warm-up, the programs' compile time apart, and the device's peak memory. Two uses:
 //   npm run bench:xla -- --model demo|gpt2-small|long [--attention NAME] [--batch N --seq N --grad-accum N]
-//                        [--precision fp32|bf16|fp32,bf16] --compile --out DIR
+//                        [--precision fp32|bf16|fp32,bf16] [--attention-kernel composed|fused] --compile --out DIR
 //                                                                         record + export the shape's programs here
 //                                                                         (tensorflow backend, npm run setup:xla); a
 //                                                                         list of precisions records once and writes
@@ -13,6 +13,7 @@
 // is --grad-accum micro-batches of --batch × --seq (the program's shape), summed before AdamW's update.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { ATTENTION_KERNELS, type AttentionKernel, withAttentionBoundary } from '../src/backend/attention-boundary.ts';
 import { initBackend } from '../src/backend/start.ts';
 import { parseOrExit } from '../src/cli/command.ts';
 import { Rng } from '../src/core/rng.ts';
@@ -43,6 +44,12 @@ const COMMAND = {
       default: 'fp32',
       help: "matrix products' precision (train.precision): fp32 or bf16; with --compile also fp32,bf16 (one recording, DIR/<precision> each)",
     },
+    'attention-kernel': {
+      type: 'string',
+      choices: ATTENTION_KERNELS,
+      default: 'composed',
+      help: "softmax attention in the programs (train.attentionKernel): composed, or fused (the boundary jax fills in; softmax only); a run's must be its programs'",
+    },
     compile: { type: 'boolean', help: 'record and export the programs into --out (tensorflow backend)' },
     out: { type: 'string', value: 'DIR', help: 'with --compile: the programs folder to write' },
     programs: { type: 'string', value: 'DIR', help: 'train from this programs folder' },
@@ -68,7 +75,10 @@ if (badPrecision !== undefined || precisions.length === 0)
   throw new Error(`bench:xla: --precision '${values.precision}': fp32, bf16 or (with --compile) fp32,bf16`);
 if (precisions.length > 1 && !values.compile) throw new Error('bench:xla: several --precision values need --compile (a run trains in one)');
 const precision = precisions[0] as XlaPrecision;
-const shapeText = `${values.model} ${config.attention.name} ${gradAccum > 1 ? `${gradAccum}×` : ''}${batchSize}×${seqLen}`;
+const attentionKernel = values['attention-kernel'] as AttentionKernel;
+if (attentionKernel === 'fused' && config.attention.name !== 'softmax')
+  throw new Error(`bench:xla: --attention-kernel fused is softmax attention's (train.attentionKernel); this run's attention is ${config.attention.name}`);
+const shapeText = `${values.model} ${config.attention.name}${attentionKernel === 'fused' ? ' fused' : ''} ${gradAccum > 1 ? `${gradAccum}×` : ''}${batchSize}×${seqLen}`;
 const optimizerOptions = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 };
 
 if (values.compile) {
@@ -83,11 +93,12 @@ if (values.compile) {
   const given = gradientInputs(model, batch, variables, null, total)!;
   const started = performance.now();
   // Recorded once (the recording executes the step eagerly, twice: the slow part here) and exported per precision.
-  const spec = recordGradientProgram(model, batch, variables, null, total);
+  const record = () => recordGradientProgram(model, batch, variables, null, total);
+  const spec = attentionKernel === 'fused' ? withAttentionBoundary(record) : record();
   const recordSeconds = (performance.now() - started) / 1000;
   for (const p of precisions as XlaPrecision[]) {
     const exported = performance.now();
-    const book = new RecordingBook({ precision: p });
+    const book = new RecordingBook({ precision: p, attentionKernel });
     const gradient = book.get('gradient', given.key, () => ({ spec }));
     const gradNames = gradient.outputs.filter((n) => n.startsWith('grad:')).map((n) => n.slice('grad:'.length));
     book.get('apply', `${gradNames.join(',')}|clip true`, () => recordApplyProgram(optimizer, model, gradNames, CLIP));
@@ -106,7 +117,7 @@ if (values.compile) {
   const initSeconds = (performance.now() - made) / 1000;
   let plan: ExecutionPlan;
   try {
-    plan = resolveExecutionPlan({ executor: 'xla', precision }, device, null, model);
+    plan = resolveExecutionPlan({ executor: 'xla', precision, attentionKernel }, device, null, model);
   } catch (err) {
     throw new Error(`bench:xla: ${(err as Error).message.replace(/^train\.executor xla: /, '')}`);
   }
@@ -133,6 +144,7 @@ if (values.compile) {
     const result = {
       model: values.model,
       attention: config.attention.name,
+      attentionKernel,
       batch: batchSize,
       seq: seqLen,
       gradAccum,
