@@ -7,6 +7,7 @@
 // the step) the composed form computes the values.
 import type * as tf from '@tensorflow/tfjs';
 import { recordedAsOneOp } from './tf-graph.ts';
+import { Scope } from '../core/scope.ts';
 
 /** train.attentionKernel: softmax attention as tfjs records it (composed), or as the boundary jax fills in (fused). */
 export type AttentionKernel = 'composed' | 'fused';
@@ -15,21 +16,16 @@ export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['composed', 'fused
 /** The custom calls' targets, the names attention.py replaces. */
 export const ATTENTION_TARGETS = { forward: 'slayformer.attention', gradient: 'slayformer.attention_grad' } as const;
 
-let boundaryDepth = 0;
+const boundary = new Scope();
 
 /** Runs `fn` (a recording for the XLA route) with softmax attention recorded as the boundary where it can be. */
 export function withAttentionBoundary<T>(fn: () => T): T {
-  boundaryDepth++;
-  try {
-    return fn();
-  } finally {
-    boundaryDepth--;
-  }
+  return boundary.within(fn);
 }
 
 /** Whether softmax attention is recorded as the boundary now. */
 export function attentionBoundaryEnabled(): boolean {
-  return boundaryDepth > 0;
+  return boundary.active;
 }
 
 /**

@@ -25,6 +25,7 @@ import {
 import type { Activation, DropoutSeed } from './layers.ts';
 import { optimizationBarrier } from '../backend/tf-graph.ts';
 import { deriveSeed, Rng } from '../core/rng.ts';
+import { Scope } from '../core/scope.ts';
 
 export interface TransformerConfig {
   vocabSize: number;
@@ -214,8 +215,8 @@ export function createParameter(spec: ParameterSpec, seed: number, start: Parame
   return tf.tidy(() => tf.variable(tf.tensor(values, spec.shape, 'float32'), true, spec.name));
 }
 
-/** While > 0, every block is rematerialised (Transformer.rematerialised). */
-let rematerialising = 0;
+/** While active, every block is rematerialised (Transformer.rematerialised). */
+const rematerialising = new Scope();
 
 /**
  * Runs `fn` with every transformer block rematerialised (train.remat, docs/xla.md "Rematerialisation"): a gradient
@@ -223,12 +224,7 @@ let rematerialising = 0;
  * those without; recorded for XLA, the program's peak memory is lower.
  */
 export function withRematerialisedBlocks<T>(fn: () => T): T {
-  rematerialising++;
-  try {
-    return fn();
-  } finally {
-    rematerialising--;
-  }
+  return rematerialising.within(fn);
 }
 
 /**
@@ -361,7 +357,7 @@ export class Transformer {
         multiHeadAttention(h, l, c.numHeads, `blocks.${i}.attn`, param, c.bias, (q, k, v) => attend(i, rotate(q), rotate(k), v));
       const block = (input: tf.Tensor2D, masks: DropoutSource) =>
         this.residual(this.residual(input, `blocks.${i}.ln1`, masks, attention), `blocks.${i}.ln2`, masks, (h) => this.mlpBlock(h, i));
-      x = rematerialising > 0 ? this.rematerialised(i, x, dropout, block) : block(x, dropout);
+      x = rematerialising.active ? this.rematerialised(i, x, dropout, block) : block(x, dropout);
     }
     return this.architecture.normPosition === 'pre' ? this.norm(x, 'norm') : x;
   }
