@@ -480,13 +480,8 @@ def run_archive(args, started):
 
 def results_markdown(results):
     host = results['host']
-    lines = [
-        f'jax {host["jax"]} on {host["platform"]} ({host["device"]}), Python {host["python"]}; archive of commit {results["commit"]}; '
-        f'{results["seconds"]:.0f} s of a {results["budgetSeconds"]:.0f} s budget'
-        if results['budgetSeconds'] > 0
-        else f'{results["seconds"]:.0f} s',
-        '',
-    ]
+    took = f'{results["seconds"]:.0f} s' + (f' of a {results["budgetSeconds"]:.0f} s budget' if results['budgetSeconds'] > 0 else ', no time budget')
+    lines = [f'jax {host["jax"]} on {host["platform"]} ({host["device"]}), Python {host["python"]}; archive of commit {results["commit"]}; {took}', '']
     if results['rows']:
         lines += [
             '| row | mechanism | attention kernel | precision | tokens per step | parameters | ms/step | tokens/s | MFU | XLA compile s | recorded + exported where built, s | peak device memory | XLA compiled peak | loss (first → last) |',
