@@ -4,14 +4,14 @@
 // rank's TensorFlow thread pools so that the ranks share the cores, and shows rank 0's output as
 // the run's one set of logs. When a rank ends badly the others are stopped and the run says which
 // rank failed and why; Ctrl-C reaches rank 0 alone, which checkpoints once, and then every rank stops. Each rank
-// holds a channel from this parent (src/cli/launcher-channel.ts): killed, even with SIGKILL, it leaves no rank behind.
+// holds a channel from this parent (src/core/launcher-channel.ts): killed, even with SIGKILL, it leaves no rank behind.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { CLUSTER_ENV, RANK_ENV, XLA_COORDINATOR_ENV } from '../backend/cluster-env.ts';
 import { signalExitCode } from '../train/stop.ts';
-import { ignoreOutputErrors, LAUNCHER_FD, LAUNCHER_FD_ENV } from './launcher-channel.ts';
+import { ignoreOutputErrors, LAUNCHER_FD, LAUNCHER_FD_ENV } from '../core/launcher-channel.ts';
 
 /** Lines of a failed rank's output the parent repeats (ranks other than 0 print nowhere else). */
 const KEPT_LINES = 20;

@@ -5,11 +5,12 @@
 // into <out>/model/ (<out>: <run>/lm-eval/ by default); the harness runs offline on the local tasks of tasks/lm-eval/
 // (and --include-path), in the Python that `npm run setup:lm-eval` makes; its results JSON is written per task as
 // <out>/<task>.json, which compare's report reads (docs/evaluation.md).
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { readJsonFile } from '../core/json.ts';
+import { ignoreOutputErrors, watchLauncher } from '../core/launcher-channel.ts';
 import { replaceOwnFile } from '../core/own-file.ts';
 import { harnessJsonForTask, LM_EVAL_DIR, LM_EVAL_SETUP, lmEvalPython, scoresOf } from '../report/lm-eval-results.ts';
 import { FINAL_DIR, RUN_MARKER } from '../store/layout.ts';
@@ -89,9 +90,15 @@ export interface LmEvalResult {
   output: string;
 }
 
+/** The harness's process while it runs: what this command ends when the process that started it is gone (below). */
+let harness: ChildProcess | null = null;
+
 function runHarness(python: string, args: string[], env: NodeJS.ProcessEnv, stdio: 'inherit' | 'pipe'): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn(python, ['-m', 'lm_eval', 'run', ...args], { cwd: PROJECT_ROOT, env, stdio: ['ignore', stdio, stdio] });
+    harness = child;
+    child.on('exit', () => (harness = null));
+    if (stdio === 'inherit') console.log(`lm-eval: the harness runs as pid ${child.pid}`);
     let output = '';
     child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
@@ -166,6 +173,13 @@ export async function runLmEval(opts: LmEvalOptions): Promise<LmEvalResult> {
 }
 
 if (isMainModule(import.meta.url)) {
+  // Started with a channel from its parent (a paper unit's worker, src/paper/lm-evaluation.ts): however the parent
+  // ends, kill -9 included, the harness ends too, and the command with it (its scratch folder removed as it unwinds).
+  watchLauncher(() => {
+    ignoreOutputErrors();
+    if (harness) harness.kill('SIGTERM');
+    else process.exit(143);
+  });
   await runCommand(COMMAND, async ({ values, positionals }) => {
     if (values.tasks === undefined) throw new UsageError('--tasks T1,T2 is required');
     const python = lmEvalPython();

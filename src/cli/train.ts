@@ -11,7 +11,7 @@ import { MAX_RANKS } from '../core/bounds.ts';
 import { writeLastWords } from '../backend/quiet-stderr.ts';
 import { backendOption, startBackend, VERBOSE_OPTION } from './backend-option.ts';
 import { runCommand } from './command.ts';
-import { ignoreOutputErrors, watchLauncher } from './launcher-channel.ts';
+import { ignoreOutputErrors, watchLauncher } from '../core/launcher-channel.ts';
 
 const COMMAND = {
   name: 'train',
@@ -182,7 +182,7 @@ async function main(args: Args): Promise<number> {
   let cluster: import('../backend/collective.ts').ClusterSpec | null;
   try {
     cluster = clusterFromEnv();
-    // A rank of the --processes launcher stops when the launcher is gone (src/cli/launcher-channel.ts): at once
+    // A rank of the --processes launcher stops when the launcher is gone (src/core/launcher-channel.ts): at once
     // until stopOnSignals says how to stop with a checkpoint.
     const launcher = watchLauncher(() => onLauncherGone(launcher!));
   } catch (err) {

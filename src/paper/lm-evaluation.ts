@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { LAUNCHER_FD, LAUNCHER_FD_ENV } from '../core/launcher-channel.ts';
 import { LM_EVAL_DIR, readLmEvalScores } from '../report/lm-eval-results.ts';
 import { FINAL_DIR, RUN_MARKER } from '../store/layout.ts';
 import { RunFolder } from '../store/run-folder.ts';
@@ -143,7 +144,16 @@ export async function evaluateTrained(
 function runLmEvalCommand(finalDir: string, out: string, limit: number | null): Promise<void> {
   const args = [LM_EVAL_CLI, finalDir, '--tasks', LM_EVAL_TASKS.join(','), '--out', out, '--batch-size', '16', ...(limit ? ['--limit', String(limit)] : [])];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', TSX_IMPORT, ...args], { stdio: ['ignore', 'inherit', 'inherit'], detached: true });
+    // The last descriptor is a channel the child watches (src/core/launcher-channel.ts): this process killed with
+    // SIGKILL, which no handler below sees, the channel closes and the child ends the harness.
+    const child = spawn(process.execPath, ['--import', TSX_IMPORT, ...args], {
+      stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
+      env: { ...process.env, [LAUNCHER_FD_ENV]: String(LAUNCHER_FD) },
+      detached: true,
+    });
+    const channel = child.stdio[LAUNCHER_FD];
+    channel?.on('error', () => {}); // the child is gone: its exit says why
+    child.once('exit', () => channel?.destroy());
     let stoppedBy: NodeJS.Signals | null = null;
     const stop = (signal: NodeJS.Signals) => {
       stoppedBy = signal;

@@ -171,7 +171,7 @@ describe('every command', () => {
   it('parses its arguments with the shared parser, and no other way', () => {
     const entryPoints = [
       ...readdirSync('src/cli')
-        .filter((f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts', 'launcher-channel.ts'].includes(f))
+        .filter((f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts'].includes(f))
         .map((f) => `src/cli/${f}`),
       ...readdirSync('bench')
         // xla-plan.ts is no command: the rows that bench:xla, xla:archive and xla-run.py share.
@@ -270,7 +270,7 @@ describe('commands, spawned', () => {
 
   it('--help of every command answers before TensorFlow.js loads (any import of it fails here)', async () => {
     const files = readdirSync('src/cli').filter(
-      (f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts', 'launcher-channel.ts'].includes(f),
+      (f) => f.endsWith('.ts') && !['command.ts', 'backend-option.ts', 'executor-options.ts', 'launch.ts'].includes(f),
     );
     const results = await Promise.all(files.map(async (file) => ({ file, help: await runWithoutTfjs(`src/cli/${file}`, '--help') })));
     for (const { file, help } of results) {

@@ -3,13 +3,14 @@
 // shipped multiple-choice and LAMBADA-shaped tasks run end to end into the run folder and compare's report.
 // Needs the harness's Python: `npm run setup:lm-eval` makes one in .venv-lm-eval/ (or point SLAYFORMER_LM_EVAL_PYTHON
 // at one); without it the tests are skipped with one line saying so.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initBackend } from '../../src/backend/start.ts';
 import { evalCheckpoint } from '../../src/cli/eval.ts';
+import { LAUNCHER_FD, LAUNCHER_FD_ENV } from '../../src/core/launcher-channel.ts';
 import { runLmEval } from '../../src/cli/lm-eval.ts';
 import { LM_EVAL_SETUP, lmEvalPython } from '../../src/report/lm-eval-results.ts';
 import { TextTokenizer } from '../../src/data/tokenizer.ts';
@@ -172,5 +173,32 @@ describe.skipIf(!python)(`lm-evaluation-harness on exported folders (needs: ${LM
     const acc = cloze.results.moby_dick_cloze['acc,none'].toFixed(4);
     expect(md).toMatch(new RegExp(`\\| e2e \\| softmax \\| ${acc.replace('.', '\\.')} ± `));
     expect(readFileSync(path.join(report, 'lm-eval.csv'), 'utf8')).toContain('moby_dick_lambada perplexity');
+  });
+
+  it('a parent killed with SIGKILL leaves no harness behind: the channel it held closes, and the command ends the harness and itself', async () => {
+    const run = path.join(dir, 'runs', 'orphan');
+    await savedRun(recipeFor('softmax', 128), run, 7);
+    // As a paper unit's worker starts it (src/paper/lm-evaluation.ts): the last descriptor is the channel.
+    const cli = spawn(process.execPath, ['--import', 'tsx', 'src/cli/lm-eval.ts', run, '--tasks', 'moby_dick_cloze', '--backend', testBackend()], {
+      env: { ...process.env, SLAYFORMER_LM_EVAL_PYTHON: python!, [LAUNCHER_FD_ENV]: String(LAUNCHER_FD) },
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+    });
+    const exited = new Promise<number | null>((resolve) => cli.once('exit', (code) => resolve(code)));
+    let output = '';
+    cli.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    const harnessPid = await new Promise<number>((resolve, reject) => {
+      cli.stdout!.on('data', (d: Buffer) => {
+        output += d.toString();
+        const started = /the harness runs as pid (\d+)/.exec(output);
+        if (started) resolve(Number(started[1]));
+      });
+      cli.once('exit', () => reject(new Error(`the command ended before its harness started:\n${output}`)));
+    });
+    // What the parent's end does when SIGKILL ends the parent: it closes.
+    cli.stdio[LAUNCHER_FD]!.destroy();
+    expect(await exited, output).not.toBe(0);
+    // The command ends only once its harness has (runHarness waits for it), so the harness is gone, reaped.
+    expect(() => process.kill(harnessPid, 0)).toThrow();
+    expect(readdirSync(path.join(run, 'lm-eval')).filter((f) => f.endsWith('.json'))).toEqual([]);
   });
 });

@@ -1,4 +1,4 @@
-// The --processes launcher's life and its ranks' (src/cli/launch.ts, src/cli/launcher-channel.ts): killed with
+// The --processes launcher's life and its ranks' (src/cli/launch.ts, src/core/launcher-channel.ts): killed with
 // SIGKILL, it leaves no rank behind (rank 0 saves a checkpoint first); SIGHUP ends the run as SIGTERM does; a Ctrl-C
 // before rank 0 trains, and a rank 0 that hangs, are reported for what they are.
 import { existsSync, readFileSync } from 'node:fs';
@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isTensorflowSetUp } from '../../src/backend/native-build.ts';
-import { LAUNCHER_FD_ENV } from '../../src/cli/launcher-channel.ts';
+import { LAUNCHER_FD_ENV } from '../../src/core/launcher-channel.ts';
 import { loadCheckpoint } from '../../src/store/checkpoint.ts';
 import { killStartedClis, startCli } from '../helpers/cli.ts';
 import { makeTinySetup, writeTinyRecipe } from './checkpoint-fixtures.ts';

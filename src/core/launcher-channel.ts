@@ -1,7 +1,8 @@
 // The channel from the `--processes N` launcher (src/cli/launch.ts) to each rank it starts: one end of a pipe that
 // the launcher holds open as long as it lives and never writes. However the launcher ends — kill -9, a crash — its
 // end closes and the rank reads end-of-file, which it takes as SIGTERM: rank 0 saves a checkpoint after its step
-// and every rank stops (docs/distributed.md). Ranks started by srun have no launcher and no channel.
+// and every rank stops (docs/distributed.md). Ranks started by srun have no launcher and no channel. A paper unit's
+// `npm run lm-eval` child (src/paper/lm-evaluation.ts) holds one too: the unit's worker killed, it ends its harness.
 import { Socket } from 'node:net';
 
 /** Names the rank's file descriptor of the channel; set by the launcher alone. */
